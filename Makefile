@@ -1,0 +1,52 @@
+# Every target creates .venv and installs the project first when needed, so a
+# fresh clone needs nothing but `make test` or `make run`.
+PYTHON ?= python3
+VENV := .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed
+PROTOS := $(wildcard proto/flux/v1/*.proto)
+
+.PHONY: install proto check-proto test test-unit run bench lint clean
+
+install: $(STAMP)
+
+$(STAMP): pyproject.toml
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade pip
+	$(PY) -m pip install --quiet -e '.[dev]'
+	touch $(STAMP)
+
+proto: $(STAMP)
+	rm -f flux/v1/*_pb2*.py flux/v1/*_pb2*.pyi
+	$(PY) -m grpc_tools.protoc -I proto \
+		--python_out=. --grpc_python_out=. --mypy_out=. --mypy_grpc_out=. \
+		--plugin=protoc-gen-mypy=$(VENV)/bin/protoc-gen-mypy \
+		--plugin=protoc-gen-mypy_grpc=$(VENV)/bin/protoc-gen-mypy_grpc \
+		$(PROTOS)
+
+# Regenerates flux/v1 and fails when the checked-in code differs from it.
+check-proto: proto
+	@changes="$$(git status --porcelain -- flux/v1 proto)"; \
+	if [ -n "$$changes" ]; then \
+		echo "flux/v1 differs from what 'make proto' produces (or is not committed):"; \
+		echo "$$changes"; git --no-pager diff --stat -- flux/v1; exit 1; \
+	fi
+
+test: $(STAMP)
+	$(PY) -m pytest -q
+
+test-unit: $(STAMP)
+	$(PY) -m pytest -q tests/unit
+
+run: $(STAMP)
+	$(PY) -m flux.demo
+
+bench: $(STAMP)
+	$(PY) -m bench
+
+lint: $(STAMP)
+	$(PY) -m ruff check flux gateway tests bench examples
+	$(PY) -m ruff format --check flux gateway tests bench examples
+
+clean:
+	rm -rf $(VENV) .pytest_cache .hypothesis

@@ -1,0 +1,14 @@
+"""Flux: resource-aware dispatch of Python workflows.
+
+Public API::
+
+    from flux import workflow, ExecutionContext
+    from flux.domain.resource_request import ResourceRequest
+"""
+
+from flux.context import ExecutionContext
+from flux.domain.resource_request import ResourceRequest
+from flux.workflow import WorkflowDefinition, workflow
+
+__all__ = ["ExecutionContext", "ResourceRequest", "WorkflowDefinition", "workflow"]
+__version__ = "0.1.0"

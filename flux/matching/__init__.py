@@ -1,0 +1,37 @@
+"""The pure matching core: no grpc, protobuf or asyncio here.
+
+- ``filters``: feasibility checks, each returning a named ``Rejection``.
+- ``scheduler.schedule``: one FIFO, least-loaded placement pass.
+- ``explain``: why an execution is pending.
+"""
+
+from flux.matching.explain import Explanation, Verdict, explain
+from flux.matching.filters import FILTERS, fits_now, permanent_rejection, rejections
+from flux.matching.queue import Pending, PendingQueue
+from flux.matching.reasons import Reason, Rejection
+from flux.matching.scheduler import FeasibilityCache, Placement, schedule
+from flux.matching.shape import Shape
+from flux.matching.view import DEFAULT_CAPACITY, Amounts, Profile, Room, WorkerView
+
+__all__ = [
+    "DEFAULT_CAPACITY",
+    "FILTERS",
+    "Amounts",
+    "Explanation",
+    "FeasibilityCache",
+    "Pending",
+    "PendingQueue",
+    "Placement",
+    "Profile",
+    "Reason",
+    "Rejection",
+    "Room",
+    "Shape",
+    "Verdict",
+    "WorkerView",
+    "explain",
+    "fits_now",
+    "permanent_rejection",
+    "rejections",
+    "schedule",
+]

@@ -1,0 +1,84 @@
+"""Why is this execution pending? Per-worker reasons and a one-line summary.
+
+Each worker is counted once in the summary, by its first permanent reason if
+it has one (that is what the user must change) or else its first reason.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+from flux.matching.filters import rejections
+from flux.matching.reasons import Rejection
+from flux.matching.shape import Shape
+from flux.matching.view import WorkerView
+
+MAX_SUMMARY_GROUPS = 4
+
+
+@dataclass(frozen=True, slots=True)
+class Verdict:
+    worker: str
+    rejections: tuple[Rejection, ...]
+
+    @property
+    def fits(self) -> bool:
+        return not self.rejections
+
+    @property
+    def permanent(self) -> bool:
+        return any(r.permanent for r in self.rejections)
+
+    @property
+    def primary(self) -> Rejection | None:
+        return next((r for r in self.rejections if r.permanent), None) or next(
+            iter(self.rejections), None
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class Explanation:
+    summary: str
+    verdicts: tuple[Verdict, ...]
+
+    @property
+    def capable(self) -> int:
+        return sum(v.fits for v in self.verdicts)
+
+    @property
+    def infeasible(self) -> bool:
+        """No connected worker could run it even idle (true also when no worker is connected)."""
+        return all(v.permanent for v in self.verdicts)
+
+
+def explain(shape: Shape, workers: Iterable[WorkerView]) -> Explanation:
+    verdicts = tuple(
+        Verdict(view.name, tuple(rejections(shape, view)))
+        for view in sorted(workers, key=lambda v: v.name)
+    )
+    return Explanation(summarize(verdicts), verdicts)
+
+
+def summarize(verdicts: tuple[Verdict, ...]) -> str:
+    total = len(verdicts)
+    capable = sum(v.fits for v in verdicts)
+    head = f"{capable}/{total} workers can run it"
+    if total == 0:
+        return f"{head}: no worker is connected"
+    groups: dict[str, list[Rejection]] = {}
+    for verdict in verdicts:
+        primary = verdict.primary
+        if primary is not None:
+            groups.setdefault(primary.detail, []).append(primary)
+    if not groups:
+        return head
+    ranked = sorted(groups.values(), key=len, reverse=True)  # stable: ties keep worker-name order
+    parts = [
+        f"{len(g)} {g[0].detail if len(g) == 1 else g[0].plural}"
+        for g in ranked[:MAX_SUMMARY_GROUPS]
+    ]
+    rest = sum(len(g) for g in ranked[MAX_SUMMARY_GROUPS:])
+    if rest:
+        parts.append(f"{rest} for other reasons")
+    return f"{head}: {', '.join(parts)}"

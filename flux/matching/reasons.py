@@ -1,0 +1,42 @@
+"""Named reasons a worker cannot take an execution, and whether that can change.
+
+As in the Kubernetes scheduler framework, "might fit later" and "never fits"
+are different answers: a *busy* worker would fit the execution if it were
+idle, an *infeasible* one (``permanent=True``) never will. That split is what
+lets ``explain`` tell a user to wait or to change their fleet.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import StrEnum
+
+
+class Reason(StrEnum):
+    LABEL = "label_mismatch"
+    CAPACITY = "at_capacity"
+    CPU = "insufficient_cpu"
+    MEMORY = "insufficient_memory"
+    GPU = "insufficient_gpu"
+    DISK = "insufficient_disk"
+    PACKAGE = "missing_package"
+
+
+@dataclass(frozen=True, slots=True)
+class Rejection:
+    """Why one worker cannot take one execution now.
+
+    ``detail`` completes the sentence "the worker …" (``"has 2 of 4 cores
+    free"``); ``plural`` completes "the workers …", for summaries.
+    """
+
+    reason: Reason
+    permanent: bool
+    wanted: str
+    offered: str
+    detail: str
+    plural: str
+
+    @property
+    def busy(self) -> bool:
+        return not self.permanent

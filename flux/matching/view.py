@@ -1,0 +1,182 @@
+"""The matcher's picture of a worker: what it offers and what is already promised.
+
+``WorkerView`` is an immutable snapshot the dispatcher builds from its
+registry. ``Room`` is the mutable free space derived from it inside one
+scheduling cycle, so placements made in that cycle are subtracted before the
+next decision (no double booking).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from types import MappingProxyType
+
+from flux.domain.worker import WorkerResources, WorkerSoftware
+
+DEFAULT_CAPACITY = 16
+
+
+@dataclass(frozen=True, slots=True)
+class Amounts:
+    """CPU cores, memory bytes and disk bytes, e.g. what executions have reserved."""
+
+    cpu: int = 0
+    memory: int = 0
+    disk: int = 0
+
+    def __add__(self, other: Amounts) -> Amounts:
+        return Amounts(self.cpu + other.cpu, self.memory + other.memory, self.disk + other.disk)
+
+    def __sub__(self, other: Amounts) -> Amounts:
+        return Amounts(self.cpu - other.cpu, self.memory - other.memory, self.disk - other.disk)
+
+
+class Profile:
+    """Everything about a worker that decides *permanent* fit: labels, capacity, totals, software.
+
+    Workers with equal profiles share one cached verdict per shape, so a fleet
+    of identical machines costs one static check per shape, not one per worker.
+    """
+
+    __slots__ = (
+        "labels",
+        "capacity",
+        "cpu_total",
+        "memory_total",
+        "disk_total",
+        "gpu_count",
+        "software",
+        "_hash",
+    )
+
+    def __init__(
+        self,
+        labels: Mapping[str, str],
+        capacity: int,
+        resources: WorkerResources,
+        software: WorkerSoftware,
+    ):
+        self.labels = labels
+        self.capacity = capacity
+        self.cpu_total = resources.cpu_total
+        self.memory_total = resources.memory_total
+        self.disk_total = resources.disk_total
+        self.gpu_count = len(resources.gpus)
+        self.software = software
+        self._hash = hash(
+            (
+                frozenset(labels.items()),
+                capacity,
+                self.cpu_total,
+                self.memory_total,
+                self.disk_total,
+                self.gpu_count,
+                software,
+            )
+        )
+
+    def __hash__(self) -> int:
+        return self._hash
+
+    def __eq__(self, other: object) -> bool:
+        if self is other:
+            return True
+        if not isinstance(other, Profile):
+            return NotImplemented
+        return (
+            self._hash == other._hash
+            and self.capacity == other.capacity
+            and self.cpu_total == other.cpu_total
+            and self.memory_total == other.memory_total
+            and self.disk_total == other.disk_total
+            and self.gpu_count == other.gpu_count
+            and self.labels == other.labels
+            and self.software == other.software
+        )
+
+
+@dataclass(frozen=True)
+class WorkerView:
+    """One worker as the dispatcher sees it at one instant.
+
+    ``resources`` is the latest report (totals are allocatable, after caps;
+    *available*/*free* are observed). ``reserved`` is what its scheduled and
+    running executions hold; ``unreported`` the part of that reserved after
+    the report was taken, which the observed values cannot reflect yet.
+    """
+
+    name: str
+    resources: WorkerResources
+    labels: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))
+    software: WorkerSoftware = field(default_factory=WorkerSoftware)
+    capacity: int = DEFAULT_CAPACITY
+    active: int = 0
+    reserved: Amounts = Amounts()
+    unreported: Amounts = Amounts()
+    held_gpus: frozenset[int] = frozenset()
+    profile: Profile = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(
+            self, "profile", Profile(self.labels, self.capacity, self.resources, self.software)
+        )
+
+    @property
+    def free_cpu(self) -> int:
+        r = self.resources
+        return max(0, min(r.cpu_available - self.unreported.cpu, r.cpu_total - self.reserved.cpu))
+
+    @property
+    def free_memory(self) -> int:
+        r = self.resources
+        return max(
+            0,
+            min(r.memory_available - self.unreported.memory, r.memory_total - self.reserved.memory),
+        )
+
+    @property
+    def free_disk(self) -> int:
+        r = self.resources
+        return max(0, min(r.disk_free - self.unreported.disk, r.disk_total - self.reserved.disk))
+
+    @property
+    def free_gpus(self) -> tuple[int, ...]:
+        """Indices with free VRAM that no execution holds, most free VRAM first."""
+        usable = [
+            g for g in self.resources.gpus if g.memory_free > 0 and g.index not in self.held_gpus
+        ]
+        usable.sort(key=lambda g: (-g.memory_free, g.index))
+        return tuple(g.index for g in usable)
+
+
+class Room:
+    """Mutable free space of one worker during one scheduling cycle."""
+
+    __slots__ = ("view", "cpu", "memory", "disk", "gpus", "active", "capacity", "cpu_total")
+
+    def __init__(self, view: WorkerView):
+        self.view = view
+        self.cpu = view.free_cpu
+        self.memory = view.free_memory
+        self.disk = view.free_disk
+        self.gpus = list(view.free_gpus)
+        self.active = view.active
+        self.capacity = view.capacity
+        self.cpu_total = view.resources.cpu_total
+
+    def load_key(self) -> tuple[float, float, str]:
+        """Least loaded first: fewest active per capacity, then most free CPU fraction, then name."""
+        load = self.active / self.capacity if self.capacity > 0 else float("inf")
+        cpu_fraction = self.cpu / self.cpu_total if self.cpu_total > 0 else 0.0
+        return (load, -cpu_fraction, self.view.name)
+
+    def take(self, cpu: int, memory: int, disk: int, gpus: int) -> tuple[int, ...]:
+        """Reserve the amounts and return the GPU indices assigned."""
+        self.cpu -= cpu
+        self.memory -= memory
+        self.disk -= disk
+        self.active += 1
+        assigned = tuple(self.gpus[:gpus])
+        del self.gpus[:gpus]
+        return assigned

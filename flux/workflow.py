@@ -1,0 +1,100 @@
+"""``@workflow`` and ``@workflow.with_options``: declare a workflow and what it needs.
+
+The decorator validates everything at declaration and attaches a frozen
+:class:`WorkflowDefinition` to the function as ``__flux_workflow__``. The
+function itself is returned unchanged, so ``await fn(ctx)`` still works in a
+unit test and pickling or introspection see the real function.
+"""
+
+from __future__ import annotations
+
+import inspect
+import re
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from types import MappingProxyType
+from typing import Any, TypeVar
+
+from flux.domain.labels import validate_labels
+from flux.domain.resource_request import ResourceRequest
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+ATTRIBUTE = "__flux_workflow__"
+DEFAULT_MAX_ATTEMPTS = 3
+_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_.-]{0,127}$")
+NAME_FORM = "1-128 characters: letters, digits, '_', '.', '-', starting with a letter or '_'"
+
+
+@dataclass(frozen=True, slots=True)
+class WorkflowDefinition:
+    name: str
+    entrypoint: str
+    requests: ResourceRequest = field(default_factory=ResourceRequest)
+    affinity: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))
+    max_attempts: int = DEFAULT_MAX_ATTEMPTS
+    is_async: bool = True
+
+
+def definition_of(fn: object) -> WorkflowDefinition | None:
+    """The definition ``@workflow`` attached to ``fn``, or None for plain functions."""
+    found = getattr(fn, ATTRIBUTE, None)
+    return found if isinstance(found, WorkflowDefinition) else None
+
+
+def validate_name(name: object, field_name: str = "name") -> str:
+    if not isinstance(name, str) or not _NAME.match(name):
+        raise ValueError(f"{field_name} {name!r} is invalid; a workflow name is {NAME_FORM}")
+    return name
+
+
+def _validate_max_attempts(value: object) -> int:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise TypeError(f"max_attempts must be an int >= 1; got {type(value).__name__} {value!r}")
+    if not 1 <= value <= 100:
+        raise ValueError(f"max_attempts must be between 1 and 100; got {value}")
+    return value
+
+
+class _WorkflowDecorator:
+    """``workflow`` is this object: callable bare, with ``with_options`` for settings."""
+
+    def __call__(self, fn: F) -> F:
+        return self.with_options()(fn)
+
+    def with_options(
+        self,
+        name: str | None = None,
+        requests: ResourceRequest | None = None,
+        affinity: Mapping[str, str] | None = None,
+        max_attempts: int = DEFAULT_MAX_ATTEMPTS,
+    ) -> Callable[[F], F]:
+        # Validate before seeing the function, so the error points at the options line.
+        if name is not None:
+            validate_name(name)
+        if requests is not None and not isinstance(requests, ResourceRequest):
+            raise TypeError(
+                "requests must be a ResourceRequest, e.g. ResourceRequest(cpu=4, memory='8Gi'); "
+                f"got {type(requests).__name__}"
+            )
+        labels = MappingProxyType(validate_labels(affinity, "affinity"))
+        attempts = _validate_max_attempts(max_attempts)
+
+        def decorate(fn: F) -> F:
+            if not callable(fn):
+                raise TypeError(f"@workflow decorates a function; got {type(fn).__name__}")
+            definition = WorkflowDefinition(
+                name=name or validate_name(fn.__name__, "function name"),
+                entrypoint=fn.__name__,
+                requests=requests or ResourceRequest(),
+                affinity=labels,
+                max_attempts=attempts,
+                is_async=inspect.iscoroutinefunction(fn),
+            )
+            setattr(fn, ATTRIBUTE, definition)
+            return fn
+
+        return decorate
+
+
+workflow = _WorkflowDecorator()
