@@ -15,7 +15,9 @@ _KEY = re.compile(rf"^(?:[a-z0-9](?:[a-z0-9.-]{{0,251}}[a-z0-9])?/)?{_NAME}$")
 _VALUE = re.compile(rf"^(?:{_NAME})?$")
 MAX_LABELS = 64
 
-KEY_FORM = "1-63 letters, digits, '-', '_' or '.', starting and ending alphanumeric, with an optional 'prefix/'"
+KEY_FORM = (
+    "1-63 letters, digits, '-', '_' or '.', starting and ending alphanumeric, with an optional 'prefix/'"
+)
 VALUE_FORM = "empty or 1-63 letters, digits, '-', '_' or '.', starting and ending alphanumeric"
 
 
@@ -34,9 +36,7 @@ def validate_labels(labels: object, field: str) -> dict[str, str]:
         if not isinstance(key, str) or not _KEY.match(key):
             raise ValueError(f"{field} key {key!r} is invalid; a key is {KEY_FORM}")
         if not isinstance(value, str) or not _VALUE.match(value):
-            raise ValueError(
-                f"{field}[{key!r}] value {value!r} is invalid; a value is {VALUE_FORM}"
-            )
+            raise ValueError(f"{field}[{key!r}] value {value!r} is invalid; a value is {VALUE_FORM}")
         result[key] = value
     return result
 

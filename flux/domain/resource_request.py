@@ -182,9 +182,7 @@ def _requirements(packages: Iterable[str] | None) -> tuple[str, ...]:
             f"got {type(packages).__name__}"
         ) from None
     if len(items) > MAX_PACKAGES:
-        raise ValueError(
-            f"packages holds {len(items)} requirements; at most {MAX_PACKAGES} are allowed"
-        )
+        raise ValueError(f"packages holds {len(items)} requirements; at most {MAX_PACKAGES} are allowed")
     normalised = []
     for position, item in enumerate(items):
         field = f"packages[{position}]"

@@ -123,12 +123,8 @@ class WorkerSoftware:
         marker_environment: Mapping[str, str] | None = None,
     ) -> None:
         pairs = packages.items() if isinstance(packages, Mapping) else packages
-        object.__setattr__(
-            self, "packages", MappingProxyType({canonicalize_name(n): v for n, v in pairs})
-        )
-        object.__setattr__(
-            self, "marker_environment", MappingProxyType(dict(marker_environment or {}))
-        )
+        object.__setattr__(self, "packages", MappingProxyType({canonicalize_name(n): v for n, v in pairs}))
+        object.__setattr__(self, "marker_environment", MappingProxyType(dict(marker_environment or {})))
         object.__setattr__(
             self,
             "_hash",
@@ -159,14 +155,10 @@ class WorkerSoftware:
         from flux.v1 import resources_pb2
 
         return resources_pb2.WorkerSoftware(
-            packages=[
-                resources_pb2.Package(name=n, version=v) for n, v in sorted(self.packages.items())
-            ],
+            packages=[resources_pb2.Package(name=n, version=v) for n, v in sorted(self.packages.items())],
             marker_environment=dict(self.marker_environment),
         )
 
     @classmethod
     def from_proto(cls, message: resources_pb2.WorkerSoftware) -> WorkerSoftware:
-        return cls(
-            ((p.name, p.version) for p in message.packages), dict(message.marker_environment)
-        )
+        return cls(((p.name, p.version) for p in message.packages), dict(message.marker_environment))

@@ -32,9 +32,7 @@ class Verdict:
 
     @property
     def primary(self) -> Rejection | None:
-        return next((r for r in self.rejections if r.permanent), None) or next(
-            iter(self.rejections), None
-        )
+        return next((r for r in self.rejections if r.permanent), None) or next(iter(self.rejections), None)
 
 
 @dataclass(frozen=True, slots=True)
@@ -54,8 +52,7 @@ class Explanation:
 
 def explain(shape: Shape, workers: Iterable[WorkerView]) -> Explanation:
     verdicts = tuple(
-        Verdict(view.name, tuple(rejections(shape, view)))
-        for view in sorted(workers, key=lambda v: v.name)
+        Verdict(view.name, tuple(rejections(shape, view))) for view in sorted(workers, key=lambda v: v.name)
     )
     return Explanation(summarize(verdicts), verdicts)
 
@@ -74,10 +71,7 @@ def summarize(verdicts: tuple[Verdict, ...]) -> str:
     if not groups:
         return head
     ranked = sorted(groups.values(), key=len, reverse=True)  # stable: ties keep worker-name order
-    parts = [
-        f"{len(g)} {g[0].detail if len(g) == 1 else g[0].plural}"
-        for g in ranked[:MAX_SUMMARY_GROUPS]
-    ]
+    parts = [f"{len(g)} {g[0].detail if len(g) == 1 else g[0].plural}" for g in ranked[:MAX_SUMMARY_GROUPS]]
     rest = sum(len(g) for g in ranked[MAX_SUMMARY_GROUPS:])
     if rest:
         parts.append(f"{rest} for other reasons")

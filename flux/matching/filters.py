@@ -33,9 +33,7 @@ def labels(shape: Shape, view: WorkerView, room: Room) -> Rejection | None:
             else:
                 detail = f"has label {key}={offered}, not {key}={wanted}"
                 plural = f"have label {key}={offered}, not {key}={wanted}"
-            return Rejection(
-                Reason.LABEL, True, f"{key}={wanted}", f"{key}={offered or ''}", detail, plural
-            )
+            return Rejection(Reason.LABEL, True, f"{key}={wanted}", f"{key}={offered or ''}", detail, plural)
     return None
 
 
@@ -113,9 +111,7 @@ def gpu(shape: Shape, view: WorkerView, room: Room) -> Rejection | None:
         text = f"only {_plural(count, 'GPU')}"
         return Rejection(Reason.GPU, True, need, f"{count} total", f"has {text}", f"have {text}")
     text = f"{len(room.gpus)} of {_plural(count, 'GPU')} free"
-    return Rejection(
-        Reason.GPU, False, need, f"{len(room.gpus)} free", f"has {text}", f"have {text}"
-    )
+    return Rejection(Reason.GPU, False, need, f"{len(room.gpus)} free", f"has {text}", f"have {text}")
 
 
 def disk(shape: Shape, view: WorkerView, room: Room) -> Rejection | None:
@@ -144,9 +140,7 @@ def packages(shape: Shape, view: WorkerView, room: Room) -> Rejection | None:
     requirement, installed = unmet
     wanted = str(requirement)
     if installed is None:
-        return Rejection(
-            Reason.PACKAGE, True, wanted, "not installed", f"lacks {wanted}", f"lack {wanted}"
-        )
+        return Rejection(Reason.PACKAGE, True, wanted, "not installed", f"lacks {wanted}", f"lack {wanted}")
     offered = f"{requirement.name} {installed}"
     text = f"{offered}, not {wanted}"
     return Rejection(Reason.PACKAGE, True, wanted, offered, f"has {text}", f"have {text}")

@@ -133,9 +133,7 @@ def _load_heap(
     return entries
 
 
-def _least_loaded_fit(
-    loads: list[tuple[tuple[float, float, str], Room]], shape: Shape
-) -> Room | None:
+def _least_loaded_fit(loads: list[tuple[tuple[float, float, str], Room]], shape: Shape) -> Room | None:
     """Pop and return the least-loaded room that fits ``shape`` now, or None.
 
     Entries may be stale because another shape placed on the same worker. Load

@@ -20,9 +20,7 @@ class Shape:
 
     __slots__ = ("requests", "affinity", "requirements", "_hash")
 
-    def __init__(
-        self, requests: ResourceRequest | None = None, affinity: Mapping[str, str] | None = None
-    ):
+    def __init__(self, requests: ResourceRequest | None = None, affinity: Mapping[str, str] | None = None):
         self.requests = requests or _EMPTY_REQUEST
         self.affinity: tuple[tuple[str, str], ...] = tuple(sorted((affinity or {}).items()))
         self.requirements: tuple[Requirement, ...] = self.requests.requirements
@@ -37,9 +35,7 @@ class Shape:
         if not isinstance(other, Shape):
             return NotImplemented
         return (
-            self._hash == other._hash
-            and self.requests == other.requests
-            and self.affinity == other.affinity
+            self._hash == other._hash and self.requests == other.requests and self.affinity == other.affinity
         )
 
     def __setattr__(self, name: str, value: object) -> None:

@@ -143,9 +143,7 @@ class WorkerView:
     @property
     def free_gpus(self) -> tuple[int, ...]:
         """Indices with free VRAM that no execution holds, most free VRAM first."""
-        usable = [
-            g for g in self.resources.gpus if g.memory_free > 0 and g.index not in self.held_gpus
-        ]
+        usable = [g for g in self.resources.gpus if g.memory_free > 0 and g.index not in self.held_gpus]
         usable.sort(key=lambda g: (-g.memory_free, g.index))
         return tuple(g.index for g in usable)
 
