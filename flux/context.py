@@ -8,7 +8,9 @@ from typing import Generic, TypeVar
 T = TypeVar("T")
 
 
-@dataclass(frozen=True, slots=True)
+# No slots: with slots a frozen dataclass cannot take the __orig_class__ that
+# ExecutionContext[T](...) sets, and Python 3.11 lets that TypeError escape.
+@dataclass(frozen=True)
 class ExecutionContext(Generic[T]):
     """What one execution of a workflow sees.
 

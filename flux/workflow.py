@@ -43,7 +43,7 @@ def definition_of(fn: object) -> WorkflowDefinition | None:
 
 
 def validate_name(name: object, field_name: str = "name") -> str:
-    if not isinstance(name, str) or not _NAME.match(name):
+    if not isinstance(name, str) or not _NAME.fullmatch(name):
         raise ValueError(f"{field_name} {name!r} is invalid; a workflow name is {NAME_FORM}")
     return name
 

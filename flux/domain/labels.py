@@ -33,9 +33,9 @@ def validate_labels(labels: object, field: str) -> dict[str, str]:
         raise ValueError(f"{field} has {len(labels)} labels; at most {MAX_LABELS} are allowed")
     result: dict[str, str] = {}
     for key, value in labels.items():
-        if not isinstance(key, str) or not _KEY.match(key):
+        if not isinstance(key, str) or not _KEY.fullmatch(key):
             raise ValueError(f"{field} key {key!r} is invalid; a key is {KEY_FORM}")
-        if not isinstance(value, str) or not _VALUE.match(value):
+        if not isinstance(value, str) or not _VALUE.fullmatch(value):
             raise ValueError(f"{field}[{key!r}] value {value!r} is invalid; a value is {VALUE_FORM}")
         result[key] = value
     return result

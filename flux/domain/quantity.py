@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import math
 import re
-from decimal import ROUND_CEILING, Decimal, InvalidOperation
+from decimal import ROUND_CEILING, Decimal, InvalidOperation, localcontext
 
 BINARY_SUFFIXES = {
     "Ki": 1024,
@@ -43,7 +43,7 @@ def parse_bytes(value: object, field: str) -> int:
     if isinstance(value, bool):
         raise TypeError(f"{field} must be {ACCEPTED_FORMS}; got bool {value!r}")
     if isinstance(value, int):
-        return _check_range(value, field, repr(value))
+        return _check_range(value, field, show_int(value))
     if isinstance(value, float):
         if not math.isfinite(value):
             raise ValueError(f"{field} must be a finite number of bytes; got {value!r}")
@@ -65,7 +65,11 @@ def _parse_string(text: str, field: str) -> int:
         number = Decimal(match["number"])
     except InvalidOperation as exc:  # the regex admits only digits, so this is a bug guard
         raise ValueError(f"{field}: {text!r} is not a quantity; use {ACCEPTED_FORMS}") from exc
-    scaled = (number * _MULTIPLIERS[match["suffix"]]).to_integral_value(rounding=ROUND_CEILING)
+    with localcontext() as context:
+        # The default 28 digits would round "1.00000000000000000000000000001" down to 1;
+        # the multiplier has at most 19 digits, so this precision keeps the product exact.
+        context.prec = len(match["number"]) + 20
+        scaled = (number * _MULTIPLIERS[match["suffix"]]).to_integral_value(rounding=ROUND_CEILING)
     return _check_range(int(scaled), field, repr(text))
 
 
@@ -85,6 +89,11 @@ def _check_range(value: int, field: str, shown: str) -> int:
     if value > MAX_BYTES:
         raise ValueError(f"{field} is larger than {MAX_BYTES} bytes (2^63 - 1); got {shown}")
     return value
+
+
+def show_int(value: int) -> str:
+    """``repr`` for ints in messages; Python refuses to print ints over 4300 digits."""
+    return repr(value) if value.bit_length() <= 256 else f"an int of {value.bit_length()} bits"
 
 
 def format_bytes(value: int) -> str:

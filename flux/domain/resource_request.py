@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 
 from packaging.requirements import InvalidRequirement, Requirement
 
-from flux.domain.quantity import BINARY_SUFFIXES, DECIMAL_SUFFIXES, format_bytes, parse_bytes
+from flux.domain.quantity import BINARY_SUFFIXES, DECIMAL_SUFFIXES, format_bytes, parse_bytes, show_int
 
 if TYPE_CHECKING:
     from flux.v1 import resources_pb2
@@ -160,9 +160,9 @@ def _count(value: object, field: str, unit: str) -> int:
             f"{field} must be an int number of {unit} (>= 0); got {type(value).__name__} {value!r}"
         )
     if value < 0:
-        raise ValueError(f"{field} must be >= 0 {unit} (0 means not checked); got {value}")
+        raise ValueError(f"{field} must be >= 0 {unit} (0 means not checked); got {show_int(value)}")
     if value > MAX_COUNT:
-        raise ValueError(f"{field} must be at most {MAX_COUNT} {unit}; got {value}")
+        raise ValueError(f"{field} must be at most {MAX_COUNT} {unit}; got {show_int(value)}")
     return value
 
 

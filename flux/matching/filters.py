@@ -24,6 +24,12 @@ def _plural(n: int, word: str) -> str:
     return f"{n} {word}" if n == 1 else f"{n} {word}s"
 
 
+def _bytes(value: int, other: int) -> str:
+    """``format_bytes``, but exact when rounding would make two different amounts read the same."""
+    text = format_bytes(value)
+    return f"{value} B" if value != other and text == format_bytes(other) else text
+
+
 def labels(shape: Shape, view: WorkerView, room: Room) -> Rejection | None:
     for key, wanted in shape.affinity:
         offered = view.labels.get(key)
@@ -82,20 +88,20 @@ def memory(shape: Shape, view: WorkerView, room: Room) -> Rejection | None:
     if not wanted or room.memory >= wanted:
         return None
     total = view.resources.memory_total
-    need = format_bytes(wanted)
     if total < wanted:
-        text = f"only {format_bytes(total)} memory"
+        text = f"only {_bytes(total, wanted)} memory"
         return Rejection(
-            Reason.MEMORY, True, need, f"{format_bytes(total)} total", f"has {text}", f"have {text}"
+            Reason.MEMORY,
+            True,
+            _bytes(wanted, total),
+            f"{_bytes(total, wanted)} total",
+            f"has {text}",
+            f"have {text}",
         )
-    text = f"{format_bytes(room.memory)} of {format_bytes(total)} memory free"
+    free = _bytes(room.memory, wanted)
+    text = f"{free} of {format_bytes(total)} memory free"
     return Rejection(
-        Reason.MEMORY,
-        False,
-        need,
-        f"{format_bytes(room.memory)} free",
-        f"has {text}",
-        f"have {text}",
+        Reason.MEMORY, False, _bytes(wanted, room.memory), f"{free} free", f"has {text}", f"have {text}"
     )
 
 
@@ -119,15 +125,20 @@ def disk(shape: Shape, view: WorkerView, room: Room) -> Rejection | None:
     if not wanted or room.disk >= wanted:
         return None
     total = view.resources.disk_total
-    need = format_bytes(wanted)
     if total < wanted:
-        text = f"only {format_bytes(total)} disk"
+        text = f"only {_bytes(total, wanted)} disk"
         return Rejection(
-            Reason.DISK, True, need, f"{format_bytes(total)} total", f"has {text}", f"have {text}"
+            Reason.DISK,
+            True,
+            _bytes(wanted, total),
+            f"{_bytes(total, wanted)} total",
+            f"has {text}",
+            f"have {text}",
         )
-    text = f"{format_bytes(room.disk)} of {format_bytes(total)} disk free"
+    free = _bytes(room.disk, wanted)
+    text = f"{free} of {format_bytes(total)} disk free"
     return Rejection(
-        Reason.DISK, False, need, f"{format_bytes(room.disk)} free", f"has {text}", f"have {text}"
+        Reason.DISK, False, _bytes(wanted, room.disk), f"{free} free", f"has {text}", f"have {text}"
     )
 
 
@@ -197,3 +208,4 @@ class _IdleRoom(Room):
         self.active = 0
         self.capacity = view.capacity
         self.cpu_total = res.cpu_total
+        self.key = self._load_key()

@@ -8,10 +8,12 @@ installers to accept pre-releases already present on the system.
 
 from __future__ import annotations
 
+import re
 from functools import lru_cache
 
 from packaging.markers import UndefinedComparison, UndefinedEnvironmentName
 from packaging.requirements import Requirement
+from packaging.specifiers import SpecifierSet
 from packaging.utils import canonicalize_name
 from packaging.version import InvalidVersion, Version
 
@@ -31,9 +33,25 @@ def _canonical(name: str) -> str:
     return canonicalize_name(name)
 
 
+_QUOTED = re.compile(r"'[^']*'|\"[^\"]*\"")
+_WORD = re.compile(r"[A-Za-z_][A-Za-z0-9_.]*")
+# ``extra`` is not a property of the worker; packaging defaults it to "".
+_NOT_VARIABLES = frozenset({"and", "or", "in", "not", "extra"})
+
+
+@lru_cache(maxsize=4096)
+def _marker_variables(marker: str) -> frozenset[str]:
+    """Environment variables a normalised marker reads (values are quoted, so stripped first)."""
+    return frozenset(_WORD.findall(_QUOTED.sub("", marker))) - _NOT_VARIABLES
+
+
 def applies(requirement: Requirement, software: WorkerSoftware) -> bool:
     """False when the requirement's marker excludes this worker's environment."""
     if requirement.marker is None:
+        return True
+    if not _marker_variables(str(requirement.marker)) <= software.marker_environment.keys():
+        # packaging fills an unreported variable from *this* process (the control
+        # plane's platform), which says nothing about the worker: require the package.
         return True
     try:
         return requirement.marker.evaluate(dict(software.marker_environment))
@@ -56,7 +74,18 @@ def first_unmet(
             return requirement, None
         if not requirement.specifier:
             continue
-        version = _version(found)
-        if version is None or not requirement.specifier.contains(version, prereleases=True):
+        if not _satisfies(requirement.specifier, found):
             return requirement, found
     return None
+
+
+def _satisfies(specifier: SpecifierSet, installed: str) -> bool:
+    if any(spec.operator == "===" for spec in specifier):
+        # Arbitrary equality compares the installed string as written (PEP 440): it
+        # must not be normalised through Version, and it is how non-PEP 440 versions pin.
+        try:
+            return specifier.contains(installed, prereleases=True)
+        except InvalidVersion:
+            return False
+    version = _version(installed)
+    return version is not None and specifier.contains(version, prereleases=True)

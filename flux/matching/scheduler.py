@@ -82,7 +82,8 @@ def schedule(
 
     rooms: dict[str, Room] = {}
     heads: list[tuple[int, int, Pending, Iterator[Pending], Shape, list[WorkerView]]] = []
-    for order, shape in enumerate(shapes if shapes is not None else queue.shapes()):
+    # Deduplicated: two heads over one shape's queue would place the same execution twice.
+    for order, shape in enumerate(dict.fromkeys(shapes) if shapes is not None else queue.shapes()):
         items = queue.iter_shape(shape)
         first = next(items, None)
         if first is None:
@@ -111,7 +112,7 @@ def schedule(
         requests = shape.requests
         gpus = room.take(requests.cpu, requests.memory, requests.disk, requests.gpu)
         placements.append(Placement(item.execution_id, room.view.name, gpus, shape))
-        heapq.heappush(loads, (room.load_key(), room))
+        heapq.heappush(loads, (room.key, room))
         following = next(items, None)
         if following is None:
             heapq.heappop(heads)
@@ -128,7 +129,7 @@ def _load_heap(
         room = rooms.get(view.name)
         if room is None:
             room = rooms[view.name] = Room(view)
-        entries.append((room.load_key(), room))
+        entries.append((room.key, room))
     heapq.heapify(entries)
     return entries
 
@@ -142,9 +143,8 @@ def _least_loaded_fit(loads: list[tuple[tuple[float, float, str], Room]], shape:
     """
     while loads:
         key, room = loads[0]
-        current = room.load_key()
-        if current != key:
-            heapq.heapreplace(loads, (current, room))
+        if room.key is not key:
+            heapq.heapreplace(loads, (room.key, room))
         elif fits_now(shape, room):
             heapq.heappop(loads)
             return room

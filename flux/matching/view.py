@@ -151,7 +151,7 @@ class WorkerView:
 class Room:
     """Mutable free space of one worker during one scheduling cycle."""
 
-    __slots__ = ("view", "cpu", "memory", "disk", "gpus", "active", "capacity", "cpu_total")
+    __slots__ = ("view", "cpu", "memory", "disk", "gpus", "active", "capacity", "cpu_total", "key")
 
     def __init__(self, view: WorkerView):
         self.view = view
@@ -162,12 +162,19 @@ class Room:
         self.active = view.active
         self.capacity = view.capacity
         self.cpu_total = view.resources.cpu_total
+        self.key = self._load_key()
 
-    def load_key(self) -> tuple[float, float, str]:
-        """Least loaded first: fewest active per capacity, then most free CPU fraction, then name."""
+    def _load_key(self) -> tuple[float, float, str]:
         load = self.active / self.capacity if self.capacity > 0 else float("inf")
         cpu_fraction = self.cpu / self.cpu_total if self.cpu_total > 0 else 0.0
         return (load, -cpu_fraction, self.view.name)
+
+    def load_key(self) -> tuple[float, float, str]:
+        """Least loaded first: fewest active per capacity, then most free CPU fraction, then name.
+
+        Kept current by ``take`` so heap entries can be checked for staleness by identity.
+        """
+        return self.key
 
     def take(self, cpu: int, memory: int, disk: int, gpus: int) -> tuple[int, ...]:
         """Reserve the amounts and return the GPU indices assigned."""
@@ -177,4 +184,5 @@ class Room:
         self.active += 1
         assigned = tuple(self.gpus[:gpus])
         del self.gpus[:gpus]
+        self.key = self._load_key()
         return assigned

@@ -25,7 +25,7 @@ _sym_db = _symbol_database.Default()
 from flux.v1 import resources_pb2 as flux_dot_v1_dot_resources__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x14\x66lux/v1/worker.proto\x12\x07\x66lux.v1\x1a\x17\x66lux/v1/resources.proto\"\x85\x02\n\x0fRegisterRequest\x12\x0c\n\x04name\x18\x01 \x01(\t\x12+\n\tresources\x18\x02 \x01(\x0b\x32\x18.flux.v1.WorkerResources\x12)\n\x08software\x18\x03 \x01(\x0b\x32\x17.flux.v1.WorkerSoftware\x12\x34\n\x06labels\x18\x04 \x03(\x0b\x32$.flux.v1.RegisterRequest.LabelsEntry\x12\x10\n\x08\x63\x61pacity\x18\x05 \x01(\x05\x12\x15\n\rsession_token\x18\x06 \x01(\t\x1a-\n\x0bLabelsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\"<\n\x10RegisterResponse\x12\x15\n\rsession_token\x18\x01 \x01(\t\x12\x11\n\tserver_id\x18\x02 \x01(\t\"5\n\x0e\x43onnectRequest\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x15\n\rsession_token\x18\x02 \x01(\t\"\xd6\x01\n\x0bWorkerEvent\x12\'\n\tconnected\x18\x01 \x01(\x0b\x32\x12.flux.v1.ConnectedH\x00\x12:\n\x13\x65xecution_scheduled\x18\x02 \x01(\x0b\x32\x1b.flux.v1.ExecutionScheduledH\x00\x12:\n\x13\x65xecution_cancelled\x18\x03 \x01(\x0b\x32\x1b.flux.v1.ExecutionCancelledH\x00\x12\x1d\n\x04ping\x18\x04 \x01(\x0b\x32\r.flux.v1.PingH\x00\x42\x07\n\x05\x65vent\"i\n\tConnected\x12\x13\n\x0bworker_name\x18\x01 \x01(\t\x12\x11\n\tserver_id\x18\x02 \x01(\t\x12\x18\n\x10ping_interval_ms\x18\x03 \x01(\x05\x12\x1a\n\x12held_execution_ids\x18\x04 \x03(\t\"U\n\x0bWorkflowRef\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x0f\n\x07version\x18\x02 \x01(\x05\x12\x13\n\x0bsource_hash\x18\x03 \x01(\t\x12\x12\n\nentrypoint\x18\x04 \x01(\t\"\xcc\x01\n\x12\x45xecutionScheduled\x12\x14\n\x0c\x65xecution_id\x18\x01 \x01(\t\x12\x0f\n\x07\x61ttempt\x18\x02 \x01(\x05\x12\x12\n\ngeneration\x18\x03 \x01(\x03\x12\x12\n\ninput_json\x18\x04 \x01(\t\x12&\n\x08workflow\x18\x05 \x01(\x0b\x32\x14.flux.v1.WorkflowRef\x12\x13\n\x0bgpu_indices\x18\x06 \x03(\x05\x12*\n\x08requests\x18\x07 \x01(\x0b\x32\x18.flux.v1.ResourceRequest\"N\n\x12\x45xecutionCancelled\x12\x14\n\x0c\x65xecution_id\x18\x01 \x01(\t\x12\x12\n\ngeneration\x18\x02 \x01(\x03\x12\x0e\n\x06reason\x18\x03 \x01(\t\"\x1a\n\x04Ping\x12\x12\n\nsent_at_ms\x18\x01 \x01(\x03\"\x95\x01\n\x16ReportResourcesRequest\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x15\n\rsession_token\x18\x02 \x01(\t\x12+\n\tresources\x18\x03 \x01(\x0b\x32\x18.flux.v1.WorkerResources\x12)\n\x08software\x18\x04 \x01(\x0b\x32\x17.flux.v1.WorkerSoftware\"\x19\n\x17ReportResourcesResponse\"]\n\x0c\x43laimRequest\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x15\n\rsession_token\x18\x02 \x01(\t\x12\x14\n\x0c\x65xecution_id\x18\x03 \x01(\t\x12\x12\n\ngeneration\x18\x04 \x01(\x03\"\x0f\n\rClaimResponse\"B\n\x0e\x45xecutionError\x12\x0c\n\x04type\x18\x01 \x01(\t\x12\x0f\n\x07message\x18\x02 \x01(\t\x12\x11\n\ttraceback\x18\x03 \x01(\t\"\xd8\x01\n\x0f\x43ompleteRequest\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x15\n\rsession_token\x18\x02 \x01(\t\x12\x14\n\x0c\x65xecution_id\x18\x03 \x01(\t\x12\x12\n\ngeneration\x18\x04 \x01(\x03\x12\x15\n\x0boutput_json\x18\x05 \x01(\tH\x00\x12(\n\x05\x65rror\x18\x06 \x01(\x0b\x32\x17.flux.v1.ExecutionErrorH\x00\x12+\n\tresources\x18\x07 \x01(\x0b\x32\x18.flux.v1.WorkerResourcesB\x08\n\x06result\"\x12\n\x10\x43ompleteResponse\"o\n\x0eReleaseRequest\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x15\n\rsession_token\x18\x02 \x01(\t\x12\x14\n\x0c\x65xecution_id\x18\x03 \x01(\t\x12\x12\n\ngeneration\x18\x04 \x01(\x03\x12\x0e\n\x06reason\x18\x05 \x01(\t\"\x11\n\x0fReleaseResponse\"T\n\x18GetWorkflowSourceRequest\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x15\n\rsession_token\x18\x02 \x01(\t\x12\x13\n\x0bsource_hash\x18\x03 \x01(\t\"G\n\x0eWorkflowSource\x12\x13\n\x0bsource_hash\x18\x01 \x01(\t\x12\x10\n\x08\x66ilename\x18\x02 \x01(\t\x12\x0e\n\x06source\x18\x03 \x01(\t2\xea\x03\n\rWorkerService\x12?\n\x08Register\x12\x18.flux.v1.RegisterRequest\x1a\x19.flux.v1.RegisterResponse\x12:\n\x07\x43onnect\x12\x17.flux.v1.ConnectRequest\x1a\x14.flux.v1.WorkerEvent0\x01\x12T\n\x0fReportResources\x12\x1f.flux.v1.ReportResourcesRequest\x1a .flux.v1.ReportResourcesResponse\x12\x36\n\x05\x43laim\x12\x15.flux.v1.ClaimRequest\x1a\x16.flux.v1.ClaimResponse\x12?\n\x08\x43omplete\x12\x18.flux.v1.CompleteRequest\x1a\x19.flux.v1.CompleteResponse\x12<\n\x07Release\x12\x17.flux.v1.ReleaseRequest\x1a\x18.flux.v1.ReleaseResponse\x12O\n\x11GetWorkflowSource\x12!.flux.v1.GetWorkflowSourceRequest\x1a\x17.flux.v1.WorkflowSourceb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x14\x66lux/v1/worker.proto\x12\x07\x66lux.v1\x1a\x17\x66lux/v1/resources.proto\"\x85\x02\n\x0fRegisterRequest\x12\x0c\n\x04name\x18\x01 \x01(\t\x12+\n\tresources\x18\x02 \x01(\x0b\x32\x18.flux.v1.WorkerResources\x12)\n\x08software\x18\x03 \x01(\x0b\x32\x17.flux.v1.WorkerSoftware\x12\x34\n\x06labels\x18\x04 \x03(\x0b\x32$.flux.v1.RegisterRequest.LabelsEntry\x12\x10\n\x08\x63\x61pacity\x18\x05 \x01(\x05\x12\x15\n\rsession_token\x18\x06 \x01(\t\x1a-\n\x0bLabelsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\"<\n\x10RegisterResponse\x12\x15\n\rsession_token\x18\x01 \x01(\t\x12\x11\n\tserver_id\x18\x02 \x01(\t\"5\n\x0e\x43onnectRequest\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x15\n\rsession_token\x18\x02 \x01(\t\"\xd6\x01\n\x0bWorkerEvent\x12\'\n\tconnected\x18\x01 \x01(\x0b\x32\x12.flux.v1.ConnectedH\x00\x12:\n\x13\x65xecution_scheduled\x18\x02 \x01(\x0b\x32\x1b.flux.v1.ExecutionScheduledH\x00\x12:\n\x13\x65xecution_cancelled\x18\x03 \x01(\x0b\x32\x1b.flux.v1.ExecutionCancelledH\x00\x12\x1d\n\x04ping\x18\x04 \x01(\x0b\x32\r.flux.v1.PingH\x00\x42\x07\n\x05\x65vent\"i\n\tConnected\x12\x13\n\x0bworker_name\x18\x01 \x01(\t\x12\x11\n\tserver_id\x18\x02 \x01(\t\x12\x18\n\x10ping_interval_ms\x18\x03 \x01(\x05\x12\x1a\n\x12held_execution_ids\x18\x04 \x03(\t\"U\n\x0bWorkflowRef\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x0f\n\x07version\x18\x02 \x01(\x05\x12\x13\n\x0bsource_hash\x18\x03 \x01(\t\x12\x12\n\nentrypoint\x18\x04 \x01(\t\"\xcc\x01\n\x12\x45xecutionScheduled\x12\x14\n\x0c\x65xecution_id\x18\x01 \x01(\t\x12\x0f\n\x07\x61ttempt\x18\x02 \x01(\x05\x12\x12\n\ngeneration\x18\x03 \x01(\x03\x12\x12\n\ninput_json\x18\x04 \x01(\t\x12&\n\x08workflow\x18\x05 \x01(\x0b\x32\x14.flux.v1.WorkflowRef\x12\x13\n\x0bgpu_indices\x18\x06 \x03(\x05\x12*\n\x08requests\x18\x07 \x01(\x0b\x32\x18.flux.v1.ResourceRequest\"N\n\x12\x45xecutionCancelled\x12\x14\n\x0c\x65xecution_id\x18\x01 \x01(\t\x12\x12\n\ngeneration\x18\x02 \x01(\x03\x12\x0e\n\x06reason\x18\x03 \x01(\t\"\x1a\n\x04Ping\x12\x12\n\nsent_at_ms\x18\x01 \x01(\x03\"\xa7\x01\n\x16ReportResourcesRequest\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x15\n\rsession_token\x18\x02 \x01(\t\x12+\n\tresources\x18\x03 \x01(\x0b\x32\x18.flux.v1.WorkerResources\x12)\n\x08software\x18\x04 \x01(\x0b\x32\x17.flux.v1.WorkerSoftware\x12\x10\n\x08\x64raining\x18\x05 \x01(\x08\"\x19\n\x17ReportResourcesResponse\"]\n\x0c\x43laimRequest\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x15\n\rsession_token\x18\x02 \x01(\t\x12\x14\n\x0c\x65xecution_id\x18\x03 \x01(\t\x12\x12\n\ngeneration\x18\x04 \x01(\x03\"\x0f\n\rClaimResponse\"B\n\x0e\x45xecutionError\x12\x0c\n\x04type\x18\x01 \x01(\t\x12\x0f\n\x07message\x18\x02 \x01(\t\x12\x11\n\ttraceback\x18\x03 \x01(\t\"\xd8\x01\n\x0f\x43ompleteRequest\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x15\n\rsession_token\x18\x02 \x01(\t\x12\x14\n\x0c\x65xecution_id\x18\x03 \x01(\t\x12\x12\n\ngeneration\x18\x04 \x01(\x03\x12\x15\n\x0boutput_json\x18\x05 \x01(\tH\x00\x12(\n\x05\x65rror\x18\x06 \x01(\x0b\x32\x17.flux.v1.ExecutionErrorH\x00\x12+\n\tresources\x18\x07 \x01(\x0b\x32\x18.flux.v1.WorkerResourcesB\x08\n\x06result\"\x12\n\x10\x43ompleteResponse\"o\n\x0eReleaseRequest\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x15\n\rsession_token\x18\x02 \x01(\t\x12\x14\n\x0c\x65xecution_id\x18\x03 \x01(\t\x12\x12\n\ngeneration\x18\x04 \x01(\x03\x12\x0e\n\x06reason\x18\x05 \x01(\t\"\x11\n\x0fReleaseResponse\"T\n\x18GetWorkflowSourceRequest\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x15\n\rsession_token\x18\x02 \x01(\t\x12\x13\n\x0bsource_hash\x18\x03 \x01(\t\"G\n\x0eWorkflowSource\x12\x13\n\x0bsource_hash\x18\x01 \x01(\t\x12\x10\n\x08\x66ilename\x18\x02 \x01(\t\x12\x0e\n\x06source\x18\x03 \x01(\t2\xea\x03\n\rWorkerService\x12?\n\x08Register\x12\x18.flux.v1.RegisterRequest\x1a\x19.flux.v1.RegisterResponse\x12:\n\x07\x43onnect\x12\x17.flux.v1.ConnectRequest\x1a\x14.flux.v1.WorkerEvent0\x01\x12T\n\x0fReportResources\x12\x1f.flux.v1.ReportResourcesRequest\x1a .flux.v1.ReportResourcesResponse\x12\x36\n\x05\x43laim\x12\x15.flux.v1.ClaimRequest\x1a\x16.flux.v1.ClaimResponse\x12?\n\x08\x43omplete\x12\x18.flux.v1.CompleteRequest\x1a\x19.flux.v1.CompleteResponse\x12<\n\x07Release\x12\x17.flux.v1.ReleaseRequest\x1a\x18.flux.v1.ReleaseResponse\x12O\n\x11GetWorkflowSource\x12!.flux.v1.GetWorkflowSourceRequest\x1a\x17.flux.v1.WorkflowSourceb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -55,27 +55,27 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_PING']._serialized_start=1137
   _globals['_PING']._serialized_end=1163
   _globals['_REPORTRESOURCESREQUEST']._serialized_start=1166
-  _globals['_REPORTRESOURCESREQUEST']._serialized_end=1315
-  _globals['_REPORTRESOURCESRESPONSE']._serialized_start=1317
-  _globals['_REPORTRESOURCESRESPONSE']._serialized_end=1342
-  _globals['_CLAIMREQUEST']._serialized_start=1344
-  _globals['_CLAIMREQUEST']._serialized_end=1437
-  _globals['_CLAIMRESPONSE']._serialized_start=1439
-  _globals['_CLAIMRESPONSE']._serialized_end=1454
-  _globals['_EXECUTIONERROR']._serialized_start=1456
-  _globals['_EXECUTIONERROR']._serialized_end=1522
-  _globals['_COMPLETEREQUEST']._serialized_start=1525
-  _globals['_COMPLETEREQUEST']._serialized_end=1741
-  _globals['_COMPLETERESPONSE']._serialized_start=1743
-  _globals['_COMPLETERESPONSE']._serialized_end=1761
-  _globals['_RELEASEREQUEST']._serialized_start=1763
-  _globals['_RELEASEREQUEST']._serialized_end=1874
-  _globals['_RELEASERESPONSE']._serialized_start=1876
-  _globals['_RELEASERESPONSE']._serialized_end=1893
-  _globals['_GETWORKFLOWSOURCEREQUEST']._serialized_start=1895
-  _globals['_GETWORKFLOWSOURCEREQUEST']._serialized_end=1979
-  _globals['_WORKFLOWSOURCE']._serialized_start=1981
-  _globals['_WORKFLOWSOURCE']._serialized_end=2052
-  _globals['_WORKERSERVICE']._serialized_start=2055
-  _globals['_WORKERSERVICE']._serialized_end=2545
+  _globals['_REPORTRESOURCESREQUEST']._serialized_end=1333
+  _globals['_REPORTRESOURCESRESPONSE']._serialized_start=1335
+  _globals['_REPORTRESOURCESRESPONSE']._serialized_end=1360
+  _globals['_CLAIMREQUEST']._serialized_start=1362
+  _globals['_CLAIMREQUEST']._serialized_end=1455
+  _globals['_CLAIMRESPONSE']._serialized_start=1457
+  _globals['_CLAIMRESPONSE']._serialized_end=1472
+  _globals['_EXECUTIONERROR']._serialized_start=1474
+  _globals['_EXECUTIONERROR']._serialized_end=1540
+  _globals['_COMPLETEREQUEST']._serialized_start=1543
+  _globals['_COMPLETEREQUEST']._serialized_end=1759
+  _globals['_COMPLETERESPONSE']._serialized_start=1761
+  _globals['_COMPLETERESPONSE']._serialized_end=1779
+  _globals['_RELEASEREQUEST']._serialized_start=1781
+  _globals['_RELEASEREQUEST']._serialized_end=1892
+  _globals['_RELEASERESPONSE']._serialized_start=1894
+  _globals['_RELEASERESPONSE']._serialized_end=1911
+  _globals['_GETWORKFLOWSOURCEREQUEST']._serialized_start=1913
+  _globals['_GETWORKFLOWSOURCEREQUEST']._serialized_end=1997
+  _globals['_WORKFLOWSOURCE']._serialized_start=1999
+  _globals['_WORKFLOWSOURCE']._serialized_end=2070
+  _globals['_WORKERSERVICE']._serialized_start=2073
+  _globals['_WORKERSERVICE']._serialized_end=2563
 # @@protoc_insertion_point(module_scope)

@@ -335,10 +335,15 @@ class ReportResourcesRequest(_message.Message):
     SESSION_TOKEN_FIELD_NUMBER: _builtins.int
     RESOURCES_FIELD_NUMBER: _builtins.int
     SOFTWARE_FIELD_NUMBER: _builtins.int
+    DRAINING_FIELD_NUMBER: _builtins.int
     name: _builtins.str
     """Registered worker name."""
     session_token: _builtins.str
     """Session token returned by Register."""
+    draining: _builtins.bool
+    """True while the worker drains (on SIGTERM): it takes no new dispatch but
+    still finishes, completes or releases what it holds.
+    """
     @_builtins.property
     def resources(self) -> _resources_pb2.WorkerResources:
         """Newly observed resources."""
@@ -354,10 +359,11 @@ class ReportResourcesRequest(_message.Message):
         session_token: _builtins.str = ...,
         resources: _resources_pb2.WorkerResources | None = ...,
         software: _resources_pb2.WorkerSoftware | None = ...,
+        draining: _builtins.bool = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["resources", b"resources", "software", b"software"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["name", b"name", "resources", b"resources", "session_token", b"session_token", "software", b"software"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["draining", b"draining", "name", b"name", "resources", b"resources", "session_token", b"session_token", "software", b"software"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

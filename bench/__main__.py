@@ -1,0 +1,21 @@
+"""``make bench``: run every benchmark and write JSON results under bench/results/."""
+
+from __future__ import annotations
+
+import argparse
+
+from bench import matching
+
+BENCHES = {"matching": matching.main}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(prog="python -m bench")
+    parser.add_argument("names", nargs="*", choices=[[], *BENCHES], help="benchmarks to run (default: all)")
+    names = parser.parse_args().names or list(BENCHES)
+    for name in names:
+        BENCHES[name]()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,70 @@
+"""Shared bench plumbing: machine description, percentiles, JSON output."""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import statistics
+import time
+from collections.abc import Sequence
+from pathlib import Path
+
+import psutil
+
+RESULTS = Path(__file__).parent / "results"
+
+
+def machine() -> dict[str, object]:
+    cpu_model = platform.processor()
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                cpu_model = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    return {
+        "cpu_model": cpu_model,
+        "logical_cpus": psutil.cpu_count(logical=True),
+        "memory_gib": round(psutil.virtual_memory().total / 1024**3, 1),
+        "python": platform.python_version(),
+        "implementation": platform.python_implementation(),
+        "platform": platform.platform(),
+        "load_average_1m": round(os.getloadavg()[0], 2),
+    }
+
+
+def percentiles(samples: Sequence[float], unit_scale: float = 1000.0) -> dict[str, float]:
+    """p50/p95/p99/min/max of seconds, scaled (default to milliseconds)."""
+    ordered = sorted(samples)
+    if not ordered:
+        return {}
+
+    def pick(q: float) -> float:
+        index = min(len(ordered) - 1, max(0, round(q * (len(ordered) - 1))))
+        return round(ordered[index] * unit_scale, 3)
+
+    return {
+        "n": len(ordered),
+        "p50": pick(0.50),
+        "p95": pick(0.95),
+        "p99": pick(0.99),
+        "min": round(ordered[0] * unit_scale, 3),
+        "max": round(ordered[-1] * unit_scale, 3),
+        "mean": round(statistics.fmean(ordered) * unit_scale, 3),
+    }
+
+
+def write(name: str, result: dict[str, object]) -> Path:
+    RESULTS.mkdir(exist_ok=True)
+    document = {
+        "benchmark": name,
+        "at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "machine": machine(),
+        **result,
+    }
+    path = RESULTS / f"{name}.json"
+    path.write_text(json.dumps(document, indent=2) + "\n")
+    print(json.dumps(document, indent=2))
+    return path

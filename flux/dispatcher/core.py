@@ -1,0 +1,658 @@
+"""The dispatcher: the async shell around the pure matcher.
+
+Every change that can make room or add work runs a *scoped* scheduling pass
+right away, inside the same event-loop step, so there is nothing to race:
+
+- a submission tests only its own shape, against every worker;
+- a worker that connects, reports, or frees space is the only worker where
+  something new can fit, so only it is tested, against every shape;
+- a slow safety tick runs a full pass for anything missed.
+
+That keeps the invariant "after each pass, no pending execution fits any
+worker", which is what makes scoped passes complete. A pass is: snapshot
+views → ``schedule`` (pure) → commit (reserve, bump the fencing generation,
+queue the store write) → push to the worker's stream.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import hashlib
+import heapq
+import hmac
+import json
+import logging
+import re
+import secrets
+import time
+import uuid
+from collections import OrderedDict
+from collections.abc import AsyncIterator, Callable, Iterable, Mapping
+from dataclasses import dataclass
+from types import MappingProxyType
+
+from flux.dispatcher.session import Cancelled, Ping, Scheduled, Session
+from flux.dispatcher.workers import WorkerEntry
+from flux.domain.execution import Execution, ExecutionError, State, WorkflowRef
+from flux.domain.labels import validate_labels
+from flux.domain.worker import WorkerResources, WorkerSoftware
+from flux.errors import (
+    AlreadyExists,
+    FailedPrecondition,
+    InvalidArgument,
+    NotFound,
+    PermissionDenied,
+    Unavailable,
+)
+from flux.matching import (
+    DEFAULT_CAPACITY,
+    Explanation,
+    FeasibilityCache,
+    PendingQueue,
+    Shape,
+    explain,
+    schedule,
+)
+from flux.store.base import Store, WorkerIdentity, WorkflowRecord
+from flux.workflow import validate_name
+
+log = logging.getLogger("flux.dispatcher")
+
+WORKER_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,62}$")
+WORKER_NAME_FORM = "1-63 letters, digits, '.', '_' or '-', starting with a letter or digit"
+MAX_CAPACITY = 4096
+MAX_ID_LENGTH = 128
+
+
+@dataclass(frozen=True, slots=True)
+class Settings:
+    ack_deadline: float = 10.0
+    grace_period: float = 30.0
+    safety_tick: float = 5.0
+    ping_interval: float = 15.0
+    finished_cache: int = 10_000
+    server_id: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class WorkerRegistration:
+    name: str
+    resources: WorkerResources
+    software: WorkerSoftware
+    labels: Mapping[str, str]
+    capacity: int = 0
+    session_token: str = ""
+    transport: str = "grpc"
+
+
+@dataclass(frozen=True, slots=True)
+class Why:
+    """Answer to "why is this execution where it is?"."""
+
+    execution: Execution
+    summary: str
+    explanation: Explanation | None = None
+    queue_position: int | None = None
+
+
+class Dispatcher:
+    def __init__(
+        self, store: Store, settings: Settings | None = None, clock: Callable[[], float] = time.time
+    ):
+        self.store = store
+        self.settings = settings or Settings(server_id=uuid.uuid4().hex[:12])
+        self.clock = clock
+        self._workflows: dict[tuple[str, int], WorkflowRecord] = {}
+        self._latest: dict[str, int] = {}
+        self._shapes: dict[tuple[str, int], Shape] = {}
+        self._executions: dict[str, Execution] = {}  # unfinished only
+        self._finished: OrderedDict[str, Execution] = OrderedDict()
+        self._workers: dict[str, WorkerEntry] = {}
+        self._queue = PendingQueue()
+        self._cache = FeasibilityCache()
+        self._deadlines: list[tuple[float, str, int]] = []
+        self._watchers: dict[str, set[asyncio.Queue[Execution]]] = {}
+        self._next_seq = 1
+        self._housekeeper: asyncio.Task[None] | None = None
+        self._last_full_pass = 0.0
+
+    # ----------------------------------------------------------------- lifecycle
+
+    async def start(self) -> None:
+        recovered = await self.store.open()
+        for record in recovered.workflows:
+            self._learn_workflow(record)
+        self._next_seq = recovered.next_seq
+        tokens = {w.name: w.session_token for w in recovered.workers}
+        now = self.clock()
+        for execution in recovered.unfinished:
+            if execution.state is State.RUNNING:
+                # Running work waits for its worker's grace period, as if its stream had just dropped.
+                entry = self._workers.get(execution.worker)
+                if entry is None:
+                    entry = self._workers[execution.worker] = WorkerEntry(
+                        name=execution.worker,
+                        session_token=tokens.get(execution.worker, ""),
+                        labels=MappingProxyType({}),
+                        capacity=DEFAULT_CAPACITY,
+                        resources=WorkerResources(),
+                        software=WorkerSoftware(),
+                        disconnected_at=now,
+                    )
+                entry.hold(execution.execution_id, self._record_of(execution).requests, execution.gpu_indices)
+                self._executions[execution.execution_id] = execution
+                continue
+            if execution.state is State.SCHEDULED:
+                # An unclaimed dispatch from before the restart returns to CREATED.
+                execution = execution.evolve(state=State.CREATED, worker="", gpu_indices=(), updated_at=now)
+                self._save_soon(execution)
+            self._executions[execution.execution_id] = execution
+            self._queue.add(execution.execution_id, self._shape_of(execution), execution.seq)
+        log.info(
+            "recovered %d workflows, %d unfinished executions (%d queued)",
+            len(self._workflows), len(self._executions), len(self._queue),
+        )  # fmt: skip
+        self._housekeeper = asyncio.get_running_loop().create_task(self._housekeeping())
+
+    async def stop(self) -> None:
+        if self._housekeeper is not None:
+            self._housekeeper.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._housekeeper
+        for entry in self._workers.values():
+            if entry.session is not None:
+                entry.session.close()
+        await self.store.close()
+
+    # ----------------------------------------------------------------- workflows
+
+    async def register_workflows(
+        self, filename: str, source: str, workflows: list[WorkflowRecord]
+    ) -> list[WorkflowRecord]:
+        if not source.strip():
+            raise InvalidArgument("source is empty; send the whole Python file that defines the workflows")
+        if not workflows:
+            raise InvalidArgument("workflows is empty; the file must define at least one @workflow")
+        seen: set[str] = set()
+        for position, wf in enumerate(workflows):
+            field = f"workflows[{position}]"
+            try:
+                validate_name(wf.name, f"{field}.name")
+                validate_labels(dict(wf.affinity), f"{field}.affinity")
+            except (TypeError, ValueError) as exc:
+                raise InvalidArgument(str(exc)) from None
+            if not wf.entrypoint.isidentifier():
+                raise InvalidArgument(f"{field}.entrypoint {wf.entrypoint!r} is not a Python identifier")
+            if not 1 <= wf.max_attempts <= 100:
+                raise InvalidArgument(
+                    f"{field}.max_attempts must be between 1 and 100; got {wf.max_attempts}"
+                )
+            if wf.name in seen:
+                raise InvalidArgument(f"{field}.name {wf.name!r} appears twice in one file")
+            seen.add(wf.name)
+        source_hash = hashlib.sha256(source.encode()).hexdigest()
+        stored = await self.store.register_workflows(filename, source, source_hash, workflows)
+        for record in stored:
+            self._learn_workflow(record)
+        return stored
+
+    def _learn_workflow(self, record: WorkflowRecord) -> None:
+        key = (record.name, record.version)
+        self._workflows[key] = record
+        self._shapes[key] = Shape(record.requests, record.affinity)
+        self._latest[record.name] = max(self._latest.get(record.name, 0), record.version)
+
+    def workflows(self) -> list[WorkflowRecord]:
+        return [self._workflows[(name, version)] for name, version in sorted(self._latest.items())]
+
+    async def get_source(self, source_hash: str) -> tuple[str, str]:
+        if not re.fullmatch(r"[0-9a-f]{64}", source_hash):
+            raise InvalidArgument(
+                f"source_hash must be 64 lowercase hex characters (sha256); got {source_hash!r}"
+            )
+        found = await self.store.get_source(source_hash)
+        if found is None:
+            raise NotFound(f"no workflow source with hash {source_hash}")
+        return found
+
+    def _record_of(self, execution: Execution) -> WorkflowRecord:
+        return self._workflows[(execution.workflow.name, execution.workflow.version)]
+
+    def _shape_of(self, execution: Execution) -> Shape:
+        return self._shapes[(execution.workflow.name, execution.workflow.version)]
+
+    # ----------------------------------------------------------------- executions
+
+    async def submit(self, workflow_name: str, input_json: str = "", version: int = 0) -> Execution:
+        latest = self._latest.get(workflow_name)
+        if latest is None:
+            raise NotFound(
+                f"workflow {workflow_name!r} is not registered; register its file with 'flux workflow register FILE'"
+            )
+        if version < 0:
+            raise InvalidArgument(f"version must be >= 0 (0 means latest); got {version}")
+        record = self._workflows.get((workflow_name, version or latest))
+        if record is None:
+            raise NotFound(f"workflow {workflow_name!r} has no version {version}; the latest is {latest}")
+        input_json = input_json or "null"
+        try:
+            json.loads(input_json)
+        except ValueError as exc:
+            raise InvalidArgument(f"input_json is not valid JSON: {exc}") from None
+        now = self.clock()
+        execution = Execution(
+            execution_id=uuid.uuid4().hex,
+            workflow=WorkflowRef(record.name, record.version, record.source_hash, record.entrypoint),
+            seq=self._next_seq,
+            input_json=input_json,
+            max_attempts=record.max_attempts,
+            created_at=now,
+            updated_at=now,
+        )
+        self._next_seq += 1
+        try:
+            await self.store.save(execution)  # durable before we answer
+        except Exception as exc:
+            raise Unavailable(f"could not store the execution: {exc}") from exc
+        self._executions[execution.execution_id] = execution
+        shape = self._shape_of(execution)
+        self._queue.add(execution.execution_id, shape, execution.seq)
+        self._dispatch(shapes=[shape])
+        return self._executions[execution.execution_id]
+
+    async def get(self, execution_id: str) -> Execution:
+        _check_id(execution_id)
+        found = self._executions.get(execution_id) or self._finished.get(execution_id)
+        if found is None:
+            found = await self.store.get_execution(execution_id)
+        if found is None:
+            raise NotFound(f"execution {execution_id!r} does not exist")
+        return found
+
+    async def watch(self, execution_id: str) -> AsyncIterator[Execution]:
+        """The current state, then every change, ending after a final state."""
+        current = await self.get(execution_id)
+        if current.state.finished:
+            yield current
+            return
+        updates: asyncio.Queue[Execution] = asyncio.Queue()
+        watchers = self._watchers.setdefault(execution_id, set())
+        watchers.add(updates)
+        try:
+            # Re-read after subscribing: a change between get() and here is not lost.
+            current = self._executions.get(execution_id) or self._finished.get(execution_id) or current
+            yield current
+            while not current.state.finished:
+                current = await updates.get()
+                yield current
+        finally:
+            watchers.discard(updates)
+            if not watchers:
+                self._watchers.pop(execution_id, None)
+
+    async def cancel(self, execution_id: str) -> Execution:
+        _check_id(execution_id)
+        execution = self._executions.get(execution_id)
+        if execution is None:
+            finished = await self.get(execution_id)
+            raise FailedPrecondition(f"execution {execution_id} is already {finished.state.label}")
+        entry = self._workers.get(execution.worker) if execution.worker else None
+        if execution.state is State.CREATED:
+            self._queue.remove(execution_id)
+        elif entry is not None and entry.session is not None:
+            entry.session.push(Cancelled(execution_id, execution.generation, "cancelled by a client"))
+        final = execution.evolve(state=State.CANCELLED, updated_at=self.clock())
+        self._finish(final, entry)
+        if entry is not None:
+            self._dispatch(workers=[entry])
+        await self.store.save(final)
+        return final
+
+    def why(self, execution_id: str) -> Why:
+        _check_id(execution_id)
+        execution = self._executions.get(execution_id) or self._finished.get(execution_id)
+        if execution is None:
+            raise NotFound(f"execution {execution_id!r} is not pending or recent; see its status instead")
+        if execution.state is not State.CREATED:
+            where = f" on worker {execution.worker}" if execution.worker else ""
+            return Why(execution, f"execution is {execution.state.label}{where}")
+        views = [w.view() for w in self._workers.values() if w.dispatchable]
+        explanation = explain(self._shape_of(execution), views)
+        return Why(execution, explanation.summary, explanation, self._queue.position(execution_id))
+
+    # ----------------------------------------------------------------- workers
+
+    async def register_worker(self, registration: WorkerRegistration) -> str:
+        name = registration.name
+        if not WORKER_NAME.match(name):
+            raise InvalidArgument(f"name {name!r} is invalid; a worker name is {WORKER_NAME_FORM}")
+        if not 0 <= registration.capacity <= MAX_CAPACITY:
+            raise InvalidArgument(
+                f"capacity must be between 1 and {MAX_CAPACITY} (0 means {DEFAULT_CAPACITY}); got {registration.capacity}"
+            )
+        try:
+            labels = MappingProxyType(validate_labels(dict(registration.labels), "labels"))
+            registration.resources.validate()
+        except (TypeError, ValueError) as exc:
+            raise InvalidArgument(str(exc)) from None
+        capacity = registration.capacity or DEFAULT_CAPACITY
+        entry = self._workers.get(name)
+        same_worker = bool(
+            entry
+            and registration.session_token
+            and hmac.compare_digest(registration.session_token, entry.session_token)
+        )
+        if entry is not None and same_worker:
+            entry.labels, entry.capacity, entry.transport = labels, capacity, registration.transport
+            entry.report(registration.resources, registration.software)
+            return entry.session_token
+        if entry is not None and entry.connected:
+            raise AlreadyExists(
+                f"worker name {name!r} is held by a live stream; pick another name, or reconnect with its session token"
+            )
+        if entry is not None:
+            # A new process took the name of a worker whose stream is gone: the old
+            # one cannot come back without its token, so recover its work now.
+            self._lose_worker(entry, "replaced by a new worker with the same name")
+        token = secrets.token_urlsafe(24)
+        self._workers[name] = WorkerEntry(
+            name=name,
+            session_token=token,
+            labels=labels,
+            capacity=capacity,
+            resources=registration.resources,
+            software=registration.software,
+            transport=registration.transport,
+            last_seen=self.clock(),
+            disconnected_at=self.clock(),
+        )
+        await self.store.save_worker(WorkerIdentity(name, token))
+        return token
+
+    def connect(self, name: str, session_token: str, transport: str = "grpc") -> Session:
+        entry = self._authorize(name, session_token)
+        if entry.session is not None:
+            entry.session.close()  # the same worker reconnecting takes over its own stream
+        session = Session(name, transport, tuple(entry.holdings))
+        entry.session, entry.transport = session, transport
+        entry.disconnected_at, entry.draining = None, False
+        entry.invalidate()
+        self._dispatch(workers=[entry])
+        return session
+
+    def disconnect(self, session: Session) -> None:
+        session.close()
+        entry = self._workers.get(session.worker)
+        if entry is not None and entry.session is session:
+            entry.session = None
+            entry.disconnected_at = self.clock()
+            entry.invalidate()
+
+    def report(
+        self,
+        name: str,
+        session_token: str,
+        resources: WorkerResources,
+        software: WorkerSoftware | None,
+        draining: bool,
+    ) -> None:
+        entry = self._authorize(name, session_token)
+        try:
+            resources.validate()
+        except ValueError as exc:
+            raise InvalidArgument(str(exc)) from None
+        entry.report(resources, software)
+        entry.draining = draining
+        self._dispatch(workers=[entry])
+
+    def claim(self, name: str, session_token: str, execution_id: str, generation: int) -> Execution:
+        self._authorize(name, session_token)
+        execution = self._fenced(execution_id, name, generation)
+        if execution.state is State.RUNNING:
+            return execution  # a retried claim
+        if execution.state is not State.SCHEDULED:
+            raise FailedPrecondition(f"execution {execution_id} is {execution.state.label}, not SCHEDULED")
+        running = execution.evolve(state=State.RUNNING, updated_at=self.clock())
+        self._executions[execution_id] = running
+        self._save_soon(running)
+        self._notify(running)
+        return running
+
+    async def complete(
+        self,
+        name: str,
+        session_token: str,
+        execution_id: str,
+        generation: int,
+        output_json: str | None,
+        error: ExecutionError | None,
+        resources: WorkerResources | None = None,
+    ) -> Execution:
+        entry = self._authorize(name, session_token)
+        execution = self._executions.get(execution_id)
+        if execution is None:
+            done = await self.get(execution_id)
+            if (
+                done.worker == name
+                and done.generation == generation
+                and done.state in (State.COMPLETED, State.FAILED)
+            ):
+                return done  # a retried Complete whose answer was lost: the first result stands
+            raise FailedPrecondition(f"execution {execution_id} is already {done.state.label}")
+        execution = self._fenced(execution_id, name, generation)
+        if execution.state is not State.RUNNING:
+            raise FailedPrecondition(
+                f"execution {execution_id} is {execution.state.label}; claim it before completing"
+            )
+        if error is None:
+            output_json = output_json or "null"
+            try:
+                json.loads(output_json)
+            except ValueError as exc:
+                raise InvalidArgument(f"output_json is not valid JSON: {exc}") from None
+            final = execution.evolve(state=State.COMPLETED, output_json=output_json, updated_at=self.clock())
+        else:
+            final = execution.evolve(state=State.FAILED, error=error, updated_at=self.clock())
+        self._finish(final, entry)
+        if resources is not None:
+            entry.report(resources, None)
+        self._dispatch(workers=[entry])
+        await self.store.save(final)  # the worker forgets the result once we answer
+        return final
+
+    def release(
+        self, name: str, session_token: str, execution_id: str, generation: int, reason: str
+    ) -> Execution:
+        entry = self._authorize(name, session_token)
+        execution = self._fenced(execution_id, name, generation)
+        if execution.state not in (State.SCHEDULED, State.RUNNING):
+            raise FailedPrecondition(
+                f"execution {execution_id} is {execution.state.label}; nothing to release"
+            )
+        log.info("execution %s released by %s: %s", execution_id, name, reason or "no reason given")
+        requeued = self._requeue(execution, entry, next_attempt=False)
+        self._dispatch(shapes=[self._shape_of(requeued)])
+        self._dispatch(workers=[entry])
+        return requeued
+
+    def workers(self) -> list[WorkerEntry]:
+        return sorted(self._workers.values(), key=lambda w: w.name)
+
+    def pending(self) -> PendingQueue:
+        return self._queue
+
+    # ----------------------------------------------------------------- internals
+
+    def _authorize(self, name: str, session_token: str) -> WorkerEntry:
+        entry = self._workers.get(name)
+        if entry is None:
+            raise NotFound(f"worker {name!r} is not registered; call Register first")
+        if not session_token or not hmac.compare_digest(session_token, entry.session_token):
+            raise PermissionDenied(
+                f"session_token does not match worker {name!r}; use the token Register returned"
+            )
+        entry.last_seen = self.clock()
+        return entry
+
+    def _fenced(self, execution_id: str, name: str, generation: int) -> Execution:
+        _check_id(execution_id)
+        execution = self._executions.get(execution_id)
+        if execution is None:
+            if execution_id in self._finished:
+                raise FailedPrecondition(
+                    f"execution {execution_id} is already {self._finished[execution_id].state.label}"
+                )
+            raise NotFound(f"execution {execution_id!r} does not exist or is finished")
+        if execution.worker != name:
+            raise FailedPrecondition(f"execution {execution_id} is not dispatched to worker {name!r}")
+        if generation != execution.generation:
+            raise FailedPrecondition(
+                f"stale generation {generation} for execution {execution_id}; the current dispatch is {execution.generation}"
+            )
+        return execution
+
+    def _dispatch(
+        self, shapes: list[Shape] | None = None, workers: Iterable[WorkerEntry] | None = None
+    ) -> int:
+        if not self._queue:
+            return 0
+        pool = self._workers.values() if workers is None else workers
+        views = [w.view() for w in pool if w.dispatchable]
+        if not views:
+            return 0
+        placements = schedule(self._queue, views, shapes=shapes, cache=self._cache)
+        now = self.clock()
+        deadline = now + self.settings.ack_deadline
+        for placement in placements:
+            execution_id = placement.execution_id
+            self._queue.remove(execution_id)
+            entry = self._workers[placement.worker]
+            execution = self._executions[execution_id].evolve(
+                state=State.SCHEDULED,
+                worker=placement.worker,
+                generation=self._executions[execution_id].generation + 1,
+                gpu_indices=placement.gpu_indices,
+                updated_at=now,
+                dispatched_at=now,
+            )
+            self._executions[execution_id] = execution
+            requests = placement.shape.requests
+            entry.hold(execution_id, requests, placement.gpu_indices)
+            assert entry.session is not None  # dispatchable implies connected
+            entry.session.push(Scheduled(execution, requests))
+            heapq.heappush(self._deadlines, (deadline, execution_id, execution.generation))
+            self._save_soon(execution)
+            self._notify(execution)
+        return len(placements)
+
+    def _requeue(self, execution: Execution, entry: WorkerEntry | None, next_attempt: bool) -> Execution:
+        """Back to CREATED (keeping its place in line), or FAILED when out of attempts."""
+        if entry is not None:
+            entry.release(execution.execution_id)
+        now = self.clock()
+        attempt = execution.attempt + 1 if next_attempt else execution.attempt
+        if attempt > execution.max_attempts:
+            failed = execution.evolve(
+                state=State.FAILED,
+                updated_at=now,
+                error=ExecutionError(
+                    "WorkerLost",
+                    f"worker {execution.worker} was lost while running attempt {execution.attempt} "
+                    f"of {execution.max_attempts}",
+                ),
+            )
+            self._finish(failed, None)
+            self._save_soon(failed)
+            return failed
+        requeued = execution.evolve(
+            state=State.CREATED, worker="", gpu_indices=(), attempt=attempt, updated_at=now
+        )
+        self._executions[execution.execution_id] = requeued
+        self._queue.add(execution.execution_id, self._shape_of(requeued), requeued.seq)
+        self._save_soon(requeued)
+        self._notify(requeued)
+        return requeued
+
+    def _finish(self, final: Execution, entry: WorkerEntry | None) -> None:
+        execution_id = final.execution_id
+        self._executions.pop(execution_id, None)
+        if entry is not None:
+            entry.release(execution_id)
+        self._finished[execution_id] = final
+        if len(self._finished) > self.settings.finished_cache:
+            self._finished.popitem(last=False)
+        self._notify(final)
+
+    def _notify(self, execution: Execution) -> None:
+        for updates in self._watchers.get(execution.execution_id, ()):
+            updates.put_nowait(execution)
+
+    def _save_soon(self, execution: Execution) -> None:
+        self.store.save(execution).add_done_callback(_log_store_failure)
+
+    def _lose_worker(self, entry: WorkerEntry, why: str) -> None:
+        log.warning("worker %s lost (%s); requeueing %d executions", entry.name, why, len(entry.holdings))
+        for execution_id in list(entry.holdings):
+            execution = self._executions.get(execution_id)
+            if execution is None:
+                entry.release(execution_id)
+                continue
+            # A dispatch never claimed did not run: same attempt. Running work did.
+            self._requeue(execution, entry, next_attempt=execution.state is State.RUNNING)
+        if self._workers.get(entry.name) is entry:
+            del self._workers[entry.name]
+
+    def _expire(self, now: float) -> bool:
+        changed = False
+        while self._deadlines and self._deadlines[0][0] <= now:
+            _, execution_id, generation = heapq.heappop(self._deadlines)
+            execution = self._executions.get(execution_id)
+            if (
+                execution is None
+                or execution.state is not State.SCHEDULED
+                or execution.generation != generation
+            ):
+                continue
+            entry = self._workers.get(execution.worker)
+            log.warning(
+                "execution %s not claimed by %s within the ack deadline", execution_id, execution.worker
+            )
+            if entry is not None and entry.session is not None:
+                entry.session.push(Cancelled(execution_id, generation, "ack deadline expired"))
+            self._requeue(execution, entry, next_attempt=False)
+            changed = True
+        grace = self.settings.grace_period
+        for entry in list(self._workers.values()):
+            if entry.disconnected_at is not None and now - entry.disconnected_at >= grace:
+                self._lose_worker(entry, f"no stream for {grace:g}s")
+                changed = True
+        return changed
+
+    async def _housekeeping(self) -> None:
+        s = self.settings
+        step = max(0.05, min(1.0, s.ack_deadline / 4, s.grace_period / 4, s.safety_tick))
+        while True:
+            await asyncio.sleep(step)
+            try:
+                now = self.clock()
+                if self._expire(now) or now - self._last_full_pass >= s.safety_tick:
+                    self._last_full_pass = now
+                    self._dispatch()
+                for entry in self._workers.values():
+                    session = entry.session
+                    if session is not None and now - session.last_sent >= s.ping_interval:
+                        session.push(Ping(now))
+                        session.last_sent = now
+            except Exception:  # one bad tick must not stop the next one
+                log.exception("dispatcher housekeeping failed")
+
+
+def _check_id(execution_id: str) -> None:
+    if not execution_id or len(execution_id) > MAX_ID_LENGTH:
+        raise InvalidArgument(f"execution_id must be 1-{MAX_ID_LENGTH} characters; got {execution_id!r:.80}")
+
+
+def _log_store_failure(future: asyncio.Future[None]) -> None:
+    if not future.cancelled() and future.exception() is not None:
+        log.error("store write failed: %s", future.exception())

@@ -1,0 +1,67 @@
+"""A worker's live dispatch stream, as the core sees it: a queue of domain events.
+
+Transports (the gRPC servicer, the SSE gateway through it) drain the queue and
+convert each event to the wire at the edge. The core never awaits a slow
+reader: pushing is a non-blocking put.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+
+from flux.domain.execution import Execution
+from flux.domain.resource_request import ResourceRequest
+
+
+@dataclass(frozen=True, slots=True)
+class Scheduled:
+    execution: Execution
+    requests: ResourceRequest
+
+
+@dataclass(frozen=True, slots=True)
+class Cancelled:
+    execution_id: str
+    generation: int
+    reason: str
+
+
+@dataclass(frozen=True, slots=True)
+class Ping:
+    sent_at: float
+
+
+Event = Scheduled | Cancelled | Ping
+
+_CLOSE = object()
+
+
+class Session:
+    """One connected stream of one worker. Replaced, not reused, on reconnect."""
+
+    def __init__(self, worker: str, transport: str, held: tuple[str, ...]):
+        self.worker = worker
+        self.transport = transport
+        # Executions the core believes this worker holds, sent in Connected.
+        self.held = held
+        self.closed = False
+        self.last_sent = 0.0
+        self._queue: asyncio.Queue[object] = asyncio.Queue()
+
+    def push(self, event: Event) -> None:
+        if not self.closed:
+            self._queue.put_nowait(event)
+
+    def close(self) -> None:
+        if not self.closed:
+            self.closed = True
+            self._queue.put_nowait(_CLOSE)
+
+    async def events(self) -> AsyncIterator[Event]:
+        while True:
+            event = await self._queue.get()
+            if event is _CLOSE:
+                return
+            yield event  # type: ignore[misc]

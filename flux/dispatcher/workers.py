@@ -1,0 +1,102 @@
+"""The dispatcher's registry entry for one worker: what it offers and what it holds."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from types import MappingProxyType
+
+from flux.dispatcher.session import Session
+from flux.domain.resource_request import ResourceRequest
+from flux.domain.worker import WorkerResources, WorkerSoftware
+from flux.matching import Amounts, WorkerView
+
+
+def _amounts(requests: ResourceRequest) -> Amounts:
+    return Amounts(requests.cpu, requests.memory, requests.disk)
+
+
+@dataclass(slots=True)
+class Holding:
+    """One execution's reservation on a worker."""
+
+    amounts: Amounts
+    gpus: tuple[int, ...]
+    # Taken after the latest report, so part of ``unreported``.
+    since_report: bool = True
+
+
+@dataclass(eq=False, slots=True)
+class WorkerEntry:
+    name: str
+    session_token: str
+    labels: MappingProxyType[str, str]
+    capacity: int
+    resources: WorkerResources
+    software: WorkerSoftware
+    transport: str = "grpc"
+    session: Session | None = None
+    draining: bool = False
+    # Set while the stream is gone; the grace period runs from here.
+    disconnected_at: float | None = None
+    last_seen: float = 0.0
+    holdings: dict[str, Holding] = field(default_factory=dict)
+    reserved: Amounts = Amounts()
+    # Reserved after the latest report, which the observed values cannot reflect yet.
+    unreported: Amounts = Amounts()
+    _view: WorkerView | None = None
+
+    @property
+    def connected(self) -> bool:
+        return self.session is not None and not self.session.closed
+
+    @property
+    def dispatchable(self) -> bool:
+        return self.connected and not self.draining
+
+    @property
+    def held_gpus(self) -> frozenset[int]:
+        return frozenset(g for h in self.holdings.values() for g in h.gpus)
+
+    def view(self) -> WorkerView:
+        if self._view is None:
+            self._view = WorkerView(
+                name=self.name,
+                resources=self.resources,
+                labels=self.labels,
+                software=self.software,
+                capacity=self.capacity,
+                active=len(self.holdings),
+                reserved=self.reserved,
+                unreported=self.unreported,
+                held_gpus=self.held_gpus,
+            )
+        return self._view
+
+    def hold(self, execution_id: str, requests: ResourceRequest, gpus: tuple[int, ...]) -> None:
+        amounts = _amounts(requests)
+        self.holdings[execution_id] = Holding(amounts, gpus)
+        self.reserved = self.reserved + amounts
+        self.unreported = self.unreported + amounts
+        self._view = None
+
+    def release(self, execution_id: str) -> bool:
+        holding = self.holdings.pop(execution_id, None)
+        if holding is None:
+            return False
+        self.reserved = self.reserved - holding.amounts
+        if holding.since_report:
+            self.unreported = self.unreported - holding.amounts
+        self._view = None
+        return True
+
+    def report(self, resources: WorkerResources, software: WorkerSoftware | None) -> None:
+        self.resources = resources
+        if software is not None:
+            self.software = software
+        self.unreported = Amounts()
+        for holding in self.holdings.values():
+            holding.since_report = False
+        self._view = None
+
+    def invalidate(self) -> None:
+        self._view = None

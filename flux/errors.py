@@ -1,0 +1,73 @@
+"""Domain errors and the one table that maps them onto gRPC codes and HTTP statuses.
+
+Core code raises these; the gRPC servicers and the gateway translate them
+through ``STATUS`` and nothing else, so a refusal means the same on every
+transport.
+"""
+
+from __future__ import annotations
+
+import grpc
+
+
+class FluxError(Exception):
+    """Base of every error the control plane reports to a caller."""
+
+
+class InvalidArgument(FluxError, ValueError):
+    """The request is malformed: names the field and the accepted form."""
+
+
+class NotFound(FluxError, LookupError):
+    """No such workflow, execution or worker."""
+
+
+class AlreadyExists(FluxError):
+    """The name is held, e.g. by a live worker stream."""
+
+
+class FailedPrecondition(FluxError):
+    """The request is well-formed but the state forbids it (stale generation, wrong worker)."""
+
+
+class Unauthenticated(FluxError):
+    """No credentials, or credentials that are not valid."""
+
+
+class PermissionDenied(FluxError):
+    """Valid credentials that may not do this."""
+
+
+class ResourceExhausted(FluxError):
+    """A size or rate limit was hit; the message names the limit."""
+
+
+class Unavailable(FluxError):
+    """The server is shutting down or cannot reach its store."""
+
+
+# error type -> (gRPC status code, HTTP status)
+STATUS: dict[type[FluxError], tuple[grpc.StatusCode, int]] = {
+    InvalidArgument: (grpc.StatusCode.INVALID_ARGUMENT, 422),
+    NotFound: (grpc.StatusCode.NOT_FOUND, 404),
+    AlreadyExists: (grpc.StatusCode.ALREADY_EXISTS, 409),
+    FailedPrecondition: (grpc.StatusCode.FAILED_PRECONDITION, 409),
+    Unauthenticated: (grpc.StatusCode.UNAUTHENTICATED, 401),
+    PermissionDenied: (grpc.StatusCode.PERMISSION_DENIED, 403),
+    ResourceExhausted: (grpc.StatusCode.RESOURCE_EXHAUSTED, 413),
+    Unavailable: (grpc.StatusCode.UNAVAILABLE, 503),
+}
+
+_BY_GRPC_CODE = {code: error for error, (code, _) in STATUS.items()}
+
+
+def status_of(error: FluxError) -> tuple[grpc.StatusCode, int]:
+    for cls in type(error).__mro__:
+        if cls in STATUS:
+            return STATUS[cls]  # type: ignore[index]
+    return grpc.StatusCode.INTERNAL, 500
+
+
+def from_grpc_code(code: grpc.StatusCode, message: str) -> FluxError:
+    """Rebuild the domain error a server sent, for clients (the inverse of ``STATUS``)."""
+    return _BY_GRPC_CODE.get(code, Unavailable)(message)

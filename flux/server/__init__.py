@@ -1,0 +1,1 @@
+"""The control plane's gRPC edge: servicers, conversions, and the serve loop."""

@@ -1,0 +1,187 @@
+"""Thin gRPC servicers: convert, call the dispatcher, convert back.
+
+Domain errors become status codes through ``flux.errors.STATUS`` only.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Any, TypeVar
+
+import grpc
+
+from flux.dispatcher.core import Dispatcher
+from flux.domain.worker import WorkerSoftware
+from flux.errors import FluxError, InvalidArgument, status_of
+from flux.server import convert
+from flux.v1 import control_pb2, control_pb2_grpc, worker_pb2, worker_pb2_grpc
+
+log = logging.getLogger("flux.server")
+
+R = TypeVar("R")
+
+# Metadata key a gateway sets so the core knows a stream is bridged to SSE.
+TRANSPORT_METADATA = "x-flux-transport"
+
+
+def _unary(handler: Callable[..., Awaitable[R]]) -> Callable[..., Awaitable[R]]:
+    @functools.wraps(handler)
+    async def wrapper(self: Any, request: Any, context: grpc.aio.ServicerContext) -> R:
+        try:
+            return await handler(self, request, context)
+        except FluxError as exc:
+            code, _ = status_of(exc)
+            await context.abort(code, str(exc))
+            raise  # unreachable: abort raises
+
+    return wrapper
+
+
+def _transport(context: grpc.aio.ServicerContext) -> str:
+    for key, value in context.invocation_metadata() or ():
+        if key == TRANSPORT_METADATA and value in ("grpc", "sse"):
+            return value
+    return "grpc"
+
+
+class WorkerService(worker_pb2_grpc.WorkerServiceServicer):
+    def __init__(self, dispatcher: Dispatcher):
+        self.dispatcher = dispatcher
+
+    @_unary
+    async def Register(self, request: worker_pb2.RegisterRequest, context: grpc.aio.ServicerContext):
+        registration = convert.registration_from_proto(request, _transport(context))
+        token = await self.dispatcher.register_worker(registration)
+        return worker_pb2.RegisterResponse(session_token=token, server_id=self.dispatcher.settings.server_id)
+
+    async def Connect(
+        self, request: worker_pb2.ConnectRequest, context: grpc.aio.ServicerContext
+    ) -> AsyncIterator[worker_pb2.WorkerEvent]:
+        try:
+            session = self.dispatcher.connect(request.name, request.session_token, _transport(context))
+        except FluxError as exc:
+            await context.abort(status_of(exc)[0], str(exc))
+            return
+        try:
+            settings = self.dispatcher.settings
+            yield worker_pb2.WorkerEvent(
+                connected=worker_pb2.Connected(
+                    worker_name=request.name,
+                    server_id=settings.server_id,
+                    ping_interval_ms=int(settings.ping_interval * 1000),
+                    held_execution_ids=list(session.held),
+                )
+            )
+            async for event in session.events():
+                yield convert.event_to_proto(event)
+        finally:
+            # Runs on client cancel, server shutdown, or takeover: the core learns the stream is gone.
+            self.dispatcher.disconnect(session)
+
+    @_unary
+    async def ReportResources(
+        self, request: worker_pb2.ReportResourcesRequest, context: grpc.aio.ServicerContext
+    ):
+        software = WorkerSoftware.from_proto(request.software) if request.HasField("software") else None
+        self.dispatcher.report(
+            request.name,
+            request.session_token,
+            convert.resources_from_proto(request.resources),
+            software,
+            request.draining,
+        )
+        return worker_pb2.ReportResourcesResponse()
+
+    @_unary
+    async def Claim(self, request: worker_pb2.ClaimRequest, context: grpc.aio.ServicerContext):
+        self.dispatcher.claim(request.name, request.session_token, request.execution_id, request.generation)
+        return worker_pb2.ClaimResponse()
+
+    @_unary
+    async def Complete(self, request: worker_pb2.CompleteRequest, context: grpc.aio.ServicerContext):
+        result = request.WhichOneof("result")
+        if result is None:
+            raise InvalidArgument("result is missing; set output_json or error")
+        resources = convert.resources_from_proto(request.resources) if request.HasField("resources") else None
+        await self.dispatcher.complete(
+            request.name,
+            request.session_token,
+            request.execution_id,
+            request.generation,
+            request.output_json if result == "output_json" else None,
+            convert.error_from_proto(request.error) if result == "error" else None,
+            resources,
+        )
+        return worker_pb2.CompleteResponse()
+
+    @_unary
+    async def Release(self, request: worker_pb2.ReleaseRequest, context: grpc.aio.ServicerContext):
+        self.dispatcher.release(
+            request.name, request.session_token, request.execution_id, request.generation, request.reason
+        )
+        return worker_pb2.ReleaseResponse()
+
+    @_unary
+    async def GetWorkflowSource(
+        self, request: worker_pb2.GetWorkflowSourceRequest, context: grpc.aio.ServicerContext
+    ):
+        self.dispatcher._authorize(request.name, request.session_token)
+        filename, source = await self.dispatcher.get_source(request.source_hash)
+        return worker_pb2.WorkflowSource(source_hash=request.source_hash, filename=filename, source=source)
+
+
+class ControlService(control_pb2_grpc.ControlServiceServicer):
+    def __init__(self, dispatcher: Dispatcher):
+        self.dispatcher = dispatcher
+
+    @_unary
+    async def RegisterWorkflow(
+        self, request: control_pb2.RegisterWorkflowRequest, context: grpc.aio.ServicerContext
+    ):
+        stored = await self.dispatcher.register_workflows(
+            request.filename, request.source, convert.workflows_from_proto(request)
+        )
+        return control_pb2.RegisterWorkflowResponse(
+            workflows=[
+                control_pb2.RegisteredWorkflow(name=r.name, version=r.version, source_hash=r.source_hash)
+                for r in stored
+            ]
+        )
+
+    @_unary
+    async def RunWorkflow(self, request: control_pb2.RunWorkflowRequest, context: grpc.aio.ServicerContext):
+        execution = await self.dispatcher.submit(request.workflow_name, request.input_json, request.version)
+        return convert.execution_to_proto(execution)
+
+    @_unary
+    async def GetExecution(self, request: control_pb2.GetExecutionRequest, context: grpc.aio.ServicerContext):
+        return convert.execution_to_proto(await self.dispatcher.get(request.execution_id))
+
+    async def WatchExecution(
+        self, request: control_pb2.WatchExecutionRequest, context: grpc.aio.ServicerContext
+    ) -> AsyncIterator[control_pb2.Execution]:
+        try:
+            async for execution in self.dispatcher.watch(request.execution_id):
+                yield convert.execution_to_proto(execution)
+        except FluxError as exc:
+            await context.abort(status_of(exc)[0], str(exc))
+
+    @_unary
+    async def CancelExecution(
+        self, request: control_pb2.CancelExecutionRequest, context: grpc.aio.ServicerContext
+    ):
+        return convert.execution_to_proto(await self.dispatcher.cancel(request.execution_id))
+
+    @_unary
+    async def ListWorkers(self, request: control_pb2.ListWorkersRequest, context: grpc.aio.ServicerContext):
+        return control_pb2.ListWorkersResponse(
+            workers=[convert.worker_to_proto(w) for w in self.dispatcher.workers()]
+        )
+
+    @_unary
+    async def ExplainExecution(
+        self, request: control_pb2.ExplainExecutionRequest, context: grpc.aio.ServicerContext
+    ):
+        return convert.why_to_proto(self.dispatcher.why(request.execution_id))

@@ -1,0 +1,85 @@
+"""The durable store's interface: what the dispatcher needs, nothing about SQL.
+
+SQLite implements it for one server; a PostgreSQL backend implements the same
+calls for several replicas (claiming with ``SELECT … FOR UPDATE SKIP LOCKED``
+and waking peers with ``LISTEN/NOTIFY``). Writes are *batched*: ``save``
+returns a future that resolves when the row is committed, and every save made
+while a commit is in flight rides the next one, so many concurrent callers
+share one transaction instead of paying one each.
+"""
+
+from __future__ import annotations
+
+import abc
+import asyncio
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+from flux.domain.execution import Execution
+from flux.domain.resource_request import ResourceRequest
+
+
+@dataclass(frozen=True, slots=True)
+class WorkflowRecord:
+    name: str
+    version: int
+    source_hash: str
+    entrypoint: str
+    requests: ResourceRequest
+    affinity: Mapping[str, str]
+    max_attempts: int
+    filename: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class WorkerIdentity:
+    """A worker's name and session token, kept so a restarted server recognises it."""
+
+    name: str
+    session_token: str
+
+
+@dataclass(slots=True)
+class Recovered:
+    """What a starting server reloads: everything needed to resume without loss."""
+
+    workflows: list[WorkflowRecord] = field(default_factory=list)
+    unfinished: list[Execution] = field(default_factory=list)
+    workers: list[WorkerIdentity] = field(default_factory=list)
+    next_seq: int = 1
+
+
+class Store(abc.ABC):
+    @abc.abstractmethod
+    async def open(self) -> Recovered:
+        """Create or migrate the schema and return the state to resume from."""
+
+    @abc.abstractmethod
+    async def close(self) -> None:
+        """Commit what is queued and release the database."""
+
+    @abc.abstractmethod
+    async def register_workflows(
+        self, filename: str, source: str, source_hash: str, workflows: list[WorkflowRecord]
+    ) -> list[WorkflowRecord]:
+        """Store the source and each workflow as its next version, atomically; return them versioned."""
+
+    @abc.abstractmethod
+    async def get_source(self, source_hash: str) -> tuple[str, str] | None:
+        """(filename, source) for a content hash."""
+
+    @abc.abstractmethod
+    def save(self, execution: Execution) -> asyncio.Future[None]:
+        """Queue the execution's full row for the next batch; the future resolves once committed."""
+
+    @abc.abstractmethod
+    async def get_execution(self, execution_id: str) -> Execution | None:
+        """Read one execution (finished ones are not kept in memory)."""
+
+    @abc.abstractmethod
+    async def save_worker(self, identity: WorkerIdentity) -> None:
+        """Remember a worker's session token across restarts."""
+
+    @abc.abstractmethod
+    async def list_executions(self, limit: int, states: tuple[int, ...] = ()) -> list[Execution]:
+        """Most recent executions first."""

@@ -1,0 +1,272 @@
+"""SQLite store: the embedded default, one file under ``./.flux/`` in WAL mode.
+
+All database work runs on one dedicated thread, so the event loop never
+blocks on disk and SQLite never sees two writers. ``synchronous=NORMAL`` in
+WAL mode survives any process crash (a committed transaction is in the WAL
+file before the call returns); only a power loss can drop the last commits,
+which is the usual trade for an embedded default.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import sqlite3
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from types import MappingProxyType
+
+from flux.domain.execution import Execution, ExecutionError, State, WorkflowRef
+from flux.domain.resource_request import ResourceRequest
+from flux.store.base import Recovered, Store, WorkerIdentity, WorkflowRecord
+
+SCHEMA_VERSION = 1
+
+SCHEMA = """
+CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS sources (
+    source_hash TEXT PRIMARY KEY, filename TEXT NOT NULL, source TEXT NOT NULL, created_at REAL NOT NULL);
+CREATE TABLE IF NOT EXISTS workflows (
+    name TEXT NOT NULL, version INTEGER NOT NULL, source_hash TEXT NOT NULL, entrypoint TEXT NOT NULL,
+    requests TEXT NOT NULL, affinity TEXT NOT NULL, max_attempts INTEGER NOT NULL, created_at REAL NOT NULL,
+    PRIMARY KEY (name, version));
+CREATE TABLE IF NOT EXISTS executions (
+    execution_id TEXT PRIMARY KEY, seq INTEGER NOT NULL, workflow_name TEXT NOT NULL,
+    workflow_version INTEGER NOT NULL, source_hash TEXT NOT NULL, entrypoint TEXT NOT NULL,
+    state INTEGER NOT NULL, worker TEXT NOT NULL, attempt INTEGER NOT NULL, generation INTEGER NOT NULL,
+    max_attempts INTEGER NOT NULL, input_json TEXT NOT NULL, output_json TEXT NOT NULL, error TEXT,
+    gpu_indices TEXT NOT NULL, created_at REAL NOT NULL, updated_at REAL NOT NULL);
+CREATE INDEX IF NOT EXISTS executions_unfinished ON executions (state) WHERE state < 4;
+CREATE INDEX IF NOT EXISTS executions_recent ON executions (seq);
+CREATE TABLE IF NOT EXISTS workers (name TEXT PRIMARY KEY, session_token TEXT NOT NULL, updated_at REAL NOT NULL);
+"""
+
+_UPSERT = """
+INSERT INTO executions VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)
+ON CONFLICT (execution_id) DO UPDATE SET
+    state=excluded.state, worker=excluded.worker, attempt=excluded.attempt, generation=excluded.generation,
+    output_json=excluded.output_json, error=excluded.error, gpu_indices=excluded.gpu_indices,
+    updated_at=excluded.updated_at
+"""
+
+
+def requests_to_json(requests: ResourceRequest) -> str:
+    return json.dumps(
+        {
+            "cpu": requests.cpu,
+            "memory": requests.memory,
+            "gpu": requests.gpu,
+            "disk": requests.disk,
+            "packages": list(requests.packages),
+        }
+    )
+
+
+def requests_from_json(text: str) -> ResourceRequest:
+    return ResourceRequest(**json.loads(text))
+
+
+def _row(e: Execution) -> tuple[object, ...]:
+    error = json.dumps([e.error.type, e.error.message, e.error.traceback]) if e.error else None
+    return (
+        e.execution_id, e.seq, e.workflow.name, e.workflow.version, e.workflow.source_hash,
+        e.workflow.entrypoint, int(e.state), e.worker, e.attempt, e.generation, e.max_attempts,
+        e.input_json, e.output_json, error, json.dumps(list(e.gpu_indices)), e.created_at, e.updated_at,
+    )  # fmt: skip
+
+
+def _execution(row: sqlite3.Row) -> Execution:
+    error = ExecutionError(*json.loads(row["error"])) if row["error"] else None
+    return Execution(
+        execution_id=row["execution_id"],
+        workflow=WorkflowRef(
+            row["workflow_name"], row["workflow_version"], row["source_hash"], row["entrypoint"]
+        ),
+        seq=row["seq"],
+        input_json=row["input_json"],
+        max_attempts=row["max_attempts"],
+        state=State(row["state"]),
+        worker=row["worker"],
+        attempt=row["attempt"],
+        generation=row["generation"],
+        output_json=row["output_json"],
+        error=error,
+        gpu_indices=tuple(json.loads(row["gpu_indices"])),
+        created_at=row["created_at"],
+        updated_at=row["updated_at"],
+    )
+
+
+class SqliteStore(Store):
+    def __init__(self, path: str | Path):
+        self.path = Path(path)
+        self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="flux-sqlite")
+        self._db: sqlite3.Connection | None = None
+        self._queued: dict[str, Execution] = {}
+        self._batch: asyncio.Future[None] | None = None
+        self._flusher: asyncio.Task[None] | None = None
+
+    async def _run(self, fn, *args):  # type: ignore[no-untyped-def]
+        return await asyncio.get_running_loop().run_in_executor(self._executor, fn, *args)
+
+    async def open(self) -> Recovered:
+        return await self._run(self._open)
+
+    def _open(self) -> Recovered:
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        db = sqlite3.connect(self.path, check_same_thread=False, isolation_level=None)
+        db.row_factory = sqlite3.Row
+        db.execute("PRAGMA journal_mode=WAL")
+        db.execute("PRAGMA synchronous=NORMAL")
+        db.execute("PRAGMA busy_timeout=5000")
+        db.executescript(SCHEMA)
+        found = db.execute("SELECT value FROM meta WHERE key='schema_version'").fetchone()
+        if found is None:
+            db.execute("INSERT INTO meta VALUES ('schema_version', ?)", (str(SCHEMA_VERSION),))
+        elif int(found["value"]) > SCHEMA_VERSION:
+            raise RuntimeError(
+                f"{self.path} has schema version {found['value']}, newer than this Flux ({SCHEMA_VERSION})"
+            )
+        self._db = db
+        recovered = Recovered()
+        for row in db.execute("SELECT * FROM workflows ORDER BY name, version"):
+            recovered.workflows.append(
+                WorkflowRecord(
+                    name=row["name"],
+                    version=row["version"],
+                    source_hash=row["source_hash"],
+                    entrypoint=row["entrypoint"],
+                    requests=requests_from_json(row["requests"]),
+                    affinity=MappingProxyType(json.loads(row["affinity"])),
+                    max_attempts=row["max_attempts"],
+                )
+            )
+        recovered.unfinished = [
+            _execution(row) for row in db.execute("SELECT * FROM executions WHERE state < 4 ORDER BY seq")
+        ]
+        recovered.workers = [
+            WorkerIdentity(row["name"], row["session_token"]) for row in db.execute("SELECT * FROM workers")
+        ]
+        last = db.execute("SELECT MAX(seq) AS seq FROM executions").fetchone()["seq"]
+        recovered.next_seq = (last or 0) + 1
+        return recovered
+
+    async def close(self) -> None:
+        if self._flusher is not None:
+            await asyncio.shield(self._flusher)
+        if self._db is not None:
+            await self._run(self._db.close)
+            self._db = None
+        self._executor.shutdown(wait=True)
+
+    async def register_workflows(
+        self, filename: str, source: str, source_hash: str, workflows: list[WorkflowRecord]
+    ) -> list[WorkflowRecord]:
+        return await self._run(self._register, filename, source, source_hash, workflows)
+
+    def _register(
+        self, filename: str, source: str, source_hash: str, workflows: list[WorkflowRecord]
+    ) -> list[WorkflowRecord]:
+        assert self._db is not None
+        db, now, stored = self._db, time.time(), []
+        db.execute("BEGIN IMMEDIATE")
+        try:
+            db.execute("INSERT OR IGNORE INTO sources VALUES (?,?,?,?)", (source_hash, filename, source, now))
+            for wf in workflows:
+                row = db.execute(
+                    "SELECT MAX(version) AS v FROM workflows WHERE name=?", (wf.name,)
+                ).fetchone()
+                version = (row["v"] or 0) + 1
+                db.execute(
+                    "INSERT INTO workflows VALUES (?,?,?,?,?,?,?,?)",
+                    (wf.name, version, source_hash, wf.entrypoint, requests_to_json(wf.requests),
+                     json.dumps(dict(wf.affinity)), wf.max_attempts, now),
+                )  # fmt: skip
+                stored.append(
+                    WorkflowRecord(wf.name, version, source_hash, wf.entrypoint, wf.requests, wf.affinity,
+                                   wf.max_attempts, filename)
+                )  # fmt: skip
+            db.execute("COMMIT")
+        except BaseException:
+            db.execute("ROLLBACK")
+            raise
+        return stored
+
+    async def get_source(self, source_hash: str) -> tuple[str, str] | None:
+        def read() -> tuple[str, str] | None:
+            assert self._db is not None
+            row = self._db.execute(
+                "SELECT filename, source FROM sources WHERE source_hash=?", (source_hash,)
+            ).fetchone()
+            return (row["filename"], row["source"]) if row else None
+
+        return await self._run(read)
+
+    def save(self, execution: Execution) -> asyncio.Future[None]:
+        # The latest row of an execution wins within a batch: rows are whole records.
+        self._queued[execution.execution_id] = execution
+        if self._batch is None:
+            self._batch = asyncio.get_running_loop().create_future()
+        if self._flusher is None or self._flusher.done():
+            self._flusher = asyncio.get_running_loop().create_task(self._flush())
+        return self._batch
+
+    async def _flush(self) -> None:
+        while self._queued:
+            rows, batch = [_row(e) for e in self._queued.values()], self._batch
+            self._queued, self._batch = {}, None
+            try:
+                await self._run(self._write, rows)
+            except BaseException as exc:  # the callers learn of it; nothing is silently dropped
+                if batch is not None and not batch.done():
+                    batch.set_exception(exc)
+                if not isinstance(exc, Exception):
+                    raise
+            else:
+                if batch is not None and not batch.done():
+                    batch.set_result(None)
+
+    def _write(self, rows: list[tuple[object, ...]]) -> None:
+        assert self._db is not None
+        self._db.execute("BEGIN")
+        try:
+            self._db.executemany(_UPSERT, rows)
+            self._db.execute("COMMIT")
+        except BaseException:
+            self._db.execute("ROLLBACK")
+            raise
+
+    async def get_execution(self, execution_id: str) -> Execution | None:
+        queued = self._queued.get(execution_id)
+        if queued is not None:
+            return queued
+
+        def read() -> Execution | None:
+            assert self._db is not None
+            row = self._db.execute(
+                "SELECT * FROM executions WHERE execution_id=?", (execution_id,)
+            ).fetchone()
+            return _execution(row) if row else None
+
+        return await self._run(read)
+
+    async def list_executions(self, limit: int, states: tuple[int, ...] = ()) -> list[Execution]:
+        def read() -> list[Execution]:
+            assert self._db is not None
+            where = f"WHERE state IN ({','.join('?' * len(states))})" if states else ""
+            query = f"SELECT * FROM executions {where} ORDER BY seq DESC LIMIT ?"
+            return [_execution(row) for row in self._db.execute(query, (*states, limit))]
+
+        return await self._run(read)
+
+    async def save_worker(self, identity: WorkerIdentity) -> None:
+        def write() -> None:
+            assert self._db is not None
+            self._db.execute(
+                "INSERT INTO workers VALUES (?,?,?) ON CONFLICT (name) DO UPDATE SET "
+                "session_token=excluded.session_token, updated_at=excluded.updated_at",
+                (identity.name, identity.session_token, time.time()),
+            )
+
+        await self._run(write)

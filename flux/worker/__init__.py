@@ -1,0 +1,1 @@
+"""The worker side: probing what this machine offers (``probe``, ``gpu``)."""

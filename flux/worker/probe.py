@@ -1,0 +1,261 @@
+"""What this machine offers: cores, memory, disk, GPUs and installed software.
+
+``ResourceProbe.sample()`` reports allocatable totals (after ``--cpus``,
+``--memory``, ``--gpus``, ``--disk`` caps) and observed free amounts;
+``changed_materially`` tells the worker runtime whether a new sample is worth
+re-reporting. Everything that touches the machine (psutil, GPU readers,
+installed distributions) is injectable, so the arithmetic is unit-tested.
+"""
+
+from __future__ import annotations
+
+import importlib.metadata
+import logging
+import os
+import threading
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+import psutil
+from packaging.markers import default_environment
+from packaging.utils import canonicalize_name
+
+from flux.domain.worker import Gpu, WorkerResources, WorkerSoftware
+from flux.worker.gpu import GpuReader, GputilReader, GpuUnavailable, NvmlReader
+
+logger = logging.getLogger(__name__)
+
+MIB = 1024 * 1024
+
+# psutil documents 0.1 s as the shortest window that gives a meaningful percentage.
+CPU_SAMPLE_SECONDS = 0.1
+
+
+class PsutilLike(Protocol):
+    """The slice of psutil the probe uses; tests pass a fake."""
+
+    def cpu_count(self, logical: bool = True) -> int | None: ...
+    def cpu_percent(self, interval: float | None = None) -> float: ...
+    def virtual_memory(self) -> Any: ...
+    def disk_usage(self, path: str) -> Any: ...
+
+
+@dataclass(frozen=True, slots=True)
+class Caps:
+    """What the worker advertises instead of what it measures, as ``ray start --num-cpus`` does.
+
+    ``None`` leaves a resource as measured. A cap sets the allocatable total,
+    so several workers can share a machine and tests can build exact fleets;
+    ``gpus`` can only select among the devices present. Memory and disk are bytes; the CLI
+    parses ``"8Gi"`` with ``flux.domain.quantity.parse_bytes`` before building this.
+    """
+
+    cpus: int | None = None
+    memory: int | None = None
+    gpus: int | None = None
+    disk: int | None = None
+
+    def __post_init__(self) -> None:
+        for field, flag in (
+            ("cpus", "--cpus"),
+            ("memory", "--memory"),
+            ("gpus", "--gpus"),
+            ("disk", "--disk"),
+        ):
+            value = getattr(self, field)
+            if value is None:
+                continue
+            if isinstance(value, bool) or not isinstance(value, int):
+                raise TypeError(f"{flag} must be a non-negative int; got {type(value).__name__} {value!r}")
+            if value < 0:
+                raise ValueError(f"{flag} must be a non-negative int; got {value}")
+
+
+def _allocatable(physical_total: int, observed_free: int, cap: int | None) -> tuple[int, int]:
+    """(total, free) under a cap, which sets the advertised total as Ray's ``--num-cpus`` does.
+
+    Below the machine's size the free amount is what is observed, up to the cap.
+    Above it (a test fleet, an oversubscribed box) the bytes in use stay the
+    same and the rest of the advertised total counts as free.
+    """
+    if cap is None:
+        return physical_total, observed_free
+    return cap, max(0, min(cap, observed_free + max(0, cap - physical_total)))
+
+
+class ResourceProbe:
+    """Samples this machine's resources; holds the state CPU sampling needs.
+
+    CPU usage comes from ``psutil.cpu_percent(interval=None)``, which reports
+    usage since the previous call *on the same thread* (psutil keeps its
+    baseline per thread) and a meaningless figure on a thread's first call. So
+    the first sample on each thread blocks for ``CPU_SAMPLE_SECONDS`` to get a
+    real figure and set that thread's baseline; later samples are
+    non-blocking and cover the whole interval since the last one, which is
+    the usage a periodic report should describe. Priming in ``__init__``
+    would not do: the runtime may sample from another thread, and a sample
+    taken milliseconds after priming is noise.
+    """
+
+    def __init__(
+        self,
+        caps: Caps | None = None,
+        disk_path: str | os.PathLike[str] = "/",
+        gpu_readers: Sequence[GpuReader] | None = None,
+        *,
+        psutil_module: PsutilLike = psutil,
+    ) -> None:
+        self.caps = caps if caps is not None else Caps()
+        self.disk_path = os.fspath(disk_path)
+        self._psutil = psutil_module
+        self._gpu_readers: tuple[GpuReader, ...] = (
+            (NvmlReader(), GputilReader()) if gpu_readers is None else tuple(gpu_readers)
+        )
+        self._cpu_threads: set[int] = set()
+        self._logged_no_gpus = False
+        self._logged_fallback = False
+        self._software: WorkerSoftware | None = None
+        try:
+            # A mistyped --disk-path should stop the worker at start, not at its first report.
+            self._psutil.disk_usage(self.disk_path)
+        except OSError as exc:
+            raise ValueError(f"--disk-path {self.disk_path!r} cannot be measured: {exc}") from exc
+
+    def sample(self) -> WorkerResources:
+        caps = self.caps
+        count = self._psutil.cpu_count(logical=True) or 1
+        usage = self._cpu_percent() / 100
+        cpu_total = count if caps.cpus is None else caps.cpus
+        memory = self._psutil.virtual_memory()
+        memory_total, memory_available = _allocatable(int(memory.total), int(memory.available), caps.memory)
+        disk = self._psutil.disk_usage(self.disk_path)
+        disk_total, disk_free = _allocatable(int(disk.total), int(disk.free), caps.disk)
+        gpus = sorted(self._read_gpus(), key=lambda gpu: gpu.index)
+        if caps.gpus is not None:
+            gpus = gpus[: caps.gpus]
+        return WorkerResources(
+            cpu_total=cpu_total,
+            # Usage is a fraction of the whole machine; applied to the advertised
+            # cores, so an idle worker offers all of them (DESIGN §3).
+            cpu_available=max(0, cpu_total - round(cpu_total * usage)),
+            memory_total=memory_total,
+            memory_available=memory_available,
+            disk_total=disk_total,
+            disk_free=disk_free,
+            gpus=tuple(gpus),
+        ).validate()
+
+    def software(self) -> WorkerSoftware:
+        """Installed distributions and marker environment, read once: they change only on install."""
+        if self._software is None:
+            self._software = read_software()
+        return self._software
+
+    def refresh_software(self) -> WorkerSoftware:
+        self._software = read_software()
+        return self._software
+
+    def _cpu_percent(self) -> float:
+        thread = threading.get_ident()
+        if thread in self._cpu_threads:
+            return self._psutil.cpu_percent(interval=None)
+        percent = self._psutil.cpu_percent(interval=CPU_SAMPLE_SECONDS)
+        self._cpu_threads.add(thread)
+        return percent
+
+    def _read_gpus(self) -> list[Gpu]:
+        reasons: list[str] = []
+        for reader in self._gpu_readers:
+            name = type(reader).__name__
+            try:
+                gpus = reader.read()
+            except GpuUnavailable as exc:
+                reasons.append(str(exc))
+                continue
+            except Exception as exc:
+                # A GPU library misbehaving must not take the worker's CPU work down with it.
+                reasons.append(f"{name} failed: {exc!r}")
+                continue
+            if not gpus:
+                reasons.append(f"{name} found no GPUs")
+                continue
+            if reasons and not self._logged_fallback:
+                self._logged_fallback = True
+                logger.info("GPUs read with %s; earlier readers failed: %s", name, "; ".join(reasons))
+            return list(gpus)
+        # Logged once per probe: the reason does not change between samples, and a
+        # CPU-only worker repeating it every few seconds would bury everything else.
+        if not self._logged_no_gpus:
+            self._logged_no_gpus = True
+            logger.info("advertising no GPUs: %s", "; ".join(reasons) or "no GPU readers configured")
+        return []
+
+
+def read_software(
+    distributions: Iterable[importlib.metadata.Distribution] | None = None,
+    marker_environment: Mapping[str, str] | None = None,
+) -> WorkerSoftware:
+    """Installed distributions (PEP 503 names) and the PEP 508 marker environment."""
+    if distributions is None:
+        distributions = importlib.metadata.distributions()
+    packages: dict[str, str] = {}
+    for dist in distributions:
+        name = dist.metadata["Name"]
+        version = dist.version
+        # Broken or half-uninstalled dists leave metadata without a name or version.
+        if not name or not version:
+            continue
+        # First on sys.path wins, as it does for import.
+        packages.setdefault(canonicalize_name(name), version)
+    if marker_environment is None:
+        marker_environment = default_environment()
+    return WorkerSoftware(packages, dict(marker_environment))
+
+
+def _moved(old: int, new: int, total: int) -> bool:
+    """Whether free memory or disk moved by at least max(5 % of total, 256 MiB).
+
+    5 % is the granularity a matcher can live with: the dispatcher's own
+    reservations already cover what it places, so drift here is other
+    tenants', and a near-miss within 5 % costs one dispatch at most. The
+    256 MiB floor stops page-cache jitter on small machines from flooding the
+    control plane with reports (each one re-evaluates pending work). For a
+    total under 1 GiB (a tight ``--memory`` cap) a quarter of the total is
+    enough, or the floor would exceed what can move and freeze reporting.
+    """
+    delta = abs(new - old)
+    if delta == 0:
+        return False
+    return (delta * 20 >= total and delta >= 256 * MIB) or delta * 4 >= total
+
+
+def changed_materially(old: WorkerResources, new: WorkerResources) -> bool:
+    """Whether ``new`` differs from the last reported ``old`` enough to re-report.
+
+    Totals and whole cores always matter (they change which requests fit).
+    GPUs matter when the set changes or one gains or loses all free VRAM (the
+    matcher counts GPUs with free VRAM > 0), or when free VRAM moves by 5 % of
+    that GPU's memory, for the same reason as memory.
+    """
+    if (old.cpu_total, old.memory_total, old.disk_total) != (new.cpu_total, new.memory_total, new.disk_total):
+        return True
+    if old.cpu_available != new.cpu_available:
+        return True
+    if _moved(old.memory_available, new.memory_available, new.memory_total):
+        return True
+    if _moved(old.disk_free, new.disk_free, new.disk_total):
+        return True
+    old_gpus = {gpu.index: gpu for gpu in old.gpus}
+    new_gpus = {gpu.index: gpu for gpu in new.gpus}
+    if {i: (g.uuid, g.name, g.memory_total) for i, g in old_gpus.items()} != {
+        i: (g.uuid, g.name, g.memory_total) for i, g in new_gpus.items()
+    }:
+        return True
+    for index, gpu in new_gpus.items():
+        before = old_gpus[index].memory_free
+        if (before > 0) != (gpu.memory_free > 0):
+            return True
+        if before != gpu.memory_free and abs(gpu.memory_free - before) * 20 >= gpu.memory_total:
+            return True
+    return False
