@@ -135,3 +135,34 @@ class GputilReader:
                 raise GpuUnavailable(f"GPUtil unavailable: {exc}") from exc
             self._module = GPUtil
         return self._module
+
+
+class SimulatedGpuReader:
+    """GPUs described rather than detected: ``FLUX_SIMULATED_GPUS=4`` or ``"2:80Gi,1:0"``.
+
+    For demos and integration tests on machines without GPUs, so a real worker
+    process can advertise devices. Each comma-separated item is ``COUNT`` or
+    ``COUNT:FREE_VRAM`` (a quantity; ``0`` makes a device with no free VRAM).
+    """
+
+    ENV = "FLUX_SIMULATED_GPUS"
+
+    def __init__(self, spec: str) -> None:
+        from flux.domain.quantity import parse_bytes
+
+        self._gpus: list[Gpu] = []
+        for item in filter(None, (part.strip() for part in spec.split(","))):
+            count_text, _, free_text = item.partition(":")
+            if not count_text.isdigit():
+                raise ValueError(f"{self.ENV}: {item!r} must be COUNT or COUNT:FREE_VRAM, e.g. 4 or 2:80Gi")
+            free = parse_bytes(free_text, self.ENV) if free_text else 80 * 1024**3
+            for _ in range(int(count_text)):
+                index = len(self._gpus)
+                self._gpus.append(
+                    Gpu(index, f"GPU-simulated-{index}", "Simulated GPU", max(free, 80 * 1024**3), free)
+                )
+
+    def read(self) -> list[Gpu]:
+        if not self._gpus:
+            raise GpuUnavailable(f"{self.ENV} describes no GPUs")
+        return list(self._gpus)

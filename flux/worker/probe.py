@@ -13,6 +13,7 @@ import importlib.metadata
 import logging
 import os
 import threading
+import time
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
@@ -30,6 +31,8 @@ MIB = 1024 * 1024
 
 # psutil documents 0.1 s as the shortest window that gives a meaningful percentage.
 CPU_SAMPLE_SECONDS = 0.1
+GPU_REFRESH_SECONDS = 1.0
+NO_GPU_RETRY_SECONDS = 60.0
 
 
 class PsutilLike(Protocol):
@@ -116,6 +119,8 @@ class ResourceProbe:
         self._logged_no_gpus = False
         self._logged_fallback = False
         self._software: WorkerSoftware | None = None
+        self._gpu_cache: list[Gpu] = []
+        self._gpu_expires = float("-inf")
         try:
             # A mistyped --disk-path should stop the worker at start, not at its first report.
             self._psutil.disk_usage(self.disk_path)
@@ -131,7 +136,7 @@ class ResourceProbe:
         memory_total, memory_available = _allocatable(int(memory.total), int(memory.available), caps.memory)
         disk = self._psutil.disk_usage(self.disk_path)
         disk_total, disk_free = _allocatable(int(disk.total), int(disk.free), caps.disk)
-        gpus = sorted(self._read_gpus(), key=lambda gpu: gpu.index)
+        gpus = sorted(self._gpus(), key=lambda gpu: gpu.index)
         if caps.gpus is not None:
             gpus = gpus[: caps.gpus]
         return WorkerResources(
@@ -163,6 +168,19 @@ class ResourceProbe:
         percent = self._psutil.cpu_percent(interval=CPU_SAMPLE_SECONDS)
         self._cpu_threads.add(thread)
         return percent
+
+    def _gpus(self) -> list[Gpu]:
+        """GPUs, re-read at most every ``GPU_REFRESH_SECONDS`` (``NO_GPU_RETRY_SECONDS`` when none).
+
+        The worker samples after every execution; GPUtil spawns nvidia-smi on each
+        read and a missing driver fails slowly, so reading every time would cost
+        more than the executions themselves.
+        """
+        now = time.monotonic()
+        if now >= self._gpu_expires:
+            self._gpu_cache = self._read_gpus()
+            self._gpu_expires = now + (GPU_REFRESH_SECONDS if self._gpu_cache else NO_GPU_RETRY_SECONDS)
+        return self._gpu_cache
 
     def _read_gpus(self) -> list[Gpu]:
         reasons: list[str] = []

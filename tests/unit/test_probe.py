@@ -11,6 +11,7 @@ from typing import Any
 
 import pytest
 
+import flux.worker.probe as probe_module
 from flux.domain.worker import Gpu, WorkerResources
 from flux.worker.gpu import GputilReader, GpuUnavailable, NvmlReader
 from flux.worker.probe import (
@@ -246,9 +247,33 @@ def test_nvml_failing_falls_back_to_gputil(caplog: pytest.LogCaptureFixture) -> 
         p = probe(readers=[nvml, gputil])
         for _ in range(3):
             assert p.sample().gpus == (gpu(0),)
-    assert (nvml.reads, gputil.reads) == (3, 3)
+    # Read once within the refresh window: GPUtil spawns nvidia-smi on every read.
+    assert (nvml.reads, gputil.reads) == (1, 1)
     assert len(caplog.records) == 1
     assert "Driver Not Loaded" in caplog.records[0].getMessage()
+
+
+@pytest.mark.parametrize(
+    ("found", "window"),
+    [
+        pytest.param([gpu(0)], probe_module.GPU_REFRESH_SECONDS, id="gpus re-read after the refresh window"),
+        pytest.param([], probe_module.NO_GPU_RETRY_SECONDS, id="no gpus retried after the retry window"),
+    ],
+)
+def test_gpu_reads_are_cached_for_a_window(
+    monkeypatch: pytest.MonkeyPatch, found: list[Gpu], window: float
+) -> None:
+    clock = [1000.0]
+    monkeypatch.setattr(probe_module.time, "monotonic", lambda: clock[0])
+    reader = FakeReader(found)
+    p = probe(readers=[reader])
+    p.sample()
+    clock[0] += window - 0.01
+    p.sample()
+    assert reader.reads == 1
+    clock[0] += 0.02
+    p.sample()
+    assert reader.reads == 2
 
 
 def test_both_readers_failing_means_no_gpus_and_exactly_one_log(caplog: pytest.LogCaptureFixture) -> None:

@@ -1,0 +1,3 @@
+from flux.cli import main
+
+raise SystemExit(main())

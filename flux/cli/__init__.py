@@ -1,0 +1,311 @@
+"""The ``flux`` command (DESIGN §6).
+
+Exit status: 0 on success; 1 when the command was refused or the execution
+failed or was cancelled; 2 for a usage error.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import logging
+import os
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+from flux.cli import render
+from flux.client import FluxClient, default_server
+from flux.domain.labels import parse_label_argument
+from flux.domain.quantity import parse_bytes
+from flux.errors import FluxError
+from flux.v1 import control_pb2
+
+
+def _positive_int(flag: str):  # type: ignore[no-untyped-def]
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{flag} must be a whole number; got {text!r}") from None
+        if value < 0:
+            raise argparse.ArgumentTypeError(f"{flag} must be >= 0; got {value}")
+        return value
+
+    return parse
+
+
+def _quantity(flag: str):  # type: ignore[no-untyped-def]
+    def parse(text: str) -> int:
+        try:
+            return parse_bytes(int(text) if text.isdigit() else text, flag)
+        except (TypeError, ValueError) as exc:
+            raise argparse.ArgumentTypeError(str(exc)) from None
+
+    return parse
+
+
+def _label(text: str) -> tuple[str, str]:
+    try:
+        return parse_label_argument(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def _seconds(flag: str):  # type: ignore[no-untyped-def]
+    def parse(text: str) -> float:
+        try:
+            value = float(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{flag} must be a number of seconds; got {text!r}") from None
+        if not value > 0:
+            raise argparse.ArgumentTypeError(f"{flag} must be > 0 seconds; got {text}")
+        return value
+
+    return parse
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="flux", description="Resource-aware dispatch of Python workflows.")
+    parser.add_argument("--log-level", default=os.environ.get("FLUX_LOG_LEVEL", "INFO"), help="default INFO")
+    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    def with_server(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
+        p.add_argument(
+            "--server", default=default_server(), metavar="HOST:PORT",
+            help="control plane address (default $FLUX_SERVER or 127.0.0.1:50051)",
+        )  # fmt: skip
+        return p
+
+    start = commands.add_parser("start", help="run a server or a worker").add_subparsers(
+        dest="what", required=True, metavar="WHAT"
+    )
+    server = start.add_parser("server", help="run the control plane")
+    server.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1)")
+    server.add_argument(
+        "--grpc-port", type=_positive_int("--grpc-port"), default=50051, help="default 50051; 0 picks one"
+    )
+    server.add_argument("--db", default=None, help="SQLite path or URL (default ./.flux/flux.db)")
+    server.add_argument(
+        "--ack-deadline", type=_seconds("--ack-deadline"), default=10.0, help="seconds (default 10)"
+    )
+    server.add_argument(
+        "--grace-period", type=_seconds("--grace-period"), default=30.0, help="seconds (default 30)"
+    )
+    server.add_argument("--safety-tick", type=_seconds("--safety-tick"), default=5.0, help=argparse.SUPPRESS)
+    server.set_defaults(run=_start_server)
+
+    worker = start.add_parser("worker", help="run a worker")
+    worker.add_argument("name", metavar="NAME")
+    worker.add_argument(
+        "--server", action="append", metavar="HOST:PORT",
+        help="control plane address; repeat to give fallbacks (default $FLUX_SERVER or 127.0.0.1:50051)",
+    )  # fmt: skip
+    worker.add_argument("--label", action="append", type=_label, default=[], metavar="KEY=VALUE")
+    worker.add_argument("--cpus", type=_positive_int("--cpus"), help="cores to advertise")
+    worker.add_argument("--memory", type=_quantity("--memory"), help="memory to advertise, e.g. 8Gi")
+    worker.add_argument("--gpus", type=_positive_int("--gpus"), help="GPUs to offer (the first N)")
+    worker.add_argument("--disk", type=_quantity("--disk"), help="disk to advertise, e.g. 100Gi")
+    worker.add_argument(
+        "--disk-path", default="/", help="filesystem whose free space is reported (default /)"
+    )
+    worker.add_argument(
+        "--capacity", type=_positive_int("--capacity"), default=16, help="concurrent executions (16)"
+    )
+    worker.add_argument("--work-dir", default=".flux/worker", help="where workflow code is cached")
+    worker.set_defaults(run=_start_worker)
+
+    workflow = commands.add_parser("workflow", help="register, run and follow workflows").add_subparsers(
+        dest="action", required=True, metavar="ACTION"
+    )
+    register = with_server(workflow.add_parser("register", help="register every workflow in a file"))
+    register.add_argument("file", metavar="FILE")
+    register.set_defaults(run=_register)
+    run = with_server(workflow.add_parser("run", help="run a workflow"))
+    run.add_argument("name", metavar="NAME")
+    run.add_argument("input", nargs="?", default="null", metavar="INPUT_JSON")
+    run.add_argument("--wait", action="store_true", help="wait and print the output as JSON")
+    run.add_argument(
+        "--timeout", type=_seconds("--timeout"), default=None, help="with --wait: give up after seconds"
+    )
+    run.add_argument(
+        "--version", type=_positive_int("--version"), default=0, help="workflow version (latest)"
+    )
+    run.set_defaults(run=_run)
+    status = with_server(workflow.add_parser("status", help="an execution's state"))
+    status.add_argument("execution_id", metavar="EXECUTION_ID")
+    status.add_argument("--json", action="store_true")
+    status.set_defaults(run=_status)
+    cancel = with_server(workflow.add_parser("cancel", help="cancel an execution"))
+    cancel.add_argument("execution_id", metavar="EXECUTION_ID")
+    cancel.set_defaults(run=_cancel)
+
+    execution = commands.add_parser("execution", help="inspect executions").add_subparsers(
+        dest="action", required=True, metavar="ACTION"
+    )
+    explain = with_server(execution.add_parser("explain", help="why an execution is pending"))
+    explain.add_argument("execution_id", metavar="EXECUTION_ID")
+    explain.add_argument("--json", action="store_true")
+    explain.set_defaults(run=_explain)
+
+    workers = commands.add_parser("workers", help="the fleet").add_subparsers(
+        dest="action", required=True, metavar="ACTION"
+    )
+    listing = with_server(workers.add_parser("list", help="workers and their resources"))
+    listing.add_argument("--json", action="store_true")
+    listing.set_defaults(run=_workers)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    logging.basicConfig(
+        level=args.log_level.upper(),
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+        stream=sys.stderr,
+    )
+    try:
+        return int(args.run(args) or 0)
+    except FluxError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
+    except (ValueError, TypeError) as exc:  # e.g. an invalid ResourceRequest in a registered file
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        return 130
+
+
+# ---------------------------------------------------------------------- servers
+
+
+def _start_server(args: argparse.Namespace) -> int:
+    import uuid
+
+    from flux.dispatcher.core import Settings
+    from flux.server.serve import DEFAULT_DB, ServerConfig, serve
+
+    config = ServerConfig(
+        host=args.host,
+        grpc_port=args.grpc_port,
+        db=args.db or str(DEFAULT_DB),
+        dispatcher=Settings(
+            ack_deadline=args.ack_deadline,
+            grace_period=args.grace_period,
+            safety_tick=args.safety_tick,
+            server_id=uuid.uuid4().hex[:12],
+        ),
+    )
+    asyncio.run(serve(config))
+    return 0
+
+
+def _start_worker(args: argparse.Namespace) -> int:
+    import signal
+
+    from flux.worker.gpu import SimulatedGpuReader
+    from flux.worker.grpc_transport import GrpcTransport
+    from flux.worker.probe import Caps, ResourceProbe
+    from flux.worker.runtime import WorkerConfig, WorkerRuntime
+
+    simulated = os.environ.get(SimulatedGpuReader.ENV)
+    probe = ResourceProbe(
+        Caps(cpus=args.cpus, memory=args.memory, gpus=args.gpus, disk=args.disk),
+        disk_path=args.disk_path,
+        gpu_readers=[SimulatedGpuReader(simulated)] if simulated else None,
+    )
+    addresses = [a for value in (args.server or [default_server()]) for a in value.split(",") if a]
+    config = WorkerConfig(
+        name=args.name, labels=dict(args.label), capacity=args.capacity or 16, work_dir=Path(args.work_dir)
+    )
+
+    async def run() -> None:
+        runtime = WorkerRuntime(config, GrpcTransport(addresses), probe)
+        loop = asyncio.get_running_loop()
+        for signum in (signal.SIGINT, signal.SIGTERM):
+            loop.add_signal_handler(signum, runtime.stop)
+        print(f"flux worker {args.name} connecting to {', '.join(addresses)}", flush=True)
+        await runtime.run()
+
+    asyncio.run(run())
+    return 0
+
+
+# ---------------------------------------------------------------------- client commands
+
+
+def _register(args: argparse.Namespace) -> int:
+    with FluxClient(args.server) as client:
+        response = client.register_file(args.file)
+    for wf in response.workflows:
+        print(f"registered {wf.name} v{wf.version} ({wf.source_hash[:12]})")
+    return 0
+
+
+def _run(args: argparse.Namespace) -> int:
+    try:
+        json.loads(args.input)
+    except ValueError as exc:
+        print(
+            f"error: INPUT_JSON is not valid JSON ({exc}); quote strings, e.g. '\"World\"'", file=sys.stderr
+        )
+        return 1
+    with FluxClient(args.server) as client:
+        execution = client.run_json(args.name, args.input, version=args.version)
+        if not args.wait:
+            print(execution.execution_id)
+            return 0
+        final = client.wait(execution.execution_id, args.timeout)
+    if final.state == control_pb2.EXECUTION_STATE_COMPLETED:
+        print(final.output_json or "null")
+        return 0
+    if final.HasField("error"):
+        print(f"error: {final.error.type}: {final.error.message}", file=sys.stderr)
+        if final.error.traceback:
+            print(final.error.traceback, file=sys.stderr)
+    else:
+        print(f"error: execution {final.execution_id} is {render.state_name(final.state)}", file=sys.stderr)
+    return 1
+
+
+def _status(args: argparse.Namespace) -> int:
+    with FluxClient(args.server) as client:
+        execution = client.get(args.execution_id)
+    if args.json:
+        print(json.dumps(render.execution_dict(execution)))
+    else:
+        print(render.execution_text(execution))
+    return (
+        1
+        if execution.state in (control_pb2.EXECUTION_STATE_FAILED, control_pb2.EXECUTION_STATE_CANCELLED)
+        else 0
+    )
+
+
+def _cancel(args: argparse.Namespace) -> int:
+    with FluxClient(args.server) as client:
+        execution = client.cancel(args.execution_id)
+    print(f"{execution.execution_id} {render.state_name(execution.state)}")
+    return 0
+
+
+def _explain(args: argparse.Namespace) -> int:
+    with FluxClient(args.server) as client:
+        explanation = client.explain(args.execution_id)
+    print(
+        json.dumps(render.explanation_dict(explanation))
+        if args.json
+        else render.explanation_text(explanation)
+    )
+    return 0
+
+
+def _workers(args: argparse.Namespace) -> int:
+    with FluxClient(args.server) as client:
+        response = client.workers()
+    if args.json:
+        print(json.dumps({"workers": [render.worker_dict(w) for w in response.workers]}))
+    else:
+        print(render.workers_text(response))
+    return 0

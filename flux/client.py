@@ -1,0 +1,137 @@
+"""A blocking Python client for ``ControlService``, used by the CLI and usable from scripts.
+
+client = FluxClient("127.0.0.1:50051")
+client.register_file("examples/hello.py")
+execution = client.run("hello", "World", wait=True)
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import grpc
+
+from flux.errors import FluxError, Unavailable, from_grpc_code
+from flux.loader import load_workflow_file
+from flux.v1 import control_pb2, control_pb2_grpc
+
+DEFAULT_SERVER = "127.0.0.1:50051"
+
+
+def default_server() -> str:
+    return os.environ.get("FLUX_SERVER", DEFAULT_SERVER)
+
+
+class FluxClient:
+    def __init__(self, address: str | None = None, timeout: float = 30.0):
+        self.address = address or default_server()
+        self.timeout = timeout
+        self._channel = grpc.insecure_channel(self.address)
+        self._stub = control_pb2_grpc.ControlServiceStub(self._channel)
+
+    def close(self) -> None:
+        self._channel.close()
+
+    def __enter__(self) -> FluxClient:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def _call(self, method: str, request: Any, timeout: float | None = None) -> Any:
+        try:
+            return getattr(self._stub, method)(request, timeout=timeout or self.timeout)
+        except grpc.RpcError as exc:
+            raise self._error(exc) from None
+
+    def _error(self, exc: grpc.RpcError) -> FluxError:
+        code, details = exc.code(), exc.details() or ""  # type: ignore[attr-defined]
+        if code in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED):
+            return Unavailable(f"cannot reach the Flux server at {self.address}: {details or code.name}")
+        return from_grpc_code(code, details)
+
+    def register_file(self, path: str | Path) -> control_pb2.RegisterWorkflowResponse:
+        loaded = load_workflow_file(path)
+        request = control_pb2.RegisterWorkflowRequest(filename=loaded.path.name, source=loaded.source)
+        for wf in loaded.workflows:
+            request.workflows.append(
+                control_pb2.WorkflowMetadata(
+                    name=wf.name,
+                    entrypoint=wf.entrypoint,
+                    requests=wf.requests.to_proto(),
+                    affinity=dict(wf.affinity),
+                    max_attempts=wf.max_attempts,
+                )
+            )
+        return self._call("RegisterWorkflow", request)
+
+    def run(
+        self,
+        workflow: str,
+        input: Any = None,
+        *,
+        version: int = 0,
+        wait: bool = False,
+        timeout: float | None = None,
+    ) -> control_pb2.Execution:
+        """Submit an execution; with ``wait`` block until it finishes (or ``timeout`` passes)."""
+        return self.run_json(workflow, json.dumps(input), version=version, wait=wait, timeout=timeout)
+
+    def run_json(
+        self,
+        workflow: str,
+        input_json: str,
+        *,
+        version: int = 0,
+        wait: bool = False,
+        timeout: float | None = None,
+    ) -> control_pb2.Execution:
+        execution = self._call(
+            "RunWorkflow",
+            control_pb2.RunWorkflowRequest(workflow_name=workflow, input_json=input_json, version=version),
+        )
+        return self.wait(execution.execution_id, timeout) if wait else execution
+
+    def get(self, execution_id: str) -> control_pb2.Execution:
+        return self._call("GetExecution", control_pb2.GetExecutionRequest(execution_id=execution_id))
+
+    def watch(self, execution_id: str, timeout: float | None = None) -> Iterator[control_pb2.Execution]:
+        stream = self._stub.WatchExecution(
+            control_pb2.WatchExecutionRequest(execution_id=execution_id), timeout=timeout
+        )
+        try:
+            yield from stream
+        except grpc.RpcError as exc:
+            raise self._error(exc) from None
+
+    def wait(self, execution_id: str, timeout: float | None = None) -> control_pb2.Execution:
+        """Follow the execution until a final state, reconnecting if the server restarts meanwhile."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        last = None
+        while True:
+            remaining = None if deadline is None else max(0.0, deadline - time.monotonic())
+            try:
+                for last in self.watch(execution_id, remaining):
+                    if last.state >= control_pb2.EXECUTION_STATE_COMPLETED:
+                        return last
+            except Unavailable:
+                if deadline is not None and time.monotonic() >= deadline:
+                    raise
+                time.sleep(0.2)
+                continue
+            if deadline is not None and time.monotonic() >= deadline:
+                raise Unavailable(f"execution {execution_id} did not finish within {timeout:g}s")
+
+    def cancel(self, execution_id: str) -> control_pb2.Execution:
+        return self._call("CancelExecution", control_pb2.CancelExecutionRequest(execution_id=execution_id))
+
+    def workers(self) -> control_pb2.ListWorkersResponse:
+        return self._call("ListWorkers", control_pb2.ListWorkersRequest())
+
+    def explain(self, execution_id: str) -> control_pb2.Explanation:
+        return self._call("ExplainExecution", control_pb2.ExplainExecutionRequest(execution_id=execution_id))

@@ -1,0 +1,87 @@
+"""Workflow code on the worker: fetched once per content hash, cached on disk and in memory.
+
+Dispatches carry only the source hash; the worker fetches a file it has not
+seen, checks the hash, keeps it under its work directory, and imports it once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import importlib.util
+import os
+import sys
+import tempfile
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from types import ModuleType
+
+from flux.domain.execution import WorkflowRef
+
+Fetch = Callable[[str], Awaitable[tuple[str, str]]]
+
+
+class WorkflowCodeError(Exception):
+    """The workflow's code could not be fetched, verified or imported."""
+
+
+class CodeCache:
+    def __init__(self, directory: Path, fetch: Fetch):
+        self.directory = directory
+        self._fetch = fetch
+        self._modules: dict[str, ModuleType] = {}
+        self._loading: dict[str, asyncio.Future[ModuleType]] = {}
+
+    async def function(self, ref: WorkflowRef) -> Callable[..., object]:
+        module = self._modules.get(ref.source_hash) or await self._module(ref.source_hash)
+        fn = getattr(module, ref.entrypoint, None)
+        if not callable(fn):
+            raise WorkflowCodeError(
+                f"{ref.name} v{ref.version}: the file defines no function {ref.entrypoint!r}"
+            )
+        return fn
+
+    async def _module(self, source_hash: str) -> ModuleType:
+        pending = self._loading.get(source_hash)
+        if pending is not None:
+            return await asyncio.shield(pending)
+        future = self._loading[source_hash] = asyncio.get_running_loop().create_future()
+        try:
+            module = await self._load(source_hash)
+        except BaseException as exc:
+            future.set_exception(exc)
+            future.exception()  # consumed here; waiters get it through shield
+            raise
+        else:
+            self._modules[source_hash] = module
+            future.set_result(module)
+            return module
+        finally:
+            del self._loading[source_hash]
+
+    async def _load(self, source_hash: str) -> ModuleType:
+        path = self.directory / f"{source_hash}.py"
+        if not path.exists():
+            _, source = await self._fetch(source_hash)
+            if hashlib.sha256(source.encode()).hexdigest() != source_hash:
+                raise WorkflowCodeError(f"workflow source for {source_hash} does not match its hash")
+            self.directory.mkdir(parents=True, exist_ok=True)
+            # Write then rename, so a crash never leaves a half file that later imports.
+            fd, temporary = tempfile.mkstemp(dir=self.directory, suffix=".tmp")
+            with os.fdopen(fd, "w") as handle:
+                handle.write(source)
+            os.replace(temporary, path)
+        name = f"flux_workflow_{source_hash[:16]}"
+        spec = importlib.util.spec_from_file_location(name, path)
+        if spec is None or spec.loader is None:
+            raise WorkflowCodeError(f"cannot import workflow file {path}")
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[name] = module  # dataclasses and pickling in user code look themselves up here
+        try:
+            spec.loader.exec_module(module)
+        except Exception as exc:
+            del sys.modules[name]
+            raise WorkflowCodeError(
+                f"importing the workflow file failed: {type(exc).__name__}: {exc}"
+            ) from exc
+        return module

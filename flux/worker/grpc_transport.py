@@ -1,0 +1,207 @@
+"""The worker's gRPC transport: ``WorkerService`` over one channel per server address."""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from typing import TypeVar
+
+import grpc
+
+from flux.domain.execution import ExecutionError, WorkflowRef
+from flux.domain.resource_request import ResourceRequest
+from flux.domain.worker import WorkerResources, WorkerSoftware
+from flux.errors import InvalidArgument, from_grpc_code
+from flux.v1 import worker_pb2, worker_pb2_grpc
+from flux.worker.transport import (
+    Cancel,
+    Connected,
+    Dispatch,
+    Heartbeat,
+    Registration,
+    WorkerEvent,
+    WorkerTransport,
+)
+
+T = TypeVar("T")
+
+CHANNEL_OPTIONS = [
+    ("grpc.keepalive_time_ms", 20_000),
+    ("grpc.keepalive_timeout_ms", 10_000),
+    ("grpc.keepalive_permit_without_calls", 1),
+    ("grpc.max_receive_message_length", 16 * 1024 * 1024),
+]
+UNARY_TIMEOUT = 30.0
+
+
+def _mapped(call: Callable[..., Awaitable[T]]) -> Callable[..., Awaitable[T]]:
+    @functools.wraps(call)
+    async def wrapper(*args, **kwargs):  # type: ignore[no-untyped-def]
+        try:
+            return await call(*args, **kwargs)
+        except grpc.aio.AioRpcError as exc:
+            raise from_grpc_code(exc.code(), exc.details() or exc.code().name) from exc
+
+    return wrapper
+
+
+def dispatch_from_proto(message: worker_pb2.ExecutionScheduled) -> Dispatch:
+    wf = message.workflow
+    return Dispatch(
+        execution_id=message.execution_id,
+        attempt=message.attempt,
+        generation=message.generation,
+        input_json=message.input_json,
+        workflow=WorkflowRef(wf.name, wf.version, wf.source_hash, wf.entrypoint),
+        gpu_indices=tuple(message.gpu_indices),
+        requests=ResourceRequest.from_proto(message.requests),
+    )
+
+
+class GrpcTransport(WorkerTransport):
+    name = "grpc"
+
+    def __init__(self, addresses: Sequence[str]):
+        if not addresses:
+            raise InvalidArgument("--server needs at least one HOST:PORT")
+        self._addresses = list(addresses)
+        self._index = 0
+        self._channel: grpc.aio.Channel | None = None
+        self._stub: worker_pb2_grpc.WorkerServiceStub | None = None
+
+    @property
+    def address(self) -> str:
+        return self._addresses[self._index]
+
+    def rotate(self) -> None:
+        """Move to the next server address (after a failed connection)."""
+        if len(self._addresses) > 1:
+            self._index = (self._index + 1) % len(self._addresses)
+            self._drop_channel()
+
+    def _drop_channel(self) -> None:
+        if self._channel is not None:
+            channel, self._channel, self._stub = self._channel, None, None
+            # Closing is async; let it finish in the background.
+            asyncio.get_running_loop().create_task(channel.close())
+
+    @property
+    def stub(self) -> worker_pb2_grpc.WorkerServiceStub:
+        if self._stub is None:
+            self._channel = grpc.aio.insecure_channel(self.address, options=CHANNEL_OPTIONS)
+            self._stub = worker_pb2_grpc.WorkerServiceStub(self._channel)
+        return self._stub
+
+    @_mapped
+    async def register(self, registration: Registration) -> str:
+        response = await self.stub.Register(
+            worker_pb2.RegisterRequest(
+                name=registration.name,
+                resources=registration.resources.to_proto(),
+                software=registration.software.to_proto(),
+                labels=registration.labels,
+                capacity=registration.capacity,
+                session_token=registration.session_token,
+            ),
+            timeout=UNARY_TIMEOUT,
+        )
+        return response.session_token
+
+    async def connect(self, name: str, session_token: str) -> AsyncIterator[WorkerEvent]:
+        call = self.stub.Connect(worker_pb2.ConnectRequest(name=name, session_token=session_token))
+        try:
+            async for event in call:
+                kind = event.WhichOneof("event")
+                if kind == "execution_scheduled":
+                    yield dispatch_from_proto(event.execution_scheduled)
+                elif kind == "execution_cancelled":
+                    c = event.execution_cancelled
+                    yield Cancel(c.execution_id, c.generation, c.reason)
+                elif kind == "connected":
+                    yield Connected(event.connected.server_id, tuple(event.connected.held_execution_ids))
+                elif kind == "ping":
+                    yield Heartbeat()
+        except grpc.aio.AioRpcError as exc:
+            raise from_grpc_code(exc.code(), exc.details() or exc.code().name) from exc
+        finally:
+            call.cancel()
+
+    @_mapped
+    async def report(
+        self,
+        name: str,
+        token: str,
+        resources: WorkerResources,
+        software: WorkerSoftware | None,
+        draining: bool,
+    ) -> None:
+        await self.stub.ReportResources(
+            worker_pb2.ReportResourcesRequest(
+                name=name,
+                session_token=token,
+                resources=resources.to_proto(),
+                software=software.to_proto() if software is not None else None,
+                draining=draining,
+            ),
+            timeout=UNARY_TIMEOUT,
+        )
+
+    @_mapped
+    async def claim(self, name: str, token: str, execution_id: str, generation: int) -> None:
+        await self.stub.Claim(
+            worker_pb2.ClaimRequest(
+                name=name, session_token=token, execution_id=execution_id, generation=generation
+            ),
+            timeout=UNARY_TIMEOUT,
+        )
+
+    @_mapped
+    async def complete(
+        self,
+        name: str,
+        token: str,
+        execution_id: str,
+        generation: int,
+        output_json: str | None,
+        error: ExecutionError | None,
+        resources: WorkerResources | None,
+    ) -> None:
+        request = worker_pb2.CompleteRequest(
+            name=name, session_token=token, execution_id=execution_id, generation=generation
+        )
+        if error is not None:
+            request.error.CopyFrom(
+                worker_pb2.ExecutionError(type=error.type, message=error.message, traceback=error.traceback)
+            )
+        else:
+            request.output_json = output_json or "null"
+        if resources is not None:
+            request.resources.CopyFrom(resources.to_proto())
+        await self.stub.Complete(request, timeout=UNARY_TIMEOUT)
+
+    @_mapped
+    async def release(self, name: str, token: str, execution_id: str, generation: int, reason: str) -> None:
+        await self.stub.Release(
+            worker_pb2.ReleaseRequest(
+                name=name,
+                session_token=token,
+                execution_id=execution_id,
+                generation=generation,
+                reason=reason,
+            ),
+            timeout=UNARY_TIMEOUT,
+        )
+
+    @_mapped
+    async def get_source(self, name: str, token: str, source_hash: str) -> tuple[str, str]:
+        response = await self.stub.GetWorkflowSource(
+            worker_pb2.GetWorkflowSourceRequest(name=name, session_token=token, source_hash=source_hash),
+            timeout=UNARY_TIMEOUT,
+        )
+        return response.filename, response.source
+
+    async def close(self) -> None:
+        if self._channel is not None:
+            await self._channel.close()
+            self._channel, self._stub = None, None

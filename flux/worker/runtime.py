@@ -1,0 +1,293 @@
+"""The worker process: register, hold the dispatch stream, run executions, report results.
+
+One asyncio loop. Async workflows run on it; sync ones in a thread pool sized
+to the worker's capacity. The stream is re-established with exponential
+backoff and jitter whenever it drops; results that cannot be delivered are
+retried until the control plane takes them, because the worker is the only
+place they exist.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import inspect
+import json
+import logging
+import random
+import traceback
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from flux.context import ExecutionContext
+from flux.domain.execution import ExecutionError
+from flux.domain.worker import WorkerResources
+from flux.errors import FailedPrecondition, FluxError, NotFound, PermissionDenied, Unavailable
+from flux.worker.code_cache import CodeCache
+from flux.worker.probe import ResourceProbe, changed_materially
+from flux.worker.transport import Cancel, Connected, Dispatch, Registration, WorkerTransport
+
+log = logging.getLogger("flux.worker")
+
+
+@dataclass(frozen=True, slots=True)
+class WorkerConfig:
+    name: str
+    labels: dict[str, str] = field(default_factory=dict)
+    capacity: int = 16
+    work_dir: Path = Path(".flux") / "worker"
+    report_interval: float = 2.0
+    # How long SIGTERM waits for running executions before releasing them.
+    drain_timeout: float = 60.0
+    backoff_initial: float = 0.1
+    backoff_max: float = 5.0
+
+
+class Backoff:
+    """Exponential backoff with full jitter, so a fleet does not reconnect in lockstep."""
+
+    def __init__(self, initial: float, maximum: float):
+        self.initial, self.maximum, self.attempt = initial, maximum, 0
+
+    def next(self) -> float:
+        delay = min(self.maximum, self.initial * 2**self.attempt)
+        self.attempt += 1
+        return random.uniform(delay / 2, delay)
+
+    def reset(self) -> None:
+        self.attempt = 0
+
+
+@dataclass(slots=True)
+class Running:
+    dispatch: Dispatch
+    task: asyncio.Task[None]
+    cancelled_by_server: bool = False
+
+
+class WorkerRuntime:
+    def __init__(self, config: WorkerConfig, transport: WorkerTransport, probe: ResourceProbe):
+        self.config = config
+        self.transport = transport
+        self.probe = probe
+        self.token = ""
+        self.connected = asyncio.Event()
+        self._running: dict[str, Running] = {}
+        self._stopping = asyncio.Event()
+        self._threads = ThreadPoolExecutor(
+            max_workers=max(1, config.capacity), thread_name_prefix="flux-workflow"
+        )
+        self._code = CodeCache(config.work_dir / config.name / "code", self._fetch_source)
+        self._reported: WorkerResources | None = None
+
+    # ----------------------------------------------------------------- lifecycle
+
+    def stop(self) -> None:
+        """Begin draining: take no new work, finish what runs, then exit ``run``."""
+        if not self._stopping.is_set():
+            log.info("draining: %d executions running", len(self._running))
+            self._stopping.set()
+
+    async def run(self) -> None:
+        backoff = Backoff(self.config.backoff_initial, self.config.backoff_max)
+        reporter = asyncio.create_task(self._report_loop())
+        try:
+            while not self._stopping.is_set():
+                session = asyncio.create_task(self._session(backoff))
+                stopping = asyncio.create_task(self._stopping.wait())
+                await asyncio.wait({session, stopping}, return_when=asyncio.FIRST_COMPLETED)
+                stopping.cancel()
+                if session.done():
+                    self._log_session_end(session)
+                else:
+                    await self._drain()
+                    session.cancel()
+                    await asyncio.gather(session, return_exceptions=True)
+                    break
+                self.connected.clear()
+                if not self._stopping.is_set():
+                    delay = backoff.next()
+                    log.info("reconnecting in %.2fs", delay)
+                    rotate = getattr(self.transport, "rotate", None)
+                    if rotate is not None:
+                        rotate()
+                    with contextlib.suppress(TimeoutError):
+                        await asyncio.wait_for(self._stopping.wait(), delay)
+            if self._running:  # stopped while disconnected
+                await self._drain()
+        finally:
+            reporter.cancel()
+            await asyncio.gather(reporter, return_exceptions=True)
+            await self.transport.close()
+            self._threads.shutdown(wait=False, cancel_futures=True)
+
+    def _log_session_end(self, session: asyncio.Task[None]) -> None:
+        exc = session.exception()
+        if exc is None:
+            log.warning("dispatch stream closed by the server")
+        elif isinstance(exc, Unavailable):
+            log.warning("control plane unavailable: %s", exc)
+        else:
+            log.error("session failed: %s: %s", type(exc).__name__, exc)
+
+    async def _session(self, backoff: Backoff) -> None:
+        registration = Registration(
+            name=self.config.name,
+            resources=self.probe.sample(),
+            software=self.probe.software(),
+            labels=self.config.labels,
+            capacity=self.config.capacity,
+            session_token=self.token,
+        )
+        self.token = await self.transport.register(registration)
+        self._reported = registration.resources
+        async for event in self.transport.connect(self.config.name, self.token):
+            if isinstance(event, Dispatch):
+                self._start(event)
+            elif isinstance(event, Cancel):
+                self._cancel(event)
+            elif isinstance(event, Connected):
+                backoff.reset()
+                self._reconcile(set(event.held_execution_ids))
+                self.connected.set()
+                log.info("connected to %s as %s", event.server_id, self.config.name)
+
+    async def _drain(self) -> None:
+        try:
+            await self.transport.report(
+                self.config.name, self.token, self.probe.sample(), None, draining=True
+            )
+        except FluxError as exc:
+            log.warning("could not announce draining: %s", exc)
+        tasks = [r.task for r in self._running.values()]
+        if tasks:
+            done, pending = await asyncio.wait(tasks, timeout=self.config.drain_timeout)
+            for task in pending:
+                task.cancel()  # _execute releases them
+            await asyncio.gather(*pending, return_exceptions=True)
+
+    # ----------------------------------------------------------------- events
+
+    def _start(self, dispatch: Dispatch) -> None:
+        if dispatch.execution_id in self._running:
+            return  # a duplicate frame of something already running
+        if self._stopping.is_set():
+            asyncio.create_task(self._release(dispatch, "worker draining"))
+            return
+        task = asyncio.create_task(self._execute(dispatch), name=f"execution-{dispatch.execution_id}")
+        self._running[dispatch.execution_id] = Running(dispatch, task)
+
+    def _cancel(self, cancel: Cancel) -> None:
+        running = self._running.get(cancel.execution_id)
+        if running is not None and running.dispatch.generation == cancel.generation:
+            log.info("execution %s cancelled: %s", cancel.execution_id, cancel.reason)
+            running.cancelled_by_server = True
+            running.task.cancel()
+
+    def _reconcile(self, held: set[str]) -> None:
+        """After a reconnect, stop work the server no longer believes is ours (it was requeued)."""
+        for execution_id, running in list(self._running.items()):
+            if execution_id not in held:
+                log.warning("execution %s was reassigned while disconnected; abandoning it", execution_id)
+                running.cancelled_by_server = True
+                running.task.cancel()
+
+    # ----------------------------------------------------------------- executions
+
+    async def _execute(self, dispatch: Dispatch) -> None:
+        execution_id = dispatch.execution_id
+        try:
+            try:
+                await self.transport.claim(self.config.name, self.token, execution_id, dispatch.generation)
+            except (FailedPrecondition, NotFound, PermissionDenied) as exc:
+                log.info("claim of %s refused: %s", execution_id, exc)
+                return
+            output_json, error = await self._invoke(dispatch)
+            await self._deliver(dispatch, output_json, error)
+        except asyncio.CancelledError:
+            running = self._running.get(execution_id)
+            if running is None or not running.cancelled_by_server:
+                # Drain timed out: hand the execution back so another worker runs it.
+                await asyncio.shield(self._release(dispatch, "worker stopped before finishing"))
+        finally:
+            self._running.pop(execution_id, None)
+
+    async def _invoke(self, dispatch: Dispatch) -> tuple[str | None, ExecutionError | None]:
+        try:
+            fn = await self._code.function(dispatch.workflow)
+            ctx = ExecutionContext(
+                input=json.loads(dispatch.input_json or "null"),
+                execution_id=dispatch.execution_id,
+                workflow_name=dispatch.workflow.name,
+                worker_name=self.config.name,
+                attempt=dispatch.attempt,
+                assigned_gpus=dispatch.gpu_indices,
+            )
+            if inspect.iscoroutinefunction(fn):
+                result = await fn(ctx)
+            else:
+                result = await asyncio.get_running_loop().run_in_executor(self._threads, fn, ctx)
+            try:
+                return json.dumps(result), None
+            except (TypeError, ValueError) as exc:
+                return None, ExecutionError("TypeError", f"workflow output is not JSON-serialisable: {exc}")
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:
+            return None, ExecutionError(type(exc).__qualname__, str(exc), traceback.format_exc())
+
+    async def _deliver(
+        self, dispatch: Dispatch, output_json: str | None, error: ExecutionError | None
+    ) -> None:
+        """Complete, retrying while the control plane is unreachable: the result exists only here."""
+        backoff = Backoff(self.config.backoff_initial, self.config.backoff_max)
+        while True:
+            resources = self.probe.sample()
+            try:
+                await self.transport.complete(
+                    self.config.name, self.token, dispatch.execution_id, dispatch.generation,
+                    output_json, error, resources,
+                )  # fmt: skip
+                self._reported = resources
+                return
+            except Unavailable as exc:
+                delay = backoff.next()
+                log.warning(
+                    "could not deliver the result of %s (%s); retrying in %.2fs",
+                    dispatch.execution_id,
+                    exc,
+                    delay,
+                )
+                await asyncio.sleep(delay)
+            except FluxError as exc:
+                log.warning("result of %s refused: %s", dispatch.execution_id, exc)
+                return
+
+    async def _release(self, dispatch: Dispatch, reason: str) -> None:
+        try:
+            await self.transport.release(
+                self.config.name, self.token, dispatch.execution_id, dispatch.generation, reason
+            )
+        except FluxError as exc:
+            log.info("release of %s not accepted: %s", dispatch.execution_id, exc)
+
+    async def _fetch_source(self, source_hash: str) -> tuple[str, str]:
+        return await self.transport.get_source(self.config.name, self.token, source_hash)
+
+    # ----------------------------------------------------------------- reports
+
+    async def _report_loop(self) -> None:
+        while True:
+            await asyncio.sleep(self.config.report_interval)
+            if not self.connected.is_set():
+                continue
+            try:
+                sample = await asyncio.get_running_loop().run_in_executor(None, self.probe.sample)
+                if self._reported is None or changed_materially(self._reported, sample):
+                    await self.transport.report(
+                        self.config.name, self.token, sample, None, draining=self._stopping.is_set()
+                    )
+                    self._reported = sample
+            except FluxError as exc:
+                log.debug("resource report failed: %s", exc)
