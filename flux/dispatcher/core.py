@@ -639,11 +639,11 @@ class Dispatcher:
                 if self._expire(now) or now - self._last_full_pass >= s.safety_tick:
                     self._last_full_pass = now
                     self._dispatch()
+                idle_since = time.monotonic() - s.ping_interval
                 for entry in self._workers.values():
                     session = entry.session
-                    if session is not None and now - session.last_sent >= s.ping_interval:
+                    if session is not None and session.last_sent <= idle_since:
                         session.push(Ping(now))
-                        session.last_sent = now
             except Exception:  # one bad tick must not stop the next one
                 log.exception("dispatcher housekeeping failed")
 

@@ -8,6 +8,7 @@ reader: pushing is a non-blocking put.
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 
@@ -47,11 +48,13 @@ class Session:
         # Executions the core believes this worker holds, sent in Connected.
         self.held = held
         self.closed = False
-        self.last_sent = 0.0
+        # Monotonic time of the last event pushed; idle streams get a Ping.
+        self.last_sent = time.monotonic()
         self._queue: asyncio.Queue[object] = asyncio.Queue()
 
     def push(self, event: Event) -> None:
         if not self.closed:
+            self.last_sent = time.monotonic()
             self._queue.put_nowait(event)
 
     def close(self) -> None:

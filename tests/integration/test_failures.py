@@ -1,0 +1,127 @@
+"""Crashes lose nothing: a worker or the server killed with SIGKILL mid-flight."""
+
+from __future__ import annotations
+
+import json
+import signal
+import sqlite3
+import time
+
+import pytest
+
+from flux.errors import FluxError
+from flux.v1 import control_pb2
+from tests.integration.cluster import Cluster, eventually
+
+pytestmark = pytest.mark.integration
+
+COMPLETED = control_pb2.EXECUTION_STATE_COMPLETED
+RUNNING = control_pb2.EXECUTION_STATE_RUNNING
+
+
+def test_worker_killed_mid_execution_is_requeued_and_completes_elsewhere(cluster: Cluster) -> None:
+    doomed = cluster.start_worker("doomed")
+    execution = cluster.run("sleepy", 2.0, wait=False)
+    eventually(lambda: cluster.client.get(execution.execution_id).state == RUNNING, what="RUNNING on doomed")
+    assert cluster.client.get(execution.execution_id).worker == "doomed"
+    cluster.start_worker("survivor")
+    doomed.send_signal(signal.SIGKILL)
+    final = cluster.client.wait(execution.execution_id, timeout=30)
+    assert final.state == COMPLETED
+    assert (final.worker, final.attempt) == ("survivor", 2)
+    assert json.loads(final.output_json)["attempt"] == 2
+    with sqlite3.connect(cluster.workdir / "flux.db") as db:
+        rows = db.execute(
+            "SELECT state, worker, attempt FROM executions WHERE execution_id=?", (execution.execution_id,)
+        )
+        assert rows.fetchall() == [(COMPLETED, "survivor", 2)]
+
+
+def test_lost_worker_exhausting_max_attempts_fails_the_execution(tmp_path) -> None:
+    cluster = Cluster(tmp_path)
+    try:
+        cluster.start_server("--ack-deadline", "2", "--grace-period", "1", "--safety-tick", "1")
+        workflows = tmp_path / "once.py"
+        workflows.write_text(
+            "import asyncio\nfrom flux import workflow\n"
+            "@workflow.with_options(name='once', max_attempts=1)\n"
+            "async def once(ctx):\n    await asyncio.sleep(30)\n"
+        )
+        cluster.client.register_file(workflows)
+        worker = cluster.start_worker("short-lived")
+        execution = cluster.run("once", wait=False)
+        eventually(lambda: cluster.client.get(execution.execution_id).state == RUNNING)
+        worker.send_signal(signal.SIGKILL)
+        final = cluster.client.wait(execution.execution_id, timeout=30)
+        assert final.state == control_pb2.EXECUTION_STATE_FAILED
+        assert final.error.type == "WorkerLost"
+    finally:
+        cluster.close()
+
+
+def test_server_killed_under_submissions_loses_nothing_and_records_once(cluster: Cluster) -> None:
+    cluster.start_worker("steady", "--capacity", "32")
+    accepted: list[str] = []
+    refused = 0
+    killed = False
+    started = time.monotonic()
+    while len(accepted) < 150 and time.monotonic() - started < 60:
+        if len(accepted) == 60 and not killed:
+            cluster.kill_server()
+            killed = True
+            cluster.restart_server("--ack-deadline", "2", "--grace-period", "5", "--safety-tick", "1")
+        try:
+            accepted.append(cluster.client.run("sleepy", 0.05).execution_id)
+        except FluxError:
+            refused += 1  # the window while the server was down: never accepted, so never owed
+            time.sleep(0.05)
+    assert killed and len(accepted) == 150
+    finals = cluster.wait_all(accepted, timeout=60)
+    assert [f.state for f in finals] == [COMPLETED] * len(accepted)
+    assert len({f.execution_id for f in finals}) == len(accepted)
+    with sqlite3.connect(cluster.workdir / "flux.db") as db:
+        placeholders = ",".join("?" * len(accepted))
+        states = db.execute(
+            f"SELECT execution_id, state FROM executions WHERE execution_id IN ({placeholders})", accepted
+        ).fetchall()
+    assert sorted(states) == sorted((i, COMPLETED) for i in accepted)
+    # Each recorded output is one real run's, from the attempt the record names.
+    for final in finals:
+        assert json.loads(final.output_json)["attempt"] == final.attempt
+
+
+def test_restart_keeps_queued_work_queued(cluster: Cluster) -> None:
+    ids = [cluster.run("echo", i, wait=False).execution_id for i in range(5)]
+    cluster.kill_server()
+    cluster.restart_server()
+    assert {cluster.client.get(i).state for i in ids} == {control_pb2.EXECUTION_STATE_CREATED}
+    cluster.start_worker("late")
+    outputs = [json.loads(f.output_json)["input"] for f in cluster.wait_all(ids)]
+    assert outputs == list(range(5))
+
+
+def test_unclaimed_dispatch_returns_to_created_after_the_ack_deadline(cluster: Cluster) -> None:
+    import grpc
+
+    from flux.v1 import resources_pb2, worker_pb2, worker_pb2_grpc
+
+    channel = grpc.insecure_channel(cluster.address)
+    stub = worker_pb2_grpc.WorkerServiceStub(channel)
+    resources = resources_pb2.WorkerResources(cpu_total=4, cpu_available=4)
+    token = stub.Register(worker_pb2.RegisterRequest(name="silent", resources=resources)).session_token
+    stream = stub.Connect(worker_pb2.ConnectRequest(name="silent", session_token=token))
+    events = (e for e in stream if e.WhichOneof("event") != "ping")
+    next(events)
+    execution = cluster.run("echo", "x", wait=False)
+    frame = next(events)
+    assert frame.execution_scheduled.execution_id == execution.execution_id
+    # The silent worker never claims; after the 2 s ack deadline the execution is CREATED again.
+    cancelled = next(events)
+    assert cancelled.execution_cancelled.execution_id == execution.execution_id
+    assert cancelled.execution_cancelled.reason == "ack deadline expired"
+    stream.cancel()
+    channel.close()
+    cluster.start_worker("diligent")
+    final = cluster.client.wait(execution.execution_id, timeout=30)
+    assert final.state == COMPLETED and final.worker == "diligent"
+    assert final.generation >= 2  # a fresh dispatch, fenced past the expired one
