@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import argparse
 
-from bench import matching
+from bench import dispatch, matching
 
-BENCHES = {"matching": matching.main}
+BENCHES = {"matching": matching.main, "dispatch": dispatch.main}
 
 
 def main() -> None:

@@ -144,7 +144,8 @@ class Dispatcher:
                 self._executions[execution.execution_id] = execution
                 continue
             if execution.state is State.SCHEDULED:
-                # An unclaimed dispatch from before the restart returns to CREATED.
+                # An unclaimed dispatch from before the restart returns to CREATED
+                # (rows from older versions; dispatches are no longer written).
                 execution = execution.evolve(state=State.CREATED, worker="", gpu_indices=(), updated_at=now)
                 self._save_soon(execution)
             self._executions[execution.execution_id] = execution
@@ -542,7 +543,8 @@ class Dispatcher:
             assert entry.session is not None  # dispatchable implies connected
             entry.session.push(Scheduled(execution, requests))
             heapq.heappush(self._deadlines, (deadline, execution_id, execution.generation))
-            self._save_soon(execution)
+            # Not written to the store: after a restart an unclaimed dispatch goes
+            # back to CREATED anyway, so the row stays CREATED until the claim.
             self._notify(execution)
         return len(placements)
 

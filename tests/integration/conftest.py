@@ -3,7 +3,9 @@ from pathlib import Path
 
 import pytest
 
-from tests.integration.cluster import Cluster
+from flux.testing import Cluster
+
+WORKFLOWS = Path(__file__).with_name("workflows.py")
 
 
 @pytest.fixture
@@ -12,7 +14,7 @@ def cluster(tmp_path: Path) -> Iterator[Cluster]:
     c = Cluster(tmp_path)
     try:
         c.start_server("--ack-deadline", "2", "--grace-period", "2", "--safety-tick", "1")
-        c.register()
+        c.register(WORKFLOWS)
         yield c
     finally:
         c.close()

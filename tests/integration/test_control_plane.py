@@ -9,8 +9,8 @@ import grpc
 import pytest
 
 from flux.errors import FailedPrecondition, InvalidArgument, NotFound
+from flux.testing import Cluster, eventually
 from flux.v1 import control_pb2, resources_pb2, worker_pb2, worker_pb2_grpc
-from tests.integration.cluster import Cluster, eventually
 
 pytestmark = pytest.mark.integration
 

@@ -10,8 +10,8 @@ import time
 import pytest
 
 from flux.errors import FluxError
+from flux.testing import Cluster, eventually
 from flux.v1 import control_pb2
-from tests.integration.cluster import Cluster, eventually
 
 pytestmark = pytest.mark.integration
 

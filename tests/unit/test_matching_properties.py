@@ -15,6 +15,7 @@ from hypothesis import strategies as st
 from flux.matching import (
     Amounts,
     FeasibilityCache,
+    Reason,
     Room,
     explain,
     fits_now,
@@ -132,14 +133,21 @@ def free_gpus(w: WorkerSpec) -> set[int]:
     return {i for i, vram in enumerate(w.gpu_free_vram) if vram > 0 and i not in w.held}
 
 
-def static_fit(s: ShapeSpec, w: WorkerSpec) -> bool:
-    labels = all(w.labels.get(k) == v for k, v in s.affinity.items())
-    packages = True
+def labels_fit(s: ShapeSpec, w: WorkerSpec) -> bool:
+    return all(w.labels.get(k) == v for k, v in s.affinity.items())
+
+
+def packages_fit(s: ShapeSpec, w: WorkerSpec) -> bool:
     for text in s.packages:
         name, predicate = REQUIREMENTS[text]
         version = w.packages.get(name)
-        packages = packages and version is not None and predicate(VERSIONS[version])
-    return labels and packages
+        if version is None or not predicate(VERSIONS[version]):
+            return False
+    return True
+
+
+def static_fit(s: ShapeSpec, w: WorkerSpec) -> bool:
+    return labels_fit(s, w) and packages_fit(s, w)
 
 
 def fits_idle(s: ShapeSpec, w: WorkerSpec) -> bool:
@@ -152,6 +160,26 @@ def fits_idle(s: ShapeSpec, w: WorkerSpec) -> bool:
         # Idle: no execution holds a GPU. VRAM used outside Flux may free up, so every GPU counts.
         and s.gpu <= len(w.gpu_free_vram)
     )
+
+
+def expected_rejections(s: ShapeSpec, w: WorkerSpec) -> dict[Reason, bool]:
+    """Each field that fails now, mapped to whether it would fail on the idle worker too."""
+    out = {}
+    if not labels_fit(s, w):
+        out[Reason.LABEL] = True
+    if w.active >= w.capacity:
+        out[Reason.CAPACITY] = w.capacity <= 0
+    if s.cpu > free_cpu(w):
+        out[Reason.CPU] = s.cpu > w.cpu_total
+    if s.memory > free_memory(w):
+        out[Reason.MEMORY] = s.memory > w.memory_total
+    if s.gpu > len(free_gpus(w)):
+        out[Reason.GPU] = s.gpu > len(w.gpu_free_vram)
+    if s.disk > free_disk(w):
+        out[Reason.DISK] = s.disk > w.disk_total
+    if not packages_fit(s, w):
+        out[Reason.PACKAGE] = True
+    return out
 
 
 def fits_now_oracle(s: ShapeSpec, w: WorkerSpec) -> bool:
@@ -196,8 +224,8 @@ _RAW_WORKER = st.tuples(
     st.lists(st.sampled_from([False, False, True]), min_size=4, max_size=4),
     st.fixed_dictionaries({}, optional={k: st.sampled_from(v) for k, v in LABELS.items()}),
     st.fixed_dictionaries({}, optional={k: st.sampled_from(v) for k, v in INSTALLABLE.items()}),
-    st.sampled_from([0, 1, 2, 16, 16, 16]),  # capacity
-    st.sampled_from([0, 0, 0, 1, 2, 16]),  # active
+    st.sampled_from([0, 1, 2, *[16] * 6]),  # capacity
+    st.sampled_from([0, 0, 0, 0, 1, 2, 16]),  # active
 )
 
 
@@ -233,8 +261,10 @@ def worker_spec(name: str, raw: tuple) -> WorkerSpec:
     )
 
 
-# A shape constrains a few fields (often none), so that placements happen; each
-# field's values still reach past every worker's total.
+# A shape constrains a few fields (often none), so that placements happen. A field's
+# value is either a fixed one (some past every worker's total) or anchored on one
+# worker's free or total amount, give or take one unit, so exact fits and
+# "one short" boundaries come up in most examples.
 _FIELDS = {
     "cpu": st.sampled_from([1, 2, 3, 5, 9]),
     "memory": st.sampled_from([1, 2, 4, 8, 17]).map(lambda n: n * GiB),
@@ -243,13 +273,29 @@ _FIELDS = {
     "affinity": st.sampled_from([{"role": "training"}, {"zone": "a"}, {"role": "inference", "zone": "b"}]),
     "packages": st.sampled_from([*((r,) for r in REQUIREMENTS), ("numpy>=2", "torch>=2,<3")]),
 }
+_ANCHORED = {
+    "cpu": (lambda w: free_cpu(w), lambda w: w.cpu_total, 1),
+    "memory": (lambda w: free_memory(w), lambda w: w.memory_total, 1),
+    "gpu": (lambda w: len(free_gpus(w)), lambda w: len(w.gpu_free_vram), 1),
+    "disk": (lambda w: free_disk(w), lambda w: w.disk_total, 1),
+}
 _DEFAULTS = {"cpu": 0, "memory": 0, "gpu": 0, "disk": 0, "affinity": {}, "packages": ()}
+_FIELD_LISTS = st.lists(st.sampled_from(sorted(_FIELDS)), max_size=3, unique=True)
+_HOW = st.sampled_from(["fixed", "free", "free", "total"])
+_DELTA = st.sampled_from([-1, 0, 0, 1])
 
 
-@st.composite
-def shape_specs(draw) -> ShapeSpec:
-    fields = draw(st.lists(st.sampled_from(sorted(_FIELDS)), max_size=3, unique=True))
-    return ShapeSpec(**{**_DEFAULTS, **{f: draw(_FIELDS[f]) for f in fields}})
+def shape_spec(draw, workers: list[WorkerSpec]) -> ShapeSpec:
+    values = {}
+    for name in draw(_FIELD_LISTS):
+        how = draw(_HOW)
+        if how == "fixed" or not workers or name not in _ANCHORED:
+            values[name] = draw(_FIELDS[name])
+            continue
+        anchor = workers[draw(st.integers(0, len(workers) - 1))]
+        free, total, unit = _ANCHORED[name]
+        values[name] = max(0, (free if how == "free" else total)(anchor) + draw(_DELTA) * unit)
+    return ShapeSpec(**{**_DEFAULTS, **values})
 
 
 @st.composite
@@ -257,7 +303,11 @@ def scenarios(draw) -> Scenario:
     names = draw(st.permutations(NAMES))
     raw = draw(st.lists(_RAW_WORKER, min_size=1, max_size=5)) if draw(st.integers(0, 9)) else []
     workers = [worker_spec(n, r) for n, r in zip(names, raw)]
-    shapes = draw(st.lists(shape_specs(), min_size=1, max_size=3, unique_by=repr))
+    shapes = {}
+    for _ in range(draw(st.integers(1, 3))):
+        spec = shape_spec(draw, workers)
+        shapes.setdefault(repr(spec), spec)
+    shapes = list(shapes.values())
     kinds = [k % len(shapes) for k in draw(st.lists(st.integers(0, 2), max_size=16))]
     seqs = draw(st.permutations(range(len(kinds))))
     pending = [(f"e{seq}", kind, seq) for kind, seq in zip(kinds, seqs, strict=True)]
@@ -290,8 +340,12 @@ def test_never_over_capacity_or_any_resource(scn):
         gpus = [i for p in mine for i in p.gpu_indices]
         assert len(gpus) == len(set(gpus)) == sum(s.gpu for s in asks)
         assert set(gpus) <= free_gpus(w)
+        # GPUs go out most free VRAM first, from those no execution holds.
+        by_vram = sorted(free_gpus(w), key=lambda i: (-w.gpu_free_vram[i], i))
         for p in mine:
             assert static_fit(specs[p.shape], w)
+            assert p.gpu_indices == tuple(by_vram[: len(p.gpu_indices)])
+            del by_vram[: len(p.gpu_indices)]
     assert len({p.execution_id for p in placements}) == len(placements)
 
 
@@ -344,6 +398,8 @@ def test_infeasible_exactly_when_no_worker_could_fit_it_idle(scn):
             w = scn.spec_of(verdict.worker)
             assert verdict.permanent == (not fits_idle(spec, w))
             assert verdict.fits == fits_now_oracle(spec, w)
+            reasons = {r.reason: r.permanent for r in verdict.rejections}
+            assert reasons == expected_rejections(spec, w)
             assert (permanent_rejection(shp, scn.view_of(w.name)) is None) == fits_idle(spec, w)
         assert got.summary.startswith(f"{got.capable}/{len(scn.workers)} workers can run it")
 

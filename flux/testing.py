@@ -1,4 +1,6 @@
-"""Real processes on 127.0.0.1 for integration tests: a server, workers, and a client.
+"""A local cluster of real processes on 127.0.0.1: a server, workers, and a client.
+
+Used by the integration tests and the benchmarks, and handy for trying Flux out.
 
 The server binds port 0 and prints the port it got; we read it from its first
 stdout line, never guessing a free port. Every wait is bounded.
@@ -22,8 +24,6 @@ from flux.v1 import control_pb2
 
 T = TypeVar("T")
 
-ROOT = Path(__file__).resolve().parents[2]
-WORKFLOWS = Path(__file__).with_name("workflows.py")
 LISTENING = re.compile(r"listening on (\S+):(\d+) \(grpc\)")
 
 
@@ -165,7 +165,7 @@ class Cluster:
             self._client = FluxClient(self.address, timeout=10)
         return self._client
 
-    def register(self, path: Path = WORKFLOWS) -> None:
+    def register(self, path: Path) -> None:
         self.client.register_file(path)
 
     def run(

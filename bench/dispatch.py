@@ -1,0 +1,152 @@
+"""Dispatch latency and throughput against a real server and real workers (DESIGN §7).
+
+- receipt: submit -> an in-process gRPC worker receives ExecutionScheduled, and -> its
+  Claim is acknowledged, over sequential executions;
+- start: submit -> the workflow body starts on a real worker process, sequentially;
+- throughput: trivial executions completed per second with 4 worker processes;
+- server RSS after the runs.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import queue
+import sqlite3
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+import grpc
+import psutil
+
+from bench.common import percentiles, write
+from flux.testing import Cluster, eventually
+from flux.v1 import control_pb2, control_pb2_grpc, resources_pb2, worker_pb2, worker_pb2_grpc
+
+WORKFLOWS = Path(__file__).with_name("workflows.py")
+SEQUENTIAL = 1000
+BURST = 2000
+
+
+def receipt_latency(cluster: Cluster, n: int) -> dict[str, object]:
+    channel = grpc.insecure_channel(cluster.address)
+    worker = worker_pb2_grpc.WorkerServiceStub(channel)
+    control = control_pb2_grpc.ControlServiceStub(channel)
+    resources = resources_pb2.WorkerResources(cpu_total=64, cpu_available=64, memory_total=64 << 30,
+                                              memory_available=64 << 30)  # fmt: skip
+    token = worker.Register(worker_pb2.RegisterRequest(name="bench-raw", resources=resources)).session_token
+    stream = worker.Connect(worker_pb2.ConnectRequest(name="bench-raw", session_token=token))
+    arrivals: queue.Queue[tuple[float, worker_pb2.ExecutionScheduled]] = queue.Queue()
+
+    def read() -> None:
+        try:
+            for event in stream:
+                if event.WhichOneof("event") == "execution_scheduled":
+                    arrivals.put((time.perf_counter(), event.execution_scheduled))
+        except grpc.RpcError:
+            pass
+
+    reader = threading.Thread(target=read, daemon=True)
+    reader.start()
+    received, claimed = [], []
+    for _ in range(n):
+        started = time.perf_counter()
+        control.RunWorkflow(control_pb2.RunWorkflowRequest(workflow_name="noop", input_json="1"))
+        arrived, scheduled = arrivals.get(timeout=10)
+        worker.Claim(worker_pb2.ClaimRequest(name="bench-raw", session_token=token,
+                                             execution_id=scheduled.execution_id, generation=scheduled.generation))  # fmt: skip
+        claimed.append(time.perf_counter() - started)
+        received.append(arrived - started)
+        worker.Complete(worker_pb2.CompleteRequest(name="bench-raw", session_token=token,
+                                                   execution_id=scheduled.execution_id,
+                                                   generation=scheduled.generation, output_json="1"))  # fmt: skip
+    stream.cancel()
+    channel.close()
+    return {"submit_to_receipt_ms": percentiles(received), "submit_to_claimed_ms": percentiles(claimed)}
+
+
+def start_latency(cluster: Cluster, n: int) -> dict[str, object]:
+    client = cluster.client
+    delays = []
+    began = time.perf_counter()
+    for _ in range(n):
+        submitted = time.time()
+        final = client.run("stamp", None, wait=True, timeout=30)
+        delays.append(float(final.output_json) - submitted)
+    elapsed = time.perf_counter() - began
+    return {"submit_to_body_start_ms": percentiles(delays), "sequential_per_second": round(n / elapsed, 1)}
+
+
+async def _submit_burst(address: str, n: int, concurrency: int = 64) -> float:
+    async with grpc.aio.insecure_channel(address) as channel:
+        control = control_pb2_grpc.ControlServiceStub(channel)
+        request = control_pb2.RunWorkflowRequest(workflow_name="noop", input_json="1")
+        remaining = iter(range(n))
+        started = time.perf_counter()
+
+        async def submitter() -> None:
+            for _ in remaining:
+                await control.RunWorkflow(request)
+
+        await asyncio.gather(*(submitter() for _ in range(concurrency)))
+        return time.perf_counter() - started
+
+
+def throughput(cluster: Cluster, n: int, db: Path) -> dict[str, object]:
+    with sqlite3.connect(db) as reader:
+        since = time.time()
+        count = "SELECT COUNT(*) FROM executions WHERE state=4 AND created_at >= ?"
+        started = time.perf_counter()
+        submit_seconds = asyncio.run(_submit_burst(cluster.address, n))
+        done, deadline = 0, time.monotonic() + 120
+        while time.monotonic() < deadline:
+            done = reader.execute(count, (since,)).fetchone()[0]
+            if done >= n:
+                break
+            time.sleep(0.01)
+        elapsed = time.perf_counter() - started
+    return {
+        "submitted": n,
+        "completed": done,
+        "stuck": n - done,
+        "submit_seconds": round(submit_seconds, 3),
+        "seconds": round(elapsed, 3),
+        "completed_per_second": round(done / elapsed, 1),
+        "worker_processes": 4,
+    }
+
+
+def main() -> dict[str, object]:
+    with tempfile.TemporaryDirectory(prefix="flux-bench-") as tmp:
+        cluster = Cluster(Path(tmp))
+        try:
+            cluster.start_server()
+            cluster.register(WORKFLOWS)
+            receipt = receipt_latency(cluster, SEQUENTIAL)
+            for name in ("w1", "w2", "w3", "w4"):
+                cluster.start_worker(name, "--capacity", "64")
+            eventually(lambda: len(cluster.client.workers().workers) >= 5)
+            start = start_latency(cluster, SEQUENTIAL)
+            burst = throughput(cluster, BURST, Path(tmp) / "flux.db")
+            assert cluster.server is not None
+            rss = psutil.Process(cluster.server.pid).memory_info().rss
+        finally:
+            cluster.close()
+    result = {
+        "transport": "grpc",
+        "store": "sqlite",
+        "sequential_executions": SEQUENTIAL,
+        **receipt,
+        **start,
+        "burst": burst,
+        "server_rss_mib": round(rss / 2**20, 1),
+        "targets": {"receipt_p50_ms": 2, "receipt_p99_ms": 10, "start_p50_ms": 5, "start_p99_ms": 20,
+                    "sequential_per_second": 300, "completed_per_second": 2000},
+    }  # fmt: skip
+    write("dispatch", result)
+    return result
+
+
+if __name__ == "__main__":
+    main()
