@@ -6,7 +6,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 PROTOS := $(wildcard proto/flux/v1/*.proto)
 
-.PHONY: install proto check-proto test test-unit run bench lint clean
+.PHONY: install proto check-proto test test-unit run demo bench lint clean
 
 install: $(STAMP)
 
@@ -38,7 +38,12 @@ test: $(STAMP)
 test-unit: $(STAMP)
 	$(PY) -m pytest -q tests/unit
 
+# The main job on the embedded default: the control plane, state in SQLite under ./.flux/.
 run: $(STAMP)
+	$(VENV)/bin/flux start server
+
+# The matcher alone over a sample fleet built around this machine; no server needed.
+demo: $(STAMP)
 	$(PY) -m flux.demo
 
 bench: $(STAMP)

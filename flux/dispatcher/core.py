@@ -310,11 +310,8 @@ class Dispatcher:
         await self.store.save(final)
         return final
 
-    def why(self, execution_id: str) -> Why:
-        _check_id(execution_id)
-        execution = self._executions.get(execution_id) or self._finished.get(execution_id)
-        if execution is None:
-            raise NotFound(f"execution {execution_id!r} is not pending or recent; see its status instead")
+    async def why(self, execution_id: str) -> Why:
+        execution = self._executions.get(execution_id) or await self.get(execution_id)
         if execution.state is not State.CREATED:
             where = f" on worker {execution.worker}" if execution.worker else ""
             return Why(execution, f"execution is {execution.state.label}{where}")
@@ -372,7 +369,7 @@ class Dispatcher:
         return token
 
     def connect(self, name: str, session_token: str, transport: str = "grpc") -> Session:
-        entry = self._authorize(name, session_token)
+        entry = self.authorize(name, session_token)
         if entry.session is not None:
             entry.session.close()  # the same worker reconnecting takes over its own stream
         session = Session(name, transport, tuple(entry.holdings))
@@ -398,7 +395,7 @@ class Dispatcher:
         software: WorkerSoftware | None,
         draining: bool,
     ) -> None:
-        entry = self._authorize(name, session_token)
+        entry = self.authorize(name, session_token)
         try:
             resources.validate()
         except ValueError as exc:
@@ -408,7 +405,7 @@ class Dispatcher:
         self._dispatch(workers=[entry])
 
     def claim(self, name: str, session_token: str, execution_id: str, generation: int) -> Execution:
-        self._authorize(name, session_token)
+        self.authorize(name, session_token)
         execution = self._fenced(execution_id, name, generation)
         if execution.state is State.RUNNING:
             return execution  # a retried claim
@@ -430,7 +427,7 @@ class Dispatcher:
         error: ExecutionError | None,
         resources: WorkerResources | None = None,
     ) -> Execution:
-        entry = self._authorize(name, session_token)
+        entry = self.authorize(name, session_token)
         execution = self._executions.get(execution_id)
         if execution is None:
             done = await self.get(execution_id)
@@ -465,7 +462,7 @@ class Dispatcher:
     def release(
         self, name: str, session_token: str, execution_id: str, generation: int, reason: str
     ) -> Execution:
-        entry = self._authorize(name, session_token)
+        entry = self.authorize(name, session_token)
         execution = self._fenced(execution_id, name, generation)
         if execution.state not in (State.SCHEDULED, State.RUNNING):
             raise FailedPrecondition(
@@ -485,7 +482,7 @@ class Dispatcher:
 
     # ----------------------------------------------------------------- internals
 
-    def _authorize(self, name: str, session_token: str) -> WorkerEntry:
+    def authorize(self, name: str, session_token: str) -> WorkerEntry:
         entry = self._workers.get(name)
         if entry is None:
             raise NotFound(f"worker {name!r} is not registered; call Register first")

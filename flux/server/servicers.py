@@ -127,7 +127,7 @@ class WorkerService(worker_pb2_grpc.WorkerServiceServicer):
     async def GetWorkflowSource(
         self, request: worker_pb2.GetWorkflowSourceRequest, context: grpc.aio.ServicerContext
     ):
-        self.dispatcher._authorize(request.name, request.session_token)
+        self.dispatcher.authorize(request.name, request.session_token)
         filename, source = await self.dispatcher.get_source(request.source_hash)
         return worker_pb2.WorkflowSource(source_hash=request.source_hash, filename=filename, source=source)
 
@@ -184,4 +184,4 @@ class ControlService(control_pb2_grpc.ControlServiceServicer):
     async def ExplainExecution(
         self, request: control_pb2.ExplainExecutionRequest, context: grpc.aio.ServicerContext
     ):
-        return convert.why_to_proto(self.dispatcher.why(request.execution_id))
+        return convert.why_to_proto(await self.dispatcher.why(request.execution_id))
