@@ -1,0 +1,1056 @@
+"""The dispatcher (DESIGN §3-§4) with an in-memory store, fake sessions and a hand-driven clock.
+
+No processes, no network, no sleeping: the housekeeping task is stopped and
+tests run its step, ``_expire(now)``, themselves after moving the clock.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+
+import pytest
+
+from flux.dispatcher.core import Dispatcher, Settings, WorkerRegistration
+from flux.dispatcher.session import Cancelled, Event, Ping, Scheduled, Session
+from flux.domain.execution import Execution, ExecutionError, State, WorkflowRef
+from flux.domain.resource_request import ResourceRequest
+from flux.domain.worker import Gpu, WorkerResources, WorkerSoftware
+from flux.errors import (
+    AlreadyExists,
+    FailedPrecondition,
+    InvalidArgument,
+    NotFound,
+    PermissionDenied,
+    Unavailable,
+)
+from flux.matching import Amounts
+from flux.store.base import WorkflowRecord
+from tests.unit.fleet import GiB, gpus_of
+from tests.unit.memory_store import MemoryStore
+
+pytestmark = pytest.mark.timeout(10)
+
+# Grace shorter than the ack deadline, so a lost worker's unclaimed dispatches
+# are recovered by the loss itself, not by their deadline.
+SETTINGS = Settings(
+    ack_deadline=10.0, grace_period=5.0, safety_tick=3600.0, ping_interval=3600.0, server_id="test"
+)
+ACK, GRACE = SETTINGS.ack_deadline, SETTINGS.grace_period
+
+CREATED, SCHEDULED, RUNNING = State.CREATED, State.SCHEDULED, State.RUNNING
+COMPLETED, FAILED, CANCELLED = State.COMPLETED, State.FAILED, State.CANCELLED
+
+
+class Clock:
+    def __init__(self, now: float = 1_000.0) -> None:
+        self.now = now
+
+    def __call__(self) -> float:
+        return self.now
+
+    def advance(self, seconds: float) -> float:
+        self.now += seconds
+        return self.now
+
+
+def drain(session: Session | None) -> list[Event]:
+    """Everything pushed to the session since the last drain, without blocking."""
+    events: list[Event] = []
+    while session is not None and not session._queue.empty():
+        item = session._queue.get_nowait()
+        if isinstance(item, Scheduled | Cancelled | Ping):  # not the close marker
+            events.append(item)
+    return events
+
+
+def resources(cpu: int = 4, gpus: int = 0, cpu_available: int | None = None) -> WorkerResources:
+    return WorkerResources(
+        cpu_total=cpu,
+        cpu_available=cpu if cpu_available is None else cpu_available,
+        memory_total=16 * GiB,
+        memory_available=16 * GiB,
+        disk_total=100 * GiB,
+        disk_free=100 * GiB,
+        gpus=gpus_of(gpus),
+    )
+
+
+@dataclass
+class Worker:
+    """A fake worker process: its token, its session, and the calls it makes."""
+
+    d: Dispatcher
+    name: str
+    token: str
+    session: Session | None = None
+
+    def connect(self) -> Session:
+        self.session = self.d.connect(self.name, self.token)
+        return self.session
+
+    def disconnect(self) -> None:
+        assert self.session is not None
+        self.d.disconnect(self.session)
+
+    def events(self) -> list[Event]:
+        return drain(self.session)
+
+    def scheduled(self) -> list[str]:
+        return [e.execution.execution_id for e in self.events() if isinstance(e, Scheduled)]
+
+    def generation(self, execution_id: str) -> int:
+        return self.d._executions[execution_id].generation
+
+    def claim(self, execution_id: str, generation: int | None = None) -> Execution:
+        gen = self.generation(execution_id) if generation is None else generation
+        return self.d.claim(self.name, self.token, execution_id, gen)
+
+    async def complete(
+        self,
+        execution_id: str,
+        output_json: str | None = "null",
+        error: ExecutionError | None = None,
+        generation: int | None = None,
+    ) -> Execution:
+        gen = self.generation(execution_id) if generation is None else generation
+        return await self.d.complete(self.name, self.token, execution_id, gen, output_json, error)
+
+    def release(self, execution_id: str, generation: int | None = None) -> Execution:
+        gen = self.generation(execution_id) if generation is None else generation
+        return self.d.release(self.name, self.token, execution_id, gen, "test")
+
+    def report(self, res: WorkerResources, draining: bool = False) -> None:
+        self.d.report(self.name, self.token, res, None, draining)
+
+
+class Flux:
+    def __init__(self, store: MemoryStore | None = None, clock: Clock | None = None) -> None:
+        self.store = store or MemoryStore()
+        self.clock = clock or Clock()
+        self.d = Dispatcher(self.store, SETTINGS, clock=self.clock)
+
+    async def start(self) -> Flux:
+        await self.d.start()
+        assert self.d._housekeeper is not None
+        self.d._housekeeper.cancel()  # the tests run housekeeping themselves
+        return self
+
+    async def workflow(
+        self,
+        name: str = "job",
+        *,
+        max_attempts: int = 3,
+        affinity: dict[str, str] | None = None,
+        **requests: int,
+    ) -> WorkflowRecord:
+        declared = WorkflowRecord(
+            name, 0, "", "main", ResourceRequest(**requests), affinity or {}, max_attempts
+        )
+        [record] = await self.d.register_workflows(f"{name}.py", f"# {name}\n", [declared])
+        return record
+
+    async def worker(
+        self,
+        name: str = "w1",
+        cpu: int = 4,
+        *,
+        gpus: int = 0,
+        cpu_available: int | None = None,
+        labels: dict[str, str] | None = None,
+        capacity: int = 0,
+        connect: bool = True,
+    ) -> Worker:
+        registration = WorkerRegistration(
+            name, resources(cpu, gpus, cpu_available), WorkerSoftware(), labels or {}, capacity
+        )
+        worker = Worker(self.d, name, await self.d.register_worker(registration))
+        if connect:
+            worker.connect()
+        return worker
+
+    async def run(self, workflow: str = "job", input_json: str = "") -> str:
+        return (await self.d.submit(workflow, input_json)).execution_id
+
+    def get(self, execution_id: str) -> Execution:
+        return self.d._executions.get(execution_id) or self.d._finished[execution_id]
+
+    def state(self, execution_id: str) -> State:
+        return self.get(execution_id).state
+
+    def expire(self, advance: float = 0.0) -> bool:
+        return self.d._expire(self.clock.advance(advance))
+
+    def holdings(self, name: str) -> set[str]:
+        return set(self.d._workers[name].holdings)
+
+
+@pytest.fixture
+async def flux():
+    f = await Flux().start()
+    yield f
+    await f.d.stop()
+
+
+async def committed() -> None:
+    """Let the store's pending batch commit (it commits on the next loop iteration)."""
+    await asyncio.sleep(0)
+
+
+# ---- submit -------------------------------------------------------------------------------------
+
+
+async def test_submit_is_durable_before_it_returns_and_dispatched_at_once(flux):
+    record = await flux.workflow(cpu=1, gpu=1)
+    w = await flux.worker(gpus=2)
+    execution = await flux.d.submit("job", '{"x": 1}')
+    # Committed, not merely queued: the batch commits only on a later loop iteration.
+    assert flux.store.executions[execution.execution_id].state is CREATED
+    assert (execution.state, execution.worker, execution.generation) == (SCHEDULED, "w1", 1)
+    [event] = w.events()
+    assert isinstance(event, Scheduled)
+    sent = event.execution
+    assert sent.execution_id == execution.execution_id
+    assert (sent.attempt, sent.generation, sent.input_json) == (1, 1, '{"x": 1}')
+    assert sent.workflow == WorkflowRef("job", 1, record.source_hash, "main")
+    assert sent.gpu_indices == (0,)
+    assert event.requests == ResourceRequest(cpu=1, gpu=1)
+
+
+async def test_submit_without_input_stores_null(flux):
+    await flux.workflow()
+    assert flux.get(await flux.run()).input_json == "null"
+
+
+async def test_submit_that_cannot_be_stored_is_refused_and_not_queued(flux):
+    await flux.workflow()
+    w = await flux.worker()
+    flux.store.fail_next_commit = OSError("disk full")
+    with pytest.raises(Unavailable, match="disk full"):
+        await flux.d.submit("job")
+    assert len(flux.d.pending()) == 0
+    assert flux.d._executions == {}
+    assert w.events() == []
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "error", "match"),
+    [
+        pytest.param({"workflow_name": "nope"}, NotFound, "'nope' is not registered", id="unknown workflow"),
+        pytest.param({"input_json": "{oops"}, InvalidArgument, "input_json", id="input not JSON"),
+        pytest.param({"version": 7}, NotFound, "no version 7; the latest is 1", id="unknown version"),
+        pytest.param({"version": -1}, InvalidArgument, "version must be >= 0", id="negative version"),
+    ],
+)
+async def test_submit_refusals(flux, kwargs, error, match):
+    await flux.workflow()
+    await flux.worker()
+    with pytest.raises(error, match=match):
+        await flux.d.submit(**{"workflow_name": "job", **kwargs})
+    await committed()
+    assert flux.store.executions == {}
+    assert len(flux.d.pending()) == 0
+
+
+async def test_submit_pins_a_version_or_takes_the_latest(flux):
+    await flux.workflow()
+    await flux.workflow()
+    latest = await flux.d.submit("job")
+    pinned = await flux.d.submit("job", version=1)
+    assert (latest.workflow.version, pinned.workflow.version) == (2, 1)
+
+
+# ---- where work goes ----------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("how", ["registered, never connected", "stream dropped", "draining"])
+async def test_nothing_is_dispatched_to_a_worker_that_cannot_take_it(flux, how):
+    await flux.workflow()
+    w = await flux.worker(connect=how != "registered, never connected")
+    if how == "stream dropped":
+        w.disconnect()
+    elif how == "draining":
+        w.report(resources(), draining=True)
+    execution_id = await flux.run()
+    assert flux.state(execution_id) is CREATED
+    assert execution_id in flux.d.pending()
+    assert flux.holdings("w1") == set()
+    assert w.scheduled() == []
+
+
+async def _register_only(flux):
+    return await flux.worker(cpu=2, connect=False), None
+
+
+async def _connect(flux, w, blocker):
+    w.connect()
+
+
+async def _busy_observed(flux):
+    return await flux.worker(cpu=2, cpu_available=0), None
+
+
+async def _report_free(flux, w, blocker):
+    w.report(resources(cpu=2))
+
+
+async def _draining(flux):
+    w = await flux.worker(cpu=2)
+    w.report(resources(cpu=2), draining=True)
+    return w, None
+
+
+async def _report_not_draining(flux, w, blocker):
+    w.report(resources(cpu=2))
+
+
+async def _running_blocker(flux):
+    w = await flux.worker(cpu=2)
+    blocker = await flux.run()
+    w.claim(blocker)
+    w.events()
+    return w, blocker
+
+
+async def _complete(flux, w, blocker):
+    await w.complete(blocker)
+
+
+async def _cancel(flux, w, blocker):
+    await flux.d.cancel(blocker)
+
+
+Setup = Callable[["Flux"], Awaitable[tuple[Worker, str | None]]]
+Trigger = Callable[["Flux", Worker, str | None], Awaitable[None]]
+
+
+@pytest.mark.parametrize(
+    ("setup", "trigger"),
+    [
+        pytest.param(_register_only, _connect, id="worker connects"),
+        pytest.param(_busy_observed, _report_free, id="report shows free cores"),
+        pytest.param(_draining, _report_not_draining, id="report ends draining"),
+        pytest.param(_running_blocker, _complete, id="completion frees the cores"),
+        pytest.param(_running_blocker, _cancel, id="cancel frees the cores"),
+    ],
+)
+async def test_pending_work_is_dispatched_when_room_appears(flux, setup: Setup, trigger: Trigger):
+    await flux.workflow(cpu=2)
+    w, blocker = await setup(flux)
+    waiting = await flux.run()
+    assert flux.state(waiting) is CREATED
+    await trigger(flux, w, blocker)
+    assert flux.state(waiting) is SCHEDULED
+    assert w.scheduled() == [waiting]
+
+
+async def test_no_overcommit_and_each_completion_dispatches_exactly_one_more(flux):
+    await flux.workflow(cpu=2)
+    w = await flux.worker(cpu=4)
+    ids = [await flux.run() for _ in range(10)]
+    assert [flux.state(i) for i in ids] == [SCHEDULED] * 2 + [CREATED] * 8
+    assert w.scheduled() == ids[:2]
+    # A report taken before they started still shows 4 idle cores; the reservations cap it.
+    w.report(resources(cpu=4))
+    assert w.scheduled() == []
+    w.claim(ids[0])
+    await w.complete(ids[0])
+    assert w.scheduled() == [ids[2]]
+    assert [flux.state(i) for i in ids[1:]] == [SCHEDULED] * 2 + [CREATED] * 7
+    assert flux.d._workers["w1"].reserved == Amounts(cpu=4)
+
+
+@pytest.mark.parametrize(
+    ("fleet", "expected"),
+    [
+        pytest.param(
+            [{"name": "a"}, {"name": "b"}],
+            ["a", "b", "a", "b"],
+            id="equal workers alternate, name breaks ties",
+        ),
+        pytest.param(
+            [{"name": "a", "capacity": 2}, {"name": "b", "capacity": 8}],
+            ["a", "b", "b", "b"],
+            id="fewest active per capacity wins",
+        ),
+        pytest.param(
+            [{"name": "a", "cpu_available": 1}, {"name": "b"}],
+            ["b", "a", "b"],
+            id="more free cpu breaks a load tie",
+        ),
+    ],
+)
+async def test_least_loaded_worker_is_chosen(flux, fleet, expected):
+    await flux.workflow(cpu=1)
+    for spec in fleet:
+        await flux.worker(**spec)
+    ids = [await flux.run() for _ in expected]
+    assert [flux.get(i).worker for i in ids] == expected
+
+
+async def test_gpu_indices_are_distinct_and_released_on_completion(flux):
+    await flux.workflow(gpu=1)
+    w = await flux.worker(gpus=2)
+    a, b, c = [await flux.run() for _ in range(3)]
+    assert {flux.get(a).gpu_indices, flux.get(b).gpu_indices} == {(0,), (1,)}
+    assert flux.state(c) is CREATED
+    freed = flux.get(a).gpu_indices
+    w.claim(a)
+    await w.complete(a)
+    assert flux.get(c).gpu_indices == freed
+    assert flux.d._workers["w1"].held_gpus == {0, 1}
+
+
+async def test_gpu_without_free_vram_is_not_assigned(flux):
+    await flux.workflow(gpu=1)
+    w = await flux.worker(gpus=2)
+    gpus = (Gpu(0, memory_total=GiB, memory_free=0), Gpu(1, memory_total=GiB, memory_free=GiB))
+    w.report(WorkerResources(4, 4, 16 * GiB, 16 * GiB, 100 * GiB, 100 * GiB, gpus))
+    a, b = await flux.run(), await flux.run()
+    assert flux.get(a).gpu_indices == (1,)
+    assert flux.state(b) is CREATED
+
+
+async def test_affinity_sends_work_only_to_matching_labels(flux):
+    await flux.workflow(affinity={"role": "training"})
+    await flux.worker("a", labels={"role": "serving"})
+    await flux.worker("b", labels={"role": "training", "zone": "x"})
+    assert [flux.get(await flux.run()).worker for _ in range(2)] == ["b", "b"]
+
+
+# ---- ack deadline and fencing --------------------------------------------------------------------
+
+
+async def test_unclaimed_dispatch_returns_to_created_after_the_ack_deadline(flux):
+    await flux.workflow(cpu=4)
+    w = await flux.worker(cpu=4)
+    execution_id = await flux.run()
+    w.events()
+    assert flux.expire(ACK - 0.01) is False
+    assert flux.state(execution_id) is SCHEDULED
+
+    assert flux.expire(0.01) is True
+    back = flux.get(execution_id)
+    assert (back.state, back.attempt, back.worker, back.generation) == (CREATED, 1, "", 1)
+    assert execution_id in flux.d.pending()
+    assert w.events() == [Cancelled(execution_id, 1, "ack deadline expired")]
+    entry = flux.d._workers["w1"]
+    assert (entry.holdings, entry.reserved) == ({}, Amounts())
+    with pytest.raises(FailedPrecondition, match="not dispatched to worker 'w1'"):
+        w.claim(execution_id, generation=1)
+    await committed()
+    assert flux.store.executions[execution_id].state is CREATED
+
+    # The next pass dispatches it again under a new generation; the old one stays fenced.
+    flux.d._dispatch()
+    assert (flux.state(execution_id), w.generation(execution_id)) == (SCHEDULED, 2)
+    with pytest.raises(FailedPrecondition, match="stale generation 1"):
+        w.claim(execution_id, generation=1)
+    assert w.claim(execution_id, generation=2).state is RUNNING
+    # Claimed work has no ack deadline.
+    assert flux.expire(ACK * 10) is False
+    assert flux.state(execution_id) is RUNNING
+
+
+async def _claim(d, name, token, execution_id, generation):
+    return d.claim(name, token, execution_id, generation)
+
+
+async def _complete_call(d, name, token, execution_id, generation):
+    return await d.complete(name, token, execution_id, generation, "null", None)
+
+
+async def _release(d, name, token, execution_id, generation):
+    return d.release(name, token, execution_id, generation, "test")
+
+
+@pytest.mark.parametrize("call", [_claim, _complete_call, _release], ids=["claim", "complete", "release"])
+@pytest.mark.parametrize(
+    ("who", "generation", "error", "match"),
+    [
+        pytest.param("a", 1, FailedPrecondition, "stale generation 1", id="stale generation"),
+        pytest.param("a", 3, FailedPrecondition, "stale generation 3", id="future generation"),
+        pytest.param("b", 2, FailedPrecondition, "not dispatched to worker 'b'", id="wrong worker"),
+        pytest.param("a-forged", 2, PermissionDenied, "session_token does not match", id="wrong token"),
+        pytest.param("ghost", 2, NotFound, "'ghost' is not registered", id="unknown worker"),
+    ],
+)
+async def test_fencing_refuses_the_wrong_dispatch(flux, call, who, generation, error, match):
+    await flux.workflow(cpu=4)
+    a = await flux.worker("a")
+    b = await flux.worker("b")
+    execution_id = await flux.run()
+    flux.expire(ACK)
+    flux.d._dispatch()  # the second dispatch: generation 2, to "a" again (name breaks the tie)
+    before = flux.get(execution_id)
+    assert (before.worker, before.generation) == ("a", 2)
+    a.claim(execution_id)
+    before = flux.get(execution_id)
+    name, token = {
+        "a": ("a", a.token),
+        "b": ("b", b.token),
+        "a-forged": ("a", "forged"),
+        "ghost": ("ghost", a.token),
+    }[who]
+    with pytest.raises(error, match=match):
+        await call(flux.d, name, token, execution_id, generation)
+    assert flux.get(execution_id) == before
+    assert flux.holdings("a") == {execution_id}
+
+
+async def test_complete_before_claim_is_refused(flux):
+    await flux.workflow()
+    w = await flux.worker()
+    execution_id = await flux.run()
+    with pytest.raises(FailedPrecondition, match="claim it before completing"):
+        await w.complete(execution_id)
+    assert flux.state(execution_id) is SCHEDULED
+
+
+async def test_claim_is_idempotent(flux):
+    await flux.workflow()
+    w = await flux.worker()
+    execution_id = await flux.run()
+    first = w.claim(execution_id)
+    assert w.claim(execution_id) == first
+    await committed()
+    assert flux.store.executions[execution_id].state is RUNNING
+
+
+async def test_complete_with_invalid_output_is_refused_and_keeps_running(flux):
+    await flux.workflow()
+    w = await flux.worker()
+    execution_id = await flux.run()
+    w.claim(execution_id)
+    with pytest.raises(InvalidArgument, match="output_json"):
+        await w.complete(execution_id, "{oops")
+    assert flux.state(execution_id) is RUNNING
+
+
+@pytest.mark.parametrize(
+    ("first", "again", "accepted"),
+    [
+        pytest.param(('{"v": 1}', None), ('{"v": 1}', None), True, id="same output retried"),
+        pytest.param((None, None), ("null", None), True, id="empty output is null"),
+        pytest.param(
+            (None, ExecutionError("ValueError", "bad")),
+            (None, ExecutionError("ValueError", "bad")),
+            True,
+            id="same error retried",
+        ),
+        pytest.param(('{"v": 1}', None), ('{"v": 2}', None), False, id="different output"),
+        pytest.param(
+            ('{"v": 1}', None), (None, ExecutionError("ValueError", "bad")), False, id="error after output"
+        ),
+        pytest.param(
+            (None, ExecutionError("ValueError", "bad")), ('{"v": 1}', None), False, id="output after error"
+        ),
+    ],
+)
+async def test_a_result_is_recorded_once(flux, first, again, accepted):
+    await flux.workflow()
+    w = await flux.worker()
+    execution_id = await flux.run()
+    generation = w.claim(execution_id).generation
+    recorded = await w.complete(execution_id, *first)
+    assert recorded.state is (FAILED if first[1] else COMPLETED)
+    if accepted:
+        assert await w.complete(execution_id, *again, generation=generation) == recorded
+    else:
+        with pytest.raises(FailedPrecondition, match="already"):
+            await w.complete(execution_id, *again, generation=generation)
+    assert flux.store.executions[execution_id] == recorded
+    assert await flux.d.get(execution_id) == recorded
+
+
+async def test_a_result_whose_commit_failed_is_stored_by_the_retry(flux):
+    await flux.workflow()
+    w = await flux.worker()
+    execution_id = await flux.run()
+    w.claim(execution_id)
+    await committed()
+    flux.store.fail_next_commit = OSError("disk full")
+    with pytest.raises(Unavailable, match="disk full"):
+        await w.complete(execution_id, '"done"', generation=1)
+    assert flux.store.executions[execution_id].state is RUNNING
+    retried = await w.complete(execution_id, '"done"', generation=1)  # the worker retries on Unavailable
+    assert (retried.state, retried.output_json) == (COMPLETED, '"done"')
+    assert flux.store.executions[execution_id] == retried
+
+
+async def test_a_completion_for_an_older_generation_is_refused_after_the_result(flux):
+    await flux.workflow()
+    w = await flux.worker()
+    execution_id = await flux.run()
+    w.claim(execution_id)
+    recorded = await w.complete(execution_id, '"first"')
+    with pytest.raises(FailedPrecondition, match="already COMPLETED"):
+        await w.complete(execution_id, '"first"', generation=recorded.generation - 1)
+
+
+# ---- release -------------------------------------------------------------------------------------
+
+
+async def test_release_requeues_with_the_same_attempt_in_its_original_place(flux):
+    record = await flux.workflow(cpu=2)
+    w = await flux.worker(cpu=2)
+    first, second = await flux.run(), await flux.run()
+    w.claim(first)
+    w.report(resources(cpu=2), draining=True)
+    released = w.release(first)
+    assert (released.state, released.attempt, released.worker) == (CREATED, 1, "")
+    assert released.seq == 1
+    shape = flux.d._shapes[(record.name, record.version)]
+    assert [p.execution_id for p in flux.d.pending().iter_shape(shape)] == [first, second]
+    assert flux.holdings("w1") == set()
+    v = await flux.worker("v", cpu=2)
+    assert v.scheduled() == [first]
+    assert (flux.get(first).worker, flux.get(first).generation) == ("v", 2)
+    assert flux.state(second) is CREATED
+
+
+async def test_release_of_finished_work_is_refused(flux):
+    await flux.workflow()
+    w = await flux.worker()
+    execution_id = await flux.run()
+    generation = w.claim(execution_id).generation
+    await w.complete(execution_id)
+    with pytest.raises(FailedPrecondition, match="already COMPLETED"):
+        w.release(execution_id, generation)
+
+
+# ---- cancel --------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("state", [CREATED, SCHEDULED, RUNNING], ids=lambda s: s.label)
+async def test_cancel_unfinished(flux, state):
+    await flux.workflow(cpu=4)
+    w = await flux.worker(cpu=4, connect=state is not CREATED)
+    execution_id = await flux.run()
+    waiting = await flux.run()
+    if state is RUNNING:
+        w.claim(execution_id)
+    generation = flux.get(execution_id).generation
+    w.events()
+    assert flux.state(execution_id) is state
+
+    cancelled = await flux.d.cancel(execution_id)
+    assert cancelled.state is CANCELLED
+    assert flux.store.executions[execution_id].state is CANCELLED  # durable before it returns
+    assert execution_id not in flux.d.pending()
+    assert execution_id not in flux.holdings("w1")
+    if state is CREATED:
+        assert w.events() == []
+        assert flux.state(waiting) is CREATED
+    else:
+        events = w.events()
+        assert events[0] == Cancelled(execution_id, generation, "cancelled by a client")
+        # Its reservation is gone, so the next execution takes the cores.
+        assert [e.execution.execution_id for e in events[1:] if isinstance(e, Scheduled)] == [waiting]
+        with pytest.raises(FailedPrecondition, match="already CANCELLED"):
+            w.claim(execution_id, generation)
+
+
+@pytest.mark.parametrize("how", ["completed", "cancelled"])
+async def test_cancel_of_finished_work_is_refused(flux, how):
+    await flux.workflow()
+    w = await flux.worker()
+    execution_id = await flux.run()
+    if how == "completed":
+        w.claim(execution_id)
+        await w.complete(execution_id)
+    else:
+        await flux.d.cancel(execution_id)
+    with pytest.raises(FailedPrecondition, match=f"already {how.upper()}"):
+        await flux.d.cancel(execution_id)
+
+
+async def test_cancel_or_get_of_unknown_execution(flux):
+    with pytest.raises(NotFound):
+        await flux.d.cancel("missing")
+    with pytest.raises(InvalidArgument, match="execution_id"):
+        await flux.d.get("")
+
+
+# ---- lost workers --------------------------------------------------------------------------------
+
+
+async def test_lost_worker_requeues_running_with_next_attempt_and_scheduled_with_the_same(flux):
+    await flux.workflow(cpu=1)
+    w = await flux.worker()
+    running, scheduled = await flux.run(), await flux.run()
+    w.claim(running)
+    w.disconnect()
+    assert flux.expire(GRACE - 0.01) is False
+    assert flux.holdings("w1") == {running, scheduled}
+    assert flux.expire(0.01) is True
+    assert (flux.state(running), flux.get(running).attempt) == (CREATED, 2)
+    assert (flux.state(scheduled), flux.get(scheduled).attempt) == (CREATED, 1)
+    assert "w1" not in {entry.name for entry in flux.d.workers()}
+    assert [flux.get(i).worker for i in (running, scheduled)] == ["", ""]
+    await committed()
+    assert flux.store.executions[running].attempt == 2
+
+
+@pytest.mark.parametrize("max_attempts", [1, 2, 3])
+async def test_lost_running_work_retries_until_max_attempts_then_fails(flux, max_attempts):
+    await flux.workflow(max_attempts=max_attempts)
+    execution_id = await flux.run()
+    for attempt in range(1, max_attempts + 1):
+        w = await flux.worker(f"w{attempt}")
+        assert (flux.state(execution_id), flux.get(execution_id).attempt) == (SCHEDULED, attempt)
+        w.claim(execution_id)
+        w.disconnect()
+        flux.expire(GRACE)
+    final = flux.get(execution_id)
+    assert (final.state, final.attempt) == (FAILED, max_attempts)
+    assert final.error is not None and final.error.type == "WorkerLost"
+    assert execution_id not in flux.d.pending()
+    await committed()
+    assert flux.store.executions[execution_id].state is FAILED
+
+
+async def test_reconnect_within_the_grace_period_keeps_the_work(flux):
+    await flux.workflow()
+    w = await flux.worker()
+    running, scheduled = await flux.run(), await flux.run()
+    w.claim(running)
+    w.disconnect()
+    flux.expire(GRACE - 0.01)
+    session = w.connect()
+    assert set(session.held) == {running, scheduled}
+    # Long past the grace period counted from the drop, still before the ack deadline.
+    assert flux.expire(ACK - GRACE) is False
+    assert flux.get(running).state is RUNNING and flux.get(running).attempt == 1
+    assert (await w.complete(running)).state is COMPLETED
+
+
+async def test_a_late_result_from_a_lost_worker_is_refused(flux):
+    await flux.workflow(max_attempts=1)
+    w = await flux.worker()
+    execution_id = await flux.run()
+    generation = w.claim(execution_id).generation
+    w.disconnect()
+    flux.expire(GRACE)
+    assert flux.state(execution_id) is FAILED
+    with pytest.raises(NotFound, match="not registered"):
+        await w.complete(execution_id, '"late"', generation=generation)
+    # The same process registers again (its old token is gone with the entry) and retries.
+    back = await flux.worker()
+    with pytest.raises(FailedPrecondition, match="already FAILED"):
+        await back.complete(execution_id, '"late"', generation=generation)
+    assert flux.get(execution_id).error.type == "WorkerLost"
+
+
+# ---- worker registration -------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("token", ["", "someone-elses"], ids=["no token", "other token"])
+async def test_register_a_live_name_is_refused(flux, token):
+    w = await flux.worker()
+    registration = WorkerRegistration("w1", resources(), WorkerSoftware(), {}, session_token=token)
+    with pytest.raises(AlreadyExists, match="'w1' is held by a live stream"):
+        await flux.d.register_worker(registration)
+    assert flux.d._workers["w1"].session_token == w.token
+
+
+async def test_register_with_own_token_keeps_identity_and_holdings(flux):
+    await flux.workflow()
+    w = await flux.worker(labels={"role": "a"})
+    execution_id = await flux.run()
+    w.claim(execution_id)
+    registration = WorkerRegistration(
+        "w1", resources(cpu=8), WorkerSoftware(), {"role": "b"}, 4, session_token=w.token
+    )
+    assert await flux.d.register_worker(registration) == w.token
+    entry = flux.d._workers["w1"]
+    assert set(entry.holdings) == {execution_id}
+    assert (dict(entry.labels), entry.capacity, entry.resources.cpu_total) == ({"role": "b"}, 4, 8)
+    assert w.connect().held == (execution_id,)
+    assert flux.state(execution_id) is RUNNING
+
+
+async def test_a_new_process_taking_a_dropped_name_requeues_the_old_work(flux):
+    await flux.workflow(cpu=4)
+    old = await flux.worker("w1")
+    running = await flux.run()
+    old.claim(running)
+    old.disconnect()
+    other = await flux.worker("other")
+    assert other.scheduled() == []
+    new = await flux.worker("w1", connect=False)
+    assert new.token != old.token
+    assert flux.holdings("w1") == set()
+    # Requeued with the next attempt and placed at once on the other worker.
+    moved = flux.get(running)
+    assert (moved.state, moved.attempt, moved.worker) == (SCHEDULED, 2, "other")
+    assert other.scheduled() == [running]
+    with pytest.raises(PermissionDenied):
+        old.connect()
+
+
+def _gpu(index: int, free: int = GiB) -> Gpu:
+    return Gpu(index, memory_total=GiB, memory_free=free)
+
+
+@pytest.mark.parametrize(
+    ("changes", "field"),
+    [
+        pytest.param({"name": ""}, "name", id="empty name"),
+        pytest.param({"name": "has space"}, "name", id="name with a space"),
+        pytest.param({"name": "-leading-dash"}, "name", id="name starting with a dash"),
+        pytest.param({"name": "x" * 64}, "name", id="name too long"),
+        pytest.param({"capacity": -1}, "capacity", id="negative capacity"),
+        pytest.param({"capacity": 4097}, "capacity", id="capacity too large"),
+        pytest.param({"labels": {"bad key!": "x"}}, "labels key", id="bad label key"),
+        pytest.param({"labels": {"role": "-x"}}, "labels\\['role'\\]", id="bad label value"),
+        pytest.param({"resources": WorkerResources(cpu_total=-1)}, "resources.cpu_total", id="negative cpu"),
+        pytest.param(
+            {"resources": WorkerResources(memory_available=-1)},
+            "resources.memory_available",
+            id="negative memory",
+        ),
+        pytest.param(
+            {"resources": WorkerResources(gpus=(_gpu(0), _gpu(0)))}, "resources.gpus", id="duplicate gpu"
+        ),
+        pytest.param(
+            {"resources": WorkerResources(gpus=(_gpu(0, -1),))}, "resources.gpus", id="negative gpu memory"
+        ),
+    ],
+)
+async def test_register_refuses_invalid_fields(flux, changes, field):
+    registration = {
+        "name": "w1",
+        "resources": resources(),
+        "software": WorkerSoftware(),
+        "labels": {},
+        "capacity": 0,
+        **changes,
+    }
+    with pytest.raises(InvalidArgument, match=f"^{field}"):
+        await flux.d.register_worker(WorkerRegistration(**registration))
+    assert flux.d._workers == {}
+    assert flux.store.workers == {}
+
+
+async def test_register_defaults_capacity_and_remembers_the_token(flux):
+    w = await flux.worker(connect=False)
+    assert flux.d._workers["w1"].capacity == 16
+    assert flux.store.workers["w1"].session_token == w.token
+
+
+async def test_report_with_negative_resources_is_refused(flux):
+    w = await flux.worker()
+    with pytest.raises(InvalidArgument, match="resources.cpu_available"):
+        w.report(WorkerResources(cpu_total=4, cpu_available=-1))
+    assert flux.d._workers["w1"].resources == resources()
+
+
+@pytest.mark.parametrize(
+    ("name", "token", "error"),
+    [
+        pytest.param("w1", "wrong", PermissionDenied, id="wrong token"),
+        pytest.param("w1", "", PermissionDenied, id="no token"),
+        pytest.param("ghost", None, NotFound, id="unknown worker"),
+    ],
+)
+async def test_connect_refusals(flux, name, token, error):
+    w = await flux.worker(connect=False)
+    with pytest.raises(error):
+        flux.d.connect(name, w.token if token is None else token)
+    assert not flux.d._workers["w1"].connected
+
+
+async def test_a_worker_reconnecting_replaces_its_own_stream(flux):
+    await flux.workflow()
+    w = await flux.worker()
+    first = w.session
+    second = w.connect()
+    assert first is not None and first.closed and not second.closed
+    flux.d.disconnect(first)  # the old stream's transport cleaning up must not drop the new one
+    assert flux.d._workers["w1"].connected
+    assert flux.get(await flux.run()).worker == "w1"
+
+
+async def test_a_worker_registered_but_never_connected_is_forgotten_after_grace(flux):
+    await flux.worker(connect=False)
+    flux.expire(GRACE)
+    assert flux.d.workers() == []
+
+
+# ---- why -----------------------------------------------------------------------------------------
+
+
+async def test_why_pending_infeasible(flux):
+    await flux.workflow(cpu=8)
+    await flux.worker(cpu=4)
+    execution_id = await flux.run()
+    why = await flux.d.why(execution_id)
+    assert why.summary == "0/1 workers can run it: 1 has only 4 cores"
+    assert why.explanation is not None and why.explanation.infeasible
+    assert why.queue_position == 0
+
+
+async def test_why_pending_busy(flux):
+    await flux.workflow(cpu=4)
+    w = await flux.worker(cpu=4)
+    running, first, second = [await flux.run() for _ in range(3)]
+    w.claim(running)
+    why = await flux.d.why(second)
+    assert why.summary == "0/1 workers can run it: 1 has 0 of 4 cores free"
+    assert why.explanation is not None and not why.explanation.infeasible
+    assert why.queue_position == 1
+
+
+async def test_why_with_no_worker_connected(flux):
+    await flux.workflow()
+    await flux.worker(connect=False)
+    why = await flux.d.why(await flux.run())
+    assert why.summary == "0/0 workers can run it: no worker is connected"
+    assert why.explanation is not None and why.explanation.infeasible
+
+
+@pytest.mark.parametrize(
+    ("state", "summary"),
+    [
+        pytest.param(SCHEDULED, "execution is SCHEDULED on worker w1", id="scheduled"),
+        pytest.param(RUNNING, "execution is RUNNING on worker w1", id="running"),
+        pytest.param(COMPLETED, "execution is COMPLETED on worker w1", id="completed"),
+    ],
+)
+async def test_why_placed(flux, state, summary):
+    await flux.workflow()
+    w = await flux.worker()
+    execution_id = await flux.run()
+    if state is not SCHEDULED:
+        w.claim(execution_id)
+    if state is COMPLETED:
+        await w.complete(execution_id)
+    why = await flux.d.why(execution_id)
+    assert (why.summary, why.explanation, why.execution.state) == (summary, None, state)
+
+
+# ---- restart -------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("worker_returns", [True, False], ids=["worker reconnects", "worker never returns"])
+async def test_restart_recovers_queue_and_running_work(worker_returns):
+    store, clock = MemoryStore(), Clock()
+    one = await Flux(store, clock).start()
+    await one.workflow(cpu=1)
+    w = await one.worker(cpu=1)
+    running, queued = await one.run(), await one.run()
+    w.claim(running)
+    assert one.state(queued) is CREATED
+    await one.d.stop()
+
+    two = await Flux(store, clock).start()
+    try:
+        assert two.state(queued) is CREATED
+        assert queued in two.d.pending()
+        recovered = two.get(running)
+        assert (recovered.state, recovered.worker, recovered.generation) == (RUNNING, "w1", 1)
+        assert two.holdings("w1") == {running}
+        assert not two.d._workers["w1"].connected
+        assert (await two.d.submit("job")).seq == 3  # submission order continues
+
+        if worker_returns:
+            clock.advance(GRACE - 0.01)
+            registration = WorkerRegistration(
+                "w1", resources(cpu=1), WorkerSoftware(), {}, session_token=w.token
+            )
+            assert await two.d.register_worker(registration) == w.token  # the token survived
+            w.d = two.d
+            assert w.connect().held == (running,)
+            assert two.expire(GRACE * 10) is False
+            assert two.state(running) is RUNNING
+            assert (await w.complete(running, '"ok"', generation=1)).state is COMPLETED
+            assert w.scheduled() == [queued]  # FIFO: the older queued one first
+        else:
+            assert two.expire(GRACE - 0.01) is False
+            assert two.state(running) is RUNNING
+            assert two.expire(0.01) is True
+            back = two.get(running)
+            assert (back.state, back.attempt, back.worker) == (CREATED, 2, "")
+            other = await two.worker("other", cpu=1)
+            assert other.scheduled() == [running]  # it keeps its place ahead of later work
+    finally:
+        await two.d.stop()
+
+
+async def test_restart_forgets_unclaimed_dispatches(flux):
+    await flux.workflow()
+    await flux.worker()
+    execution_id = await flux.run()
+    assert flux.state(execution_id) is SCHEDULED
+    await flux.d.stop()
+    again = await Flux(flux.store, flux.clock).start()
+    try:
+        assert again.state(execution_id) is CREATED
+        assert execution_id in again.d.pending()
+        assert again.d.workers() == []
+    finally:
+        await again.d.stop()
+
+
+# ---- watch ---------------------------------------------------------------------------------------
+
+
+async def _follow(flux: Flux, execution_id: str, seen: list[State]) -> asyncio.Task[None]:
+    async def follow() -> None:
+        async for execution in flux.d.watch(execution_id):
+            seen.append(execution.state)
+
+    task = asyncio.create_task(follow())
+    for _ in range(100):  # bounded: until it has subscribed and yielded the current state
+        if seen:
+            return task
+        await asyncio.sleep(0)
+    raise AssertionError("watch did not yield the current state")
+
+
+async def _complete_it(flux, w, execution_id):
+    w.claim(execution_id)
+    await w.complete(execution_id)
+
+
+async def _cancel_it(flux, w, execution_id):
+    await flux.d.cancel(execution_id)
+
+
+async def _lose_it(flux, w, execution_id):
+    w.claim(execution_id)
+    w.disconnect()
+    flux.expire(GRACE)
+
+
+@pytest.mark.parametrize(
+    ("finish", "expected"),
+    [
+        pytest.param(_complete_it, [CREATED, SCHEDULED, RUNNING, COMPLETED], id="completed"),
+        pytest.param(_cancel_it, [CREATED, SCHEDULED, CANCELLED], id="cancelled"),
+        pytest.param(_lose_it, [CREATED, SCHEDULED, RUNNING, FAILED], id="worker lost"),
+    ],
+)
+async def test_watch_yields_current_state_then_changes_until_final(flux, finish, expected):
+    await flux.workflow(max_attempts=1)
+    execution_id = await flux.run()
+    seen: list[State] = []
+    task = await _follow(flux, execution_id, seen)
+    w = await flux.worker()
+    await finish(flux, w, execution_id)
+    await asyncio.wait_for(task, timeout=2)
+    assert seen == expected
+    assert flux.d._watchers == {}
+
+
+async def test_watch_of_a_finished_execution_yields_once(flux):
+    await flux.workflow()
+    execution_id = await flux.run()
+    await flux.d.cancel(execution_id)
+
+    async def collect() -> list[State]:
+        return [e.state async for e in flux.d.watch(execution_id)]
+
+    assert await asyncio.wait_for(collect(), timeout=2) == [CANCELLED]
