@@ -57,29 +57,31 @@ def capacity(shape: Shape, view: WorkerView, room: Room) -> Rejection | None:
     )
 
 
+def _has(reason: Reason, permanent: bool, wanted: str, offered: str, text: str) -> Rejection:
+    """A rejection phrased "has …" / "have …" for the per-worker detail and the summary."""
+    return Rejection(reason, permanent, wanted, offered, f"has {text}", f"have {text}")
+
+
 def cpu(shape: Shape, view: WorkerView, room: Room) -> Rejection | None:
     wanted = shape.requests.cpu
     if not wanted or room.cpu >= wanted:
         return None
     total = view.resources.cpu_total
     if total < wanted:
-        text = f"only {_plural(total, 'core')}"
-        return Rejection(
-            Reason.CPU,
-            True,
-            _plural(wanted, "core"),
-            f"{total} total",
-            f"has {text}",
-            f"have {text}",
+        return _has(
+            Reason.CPU, True, _plural(wanted, "core"), f"{total} total", f"only {_plural(total, 'core')}"
         )
     text = f"{room.cpu} of {_plural(total, 'core')} free"
-    return Rejection(
-        Reason.CPU,
-        False,
-        _plural(wanted, "core"),
-        f"{room.cpu} free",
-        f"has {text}",
-        f"have {text}",
+    return _has(Reason.CPU, False, _plural(wanted, "core"), f"{room.cpu} free", text)
+
+
+def _bytes_rejection(reason: Reason, noun: str, wanted: int, free: int, total: int) -> Rejection:
+    if total < wanted:
+        shown = _bytes(total, wanted)
+        return _has(reason, True, _bytes(wanted, total), f"{shown} total", f"only {shown} {noun}")
+    shown = _bytes(free, wanted)
+    return _has(
+        reason, False, _bytes(wanted, free), f"{shown} free", f"{shown} of {format_bytes(total)} {noun} free"
     )
 
 
@@ -87,22 +89,7 @@ def memory(shape: Shape, view: WorkerView, room: Room) -> Rejection | None:
     wanted = shape.requests.memory
     if not wanted or room.memory >= wanted:
         return None
-    total = view.resources.memory_total
-    if total < wanted:
-        text = f"only {_bytes(total, wanted)} memory"
-        return Rejection(
-            Reason.MEMORY,
-            True,
-            _bytes(wanted, total),
-            f"{_bytes(total, wanted)} total",
-            f"has {text}",
-            f"have {text}",
-        )
-    free = _bytes(room.memory, wanted)
-    text = f"{free} of {format_bytes(total)} memory free"
-    return Rejection(
-        Reason.MEMORY, False, _bytes(wanted, room.memory), f"{free} free", f"has {text}", f"have {text}"
-    )
+    return _bytes_rejection(Reason.MEMORY, "memory", wanted, room.memory, view.resources.memory_total)
 
 
 def gpu(shape: Shape, view: WorkerView, room: Room) -> Rejection | None:
@@ -114,32 +101,16 @@ def gpu(shape: Shape, view: WorkerView, room: Room) -> Rejection | None:
     if count == 0:
         return Rejection(Reason.GPU, True, need, "no GPUs", "has no GPUs", "have no GPUs")
     if count < wanted:
-        text = f"only {_plural(count, 'GPU')}"
-        return Rejection(Reason.GPU, True, need, f"{count} total", f"has {text}", f"have {text}")
-    text = f"{len(room.gpus)} of {_plural(count, 'GPU')} free"
-    return Rejection(Reason.GPU, False, need, f"{len(room.gpus)} free", f"has {text}", f"have {text}")
+        return _has(Reason.GPU, True, need, f"{count} total", f"only {_plural(count, 'GPU')}")
+    free = len(room.gpus)
+    return _has(Reason.GPU, False, need, f"{free} free", f"{free} of {_plural(count, 'GPU')} free")
 
 
 def disk(shape: Shape, view: WorkerView, room: Room) -> Rejection | None:
     wanted = shape.requests.disk
     if not wanted or room.disk >= wanted:
         return None
-    total = view.resources.disk_total
-    if total < wanted:
-        text = f"only {_bytes(total, wanted)} disk"
-        return Rejection(
-            Reason.DISK,
-            True,
-            _bytes(wanted, total),
-            f"{_bytes(total, wanted)} total",
-            f"has {text}",
-            f"have {text}",
-        )
-    free = _bytes(room.disk, wanted)
-    text = f"{free} of {format_bytes(total)} disk free"
-    return Rejection(
-        Reason.DISK, False, _bytes(wanted, room.disk), f"{free} free", f"has {text}", f"have {text}"
-    )
+    return _bytes_rejection(Reason.DISK, "disk", wanted, room.disk, view.resources.disk_total)
 
 
 def packages(shape: Shape, view: WorkerView, room: Room) -> Rejection | None:
