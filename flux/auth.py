@@ -1,0 +1,174 @@
+"""Who may call what: a worker join token and a client API token.
+
+Workers present the worker token, clients the API token, both as
+``authorization: Bearer <token>`` (gRPC metadata or HTTP header). Tokens come
+from a flag, the environment (``FLUX_WORKER_TOKEN``, ``FLUX_API_TOKEN``) or a
+file; a server with none generates both on first start, prints them once and
+keeps them under ``./.flux/`` readable by its owner only, where clients and
+workers started in the same directory find them. Comparisons are constant-time
+and tokens never reach a log line.
+"""
+
+from __future__ import annotations
+
+import hmac
+import os
+import secrets
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from enum import Enum
+from pathlib import Path
+
+import grpc
+
+STATE_DIR = Path(".flux")
+
+
+class Role(Enum):
+    WORKER = "worker"
+    CLIENT = "api"
+
+    @property
+    def env(self) -> str:
+        return f"FLUX_{self.value.upper()}_TOKEN"
+
+    @property
+    def filename(self) -> str:
+        return f"{self.value}.token"
+
+
+@dataclass(frozen=True, slots=True)
+class Tokens:
+    worker: str
+    api: str
+
+    def role_of(self, token: str) -> Role | None:
+        # Both comparisons always run, so timing does not tell which kind matched.
+        worker = hmac.compare_digest(token.encode(), self.worker.encode())
+        api = hmac.compare_digest(token.encode(), self.api.encode())
+        return Role.WORKER if worker else Role.CLIENT if api else None
+
+
+def _read(path: Path) -> str:
+    token = path.read_text().strip()
+    if not token:
+        raise ValueError(f"token file {path} is empty")
+    return token
+
+
+def _write_private(path: Path, token: str) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w") as handle:
+        handle.write(token + "\n")
+    os.chmod(path, 0o600)  # also when the file existed with looser bits
+
+
+def server_token(
+    role: Role, flag: str | None, file: str | None, state_dir: Path = STATE_DIR
+) -> tuple[str, bool]:
+    """The server's token for ``role`` and whether it was generated just now."""
+    if flag:
+        return flag, False
+    if file:
+        return _read(Path(file)), False
+    if os.environ.get(role.env):
+        return os.environ[role.env], False
+    stored = state_dir / role.filename
+    if stored.exists():
+        return _read(stored), False
+    token = secrets.token_urlsafe(32)
+    _write_private(stored, token)
+    return token, True
+
+
+def caller_token(
+    role: Role, flag: str | None = None, file: str | None = None, state_dir: Path = STATE_DIR
+) -> str:
+    """What a worker or client presents: flag, file, environment, then ``./.flux/``; "" if none."""
+    if flag:
+        return flag
+    if file:
+        return _read(Path(file))
+    if os.environ.get(role.env):
+        return os.environ[role.env]
+    stored = state_dir / role.filename
+    return _read(stored) if stored.exists() else ""
+
+
+def bearer(metadata: object) -> str:
+    """The token of an ``authorization: Bearer …`` entry, or ""."""
+    for key, value in metadata or ():  # type: ignore[attr-defined]
+        if key == "authorization" and isinstance(value, str) and value.startswith("Bearer "):
+            return value[len("Bearer ") :].strip()
+    return ""
+
+
+# Which role each service requires; anything else (health, reflection) is open.
+REQUIRED = {"/flux.v1.WorkerService/": Role.WORKER, "/flux.v1.ControlService/": Role.CLIENT}
+
+
+def check(tokens: Tokens, method: str, token: str) -> tuple[grpc.StatusCode, str] | None:
+    """None when allowed; else the status and a message that names what is wrong (never the token)."""
+    required = next((role for prefix, role in REQUIRED.items() if method.startswith(prefix)), None)
+    if required is None:
+        return None
+    if not token:
+        return grpc.StatusCode.UNAUTHENTICATED, (
+            f"missing credentials: send 'authorization: Bearer <{required.value} token>' "
+            f"(set {required.env} or run where ./.flux/{required.filename} exists)"
+        )
+    role = tokens.role_of(token)
+    if role is None:
+        return grpc.StatusCode.UNAUTHENTICATED, f"invalid {required.value} token"
+    if role is not required:
+        return (
+            grpc.StatusCode.PERMISSION_DENIED,
+            f"a {role.value} token cannot call {method}; use the {required.value} token",
+        )
+    return None
+
+
+class AuthInterceptor(grpc.aio.ServerInterceptor):
+    def __init__(self, tokens: Tokens):
+        self.tokens = tokens
+
+    async def intercept_service(
+        self,
+        continuation: Callable[[grpc.HandlerCallDetails], Awaitable[grpc.RpcMethodHandler]],
+        details: grpc.HandlerCallDetails,
+    ) -> grpc.RpcMethodHandler:
+        refusal = check(self.tokens, details.method, bearer(details.invocation_metadata))
+        handler = await continuation(details)
+        if refusal is None or handler is None:
+            return handler
+        code, message = refusal
+
+        async def deny_unary(request: object, context: grpc.aio.ServicerContext) -> None:
+            await context.abort(code, message)
+
+        async def deny_stream(request: object, context: grpc.aio.ServicerContext):  # type: ignore[no-untyped-def]
+            await context.abort(code, message)
+            yield  # pragma: no cover - makes this an async generator, as stream handlers are
+
+        if handler.unary_stream:
+            return grpc.unary_stream_rpc_method_handler(
+                deny_stream, handler.request_deserializer, handler.response_serializer
+            )
+        return grpc.unary_unary_rpc_method_handler(
+            deny_unary, handler.request_deserializer, handler.response_serializer
+        )
+
+
+class BearerAuth(grpc.AuthMetadataPlugin):
+    """Client side: attach ``authorization: Bearer …`` to every call (works on insecure channels too)."""
+
+    def __init__(self, token: str):
+        self.token = token
+
+    def __call__(self, context: grpc.AuthMetadataContext, callback: grpc.AuthMetadataPluginCallback) -> None:
+        callback((("authorization", f"Bearer {self.token}"),), None)
+
+
+def call_metadata(token: str) -> tuple[tuple[str, str], ...]:
+    return (("authorization", f"Bearer {token}"),) if token else ()

@@ -1,0 +1,92 @@
+import stat
+from pathlib import Path
+
+import grpc
+import pytest
+
+from flux.auth import Role, Tokens, bearer, caller_token, check, server_token
+
+TOKENS = Tokens(worker="w-secret", api="a-secret")
+
+
+def test_server_generates_once_with_owner_only_permissions(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("FLUX_WORKER_TOKEN", raising=False)
+    token, generated = server_token(Role.WORKER, None, None, tmp_path)
+    assert generated and len(token) >= 40
+    path = tmp_path / "worker.token"
+    assert stat.S_IMODE(path.stat().st_mode) == 0o600
+    again, generated_again = server_token(Role.WORKER, None, None, tmp_path)
+    assert (again, generated_again) == (token, False)
+    assert caller_token(Role.WORKER, state_dir=tmp_path) == token
+
+
+@pytest.mark.parametrize(
+    ("flag", "file", "env", "expected"),
+    [
+        pytest.param("from-flag", "f", "from-env", "from-flag", id="flag wins"),
+        pytest.param(None, "f", "from-env", "from-file", id="file before environment"),
+        pytest.param(None, None, "from-env", "from-env", id="environment before ./.flux"),
+        pytest.param(None, None, None, "stored", id="./.flux last"),
+    ],
+)
+def test_token_sources_in_order(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, flag, file, env, expected
+) -> None:
+    (tmp_path / "f").write_text("from-file\n")
+    (tmp_path / "api.token").write_text("stored\n")
+    if env:
+        monkeypatch.setenv("FLUX_API_TOKEN", env)
+    else:
+        monkeypatch.delenv("FLUX_API_TOKEN", raising=False)
+    path = str(tmp_path / file) if file else None
+    assert caller_token(Role.CLIENT, flag, path, tmp_path) == expected
+    assert server_token(Role.CLIENT, flag, path, tmp_path) == (expected, False)
+
+
+def test_empty_token_file_is_refused(tmp_path: Path) -> None:
+    (tmp_path / "empty").write_text("\n")
+    with pytest.raises(ValueError, match="is empty"):
+        caller_token(Role.CLIENT, None, str(tmp_path / "empty"))
+
+
+@pytest.mark.parametrize(
+    ("method", "token", "expected"),
+    [
+        pytest.param(
+            "/flux.v1.WorkerService/Register", "w-secret", None, id="worker token on worker service"
+        ),
+        pytest.param(
+            "/flux.v1.ControlService/RunWorkflow", "a-secret", None, id="api token on control service"
+        ),
+        pytest.param("/flux.v1.WorkerService/Connect", "", grpc.StatusCode.UNAUTHENTICATED, id="no token"),
+        pytest.param(
+            "/flux.v1.ControlService/GetExecution", "nope", grpc.StatusCode.UNAUTHENTICATED, id="wrong"
+        ),
+        pytest.param(
+            "/flux.v1.WorkerService/Claim",
+            "a-secret",
+            grpc.StatusCode.PERMISSION_DENIED,
+            id="client token as worker",
+        ),
+        pytest.param(
+            "/flux.v1.ControlService/RunWorkflow",
+            "w-secret",
+            grpc.StatusCode.PERMISSION_DENIED,
+            id="worker as client",
+        ),
+        pytest.param("/grpc.health.v1.Health/Check", "", None, id="health is open"),
+    ],
+)
+def test_check(method: str, token: str, expected: grpc.StatusCode | None) -> None:
+    refusal = check(TOKENS, method, token)
+    assert (refusal[0] if refusal else None) == expected
+    if refusal:
+        assert "secret" not in refusal[1]
+
+
+def test_bearer_parsing() -> None:
+    assert bearer((("authorization", "Bearer abc"),)) == "abc"
+    assert bearer((("authorization", "Basic abc"),)) == ""
+    assert bearer(None) == ""
