@@ -108,6 +108,8 @@ class Dispatcher:
         self._shapes: dict[tuple[str, int], Shape] = {}
         self._executions: dict[str, Execution] = {}  # unfinished only
         self._finished: OrderedDict[str, Execution] = OrderedDict()
+        # Finished in memory, final state not committed yet: callers still see this (previous) state.
+        self._committing: dict[str, Execution] = {}
         self._workers: dict[str, WorkerEntry] = {}
         self._queue = PendingQueue()
         self._cache = FeasibilityCache()
@@ -148,6 +150,9 @@ class Dispatcher:
                 # (rows from older versions; dispatches are no longer written).
                 execution = execution.evolve(state=State.CREATED, worker="", gpu_indices=(), updated_at=now)
                 self._save_soon(execution)
+            # Dispatches are not written, so one from before the restart may have used
+            # generation + 1; skip past it so fencing never sees a generation twice.
+            execution = execution.evolve(generation=execution.generation + 1)
             self._executions[execution.execution_id] = execution
             self._queue.add(execution.execution_id, self._shape_of(execution), execution.seq)
         log.info(
@@ -264,9 +269,7 @@ class Dispatcher:
 
     async def get(self, execution_id: str) -> Execution:
         _check_id(execution_id)
-        found = self._executions.get(execution_id) or self._finished.get(execution_id)
-        if found is None:
-            found = await self.store.get_execution(execution_id)
+        found = self._current(execution_id) or await self.store.get_execution(execution_id)
         if found is None:
             raise NotFound(f"execution {execution_id!r} does not exist")
         return found
@@ -282,7 +285,7 @@ class Dispatcher:
         watchers.add(updates)
         try:
             # Re-read after subscribing: a change between get() and here is not lost.
-            current = self._executions.get(execution_id) or self._finished.get(execution_id) or current
+            current = self._current(execution_id) or current
             yield current
             while not current.state.finished:
                 current = await updates.get()
@@ -296,8 +299,12 @@ class Dispatcher:
         _check_id(execution_id)
         execution = self._executions.get(execution_id)
         if execution is None:
-            finished = await self.get(execution_id)
-            raise FailedPrecondition(f"execution {execution_id} is already {finished.state.label}")
+            finished = self._finished.get(execution_id) or await self.get(execution_id)
+            if finished.state is not State.CANCELLED:
+                raise FailedPrecondition(f"execution {execution_id} is already {finished.state.label}")
+            # A retried cancel (perhaps its commit failed): store it again, answer the same.
+            await self._save_final(finished)
+            return finished
         entry = self._workers.get(execution.worker) if execution.worker else None
         if execution.state is State.CREATED:
             self._queue.remove(execution_id)
@@ -307,7 +314,7 @@ class Dispatcher:
         self._finish(final, entry)
         if entry is not None:
             self._dispatch(workers=[entry])
-        await self.store.save(final)
+        await self._save_final(final)
         return final
 
     async def why(self, execution_id: str) -> Why:
@@ -351,8 +358,11 @@ class Dispatcher:
             )
         if entry is not None:
             # A new process took the name of a worker whose stream is gone: the old
-            # one cannot come back without its token, so recover its work now.
-            self._lose_worker(entry, "replaced by a new worker with the same name")
+            # one cannot come back without its token, so recover its work now, and
+            # place it now: no other event would until the safety tick.
+            requeued = self._lose_worker(entry, "replaced by a new worker with the same name")
+            if requeued:
+                self._dispatch(shapes=requeued)
         token = secrets.token_urlsafe(24)
         self._workers[name] = WorkerEntry(
             name=name,
@@ -430,13 +440,17 @@ class Dispatcher:
         entry = self.authorize(name, session_token)
         execution = self._executions.get(execution_id)
         if execution is None:
-            done = await self.get(execution_id)
+            done = self._finished.get(execution_id) or await self.get(execution_id)
             if (
                 done.worker == name
                 and done.generation == generation
                 and done.state in (State.COMPLETED, State.FAILED)
+                and _same_result(done, output_json, error)
             ):
-                return done  # a retried Complete whose answer was lost: the first result stands
+                # A retried Complete whose answer was lost: the first result stands. Store it
+                # again, as the answer may have been lost because its commit failed.
+                await self._save_final(done)
+                return done
             raise FailedPrecondition(f"execution {execution_id} is already {done.state.label}")
         execution = self._fenced(execution_id, name, generation)
         if execution.state is not State.RUNNING:
@@ -456,8 +470,24 @@ class Dispatcher:
         if resources is not None:
             entry.report(resources, None)
         self._dispatch(workers=[entry])
-        await self.store.save(final)  # the worker forgets the result once we answer
+        await self._save_final(final)
         return final
+
+    async def _save_final(self, final: Execution) -> None:
+        """Commit a final state, then tell watchers: nobody sees a result that a crash could undo.
+
+        The worker forgets the result once we answer, so a failed commit reaches it
+        as Unavailable: it retries, and the retry stores the recorded result again.
+        """
+        try:
+            await self.store.save(final)
+        except Exception as exc:
+            raise Unavailable(f"could not store the result of {final.execution_id}: {exc}") from exc
+        self._committed(final)
+
+    def _committed(self, final: Execution) -> None:
+        self._committing.pop(final.execution_id, None)
+        self._notify(final)
 
     def release(
         self, name: str, session_token: str, execution_id: str, generation: int, reason: str
@@ -562,7 +592,9 @@ class Dispatcher:
                 ),
             )
             self._finish(failed, None)
-            self._save_soon(failed)
+            self.store.save(failed).add_done_callback(
+                lambda future: self._committed(failed) if _succeeded(future) else None
+            )
             return failed
         requeued = execution.evolve(
             state=State.CREATED, worker="", gpu_indices=(), attempt=attempt, updated_at=now
@@ -574,14 +606,24 @@ class Dispatcher:
         return requeued
 
     def _finish(self, final: Execution, entry: WorkerEntry | None) -> None:
+        """Release the execution's hold now; show its final state only once committed (``_committed``)."""
         execution_id = final.execution_id
-        self._executions.pop(execution_id, None)
+        previous = self._executions.pop(execution_id, None)
+        if previous is not None:
+            self._committing[execution_id] = previous
         if entry is not None:
             entry.release(execution_id)
         self._finished[execution_id] = final
         if len(self._finished) > self.settings.finished_cache:
             self._finished.popitem(last=False)
-        self._notify(final)
+
+    def _current(self, execution_id: str) -> Execution | None:
+        """The latest committed-or-live state known in memory (a final state shows once committed)."""
+        return (
+            self._committing.get(execution_id)
+            or self._executions.get(execution_id)
+            or self._finished.get(execution_id)
+        )
 
     def _notify(self, execution: Execution) -> None:
         for updates in self._watchers.get(execution.execution_id, ()):
@@ -590,17 +632,22 @@ class Dispatcher:
     def _save_soon(self, execution: Execution) -> None:
         self.store.save(execution).add_done_callback(_log_store_failure)
 
-    def _lose_worker(self, entry: WorkerEntry, why: str) -> None:
+    def _lose_worker(self, entry: WorkerEntry, why: str) -> list[Shape]:
+        """Requeue (or fail) everything the worker holds; return the shapes put back in the queue."""
         log.warning("worker %s lost (%s); requeueing %d executions", entry.name, why, len(entry.holdings))
+        shapes: dict[Shape, None] = {}
         for execution_id in list(entry.holdings):
             execution = self._executions.get(execution_id)
             if execution is None:
                 entry.release(execution_id)
                 continue
             # A dispatch never claimed did not run: same attempt. Running work did.
-            self._requeue(execution, entry, next_attempt=execution.state is State.RUNNING)
+            requeued = self._requeue(execution, entry, next_attempt=execution.state is State.RUNNING)
+            if requeued.state is State.CREATED:
+                shapes[self._shape_of(requeued)] = None
         if self._workers.get(entry.name) is entry:
             del self._workers[entry.name]
+        return list(shapes)
 
     def _expire(self, now: float) -> bool:
         changed = False
@@ -652,6 +699,21 @@ def _check_id(execution_id: str) -> None:
         raise InvalidArgument(f"execution_id must be 1-{MAX_ID_LENGTH} characters; got {execution_id!r:.80}")
 
 
+def _same_result(done: Execution, output_json: str | None, error: ExecutionError | None) -> bool:
+    """Whether a Complete repeats the result already recorded (a retry), not a different one."""
+    if error is not None:
+        return done.state is State.FAILED and done.error == error
+    return done.state is State.COMPLETED and done.output_json == (output_json or "null")
+
+
 def _log_store_failure(future: asyncio.Future[None]) -> None:
-    if not future.cancelled() and future.exception() is not None:
+    _succeeded(future)
+
+
+def _succeeded(future: asyncio.Future[None]) -> bool:
+    if future.cancelled():
+        return False
+    if future.exception() is not None:
         log.error("store write failed: %s", future.exception())
+        return False
+    return True

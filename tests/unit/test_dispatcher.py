@@ -652,18 +652,25 @@ async def test_cancel_unfinished(flux, state):
             w.claim(execution_id, generation)
 
 
-@pytest.mark.parametrize("how", ["completed", "cancelled"])
-async def test_cancel_of_finished_work_is_refused(flux, how):
+async def test_cancel_of_completed_work_is_refused(flux):
     await flux.workflow()
     w = await flux.worker()
     execution_id = await flux.run()
-    if how == "completed":
-        w.claim(execution_id)
-        await w.complete(execution_id)
-    else:
+    w.claim(execution_id)
+    await w.complete(execution_id)
+    with pytest.raises(FailedPrecondition, match="already COMPLETED"):
         await flux.d.cancel(execution_id)
-    with pytest.raises(FailedPrecondition, match=f"already {how.upper()}"):
+
+
+async def test_cancel_is_idempotent_and_a_retry_stores_it_again(flux):
+    await flux.workflow()
+    execution_id = await flux.run()
+    flux.store.fail_next_commit = OSError("disk full")
+    with pytest.raises(Unavailable, match="disk full"):
         await flux.d.cancel(execution_id)
+    again = await flux.d.cancel(execution_id)
+    assert again.state is CANCELLED
+    assert flux.store.executions[execution_id].state is CANCELLED
 
 
 async def test_cancel_or_get_of_unknown_execution(flux):

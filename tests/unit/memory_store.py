@@ -1,0 +1,90 @@
+"""An in-memory ``Store`` with SqliteStore's semantics, for dispatcher tests.
+
+The dicts play the database file: they outlive a ``Dispatcher``, so a second
+one opened over the same store recovers what the first committed. ``save``
+queues the row and commits the batch on the next event-loop iteration, so a
+caller that did not await the future has not made the row durable yet.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+from types import MappingProxyType
+
+from flux.domain.execution import Execution
+from flux.store.base import Recovered, Store, WorkerIdentity, WorkflowRecord
+
+
+class MemoryStore(Store):
+    def __init__(self) -> None:
+        self.sources: dict[str, tuple[str, str]] = {}
+        self.workflows: dict[tuple[str, int], WorkflowRecord] = {}
+        self.executions: dict[str, Execution] = {}  # committed rows only
+        self.workers: dict[str, WorkerIdentity] = {}
+        self.fail_next_commit: Exception | None = None
+        self._queued: dict[str, Execution] = {}
+        self._batch: asyncio.Future[None] | None = None
+
+    async def open(self) -> Recovered:
+        executions = self.executions.values()
+        return Recovered(
+            workflows=sorted(self.workflows.values(), key=lambda r: (r.name, r.version)),
+            unfinished=sorted((e for e in executions if not e.state.finished), key=lambda e: e.seq),
+            workers=list(self.workers.values()),
+            next_seq=max((e.seq for e in executions), default=0) + 1,
+        )
+
+    async def close(self) -> None:
+        self._commit()
+
+    async def register_workflows(
+        self, filename: str, source: str, source_hash: str, workflows: list[WorkflowRecord]
+    ) -> list[WorkflowRecord]:
+        self.sources.setdefault(source_hash, (filename, source))
+        stored = []
+        for wf in workflows:
+            version = max((v for n, v in self.workflows if n == wf.name), default=0) + 1
+            record = dataclasses.replace(
+                wf,
+                version=version,
+                source_hash=source_hash,
+                affinity=MappingProxyType(dict(wf.affinity)),
+                filename=filename,
+            )
+            self.workflows[(wf.name, version)] = record
+            stored.append(record)
+        return stored
+
+    async def get_source(self, source_hash: str) -> tuple[str, str] | None:
+        return self.sources.get(source_hash)
+
+    def save(self, execution: Execution) -> asyncio.Future[None]:
+        self._queued[execution.execution_id] = execution  # the latest row wins within a batch
+        if self._batch is None:
+            loop = asyncio.get_running_loop()
+            self._batch = loop.create_future()
+            loop.call_soon(self._commit)
+        return self._batch
+
+    def _commit(self) -> None:
+        rows, batch = self._queued, self._batch
+        self._queued, self._batch = {}, None
+        if batch is None or batch.done():
+            return
+        if self.fail_next_commit is not None:
+            error, self.fail_next_commit = self.fail_next_commit, None
+            batch.set_exception(error)  # the whole batch is lost, as a rolled-back transaction
+            return
+        self.executions.update(rows)
+        batch.set_result(None)
+
+    async def get_execution(self, execution_id: str) -> Execution | None:
+        return self._queued.get(execution_id) or self.executions.get(execution_id)
+
+    async def save_worker(self, identity: WorkerIdentity) -> None:
+        self.workers[identity.name] = identity
+
+    async def list_executions(self, limit: int, states: tuple[int, ...] = ()) -> list[Execution]:
+        rows = [e for e in self.executions.values() if not states or int(e.state) in states]
+        return sorted(rows, key=lambda e: e.seq, reverse=True)[:limit]
