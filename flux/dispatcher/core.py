@@ -43,6 +43,7 @@ from flux.errors import (
     InvalidArgument,
     NotFound,
     PermissionDenied,
+    ResourceExhausted,
     Unavailable,
 )
 from flux.matching import (
@@ -63,6 +64,12 @@ WORKER_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,62}$")
 WORKER_NAME_FORM = "1-63 letters, digits, '.', '_' or '-', starting with a letter or digit"
 MAX_CAPACITY = 4096
 MAX_ID_LENGTH = 128
+# Size limits: each refusal names the limit it hit.
+MAX_SOURCE_BYTES = 4 * 1024 * 1024
+MAX_JSON_BYTES = 4 * 1024 * 1024
+MAX_WORKER_PACKAGES = 20_000
+MAX_MARKERS = 64
+MAX_TEXT = 256
 
 
 @dataclass(frozen=True, slots=True)
@@ -178,6 +185,12 @@ class Dispatcher:
     ) -> list[WorkflowRecord]:
         if not source.strip():
             raise InvalidArgument("source is empty; send the whole Python file that defines the workflows")
+        if len(source.encode()) > MAX_SOURCE_BYTES:
+            raise ResourceExhausted(
+                f"source is larger than the {MAX_SOURCE_BYTES} byte limit for a workflow file"
+            )
+        if len(filename) > MAX_TEXT:
+            raise InvalidArgument(f"filename is longer than {MAX_TEXT} characters")
         if not workflows:
             raise InvalidArgument("workflows is empty; the file must define at least one @workflow")
         seen: set[str] = set()
@@ -241,11 +254,7 @@ class Dispatcher:
         record = self._workflows.get((workflow_name, version or latest))
         if record is None:
             raise NotFound(f"workflow {workflow_name!r} has no version {version}; the latest is {latest}")
-        input_json = input_json or "null"
-        try:
-            json.loads(input_json)
-        except ValueError as exc:
-            raise InvalidArgument(f"input_json is not valid JSON: {exc}") from None
+        input_json = _checked_json(input_json or "null", "input_json")
         now = self.clock()
         execution = Execution(
             execution_id=uuid.uuid4().hex,
@@ -341,6 +350,7 @@ class Dispatcher:
             registration.resources.validate()
         except (TypeError, ValueError) as exc:
             raise InvalidArgument(str(exc)) from None
+        _check_software(registration.software)
         capacity = registration.capacity or DEFAULT_CAPACITY
         entry = self._workers.get(name)
         same_worker = bool(
@@ -390,6 +400,11 @@ class Dispatcher:
         return session
 
     def disconnect(self, session: Session) -> None:
+        if session.overflowed:
+            log.warning(
+                "worker %s stopped reading its stream; closed it, its unread dispatches expire",
+                session.worker,
+            )
         session.close()
         entry = self._workers.get(session.worker)
         if entry is not None and entry.session is session:
@@ -410,6 +425,7 @@ class Dispatcher:
             resources.validate()
         except ValueError as exc:
             raise InvalidArgument(str(exc)) from None
+        _check_software(software)
         entry.report(resources, software)
         entry.draining = draining
         self._dispatch(workers=[entry])
@@ -458,11 +474,7 @@ class Dispatcher:
                 f"execution {execution_id} is {execution.state.label}; claim it before completing"
             )
         if error is None:
-            output_json = output_json or "null"
-            try:
-                json.loads(output_json)
-            except ValueError as exc:
-                raise InvalidArgument(f"output_json is not valid JSON: {exc}") from None
+            output_json = _checked_json(output_json or "null", "output_json")
             final = execution.evolve(state=State.COMPLETED, output_json=output_json, updated_at=self.clock())
         else:
             final = execution.evolve(state=State.FAILED, error=error, updated_at=self.clock())
@@ -692,6 +704,34 @@ class Dispatcher:
                         session.push(Ping(now))
             except Exception:  # one bad tick must not stop the next one
                 log.exception("dispatcher housekeeping failed")
+
+
+def _checked_json(text: str, field: str) -> str:
+    if len(text) > MAX_JSON_BYTES:
+        raise ResourceExhausted(f"{field} is larger than the {MAX_JSON_BYTES} byte limit")
+    try:
+        json.loads(text)
+    except ValueError as exc:
+        raise InvalidArgument(f"{field} is not valid JSON: {exc}") from None
+    except RecursionError:
+        raise InvalidArgument(f"{field} nests too deeply") from None
+    return text
+
+
+def _check_software(software: WorkerSoftware | None) -> None:
+    if software is None:
+        return
+    if len(software.packages) > MAX_WORKER_PACKAGES:
+        raise ResourceExhausted(
+            f"software.packages lists {len(software.packages)} distributions; the limit is {MAX_WORKER_PACKAGES}"
+        )
+    if len(software.marker_environment) > MAX_MARKERS:
+        raise ResourceExhausted(f"software.marker_environment has more than {MAX_MARKERS} entries")
+    for name, version in software.packages.items():
+        if not name or len(name) > MAX_TEXT or len(version) > MAX_TEXT:
+            raise InvalidArgument(
+                f"software.packages entry {name[:MAX_TEXT]!r} needs a name and version of 1-{MAX_TEXT} characters"
+            )
 
 
 def _check_id(execution_id: str) -> None:

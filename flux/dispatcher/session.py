@@ -38,11 +38,16 @@ Event = Scheduled | Cancelled | Ping
 
 _CLOSE = object()
 
+# Events one stream may have waiting. A reader that falls this far behind (a
+# stalled SSE client, a wedged worker) is cut off rather than growing server
+# memory; what it never read is recovered by the ack deadline.
+MAX_BUFFERED_EVENTS = 1024
+
 
 class Session:
     """One connected stream of one worker. Replaced, not reused, on reconnect."""
 
-    def __init__(self, worker: str, transport: str, held: tuple[str, ...]):
+    def __init__(self, worker: str, transport: str, held: tuple[str, ...], limit: int = MAX_BUFFERED_EVENTS):
         self.worker = worker
         self.transport = transport
         # Executions the core believes this worker holds, sent in Connected.
@@ -50,16 +55,26 @@ class Session:
         self.closed = False
         # Monotonic time of the last event pushed; idle streams get a Ping.
         self.last_sent = time.monotonic()
+        self.overflowed = False
+        self._limit = limit
         self._queue: asyncio.Queue[object] = asyncio.Queue()
 
     def push(self, event: Event) -> None:
-        if not self.closed:
-            self.last_sent = time.monotonic()
-            self._queue.put_nowait(event)
+        if self.closed:
+            return
+        if self._queue.qsize() >= self._limit:
+            self.overflowed = True
+            self.close()
+            return
+        self.last_sent = time.monotonic()
+        self._queue.put_nowait(event)
 
     def close(self) -> None:
         if not self.closed:
             self.closed = True
+            # Drop what the reader has not taken: it ends at once instead of after the backlog.
+            while not self._queue.empty():
+                self._queue.get_nowait()
             self._queue.put_nowait(_CLOSE)
 
     async def events(self) -> AsyncIterator[Event]:

@@ -1061,3 +1061,49 @@ async def test_watch_of_a_finished_execution_yields_once(flux):
         return [e.state async for e in flux.d.watch(execution_id)]
 
     assert await asyncio.wait_for(collect(), timeout=2) == [CANCELLED]
+
+
+# ---- limits ----------------------------------------------------------------------------------------
+
+
+async def test_a_stream_that_falls_behind_is_cut_off_and_its_work_recovered(flux):
+    from flux.dispatcher import session as session_module
+
+    await flux.workflow()
+    w = await flux.worker(capacity=4096)
+    w.session._limit = 3  # a reader that never reads
+    ids = [await flux.run() for _ in range(5)]
+    assert w.session.closed and w.session.overflowed
+    assert session_module.MAX_BUFFERED_EVENTS >= 1024
+    w.disconnect()
+    # Nothing it never read is lost: the ack deadline returns every dispatch to CREATED.
+    flux.expire(ACK + 1)
+    assert {flux.state(i) for i in ids} == {CREATED}
+
+
+@pytest.mark.parametrize(
+    ("field", "value", "error", "message"),
+    [
+        pytest.param(
+            "input", "x" * (4 * 1024 * 1024 + 1), "ResourceExhausted", "byte limit", id="input too large"
+        ),
+        pytest.param("input", "[" * 100_000, "InvalidArgument", "input_json", id="input nested too deep"),
+        pytest.param(
+            "source", "x" * (4 * 1024 * 1024 + 1), "ResourceExhausted", "workflow file", id="source"
+        ),
+        pytest.param("packages", 20_001, "ResourceExhausted", "software.packages", id="worker package list"),
+    ],
+)
+async def test_limits_are_refused_naming_the_limit(flux, field, value, error, message):
+    import flux.errors as errors
+
+    await flux.workflow()
+    with pytest.raises(getattr(errors, error), match=message):
+        if field == "input":
+            await flux.run("job", value)
+        elif field == "source":
+            record = WorkflowRecord("big", 0, "", "main", ResourceRequest(), {}, 3)
+            await flux.d.register_workflows("big.py", value, [record])
+        else:
+            software = WorkerSoftware({f"pkg{i}": "1.0" for i in range(value)})
+            await flux.d.register_worker(WorkerRegistration("many", resources(), software, {}))
