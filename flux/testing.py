@@ -2,8 +2,10 @@
 
 Used by the integration tests and the benchmarks, and handy for trying Flux out.
 
-The server binds port 0 and prints the port it got; we read it from its first
-stdout line, never guessing a free port. Every wait is bounded.
+The server binds port 0 and prints the ports it got (gRPC on its first stdout
+line, the HTTP/SSE gateway on the second); we read them back, never guessing a
+free port. Workers reach the server over ``transport``: "grpc" dials the core,
+"sse" goes through the gateway. Every wait is bounded.
 """
 
 from __future__ import annotations
@@ -25,6 +27,8 @@ from flux.v1 import control_pb2
 T = TypeVar("T")
 
 LISTENING = re.compile(r"listening on (\S+):(\d+) \(grpc\)")
+GATEWAY = re.compile(r"^flux gateway listening on (http://\S+)$")
+TRANSPORTS = ("grpc", "sse")
 
 
 def eventually(
@@ -51,10 +55,14 @@ def fake_site_packages(directory: Path, packages: dict[str, str]) -> Path:
 
 
 class Cluster:
-    def __init__(self, workdir: Path):
+    def __init__(self, workdir: Path, transport: str = "grpc"):
+        if transport not in TRANSPORTS:
+            raise ValueError(f"transport must be one of {TRANSPORTS}; got {transport!r}")
         self.workdir = workdir
+        self.transport = transport
         self.processes: list[subprocess.Popen[str]] = []
         self.address = ""
+        self.gateway_url = ""
         self.server: subprocess.Popen[str] | None = None
         self._client: FluxClient | None = None
 
@@ -69,16 +77,27 @@ class Cluster:
             [sys.executable, "-m", "flux", *args],
             cwd=self.workdir,
             env=environment,
-            stdout=subprocess.PIPE if log == "server" else handle,
+            stdout=subprocess.PIPE if log in ("server", "gateway") else handle,
             stderr=handle,
             text=True,
         )
         self.processes.append(process)
         return process
 
+    def _read_gateway_line(self, process: subprocess.Popen[str], what: str) -> str:
+        assert process.stdout is not None
+        line = process.stdout.readline()
+        match = GATEWAY.match(line.strip())
+        if not match:
+            process.kill()
+            raise AssertionError(f"{what} did not start: {line!r}; see the logs in {self.workdir}")
+        return match.group(1)
+
     def start_server(self, *args: str, db: str = "flux.db") -> str:
+        http = [] if "--no-http" in args else ["--http-port", "0"]
         process = self._spawn(
-            ["start", "server", "--grpc-port", "0", "--db", str(self.workdir / db), *args], log="server"
+            ["start", "server", "--grpc-port", "0", *http, "--db", str(self.workdir / db), *args],
+            log="server",
         )
         assert process.stdout is not None
         line = process.stdout.readline()
@@ -88,22 +107,34 @@ class Cluster:
             raise AssertionError(f"server did not start: {line!r}; see {self.workdir / 'server.log'}")
         self.server = process
         self.address = f"{match.group(1)}:{match.group(2)}"
+        self.gateway_url = self._read_gateway_line(process, "gateway") if http else ""
         if self._client is not None:
             self._client.close()
             self._client = None
         return self.address
 
     def restart_server(self, *args: str, port: int | None = None, db: str = "flux.db") -> str:
-        """Start a server on the same port (workers keep their --server address)."""
+        """Start a server on the same ports (workers keep their --server or --gateway address)."""
         port = port or int(self.address.rsplit(":", 1)[1])
+        http = ["--http-port", self.gateway_url.rsplit(":", 1)[1]] if self.gateway_url else ["--no-http"]
         process = self._spawn(
-            ["start", "server", "--grpc-port", str(port), "--db", str(self.workdir / db), *args], log="server"
+            ["start", "server", "--grpc-port", str(port), *http, "--db", str(self.workdir / db), *args],
+            log="server",
         )
         assert process.stdout is not None
         line = process.stdout.readline()
         assert LISTENING.search(line), f"server did not restart: {line!r}"
+        if self.gateway_url:
+            assert self._read_gateway_line(process, "gateway") == self.gateway_url
         self.server = process
         return self.address
+
+    def start_gateway(self, *args: str) -> tuple[subprocess.Popen[str], str]:
+        """An extra gateway process in front of this cluster's core; returns it and its URL."""
+        process = self._spawn(
+            ["start", "gateway", "--core", self.address, "--port", "0", *args], log="gateway"
+        )
+        return process, self._read_gateway_line(process, "gateway")
 
     def kill_server(self) -> None:
         assert self.server is not None
@@ -117,20 +148,25 @@ class Cluster:
         packages: dict[str, str] | None = None,
         gpus: str | None = None,
         wait: bool = True,
+        gateway: str | None = None,
     ) -> subprocess.Popen[str]:
+        """A worker process; over the cluster's transport, or through ``gateway`` (a URL) when given."""
         env: dict[str, str] = {}
         if packages is not None:
             site = fake_site_packages(self.workdir / f"site-{name}", packages)
             env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(site), os.environ.get("PYTHONPATH", "")]))
         if gpus is not None:
             env["FLUX_SIMULATED_GPUS"] = gpus
+        if gateway is None and self.transport == "sse":
+            assert self.gateway_url, "an SSE cluster needs its server's gateway (no --no-http)"
+            gateway = self.gateway_url
+        where = ["--gateway", gateway] if gateway else ["--server", self.address]
         process = self._spawn(
             [
                 "start",
                 "worker",
                 name,
-                "--server",
-                self.address,
+                *where,
                 "--work-dir",
                 str(self.workdir / "work"),
                 *args,

@@ -94,13 +94,39 @@ def build_parser() -> argparse.ArgumentParser:
         "--grace-period", type=_seconds("--grace-period"), default=30.0, help="seconds (default 30)"
     )
     server.add_argument("--safety-tick", type=_seconds("--safety-tick"), default=5.0, help=argparse.SUPPRESS)
+    server.add_argument(
+        "--http-port", type=_positive_int("--http-port"), default=8080,
+        help="HTTP/SSE gateway port on the same --host (default 8080; 0 picks one)",
+    )  # fmt: skip
+    server.add_argument("--no-http", action="store_true", help="serve gRPC only, without the gateway")
+    server.add_argument(
+        "--ping-interval", type=_seconds("--ping-interval"), default=15.0,
+        help="seconds an idle worker stream waits before a ping (default 15)",
+    )  # fmt: skip
     server.set_defaults(run=_start_server)
+
+    gateway = start.add_parser("gateway", help="run an extra HTTP/SSE gateway in front of a core")
+    gateway.add_argument("--core", required=True, metavar="HOST:PORT", help="gRPC address of the core")
+    gateway.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1)")
+    gateway.add_argument(
+        "--port", type=_positive_int("--port"), default=8080, help="default 8080; 0 picks one"
+    )
+    gateway.add_argument(
+        "--ping-interval", type=_seconds("--ping-interval"), default=15.0,
+        help="seconds an idle worker stream waits before a ping (default 15)",
+    )  # fmt: skip
+    gateway.set_defaults(run=_start_gateway)
 
     worker = start.add_parser("worker", help="run a worker")
     worker.add_argument("name", metavar="NAME")
-    worker.add_argument(
+    where = worker.add_mutually_exclusive_group()
+    where.add_argument(
         "--server", action="append", metavar="HOST:PORT",
         help="control plane address; repeat to give fallbacks (default $FLUX_SERVER or 127.0.0.1:50051)",
+    )  # fmt: skip
+    where.add_argument(
+        "--gateway", action="append", metavar="URL",
+        help="work over HTTP/SSE through a gateway, e.g. http://127.0.0.1:8080; repeat to give fallbacks",
     )  # fmt: skip
     worker.add_argument("--label", action="append", type=_label, default=[], metavar="KEY=VALUE")
     worker.add_argument("--cpus", type=_positive_int("--cpus"), help="cores to advertise")
@@ -194,10 +220,44 @@ def _start_server(args: argparse.Namespace) -> int:
             ack_deadline=args.ack_deadline,
             grace_period=args.grace_period,
             safety_tick=args.safety_tick,
+            ping_interval=args.ping_interval,
             server_id=uuid.uuid4().hex[:12],
         ),
+        http_port=None if args.no_http else args.http_port,
     )
-    asyncio.run(serve(config))
+    try:
+        asyncio.run(serve(config))
+    except OSError as exc:  # a port already taken
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
+    return 0
+
+
+def _start_gateway(args: argparse.Namespace) -> int:
+    import signal
+
+    from gateway import GatewaySettings, start_gateway
+
+    async def run() -> None:
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        for signum in (signal.SIGINT, signal.SIGTERM):
+            loop.add_signal_handler(signum, stop.set)
+        settings = GatewaySettings(core=args.core, ping_interval=args.ping_interval)
+        running = await start_gateway(settings, args.host, args.port)
+        # Same line as `flux start server` prints for its gateway; scripts read the port from it.
+        print(f"flux gateway listening on {running.url}", flush=True)
+        logging.getLogger("flux.gateway").info("fronting the core at %s", args.core)
+        try:
+            await stop.wait()
+        finally:
+            await running.stop()
+
+    try:
+        asyncio.run(run())
+    except OSError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
     return 0
 
 
@@ -208,6 +268,8 @@ def _start_worker(args: argparse.Namespace) -> int:
     from flux.worker.grpc_transport import GrpcTransport
     from flux.worker.probe import Caps, ResourceProbe
     from flux.worker.runtime import WorkerConfig, WorkerRuntime
+    from flux.worker.sse_transport import SseTransport
+    from flux.worker.transport import WorkerTransport
 
     simulated = os.environ.get(SimulatedGpuReader.ENV)
     probe = ResourceProbe(
@@ -215,13 +277,15 @@ def _start_worker(args: argparse.Namespace) -> int:
         disk_path=args.disk_path,
         gpu_readers=[SimulatedGpuReader(simulated)] if simulated else None,
     )
-    addresses = [a for value in (args.server or [default_server()]) for a in value.split(",") if a]
+    chosen = args.gateway or args.server or [default_server()]
+    addresses = [a for value in chosen for a in value.split(",") if a]
     config = WorkerConfig(
         name=args.name, labels=dict(args.label), capacity=args.capacity or 16, work_dir=Path(args.work_dir)
     )
 
     async def run() -> None:
-        runtime = WorkerRuntime(config, GrpcTransport(addresses), probe)
+        transport: WorkerTransport = SseTransport(addresses) if args.gateway else GrpcTransport(addresses)
+        runtime = WorkerRuntime(config, transport, probe)
         loop = asyncio.get_running_loop()
         for signum in (signal.SIGINT, signal.SIGTERM):
             loop.add_signal_handler(signum, runtime.stop)

@@ -244,6 +244,8 @@ class Dispatcher:
     # ----------------------------------------------------------------- executions
 
     async def submit(self, workflow_name: str, input_json: str = "", version: int = 0) -> Execution:
+        if not workflow_name:
+            raise InvalidArgument("workflow_name is required: the name of a registered workflow")
         latest = self._latest.get(workflow_name)
         if latest is None:
             raise NotFound(

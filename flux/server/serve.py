@@ -13,6 +13,8 @@ from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
 from flux.dispatcher.core import Dispatcher, Settings
+from flux.server.interceptors import DecodeGuard
+from flux.server.local import LocalChannel, LocalRegistry
 from flux.server.servicers import ControlService, WorkerService
 from flux.store.base import Store
 from flux.v1 import control_pb2, control_pb2_grpc, worker_pb2, worker_pb2_grpc
@@ -29,6 +31,8 @@ class ServerConfig:
     grpc_port: int = 50051
     db: str = str(DEFAULT_DB)
     dispatcher: Settings = field(default_factory=Settings)
+    # The HTTP/SSE gateway beside the core, on the same host; None runs gRPC only.
+    http_port: int | None = 8080
 
 
 def open_store(url: str) -> Store:
@@ -48,6 +52,11 @@ class RunningServer:
     dispatcher: Dispatcher
     port: int
     health: health.aio.HealthServicer
+    # The same servicers, reachable in-process (for the gateway that runs beside the core).
+    local: LocalRegistry
+
+    def local_channel(self) -> LocalChannel:
+        return self.local.channel()
 
     async def stop(self, grace: float = 2.0) -> None:
         await self.health.enter_graceful_shutdown()
@@ -58,7 +67,10 @@ class RunningServer:
 async def start_server(config: ServerConfig) -> RunningServer:
     dispatcher = Dispatcher(open_store(config.db), config.dispatcher)
     await dispatcher.start()
+    # Also applied to in-process calls (the gateway beside the core), so both paths pass the same checks.
+    interceptors: tuple[grpc.aio.ServerInterceptor, ...] = (DecodeGuard(),)
     server = grpc.aio.server(
+        interceptors=interceptors,
         options=[
             ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
             ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
@@ -67,12 +79,18 @@ async def start_server(config: ServerConfig) -> RunningServer:
             ("grpc.keepalive_timeout_ms", 10_000),
             ("grpc.http2.min_ping_interval_without_data_ms", 5_000),
             ("grpc.keepalive_permit_without_calls", 1),
-        ]
+        ],
     )
-    worker_pb2_grpc.add_WorkerServiceServicer_to_server(WorkerService(dispatcher), server)
-    control_pb2_grpc.add_ControlServiceServicer_to_server(ControlService(dispatcher), server)
-    health_servicer = health.aio.HealthServicer()
-    health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
+    workers, control, health_servicer = (
+        WorkerService(dispatcher),
+        ControlService(dispatcher),
+        health.aio.HealthServicer(),
+    )
+    local = LocalRegistry(interceptors)
+    for target in (server, local):
+        worker_pb2_grpc.add_WorkerServiceServicer_to_server(workers, target)  # type: ignore[arg-type]
+        control_pb2_grpc.add_ControlServiceServicer_to_server(control, target)  # type: ignore[arg-type]
+        health_pb2_grpc.add_HealthServicer_to_server(health_servicer, target)  # type: ignore[arg-type]
     services = (
         worker_pb2.DESCRIPTOR.services_by_name["WorkerService"].full_name,
         control_pb2.DESCRIPTOR.services_by_name["ControlService"].full_name,
@@ -87,17 +105,38 @@ async def start_server(config: ServerConfig) -> RunningServer:
     await server.start()
     for name in ("", *services[:2]):
         await health_servicer.set(name, health_pb2.HealthCheckResponse.SERVING)
-    return RunningServer(server, dispatcher, port, health_servicer)
+    return RunningServer(server, dispatcher, port, health_servicer, local)
+
+
+def loopback_for(host: str) -> str:
+    """The address a local client dials to reach a server bound to ``host``."""
+    return {"": "127.0.0.1", "0.0.0.0": "127.0.0.1", "::": "::1"}.get(host, host)
 
 
 async def serve(config: ServerConfig) -> None:
-    running = await start_server(config)
-    # Tests and scripts read the bound port from this line (port 0 picks one).
-    print(f"flux server listening on {config.host}:{running.port} (grpc), db {config.db}", flush=True)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for signum in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(signum, stop.set)
-    await stop.wait()
-    log.info("shutting down")
-    await running.stop()
+    running = await start_server(config)
+    # Tests and scripts read the bound ports from these lines (port 0 picks one).
+    print(f"flux server listening on {config.host}:{running.port} (grpc), db {config.db}", flush=True)
+    gateway = None
+    try:
+        if config.http_port is not None:
+            from gateway import GatewaySettings, start_gateway
+
+            host = loopback_for(config.host)
+            core = f"[{host}]:{running.port}" if ":" in host else f"{host}:{running.port}"
+            settings = GatewaySettings(core=core, ping_interval=config.dispatcher.ping_interval)
+            gateway = await start_gateway(
+                settings, config.host, config.http_port, channel=running.local_channel()
+            )
+            print(f"flux gateway listening on {gateway.url}", flush=True)
+        await stop.wait()
+        log.info("shutting down")
+    finally:
+        # Gateway first: its SSE streams end and cancel their core streams before the core stops.
+        if gateway is not None:
+            await gateway.stop()
+        await running.stop()

@@ -141,6 +141,7 @@ def test_capacity_limits_concurrency(cluster: Cluster) -> None:
     assert max_overlap(records) == 1
 
 
+@pytest.mark.transports("grpc")  # the SSE twin is in test_gateway.py
 def test_resource_report_that_frees_capacity_triggers_dispatch(cluster: Cluster) -> None:
     # A raw gRPC worker: registers with 0 free cores, then reports 4 free.
     channel = grpc.insecure_channel(cluster.address)
@@ -192,6 +193,7 @@ def test_cli_register_run_status_and_workers(cluster: Cluster, tmp_path) -> None
     assert table.splitlines()[0].split()[:2] == ["NAME", "STATE"]
 
 
+@pytest.mark.transports("grpc")  # no worker involved
 def test_registering_invalid_requests_fails_and_registers_nothing(cluster: Cluster, tmp_path) -> None:
     bad = tmp_path / "bad.py"
     bad.write_text(
@@ -229,10 +231,14 @@ def test_cancel_pending_and_running(cluster: Cluster) -> None:
     assert cluster.client.cancel(running.execution_id).state == control_pb2.EXECUTION_STATE_CANCELLED
     # The worker's slot is free again: new work still runs.
     assert output(cluster.run("echo", 1))["worker"] == "w"
-    with pytest.raises(FailedPrecondition):
-        cluster.client.cancel(running.execution_id)
+    # Cancelling again answers the same (idempotent); cancelling finished work is refused.
+    assert cluster.client.cancel(running.execution_id).state == control_pb2.EXECUTION_STATE_CANCELLED
+    finished = cluster.run("echo", 2)
+    with pytest.raises(FailedPrecondition, match="already COMPLETED"):
+        cluster.client.cancel(finished.execution_id)
 
 
+@pytest.mark.transports("grpc")  # raw gRPC stubs; the gateway's refusals are in test_gateway.py
 def test_bad_input_over_grpc_is_refused_and_dispatch_keeps_flowing(cluster: Cluster) -> None:
     cluster.start_worker("w")
     channel = grpc.insecure_channel(cluster.address)

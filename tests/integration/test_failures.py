@@ -37,8 +37,8 @@ def test_worker_killed_mid_execution_is_requeued_and_completes_elsewhere(cluster
         assert rows.fetchall() == [(COMPLETED, "survivor", 2)]
 
 
-def test_lost_worker_exhausting_max_attempts_fails_the_execution(tmp_path) -> None:
-    cluster = Cluster(tmp_path)
+def test_lost_worker_exhausting_max_attempts_fails_the_execution(tmp_path, transport: str) -> None:
+    cluster = Cluster(tmp_path, transport)
     try:
         cluster.start_server("--ack-deadline", "2", "--grace-period", "1", "--safety-tick", "1")
         workflows = tmp_path / "once.py"
@@ -100,6 +100,7 @@ def test_restart_keeps_queued_work_queued(cluster: Cluster) -> None:
     assert outputs == list(range(5))
 
 
+@pytest.mark.transports("grpc")  # raw gRPC stubs; the SSE twin is in test_gateway.py
 def test_unclaimed_dispatch_returns_to_created_after_the_ack_deadline(cluster: Cluster) -> None:
     import grpc
 

@@ -41,6 +41,7 @@ def test_worker_reconnects_after_the_server_restarts(cluster: Cluster) -> None:
     assert json.loads(cluster.run("echo", 7).output_json) == {"input": 7, "worker": "loyal"}
 
 
+@pytest.mark.transports("grpc")  # about the core's gRPC services only
 def test_health_and_reflection_are_served(cluster: Cluster) -> None:
     with grpc.insecure_channel(cluster.address) as channel:
         health = health_pb2_grpc.HealthStub(channel)
@@ -48,6 +49,8 @@ def test_health_and_reflection_are_served(cluster: Cluster) -> None:
             answer = health.Check(health_pb2.HealthCheckRequest(service=service), timeout=5)
             assert answer.status == health_pb2.HealthCheckResponse.SERVING
         reflection = reflection_pb2_grpc.ServerReflectionStub(channel)
-        responses = reflection.ServerReflectionInfo(iter([reflection_pb2.ServerReflectionRequest(list_services="")]))
+        responses = reflection.ServerReflectionInfo(
+            iter([reflection_pb2.ServerReflectionRequest(list_services="")])
+        )
         names = {s.name for s in next(responses).list_services_response.service}
         assert {"flux.v1.WorkerService", "flux.v1.ControlService", "grpc.health.v1.Health"} <= names

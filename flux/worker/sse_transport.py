@@ -1,0 +1,250 @@
+"""The worker's HTTP transport: the gateway's routes, with dispatch read as Server-Sent Events.
+
+It speaks the same domain terms as ``GrpcTransport``, so the runtime cannot
+tell them apart. HTTP refusals come back as the ``flux.errors`` type the
+gateway's table gave them: the body's ``code`` (a gRPC status name) decides,
+the HTTP status is the fallback, and anything that means "try later" (5xx, a
+dropped or timed-out connection) is ``Unavailable``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import AsyncIterator, Sequence
+from typing import Any, TypeVar
+from urllib.parse import quote
+
+import grpc
+import httpx
+from google.protobuf import json_format
+from google.protobuf.message import Message
+from httpx_sse import SSEError, aconnect_sse
+
+from flux.domain.execution import ExecutionError
+from flux.domain.worker import WorkerResources, WorkerSoftware
+from flux.errors import (
+    STATUS,
+    FailedPrecondition,
+    FluxError,
+    InvalidArgument,
+    Unavailable,
+    from_grpc_code,
+)
+from flux.v1 import worker_pb2
+from flux.worker.grpc_transport import dispatch_from_proto
+from flux.worker.transport import (
+    Cancel,
+    Connected,
+    Heartbeat,
+    Registration,
+    WorkerEvent,
+    WorkerTransport,
+)
+
+M = TypeVar("M", bound=Message)
+
+SESSION_HEADER = "X-Flux-Session"
+UNARY_TIMEOUT = httpx.Timeout(30.0, connect=5.0)
+# The gateway pings an idle stream every 15 s by default; four silent intervals mean it is gone.
+STREAM_IDLE_TIMEOUT = 60.0
+# httpcore's pool rescans every connection and every queued request on each request, so a
+# burst of claims (one per dispatch, up to the worker's capacity) waits here instead, FIFO,
+# for one of a few keep-alive connections. The dispatch stream has a connection of its own.
+IN_FLIGHT = 3
+POOL = httpx.Limits(max_connections=IN_FLIGHT + 2, max_keepalive_connections=IN_FLIGHT + 1)
+
+# HTTP status -> error, for answers without a usable body (409 is ambiguous; the body says which).
+_BY_HTTP_STATUS: dict[int, type[FluxError]] = {}
+for _error, (_, _status) in STATUS.items():
+    _BY_HTTP_STATUS.setdefault(_status, _error)
+_BY_HTTP_STATUS[409] = FailedPrecondition
+
+
+def error_from_response(status: int, body: bytes) -> FluxError:
+    code, message = "", ""
+    try:
+        detail = json.loads(body)["error"]
+        code, message = str(detail.get("code", "")), str(detail.get("message", ""))
+    except (ValueError, KeyError, TypeError, AttributeError):
+        message = body[:200].decode(errors="replace")
+    message = message or f"HTTP {status}"
+    if status >= 500:
+        return Unavailable(f"the gateway answered {status}: {message}")
+    if code in grpc.StatusCode.__members__:
+        return from_grpc_code(grpc.StatusCode[code], message)
+    return _BY_HTTP_STATUS.get(status, InvalidArgument)(message)
+
+
+def _body(message: Any) -> dict[str, Any]:
+    return json_format.MessageToDict(message, preserving_proto_field_name=True)
+
+
+def _parse(data: str, message: M) -> M:
+    # Fields a newer gateway adds are ignored, as the binary protocol would.
+    return json_format.Parse(data, message, ignore_unknown_fields=True)
+
+
+def _event(kind: str, data: str) -> WorkerEvent | None:
+    if kind == "execution_scheduled":
+        return dispatch_from_proto(_parse(data, worker_pb2.ExecutionScheduled()))
+    if kind == "execution_cancelled":
+        c = _parse(data, worker_pb2.ExecutionCancelled())
+        return Cancel(c.execution_id, c.generation, c.reason)
+    if kind == "connected":
+        c = _parse(data, worker_pb2.Connected())
+        return Connected(c.server_id, tuple(c.held_execution_ids))
+    if kind == "ping":
+        return Heartbeat()
+    return None  # an event this worker does not know yet
+
+
+class SseTransport(WorkerTransport):
+    name = "sse"
+
+    def __init__(self, gateways: Sequence[str], stream_idle_timeout: float = STREAM_IDLE_TIMEOUT):
+        urls = [g.rstrip("/") for g in gateways if g]
+        if not urls:
+            raise InvalidArgument("--gateway needs at least one URL, e.g. http://127.0.0.1:8080")
+        for url in urls:
+            if not url.startswith(("http://", "https://")):
+                raise InvalidArgument(f"--gateway {url!r} is not an http:// or https:// URL")
+        self._urls = urls
+        self._index = 0
+        self._idle = stream_idle_timeout
+        self._client: httpx.AsyncClient | None = None
+        self._in_flight = asyncio.Semaphore(IN_FLIGHT)
+
+    @property
+    def url(self) -> str:
+        return self._urls[self._index]
+
+    def rotate(self) -> None:
+        """Move to the next gateway (after a failed connection)."""
+        if len(self._urls) > 1:
+            self._index = (self._index + 1) % len(self._urls)
+            if self._client is not None:
+                client, self._client = self._client, None
+                asyncio.get_running_loop().create_task(client.aclose())
+
+    @property
+    def client(self) -> httpx.AsyncClient:
+        if self._client is None:
+            # No proxies from the environment: the gateway is named explicitly.
+            self._client = httpx.AsyncClient(
+                base_url=self.url, timeout=UNARY_TIMEOUT, limits=POOL, trust_env=False
+            )
+        return self._client
+
+    async def _post(self, path: str, body: dict[str, Any], token: str = "") -> dict[str, Any]:
+        headers = {SESSION_HEADER: token} if token else None
+        try:
+            async with self._in_flight:
+                response = await self.client.post(path, json=body, headers=headers)
+        except httpx.HTTPError as exc:
+            raise Unavailable(f"cannot reach the gateway at {self.url}: {exc!r}") from exc
+        if response.status_code >= 300:
+            raise error_from_response(response.status_code, response.content)
+        try:
+            return response.json()
+        except ValueError as exc:  # something between us and the gateway answered instead
+            raise Unavailable(f"{self.url}{path} answered {response.status_code} without JSON") from exc
+
+    @staticmethod
+    def _worker(name: str) -> str:
+        return f"/workers/{quote(name, safe='')}"
+
+    async def register(self, registration: Registration) -> str:
+        message = worker_pb2.RegisterRequest(
+            name=registration.name,
+            resources=registration.resources.to_proto(),
+            software=registration.software.to_proto(),
+            labels=registration.labels,
+            capacity=registration.capacity,
+            session_token=registration.session_token,
+        )
+        answer = await self._post("/workers/register", _body(message))
+        return str(answer["session_token"])
+
+    async def connect(self, name: str, session_token: str) -> AsyncIterator[WorkerEvent]:
+        timeout = httpx.Timeout(UNARY_TIMEOUT.connect, read=self._idle)
+        headers = {SESSION_HEADER: session_token}
+        try:
+            async with aconnect_sse(
+                self.client, "GET", f"{self._worker(name)}/connect", headers=headers, timeout=timeout
+            ) as source:
+                if source.response.status_code != 200:
+                    raise error_from_response(source.response.status_code, await source.response.aread())
+                async for sse in source.aiter_sse():
+                    try:
+                        event = _event(sse.event, sse.data)
+                    except json_format.ParseError as exc:
+                        raise Unavailable(f"the gateway sent a malformed {sse.event} event: {exc}") from exc
+                    if event is not None:
+                        yield event
+        except (httpx.HTTPError, SSEError) as exc:
+            raise Unavailable(f"dispatch stream from {self.url} failed: {exc!r}") from exc
+
+    async def report(
+        self,
+        name: str,
+        token: str,
+        resources: WorkerResources,
+        software: WorkerSoftware | None,
+        draining: bool,
+    ) -> None:
+        message = worker_pb2.ReportResourcesRequest(
+            resources=resources.to_proto(),
+            software=software.to_proto() if software is not None else None,
+            draining=draining,
+        )
+        await self._post(f"{self._worker(name)}/resources", _body(message), token)
+
+    async def claim(self, name: str, token: str, execution_id: str, generation: int) -> None:
+        path = f"{self._worker(name)}/claim/{quote(execution_id, safe='')}"
+        await self._post(path, {"generation": generation}, token)
+
+    async def complete(
+        self,
+        name: str,
+        token: str,
+        execution_id: str,
+        generation: int,
+        output_json: str | None,
+        error: ExecutionError | None,
+        resources: WorkerResources | None,
+    ) -> None:
+        message = worker_pb2.CompleteRequest(generation=generation)
+        if error is not None:
+            message.error.CopyFrom(
+                worker_pb2.ExecutionError(type=error.type, message=error.message, traceback=error.traceback)
+            )
+        else:
+            message.output_json = output_json or "null"
+        if resources is not None:
+            message.resources.CopyFrom(resources.to_proto())
+        path = f"{self._worker(name)}/complete/{quote(execution_id, safe='')}"
+        await self._post(path, _body(message), token)
+
+    async def release(self, name: str, token: str, execution_id: str, generation: int, reason: str) -> None:
+        path = f"{self._worker(name)}/release/{quote(execution_id, safe='')}"
+        await self._post(path, {"generation": generation, "reason": reason}, token)
+
+    async def get_source(self, name: str, token: str, source_hash: str) -> tuple[str, str]:
+        path = f"{self._worker(name)}/source/{quote(source_hash, safe='')}"
+        try:
+            async with self._in_flight:
+                response = await self.client.get(path, headers={SESSION_HEADER: token})
+        except httpx.HTTPError as exc:
+            raise Unavailable(f"cannot reach the gateway at {self.url}: {exc!r}") from exc
+        if response.status_code != 200:
+            raise error_from_response(response.status_code, response.content)
+        source = json_format.ParseDict(
+            response.json(), worker_pb2.WorkflowSource(), ignore_unknown_fields=True
+        )
+        return source.filename, source.source
+
+    async def close(self) -> None:
+        if self._client is not None:
+            client, self._client = self._client, None
+            await client.aclose()

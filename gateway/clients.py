@@ -1,0 +1,158 @@
+"""Client routes: the ``ControlService`` as REST, bodies and answers in the proto3 JSON mapping."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+from typing import Annotated
+
+import grpc
+from fastapi import APIRouter, Depends, Path, Request
+from fastapi.responses import JSONResponse
+from grpc_health.v1 import health_pb2
+
+from flux.v1 import control_pb2
+from gateway import protojson, schema
+from gateway.core import Core, core
+
+router = APIRouter(tags=["clients"])
+
+CoreDep = Annotated[Core, Depends(core)]
+ExecutionId = Annotated[str, Path(description="the id RunWorkflow returned", max_length=128)]
+FINISHED = control_pb2.EXECUTION_STATE_COMPLETED
+
+
+def _refusals(*statuses: int) -> dict[int | str, dict[str, object]]:
+    return {status: {"model": schema.ErrorBody} for status in (*statuses, 422, 503)}
+
+
+def _timeout(request: Request) -> float:
+    return request.app.state.settings.unary_timeout
+
+
+def _answer(message: object, status: int = 200) -> JSONResponse:
+    return JSONResponse(protojson.to_dict(message), status_code=status)  # type: ignore[arg-type]
+
+
+@router.post("/workflows", response_model=schema.RegisterWorkflowResponse, responses=_refusals())
+async def register_workflows(
+    body: schema.RegisterWorkflowRequest, request: Request, core: CoreDep
+) -> JSONResponse:
+    """Register every workflow of one source file; each registration is a new version."""
+    message = protojson.from_dict(body.to_json_dict(), control_pb2.RegisterWorkflowRequest())
+    return _answer(await core.control.RegisterWorkflow(message, timeout=_timeout(request)))
+
+
+@router.post(
+    "/workflows/{name}/run",
+    response_model=schema.Execution,
+    responses={
+        202: {"model": schema.Execution, "description": "accepted, not finished yet"},
+        **_refusals(404),
+    },
+)
+async def run_workflow(
+    name: Annotated[str, Path(description="registered workflow name")],
+    body: schema.RunBody,
+    request: Request,
+    core: CoreDep,
+) -> JSONResponse:
+    """Submit an execution: 202 with it as accepted, or with `wait` 200 once it is finished.
+
+    A wait that runs out of `timeout` answers 202 with the execution as it is then.
+    """
+    submitted = await core.control.RunWorkflow(
+        control_pb2.RunWorkflowRequest(
+            workflow_name=name, input_json=json.dumps(body.input), version=body.version
+        ),
+        timeout=_timeout(request),
+    )
+    if not body.wait:
+        return _answer(submitted, 202)
+    latest = await _until_finished_or_gone(core, submitted, body.timeout, request)
+    if latest is None:  # the client left; nobody reads an answer
+        return JSONResponse(None, status_code=202)
+    return _answer(latest, 200 if latest.state >= FINISHED else 202)
+
+
+async def _follow(core: Core, execution: control_pb2.Execution, timeout: float) -> control_pb2.Execution:
+    call = core.control.WatchExecution(
+        control_pb2.WatchExecutionRequest(execution_id=execution.execution_id), timeout=timeout
+    )
+    try:
+        async for update in call:
+            execution = update
+            if update.state >= FINISHED:
+                break
+    except grpc.aio.AioRpcError as exc:
+        if exc.code() != grpc.StatusCode.DEADLINE_EXCEEDED:
+            raise
+    finally:
+        call.cancel()
+    return execution
+
+
+async def _disconnected(request: Request) -> None:
+    while (await request.receive())["type"] != "http.disconnect":
+        pass
+
+
+async def _until_finished_or_gone(
+    core: Core, execution: control_pb2.Execution, timeout: float, request: Request
+) -> control_pb2.Execution | None:
+    # A long wait must not outlive its client: stop following once the connection drops.
+    follow = asyncio.ensure_future(_follow(core, execution, timeout))
+    gone = asyncio.ensure_future(_disconnected(request))
+    try:
+        await asyncio.wait((follow, gone), return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        for task in (follow, gone):
+            if not task.done():
+                task.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await task
+    return follow.result() if follow.done() and not follow.cancelled() else None
+
+
+@router.get("/executions/{execution_id}", response_model=schema.Execution, responses=_refusals(404))
+async def get_execution(execution_id: ExecutionId, request: Request, core: CoreDep) -> JSONResponse:
+    """An execution's current state; `output_json` when COMPLETED, `error` when FAILED."""
+    message = control_pb2.GetExecutionRequest(execution_id=execution_id)
+    return _answer(await core.control.GetExecution(message, timeout=_timeout(request)))
+
+
+@router.get("/executions/{execution_id}/explain", response_model=schema.Explanation, responses=_refusals(404))
+async def explain_execution(execution_id: ExecutionId, request: Request, core: CoreDep) -> JSONResponse:
+    """Why an execution is (or is not) pending: a one-line summary and a verdict per worker."""
+    message = control_pb2.ExplainExecutionRequest(execution_id=execution_id)
+    return _answer(await core.control.ExplainExecution(message, timeout=_timeout(request)))
+
+
+@router.post(
+    "/executions/{execution_id}/cancel", response_model=schema.Execution, responses=_refusals(404, 409)
+)
+async def cancel_execution(execution_id: ExecutionId, request: Request, core: CoreDep) -> JSONResponse:
+    """Cancel an unfinished execution; 409 when it has already finished."""
+    message = control_pb2.CancelExecutionRequest(execution_id=execution_id)
+    return _answer(await core.control.CancelExecution(message, timeout=_timeout(request)))
+
+
+@router.get("/workers", response_model=schema.ListWorkersResponse, responses=_refusals())
+async def list_workers(request: Request, core: CoreDep) -> JSONResponse:
+    """Known workers with advertised and reserved resources, connection state and transport."""
+    return _answer(
+        await core.control.ListWorkers(control_pb2.ListWorkersRequest(), timeout=_timeout(request))
+    )
+
+
+@router.get("/healthz", response_model=schema.Health, responses={503: {"model": schema.Health}}, tags=["ops"])
+async def healthz(core: CoreDep) -> JSONResponse:
+    """200 while the core answers its gRPC health check, 503 otherwise."""
+    try:
+        answer = await core.health.Check(health_pb2.HealthCheckRequest(), timeout=2)
+        serving = answer.status == health_pb2.HealthCheckResponse.SERVING
+    except grpc.aio.AioRpcError:
+        serving = False
+    status = "SERVING" if serving else "NOT_SERVING"
+    return JSONResponse({"status": status, "core": core.address}, status_code=200 if serving else 503)

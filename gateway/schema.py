@@ -1,0 +1,153 @@
+"""Pydantic models derived from the ``flux.v1`` descriptors, so OpenAPI shows the wire shapes.
+
+The ``.proto`` files stay the one definition: each model is built from a
+message descriptor (field names as in the ``.proto``, comments aside), and
+bodies are still converted with ``json_format`` after validation, so the
+models describe the proto3 JSON mapping rather than re-implementing it.
+Unknown fields are refused (a typo in a resource report must not pass
+silently).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from google.protobuf.descriptor import Descriptor, EnumDescriptor, FieldDescriptor
+from pydantic import BaseModel, ConfigDict, Field, create_model
+
+from flux.v1 import control_pb2, worker_pb2
+
+_INT32 = {FieldDescriptor.TYPE_INT32, FieldDescriptor.TYPE_SINT32, FieldDescriptor.TYPE_SFIXED32}
+_UINT32 = {FieldDescriptor.TYPE_UINT32, FieldDescriptor.TYPE_FIXED32}
+_INT64 = {
+    FieldDescriptor.TYPE_INT64,
+    FieldDescriptor.TYPE_SINT64,
+    FieldDescriptor.TYPE_SFIXED64,
+    FieldDescriptor.TYPE_UINT64,
+    FieldDescriptor.TYPE_FIXED64,
+}
+
+
+class ProtoModel(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    def to_json_dict(self) -> dict[str, Any]:
+        """What the client sent, ready for ``json_format.ParseDict``."""
+        return self.model_dump(exclude_unset=True, exclude_none=True)
+
+
+_models: dict[str, type[ProtoModel]] = {}
+
+
+def _enum(descriptor: EnumDescriptor) -> Any:
+    names = tuple(value.name for value in descriptor.values)
+    return Literal[names] | int  # type: ignore[valid-type]
+
+
+def _scalar(field: FieldDescriptor) -> tuple[Any, dict[str, Any]]:
+    t = field.type
+    if t in _INT32:
+        return int, {"ge": -(2**31), "le": 2**31 - 1}
+    if t in _UINT32:
+        return int, {"ge": 0, "le": 2**32 - 1}
+    if t in _INT64:
+        # The proto3 JSON mapping writes 64-bit integers as strings and reads both.
+        return int | str, {}
+    if t in (FieldDescriptor.TYPE_DOUBLE, FieldDescriptor.TYPE_FLOAT):
+        return float, {}
+    if t == FieldDescriptor.TYPE_BOOL:
+        return bool, {}
+    if t == FieldDescriptor.TYPE_ENUM:
+        return _enum(field.enum_type), {}
+    if t == FieldDescriptor.TYPE_MESSAGE:
+        return model_of(field.message_type), {}
+    return str, {}  # string; bytes are base64 strings in the mapping
+
+
+def _field(field: FieldDescriptor) -> tuple[Any, Any]:
+    message = field.message_type
+    if message is not None and message.GetOptions().map_entry:
+        key, _ = _scalar(message.fields_by_name["key"])
+        value, _ = _scalar(message.fields_by_name["value"])
+        annotation: Any = dict[key, value]  # type: ignore[valid-type]
+        constraints: dict[str, Any] = {}
+    elif field.is_repeated:
+        item, _ = _scalar(field)
+        annotation, constraints = list[item], {}  # type: ignore[valid-type]
+    else:
+        annotation, constraints = _scalar(field)
+    return annotation | None, Field(default=None, **constraints)
+
+
+def model_of(
+    descriptor: Descriptor, *, exclude: frozenset[str] = frozenset(), name: str | None = None
+) -> type[ProtoModel]:
+    """The pydantic model of a message; ``exclude`` drops fields the URL or a header carries."""
+    key = name or descriptor.name
+    if key not in _models:
+        fields = {f.name: _field(f) for f in descriptor.fields if f.name not in exclude}
+        model = create_model(key, __base__=ProtoModel, **fields)  # type: ignore[call-overload]
+        model.__doc__ = f"`{descriptor.full_name}` in the proto3 JSON mapping (proto field names)."
+        _models[key] = model
+    return _models[key]
+
+
+def _body(message: Any, *excluded: str) -> type[ProtoModel]:
+    descriptor = message.DESCRIPTOR
+    return model_of(
+        descriptor, exclude=frozenset(excluded), name=descriptor.name.removesuffix("Request") + "Body"
+    )
+
+
+_W, _C = worker_pb2, control_pb2
+_PATH_AND_TOKEN = ("name", "session_token", "execution_id")
+
+# Worker routes: the worker name and execution id travel in the path, the token in a header.
+RegisterRequest = model_of(_W.RegisterRequest.DESCRIPTOR)
+RegisterResponse = model_of(_W.RegisterResponse.DESCRIPTOR)
+ReportResourcesBody = _body(_W.ReportResourcesRequest, *_PATH_AND_TOKEN[:2])
+ClaimBody = _body(_W.ClaimRequest, *_PATH_AND_TOKEN)
+CompleteBody = _body(_W.CompleteRequest, *_PATH_AND_TOKEN)
+ReleaseBody = _body(_W.ReleaseRequest, *_PATH_AND_TOKEN)
+WorkflowSource = model_of(_W.WorkflowSource.DESCRIPTOR)
+Connected = model_of(_W.Connected.DESCRIPTOR)
+ExecutionScheduled = model_of(_W.ExecutionScheduled.DESCRIPTOR)
+ExecutionCancelled = model_of(_W.ExecutionCancelled.DESCRIPTOR)
+Ping = model_of(_W.Ping.DESCRIPTOR)
+
+# Client routes.
+RegisterWorkflowRequest = model_of(_C.RegisterWorkflowRequest.DESCRIPTOR)
+RegisterWorkflowResponse = model_of(_C.RegisterWorkflowResponse.DESCRIPTOR)
+Execution = model_of(_C.Execution.DESCRIPTOR)
+Explanation = model_of(_C.Explanation.DESCRIPTOR)
+ListWorkersResponse = model_of(_C.ListWorkersResponse.DESCRIPTOR)
+
+
+class RunBody(BaseModel):
+    """Run a registered workflow. ``input`` is any JSON value, passed to the workflow as ``ctx.input``."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    input: Any = Field(default=None, description="any JSON value; becomes ctx.input")
+    version: int = Field(default=0, ge=0, le=2**31 - 1, description="workflow version; 0 means the latest")
+    wait: bool = Field(default=False, description="answer once the execution is finished (or timeout passes)")
+    timeout: float = Field(
+        default=60.0,
+        gt=0,
+        le=3600,
+        description="with wait: seconds to wait before answering 202 (default 60)",
+    )
+
+
+class ErrorDetail(BaseModel):
+    code: str = Field(description="the gRPC status name of the refusal, e.g. NOT_FOUND, FAILED_PRECONDITION")
+    message: str
+
+
+class ErrorBody(BaseModel):
+    error: ErrorDetail
+
+
+class Health(BaseModel):
+    status: Literal["SERVING", "NOT_SERVING"]
+    core: str = Field(description="the gRPC address of the core this gateway fronts")

@@ -1,0 +1,89 @@
+"""Run the gateway with uvicorn inside an event loop someone else owns (the CLI's).
+
+``flux start server`` runs it beside the gRPC core on the same loop, ``flux
+start gateway`` alone; either way the caller owns the signals, so uvicorn's
+own signal capture is switched off and ``stop`` is the only way out.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Iterator
+
+import grpc
+import uvicorn
+from sse_starlette.sse import AppStatus
+
+from gateway.app import GatewaySettings, create_app
+
+log = logging.getLogger("flux.gateway")
+
+
+class _Server(uvicorn.Server):
+    @contextlib.contextmanager
+    def capture_signals(self) -> Iterator[None]:
+        yield
+
+
+class RunningGateway:
+    def __init__(self, server: _Server, task: asyncio.Task[None], host: str):
+        self._server, self._task, self.host = server, task, host
+
+    @property
+    def port(self) -> int:
+        return self._server.servers[0].sockets[0].getsockname()[1]
+
+    @property
+    def url(self) -> str:
+        host = f"[{self.host}]" if ":" in self.host else self.host
+        return f"http://{host}:{self.port}"
+
+    async def stop(self, grace: float = 2.0) -> None:
+        # Open SSE responses never end by themselves: this makes sse-starlette end them,
+        # which cancels their core streams, before uvicorn waits for connections to close.
+        AppStatus.should_exit = True
+        self._server.should_exit = True
+        try:
+            await asyncio.wait_for(asyncio.shield(self._task), grace + 1.0)
+        except TimeoutError:
+            self._server.force_exit = True
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+
+
+async def start_gateway(
+    settings: GatewaySettings,
+    host: str = "127.0.0.1",
+    port: int = 8080,
+    grace: float = 2.0,
+    channel: grpc.aio.Channel | None = None,
+) -> RunningGateway:
+    """Bind (port 0 picks a free one) and return once uvicorn accepts connections."""
+    config = uvicorn.Config(
+        create_app(settings, channel),
+        host=host,
+        port=port,
+        log_config=None,  # keep the process's logging setup
+        access_log=False,  # one line per claim and result is noise at dispatch rates
+        lifespan="on",
+        timeout_graceful_shutdown=grace,
+        ws="none",
+    )
+    server = _Server(config)
+
+    async def serve() -> None:
+        try:
+            await server.serve()
+        except SystemExit as exc:  # uvicorn exits the process when it cannot bind; we report it
+            raise OSError(f"could not start the gateway on {host}:{port} (see the log above)") from exc
+
+    task = asyncio.get_running_loop().create_task(serve(), name="flux-gateway")
+    while not server.started:
+        if task.done():
+            task.result()
+            raise OSError(f"the gateway on {host}:{port} stopped while starting")
+        await asyncio.sleep(0.01)
+    return RunningGateway(server, task, host)

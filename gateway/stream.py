@@ -1,0 +1,108 @@
+"""One SSE connection relays one gRPC ``Connect`` stream; either side closing closes the other.
+
+The gateway opens the call and reads its first event before answering, so a
+refusal (unknown worker, wrong token, name held by a live stream) is an HTTP
+status rather than a stream that opens and dies. After that, each
+``WorkerEvent`` becomes one SSE event named after its ``oneof`` field, with
+the inner message as ``data`` and a per-connection ``id`` counting from 1.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import logging
+import time
+from collections.abc import AsyncIterator
+
+import grpc
+from sse_starlette import ServerSentEvent
+
+from flux.errors import Unavailable
+from flux.server.servicers import TRANSPORT_METADATA
+from flux.v1 import worker_pb2, worker_pb2_grpc
+from gateway import protojson
+from gateway.errors import from_rpc
+
+log = logging.getLogger("flux.gateway")
+
+StreamCall = grpc.aio.UnaryStreamCall
+
+
+async def open_stream(
+    stub: worker_pb2_grpc.WorkerServiceStub, name: str, token: str, timeout: float
+) -> tuple[StreamCall, worker_pb2.WorkerEvent]:
+    """The call and its ``Connected`` event, or the refusal as a ``FluxError``."""
+    call = stub.Connect(
+        worker_pb2.ConnectRequest(name=name, session_token=token), metadata=((TRANSPORT_METADATA, "sse"),)
+    )
+    try:
+        first = await asyncio.wait_for(call.read(), timeout)
+    except grpc.aio.AioRpcError as exc:
+        raise from_rpc(exc) from None
+    except TimeoutError:
+        call.cancel()
+        raise Unavailable(f"the Flux core did not open the stream within {timeout:g}s") from None
+    except BaseException:
+        call.cancel()
+        raise
+    if first is grpc.aio.EOF or first.WhichOneof("event") != "connected":
+        call.cancel()
+        raise Unavailable("the Flux core closed the stream before Connected")
+    return call, first
+
+
+def _frame(event: worker_pb2.WorkerEvent, event_id: int) -> ServerSentEvent:
+    kind = event.WhichOneof("event")
+    return ServerSentEvent(data=protojson.to_json(getattr(event, kind)), event=kind, id=str(event_id))
+
+
+def _ping(event_id: int) -> ServerSentEvent:
+    ping = worker_pb2.Ping(sent_at_ms=int(time.time() * 1000))
+    return ServerSentEvent(data=protojson.to_json(ping), event="ping", id=str(event_id))
+
+
+def _forget(task: asyncio.Future[object]) -> None:
+    # A read cut short by call.cancel() ends in an error nobody waits for; say it was seen.
+    task.add_done_callback(lambda t: t.cancelled() or t.exception())
+
+
+async def relay(
+    call: StreamCall, connected: worker_pb2.WorkerEvent, ping_interval: float
+) -> AsyncIterator[ServerSentEvent]:
+    """SSE events until the core ends the stream; the client leaving cancels the call (``finally``)."""
+    ids = itertools.count(1)
+    # Advertise how often this stream really carries traffic: the sooner of core and gateway pings.
+    advertised = int(ping_interval * 1000)
+    if connected.connected.ping_interval_ms > 0:
+        advertised = min(advertised, connected.connected.ping_interval_ms)
+    connected.connected.ping_interval_ms = advertised
+    read: asyncio.Future[object] | None = None
+    try:
+        yield _frame(connected, next(ids))
+        while True:
+            if read is None:
+                read = asyncio.ensure_future(call.read())
+            # Waiting on the read without cancelling it: cancelling a read cancels the call.
+            done, _ = await asyncio.wait((read,), timeout=ping_interval)
+            if not done:
+                yield _ping(next(ids))  # idle: keep proxies from timing the connection out
+                continue
+            try:
+                event = read.result()
+            except grpc.aio.AioRpcError as exc:
+                log.info(
+                    "dispatch stream of %s ended by the core: %s",
+                    connected.connected.worker_name,
+                    exc.code().name,
+                )
+                return
+            finally:
+                read = None
+            if event is grpc.aio.EOF:
+                return
+            yield _frame(event, next(ids))  # type: ignore[arg-type]
+    finally:
+        if read is not None:
+            _forget(read)
+        call.cancel()

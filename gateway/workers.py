@@ -1,0 +1,186 @@
+"""Worker routes: the ``WorkerService`` over HTTP, with dispatch pushed as Server-Sent Events.
+
+The worker's session token (from ``POST /workers/register``) travels in the
+``X-Flux-Session`` header; ``GET /workers/{name}/connect`` also takes it as
+``?session_token=`` for EventSource clients, which cannot set headers. The
+worker name and execution id come from the path, so bodies leave those
+fields out (and are refused if they carry them).
+"""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from fastapi import APIRouter, Depends, Header, Path, Query, Request
+from fastapi.responses import JSONResponse
+from sse_starlette import EventSourceResponse
+from starlette.background import BackgroundTask
+
+from flux.errors import Unauthenticated
+from flux.server.servicers import TRANSPORT_METADATA
+from flux.v1 import worker_pb2
+from gateway import protojson, schema
+from gateway.core import Core, core
+from gateway.stream import open_stream, relay
+
+SESSION_HEADER = "X-Flux-Session"
+
+router = APIRouter(prefix="/workers", tags=["workers"])
+
+_REFUSALS = {
+    status: {"model": schema.ErrorBody, "description": what}
+    for status, what in {
+        401: "no session token",
+        403: "the session token does not match the worker",
+        404: "unknown worker or execution",
+        409: "stale generation, wrong state, or the name is held by a live stream",
+        422: "invalid body or path",
+        503: "the core is unreachable",
+    }.items()
+}
+
+WorkerName = Annotated[str, Path(description="registered worker name", max_length=63)]
+ExecutionId = Annotated[str, Path(max_length=128)]
+CoreDep = Annotated[Core, Depends(core)]
+
+
+def _token(value: str | None) -> str:
+    if not value:
+        raise Unauthenticated(
+            f"the {SESSION_HEADER} header is missing; send the token POST /workers/register returned"
+        )
+    return value
+
+
+async def session(
+    x_flux_session: Annotated[str | None, Header(description="session token from register")] = None,
+) -> str:
+    return _token(x_flux_session)
+
+
+async def stream_session(
+    x_flux_session: Annotated[str | None, Header()] = None,
+    session_token: Annotated[
+        str | None, Query(description="for EventSource clients that cannot set headers")
+    ] = None,
+) -> str:
+    return _token(x_flux_session or session_token)
+
+
+Token = Annotated[str, Depends(session)]
+
+
+def _timeout(request: Request) -> float:
+    return request.app.state.settings.unary_timeout
+
+
+def _answer(message: object) -> JSONResponse:
+    return JSONResponse(protojson.to_dict(message))  # type: ignore[arg-type]
+
+
+@router.post("/register", response_model=schema.RegisterResponse, responses=_REFUSALS)
+async def register(body: schema.RegisterRequest, request: Request, core: CoreDep) -> JSONResponse:
+    """Announce a worker and what it offers; the answer's `session_token` goes in `X-Flux-Session`."""
+    message = protojson.from_dict(body.to_json_dict(), worker_pb2.RegisterRequest())
+    answer = await core.workers.Register(
+        message, metadata=((TRANSPORT_METADATA, "sse"),), timeout=_timeout(request)
+    )
+    return _answer(answer)
+
+
+@router.get(
+    "/{name}/connect",
+    response_class=EventSourceResponse,
+    responses={
+        200: {
+            "content": {"text/event-stream": {}},
+            "description": (
+                "Server-Sent Events: `connected` first, then `execution_scheduled`, `execution_cancelled` "
+                "and `ping`. Each `data` is one JSON object (the flux.v1 message of the same name); "
+                "each event has an `id` that counts up from 1 on this connection."
+            ),
+        },
+        **_REFUSALS,
+    },
+)
+async def connect(
+    name: WorkerName, request: Request, core: CoreDep, token: Annotated[str, Depends(stream_session)]
+) -> EventSourceResponse:
+    """The dispatch stream. Closing it ends the worker's stream on the core; the core ending it closes it."""
+    settings = request.app.state.settings
+    call, connected = await open_stream(core.workers, name, token, settings.connect_timeout)
+    return EventSourceResponse(
+        relay(call, connected, settings.ping_interval),
+        ping=0,  # the relay pings only when idle, as a named `ping` event with an id
+        send_timeout=settings.send_timeout,
+        # Also when the body never runs (a response cut short before streaming).
+        background=BackgroundTask(call.cancel),
+    )
+
+
+@router.post("/{name}/resources", status_code=200, responses=_REFUSALS)
+async def report_resources(
+    name: WorkerName, body: schema.ReportResourcesBody, token: Token, request: Request, core: CoreDep
+) -> JSONResponse:
+    """Replace the worker's observed resources (and software, when given); `draining` stops new dispatch."""
+    message = protojson.from_dict(body.to_json_dict(), worker_pb2.ReportResourcesRequest())
+    message.name, message.session_token = name, token
+    return _answer(await core.workers.ReportResources(message, timeout=_timeout(request)))
+
+
+@router.post("/{name}/claim/{execution_id}", responses=_REFUSALS)
+async def claim(
+    name: WorkerName,
+    execution_id: ExecutionId,
+    body: schema.ClaimBody,
+    token: Token,
+    request: Request,
+    core: CoreDep,
+) -> JSONResponse:
+    """Acknowledge a dispatch (SCHEDULED -> RUNNING), quoting the `generation` of its event."""
+    message = protojson.from_dict(body.to_json_dict(), worker_pb2.ClaimRequest())
+    message.name, message.session_token, message.execution_id = name, token, execution_id
+    return _answer(await core.workers.Claim(message, timeout=_timeout(request)))
+
+
+@router.post("/{name}/complete/{execution_id}", responses=_REFUSALS)
+async def complete(
+    name: WorkerName,
+    execution_id: ExecutionId,
+    body: schema.CompleteBody,
+    token: Token,
+    request: Request,
+    core: CoreDep,
+) -> JSONResponse:
+    """Record the result: `output_json` (a JSON text) or `error`, exactly one."""
+    message = protojson.from_dict(body.to_json_dict(), worker_pb2.CompleteRequest())
+    message.name, message.session_token, message.execution_id = name, token, execution_id
+    return _answer(await core.workers.Complete(message, timeout=_timeout(request)))
+
+
+@router.post("/{name}/release/{execution_id}", responses=_REFUSALS)
+async def release(
+    name: WorkerName,
+    execution_id: ExecutionId,
+    body: schema.ReleaseBody,
+    token: Token,
+    request: Request,
+    core: CoreDep,
+) -> JSONResponse:
+    """Hand an execution back unrun; it returns to CREATED and its reservation is released."""
+    message = protojson.from_dict(body.to_json_dict(), worker_pb2.ReleaseRequest())
+    message.name, message.session_token, message.execution_id = name, token, execution_id
+    return _answer(await core.workers.Release(message, timeout=_timeout(request)))
+
+
+@router.get("/{name}/source/{source_hash}", response_model=schema.WorkflowSource, responses=_REFUSALS)
+async def workflow_source(
+    name: WorkerName,
+    source_hash: Annotated[str, Path(max_length=64)],
+    token: Token,
+    request: Request,
+    core: CoreDep,
+) -> JSONResponse:
+    """A registered workflow file by its sha256, as dispatches name it in `workflow.source_hash`."""
+    message = worker_pb2.GetWorkflowSourceRequest(name=name, session_token=token, source_hash=source_hash)
+    return _answer(await core.workers.GetWorkflowSource(message, timeout=_timeout(request)))
