@@ -160,15 +160,52 @@ class AuthInterceptor(grpc.aio.ServerInterceptor):
         )
 
 
-class BearerAuth(grpc.AuthMetadataPlugin):
-    """Client side: attach ``authorization: Bearer …`` to every call (works on insecure channels too)."""
-
-    def __init__(self, token: str):
-        self.token = token
-
-    def __call__(self, context: grpc.AuthMetadataContext, callback: grpc.AuthMetadataPluginCallback) -> None:
-        callback((("authorization", f"Bearer {self.token}"),), None)
-
-
 def call_metadata(token: str) -> tuple[tuple[str, str], ...]:
     return (("authorization", f"Bearer {token}"),) if token else ()
+
+
+LOOPBACK_HOSTS = {"127.0.0.1", "localhost", "::1", "[::1]"}
+
+
+def is_loopback(host: str) -> bool:
+    return host in LOOPBACK_HOSTS or host.startswith("127.")
+
+
+@dataclass(frozen=True, slots=True)
+class Credentials:
+    """What a client or worker presents: a bearer token, and a CA bundle when the server speaks TLS."""
+
+    token: str = ""
+    ca: str | None = None
+
+    @classmethod
+    def for_role(cls, role: Role, token: str | None = None, ca: str | None = None) -> Credentials:
+        return cls(caller_token(role, token), ca or os.environ.get("FLUX_CA") or None)
+
+    @property
+    def metadata(self) -> tuple[tuple[str, str], ...]:
+        return call_metadata(self.token)
+
+    @property
+    def headers(self) -> dict[str, str]:
+        return {"Authorization": f"Bearer {self.token}"} if self.token else {}
+
+    def _tls(self) -> grpc.ChannelCredentials | None:
+        if self.ca is None:
+            return None
+        try:
+            return grpc.ssl_channel_credentials(Path(self.ca).read_bytes())
+        except OSError as exc:
+            raise ValueError(f"--ca {self.ca!r} cannot be read: {exc}") from None
+
+    def channel(self, address: str, options: list[tuple[str, object]] | None = None) -> grpc.Channel:
+        tls = self._tls()
+        if tls is None:
+            return grpc.insecure_channel(address, options=options)
+        return grpc.secure_channel(address, tls, options=options)
+
+    def aio_channel(self, address: str, options: list[tuple[str, object]] | None = None) -> grpc.aio.Channel:
+        tls = self._tls()
+        if tls is None:
+            return grpc.aio.insecure_channel(address, options=options)
+        return grpc.aio.secure_channel(address, tls, options=options)

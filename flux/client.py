@@ -16,6 +16,7 @@ from typing import Any
 
 import grpc
 
+from flux.auth import Credentials, Role
 from flux.errors import FluxError, Unavailable, from_grpc_code
 from flux.loader import load_workflow_file
 from flux.v1 import control_pb2, control_pb2_grpc
@@ -28,10 +29,15 @@ def default_server() -> str:
 
 
 class FluxClient:
-    def __init__(self, address: str | None = None, timeout: float = 30.0):
+    def __init__(
+        self, address: str | None = None, timeout: float = 30.0, credentials: Credentials | None = None
+    ):
+        """``credentials`` default to the API token from $FLUX_API_TOKEN or ./.flux/api.token, plaintext."""
         self.address = address or default_server()
         self.timeout = timeout
-        self._channel = grpc.insecure_channel(self.address)
+        self.credentials = credentials or Credentials.for_role(Role.CLIENT)
+        self._metadata = self.credentials.metadata
+        self._channel = self.credentials.channel(self.address)
         self._stub = control_pb2_grpc.ControlServiceStub(self._channel)
 
     def close(self) -> None:
@@ -45,7 +51,9 @@ class FluxClient:
 
     def _call(self, method: str, request: Any, timeout: float | None = None) -> Any:
         try:
-            return getattr(self._stub, method)(request, timeout=timeout or self.timeout)
+            return getattr(self._stub, method)(
+                request, timeout=timeout or self.timeout, metadata=self._metadata
+            )
         except grpc.RpcError as exc:
             raise self._error(exc) from None
 
@@ -102,7 +110,7 @@ class FluxClient:
 
     def watch(self, execution_id: str, timeout: float | None = None) -> Iterator[control_pb2.Execution]:
         stream = self._stub.WatchExecution(
-            control_pb2.WatchExecutionRequest(execution_id=execution_id), timeout=timeout
+            control_pb2.WatchExecutionRequest(execution_id=execution_id), timeout=timeout, metadata=self._metadata
         )
         try:
             yield from stream

@@ -21,6 +21,9 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import TypeVar
 
+import grpc
+
+from flux.auth import Credentials, Role, caller_token
 from flux.client import FluxClient
 from flux.v1 import control_pb2
 
@@ -63,6 +66,8 @@ class Cluster:
         self.processes: list[subprocess.Popen[str]] = []
         self.address = ""
         self.gateway_url = ""
+        # CA bundle when the server runs TLS (tests set it with the server's --tls-cert).
+        self.ca: str | None = None
         self.server: subprocess.Popen[str] | None = None
         self._client: FluxClient | None = None
 
@@ -195,10 +200,23 @@ class Cluster:
 
     # ------------------------------------------------------------- client
 
+    def token(self, role: Role) -> str:
+        """The server's token for ``role``: it generated them under its working directory's ./.flux/."""
+        return caller_token(role, state_dir=self.workdir / ".flux")
+
+    def credentials(self, role: Role) -> Credentials:
+        return Credentials(self.token(role), self.ca)
+
+    def channel(self, role: Role) -> grpc.Channel:
+        """A raw channel whose every call carries ``role``'s token, for tests that speak protobuf directly."""
+        credentials = self.credentials(role)
+        channel = credentials.channel(self.address)
+        return grpc.intercept_channel(channel, _Metadata(credentials.metadata))
+
     @property
     def client(self) -> FluxClient:
         if self._client is None:
-            self._client = FluxClient(self.address, timeout=10)
+            self._client = FluxClient(self.address, timeout=10, credentials=self.credentials(Role.CLIENT))
         return self._client
 
     def register(self, path: Path) -> None:
@@ -222,3 +240,24 @@ class Cluster:
             text=True,
             timeout=timeout,
         )
+
+
+class _Metadata(
+    grpc.UnaryUnaryClientInterceptor, grpc.UnaryStreamClientInterceptor, grpc.StreamUnaryClientInterceptor
+):
+    """Adds fixed metadata (the bearer token) to every call on a sync channel."""
+
+    def __init__(self, metadata: tuple[tuple[str, str], ...]):
+        self.metadata = metadata
+
+    def _with(self, details):  # type: ignore[no-untyped-def]
+        return details._replace(metadata=(*(details.metadata or ()), *self.metadata))
+
+    def intercept_unary_unary(self, continuation, details, request):  # type: ignore[no-untyped-def]
+        return continuation(self._with(details), request)
+
+    def intercept_unary_stream(self, continuation, details, request):  # type: ignore[no-untyped-def]
+        return continuation(self._with(details), request)
+
+    def intercept_stream_unary(self, continuation, details, request_iterator):  # type: ignore[no-untyped-def]
+        return continuation(self._with(details), request_iterator)

@@ -29,6 +29,8 @@ class GatewaySettings:
     connect_timeout: float = 10.0
     # A worker that does not read its stream for this long is dropped (its core stream ends).
     send_timeout: float = 30.0
+    # CA bundle (PEM) to verify the core's TLS certificate; None dials it in plaintext.
+    core_ca: str | None = None
     # Deadline of each unary call to the core.
     unary_timeout: float = 30.0
 
@@ -40,7 +42,7 @@ def create_app(settings: GatewaySettings | None = None, channel: grpc.aio.Channe
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         # The channel belongs to the serving loop, so it is opened here and not at import.
-        app.state.core = Core.open(settings.core, channel)
+        app.state.core = Core.open(settings.core, channel, settings.core_ca)
         try:
             yield
         finally:

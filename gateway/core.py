@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import grpc
 from fastapi import Request
 from grpc_health.v1 import health_pb2_grpc
 
+from flux.auth import Credentials
 from flux.v1 import control_pb2_grpc, worker_pb2_grpc
 
 CHANNEL_OPTIONS = [
@@ -30,11 +33,11 @@ class Core:
     owned: bool = True
 
     @classmethod
-    def open(cls, address: str, channel: grpc.aio.Channel | None = None) -> Core:
-        """One shared channel to the core; a given ``channel`` is used as is and left open."""
+    def open(cls, address: str, channel: grpc.aio.Channel | None = None, ca: str | None = None) -> Core:
+        """One shared channel to the core (TLS when ``ca`` is given); a given ``channel`` is used as is."""
         owned = channel is None
         if channel is None:
-            channel = grpc.aio.insecure_channel(address, options=CHANNEL_OPTIONS)
+            channel = Credentials(ca=ca).aio_channel(address, options=CHANNEL_OPTIONS)  # type: ignore[arg-type]
         return cls(
             address,
             channel,
@@ -48,7 +51,39 @@ class Core:
         if self.owned:
             await self.channel.close()
 
+    def for_caller(self, authorization: str | None) -> Core:
+        """The same channel, with the caller's credentials on every call: the core decides, not us."""
+        if not authorization:
+            return self
+        metadata = (("authorization", authorization),)
+        return Core(
+            self.address,
+            self.channel,
+            _WithMetadata(self.workers, metadata),  # type: ignore[arg-type]
+            _WithMetadata(self.control, metadata),  # type: ignore[arg-type]
+            self.health,
+            owned=False,
+        )
+
+
+class _WithMetadata:
+    """A stub whose every call also carries ``metadata`` (merged with the call's own)."""
+
+    __slots__ = ("_stub", "_metadata")
+
+    def __init__(self, stub: object, metadata: tuple[tuple[str, str], ...]):
+        self._stub, self._metadata = stub, metadata
+
+    def __getattr__(self, name: str) -> Callable[..., Any]:
+        method = getattr(self._stub, name)
+        extra = self._metadata
+
+        def call(request: object, *, metadata: Sequence[tuple[str, str]] = (), **kwargs: Any) -> Any:
+            return method(request, metadata=(*extra, *metadata), **kwargs)
+
+        return call
+
 
 async def core(request: Request) -> Core:
     # async: FastAPI runs plain-def dependencies on a thread pool, a hop per request.
-    return request.app.state.core
+    return request.app.state.core.for_caller(request.headers.get("authorization"))

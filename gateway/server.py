@@ -28,8 +28,8 @@ class _Server(uvicorn.Server):
 
 
 class RunningGateway:
-    def __init__(self, server: _Server, task: asyncio.Task[None], host: str):
-        self._server, self._task, self.host = server, task, host
+    def __init__(self, server: _Server, task: asyncio.Task[None], host: str, scheme: str = "http"):
+        self._server, self._task, self.host, self.scheme = server, task, host, scheme
 
     @property
     def port(self) -> int:
@@ -38,7 +38,7 @@ class RunningGateway:
     @property
     def url(self) -> str:
         host = f"[{self.host}]" if ":" in self.host else self.host
-        return f"http://{host}:{self.port}"
+        return f"{self.scheme}://{host}:{self.port}"
 
     async def stop(self, grace: float = 2.0) -> None:
         # Open SSE responses never end by themselves: this makes sse-starlette end them,
@@ -60,8 +60,9 @@ async def start_gateway(
     port: int = 8080,
     grace: float = 2.0,
     channel: grpc.aio.Channel | None = None,
+    tls: tuple[str, str] | None = None,
 ) -> RunningGateway:
-    """Bind (port 0 picks a free one) and return once uvicorn accepts connections."""
+    """Bind (port 0 picks a free one) and return once uvicorn accepts connections; HTTPS with ``tls``."""
     config = uvicorn.Config(
         create_app(settings, channel),
         host=host,
@@ -71,6 +72,8 @@ async def start_gateway(
         lifespan="on",
         timeout_graceful_shutdown=grace,
         ws="none",
+        ssl_certfile=tls[0] if tls else None,
+        ssl_keyfile=tls[1] if tls else None,
     )
     server = _Server(config)
 
@@ -86,4 +89,4 @@ async def start_gateway(
             task.result()
             raise OSError(f"the gateway on {host}:{port} stopped while starting")
         await asyncio.sleep(0.01)
-    return RunningGateway(server, task, host)
+    return RunningGateway(server, task, host, "https" if tls else "http")

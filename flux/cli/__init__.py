@@ -76,7 +76,15 @@ def build_parser() -> argparse.ArgumentParser:
             "--server", default=default_server(), metavar="HOST:PORT",
             help="control plane address (default $FLUX_SERVER or 127.0.0.1:50051)",
         )  # fmt: skip
+        p.add_argument("--api-token", help="client token (default $FLUX_API_TOKEN or ./.flux/api.token)")
+        p.add_argument(
+            "--ca", help="CA bundle (PEM) to verify a TLS server (default $FLUX_CA; plaintext if unset)"
+        )
         return p
+
+    def with_tls(p: argparse.ArgumentParser) -> None:
+        p.add_argument("--tls-cert", help="serve TLS with this certificate (PEM); needs --tls-key")
+        p.add_argument("--tls-key", help="private key (PEM) for --tls-cert")
 
     start = commands.add_parser("start", help="run a server or a worker").add_subparsers(
         dest="what", required=True, metavar="WHAT"
@@ -103,6 +111,17 @@ def build_parser() -> argparse.ArgumentParser:
         "--ping-interval", type=_seconds("--ping-interval"), default=15.0,
         help="seconds an idle worker stream waits before a ping (default 15)",
     )  # fmt: skip
+    server.add_argument(
+        "--worker-token",
+        help="worker join token (default $FLUX_WORKER_TOKEN, ./.flux/worker.token, or generated)",
+    )
+    server.add_argument(
+        "--api-token", help="client API token (default $FLUX_API_TOKEN, ./.flux/api.token, or generated)"
+    )
+    server.add_argument(
+        "--insecure", action="store_true", help="no authentication; refused unless --host is loopback"
+    )
+    with_tls(server)
     server.set_defaults(run=_start_server)
 
     gateway = start.add_parser("gateway", help="run an extra HTTP/SSE gateway in front of a core")
@@ -115,6 +134,8 @@ def build_parser() -> argparse.ArgumentParser:
         "--ping-interval", type=_seconds("--ping-interval"), default=15.0,
         help="seconds an idle worker stream waits before a ping (default 15)",
     )  # fmt: skip
+    gateway.add_argument("--ca", help="CA bundle (PEM) to verify the core's TLS certificate")
+    with_tls(gateway)
     gateway.set_defaults(run=_start_gateway)
 
     worker = start.add_parser("worker", help="run a worker")
@@ -128,6 +149,10 @@ def build_parser() -> argparse.ArgumentParser:
         "--gateway", action="append", metavar="URL",
         help="work over HTTP/SSE through a gateway, e.g. http://127.0.0.1:8080; repeat to give fallbacks",
     )  # fmt: skip
+    worker.add_argument(
+        "--worker-token", help="join token (default $FLUX_WORKER_TOKEN or ./.flux/worker.token)"
+    )
+    worker.add_argument("--ca", help="CA bundle (PEM) to verify a TLS server (default $FLUX_CA)")
     worker.add_argument("--label", action="append", type=_label, default=[], metavar="KEY=VALUE")
     worker.add_argument("--cpus", type=_positive_int("--cpus"), help="cores to advertise")
     worker.add_argument("--memory", type=_quantity("--memory"), help="memory to advertise, e.g. 8Gi")
@@ -224,6 +249,8 @@ def _start_server(args: argparse.Namespace) -> int:
             server_id=uuid.uuid4().hex[:12],
         ),
         http_port=None if args.no_http else args.http_port,
+        tokens=None if args.insecure else _server_tokens(args),
+        tls=_tls(args),
     )
     try:
         asyncio.run(serve(config))
@@ -231,6 +258,33 @@ def _start_server(args: argparse.Namespace) -> int:
         print(f"error: {exc}", file=sys.stderr)
         return 1
     return 0
+
+
+def _server_tokens(args: argparse.Namespace):  # type: ignore[no-untyped-def]
+    from flux.auth import Role, Tokens, server_token
+
+    worker, new_worker = server_token(Role.WORKER, args.worker_token, None)
+    api, new_api = server_token(Role.CLIENT, args.api_token, None)
+    for role, token, new in ((Role.WORKER, worker, new_worker), (Role.CLIENT, api, new_api)):
+        if new:  # printed once, on the start that created it; never logged
+            print(
+                f"generated {role.value} token (kept in .flux/{role.filename}, owner-only): {token}",
+                file=sys.stderr,
+                flush=True,
+            )
+    return Tokens(worker=worker, api=api)
+
+
+def _tls(args: argparse.Namespace) -> tuple[str, str] | None:
+    if bool(args.tls_cert) != bool(args.tls_key):
+        raise ValueError("--tls-cert and --tls-key go together: give both, or neither")
+    return (args.tls_cert, args.tls_key) if args.tls_cert else None
+
+
+def _client(args: argparse.Namespace) -> FluxClient:
+    from flux.auth import Credentials, Role
+
+    return FluxClient(args.server, credentials=Credentials.for_role(Role.CLIENT, args.api_token, args.ca))
 
 
 def _start_gateway(args: argparse.Namespace) -> int:
@@ -243,8 +297,8 @@ def _start_gateway(args: argparse.Namespace) -> int:
         loop = asyncio.get_running_loop()
         for signum in (signal.SIGINT, signal.SIGTERM):
             loop.add_signal_handler(signum, stop.set)
-        settings = GatewaySettings(core=args.core, ping_interval=args.ping_interval)
-        running = await start_gateway(settings, args.host, args.port)
+        settings = GatewaySettings(core=args.core, ping_interval=args.ping_interval, core_ca=args.ca)
+        running = await start_gateway(settings, args.host, args.port, tls=_tls(args))
         # Same line as `flux start server` prints for its gateway; scripts read the port from it.
         print(f"flux gateway listening on {running.url}", flush=True)
         logging.getLogger("flux.gateway").info("fronting the core at %s", args.core)
@@ -264,6 +318,7 @@ def _start_gateway(args: argparse.Namespace) -> int:
 def _start_worker(args: argparse.Namespace) -> int:
     import signal
 
+    from flux.auth import Credentials, Role
     from flux.worker.gpu import SimulatedGpuReader
     from flux.worker.grpc_transport import GrpcTransport
     from flux.worker.probe import Caps, ResourceProbe
@@ -284,7 +339,12 @@ def _start_worker(args: argparse.Namespace) -> int:
     )
 
     async def run() -> None:
-        transport: WorkerTransport = SseTransport(addresses) if args.gateway else GrpcTransport(addresses)
+        credentials = Credentials.for_role(Role.WORKER, args.worker_token, args.ca)
+        transport: WorkerTransport = (
+            SseTransport(addresses, credentials=credentials)
+            if args.gateway
+            else GrpcTransport(addresses, credentials)
+        )
         runtime = WorkerRuntime(config, transport, probe)
         loop = asyncio.get_running_loop()
         for signum in (signal.SIGINT, signal.SIGTERM):
@@ -300,7 +360,7 @@ def _start_worker(args: argparse.Namespace) -> int:
 
 
 def _register(args: argparse.Namespace) -> int:
-    with FluxClient(args.server) as client:
+    with _client(args) as client:
         response = client.register_file(args.file)
     for wf in response.workflows:
         print(f"registered {wf.name} v{wf.version} ({wf.source_hash[:12]})")
@@ -315,7 +375,7 @@ def _run(args: argparse.Namespace) -> int:
             f"error: INPUT_JSON is not valid JSON ({exc}); quote strings, e.g. '\"World\"'", file=sys.stderr
         )
         return 1
-    with FluxClient(args.server) as client:
+    with _client(args) as client:
         execution = client.run_json(args.name, args.input, version=args.version)
         if not args.wait:
             print(execution.execution_id)
@@ -334,7 +394,7 @@ def _run(args: argparse.Namespace) -> int:
 
 
 def _status(args: argparse.Namespace) -> int:
-    with FluxClient(args.server) as client:
+    with _client(args) as client:
         execution = client.get(args.execution_id)
     if args.json:
         print(json.dumps(render.execution_dict(execution)))
@@ -348,14 +408,14 @@ def _status(args: argparse.Namespace) -> int:
 
 
 def _cancel(args: argparse.Namespace) -> int:
-    with FluxClient(args.server) as client:
+    with _client(args) as client:
         execution = client.cancel(args.execution_id)
     print(f"{execution.execution_id} {render.state_name(execution.state)}")
     return 0
 
 
 def _explain(args: argparse.Namespace) -> int:
-    with FluxClient(args.server) as client:
+    with _client(args) as client:
         explanation = client.explain(args.execution_id)
     print(
         json.dumps(render.explanation_dict(explanation))
@@ -366,7 +426,7 @@ def _explain(args: argparse.Namespace) -> int:
 
 
 def _workers(args: argparse.Namespace) -> int:
-    with FluxClient(args.server) as client:
+    with _client(args) as client:
         response = client.workers()
     if args.json:
         print(json.dumps({"workers": [render.worker_dict(w) for w in response.workers]}))

@@ -12,6 +12,7 @@ import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
+from flux.auth import AuthInterceptor, Tokens, is_loopback
 from flux.dispatcher.core import Dispatcher, Settings
 from flux.server.interceptors import DecodeGuard
 from flux.server.local import LocalChannel, LocalRegistry
@@ -33,6 +34,10 @@ class ServerConfig:
     dispatcher: Settings = field(default_factory=Settings)
     # The HTTP/SSE gateway beside the core, on the same host; None runs gRPC only.
     http_port: int | None = 8080
+    # Worker and client tokens; None turns authentication off (--insecure, loopback only).
+    tokens: Tokens | None = None
+    # (certificate, key) PEM paths: gRPC and the gateway then speak TLS only.
+    tls: tuple[str, str] | None = None
 
 
 def open_store(url: str) -> Store:
@@ -68,7 +73,15 @@ async def start_server(config: ServerConfig) -> RunningServer:
     dispatcher = Dispatcher(open_store(config.db), config.dispatcher)
     await dispatcher.start()
     # Also applied to in-process calls (the gateway beside the core), so both paths pass the same checks.
-    interceptors: tuple[grpc.aio.ServerInterceptor, ...] = (DecodeGuard(),)
+    if config.tokens is None and not is_loopback(config.host):
+        await dispatcher.stop()
+        raise ValueError(
+            f"--insecure is refused on {config.host}: without auth the server binds to loopback only"
+        )
+    interceptors: tuple[grpc.aio.ServerInterceptor, ...] = (
+        *((AuthInterceptor(config.tokens),) if config.tokens is not None else ()),
+        DecodeGuard(),
+    )
     server = grpc.aio.server(
         interceptors=interceptors,
         options=[
@@ -98,7 +111,12 @@ async def start_server(config: ServerConfig) -> RunningServer:
         reflection.SERVICE_NAME,
     )
     reflection.enable_server_reflection(services, server)
-    port = server.add_insecure_port(f"{config.host}:{config.grpc_port}")
+    address = f"{config.host}:{config.grpc_port}"
+    if config.tls is not None:
+        cert, key = (Path(p).read_bytes() for p in config.tls)
+        port = server.add_secure_port(address, grpc.ssl_server_credentials([(key, cert)]))
+    else:
+        port = server.add_insecure_port(address)
     if port == 0:
         await dispatcher.stop()
         raise OSError(f"could not bind gRPC to {config.host}:{config.grpc_port}")
@@ -130,7 +148,7 @@ async def serve(config: ServerConfig) -> None:
             core = f"[{host}]:{running.port}" if ":" in host else f"{host}:{running.port}"
             settings = GatewaySettings(core=core, ping_interval=config.dispatcher.ping_interval)
             gateway = await start_gateway(
-                settings, config.host, config.http_port, channel=running.local_channel()
+                settings, config.host, config.http_port, channel=running.local_channel(), tls=config.tls
             )
             print(f"flux gateway listening on {gateway.url}", flush=True)
         await stop.wait()

@@ -9,6 +9,7 @@ from typing import TypeVar
 
 import grpc
 
+from flux.auth import Credentials
 from flux.domain.execution import ExecutionError, WorkflowRef
 from flux.domain.resource_request import ResourceRequest
 from flux.domain.worker import WorkerResources, WorkerSoftware
@@ -62,9 +63,11 @@ def dispatch_from_proto(message: worker_pb2.ExecutionScheduled) -> Dispatch:
 class GrpcTransport(WorkerTransport):
     name = "grpc"
 
-    def __init__(self, addresses: Sequence[str]):
+    def __init__(self, addresses: Sequence[str], credentials: Credentials | None = None):
         if not addresses:
             raise InvalidArgument("--server needs at least one HOST:PORT")
+        self.credentials = credentials or Credentials()
+        self._md = self.credentials.metadata
         self._addresses = list(addresses)
         self._index = 0
         self._channel: grpc.aio.Channel | None = None
@@ -89,7 +92,7 @@ class GrpcTransport(WorkerTransport):
     @property
     def stub(self) -> worker_pb2_grpc.WorkerServiceStub:
         if self._stub is None:
-            self._channel = grpc.aio.insecure_channel(self.address, options=CHANNEL_OPTIONS)
+            self._channel = self.credentials.aio_channel(self.address, options=CHANNEL_OPTIONS)
             self._stub = worker_pb2_grpc.WorkerServiceStub(self._channel)
         return self._stub
 
@@ -105,11 +108,14 @@ class GrpcTransport(WorkerTransport):
                 session_token=registration.session_token,
             ),
             timeout=UNARY_TIMEOUT,
+            metadata=self._md,
         )
         return response.session_token
 
     async def connect(self, name: str, session_token: str) -> AsyncIterator[WorkerEvent]:
-        call = self.stub.Connect(worker_pb2.ConnectRequest(name=name, session_token=session_token))
+        call = self.stub.Connect(
+            worker_pb2.ConnectRequest(name=name, session_token=session_token), metadata=self._md
+        )
         try:
             async for event in call:
                 kind = event.WhichOneof("event")
@@ -145,6 +151,7 @@ class GrpcTransport(WorkerTransport):
                 draining=draining,
             ),
             timeout=UNARY_TIMEOUT,
+            metadata=self._md,
         )
 
     @_mapped
@@ -154,6 +161,7 @@ class GrpcTransport(WorkerTransport):
                 name=name, session_token=token, execution_id=execution_id, generation=generation
             ),
             timeout=UNARY_TIMEOUT,
+            metadata=self._md,
         )
 
     @_mapped
@@ -178,7 +186,7 @@ class GrpcTransport(WorkerTransport):
             request.output_json = output_json or "null"
         if resources is not None:
             request.resources.CopyFrom(resources.to_proto())
-        await self.stub.Complete(request, timeout=UNARY_TIMEOUT)
+        await self.stub.Complete(request, timeout=UNARY_TIMEOUT, metadata=self._md)
 
     @_mapped
     async def release(self, name: str, token: str, execution_id: str, generation: int, reason: str) -> None:
@@ -191,6 +199,7 @@ class GrpcTransport(WorkerTransport):
                 reason=reason,
             ),
             timeout=UNARY_TIMEOUT,
+            metadata=self._md,
         )
 
     @_mapped
@@ -198,6 +207,7 @@ class GrpcTransport(WorkerTransport):
         response = await self.stub.GetWorkflowSource(
             worker_pb2.GetWorkflowSourceRequest(name=name, session_token=token, source_hash=source_hash),
             timeout=UNARY_TIMEOUT,
+            metadata=self._md,
         )
         return response.filename, response.source
 

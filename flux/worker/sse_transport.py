@@ -21,6 +21,7 @@ from google.protobuf import json_format
 from google.protobuf.message import Message
 from httpx_sse import SSEError, aconnect_sse
 
+from flux.auth import Credentials
 from flux.domain.execution import ExecutionError
 from flux.domain.worker import WorkerResources, WorkerSoftware
 from flux.errors import (
@@ -102,7 +103,12 @@ def _event(kind: str, data: str) -> WorkerEvent | None:
 class SseTransport(WorkerTransport):
     name = "sse"
 
-    def __init__(self, gateways: Sequence[str], stream_idle_timeout: float = STREAM_IDLE_TIMEOUT):
+    def __init__(
+        self,
+        gateways: Sequence[str],
+        stream_idle_timeout: float = STREAM_IDLE_TIMEOUT,
+        credentials: Credentials | None = None,
+    ):
         urls = [g.rstrip("/") for g in gateways if g]
         if not urls:
             raise InvalidArgument("--gateway needs at least one URL, e.g. http://127.0.0.1:8080")
@@ -110,6 +116,7 @@ class SseTransport(WorkerTransport):
             if not url.startswith(("http://", "https://")):
                 raise InvalidArgument(f"--gateway {url!r} is not an http:// or https:// URL")
         self._urls = urls
+        self.credentials = credentials or Credentials()
         self._index = 0
         self._idle = stream_idle_timeout
         self._client: httpx.AsyncClient | None = None
@@ -132,7 +139,12 @@ class SseTransport(WorkerTransport):
         if self._client is None:
             # No proxies from the environment: the gateway is named explicitly.
             self._client = httpx.AsyncClient(
-                base_url=self.url, timeout=UNARY_TIMEOUT, limits=POOL, trust_env=False
+                base_url=self.url,
+                timeout=UNARY_TIMEOUT,
+                limits=POOL,
+                trust_env=False,
+                headers=self.credentials.headers,  # the worker join token, on every request
+                verify=self.credentials.ca or True,
             )
         return self._client
 

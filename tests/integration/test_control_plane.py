@@ -8,6 +8,7 @@ import time
 import grpc
 import pytest
 
+from flux.auth import Role
 from flux.errors import FailedPrecondition, InvalidArgument, NotFound
 from flux.testing import Cluster, eventually
 from flux.v1 import control_pb2, resources_pb2, worker_pb2, worker_pb2_grpc
@@ -144,7 +145,7 @@ def test_capacity_limits_concurrency(cluster: Cluster) -> None:
 @pytest.mark.transports("grpc")  # the SSE twin is in test_gateway.py
 def test_resource_report_that_frees_capacity_triggers_dispatch(cluster: Cluster) -> None:
     # A raw gRPC worker: registers with 0 free cores, then reports 4 free.
-    channel = grpc.insecure_channel(cluster.address)
+    channel = cluster.channel(Role.WORKER)
     stub = worker_pb2_grpc.WorkerServiceStub(channel)
     busy = resources_pb2.WorkerResources(
         cpu_total=4, cpu_available=0, memory_total=8 << 30, memory_available=8 << 30
@@ -241,7 +242,7 @@ def test_cancel_pending_and_running(cluster: Cluster) -> None:
 @pytest.mark.transports("grpc")  # raw gRPC stubs; the gateway's refusals are in test_gateway.py
 def test_bad_input_over_grpc_is_refused_and_dispatch_keeps_flowing(cluster: Cluster) -> None:
     cluster.start_worker("w")
-    channel = grpc.insecure_channel(cluster.address)
+    channel = cluster.channel(Role.WORKER)
     stub = worker_pb2_grpc.WorkerServiceStub(channel)
 
     def code_of(call, request) -> grpc.StatusCode:  # type: ignore[no-untyped-def]
@@ -276,7 +277,7 @@ def test_bad_input_over_grpc_is_refused_and_dispatch_keeps_flowing(cluster: Clus
     control = control_pb2
     from flux.v1 import control_pb2_grpc
 
-    control_stub = control_pb2_grpc.ControlServiceStub(channel)
+    control_stub = control_pb2_grpc.ControlServiceStub(cluster.channel(Role.CLIENT))
     bad_inputs = [
         (control_stub.RunWorkflow, control.RunWorkflowRequest(workflow_name="echo", input_json="{not json")),
         (control_stub.RunWorkflow, control.RunWorkflowRequest(workflow_name="echo", version=-1)),

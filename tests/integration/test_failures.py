@@ -102,11 +102,11 @@ def test_restart_keeps_queued_work_queued(cluster: Cluster) -> None:
 
 @pytest.mark.transports("grpc")  # raw gRPC stubs; the SSE twin is in test_gateway.py
 def test_unclaimed_dispatch_returns_to_created_after_the_ack_deadline(cluster: Cluster) -> None:
-    import grpc
 
+    from flux.auth import Role
     from flux.v1 import resources_pb2, worker_pb2, worker_pb2_grpc
 
-    channel = grpc.insecure_channel(cluster.address)
+    channel = cluster.channel(Role.WORKER)
     stub = worker_pb2_grpc.WorkerServiceStub(channel)
     resources = resources_pb2.WorkerResources(cpu_total=4, cpu_available=4)
     token = stub.Register(worker_pb2.RegisterRequest(name="silent", resources=resources)).session_token

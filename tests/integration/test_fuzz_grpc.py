@@ -17,6 +17,7 @@ from google.protobuf.message_factory import GetMessageClass
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from flux.auth import Role
 from flux.testing import Cluster
 from flux.v1 import control_pb2, worker_pb2
 
@@ -118,7 +119,7 @@ def fuzz_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
 def test_random_messages_get_an_answer_or_a_refusal(
     fuzz_cluster: Cluster, service, method, request_type, streaming
 ):
-    channel = grpc.insecure_channel(fuzz_cluster.address)
+    channel = fuzz_cluster.channel(Role.WORKER if service == "WorkerService" else Role.CLIENT)
     path = f"/flux.v1.{service}/{method}"
     call = (channel.unary_stream if streaming else channel.unary_unary)(
         path, request_serializer=lambda m: m.SerializeToString(), response_deserializer=lambda b: b
@@ -152,7 +153,7 @@ def test_random_messages_get_an_answer_or_a_refusal(
 
 
 def test_raw_garbage_bytes_are_refused(fuzz_cluster: Cluster) -> None:
-    channel = grpc.insecure_channel(fuzz_cluster.address)
+    channel = fuzz_cluster.channel(Role.CLIENT)
     call = channel.unary_unary(
         "/flux.v1.ControlService/RunWorkflow",
         request_serializer=lambda b: b,

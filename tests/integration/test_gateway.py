@@ -19,6 +19,7 @@ import httpx
 import pytest
 from httpx_sse import ServerSentEvent, connect_sse
 
+from flux.auth import Role
 from flux.testing import Cluster, eventually
 
 pytestmark = [pytest.mark.integration, pytest.mark.transports("sse")]
@@ -27,9 +28,19 @@ FREE = {"cpu_total": 4, "cpu_available": 4, "memory_total": 8 << 30, "memory_ava
 BUSY = {**FREE, "cpu_available": 0}
 
 
+def authorized(cluster: Cluster, base_url: str) -> httpx.Client:
+    """An HTTP client that sends the worker token on worker routes and the API token elsewhere."""
+
+    def authorize(request: httpx.Request) -> None:
+        role = Role.WORKER if request.url.path.startswith("/workers/") else Role.CLIENT
+        request.headers.setdefault("Authorization", f"Bearer {cluster.token(role)}")
+
+    return httpx.Client(base_url=base_url, timeout=10, trust_env=False, event_hooks={"request": [authorize]})
+
+
 @pytest.fixture
 def http(cluster: Cluster) -> Iterator[httpx.Client]:
-    with httpx.Client(base_url=cluster.gateway_url, timeout=10, trust_env=False) as client:
+    with authorized(cluster, cluster.gateway_url) as client:
         yield client
 
 
@@ -79,7 +90,7 @@ def test_curl_sees_dispatch_and_leaving_ends_the_core_stream_at_once(cluster: Cl
         pytest.skip("curl is not installed")
     token = register(http, "curl-worker")
     process = subprocess.Popen(
-        [curl, "-sN", "-H", f"X-Flux-Session: {token}", f"{cluster.gateway_url}/workers/curl-worker/connect"],
+        [curl, "-sN", "-H", f"X-Flux-Session: {token}", "-H", f"Authorization: Bearer {cluster.token(Role.WORKER)}", f"{cluster.gateway_url}/workers/curl-worker/connect"],
         stdout=subprocess.PIPE, text=True,
     )  # fmt: skip
     lines: queue.Queue[str] = queue.Queue()
@@ -290,7 +301,7 @@ def test_a_second_gateway_process_in_front_of_the_core_serves_a_worker(cluster: 
     cluster.start_worker("far-worker", gateway=url)
     result = cluster.run("echo", "through the second gateway")
     assert json.loads(result.output_json)["worker"] == "far-worker"
-    with httpx.Client(base_url=url, timeout=10, trust_env=False) as second:
+    with authorized(cluster, url) as second:
         assert connected(second, "far-worker")
         # This gateway pings idle streams every 0.3 s, well before the core's 15 s.
         token = register(second, "idle")

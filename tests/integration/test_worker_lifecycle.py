@@ -5,11 +5,11 @@ from __future__ import annotations
 import json
 import signal
 
-import grpc
 import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
 
+from flux.auth import Role
 from flux.testing import Cluster, eventually
 from flux.v1 import control_pb2
 
@@ -43,7 +43,7 @@ def test_worker_reconnects_after_the_server_restarts(cluster: Cluster) -> None:
 
 @pytest.mark.transports("grpc")  # about the core's gRPC services only
 def test_health_and_reflection_are_served(cluster: Cluster) -> None:
-    with grpc.insecure_channel(cluster.address) as channel:
+    with cluster.channel(Role.CLIENT) as channel:
         health = health_pb2_grpc.HealthStub(channel)
         for service in ("", "flux.v1.WorkerService", "flux.v1.ControlService"):
             answer = health.Check(health_pb2.HealthCheckRequest(service=service), timeout=5)
