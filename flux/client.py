@@ -110,7 +110,9 @@ class FluxClient:
 
     def watch(self, execution_id: str, timeout: float | None = None) -> Iterator[control_pb2.Execution]:
         stream = self._stub.WatchExecution(
-            control_pb2.WatchExecutionRequest(execution_id=execution_id), timeout=timeout, metadata=self._metadata
+            control_pb2.WatchExecutionRequest(execution_id=execution_id),
+            timeout=timeout,
+            metadata=self._metadata,
         )
         try:
             yield from stream

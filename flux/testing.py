@@ -30,7 +30,7 @@ from flux.v1 import control_pb2
 T = TypeVar("T")
 
 LISTENING = re.compile(r"listening on (\S+):(\d+) \(grpc\)")
-GATEWAY = re.compile(r"^flux gateway listening on (http://\S+)$")
+GATEWAY = re.compile(r"^flux gateway listening on (https?://\S+)$")
 TRANSPORTS = ("grpc", "sse")
 
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import ssl
 from collections.abc import AsyncIterator, Sequence
 from typing import Any, TypeVar
 from urllib.parse import quote
@@ -144,7 +145,9 @@ class SseTransport(WorkerTransport):
                 limits=POOL,
                 trust_env=False,
                 headers=self.credentials.headers,  # the worker join token, on every request
-                verify=self.credentials.ca or True,
+                verify=ssl.create_default_context(cafile=self.credentials.ca)
+                if self.credentials.ca
+                else True,
             )
         return self._client
 
