@@ -17,6 +17,7 @@ from fastapi import FastAPI
 
 from gateway import clients, errors, workers
 from gateway.core import Core
+from gateway.limits import BodyLimit
 
 
 @dataclass(frozen=True, slots=True)
@@ -62,6 +63,7 @@ def create_app(settings: GatewaySettings | None = None, channel: grpc.aio.Channe
         lifespan=lifespan,
     )
     app.state.settings = settings
+    app.add_middleware(BodyLimit)
     errors.install(app)
     app.include_router(workers.router)
     app.include_router(clients.router)

@@ -1,0 +1,76 @@
+"""Request body limit: refuse oversized bodies before they are buffered.
+
+Pure ASGI so it sees the bytes as they arrive: a body with a large
+``Content-Length`` is refused up front, and a chunked one as soon as it
+crosses the limit, either way with 413 naming the limit.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+# The same ceiling as the core's gRPC messages: nothing larger could be forwarded anyway.
+MAX_BODY_BYTES = 16 * 1024 * 1024
+
+
+class _TooLarge(Exception):
+    pass
+
+
+class BodyLimit:
+    def __init__(self, app: ASGIApp, limit: int = MAX_BODY_BYTES):
+        self.app, self.limit = app, limit
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        declared = dict(scope.get("headers") or []).get(b"content-length")
+        if declared is not None and declared.isdigit() and int(declared) > self.limit:
+            await self._refuse(send)
+            return
+        seen = 0
+        started = False
+
+        async def counted() -> Message:
+            nonlocal seen
+            message = await receive()
+            if message["type"] == "http.request":
+                seen += len(message.get("body", b""))
+                if seen > self.limit:
+                    raise _TooLarge
+            return message
+
+        async def tracked(message: Message) -> None:
+            nonlocal started
+            started = started or message["type"] == "http.response.start"
+            await send(message)
+
+        try:
+            await self.app(scope, counted, tracked)
+        except _TooLarge:
+            if not started:
+                await self._refuse(send)
+
+    async def _refuse(self, send: Send) -> None:
+        body: dict[str, Any] = {
+            "error": {
+                "code": "RESOURCE_EXHAUSTED",
+                "message": f"request body is larger than the {self.limit} byte limit",
+            }
+        }
+        payload = json.dumps(body).encode()
+        await send(
+            {
+                "type": "http.response.start",
+                "status": 413,
+                "headers": [
+                    (b"content-type", b"application/json"),
+                    (b"content-length", str(len(payload)).encode()),
+                ],
+            }
+        )
+        await send({"type": "http.response.body", "body": payload})
