@@ -50,7 +50,10 @@ class Tokens:
 
 
 def _read(path: Path) -> str:
-    token = path.read_text().strip()
+    try:
+        token = path.read_text().strip()
+    except OSError as exc:
+        raise ValueError(f"cannot read token file {str(path)!r}: {exc.strerror or exc}") from None
     if not token:
         raise ValueError(f"token file {path} is empty")
     return token
@@ -179,8 +182,10 @@ class Credentials:
     ca: str | None = None
 
     @classmethod
-    def for_role(cls, role: Role, token: str | None = None, ca: str | None = None) -> Credentials:
-        return cls(caller_token(role, token), ca or os.environ.get("FLUX_CA") or None)
+    def for_role(
+        cls, role: Role, token: str | None = None, ca: str | None = None, token_file: str | None = None
+    ) -> Credentials:
+        return cls(caller_token(role, token, token_file), ca or os.environ.get("FLUX_CA") or None)
 
     @property
     def metadata(self) -> tuple[tuple[str, str], ...]:

@@ -77,6 +77,7 @@ def build_parser() -> argparse.ArgumentParser:
             help="control plane address (default $FLUX_SERVER or 127.0.0.1:50051)",
         )  # fmt: skip
         p.add_argument("--api-token", help="client token (default $FLUX_API_TOKEN or ./.flux/api.token)")
+        p.add_argument("--api-token-file", help="read the client token from this file")
         p.add_argument(
             "--ca", help="CA bundle (PEM) to verify a TLS server (default $FLUX_CA; plaintext if unset)"
         )
@@ -118,6 +119,8 @@ def build_parser() -> argparse.ArgumentParser:
     server.add_argument(
         "--api-token", help="client API token (default $FLUX_API_TOKEN, ./.flux/api.token, or generated)"
     )
+    server.add_argument("--worker-token-file", help="read the worker join token from this file")
+    server.add_argument("--api-token-file", help="read the client API token from this file")
     server.add_argument(
         "--insecure", action="store_true", help="no authentication; refused unless --host is loopback"
     )
@@ -152,6 +155,7 @@ def build_parser() -> argparse.ArgumentParser:
     worker.add_argument(
         "--worker-token", help="join token (default $FLUX_WORKER_TOKEN or ./.flux/worker.token)"
     )
+    worker.add_argument("--worker-token-file", help="read the join token from this file")
     worker.add_argument("--ca", help="CA bundle (PEM) to verify a TLS server (default $FLUX_CA)")
     worker.add_argument("--label", action="append", type=_label, default=[], metavar="KEY=VALUE")
     worker.add_argument("--cpus", type=_positive_int("--cpus"), help="cores to advertise")
@@ -263,8 +267,8 @@ def _start_server(args: argparse.Namespace) -> int:
 def _server_tokens(args: argparse.Namespace):  # type: ignore[no-untyped-def]
     from flux.auth import Role, Tokens, server_token
 
-    worker, new_worker = server_token(Role.WORKER, args.worker_token, None)
-    api, new_api = server_token(Role.CLIENT, args.api_token, None)
+    worker, new_worker = server_token(Role.WORKER, args.worker_token, args.worker_token_file)
+    api, new_api = server_token(Role.CLIENT, args.api_token, args.api_token_file)
     for role, token, new in ((Role.WORKER, worker, new_worker), (Role.CLIENT, api, new_api)):
         if new:  # printed once, on the start that created it; never logged
             print(
@@ -284,7 +288,8 @@ def _tls(args: argparse.Namespace) -> tuple[str, str] | None:
 def _client(args: argparse.Namespace) -> FluxClient:
     from flux.auth import Credentials, Role
 
-    return FluxClient(args.server, credentials=Credentials.for_role(Role.CLIENT, args.api_token, args.ca))
+    credentials = Credentials.for_role(Role.CLIENT, args.api_token, args.ca, args.api_token_file)
+    return FluxClient(args.server, credentials=credentials)
 
 
 def _start_gateway(args: argparse.Namespace) -> int:
@@ -339,7 +344,7 @@ def _start_worker(args: argparse.Namespace) -> int:
     )
 
     async def run() -> None:
-        credentials = Credentials.for_role(Role.WORKER, args.worker_token, args.ca)
+        credentials = Credentials.for_role(Role.WORKER, args.worker_token, args.ca, args.worker_token_file)
         transport: WorkerTransport = (
             SseTransport(addresses, credentials=credentials)
             if args.gateway

@@ -359,3 +359,29 @@ VALID_REQUESTS = st.builds(
 @given(VALID_REQUESTS)
 def test_repr_round_trips_through_eval(request_):
     assert eval(repr(request_), {"ResourceRequest": ResourceRequest}) == request_
+
+
+ANYTHING = st.one_of(
+    st.none(),
+    st.booleans(),
+    st.integers(),
+    st.floats(allow_nan=True, allow_infinity=True),
+    st.text(max_size=30),
+    st.binary(max_size=10),
+    st.lists(st.one_of(st.text(max_size=20), st.integers(), st.none()), max_size=4),
+    st.dictionaries(st.text(max_size=5), st.integers(), max_size=2),
+)
+
+
+@given(
+    st.fixed_dictionaries({}, optional={f: ANYTHING for f in ("cpu", "memory", "gpu", "disk", "packages")})
+)
+def test_any_input_either_constructs_a_valid_request_or_raises_a_field_naming_error(kwargs) -> None:
+    """Fuzzing the declaration: a bad value never gets past the constructor, and never as another error."""
+    try:
+        request = ResourceRequest(**kwargs)
+    except (TypeError, ValueError) as exc:
+        assert any(field in str(exc) for field in ("cpu", "memory", "gpu", "disk", "packages"))
+        return
+    assert request.cpu >= 0 and request.memory >= 0 and request.gpu >= 0 and request.disk >= 0
+    assert ResourceRequest.from_proto(request.to_proto()) == request
