@@ -30,6 +30,7 @@ import psutil
 from httpx_sse import connect_sse
 
 from bench.common import percentiles, write
+from flux.auth import Role
 from flux.testing import TRANSPORTS, Cluster, eventually
 from flux.v1 import control_pb2, control_pb2_grpc, resources_pb2, worker_pb2, worker_pb2_grpc
 
@@ -40,9 +41,10 @@ BURST = 2000
 
 def sse_receipt_latency(cluster: Cluster, n: int) -> dict[str, object]:
     """The same loop as ``receipt_latency``, the worker side over the gateway: httpx and httpx-sse."""
-    channel = grpc.insecure_channel(cluster.address)
+    channel = cluster.channel(Role.CLIENT)
     control = control_pb2_grpc.ControlServiceStub(channel)
-    http = httpx.Client(base_url=cluster.gateway_url, timeout=10, trust_env=False)
+    auth = {"Authorization": f"Bearer {cluster.token(Role.WORKER)}"}
+    http = httpx.Client(base_url=cluster.gateway_url, timeout=10, trust_env=False, headers=auth)
     resources = {"cpu_total": 64, "cpu_available": 64, "memory_total": 64 << 30, "memory_available": 64 << 30}
     token = http.post("/workers/register", json={"name": "bench-raw", "resources": resources}).json()[
         "session_token"
@@ -50,7 +52,7 @@ def sse_receipt_latency(cluster: Cluster, n: int) -> dict[str, object]:
     headers = {"X-Flux-Session": token}
     arrivals: queue.Queue[tuple[float, dict]] = queue.Queue()
     stream_client = httpx.Client(
-        base_url=cluster.gateway_url, timeout=httpx.Timeout(10, read=None), trust_env=False
+        base_url=cluster.gateway_url, timeout=httpx.Timeout(10, read=None), trust_env=False, headers=auth
     )
     opened: queue.Queue[httpx.Response] = queue.Queue()
 
@@ -92,9 +94,10 @@ def sse_receipt_latency(cluster: Cluster, n: int) -> dict[str, object]:
 
 
 def receipt_latency(cluster: Cluster, n: int) -> dict[str, object]:
-    channel = grpc.insecure_channel(cluster.address)
+    channel = cluster.channel(Role.WORKER)
     worker = worker_pb2_grpc.WorkerServiceStub(channel)
-    control = control_pb2_grpc.ControlServiceStub(channel)
+    control_channel = cluster.channel(Role.CLIENT)
+    control = control_pb2_grpc.ControlServiceStub(control_channel)
     resources = resources_pb2.WorkerResources(cpu_total=64, cpu_available=64, memory_total=64 << 30,
                                               memory_available=64 << 30)  # fmt: skip
     token = worker.Register(worker_pb2.RegisterRequest(name="bench-raw", resources=resources)).session_token
@@ -125,6 +128,7 @@ def receipt_latency(cluster: Cluster, n: int) -> dict[str, object]:
                                                    generation=scheduled.generation, output_json="1"))  # fmt: skip
     stream.cancel()
     channel.close()
+    control_channel.close()
     return {"submit_to_receipt_ms": percentiles(received), "submit_to_claimed_ms": percentiles(claimed)}
 
 
@@ -140,16 +144,17 @@ def start_latency(cluster: Cluster, n: int) -> dict[str, object]:
     return {"submit_to_body_start_ms": percentiles(delays), "sequential_per_second": round(n / elapsed, 1)}
 
 
-async def _submit_burst(address: str, n: int, concurrency: int = 64) -> float:
+async def _submit_burst(address: str, n: int, token: str, concurrency: int = 64) -> float:
     async with grpc.aio.insecure_channel(address) as channel:
         control = control_pb2_grpc.ControlServiceStub(channel)
         request = control_pb2.RunWorkflowRequest(workflow_name="noop", input_json="1")
+        metadata = (("authorization", f"Bearer {token}"),)
         remaining = iter(range(n))
         started = time.perf_counter()
 
         async def submitter() -> None:
             for _ in remaining:
-                await control.RunWorkflow(request)
+                await control.RunWorkflow(request, metadata=metadata)
 
         await asyncio.gather(*(submitter() for _ in range(concurrency)))
         return time.perf_counter() - started
@@ -160,7 +165,7 @@ def throughput(cluster: Cluster, n: int, db: Path) -> dict[str, object]:
         since = time.time()
         count = "SELECT COUNT(*) FROM executions WHERE state=4 AND created_at >= ?"
         started = time.perf_counter()
-        submit_seconds = asyncio.run(_submit_burst(cluster.address, n))
+        submit_seconds = asyncio.run(_submit_burst(cluster.address, n, cluster.token(Role.CLIENT)))
         done, deadline = 0, time.monotonic() + 120
         while time.monotonic() < deadline:
             done = reader.execute(count, (since,)).fetchone()[0]
