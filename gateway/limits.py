@@ -7,6 +7,7 @@ crosses the limit, either way with 413 naming the limit.
 
 from __future__ import annotations
 
+import contextlib
 import json
 from typing import Any
 
@@ -33,27 +34,32 @@ class BodyLimit:
             await self._refuse(send)
             return
         seen = 0
-        started = False
+        started = refused = False
 
         async def counted() -> Message:
-            nonlocal seen
+            nonlocal seen, refused
             message = await receive()
             if message["type"] == "http.request":
                 seen += len(message.get("body", b""))
                 if seen > self.limit:
+                    # Answer here, not where the error surfaces: FastAPI turns any error raised
+                    # while it reads a body into its own 400 before we could see it.
+                    if not started and not refused:
+                        refused = True
+                        await self._refuse(send)
                     raise _TooLarge
             return message
 
         async def tracked(message: Message) -> None:
             nonlocal started
+            if refused:
+                return  # the 413 is the answer; what the app made of the error is dropped
             started = started or message["type"] == "http.response.start"
             await send(message)
 
-        try:
+        # A response already under way when the limit is crossed can only be cut short.
+        with contextlib.suppress(_TooLarge):
             await self.app(scope, counted, tracked)
-        except _TooLarge:
-            if not started:
-                await self._refuse(send)
 
     async def _refuse(self, send: Send) -> None:
         body: dict[str, Any] = {

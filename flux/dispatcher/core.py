@@ -358,7 +358,7 @@ class Dispatcher:
         same_worker = bool(
             entry
             and registration.session_token
-            and hmac.compare_digest(registration.session_token, entry.session_token)
+            and _same_token(registration.session_token, entry.session_token)
         )
         if entry is not None and same_worker:
             entry.labels, entry.capacity, entry.transport = labels, capacity, registration.transport
@@ -530,7 +530,7 @@ class Dispatcher:
         entry = self._workers.get(name)
         if entry is None:
             raise NotFound(f"worker {name!r} is not registered; call Register first")
-        if not session_token or not hmac.compare_digest(session_token, entry.session_token):
+        if not session_token or not _same_token(session_token, entry.session_token):
             raise PermissionDenied(
                 f"session_token does not match worker {name!r}; use the token Register returned"
             )
@@ -708,11 +708,23 @@ class Dispatcher:
                 log.exception("dispatcher housekeeping failed")
 
 
+def _same_token(given: str, expected: str) -> bool:
+    # Bytes, not str: compare_digest refuses non-ASCII str, and a token is whatever a caller sends.
+    return hmac.compare_digest(
+        given.encode("utf-8", "surrogatepass"), expected.encode("utf-8", "surrogatepass")
+    )
+
+
+def _reject_constant(name: str) -> object:
+    # Python's json accepts NaN and Infinity; JSON (and every other reader of the result) does not.
+    raise ValueError(f"{name} is not JSON")
+
+
 def _checked_json(text: str, field: str) -> str:
     if len(text) > MAX_JSON_BYTES:
         raise ResourceExhausted(f"{field} is larger than the {MAX_JSON_BYTES} byte limit")
     try:
-        json.loads(text)
+        json.loads(text, parse_constant=_reject_constant)
     except ValueError as exc:
         raise InvalidArgument(f"{field} is not valid JSON: {exc}") from None
     except RecursionError:

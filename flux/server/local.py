@@ -192,6 +192,9 @@ class LocalChannel:
 _CANCELLED = object()
 
 
+STREAM_WINDOW = 16
+
+
 class LocalStreamCall:
     """A server stream whose servicer runs in its own task, as on a real server.
 
@@ -205,6 +208,10 @@ class LocalStreamCall:
     ):
         self._deserialize = deserialize
         self._items: asyncio.Queue[object] = asyncio.Queue()
+        # Flow control, as HTTP/2 gives a real stream: the servicer runs at most this many
+        # messages ahead of the reader, so a reader that stops (a stalled SSE client) backs
+        # up into the core's bounded session buffer instead of growing this queue.
+        self._window = asyncio.Semaphore(STREAM_WINDOW)
         loop = asyncio.get_running_loop()
         self._deadline = None if timeout is None else loop.time() + timeout
         self._task = loop.create_task(self._pump(responses))
@@ -213,6 +220,7 @@ class LocalStreamCall:
         put = self._items.put_nowait
         try:
             async for response in responses:
+                await self._window.acquire()
                 put(response)
             put(grpc.aio.EOF)
         except _Abort as abort:
@@ -236,6 +244,7 @@ class LocalStreamCall:
                 self._task.cancel()
                 raise _rpc_error(grpc.StatusCode.DEADLINE_EXCEEDED, "Deadline Exceeded") from None
         if isinstance(item, bytes):
+            self._window.release()
             return self._deserialize(item)
         # A terminal item stays at the head for any later read.
         self._items.put_nowait(item)

@@ -1107,3 +1107,10 @@ async def test_limits_are_refused_naming_the_limit(flux, field, value, error, me
         else:
             software = WorkerSoftware({f"pkg{i}": "1.0" for i in range(value)})
             await flux.d.register_worker(WorkerRegistration("many", resources(), software, {}))
+
+
+@pytest.mark.parametrize("text", ["NaN", "[1, Infinity]", '{"x": -Infinity}'])
+async def test_non_json_constants_are_refused(flux, text):
+    await flux.workflow()
+    with pytest.raises(InvalidArgument, match="is not JSON"):
+        await flux.run("job", text)
