@@ -23,7 +23,15 @@ from pathlib import Path
 from flux.context import ExecutionContext
 from flux.domain.execution import ExecutionError
 from flux.domain.worker import WorkerResources
-from flux.errors import FailedPrecondition, FluxError, NotFound, PermissionDenied, Unavailable
+from flux.errors import (
+    FailedPrecondition,
+    FluxError,
+    InvalidArgument,
+    NotFound,
+    PermissionDenied,
+    ResourceExhausted,
+    Unavailable,
+)
 from flux.worker.code_cache import CodeCache
 from flux.worker.probe import ResourceProbe, changed_materially
 from flux.worker.transport import Cancel, Connected, Dispatch, Registration, WorkerTransport
@@ -229,7 +237,7 @@ class WorkerRuntime:
             else:
                 result = await asyncio.get_running_loop().run_in_executor(self._threads, fn, ctx)
             try:
-                return json.dumps(result), None
+                return json.dumps(result, allow_nan=False), None
             except (TypeError, ValueError) as exc:
                 return None, ExecutionError("TypeError", f"workflow output is not JSON-serialisable: {exc}")
         except asyncio.CancelledError:
@@ -260,6 +268,16 @@ class WorkerRuntime:
                     delay,
                 )
                 await asyncio.sleep(delay)
+            except (InvalidArgument, ResourceExhausted) as exc:
+                if error is not None:
+                    log.warning("error report for %s refused: %s", dispatch.execution_id, exc)
+                    return
+                # The output itself was refused (too large, not JSON): report that as the failure,
+                # or the execution would stay RUNNING with nobody left to finish it.
+                output_json, error = (
+                    None,
+                    ExecutionError(type(exc).__name__, f"the workflow's output was refused: {exc}"),
+                )
             except FluxError as exc:
                 log.warning("result of %s refused: %s", dispatch.execution_id, exc)
                 return

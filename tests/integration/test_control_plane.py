@@ -303,3 +303,13 @@ def test_bad_input_over_grpc_is_refused_and_dispatch_keeps_flowing(cluster: Clus
     assert output(cluster.run("echo", 2))["input"] == 2
     with pytest.raises(InvalidArgument):
         cluster.client.run_json("echo", "{nope")
+
+
+def test_outputs_the_server_refuses_fail_the_execution_instead_of_hanging(cluster: Cluster) -> None:
+    cluster.start_worker("w")
+    too_big = cluster.run("huge_output", 5 * 1024 * 1024)
+    assert too_big.state == control_pb2.EXECUTION_STATE_FAILED
+    assert "byte limit" in too_big.error.message
+    not_json = cluster.run("nan_output")
+    assert not_json.state == control_pb2.EXECUTION_STATE_FAILED
+    assert "JSON" in not_json.error.message

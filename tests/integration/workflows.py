@@ -88,3 +88,13 @@ async def slow_step(ctx: ExecutionContext[float]):
     started = time.time()
     await asyncio.sleep(ctx.input or 0)
     return _record(ctx, started)
+
+
+@workflow
+async def huge_output(ctx: ExecutionContext[int]):
+    return "x" * (ctx.input or 0)
+
+
+@workflow
+async def nan_output(ctx: ExecutionContext[None]):
+    return float("nan")
