@@ -9,7 +9,7 @@ fields out (and are refused if they carry them).
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends, Header, Path, Query, Request
 from fastapi.responses import JSONResponse
@@ -128,6 +128,15 @@ async def report_resources(
     return _answer(await core.workers.ReportResources(message, timeout=_timeout(request)))
 
 
+async def _for_execution(
+    rpc: Any, message: Any, body: Any, name: str, token: str, execution_id: str, request: Request
+) -> JSONResponse:
+    """Claim, complete and release: the body, plus who is asking and about which execution."""
+    message = protojson.from_dict(body.to_json_dict(), message)
+    message.name, message.session_token, message.execution_id = name, token, execution_id
+    return _answer(await rpc(message, timeout=_timeout(request)))
+
+
 @router.post("/{name}/claim/{execution_id}", responses=_REFUSALS)
 async def claim(
     name: WorkerName,
@@ -138,9 +147,9 @@ async def claim(
     core: CoreDep,
 ) -> JSONResponse:
     """Acknowledge a dispatch (SCHEDULED -> RUNNING), quoting the `generation` of its event."""
-    message = protojson.from_dict(body.to_json_dict(), worker_pb2.ClaimRequest())
-    message.name, message.session_token, message.execution_id = name, token, execution_id
-    return _answer(await core.workers.Claim(message, timeout=_timeout(request)))
+    return await _for_execution(
+        core.workers.Claim, worker_pb2.ClaimRequest(), body, name, token, execution_id, request
+    )
 
 
 @router.post("/{name}/complete/{execution_id}", responses=_REFUSALS)
@@ -153,9 +162,9 @@ async def complete(
     core: CoreDep,
 ) -> JSONResponse:
     """Record the result: `output_json` (a JSON text) or `error`, exactly one."""
-    message = protojson.from_dict(body.to_json_dict(), worker_pb2.CompleteRequest())
-    message.name, message.session_token, message.execution_id = name, token, execution_id
-    return _answer(await core.workers.Complete(message, timeout=_timeout(request)))
+    return await _for_execution(
+        core.workers.Complete, worker_pb2.CompleteRequest(), body, name, token, execution_id, request
+    )
 
 
 @router.post("/{name}/release/{execution_id}", responses=_REFUSALS)
@@ -168,9 +177,9 @@ async def release(
     core: CoreDep,
 ) -> JSONResponse:
     """Hand an execution back unrun; it returns to CREATED and its reservation is released."""
-    message = protojson.from_dict(body.to_json_dict(), worker_pb2.ReleaseRequest())
-    message.name, message.session_token, message.execution_id = name, token, execution_id
-    return _answer(await core.workers.Release(message, timeout=_timeout(request)))
+    return await _for_execution(
+        core.workers.Release, worker_pb2.ReleaseRequest(), body, name, token, execution_id, request
+    )
 
 
 @router.get("/{name}/source/{source_hash}", response_model=schema.WorkflowSource, responses=_REFUSALS)
