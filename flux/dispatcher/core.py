@@ -576,7 +576,6 @@ class Dispatcher:
                 generation=self._executions[execution_id].generation + 1,
                 gpu_indices=placement.gpu_indices,
                 updated_at=now,
-                dispatched_at=now,
             )
             self._executions[execution_id] = execution
             requests = placement.shape.requests

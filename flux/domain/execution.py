@@ -62,8 +62,6 @@ class Execution:
     gpu_indices: tuple[int, ...] = ()
     created_at: float = 0.0
     updated_at: float = 0.0
-    # When the current dispatch was sent (SCHEDULED), for the ack deadline.
-    dispatched_at: float = 0.0
 
     def evolve(self, **changes: object) -> Execution:
         return replace(self, **changes)  # type: ignore[arg-type]

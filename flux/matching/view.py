@@ -165,16 +165,13 @@ class Room:
         self.key = self._load_key()
 
     def _load_key(self) -> tuple[float, float, str]:
+        """Least loaded first: fewest active per capacity, then most free CPU fraction, then name.
+
+        Stored as ``key`` and renewed by ``take``, so heap entries are checked for staleness by identity.
+        """
         load = self.active / self.capacity if self.capacity > 0 else float("inf")
         cpu_fraction = self.cpu / self.cpu_total if self.cpu_total > 0 else 0.0
         return (load, -cpu_fraction, self.view.name)
-
-    def load_key(self) -> tuple[float, float, str]:
-        """Least loaded first: fewest active per capacity, then most free CPU fraction, then name.
-
-        Kept current by ``take`` so heap entries can be checked for staleness by identity.
-        """
-        return self.key
 
     def take(self, cpu: int, memory: int, disk: int, gpus: int) -> tuple[int, ...]:
         """Reserve the amounts and return the GPU indices assigned."""
