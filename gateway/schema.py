@@ -150,4 +150,3 @@ class ErrorBody(BaseModel):
 
 class Health(BaseModel):
     status: Literal["SERVING", "NOT_SERVING"]
-    core: str = Field(description="the gRPC address of the core this gateway fronts")
