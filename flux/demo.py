@@ -1,4 +1,4 @@
-"""``make run`` until the server lands: route the example workflows over a sample fleet.
+"""``make demo``: the pure matcher routing the example workflows over a sample fleet, no server needed.
 
 It declares workflows with the public API, builds a three-worker fleet (one
 probed from this machine, two described), and shows where each execution
