@@ -90,3 +90,20 @@ def test_bearer_parsing() -> None:
     assert bearer((("authorization", "Bearer abc"),)) == "abc"
     assert bearer((("authorization", "Basic abc"),)) == ""
     assert bearer(None) == ""
+
+
+def test_the_state_directory_and_database_are_owner_only(tmp_path: Path) -> None:
+    import asyncio
+
+    from flux.store.sqlite import SqliteStore
+
+    server_token(Role.WORKER, None, None, tmp_path / "state")
+    assert stat.S_IMODE((tmp_path / "state").stat().st_mode) == 0o700
+    store = SqliteStore(tmp_path / "db" / "flux.db")
+
+    async def open_and_close() -> None:
+        await store.open()
+        await store.close()
+
+    asyncio.run(open_and_close())
+    assert stat.S_IMODE((tmp_path / "db" / "flux.db").stat().st_mode) == 0o600
