@@ -60,6 +60,22 @@ def dispatch_from_proto(message: worker_pb2.ExecutionScheduled) -> Dispatch:
     )
 
 
+def complete_request(
+    generation: int, output_json: str | None, error: ExecutionError | None, resources: WorkerResources | None
+) -> worker_pb2.CompleteRequest:
+    """The result of one execution as the wire carries it; both transports send this message."""
+    request = worker_pb2.CompleteRequest(generation=generation)
+    if error is not None:
+        request.error.CopyFrom(
+            worker_pb2.ExecutionError(type=error.type, message=error.message, traceback=error.traceback)
+        )
+    else:
+        request.output_json = output_json or "null"
+    if resources is not None:
+        request.resources.CopyFrom(resources.to_proto())
+    return request
+
+
 class GrpcTransport(WorkerTransport):
     name = "grpc"
 
@@ -175,17 +191,8 @@ class GrpcTransport(WorkerTransport):
         error: ExecutionError | None,
         resources: WorkerResources | None,
     ) -> None:
-        request = worker_pb2.CompleteRequest(
-            name=name, session_token=token, execution_id=execution_id, generation=generation
-        )
-        if error is not None:
-            request.error.CopyFrom(
-                worker_pb2.ExecutionError(type=error.type, message=error.message, traceback=error.traceback)
-            )
-        else:
-            request.output_json = output_json or "null"
-        if resources is not None:
-            request.resources.CopyFrom(resources.to_proto())
+        request = complete_request(generation, output_json, error, resources)
+        request.name, request.session_token, request.execution_id = name, token, execution_id
         await self.stub.Complete(request, timeout=UNARY_TIMEOUT, metadata=self._md)
 
     @_mapped

@@ -34,7 +34,7 @@ from flux.errors import (
     from_grpc_code,
 )
 from flux.v1 import worker_pb2
-from flux.worker.grpc_transport import dispatch_from_proto
+from flux.worker.grpc_transport import complete_request, dispatch_from_proto
 from flux.worker.transport import (
     Cancel,
     Connected,
@@ -229,15 +229,7 @@ class SseTransport(WorkerTransport):
         error: ExecutionError | None,
         resources: WorkerResources | None,
     ) -> None:
-        message = worker_pb2.CompleteRequest(generation=generation)
-        if error is not None:
-            message.error.CopyFrom(
-                worker_pb2.ExecutionError(type=error.type, message=error.message, traceback=error.traceback)
-            )
-        else:
-            message.output_json = output_json or "null"
-        if resources is not None:
-            message.resources.CopyFrom(resources.to_proto())
+        message = complete_request(generation, output_json, error, resources)
         path = f"{self._worker(name)}/complete/{quote(execution_id, safe='')}"
         await self._post(path, _body(message), token)
 
