@@ -222,9 +222,6 @@ class Dispatcher:
         self._shapes[key] = Shape(record.requests, record.affinity)
         self._latest[record.name] = max(self._latest.get(record.name, 0), record.version)
 
-    def workflows(self) -> list[WorkflowRecord]:
-        return [self._workflows[(name, version)] for name, version in sorted(self._latest.items())]
-
     async def get_source(self, source_hash: str) -> tuple[str, str]:
         if not re.fullmatch(r"[0-9a-f]{64}", source_hash):
             raise InvalidArgument(
