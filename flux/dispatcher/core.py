@@ -36,6 +36,7 @@ from flux.dispatcher.session import Cancelled, Ping, Scheduled, Session
 from flux.dispatcher.workers import WorkerEntry
 from flux.domain.execution import Execution, ExecutionError, State, WorkflowRef
 from flux.domain.labels import validate_labels
+from flux.domain.resource_request import ResourceRequest
 from flux.domain.worker import WorkerResources, WorkerSoftware
 from flux.errors import (
     AlreadyExists,
@@ -51,11 +52,12 @@ from flux.matching import (
     Explanation,
     FeasibilityCache,
     PendingQueue,
+    Placement,
     Shape,
     explain,
     schedule,
 )
-from flux.store.base import Store, WorkerIdentity, WorkflowRecord
+from flux.store.base import Conflict, Store, WorkerIdentity, WorkflowRecord
 from flux.workflow import validate_name
 
 log = logging.getLogger("flux.dispatcher")
@@ -232,6 +234,11 @@ class Dispatcher:
             raise NotFound(f"no workflow source with hash {source_hash}")
         return found
 
+    def _take_seq(self) -> int:
+        seq = self._next_seq
+        self._next_seq += 1
+        return seq
+
     def _record_of(self, execution: Execution) -> WorkflowRecord:
         return self._workflows[(execution.workflow.name, execution.workflow.version)]
 
@@ -258,13 +265,12 @@ class Dispatcher:
         execution = Execution(
             execution_id=uuid.uuid4().hex,
             workflow=WorkflowRef(record.name, record.version, record.source_hash, record.entrypoint),
-            seq=self._next_seq,
+            seq=self._take_seq(),
             input_json=input_json,
             max_attempts=record.max_attempts,
             created_at=now,
             updated_at=now,
         )
-        self._next_seq += 1
         try:
             await self.store.save(execution)  # durable before we answer
         except Exception as exc:
@@ -492,6 +498,11 @@ class Dispatcher:
         """
         try:
             await self.store.save(final)
+        except Conflict:
+            self._forget(final.execution_id)
+            raise FailedPrecondition(
+                f"execution {final.execution_id} was cancelled or reassigned meanwhile; this result is not recorded"
+            ) from None
         except Exception as exc:
             raise Unavailable(f"could not store the result of {final.execution_id}: {exc}") from exc
         self._committed(final)
@@ -526,13 +537,16 @@ class Dispatcher:
     def authorize(self, name: str, session_token: str) -> WorkerEntry:
         entry = self._workers.get(name)
         if entry is None:
-            raise NotFound(f"worker {name!r} is not registered; call Register first")
+            raise self._unknown_worker(name)
         if not session_token or not _same_token(session_token, entry.session_token):
             raise PermissionDenied(
                 f"session_token does not match worker {name!r}; use the token Register returned"
             )
         entry.last_seen = self.clock()
         return entry
+
+    def _unknown_worker(self, name: str) -> Exception:
+        return NotFound(f"worker {name!r} is not registered; call Register first")
 
     def _fenced(self, execution_id: str, name: str, generation: int) -> Execution:
         _check_id(execution_id)
@@ -554,36 +568,48 @@ class Dispatcher:
     def _dispatch(
         self, shapes: list[Shape] | None = None, workers: Iterable[WorkerEntry] | None = None
     ) -> int:
-        if not self._queue:
-            return 0
-        pool = self._workers.values() if workers is None else workers
-        views = [w.view() for w in pool if w.dispatchable]
-        if not views:
-            return 0
-        placements = schedule(self._queue, views, shapes=shapes, cache=self._cache)
+        placements = self._place(shapes, workers)
         now = self.clock()
-        deadline = now + self.settings.ack_deadline
         for placement in placements:
-            execution_id = placement.execution_id
-            self._queue.remove(execution_id)
-            entry = self._workers[placement.worker]
-            execution = self._executions[execution_id].evolve(
+            execution = self._executions[placement.execution_id]
+            execution = execution.evolve(
                 state=State.SCHEDULED,
                 worker=placement.worker,
-                generation=self._executions[execution_id].generation + 1,
+                generation=execution.generation + 1,
                 gpu_indices=placement.gpu_indices,
                 updated_at=now,
             )
-            self._executions[execution_id] = execution
-            requests = placement.shape.requests
-            entry.hold(execution_id, requests, placement.gpu_indices)
-            assert entry.session is not None  # dispatchable implies connected
-            entry.session.push(Scheduled(execution, requests))
-            heapq.heappush(self._deadlines, (deadline, execution_id, execution.generation))
             # Not written to the store: after a restart an unclaimed dispatch goes
             # back to CREATED anyway, so the row stays CREATED until the claim.
-            self._notify(execution)
+            self._send(execution, self._workers[placement.worker], placement.shape.requests, now)
         return len(placements)
+
+    def _place(
+        self, shapes: list[Shape] | None, workers: Iterable[WorkerEntry] | None
+    ) -> list[Placement]:
+        """Decide placements and reserve them on their workers (the pure matcher decides)."""
+        if not self._queue:
+            return []
+        pool = self._workers.values() if workers is None else workers
+        views = [w.view() for w in pool if w.dispatchable]
+        if not views:
+            return []
+        placements = schedule(self._queue, views, shapes=shapes, cache=self._cache)
+        for placement in placements:
+            self._queue.remove(placement.execution_id)
+            self._workers[placement.worker].hold(
+                placement.execution_id, placement.shape.requests, placement.gpu_indices
+            )
+        return placements
+
+    def _send(self, execution: Execution, entry: WorkerEntry, requests: ResourceRequest, now: float) -> None:
+        """Push a dispatch (already reserved on ``entry``) to its worker and start its ack deadline."""
+        self._executions[execution.execution_id] = execution
+        assert entry.session is not None  # dispatchable implies connected
+        entry.session.push(Scheduled(execution, requests))
+        deadline = now + self.settings.ack_deadline
+        heapq.heappush(self._deadlines, (deadline, execution.execution_id, execution.generation))
+        self._notify(execution)
 
     def _requeue(self, execution: Execution, entry: WorkerEntry | None, next_attempt: bool) -> Execution:
         """Back to CREATED (keeping its place in line), or FAILED when out of attempts."""
@@ -610,10 +636,13 @@ class Dispatcher:
             state=State.CREATED, worker="", gpu_indices=(), attempt=attempt, updated_at=now
         )
         self._executions[execution.execution_id] = requeued
-        self._queue.add(execution.execution_id, self._shape_of(requeued), requeued.seq)
-        self._save_soon(requeued)
+        self._back_in_line(requeued)
         self._notify(requeued)
         return requeued
+
+    def _back_in_line(self, requeued: Execution) -> None:
+        self._queue.add(requeued.execution_id, self._shape_of(requeued), requeued.seq)
+        self._save_soon(requeued)
 
     def _finish(self, final: Execution, entry: WorkerEntry | None) -> None:
         """Release the execution's hold now; show its final state only once committed (``_committed``)."""
@@ -640,7 +669,19 @@ class Dispatcher:
             updates.put_nowait(execution)
 
     def _save_soon(self, execution: Execution) -> None:
-        self.store.save(execution).add_done_callback(_log_store_failure)
+        self.store.save(execution).add_done_callback(self._saved)
+
+    def _saved(self, future: asyncio.Future[None]) -> None:
+        if not future.cancelled() and isinstance(future.exception(), Conflict):
+            self._forget(future.exception().execution_id)  # type: ignore[union-attr]
+        else:
+            _succeeded(future)
+
+    def _forget(self, execution_id: str) -> None:
+        """Another replica changed this execution: what we hold of it here is stale.
+
+        Only a shared (PostgreSQL) store reports conflicts; ``ReplicaDispatcher`` acts on them.
+        """
 
     def _lose_worker(self, entry: WorkerEntry, why: str) -> list[Shape]:
         """Requeue (or fail) everything the worker holds; return the shapes put back in the queue."""
@@ -754,10 +795,6 @@ def _same_result(done: Execution, output_json: str | None, error: ExecutionError
     if error is not None:
         return done.state is State.FAILED and done.error == error
     return done.state is State.COMPLETED and done.output_json == (output_json or "null")
-
-
-def _log_store_failure(future: asyncio.Future[None]) -> None:
-    _succeeded(future)
 
 
 def _succeeded(future: asyncio.Future[None]) -> bool:

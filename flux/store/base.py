@@ -49,7 +49,39 @@ class Recovered:
     next_seq: int = 1
 
 
+class Conflict(Exception):
+    """A guarded write found the row changed by someone else (another replica, a client's cancel)."""
+
+    def __init__(self, execution_id: str):
+        super().__init__(f"execution {execution_id} was changed elsewhere")
+        self.execution_id = execution_id
+
+
+@dataclass(frozen=True, slots=True)
+class PendingRef:
+    """A pending execution announced by another replica: enough to queue it by shape."""
+
+    execution_id: str
+    seq: int
+    workflow_name: str
+    workflow_version: int
+
+
+@dataclass(frozen=True, slots=True)
+class WorkerRecord:
+    """A worker as the shared database knows it."""
+
+    name: str
+    session_token: str
+    replica: str
+    connected: bool
+    replica_alive: bool
+
+
 class Store(abc.ABC):
+    # True when other server replicas share the database (PostgreSQL).
+    shared = False
+
     @abc.abstractmethod
     async def open(self) -> Recovered:
         """Create or migrate the schema and return the state to resume from."""
