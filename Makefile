@@ -5,8 +5,9 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 PROTOS := $(wildcard proto/flux/v1/*.proto)
+RELEASED := proto/released/flux-v1.binpb
 
-.PHONY: install proto check-proto test test-unit run demo bench lint clean
+.PHONY: install proto check-proto release-proto test test-unit run demo bench lint clean
 
 install: $(STAMP)
 
@@ -24,13 +25,22 @@ proto: $(STAMP)
 		--plugin=protoc-gen-mypy_grpc=$(VENV)/bin/protoc-gen-mypy_grpc \
 		$(PROTOS)
 
-# Regenerates flux/v1 and fails when the checked-in code differs from it.
+# Lints the protos and refuses breaking changes against the released snapshot
+# (tools/check_proto.sh, buf installed by npm on first use), then regenerates
+# flux/v1 and fails when the checked-in code differs from it.
 check-proto: proto
+	tools/check_proto.sh proto
 	@changes="$$(git status --porcelain -- flux/v1 proto)"; \
 	if [ -n "$$changes" ]; then \
 		echo "flux/v1 differs from what 'make proto' produces (or is not committed):"; \
 		echo "$$changes"; git --no-pager diff --stat -- flux/v1; exit 1; \
 	fi
+
+# Makes the current protos the released contract that check-proto compares
+# against. Run it when cutting a release, never to quiet check-proto.
+release-proto:
+	tools/buf.sh lint proto
+	tools/buf.sh build proto --exclude-source-info -o $(RELEASED)
 
 test: $(STAMP)
 	$(PY) -m pytest -q

@@ -28,22 +28,39 @@ class _ExecutionState:
 class _ExecutionStateEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_ExecutionState.ValueType], _builtins.type):
     DESCRIPTOR: _descriptor.EnumDescriptor
     EXECUTION_STATE_UNSPECIFIED: _ExecutionState.ValueType  # 0
+    """Never set by the server; the proto3 default."""
     EXECUTION_STATE_CREATED: _ExecutionState.ValueType  # 1
+    """Accepted and waiting for a worker that can run it."""
     EXECUTION_STATE_SCHEDULED: _ExecutionState.ValueType  # 2
+    """Dispatched to a worker, resources reserved, not yet claimed."""
     EXECUTION_STATE_RUNNING: _ExecutionState.ValueType  # 3
+    """Claimed by its worker and running."""
     EXECUTION_STATE_COMPLETED: _ExecutionState.ValueType  # 4
+    """Finished with an output."""
     EXECUTION_STATE_FAILED: _ExecutionState.ValueType  # 5
+    """Finished with an error, or out of attempts."""
     EXECUTION_STATE_CANCELLED: _ExecutionState.ValueType  # 6
+    """Cancelled by a client before it finished."""
 
-class ExecutionState(_ExecutionState, metaclass=_ExecutionStateEnumTypeWrapper): ...
+class ExecutionState(_ExecutionState, metaclass=_ExecutionStateEnumTypeWrapper):
+    """Where an execution is in its lifecycle; COMPLETED, FAILED and CANCELLED
+    are final.
+    """
 
 EXECUTION_STATE_UNSPECIFIED: ExecutionState.ValueType  # 0
+"""Never set by the server; the proto3 default."""
 EXECUTION_STATE_CREATED: ExecutionState.ValueType  # 1
+"""Accepted and waiting for a worker that can run it."""
 EXECUTION_STATE_SCHEDULED: ExecutionState.ValueType  # 2
+"""Dispatched to a worker, resources reserved, not yet claimed."""
 EXECUTION_STATE_RUNNING: ExecutionState.ValueType  # 3
+"""Claimed by its worker and running."""
 EXECUTION_STATE_COMPLETED: ExecutionState.ValueType  # 4
+"""Finished with an output."""
 EXECUTION_STATE_FAILED: ExecutionState.ValueType  # 5
+"""Finished with an error, or out of attempts."""
 EXECUTION_STATE_CANCELLED: ExecutionState.ValueType  # 6
+"""Cancelled by a client before it finished."""
 Global___ExecutionState: _TypeAlias = ExecutionState  # noqa: Y015
 
 @_typing.final
@@ -110,6 +127,8 @@ Global___WorkflowMetadata: _TypeAlias = WorkflowMetadata  # noqa: Y015
 
 @_typing.final
 class RegisterWorkflowRequest(_message.Message):
+    """One source file and the workflows it defines."""
+
     DESCRIPTOR: _descriptor.Descriptor
 
     FILENAME_FIELD_NUMBER: _builtins.int
@@ -140,14 +159,21 @@ Global___RegisterWorkflowRequest: _TypeAlias = RegisterWorkflowRequest  # noqa: 
 
 @_typing.final
 class RegisteredWorkflow(_message.Message):
+    """A workflow as stored by RegisterWorkflow."""
+
     DESCRIPTOR: _descriptor.Descriptor
 
     NAME_FIELD_NUMBER: _builtins.int
     VERSION_FIELD_NUMBER: _builtins.int
     SOURCE_HASH_FIELD_NUMBER: _builtins.int
     name: _builtins.str
+    """Workflow name."""
     version: _builtins.int
+    """Version assigned by this registration: 1 for a new name, then one more
+    than the latest version of that name.
+    """
     source_hash: _builtins.str
+    """sha256 of the source file, hex."""
     def __init__(
         self,
         *,
@@ -165,11 +191,15 @@ Global___RegisteredWorkflow: _TypeAlias = RegisteredWorkflow  # noqa: Y015
 
 @_typing.final
 class RegisterWorkflowResponse(_message.Message):
+    """What RegisterWorkflow stored."""
+
     DESCRIPTOR: _descriptor.Descriptor
 
     WORKFLOWS_FIELD_NUMBER: _builtins.int
     @_builtins.property
-    def workflows(self) -> _containers.RepeatedCompositeFieldContainer[Global___RegisteredWorkflow]: ...
+    def workflows(self) -> _containers.RepeatedCompositeFieldContainer[Global___RegisteredWorkflow]:
+        """One entry per workflow of the request, in the same order."""
+
     def __init__(
         self,
         *,
@@ -185,6 +215,8 @@ Global___RegisterWorkflowResponse: _TypeAlias = RegisterWorkflowResponse  # noqa
 
 @_typing.final
 class RunWorkflowRequest(_message.Message):
+    """Which workflow to run, and its input."""
+
     DESCRIPTOR: _descriptor.Descriptor
 
     WORKFLOW_NAME_FIELD_NUMBER: _builtins.int
@@ -213,6 +245,8 @@ Global___RunWorkflowRequest: _TypeAlias = RunWorkflowRequest  # noqa: Y015
 
 @_typing.final
 class Execution(_message.Message):
+    """One run of a workflow version with one input."""
+
     DESCRIPTOR: _descriptor.Descriptor
 
     EXECUTION_ID_FIELD_NUMBER: _builtins.int
@@ -228,25 +262,35 @@ class Execution(_message.Message):
     CREATED_AT_MS_FIELD_NUMBER: _builtins.int
     UPDATED_AT_MS_FIELD_NUMBER: _builtins.int
     execution_id: _builtins.str
+    """Server-assigned id."""
     state: Global___ExecutionState.ValueType
+    """Current lifecycle state."""
     worker: _builtins.str
     """Worker it was last dispatched to; empty while never dispatched."""
     attempt: _builtins.int
+    """1 for the first try; grows when a running try is lost and it is requeued."""
     generation: _builtins.int
+    """Fencing token of the latest dispatch; grows on every dispatch."""
     input_json: _builtins.str
+    """Input passed as ctx.input, JSON-encoded."""
     output_json: _builtins.str
     """Set when COMPLETED."""
     created_at_ms: _builtins.int
     """Milliseconds since the Unix epoch."""
     updated_at_ms: _builtins.int
+    """Last state change, milliseconds since the Unix epoch."""
     @_builtins.property
-    def workflow(self) -> _worker_pb2.WorkflowRef: ...
+    def workflow(self) -> _worker_pb2.WorkflowRef:
+        """The workflow version it runs."""
+
     @_builtins.property
     def error(self) -> _worker_pb2.ExecutionError:
         """Set when FAILED."""
 
     @_builtins.property
-    def gpu_indices(self) -> _containers.RepeatedScalarFieldContainer[_builtins.int]: ...
+    def gpu_indices(self) -> _containers.RepeatedScalarFieldContainer[_builtins.int]:
+        """GPU indices reserved for it on its worker."""
+
     def __init__(
         self,
         *,
@@ -273,6 +317,8 @@ Global___Execution: _TypeAlias = Execution  # noqa: Y015
 
 @_typing.final
 class GetExecutionRequest(_message.Message):
+    """Names the execution to read."""
+
     DESCRIPTOR: _descriptor.Descriptor
 
     EXECUTION_ID_FIELD_NUMBER: _builtins.int
@@ -293,6 +339,8 @@ Global___GetExecutionRequest: _TypeAlias = GetExecutionRequest  # noqa: Y015
 
 @_typing.final
 class WatchExecutionRequest(_message.Message):
+    """Names the execution to follow."""
+
     DESCRIPTOR: _descriptor.Descriptor
 
     EXECUTION_ID_FIELD_NUMBER: _builtins.int
@@ -313,6 +361,8 @@ Global___WatchExecutionRequest: _TypeAlias = WatchExecutionRequest  # noqa: Y015
 
 @_typing.final
 class CancelExecutionRequest(_message.Message):
+    """Names the execution to cancel."""
+
     DESCRIPTOR: _descriptor.Descriptor
 
     EXECUTION_ID_FIELD_NUMBER: _builtins.int
@@ -333,6 +383,8 @@ Global___CancelExecutionRequest: _TypeAlias = CancelExecutionRequest  # noqa: Y0
 
 @_typing.final
 class ListWorkersRequest(_message.Message):
+    """Lists every known worker; there are no filters yet."""
+
     DESCRIPTOR: _descriptor.Descriptor
 
     def __init__(
@@ -357,10 +409,15 @@ class Reserved(_message.Message):
     DISK_FIELD_NUMBER: _builtins.int
     GPU_INDICES_FIELD_NUMBER: _builtins.int
     cpu: _builtins.int
+    """Logical CPU cores."""
     memory: _builtins.int
+    """Memory in bytes."""
     disk: _builtins.int
+    """Disk in bytes."""
     @_builtins.property
-    def gpu_indices(self) -> _containers.RepeatedScalarFieldContainer[_builtins.int]: ...
+    def gpu_indices(self) -> _containers.RepeatedScalarFieldContainer[_builtins.int]:
+        """GPU indices held."""
+
     def __init__(
         self,
         *,
@@ -379,6 +436,8 @@ Global___Reserved: _TypeAlias = Reserved  # noqa: Y015
 
 @_typing.final
 class WorkerInfo(_message.Message):
+    """One worker as the control plane sees it."""
+
     DESCRIPTOR: _descriptor.Descriptor
 
     @_typing.final
@@ -412,19 +471,31 @@ class WorkerInfo(_message.Message):
     LAST_SEEN_MS_FIELD_NUMBER: _builtins.int
     PACKAGE_COUNT_FIELD_NUMBER: _builtins.int
     name: _builtins.str
+    """Worker name."""
     capacity: _builtins.int
+    """Maximum concurrent executions."""
     active_executions: _builtins.int
+    """Executions it holds now (scheduled or running)."""
     connected: _builtins.bool
+    """True while its Connect stream is open."""
     transport: _builtins.str
     """"grpc" or "sse"."""
     last_seen_ms: _builtins.int
+    """Last time it was heard from, milliseconds since the Unix epoch."""
     package_count: _builtins.int
+    """Number of installed distributions it reported."""
     @_builtins.property
-    def labels(self) -> _containers.ScalarMap[_builtins.str, _builtins.str]: ...
+    def labels(self) -> _containers.ScalarMap[_builtins.str, _builtins.str]:
+        """Labels it registered with."""
+
     @_builtins.property
-    def resources(self) -> _resources_pb2.WorkerResources: ...
+    def resources(self) -> _resources_pb2.WorkerResources:
+        """Its latest reported resources."""
+
     @_builtins.property
-    def reserved(self) -> Global___Reserved: ...
+    def reserved(self) -> Global___Reserved:
+        """What its running executions hold."""
+
     def __init__(
         self,
         *,
@@ -449,11 +520,15 @@ Global___WorkerInfo: _TypeAlias = WorkerInfo  # noqa: Y015
 
 @_typing.final
 class ListWorkersResponse(_message.Message):
+    """The fleet."""
+
     DESCRIPTOR: _descriptor.Descriptor
 
     WORKERS_FIELD_NUMBER: _builtins.int
     @_builtins.property
-    def workers(self) -> _containers.RepeatedCompositeFieldContainer[Global___WorkerInfo]: ...
+    def workers(self) -> _containers.RepeatedCompositeFieldContainer[Global___WorkerInfo]:
+        """Every known worker."""
+
     def __init__(
         self,
         *,
@@ -469,6 +544,8 @@ Global___ListWorkersResponse: _TypeAlias = ListWorkersResponse  # noqa: Y015
 
 @_typing.final
 class ExplainExecutionRequest(_message.Message):
+    """Names the execution to explain."""
+
     DESCRIPTOR: _descriptor.Descriptor
 
     EXECUTION_ID_FIELD_NUMBER: _builtins.int
@@ -505,7 +582,9 @@ class Rejection(_message.Message):
     permanent: _builtins.bool
     """True when the worker could never run it, even idle."""
     wanted: _builtins.str
+    """What the execution asks for, e.g. "4 cores" or "role=training"."""
     offered: _builtins.str
+    """What the worker has, e.g. "2 free" or "role=serving"."""
     def __init__(
         self,
         *,
@@ -525,16 +604,21 @@ Global___Rejection: _TypeAlias = Rejection  # noqa: Y015
 
 @_typing.final
 class WorkerVerdict(_message.Message):
+    """One worker's answer for one execution."""
+
     DESCRIPTOR: _descriptor.Descriptor
 
     WORKER_FIELD_NUMBER: _builtins.int
     FITS_FIELD_NUMBER: _builtins.int
     REJECTIONS_FIELD_NUMBER: _builtins.int
     worker: _builtins.str
+    """Worker name."""
     fits: _builtins.bool
     """True when the worker could take the execution now."""
     @_builtins.property
-    def rejections(self) -> _containers.RepeatedCompositeFieldContainer[Global___Rejection]: ...
+    def rejections(self) -> _containers.RepeatedCompositeFieldContainer[Global___Rejection]:
+        """Why it cannot; empty when it fits."""
+
     def __init__(
         self,
         *,
@@ -552,6 +636,8 @@ Global___WorkerVerdict: _TypeAlias = WorkerVerdict  # noqa: Y015
 
 @_typing.final
 class Explanation(_message.Message):
+    """Why an execution is (or is not) pending."""
+
     DESCRIPTOR: _descriptor.Descriptor
 
     EXECUTION_ID_FIELD_NUMBER: _builtins.int
@@ -560,13 +646,17 @@ class Explanation(_message.Message):
     INFEASIBLE_FIELD_NUMBER: _builtins.int
     WORKERS_FIELD_NUMBER: _builtins.int
     execution_id: _builtins.str
+    """The execution explained."""
     state: Global___ExecutionState.ValueType
+    """Its current state."""
     summary: _builtins.str
     """One line, e.g. "0/3 workers can run it: 2 lack label role=training, ..."."""
     infeasible: _builtins.bool
     """True when no connected worker could ever run it."""
     @_builtins.property
-    def workers(self) -> _containers.RepeatedCompositeFieldContainer[Global___WorkerVerdict]: ...
+    def workers(self) -> _containers.RepeatedCompositeFieldContainer[Global___WorkerVerdict]:
+        """One verdict per worker considered."""
+
     def __init__(
         self,
         *,

@@ -21,6 +21,8 @@ DESCRIPTOR: _descriptor.FileDescriptor
 
 @_typing.final
 class RegisterRequest(_message.Message):
+    """A worker announcing itself and what it offers."""
+
     DESCRIPTOR: _descriptor.Descriptor
 
     @_typing.final
@@ -87,6 +89,8 @@ Global___RegisterRequest: _TypeAlias = RegisterRequest  # noqa: Y015
 
 @_typing.final
 class RegisterResponse(_message.Message):
+    """The worker's session."""
+
     DESCRIPTOR: _descriptor.Descriptor
 
     SESSION_TOKEN_FIELD_NUMBER: _builtins.int
@@ -111,6 +115,8 @@ Global___RegisterResponse: _TypeAlias = RegisterResponse  # noqa: Y015
 
 @_typing.final
 class ConnectRequest(_message.Message):
+    """Opens a registered worker's dispatch stream."""
+
     DESCRIPTOR: _descriptor.Descriptor
 
     NAME_FIELD_NUMBER: _builtins.int
@@ -144,13 +150,21 @@ class WorkerEvent(_message.Message):
     EXECUTION_CANCELLED_FIELD_NUMBER: _builtins.int
     PING_FIELD_NUMBER: _builtins.int
     @_builtins.property
-    def connected(self) -> Global___Connected: ...
+    def connected(self) -> Global___Connected:
+        """First event of every stream."""
+
     @_builtins.property
-    def execution_scheduled(self) -> Global___ExecutionScheduled: ...
+    def execution_scheduled(self) -> Global___ExecutionScheduled:
+        """Run an execution."""
+
     @_builtins.property
-    def execution_cancelled(self) -> Global___ExecutionCancelled: ...
+    def execution_cancelled(self) -> Global___ExecutionCancelled:
+        """Stop an execution."""
+
     @_builtins.property
-    def ping(self) -> Global___Ping: ...
+    def ping(self) -> Global___Ping:
+        """Keeps an idle stream alive."""
+
     def __init__(
         self,
         *,
@@ -171,6 +185,8 @@ Global___WorkerEvent: _TypeAlias = WorkerEvent  # noqa: Y015
 
 @_typing.final
 class Connected(_message.Message):
+    """The stream is open."""
+
     DESCRIPTOR: _descriptor.Descriptor
 
     WORKER_NAME_FIELD_NUMBER: _builtins.int
@@ -178,7 +194,9 @@ class Connected(_message.Message):
     PING_INTERVAL_MS_FIELD_NUMBER: _builtins.int
     HELD_EXECUTION_IDS_FIELD_NUMBER: _builtins.int
     worker_name: _builtins.str
+    """The worker's registered name."""
     server_id: _builtins.str
+    """Identity of the control plane that holds the stream."""
     ping_interval_ms: _builtins.int
     """How often the server pings an idle stream, in milliseconds."""
     @_builtins.property
@@ -214,7 +232,9 @@ class WorkflowRef(_message.Message):
     SOURCE_HASH_FIELD_NUMBER: _builtins.int
     ENTRYPOINT_FIELD_NUMBER: _builtins.int
     name: _builtins.str
+    """Workflow name."""
     version: _builtins.int
+    """Registered version."""
     source_hash: _builtins.str
     """sha256 of the source file, hex; the key for GetWorkflowSource."""
     entrypoint: _builtins.str
@@ -237,6 +257,10 @@ Global___WorkflowRef: _TypeAlias = WorkflowRef  # noqa: Y015
 
 @_typing.final
 class ExecutionScheduled(_message.Message):
+    """An execution dispatched to this worker; claim it, then complete or
+    release it, quoting its generation.
+    """
+
     DESCRIPTOR: _descriptor.Descriptor
 
     EXECUTION_ID_FIELD_NUMBER: _builtins.int
@@ -247,14 +271,17 @@ class ExecutionScheduled(_message.Message):
     GPU_INDICES_FIELD_NUMBER: _builtins.int
     REQUESTS_FIELD_NUMBER: _builtins.int
     execution_id: _builtins.str
+    """Execution id."""
     attempt: _builtins.int
-    """1 for the first try; grows on each requeue."""
+    """1 for the first try; grows when a running try is lost and it is requeued."""
     generation: _builtins.int
     """Fencing token: Claim, Complete and Release must quote it."""
     input_json: _builtins.str
     """The execution's input, JSON-encoded."""
     @_builtins.property
-    def workflow(self) -> Global___WorkflowRef: ...
+    def workflow(self) -> Global___WorkflowRef:
+        """The workflow version to run; fetch its source by hash when not cached."""
+
     @_builtins.property
     def gpu_indices(self) -> _containers.RepeatedScalarFieldContainer[_builtins.int]:
         """GPU indices reserved for this execution on this worker."""
@@ -284,14 +311,19 @@ Global___ExecutionScheduled: _TypeAlias = ExecutionScheduled  # noqa: Y015
 
 @_typing.final
 class ExecutionCancelled(_message.Message):
+    """The worker must stop an execution it holds and not report its result."""
+
     DESCRIPTOR: _descriptor.Descriptor
 
     EXECUTION_ID_FIELD_NUMBER: _builtins.int
     GENERATION_FIELD_NUMBER: _builtins.int
     REASON_FIELD_NUMBER: _builtins.int
     execution_id: _builtins.str
+    """Execution id."""
     generation: _builtins.int
+    """Generation of the dispatch being cancelled."""
     reason: _builtins.str
+    """Why, e.g. "cancelled by a client" or "ack deadline expired"."""
     def __init__(
         self,
         *,
@@ -309,6 +341,8 @@ Global___ExecutionCancelled: _TypeAlias = ExecutionCancelled  # noqa: Y015
 
 @_typing.final
 class Ping(_message.Message):
+    """Heartbeat on an idle stream."""
+
     DESCRIPTOR: _descriptor.Descriptor
 
     SENT_AT_MS_FIELD_NUMBER: _builtins.int
@@ -329,6 +363,8 @@ Global___Ping: _TypeAlias = Ping  # noqa: Y015
 
 @_typing.final
 class ReportResourcesRequest(_message.Message):
+    """A worker's latest observations."""
+
     DESCRIPTOR: _descriptor.Descriptor
 
     NAME_FIELD_NUMBER: _builtins.int
@@ -371,6 +407,8 @@ Global___ReportResourcesRequest: _TypeAlias = ReportResourcesRequest  # noqa: Y0
 
 @_typing.final
 class ReportResourcesResponse(_message.Message):
+    """Empty: the report was recorded."""
+
     DESCRIPTOR: _descriptor.Descriptor
 
     def __init__(
@@ -386,6 +424,8 @@ Global___ReportResourcesResponse: _TypeAlias = ReportResourcesResponse  # noqa: 
 
 @_typing.final
 class ClaimRequest(_message.Message):
+    """Acknowledges one dispatch."""
+
     DESCRIPTOR: _descriptor.Descriptor
 
     NAME_FIELD_NUMBER: _builtins.int
@@ -418,6 +458,8 @@ Global___ClaimRequest: _TypeAlias = ClaimRequest  # noqa: Y015
 
 @_typing.final
 class ClaimResponse(_message.Message):
+    """Empty: the execution is RUNNING."""
+
     DESCRIPTOR: _descriptor.Descriptor
 
     def __init__(
@@ -463,6 +505,8 @@ Global___ExecutionError: _TypeAlias = ExecutionError  # noqa: Y015
 
 @_typing.final
 class CompleteRequest(_message.Message):
+    """The result of one execution."""
+
     DESCRIPTOR: _descriptor.Descriptor
 
     NAME_FIELD_NUMBER: _builtins.int
@@ -513,6 +557,8 @@ Global___CompleteRequest: _TypeAlias = CompleteRequest  # noqa: Y015
 
 @_typing.final
 class CompleteResponse(_message.Message):
+    """Empty: the result was recorded."""
+
     DESCRIPTOR: _descriptor.Descriptor
 
     def __init__(
@@ -528,6 +574,8 @@ Global___CompleteResponse: _TypeAlias = CompleteResponse  # noqa: Y015
 
 @_typing.final
 class ReleaseRequest(_message.Message):
+    """Hands one execution back unrun."""
+
     DESCRIPTOR: _descriptor.Descriptor
 
     NAME_FIELD_NUMBER: _builtins.int
@@ -564,6 +612,8 @@ Global___ReleaseRequest: _TypeAlias = ReleaseRequest  # noqa: Y015
 
 @_typing.final
 class ReleaseResponse(_message.Message):
+    """Empty: the execution is back in CREATED."""
+
     DESCRIPTOR: _descriptor.Descriptor
 
     def __init__(
@@ -579,6 +629,8 @@ Global___ReleaseResponse: _TypeAlias = ReleaseResponse  # noqa: Y015
 
 @_typing.final
 class GetWorkflowSourceRequest(_message.Message):
+    """Asks for one registered source file."""
+
     DESCRIPTOR: _descriptor.Descriptor
 
     NAME_FIELD_NUMBER: _builtins.int
@@ -607,14 +659,19 @@ Global___GetWorkflowSourceRequest: _TypeAlias = GetWorkflowSourceRequest  # noqa
 
 @_typing.final
 class WorkflowSource(_message.Message):
+    """A registered source file."""
+
     DESCRIPTOR: _descriptor.Descriptor
 
     SOURCE_HASH_FIELD_NUMBER: _builtins.int
     FILENAME_FIELD_NUMBER: _builtins.int
     SOURCE_FIELD_NUMBER: _builtins.int
     source_hash: _builtins.str
+    """sha256 of the source, hex."""
     filename: _builtins.str
+    """File name given at registration."""
     source: _builtins.str
+    """Full Python source."""
     def __init__(
         self,
         *,
