@@ -95,7 +95,11 @@ def build_parser() -> argparse.ArgumentParser:
     server.add_argument(
         "--grpc-port", type=_positive_int("--grpc-port"), default=50051, help="default 50051; 0 picks one"
     )
-    server.add_argument("--db", default=None, help="SQLite path or URL (default ./.flux/flux.db)")
+    server.add_argument(
+        "--db",
+        default=None,
+        help="SQLite path, or postgresql://… to run as one of several replicas (default ./.flux/flux.db)",
+    )
     server.add_argument(
         "--ack-deadline", type=_seconds("--ack-deadline"), default=10.0, help="seconds (default 10)"
     )

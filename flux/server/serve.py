@@ -5,7 +5,8 @@ from __future__ import annotations
 import asyncio
 import logging
 import signal
-from dataclasses import dataclass, field
+import uuid
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import grpc
@@ -17,7 +18,6 @@ from flux.dispatcher.core import Dispatcher, Settings
 from flux.server.interceptors import DecodeGuard
 from flux.server.local import LocalChannel, LocalRegistry
 from flux.server.servicers import ControlService, WorkerService
-from flux.store.base import Store
 from flux.v1 import control_pb2, control_pb2_grpc, worker_pb2, worker_pb2_grpc
 
 log = logging.getLogger("flux.server")
@@ -40,15 +40,24 @@ class ServerConfig:
     tls: tuple[str, str] | None = None
 
 
-def open_store(url: str) -> Store:
-    if url.startswith(("postgresql://", "postgres://")):
-        raise ValueError(
-            "--db postgresql://… is not supported yet; use a SQLite path (the default is ./.flux/flux.db)"
-        )
-    path = url.removeprefix("sqlite:///").removeprefix("sqlite://")
+def is_postgres(url: str) -> bool:
+    return url.startswith(("postgresql://", "postgres://"))
+
+
+def build_dispatcher(config: ServerConfig) -> Dispatcher:
+    """SQLite: one server owns everything. PostgreSQL: one replica among several on one database."""
+    settings = config.dispatcher
+    if not settings.server_id:
+        settings = replace(settings, server_id=uuid.uuid4().hex[:12])
+    if is_postgres(config.db):
+        from flux.dispatcher.replica import ReplicaDispatcher
+        from flux.store.postgres import PostgresStore
+
+        store = PostgresStore(config.db, settings.server_id, address=f"{config.host}:{config.grpc_port}")
+        return ReplicaDispatcher(store, settings)
     from flux.store.sqlite import SqliteStore
 
-    return SqliteStore(path)
+    return Dispatcher(SqliteStore(config.db.removeprefix("sqlite:///").removeprefix("sqlite://")), settings)
 
 
 @dataclass(slots=True)
@@ -70,7 +79,7 @@ class RunningServer:
 
 
 async def start_server(config: ServerConfig) -> RunningServer:
-    dispatcher = Dispatcher(open_store(config.db), config.dispatcher)
+    dispatcher = build_dispatcher(config)
     await dispatcher.start()
     # Also applied to in-process calls (the gateway beside the core), so both paths pass the same checks.
     if config.tokens is None and not is_loopback(config.host):
@@ -138,7 +147,12 @@ async def serve(config: ServerConfig) -> None:
         loop.add_signal_handler(signum, stop.set)
     running = await start_server(config)
     # Tests and scripts read the bound ports from these lines (port 0 picks one).
-    print(f"flux server listening on {config.host}:{running.port} (grpc), db {config.db}", flush=True)
+    db = config.db
+    if is_postgres(db):
+        from flux.store.postgres import redacted
+
+        db = redacted(db)
+    print(f"flux server listening on {config.host}:{running.port} (grpc), db {db}", flush=True)
     gateway = None
     try:
         if config.http_port is not None:

@@ -236,7 +236,7 @@ class PostgresStore(Store):
         try:
             await self._pool.open(wait=True, timeout=10)
         except Exception as exc:
-            raise RuntimeError(f"could not connect to PostgreSQL at {_redacted(self.url)}: {exc}") from exc
+            raise RuntimeError(f"could not connect to PostgreSQL at {redacted(self.url)}: {exc}") from exc
         async with self._pool.connection() as db, db.transaction():
             await db.execute("SELECT pg_advisory_xact_lock(%s)", (MIGRATION_LOCK,))
             await db.execute(SCHEMA)
@@ -654,8 +654,10 @@ def _error_json(error: ExecutionError) -> str:
     return json.dumps([error.type, error.message, error.traceback])
 
 
-def _redacted(url: str) -> str:
-    """The URL without its password, for error messages."""
-    info = psycopg.conninfo.conninfo_to_dict(url)
-    info.pop("password", None)
-    return " ".join(f"{k}={v}" for k, v in info.items())
+def redacted(url: str) -> str:
+    """A database URL without its password, for logs and errors."""
+    scheme, sep, rest = url.partition("://")
+    credentials, at, host = rest.rpartition("@")
+    if not at or ":" not in credentials:
+        return url
+    return f"{scheme}{sep}{credentials.split(':', 1)[0]}:***@{host}"
