@@ -9,13 +9,21 @@ RELEASED := proto/released/flux-v1.binpb
 
 .PHONY: install proto check-proto release-proto test test-unit run demo bench lint clean
 
-install: $(STAMP)
+install: $(STAMP) node-deps
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
 	$(PY) -m pip install --quiet -e '.[dev]'
 	touch $(STAMP)
+
+# The Node client's packages (clients/node): only where npm exists and they are missing,
+# so machines without Node still install, and a second run does nothing.
+.PHONY: node-deps
+node-deps:
+	@if command -v npm >/dev/null 2>&1 && [ ! -d clients/node/node_modules ]; then \
+		npm ci --prefix clients/node --no-audit --no-fund; \
+	fi
 
 proto: $(STAMP)
 	rm -f flux/v1/*_pb2*.py flux/v1/*_pb2*.pyi

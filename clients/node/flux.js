@@ -1,0 +1,508 @@
+#!/usr/bin/env node
+// A Flux worker and client in Node.js, to show that proto/flux/v1 is the whole
+// contract: nothing here comes from the Python package. The .proto files are
+// loaded at run time with @grpc/proto-loader, so there is no generated code to
+// keep in step with proto/.
+//
+//   node flux.js worker NAME [--max-executions N] [--label k=v]... [--cpus N]
+//                            [--memory 8Gi] [--disk 100Gi] [--capacity N]
+//   node flux.js register FILE --name NAME [--entrypoint FN] [--cpu N] [--memory Q]
+//                            [--gpu N] [--disk Q] [--package REQ]... [--affinity k=v]...
+//                            [--max-attempts N]
+//   node flux.js run NAME [INPUT_JSON] [--wait] [--timeout S]
+//   node flux.js explain EXECUTION_ID [--json]
+//
+// `run` prints the execution id; with --wait it follows WatchExecution and prints
+// {"execution_id", "state", "worker", "attempt", "output", "error"} as one JSON
+// line, exiting 1 unless COMPLETED. Usage errors name the flag and exit 2.
+//
+// Every command takes --server HOST:PORT (else $FLUX_SERVER, else 127.0.0.1:50051).
+// Tokens: $FLUX_WORKER_TOKEN for `worker`, $FLUX_API_TOKEN for the others, else
+// ./.flux/worker.token or ./.flux/api.token as the Python CLI reads them. $FLUX_CA
+// (a PEM file) switches to TLS.
+//
+// A Node worker cannot run Python, so it does not fetch the workflow's code: it
+// completes each execution with {"input": <input>, "worker": NAME,
+// "workflow": <name>, "attempt": N, "runtime": "node"}. That is enough to take
+// part in dispatch (claim, fencing generations, results) and to test it.
+
+"use strict";
+
+const fs = require("node:fs");
+const os = require("node:os");
+const path = require("node:path");
+const { parseArgs } = require("node:util");
+const grpc = require("@grpc/grpc-js");
+const protoLoader = require("@grpc/proto-loader");
+
+const PROTO_ROOT = path.resolve(__dirname, "../../proto");
+const DEFAULT_SERVER = "127.0.0.1:50051";
+const UNARY_TIMEOUT_MS = 30_000;
+const FINAL_STATES = new Set([
+  "EXECUTION_STATE_COMPLETED",
+  "EXECUTION_STATE_FAILED",
+  "EXECUTION_STATE_CANCELLED",
+]);
+
+class UsageError extends Error {}
+
+// ------------------------------------------------------------------ wire
+
+function loadServices() {
+  const definition = protoLoader.loadSync(["flux/v1/worker.proto", "flux/v1/control.proto"], {
+    includeDirs: [PROTO_ROOT],
+    keepCase: true, // .proto field names, as the proto3 JSON mapping and the gateway use them
+    longs: String, // int64 (bytes, generations) without losing precision
+    enums: String,
+    defaults: true,
+    oneofs: true, // WorkerEvent.event names which member is set
+  });
+  const v1 = grpc.loadPackageDefinition(definition).flux.v1;
+  return { WorkerService: v1.WorkerService, ControlService: v1.ControlService };
+}
+
+function channelCredentials() {
+  const ca = process.env.FLUX_CA;
+  return ca ? grpc.credentials.createSsl(fs.readFileSync(ca)) : grpc.credentials.createInsecure();
+}
+
+// Same order as flux/auth.py caller_token: environment, then ./.flux/<role>.token.
+function token(role) {
+  const env = role === "worker" ? "FLUX_WORKER_TOKEN" : "FLUX_API_TOKEN";
+  if (process.env[env]) return process.env[env];
+  const stored = path.join(".flux", `${role}.token`);
+  if (fs.existsSync(stored)) return fs.readFileSync(stored, "utf8").trim();
+  throw new UsageError(`no ${role} token: set ${env} or run where ./.flux/${role}.token exists`);
+}
+
+function bearer(role) {
+  const metadata = new grpc.Metadata();
+  metadata.set("authorization", `Bearer ${token(role)}`);
+  return metadata;
+}
+
+// Promisified unary call with a deadline, so no call can hang the program.
+function unary(stub, method, request, metadata, timeoutMs = UNARY_TIMEOUT_MS) {
+  return new Promise((resolve, reject) => {
+    stub[method](request, metadata, { deadline: Date.now() + timeoutMs }, (err, response) =>
+      err ? reject(rpcError(method, err)) : resolve(response),
+    );
+  });
+}
+
+function rpcError(method, err) {
+  const code = Object.keys(grpc.status).find((k) => grpc.status[k] === err.code) || err.code;
+  return new Error(`${method} failed: ${code}: ${err.details || err.message}`);
+}
+
+// ------------------------------------------------------------------ flags
+
+function integer(flag, text, min = 0) {
+  if (!/^[0-9]+$/.test(text) || Number(text) < min || !Number.isSafeInteger(Number(text))) {
+    throw new UsageError(`${flag} must be an integer >= ${min}; got ${JSON.stringify(text)}`);
+  }
+  return Number(text);
+}
+
+function seconds(flag, text) {
+  const value = Number(text);
+  if (text === "" || !Number.isFinite(value) || value <= 0) {
+    throw new UsageError(`${flag} must be a number of seconds > 0; got ${JSON.stringify(text)}`);
+  }
+  return value;
+}
+
+const MULTIPLIERS = { "": 1n };
+for (const [i, suffix] of ["k", "M", "G", "T", "P", "E"].entries()) {
+  MULTIPLIERS[suffix] = 1000n ** BigInt(i + 1);
+  MULTIPLIERS[`${suffix === "k" ? "K" : suffix}i`] = 1024n ** BigInt(i + 1);
+}
+
+// Bytes as a decimal string (int64 on the wire), with the same forms as
+// flux/domain/quantity.py: int bytes, Ki..Ei (1024^n) or k..E (1000^n); fractions round up.
+function bytes(flag, text) {
+  const match = /^([0-9]+)(?:\.([0-9]+))?([A-Za-z]*)$/.exec(text);
+  if (!match || !Object.hasOwn(MULTIPLIERS, match[3])) {
+    throw new UsageError(
+      `${flag} must be bytes or a quantity like 512Mi, 8Gi, 10G (Ki..Ei or k..E); ` +
+        `got ${JSON.stringify(text)}`,
+    );
+  }
+  const fraction = match[2] || "";
+  const scale = 10n ** BigInt(fraction.length);
+  const scaled = BigInt(match[1] + fraction) * MULTIPLIERS[match[3]];
+  const value = (scaled + scale - 1n) / scale;
+  if (value > 2n ** 63n - 1n) throw new UsageError(`${flag} ${text} does not fit in int64 bytes`);
+  return value.toString();
+}
+
+function pairs(flag, values) {
+  const out = {};
+  for (const item of values || []) {
+    const eq = item.indexOf("=");
+    if (eq <= 0) throw new UsageError(`${flag} must be KEY=VALUE; got ${JSON.stringify(item)}`);
+    out[item.slice(0, eq)] = item.slice(eq + 1);
+  }
+  return out;
+}
+
+// parseArgs already names an unknown or value-less flag; this adds which
+// command was being parsed and how many positionals it takes.
+function parse(command, args, options, positionals) {
+  let parsed;
+  try {
+    parsed = parseArgs({
+      args,
+      options: { server: { type: "string" }, ...options },
+      allowPositionals: true,
+      strict: true,
+    });
+  } catch (err) {
+    throw new UsageError(`${command}: ${err.message}`);
+  }
+  const [min, max, names] = positionals;
+  if (parsed.positionals.length < min || parsed.positionals.length > max) {
+    throw new UsageError(`${command} takes ${names}; got ${JSON.stringify(parsed.positionals)}`);
+  }
+  const server = parsed.values.server || process.env.FLUX_SERVER || DEFAULT_SERVER;
+  if (!/^[^\s:]+:[0-9]+$|^\[[0-9a-fA-F:.]+\]:[0-9]+$/.test(server)) {
+    throw new UsageError(`--server must be HOST:PORT; got ${JSON.stringify(server)}`);
+  }
+  return { values: parsed.values, positionals: parsed.positionals, server };
+}
+
+// ------------------------------------------------------------------ worker
+
+async function worker(args) {
+  const { values, positionals, server } = parse(
+    "worker",
+    args,
+    {
+      label: { type: "string", multiple: true },
+      cpus: { type: "string" },
+      memory: { type: "string" },
+      disk: { type: "string" },
+      capacity: { type: "string" },
+      "max-executions": { type: "string" },
+    },
+    [1, 1, "NAME"],
+  );
+  const name = positionals[0];
+  const labels = pairs("--label", values.label);
+  const max = values["max-executions"] ? integer("--max-executions", values["max-executions"], 1) : Infinity;
+  const cpus = values.cpus ? integer("--cpus", values.cpus) : os.availableParallelism();
+  const memory = values.memory ? bytes("--memory", values.memory) : String(os.totalmem());
+  const disk = values.disk ? bytes("--disk", values.disk) : rootDiskBytes();
+  // Declared, not observed: this worker reserves nothing of the machine for
+  // itself, so what it offers is what it was told to offer. No GPUs, and no
+  // Python distributions, so workflows that request either never match it.
+  const resources = {
+    cpu_total: cpus,
+    cpu_available: cpus,
+    memory_total: memory,
+    memory_available: memory,
+    disk_total: disk,
+    disk_free: disk,
+    gpus: [],
+  };
+  const metadata = bearer("worker");
+  const { WorkerService } = loadServices();
+  const stub = new WorkerService(server, channelCredentials(), {
+    // Notice a dead server on an idle stream instead of waiting forever.
+    "grpc.keepalive_time_ms": 20_000,
+    "grpc.keepalive_timeout_ms": 10_000,
+  });
+
+  const registered = await unary(
+    stub,
+    "Register",
+    {
+      name,
+      resources,
+      software: { packages: [], marker_environment: {} },
+      labels,
+      capacity: values.capacity ? integer("--capacity", values.capacity, 1) : 0,
+    },
+    metadata,
+  );
+  const session = { name, session_token: registered.session_token };
+  const call = stub.Connect(session, metadata);
+  let done = 0; // executions completed
+  let claimed = 0; // executions claimed (at most max)
+  let stopping = false;
+  const cancelled = new Set();
+
+  const stop = () => {
+    stopping = true;
+    call.cancel(); // the server releases the stream; we hold nothing unfinished by then
+  };
+  process.once("SIGINT", stop);
+  process.once("SIGTERM", stop);
+
+  // Claim, Complete and Release refusals (a stale generation, a cancel that
+  // crossed the dispatch) mean the execution is no longer ours: log, go on.
+  async function workerCall(method, request) {
+    try {
+      await unary(stub, method, { ...session, ...request }, metadata);
+      return true;
+    } catch (err) {
+      console.error(`flux-node worker ${name}: ${err.message}`);
+      return false;
+    }
+  }
+
+  async function onScheduled(ev) {
+    const { execution_id, generation } = ev;
+    if (claimed >= max) {
+      // Dispatched before the server saw us draining: hand it back at once
+      // rather than let it wait out the ack deadline.
+      await workerCall("Release", { execution_id, generation, reason: "--max-executions reached" });
+      return;
+    }
+    if (!(await workerCall("Claim", { execution_id, generation }))) return;
+    claimed += 1;
+    if (claimed >= max) {
+      // Draining: the server sends nothing new, and this worker may leave once done.
+      await unary(stub, "ReportResources", { ...session, resources, draining: true }, metadata);
+    }
+    // Cancelled while we claimed it: the server has already settled it.
+    if (!cancelled.has(execution_id)) {
+      const result = { execution_id, generation };
+      try {
+        result.output_json = JSON.stringify(echo(ev, name));
+      } catch (err) {
+        // Reported as the execution's error, the way a Python worker reports an exception.
+        result.error = { type: err.name, message: err.message, traceback: err.stack };
+      }
+      if (await workerCall("Complete", result)) {
+        done += 1;
+        console.error(`flux-node worker ${name}: completed ${execution_id} (${done} done)`);
+      }
+    }
+    if (claimed >= max) stop();
+  }
+
+  // Events are handled one at a time, in order: claims, the draining report
+  // and releases never race each other, and the last one finishes before exit.
+  let queue = Promise.resolve();
+  let failure = null;
+  const handle = (event) => {
+    switch (event.event) {
+      case "connected":
+        console.error(`flux-node worker ${name}: connected to ${event.connected.server_id} at ${server}`);
+        return Promise.resolve();
+      case "execution_scheduled":
+        return onScheduled(event.execution_scheduled);
+      default: // ping: the stream is alive; nothing to answer (cancels are noted on arrival)
+        return Promise.resolve();
+    }
+  };
+  call.on("data", (event) => {
+    // Noted at once, not in turn, so an execution being claimed right now sees it.
+    if (event.event === "execution_cancelled") cancelled.add(event.execution_cancelled.execution_id);
+    queue = queue.then(() => handle(event)).catch((err) => {
+      failure = failure || err;
+      stop();
+    });
+  });
+  const ended = new Promise((resolve) => {
+    call.on("error", (err) => resolve(stopping && err.code === grpc.status.CANCELLED ? null : err));
+    call.on("end", () => resolve(stopping ? null : new Error("the server closed the dispatch stream")));
+  });
+  const streamError = await ended;
+  await queue;
+  stub.close();
+  if (failure) throw failure;
+  if (streamError) throw streamError.code === undefined ? streamError : rpcError("Connect", streamError);
+}
+
+// What this worker "runs" in place of the workflow's Python code.
+function echo(ev, worker) {
+  return {
+    input: ev.input_json ? JSON.parse(ev.input_json) : null,
+    worker,
+    workflow: ev.workflow.name,
+    attempt: ev.attempt,
+    runtime: "node",
+  };
+}
+
+function rootDiskBytes() {
+  const stats = fs.statfsSync("/");
+  return (BigInt(stats.bavail) * BigInt(stats.bsize)).toString();
+}
+
+// ------------------------------------------------------------------ client
+
+function control(server) {
+  const { ControlService } = loadServices();
+  return new ControlService(server, channelCredentials());
+}
+
+async function register(args) {
+  const { values, positionals, server } = parse(
+    "register",
+    args,
+    {
+      name: { type: "string" },
+      entrypoint: { type: "string" },
+      cpu: { type: "string" },
+      memory: { type: "string" },
+      gpu: { type: "string" },
+      disk: { type: "string" },
+      package: { type: "string", multiple: true },
+      affinity: { type: "string", multiple: true },
+      "max-attempts": { type: "string" },
+    },
+    [1, 1, "FILE"],
+  );
+  // The Python CLI imports the file to read @workflow options; Node cannot, so
+  // the same WorkflowMetadata comes from flags. The server trusts it as sent.
+  if (!values.name) throw new UsageError("register needs --name, the workflow's registered name");
+  const requests = {
+    cpu: values.cpu ? integer("--cpu", values.cpu) : 0,
+    memory: values.memory ? bytes("--memory", values.memory) : "0",
+    gpu: values.gpu ? integer("--gpu", values.gpu) : 0,
+    disk: values.disk ? bytes("--disk", values.disk) : "0",
+    packages: values.package || [],
+  };
+  const metadata = {
+    name: values.name,
+    entrypoint: values.entrypoint || values.name,
+    requests,
+    affinity: pairs("--affinity", values.affinity),
+    max_attempts: values["max-attempts"] ? integer("--max-attempts", values["max-attempts"], 1) : 0,
+  };
+  const file = positionals[0];
+  let source;
+  try {
+    source = fs.readFileSync(file, "utf8");
+  } catch (err) {
+    throw new UsageError(`FILE ${JSON.stringify(file)} cannot be read: ${err.code || err.message}`);
+  }
+  const stub = control(server);
+  try {
+    const response = await unary(
+      stub,
+      "RegisterWorkflow",
+      { filename: path.basename(file), source, workflows: [metadata] },
+      bearer("api"),
+    );
+    for (const wf of response.workflows) {
+      console.log(`registered ${wf.name} v${wf.version} (${wf.source_hash.slice(0, 12)})`);
+    }
+  } finally {
+    stub.close();
+  }
+}
+
+function summary(execution) {
+  return {
+    execution_id: execution.execution_id,
+    state: execution.state.replace("EXECUTION_STATE_", ""),
+    worker: execution.worker,
+    attempt: execution.attempt,
+    output: execution.output_json ? JSON.parse(execution.output_json) : null,
+    error: execution.error && execution.error.type ? execution.error : null,
+  };
+}
+
+// Follows WatchExecution until a final state; the server ends the stream there.
+function watch(stub, executionId, metadata, timeoutMs) {
+  return new Promise((resolve, reject) => {
+    let last = null;
+    const call = stub.WatchExecution({ execution_id: executionId }, metadata, {
+      deadline: Date.now() + timeoutMs,
+    });
+    call.on("data", (execution) => {
+      last = execution;
+      if (FINAL_STATES.has(execution.state)) {
+        resolve(execution);
+        call.cancel();
+      }
+    });
+    call.on("error", (err) => {
+      if (err.code === grpc.status.CANCELLED && last && FINAL_STATES.has(last.state)) return;
+      if (err.code === grpc.status.DEADLINE_EXCEEDED) {
+        reject(new Error(`execution ${executionId} did not finish within ${timeoutMs / 1000}s`));
+      } else {
+        reject(rpcError("WatchExecution", err));
+      }
+    });
+    call.on("end", () => {
+      if (!last || !FINAL_STATES.has(last.state)) {
+        reject(new Error("WatchExecution ended before a final state"));
+      }
+    });
+  });
+}
+
+async function run(args) {
+  const { values, positionals, server } = parse(
+    "run",
+    args,
+    { wait: { type: "boolean" }, timeout: { type: "string" } },
+    [1, 2, "NAME [INPUT_JSON]"],
+  );
+  const [name, input = "null"] = positionals;
+  try {
+    JSON.parse(input);
+  } catch (err) {
+    throw new UsageError(`INPUT_JSON is not JSON: ${err.message}`);
+  }
+  const timeoutMs = values.timeout ? seconds("--timeout", values.timeout) * 1000 : 24 * 3600 * 1000;
+  const metadata = bearer("api");
+  const stub = control(server);
+  try {
+    const execution = await unary(stub, "RunWorkflow", { workflow_name: name, input_json: input }, metadata);
+    if (!values.wait) {
+      console.log(execution.execution_id);
+      return 0;
+    }
+    const final = summary(await watch(stub, execution.execution_id, metadata, timeoutMs));
+    console.log(JSON.stringify(final));
+    return final.state === "COMPLETED" ? 0 : 1;
+  } finally {
+    stub.close();
+  }
+}
+
+async function explain(args) {
+  const { values, positionals, server } = parse("explain", args, { json: { type: "boolean" } }, [
+    1,
+    1,
+    "EXECUTION_ID",
+  ]);
+  const stub = control(server);
+  try {
+    const request = { execution_id: positionals[0] };
+    const explanation = await unary(stub, "ExplainExecution", request, bearer("api"));
+    console.log(values.json ? JSON.stringify(explanation) : explanation.summary);
+  } finally {
+    stub.close();
+  }
+}
+
+// ------------------------------------------------------------------ main
+
+const COMMANDS = { worker, register, run, explain };
+
+async function main(argv) {
+  const [command, ...args] = argv;
+  if (!COMMANDS[command]) {
+    throw new UsageError(
+      `unknown command ${JSON.stringify(command ?? "")}; use one of: ${Object.keys(COMMANDS).join(", ")}`,
+    );
+  }
+  return (await COMMANDS[command](args)) || 0;
+}
+
+main(process.argv.slice(2)).then(
+  (code) => {
+    process.exitCode = code;
+  },
+  (err) => {
+    console.error(`flux-node: ${err.message}`);
+    process.exitCode = err instanceof UsageError ? 2 : 1;
+  },
+);

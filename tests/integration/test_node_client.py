@@ -1,0 +1,233 @@
+"""The Node.js client (clients/node) against the real server: proto/ alone is enough to be a worker or a client.
+
+The Node program loads proto/flux/v1/*.proto at run time; nothing of it comes
+from the Python package. Its worker cannot run Python, so it completes each
+execution with its input echoed back (see clients/node/flux.js).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from flux.auth import Role
+from flux.testing import Cluster, eventually
+from flux.v1 import control_pb2
+
+# The Node worker speaks gRPC only; the cluster's worker transport does not apply to it.
+pytestmark = [pytest.mark.integration, pytest.mark.transports("grpc")]
+
+NODE_DIR = Path(__file__).resolve().parents[2] / "clients" / "node"
+FLUX_JS = NODE_DIR / "flux.js"
+COMPLETED = control_pb2.EXECUTION_STATE_COMPLETED
+CREATED = control_pb2.EXECUTION_STATE_CREATED
+GI = 1024**3
+
+# Registered by the tests below; the Node client sends the same options as flags.
+WORKFLOWS = """
+from flux import ExecutionContext, workflow
+from flux.domain.resource_request import ResourceRequest
+
+
+@workflow.with_options(name="node_only", requests=ResourceRequest(memory="1Gi"), affinity={"lang": "node"})
+async def node_only(ctx: ExecutionContext[object]):
+    return {"input": ctx.input, "worker": ctx.worker_name}
+
+
+async def shout(ctx: ExecutionContext[str]):
+    return {"shout": ctx.input.upper(), "worker": ctx.worker_name}
+"""
+
+
+@pytest.fixture(scope="session")
+def node() -> str:
+    """The node binary, with clients/node's packages installed (``npm ci`` when they are missing)."""
+    node, npm = shutil.which("node"), shutil.which("npm")
+    if node is None or npm is None:
+        pytest.fail(
+            "tests/integration/test_node_client.py needs Node.js 20+ with npm on PATH (CI has them); "
+            f"found node={node}, npm={npm}",
+            pytrace=False,
+        )
+    version = subprocess.run([node, "--version"], capture_output=True, text=True, timeout=30).stdout.strip()
+    if int(version.lstrip("v").split(".")[0]) < 20:
+        pytest.fail(f"the Node client needs Node.js 20+; {node} is {version}", pytrace=False)
+    installed = all((NODE_DIR / "node_modules" / "@grpc" / p).is_dir() for p in ("grpc-js", "proto-loader"))
+    if not installed:
+        result = subprocess.run(
+            [npm, "ci", "--prefix", str(NODE_DIR), "--no-audit", "--no-fund"],
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
+        if result.returncode != 0:
+            pytest.fail(
+                f"npm ci --prefix {NODE_DIR} failed:\n{result.stdout}\n{result.stderr}", pytrace=False
+            )
+    return node
+
+
+def node_env(cluster: Cluster | None) -> dict[str, str]:
+    """Only what the test sets: no FLUX_* of the caller's shell leaks in."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("FLUX_")}
+    if cluster is None:
+        return env
+    return {
+        **env,
+        "FLUX_SERVER": cluster.address,
+        "FLUX_WORKER_TOKEN": cluster.token(Role.WORKER),
+        "FLUX_API_TOKEN": cluster.token(Role.CLIENT),
+    }
+
+
+def flux_node(
+    node: str, cluster: Cluster | None, *args: str, timeout: float = 30
+) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [node, str(FLUX_JS), *args],
+        env=node_env(cluster),
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
+
+
+def test_node_worker_claims_and_completes_what_python_submits(
+    node: str, cluster: Cluster, tmp_path: Path
+) -> None:
+    workflows = tmp_path / "node_workflows.py"
+    workflows.write_text(WORKFLOWS)
+    cluster.register(workflows)
+    worker = subprocess.Popen(
+        [node, str(FLUX_JS), "worker", "nodew", "--max-executions", "2"]
+        + ["--label", "lang=node", "--cpus", "3", "--memory", "2Gi", "--disk", "10Gi"],
+        env=node_env(cluster),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        eventually(lambda: cluster.worker_connected("nodew"), what="the Node worker to connect")
+        (info,) = [w for w in cluster.client.workers().workers if w.name == "nodew"]
+        assert dict(info.labels) == {"lang": "node"} and info.transport == "grpc"
+        declared = (info.resources.cpu_total, info.resources.memory_total, info.resources.disk_total)
+        assert declared == (3, 2 * GI, 10 * GI)
+
+        # 1Gi each on a 2Gi worker: two fit at once; the Node worker takes two, then drains.
+        ids = [cluster.run("node_only", {"n": n}, wait=False).execution_id for n in range(3)]
+        _, stderr = worker.communicate(timeout=30)
+        assert worker.returncode == 0, stderr
+        assert "failed" not in stderr, stderr
+    finally:
+        if worker.poll() is None:
+            worker.kill()
+            worker.communicate(timeout=10)
+
+    executions = [cluster.client.get(i) for i in ids]
+    by_node = [e for e in executions if e.state == COMPLETED]
+    assert len(by_node) == 2, executions
+    for e in by_node:
+        assert (e.worker, e.attempt) == ("nodew", 1)
+        assert json.loads(e.output_json) == {
+            "input": json.loads(e.input_json),
+            "worker": "nodew",
+            "workflow": "node_only",
+            "attempt": 1,
+            "runtime": "node",
+        }
+    # The third was released (or never sent, or, sent as the stream closed, back after the
+    # ack deadline): it waits for a capable worker, then a Python worker runs it.
+    (left,) = [e for e in executions if e.state != COMPLETED]
+    eventually(lambda: cluster.client.get(left.execution_id).state == CREATED, timeout=10)
+    cluster.start_worker("py", "--label", "lang=node", "--cpus", "32")
+    final = cluster.client.wait(left.execution_id, timeout=30)
+    assert (final.state, final.worker) == (COMPLETED, "py")
+    assert json.loads(final.output_json) == {"input": json.loads(left.input_json), "worker": "py"}
+
+
+def test_node_client_registers_runs_watches_and_explains(node: str, cluster: Cluster, tmp_path: Path) -> None:
+    source = tmp_path / "shout.py"
+    source.write_text(WORKFLOWS)
+    cluster.start_worker("py", "--label", "role=cpu")
+
+    registered = flux_node(node, cluster, "register", str(source), "--name", "shout", "--memory", "64Mi")
+    assert registered.returncode == 0, registered.stderr
+    assert registered.stdout.startswith("registered shout v1 ")
+    ran = flux_node(node, cluster, "run", "shout", '"hello"', "--wait", "--timeout", "20")
+    assert ran.returncode == 0, ran.stderr
+    result = json.loads(ran.stdout)
+    assert (result["state"], result["worker"], result["attempt"]) == ("COMPLETED", "py", 1)
+    assert result["output"] == {"shout": "HELLO", "worker": "py"}
+    # The Python side records the same thing.
+    recorded = cluster.client.get(result["execution_id"])
+    assert (recorded.state, recorded.worker) == (COMPLETED, "py")
+    assert json.loads(recorded.output_json) == result["output"]
+
+    # A workflow no connected worker can ever run stays CREATED, and explain says why.
+    wanted = ["--entrypoint", "shout", "--cpu", "512", "--affinity", "role=gpu-box"]
+    assert flux_node(node, cluster, "register", str(source), "--name", "huge", *wanted).returncode == 0
+    submitted = flux_node(node, cluster, "run", "huge", '"x"')
+    assert submitted.returncode == 0, submitted.stderr
+    execution_id = submitted.stdout.strip()
+    explained = flux_node(node, cluster, "explain", execution_id)
+    assert explained.returncode == 0, explained.stderr
+    summary = explained.stdout.strip()
+    assert summary.startswith("0/1 workers can run it:") and "role=gpu-box" in summary, summary
+    as_json = json.loads(flux_node(node, cluster, "explain", execution_id, "--json").stdout)
+    assert as_json["state"] == "EXECUTION_STATE_CREATED" and as_json["infeasible"] is True
+    (verdict,) = as_json["workers"]
+    assert verdict["worker"] == "py" and verdict["fits"] is False
+    assert {r["reason"] for r in verdict["rejections"]} >= {"label_mismatch", "insufficient_cpu"}
+    assert cluster.client.explain(execution_id).summary == summary
+    assert cluster.client.get(execution_id).state == CREATED
+
+
+@pytest.mark.parametrize(
+    ("args", "named"),
+    [
+        pytest.param(["worker", "w", "--cpu", "2"], "'--cpu'", id="unknown flag"),
+        pytest.param(["worker", "w", "--max-executions", "0"], "--max-executions", id="bad count"),
+        pytest.param(["worker", "w", "--label", "role"], "--label", id="label without value"),
+        pytest.param(["register", "f.py", "--name", "x", "--memory", "8GB"], "--memory", id="bad quantity"),
+        pytest.param(["run", "x", "--timeout", "soon"], "--timeout", id="bad timeout"),
+        pytest.param(["run", "x", "--server", "nowhere"], "--server", id="bad server"),
+    ],
+)
+def test_bad_flags_are_refused_by_name(node: str, args: list[str], named: str) -> None:
+    # Refused before any connection: no server needed.
+    refused = flux_node(node, None, *args)
+    assert refused.returncode == 2
+    assert named in refused.stderr, refused.stderr
+
+
+def test_node_worker_leaves_cleanly_on_sigterm_and_fails_loudly_when_the_server_goes(
+    node: str, cluster: Cluster
+) -> None:
+    def start(name: str) -> subprocess.Popen[str]:
+        process = subprocess.Popen(
+            [node, str(FLUX_JS), "worker", name],
+            env=node_env(cluster),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        eventually(lambda: cluster.worker_connected(name), what=f"the Node worker {name} to connect")
+        return process
+
+    leaving = start("leaving")
+    leaving.send_signal(signal.SIGTERM)
+    _, stderr = leaving.communicate(timeout=30)
+    assert leaving.returncode == 0, stderr
+    eventually(lambda: not cluster.worker_connected("leaving"), what="the server to see the stream closed")
+
+    orphan = start("orphan")
+    cluster.kill_server()
+    _, stderr = orphan.communicate(timeout=30)
+    assert orphan.returncode == 1
+    assert "flux-node: Connect failed: UNAVAILABLE" in stderr, stderr
