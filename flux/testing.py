@@ -58,7 +58,7 @@ def fake_site_packages(directory: Path, packages: dict[str, str]) -> Path:
 
 
 class Cluster:
-    def __init__(self, workdir: Path, transport: str = "grpc"):
+    def __init__(self, workdir: Path, transport: str = "grpc", db: str = "flux.db"):
         if transport not in TRANSPORTS:
             raise ValueError(f"transport must be one of {TRANSPORTS}; got {transport!r}")
         self.workdir = workdir
@@ -69,6 +69,10 @@ class Cluster:
         # CA bundle when the server runs TLS (tests set it with the server's --tls-cert).
         self.ca: str | None = None
         self.server: subprocess.Popen[str] | None = None
+        # A SQLite file under workdir, or a postgresql:// URL that every replica shares.
+        self.db = db
+        # Further servers on the same PostgreSQL database: (process, gRPC address, gateway URL).
+        self.replicas: list[tuple[subprocess.Popen[str], str, str]] = []
         self._client: FluxClient | None = None
 
     # ------------------------------------------------------------- processes
@@ -98,32 +102,48 @@ class Cluster:
             raise AssertionError(f"{what} did not start: {line!r}; see the logs in {self.workdir}")
         return match.group(1)
 
-    def start_server(self, *args: str, db: str = "flux.db") -> str:
+    def _db_arg(self, db: str | None) -> str:
+        db = db or self.db
+        return db if "://" in db else str(self.workdir / db)
+
+    def _start_server_process(self, args: tuple[str, ...], db: str | None, log: str) -> tuple[subprocess.Popen[str], str, str]:
         http = [] if "--no-http" in args else ["--http-port", "0"]
         process = self._spawn(
-            ["start", "server", "--grpc-port", "0", *http, "--db", str(self.workdir / db), *args],
-            log="server",
+            ["start", "server", "--grpc-port", "0", *http, "--db", self._db_arg(db), *args], log=log
         )
         assert process.stdout is not None
         line = process.stdout.readline()
         match = LISTENING.search(line)
         if not match:
             process.kill()
-            raise AssertionError(f"server did not start: {line!r}; see {self.workdir / 'server.log'}")
-        self.server = process
-        self.address = f"{match.group(1)}:{match.group(2)}"
-        self.gateway_url = self._read_gateway_line(process, "gateway") if http else ""
+            raise AssertionError(f"server did not start: {line!r}; see {self.workdir / (log + '.log')}")
+        gateway = self._read_gateway_line(process, "gateway") if http else ""
+        return process, f"{match.group(1)}:{match.group(2)}", gateway
+
+    def start_server(self, *args: str, db: str | None = None) -> str:
+        self.server, self.address, self.gateway_url = self._start_server_process(args, db, "server")
         if self._client is not None:
             self._client.close()
             self._client = None
         return self.address
 
-    def restart_server(self, *args: str, port: int | None = None, db: str = "flux.db") -> str:
+    def start_replica(self, *args: str) -> str:
+        """One more server on this cluster's PostgreSQL database; returns its gRPC address."""
+        assert "://" in self.db, "replicas share a PostgreSQL database: build the Cluster with db=URL"
+        replica = self._start_server_process(args, None, f"replica-{len(self.replicas) + 1}")
+        self.replicas.append(replica)
+        return replica[1]
+
+    def client_for(self, address: str) -> FluxClient:
+        """A client of one particular server (replica); the caller closes it."""
+        return FluxClient(address, timeout=10, credentials=self.credentials(Role.CLIENT))
+
+    def restart_server(self, *args: str, port: int | None = None, db: str | None = None) -> str:
         """Start a server on the same ports (workers keep their --server or --gateway address)."""
         port = port or int(self.address.rsplit(":", 1)[1])
         http = ["--http-port", self.gateway_url.rsplit(":", 1)[1]] if self.gateway_url else ["--no-http"]
         process = self._spawn(
-            ["start", "server", "--grpc-port", str(port), *http, "--db", str(self.workdir / db), *args],
+            ["start", "server", "--grpc-port", str(port), *http, "--db", self._db_arg(db), *args],
             log="server",
         )
         assert process.stdout is not None
@@ -154,8 +174,12 @@ class Cluster:
         gpus: str | None = None,
         wait: bool = True,
         gateway: str | None = None,
+        servers: Iterable[str] = (),
     ) -> subprocess.Popen[str]:
-        """A worker process; over the cluster's transport, or through ``gateway`` (a URL) when given."""
+        """A worker process; over the cluster's transport, or through ``gateway`` (a URL) when given.
+
+        ``servers`` lists gRPC addresses to use in turn (replicas); the default is the cluster's server.
+        """
         env: dict[str, str] = {}
         if packages is not None:
             site = fake_site_packages(self.workdir / f"site-{name}", packages)
@@ -165,7 +189,8 @@ class Cluster:
         if gateway is None and self.transport == "sse":
             assert self.gateway_url, "an SSE cluster needs its server's gateway (no --no-http)"
             gateway = self.gateway_url
-        where = ["--gateway", gateway] if gateway else ["--server", self.address]
+        addresses = list(servers) or [self.address]
+        where = ["--gateway", gateway] if gateway else [a for address in addresses for a in ("--server", address)]
         process = self._spawn(
             [
                 "start",
@@ -180,7 +205,11 @@ class Cluster:
             log=f"worker-{name}",
         )
         if wait:
-            eventually(lambda: self.worker_connected(name), what=f"worker {name} to connect")
+            with self.client_for(addresses[0]) as client:
+                eventually(
+                    lambda: any(w.name == name and w.connected for w in client.workers().workers),
+                    what=f"worker {name} to connect",
+                )
         return process
 
     def worker_connected(self, name: str) -> bool:

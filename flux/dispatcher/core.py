@@ -275,11 +275,15 @@ class Dispatcher:
             await self.store.save(execution)  # durable before we answer
         except Exception as exc:
             raise Unavailable(f"could not store the execution: {exc}") from exc
+        self._admit(execution)
+        return self._executions.get(execution.execution_id, execution)
+
+    def _admit(self, execution: Execution) -> None:
+        """Queue a stored submission and try to place it right away."""
         self._executions[execution.execution_id] = execution
         shape = self._shape_of(execution)
         self._queue.add(execution.execution_id, shape, execution.seq)
         self._dispatch(shapes=[shape])
-        return self._executions[execution.execution_id]
 
     async def get(self, execution_id: str) -> Execution:
         _check_id(execution_id)

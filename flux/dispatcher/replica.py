@@ -301,6 +301,14 @@ class ReplicaDispatcher(Dispatcher):
             await self._know_workflow(workflow_name, version)  # registered through another replica
         return await super().submit(workflow_name, input_json, version)
 
+    def _admit(self, execution: Execution) -> None:
+        known = self._executions.get(execution.execution_id)
+        if known is None and execution.execution_id not in self._claiming:
+            super()._admit(execution)
+        elif known is not None and known.state is State.CREATED:
+            # Our own NOTIFY came back before this coroutine resumed and queued a placeholder.
+            self._executions[execution.execution_id] = execution
+
     # ----------------------------------------------------------------- workers
 
     async def register_worker(self, registration: WorkerRegistration) -> str:

@@ -5,20 +5,42 @@ import pytest
 from sse_starlette.sse import AppStatus
 
 from flux.testing import TRANSPORTS, Cluster
+from flux.testing_postgres import TemporaryPostgres
 
 WORKFLOWS = Path(__file__).with_name("workflows.py")
 
 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
-    """Every test that uses a cluster runs once per worker transport, unless marked ``transports(...)``."""
+    """Every test that uses a cluster runs once per worker transport, unless marked ``transports(...)``,
+    and once per store backend when marked ``backends(...)``."""
     if "transport" in metafunc.fixturenames:
         marker = metafunc.definition.get_closest_marker("transports")
         metafunc.parametrize("transport", marker.args if marker else TRANSPORTS)
+    marker = metafunc.definition.get_closest_marker("backends")
+    if marker is not None and "backend" in metafunc.fixturenames:
+        metafunc.parametrize("backend", marker.args)
 
 
 @pytest.fixture
 def transport() -> str:
     return "grpc"
+
+
+@pytest.fixture
+def backend() -> str:
+    return "sqlite"
+
+
+@pytest.fixture(scope="session")
+def postgres() -> Iterator[TemporaryPostgres]:
+    """One PostgreSQL server for the session (started from initdb here); each test gets its own database."""
+    with TemporaryPostgres() as server:
+        yield server
+
+
+@pytest.fixture
+def pg_url(postgres: TemporaryPostgres) -> str:
+    return postgres.database()
 
 
 @pytest.fixture(autouse=True)
@@ -30,12 +52,14 @@ def _sse_starlette_not_exiting() -> Iterator[None]:
 
 
 @pytest.fixture
-def cluster(tmp_path: Path, transport: str) -> Iterator[Cluster]:
+def cluster(tmp_path: Path, transport: str, backend: str, request: pytest.FixtureRequest) -> Iterator[Cluster]:
     """A real server (gRPC core and HTTP gateway) on 127.0.0.1:0 with the test workflows registered.
 
-    Workers, added per test, connect over ``transport``: to the core, or through the gateway.
+    Workers, added per test, connect over ``transport``: to the core, or through the gateway. The
+    store is SQLite, or a fresh PostgreSQL database when the test runs on ``backend`` "postgres".
     """
-    c = Cluster(tmp_path, transport)
+    db = request.getfixturevalue("pg_url") if backend == "postgres" else "flux.db"
+    c = Cluster(tmp_path, transport, db=db)
     try:
         c.start_server("--ack-deadline", "2", "--grace-period", "2", "--safety-tick", "1")
         c.register(WORKFLOWS)
