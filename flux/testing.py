@@ -35,7 +35,10 @@ TRANSPORTS = ("grpc", "sse")
 
 
 def eventually(
-    check: Callable[[], T | None], timeout: float = 15.0, interval: float = 0.05, what: str = ""
+    check: Callable[[], T | None],
+    timeout: float = 15.0,
+    interval: float = 0.05,
+    what: str | Callable[[], str] = "",
 ) -> T:
     deadline = time.monotonic() + timeout
     while True:
@@ -43,7 +46,8 @@ def eventually(
         if result:
             return result
         if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout}s waiting for {what or check}")
+            described = what() if callable(what) else what
+            raise AssertionError(f"timed out after {timeout}s waiting for {described or check}")
         time.sleep(interval)
 
 
@@ -86,7 +90,7 @@ class Cluster:
             [sys.executable, "-m", "flux", *args],
             cwd=self.workdir,
             env=environment,
-            stdout=subprocess.PIPE if log in ("server", "gateway") else handle,
+            stdout=subprocess.PIPE if log.startswith(("server", "replica", "gateway")) else handle,
             stderr=handle,
             text=True,
         )
@@ -106,7 +110,9 @@ class Cluster:
         db = db or self.db
         return db if "://" in db else str(self.workdir / db)
 
-    def _start_server_process(self, args: tuple[str, ...], db: str | None, log: str) -> tuple[subprocess.Popen[str], str, str]:
+    def _start_server_process(
+        self, args: tuple[str, ...], db: str | None, log: str
+    ) -> tuple[subprocess.Popen[str], str, str]:
         http = [] if "--no-http" in args else ["--http-port", "0"]
         process = self._spawn(
             ["start", "server", "--grpc-port", "0", *http, "--db", self._db_arg(db), *args], log=log
@@ -190,7 +196,9 @@ class Cluster:
             assert self.gateway_url, "an SSE cluster needs its server's gateway (no --no-http)"
             gateway = self.gateway_url
         addresses = list(servers) or [self.address]
-        where = ["--gateway", gateway] if gateway else [a for address in addresses for a in ("--server", address)]
+        where = (
+            ["--gateway", gateway] if gateway else [a for address in addresses for a in ("--server", address)]
+        )
         process = self._spawn(
             [
                 "start",

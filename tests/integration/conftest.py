@@ -52,7 +52,9 @@ def _sse_starlette_not_exiting() -> Iterator[None]:
 
 
 @pytest.fixture
-def cluster(tmp_path: Path, transport: str, backend: str, request: pytest.FixtureRequest) -> Iterator[Cluster]:
+def cluster(
+    tmp_path: Path, transport: str, backend: str, request: pytest.FixtureRequest
+) -> Iterator[Cluster]:
     """A real server (gRPC core and HTTP gateway) on 127.0.0.1:0 with the test workflows registered.
 
     Workers, added per test, connect over ``transport``: to the core, or through the gateway. The

@@ -1,0 +1,162 @@
+"""Several server replicas on one PostgreSQL database: real servers, workers and PostgreSQL.
+
+The database is the witness: ``dispatches`` records every claim a replica made,
+keyed by (execution, generation), and ``executions`` the one recorded result.
+"""
+
+from __future__ import annotations
+
+import json
+import signal
+import time
+from collections import Counter
+from collections.abc import Iterator
+from pathlib import Path
+
+import psycopg
+import pytest
+
+from flux.errors import FluxError
+from flux.testing import Cluster, eventually
+from flux.v1 import control_pb2
+
+from .conftest import WORKFLOWS
+from .test_control_plane import max_overlap, output
+
+pytestmark = pytest.mark.integration
+
+FAST = ("--ack-deadline", "2", "--grace-period", "2", "--safety-tick", "1")
+COMPLETED = control_pb2.EXECUTION_STATE_COMPLETED
+
+
+@pytest.fixture
+def replicas(tmp_path: Path, pg_url: str) -> Iterator[Cluster]:
+    """Two replicas (the cluster's server and ``replicas[0]``) with the test workflows registered."""
+    c = Cluster(tmp_path, db=pg_url)
+    try:
+        c.start_server(*FAST)
+        c.start_replica(*FAST)
+        c.register(WORKFLOWS)
+        yield c
+    finally:
+        c.close()
+
+
+def rows(url: str, query: str) -> list[tuple]:
+    with psycopg.connect(url) as db:
+        return db.execute(query).fetchall()
+
+
+def finished(url: str) -> int:
+    return rows(url, "SELECT count(*) FROM executions WHERE state >= 4")[0][0]
+
+
+def test_executions_flow_through_either_replica_without_duplicate_dispatch(replicas: Cluster) -> None:
+    a, b = replicas.address, replicas.replicas[0][1]
+    for name, server in (("wa1", a), ("wa2", a), ("wb1", b), ("wb2", b)):
+        replicas.start_worker(name, "--cpus", "4", "--capacity", "32", servers=[server])
+    total = 2000
+    ids: list[str] = []
+    with replicas.client_for(a) as ca, replicas.client_for(b) as cb:
+        for i in range(total):
+            ids.append((ca if i % 2 else cb).run("echo", i, wait=False).execution_id)
+        eventually(lambda: finished(replicas.db) == total, timeout=240, interval=0.5, what="all executions")
+        # Status and results read through either replica, whoever ran them.
+        for execution_id in ids[:20]:
+            assert ca.get(execution_id).state == COMPLETED
+            assert cb.get(execution_id).state == COMPLETED
+    dispatches = rows(replicas.db, "SELECT execution_id, worker, replica FROM dispatches")
+    per_execution = Counter(execution_id for execution_id, _, _ in dispatches)
+    assert set(per_execution) == set(ids)
+    assert max(per_execution.values()) == 1, "an execution was dispatched twice"
+    # Both replicas dispatched, each to its own workers only.
+    workers_of = {}
+    for _, worker, replica in dispatches:
+        workers_of.setdefault(replica, set()).add(worker)
+    assert len(workers_of) == 2
+    assert sorted(sorted(w) for w in workers_of.values()) == [["wa1", "wa2"], ["wb1", "wb2"]]
+    states = rows(replicas.db, "SELECT state, count(*) FROM executions GROUP BY state")
+    assert states == [(4, total)]
+    outputs = rows(replicas.db, "SELECT input_json, output_json FROM executions")
+    assert all(json.loads(out)["input"] == json.loads(inp) for inp, out in outputs)
+
+
+def test_reservations_hold_whichever_replica_accepted_the_work(replicas: Cluster) -> None:
+    b = replicas.replicas[0][1]
+    replicas.start_worker("four-cores", "--cpus", "4")  # on the first replica
+    with replicas.client_for(b) as cb:
+        ids = [
+            (replicas.client if i % 2 else cb).run("needs_cpu", 0.4, wait=False).execution_id
+            for i in range(12)
+        ]
+        records = [output(cb.wait(i, 60)) for i in ids]
+    assert all(r["worker"] == "four-cores" for r in records)
+    assert 1 <= max_overlap(records) <= 2
+
+
+def test_pending_work_is_explained_and_cancelled_through_another_replica(replicas: Cluster) -> None:
+    b = replicas.replicas[0][1]
+    replicas.start_worker("small", "--cpus", "2")  # on the first replica; nobody has 8 cores
+    with replicas.client_for(b) as cb:
+        pending = cb.run("needs_cpu_8", wait=False)
+        explanation = cb.explain(pending.execution_id)
+        assert explanation.infeasible
+        assert [w.worker for w in explanation.workers] == ["small"]
+        assert explanation.summary == "0/1 workers can run it: 1 has only 2 cores"
+        # Running work held by the first replica, cancelled through the second.
+        running = replicas.run("sleepy", 30, wait=False)
+        eventually(lambda: cb.get(running.execution_id).state == control_pb2.EXECUTION_STATE_RUNNING)
+        assert cb.cancel(running.execution_id).state == control_pb2.EXECUTION_STATE_CANCELLED
+        assert cb.cancel(pending.execution_id).state == control_pb2.EXECUTION_STATE_CANCELLED
+    # The worker stopped it and is free again.
+    assert output(replicas.run("echo", 1))["worker"] == "small"
+    assert replicas.client.get(running.execution_id).state == control_pb2.EXECUTION_STATE_CANCELLED
+
+
+def test_a_worker_name_is_held_across_replicas(replicas: Cluster) -> None:
+    replicas.start_worker("unique")  # on the first replica
+    b = replicas.replicas[0][1]
+    impostor = replicas.start_worker("unique", servers=[b], wait=False)
+    time.sleep(1.5)  # it keeps being refused; it must not take the name over
+    with replicas.client_for(b) as cb:
+        assert [w.name for w in cb.workers().workers if w.connected] == []
+    assert replicas.worker_connected("unique")
+    assert output(replicas.run("echo", 1))["worker"] == "unique"
+    impostor.kill()
+    log = (replicas.workdir / "worker-unique.log").read_text()
+    assert "is held by a live stream on another replica" in log
+
+
+def test_replica_killed_under_load_loses_nothing_and_records_once(replicas: Cluster) -> None:
+    a, b = replicas.address, replicas.replicas[0][1]
+    # Workers prefer the first replica and fall back to the second.
+    for name in ("w1", "w2", "w3"):
+        replicas.start_worker(name, "--cpus", "4", "--capacity", "4", servers=[a, b])
+    accepted: list[str] = []
+    with replicas.client_for(b) as cb:
+        for i in range(120):
+            client = replicas.client if i % 2 else cb
+            if i == 60:
+                replicas.server.send_signal(signal.SIGKILL)  # type: ignore[union-attr]
+                replicas.server.wait(timeout=10)  # type: ignore[union-attr]
+            try:
+                accepted.append(client.run("sleepy", 0.3, wait=False).execution_id)
+            except FluxError:
+                assert client is replicas.client, "the surviving replica refused a submission"
+        assert len(accepted) >= 90
+        eventually(lambda: not unfinished(replicas.db), timeout=90, interval=0.5,
+                   what=lambda: f"unfinished executions: {unfinished(replicas.db)}")  # fmt: skip
+        results = [cb.get(i) for i in accepted]
+    assert [r.state for r in results] == [COMPLETED] * len(accepted)
+    # Recovered through the second replica: the workers moved there, or the sweep requeued.
+    assert {output(r)["worker"] for r in results} <= {"w1", "w2", "w3"}
+    # A submission the killed replica stored but could not answer is run too; every row has one result.
+    recorded = dict(rows(replicas.db, "SELECT execution_id, state FROM executions"))
+    assert set(accepted) <= set(recorded)
+    assert set(recorded.values()) == {4}
+    generations = rows(replicas.db, "SELECT execution_id, generation FROM dispatches")
+    assert len(generations) == len(set(generations))  # a dispatch per generation, never two
+
+
+def unfinished(url: str) -> list[tuple]:
+    return rows(url, "SELECT execution_id, state, worker, owner, generation FROM executions WHERE state < 4")
