@@ -55,6 +55,7 @@ from flux.matching import (
     explain,
     schedule,
 )
+from flux.observe.lifecycle import Lifecycle, Requeue
 from flux.store.base import Store, WorkerIdentity, WorkflowRecord
 from flux.workflow import validate_name
 
@@ -105,9 +106,14 @@ class Why:
 
 class Dispatcher:
     def __init__(
-        self, store: Store, settings: Settings | None = None, clock: Callable[[], float] = time.time
+        self,
+        store: Store,
+        settings: Settings | None = None,
+        clock: Callable[[], float] = time.time,
+        events: Lifecycle | None = None,
     ):
         self.store = store
+        self.events = events if events is not None else Lifecycle(clock)
         self.settings = settings or Settings(server_id=uuid.uuid4().hex[:12])
         self.clock = clock
         self._workflows: dict[tuple[str, int], WorkflowRecord] = {}
@@ -272,6 +278,7 @@ class Dispatcher:
         self._executions[execution.execution_id] = execution
         shape = self._shape_of(execution)
         self._queue.add(execution.execution_id, shape, execution.seq)
+        self.events.submitted(execution)
         self._dispatch(shapes=[shape])
         return self._executions[execution.execution_id]
 
@@ -320,6 +327,7 @@ class Dispatcher:
             entry.session.push(Cancelled(execution_id, execution.generation, "cancelled by a client"))
         final = execution.evolve(state=State.CANCELLED, updated_at=self.clock())
         self._finish(final, entry)
+        self.events.finished(final)
         if entry is not None:
             self._dispatch(workers=[entry])
         await self._save_final(final)
@@ -395,6 +403,7 @@ class Dispatcher:
         entry.session, entry.transport = session, transport
         entry.disconnected_at, entry.draining = None, False
         entry.invalidate()
+        self.events.worker_connected(entry)
         self._dispatch(workers=[entry])
         return session
 
@@ -410,6 +419,7 @@ class Dispatcher:
             entry.session = None
             entry.disconnected_at = self.clock()
             entry.invalidate()
+            self.events.worker_disconnected(entry)
 
     def report(
         self,
@@ -438,6 +448,7 @@ class Dispatcher:
             raise FailedPrecondition(f"execution {execution_id} is {execution.state.label}, not SCHEDULED")
         running = execution.evolve(state=State.RUNNING, updated_at=self.clock())
         self._executions[execution_id] = running
+        self.events.claimed(running)
         self._save_soon(running)
         self._notify(running)
         return running
@@ -478,6 +489,7 @@ class Dispatcher:
         else:
             final = execution.evolve(state=State.FAILED, error=error, updated_at=self.clock())
         self._finish(final, entry)
+        self.events.finished(final)
         if resources is not None:
             entry.report(resources, None)
         self._dispatch(workers=[entry])
@@ -509,8 +521,9 @@ class Dispatcher:
             raise FailedPrecondition(
                 f"execution {execution_id} is {execution.state.label}; nothing to release"
             )
-        log.info("execution %s released by %s: %s", execution_id, name, reason or "no reason given")
+        log.debug("execution %s released by %s: %s", execution_id, name, reason or "no reason given")
         requeued = self._requeue(execution, entry, next_attempt=False)
+        self.events.requeued(execution, requeued, Requeue.RELEASED)
         self._dispatch(shapes=[self._shape_of(requeued)])
         self._dispatch(workers=[entry])
         return requeued
@@ -520,6 +533,9 @@ class Dispatcher:
 
     def pending(self) -> PendingQueue:
         return self._queue
+
+    def unfinished(self) -> Iterable[Execution]:
+        return self._executions.values()
 
     # ----------------------------------------------------------------- internals
 
@@ -579,6 +595,7 @@ class Dispatcher:
             entry.hold(execution_id, requests, placement.gpu_indices)
             assert entry.session is not None  # dispatchable implies connected
             entry.session.push(Scheduled(execution, requests))
+            self.events.dispatched(execution)
             heapq.heappush(self._deadlines, (deadline, execution_id, execution.generation))
             # Not written to the store: after a restart an unclaimed dispatch goes
             # back to CREATED anyway, so the row stays CREATED until the claim.
@@ -653,6 +670,7 @@ class Dispatcher:
                 continue
             # A dispatch never claimed did not run: same attempt. Running work did.
             requeued = self._requeue(execution, entry, next_attempt=execution.state is State.RUNNING)
+            self.events.requeued(execution, requeued, Requeue.WORKER_LOST)
             if requeued.state is State.CREATED:
                 shapes[self._shape_of(requeued)] = None
         if self._workers.get(entry.name) is entry:
@@ -676,6 +694,7 @@ class Dispatcher:
             )
             if entry is not None and entry.session is not None:
                 entry.session.push(Cancelled(execution_id, generation, "ack deadline expired"))
+            self.events.expired(execution)
             self._requeue(execution, entry, next_attempt=False)
             changed = True
         grace = self.settings.grace_period
