@@ -204,5 +204,11 @@ class Lifecycle:
 
 
 def _emit(event: str, message: str, fields: dict[str, Any]) -> None:
+    # log.info(), less its walk up the stack for the caller's file and line, which no
+    # format prints: a quarter of the cost of a line, four lines per execution.
     # The formatters (flux.observe.logs) render `fields`: key=value in text, members in JSON.
-    log.info(message, extra={"event": event, "fields": fields})
+    log.handle(
+        log.makeRecord(
+            log.name, logging.INFO, __file__, 0, message, (), None, extra={"event": event, "fields": fields}
+        )
+    )
