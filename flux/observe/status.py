@@ -9,9 +9,10 @@ The reason bucket of a shape is what ``ExplainExecution`` would say for any of
 its executions: the same ``flux.matching.explain`` over the same workers (the
 connected, non-draining ones, as ``Dispatcher.why`` takes them), so the
 pending-by-reason gauge never disagrees with ``flux execution explain``.
-Explaining costs O(shapes x workers); a scrape may reuse a shape's answer for
-``max_age`` seconds, so an unauthenticated caller polling ``GetMetrics`` in a
-loop cannot make the core redo it on every call.
+A snapshot costs O(unfinished executions + shapes x workers). ``GetMetrics``
+needs no token, so ``aggregate`` answers from a snapshot up to ``max_age``
+seconds old and takes at most one at a time: a caller polling it in a loop
+cannot make the core redo the work on every call.
 """
 
 from __future__ import annotations
@@ -74,7 +75,8 @@ class PendingShape:
 class Status:
     now: float
     started_at: float
-    workers: tuple[WorkerEntry, ...]  # empty unless detail was asked for
+    # Live registry entries, empty unless detail was asked for; convert them promptly.
+    workers: tuple[WorkerEntry, ...]
     pending: tuple[PendingShape, ...]  # empty unless detail was asked for
     pending_shapes_omitted: int
     pending_by_reason: dict[str, int]
@@ -140,15 +142,33 @@ def _copy(lifecycle: Lifecycle) -> tuple[Counters, dict[str, Histogram]]:
 
 
 class StatusBoard:
-    """Snapshots of one dispatcher, with each shape's explanation kept for a short while."""
+    """Snapshots of one dispatcher; the aggregate one is shared for a short while."""
 
     def __init__(self, dispatcher: Dispatcher, monotonic: Callable[[], float] = time.monotonic):
         self.dispatcher = dispatcher
         self._monotonic = monotonic
-        # shape -> (when explained, summary, reason)
-        self._explained: dict[Shape, tuple[float, str, str]] = {}
+        self._aggregate: tuple[float, Status] | None = None  # (taken at, snapshot)
+        self._taking: asyncio.Future[Status] | None = None
 
-    async def snapshot(self, detail: bool = True, max_age: float = 0.0) -> Status:
+    async def aggregate(self, max_age: float) -> Status:
+        """A snapshot without workers or shapes, taken at most ``max_age`` seconds ago."""
+        cached = self._aggregate
+        if cached is not None and self._monotonic() - cached[0] <= max_age:
+            return cached[1]
+        if self._taking is None:
+            self._taking = asyncio.ensure_future(self._take_aggregate())
+        # Shielded: a caller that goes away does not cancel the snapshot the others wait for.
+        return await asyncio.shield(self._taking)
+
+    async def _take_aggregate(self) -> Status:
+        try:
+            status = await self.snapshot(detail=False)
+            self._aggregate = (self._monotonic(), status)
+            return status
+        finally:
+            self._taking = None
+
+    async def snapshot(self, detail: bool = True) -> Status:
         d = self.dispatcher
         # ---- one synchronous step: every number below describes the same moment
         now = d.clock()
@@ -179,10 +199,12 @@ class StatusBoard:
         # ---- explain each shape against the views taken above (they are immutable)
         by_reason = dict.fromkeys(REASONS, 0)
         rows: list[PendingShape] = []
-        explained: dict[Shape, tuple[float, str, str]] = {}
         slice_started = self._monotonic()
         for shape in shapes:
-            summary, reason = self._explain(shape, views, max_age, explained)
+            # The same call as Dispatcher.why makes for one execution of this shape.
+            explanation = explain(shape, views)
+            summary = explanation.summary
+            reason = reason_of(len(explanation.verdicts), explanation.infeasible)
             by_reason[reason] += counts[shape]
             if detail and shape in oldest:
                 execution_id, workflow, created_at = oldest[shape]
@@ -200,7 +222,6 @@ class StatusBoard:
             if self._monotonic() - slice_started > _SLICE:
                 await asyncio.sleep(0)  # a big fleet times many shapes: let dispatching run
                 slice_started = self._monotonic()
-        self._explained = explained  # shapes no longer pending are forgotten
         rows.sort(key=lambda row: (-row.count, -row.oldest_wait))
         return Status(
             now=now,
@@ -214,21 +235,3 @@ class StatusBoard:
             counters=counters,
             latency=latency,
         )
-
-    def _explain(
-        self,
-        shape: Shape,
-        views: list[WorkerView],
-        max_age: float,
-        explained: dict[Shape, tuple[float, str, str]],
-    ) -> tuple[str, str]:
-        cached = self._explained.get(shape)
-        now = self._monotonic()
-        if cached is not None and max_age > 0 and now - cached[0] <= max_age:
-            explained[shape] = cached
-            return cached[1], cached[2]
-        # The same call as Dispatcher.why makes for one execution of this shape.
-        explanation = explain(shape, views)
-        result = (now, explanation.summary, reason_of(len(explanation.verdicts), explanation.infeasible))
-        explained[shape] = result
-        return result[1], result[2]

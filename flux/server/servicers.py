@@ -133,8 +133,8 @@ class WorkerService(worker_pb2_grpc.WorkerServiceServicer):
         return worker_pb2.WorkflowSource(source_hash=request.source_hash, filename=filename, source=source)
 
 
-# GetMetrics may answer with per-shape explanations up to this old (seconds): it is
-# open to callers without a token, and explaining is O(shapes x workers).
+# GetMetrics may answer from a snapshot up to this old (seconds): it is open to
+# callers without a token, and a snapshot is O(unfinished + shapes x workers).
 METRICS_MAX_AGE = 1.0
 
 
@@ -200,4 +200,4 @@ class ControlService(control_pb2_grpc.ControlServiceServicer):
     @_unary
     async def GetMetrics(self, request: control_pb2.GetMetricsRequest, context: grpc.aio.ServicerContext):
         # Open without a token (flux.auth.OPEN): aggregates only, nothing that names a worker or workflow.
-        return convert.status_to_proto(await self.status.snapshot(detail=False, max_age=METRICS_MAX_AGE))
+        return convert.status_to_proto(await self.status.aggregate(METRICS_MAX_AGE))

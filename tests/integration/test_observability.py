@@ -45,7 +45,13 @@ def test_metrics_move_with_executions_and_pending_reasons_match_explain(cluster:
 
     ids = [cluster.run("echo", n, wait=False).execution_id for n in range(4)]
     assert {e.state for e in cluster.wait_all(ids, 30)} == {4}  # COMPLETED
-    after, _ = scrape(cluster.gateway_url)
+    completed = ("flux_executions_finished_total", (("state", "completed"),))
+
+    def caught_up() -> Samples | None:  # the core may answer from a snapshot up to 1 s old
+        samples, _ = scrape(cluster.gateway_url)
+        return samples if samples[completed] - before[completed] == 4 else None
+
+    after = eventually(caught_up, timeout=10, what="the completions to show")
     for name, labels in [
         ("flux_executions_submitted_total", {}),
         ("flux_claims_total", {}),
@@ -72,7 +78,7 @@ def test_metrics_move_with_executions_and_pending_reasons_match_explain(cluster:
             r: value(samples, "flux_pending_executions", reason=r)
             for r in ("busy", "infeasible", "no_worker")
         }
-        return found if found["infeasible"] else None  # GetMetrics may explain from up to 1 s ago
+        return found if found["infeasible"] else None  # again, a snapshot up to 1 s old
 
     assert eventually(pending_by_reason, timeout=10) == {"busy": 0, "infeasible": 1, "no_worker": 0}
 

@@ -6,6 +6,7 @@ clock (the helpers of test_dispatcher), so counts and latencies are exact.
 
 from __future__ import annotations
 
+import asyncio
 import io
 import json
 import logging
@@ -194,20 +195,27 @@ async def test_pending_reasons_agree_with_explain_for_every_pending_execution(fl
     assert status.executions[State.CREATED] == 4 and status.executions[State.RUNNING] == 1
 
 
-async def test_metrics_may_reuse_a_shape_explanation_for_max_age_only(flux) -> None:
+async def test_the_open_aggregate_is_reused_for_max_age_and_taken_once_at_a_time(flux) -> None:
     await flux.workflow(cpu=2)
     ticks = [100.0]
     board = StatusBoard(flux.d, monotonic=lambda: ticks[0])
     await flux.run()
-    assert (await board.snapshot(detail=False, max_age=1.0)).pending_by_reason[NO_WORKER] == 1
+    first = await board.aggregate(max_age=1.0)
+    assert first.pending_by_reason[NO_WORKER] == 1 and not first.workers and not first.pending
     await flux.worker(cpu=1)  # too small for it, ever
-    cached = await board.snapshot(detail=False, max_age=1.0)
-    assert cached.pending_by_reason[NO_WORKER] == 1 and not cached.workers and not cached.pending
+    await flux.run()
+    assert await board.aggregate(max_age=1.0) is first  # a caller polling in a loop costs nothing
     ticks[0] += 1.5
-    assert (await board.snapshot(detail=False, max_age=1.0)).pending_by_reason[INFEASIBLE] == 1
-    # GetStatus explains afresh every time.
-    await flux.worker("w2", cpu=4)  # takes it
-    assert sum((await board.snapshot(detail=True)).pending_by_reason.values()) == 0
+    again = await board.aggregate(max_age=1.0)
+    assert again.pending_by_reason == {BUSY: 0, INFEASIBLE: 2, NO_WORKER: 0}
+    assert again.counters.submitted == 2
+    # Concurrent callers share one snapshot.
+    ticks[0] += 1.5
+    both = await asyncio.gather(board.aggregate(max_age=1.0), board.aggregate(max_age=1.0))
+    assert both[0] is both[1] and both[0] is not again
+    # GetStatus's snapshot is always fresh.
+    await flux.worker("w2", cpu=2)  # takes one; the other could run there once it is done
+    assert (await board.snapshot()).pending_by_reason == {BUSY: 1, INFEASIBLE: 0, NO_WORKER: 0}
 
 
 async def test_fleet_totals_and_metrics_text(flux) -> None:
