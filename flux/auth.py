@@ -109,12 +109,15 @@ def bearer(metadata: object) -> str:
 
 # Which role each service requires; anything else (health, reflection) is open.
 REQUIRED = {"/flux.v1.WorkerService/": Role.WORKER, "/flux.v1.ControlService/": Role.CLIENT}
+# Methods of those services open to anyone, as health is: GetMetrics answers only
+# aggregate numbers (no names, labels or ids), what Prometheus scrapes without a token.
+OPEN = frozenset({"/flux.v1.ControlService/GetMetrics"})
 
 
 def check(tokens: Tokens, method: str, token: str) -> tuple[grpc.StatusCode, str] | None:
     """None when allowed; else the status and a message that names what is wrong (never the token)."""
     required = next((role for prefix, role in REQUIRED.items() if method.startswith(prefix)), None)
-    if required is None:
+    if required is None or method in OPEN:
         return None
     if not token:
         return grpc.StatusCode.UNAUTHENTICATED, (

@@ -145,3 +145,7 @@ class FluxClient:
 
     def explain(self, execution_id: str) -> control_pb2.Explanation:
         return self._call("ExplainExecution", control_pb2.ExplainExecutionRequest(execution_id=execution_id))
+
+    def status(self) -> control_pb2.ClusterStatus:
+        """Workers, pending executions by requirement shape, counters and latencies."""
+        return self._call("GetStatus", control_pb2.GetStatusRequest())

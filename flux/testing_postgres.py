@@ -23,7 +23,9 @@ ENV_URL = "FLUX_TEST_POSTGRES_URL"
 
 
 def _binary(name: str) -> str:
-    found = shutil.which(name) or next(iter(sorted(glob.glob(f"/usr/lib/postgresql/*/bin/{name}"), reverse=True)), None)
+    found = shutil.which(name) or next(
+        iter(sorted(glob.glob(f"/usr/lib/postgresql/*/bin/{name}"), reverse=True)), None
+    )
     if found is None:
         raise RuntimeError(
             f"PostgreSQL's {name} was not found on PATH or in /usr/lib/postgresql/*/bin; install the "
@@ -58,7 +60,9 @@ class TemporaryPostgres:
     def _run(self, *args: str) -> None:
         result = subprocess.run([*self._as, *args], capture_output=True, text=True, timeout=120)
         if result.returncode != 0:
-            raise RuntimeError(f"{' '.join(args[:2])} failed: {result.stderr.strip() or result.stdout.strip()}")
+            raise RuntimeError(
+                f"{' '.join(args[:2])} failed: {result.stderr.strip() or result.stdout.strip()}"
+            )
 
     def _start(self) -> None:
         initdb, pg_ctl = _binary("initdb"), _binary("pg_ctl")
@@ -74,7 +78,9 @@ class TemporaryPostgres:
             if not self.durable:
                 options += " -c fsync=off"
             try:
-                self._run(pg_ctl, "-D", str(data), "-o", options, "-l", str(self._directory / "log"), "-w", "start")
+                self._run(
+                    pg_ctl, "-D", str(data), "-o", options, "-l", str(self._directory / "log"), "-w", "start"
+                )
             except RuntimeError:
                 continue  # the port was taken in between; try another
             self.url = f"postgresql://postgres@127.0.0.1:{port}/postgres"

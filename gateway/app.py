@@ -15,7 +15,7 @@ from dataclasses import dataclass
 import grpc
 from fastapi import FastAPI
 
-from gateway import clients, errors, workers
+from gateway import clients, errors, metrics, workers
 from gateway.core import Core
 from gateway.limits import BodyLimit
 
@@ -67,4 +67,5 @@ def create_app(settings: GatewaySettings | None = None, channel: grpc.aio.Channe
     errors.install(app)
     app.include_router(workers.router)
     app.include_router(clients.router)
+    app.include_router(metrics.router)
     return app

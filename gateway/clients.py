@@ -146,6 +146,12 @@ async def list_workers(request: Request, core: CoreDep) -> JSONResponse:
     )
 
 
+@router.get("/status", response_model=schema.ClusterStatus, responses=_refusals())
+async def cluster_status(request: Request, core: CoreDep) -> JSONResponse:
+    """Workers, pending executions by requirement shape (with explain's summary), counters, latencies."""
+    return _answer(await core.control.GetStatus(control_pb2.GetStatusRequest(), timeout=_timeout(request)))
+
+
 @router.get("/healthz", response_model=schema.Health, responses={503: {"model": schema.Health}}, tags=["ops"])
 async def healthz(core: CoreDep) -> JSONResponse:
     """200 while the core answers its gRPC health check, 503 otherwise."""

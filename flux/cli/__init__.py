@@ -20,6 +20,7 @@ from flux.client import FluxClient, default_server
 from flux.domain.labels import parse_label_argument
 from flux.domain.quantity import parse_bytes
 from flux.errors import FluxError
+from flux.observe import logs
 from flux.v1 import control_pb2
 
 
@@ -83,6 +84,12 @@ def build_parser() -> argparse.ArgumentParser:
         )
         return p
 
+    def with_log_format(p: argparse.ArgumentParser) -> None:
+        p.add_argument(
+            "--log-format", choices=logs.FORMATS, default=None,
+            help=f"text (default) or json: one object per line (default ${logs.ENV} or text)",
+        )  # fmt: skip
+
     def with_tls(p: argparse.ArgumentParser) -> None:
         p.add_argument("--tls-cert", help="serve TLS with this certificate (PEM); needs --tls-key")
         p.add_argument("--tls-key", help="private key (PEM) for --tls-cert")
@@ -129,6 +136,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--insecure", action="store_true", help="no authentication; refused unless --host is loopback"
     )
     with_tls(server)
+    with_log_format(server)
     server.set_defaults(run=_start_server)
 
     gateway = start.add_parser("gateway", help="run an extra HTTP/SSE gateway in front of a core")
@@ -143,6 +151,7 @@ def build_parser() -> argparse.ArgumentParser:
     )  # fmt: skip
     gateway.add_argument("--ca", help="CA bundle (PEM) to verify the core's TLS certificate")
     with_tls(gateway)
+    with_log_format(gateway)
     gateway.set_defaults(run=_start_gateway)
 
     worker = start.add_parser("worker", help="run a worker")
@@ -173,6 +182,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--capacity", type=_positive_int("--capacity"), default=16, help="concurrent executions (16)"
     )
     worker.add_argument("--work-dir", default=".flux/worker", help="where workflow code is cached")
+    with_log_format(worker)
     worker.set_defaults(run=_start_worker)
 
     workflow = commands.add_parser("workflow", help="register, run and follow workflows").add_subparsers(
@@ -214,16 +224,24 @@ def build_parser() -> argparse.ArgumentParser:
     listing = with_server(workers.add_parser("list", help="workers and their resources"))
     listing.add_argument("--json", action="store_true")
     listing.set_defaults(run=_workers)
+
+    status = with_server(commands.add_parser("status", help="the fleet and the pending queue at a glance"))
+    status.add_argument("--json", action="store_true")
+    status.set_defaults(run=_cluster_status)
     return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    logging.basicConfig(
-        level=args.log_level.upper(),
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-        stream=sys.stderr,
-    )
+    fmt = getattr(args, "log_format", None) or logs.default_format()
+    if fmt not in logs.FORMATS:
+        print(f"error: ${logs.ENV} must be one of {', '.join(logs.FORMATS)}; got {fmt!r}", file=sys.stderr)
+        return 2
+    try:
+        logs.configure(args.log_level, fmt)
+    except ValueError as exc:  # an unknown --log-level
+        print(f"error: --log-level: {exc}", file=sys.stderr)
+        return 2
     try:
         return int(args.run(args) or 0)
     except FluxError as exc:
@@ -435,10 +453,19 @@ def _explain(args: argparse.Namespace) -> int:
 
 
 def _workers(args: argparse.Namespace) -> int:
+    import time
+
     with _client(args) as client:
         response = client.workers()
     if args.json:
         print(json.dumps({"workers": [render.worker_dict(w) for w in response.workers]}))
     else:
-        print(render.workers_text(response))
+        print(render.workers_text(response.workers, int(time.time() * 1000)))
+    return 0
+
+
+def _cluster_status(args: argparse.Namespace) -> int:
+    with _client(args) as client:
+        status = client.status()
+    print(json.dumps(render.status_dict(status)) if args.json else render.status_text(status))
     return 0

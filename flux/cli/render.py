@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from typing import Any
 
 from flux.domain.quantity import format_bytes
@@ -117,10 +118,12 @@ def worker_dict(w: control_pb2.WorkerInfo) -> dict[str, Any]:
     return {
         "name": w.name,
         "connected": w.connected,
+        "draining": w.draining,
         "transport": w.transport,
         "labels": dict(w.labels),
         "capacity": w.capacity,
         "active_executions": w.active_executions,
+        "last_seen_ms": w.last_seen_ms,
         "resources": {
             "cpu_total": r.cpu_total, "cpu_available": r.cpu_available,
             "memory_total": r.memory_total, "memory_available": r.memory_available,
@@ -134,31 +137,240 @@ def worker_dict(w: control_pb2.WorkerInfo) -> dict[str, Any]:
     }  # fmt: skip
 
 
-def workers_text(response: control_pb2.ListWorkersResponse) -> str:
-    if not response.workers:
-        return "no workers registered"
-    rows = []
-    for w in response.workers:
-        r, held = w.resources, w.reserved
-        rows.append(
-            (
-                w.name,
-                "connected" if w.connected else "disconnected",
-                f"{w.active_executions}/{w.capacity}",
-                f"{held.cpu}/{r.cpu_total} cores",
-                f"{format_bytes(held.memory)}/{format_bytes(r.memory_total)}",
-                f"{len(held.gpu_indices)}/{len(r.gpus)}",
-                f"{format_bytes(r.disk_free)} free",
-                ",".join(f"{k}={v}" for k, v in sorted(w.labels.items())) or "-",
-            )
-        )
-    return table(
-        ("NAME", "STATE", "ACTIVE", "CPU RESERVED", "MEMORY RESERVED", "GPUS", "DISK", "LABELS"), rows
+_UNITS = ("B", "KiB", "MiB", "GiB", "TiB", "PiB")
+
+
+def byte_pair(used: int, total: int) -> str:
+    """``used/total`` in the unit that suits the larger: ``12.0/16.0 GiB``."""
+    largest, unit = float(max(used, total)), 0
+    while largest >= 1024 and unit < len(_UNITS) - 1:
+        largest, unit = largest / 1024, unit + 1
+    if unit == 0:
+        return f"{used}/{total} B"
+    scale = 1024**unit
+    return f"{used / scale:.1f}/{total / scale:.1f} {_UNITS[unit]}"
+
+
+def duration(seconds: float) -> str:
+    """``42s``, ``3m05s``, ``2h07m``, ``3d04h``: two units at most, for a glance."""
+    s = max(0, int(seconds))
+    if s < 60:
+        return f"{s}s"
+    if s < 3600:
+        return f"{s // 60}m{s % 60:02d}s"
+    if s < 86400:
+        return f"{s // 3600}h{s % 3600 // 60:02d}m"
+    return f"{s // 86400}d{s % 86400 // 3600:02d}h"
+
+
+def _labels(labels: Any) -> str:
+    return ",".join(f"{k}={v}" for k, v in sorted(labels.items())) or "-"
+
+
+def _worker_state(w: control_pb2.WorkerInfo) -> str:
+    if not w.connected:
+        return "disconnected"
+    return "draining" if w.draining else "connected"
+
+
+WORKER_HEADER = ("NAME", "STATE", "TRANSPORT", "LOAD", "CPU", "MEMORY", "GPUS", "DISK", "SEEN", "LABELS")
+# LOAD to DISK are numbers: right-aligned, so the slashes line up.
+_WORKER_NUMBERS = frozenset(range(3, 8))
+
+
+def worker_row(w: control_pb2.WorkerInfo, now_ms: int) -> tuple[str, ...]:
+    """Reserved/advertised per resource (what running work holds of what the worker offers)."""
+    r, held = w.resources, w.reserved
+    seen = "-" if not w.last_seen_ms else f"{duration((now_ms - w.last_seen_ms) / 1000)} ago"
+    return (
+        w.name,
+        _worker_state(w),
+        w.transport or "-",
+        f"{w.active_executions}/{w.capacity}",
+        f"{held.cpu}/{r.cpu_total} cores",
+        byte_pair(held.memory, r.memory_total),
+        f"{len(held.gpu_indices)}/{len(r.gpus)}",
+        byte_pair(held.disk, r.disk_total),
+        seen,
+        _labels(w.labels),
     )
 
 
-def table(header: tuple[str, ...], rows: list[tuple[str, ...]]) -> str:
-    widths = [max(len(str(cell)) for cell in column) for column in zip(header, *rows, strict=True)]
-    lines = ["  ".join(str(cell).ljust(width) for cell, width in zip(row, widths, strict=True)).rstrip()
-             for row in (header, *rows)]  # fmt: skip
+def workers_text(workers: Sequence[control_pb2.WorkerInfo], now_ms: int) -> str:
+    """The fleet as a table; ``now_ms`` (Unix ms) dates SEEN, so the output depends on its inputs only."""
+    if not workers:
+        return "no workers registered"
+    return table(WORKER_HEADER, [worker_row(w, now_ms) for w in workers], right=_WORKER_NUMBERS)
+
+
+# ---------------------------------------------------------------------- flux status
+
+STATE_ORDER = ("CREATED", "SCHEDULED", "RUNNING", "COMPLETED", "FAILED", "CANCELLED")
+REASON_ORDER = ("busy", "infeasible", "no_worker")
+REQUEUE_ORDER = ("released", "worker_lost", "ack_deadline")
+
+
+def requests_text(r: Any) -> str:
+    """A ResourceRequest in the words a workflow declares it: ``cpu=4 memory=8.0 GiB gpu=1``."""
+    parts = []
+    if r.cpu:
+        parts.append(f"cpu={r.cpu}")
+    if r.memory:
+        parts.append(f"memory={format_bytes(r.memory)}")
+    if r.gpu:
+        parts.append(f"gpu={r.gpu}")
+    if r.disk:
+        parts.append(f"disk={format_bytes(r.disk)}")
+    parts.extend(r.packages)
+    return " ".join(parts) or "-"
+
+
+def _histogram_dict(h: control_pb2.LatencyHistogram) -> dict[str, Any]:
+    return {
+        "bounds": list(h.bounds),
+        "counts": list(h.counts),
+        "sum": h.sum,
+        "count": h.count,
+        "p50": quantile(h, 0.5),
+        "p99": quantile(h, 0.99),
+    }
+
+
+def quantile(h: control_pb2.LatencyHistogram, q: float) -> float | None:
+    """The upper bound of the bucket holding the q-quantile (None when empty or above every bound)."""
+    if not h.count:
+        return None
+    rank, seen = q * h.count, 0
+    for bound, count in zip(h.bounds, h.counts, strict=False):
+        seen += count
+        if seen >= rank:
+            return bound
+    return None
+
+
+def status_dict(s: control_pb2.ClusterStatus) -> dict[str, Any]:
+    fleet, c = s.fleet, s.counters
+
+    def allocation(a: control_pb2.Allocation) -> dict[str, int]:
+        return {"cpu": a.cpu, "memory": a.memory, "disk": a.disk, "gpus": a.gpus}
+
+    return {
+        "now_ms": s.now_ms,
+        "started_at_ms": s.started_at_ms,
+        "fleet": {
+            "connected_by_transport": dict(sorted(fleet.connected_by_transport.items())),
+            "connected": sum(fleet.connected_by_transport.values()),
+            "disconnected": fleet.disconnected,
+            "draining": fleet.draining,
+            "allocatable": allocation(fleet.allocatable),
+            "reserved": allocation(fleet.reserved),
+            "active_executions": fleet.active_executions,
+            "capacity": fleet.capacity,
+        },
+        "workers": [worker_dict(w) for w in s.workers],
+        "pending": [
+            {
+                "count": p.count,
+                "oldest_wait_ms": p.oldest_wait_ms,
+                "oldest_execution_id": p.oldest_execution_id,
+                "oldest_workflow": p.oldest_workflow,
+                "requests": {"cpu": p.requests.cpu, "memory": p.requests.memory, "gpu": p.requests.gpu,
+                             "disk": p.requests.disk, "packages": list(p.requests.packages)},
+                "affinity": dict(p.affinity),
+                "reason": p.reason,
+                "summary": p.summary,
+            }  # fmt: skip
+            for p in s.pending
+        ],
+        "pending_shapes_omitted": s.pending_shapes_omitted,
+        "pending_by_reason": {reason: s.pending_by_reason.get(reason, 0) for reason in REASON_ORDER},
+        "executions": {state_name(e.state): e.count for e in s.executions},
+        "counters": {
+            "submitted": c.submitted, "dispatched": c.dispatched, "claimed": c.claimed,
+            "completed": c.completed, "failed": c.failed, "cancelled": c.cancelled,
+            "requeued": dict(sorted(c.requeued.items())),
+            "ack_deadline_expiries": c.ack_deadline_expiries,
+            "stream_connects": c.stream_connects, "stream_reconnects": c.stream_reconnects,
+        },
+        "latency_seconds": {h.stage: _histogram_dict(h) for h in s.latencies},
+    }  # fmt: skip
+
+
+def _ms(seconds: float | None) -> str:
+    if seconds is None:
+        return "-"
+    return f"<={seconds * 1000:g} ms" if seconds < 1 else f"<={seconds:g} s"
+
+
+PENDING_HEADER = ("COUNT", "OLDEST", "WORKFLOW", "REQUESTS", "AFFINITY", "REASON", "WHY")
+
+
+def status_text(s: control_pb2.ClusterStatus) -> str:
+    """``flux status``: the fleet in two lines, the worker table, then pending work by shape."""
+    d = status_dict(s)
+    fleet, executions, counters = d["fleet"], d["executions"], d["counters"]
+    by_transport = ", ".join(f"{n} {t}" for t, n in fleet["connected_by_transport"].items() if n)
+    held, offered = fleet["reserved"], fleet["allocatable"]
+    pending = sum(d["pending_by_reason"].values())
+    requeued = counters["requeued"]
+    lines = [
+        f"workers     {fleet['connected']} connected" + (f" ({by_transport})" if by_transport else "")
+        + (f", {fleet['draining']} draining" if fleet["draining"] else "")
+        + (f", {fleet['disconnected']} disconnected" if fleet["disconnected"] else ""),
+        f"reserved    {held['cpu']}/{offered['cpu']} cores   {byte_pair(held['memory'], offered['memory'])} memory"
+        f"   {held['gpus']}/{offered['gpus']} GPUs   {byte_pair(held['disk'], offered['disk'])} disk"
+        f"   {fleet['active_executions']}/{fleet['capacity']} slots",
+        f"pending     {pending} ("
+        + ", ".join(f"{d['pending_by_reason'][r]} {r.replace('_', ' ')}" for r in REASON_ORDER) + ")",
+        f"executions  {executions.get('SCHEDULED', 0)} scheduled, {executions.get('RUNNING', 0)} running; "
+        f"{counters['completed']} completed, {counters['failed']} failed, {counters['cancelled']} cancelled "
+        f"since the core started {duration((s.now_ms - s.started_at_ms) / 1000)} ago",
+        f"activity    {counters['dispatched']} placements, {sum(requeued.values())} requeued ("
+        + ", ".join(f"{requeued.get(r, 0)} {r.replace('_', ' ')}" for r in REQUEUE_ORDER)
+        + f"), {counters['stream_reconnects']} stream reconnects",
+    ]  # fmt: skip
+    latency = d["latency_seconds"]
+    if any(h["count"] for h in latency.values()):
+        lines.append(
+            "latency     "
+            + "   ".join(
+                f"submit->{stage} p50 {_ms(h['p50'])} p99 {_ms(h['p99'])}"
+                for stage, h in latency.items()
+                if stage != "claimed" and h["count"]
+            )
+        )
+    if s.workers:
+        lines += ["", workers_text(s.workers, s.now_ms)]
+    if s.pending:
+        rows = [
+            (
+                str(p.count),
+                duration(p.oldest_wait_ms / 1000),
+                p.oldest_workflow or "-",
+                requests_text(p.requests),
+                _labels(p.affinity),
+                p.reason,
+                p.summary,
+            )
+            for p in s.pending
+        ]
+        lines += ["", table(PENDING_HEADER, rows, right=frozenset({0, 1}))]
+        if s.pending_shapes_omitted:
+            lines.append(f"... and {s.pending_shapes_omitted} more shapes")
+    elif not pending:
+        lines += ["", "nothing pending"]
     return "\n".join(lines)
+
+
+def table(header: tuple[str, ...], rows: list[tuple[str, ...]], right: frozenset[int] = frozenset()) -> str:
+    """Columns two spaces apart; the ``right`` ones (numbers) right-aligned."""
+    widths = [max(len(str(cell)) for cell in column) for column in zip(header, *rows, strict=True)]
+
+    def line(row: tuple[str, ...]) -> str:
+        cells = (
+            str(cell).rjust(width) if i in right else str(cell).ljust(width)
+            for i, (cell, width) in enumerate(zip(row, widths, strict=True))
+        )
+        return "  ".join(cells).rstrip()
+
+    return "\n".join(line(row) for row in (header, *rows))

@@ -57,6 +57,7 @@ from flux.matching import (
     explain,
     schedule,
 )
+from flux.observe.lifecycle import Lifecycle, Requeue
 from flux.store.base import Conflict, Store, WorkerIdentity, WorkflowRecord
 from flux.workflow import validate_name
 
@@ -107,9 +108,14 @@ class Why:
 
 class Dispatcher:
     def __init__(
-        self, store: Store, settings: Settings | None = None, clock: Callable[[], float] = time.time
+        self,
+        store: Store,
+        settings: Settings | None = None,
+        clock: Callable[[], float] = time.time,
+        events: Lifecycle | None = None,
     ):
         self.store = store
+        self.events = events if events is not None else Lifecycle(clock)
         self.settings = settings or Settings(server_id=uuid.uuid4().hex[:12])
         self.clock = clock
         self._workflows: dict[tuple[str, int], WorkflowRecord] = {}
@@ -275,6 +281,7 @@ class Dispatcher:
             await self.store.save(execution)  # durable before we answer
         except Exception as exc:
             raise Unavailable(f"could not store the execution: {exc}") from exc
+        self.events.submitted(execution)
         self._admit(execution)
         return self._executions.get(execution.execution_id, execution)
 
@@ -330,6 +337,7 @@ class Dispatcher:
             entry.session.push(Cancelled(execution_id, execution.generation, "cancelled by a client"))
         final = execution.evolve(state=State.CANCELLED, updated_at=self.clock())
         self._finish(final, entry)
+        self.events.finished(final)
         if entry is not None:
             self._dispatch(workers=[entry])
         await self._save_final(final)
@@ -405,6 +413,7 @@ class Dispatcher:
         entry.session, entry.transport = session, transport
         entry.disconnected_at, entry.draining = None, False
         entry.invalidate()
+        self.events.worker_connected(entry)
         self._dispatch(workers=[entry])
         return session
 
@@ -420,6 +429,7 @@ class Dispatcher:
             entry.session = None
             entry.disconnected_at = self.clock()
             entry.invalidate()
+            self.events.worker_disconnected(entry)
 
     def report(
         self,
@@ -448,6 +458,7 @@ class Dispatcher:
             raise FailedPrecondition(f"execution {execution_id} is {execution.state.label}, not SCHEDULED")
         running = execution.evolve(state=State.RUNNING, updated_at=self.clock())
         self._executions[execution_id] = running
+        self.events.claimed(running)
         self._save_soon(running)
         self._notify(running)
         return running
@@ -488,6 +499,7 @@ class Dispatcher:
         else:
             final = execution.evolve(state=State.FAILED, error=error, updated_at=self.clock())
         self._finish(final, entry)
+        self.events.finished(final)
         if resources is not None:
             entry.report(resources, None)
         self._dispatch(workers=[entry])
@@ -524,8 +536,9 @@ class Dispatcher:
             raise FailedPrecondition(
                 f"execution {execution_id} is {execution.state.label}; nothing to release"
             )
-        log.info("execution %s released by %s: %s", execution_id, name, reason or "no reason given")
+        log.debug("execution %s released by %s: %s", execution_id, name, reason or "no reason given")
         requeued = self._requeue(execution, entry, next_attempt=False)
+        self.events.requeued(execution, requeued, Requeue.RELEASED)
         self._dispatch(shapes=[self._shape_of(requeued)])
         self._dispatch(workers=[entry])
         return requeued
@@ -535,6 +548,9 @@ class Dispatcher:
 
     def pending(self) -> PendingQueue:
         return self._queue
+
+    def unfinished(self) -> Iterable[Execution]:
+        return self._executions.values()
 
     # ----------------------------------------------------------------- internals
 
@@ -588,9 +604,7 @@ class Dispatcher:
             self._send(execution, self._workers[placement.worker], placement.shape.requests, now)
         return len(placements)
 
-    def _place(
-        self, shapes: list[Shape] | None, workers: Iterable[WorkerEntry] | None
-    ) -> list[Placement]:
+    def _place(self, shapes: list[Shape] | None, workers: Iterable[WorkerEntry] | None) -> list[Placement]:
         """Decide placements and reserve them on their workers (the pure matcher decides)."""
         if not self._queue:
             return []
@@ -611,6 +625,7 @@ class Dispatcher:
         self._executions[execution.execution_id] = execution
         assert entry.session is not None  # dispatchable implies connected
         entry.session.push(Scheduled(execution, requests))
+        self.events.dispatched(execution)
         deadline = now + self.settings.ack_deadline
         heapq.heappush(self._deadlines, (deadline, execution.execution_id, execution.generation))
         self._notify(execution)
@@ -698,6 +713,7 @@ class Dispatcher:
                 continue
             # A dispatch never claimed did not run: same attempt. Running work did.
             requeued = self._requeue(execution, entry, next_attempt=execution.state is State.RUNNING)
+            self.events.requeued(execution, requeued, Requeue.WORKER_LOST)
             if requeued.state is State.CREATED:
                 shapes[self._shape_of(requeued)] = None
         if self._workers.get(entry.name) is entry:
@@ -721,6 +737,7 @@ class Dispatcher:
             )
             if entry is not None and entry.session is not None:
                 entry.session.push(Cancelled(execution_id, generation, "ack deadline expired"))
+            self.events.expired(execution)
             self._requeue(execution, entry, next_attempt=False)
             changed = True
         grace = self.settings.grace_period

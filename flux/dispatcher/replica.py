@@ -272,6 +272,7 @@ class ReplicaDispatcher(Dispatcher):
             if entry.release(execution_id):
                 self._dispatch(workers=[entry])
         final = final or execution.evolve(state=State.CANCELLED, updated_at=self.clock())
+        self.events.finished(final)
         self._finished[execution_id] = final
         self._notify(final)
         self._wake(execution_id)

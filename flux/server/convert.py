@@ -11,6 +11,7 @@ from flux.domain.execution import Execution, ExecutionError, WorkflowRef
 from flux.domain.resource_request import ResourceRequest
 from flux.domain.worker import WorkerResources, WorkerSoftware
 from flux.errors import InvalidArgument
+from flux.observe.status import Allocation, Status
 from flux.store.base import WorkflowRecord
 from flux.v1 import control_pb2, worker_pb2
 
@@ -137,6 +138,7 @@ def worker_to_proto(entry: WorkerEntry) -> control_pb2.WorkerInfo:
         transport=entry.transport,
         last_seen_ms=int(entry.last_seen * 1000),
         package_count=len(entry.software.packages),
+        draining=entry.draining,
     )
 
 
@@ -166,3 +168,63 @@ def why_to_proto(why: Why) -> control_pb2.Explanation:
                 )
             )
     return message
+
+
+def _allocation(a: Allocation) -> control_pb2.Allocation:
+    return control_pb2.Allocation(cpu=a.cpu, memory=a.memory, disk=a.disk, gpus=a.gpus)
+
+
+def status_to_proto(status: Status) -> control_pb2.ClusterStatus:
+    fleet = status.fleet
+    counters = status.counters
+    return control_pb2.ClusterStatus(
+        now_ms=int(status.now * 1000),
+        started_at_ms=int(status.started_at * 1000),
+        workers=[worker_to_proto(w) for w in status.workers],
+        pending=[
+            control_pb2.PendingShape(
+                requests=p.shape.requests.to_proto(),
+                affinity=dict(p.shape.affinity),
+                count=p.count,
+                oldest_wait_ms=int(p.oldest_wait * 1000),
+                oldest_execution_id=p.oldest_execution_id,
+                oldest_workflow=p.oldest_workflow,
+                summary=p.summary,
+                reason=p.reason,
+            )
+            for p in status.pending
+        ],
+        pending_shapes_omitted=status.pending_shapes_omitted,
+        pending_by_reason=status.pending_by_reason,
+        fleet=control_pb2.FleetTotals(
+            connected_by_transport=fleet.connected_by_transport,
+            disconnected=fleet.disconnected,
+            draining=fleet.draining,
+            allocatable=_allocation(fleet.allocatable),
+            reserved=_allocation(fleet.reserved),
+            active_executions=fleet.active_executions,
+            capacity=fleet.capacity,
+        ),
+        executions=[
+            control_pb2.StateCount(state=int(state), count=count)  # type: ignore[arg-type]
+            for state, count in sorted(status.executions.items())
+        ],
+        counters=control_pb2.LifecycleCounters(
+            submitted=counters.submitted,
+            dispatched=counters.dispatched,
+            claimed=counters.claimed,
+            completed=counters.completed,
+            failed=counters.failed,
+            cancelled=counters.cancelled,
+            requeued={str(reason): n for reason, n in counters.requeued.items()},
+            ack_deadline_expiries=counters.ack_deadline_expiries,
+            stream_reconnects=counters.stream_reconnects,
+            stream_connects=counters.stream_connects,
+        ),
+        latencies=[
+            control_pb2.LatencyHistogram(
+                stage=stage, bounds=h.bounds, counts=h.counts, sum=h.sum, count=h.count
+            )
+            for stage, h in status.latency.items()
+        ],
+    )

@@ -15,6 +15,7 @@ import grpc
 from flux.dispatcher.core import Dispatcher
 from flux.domain.worker import WorkerSoftware
 from flux.errors import FluxError, InvalidArgument, status_of
+from flux.observe.status import StatusBoard
 from flux.server import convert
 from flux.v1 import control_pb2, control_pb2_grpc, worker_pb2, worker_pb2_grpc
 
@@ -132,9 +133,15 @@ class WorkerService(worker_pb2_grpc.WorkerServiceServicer):
         return worker_pb2.WorkflowSource(source_hash=request.source_hash, filename=filename, source=source)
 
 
+# GetMetrics may answer from a snapshot up to this old (seconds): it is open to
+# callers without a token, and a snapshot is O(unfinished + shapes x workers).
+METRICS_MAX_AGE = 1.0
+
+
 class ControlService(control_pb2_grpc.ControlServiceServicer):
     def __init__(self, dispatcher: Dispatcher):
         self.dispatcher = dispatcher
+        self.status = StatusBoard(dispatcher)
 
     @_unary
     async def RegisterWorkflow(
@@ -185,3 +192,12 @@ class ControlService(control_pb2_grpc.ControlServiceServicer):
         self, request: control_pb2.ExplainExecutionRequest, context: grpc.aio.ServicerContext
     ):
         return convert.why_to_proto(await self.dispatcher.why(request.execution_id))
+
+    @_unary
+    async def GetStatus(self, request: control_pb2.GetStatusRequest, context: grpc.aio.ServicerContext):
+        return convert.status_to_proto(await self.status.snapshot(detail=True))
+
+    @_unary
+    async def GetMetrics(self, request: control_pb2.GetMetricsRequest, context: grpc.aio.ServicerContext):
+        # Open without a token (flux.auth.OPEN): aggregates only, nothing that names a worker or workflow.
+        return convert.status_to_proto(await self.status.aggregate(METRICS_MAX_AGE))

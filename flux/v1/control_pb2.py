@@ -26,7 +26,7 @@ from flux.v1 import resources_pb2 as flux_dot_v1_dot_resources__pb2
 from flux.v1 import worker_pb2 as flux_dot_v1_dot_worker__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x15\x66lux/v1/control.proto\x12\x07\x66lux.v1\x1a\x17\x66lux/v1/resources.proto\x1a\x14\x66lux/v1/worker.proto\"\xe2\x01\n\x10WorkflowMetadata\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x12\n\nentrypoint\x18\x02 \x01(\t\x12*\n\x08requests\x18\x03 \x01(\x0b\x32\x18.flux.v1.ResourceRequest\x12\x39\n\x08\x61\x66\x66inity\x18\x04 \x03(\x0b\x32\'.flux.v1.WorkflowMetadata.AffinityEntry\x12\x14\n\x0cmax_attempts\x18\x05 \x01(\x05\x1a/\n\rAffinityEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\"i\n\x17RegisterWorkflowRequest\x12\x10\n\x08\x66ilename\x18\x01 \x01(\t\x12\x0e\n\x06source\x18\x02 \x01(\t\x12,\n\tworkflows\x18\x03 \x03(\x0b\x32\x19.flux.v1.WorkflowMetadata\"H\n\x12RegisteredWorkflow\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x0f\n\x07version\x18\x02 \x01(\x05\x12\x13\n\x0bsource_hash\x18\x03 \x01(\t\"J\n\x18RegisterWorkflowResponse\x12.\n\tworkflows\x18\x01 \x03(\x0b\x32\x1b.flux.v1.RegisteredWorkflow\"P\n\x12RunWorkflowRequest\x12\x15\n\rworkflow_name\x18\x01 \x01(\t\x12\x12\n\ninput_json\x18\x02 \x01(\t\x12\x0f\n\x07version\x18\x03 \x01(\x05\"\xba\x02\n\tExecution\x12\x14\n\x0c\x65xecution_id\x18\x01 \x01(\t\x12&\n\x08workflow\x18\x02 \x01(\x0b\x32\x14.flux.v1.WorkflowRef\x12&\n\x05state\x18\x03 \x01(\x0e\x32\x17.flux.v1.ExecutionState\x12\x0e\n\x06worker\x18\x04 \x01(\t\x12\x0f\n\x07\x61ttempt\x18\x05 \x01(\x05\x12\x12\n\ngeneration\x18\x06 \x01(\x03\x12\x12\n\ninput_json\x18\x07 \x01(\t\x12\x13\n\x0boutput_json\x18\x08 \x01(\t\x12&\n\x05\x65rror\x18\t \x01(\x0b\x32\x17.flux.v1.ExecutionError\x12\x13\n\x0bgpu_indices\x18\n \x03(\x05\x12\x15\n\rcreated_at_ms\x18\x0b \x01(\x03\x12\x15\n\rupdated_at_ms\x18\x0c \x01(\x03\"+\n\x13GetExecutionRequest\x12\x14\n\x0c\x65xecution_id\x18\x01 \x01(\t\"-\n\x15WatchExecutionRequest\x12\x14\n\x0c\x65xecution_id\x18\x01 \x01(\t\".\n\x16\x43\x61ncelExecutionRequest\x12\x14\n\x0c\x65xecution_id\x18\x01 \x01(\t\"\x14\n\x12ListWorkersRequest\"J\n\x08Reserved\x12\x0b\n\x03\x63pu\x18\x01 \x01(\x05\x12\x0e\n\x06memory\x18\x02 \x01(\x03\x12\x0c\n\x04\x64isk\x18\x03 \x01(\x03\x12\x13\n\x0bgpu_indices\x18\x04 \x03(\x05\"\xcc\x02\n\nWorkerInfo\x12\x0c\n\x04name\x18\x01 \x01(\t\x12/\n\x06labels\x18\x02 \x03(\x0b\x32\x1f.flux.v1.WorkerInfo.LabelsEntry\x12+\n\tresources\x18\x03 \x01(\x0b\x32\x18.flux.v1.WorkerResources\x12#\n\x08reserved\x18\x04 \x01(\x0b\x32\x11.flux.v1.Reserved\x12\x10\n\x08\x63\x61pacity\x18\x05 \x01(\x05\x12\x19\n\x11\x61\x63tive_executions\x18\x06 \x01(\x05\x12\x11\n\tconnected\x18\x07 \x01(\x08\x12\x11\n\ttransport\x18\x08 \x01(\t\x12\x14\n\x0clast_seen_ms\x18\t \x01(\x03\x12\x15\n\rpackage_count\x18\n \x01(\x05\x1a-\n\x0bLabelsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\";\n\x13ListWorkersResponse\x12$\n\x07workers\x18\x01 \x03(\x0b\x32\x13.flux.v1.WorkerInfo\"/\n\x17\x45xplainExecutionRequest\x12\x14\n\x0c\x65xecution_id\x18\x01 \x01(\t\"_\n\tRejection\x12\x0e\n\x06reason\x18\x01 \x01(\t\x12\x0e\n\x06\x64\x65tail\x18\x02 \x01(\t\x12\x11\n\tpermanent\x18\x03 \x01(\x08\x12\x0e\n\x06wanted\x18\x04 \x01(\t\x12\x0f\n\x07offered\x18\x05 \x01(\t\"U\n\rWorkerVerdict\x12\x0e\n\x06worker\x18\x01 \x01(\t\x12\x0c\n\x04\x66its\x18\x02 \x01(\x08\x12&\n\nrejections\x18\x03 \x03(\x0b\x32\x12.flux.v1.Rejection\"\x99\x01\n\x0b\x45xplanation\x12\x14\n\x0c\x65xecution_id\x18\x01 \x01(\t\x12&\n\x05state\x18\x02 \x01(\x0e\x32\x17.flux.v1.ExecutionState\x12\x0f\n\x07summary\x18\x03 \x01(\t\x12\x12\n\ninfeasible\x18\x04 \x01(\x08\x12\'\n\x07workers\x18\x05 \x03(\x0b\x32\x16.flux.v1.WorkerVerdict*\xe4\x01\n\x0e\x45xecutionState\x12\x1f\n\x1b\x45XECUTION_STATE_UNSPECIFIED\x10\x00\x12\x1b\n\x17\x45XECUTION_STATE_CREATED\x10\x01\x12\x1d\n\x19\x45XECUTION_STATE_SCHEDULED\x10\x02\x12\x1b\n\x17\x45XECUTION_STATE_RUNNING\x10\x03\x12\x1d\n\x19\x45XECUTION_STATE_COMPLETED\x10\x04\x12\x1a\n\x16\x45XECUTION_STATE_FAILED\x10\x05\x12\x1d\n\x19\x45XECUTION_STATE_CANCELLED\x10\x06\x32\x91\x04\n\x0e\x43ontrolService\x12W\n\x10RegisterWorkflow\x12 .flux.v1.RegisterWorkflowRequest\x1a!.flux.v1.RegisterWorkflowResponse\x12>\n\x0bRunWorkflow\x12\x1b.flux.v1.RunWorkflowRequest\x1a\x12.flux.v1.Execution\x12@\n\x0cGetExecution\x12\x1c.flux.v1.GetExecutionRequest\x1a\x12.flux.v1.Execution\x12\x46\n\x0eWatchExecution\x12\x1e.flux.v1.WatchExecutionRequest\x1a\x12.flux.v1.Execution0\x01\x12\x46\n\x0f\x43\x61ncelExecution\x12\x1f.flux.v1.CancelExecutionRequest\x1a\x12.flux.v1.Execution\x12H\n\x0bListWorkers\x12\x1b.flux.v1.ListWorkersRequest\x1a\x1c.flux.v1.ListWorkersResponse\x12J\n\x10\x45xplainExecution\x12 .flux.v1.ExplainExecutionRequest\x1a\x14.flux.v1.Explanationb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x15\x66lux/v1/control.proto\x12\x07\x66lux.v1\x1a\x17\x66lux/v1/resources.proto\x1a\x14\x66lux/v1/worker.proto\"\xe2\x01\n\x10WorkflowMetadata\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x12\n\nentrypoint\x18\x02 \x01(\t\x12*\n\x08requests\x18\x03 \x01(\x0b\x32\x18.flux.v1.ResourceRequest\x12\x39\n\x08\x61\x66\x66inity\x18\x04 \x03(\x0b\x32\'.flux.v1.WorkflowMetadata.AffinityEntry\x12\x14\n\x0cmax_attempts\x18\x05 \x01(\x05\x1a/\n\rAffinityEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\"i\n\x17RegisterWorkflowRequest\x12\x10\n\x08\x66ilename\x18\x01 \x01(\t\x12\x0e\n\x06source\x18\x02 \x01(\t\x12,\n\tworkflows\x18\x03 \x03(\x0b\x32\x19.flux.v1.WorkflowMetadata\"H\n\x12RegisteredWorkflow\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x0f\n\x07version\x18\x02 \x01(\x05\x12\x13\n\x0bsource_hash\x18\x03 \x01(\t\"J\n\x18RegisterWorkflowResponse\x12.\n\tworkflows\x18\x01 \x03(\x0b\x32\x1b.flux.v1.RegisteredWorkflow\"P\n\x12RunWorkflowRequest\x12\x15\n\rworkflow_name\x18\x01 \x01(\t\x12\x12\n\ninput_json\x18\x02 \x01(\t\x12\x0f\n\x07version\x18\x03 \x01(\x05\"\xba\x02\n\tExecution\x12\x14\n\x0c\x65xecution_id\x18\x01 \x01(\t\x12&\n\x08workflow\x18\x02 \x01(\x0b\x32\x14.flux.v1.WorkflowRef\x12&\n\x05state\x18\x03 \x01(\x0e\x32\x17.flux.v1.ExecutionState\x12\x0e\n\x06worker\x18\x04 \x01(\t\x12\x0f\n\x07\x61ttempt\x18\x05 \x01(\x05\x12\x12\n\ngeneration\x18\x06 \x01(\x03\x12\x12\n\ninput_json\x18\x07 \x01(\t\x12\x13\n\x0boutput_json\x18\x08 \x01(\t\x12&\n\x05\x65rror\x18\t \x01(\x0b\x32\x17.flux.v1.ExecutionError\x12\x13\n\x0bgpu_indices\x18\n \x03(\x05\x12\x15\n\rcreated_at_ms\x18\x0b \x01(\x03\x12\x15\n\rupdated_at_ms\x18\x0c \x01(\x03\"+\n\x13GetExecutionRequest\x12\x14\n\x0c\x65xecution_id\x18\x01 \x01(\t\"-\n\x15WatchExecutionRequest\x12\x14\n\x0c\x65xecution_id\x18\x01 \x01(\t\".\n\x16\x43\x61ncelExecutionRequest\x12\x14\n\x0c\x65xecution_id\x18\x01 \x01(\t\"\x14\n\x12ListWorkersRequest\"J\n\x08Reserved\x12\x0b\n\x03\x63pu\x18\x01 \x01(\x05\x12\x0e\n\x06memory\x18\x02 \x01(\x03\x12\x0c\n\x04\x64isk\x18\x03 \x01(\x03\x12\x13\n\x0bgpu_indices\x18\x04 \x03(\x05\"\xde\x02\n\nWorkerInfo\x12\x0c\n\x04name\x18\x01 \x01(\t\x12/\n\x06labels\x18\x02 \x03(\x0b\x32\x1f.flux.v1.WorkerInfo.LabelsEntry\x12+\n\tresources\x18\x03 \x01(\x0b\x32\x18.flux.v1.WorkerResources\x12#\n\x08reserved\x18\x04 \x01(\x0b\x32\x11.flux.v1.Reserved\x12\x10\n\x08\x63\x61pacity\x18\x05 \x01(\x05\x12\x19\n\x11\x61\x63tive_executions\x18\x06 \x01(\x05\x12\x11\n\tconnected\x18\x07 \x01(\x08\x12\x11\n\ttransport\x18\x08 \x01(\t\x12\x14\n\x0clast_seen_ms\x18\t \x01(\x03\x12\x15\n\rpackage_count\x18\n \x01(\x05\x12\x10\n\x08\x64raining\x18\x0b \x01(\x08\x1a-\n\x0bLabelsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\";\n\x13ListWorkersResponse\x12$\n\x07workers\x18\x01 \x03(\x0b\x32\x13.flux.v1.WorkerInfo\"/\n\x17\x45xplainExecutionRequest\x12\x14\n\x0c\x65xecution_id\x18\x01 \x01(\t\"_\n\tRejection\x12\x0e\n\x06reason\x18\x01 \x01(\t\x12\x0e\n\x06\x64\x65tail\x18\x02 \x01(\t\x12\x11\n\tpermanent\x18\x03 \x01(\x08\x12\x0e\n\x06wanted\x18\x04 \x01(\t\x12\x0f\n\x07offered\x18\x05 \x01(\t\"U\n\rWorkerVerdict\x12\x0e\n\x06worker\x18\x01 \x01(\t\x12\x0c\n\x04\x66its\x18\x02 \x01(\x08\x12&\n\nrejections\x18\x03 \x03(\x0b\x32\x12.flux.v1.Rejection\"\x99\x01\n\x0b\x45xplanation\x12\x14\n\x0c\x65xecution_id\x18\x01 \x01(\t\x12&\n\x05state\x18\x02 \x01(\x0e\x32\x17.flux.v1.ExecutionState\x12\x0f\n\x07summary\x18\x03 \x01(\t\x12\x12\n\ninfeasible\x18\x04 \x01(\x08\x12\'\n\x07workers\x18\x05 \x03(\x0b\x32\x16.flux.v1.WorkerVerdict\"\x12\n\x10GetStatusRequest\"\x13\n\x11GetMetricsRequest\"\xce\x03\n\rClusterStatus\x12\x0e\n\x06now_ms\x18\x01 \x01(\x03\x12\x15\n\rstarted_at_ms\x18\x02 \x01(\x03\x12$\n\x07workers\x18\x03 \x03(\x0b\x32\x13.flux.v1.WorkerInfo\x12&\n\x07pending\x18\x04 \x03(\x0b\x32\x15.flux.v1.PendingShape\x12\x1e\n\x16pending_shapes_omitted\x18\x05 \x01(\x05\x12\x46\n\x11pending_by_reason\x18\x06 \x03(\x0b\x32+.flux.v1.ClusterStatus.PendingByReasonEntry\x12#\n\x05\x66leet\x18\x07 \x01(\x0b\x32\x14.flux.v1.FleetTotals\x12\'\n\nexecutions\x18\x08 \x03(\x0b\x32\x13.flux.v1.StateCount\x12,\n\x08\x63ounters\x18\t \x01(\x0b\x32\x1a.flux.v1.LifecycleCounters\x12,\n\tlatencies\x18\n \x03(\x0b\x32\x19.flux.v1.LatencyHistogram\x1a\x36\n\x14PendingByReasonEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\x03:\x02\x38\x01\"\xa0\x02\n\x0cPendingShape\x12*\n\x08requests\x18\x01 \x01(\x0b\x32\x18.flux.v1.ResourceRequest\x12\x35\n\x08\x61\x66\x66inity\x18\x02 \x03(\x0b\x32#.flux.v1.PendingShape.AffinityEntry\x12\r\n\x05\x63ount\x18\x03 \x01(\x03\x12\x16\n\x0eoldest_wait_ms\x18\x04 \x01(\x03\x12\x1b\n\x13oldest_execution_id\x18\x05 \x01(\t\x12\x17\n\x0foldest_workflow\x18\x06 \x01(\t\x12\x0f\n\x07summary\x18\x07 \x01(\t\x12\x0e\n\x06reason\x18\x08 \x01(\t\x1a/\n\rAffinityEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\"\xc0\x02\n\x0b\x46leetTotals\x12N\n\x16\x63onnected_by_transport\x18\x01 \x03(\x0b\x32..flux.v1.FleetTotals.ConnectedByTransportEntry\x12\x14\n\x0c\x64isconnected\x18\x02 \x01(\x05\x12\x10\n\x08\x64raining\x18\x03 \x01(\x05\x12(\n\x0b\x61llocatable\x18\x04 \x01(\x0b\x32\x13.flux.v1.Allocation\x12%\n\x08reserved\x18\x05 \x01(\x0b\x32\x13.flux.v1.Allocation\x12\x19\n\x11\x61\x63tive_executions\x18\x06 \x01(\x05\x12\x10\n\x08\x63\x61pacity\x18\x07 \x01(\x05\x1a;\n\x19\x43onnectedByTransportEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\x05:\x02\x38\x01\"E\n\nAllocation\x12\x0b\n\x03\x63pu\x18\x01 \x01(\x03\x12\x0e\n\x06memory\x18\x02 \x01(\x03\x12\x0c\n\x04\x64isk\x18\x03 \x01(\x03\x12\x0c\n\x04gpus\x18\x04 \x01(\x03\"C\n\nStateCount\x12&\n\x05state\x18\x01 \x01(\x0e\x32\x17.flux.v1.ExecutionState\x12\r\n\x05\x63ount\x18\x02 \x01(\x03\"\xc1\x02\n\x11LifecycleCounters\x12\x11\n\tsubmitted\x18\x01 \x01(\x03\x12\x12\n\ndispatched\x18\x02 \x01(\x03\x12\x0f\n\x07\x63laimed\x18\x03 \x01(\x03\x12\x11\n\tcompleted\x18\x04 \x01(\x03\x12\x0e\n\x06\x66\x61iled\x18\x05 \x01(\x03\x12\x11\n\tcancelled\x18\x06 \x01(\x03\x12:\n\x08requeued\x18\x07 \x03(\x0b\x32(.flux.v1.LifecycleCounters.RequeuedEntry\x12\x1d\n\x15\x61\x63k_deadline_expiries\x18\x08 \x01(\x03\x12\x19\n\x11stream_reconnects\x18\t \x01(\x03\x12\x17\n\x0fstream_connects\x18\n \x01(\x03\x1a/\n\rRequeuedEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\x03:\x02\x38\x01\"]\n\x10LatencyHistogram\x12\r\n\x05stage\x18\x01 \x01(\t\x12\x0e\n\x06\x62ounds\x18\x02 \x03(\x01\x12\x0e\n\x06\x63ounts\x18\x03 \x03(\x03\x12\x0b\n\x03sum\x18\x04 \x01(\x01\x12\r\n\x05\x63ount\x18\x05 \x01(\x03*\xe4\x01\n\x0e\x45xecutionState\x12\x1f\n\x1b\x45XECUTION_STATE_UNSPECIFIED\x10\x00\x12\x1b\n\x17\x45XECUTION_STATE_CREATED\x10\x01\x12\x1d\n\x19\x45XECUTION_STATE_SCHEDULED\x10\x02\x12\x1b\n\x17\x45XECUTION_STATE_RUNNING\x10\x03\x12\x1d\n\x19\x45XECUTION_STATE_COMPLETED\x10\x04\x12\x1a\n\x16\x45XECUTION_STATE_FAILED\x10\x05\x12\x1d\n\x19\x45XECUTION_STATE_CANCELLED\x10\x06\x32\x93\x05\n\x0e\x43ontrolService\x12W\n\x10RegisterWorkflow\x12 .flux.v1.RegisterWorkflowRequest\x1a!.flux.v1.RegisterWorkflowResponse\x12>\n\x0bRunWorkflow\x12\x1b.flux.v1.RunWorkflowRequest\x1a\x12.flux.v1.Execution\x12@\n\x0cGetExecution\x12\x1c.flux.v1.GetExecutionRequest\x1a\x12.flux.v1.Execution\x12\x46\n\x0eWatchExecution\x12\x1e.flux.v1.WatchExecutionRequest\x1a\x12.flux.v1.Execution0\x01\x12\x46\n\x0f\x43\x61ncelExecution\x12\x1f.flux.v1.CancelExecutionRequest\x1a\x12.flux.v1.Execution\x12H\n\x0bListWorkers\x12\x1b.flux.v1.ListWorkersRequest\x1a\x1c.flux.v1.ListWorkersResponse\x12J\n\x10\x45xplainExecution\x12 .flux.v1.ExplainExecutionRequest\x1a\x14.flux.v1.Explanation\x12>\n\tGetStatus\x12\x19.flux.v1.GetStatusRequest\x1a\x16.flux.v1.ClusterStatus\x12@\n\nGetMetrics\x12\x1a.flux.v1.GetMetricsRequest\x1a\x16.flux.v1.ClusterStatusb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -37,8 +37,16 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_WORKFLOWMETADATA_AFFINITYENTRY']._serialized_options = b'8\001'
   _globals['_WORKERINFO_LABELSENTRY']._loaded_options = None
   _globals['_WORKERINFO_LABELSENTRY']._serialized_options = b'8\001'
-  _globals['_EXECUTIONSTATE']._serialized_start=1990
-  _globals['_EXECUTIONSTATE']._serialized_end=2218
+  _globals['_CLUSTERSTATUS_PENDINGBYREASONENTRY']._loaded_options = None
+  _globals['_CLUSTERSTATUS_PENDINGBYREASONENTRY']._serialized_options = b'8\001'
+  _globals['_PENDINGSHAPE_AFFINITYENTRY']._loaded_options = None
+  _globals['_PENDINGSHAPE_AFFINITYENTRY']._serialized_options = b'8\001'
+  _globals['_FLEETTOTALS_CONNECTEDBYTRANSPORTENTRY']._loaded_options = None
+  _globals['_FLEETTOTALS_CONNECTEDBYTRANSPORTENTRY']._serialized_options = b'8\001'
+  _globals['_LIFECYCLECOUNTERS_REQUEUEDENTRY']._loaded_options = None
+  _globals['_LIFECYCLECOUNTERS_REQUEUEDENTRY']._serialized_options = b'8\001'
+  _globals['_EXECUTIONSTATE']._serialized_start=3687
+  _globals['_EXECUTIONSTATE']._serialized_end=3915
   _globals['_WORKFLOWMETADATA']._serialized_start=82
   _globals['_WORKFLOWMETADATA']._serialized_end=308
   _globals['_WORKFLOWMETADATA_AFFINITYENTRY']._serialized_start=261
@@ -64,19 +72,45 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_RESERVED']._serialized_start=1128
   _globals['_RESERVED']._serialized_end=1202
   _globals['_WORKERINFO']._serialized_start=1205
-  _globals['_WORKERINFO']._serialized_end=1537
-  _globals['_WORKERINFO_LABELSENTRY']._serialized_start=1492
-  _globals['_WORKERINFO_LABELSENTRY']._serialized_end=1537
-  _globals['_LISTWORKERSRESPONSE']._serialized_start=1539
-  _globals['_LISTWORKERSRESPONSE']._serialized_end=1598
-  _globals['_EXPLAINEXECUTIONREQUEST']._serialized_start=1600
-  _globals['_EXPLAINEXECUTIONREQUEST']._serialized_end=1647
-  _globals['_REJECTION']._serialized_start=1649
-  _globals['_REJECTION']._serialized_end=1744
-  _globals['_WORKERVERDICT']._serialized_start=1746
-  _globals['_WORKERVERDICT']._serialized_end=1831
-  _globals['_EXPLANATION']._serialized_start=1834
-  _globals['_EXPLANATION']._serialized_end=1987
-  _globals['_CONTROLSERVICE']._serialized_start=2221
-  _globals['_CONTROLSERVICE']._serialized_end=2750
+  _globals['_WORKERINFO']._serialized_end=1555
+  _globals['_WORKERINFO_LABELSENTRY']._serialized_start=1510
+  _globals['_WORKERINFO_LABELSENTRY']._serialized_end=1555
+  _globals['_LISTWORKERSRESPONSE']._serialized_start=1557
+  _globals['_LISTWORKERSRESPONSE']._serialized_end=1616
+  _globals['_EXPLAINEXECUTIONREQUEST']._serialized_start=1618
+  _globals['_EXPLAINEXECUTIONREQUEST']._serialized_end=1665
+  _globals['_REJECTION']._serialized_start=1667
+  _globals['_REJECTION']._serialized_end=1762
+  _globals['_WORKERVERDICT']._serialized_start=1764
+  _globals['_WORKERVERDICT']._serialized_end=1849
+  _globals['_EXPLANATION']._serialized_start=1852
+  _globals['_EXPLANATION']._serialized_end=2005
+  _globals['_GETSTATUSREQUEST']._serialized_start=2007
+  _globals['_GETSTATUSREQUEST']._serialized_end=2025
+  _globals['_GETMETRICSREQUEST']._serialized_start=2027
+  _globals['_GETMETRICSREQUEST']._serialized_end=2046
+  _globals['_CLUSTERSTATUS']._serialized_start=2049
+  _globals['_CLUSTERSTATUS']._serialized_end=2511
+  _globals['_CLUSTERSTATUS_PENDINGBYREASONENTRY']._serialized_start=2457
+  _globals['_CLUSTERSTATUS_PENDINGBYREASONENTRY']._serialized_end=2511
+  _globals['_PENDINGSHAPE']._serialized_start=2514
+  _globals['_PENDINGSHAPE']._serialized_end=2802
+  _globals['_PENDINGSHAPE_AFFINITYENTRY']._serialized_start=261
+  _globals['_PENDINGSHAPE_AFFINITYENTRY']._serialized_end=308
+  _globals['_FLEETTOTALS']._serialized_start=2805
+  _globals['_FLEETTOTALS']._serialized_end=3125
+  _globals['_FLEETTOTALS_CONNECTEDBYTRANSPORTENTRY']._serialized_start=3066
+  _globals['_FLEETTOTALS_CONNECTEDBYTRANSPORTENTRY']._serialized_end=3125
+  _globals['_ALLOCATION']._serialized_start=3127
+  _globals['_ALLOCATION']._serialized_end=3196
+  _globals['_STATECOUNT']._serialized_start=3198
+  _globals['_STATECOUNT']._serialized_end=3265
+  _globals['_LIFECYCLECOUNTERS']._serialized_start=3268
+  _globals['_LIFECYCLECOUNTERS']._serialized_end=3589
+  _globals['_LIFECYCLECOUNTERS_REQUEUEDENTRY']._serialized_start=3542
+  _globals['_LIFECYCLECOUNTERS_REQUEUEDENTRY']._serialized_end=3589
+  _globals['_LATENCYHISTOGRAM']._serialized_start=3591
+  _globals['_LATENCYHISTOGRAM']._serialized_end=3684
+  _globals['_CONTROLSERVICE']._serialized_start=3918
+  _globals['_CONTROLSERVICE']._serialized_end=4577
 # @@protoc_insertion_point(module_scope)

@@ -470,6 +470,7 @@ class WorkerInfo(_message.Message):
     TRANSPORT_FIELD_NUMBER: _builtins.int
     LAST_SEEN_MS_FIELD_NUMBER: _builtins.int
     PACKAGE_COUNT_FIELD_NUMBER: _builtins.int
+    DRAINING_FIELD_NUMBER: _builtins.int
     name: _builtins.str
     """Worker name."""
     capacity: _builtins.int
@@ -484,6 +485,8 @@ class WorkerInfo(_message.Message):
     """Last time it was heard from, milliseconds since the Unix epoch."""
     package_count: _builtins.int
     """Number of installed distributions it reported."""
+    draining: _builtins.bool
+    """True while the worker announces it is draining: it takes no new executions."""
     @_builtins.property
     def labels(self) -> _containers.ScalarMap[_builtins.str, _builtins.str]:
         """Labels it registered with."""
@@ -509,10 +512,11 @@ class WorkerInfo(_message.Message):
         transport: _builtins.str = ...,
         last_seen_ms: _builtins.int = ...,
         package_count: _builtins.int = ...,
+        draining: _builtins.bool = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["reserved", b"reserved", "resources", b"resources"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["active_executions", b"active_executions", "capacity", b"capacity", "connected", b"connected", "labels", b"labels", "last_seen_ms", b"last_seen_ms", "name", b"name", "package_count", b"package_count", "reserved", b"reserved", "resources", b"resources", "transport", b"transport"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["active_executions", b"active_executions", "capacity", b"capacity", "connected", b"connected", "draining", b"draining", "labels", b"labels", "last_seen_ms", b"last_seen_ms", "name", b"name", "package_count", b"package_count", "reserved", b"reserved", "resources", b"resources", "transport", b"transport"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -673,3 +677,480 @@ class Explanation(_message.Message):
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___Explanation: _TypeAlias = Explanation  # noqa: Y015
+
+@_typing.final
+class GetStatusRequest(_message.Message):
+    """Asks for the whole ClusterStatus; there are no options yet."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    def __init__(
+        self,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___GetStatusRequest: _TypeAlias = GetStatusRequest  # noqa: Y015
+
+@_typing.final
+class GetMetricsRequest(_message.Message):
+    """Asks for the aggregate part of ClusterStatus; there are no options yet."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    def __init__(
+        self,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___GetMetricsRequest: _TypeAlias = GetMetricsRequest  # noqa: Y015
+
+@_typing.final
+class ClusterStatus(_message.Message):
+    """A snapshot of one core: its fleet, its queue, and what it has done since it started."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    @_typing.final
+    class PendingByReasonEntry(_message.Message):
+        DESCRIPTOR: _descriptor.Descriptor
+
+        KEY_FIELD_NUMBER: _builtins.int
+        VALUE_FIELD_NUMBER: _builtins.int
+        key: _builtins.str
+        value: _builtins.int
+        def __init__(
+            self,
+            *,
+            key: _builtins.str = ...,
+            value: _builtins.int = ...,
+        ) -> None: ...
+        _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+        def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+        _ClearFieldArgType: _TypeAlias = _typing.Literal["key", b"key", "value", b"value"]  # noqa: Y015
+        def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+        def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+    NOW_MS_FIELD_NUMBER: _builtins.int
+    STARTED_AT_MS_FIELD_NUMBER: _builtins.int
+    WORKERS_FIELD_NUMBER: _builtins.int
+    PENDING_FIELD_NUMBER: _builtins.int
+    PENDING_SHAPES_OMITTED_FIELD_NUMBER: _builtins.int
+    PENDING_BY_REASON_FIELD_NUMBER: _builtins.int
+    FLEET_FIELD_NUMBER: _builtins.int
+    EXECUTIONS_FIELD_NUMBER: _builtins.int
+    COUNTERS_FIELD_NUMBER: _builtins.int
+    LATENCIES_FIELD_NUMBER: _builtins.int
+    now_ms: _builtins.int
+    """When the core took the snapshot, in milliseconds since the Unix epoch."""
+    started_at_ms: _builtins.int
+    """When this core process started, in milliseconds since the Unix epoch; every
+    counter and histogram below counts from then (a restart starts them at zero).
+    """
+    pending_shapes_omitted: _builtins.int
+    """Shapes left out of `pending` past its size limit; their executions still count
+    in pending_by_reason.
+    """
+    @_builtins.property
+    def workers(self) -> _containers.RepeatedCompositeFieldContainer[Global___WorkerInfo]:
+        """Known workers, connected or within their grace period, by name (GetStatus only)."""
+
+    @_builtins.property
+    def pending(self) -> _containers.RepeatedCompositeFieldContainer[Global___PendingShape]:
+        """Pending (CREATED) executions grouped by requirement shape, the most numerous
+        first (GetStatus only).
+        """
+
+    @_builtins.property
+    def pending_by_reason(self) -> _containers.ScalarMap[_builtins.str, _builtins.int]:
+        """Pending executions per reason bucket, each shape placed as ExplainExecution
+        would: "busy" (a connected worker could run it once others finish),
+        "infeasible" (no connected worker could ever run it), "no_worker" (no worker is
+        connected and accepting work). Every bucket is present, zero when empty.
+        """
+
+    @_builtins.property
+    def fleet(self) -> Global___FleetTotals:
+        """The fleet summed up: connected workers, what they offer and what is held."""
+
+    @_builtins.property
+    def executions(self) -> _containers.RepeatedCompositeFieldContainer[Global___StateCount]:
+        """Executions per state: CREATED, SCHEDULED and RUNNING as held in memory now;
+        COMPLETED, FAILED and CANCELLED counted since started_at_ms.
+        """
+
+    @_builtins.property
+    def counters(self) -> Global___LifecycleCounters:
+        """Lifecycle events counted since started_at_ms."""
+
+    @_builtins.property
+    def latencies(self) -> _containers.RepeatedCompositeFieldContainer[Global___LatencyHistogram]:
+        """Latency from submission to each dispatch stage, since started_at_ms."""
+
+    def __init__(
+        self,
+        *,
+        now_ms: _builtins.int = ...,
+        started_at_ms: _builtins.int = ...,
+        workers: _abc.Iterable[Global___WorkerInfo] | None = ...,
+        pending: _abc.Iterable[Global___PendingShape] | None = ...,
+        pending_shapes_omitted: _builtins.int = ...,
+        pending_by_reason: _abc.Mapping[_builtins.str, _builtins.int] | None = ...,
+        fleet: Global___FleetTotals | None = ...,
+        executions: _abc.Iterable[Global___StateCount] | None = ...,
+        counters: Global___LifecycleCounters | None = ...,
+        latencies: _abc.Iterable[Global___LatencyHistogram] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["counters", b"counters", "fleet", b"fleet"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["counters", b"counters", "executions", b"executions", "fleet", b"fleet", "latencies", b"latencies", "now_ms", b"now_ms", "pending", b"pending", "pending_by_reason", b"pending_by_reason", "pending_shapes_omitted", b"pending_shapes_omitted", "started_at_ms", b"started_at_ms", "workers", b"workers"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ClusterStatus: _TypeAlias = ClusterStatus  # noqa: Y015
+
+@_typing.final
+class PendingShape(_message.Message):
+    """Executions waiting that share one requirement shape (requests and affinity)."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    @_typing.final
+    class AffinityEntry(_message.Message):
+        DESCRIPTOR: _descriptor.Descriptor
+
+        KEY_FIELD_NUMBER: _builtins.int
+        VALUE_FIELD_NUMBER: _builtins.int
+        key: _builtins.str
+        value: _builtins.str
+        def __init__(
+            self,
+            *,
+            key: _builtins.str = ...,
+            value: _builtins.str = ...,
+        ) -> None: ...
+        _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+        def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+        _ClearFieldArgType: _TypeAlias = _typing.Literal["key", b"key", "value", b"value"]  # noqa: Y015
+        def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+        def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+    REQUESTS_FIELD_NUMBER: _builtins.int
+    AFFINITY_FIELD_NUMBER: _builtins.int
+    COUNT_FIELD_NUMBER: _builtins.int
+    OLDEST_WAIT_MS_FIELD_NUMBER: _builtins.int
+    OLDEST_EXECUTION_ID_FIELD_NUMBER: _builtins.int
+    OLDEST_WORKFLOW_FIELD_NUMBER: _builtins.int
+    SUMMARY_FIELD_NUMBER: _builtins.int
+    REASON_FIELD_NUMBER: _builtins.int
+    count: _builtins.int
+    """Pending executions of this shape."""
+    oldest_wait_ms: _builtins.int
+    """How long the oldest of them has waited since it was submitted, in milliseconds."""
+    oldest_execution_id: _builtins.str
+    """The oldest one's id; ExplainExecution on it gives the per-worker verdicts."""
+    oldest_workflow: _builtins.str
+    """The oldest one's workflow name."""
+    summary: _builtins.str
+    """ExplainExecution's one-line summary, e.g. "0/3 workers can run it: 3 have no GPU"."""
+    reason: _builtins.str
+    """"busy", "infeasible" or "no_worker", as in ClusterStatus.pending_by_reason."""
+    @_builtins.property
+    def requests(self) -> _resources_pb2.ResourceRequest:
+        """What each execution of the shape requests."""
+
+    @_builtins.property
+    def affinity(self) -> _containers.ScalarMap[_builtins.str, _builtins.str]:
+        """Labels a worker must carry, with equal values."""
+
+    def __init__(
+        self,
+        *,
+        requests: _resources_pb2.ResourceRequest | None = ...,
+        affinity: _abc.Mapping[_builtins.str, _builtins.str] | None = ...,
+        count: _builtins.int = ...,
+        oldest_wait_ms: _builtins.int = ...,
+        oldest_execution_id: _builtins.str = ...,
+        oldest_workflow: _builtins.str = ...,
+        summary: _builtins.str = ...,
+        reason: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["requests", b"requests"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["affinity", b"affinity", "count", b"count", "oldest_execution_id", b"oldest_execution_id", "oldest_wait_ms", b"oldest_wait_ms", "oldest_workflow", b"oldest_workflow", "reason", b"reason", "requests", b"requests", "summary", b"summary"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___PendingShape: _TypeAlias = PendingShape  # noqa: Y015
+
+@_typing.final
+class FleetTotals(_message.Message):
+    """Connected workers and their resources, summed over the fleet."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    @_typing.final
+    class ConnectedByTransportEntry(_message.Message):
+        DESCRIPTOR: _descriptor.Descriptor
+
+        KEY_FIELD_NUMBER: _builtins.int
+        VALUE_FIELD_NUMBER: _builtins.int
+        key: _builtins.str
+        value: _builtins.int
+        def __init__(
+            self,
+            *,
+            key: _builtins.str = ...,
+            value: _builtins.int = ...,
+        ) -> None: ...
+        _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+        def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+        _ClearFieldArgType: _TypeAlias = _typing.Literal["key", b"key", "value", b"value"]  # noqa: Y015
+        def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+        def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+    CONNECTED_BY_TRANSPORT_FIELD_NUMBER: _builtins.int
+    DISCONNECTED_FIELD_NUMBER: _builtins.int
+    DRAINING_FIELD_NUMBER: _builtins.int
+    ALLOCATABLE_FIELD_NUMBER: _builtins.int
+    RESERVED_FIELD_NUMBER: _builtins.int
+    ACTIVE_EXECUTIONS_FIELD_NUMBER: _builtins.int
+    CAPACITY_FIELD_NUMBER: _builtins.int
+    disconnected: _builtins.int
+    """Known workers without a live stream (within their grace period)."""
+    draining: _builtins.int
+    """Connected workers that are draining."""
+    active_executions: _builtins.int
+    """Executions held by workers (dispatched or running)."""
+    capacity: _builtins.int
+    """Sum of the connected workers' capacities (max concurrent executions)."""
+    @_builtins.property
+    def connected_by_transport(self) -> _containers.ScalarMap[_builtins.str, _builtins.int]:
+        """Connected workers per transport ("grpc", "sse"); both keys are always present."""
+
+    @_builtins.property
+    def allocatable(self) -> Global___Allocation:
+        """Allocatable resources of the connected workers."""
+
+    @_builtins.property
+    def reserved(self) -> Global___Allocation:
+        """What running and dispatched executions hold, on every known worker (a worker in
+        its grace period keeps its reservations).
+        """
+
+    def __init__(
+        self,
+        *,
+        connected_by_transport: _abc.Mapping[_builtins.str, _builtins.int] | None = ...,
+        disconnected: _builtins.int = ...,
+        draining: _builtins.int = ...,
+        allocatable: Global___Allocation | None = ...,
+        reserved: Global___Allocation | None = ...,
+        active_executions: _builtins.int = ...,
+        capacity: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["allocatable", b"allocatable", "reserved", b"reserved"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["active_executions", b"active_executions", "allocatable", b"allocatable", "capacity", b"capacity", "connected_by_transport", b"connected_by_transport", "disconnected", b"disconnected", "draining", b"draining", "reserved", b"reserved"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___FleetTotals: _TypeAlias = FleetTotals  # noqa: Y015
+
+@_typing.final
+class Allocation(_message.Message):
+    """An amount of each resource kind the matcher checks."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    CPU_FIELD_NUMBER: _builtins.int
+    MEMORY_FIELD_NUMBER: _builtins.int
+    DISK_FIELD_NUMBER: _builtins.int
+    GPUS_FIELD_NUMBER: _builtins.int
+    cpu: _builtins.int
+    """Logical CPU cores."""
+    memory: _builtins.int
+    """Memory in bytes."""
+    disk: _builtins.int
+    """Disk in bytes."""
+    gpus: _builtins.int
+    """Whole GPUs."""
+    def __init__(
+        self,
+        *,
+        cpu: _builtins.int = ...,
+        memory: _builtins.int = ...,
+        disk: _builtins.int = ...,
+        gpus: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["cpu", b"cpu", "disk", b"disk", "gpus", b"gpus", "memory", b"memory"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___Allocation: _TypeAlias = Allocation  # noqa: Y015
+
+@_typing.final
+class StateCount(_message.Message):
+    """How many executions are in one state."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    STATE_FIELD_NUMBER: _builtins.int
+    COUNT_FIELD_NUMBER: _builtins.int
+    state: Global___ExecutionState.ValueType
+    """The state counted."""
+    count: _builtins.int
+    """Executions in it (see ClusterStatus.executions for what is counted)."""
+    def __init__(
+        self,
+        *,
+        state: Global___ExecutionState.ValueType = ...,
+        count: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["count", b"count", "state", b"state"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___StateCount: _TypeAlias = StateCount  # noqa: Y015
+
+@_typing.final
+class LifecycleCounters(_message.Message):
+    """Lifecycle events since the core started."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    @_typing.final
+    class RequeuedEntry(_message.Message):
+        DESCRIPTOR: _descriptor.Descriptor
+
+        KEY_FIELD_NUMBER: _builtins.int
+        VALUE_FIELD_NUMBER: _builtins.int
+        key: _builtins.str
+        value: _builtins.int
+        def __init__(
+            self,
+            *,
+            key: _builtins.str = ...,
+            value: _builtins.int = ...,
+        ) -> None: ...
+        _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+        def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+        _ClearFieldArgType: _TypeAlias = _typing.Literal["key", b"key", "value", b"value"]  # noqa: Y015
+        def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+        def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+    SUBMITTED_FIELD_NUMBER: _builtins.int
+    DISPATCHED_FIELD_NUMBER: _builtins.int
+    CLAIMED_FIELD_NUMBER: _builtins.int
+    COMPLETED_FIELD_NUMBER: _builtins.int
+    FAILED_FIELD_NUMBER: _builtins.int
+    CANCELLED_FIELD_NUMBER: _builtins.int
+    REQUEUED_FIELD_NUMBER: _builtins.int
+    ACK_DEADLINE_EXPIRIES_FIELD_NUMBER: _builtins.int
+    STREAM_RECONNECTS_FIELD_NUMBER: _builtins.int
+    STREAM_CONNECTS_FIELD_NUMBER: _builtins.int
+    submitted: _builtins.int
+    """Executions accepted by RunWorkflow."""
+    dispatched: _builtins.int
+    """Dispatches (placements) pushed to a worker, re-dispatches after a requeue included."""
+    claimed: _builtins.int
+    """Claims accepted: the execution went RUNNING."""
+    completed: _builtins.int
+    """Executions that ended COMPLETED."""
+    failed: _builtins.int
+    """Executions that ended FAILED, by a workflow error or out of attempts."""
+    cancelled: _builtins.int
+    """Executions cancelled by a client."""
+    ack_deadline_expiries: _builtins.int
+    """Dispatches not claimed within the ack deadline."""
+    stream_reconnects: _builtins.int
+    """Dispatch streams opened by a worker registration that had one before."""
+    stream_connects: _builtins.int
+    """Dispatch streams opened, reconnects included."""
+    @_builtins.property
+    def requeued(self) -> _containers.ScalarMap[_builtins.str, _builtins.int]:
+        """Returns to CREATED by reason: "released" (the worker gave it back),
+        "worker_lost" (its worker's grace period ran out), "ack_deadline" (a dispatch
+        was not claimed in time). Every reason is present, zero when none.
+        """
+
+    def __init__(
+        self,
+        *,
+        submitted: _builtins.int = ...,
+        dispatched: _builtins.int = ...,
+        claimed: _builtins.int = ...,
+        completed: _builtins.int = ...,
+        failed: _builtins.int = ...,
+        cancelled: _builtins.int = ...,
+        requeued: _abc.Mapping[_builtins.str, _builtins.int] | None = ...,
+        ack_deadline_expiries: _builtins.int = ...,
+        stream_reconnects: _builtins.int = ...,
+        stream_connects: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["ack_deadline_expiries", b"ack_deadline_expiries", "cancelled", b"cancelled", "claimed", b"claimed", "completed", b"completed", "dispatched", b"dispatched", "failed", b"failed", "requeued", b"requeued", "stream_connects", b"stream_connects", "stream_reconnects", b"stream_reconnects", "submitted", b"submitted"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___LifecycleCounters: _TypeAlias = LifecycleCounters  # noqa: Y015
+
+@_typing.final
+class LatencyHistogram(_message.Message):
+    """A latency distribution with fixed bucket bounds."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    STAGE_FIELD_NUMBER: _builtins.int
+    BOUNDS_FIELD_NUMBER: _builtins.int
+    COUNTS_FIELD_NUMBER: _builtins.int
+    SUM_FIELD_NUMBER: _builtins.int
+    COUNT_FIELD_NUMBER: _builtins.int
+    stage: _builtins.str
+    """The stage reached, each timed from submission: "dispatched" (pushed to a
+    worker), "claimed" (the worker's claim accepted), "started" (the workflow body
+    starts: the worker starts it right after its claim is accepted, so the core
+    records it at the accepted claim).
+    """
+    sum: _builtins.float
+    """Sum of all observations in seconds."""
+    count: _builtins.int
+    """Number of observations."""
+    @_builtins.property
+    def bounds(self) -> _containers.RepeatedScalarFieldContainer[_builtins.float]:
+        """Upper bounds of the buckets in seconds, ascending; +Inf is implied after the last."""
+
+    @_builtins.property
+    def counts(self) -> _containers.RepeatedScalarFieldContainer[_builtins.int]:
+        """Observations per bucket, not cumulative: one entry per bound, then one for
+        everything above the last bound.
+        """
+
+    def __init__(
+        self,
+        *,
+        stage: _builtins.str = ...,
+        bounds: _abc.Iterable[_builtins.float] | None = ...,
+        counts: _abc.Iterable[_builtins.int] | None = ...,
+        sum: _builtins.float = ...,
+        count: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["bounds", b"bounds", "count", b"count", "counts", b"counts", "stage", b"stage", "sum", b"sum"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___LatencyHistogram: _TypeAlias = LatencyHistogram  # noqa: Y015

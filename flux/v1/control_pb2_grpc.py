@@ -71,6 +71,16 @@ class ControlServiceStub:
                 request_serializer=flux_dot_v1_dot_control__pb2.ExplainExecutionRequest.SerializeToString,
                 response_deserializer=flux_dot_v1_dot_control__pb2.Explanation.FromString,
                 _registered_method=True)
+        self.GetStatus = channel.unary_unary(
+                '/flux.v1.ControlService/GetStatus',
+                request_serializer=flux_dot_v1_dot_control__pb2.GetStatusRequest.SerializeToString,
+                response_deserializer=flux_dot_v1_dot_control__pb2.ClusterStatus.FromString,
+                _registered_method=True)
+        self.GetMetrics = channel.unary_unary(
+                '/flux.v1.ControlService/GetMetrics',
+                request_serializer=flux_dot_v1_dot_control__pb2.GetMetricsRequest.SerializeToString,
+                response_deserializer=flux_dot_v1_dot_control__pb2.ClusterStatus.FromString,
+                _registered_method=True)
 
 
 class ControlServiceServicer:
@@ -127,6 +137,23 @@ class ControlServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def GetStatus(self, request, context):
+        """The fleet and the queue at a glance: workers, pending executions grouped by
+        requirement shape with explain's summary, and lifecycle counters and latencies.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def GetMetrics(self, request, context):
+        """The aggregate numbers of GetStatus only: no worker, label, workflow or execution
+        names (workers and pending are left empty). Callers need no token, as for the
+        health service, so a gateway can serve them to Prometheus at /metrics.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_ControlServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -164,6 +191,16 @@ def add_ControlServiceServicer_to_server(servicer, server):
                     servicer.ExplainExecution,
                     request_deserializer=flux_dot_v1_dot_control__pb2.ExplainExecutionRequest.FromString,
                     response_serializer=flux_dot_v1_dot_control__pb2.Explanation.SerializeToString,
+            ),
+            'GetStatus': grpc.unary_unary_rpc_method_handler(
+                    servicer.GetStatus,
+                    request_deserializer=flux_dot_v1_dot_control__pb2.GetStatusRequest.FromString,
+                    response_serializer=flux_dot_v1_dot_control__pb2.ClusterStatus.SerializeToString,
+            ),
+            'GetMetrics': grpc.unary_unary_rpc_method_handler(
+                    servicer.GetMetrics,
+                    request_deserializer=flux_dot_v1_dot_control__pb2.GetMetricsRequest.FromString,
+                    response_serializer=flux_dot_v1_dot_control__pb2.ClusterStatus.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -357,6 +394,60 @@ class ControlService:
             '/flux.v1.ControlService/ExplainExecution',
             flux_dot_v1_dot_control__pb2.ExplainExecutionRequest.SerializeToString,
             flux_dot_v1_dot_control__pb2.Explanation.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def GetStatus(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/flux.v1.ControlService/GetStatus',
+            flux_dot_v1_dot_control__pb2.GetStatusRequest.SerializeToString,
+            flux_dot_v1_dot_control__pb2.ClusterStatus.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def GetMetrics(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/flux.v1.ControlService/GetMetrics',
+            flux_dot_v1_dot_control__pb2.GetMetricsRequest.SerializeToString,
+            flux_dot_v1_dot_control__pb2.ClusterStatus.FromString,
             options,
             channel_credentials,
             insecure,

@@ -49,6 +49,15 @@ class ControlServiceStub:
     """Connected workers with advertised and reserved resources."""
     ExplainExecution: _grpc.UnaryUnaryMultiCallable[_control_pb2.ExplainExecutionRequest, _control_pb2.Explanation]
     """Why an execution is (or is not) pending, per worker and in summary."""
+    GetStatus: _grpc.UnaryUnaryMultiCallable[_control_pb2.GetStatusRequest, _control_pb2.ClusterStatus]
+    """The fleet and the queue at a glance: workers, pending executions grouped by
+    requirement shape with explain's summary, and lifecycle counters and latencies.
+    """
+    GetMetrics: _grpc.UnaryUnaryMultiCallable[_control_pb2.GetMetricsRequest, _control_pb2.ClusterStatus]
+    """The aggregate numbers of GetStatus only: no worker, label, workflow or execution
+    names (workers and pending are left empty). Callers need no token, as for the
+    health service, so a gateway can serve them to Prometheus at /metrics.
+    """
 
 @_typing.type_check_only
 class ControlServiceAsyncStub(ControlServiceStub):
@@ -71,6 +80,15 @@ class ControlServiceAsyncStub(ControlServiceStub):
     """Connected workers with advertised and reserved resources."""
     ExplainExecution: _aio.UnaryUnaryMultiCallable[_control_pb2.ExplainExecutionRequest, _control_pb2.Explanation]  # type: ignore[assignment]
     """Why an execution is (or is not) pending, per worker and in summary."""
+    GetStatus: _aio.UnaryUnaryMultiCallable[_control_pb2.GetStatusRequest, _control_pb2.ClusterStatus]  # type: ignore[assignment]
+    """The fleet and the queue at a glance: workers, pending executions grouped by
+    requirement shape with explain's summary, and lifecycle counters and latencies.
+    """
+    GetMetrics: _aio.UnaryUnaryMultiCallable[_control_pb2.GetMetricsRequest, _control_pb2.ClusterStatus]  # type: ignore[assignment]
+    """The aggregate numbers of GetStatus only: no worker, label, workflow or execution
+    names (workers and pending are left empty). Callers need no token, as for the
+    health service, so a gateway can serve them to Prometheus at /metrics.
+    """
 
 class ControlServiceServicer(metaclass=_abc_1.ABCMeta):
     """What clients use: register workflow code, run it, follow executions, and
@@ -132,5 +150,26 @@ class ControlServiceServicer(metaclass=_abc_1.ABCMeta):
         context: _ServicerContext,
     ) -> _typing.Union[_control_pb2.Explanation, _abc.Awaitable[_control_pb2.Explanation]]:
         """Why an execution is (or is not) pending, per worker and in summary."""
+
+    @_abc_1.abstractmethod
+    def GetStatus(
+        self,
+        request: _control_pb2.GetStatusRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_control_pb2.ClusterStatus, _abc.Awaitable[_control_pb2.ClusterStatus]]:
+        """The fleet and the queue at a glance: workers, pending executions grouped by
+        requirement shape with explain's summary, and lifecycle counters and latencies.
+        """
+
+    @_abc_1.abstractmethod
+    def GetMetrics(
+        self,
+        request: _control_pb2.GetMetricsRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_control_pb2.ClusterStatus, _abc.Awaitable[_control_pb2.ClusterStatus]]:
+        """The aggregate numbers of GetStatus only: no worker, label, workflow or execution
+        names (workers and pending are left empty). Callers need no token, as for the
+        health service, so a gateway can serve them to Prometheus at /metrics.
+        """
 
 def add_ControlServiceServicer_to_server(servicer: ControlServiceServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...

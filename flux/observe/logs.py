@@ -1,0 +1,122 @@
+"""Log output for ``--log-format text|json`` (default text; env ``FLUX_LOG_FORMAT``).
+
+text: ``2024-05-01 12:00:00,123 INFO flux.lifecycle: execution dispatched
+execution_id=… workflow=hello worker=w1 generation=1``, for a terminal.
+
+json: one object per line, for log shippers: ``ts`` (RFC 3339, UTC), ``level``,
+``logger``, ``msg``, and for lifecycle lines ``event`` plus each field
+(``execution_id``, ``workflow``, ``worker``, ``generation``, …) as members, so a
+query can filter on them without parsing the message.
+
+Lifecycle records carry their fields in ``record.fields`` (see
+``flux.observe.lifecycle``); any other record is rendered as usual.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import re
+import sys
+from datetime import UTC, datetime
+from typing import Any, TextIO
+
+FORMATS = ("text", "json")
+ENV = "FLUX_LOG_FORMAT"
+TEXT_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
+# Members every JSON line has; a lifecycle field never overwrites one of them.
+_RESERVED = frozenset({"ts", "level", "logger", "msg", "event", "exc_info", "stack_info"})
+
+
+def default_format() -> str:
+    return os.environ.get(ENV, "text").strip().lower() or "text"
+
+
+# What would split a key=value line into misleading pairs.
+_NEEDS_QUOTES = re.compile(r'[\s="]')
+
+
+def _text(value: object) -> str:
+    if value is None:
+        return "-"
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, int):
+        return str(value)
+    text = str(value)
+    return json.dumps(text) if not text or _NEEDS_QUOTES.search(text) else text
+
+
+class TextFormatter(logging.Formatter):
+    """The classic one-line format, with a lifecycle record's fields appended as key=value."""
+
+    def __init__(self) -> None:
+        super().__init__(TEXT_FORMAT)
+
+    def formatMessage(self, record: logging.LogRecord) -> str:
+        line = super().formatMessage(record)
+        fields = getattr(record, "fields", None)
+        if isinstance(fields, dict) and fields:
+            line += " " + " ".join(f"{key}={_text(value)}" for key, value in fields.items())
+        return line
+
+
+# The last whole second formatted, and its text: one tuple, read and replaced atomically.
+_second: tuple[int, str] = (-1, "")
+
+
+def _timestamp(created: float) -> str:
+    """RFC 3339 in UTC with milliseconds; the date and time part is formatted once a second."""
+    global _second
+    second, cached = int(created), _second
+    if cached[0] != second:
+        cached = _second = (second, datetime.fromtimestamp(second, UTC).strftime("%Y-%m-%dT%H:%M:%S"))
+    return f"{cached[1]}.{int((created - second) * 1000):03d}Z"
+
+
+class JsonFormatter(logging.Formatter):
+    """One JSON object per record, on one line."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        entry: dict[str, Any] = {
+            "ts": _timestamp(record.created),
+            "level": record.levelname,
+            "logger": record.name,
+            "msg": record.getMessage(),
+        }
+        event = getattr(record, "event", None)
+        if event is not None:
+            entry["event"] = event
+        fields = getattr(record, "fields", None)
+        if isinstance(fields, dict):
+            for key, value in fields.items():
+                entry[key if key not in _RESERVED else f"field_{key}"] = value
+        if record.exc_info:
+            entry["exc_info"] = self.formatException(record.exc_info)
+        if record.stack_info:
+            entry["stack_info"] = self.formatStack(record.stack_info)
+        # default=str: a field of an unexpected type still makes a line, never an error.
+        return json.dumps(entry, default=str, ensure_ascii=False)
+
+
+def formatter(fmt: str) -> logging.Formatter:
+    if fmt == "json":
+        return JsonFormatter()
+    if fmt == "text":
+        return TextFormatter()
+    raise ValueError(f"log format must be one of {', '.join(FORMATS)}; got {fmt!r}")
+
+
+def configure(level: str | int = "INFO", fmt: str = "text", stream: TextIO | None = None) -> None:
+    """Send every log record to ``stream`` (stderr) in ``fmt``, replacing any handler set before."""
+    handler = logging.StreamHandler(stream or sys.stderr)
+    handler.setFormatter(formatter(fmt))
+    root = logging.getLogger()
+    for old in list(root.handlers):
+        root.removeHandler(old)
+    root.addHandler(handler)
+    root.setLevel(level.upper() if isinstance(level, str) else level)
+    # Neither format prints them; not gathering them makes every record cheaper
+    # (the logging HOWTO's "Optimization" section).
+    logging.logThreads = logging.logProcesses = logging.logMultiprocessing = False

@@ -1,0 +1,237 @@
+"""One snapshot of a dispatcher: fleet, pending work by shape, executions by state, counters.
+
+``StatusBoard.snapshot`` answers both ``GetStatus`` (with worker entries and
+one row per pending shape) and ``GetMetrics`` (aggregates only). Everything is
+read in one synchronous step, so the numbers agree with each other; then each
+pending shape is explained against the worker views taken in that step.
+
+The reason bucket of a shape is what ``ExplainExecution`` would say for any of
+its executions: the same ``flux.matching.explain`` over the same workers (the
+connected, non-draining ones, as ``Dispatcher.why`` takes them), so the
+pending-by-reason gauge never disagrees with ``flux execution explain``.
+A snapshot costs O(unfinished executions + shapes x workers). ``GetMetrics``
+needs no token, so ``aggregate`` answers from a snapshot up to ``max_age``
+seconds old and takes at most one at a time: a caller polling it in a loop
+cannot make the core redo the work on every call.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from flux.domain.execution import State
+from flux.matching import Shape, WorkerView, explain
+from flux.observe.lifecycle import Counters, Histogram, Lifecycle
+
+if TYPE_CHECKING:
+    from flux.dispatcher.core import Dispatcher
+    from flux.dispatcher.workers import WorkerEntry
+
+BUSY, INFEASIBLE, NO_WORKER = "busy", "infeasible", "no_worker"
+REASONS = (BUSY, INFEASIBLE, NO_WORKER)
+TRANSPORTS = ("grpc", "sse")
+# Rows of GetStatus's pending table; the rest are counted in `pending_shapes_omitted`.
+MAX_SHAPES = 100
+# Seconds of explaining before letting the dispatch path run again.
+_SLICE = 0.005
+
+
+@dataclass(frozen=True, slots=True)
+class Allocation:
+    cpu: int = 0
+    memory: int = 0
+    disk: int = 0
+    gpus: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class Fleet:
+    connected_by_transport: dict[str, int]
+    disconnected: int
+    draining: int
+    allocatable: Allocation
+    reserved: Allocation
+    active_executions: int
+    capacity: int
+
+
+@dataclass(frozen=True, slots=True)
+class PendingShape:
+    shape: Shape
+    count: int
+    oldest_execution_id: str
+    oldest_workflow: str
+    oldest_wait: float  # seconds since its submission
+    summary: str
+    reason: str
+
+
+@dataclass(frozen=True, slots=True)
+class Status:
+    now: float
+    started_at: float
+    # Live registry entries, empty unless detail was asked for; convert them promptly.
+    workers: tuple[WorkerEntry, ...]
+    pending: tuple[PendingShape, ...]  # empty unless detail was asked for
+    pending_shapes_omitted: int
+    pending_by_reason: dict[str, int]
+    fleet: Fleet
+    executions: dict[State, int]
+    counters: Counters
+    latency: dict[str, Histogram]
+
+
+def reason_of(workers: int, infeasible: bool) -> str:
+    """The bucket for an explanation over ``workers`` dispatchable workers."""
+    if workers == 0:
+        return NO_WORKER
+    return INFEASIBLE if infeasible else BUSY
+
+
+def fleet_of(entries: list[WorkerEntry]) -> Fleet:
+    connected = dict.fromkeys(TRANSPORTS, 0)
+    disconnected = draining = active = capacity = 0
+    cpu = memory = disk = gpus = 0
+    held_cpu = held_memory = held_disk = held_gpus = 0
+    for entry in entries:
+        held = entry.reserved
+        held_cpu, held_memory, held_disk = (
+            held_cpu + held.cpu,
+            held_memory + held.memory,
+            held_disk + held.disk,
+        )
+        held_gpus += len(entry.held_gpus)
+        active += len(entry.holdings)
+        if not entry.connected:
+            disconnected += 1
+            continue
+        connected[entry.transport] = connected.get(entry.transport, 0) + 1
+        draining += entry.draining
+        capacity += entry.capacity
+        r = entry.resources
+        cpu, memory, disk, gpus = (
+            cpu + r.cpu_total,
+            memory + r.memory_total,
+            disk + r.disk_total,
+            gpus + len(r.gpus),
+        )
+    return Fleet(
+        connected_by_transport=connected,
+        disconnected=disconnected,
+        draining=draining,
+        allocatable=Allocation(cpu, memory, disk, gpus),
+        reserved=Allocation(held_cpu, held_memory, held_disk, held_gpus),
+        active_executions=active,
+        capacity=capacity,
+    )
+
+
+def _copy(lifecycle: Lifecycle) -> tuple[Counters, dict[str, Histogram]]:
+    counters = dataclasses.replace(lifecycle.counters, requeued=dict(lifecycle.counters.requeued))
+    latency = {}
+    for stage, histogram in lifecycle.latency.items():
+        copy = Histogram(histogram.bounds)
+        copy.counts, copy.sum, copy.count = list(histogram.counts), histogram.sum, histogram.count
+        latency[stage] = copy
+    return counters, latency
+
+
+class StatusBoard:
+    """Snapshots of one dispatcher; the aggregate one is shared for a short while."""
+
+    def __init__(self, dispatcher: Dispatcher, monotonic: Callable[[], float] = time.monotonic):
+        self.dispatcher = dispatcher
+        self._monotonic = monotonic
+        self._aggregate: tuple[float, Status] | None = None  # (taken at, snapshot)
+        self._taking: asyncio.Future[Status] | None = None
+
+    async def aggregate(self, max_age: float) -> Status:
+        """A snapshot without workers or shapes, taken at most ``max_age`` seconds ago."""
+        cached = self._aggregate
+        if cached is not None and self._monotonic() - cached[0] <= max_age:
+            return cached[1]
+        if self._taking is None:
+            self._taking = asyncio.ensure_future(self._take_aggregate())
+        # Shielded: a caller that goes away does not cancel the snapshot the others wait for.
+        return await asyncio.shield(self._taking)
+
+    async def _take_aggregate(self) -> Status:
+        try:
+            status = await self.snapshot(detail=False)
+            self._aggregate = (self._monotonic(), status)
+            return status
+        finally:
+            self._taking = None
+
+    async def snapshot(self, detail: bool = True) -> Status:
+        d = self.dispatcher
+        # ---- one synchronous step: every number below describes the same moment
+        now = d.clock()
+        entries = d.workers()
+        views: list[WorkerView] = [w.view() for w in entries if w.dispatchable]
+        queue = d.pending()
+        shapes = queue.shapes()
+        heads: dict[str, Shape] = {}
+        for shape in shapes:
+            head = next(queue.iter_shape(shape), None)
+            if head is not None:
+                heads[head.execution_id] = shape
+        counts = {shape: queue.count(shape) for shape in shapes}
+        executions = dict.fromkeys((State.CREATED, State.SCHEDULED, State.RUNNING), 0)
+        oldest: dict[Shape, tuple[str, str, float]] = {}
+        for execution in d.unfinished():
+            executions[execution.state] = executions.get(execution.state, 0) + 1
+            shape = heads.get(execution.execution_id)
+            if shape is not None:
+                oldest[shape] = (execution.execution_id, execution.workflow.name, execution.created_at)
+        counters, latency = _copy(d.events)
+        executions[State.COMPLETED] = counters.completed
+        executions[State.FAILED] = counters.failed
+        executions[State.CANCELLED] = counters.cancelled
+        fleet = fleet_of(entries)
+        workers = tuple(entries) if detail else ()
+
+        # ---- explain each shape against the views taken above (they are immutable)
+        by_reason = dict.fromkeys(REASONS, 0)
+        rows: list[PendingShape] = []
+        slice_started = self._monotonic()
+        for shape in shapes:
+            # The same call as Dispatcher.why makes for one execution of this shape.
+            explanation = explain(shape, views)
+            summary = explanation.summary
+            reason = reason_of(len(explanation.verdicts), explanation.infeasible)
+            by_reason[reason] += counts[shape]
+            if detail and shape in oldest:
+                execution_id, workflow, created_at = oldest[shape]
+                rows.append(
+                    PendingShape(
+                        shape,
+                        counts[shape],
+                        execution_id,
+                        workflow,
+                        max(0.0, now - created_at),
+                        summary,
+                        reason,
+                    )
+                )
+            if self._monotonic() - slice_started > _SLICE:
+                await asyncio.sleep(0)  # a big fleet times many shapes: let dispatching run
+                slice_started = self._monotonic()
+        rows.sort(key=lambda row: (-row.count, -row.oldest_wait))
+        return Status(
+            now=now,
+            started_at=d.events.started_at,
+            workers=workers,
+            pending=tuple(rows[:MAX_SHAPES]),
+            pending_shapes_omitted=max(0, len(rows) - MAX_SHAPES),
+            pending_by_reason=by_reason,
+            fleet=fleet,
+            executions=executions,
+            counters=counters,
+            latency=latency,
+        )

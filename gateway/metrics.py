@@ -1,0 +1,192 @@
+"""``GET /metrics``: the core's numbers in the Prometheus text format.
+
+The gateway may run beside the core or in another process, and it holds no
+dispatch state, so every scrape asks the core (``ControlService.GetMetrics``)
+and renders that one answer through a custom collector: no global registry is
+updated per request, and two gateways in front of one core report the same.
+
+No token is needed, as for ``/healthz`` and as Prometheus scrapes by default:
+``GetMetrics`` answers only aggregates with bounded labels (transport, reason,
+state, stage, resource), never a worker, workflow or execution name, an
+address or a token. The core may answer with per-shape explanations up to a
+second old, so scraping in a loop cannot make it redo them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+from fastapi import APIRouter, Request
+from fastapi.responses import Response
+from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
+from prometheus_client.core import (
+    CounterMetricFamily,
+    GaugeMetricFamily,
+    HistogramMetricFamily,
+    Metric,
+)
+from prometheus_client.registry import Collector
+from prometheus_client.utils import floatToGoString
+
+from flux.v1 import control_pb2
+from gateway import schema
+
+router = APIRouter(tags=["ops"])
+
+STATES = {
+    control_pb2.EXECUTION_STATE_CREATED: "created",
+    control_pb2.EXECUTION_STATE_SCHEDULED: "scheduled",
+    control_pb2.EXECUTION_STATE_RUNNING: "running",
+    control_pb2.EXECUTION_STATE_COMPLETED: "completed",
+    control_pb2.EXECUTION_STATE_FAILED: "failed",
+    control_pb2.EXECUTION_STATE_CANCELLED: "cancelled",
+}
+# Label values of flux_reservations and flux_allocatable; the unit is in the value.
+RESOURCES = (("cpu_cores", "cpu"), ("memory_bytes", "memory"), ("disk_bytes", "disk"), ("gpus", "gpus"))
+
+
+class StatusCollector(Collector):
+    """Metric families of one ``ClusterStatus``; label values come from fixed sets only."""
+
+    def __init__(self, status: control_pb2.ClusterStatus):
+        self.status = status
+
+    def collect(self) -> Iterator[Metric]:
+        s = self.status
+        fleet, counters = s.fleet, s.counters
+
+        workers = GaugeMetricFamily(
+            "flux_workers_connected",
+            "Workers with a live dispatch stream, by transport.",
+            labels=["transport"],
+        )
+        for transport, count in sorted(fleet.connected_by_transport.items()):
+            workers.add_metric([transport], count)
+        yield workers
+        yield GaugeMetricFamily(
+            "flux_workers_disconnected",
+            "Known workers without a live stream, waiting out their grace period.",
+            value=fleet.disconnected,
+        )
+
+        pending = GaugeMetricFamily(
+            "flux_pending_executions",
+            "CREATED executions by why they wait, as `flux execution explain` says: busy (a connected "
+            "worker could run it once others finish), infeasible (no connected worker ever could), "
+            "no_worker (no worker connected and accepting work).",
+            labels=["reason"],
+        )
+        for reason, count in sorted(s.pending_by_reason.items()):
+            pending.add_metric([reason], count)
+        yield pending
+
+        executions = GaugeMetricFamily(
+            "flux_executions",
+            "Executions by state: created, scheduled and running now; completed, failed and "
+            "cancelled since the core started.",
+            labels=["state"],
+        )
+        for entry in s.executions:
+            if entry.state in STATES:
+                executions.add_metric([STATES[entry.state]], entry.count)
+        yield executions
+
+        yield CounterMetricFamily(
+            "flux_executions_submitted", "Executions accepted by RunWorkflow.", value=counters.submitted
+        )
+        yield CounterMetricFamily(
+            "flux_placements",
+            "Dispatches of an execution to a worker (re-dispatches after a requeue included); "
+            "rate(flux_placements_total[1m]) gives placements per second.",
+            value=counters.dispatched,
+        )
+        yield CounterMetricFamily(
+            "flux_claims", "Claims accepted: executions started.", value=counters.claimed
+        )
+        finished = CounterMetricFamily(
+            "flux_executions_finished", "Executions that reached a final state, by state.", labels=["state"]
+        )
+        for state, count in (
+            ("completed", counters.completed),
+            ("failed", counters.failed),
+            ("cancelled", counters.cancelled),
+        ):
+            finished.add_metric([state], count)
+        yield finished
+        requeues = CounterMetricFamily(
+            "flux_requeues",
+            "Executions sent back to CREATED, by reason: released (by their worker), worker_lost "
+            "(grace period over), ack_deadline (dispatch not claimed in time).",
+            labels=["reason"],
+        )
+        for reason, count in sorted(counters.requeued.items()):
+            requeues.add_metric([reason], count)
+        yield requeues
+        yield CounterMetricFamily(
+            "flux_ack_deadline_expiries",
+            "Dispatches not claimed within the ack deadline.",
+            value=counters.ack_deadline_expiries,
+        )
+        yield CounterMetricFamily(
+            "flux_stream_reconnects",
+            "Dispatch streams reopened by a worker registration that had one before.",
+            value=counters.stream_reconnects,
+        )
+
+        latency = HistogramMetricFamily(
+            "flux_dispatch_latency_seconds",
+            "Seconds from submission to each stage: dispatched (pushed to a worker), claimed (claim "
+            "accepted), started (the body starts; the worker starts it right after its claim is "
+            "accepted, so it is timed at the accepted claim).",
+            labels=["stage"],
+        )
+        for histogram in s.latencies:
+            cumulative, buckets = 0, []
+            for bound, count in zip(histogram.bounds, histogram.counts, strict=False):
+                cumulative += count
+                buckets.append((floatToGoString(bound), cumulative))
+            buckets.append(("+Inf", histogram.count))
+            latency.add_metric([histogram.stage], buckets, histogram.sum)
+        yield latency
+
+        reservations = GaugeMetricFamily(
+            "flux_reservations",
+            "Resources held by dispatched and running executions, over all known workers.",
+            labels=["resource"],
+        )
+        allocatable = GaugeMetricFamily(
+            "flux_allocatable", "Resources the connected workers advertise.", labels=["resource"]
+        )
+        for label, field in RESOURCES:
+            reservations.add_metric([label], getattr(fleet.reserved, field))
+            allocatable.add_metric([label], getattr(fleet.allocatable, field))
+        yield reservations
+        yield allocatable
+        yield GaugeMetricFamily(
+            "flux_start_time_seconds",
+            "When the core started, in seconds since the Unix epoch; counters count from then.",
+            value=s.started_at_ms / 1000,
+        )
+
+
+def render(status: control_pb2.ClusterStatus) -> bytes:
+    registry = CollectorRegistry(auto_describe=False)  # this answer's only; never the global one
+    registry.register(StatusCollector(status))
+    return generate_latest(registry)
+
+
+@router.get(
+    "/metrics",
+    response_class=Response,
+    responses={
+        200: {"content": {CONTENT_TYPE_LATEST: {}}, "description": "Prometheus text format 0.0.4"},
+        503: {"model": schema.ErrorBody},
+    },
+)
+async def metrics(request: Request) -> Response:
+    """The core's counters, gauges and latency histograms for Prometheus; no token needed."""
+    core = request.app.state.core  # the gateway's own channel: GetMetrics is open, no caller token
+    status = await core.control.GetMetrics(
+        control_pb2.GetMetricsRequest(), timeout=request.app.state.settings.unary_timeout
+    )
+    return Response(render(status), media_type=CONTENT_TYPE_LATEST)
