@@ -510,6 +510,8 @@ def _load_of(entry: WorkerEntry) -> dict[str, Any]:
                       r.disk_free, [[g.index, g.uuid, g.name, g.memory_total, g.memory_free] for g in r.gpus]],
         "active": len(entry.holdings),
         "reserved": [entry.reserved.cpu, entry.reserved.memory, entry.reserved.disk],
+        # Reserved since the worker's last report, which its observed free amounts do not show yet.
+        "unreported": [entry.unreported.cpu, entry.unreported.memory, entry.unreported.disk],
         "held_gpus": sorted(entry.held_gpus),
     }  # fmt: skip
 
@@ -526,6 +528,6 @@ def _view_of(name: str, info: dict[str, Any]) -> WorkerView:
         capacity=info.get("capacity", DEFAULT_CAPACITY),
         active=info["active"],
         reserved=Amounts(*info["reserved"]),
-        unreported=Amounts(),
+        unreported=Amounts(*info.get("unreported", (0, 0, 0))),
         held_gpus=frozenset(info["held_gpus"]),
     )

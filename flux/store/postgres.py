@@ -272,12 +272,10 @@ class PostgresStore(Store):
                 await self._listen_task
         with contextlib.suppress(Exception):
             async with self._pool.connection() as db:
+                # The heartbeat is left to age: our workers get the grace period to move to
+                # another replica and be adopted there before the sweep requeues their work.
                 await db.execute(
                     "UPDATE workers SET connected = FALSE WHERE replica = %s", (self.replica_id,)
-                )
-                # Gone on purpose: sweepable at once, without waiting for the heartbeat to age.
-                await db.execute(
-                    "UPDATE replicas SET heartbeat_at = 'epoch' WHERE id = %s", (self.replica_id,)
                 )
         for conn in (self._writer, self._listener):
             if conn is not None:

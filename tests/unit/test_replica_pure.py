@@ -1,0 +1,61 @@
+"""The pure parts of the PostgreSQL replica code: NOTIFY payloads, the worker directory, URLs."""
+
+from __future__ import annotations
+
+from types import MappingProxyType
+
+from flux.dispatcher.replica import _info_of, _load_of, _view_of
+from flux.dispatcher.workers import WorkerEntry
+from flux.domain.execution import Execution, WorkflowRef
+from flux.domain.resource_request import ResourceRequest
+from flux.domain.worker import Gpu, WorkerResources, WorkerSoftware
+from flux.matching import Shape, explain
+from flux.store.base import PendingRef
+from flux.store.postgres import NOTIFY_LIMIT, _chunks, _pending_line, parse_pending, redacted
+
+
+def execution(execution_id: str, name: str = "train model", version: int = 3, seq: int = 17) -> Execution:
+    return Execution(execution_id, WorkflowRef(name, version, "h" * 64, "train"), seq, "null", 3)
+
+
+def test_pending_lines_round_trip_even_with_spaces_in_names() -> None:
+    lines = [_pending_line(execution("a1", "train model", 3, 17)), _pending_line(execution("b2", "x", 1, 2))]
+    assert parse_pending("\n".join(lines)) == [
+        PendingRef("a1", 17, "train model", 3),
+        PendingRef("b2", 2, "x", 1),
+    ]
+
+
+def test_payloads_stay_under_the_notify_limit_and_lose_nothing() -> None:
+    lines = [_pending_line(execution(f"{i:032x}")) for i in range(2000)]
+    payloads = list(_chunks(lines))
+    assert len(payloads) > 1
+    assert all(len(p) <= NOTIFY_LIMIT for p in payloads)
+    assert [line for p in payloads for line in p.splitlines()] == lines
+    assert list(_chunks([])) == []
+
+
+def test_urls_are_redacted_for_logs() -> None:
+    assert redacted("postgresql://flux:s3cret@db:5432/flux") == "postgresql://flux:***@db:5432/flux"
+    assert redacted("postgresql://flux@db/flux") == "postgresql://flux@db/flux"
+    assert redacted("postgresql://u:p:q@h/d") == "postgresql://u:***@h/d"
+
+
+def test_the_directory_describes_a_worker_as_its_own_replica_sees_it() -> None:
+    entry = WorkerEntry(
+        name="gpu-1",
+        session_token="t",
+        labels=MappingProxyType({"zone": "a"}),
+        capacity=8,
+        resources=WorkerResources(
+            8, 6, 16 << 30, 10 << 30, 100 << 30, 50 << 30, (Gpu(0, "u0", "A100", 80 << 30, 80 << 30),)
+        ),
+        software=WorkerSoftware({"torch": "2.5.1"}, {"python_version": "3.11"}),
+    )
+    entry.hold("e1", ResourceRequest(cpu=2, memory=1 << 30, gpu=1), (0,))
+    view = _view_of("gpu-1", {**_info_of(entry), **_load_of(entry)})
+    local = entry.view()
+    assert view == local
+    # So explain gives the same verdict through any replica.
+    shape = Shape(ResourceRequest(gpu=1, packages=("torch>=2",)), MappingProxyType({"zone": "a"}))
+    assert explain(shape, [view]).summary == explain(shape, [local]).summary
