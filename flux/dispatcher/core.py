@@ -176,6 +176,9 @@ class Dispatcher:
         )  # fmt: skip
         self._housekeeper = asyncio.get_running_loop().create_task(self._housekeeping())
 
+    async def serving(self, address: str) -> None:
+        """The server is bound to ``address`` (replicas publish it)."""
+
     async def stop(self) -> None:
         if self._housekeeper is not None:
             self._housekeeper.cancel()
@@ -545,6 +548,10 @@ class Dispatcher:
 
     def workers(self) -> list[WorkerEntry]:
         return sorted(self._workers.values(), key=lambda w: w.name)
+
+    async def list_workers(self) -> list[WorkerEntry]:
+        """Every worker a client may see (with replicas, those connected to the others too)."""
+        return self.workers()
 
     def pending(self) -> PendingQueue:
         return self._queue

@@ -43,7 +43,7 @@ from flux.dispatcher.core import (
     _same_token,
 )
 from flux.dispatcher.session import Cancelled, Session
-from flux.dispatcher.workers import WorkerEntry
+from flux.dispatcher.workers import Elsewhere, WorkerEntry
 from flux.domain.execution import Execution, ExecutionError, State, WorkflowRef
 from flux.domain.worker import Gpu, WorkerResources, WorkerSoftware
 from flux.errors import AlreadyExists, FailedPrecondition, NotFound, Unavailable
@@ -79,6 +79,9 @@ class ReplicaDispatcher(Dispatcher):
         self.store.subscribe(self._on_notify)
         await super().start()
         self._replica_task = asyncio.get_running_loop().create_task(self._replica_loop())
+
+    async def serving(self, address: str) -> None:
+        await self.store.announce(address)
 
     async def stop(self) -> None:
         if self._replica_task is not None:
@@ -291,6 +294,13 @@ class ReplicaDispatcher(Dispatcher):
         views += [_view_of(name, info) for name, info in await self.store.directory(REPLICA_TIMEOUT)]
         explanation = explain(self._shape_of(execution), views)
         return Why(execution, explanation.summary, explanation, self._queue.position(execution_id))
+
+    async def list_workers(self) -> list[WorkerEntry]:
+        local = self.workers()
+        names = {w.name for w in local}
+        directory = await self.store.directory(REPLICA_TIMEOUT)
+        remote = [_entry_of(name, info) for name, info in directory if name not in names]
+        return sorted(local + remote, key=lambda w: w.name)
 
     async def _know_workflow(self, name: str, version: int) -> None:
         if (name, version) not in self._workflows:
@@ -513,7 +523,26 @@ def _load_of(entry: WorkerEntry) -> dict[str, Any]:
         # Reserved since the worker's last report, which its observed free amounts do not show yet.
         "unreported": [entry.unreported.cpu, entry.unreported.memory, entry.unreported.disk],
         "held_gpus": sorted(entry.held_gpus),
+        "draining": entry.draining,
+        "seen": entry.last_seen,
     }  # fmt: skip
+
+
+def _entry_of(name: str, info: dict[str, Any]) -> WorkerEntry:
+    view = _view_of(name, info)
+    return WorkerEntry(
+        name=name,
+        session_token="",
+        labels=MappingProxyType(dict(view.labels)),
+        capacity=view.capacity,
+        resources=view.resources,
+        software=view.software,
+        transport=info.get("transport", "grpc"),
+        draining=info.get("draining", False),
+        last_seen=info.get("seen", 0.0),
+        reserved=view.reserved,
+        elsewhere=Elsewhere(info.get("replica", ""), view.active, view.held_gpus),
+    )
 
 
 def _view_of(name: str, info: dict[str, Any]) -> WorkerView:

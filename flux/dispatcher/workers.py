@@ -25,6 +25,15 @@ class Holding:
     since_report: bool = True
 
 
+@dataclass(frozen=True, slots=True)
+class Elsewhere:
+    """A worker whose stream another replica holds, as that replica last published it."""
+
+    replica: str
+    active: int
+    held_gpus: frozenset[int]
+
+
 @dataclass(eq=False, slots=True)
 class WorkerEntry:
     name: str
@@ -43,18 +52,26 @@ class WorkerEntry:
     reserved: Amounts = Amounts()
     # Reserved after the latest report, which the observed values cannot reflect yet.
     unreported: Amounts = Amounts()
+    # Only on entries built for a listing of the whole fleet; such entries are never dispatched to.
+    elsewhere: Elsewhere | None = None
     _view: WorkerView | None = None
 
     @property
     def connected(self) -> bool:
-        return self.session is not None and not self.session.closed
+        return self.elsewhere is not None or (self.session is not None and not self.session.closed)
 
     @property
     def dispatchable(self) -> bool:
-        return self.connected and not self.draining
+        return self.session is not None and not self.session.closed and not self.draining
+
+    @property
+    def active(self) -> int:
+        return self.elsewhere.active if self.elsewhere is not None else len(self.holdings)
 
     @property
     def held_gpus(self) -> frozenset[int]:
+        if self.elsewhere is not None:
+            return self.elsewhere.held_gpus
         return frozenset(g for h in self.holdings.values() for g in h.gpus)
 
     def view(self) -> WorkerView:

@@ -106,7 +106,7 @@ def fleet_of(entries: list[WorkerEntry]) -> Fleet:
             held_disk + held.disk,
         )
         held_gpus += len(entry.held_gpus)
-        active += len(entry.holdings)
+        active += entry.active
         if not entry.connected:
             disconnected += 1
             continue

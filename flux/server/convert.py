@@ -133,7 +133,7 @@ def worker_to_proto(entry: WorkerEntry) -> control_pb2.WorkerInfo:
             cpu=reserved.cpu, memory=reserved.memory, disk=reserved.disk, gpu_indices=sorted(entry.held_gpus)
         ),
         capacity=entry.capacity,
-        active_executions=len(entry.holdings),
+        active_executions=entry.active,
         connected=entry.connected,
         transport=entry.transport,
         last_seen_ms=int(entry.last_seen * 1000),

@@ -53,7 +53,7 @@ def build_dispatcher(config: ServerConfig) -> Dispatcher:
         from flux.dispatcher.replica import ReplicaDispatcher
         from flux.store.postgres import PostgresStore
 
-        store = PostgresStore(config.db, settings.server_id, address=f"{config.host}:{config.grpc_port}")
+        store = PostgresStore(config.db, settings.server_id)
         return ReplicaDispatcher(store, settings)
     from flux.store.sqlite import SqliteStore
 
@@ -130,6 +130,7 @@ async def start_server(config: ServerConfig) -> RunningServer:
         await dispatcher.stop()
         raise OSError(f"could not bind gRPC to {config.host}:{config.grpc_port}")
     await server.start()
+    await dispatcher.serving(f"{config.host}:{port}")
     for name in ("", *services[:2]):
         await health_servicer.set(name, health_pb2.HealthCheckResponse.SERVING)
     return RunningServer(server, dispatcher, port, health_servicer, local)

@@ -184,7 +184,7 @@ class ControlService(control_pb2_grpc.ControlServiceServicer):
     @_unary
     async def ListWorkers(self, request: control_pb2.ListWorkersRequest, context: grpc.aio.ServicerContext):
         return control_pb2.ListWorkersResponse(
-            workers=[convert.worker_to_proto(w) for w in self.dispatcher.workers()]
+            workers=[convert.worker_to_proto(w) for w in await self.dispatcher.list_workers()]
         )
 
     @_unary

@@ -282,6 +282,12 @@ class PostgresStore(Store):
                 await conn.close()
         await self._pool.close()
 
+    async def announce(self, address: str) -> None:
+        """Record the address this replica serves on (known once its port is bound)."""
+        self.address = address
+        async with self._pool.connection() as db:
+            await db.execute("UPDATE replicas SET address = %s WHERE id = %s", (address, self.replica_id))
+
     def subscribe(self, callback: Callable[[str, str], None]) -> None:
         self._on_notify = callback
 
@@ -598,11 +604,14 @@ class PostgresStore(Store):
         """Workers connected to other live replicas, with what they last advertised."""
         async with self._pool.connection() as db:
             cursor = await db.execute(
-                "SELECT w.name, w.info, w.load FROM workers w JOIN replicas r ON r.id = w.replica "
+                "SELECT w.name, w.info, w.load, w.replica FROM workers w JOIN replicas r ON r.id = w.replica "
                 "WHERE w.connected AND w.replica <> %s AND r.heartbeat_at > now() - make_interval(secs => %s)",
                 (self.replica_id, replica_timeout),
             )
-            return [(row[0], {**json.loads(row[1]), **json.loads(row[2])}) for row in await cursor.fetchall()]
+            return [
+                (row[0], {**json.loads(row[1]), **json.loads(row[2]), "replica": row[3]})
+                for row in await cursor.fetchall()
+            ]
 
     # ----------------------------------------------------------------- liveness
 

@@ -69,6 +69,13 @@ def test_executions_flow_through_either_replica_without_duplicate_dispatch(repli
     per_execution = Counter(execution_id for execution_id, _, _ in dispatches)
     assert set(per_execution) == set(ids)
     assert max(per_execution.values()) == 1, "an execution was dispatched twice"
+    # Either replica lists the whole fleet.
+    with replicas.client_for(a) as ca, replicas.client_for(b) as cb:
+        for client in (ca, cb):
+            listed = client.workers().workers
+            assert [(w.name, w.connected, w.resources.cpu_total) for w in listed] == [
+                ("wa1", True, 4), ("wa2", True, 4), ("wb1", True, 4), ("wb2", True, 4)
+            ]  # fmt: skip
     # Both replicas dispatched, each to its own workers only.
     workers_of = {}
     for _, worker, replica in dispatches:
@@ -118,8 +125,10 @@ def test_a_worker_name_is_held_across_replicas(replicas: Cluster) -> None:
     b = replicas.replicas[0][1]
     impostor = replicas.start_worker("unique", servers=[b], wait=False)
     time.sleep(1.5)  # it keeps being refused; it must not take the name over
+    held_by = rows(replicas.db, "SELECT r.address FROM workers w JOIN replicas r ON r.id = w.replica")
+    assert held_by == [(replicas.address,)]
     with replicas.client_for(b) as cb:
-        assert [w.name for w in cb.workers().workers if w.connected] == []
+        assert [(w.name, w.connected) for w in cb.workers().workers] == [("unique", True)]
     assert replicas.worker_connected("unique")
     assert output(replicas.run("echo", 1))["worker"] == "unique"
     impostor.kill()
