@@ -278,9 +278,11 @@ def _start_server(args: argparse.Namespace) -> int:
         tokens=None if args.insecure else _server_tokens(args),
         tls=_tls(args),
     )
+    from flux.store.base import StoreError
+
     try:
         asyncio.run(serve(config))
-    except OSError as exc:  # a port already taken
+    except (OSError, StoreError) as exc:  # a port already taken, a database that cannot be used
         print(f"error: {exc}", file=sys.stderr)
         return 1
     return 0

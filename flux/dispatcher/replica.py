@@ -229,11 +229,18 @@ class ReplicaDispatcher(Dispatcher):
             while not current.state.finished:
                 getter = asyncio.ensure_future(updates.get())
                 woken = asyncio.ensure_future(wakeup.wait())
-                await asyncio.wait({getter, woken}, timeout=WATCH_POLL, return_when=asyncio.FIRST_COMPLETED)
+                done, _ = await asyncio.wait(
+                    {getter, woken}, timeout=WATCH_POLL, return_when=asyncio.FIRST_COMPLETED
+                )
                 wakeup.clear()
                 for waiter in (getter, woken):
                     waiter.cancel()
-                latest = self._owned(execution_id) or await self.store.get_execution(execution_id)
+                latest = self._owned(execution_id)
+                if latest is None or getter not in done:
+                    # Not ours, or no news from here: the database has the last word on a final state.
+                    stored = await self.store.get_execution(execution_id)
+                    if stored is not None and (latest is None or stored.state.finished):
+                        latest = stored
                 if latest is not None and _changed(current, latest):
                     current = latest
                     yield current

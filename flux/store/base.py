@@ -49,6 +49,10 @@ class Recovered:
     next_seq: int = 1
 
 
+class StoreError(RuntimeError):
+    """The database cannot be used: unreachable, a bad URL, or a schema newer than this Flux."""
+
+
 class Conflict(Exception):
     """A guarded write found the row changed by someone else (another replica, a client's cancel)."""
 

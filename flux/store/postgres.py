@@ -45,6 +45,7 @@ from flux.store.base import (
     PendingRef,
     Recovered,
     Store,
+    StoreError,
     WorkerIdentity,
     WorkerRecord,
     WorkflowRecord,
@@ -234,9 +235,17 @@ class PostgresStore(Store):
 
     async def open(self) -> Recovered:
         try:
+            psycopg.conninfo.conninfo_to_dict(self.url)
+        except psycopg.Error as exc:
+            raise StoreError(f"--db {redacted(self.url)} is not a PostgreSQL URL: {exc}") from None
+        try:
+            # One plain connection first: its error says why (the pool's only says it timed out).
+            probe = await psycopg.AsyncConnection.connect(self.url, connect_timeout=10)
+            await probe.close()
             await self._pool.open(wait=True, timeout=10)
         except Exception as exc:
-            raise RuntimeError(f"could not connect to PostgreSQL at {redacted(self.url)}: {exc}") from exc
+            reason = str(exc).strip().replace("\n", " ")
+            raise StoreError(f"could not connect to PostgreSQL at {redacted(self.url)}: {reason}") from None
         async with self._pool.connection() as db, db.transaction():
             await db.execute("SELECT pg_advisory_xact_lock(%s)", (MIGRATION_LOCK,))
             await db.execute(SCHEMA)
@@ -244,7 +253,7 @@ class PostgresStore(Store):
             if found is None:
                 await db.execute("INSERT INTO meta VALUES ('schema_version', %s)", (str(SCHEMA_VERSION),))
             elif int(found[0]) > SCHEMA_VERSION:
-                raise RuntimeError(
+                raise StoreError(
                     f"the database has schema version {found[0]}, newer than this Flux ({SCHEMA_VERSION})"
                 )
             await db.execute(

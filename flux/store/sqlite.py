@@ -20,7 +20,7 @@ from types import MappingProxyType
 
 from flux.domain.execution import Execution, ExecutionError, State, WorkflowRef
 from flux.domain.resource_request import ResourceRequest
-from flux.store.base import Recovered, Store, WorkerIdentity, WorkflowRecord
+from flux.store.base import Recovered, Store, StoreError, WorkerIdentity, WorkflowRecord
 
 SCHEMA_VERSION = 1
 
@@ -128,7 +128,7 @@ class SqliteStore(Store):
         if found is None:
             db.execute("INSERT INTO meta VALUES ('schema_version', ?)", (str(SCHEMA_VERSION),))
         elif int(found["value"]) > SCHEMA_VERSION:
-            raise RuntimeError(
+            raise StoreError(
                 f"{self.path} has schema version {found['value']}, newer than this Flux ({SCHEMA_VERSION})"
             )
         self._db = db
