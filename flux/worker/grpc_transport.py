@@ -13,7 +13,7 @@ from flux.auth import Credentials
 from flux.domain.execution import ExecutionError, WorkflowRef
 from flux.domain.resource_request import ResourceRequest
 from flux.domain.worker import WorkerResources, WorkerSoftware
-from flux.errors import InvalidArgument, from_grpc_code
+from flux.errors import InvalidArgument, Unavailable, from_grpc_code
 from flux.v1 import worker_pb2, worker_pb2_grpc
 from flux.worker.transport import (
     Cancel,
@@ -43,6 +43,13 @@ def _mapped(call: Callable[..., Awaitable[T]]) -> Callable[..., Awaitable[T]]:
             return await call(*args, **kwargs)
         except grpc.aio.AioRpcError as exc:
             raise from_grpc_code(exc.code(), exc.details() or exc.code().name) from exc
+        except asyncio.CancelledError:
+            task = asyncio.current_task()
+            if task is not None and task.cancelling():
+                raise  # we are being cancelled
+            # The call was cancelled under us: its channel closed when the worker moved to
+            # another server. Retryable, like any unreachable server, not a reason to give up.
+            raise Unavailable("the call was cut off: its connection to the server closed") from None
 
     return wrapper
 
