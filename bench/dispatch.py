@@ -174,7 +174,7 @@ def start_latency(clients: Sequence[FluxClient], n: int) -> dict[str, object]:
 
 
 async def _submit_burst(servers: Sequence[str], n: int, token: str, concurrency: int = 64) -> float:
-    """``n`` submissions from ``concurrency`` submitters, spread evenly over ``servers``."""
+    """``n`` submissions taken in turn by ``concurrency`` submitters, dealt out between ``servers``."""
     async with contextlib.AsyncExitStack() as stack:
         channels = [await stack.enter_async_context(grpc.aio.insecure_channel(s)) for s in servers]
         controls = [control_pb2_grpc.ControlServiceStub(channel) for channel in channels]
