@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import argparse
 
-from bench import dispatch, matching
+from bench import dispatch, matching, replicas
 
-BENCHES = {"matching": matching.main, "dispatch": dispatch.main}
+BENCHES = {"matching": matching.main, "dispatch": dispatch.main, "replicas": replicas.main}
 
 
 def main() -> None:

@@ -11,26 +11,34 @@ ratios; the target is within 2x (latency ratios <= 2, rate ratios >= 0.5).
 - start: submit -> the workflow body starts on a real worker process, sequentially;
 - throughput: trivial executions completed per second with 4 worker processes;
 - server RSS after the runs.
+
+``figures`` also runs on PostgreSQL with several replicas (bench/replicas.py):
+workers are then split between the replicas and submissions alternate between them.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import queue
 import sqlite3
+import sys
 import tempfile
 import threading
 import time
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 
 import grpc
 import httpx
 import psutil
+import psycopg
 from httpx_sse import connect_sse
 
 from bench.common import percentiles, write
 from flux.auth import Role
+from flux.client import FluxClient
 from flux.testing import TRANSPORTS, Cluster, eventually
 from flux.v1 import control_pb2, control_pb2_grpc, resources_pb2, worker_pb2, worker_pb2_grpc
 
@@ -93,82 +101,118 @@ def sse_receipt_latency(cluster: Cluster, n: int) -> dict[str, object]:
     return {"submit_to_receipt_ms": percentiles(received), "submit_to_claimed_ms": percentiles(claimed)}
 
 
-def receipt_latency(cluster: Cluster, n: int) -> dict[str, object]:
-    channel = cluster.channel(Role.WORKER)
-    worker = worker_pb2_grpc.WorkerServiceStub(channel)
-    control_channel = cluster.channel(Role.CLIENT)
-    control = control_pb2_grpc.ControlServiceStub(control_channel)
+def receipt_latency(cluster: Cluster, n: int, servers: Sequence[str]) -> dict[str, object]:
+    """One raw worker on each of ``servers``; the submissions alternate between the servers.
+
+    With replicas, whichever replica's worker receives an execution claims it through that replica,
+    and the receipts are also split by path: placed by the replica that took the submission, or by
+    another one (which heard of it through the database).
+    """
     resources = resources_pb2.WorkerResources(cpu_total=64, cpu_available=64, memory_total=64 << 30,
                                               memory_available=64 << 30)  # fmt: skip
-    token = worker.Register(worker_pb2.RegisterRequest(name="bench-raw", resources=resources)).session_token
-    stream = worker.Connect(worker_pb2.ConnectRequest(name="bench-raw", session_token=token))
-    arrivals: queue.Queue[tuple[float, worker_pb2.ExecutionScheduled]] = queue.Queue()
+    arrivals: queue.Queue[tuple[float, int, worker_pb2.ExecutionScheduled]] = queue.Queue()
 
-    def read() -> None:
+    def read(index: int, stream: Iterator[worker_pb2.WorkerEvent]) -> None:
         try:
             for event in stream:
                 if event.WhichOneof("event") == "execution_scheduled":
-                    arrivals.put((time.perf_counter(), event.execution_scheduled))
+                    arrivals.put((time.perf_counter(), index, event.execution_scheduled))
         except grpc.RpcError:
             pass
 
-    reader = threading.Thread(target=read, daemon=True)
-    reader.start()
+    channels, controls, workers, streams = [], [], [], []
+    for index, server in enumerate(servers):
+        name = f"bench-raw-{index}"
+        channels += [cluster.channel(Role.WORKER, server), cluster.channel(Role.CLIENT, server)]
+        worker = worker_pb2_grpc.WorkerServiceStub(channels[-2])
+        controls.append(control_pb2_grpc.ControlServiceStub(channels[-1]))
+        token = worker.Register(worker_pb2.RegisterRequest(name=name, resources=resources)).session_token
+        workers.append((worker, name, token))
+        streams.append(worker.Connect(worker_pb2.ConnectRequest(name=name, session_token=token)))
+        threading.Thread(target=read, args=(index, streams[-1]), daemon=True).start()
     received, claimed = [], []
-    for _ in range(n):
+    by_path: dict[str, list[float]] = {"same_replica": [], "other_replica": []}
+    for i in range(n):
+        submitted_to = i % len(servers)
         started = time.perf_counter()
-        control.RunWorkflow(control_pb2.RunWorkflowRequest(workflow_name="noop", input_json="1"))
-        arrived, scheduled = arrivals.get(timeout=10)
-        worker.Claim(worker_pb2.ClaimRequest(name="bench-raw", session_token=token,
+        controls[submitted_to].RunWorkflow(
+            control_pb2.RunWorkflowRequest(workflow_name="noop", input_json="1")
+        )
+        arrived, index, scheduled = arrivals.get(timeout=10)
+        worker, name, token = workers[index]
+        worker.Claim(worker_pb2.ClaimRequest(name=name, session_token=token,
                                              execution_id=scheduled.execution_id, generation=scheduled.generation))  # fmt: skip
         claimed.append(time.perf_counter() - started)
         received.append(arrived - started)
-        worker.Complete(worker_pb2.CompleteRequest(name="bench-raw", session_token=token,
+        by_path["same_replica" if index == submitted_to else "other_replica"].append(arrived - started)
+        worker.Complete(worker_pb2.CompleteRequest(name=name, session_token=token,
                                                    execution_id=scheduled.execution_id,
                                                    generation=scheduled.generation, output_json="1"))  # fmt: skip
-    stream.cancel()
-    channel.close()
-    control_channel.close()
-    return {"submit_to_receipt_ms": percentiles(received), "submit_to_claimed_ms": percentiles(claimed)}
+    for stream in streams:
+        stream.cancel()
+    for channel in channels:
+        channel.close()
+    result: dict[str, object] = {
+        "submit_to_receipt_ms": percentiles(received),
+        "submit_to_claimed_ms": percentiles(claimed),
+    }
+    if len(servers) > 1:
+        result["submit_to_receipt_ms_by_path"] = {path: percentiles(s) for path, s in by_path.items()}
+    return result
 
 
-def start_latency(cluster: Cluster, n: int) -> dict[str, object]:
-    client = cluster.client
+def start_latency(clients: Sequence[FluxClient], n: int) -> dict[str, object]:
+    """Sequential runs of ``stamp``, submitted (and waited for) through ``clients`` in turn."""
     delays = []
     began = time.perf_counter()
-    for _ in range(n):
+    for i in range(n):
         submitted = time.time()
-        final = client.run("stamp", None, wait=True, timeout=30)
+        final = clients[i % len(clients)].run("stamp", None, wait=True, timeout=30)
         delays.append(float(final.output_json) - submitted)
     elapsed = time.perf_counter() - began
     return {"submit_to_body_start_ms": percentiles(delays), "sequential_per_second": round(n / elapsed, 1)}
 
 
-async def _submit_burst(address: str, n: int, token: str, concurrency: int = 64) -> float:
-    async with grpc.aio.insecure_channel(address) as channel:
-        control = control_pb2_grpc.ControlServiceStub(channel)
+async def _submit_burst(servers: Sequence[str], n: int, token: str, concurrency: int = 64) -> float:
+    """``n`` submissions taken in turn by ``concurrency`` submitters, dealt out between ``servers``."""
+    async with contextlib.AsyncExitStack() as stack:
+        channels = [await stack.enter_async_context(grpc.aio.insecure_channel(s)) for s in servers]
+        controls = [control_pb2_grpc.ControlServiceStub(channel) for channel in channels]
         request = control_pb2.RunWorkflowRequest(workflow_name="noop", input_json="1")
         metadata = (("authorization", f"Bearer {token}"),)
         remaining = iter(range(n))
         started = time.perf_counter()
 
-        async def submitter() -> None:
+        async def submitter(control: control_pb2_grpc.ControlServiceStub) -> None:
             for _ in remaining:
                 await control.RunWorkflow(request, metadata=metadata)
 
-        await asyncio.gather(*(submitter() for _ in range(concurrency)))
+        await asyncio.gather(*(submitter(controls[i % len(controls)]) for i in range(concurrency)))
         return time.perf_counter() - started
 
 
-def throughput(cluster: Cluster, n: int, db: Path) -> dict[str, object]:
-    with sqlite3.connect(db) as reader:
+COMPLETED_SINCE = "SELECT COUNT(*) FROM executions WHERE state = 4 AND created_at >= {}"
+
+
+@contextlib.contextmanager
+def completed_counter(db: str) -> Iterator[Callable[[float], int]]:
+    """Counts executions completed since a time, read from the store itself: a SQLite file or PostgreSQL."""
+    if "://" in db:
+        with psycopg.connect(db, autocommit=True) as pg:
+            yield lambda since: pg.execute(COMPLETED_SINCE.format("%s"), (since,)).fetchone()[0]
+    else:
+        with contextlib.closing(sqlite3.connect(db)) as lite:
+            yield lambda since: lite.execute(COMPLETED_SINCE.format("?"), (since,)).fetchone()[0]
+
+
+def throughput(cluster: Cluster, n: int, db: str, servers: Sequence[str]) -> dict[str, object]:
+    with completed_counter(db) as completed:
         since = time.time()
-        count = "SELECT COUNT(*) FROM executions WHERE state=4 AND created_at >= ?"
         started = time.perf_counter()
-        submit_seconds = asyncio.run(_submit_burst(cluster.address, n, cluster.token(Role.CLIENT)))
+        submit_seconds = asyncio.run(_submit_burst(servers, n, cluster.token(Role.CLIENT)))
         done, deadline = 0, time.monotonic() + 120
         while time.monotonic() < deadline:
-            done = reader.execute(count, (since,)).fetchone()[0]
+            done = completed(since)
             if done >= n:
                 break
             time.sleep(0.01)
@@ -184,30 +228,78 @@ def throughput(cluster: Cluster, n: int, db: Path) -> dict[str, object]:
     }
 
 
-def figures(transport: str) -> dict[str, object]:
+def _connected(client: FluxClient) -> set[str]:
+    return {w.name for w in client.workers().workers if w.connected}
+
+
+def _log_errors(workdir: Path) -> int:
+    """ERROR lines and tracebacks in the servers' logs; the first few go to stderr for a look."""
+    found = [
+        f"{log.name}: {line}"
+        for pattern in ("server*.log", "replica-*.log")
+        for log in sorted(workdir.glob(pattern))
+        for line in log.read_text(errors="replace").splitlines()
+        if " ERROR " in line or " CRITICAL " in line or line.startswith("Traceback")
+    ]
+    for line in found[:20]:
+        print(f"bench: {line}", file=sys.stderr)
+    return len(found)
+
+
+def figures(
+    transport: str,
+    db: str = "flux.db",
+    replicas: int = 1,
+    sequential: int = SEQUENTIAL,
+    burst_size: int = BURST,
+) -> dict[str, object]:
+    """The dispatch figures on one store: a SQLite file, or a PostgreSQL URL shared by ``replicas`` servers.
+
+    The four worker processes are dealt out between the replicas in turn, and every loop submits
+    through the replicas in turn.
+    """
     with tempfile.TemporaryDirectory(prefix=f"flux-bench-{transport}-") as tmp:
-        cluster = Cluster(Path(tmp), transport)
+        cluster = Cluster(Path(tmp), transport, db=db)
+        clients: list[FluxClient] = []
         try:
             # The gRPC run is the core alone, as before the gateway existed; the SSE run is the default server.
-            cluster.start_server(*(["--no-http"] if transport == "grpc" else []))
+            args = ["--no-http"] if transport == "grpc" else []
+            servers = [
+                cluster.start_server(*args),
+                *(cluster.start_replica(*args) for _ in range(replicas - 1)),
+            ]
             cluster.register(WORKFLOWS)
-            receipt = (receipt_latency if transport == "grpc" else sse_receipt_latency)(cluster, SEQUENTIAL)
-            names = {"w1", "w2", "w3", "w4"}
-            for name in sorted(names):
-                cluster.start_worker(name, "--capacity", "64")
-            # Only the worker processes from here on: the raw receipt worker has left.
-            eventually(lambda: {w.name for w in cluster.client.workers().workers if w.connected} == names)
-            start = start_latency(cluster, SEQUENTIAL)
-            burst = throughput(cluster, BURST, Path(tmp) / "flux.db")
-            assert cluster.server is not None
-            rss = psutil.Process(cluster.server.pid).memory_info().rss
+            if transport == "grpc":
+                receipt = receipt_latency(cluster, sequential, servers)
+            else:
+                receipt = sse_receipt_latency(cluster, sequential)
+            names: list[set[str]] = [set() for _ in servers]
+            for i, name in enumerate(("w1", "w2", "w3", "w4")):
+                cluster.start_worker(name, "--capacity", "64", servers=[servers[i % len(servers)]])
+                names[i % len(servers)].add(name)
+            clients = [cluster.client_for(server) for server in servers]
+            # Only the worker processes from here on: the raw receipt workers have left. A replica
+            # lists the workers whose streams it holds.
+            eventually(lambda: [_connected(client) for client in clients] == names)
+            start = start_latency(clients, sequential)
+            burst = throughput(cluster, burst_size, db if "://" in db else str(Path(tmp) / db), servers)
+            processes = [cluster.server, *(process for process, _, _ in cluster.replicas)]
+            rss = [
+                round(psutil.Process(p.pid).memory_info().rss / 2**20, 1) for p in processes if p is not None
+            ]
+            errors = _log_errors(Path(tmp))
         finally:
+            for client in clients:
+                client.close()
             cluster.close()
-    return {**receipt, **start, "burst": burst, "server_rss_mib": round(rss / 2**20, 1)}
+    result = {**receipt, **start, "burst": burst, "server_rss_mib": rss[0], "server_log_errors": errors}
+    if replicas > 1:
+        result["replica_rss_mib"] = rss[1:]
+    return result
 
 
-def _ratios(grpc_figures: dict, sse_figures: dict) -> dict[str, float]:
-    """sse / grpc for each headline figure: latencies (lower is better) and rates (higher is better)."""
+def ratios(base: dict, other: dict) -> dict[str, float]:
+    """other / base for each headline figure: latencies (lower is better) and rates (higher is better)."""
     pairs = {
         "receipt_p50": ("submit_to_receipt_ms", "p50"),
         "receipt_p99": ("submit_to_receipt_ms", "p99"),
@@ -217,22 +309,24 @@ def _ratios(grpc_figures: dict, sse_figures: dict) -> dict[str, float]:
         "sequential_per_second": ("sequential_per_second", None),
         "completed_per_second": ("burst", "completed_per_second"),
     }
-    ratios = {}
+    result = {}
     for name, (key, sub) in pairs.items():
-        a, b = grpc_figures[key], sse_figures[key]
+        a, b = base[key], other[key]
         a, b = (a[sub], b[sub]) if sub else (a, b)
-        ratios[name] = round(b / a, 2) if a else float("nan")
-    return ratios
+        result[name] = round(b / a, 2) if a else float("nan")
+    return result
 
 
-def main() -> dict[str, object]:
-    measured = {transport: figures(transport) for transport in TRANSPORTS}
+def main(sequential: int = SEQUENTIAL, burst: int = BURST) -> dict[str, object]:
+    measured = {
+        transport: figures(transport, sequential=sequential, burst_size=burst) for transport in TRANSPORTS
+    }
     result = {
         "store": "sqlite",
-        "sequential_executions": SEQUENTIAL,
+        "sequential_executions": sequential,
         **measured,
         # Within 2x of gRPC: latency ratios <= 2, rate ratios >= 0.5.
-        "sse_over_grpc": _ratios(measured["grpc"], measured["sse"]),
+        "sse_over_grpc": ratios(measured["grpc"], measured["sse"]),
         "targets": {"receipt_p50_ms": 2, "receipt_p99_ms": 10, "start_p50_ms": 5, "start_p99_ms": 20,
                     "sequential_per_second": 300, "completed_per_second": 2000,
                     "sse_latency_ratio_max": 2.0, "sse_rate_ratio_min": 0.5},

@@ -244,10 +244,13 @@ class Cluster:
     def credentials(self, role: Role) -> Credentials:
         return Credentials(self.token(role), self.ca)
 
-    def channel(self, role: Role) -> grpc.Channel:
-        """A raw channel whose every call carries ``role``'s token, for tests that speak protobuf directly."""
+    def channel(self, role: Role, address: str | None = None) -> grpc.Channel:
+        """A raw channel whose every call carries ``role``'s token, for tests that speak protobuf directly.
+
+        It dials the cluster's server, or ``address`` (a replica) when given.
+        """
         credentials = self.credentials(role)
-        channel = credentials.channel(self.address)
+        channel = credentials.channel(address or self.address)
         return grpc.intercept_channel(channel, _Metadata(credentials.metadata))
 
     @property
