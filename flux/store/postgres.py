@@ -141,6 +141,13 @@ WHERE state IN (2, 3) AND {{where}}
 RETURNING {_COLUMNS}
 """
 
+# Claims and claim marks (RUNNING) commit without waiting for the WAL flush. If
+# PostgreSQL itself crashes, such a commit can be lost, which is as if it never
+# happened: the row is still pending, or still SCHEDULED, and the worker's result
+# is refused by generation or redispatched, which at-least-once execution allows.
+# Submissions, requeues and results always wait for the flush: they are promises.
+_RELAXED = "SET LOCAL synchronous_commit = off"
+
 CHANNELS = ("flux_pending", "flux_cancel", "flux_done", "flux_workers", "flux_workflows")
 
 
@@ -262,9 +269,7 @@ class PostgresStore(Store):
                 (self.replica_id, self.address),
             )
         self._writer = await psycopg.AsyncConnection.connect(self.url, autocommit=True)
-        self._listener = await psycopg.AsyncConnection.connect(self.url, autocommit=True)
-        for channel in CHANNELS:
-            await self._listener.execute(f"LISTEN {channel}")
+        self._listener = await self._subscribed()
         self._listen_task = asyncio.get_running_loop().create_task(self._listen())
         recovered = Recovered(workflows=await self.load_workflows())
         recovered.unfinished = await self.pending_executions()
@@ -300,14 +305,39 @@ class PostgresStore(Store):
     def subscribe(self, callback: Callable[[str, str], None]) -> None:
         self._on_notify = callback
 
+    async def _subscribed(self) -> psycopg.AsyncConnection[Any]:
+        listener = await psycopg.AsyncConnection.connect(self.url, autocommit=True)
+        for channel in CHANNELS:
+            await listener.execute(f"LISTEN {channel}")
+        return listener
+
     async def _listen(self) -> None:
-        assert self._listener is not None
-        async for notice in self._listener.notifies():
-            if self._on_notify is not None:
-                try:
-                    self._on_notify(notice.channel, notice.payload)
-                except Exception:  # one bad notification must not stop the rest
-                    log.exception("handling a %s notification failed", notice.channel)
+        while True:
+            try:
+                if self._listener is None or self._listener.closed:
+                    self._listener = await self._subscribed()
+                async for notice in self._listener.notifies():
+                    if self._on_notify is not None:
+                        try:
+                            self._on_notify(notice.channel, notice.payload)
+                        except Exception:  # one bad notification must not stop the rest
+                            log.exception("handling a %s notification failed", notice.channel)
+            except psycopg.OperationalError as exc:
+                # The database went away: listen again once it is back. What was announced
+                # meanwhile is found by the replicas' safety tick, which rereads the queue.
+                log.warning("lost the LISTEN connection (%s); reconnecting", exc)
+                if self._listener is not None:
+                    await self._listener.close()
+                self._listener = None
+                await asyncio.sleep(1.0)
+
+    async def _writer_connection(self) -> psycopg.AsyncConnection[Any]:
+        """The writer, reconnected if the database dropped it (a failed batch has told its callers)."""
+        if self._writer is None or self._writer.closed or self._writer.broken:
+            if self._writer is not None:
+                await self._writer.close()
+            self._writer = await psycopg.AsyncConnection.connect(self.url, autocommit=True)
+        return self._writer
 
     # ----------------------------------------------------------------- workflows
 
@@ -415,11 +445,13 @@ class PostgresStore(Store):
                 future.set_exception(Conflict(execution.execution_id))
 
     async def _write(self, batch: dict[str, tuple[Execution, asyncio.Future[None]]]) -> set[str]:
-        assert self._writer is not None
+        writer = await self._writer_connection()
         executions = [e for e, _ in batch.values()]
         applied: set[str] = set()
-        async with self._writer.transaction():
-            async with self._writer.cursor() as cursor:
+        async with writer.transaction():
+            if all(e.state is State.RUNNING for e in executions):
+                await writer.execute(_RELAXED)
+            async with writer.cursor() as cursor:
                 await cursor.executemany(
                     _UPSERT,
                     [(*_row(e, self.replica_id), self.replica_id) for e in executions],
@@ -432,7 +464,7 @@ class PostgresStore(Store):
                         break
             written = [e for e in executions if e.execution_id in applied]
             await self._notify(
-                self._writer,
+                writer,
                 pending=[e for e in written if e.state is State.CREATED],
                 done=[e for e in written if e.state.finished],
             )
@@ -447,7 +479,6 @@ class PostgresStore(Store):
             await db.execute("SELECT pg_notify('flux_done', %s)", (payload,))
 
     async def _settle_claims(self, claims: list[_Claim]) -> None:
-        assert self._writer is not None
         ids, workers, gpus = [], [], []
         for claim in claims:
             for execution_id, worker, indices in claim.dispatches:
@@ -455,8 +486,10 @@ class PostgresStore(Store):
                 workers.append(worker)
                 gpus.append(json.dumps(list(indices)))
         try:
-            async with self._writer.transaction():
-                cursor = self._writer.cursor(row_factory=dict_row)
+            writer = await self._writer_connection()
+            async with writer.transaction():
+                await writer.execute(_RELAXED)
+                cursor = writer.cursor(row_factory=dict_row)
                 await cursor.execute(
                     _CLAIM,
                     {"ids": ids, "workers": workers, "gpus": gpus, "owner": self.replica_id,
