@@ -273,14 +273,13 @@ def figures(
                 receipt = receipt_latency(cluster, sequential, servers)
             else:
                 receipt = sse_receipt_latency(cluster, sequential)
-            names: list[set[str]] = [set() for _ in servers]
-            for i, name in enumerate(("w1", "w2", "w3", "w4")):
+            names = {"w1", "w2", "w3", "w4"}
+            for i, name in enumerate(sorted(names)):
                 cluster.start_worker(name, "--capacity", "64", servers=[servers[i % len(servers)]])
-                names[i % len(servers)].add(name)
             clients = [cluster.client_for(server) for server in servers]
-            # Only the worker processes from here on: the raw receipt workers have left. A replica
-            # lists the workers whose streams it holds.
-            eventually(lambda: [_connected(client) for client in clients] == names)
+            # Only the worker processes from here on: the raw receipt workers have left. Every
+            # replica lists the whole fleet.
+            eventually(lambda: all(_connected(client) == names for client in clients))
             start = start_latency(clients, sequential)
             burst = throughput(cluster, burst_size, db if "://" in db else str(Path(tmp) / db), servers)
             processes = [cluster.server, *(process for process, _, _ in cluster.replicas)]
