@@ -135,7 +135,8 @@ class ReplicaDispatcher(Dispatcher):
             current = self._executions.get(execution_id)
             row = rows.get(execution_id) if rows is not None else None
             if row is None:
-                if entry is not None and entry.release(execution_id):
+                # After a failed claim the safety tick retries: no hot loop against a database that is down.
+                if entry is not None and entry.release(execution_id) and rows is not None:
                     freed[entry.name] = entry
                 if current is not None and current.state is State.CREATED:
                     if rows is None:  # the claim itself failed: nothing changed, back in line
