@@ -140,6 +140,18 @@ class Cluster:
         self.replicas.append(replica)
         return replica[1]
 
+    def query(self, sql: str, *params: object) -> list[tuple]:  # type: ignore[type-arg]
+        """Rows from the cluster's store, SQLite or PostgreSQL (write ``?`` placeholders)."""
+        if "://" in self.db:
+            import psycopg
+
+            with psycopg.connect(self.db) as db:
+                return [tuple(row) for row in db.execute(sql.replace("?", "%s"), params).fetchall()]
+        import sqlite3
+
+        with contextlib.closing(sqlite3.connect(self.workdir / self.db)) as db:
+            return db.execute(sql, params).fetchall()
+
     def client_for(self, address: str) -> FluxClient:
         """A client of one particular server (replica); the caller closes it."""
         return FluxClient(address, timeout=10, credentials=self.credentials(Role.CLIENT))

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import signal
-import sqlite3
 import time
 
 import pytest
@@ -13,7 +12,7 @@ from flux.errors import FluxError
 from flux.testing import Cluster, eventually
 from flux.v1 import control_pb2
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.backends("sqlite", "postgres")]
 
 COMPLETED = control_pb2.EXECUTION_STATE_COMPLETED
 RUNNING = control_pb2.EXECUTION_STATE_RUNNING
@@ -30,11 +29,10 @@ def test_worker_killed_mid_execution_is_requeued_and_completes_elsewhere(cluster
     assert final.state == COMPLETED
     assert (final.worker, final.attempt) == ("survivor", 2)
     assert json.loads(final.output_json)["attempt"] == 2
-    with sqlite3.connect(cluster.workdir / "flux.db") as db:
-        rows = db.execute(
-            "SELECT state, worker, attempt FROM executions WHERE execution_id=?", (execution.execution_id,)
-        )
-        assert rows.fetchall() == [(COMPLETED, "survivor", 2)]
+    rows = cluster.query(
+        "SELECT state, worker, attempt FROM executions WHERE execution_id=?", execution.execution_id
+    )
+    assert rows == [(COMPLETED, "survivor", 2)]
 
 
 def test_lost_worker_exhausting_max_attempts_fails_the_execution(tmp_path, transport: str) -> None:
@@ -79,11 +77,10 @@ def test_server_killed_under_submissions_loses_nothing_and_records_once(cluster:
     finals = cluster.wait_all(accepted, timeout=60)
     assert [f.state for f in finals] == [COMPLETED] * len(accepted)
     assert len({f.execution_id for f in finals}) == len(accepted)
-    with sqlite3.connect(cluster.workdir / "flux.db") as db:
-        placeholders = ",".join("?" * len(accepted))
-        states = db.execute(
-            f"SELECT execution_id, state FROM executions WHERE execution_id IN ({placeholders})", accepted
-        ).fetchall()
+    placeholders = ",".join("?" * len(accepted))
+    states = cluster.query(
+        f"SELECT execution_id, state FROM executions WHERE execution_id IN ({placeholders})", *accepted
+    )
     assert sorted(states) == sorted((i, COMPLETED) for i in accepted)
     # Each recorded output is one real run's, from the attempt the record names.
     for final in finals:

@@ -13,7 +13,7 @@ from flux.auth import Role
 from flux.testing import Cluster, eventually
 from flux.v1 import control_pb2
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.backends("sqlite", "postgres")]
 
 RUNNING = control_pb2.EXECUTION_STATE_RUNNING
 
