@@ -266,7 +266,7 @@ class Execution(_message.Message):
     state: Global___ExecutionState.ValueType
     """Current lifecycle state."""
     worker: _builtins.str
-    """Worker it was last dispatched to; empty while never dispatched."""
+    """Worker it is dispatched to or ran on; empty while it waits in the queue (also after a requeue)."""
     attempt: _builtins.int
     """1 for the first try; grows when a running try is lost and it is requeued."""
     generation: _builtins.int
