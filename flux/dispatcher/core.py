@@ -280,13 +280,17 @@ class Dispatcher:
             created_at=now,
             updated_at=now,
         )
+        await self._accept(execution)
+        return self._executions.get(execution.execution_id, execution)
+
+    async def _accept(self, execution: Execution) -> None:
+        """Store a submission (durable before we answer), then queue it."""
         try:
-            await self.store.save(execution)  # durable before we answer
+            await self.store.save(execution)
         except Exception as exc:
             raise Unavailable(f"could not store the execution: {exc}") from exc
         self.events.submitted(execution)
         self._admit(execution)
-        return self._executions.get(execution.execution_id, execution)
 
     def _admit(self, execution: Execution) -> None:
         """Queue a stored submission and try to place it right away."""

@@ -320,6 +320,48 @@ class ReplicaDispatcher(Dispatcher):
             await self._know_workflow(workflow_name, version)  # registered through another replica
         return await super().submit(workflow_name, input_json, version)
 
+    async def _accept(self, execution: Execution) -> None:
+        """Store a submission; when one of our own workers can take it now, store it already claimed.
+
+        A new execution is invisible to the other replicas until it commits, so inserting
+        it as SCHEDULED (owned here, logged in ``dispatches``) is as safe as a claim and
+        saves a round trip, and no other replica races us for it. Only when older work of
+        the same shape waits (first come, first served) or none of our workers fits does
+        it go in as pending, for whichever replica can place it.
+        """
+        execution_id = execution.execution_id
+        shape = self._shape_of(execution)
+        placement = None
+        if self._queue.count(shape) == 0:
+            self._executions[execution_id] = execution
+            self._queue.add(execution_id, shape, execution.seq)
+            placements = self._place([shape], None)
+            if placements:
+                placement = placements[0]
+            else:
+                self._queue.remove(execution_id)
+                del self._executions[execution_id]
+        if placement is None:
+            await super()._accept(execution)
+            return
+        self._claiming.add(execution_id)
+        dispatched = execution.evolve(
+            state=State.SCHEDULED, worker=placement.worker, generation=1, gpu_indices=placement.gpu_indices
+        )
+        try:
+            await self.store.insert_dispatched(dispatched)
+        except Exception as exc:
+            self._claiming.discard(execution_id)
+            self._executions.pop(execution_id, None)
+            entry = self._workers.get(placement.worker)
+            if entry is not None and entry.release(execution_id):
+                self._dispatch(workers=[entry])
+            raise Unavailable(f"could not store the execution: {exc}") from exc
+        self.events.submitted(execution)
+        claimed: asyncio.Future[dict[str, Execution]] = asyncio.get_running_loop().create_future()
+        claimed.set_result({execution_id: dispatched})
+        self._claimed([placement], claimed)
+
     def _admit(self, execution: Execution) -> None:
         known = self._executions.get(execution.execution_id)
         if known is None and execution.execution_id not in self._claiming:

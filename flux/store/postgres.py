@@ -505,6 +505,19 @@ class PostgresStore(Store):
             if not claim.future.done():
                 claim.future.set_result({i: claimed[i] for i, _, _ in claim.dispatches if i in claimed})
 
+    async def insert_dispatched(self, execution: Execution) -> None:
+        """Store a new execution already claimed by this replica (it was never pending)."""
+        async with self._pool.connection() as db, db.transaction():
+            await db.execute(
+                f"INSERT INTO executions ({_COLUMNS}) VALUES ({','.join(['%s'] * 18)})",
+                _row(execution, self.replica_id),
+            )
+            await db.execute(
+                "INSERT INTO dispatches VALUES (%s,%s,%s,%s,%s)",
+                (execution.execution_id, execution.generation, execution.worker, self.replica_id,
+                 execution.updated_at),
+            )  # fmt: skip
+
     async def cancel(self, execution_id: str, now: float) -> Execution | None:
         """Cancel an unfinished execution wherever it is; None when it is finished or unknown."""
         async with self._pool.connection() as db, db.transaction():
