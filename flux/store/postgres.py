@@ -32,14 +32,13 @@ import logging
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from types import MappingProxyType
 from typing import Any
 
 import psycopg
 from psycopg.rows import dict_row
 from psycopg_pool import AsyncConnectionPool
 
-from flux.domain.execution import Execution, ExecutionError, State, WorkflowRef
+from flux.domain.execution import Execution, ExecutionError, State
 from flux.store.base import (
     Conflict,
     PendingRef,
@@ -50,7 +49,7 @@ from flux.store.base import (
     WorkerRecord,
     WorkflowRecord,
 )
-from flux.store.sqlite import requests_from_json, requests_to_json
+from flux.store.rows import execution_from_row, execution_row, requests_to_json, workflow_from_row
 
 log = logging.getLogger("flux.store.postgres")
 
@@ -152,36 +151,8 @@ CHANNELS = ("flux_pending", "flux_cancel", "flux_done", "flux_workers", "flux_wo
 
 
 def _row(e: Execution, owner: str) -> tuple[object, ...]:
-    error = json.dumps([e.error.type, e.error.message, e.error.traceback]) if e.error else None
     held = e.state in (State.SCHEDULED, State.RUNNING)
-    return (
-        e.execution_id, e.seq, e.workflow.name, e.workflow.version, e.workflow.source_hash,
-        e.workflow.entrypoint, int(e.state), e.worker, e.attempt, e.generation, e.max_attempts,
-        e.input_json, e.output_json, error, json.dumps(list(e.gpu_indices)), e.created_at, e.updated_at,
-        owner if held else "",
-    )  # fmt: skip
-
-
-def _execution(row: dict[str, Any]) -> Execution:
-    error = ExecutionError(*json.loads(row["error"])) if row["error"] else None
-    return Execution(
-        execution_id=row["execution_id"],
-        workflow=WorkflowRef(
-            row["workflow_name"], row["workflow_version"], row["source_hash"], row["entrypoint"]
-        ),
-        seq=row["seq"],
-        input_json=row["input_json"],
-        max_attempts=row["max_attempts"],
-        state=State(row["state"]),
-        worker=row["worker"],
-        attempt=row["attempt"],
-        generation=row["generation"],
-        output_json=row["output_json"],
-        error=error,
-        gpu_indices=tuple(json.loads(row["gpu_indices"])),
-        created_at=row["created_at"],
-        updated_at=row["updated_at"],
-    )
+    return (*execution_row(e), owner if held else "")
 
 
 def _pending_line(e: Execution) -> str:
@@ -372,18 +343,7 @@ class PostgresStore(Store):
         async with self._pool.connection() as db:
             cursor = db.cursor(row_factory=dict_row)
             await cursor.execute("SELECT * FROM workflows ORDER BY name, version")
-            return [
-                WorkflowRecord(
-                    name=row["name"],
-                    version=row["version"],
-                    source_hash=row["source_hash"],
-                    entrypoint=row["entrypoint"],
-                    requests=requests_from_json(row["requests"]),
-                    affinity=MappingProxyType(json.loads(row["affinity"])),
-                    max_attempts=row["max_attempts"],
-                )
-                for row in await cursor.fetchall()
-            ]
+            return [workflow_from_row(row) for row in await cursor.fetchall()]
 
     async def get_source(self, source_hash: str) -> tuple[str, str] | None:
         async with self._pool.connection() as db:
@@ -495,7 +455,7 @@ class PostgresStore(Store):
                     {"ids": ids, "workers": workers, "gpus": gpus, "owner": self.replica_id,
                      "now": claims[-1].now},
                 )  # fmt: skip
-                claimed = {row["execution_id"]: _execution(row) for row in await cursor.fetchall()}
+                claimed = {row["execution_id"]: execution_from_row(row) for row in await cursor.fetchall()}
         except Exception as exc:
             for claim in claims:
                 if not claim.future.done():
@@ -532,7 +492,7 @@ class PostgresStore(Store):
                 return None
             await db.execute("SELECT pg_notify('flux_cancel', %s)", (execution_id,))
             await db.execute("SELECT pg_notify('flux_done', %s)", (execution_id,))
-            return _execution(row)
+            return execution_from_row(row)
 
     # ----------------------------------------------------------------- reads
 
@@ -541,7 +501,7 @@ class PostgresStore(Store):
             cursor = db.cursor(row_factory=dict_row)
             await cursor.execute(f"SELECT {_COLUMNS} FROM executions WHERE execution_id=%s", (execution_id,))
             row = await cursor.fetchone()
-            return _execution(row) if row else None
+            return execution_from_row(row) if row else None
 
     async def list_executions(self, limit: int, states: tuple[int, ...] = ()) -> list[Execution]:
         async with self._pool.connection() as db:
@@ -551,13 +511,13 @@ class PostgresStore(Store):
             await cursor.execute(
                 f"SELECT {_COLUMNS} FROM executions {where} ORDER BY seq DESC LIMIT %s", params
             )
-            return [_execution(row) for row in await cursor.fetchall()]
+            return [execution_from_row(row) for row in await cursor.fetchall()]
 
     async def pending_executions(self) -> list[Execution]:
         async with self._pool.connection() as db:
             cursor = db.cursor(row_factory=dict_row)
             await cursor.execute(f"SELECT {_COLUMNS} FROM executions WHERE state = 1 ORDER BY seq")
-            return [_execution(row) for row in await cursor.fetchall()]
+            return [execution_from_row(row) for row in await cursor.fetchall()]
 
     async def pending_refs(self) -> list[PendingRef]:
         async with self._pool.connection() as db:
@@ -623,7 +583,7 @@ class PostgresStore(Store):
                 f"UPDATE executions SET owner = %s WHERE worker = %s AND state IN (2, 3) RETURNING {_COLUMNS}",
                 (self.replica_id, name),
             )
-            held = [_execution(r) for r in await cursor.fetchall()]
+            held = [execution_from_row(r) for r in await cursor.fetchall()]
             await self._moved(db, name, row)
             return held
 
@@ -635,7 +595,7 @@ class PostgresStore(Store):
                 _GIVE_BACK.format(where="worker = %(name)s"),
                 {"name": name, "now": now, "error": _error_json(error)},
             )
-            rows = [_execution(row) for row in await cursor.fetchall()]
+            rows = [execution_from_row(row) for row in await cursor.fetchall()]
             await db.execute("UPDATE workers SET connected = FALSE WHERE name = %s", (name,))
             await self._notify(
                 db,
@@ -698,7 +658,7 @@ class PostgresStore(Store):
                 {"me": self.replica_id, "after": dead_after, "now": now,
                  "error": _error_json(ExecutionError("WorkerLost", "its server replica stopped"))},
             )  # fmt: skip
-            rows = [_execution(row) for row in await cursor.fetchall()]
+            rows = [execution_from_row(row) for row in await cursor.fetchall()]
             await db.execute(
                 "UPDATE workers SET connected = FALSE WHERE connected AND replica IN (SELECT id FROM replicas "
                 "WHERE id <> %s AND heartbeat_at < now() - make_interval(secs => %s))",

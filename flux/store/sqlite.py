@@ -16,11 +16,10 @@ import sqlite3
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from types import MappingProxyType
 
-from flux.domain.execution import Execution, ExecutionError, State, WorkflowRef
-from flux.domain.resource_request import ResourceRequest
+from flux.domain.execution import Execution
 from flux.store.base import Recovered, Store, StoreError, WorkerIdentity, WorkflowRecord
+from flux.store.rows import execution_from_row, execution_row, requests_to_json, workflow_from_row
 
 SCHEMA_VERSION = 1
 
@@ -50,53 +49,6 @@ ON CONFLICT (execution_id) DO UPDATE SET
     output_json=excluded.output_json, error=excluded.error, gpu_indices=excluded.gpu_indices,
     updated_at=excluded.updated_at
 """
-
-
-def requests_to_json(requests: ResourceRequest) -> str:
-    return json.dumps(
-        {
-            "cpu": requests.cpu,
-            "memory": requests.memory,
-            "gpu": requests.gpu,
-            "disk": requests.disk,
-            "packages": list(requests.packages),
-        }
-    )
-
-
-def requests_from_json(text: str) -> ResourceRequest:
-    return ResourceRequest(**json.loads(text))
-
-
-def _row(e: Execution) -> tuple[object, ...]:
-    error = json.dumps([e.error.type, e.error.message, e.error.traceback]) if e.error else None
-    return (
-        e.execution_id, e.seq, e.workflow.name, e.workflow.version, e.workflow.source_hash,
-        e.workflow.entrypoint, int(e.state), e.worker, e.attempt, e.generation, e.max_attempts,
-        e.input_json, e.output_json, error, json.dumps(list(e.gpu_indices)), e.created_at, e.updated_at,
-    )  # fmt: skip
-
-
-def _execution(row: sqlite3.Row) -> Execution:
-    error = ExecutionError(*json.loads(row["error"])) if row["error"] else None
-    return Execution(
-        execution_id=row["execution_id"],
-        workflow=WorkflowRef(
-            row["workflow_name"], row["workflow_version"], row["source_hash"], row["entrypoint"]
-        ),
-        seq=row["seq"],
-        input_json=row["input_json"],
-        max_attempts=row["max_attempts"],
-        state=State(row["state"]),
-        worker=row["worker"],
-        attempt=row["attempt"],
-        generation=row["generation"],
-        output_json=row["output_json"],
-        error=error,
-        gpu_indices=tuple(json.loads(row["gpu_indices"])),
-        created_at=row["created_at"],
-        updated_at=row["updated_at"],
-    )
 
 
 class SqliteStore(Store):
@@ -134,19 +86,10 @@ class SqliteStore(Store):
         self._db = db
         recovered = Recovered()
         for row in db.execute("SELECT * FROM workflows ORDER BY name, version"):
-            recovered.workflows.append(
-                WorkflowRecord(
-                    name=row["name"],
-                    version=row["version"],
-                    source_hash=row["source_hash"],
-                    entrypoint=row["entrypoint"],
-                    requests=requests_from_json(row["requests"]),
-                    affinity=MappingProxyType(json.loads(row["affinity"])),
-                    max_attempts=row["max_attempts"],
-                )
-            )
+            recovered.workflows.append(workflow_from_row(row))
         recovered.unfinished = [
-            _execution(row) for row in db.execute("SELECT * FROM executions WHERE state < 4 ORDER BY seq")
+            execution_from_row(row)
+            for row in db.execute("SELECT * FROM executions WHERE state < 4 ORDER BY seq")
         ]
         recovered.workers = [
             WorkerIdentity(row["name"], row["session_token"]) for row in db.execute("SELECT * FROM workers")
@@ -217,7 +160,7 @@ class SqliteStore(Store):
 
     async def _flush(self) -> None:
         while self._queued:
-            rows, batch = [_row(e) for e in self._queued.values()], self._batch
+            rows, batch = [execution_row(e) for e in self._queued.values()], self._batch
             self._queued, self._batch = {}, None
             try:
                 await self._run(self._write, rows)
@@ -250,7 +193,7 @@ class SqliteStore(Store):
             row = self._db.execute(
                 "SELECT * FROM executions WHERE execution_id=?", (execution_id,)
             ).fetchone()
-            return _execution(row) if row else None
+            return execution_from_row(row) if row else None
 
         return await self._run(read)
 
@@ -259,7 +202,7 @@ class SqliteStore(Store):
             assert self._db is not None
             where = f"WHERE state IN ({','.join('?' * len(states))})" if states else ""
             query = f"SELECT * FROM executions {where} ORDER BY seq DESC LIMIT ?"
-            return [_execution(row) for row in self._db.execute(query, (*states, limit))]
+            return [execution_from_row(row) for row in self._db.execute(query, (*states, limit))]
 
         return await self._run(read)
 
