@@ -527,12 +527,6 @@ class PostgresStore(Store):
             )
             return [PendingRef(*row) for row in await cursor.fetchall()]
 
-    async def dispatch_log(self) -> list[tuple[str, int, str, str]]:
-        """Every claim ever made: (execution_id, generation, worker, replica)."""
-        async with self._pool.connection() as db:
-            cursor = await db.execute("SELECT execution_id, generation, worker, replica FROM dispatches")
-            return [tuple(row) for row in await cursor.fetchall()]  # type: ignore[misc]
-
     # ----------------------------------------------------------------- workers
 
     async def save_worker(self, identity: WorkerIdentity) -> None:
