@@ -316,7 +316,7 @@ class ReplicaDispatcher(Dispatcher):
                 self._learn_workflow(record)
 
     async def submit(self, workflow_name: str, input_json: str = "", version: int = 0) -> Execution:
-        if workflow_name and workflow_name not in self._latest:
+        if workflow_name and (workflow_name not in self._latest or version > self._latest[workflow_name]):
             await self._know_workflow(workflow_name, version)  # registered through another replica
         return await super().submit(workflow_name, input_json, version)
 
