@@ -170,3 +170,12 @@ def test_replica_killed_under_load_loses_nothing_and_records_once(replicas: Clus
 
 def unfinished(url: str) -> list[tuple]:
     return rows(url, "SELECT execution_id, state, worker, owner, generation FROM executions WHERE state < 4")
+
+
+def test_a_workflow_version_registered_through_one_replica_runs_through_another(replicas: Cluster) -> None:
+    b = replicas.replicas[0][1]
+    replicas.start_worker("any", servers=[b])
+    replicas.register(WORKFLOWS)  # version 2, through the first replica
+    with replicas.client_for(b) as cb:
+        done = cb.run("echo", "v2", version=2, wait=True, timeout=30)
+        assert (done.state, done.workflow.version, output(done)["worker"]) == (COMPLETED, 2, "any")
