@@ -12,6 +12,11 @@ That keeps the invariant "after each pass, no pending execution fits any
 worker", which is what makes scoped passes complete. A pass is: snapshot
 views → ``schedule`` (pure) → commit (reserve, bump the fencing generation,
 queue the store write) → push to the worker's stream.
+
+This class is the whole dispatcher for one server on SQLite. With PostgreSQL,
+``ReplicaDispatcher`` (replica.py) overrides the few steps where replicas must
+agree: it claims a placement in the database before pushing it (``_dispatch``),
+and reads executions that another replica holds from the database.
 """
 
 from __future__ import annotations
