@@ -202,14 +202,7 @@ class ReplicaDispatcher(Dispatcher):
 
     # ----------------------------------------------------------------- executions
 
-    async def get(self, execution_id: str) -> Execution:
-        _check_id(execution_id)
-        found = self._owned(execution_id) or await self.store.get_execution(execution_id)
-        if found is None:
-            raise NotFound(f"execution {execution_id!r} does not exist")
-        return found
-
-    def _owned(self, execution_id: str) -> Execution | None:
+    def _current(self, execution_id: str) -> Execution | None:
         """What this replica knows first-hand: executions on its own workers (the mirror may be stale)."""
         committing = self._committing.get(execution_id)
         if committing is not None:
@@ -236,7 +229,7 @@ class ReplicaDispatcher(Dispatcher):
                 wakeup.clear()
                 for waiter in (getter, woken):
                     waiter.cancel()
-                latest = self._owned(execution_id)
+                latest = self._current(execution_id)
                 if latest is None or getter not in done:
                     # Not ours, or no news from here: the database has the last word on a final state.
                     stored = await self.store.get_execution(execution_id)
@@ -290,7 +283,7 @@ class ReplicaDispatcher(Dispatcher):
 
     async def why(self, execution_id: str) -> Why:
         _check_id(execution_id)
-        execution = self._owned(execution_id) or await self.store.get_execution(execution_id)
+        execution = self._current(execution_id) or await self.store.get_execution(execution_id)
         if execution is None:
             raise NotFound(f"execution {execution_id!r} does not exist")
         if execution.state is not State.CREATED:

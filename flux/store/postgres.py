@@ -31,7 +31,7 @@ import json
 import logging
 import time
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import psycopg
@@ -49,7 +49,7 @@ from flux.store.base import (
     WorkerRecord,
     WorkflowRecord,
 )
-from flux.store.rows import execution_from_row, execution_row, requests_to_json, workflow_from_row
+from flux.store.rows import execution_from_row, execution_row, workflow_from_row, workflow_row
 
 log = logging.getLogger("flux.store.postgres")
 
@@ -327,15 +327,11 @@ class PostgresStore(Store):
                     await db.execute("SELECT MAX(version) FROM workflows WHERE name=%s", (wf.name,))
                 ).fetchone()
                 version = ((row[0] if row else None) or 0) + 1
+                record = replace(wf, version=version, source_hash=source_hash, filename=filename)
                 await db.execute(
-                    "INSERT INTO workflows VALUES (%s,%s,%s,%s,%s,%s,%s,%s)",
-                    (wf.name, version, source_hash, wf.entrypoint, requests_to_json(wf.requests),
-                     json.dumps(dict(wf.affinity)), wf.max_attempts, now),
-                )  # fmt: skip
-                stored.append(
-                    WorkflowRecord(wf.name, version, source_hash, wf.entrypoint, wf.requests, wf.affinity,
-                                   wf.max_attempts, filename)
-                )  # fmt: skip
+                    "INSERT INTO workflows VALUES (%s,%s,%s,%s,%s,%s,%s,%s)", workflow_row(record, now)
+                )
+                stored.append(record)
             await db.execute("SELECT pg_notify('flux_workflows', %s)", (self.replica_id,))
         return stored
 
@@ -423,16 +419,13 @@ class PostgresStore(Store):
                     if not cursor.nextset():
                         break
             written = [e for e in executions if e.execution_id in applied]
-            await self._notify(
-                writer,
-                pending=[e for e in written if e.state is State.CREATED],
-                done=[e for e in written if e.state.finished],
-            )
+            await self._announce(writer, written)
         return applied
 
-    async def _notify(
-        self, db: psycopg.AsyncConnection[Any], pending: list[Execution], done: list[Execution]
-    ) -> None:
+    async def _announce(self, db: psycopg.AsyncConnection[Any], written: list[Execution]) -> None:
+        """Tell every replica (on commit) which rows became pending and which finished."""
+        pending = [e for e in written if e.state is State.CREATED]
+        done = [e for e in written if e.state.finished]
         for payload in _chunks(_pending_line(e) for e in pending):
             await db.execute("SELECT pg_notify('flux_pending', %s)", (payload,))
         for payload in _chunks(e.execution_id for e in done):
@@ -591,11 +584,7 @@ class PostgresStore(Store):
             )
             rows = [execution_from_row(row) for row in await cursor.fetchall()]
             await db.execute("UPDATE workers SET connected = FALSE WHERE name = %s", (name,))
-            await self._notify(
-                db,
-                pending=[e for e in rows if e.state is State.CREATED],
-                done=[e for e in rows if e.state.finished],
-            )
+            await self._announce(db, rows)
             return rows
 
     async def set_worker_connected(
@@ -658,11 +647,7 @@ class PostgresStore(Store):
                 "WHERE id <> %s AND heartbeat_at < now() - make_interval(secs => %s))",
                 (self.replica_id, dead_after),
             )
-            await self._notify(
-                db,
-                pending=[e for e in rows if e.state is State.CREATED],
-                done=[e for e in rows if e.state.finished],
-            )
+            await self._announce(db, rows)
             return rows
 
 

@@ -69,3 +69,10 @@ def workflow_from_row(row: Mapping[str, Any]) -> WorkflowRecord:
         affinity=MappingProxyType(json.loads(row["affinity"])),
         max_attempts=row["max_attempts"],
     )
+
+
+def workflow_row(record: WorkflowRecord, created_at: float) -> tuple[object, ...]:
+    return (
+        record.name, record.version, record.source_hash, record.entrypoint, requests_to_json(record.requests),
+        json.dumps(dict(record.affinity)), record.max_attempts, created_at,
+    )  # fmt: skip

@@ -10,16 +10,16 @@ which is the usual trade for an embedded default.
 from __future__ import annotations
 
 import asyncio
-import json
 import os
 import sqlite3
 import time
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import replace
 from pathlib import Path
 
 from flux.domain.execution import Execution
 from flux.store.base import Recovered, Store, StoreError, WorkerIdentity, WorkflowRecord
-from flux.store.rows import execution_from_row, execution_row, requests_to_json, workflow_from_row
+from flux.store.rows import execution_from_row, execution_row, workflow_from_row, workflow_row
 
 SCHEMA_VERSION = 1
 
@@ -124,15 +124,9 @@ class SqliteStore(Store):
                     "SELECT MAX(version) AS v FROM workflows WHERE name=?", (wf.name,)
                 ).fetchone()
                 version = (row["v"] or 0) + 1
-                db.execute(
-                    "INSERT INTO workflows VALUES (?,?,?,?,?,?,?,?)",
-                    (wf.name, version, source_hash, wf.entrypoint, requests_to_json(wf.requests),
-                     json.dumps(dict(wf.affinity)), wf.max_attempts, now),
-                )  # fmt: skip
-                stored.append(
-                    WorkflowRecord(wf.name, version, source_hash, wf.entrypoint, wf.requests, wf.affinity,
-                                   wf.max_attempts, filename)
-                )  # fmt: skip
+                record = replace(wf, version=version, source_hash=source_hash, filename=filename)
+                db.execute("INSERT INTO workflows VALUES (?,?,?,?,?,?,?,?)", workflow_row(record, now))
+                stored.append(record)
             db.execute("COMMIT")
         except BaseException:
             db.execute("ROLLBACK")

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import json
 import signal
+import subprocess
+import sys
 import time
 from collections import Counter
 from collections.abc import Iterator
@@ -179,3 +181,24 @@ def test_a_workflow_version_registered_through_one_replica_runs_through_another(
     with replicas.client_for(b) as cb:
         done = cb.run("echo", "v2", version=2, wait=True, timeout=30)
         assert (done.state, done.workflow.version, output(done)["worker"]) == (COMPLETED, 2, "any")
+
+
+@pytest.mark.parametrize(
+    ("url", "says"),
+    [
+        # Nothing listens on port 1: refused at once. The password never reaches the terminal.
+        (
+            "postgresql://flux:s3cret@127.0.0.1:1/flux",
+            "could not connect to PostgreSQL at postgresql://flux:***@127.0.0.1:1/flux",
+        ),
+        ("postgresql://flux@127.0.0.1/flux?nosuchoption=1", "is not a PostgreSQL URL"),
+    ],
+)
+def test_a_database_that_cannot_be_used_is_a_one_line_error(tmp_path: Path, url: str, says: str) -> None:
+    result = subprocess.run(
+        [sys.executable, "-m", "flux", "start", "server", "--db", url, "--grpc-port", "0", "--no-http"],
+        cwd=tmp_path, capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert result.returncode == 1
+    assert says in result.stderr
+    assert "Traceback" not in result.stderr and "s3cret" not in result.stderr
