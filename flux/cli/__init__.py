@@ -1,7 +1,9 @@
 """The ``flux`` command (DESIGN §6).
 
 Exit status: 0 on success; 1 when the command was refused or the execution
-failed or was cancelled; 2 for a usage error.
+failed or was cancelled; 2 for a usage error; 3 when ``run --wait --timeout``
+gave up before the execution finished (it goes on; the message names it);
+130 when Ctrl-C stopped a wait (the execution is left as it is).
 """
 
 from __future__ import annotations
@@ -22,6 +24,18 @@ from flux.domain.quantity import parse_bytes
 from flux.errors import FluxError
 from flux.observe import logs
 from flux.v1 import control_pb2
+
+EXIT_TIMED_OUT = 3
+EXIT_INTERRUPTED = 130
+EXIT_STATUS = (
+    "exit status: 0 ok; 1 refused, or the execution failed or was cancelled; 2 usage error; "
+    f"{EXIT_TIMED_OUT} --wait --timeout expired (the execution goes on); "
+    f"{EXIT_INTERRUPTED} Ctrl-C while waiting (the execution is left as it is)"
+)
+
+
+class _Usage(Exception):
+    """A usage error found after parsing (exit 2), e.g. two input sources at once."""
 
 
 def _positive_int(flag: str):  # type: ignore[no-untyped-def]
@@ -191,13 +205,21 @@ def build_parser() -> argparse.ArgumentParser:
     register = with_server(workflow.add_parser("register", help="register every workflow in a file"))
     register.add_argument("file", metavar="FILE")
     register.set_defaults(run=_register)
-    run = with_server(workflow.add_parser("run", help="run a workflow"))
-    run.add_argument("name", metavar="NAME")
-    run.add_argument("input", nargs="?", default="null", metavar="INPUT_JSON")
-    run.add_argument("--wait", action="store_true", help="wait and print the output as JSON")
+    run = with_server(workflow.add_parser("run", help="run a workflow", epilog=EXIT_STATUS))
+    run.add_argument("name", metavar="NAME", help="registered workflow name")
     run.add_argument(
-        "--timeout", type=_seconds("--timeout"), default=None, help="with --wait: give up after seconds"
-    )
+        "input", nargs="?", default=None, metavar="INPUT_JSON",
+        help="the input as JSON, e.g. '\"World\"' (default null); - reads it from stdin",
+    )  # fmt: skip
+    run.add_argument("--input-file", metavar="PATH", help="read the input JSON from this file (- for stdin)")
+    run.add_argument(
+        "--wait", action="store_true",
+        help="wait and print the output as JSON; on a terminal, a live line on stderr shows progress",
+    )  # fmt: skip
+    run.add_argument(
+        "--timeout", type=_seconds("--timeout"), default=None,
+        help=f"with --wait: give up after this many seconds, exit {EXIT_TIMED_OUT} (default: wait forever)",
+    )  # fmt: skip
     run.add_argument(
         "--version", type=_positive_int("--version"), default=0, help="workflow version (latest)"
     )
@@ -250,8 +272,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     except (ValueError, TypeError) as exc:  # e.g. an invalid ResourceRequest in a registered file
         print(f"error: {exc}", file=sys.stderr)
         return 1
+    except _Usage as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
     except KeyboardInterrupt:
-        return 130
+        return EXIT_INTERRUPTED
 
 
 # ---------------------------------------------------------------------- servers
@@ -351,7 +376,7 @@ def _start_worker(args: argparse.Namespace) -> int:
     from flux.worker.gpu import SimulatedGpuReader
     from flux.worker.grpc_transport import GrpcTransport
     from flux.worker.probe import Caps, ResourceProbe
-    from flux.worker.runtime import WorkerConfig, WorkerRuntime
+    from flux.worker.runtime import Refused, WorkerConfig, WorkerRuntime
     from flux.worker.sse_transport import SseTransport
     from flux.worker.transport import WorkerTransport
 
@@ -381,8 +406,25 @@ def _start_worker(args: argparse.Namespace) -> int:
         print(f"flux worker {args.name} connecting to {', '.join(addresses)}", flush=True)
         await runtime.run()
 
-    asyncio.run(run())
+    try:
+        asyncio.run(run())
+    except Refused as refused:
+        print(f"error: {_refusal_advice(refused)}", file=sys.stderr)
+        return 1
     return 0
+
+
+def _refusal_advice(refused: Exception) -> str:
+    """One line: what the server said, and what to change before starting the worker again."""
+    from flux.errors import InvalidArgument
+
+    cause = getattr(refused, "cause", refused)
+    if isinstance(cause, InvalidArgument):
+        return f"refused by the server: {refused}; fix the value it names and start the worker again"
+    return (
+        f"refused by the server: {refused}; pass the worker token with --worker-token-file or "
+        "$FLUX_WORKER_TOKEN (the server keeps it in ./.flux/worker.token)"
+    )
 
 
 # ---------------------------------------------------------------------- client commands
@@ -396,20 +438,51 @@ def _register(args: argparse.Namespace) -> int:
     return 0
 
 
-def _run(args: argparse.Namespace) -> int:
+def _read_input(args: argparse.Namespace) -> tuple[str, str]:
+    """The input JSON from INPUT_JSON, ``-`` (stdin) or --input-file (a path, or - for stdin),
+    and how to name where it came from in an error."""
+    if args.input is not None and args.input_file is not None:
+        raise _Usage("give the input once: INPUT_JSON, - (stdin) or --input-file PATH")
+    if args.input_file is None and args.input != "-":
+        return ("null" if args.input is None else args.input), "INPUT_JSON"
+    if "-" in (args.input, args.input_file):
+        return sys.stdin.read(), "the input read from stdin"
     try:
-        json.loads(args.input)
+        return Path(args.input_file).read_text(encoding="utf-8"), f"--input-file {args.input_file}"
+    except (OSError, UnicodeDecodeError) as exc:
+        reason = getattr(exc, "strerror", None) or exc
+        raise _Usage(f"--input-file {args.input_file!r} cannot be read: {reason}") from None
+
+
+def _run(args: argparse.Namespace) -> int:
+    text, where = _read_input(args)
+    try:
+        json.loads(text)
     except ValueError as exc:
-        print(
-            f"error: INPUT_JSON is not valid JSON ({exc}); quote strings, e.g. '\"World\"'", file=sys.stderr
-        )
+        print(f"error: {where} is not valid JSON ({exc}); quote strings, e.g. '\"World\"'", file=sys.stderr)
         return 1
+    from flux.cli.progress import Follower
+    from flux.client import WaitTimedOut
+
     with _client(args) as client:
-        execution = client.run_json(args.name, args.input, version=args.version)
+        execution = client.run_json(args.name, text, version=args.version)
         if not args.wait:
             print(execution.execution_id)
             return 0
-        final = client.wait(execution.execution_id, args.timeout)
+        follower = Follower(client, execution.execution_id, sys.stderr if sys.stderr.isatty() else None)
+        try:
+            final = follower.wait(args.timeout)
+        except WaitTimedOut as exc:
+            print(f"{exc} — flux execution explain {execution.execution_id}", file=sys.stderr)
+            return EXIT_TIMED_OUT
+        except KeyboardInterrupt:
+            latest = follower.latest
+            print(
+                f"\nstopped waiting; execution {latest.execution_id} is left {render.state_name(latest.state)}"
+                f" — cancel it with: flux workflow cancel {latest.execution_id}",
+                file=sys.stderr,
+            )
+            return EXIT_INTERRUPTED
     if final.state == control_pb2.EXECUTION_STATE_COMPLETED:
         print(final.output_json or "null")
         return 0
