@@ -14,7 +14,7 @@ import json
 import logging
 import os
 import sys
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 from flux.cli import render
@@ -81,9 +81,32 @@ def _seconds(flag: str):  # type: ignore[no-untyped-def]
     return parse
 
 
+LOG_LEVEL_HELP = "DEBUG, INFO, WARNING or ERROR (default $FLUX_LOG_LEVEL or INFO)"
+
+
+def _version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("flux-dispatch")
+    except PackageNotFoundError:  # running from a tree that was never installed
+        return "unknown"
+
+
+def leaf_parsers(parser: argparse.ArgumentParser) -> Iterator[argparse.ArgumentParser]:
+    """Every parser that runs a command (``flux start server``, ``flux workers list``, …)."""
+    subcommands = [a for a in parser._actions if isinstance(a, argparse._SubParsersAction)]
+    if not subcommands:
+        yield parser
+    for action in subcommands:
+        for sub in dict.fromkeys(action.choices.values()):  # an alias maps to the same parser
+            yield from leaf_parsers(sub)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="flux", description="Resource-aware dispatch of Python workflows.")
-    parser.add_argument("--log-level", default=os.environ.get("FLUX_LOG_LEVEL", "INFO"), help="default INFO")
+    parser.add_argument("--log-level", default=os.environ.get("FLUX_LOG_LEVEL", "INFO"), help=LOG_LEVEL_HELP)
+    parser.add_argument("--version", action="version", version=f"flux {_version()}")
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     def with_server(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
@@ -114,7 +137,10 @@ def build_parser() -> argparse.ArgumentParser:
     server = start.add_parser("server", help="run the control plane")
     server.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1)")
     server.add_argument(
-        "--grpc-port", type=_positive_int("--grpc-port"), default=50051, help="default 50051; 0 picks one"
+        "--grpc-port",
+        type=_positive_int("--grpc-port"),
+        default=50051,
+        help="gRPC port (default 50051; 0 picks one)",
     )
     server.add_argument(
         "--db",
@@ -122,10 +148,16 @@ def build_parser() -> argparse.ArgumentParser:
         help="SQLite path, or postgresql://… to run as one of several replicas (default ./.flux/flux.db)",
     )
     server.add_argument(
-        "--ack-deadline", type=_seconds("--ack-deadline"), default=10.0, help="seconds (default 10)"
+        "--ack-deadline",
+        type=_seconds("--ack-deadline"),
+        default=10.0,
+        help="seconds a dispatch may wait for its claim before it is requeued (default 10)",
     )
     server.add_argument(
-        "--grace-period", type=_seconds("--grace-period"), default=30.0, help="seconds (default 30)"
+        "--grace-period",
+        type=_seconds("--grace-period"),
+        default=30.0,
+        help="seconds a disconnected worker keeps its executions (default 30)",
     )
     server.add_argument("--safety-tick", type=_seconds("--safety-tick"), default=5.0, help=argparse.SUPPRESS)
     server.add_argument(
@@ -157,7 +189,7 @@ def build_parser() -> argparse.ArgumentParser:
     gateway.add_argument("--core", required=True, metavar="HOST:PORT", help="gRPC address of the core")
     gateway.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1)")
     gateway.add_argument(
-        "--port", type=_positive_int("--port"), default=8080, help="default 8080; 0 picks one"
+        "--port", type=_positive_int("--port"), default=8080, help="HTTP port (default 8080; 0 picks one)"
     )
     gateway.add_argument(
         "--ping-interval", type=_seconds("--ping-interval"), default=15.0,
@@ -169,7 +201,7 @@ def build_parser() -> argparse.ArgumentParser:
     gateway.set_defaults(run=_start_gateway)
 
     worker = start.add_parser("worker", help="run a worker")
-    worker.add_argument("name", metavar="NAME")
+    worker.add_argument("name", metavar="NAME", help="this worker's name, unique in the fleet")
     where = worker.add_mutually_exclusive_group()
     where.add_argument(
         "--server", action="append", metavar="HOST:PORT",
@@ -184,7 +216,10 @@ def build_parser() -> argparse.ArgumentParser:
     )
     worker.add_argument("--worker-token-file", help="read the join token from this file")
     worker.add_argument("--ca", help="CA bundle (PEM) to verify a TLS server (default $FLUX_CA)")
-    worker.add_argument("--label", action="append", type=_label, default=[], metavar="KEY=VALUE")
+    worker.add_argument(
+        "--label", action="append", type=_label, default=[], metavar="KEY=VALUE",
+        help="a label workflows can require with affinity; repeat for more",
+    )  # fmt: skip
     worker.add_argument("--cpus", type=_positive_int("--cpus"), help="cores to advertise")
     worker.add_argument("--memory", type=_quantity("--memory"), help="memory to advertise, e.g. 8Gi")
     worker.add_argument("--gpus", type=_positive_int("--gpus"), help="GPUs to offer (the first N)")
@@ -203,7 +238,7 @@ def build_parser() -> argparse.ArgumentParser:
         dest="action", required=True, metavar="ACTION"
     )
     register = with_server(workflow.add_parser("register", help="register every workflow in a file"))
-    register.add_argument("file", metavar="FILE")
+    register.add_argument("file", metavar="FILE", help="a Python file with @workflow functions")
     register.set_defaults(run=_register)
     run = with_server(workflow.add_parser("run", help="run a workflow", epilog=EXIT_STATUS))
     run.add_argument("name", metavar="NAME", help="registered workflow name")
@@ -221,35 +256,40 @@ def build_parser() -> argparse.ArgumentParser:
         help=f"with --wait: give up after this many seconds, exit {EXIT_TIMED_OUT} (default: wait forever)",
     )  # fmt: skip
     run.add_argument(
-        "--version", type=_positive_int("--version"), default=0, help="workflow version (latest)"
+        "--version", type=_positive_int("--version"), default=0, help="workflow version (default: the latest)"
     )
     run.set_defaults(run=_run)
     status = with_server(workflow.add_parser("status", help="an execution's state"))
-    status.add_argument("execution_id", metavar="EXECUTION_ID")
-    status.add_argument("--json", action="store_true")
+    status.add_argument("execution_id", metavar="EXECUTION_ID", help="the id `flux workflow run` printed")
+    status.add_argument("--json", action="store_true", help="print one JSON object")
     status.set_defaults(run=_status)
     cancel = with_server(workflow.add_parser("cancel", help="cancel an execution"))
-    cancel.add_argument("execution_id", metavar="EXECUTION_ID")
+    cancel.add_argument("execution_id", metavar="EXECUTION_ID", help="the execution to cancel")
     cancel.set_defaults(run=_cancel)
 
     execution = commands.add_parser("execution", help="inspect executions").add_subparsers(
         dest="action", required=True, metavar="ACTION"
     )
     explain = with_server(execution.add_parser("explain", help="why an execution is pending"))
-    explain.add_argument("execution_id", metavar="EXECUTION_ID")
-    explain.add_argument("--json", action="store_true")
+    explain.add_argument("execution_id", metavar="EXECUTION_ID", help="the execution to explain")
+    explain.add_argument("--json", action="store_true", help="print one JSON object")
     explain.set_defaults(run=_explain)
 
     workers = commands.add_parser("workers", help="the fleet").add_subparsers(
         dest="action", required=True, metavar="ACTION"
     )
     listing = with_server(workers.add_parser("list", help="workers and their resources"))
-    listing.add_argument("--json", action="store_true")
+    listing.add_argument("--json", action="store_true", help="print one JSON object")
     listing.set_defaults(run=_workers)
 
     status = with_server(commands.add_parser("status", help="the fleet and the pending queue at a glance"))
-    status.add_argument("--json", action="store_true")
+    status.add_argument("--json", action="store_true", help="print one JSON object")
     status.set_defaults(run=_cluster_status)
+
+    # Also after the subcommand (`flux start worker w1 --log-level DEBUG`); SUPPRESS leaves the
+    # value given before it (or the default) in place when the subcommand does not repeat it.
+    for leaf in leaf_parsers(parser):
+        leaf.add_argument("--log-level", default=argparse.SUPPRESS, help=LOG_LEVEL_HELP)
     return parser
 
 
@@ -267,16 +307,24 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         return int(args.run(args) or 0)
     except FluxError as exc:
-        print(f"error: {exc}", file=sys.stderr)
+        _error(str(exc))
         return 1
     except (ValueError, TypeError) as exc:  # e.g. an invalid ResourceRequest in a registered file
-        print(f"error: {exc}", file=sys.stderr)
+        _error(str(exc))
         return 1
     except _Usage as exc:
-        print(f"error: {exc}", file=sys.stderr)
+        _error(str(exc))
         return 2
     except KeyboardInterrupt:
         return EXIT_INTERRUPTED
+
+
+def _error(text: str) -> None:
+    """``error: …`` on stderr; one JSON object instead where the process logs in json."""
+    if logs.current_format() == "json":
+        logs.emit(text, sys.stderr, "ERROR")
+    else:
+        print(f"error: {text}", file=sys.stderr)
 
 
 # ---------------------------------------------------------------------- servers
@@ -285,8 +333,14 @@ def main(argv: Sequence[str] | None = None) -> int:
 def _start_server(args: argparse.Namespace) -> int:
     import uuid
 
+    from flux.auth import is_loopback
     from flux.dispatcher.core import Settings
     from flux.server.serve import DEFAULT_DB, ServerConfig, serve
+
+    if args.insecure and not is_loopback(args.host):
+        # Before anything is created: no token, database or ./.flux/ left behind by a refused start.
+        _error(f"--insecure is refused on {args.host}: without auth the server binds to loopback only")
+        return 1
 
     config = ServerConfig(
         host=args.host,
@@ -308,7 +362,7 @@ def _start_server(args: argparse.Namespace) -> int:
     try:
         asyncio.run(serve(config))
     except (OSError, StoreError) as exc:  # a port already taken, a database that cannot be used
-        print(f"error: {exc}", file=sys.stderr)
+        _error(str(exc))
         return 1
     return 0
 
@@ -320,11 +374,10 @@ def _server_tokens(args: argparse.Namespace):  # type: ignore[no-untyped-def]
     api, new_api = server_token(Role.CLIENT, args.api_token, args.api_token_file)
     for role, token, new in ((Role.WORKER, worker, new_worker), (Role.CLIENT, api, new_api)):
         if new:  # printed once, on the start that created it; never logged
-            print(
+            logs.emit(
                 f"generated {role.value} token (kept in .flux/{role.filename}, owner-only): {token}",
-                file=sys.stderr,
-                flush=True,
-            )
+                sys.stderr, "WARNING",
+            )  # fmt: skip
     return Tokens(worker=worker, api=api)
 
 
@@ -354,7 +407,7 @@ def _start_gateway(args: argparse.Namespace) -> int:
         settings = GatewaySettings(core=args.core, ping_interval=args.ping_interval, core_ca=args.ca)
         running = await start_gateway(settings, args.host, args.port, tls=_tls(args))
         # Same line as `flux start server` prints for its gateway; scripts read the port from it.
-        print(f"flux gateway listening on {running.url}", flush=True)
+        logs.emit(f"flux gateway listening on {running.url}", logger="flux.gateway", http=running.url)
         logging.getLogger("flux.gateway").info("fronting the core at %s", args.core)
         try:
             await stop.wait()
@@ -364,7 +417,7 @@ def _start_gateway(args: argparse.Namespace) -> int:
     try:
         asyncio.run(run())
     except OSError as exc:
-        print(f"error: {exc}", file=sys.stderr)
+        _error(str(exc))
         return 1
     return 0
 
@@ -403,13 +456,13 @@ def _start_worker(args: argparse.Namespace) -> int:
         loop = asyncio.get_running_loop()
         for signum in (signal.SIGINT, signal.SIGTERM):
             loop.add_signal_handler(signum, runtime.stop)
-        print(f"flux worker {args.name} connecting to {', '.join(addresses)}", flush=True)
+        logs.emit(f"flux worker {args.name} connecting to {', '.join(addresses)}", logger="flux.worker")
         await runtime.run()
 
     try:
         asyncio.run(run())
     except Refused as refused:
-        print(f"error: {_refusal_advice(refused)}", file=sys.stderr)
+        _error(_refusal_advice(refused))
         return 1
     return 0
 
