@@ -215,3 +215,147 @@ def test_wait_without_a_terminal_prints_only_the_output(cluster: Cluster) -> Non
     assert result.returncode == 0
     assert json.loads(result.stdout) == {"input": "quiet", "worker": "w"}
     assert result.stderr == ""
+
+
+# ---------------------------------------------------------------- item 13: help and polish
+
+
+def test_flux_version_prints_the_installed_version() -> None:
+    from importlib.metadata import version
+
+    result = subprocess.run(
+        [sys.executable, "-m", "flux", "--version"], capture_output=True, text=True, timeout=30
+    )
+    assert result.returncode == 0
+    assert result.stdout.strip() == f"flux {version('flux-dispatch')}"
+
+
+@pytest.mark.transports("grpc")
+def test_a_mistyped_workflow_name_gets_a_suggestion(cluster: Cluster) -> None:
+    result = cluster.flux("workflow", "run", "ecoh", '"x"')
+    assert result.returncode == 1
+    assert "workflow 'ecoh' is not registered; did you mean 'echo'?" in result.stderr
+
+
+@pytest.mark.transports("grpc")
+def test_a_failure_traceback_names_the_users_file(cluster: Cluster) -> None:
+    cluster.start_worker("w")
+    result = cluster.flux("workflow", "run", "boom", '"bad"', "--wait")
+    assert result.returncode == 1
+    assert "error: RuntimeError: boom: bad" in result.stderr
+    assert re.search(r'File "[^"]*/workflows\.py", line \d+, in boom', result.stderr), result.stderr
+    assert 'raise RuntimeError(f"boom: {ctx.input}")' in result.stderr  # the line itself is shown
+    assert not re.search(r"code/[0-9a-f]{64}\.py", result.stderr)
+
+
+def test_a_tls_server_reached_without_ca_says_to_pass_it(tmp_path: Path) -> None:
+    from tests.integration.tls import make_pki
+
+    pki = make_pki(tmp_path / "pki")
+    (tmp_path / "cluster").mkdir()
+    cluster = Cluster(tmp_path / "cluster")
+    cluster.ca = str(pki.ca)
+    try:
+        cluster.start_server("--tls-cert", str(pki.cert), "--tls-key", str(pki.key), "--no-http")
+        env = {k: v for k, v in os.environ.items() if k != "FLUX_CA"}
+        result = subprocess.run(
+            [sys.executable, "-m", "flux", "workers", "list", "--server", cluster.address],
+            cwd=cluster.workdir, env=env, capture_output=True, text=True, timeout=60,
+        )  # fmt: skip
+        assert result.returncode == 1
+        assert "it looks like a TLS server: pass its CA bundle with --ca" in result.stderr
+        with_ca = cluster.flux("workers", "list", "--ca", str(pki.ca))
+        assert with_ca.returncode == 0, with_ca.stderr
+    finally:
+        cluster.close()
+
+
+def test_insecure_off_loopback_is_refused_before_anything_is_created(tmp_path: Path) -> None:
+    result = subprocess.run(
+        [sys.executable, "-m", "flux", "start", "server", "--insecure", "--host", "0.0.0.0",
+         "--grpc-port", "0", "--http-port", "0"],
+        cwd=tmp_path, env=_without_tokens(), capture_output=True, text=True, timeout=30,
+    )  # fmt: skip
+    assert result.returncode == 1
+    assert result.stderr == (
+        "error: --insecure is refused on 0.0.0.0: without auth the server binds to loopback only\n"
+    )
+    assert list(tmp_path.iterdir()) == []  # no ./.flux/, no database, no token
+
+
+def _json_lines(text: str, what: str) -> list[dict]:
+    lines = [line for line in text.splitlines() if line.strip()]
+    for line in lines:
+        try:
+            json.loads(line)
+        except ValueError:
+            raise AssertionError(f"a line of {what} is not JSON: {line!r}") from None
+    return [json.loads(line) for line in lines]
+
+
+def test_with_log_format_json_every_line_is_json(tmp_path: Path) -> None:
+    """The server's printed lines (ports, generated tokens), uvicorn's, the worker's: all JSON."""
+    env = {**_without_tokens(), "FLUX_LOG_FORMAT": "text"}
+    server = subprocess.Popen(
+        [sys.executable, "-m", "flux", "start", "server", "--log-format", "json", "--grpc-port", "0",
+         "--http-port", "0"],
+        cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    worker = None
+    try:
+        assert server.stdout is not None
+        grpc_line, http_line = json.loads(server.stdout.readline()), json.loads(server.stdout.readline())
+        address, url = grpc_line["grpc"], http_line["http"]
+        assert grpc_line["msg"].startswith("flux server listening on") and url.startswith("http://")
+        worker = subprocess.Popen(
+            [sys.executable, "-m", "flux", "start", "worker", "j", "--gateway", url, "--log-format", "json"],
+            cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+        )  # fmt: skip
+        run = subprocess.run(
+            [sys.executable, "-m", "flux", "workflow", "register", str(Path(__file__).with_name("workflows.py"))],
+            cwd=tmp_path, env={**env, "FLUX_SERVER": address}, capture_output=True, text=True, timeout=60,
+        )  # fmt: skip
+        assert run.returncode == 0, run.stderr
+        run = subprocess.run(
+            [sys.executable, "-m", "flux", "workflow", "run", "echo", "1", "--wait", "--timeout", "60"],
+            cwd=tmp_path, env={**env, "FLUX_SERVER": address}, capture_output=True, text=True, timeout=90,
+        )  # fmt: skip
+        assert run.returncode == 0, run.stderr
+    finally:
+        for process in (worker, server):
+            if process is not None:
+                process.send_signal(signal.SIGINT)
+        for process in (worker, server):
+            if process is not None:
+                process.wait(timeout=30)
+    server_out, server_err = server.communicate(timeout=10)
+    records = _json_lines(server_err, "the server's stderr") + _json_lines(server_out, "the server's stdout")
+    assert any(r["msg"].startswith("generated worker token") for r in records)
+    assert any(r["logger"].startswith("uvicorn") for r in records)
+    assert worker is not None
+    worker_out, _ = worker.communicate(timeout=10)
+    worker_records = _json_lines(worker_out, "the worker's output")
+    assert any(r["msg"].startswith("flux worker j connecting") for r in worker_records)
+    assert any(r["msg"].startswith("connected to") for r in worker_records)
+
+
+@pytest.mark.transports("sse")
+def test_the_sse_worker_logs_its_http_calls_only_at_debug(cluster: Cluster) -> None:
+    cluster.start_worker("quiet")
+    cluster.start_worker("chatty", "--log-level", "DEBUG", "--label", "chatty=yes")  # after the subcommand
+    for _ in range(3):
+        assert cluster.run("echo", 1).state == control_pb2.EXECUTION_STATE_COMPLETED
+    eventually(lambda: "HTTP Request: POST" in (cluster.workdir / "worker-chatty.log").read_text())
+    quiet = (cluster.workdir / "worker-quiet.log").read_text()
+    assert "connected to" in quiet and "HTTP Request" not in quiet
+
+
+@pytest.mark.transports("grpc")
+def test_workers_list_shows_a_connected_worker_as_seen_now(cluster: Cluster) -> None:
+    cluster.start_worker("steady")
+    connected_at = time.monotonic()
+    # Long enough that SEEN would show the age of the last report were it still counted from there.
+    eventually(lambda: time.monotonic() - connected_at > 4, timeout=10)
+    listing = json.loads(cluster.flux("workers", "list", "--json").stdout)
+    [steady] = [w for w in listing["workers"] if w["name"] == "steady"]
+    assert time.time() * 1000 - steady["last_seen_ms"] < 3_000  # the housekeeping step is at most 1 s
