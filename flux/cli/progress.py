@@ -2,9 +2,9 @@
 
 The watch runs in a thread so the main thread stays free to redraw the line
 (the elapsed time moves even when the state does not) and to take Ctrl-C at
-once. On a terminal the line shows the state, the explain summary while the
-execution is queued, and the time waited; it is erased before anything else
-is printed. When stderr is not a terminal nothing extra is written, so
+once. On a terminal the line shows the state, the time waited and, while
+the execution is queued, its place in the queue and the explain summary; it
+is erased before anything else is printed. When stderr is not a terminal nothing extra is written, so
 scripts see only the output and the errors.
 """
 
@@ -74,7 +74,7 @@ class Follower:
                 self._explained_at = now
                 # On failure keep the last summary: the line is a courtesy, the wait goes on.
                 with contextlib.suppress(FluxError):
-                    self._summary = self.client.explain(self.execution_id, timeout=REDRAW * 4).summary
+                    self._summary = self._queued(self.client.explain(self.execution_id, timeout=REDRAW * 4))
         else:
             self._summary = f"on {self.latest.worker}" if self.latest.worker else ""
         elapsed = render.duration(time.monotonic() - self._started)
@@ -86,6 +86,12 @@ class Follower:
         self.stream.write(ERASE + line)
         self.stream.flush()
         self._drawn = True
+
+    @staticmethod
+    def _queued(explanation: control_pb2.Explanation) -> str:
+        if not explanation.HasField("queued_ahead"):
+            return explanation.summary
+        return f"{render.queued_ahead(explanation.queued_ahead)} · {explanation.summary}"
 
     def _erase(self) -> None:
         if self.stream is not None and self._drawn:

@@ -1147,6 +1147,8 @@ async def test_a_worker_that_never_connected_is_forgotten_without_a_warning(
         flux.expire(GRACE + 1)
     assert "shy" not in flux.d._workers and "lost" not in flux.d._workers
     levels = {
-        r.getMessage().split()[1]: r.levelname for r in caplog.records if r.getMessage().startswith("worker ")
+        r.getMessage().split()[1]: r.levelname
+        for r in caplog.records
+        if r.name == "flux.dispatcher" and r.getMessage().startswith("worker ")
     }
     assert levels == {"shy": "INFO", "lost": "WARNING"}
