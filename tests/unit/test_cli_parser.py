@@ -87,3 +87,21 @@ def test_emitted_lines_follow_the_log_format(restore_logging: None) -> None:
 def test_httpx_request_lines_only_at_debug(restore_logging: None, level: str, httpx_level: int) -> None:
     logs.configure(level, "text", stream=io.StringIO())
     assert logging.getLogger("httpx").getEffectiveLevel() == httpx_level
+
+
+def test_explain_shows_how_many_are_queued_ahead() -> None:
+    from flux.cli import render
+    from flux.v1 import control_pb2
+
+    queued = control_pb2.Explanation(
+        execution_id="e1", state=control_pb2.EXECUTION_STATE_CREATED, summary="0/1 workers can run it",
+        queued_ahead=2,
+    )  # fmt: skip
+    assert render.explanation_text(queued).splitlines()[1] == (
+        "waiting for capacity; 2 with the same requirements ahead"
+    )
+    assert render.explanation_dict(queued)["queued_ahead"] == 2
+    queued.queued_ahead = 0
+    assert render.explanation_text(queued).splitlines()[1] == "waiting for capacity; next in line"
+    placed = control_pb2.Explanation(execution_id="e1", state=control_pb2.EXECUTION_STATE_RUNNING)
+    assert render.explanation_dict(placed)["queued_ahead"] is None
