@@ -124,8 +124,8 @@ class FluxClient:
         )
         return self.wait(execution.execution_id, timeout) if wait else execution
 
-    def get(self, execution_id: str) -> control_pb2.Execution:
-        return self._call("GetExecution", control_pb2.GetExecutionRequest(execution_id=execution_id))
+    def get(self, execution_id: str, timeout: float | None = None) -> control_pb2.Execution:
+        return self._call("GetExecution", control_pb2.GetExecutionRequest(execution_id=execution_id), timeout)
 
     def watch(self, execution_id: str, timeout: float | None = None) -> Iterator[control_pb2.Execution]:
         stream = self._stub.WatchExecution(
@@ -164,7 +164,7 @@ class FluxClient:
                 time.sleep(0.2)
         assert timeout is not None
         # The deadline ended the watch, not the server: say where the execution stands now.
-        current = self._call("GetExecution", control_pb2.GetExecutionRequest(execution_id=execution_id), 5.0)
+        current = self.get(execution_id, timeout=5.0)
         if current.state >= control_pb2.EXECUTION_STATE_COMPLETED:
             return current  # it finished just as we gave up
         raise WaitTimedOut(current, timeout)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import logging
 import os
@@ -530,6 +531,8 @@ def _run(args: argparse.Namespace) -> int:
             return EXIT_TIMED_OUT
         except KeyboardInterrupt:
             latest = follower.latest
+            with contextlib.suppress(FluxError):  # its state now, if the server answers at once
+                latest = client.get(latest.execution_id, timeout=2.0)
             print(
                 f"\nstopped waiting; execution {latest.execution_id} is left {render.state_name(latest.state)}"
                 f" — cancel it with: flux workflow cancel {latest.execution_id}",
