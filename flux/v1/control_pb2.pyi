@@ -166,24 +166,31 @@ class RegisteredWorkflow(_message.Message):
     NAME_FIELD_NUMBER: _builtins.int
     VERSION_FIELD_NUMBER: _builtins.int
     SOURCE_HASH_FIELD_NUMBER: _builtins.int
+    UNCHANGED_FIELD_NUMBER: _builtins.int
     name: _builtins.str
     """Workflow name."""
     version: _builtins.int
     """Version assigned by this registration: 1 for a new name, then one more
-    than the latest version of that name.
+    than the latest version of that name; the latest version itself when
+    unchanged is true.
     """
     source_hash: _builtins.str
     """sha256 of the source file, hex."""
+    unchanged: _builtins.bool
+    """True when the latest version already had this source and metadata:
+    registering again is idempotent, stores nothing and returns that version.
+    """
     def __init__(
         self,
         *,
         name: _builtins.str = ...,
         version: _builtins.int = ...,
         source_hash: _builtins.str = ...,
+        unchanged: _builtins.bool = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["name", b"name", "source_hash", b"source_hash", "version", b"version"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["name", b"name", "source_hash", b"source_hash", "unchanged", b"unchanged", "version", b"version"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
