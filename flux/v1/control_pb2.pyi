@@ -478,6 +478,7 @@ class WorkerInfo(_message.Message):
     LAST_SEEN_MS_FIELD_NUMBER: _builtins.int
     PACKAGE_COUNT_FIELD_NUMBER: _builtins.int
     DRAINING_FIELD_NUMBER: _builtins.int
+    FREE_FIELD_NUMBER: _builtins.int
     name: _builtins.str
     """Worker name."""
     capacity: _builtins.int
@@ -506,6 +507,14 @@ class WorkerInfo(_message.Message):
     def reserved(self) -> Global___Reserved:
         """What its running executions hold."""
 
+    @_builtins.property
+    def free(self) -> Global___Allocation:
+        """What the matcher counts as free now, the figure ExplainExecution quotes:
+        min(observed free from the latest report, less what was reserved since it,
+        allocatable minus reserved). gpus counts GPUs with free VRAM that no
+        execution holds. A loaded host shows little free although nothing is reserved.
+        """
+
     def __init__(
         self,
         *,
@@ -520,10 +529,11 @@ class WorkerInfo(_message.Message):
         last_seen_ms: _builtins.int = ...,
         package_count: _builtins.int = ...,
         draining: _builtins.bool = ...,
+        free: Global___Allocation | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["reserved", b"reserved", "resources", b"resources"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["free", b"free", "reserved", b"reserved", "resources", b"resources"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["active_executions", b"active_executions", "capacity", b"capacity", "connected", b"connected", "draining", b"draining", "labels", b"labels", "last_seen_ms", b"last_seen_ms", "name", b"name", "package_count", b"package_count", "reserved", b"reserved", "resources", b"resources", "transport", b"transport"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["active_executions", b"active_executions", "capacity", b"capacity", "connected", b"connected", "draining", b"draining", "free", b"free", "labels", b"labels", "last_seen_ms", b"last_seen_ms", "name", b"name", "package_count", b"package_count", "reserved", b"reserved", "resources", b"resources", "transport", b"transport"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -930,6 +940,7 @@ class FleetTotals(_message.Message):
     RESERVED_FIELD_NUMBER: _builtins.int
     ACTIVE_EXECUTIONS_FIELD_NUMBER: _builtins.int
     CAPACITY_FIELD_NUMBER: _builtins.int
+    FREE_FIELD_NUMBER: _builtins.int
     disconnected: _builtins.int
     """Known workers without a live stream (within their grace period)."""
     draining: _builtins.int
@@ -952,6 +963,12 @@ class FleetTotals(_message.Message):
         its grace period keeps its reservations).
         """
 
+    @_builtins.property
+    def free(self) -> Global___Allocation:
+        """What the matcher counts as free on the connected workers, summed
+        (WorkerInfo.free of each).
+        """
+
     def __init__(
         self,
         *,
@@ -962,10 +979,11 @@ class FleetTotals(_message.Message):
         reserved: Global___Allocation | None = ...,
         active_executions: _builtins.int = ...,
         capacity: _builtins.int = ...,
+        free: Global___Allocation | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["allocatable", b"allocatable", "reserved", b"reserved"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["allocatable", b"allocatable", "free", b"free", "reserved", b"reserved"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["active_executions", b"active_executions", "allocatable", b"allocatable", "capacity", b"capacity", "connected_by_transport", b"connected_by_transport", "disconnected", b"disconnected", "draining", b"draining", "reserved", b"reserved"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["active_executions", b"active_executions", "allocatable", b"allocatable", "capacity", b"capacity", "connected_by_transport", b"connected_by_transport", "disconnected", b"disconnected", "draining", b"draining", "free", b"free", "reserved", b"reserved"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
