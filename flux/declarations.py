@@ -20,7 +20,6 @@ from __future__ import annotations
 import ast
 import operator
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Any
 
 from flux.domain.resource_request import ResourceRequest
@@ -49,15 +48,12 @@ class NotStatic(Exception):
         self.why = why
 
 
-@dataclass(frozen=True, slots=True)
 class SourceError(ValueError):
     """The file is not valid Python: one message with file:line and the offending line."""
 
-    filename: str
-    line: int
-    column: int
-    message: str
-    text: str
+    def __init__(self, filename: str, line: int, column: int, message: str, text: str):
+        super().__init__(filename, line, column, message, text)
+        self.filename, self.line, self.column, self.message, self.text = filename, line, column, message, text
 
     def __str__(self) -> str:
         where = f"{self.filename}:{self.line}" + (f":{self.column}" if self.column else "")
