@@ -57,8 +57,11 @@ test-unit: $(STAMP)
 	$(PY) -m pytest -q tests/unit
 
 # The main job on the embedded default: the control plane, state in SQLite under ./.flux/.
-run: $(STAMP)
-	$(VENV)/bin/flux start server
+# Also installs the Node client's packages (where npm exists), so the README's next
+# steps work; FLUX_ARGS passes flags, e.g. make run FLUX_ARGS="--grpc-port 0".
+FLUX_ARGS ?=
+run: $(STAMP) node-deps
+	$(VENV)/bin/flux start server $(FLUX_ARGS)
 
 # The matcher alone over a sample fleet built around this machine; no server needed.
 demo: $(STAMP)

@@ -18,7 +18,7 @@ import grpc
 
 from flux.auth import Credentials, Role
 from flux.errors import FluxError, Unavailable, from_grpc_code
-from flux.loader import load_workflow_file
+from flux.loader import WorkflowFile, load_workflow_file
 from flux.v1 import control_pb2, control_pb2_grpc
 
 DEFAULT_SERVER = "127.0.0.1:50051"
@@ -83,7 +83,10 @@ class FluxClient:
         return from_grpc_code(code, details)
 
     def register_file(self, path: str | Path) -> control_pb2.RegisterWorkflowResponse:
-        loaded = load_workflow_file(path)
+        """Read the file's workflows (without running it where the decorators are literals) and register them."""
+        return self.register(load_workflow_file(path))
+
+    def register(self, loaded: WorkflowFile) -> control_pb2.RegisterWorkflowResponse:
         request = control_pb2.RegisterWorkflowRequest(filename=loaded.path.name, source=loaded.source)
         for wf in loaded.workflows:
             request.workflows.append(

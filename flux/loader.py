@@ -1,7 +1,12 @@
-"""Load a workflow file the way ``flux workflow register`` does: import it, collect its workflows.
+"""Load a workflow file the way ``flux workflow register`` does: collect its workflows.
 
-Importing runs the user's declarations, so an invalid ``ResourceRequest``
-raises here, on the user's machine, and nothing is registered.
+The decorators are read from the file's syntax tree (``flux.declarations``),
+so registering never runs the file's imports: a file that starts with
+``import torch`` registers from a machine without torch. Only when a value
+cannot be read that way is the file imported, and ``notes`` says which value
+and where. Either way the options go through the real decorator, so an
+invalid ``ResourceRequest`` fails here, on the user's machine, and nothing is
+registered.
 """
 
 from __future__ import annotations
@@ -9,9 +14,10 @@ from __future__ import annotations
 import hashlib
 import importlib.util
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
+from flux.declarations import NotStatic, read_declarations
 from flux.workflow import WorkflowDefinition, definition_of
 
 
@@ -20,6 +26,8 @@ class WorkflowFile:
     path: Path
     source: str
     workflows: list[WorkflowDefinition]
+    # One line per reason the file had to be imported (empty when read without running it).
+    notes: tuple[str, ...] = field(default=())
 
 
 def load_workflow_file(path: str | Path) -> WorkflowFile:
@@ -28,6 +36,19 @@ def load_workflow_file(path: str | Path) -> WorkflowFile:
         source = path.read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as exc:
         raise ValueError(f"cannot read workflow file {str(path)!r}: {exc}") from None
+    try:
+        workflows = read_declarations(source, str(path))
+    except NotStatic as exc:
+        note = f"note: {path}:{exc.line}: {exc.text} {exc.why}; importing the file to read it"
+        return WorkflowFile(path, source, _import(path, source, note), (note,))
+    if not workflows:
+        # Perhaps `workflow` comes through a module of the user's: only running the file can tell.
+        note = f"note: {path}: no @workflow decorator from flux found by reading; importing the file"
+        return WorkflowFile(path, source, _import(path, source, note), (note,))
+    return WorkflowFile(path, source, workflows)
+
+
+def _import(path: Path, source: str, why: str) -> list[WorkflowDefinition]:
     name = f"flux_register_{hashlib.sha256(source.encode()).hexdigest()[:16]}"
     spec = importlib.util.spec_from_file_location(name, path)
     if spec is None or spec.loader is None:
@@ -36,6 +57,12 @@ def load_workflow_file(path: str | Path) -> WorkflowFile:
     sys.modules[name] = module
     try:
         spec.loader.exec_module(module)
+    except (ValueError, TypeError):
+        raise  # an invalid declaration: its message names the field
+    except Exception as exc:
+        raise ValueError(
+            f"importing {path} failed: {type(exc).__name__}: {exc}\n({why.removeprefix('note: ')})"
+        ) from None
     finally:
         sys.modules.pop(name, None)
     workflows = []
@@ -46,4 +73,4 @@ def load_workflow_file(path: str | Path) -> WorkflowFile:
             workflows.append(definition)
     if not workflows:
         raise ValueError(f"{str(path)!r} defines no @workflow functions")
-    return WorkflowFile(path, source, workflows)
+    return workflows

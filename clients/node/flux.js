@@ -92,7 +92,9 @@ function unary(stub, method, request, metadata, timeoutMs = UNARY_TIMEOUT_MS) {
 
 function rpcError(method, err) {
   const code = Object.keys(grpc.status).find((k) => grpc.status[k] === err.code) || err.code;
-  return new Error(`${method} failed: ${code}: ${err.details || err.message}`);
+  // grpc-js ends connection errors with "Resolution note: " even when it has no note: drop it then.
+  const details = String(err.details || err.message).replace(/[.\s]*Resolution note:\s*$/, "");
+  return new Error(`${method} failed: ${code}: ${details}`);
 }
 
 // ------------------------------------------------------------------ flags
@@ -356,8 +358,9 @@ async function register(args) {
     },
     [1, 1, "FILE"],
   );
-  // The Python CLI imports the file to read @workflow options; Node cannot, so
-  // the same WorkflowMetadata comes from flags. The server trusts it as sent.
+  // The Python CLI reads @workflow options from the file's syntax tree; Node does
+  // not parse Python, so the same WorkflowMetadata comes from flags. The server
+  // validates it as sent.
   if (!values.name) throw new UsageError("register needs --name, the workflow's registered name");
   const requests = {
     cpu: values.cpu ? integer("--cpu", values.cpu) : 0,
@@ -389,7 +392,9 @@ async function register(args) {
       bearer("api"),
     );
     for (const wf of response.workflows) {
-      console.log(`registered ${wf.name} v${wf.version} (${wf.source_hash.slice(0, 12)})`);
+      // Registering the same source and options again returns the same version.
+      const verb = wf.unchanged ? "unchanged" : "registered";
+      console.log(`${verb} ${wf.name} v${wf.version} (${wf.source_hash.slice(0, 12)})`);
     }
   } finally {
     stub.close();
@@ -487,11 +492,27 @@ async function explain(args) {
 
 const COMMANDS = { worker, register, run, explain };
 
+// The usage is the header comment of this file, from its first command line to the blank comment.
+function usage() {
+  const lines = fs.readFileSync(__filename, "utf8").split("\n");
+  const start = lines.findIndex((line) => line.startsWith("//   node flux.js"));
+  const end = lines.findIndex((line, i) => i > start && line.startsWith("// Every command takes"));
+  const body = lines.slice(start, lines.findIndex((line, i) => i > end && !line.startsWith("//")));
+  return `${body.map((line) => line.replace(/^\/\/ ?/, "")).join("\n")}\n`;
+}
+
+const HELP = new Set(["--help", "-h", "help"]);
+
 async function main(argv) {
   const [command, ...args] = argv;
+  if (HELP.has(command) || (COMMANDS[command] && args.some((a) => HELP.has(a)))) {
+    process.stdout.write(usage());
+    return 0;
+  }
   if (!COMMANDS[command]) {
     throw new UsageError(
-      `unknown command ${JSON.stringify(command ?? "")}; use one of: ${Object.keys(COMMANDS).join(", ")}`,
+      `unknown command ${JSON.stringify(command ?? "")}; use one of: ${Object.keys(COMMANDS).join(", ")} ` +
+        "(--help shows how)",
     );
   }
   return (await COMMANDS[command](args)) || 0;

@@ -485,10 +485,18 @@ def _refusal_advice(refused: Exception) -> str:
 
 
 def _register(args: argparse.Namespace) -> int:
+    from flux.loader import load_workflow_file
+
+    loaded = load_workflow_file(args.file)
+    for note in loaded.notes:  # the file had to be imported: say which value made it so
+        print(note, file=sys.stderr)
     with _client(args) as client:
-        response = client.register_file(args.file)
+        response = client.register(loaded)
     for wf in response.workflows:
-        print(f"registered {wf.name} v{wf.version} ({wf.source_hash[:12]})")
+        if wf.unchanged:
+            print(f"unchanged {wf.name} v{wf.version} ({wf.source_hash[:12]}): already registered as is")
+        else:
+            print(f"registered {wf.name} v{wf.version} ({wf.source_hash[:12]})")
     return 0
 
 

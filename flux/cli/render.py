@@ -140,6 +140,8 @@ def worker_dict(w: control_pb2.WorkerInfo) -> dict[str, Any]:
         },
         "reserved": {"cpu": w.reserved.cpu, "memory": w.reserved.memory, "disk": w.reserved.disk,
                      "gpu_indices": list(w.reserved.gpu_indices)},
+        # What the matcher counts as free now (observed, less reservations): explain's figure.
+        "free": {"cpu": w.free.cpu, "memory": w.free.memory, "disk": w.free.disk, "gpus": w.free.gpus},
         "package_count": w.package_count,
     }  # fmt: skip
 
@@ -185,19 +187,32 @@ WORKER_HEADER = ("NAME", "STATE", "TRANSPORT", "LOAD", "CPU", "MEMORY", "GPUS", 
 _WORKER_NUMBERS = frozenset(range(3, 8))
 
 
+def _free(free: int, total: int, reserved: int) -> str:
+    return f"free {free}/{total} (reserved {reserved})"
+
+
+def _free_bytes(free: int, total: int, reserved: int) -> str:
+    return f"free {byte_pair(free, total)} (reserved {format_bytes(reserved)})"
+
+
 def worker_row(w: control_pb2.WorkerInfo, now_ms: int) -> tuple[str, ...]:
-    """Reserved/advertised per resource (what running work holds of what the worker offers)."""
-    r, held = w.resources, w.reserved
+    """Free over advertised per resource, and what running work has reserved.
+
+    Free is what the matcher counts (observed free, less reservations), the
+    figure ``explain`` quotes: a host loaded by other processes shows little
+    free with nothing reserved, and the two columns say which is which.
+    """
+    r, held, free = w.resources, w.reserved, w.free
     seen = "-" if not w.last_seen_ms else f"{duration((now_ms - w.last_seen_ms) / 1000)} ago"
     return (
         w.name,
         _worker_state(w),
         w.transport or "-",
         f"{w.active_executions}/{w.capacity}",
-        f"{held.cpu}/{r.cpu_total} cores",
-        byte_pair(held.memory, r.memory_total),
-        f"{len(held.gpu_indices)}/{len(r.gpus)}",
-        byte_pair(held.disk, r.disk_total),
+        _free(free.cpu, r.cpu_total, held.cpu),
+        _free_bytes(free.memory, r.memory_total, held.memory),
+        _free(free.gpus, len(r.gpus), len(held.gpu_indices)),
+        _free_bytes(free.disk, r.disk_total, held.disk),
         seen,
         _labels(w.labels),
     )
@@ -271,6 +286,7 @@ def status_dict(s: control_pb2.ClusterStatus) -> dict[str, Any]:
             "draining": fleet.draining,
             "allocatable": allocation(fleet.allocatable),
             "reserved": allocation(fleet.reserved),
+            "free": allocation(fleet.free),
             "active_executions": fleet.active_executions,
             "capacity": fleet.capacity,
         },
@@ -317,7 +333,7 @@ def status_text(s: control_pb2.ClusterStatus) -> str:
     d = status_dict(s)
     fleet, executions, counters = d["fleet"], d["executions"], d["counters"]
     by_transport = ", ".join(f"{n} {t}" for t, n in fleet["connected_by_transport"].items() if n)
-    held, offered = fleet["reserved"], fleet["allocatable"]
+    held, offered, free = fleet["reserved"], fleet["allocatable"], fleet["free"]
     pending = sum(d["pending_by_reason"].values())
     requeued = counters["requeued"]
     lines = [
@@ -327,6 +343,9 @@ def status_text(s: control_pb2.ClusterStatus) -> str:
         f"reserved    {held['cpu']}/{offered['cpu']} cores   {byte_pair(held['memory'], offered['memory'])} memory"
         f"   {held['gpus']}/{offered['gpus']} GPUs   {byte_pair(held['disk'], offered['disk'])} disk"
         f"   {fleet['active_executions']}/{fleet['capacity']} slots",
+        f"free        {free['cpu']}/{offered['cpu']} cores   {byte_pair(free['memory'], offered['memory'])} memory"
+        f"   {free['gpus']}/{offered['gpus']} GPUs   {byte_pair(free['disk'], offered['disk'])} disk"
+        "   (observed, less reservations: what explain counts)",
         f"pending     {pending} ("
         + ", ".join(f"{d['pending_by_reason'][r]} {r.replace('_', ' ')}" for r in REASON_ORDER) + ")",
         f"executions  {executions.get('SCHEDULED', 0)} scheduled, {executions.get('RUNNING', 0)} running; "

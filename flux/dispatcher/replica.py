@@ -584,6 +584,7 @@ def _entry_of(name: str, info: dict[str, Any]) -> WorkerEntry:
         draining=info.get("draining", False),
         last_seen=info.get("seen", 0.0),
         reserved=view.reserved,
+        unreported=view.unreported,
         elsewhere=Elsewhere(info.get("replica", ""), view.active, view.held_gpus),
     )
 

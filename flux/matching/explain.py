@@ -1,7 +1,10 @@
 """Why is this execution pending? Per-worker reasons and a one-line summary.
 
-Each worker is counted once in the summary, by its first permanent reason if
-it has one (that is what the user must change) or else its first reason.
+The summary counts every reason of every worker, not only the first: a user
+who sees "2 have only 2 cores" fixes the cores and must not then discover the
+missing GPUs and packages one at a time. Reasons are ranked by how many
+workers they hold back, ties in worker-name and filter order. This runs only
+on explain's path; the scheduler keeps stopping at the first failing filter.
 """
 
 from __future__ import annotations
@@ -63,16 +66,16 @@ def summarize(verdicts: tuple[Verdict, ...]) -> str:
     head = f"{capable}/{total} workers can run it"
     if total == 0:
         return f"{head}: no worker is connected"
-    groups: dict[str, list[Rejection]] = {}
+    groups: dict[str, list[tuple[str, Rejection]]] = {}  # detail -> (worker, rejection), first seen first
     for verdict in verdicts:
-        primary = verdict.primary
-        if primary is not None:
-            groups.setdefault(primary.detail, []).append(primary)
+        for rejection in verdict.rejections:
+            groups.setdefault(rejection.detail, []).append((verdict.worker, rejection))
     if not groups:
         return head
     ranked = sorted(groups.values(), key=len, reverse=True)  # stable: ties keep worker-name order
-    parts = [f"{len(g)} {g[0].detail if len(g) == 1 else g[0].plural}" for g in ranked[:MAX_SUMMARY_GROUPS]]
-    rest = sum(len(g) for g in ranked[MAX_SUMMARY_GROUPS:])
+    shown, hidden = ranked[:MAX_SUMMARY_GROUPS], ranked[MAX_SUMMARY_GROUPS:]
+    parts = [f"{len(g)} {g[0][1].detail if len(g) == 1 else g[0][1].plural}" for g in shown]
+    rest = len({worker for group in hidden for worker, _ in group})
     if rest:
         parts.append(f"{rest} for other reasons")
     return f"{head}: {', '.join(parts)}"

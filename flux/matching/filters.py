@@ -1,6 +1,8 @@
 """Feasibility filters, in the order of DESIGN §3: labels, then quantities, then packages.
 
 Each filter is a pure function ``(shape, view, room) -> Rejection | None``.
+A filter names everything it finds wrong (every missing label, every unmet
+package) in its one rejection, so ``explain`` can tell the whole story.
 ``view`` holds what never changes within a cycle (totals, labels, software);
 ``room`` the free space left after this cycle's earlier placements. A
 rejection is *permanent* when the worker could not take the execution even
@@ -12,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from flux.domain.quantity import format_bytes
-from flux.matching.packages import first_unmet
+from flux.matching.packages import unmet
 from flux.matching.reasons import Reason, Rejection
 from flux.matching.shape import Shape
 from flux.matching.view import Room, WorkerView
@@ -30,17 +32,39 @@ def _bytes(value: int, other: int) -> str:
     return f"{value} B" if value != other and text == format_bytes(other) else text
 
 
+def _and(items: list[str]) -> str:
+    """``a``, ``a and b``, ``a, b and c``."""
+    return items[0] if len(items) == 1 else f"{', '.join(items[:-1])} and {items[-1]}"
+
+
+def _clauses(clauses: list[tuple[str, str]]) -> tuple[str, str]:
+    """Join (singular, plural) clauses: "lacks label a=1, and has label b=2, not b=3"."""
+    return ", and ".join(c[0] for c in clauses), ", and ".join(c[1] for c in clauses)
+
+
 def labels(shape: Shape, view: WorkerView, room: Room) -> Rejection | None:
+    missing: list[str] = []
+    clauses: list[tuple[str, str]] = []
+    wanted_all: list[str] = []
+    offered_all: list[str] = []
     for key, wanted in shape.affinity:
         offered = view.labels.get(key)
-        if offered != wanted:
-            if offered is None:
-                detail, plural = f"lacks label {key}={wanted}", f"lack label {key}={wanted}"
-            else:
-                detail = f"has label {key}={offered}, not {key}={wanted}"
-                plural = f"have label {key}={offered}, not {key}={wanted}"
-            return Rejection(Reason.LABEL, True, f"{key}={wanted}", f"{key}={offered or ''}", detail, plural)
-    return None
+        if offered == wanted:
+            continue
+        wanted_all.append(f"{key}={wanted}")
+        offered_all.append(f"{key}={offered or ''}")
+        if offered is None:
+            missing.append(f"{key}={wanted}")
+        else:
+            text = f"label {key}={offered}, not {key}={wanted}"
+            clauses.append((f"has {text}", f"have {text}"))
+    if not wanted_all:
+        return None
+    if missing:
+        text = f"label {_and(missing)}"
+        clauses.insert(0, (f"lacks {text}", f"lack {text}"))
+    detail, plural = _clauses(clauses)
+    return Rejection(Reason.LABEL, True, ", ".join(wanted_all), ", ".join(offered_all), detail, plural)
 
 
 def capacity(shape: Shape, view: WorkerView, room: Room) -> Rejection | None:
@@ -116,16 +140,26 @@ def disk(shape: Shape, view: WorkerView, room: Room) -> Rejection | None:
 def packages(shape: Shape, view: WorkerView, room: Room) -> Rejection | None:
     if not shape.requirements:
         return None
-    unmet = first_unmet(shape.requirements, view.software)
-    if unmet is None:
+    found = list(unmet(shape.requirements, view.software))
+    if not found:
         return None
-    requirement, installed = unmet
-    wanted = str(requirement)
-    if installed is None:
-        return Rejection(Reason.PACKAGE, True, wanted, "not installed", f"lacks {wanted}", f"lack {wanted}")
-    offered = f"{requirement.name} {installed}"
-    text = f"{offered}, not {wanted}"
-    return Rejection(Reason.PACKAGE, True, wanted, offered, f"has {text}", f"have {text}")
+    missing = [str(requirement) for requirement, installed in found if installed is None]
+    clauses: list[tuple[str, str]] = []
+    offered: list[str] = []
+    for requirement, installed in found:
+        if installed is None:
+            offered.append(f"{requirement.name} not installed")
+        else:
+            offered.append(f"{requirement.name} {installed}")
+            text = f"{requirement.name} {installed}, not {requirement}"
+            clauses.append((f"has {text}", f"have {text}"))
+    if missing:
+        clauses.append((f"lacks {_and(missing)}", f"lack {_and(missing)}"))
+    detail, plural = _clauses(clauses)
+    wanted = ", ".join(str(requirement) for requirement, _ in found)
+    # One missing package keeps the short form the wire has always carried.
+    shown = "not installed" if len(found) == 1 and missing else ", ".join(offered)
+    return Rejection(Reason.PACKAGE, True, wanted, shown, detail, plural)
 
 
 # DESIGN §3 order: labels first, then quantities, packages last (the costliest).

@@ -9,6 +9,7 @@ installers to accept pre-releases already present on the system.
 from __future__ import annotations
 
 import re
+from collections.abc import Iterator
 from functools import lru_cache
 
 from packaging.markers import UndefinedComparison, UndefinedEnvironmentName
@@ -61,22 +62,26 @@ def applies(requirement: Requirement, software: WorkerSoftware) -> bool:
         return True
 
 
-def first_unmet(
+def unmet(
     requirements: tuple[Requirement, ...], software: WorkerSoftware
-) -> tuple[Requirement, str | None] | None:
-    """The first requirement the worker does not satisfy, with its installed version (or None)."""
+) -> Iterator[tuple[Requirement, str | None]]:
+    """Each requirement the worker does not satisfy, in declared order, with its installed version (or None)."""
     installed = software.packages
     for requirement in requirements:
         if not applies(requirement, software):
             continue
         found = installed.get(_canonical(requirement.name))
         if found is None:
-            return requirement, None
-        if not requirement.specifier:
-            continue
-        if not _satisfies(requirement.specifier, found):
-            return requirement, found
-    return None
+            yield requirement, None
+        elif requirement.specifier and not _satisfies(requirement.specifier, found):
+            yield requirement, found
+
+
+def first_unmet(
+    requirements: tuple[Requirement, ...], software: WorkerSoftware
+) -> tuple[Requirement, str | None] | None:
+    """The first requirement the worker does not satisfy, with its installed version (or None)."""
+    return next(unmet(requirements, software), None)
 
 
 def _satisfies(specifier: SpecifierSet, installed: str) -> bool:

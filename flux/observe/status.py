@@ -58,6 +58,8 @@ class Fleet:
     reserved: Allocation
     active_executions: int
     capacity: int
+    # What the matcher counts as free on the connected workers (as explain quotes it).
+    free: Allocation = Allocation()
 
 
 @dataclass(frozen=True, slots=True)
@@ -98,6 +100,7 @@ def fleet_of(entries: list[WorkerEntry]) -> Fleet:
     disconnected = draining = active = capacity = 0
     cpu = memory = disk = gpus = 0
     held_cpu = held_memory = held_disk = held_gpus = 0
+    free_cpu = free_memory = free_disk = free_gpus = 0
     for entry in entries:
         held = entry.reserved
         held_cpu, held_memory, held_disk = (
@@ -113,6 +116,13 @@ def fleet_of(entries: list[WorkerEntry]) -> Fleet:
         connected[entry.transport] = connected.get(entry.transport, 0) + 1
         draining += entry.draining
         capacity += entry.capacity
+        view = entry.view()
+        free_cpu, free_memory, free_disk, free_gpus = (
+            free_cpu + view.free_cpu,
+            free_memory + view.free_memory,
+            free_disk + view.free_disk,
+            free_gpus + len(view.free_gpus),
+        )
         r = entry.resources
         cpu, memory, disk, gpus = (
             cpu + r.cpu_total,
@@ -128,6 +138,7 @@ def fleet_of(entries: list[WorkerEntry]) -> Fleet:
         reserved=Allocation(held_cpu, held_memory, held_disk, held_gpus),
         active_executions=active,
         capacity=capacity,
+        free=Allocation(free_cpu, free_memory, free_disk, free_gpus),
     )
 
 

@@ -124,7 +124,7 @@ def event_to_proto(event: Event) -> worker_pb2.WorkerEvent:
 
 
 def worker_to_proto(entry: WorkerEntry) -> control_pb2.WorkerInfo:
-    reserved = entry.reserved
+    reserved, view = entry.reserved, entry.view()
     return control_pb2.WorkerInfo(
         name=entry.name,
         labels=dict(entry.labels),
@@ -139,6 +139,9 @@ def worker_to_proto(entry: WorkerEntry) -> control_pb2.WorkerInfo:
         last_seen_ms=int(entry.last_seen * 1000),
         package_count=len(entry.software.packages),
         draining=entry.draining,
+        free=control_pb2.Allocation(
+            cpu=view.free_cpu, memory=view.free_memory, disk=view.free_disk, gpus=len(view.free_gpus)
+        ),
     )
 
 
@@ -206,6 +209,7 @@ def status_to_proto(status: Status) -> control_pb2.ClusterStatus:
             reserved=_allocation(fleet.reserved),
             active_executions=fleet.active_executions,
             capacity=fleet.capacity,
+            free=_allocation(fleet.free),
         ),
         executions=[
             control_pb2.StateCount(state=int(state), count=count)  # type: ignore[arg-type]

@@ -152,7 +152,9 @@ class ControlService(control_pb2_grpc.ControlServiceServicer):
         )
         return control_pb2.RegisterWorkflowResponse(
             workflows=[
-                control_pb2.RegisteredWorkflow(name=r.name, version=r.version, source_hash=r.source_hash)
+                control_pb2.RegisteredWorkflow(
+                    name=r.name, version=r.version, source_hash=r.source_hash, unchanged=r.unchanged
+                )
                 for r in stored
             ]
         )

@@ -13,7 +13,7 @@ from __future__ import annotations
 import abc
 import asyncio
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from flux.domain.execution import Execution
 from flux.domain.resource_request import ResourceRequest
@@ -29,6 +29,13 @@ class WorkflowRecord:
     affinity: Mapping[str, str]
     max_attempts: int
     filename: str = ""
+    # Set on a record register_workflows returned without storing a new version: the
+    # latest version already had this source and metadata (registering is idempotent).
+    unchanged: bool = field(default=False, compare=False)
+
+    def same_definition(self, other: WorkflowRecord) -> bool:
+        """Same source and metadata (every field but the version and the file's name)."""
+        return replace(self, version=0, filename="") == replace(other, version=0, filename="")
 
 
 @dataclass(frozen=True, slots=True)
@@ -98,7 +105,11 @@ class Store(abc.ABC):
     async def register_workflows(
         self, filename: str, source: str, source_hash: str, workflows: list[WorkflowRecord]
     ) -> list[WorkflowRecord]:
-        """Store the source and each workflow as its next version, atomically; return them versioned."""
+        """Store the source and each workflow as its next version, atomically; return them versioned.
+
+        A workflow whose latest version has the same source and metadata is not stored
+        again: that version comes back, marked ``unchanged``.
+        """
 
     @abc.abstractmethod
     async def get_source(self, source_hash: str) -> tuple[str, str] | None:

@@ -322,12 +322,18 @@ class PostgresStore(Store):
                 "INSERT INTO sources VALUES (%s,%s,%s,%s) ON CONFLICT DO NOTHING",
                 (source_hash, filename, source, now),
             )
+            cursor = db.cursor(row_factory=dict_row)
             for wf in workflows:
-                row = await (
-                    await db.execute("SELECT MAX(version) FROM workflows WHERE name=%s", (wf.name,))
-                ).fetchone()
-                version = ((row[0] if row else None) or 0) + 1
+                await cursor.execute(
+                    "SELECT * FROM workflows WHERE name=%s ORDER BY version DESC LIMIT 1", (wf.name,)
+                )
+                row = await cursor.fetchone()
+                latest = workflow_from_row(row) if row else None
+                version = (latest.version if latest else 0) + 1
                 record = replace(wf, version=version, source_hash=source_hash, filename=filename)
+                if latest is not None and latest.same_definition(record):
+                    stored.append(replace(latest, filename=filename, unchanged=True))
+                    continue
                 await db.execute(
                     "INSERT INTO workflows VALUES (%s,%s,%s,%s,%s,%s,%s,%s)", workflow_row(record, now)
                 )

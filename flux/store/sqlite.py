@@ -121,10 +121,14 @@ class SqliteStore(Store):
             db.execute("INSERT OR IGNORE INTO sources VALUES (?,?,?,?)", (source_hash, filename, source, now))
             for wf in workflows:
                 row = db.execute(
-                    "SELECT MAX(version) AS v FROM workflows WHERE name=?", (wf.name,)
+                    "SELECT * FROM workflows WHERE name=? ORDER BY version DESC LIMIT 1", (wf.name,)
                 ).fetchone()
-                version = (row["v"] or 0) + 1
+                latest = workflow_from_row(row) if row else None
+                version = (latest.version if latest else 0) + 1
                 record = replace(wf, version=version, source_hash=source_hash, filename=filename)
+                if latest is not None and latest.same_definition(record):
+                    stored.append(replace(latest, filename=filename, unchanged=True))
+                    continue
                 db.execute("INSERT INTO workflows VALUES (?,?,?,?,?,?,?,?)", workflow_row(record, now))
                 stored.append(record)
             db.execute("COMMIT")

@@ -166,24 +166,31 @@ class RegisteredWorkflow(_message.Message):
     NAME_FIELD_NUMBER: _builtins.int
     VERSION_FIELD_NUMBER: _builtins.int
     SOURCE_HASH_FIELD_NUMBER: _builtins.int
+    UNCHANGED_FIELD_NUMBER: _builtins.int
     name: _builtins.str
     """Workflow name."""
     version: _builtins.int
     """Version assigned by this registration: 1 for a new name, then one more
-    than the latest version of that name.
+    than the latest version of that name; the latest version itself when
+    unchanged is true.
     """
     source_hash: _builtins.str
     """sha256 of the source file, hex."""
+    unchanged: _builtins.bool
+    """True when the latest version already had this source and metadata:
+    registering again is idempotent, stores nothing and returns that version.
+    """
     def __init__(
         self,
         *,
         name: _builtins.str = ...,
         version: _builtins.int = ...,
         source_hash: _builtins.str = ...,
+        unchanged: _builtins.bool = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["name", b"name", "source_hash", b"source_hash", "version", b"version"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["name", b"name", "source_hash", b"source_hash", "unchanged", b"unchanged", "version", b"version"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -471,6 +478,7 @@ class WorkerInfo(_message.Message):
     LAST_SEEN_MS_FIELD_NUMBER: _builtins.int
     PACKAGE_COUNT_FIELD_NUMBER: _builtins.int
     DRAINING_FIELD_NUMBER: _builtins.int
+    FREE_FIELD_NUMBER: _builtins.int
     name: _builtins.str
     """Worker name."""
     capacity: _builtins.int
@@ -499,6 +507,14 @@ class WorkerInfo(_message.Message):
     def reserved(self) -> Global___Reserved:
         """What its running executions hold."""
 
+    @_builtins.property
+    def free(self) -> Global___Allocation:
+        """What the matcher counts as free now, the figure ExplainExecution quotes:
+        min(observed free from the latest report, less what was reserved since it,
+        allocatable minus reserved). gpus counts GPUs with free VRAM that no
+        execution holds. A loaded host shows little free although nothing is reserved.
+        """
+
     def __init__(
         self,
         *,
@@ -513,10 +529,11 @@ class WorkerInfo(_message.Message):
         last_seen_ms: _builtins.int = ...,
         package_count: _builtins.int = ...,
         draining: _builtins.bool = ...,
+        free: Global___Allocation | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["reserved", b"reserved", "resources", b"resources"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["free", b"free", "reserved", b"reserved", "resources", b"resources"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["active_executions", b"active_executions", "capacity", b"capacity", "connected", b"connected", "draining", b"draining", "labels", b"labels", "last_seen_ms", b"last_seen_ms", "name", b"name", "package_count", b"package_count", "reserved", b"reserved", "resources", b"resources", "transport", b"transport"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["active_executions", b"active_executions", "capacity", b"capacity", "connected", b"connected", "draining", b"draining", "free", b"free", "labels", b"labels", "last_seen_ms", b"last_seen_ms", "name", b"name", "package_count", b"package_count", "reserved", b"reserved", "resources", b"resources", "transport", b"transport"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -931,6 +948,7 @@ class FleetTotals(_message.Message):
     RESERVED_FIELD_NUMBER: _builtins.int
     ACTIVE_EXECUTIONS_FIELD_NUMBER: _builtins.int
     CAPACITY_FIELD_NUMBER: _builtins.int
+    FREE_FIELD_NUMBER: _builtins.int
     disconnected: _builtins.int
     """Known workers without a live stream (within their grace period)."""
     draining: _builtins.int
@@ -953,6 +971,12 @@ class FleetTotals(_message.Message):
         its grace period keeps its reservations).
         """
 
+    @_builtins.property
+    def free(self) -> Global___Allocation:
+        """What the matcher counts as free on the connected workers, summed
+        (WorkerInfo.free of each).
+        """
+
     def __init__(
         self,
         *,
@@ -963,10 +987,11 @@ class FleetTotals(_message.Message):
         reserved: Global___Allocation | None = ...,
         active_executions: _builtins.int = ...,
         capacity: _builtins.int = ...,
+        free: Global___Allocation | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["allocatable", b"allocatable", "reserved", b"reserved"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["allocatable", b"allocatable", "free", b"free", "reserved", b"reserved"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["active_executions", b"active_executions", "allocatable", b"allocatable", "capacity", b"capacity", "connected_by_transport", b"connected_by_transport", "disconnected", b"disconnected", "draining", b"draining", "reserved", b"reserved"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["active_executions", b"active_executions", "allocatable", b"allocatable", "capacity", b"capacity", "connected_by_transport", b"connected_by_transport", "disconnected", b"disconnected", "draining", b"draining", "free", b"free", "reserved", b"reserved"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

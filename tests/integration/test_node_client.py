@@ -159,6 +159,8 @@ def test_node_client_registers_runs_watches_and_explains(node: str, cluster: Clu
     registered = flux_node(node, cluster, "register", str(source), "--name", "shout", "--memory", "64Mi")
     assert registered.returncode == 0, registered.stderr
     assert registered.stdout.startswith("registered shout v1 ")
+    again = flux_node(node, cluster, "register", str(source), "--name", "shout", "--memory", "64Mi")
+    assert again.stdout.startswith("unchanged shout v1 "), again.stderr  # idempotent
     ran = flux_node(node, cluster, "run", "shout", '"hello"', "--wait", "--timeout", "20")
     assert ran.returncode == 0, ran.stderr
     result = json.loads(ran.stdout)
@@ -204,6 +206,34 @@ def test_bad_flags_are_refused_by_name(node: str, args: list[str], named: str) -
     refused = flux_node(node, None, *args)
     assert refused.returncode == 2
     assert named in refused.stderr, refused.stderr
+
+
+@pytest.mark.parametrize("args", [["--help"], ["-h"], ["help"], ["run", "--help"]], ids=" ".join)
+def test_help_prints_the_usage(node: str, args: list[str]) -> None:
+    shown = flux_node(node, None, *args)
+    assert shown.returncode == 0 and shown.stderr == ""
+    for command in (
+        "worker NAME",
+        "register FILE --name NAME",
+        "run NAME [INPUT_JSON]",
+        "explain EXECUTION_ID",
+    ):
+        assert f"node flux.js {command}" in shown.stdout
+    assert "$FLUX_SERVER" in shown.stdout
+
+
+def test_no_command_points_at_help_and_unreachable_server_has_no_empty_note(node: str) -> None:
+    missing = flux_node(node, None)
+    assert missing.returncode == 2 and "--help shows how" in missing.stderr
+    # Port 1: nothing listens, so the connection is refused at once.
+    env = {**node_env(None), "FLUX_API_TOKEN": "t"}
+    refused = subprocess.run(
+        [node, str(FLUX_JS), "run", "x", "--server", "127.0.0.1:1"], env=env, capture_output=True, text=True,
+        timeout=60,
+    )  # fmt: skip
+    assert refused.returncode == 1
+    assert refused.stderr.startswith("flux-node: RunWorkflow failed: UNAVAILABLE: ")
+    assert "Resolution note" not in refused.stderr and refused.stderr.strip().endswith("127.0.0.1:1")
 
 
 def test_node_worker_leaves_cleanly_on_sigterm_and_fails_loudly_when_the_server_goes(

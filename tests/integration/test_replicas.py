@@ -177,7 +177,10 @@ def unfinished(url: str) -> list[tuple]:
 def test_a_workflow_version_registered_through_one_replica_runs_through_another(replicas: Cluster) -> None:
     b = replicas.replicas[0][1]
     replicas.start_worker("any", servers=[b])
-    replicas.register(WORKFLOWS)  # version 2, through the first replica
+    # Changed source (identical source would be the same version), registered through the first replica.
+    changed = replicas.workdir / "workflows_v2.py"
+    changed.write_text(WORKFLOWS.read_text() + "\n# version 2\n")
+    replicas.register(changed)
     with replicas.client_for(b) as cb:
         done = cb.run("echo", "v2", version=2, wait=True, timeout=30)
         assert (done.state, done.workflow.version, output(done)["worker"]) == (COMPLETED, 2, "any")

@@ -52,6 +52,10 @@ class MemoryStore(Store):
                 affinity=MappingProxyType(dict(wf.affinity)),
                 filename=filename,
             )
+            latest = self.workflows.get((wf.name, version - 1))
+            if latest is not None and latest.same_definition(record):
+                stored.append(dataclasses.replace(latest, filename=filename, unchanged=True))
+                continue
             self.workflows[(wf.name, version)] = record
             stored.append(record)
         return stored

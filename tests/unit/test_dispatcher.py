@@ -255,10 +255,22 @@ async def test_submit_refusals(flux, kwargs, error, match):
 
 async def test_submit_pins_a_version_or_takes_the_latest(flux):
     await flux.workflow()
-    await flux.workflow()
+    await flux.workflow(cpu=1)  # other metadata: a new version (the same again would be idempotent)
     latest = await flux.d.submit("job")
     pinned = await flux.d.submit("job", version=1)
     assert (latest.workflow.version, pinned.workflow.version) == (2, 1)
+
+
+async def test_registering_the_same_definition_again_returns_the_latest_version(flux):
+    first = await flux.workflow(cpu=2)
+    again = await flux.workflow(cpu=2)
+    assert (first.version, first.unchanged, again.version, again.unchanged) == (1, False, 1, True)
+    changed = await flux.workflow(cpu=3)
+    assert (changed.version, changed.unchanged) == (2, False)
+    back = await flux.workflow(cpu=2)  # compared with the latest, so a new version again
+    assert (back.version, back.unchanged) == (3, False)
+    assert sorted(v for name, v in flux.store.workflows if name == "job") == [1, 2, 3]
+    assert (await flux.d.submit("job")).workflow.version == 3
 
 
 # ---- where work goes ----------------------------------------------------------------------------

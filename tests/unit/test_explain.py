@@ -110,7 +110,8 @@ def test_primary_reason_prefers_the_permanent_one():
     [verdict] = got.verdicts
     assert [r.reason for r in verdict.rejections] == [Reason.CAPACITY, Reason.PACKAGE]
     assert verdict.primary is verdict.rejections[1]
-    assert got.summary == "0/1 workers can run it: 1 lacks torch"
+    # The summary names both: the user must change the package, and will then wait for a slot.
+    assert got.summary == "0/1 workers can run it: 1 is at capacity (16/16 executions), 1 lacks torch"
 
 
 def test_primary_reason_is_the_first_when_all_are_busy():
@@ -157,6 +158,53 @@ def test_summary_collapses_beyond_four_groups():
         "0/7 workers can run it: 2 have label role=b, not role=training, "
         "1 has label role=a, not role=training, 1 has label role=c, not role=training, "
         "1 has label role=d, not role=training, 2 for other reasons"
+    )
+
+
+def test_summary_counts_every_reason_of_every_worker():
+    # The fleet: two small CPU-only workers without torch or transformers.
+    fleet = [worker("a", cpu=2), worker("b", cpu=2)]
+    shp = shape(cpu=4, memory="8Gi", gpu=1, packages=["torch>=2.0.0", "transformers"])
+    got = explain(shp, fleet)
+    assert got.summary == (
+        "0/2 workers can run it: 2 have only 2 cores, 2 have no GPUs, 2 lack torch>=2.0.0 and transformers"
+    )
+    assert got.infeasible
+    for verdict in got.verdicts:
+        assert [r.reason for r in verdict.rejections] == [Reason.CPU, Reason.GPU, Reason.PACKAGE]
+
+
+def test_summary_ranks_reasons_by_workers_held_back():
+    fleet = [
+        worker("a", cpu=2, packages={"torch": "1.13.1"}),
+        worker("b", cpu=8, cpu_available=1, packages={"torch": "2.2"}),
+        worker("c", cpu=2),
+    ]
+    got = explain(shape(cpu=4, packages=["torch>=2"]), fleet)
+    assert got.summary == (
+        "0/3 workers can run it: 2 have only 2 cores, 1 has torch 1.13.1, not torch>=2, "
+        "1 has 1 of 8 cores free, 1 lacks torch>=2"
+    )
+    assert not got.infeasible  # b would fit idle
+
+
+def test_summary_lists_every_missing_label_and_package():
+    fleet = [worker("a", labels={"zone": "b"}), worker("b", labels={"zone": "b"}, packages={"numpy": "1.0"})]
+    shp = shape(affinity={"role": "training", "zone": "a", "tier": "gold"}, packages=["numpy>=2", "scipy"])
+    got = explain(shp, fleet)
+    assert got.summary == (
+        "0/2 workers can run it: 2 lack label role=training and tier=gold, and have label zone=b, not zone=a, "
+        "1 lacks numpy>=2 and scipy, 1 has numpy 1.0, not numpy>=2, and lacks scipy"
+    )
+
+
+def test_summary_beyond_four_groups_counts_the_workers_left_out():
+    fleet = [worker(n, cpu=2, labels={"role": n}) for n in ("a", "b", "c", "d")]
+    got = explain(shape(cpu=4, affinity=TRAINING), fleet)
+    # Four "has label role=x" groups and one "have only 2 cores" group of four workers.
+    assert got.summary == (
+        "0/4 workers can run it: 4 have only 2 cores, 1 has label role=a, not role=training, "
+        "1 has label role=b, not role=training, 1 has label role=c, not role=training, 1 for other reasons"
     )
 
 

@@ -66,6 +66,19 @@ CASES = [
     ),
     pytest.param(
         f.labels,
+        shape(affinity={"role": "training", "zone": "a", "gpu": "a100"}),
+        worker(labels={"zone": "b"}),
+        (
+            R.LABEL,
+            True,
+            "gpu=a100, role=training, zone=a",
+            "gpu=, role=, zone=b",
+            "lacks label gpu=a100 and role=training, and has label zone=b, not zone=a",
+        ),
+        id="labels: every mismatch named",
+    ),  # fmt: skip
+    pytest.param(
+        f.labels,
         shape(affinity={"role": ""}),
         worker(labels={"role": ""}),
         None,
@@ -339,8 +352,21 @@ CASES = [
         shape(packages=["numpy", "pandas>=1.3.0"]),
         worker(packages={"numpy": "1.26.4", "pandas": "1.2.5"}),
         (R.PACKAGE, True, "pandas>=1.3.0", "pandas 1.2.5", "has pandas 1.2.5, not pandas>=1.3.0"),
-        id="packages: first unmet of several",
+        id="packages: the one unmet of several",
     ),
+    pytest.param(
+        f.packages,
+        shape(packages=["numpy>=2", "torch", "pandas>=1.3.0", "scipy"]),
+        worker(packages={"numpy": "1.26.4", "pandas": "1.2.5"}),
+        (
+            R.PACKAGE,
+            True,
+            "numpy>=2, torch, pandas>=1.3.0, scipy",
+            "numpy 1.26.4, torch not installed, pandas 1.2.5, scipy not installed",
+            "has numpy 1.26.4, not numpy>=2, and has pandas 1.2.5, not pandas>=1.3.0, and lacks torch and scipy",
+        ),
+        id="packages: every unmet named",
+    ),  # fmt: skip
 ]
 
 

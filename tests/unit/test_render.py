@@ -26,7 +26,11 @@ def worker(
     transport: str = "grpc",
     seen_ago_s: float = 1,
     labels: dict[str, str] | None = None,
+    free: tuple[int, int, int, int] | None = None,
 ) -> control_pb2.WorkerInfo:
+    """``cpu``, ``memory``, ``disk``, ``gpus`` are (reserved, total); ``free`` defaults to total - reserved."""
+    if free is None:
+        free = (cpu[1] - cpu[0], memory[1] - memory[0], disk[1] - disk[0], gpus[1] - gpus[0])
     return control_pb2.WorkerInfo(
         name=name,
         labels=labels or {},
@@ -45,6 +49,7 @@ def worker(
         draining=draining,
         transport=transport,
         last_seen_ms=int(NOW_MS - seen_ago_s * 1000),
+        free=control_pb2.Allocation(cpu=free[0], memory=free[1], disk=free[2], gpus=free[3]),
     )
 
 
@@ -72,7 +77,7 @@ def test_durations_read_at_a_glance(seconds: float, text: str) -> None:
     assert render.duration(seconds) == text
 
 
-def test_workers_table_aligns_reserved_over_advertised_with_units() -> None:
+def test_workers_table_aligns_free_over_advertised_beside_reserved() -> None:
     text = render.workers_text(
         [
             worker("gpu-box", cpu=(6, 32), memory=(12 * GiB, 64 * GiB), gpus=(1, 2), load=(3, 16),
@@ -86,7 +91,8 @@ def test_workers_table_aligns_reserved_over_advertised_with_units() -> None:
     assert lines[0].split() == list(render.WORKER_HEADER)
     gpu, web, old = lines[1:]
     assert gpu.split()[:4] == ["gpu-box", "connected", "grpc", "3/16"]
-    assert "6/32 cores" in gpu and "12.0/64.0 GiB" in gpu and " 1/2 " in gpu and "1s ago" in gpu
+    assert "free 26/32 (reserved 6)" in gpu and "free 52.0/64.0 GiB (reserved 12.0 GiB)" in gpu
+    assert "free 1/2 (reserved 1)" in gpu and "1s ago" in gpu
     assert gpu.endswith("role=training,zone=a")
     assert web.split()[1:3] == ["draining", "sse"] and "1m15s ago" in web and web.endswith("-")
     assert old.split()[1] == "disconnected" and "1h06m ago" in old
@@ -94,6 +100,15 @@ def test_workers_table_aligns_reserved_over_advertised_with_units() -> None:
     for column in ("LOAD", "CPU", "MEMORY", "GPUS", "DISK"):
         end = lines[0].index(column) + len(column)
         assert all(line[end - 1] != " " and (len(line) == end or line[end] == " ") for line in lines), column
+
+
+def test_a_loaded_host_shows_little_free_with_nothing_reserved() -> None:
+    # The issue's case: explain says "0 of 2 cores free"; the table must say the same, and why.
+    busy = worker("loaded", cpu=(0, 2), free=(0, 3 * GiB, 50 * GiB, 0))
+    row = render.workers_text([busy], NOW_MS).splitlines()[1]
+    assert "free 0/2 (reserved 0)" in row and "free 3.0/16.0 GiB (reserved 0 B)" in row
+    assert render.worker_dict(busy)["free"] == {"cpu": 0, "memory": 3 * GiB, "disk": 50 * GiB, "gpus": 0}
+    assert render.worker_dict(busy)["reserved"]["cpu"] == 0
 
 
 def test_no_workers() -> None:
@@ -123,6 +138,7 @@ def status() -> control_pb2.ClusterStatus:
             disconnected=1,
             allocatable=control_pb2.Allocation(cpu=8, memory=16 * GiB, disk=100 * GiB),
             reserved=control_pb2.Allocation(cpu=2, memory=GiB),
+            free=control_pb2.Allocation(cpu=1, memory=4 * GiB, disk=90 * GiB),
             active_executions=1,
             capacity=16,
         ),
@@ -148,12 +164,16 @@ def test_status_text_summarises_the_fleet_and_the_queue_by_shape() -> None:
     lines = text.splitlines()
     assert lines[0] == "workers     1 connected (1 grpc), 1 disconnected"
     assert lines[1].startswith("reserved    2/8 cores   1.0/16.0 GiB memory   0/0 GPUs")
-    assert lines[2] == "pending     4 (1 busy, 3 infeasible, 0 no worker)"
-    assert "120 completed" in lines[3] and "since the core started 1h00m ago" in lines[3]
-    assert lines[4] == (
+    assert lines[2] == (
+        "free        1/8 cores   4.0/16.0 GiB memory   0/0 GPUs   90.0/100.0 GiB disk"
+        "   (observed, less reservations: what explain counts)"
+    )
+    assert lines[3] == "pending     4 (1 busy, 3 infeasible, 0 no worker)"
+    assert "120 completed" in lines[4] and "since the core started 1h00m ago" in lines[4]
+    assert lines[5] == (
         "activity    123 placements, 3 requeued (1 released, 0 worker lost, 2 ack deadline), 5 stream reconnects"
     )
-    assert "submit->dispatched p50 <=1 ms p99 <=10 ms" in lines[5]
+    assert "submit->dispatched p50 <=1 ms p99 <=10 ms" in lines[6]
     header = next(line for line in lines if line.startswith("COUNT"))
     assert header.split() == list(render.PENDING_HEADER)
     row = lines[lines.index(header) + 1]
@@ -171,6 +191,7 @@ def test_status_text_says_when_nothing_waits() -> None:
 def test_status_json_is_one_object_with_everything() -> None:
     body = json.loads(json.dumps(render.status_dict(status())))
     assert body["fleet"]["connected"] == 1 and body["fleet"]["reserved"]["cpu"] == 2
+    assert body["fleet"]["free"] == {"cpu": 1, "memory": 4 * GiB, "disk": 90 * GiB, "gpus": 0}
     assert body["pending_by_reason"] == {"busy": 1, "infeasible": 3, "no_worker": 0}
     [shape] = body["pending"]
     assert (shape["count"], shape["reason"], shape["oldest_execution_id"]) == (3, "infeasible", "e" * 32)
