@@ -183,6 +183,38 @@ class FluxClient:
             "ExplainExecution", control_pb2.ExplainExecutionRequest(execution_id=execution_id), timeout
         )
 
+    def list_executions(
+        self,
+        states: list[int] | tuple[int, ...] = (),
+        workflow: str = "",
+        worker: str = "",
+        created_after_ms: int = 0,
+        page_size: int = 0,
+        page_token: str = "",
+    ) -> control_pb2.ListExecutionsResponse:
+        """One page of executions, newest first; pass ``next_page_token`` back for the next."""
+        return self._call(
+            "ListExecutions",
+            control_pb2.ListExecutionsRequest(
+                states=states,
+                workflow=workflow,
+                worker=worker,
+                created_after_ms=created_after_ms,
+                page_size=page_size,
+                page_token=page_token,
+            ),  # fmt: skip
+        )
+
+    def workflows(self, name: str = "", version: int = 0) -> control_pb2.ListWorkflowsResponse:
+        """The latest version of every workflow, or the versions of ``name`` (only ``version``, if given)."""
+        return self._call("ListWorkflows", control_pb2.ListWorkflowsRequest(name=name, version=version))
+
+    def pause_worker(self, name: str) -> control_pb2.WorkerInfo:
+        return self._call("PauseWorker", control_pb2.PauseWorkerRequest(name=name))
+
+    def resume_worker(self, name: str) -> control_pb2.WorkerInfo:
+        return self._call("ResumeWorker", control_pb2.ResumeWorkerRequest(name=name))
+
     def status(self) -> control_pb2.ClusterStatus:
         """Workers, pending executions by requirement shape, counters and latencies."""
         return self._call("GetStatus", control_pb2.GetStatusRequest())

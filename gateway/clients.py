@@ -8,10 +8,11 @@ import json
 from typing import Annotated
 
 import grpc
-from fastapi import APIRouter, Depends, Path, Request
+from fastapi import APIRouter, Depends, Path, Query, Request
 from fastapi.responses import JSONResponse
 from grpc_health.v1 import health_pb2
 
+from flux.errors import InvalidArgument
 from flux.v1 import control_pb2
 from gateway import protojson, schema
 from gateway.core import Core, core
@@ -19,6 +20,7 @@ from gateway.core import Core, core
 router = APIRouter(tags=["clients"])
 
 CoreDep = Annotated[Core, Depends(core)]
+WorkerName = Annotated[str, Path(description="worker name, as in GET /workers", max_length=63)]
 ExecutionId = Annotated[str, Path(description="the id RunWorkflow returned", max_length=128)]
 FINISHED = control_pb2.EXECUTION_STATE_COMPLETED
 
@@ -113,6 +115,73 @@ async def _until_finished_or_gone(
                 with contextlib.suppress(asyncio.CancelledError):
                     await task
     return follow.result() if follow.done() and not follow.cancelled() else None
+
+
+_STATE_NAMES = [n.removeprefix("EXECUTION_STATE_") for n in control_pb2.ExecutionState.keys()[1:]]
+
+
+def _states(values: list[str]) -> list[int]:
+    states = []
+    for value in values:
+        name = value.strip().upper().removeprefix("EXECUTION_STATE_")
+        if name not in _STATE_NAMES:
+            raise InvalidArgument(f"state {value!r} is not a state; use one of {', '.join(_STATE_NAMES)}")
+        states.append(control_pb2.ExecutionState.Value(f"EXECUTION_STATE_{name}"))
+    return states
+
+
+@router.get("/executions", response_model=schema.ListExecutionsResponse, responses=_refusals())
+async def list_executions(
+    request: Request,
+    core: CoreDep,
+    state: Annotated[list[str], Query(description=f"repeat for several: {', '.join(_STATE_NAMES)}")] = [],  # noqa: B006 - FastAPI copies defaults
+    workflow: Annotated[str, Query(max_length=256, description="workflow name")] = "",
+    worker: Annotated[str, Query(max_length=256, description="worker name")] = "",
+    created_after_ms: Annotated[int, Query(ge=0, description="submitted at or after (Unix ms)")] = 0,
+    limit: Annotated[int, Query(ge=1, le=1000, description="page size (default 50)")] = 50,
+    page_token: Annotated[
+        str, Query(max_length=512, description="next_page_token of the previous page")
+    ] = "",
+) -> JSONResponse:
+    """Executions from the store, newest first, a page at a time (`next_page_token` is empty on the last)."""
+    message = control_pb2.ListExecutionsRequest(
+        states=_states(state), workflow=workflow, worker=worker, created_after_ms=created_after_ms,
+        page_size=limit, page_token=page_token,
+    )  # fmt: skip
+    return _answer(await core.control.ListExecutions(message, timeout=_timeout(request)))
+
+
+@router.get("/workflows", response_model=schema.ListWorkflowsResponse, responses=_refusals())
+async def list_workflows(request: Request, core: CoreDep) -> JSONResponse:
+    """The latest version of every registered workflow, by name, with how many versions it has."""
+    message = control_pb2.ListWorkflowsRequest()
+    return _answer(await core.control.ListWorkflows(message, timeout=_timeout(request)))
+
+
+@router.get("/workflows/{name}", response_model=schema.ListWorkflowsResponse, responses=_refusals(404))
+async def show_workflow(
+    name: Annotated[str, Path(description="registered workflow name", max_length=256)],
+    request: Request,
+    core: CoreDep,
+    version: Annotated[int, Query(ge=0, le=2**31 - 1, description="only this version; 0 means all")] = 0,
+) -> JSONResponse:
+    """Every version of one workflow, oldest first (or only `version`): hash, requests, affinity, runtime."""
+    message = control_pb2.ListWorkflowsRequest(name=name, version=version)
+    return _answer(await core.control.ListWorkflows(message, timeout=_timeout(request)))
+
+
+@router.post("/workers/{name}/pause", response_model=schema.WorkerInfo, responses=_refusals(404))
+async def pause_worker(name: WorkerName, request: Request, core: CoreDep) -> JSONResponse:
+    """Stop dispatching to a worker; it keeps its stream and finishes what it runs (API token)."""
+    message = control_pb2.PauseWorkerRequest(name=name)
+    return _answer(await core.control.PauseWorker(message, timeout=_timeout(request)))
+
+
+@router.post("/workers/{name}/resume", response_model=schema.WorkerInfo, responses=_refusals(404))
+async def resume_worker(name: WorkerName, request: Request, core: CoreDep) -> JSONResponse:
+    """Let a paused worker take new executions again (API token)."""
+    message = control_pb2.ResumeWorkerRequest(name=name)
+    return _answer(await core.control.ResumeWorker(message, timeout=_timeout(request)))
 
 
 @router.get("/executions/{execution_id}", response_model=schema.Execution, responses=_refusals(404))

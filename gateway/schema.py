@@ -122,6 +122,9 @@ Execution = model_of(_C.Execution.DESCRIPTOR)
 Explanation = model_of(_C.Explanation.DESCRIPTOR)
 ListWorkersResponse = model_of(_C.ListWorkersResponse.DESCRIPTOR)
 ClusterStatus = model_of(_C.ClusterStatus.DESCRIPTOR)
+ListExecutionsResponse = model_of(_C.ListExecutionsResponse.DESCRIPTOR)
+ListWorkflowsResponse = model_of(_C.ListWorkflowsResponse.DESCRIPTOR)
+WorkerInfo = model_of(_C.WorkerInfo.DESCRIPTOR)
 
 
 class RunBody(BaseModel):

@@ -8,7 +8,7 @@
 //                            [--memory 8Gi] [--disk 100Gi] [--capacity N]
 //   node flux.js register FILE --name NAME [--entrypoint FN] [--cpu N] [--memory Q]
 //                            [--gpu N] [--disk Q] [--package REQ]... [--affinity k=v]...
-//                            [--max-attempts N]
+//                            [--max-attempts N] [--runtime NAME]
 //   node flux.js run NAME [INPUT_JSON] [--wait] [--timeout S]
 //   node flux.js explain EXECUTION_ID [--json]
 //
@@ -21,10 +21,13 @@
 // ./.flux/worker.token or ./.flux/api.token as the Python CLI reads them. $FLUX_CA
 // (a PEM file) switches to TLS.
 //
-// A Node worker cannot run Python, so it does not fetch the workflow's code: it
-// completes each execution with {"input": <input>, "worker": NAME,
-// "workflow": <name>, "attempt": N, "runtime": "node"}. That is enough to take
-// part in dispatch (claim, fencing generations, results) and to test it.
+// A Node worker cannot run Python, so it advertises the runtime "node <version>"
+// (never "python"): the server only dispatches workflows registered for the
+// "node" runtime to it (`register --runtime node`). It does not fetch the
+// workflow's code: it completes each execution with {"input": <input>,
+// "worker": NAME, "workflow": <name>, "attempt": N, "runtime": "node"}. That is
+// enough to take part in dispatch (claim, fencing generations, results) and to
+// test it. `register` declares "python" unless --runtime says otherwise.
 
 "use strict";
 
@@ -221,7 +224,8 @@ async function worker(args) {
     {
       name,
       resources,
-      software: { packages: [], marker_environment: {} },
+      // What it executes: workflows registered for the "node" runtime, not Python ones.
+      software: { packages: [], marker_environment: {}, runtimes: [`node ${process.versions.node}`] },
       labels,
       capacity: values.capacity ? integer("--capacity", values.capacity, 1) : 0,
     },
@@ -355,6 +359,7 @@ async function register(args) {
       package: { type: "string", multiple: true },
       affinity: { type: "string", multiple: true },
       "max-attempts": { type: "string" },
+      runtime: { type: "string" },
     },
     [1, 1, "FILE"],
   );
@@ -375,6 +380,7 @@ async function register(args) {
     requests,
     affinity: pairs("--affinity", values.affinity),
     max_attempts: values["max-attempts"] ? integer("--max-attempts", values["max-attempts"], 1) : 0,
+    runtime: runtimeName(values.runtime),
   };
   const file = positionals[0];
   let source;
@@ -399,6 +405,16 @@ async function register(args) {
   } finally {
     stub.close();
   }
+}
+
+// The runtime a registered workflow needs; the server refuses other forms too, but
+// a usage error here names the flag.
+function runtimeName(value) {
+  if (value === undefined) return "python";
+  if (!/^[a-z][a-z0-9_.+-]{0,31}$/.test(value)) {
+    throw new UsageError(`--runtime must be a runtime name such as python or node; got ${JSON.stringify(value)}`);
+  }
+  return value;
 }
 
 function summary(execution) {

@@ -276,6 +276,10 @@ def build_parser() -> argparse.ArgumentParser:
     explain.add_argument("--json", action="store_true", help="print one JSON object")
     explain.set_defaults(run=_explain)
 
+    from flux.cli import listings
+
+    listings.add_commands(commands, workflow, execution, with_server)
+
     workers = commands.add_parser("workers", help="the fleet").add_subparsers(
         dest="action", required=True, metavar="ACTION"
     )

@@ -126,6 +126,8 @@ def worker_dict(w: control_pb2.WorkerInfo) -> dict[str, Any]:
         "name": w.name,
         "connected": w.connected,
         "draining": w.draining,
+        "paused": w.paused,
+        "runtimes": list(w.runtimes),
         "transport": w.transport,
         "labels": dict(w.labels),
         "capacity": w.capacity,
@@ -179,7 +181,7 @@ def _labels(labels: Any) -> str:
 def _worker_state(w: control_pb2.WorkerInfo) -> str:
     if not w.connected:
         return "disconnected"
-    return "draining" if w.draining else "connected"
+    return "draining" if w.draining else "paused" if w.paused else "connected"
 
 
 WORKER_HEADER = ("NAME", "STATE", "TRANSPORT", "LOAD", "CPU", "MEMORY", "GPUS", "DISK", "SEEN", "LABELS")

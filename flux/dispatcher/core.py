@@ -38,6 +38,7 @@ from collections.abc import AsyncIterator, Callable, Iterable, Mapping
 from dataclasses import dataclass
 from types import MappingProxyType
 
+from flux.dispatcher.listing import needs_live_state
 from flux.dispatcher.session import Cancelled, Ping, Scheduled, Session
 from flux.dispatcher.workers import WorkerEntry
 from flux.domain.execution import Execution, ExecutionError, State, WorkflowRef
@@ -64,7 +65,7 @@ from flux.matching import (
     schedule,
 )
 from flux.observe.lifecycle import Lifecycle, Requeue
-from flux.store.base import Conflict, Store, WorkerIdentity, WorkflowRecord
+from flux.store.base import Conflict, ExecutionQuery, Store, WorkerIdentity, WorkflowRecord
 from flux.workflow import validate_name
 
 log = logging.getLogger("flux.dispatcher")
@@ -78,7 +79,12 @@ MAX_SOURCE_BYTES = 4 * 1024 * 1024
 MAX_JSON_BYTES = 4 * 1024 * 1024
 MAX_WORKER_PACKAGES = 20_000
 MAX_MARKERS = 64
+MAX_RUNTIMES = 16
 MAX_TEXT = 256
+RUNTIME_NAME = re.compile(r"^[a-z][a-z0-9_.+-]{0,31}$")
+RUNTIME_FORM = "1-32 lowercase letters, digits, '_', '.', '+' or '-', starting with a letter, e.g. python"
+# Rows a listing reads from the store per round while it filters them against live state.
+LISTING_BATCH = 500
 
 
 @dataclass(frozen=True, slots=True)
@@ -218,6 +224,10 @@ class Dispatcher:
                 validate_labels(dict(wf.affinity), f"{field}.affinity")
             except (TypeError, ValueError) as exc:
                 raise InvalidArgument(str(exc)) from None
+            if not RUNTIME_NAME.match(wf.runtime):
+                raise InvalidArgument(
+                    f"{field}.runtime {wf.runtime!r} is invalid; a runtime is {RUNTIME_FORM}"
+                )
             if not wf.entrypoint.isidentifier():
                 raise InvalidArgument(f"{field}.entrypoint {wf.entrypoint!r} is not a Python identifier")
             if not 1 <= wf.max_attempts <= 100:
@@ -236,7 +246,7 @@ class Dispatcher:
     def _learn_workflow(self, record: WorkflowRecord) -> None:
         key = (record.name, record.version)
         self._workflows[key] = record
-        self._shapes[key] = Shape(record.requests, record.affinity)
+        self._shapes[key] = Shape(record.requests, record.affinity, record.runtime)
         self._latest[record.name] = max(self._latest.get(record.name, 0), record.version)
 
     async def get_source(self, source_hash: str) -> tuple[str, str]:
@@ -362,11 +372,89 @@ class Dispatcher:
         if execution.state is not State.CREATED:
             where = f" on worker {execution.worker}" if execution.worker else ""
             return Why(execution, f"execution is {execution.state.label}{where}")
-        views = [w.view() for w in self._workers.values() if w.dispatchable]
+        # Paused workers are shown, with "is paused" as their reason.
+        views = [w.view() for w in self._workers.values() if w.accepting]
         explanation = explain(self._shape_of(execution), views)
         return Why(execution, explanation.summary, explanation, self._queue.position(execution_id))
 
+    # ----------------------------------------------------------------- listings
+
+    async def list_executions(self, query: ExecutionQuery) -> tuple[list[Execution], ExecutionQuery | None]:
+        """A page of executions from the store, each as this server knows it now, and the next page's query.
+
+        The store holds every execution (with replicas, those of every replica); the
+        dispatcher may know an unfinished one's state and worker a moment before the
+        store does, so such rows are read too and matched on their live state.
+        """
+        live = needs_live_state(query)
+        batch = max(query.limit + 1, LISTING_BATCH) if live else query.limit + 1
+        found: list[Execution] = []
+        after = query.after
+        while True:
+            rows = await self.store.list_executions(
+                ExecutionQuery(
+                    batch, query.states, query.workflow, query.worker, query.created_after, after, live
+                )
+            )
+            for row in rows:
+                current = self._current(row.execution_id) or row
+                if query.matches(current):
+                    if len(found) == query.limit:  # one more exists: there is a next page
+                        last = found[-1]
+                        return found, ExecutionQuery(
+                            query.limit, query.states, query.workflow, query.worker, query.created_after,
+                            (last.seq, last.execution_id),
+                        )  # fmt: skip
+                    found.append(current)
+            if len(rows) < batch:
+                return found, None
+            after = (rows[-1].seq, rows[-1].execution_id)
+
+    async def list_workflows(self, name: str = "", version: int = 0) -> list[tuple[WorkflowRecord, int]]:
+        """(version, versions of its name): the latest of every name, or every version of ``name``."""
+        if version and not name:
+            raise InvalidArgument("version needs name: the workflow whose version to show")
+        if version < 0:
+            raise InvalidArgument(f"version must be >= 0 (0 means every version); got {version}")
+        records = await self.store.list_workflows(name)
+        if name:
+            if not records:
+                raise NotFound(
+                    f"workflow {name!r} is not registered; 'flux workflow list' shows the registered ones"
+                )
+            count = len(records)
+            if version:
+                records = [r for r in records if r.version == version]
+                if not records:
+                    raise NotFound(
+                        f"workflow {name!r} has no version {version}; it has versions 1 to {count}"
+                    )
+            return [(r, count) for r in records]
+        counts: dict[str, int] = {}
+        latest: dict[str, WorkflowRecord] = {}
+        for record in records:  # by name, then version: the last of a name is its latest
+            counts[record.name] = counts.get(record.name, 0) + 1
+            latest[record.name] = record
+        return [(record, counts[record.name]) for record in latest.values()]
+
     # ----------------------------------------------------------------- workers
+
+    async def set_paused(self, name: str, paused: bool) -> WorkerEntry:
+        """Pause (no new dispatches; its stream and running work stay) or resume a worker."""
+        entry = self._workers.get(name)
+        if entry is None:
+            raise NotFound(f"worker {name!r} is not known; 'flux workers list' shows the fleet")
+        self._pause(entry, paused)
+        return entry
+
+    def _pause(self, entry: WorkerEntry, paused: bool) -> None:
+        if entry.paused == paused:
+            return
+        entry.paused = paused
+        entry.invalidate()
+        log.info("worker %s %s", entry.name, "paused" if paused else "resumed")
+        if not paused:
+            self._dispatch(workers=[entry])
 
     async def register_worker(self, registration: WorkerRegistration) -> str:
         name = registration.name
@@ -405,6 +493,8 @@ class Dispatcher:
             if requeued:
                 self._dispatch(shapes=requeued)
         token = secrets.token_urlsafe(24)
+        # A pause is the operator's, by name (as a cordon is): a new process under the name stays paused.
+        paused = entry is not None and entry.paused
         self._workers[name] = WorkerEntry(
             name=name,
             session_token=token,
@@ -415,6 +505,7 @@ class Dispatcher:
             transport=registration.transport,
             last_seen=self.clock(),
             disconnected_at=self.clock(),
+            paused=paused,
         )
         await self.store.save_worker(WorkerIdentity(name, token))
         return token
@@ -833,6 +924,15 @@ def _check_software(software: WorkerSoftware | None) -> None:
         raise ResourceExhausted(
             f"software.packages lists {len(software.packages)} distributions; the limit is {MAX_WORKER_PACKAGES}"
         )
+    if len(software.runtimes) > MAX_RUNTIMES:
+        raise ResourceExhausted(f"software.runtimes lists more than {MAX_RUNTIMES} runtimes")
+    for position, runtime in enumerate(software.runtimes):
+        name = runtime.split(None, 1)[0] if runtime.strip() else ""
+        if len(runtime) > 64 or not RUNTIME_NAME.match(name):
+            raise InvalidArgument(
+                f'software.runtimes[{position}] {runtime[:64]!r} is invalid; give "NAME" or "NAME VERSION" '
+                f"(at most 64 characters), NAME being {RUNTIME_FORM}"
+            )
     if len(software.marker_environment) > MAX_MARKERS:
         raise ResourceExhausted(f"software.marker_environment has more than {MAX_MARKERS} entries")
     for name, version in software.packages.items():

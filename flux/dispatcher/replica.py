@@ -290,7 +290,7 @@ class ReplicaDispatcher(Dispatcher):
             where = f" on worker {execution.worker}" if execution.worker else ""
             return Why(execution, f"execution is {execution.state.label}{where}")
         await self._know_workflow(execution.workflow.name, execution.workflow.version)
-        views = [w.view() for w in self._workers.values() if w.dispatchable]
+        views = [w.view() for w in self._workers.values() if w.accepting]
         # Workers held by other replicas, as they last published themselves.
         views += [_view_of(name, info) for name, info in await self.store.directory(REPLICA_TIMEOUT)]
         explanation = explain(self._shape_of(execution), views)
@@ -302,6 +302,26 @@ class ReplicaDispatcher(Dispatcher):
         directory = await self.store.directory(REPLICA_TIMEOUT)
         remote = [_entry_of(name, info) for name, info in directory if name not in names]
         return sorted(local + remote, key=lambda w: w.name)
+
+    async def set_paused(self, name: str, paused: bool) -> WorkerEntry:
+        """Recorded in the database by name, so whichever replica holds the worker (now or
+        after it moves) applies it: the holder hears ``NOTIFY flux_paused`` and rereads it."""
+        if not await self.store.set_worker_paused(name, paused):
+            raise NotFound(f"worker {name!r} is not known; 'flux workers list' shows the fleet")
+        entry = self._workers.get(name)
+        if entry is not None:
+            self._pause(entry, paused)
+            return entry
+        for listed in await self.list_workers():
+            if listed.name == name:
+                listed.paused = paused  # as its replica applies it on the notification
+                return listed
+        raise NotFound(f"worker {name!r} is not connected to any replica")
+
+    async def _apply_pause(self, name: str) -> None:
+        entry = self._workers.get(name)
+        if entry is not None:
+            self._pause(entry, await self.store.worker_paused(name))
 
     async def _know_workflow(self, name: str, version: int) -> None:
         if (name, version) not in self._workflows:
@@ -382,7 +402,9 @@ class ReplicaDispatcher(Dispatcher):
                     # A new process takes the name of a worker gone from another replica.
                     error = ExecutionError("WorkerLost", f"worker {name} was replaced by a new process")
                     await self.store.give_back_worker(name, self.clock(), error)
-        return await super().register_worker(registration)
+        token = await super().register_worker(registration)
+        await self._apply_pause(name)  # paused through any replica, before it moved here
+        return token
 
     async def _adopt(self, name: str, session_token: str) -> None:
         """Take over a worker (and what it holds) whose stream was on another replica."""
@@ -456,6 +478,8 @@ class ReplicaDispatcher(Dispatcher):
             replica, epoch, name = payload.split(" ", 2)
             if replica != self.replica_id and int(epoch) > self.store.epochs.get(name, 0):
                 self._moved_away(name)
+        elif channel == "flux_paused":
+            self._spawn(self._apply_pause(payload))
         elif channel == "flux_workflows" and payload != self.replica_id:
             self._spawn(self._reload_workflows())
 
@@ -553,6 +577,7 @@ def _info_of(entry: WorkerEntry) -> dict[str, Any]:
         "transport": entry.transport,
         "packages": dict(entry.software.packages),
         "markers": dict(entry.software.marker_environment),
+        "runtimes": list(entry.software.runtimes),
     }
 
 
@@ -567,6 +592,7 @@ def _load_of(entry: WorkerEntry) -> dict[str, Any]:
         "unreported": [entry.unreported.cpu, entry.unreported.memory, entry.unreported.disk],
         "held_gpus": sorted(entry.held_gpus),
         "draining": entry.draining,
+        "paused": entry.paused,
         "seen": entry.last_seen,
     }  # fmt: skip
 
@@ -582,6 +608,7 @@ def _entry_of(name: str, info: dict[str, Any]) -> WorkerEntry:
         software=view.software,
         transport=info.get("transport", "grpc"),
         draining=info.get("draining", False),
+        paused=view.paused,
         last_seen=info.get("seen", 0.0),
         reserved=view.reserved,
         unreported=view.unreported,
@@ -597,10 +624,11 @@ def _view_of(name: str, info: dict[str, Any]) -> WorkerView:
             cpu_total, cpu_free, mem_total, mem_free, disk_total, disk_free, tuple(Gpu(*g) for g in gpus)
         ),
         labels=MappingProxyType(info.get("labels", {})),
-        software=WorkerSoftware(info.get("packages", {}), info.get("markers", {})),
+        software=WorkerSoftware(info.get("packages", {}), info.get("markers", {}), info.get("runtimes", ())),
         capacity=info.get("capacity", DEFAULT_CAPACITY),
         active=info["active"],
         reserved=Amounts(*info["reserved"]),
         unreported=Amounts(*info.get("unreported", (0, 0, 0))),
         held_gpus=frozenset(info["held_gpus"]),
+        paused=info.get("paused", False),
     )

@@ -45,6 +45,8 @@ class WorkerEntry:
     transport: str = "grpc"
     session: Session | None = None
     draining: bool = False
+    # Paused by an operator (flux worker pause): keeps its stream and its work, takes nothing new.
+    paused: bool = False
     # Set while the stream is gone; the grace period runs from here.
     disconnected_at: float | None = None
     # Last sign of life: a call with its session token, or (refreshed each housekeeping step)
@@ -65,8 +67,13 @@ class WorkerEntry:
         return self.elsewhere is not None or (self.session is not None and not self.session.closed)
 
     @property
-    def dispatchable(self) -> bool:
+    def accepting(self) -> bool:
+        """Connected and not draining: it would take work unless paused (explain shows why not)."""
         return self.session is not None and not self.session.closed and not self.draining
+
+    @property
+    def dispatchable(self) -> bool:
+        return self.accepting and not self.paused
 
     @property
     def active(self) -> int:
@@ -90,6 +97,7 @@ class WorkerEntry:
                 reserved=self.reserved,
                 unreported=self.unreported,
                 held_gpus=self.held_gpus,
+                paused=self.paused,
             )
         return self._view
 

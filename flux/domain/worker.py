@@ -107,28 +107,47 @@ class WorkerResources:
         ).validate()
 
 
+# What a worker that advertises no runtime runs: every worker from before runtimes
+# were advertised is the Python worker, so it keeps getting Python workflows.
+DEFAULT_RUNTIME = "python"
+
+
+def runtime_name(advertised: str) -> str:
+    """``"python 3.11.9"`` -> ``"python"``: workflows match a runtime by name."""
+    return advertised.split(None, 1)[0].lower() if advertised.strip() else ""
+
+
 class WorkerSoftware:
-    """Installed distributions (PEP 503 name -> version) and the PEP 508 marker environment.
+    """Installed distributions (PEP 503 name -> version), the PEP 508 marker environment, and runtimes.
+
+    ``runtimes`` are as advertised ("python 3.11.9"); ``runtime_names`` their
+    names, ``{"python"}`` when none was advertised.
 
     Immutable and hashable with the hash computed once, because the matcher
     groups workers by software to check each shape once per distinct fleet
     image rather than once per worker.
     """
 
-    __slots__ = ("packages", "marker_environment", "_hash")
+    __slots__ = ("packages", "marker_environment", "runtimes", "runtime_names", "_hash")
 
     def __init__(
         self,
         packages: Mapping[str, str] | Iterable[tuple[str, str]] = (),
         marker_environment: Mapping[str, str] | None = None,
+        runtimes: Iterable[str] = (),
     ) -> None:
         pairs = packages.items() if isinstance(packages, Mapping) else packages
         object.__setattr__(self, "packages", MappingProxyType({canonicalize_name(n): v for n, v in pairs}))
         object.__setattr__(self, "marker_environment", MappingProxyType(dict(marker_environment or {})))
+        object.__setattr__(self, "runtimes", tuple(runtimes))
+        names = frozenset(filter(None, map(runtime_name, self.runtimes))) or frozenset({DEFAULT_RUNTIME})
+        object.__setattr__(self, "runtime_names", names)
         object.__setattr__(
             self,
             "_hash",
-            hash((frozenset(self.packages.items()), frozenset(self.marker_environment.items()))),
+            hash(
+                (frozenset(self.packages.items()), frozenset(self.marker_environment.items()), self.runtimes)
+            ),
         )
 
     def __setattr__(self, name: str, value: object) -> None:
@@ -146,6 +165,7 @@ class WorkerSoftware:
             self._hash == other._hash
             and self.packages == other.packages
             and self.marker_environment == other.marker_environment
+            and self.runtimes == other.runtimes
         )
 
     def __repr__(self) -> str:
@@ -157,8 +177,13 @@ class WorkerSoftware:
         return resources_pb2.WorkerSoftware(
             packages=[resources_pb2.Package(name=n, version=v) for n, v in sorted(self.packages.items())],
             marker_environment=dict(self.marker_environment),
+            runtimes=list(self.runtimes),
         )
 
     @classmethod
     def from_proto(cls, message: resources_pb2.WorkerSoftware) -> WorkerSoftware:
-        return cls(((p.name, p.version) for p in message.packages), dict(message.marker_environment))
+        return cls(
+            ((p.name, p.version) for p in message.packages),
+            dict(message.marker_environment),
+            message.runtimes,
+        )

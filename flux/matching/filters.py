@@ -1,5 +1,9 @@
 """Feasibility filters, in the order of DESIGN §3: labels, then quantities, then packages.
 
+Two checks come before the labels: the runtime (a worker that cannot execute
+the workflow's language never fits, whatever it offers) and a pause (an
+operator's hold, which says nothing about what the worker could run).
+
 Each filter is a pure function ``(shape, view, room) -> Rejection | None``.
 A filter names everything it finds wrong (every missing label, every unmet
 package) in its one rejection, so ``explain`` can tell the whole story.
@@ -40,6 +44,26 @@ def _and(items: list[str]) -> str:
 def _clauses(clauses: list[tuple[str, str]]) -> tuple[str, str]:
     """Join (singular, plural) clauses: "lacks label a=1, and has label b=2, not b=3"."""
     return ", and ".join(c[0] for c in clauses), ", and ".join(c[1] for c in clauses)
+
+
+def runtime(shape: Shape, view: WorkerView, room: Room) -> Rejection | None:
+    if shape.runtime in view.software.runtime_names:
+        return None
+    offered = ", ".join(view.software.runtimes) or "none"
+    return Rejection(
+        Reason.RUNTIME,
+        True,
+        shape.runtime,
+        offered,
+        f"lacks runtime {shape.runtime} (runs {offered})",
+        f"lack runtime {shape.runtime}",
+    )
+
+
+def paused(shape: Shape, view: WorkerView, room: Room) -> Rejection | None:
+    if not room.paused:
+        return None
+    return Rejection(Reason.PAUSED, False, "an active worker", "paused", "is paused", "are paused")
 
 
 def labels(shape: Shape, view: WorkerView, room: Room) -> Rejection | None:
@@ -164,7 +188,8 @@ def packages(shape: Shape, view: WorkerView, room: Room) -> Rejection | None:
 
 # DESIGN §3 order: labels first, then quantities, packages last (the costliest).
 # Capacity sits with the quantities: it is one more thing a busy worker lacks.
-FILTERS: tuple[Filter, ...] = (labels, capacity, cpu, memory, gpu, disk, packages)
+# The runtime goes before everything: no amount of room makes up for it.
+FILTERS: tuple[Filter, ...] = (runtime, paused, labels, capacity, cpu, memory, gpu, disk, packages)
 
 
 def rejections(shape: Shape, view: WorkerView, room: Room | None = None) -> list[Rejection]:
@@ -193,6 +218,7 @@ def fits_now(shape: Shape, room: Room) -> bool:
     r = shape.requests
     return (
         room.active < room.capacity
+        and not room.paused
         and room.cpu >= r.cpu
         and room.memory >= r.memory
         and room.disk >= r.disk
@@ -213,4 +239,5 @@ class _IdleRoom(Room):
         self.active = 0
         self.capacity = view.capacity
         self.cpu_total = res.cpu_total
+        self.paused = False  # judged as if idle and running: a pause is never permanent
         self.key = self._load_key()

@@ -13,6 +13,8 @@ from enum import StrEnum
 
 
 class Reason(StrEnum):
+    RUNTIME = "missing_runtime"
+    PAUSED = "paused"
     LABEL = "label_mismatch"
     CAPACITY = "at_capacity"
     CPU = "insufficient_cpu"

@@ -1,7 +1,7 @@
 """A requirement shape: the part of an execution the matcher looks at.
 
 Pending work is grouped by shape so a re-evaluation tests each distinct
-(requests, affinity) pair once, not each pending row.
+(requests, affinity, runtime) once, not each pending row.
 """
 
 from __future__ import annotations
@@ -11,20 +11,27 @@ from collections.abc import Mapping
 from packaging.requirements import Requirement
 
 from flux.domain.resource_request import ResourceRequest
+from flux.domain.worker import DEFAULT_RUNTIME
 
 _EMPTY_REQUEST = ResourceRequest()
 
 
 class Shape:
-    """Immutable, hashable (requests, affinity) with its parsed requirements cached."""
+    """Immutable, hashable (requests, affinity, runtime) with its parsed requirements cached."""
 
-    __slots__ = ("requests", "affinity", "requirements", "_hash")
+    __slots__ = ("requests", "affinity", "runtime", "requirements", "_hash")
 
-    def __init__(self, requests: ResourceRequest | None = None, affinity: Mapping[str, str] | None = None):
+    def __init__(
+        self,
+        requests: ResourceRequest | None = None,
+        affinity: Mapping[str, str] | None = None,
+        runtime: str = DEFAULT_RUNTIME,
+    ):
         self.requests = requests or _EMPTY_REQUEST
         self.affinity: tuple[tuple[str, str], ...] = tuple(sorted((affinity or {}).items()))
+        self.runtime = runtime
         self.requirements: tuple[Requirement, ...] = self.requests.requirements
-        self._hash = hash((self.requests, self.affinity))
+        self._hash = hash((self.requests, self.affinity, self.runtime))
 
     def __hash__(self) -> int:
         return self._hash
@@ -35,7 +42,10 @@ class Shape:
         if not isinstance(other, Shape):
             return NotImplemented
         return (
-            self._hash == other._hash and self.requests == other.requests and self.affinity == other.affinity
+            self._hash == other._hash
+            and self.requests == other.requests
+            and self.affinity == other.affinity
+            and self.runtime == other.runtime
         )
 
     def __setattr__(self, name: str, value: object) -> None:
@@ -45,4 +55,5 @@ class Shape:
 
     def __repr__(self) -> str:
         affinity = f", affinity={dict(self.affinity)!r}" if self.affinity else ""
-        return f"Shape({self.requests!r}{affinity})"
+        runtime = f", runtime={self.runtime!r}" if self.runtime != DEFAULT_RUNTIME else ""
+        return f"Shape({self.requests!r}{affinity}{runtime})"

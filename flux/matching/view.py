@@ -115,6 +115,9 @@ class WorkerView:
     reserved: Amounts = Amounts()
     unreported: Amounts = Amounts()
     held_gpus: frozenset[int] = frozenset()
+    # Paused by an operator: it keeps what it runs and takes nothing new (not part of the
+    # profile: pausing is never permanent).
+    paused: bool = False
     profile: Profile = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
@@ -151,10 +154,11 @@ class WorkerView:
 class Room:
     """Mutable free space of one worker during one scheduling cycle."""
 
-    __slots__ = ("view", "cpu", "memory", "disk", "gpus", "active", "capacity", "cpu_total", "key")
+    __slots__ = ("view", "cpu", "memory", "disk", "gpus", "active", "capacity", "cpu_total", "paused", "key")
 
     def __init__(self, view: WorkerView):
         self.view = view
+        self.paused = view.paused
         self.cpu = view.free_cpu
         self.memory = view.free_memory
         self.disk = view.free_disk

@@ -7,7 +7,7 @@ pending shape is explained against the worker views taken in that step.
 
 The reason bucket of a shape is what ``ExplainExecution`` would say for any of
 its executions: the same ``flux.matching.explain`` over the same workers (the
-connected, non-draining ones, as ``Dispatcher.why`` takes them), so the
+connected, non-draining ones, paused or not, as ``Dispatcher.why`` takes them), so the
 pending-by-reason gauge never disagrees with ``flux execution explain``.
 A snapshot costs O(unfinished executions + shapes x workers). ``GetMetrics``
 needs no token, so ``aggregate`` answers from a snapshot up to ``max_age``
@@ -184,7 +184,7 @@ class StatusBoard:
         # ---- one synchronous step: every number below describes the same moment
         now = d.clock()
         entries = d.workers()
-        views: list[WorkerView] = [w.view() for w in entries if w.dispatchable]
+        views: list[WorkerView] = [w.view() for w in entries if w.accepting]  # paused ones too, as explain
         queue = d.pending()
         shapes = queue.shapes()
         heads: dict[str, Shape] = {}

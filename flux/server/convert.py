@@ -9,7 +9,7 @@ from flux.dispatcher.session import Cancelled, Event, Ping, Scheduled
 from flux.dispatcher.workers import WorkerEntry
 from flux.domain.execution import Execution, ExecutionError, WorkflowRef
 from flux.domain.resource_request import ResourceRequest
-from flux.domain.worker import WorkerResources, WorkerSoftware
+from flux.domain.worker import DEFAULT_RUNTIME, WorkerResources, WorkerSoftware
 from flux.errors import InvalidArgument
 from flux.observe.status import Allocation, Status
 from flux.store.base import WorkflowRecord
@@ -60,6 +60,7 @@ def workflows_from_proto(request: control_pb2.RegisterWorkflowRequest) -> list[W
                 affinity=MappingProxyType(dict(wf.affinity)),
                 max_attempts=wf.max_attempts or 3,
                 filename=request.filename,
+                runtime=wf.runtime or DEFAULT_RUNTIME,
             )
         )
     return records
@@ -142,6 +143,24 @@ def worker_to_proto(entry: WorkerEntry) -> control_pb2.WorkerInfo:
         free=control_pb2.Allocation(
             cpu=view.free_cpu, memory=view.free_memory, disk=view.free_disk, gpus=len(view.free_gpus)
         ),
+        paused=entry.paused,
+        runtimes=list(entry.software.runtimes),
+    )
+
+
+def workflow_to_proto(record: WorkflowRecord, versions: int) -> control_pb2.WorkflowInfo:
+    return control_pb2.WorkflowInfo(
+        name=record.name,
+        version=record.version,
+        source_hash=record.source_hash,
+        entrypoint=record.entrypoint,
+        requests=record.requests.to_proto(),
+        affinity=dict(record.affinity),
+        max_attempts=record.max_attempts,
+        runtime=record.runtime,
+        filename=record.filename,
+        registered_at_ms=int(record.registered_at * 1000),
+        version_count=versions,
     )
 
 

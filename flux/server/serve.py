@@ -11,12 +11,12 @@ from pathlib import Path
 
 import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
-from grpc_reflection.v1alpha import reflection
 
 from flux.auth import AuthInterceptor, Tokens, is_loopback
 from flux.dispatcher.core import Dispatcher, Settings
 from flux.observe import logs
 from flux.server.interceptors import DecodeGuard
+from flux.server.introspection import Health, enable_reflection
 from flux.server.local import LocalChannel, LocalRegistry
 from flux.server.servicers import ControlService, WorkerService
 from flux.v1 import control_pb2, control_pb2_grpc, worker_pb2, worker_pb2_grpc
@@ -107,7 +107,7 @@ async def start_server(config: ServerConfig) -> RunningServer:
     workers, control, health_servicer = (
         WorkerService(dispatcher),
         ControlService(dispatcher),
-        health.aio.HealthServicer(),
+        Health(),
     )
     local = LocalRegistry(interceptors)
     for target in (server, local):
@@ -118,9 +118,8 @@ async def start_server(config: ServerConfig) -> RunningServer:
         worker_pb2.DESCRIPTOR.services_by_name["WorkerService"].full_name,
         control_pb2.DESCRIPTOR.services_by_name["ControlService"].full_name,
         health_pb2.DESCRIPTOR.services_by_name["Health"].full_name,
-        reflection.SERVICE_NAME,
     )
-    reflection.enable_server_reflection(services, server)
+    enable_reflection(services, server)
     address = f"{config.host}:{config.grpc_port}"
     if config.tls is not None:
         cert, key = (Path(p).read_bytes() for p in config.tls)

@@ -13,6 +13,7 @@ from typing import Any, TypeVar
 import grpc
 
 from flux.dispatcher.core import Dispatcher
+from flux.dispatcher.listing import execution_query, page_token
 from flux.domain.worker import WorkerSoftware
 from flux.errors import FluxError, InvalidArgument, status_of
 from flux.observe.status import StatusBoard
@@ -198,6 +199,37 @@ class ControlService(control_pb2_grpc.ControlServiceServicer):
     @_unary
     async def GetStatus(self, request: control_pb2.GetStatusRequest, context: grpc.aio.ServicerContext):
         return convert.status_to_proto(await self.status.snapshot(detail=True))
+
+    @_unary
+    async def ListExecutions(
+        self, request: control_pb2.ListExecutionsRequest, context: grpc.aio.ServicerContext
+    ):
+        query = execution_query(
+            request.states, request.workflow, request.worker, request.created_after_ms,
+            request.page_size, request.page_token,
+        )  # fmt: skip
+        executions, following = await self.dispatcher.list_executions(query)
+        token = page_token(*following.after) if following is not None and following.after else ""
+        return control_pb2.ListExecutionsResponse(
+            executions=[convert.execution_to_proto(e) for e in executions], next_page_token=token
+        )
+
+    @_unary
+    async def ListWorkflows(
+        self, request: control_pb2.ListWorkflowsRequest, context: grpc.aio.ServicerContext
+    ):
+        found = await self.dispatcher.list_workflows(request.name, request.version)
+        return control_pb2.ListWorkflowsResponse(
+            workflows=[convert.workflow_to_proto(record, versions) for record, versions in found]
+        )
+
+    @_unary
+    async def PauseWorker(self, request: control_pb2.PauseWorkerRequest, context: grpc.aio.ServicerContext):
+        return convert.worker_to_proto(await self.dispatcher.set_paused(request.name, True))
+
+    @_unary
+    async def ResumeWorker(self, request: control_pb2.ResumeWorkerRequest, context: grpc.aio.ServicerContext):
+        return convert.worker_to_proto(await self.dispatcher.set_paused(request.name, False))
 
     @_unary
     async def GetMetrics(self, request: control_pb2.GetMetricsRequest, context: grpc.aio.ServicerContext):

@@ -29,13 +29,44 @@ class WorkflowRecord:
     affinity: Mapping[str, str]
     max_attempts: int
     filename: str = ""
+    # The runtime the workflow is written for (matched against worker runtimes by name).
+    runtime: str = "python"
+    # When this version was registered, seconds since the epoch (0 until stored).
+    registered_at: float = 0.0
     # Set on a record register_workflows returned without storing a new version: the
     # latest version already had this source and metadata (registering is idempotent).
     unchanged: bool = field(default=False, compare=False)
 
     def same_definition(self, other: WorkflowRecord) -> bool:
-        """Same source and metadata (every field but the version and the file's name)."""
-        return replace(self, version=0, filename="") == replace(other, version=0, filename="")
+        """Same source and metadata (every field but the version, the file's name and when)."""
+        return replace(self, version=0, filename="", registered_at=0.0) == replace(
+            other, version=0, filename="", registered_at=0.0
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class ExecutionQuery:
+    """A listing's filters. Rows come newest submission first: (seq, execution_id) descending."""
+
+    limit: int
+    states: tuple[int, ...] = ()
+    workflow: str = ""
+    worker: str = ""
+    # Submitted at or after this time (seconds since the epoch); 0 means no bound.
+    created_after: float = 0.0
+    # Continue strictly after this (seq, execution_id): the last row of the previous page.
+    after: tuple[int, str] | None = None
+    # Also return every unfinished row, whatever its state and worker: the dispatcher
+    # holds their live state (a dispatch is not written until claimed) and filters again.
+    unfinished_too: bool = False
+
+    def matches(self, execution: Execution) -> bool:
+        return (
+            (not self.states or int(execution.state) in self.states)
+            and (not self.workflow or execution.workflow.name == self.workflow)
+            and (not self.worker or execution.worker == self.worker)
+            and execution.created_at >= self.created_after
+        )
 
 
 @dataclass(frozen=True, slots=True)
@@ -128,5 +159,9 @@ class Store(abc.ABC):
         """Remember a worker's session token across restarts."""
 
     @abc.abstractmethod
-    async def list_executions(self, limit: int, states: tuple[int, ...] = ()) -> list[Execution]:
-        """Most recent executions first."""
+    async def list_executions(self, query: ExecutionQuery) -> list[Execution]:
+        """Up to ``query.limit`` committed rows that match it, newest submission first."""
+
+    @abc.abstractmethod
+    async def list_workflows(self, name: str = "") -> list[WorkflowRecord]:
+        """Every registered version (of ``name`` only, when given), by name then version."""

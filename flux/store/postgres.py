@@ -41,6 +41,7 @@ from psycopg_pool import AsyncConnectionPool
 from flux.domain.execution import Execution, ExecutionError, State
 from flux.store.base import (
     Conflict,
+    ExecutionQuery,
     PendingRef,
     Recovered,
     Store,
@@ -49,11 +50,20 @@ from flux.store.base import (
     WorkerRecord,
     WorkflowRecord,
 )
-from flux.store.rows import execution_from_row, execution_row, workflow_from_row, workflow_row
+from flux.store.rows import (
+    WORKFLOW_COLUMNS,
+    execution_from_row,
+    execution_row,
+    executions_filter,
+    workflow_from_row,
+    workflow_row,
+    workflows_query,
+)
 
 log = logging.getLogger("flux.store.postgres")
 
-SCHEMA_VERSION = 1
+# 2: workflows.runtime (added to a version 1 database on open).
+SCHEMA_VERSION = 2
 # pg_advisory locks are keyed by a bigint; these two are Flux's ("FLUX" and "FLUX"+1).
 MIGRATION_LOCK = 0x464C5558
 SWEEP_LOCK = 0x464C5559
@@ -67,7 +77,8 @@ CREATE TABLE IF NOT EXISTS sources (
 CREATE TABLE IF NOT EXISTS workflows (
     name TEXT NOT NULL, version INTEGER NOT NULL, source_hash TEXT NOT NULL, entrypoint TEXT NOT NULL,
     requests TEXT NOT NULL, affinity TEXT NOT NULL, max_attempts INTEGER NOT NULL,
-    created_at DOUBLE PRECISION NOT NULL, PRIMARY KEY (name, version));
+    created_at DOUBLE PRECISION NOT NULL, runtime TEXT NOT NULL DEFAULT 'python', PRIMARY KEY (name, version));
+ALTER TABLE workflows ADD COLUMN IF NOT EXISTS runtime TEXT NOT NULL DEFAULT 'python';
 CREATE TABLE IF NOT EXISTS executions (
     execution_id TEXT PRIMARY KEY, seq BIGINT NOT NULL, workflow_name TEXT NOT NULL,
     workflow_version INTEGER NOT NULL, source_hash TEXT NOT NULL, entrypoint TEXT NOT NULL,
@@ -79,6 +90,7 @@ CREATE INDEX IF NOT EXISTS executions_pending ON executions (seq) WHERE state = 
 CREATE INDEX IF NOT EXISTS executions_held ON executions (worker) WHERE state IN (2, 3);
 CREATE INDEX IF NOT EXISTS executions_owned ON executions (owner) WHERE state IN (2, 3);
 CREATE INDEX IF NOT EXISTS executions_recent ON executions (seq);
+CREATE INDEX IF NOT EXISTS executions_by_workflow ON executions (workflow_name, seq);
 CREATE TABLE IF NOT EXISTS dispatches (
     execution_id TEXT NOT NULL, generation BIGINT NOT NULL, worker TEXT NOT NULL, replica TEXT NOT NULL,
     at DOUBLE PRECISION NOT NULL, PRIMARY KEY (execution_id, generation));
@@ -86,6 +98,7 @@ CREATE TABLE IF NOT EXISTS workers (
     name TEXT PRIMARY KEY, session_token TEXT NOT NULL, updated_at DOUBLE PRECISION NOT NULL,
     replica TEXT NOT NULL DEFAULT '', connected BOOLEAN NOT NULL DEFAULT FALSE,
     epoch BIGINT NOT NULL DEFAULT 0, info TEXT NOT NULL DEFAULT '{}', load TEXT NOT NULL DEFAULT '{}');
+ALTER TABLE workers ADD COLUMN IF NOT EXISTS paused BOOLEAN NOT NULL DEFAULT FALSE;
 CREATE SEQUENCE IF NOT EXISTS worker_epochs;
 CREATE TABLE IF NOT EXISTS replicas (
     id TEXT PRIMARY KEY, address TEXT NOT NULL, started_at TIMESTAMPTZ NOT NULL DEFAULT now(),
@@ -147,7 +160,7 @@ RETURNING {_COLUMNS}
 # Submissions, requeues and results always wait for the flush: they are promises.
 _RELAXED = "SET LOCAL synchronous_commit = off"
 
-CHANNELS = ("flux_pending", "flux_cancel", "flux_done", "flux_workers", "flux_workflows")
+CHANNELS = ("flux_pending", "flux_cancel", "flux_done", "flux_workers", "flux_workflows", "flux_paused")
 
 
 def _row(e: Execution, owner: str) -> tuple[object, ...]:
@@ -228,12 +241,14 @@ class PostgresStore(Store):
             await db.execute("SELECT pg_advisory_xact_lock(%s)", (MIGRATION_LOCK,))
             await db.execute(SCHEMA)
             found = await (await db.execute("SELECT value FROM meta WHERE key='schema_version'")).fetchone()
-            if found is None:
-                await db.execute("INSERT INTO meta VALUES ('schema_version', %s)", (str(SCHEMA_VERSION),))
-            elif int(found[0]) > SCHEMA_VERSION:
+            if found is not None and int(found[0]) > SCHEMA_VERSION:
                 raise StoreError(
                     f"the database has schema version {found[0]}, newer than this Flux ({SCHEMA_VERSION})"
                 )
+            await db.execute(
+                "INSERT INTO meta VALUES ('schema_version', %s) ON CONFLICT (key) DO UPDATE SET value = excluded.value",
+                (str(SCHEMA_VERSION),),
+            )
             await db.execute(
                 "INSERT INTO replicas (id, address) VALUES (%s, %s) ON CONFLICT (id) DO UPDATE "
                 "SET heartbeat_at = now(), address = excluded.address",
@@ -335,9 +350,10 @@ class PostgresStore(Store):
                     stored.append(replace(latest, filename=filename, unchanged=True))
                     continue
                 await db.execute(
-                    "INSERT INTO workflows VALUES (%s,%s,%s,%s,%s,%s,%s,%s)", workflow_row(record, now)
+                    f"INSERT INTO workflows ({WORKFLOW_COLUMNS}) VALUES ({','.join(['%s'] * 9)})",
+                    workflow_row(record, now),
                 )
-                stored.append(record)
+                stored.append(replace(record, registered_at=now))
             await db.execute("SELECT pg_notify('flux_workflows', %s)", (self.replica_id,))
         return stored
 
@@ -502,15 +518,22 @@ class PostgresStore(Store):
             row = await cursor.fetchone()
             return execution_from_row(row) if row else None
 
-    async def list_executions(self, limit: int, states: tuple[int, ...] = ()) -> list[Execution]:
+    async def list_executions(self, query: ExecutionQuery) -> list[Execution]:
+        where, params = executions_filter(query, "%s")
         async with self._pool.connection() as db:
             cursor = db.cursor(row_factory=dict_row)
-            where = "WHERE state = ANY(%s)" if states else ""
-            params: tuple[object, ...] = (list(states), limit) if states else (limit,)
+            # The page token's "execution_id <" uses the column's collation, as this ORDER BY does.
             await cursor.execute(
-                f"SELECT {_COLUMNS} FROM executions {where} ORDER BY seq DESC LIMIT %s", params
+                f"SELECT {_COLUMNS} FROM executions {where} ORDER BY seq DESC, execution_id DESC LIMIT %s",
+                (*params, query.limit),
             )
             return [execution_from_row(row) for row in await cursor.fetchall()]
+
+    async def list_workflows(self, name: str = "") -> list[WorkflowRecord]:
+        async with self._pool.connection() as db:
+            cursor = db.cursor(row_factory=dict_row)
+            await cursor.execute(*workflows_query(name, "%s"))
+            return [workflow_from_row(row) for row in await cursor.fetchall()]
 
     async def pending_executions(self) -> list[Execution]:
         async with self._pool.connection() as db:
@@ -603,6 +626,23 @@ class PostgresStore(Store):
                 (connected, json.dumps(info) if info is not None else None,
                  json.dumps(load) if load is not None else None, time.time(), name, self.replica_id),
             )  # fmt: skip
+
+    async def set_worker_paused(self, name: str, paused: bool) -> bool:
+        """Record an operator's pause by worker name and tell the replicas; False when no such worker."""
+        async with self._pool.connection() as db, db.transaction():
+            row = await (
+                await db.execute(
+                    "UPDATE workers SET paused = %s WHERE name = %s RETURNING name", (paused, name)
+                )
+            ).fetchone()
+            if row is not None:
+                await db.execute("SELECT pg_notify('flux_paused', %s)", (name,))
+            return row is not None
+
+    async def worker_paused(self, name: str) -> bool:
+        async with self._pool.connection() as db:
+            row = await (await db.execute("SELECT paused FROM workers WHERE name = %s", (name,))).fetchone()
+            return bool(row and row[0])
 
     async def directory(self, replica_timeout: float) -> list[tuple[str, dict[str, Any]]]:
         """Workers connected to other live replicas, with what they last advertised."""

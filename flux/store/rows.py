@@ -9,7 +9,12 @@ from typing import Any
 
 from flux.domain.execution import Execution, ExecutionError, State, WorkflowRef
 from flux.domain.resource_request import ResourceRequest
-from flux.store.base import WorkflowRecord
+from flux.store.base import ExecutionQuery, WorkflowRecord
+
+# Named, so a table created before a column was added (and migrated) takes the same rows.
+WORKFLOW_COLUMNS = (
+    "name, version, source_hash, entrypoint, requests, affinity, max_attempts, created_at, runtime"
+)
 
 
 def requests_to_json(requests: ResourceRequest) -> str:
@@ -60,6 +65,7 @@ def execution_from_row(row: Mapping[str, Any]) -> Execution:
 
 
 def workflow_from_row(row: Mapping[str, Any]) -> WorkflowRecord:
+    """A workflows row; ``filename`` too when the query joined ``sources``."""
     return WorkflowRecord(
         name=row["name"],
         version=row["version"],
@@ -68,11 +74,50 @@ def workflow_from_row(row: Mapping[str, Any]) -> WorkflowRecord:
         requests=requests_from_json(row["requests"]),
         affinity=MappingProxyType(json.loads(row["affinity"])),
         max_attempts=row["max_attempts"],
+        filename=row["filename"] if "filename" in row.keys() else "",  # noqa: SIM118 - sqlite3.Row has no `in`
+        runtime=row["runtime"],
+        registered_at=row["created_at"],
     )
 
 
 def workflow_row(record: WorkflowRecord, created_at: float) -> tuple[object, ...]:
     return (
         record.name, record.version, record.source_hash, record.entrypoint, requests_to_json(record.requests),
-        json.dumps(dict(record.affinity)), record.max_attempts, created_at,
+        json.dumps(dict(record.affinity)), record.max_attempts, created_at, record.runtime,
     )  # fmt: skip
+
+
+def workflows_query(name: str, mark: str) -> tuple[str, tuple[object, ...]]:
+    """Every version (of ``name``, when given) with its file name; ``mark`` is the driver's placeholder."""
+    where = f"WHERE w.name = {mark}" if name else ""
+    sql = (
+        "SELECT w.*, s.filename FROM workflows w LEFT JOIN sources s ON s.source_hash = w.source_hash "
+        f"{where} ORDER BY w.name, w.version"
+    )
+    return sql, ((name,) if name else ())
+
+
+def executions_filter(query: ExecutionQuery, mark: str) -> tuple[str, list[object]]:
+    """The WHERE clause (and its parameters) of a listing, for either driver's ``mark``."""
+    changing: list[str] = []  # what the dispatcher may know newer than the row: state and worker
+    params: list[object] = []
+    if query.states:
+        changing.append(f"state IN ({', '.join([mark] * len(query.states))})")
+        params.extend(query.states)
+    if query.worker:
+        changing.append(f"worker = {mark}")
+        params.append(query.worker)
+    clauses: list[str] = []
+    if changing:
+        clause = " AND ".join(changing)
+        clauses.append(f"(({clause}) OR state < 4)" if query.unfinished_too else clause)
+    if query.workflow:
+        clauses.append(f"workflow_name = {mark}")
+        params.append(query.workflow)
+    if query.created_after:
+        clauses.append(f"created_at >= {mark}")
+        params.append(query.created_after)
+    if query.after is not None:
+        clauses.append(f"(seq < {mark} OR (seq = {mark} AND execution_id < {mark}))")
+        params.extend((query.after[0], query.after[0], query.after[1]))
+    return (f"WHERE {' AND '.join(clauses)}" if clauses else ""), params

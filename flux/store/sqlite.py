@@ -18,10 +18,19 @@ from dataclasses import replace
 from pathlib import Path
 
 from flux.domain.execution import Execution
-from flux.store.base import Recovered, Store, StoreError, WorkerIdentity, WorkflowRecord
-from flux.store.rows import execution_from_row, execution_row, workflow_from_row, workflow_row
+from flux.store.base import ExecutionQuery, Recovered, Store, StoreError, WorkerIdentity, WorkflowRecord
+from flux.store.rows import (
+    WORKFLOW_COLUMNS,
+    execution_from_row,
+    execution_row,
+    executions_filter,
+    workflow_from_row,
+    workflow_row,
+    workflows_query,
+)
 
-SCHEMA_VERSION = 1
+# 2: workflows.runtime (a version 1 file is migrated on open).
+SCHEMA_VERSION = 2
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
@@ -30,7 +39,7 @@ CREATE TABLE IF NOT EXISTS sources (
 CREATE TABLE IF NOT EXISTS workflows (
     name TEXT NOT NULL, version INTEGER NOT NULL, source_hash TEXT NOT NULL, entrypoint TEXT NOT NULL,
     requests TEXT NOT NULL, affinity TEXT NOT NULL, max_attempts INTEGER NOT NULL, created_at REAL NOT NULL,
-    PRIMARY KEY (name, version));
+    runtime TEXT NOT NULL DEFAULT 'python', PRIMARY KEY (name, version));
 CREATE TABLE IF NOT EXISTS executions (
     execution_id TEXT PRIMARY KEY, seq INTEGER NOT NULL, workflow_name TEXT NOT NULL,
     workflow_version INTEGER NOT NULL, source_hash TEXT NOT NULL, entrypoint TEXT NOT NULL,
@@ -39,6 +48,7 @@ CREATE TABLE IF NOT EXISTS executions (
     gpu_indices TEXT NOT NULL, created_at REAL NOT NULL, updated_at REAL NOT NULL);
 CREATE INDEX IF NOT EXISTS executions_unfinished ON executions (state) WHERE state < 4;
 CREATE INDEX IF NOT EXISTS executions_recent ON executions (seq);
+CREATE INDEX IF NOT EXISTS executions_by_workflow ON executions (workflow_name, seq);
 CREATE TABLE IF NOT EXISTS workers (name TEXT PRIMARY KEY, session_token TEXT NOT NULL, updated_at REAL NOT NULL);
 """
 
@@ -75,14 +85,28 @@ class SqliteStore(Store):
         db.execute("PRAGMA journal_mode=WAL")
         db.execute("PRAGMA synchronous=NORMAL")
         db.execute("PRAGMA busy_timeout=5000")
-        db.executescript(SCHEMA)
-        found = db.execute("SELECT value FROM meta WHERE key='schema_version'").fetchone()
-        if found is None:
-            db.execute("INSERT INTO meta VALUES ('schema_version', ?)", (str(SCHEMA_VERSION),))
-        elif int(found["value"]) > SCHEMA_VERSION:
+        # Refuse a newer file before touching it: the schema script below may not suit it.
+        meta = db.execute("SELECT 1 FROM sqlite_master WHERE type='table' AND name='meta'").fetchone()
+        found = meta and db.execute("SELECT value FROM meta WHERE key='schema_version'").fetchone()
+        if found and int(found["value"]) > SCHEMA_VERSION:
             raise StoreError(
                 f"{self.path} has schema version {found['value']}, newer than this Flux ({SCHEMA_VERSION})"
             )
+        db.execute("BEGIN IMMEDIATE")
+        try:
+            columns = {row["name"] for row in db.execute("PRAGMA table_info(workflows)")}
+            if columns and "runtime" not in columns:  # version 1: every workflow was Python
+                db.execute("ALTER TABLE workflows ADD COLUMN runtime TEXT NOT NULL DEFAULT 'python'")
+            for statement in filter(str.strip, SCHEMA.split(";")):
+                db.execute(statement)
+            db.execute(
+                "INSERT INTO meta VALUES ('schema_version', ?) ON CONFLICT (key) DO UPDATE SET value=excluded.value",
+                (str(SCHEMA_VERSION),),
+            )
+            db.execute("COMMIT")
+        except BaseException:
+            db.execute("ROLLBACK")
+            raise
         self._db = db
         recovered = Recovered()
         for row in db.execute("SELECT * FROM workflows ORDER BY name, version"):
@@ -129,7 +153,11 @@ class SqliteStore(Store):
                 if latest is not None and latest.same_definition(record):
                     stored.append(replace(latest, filename=filename, unchanged=True))
                     continue
-                db.execute("INSERT INTO workflows VALUES (?,?,?,?,?,?,?,?)", workflow_row(record, now))
+                db.execute(
+                    f"INSERT INTO workflows ({WORKFLOW_COLUMNS}) VALUES (?,?,?,?,?,?,?,?,?)",
+                    workflow_row(record, now),
+                )
+                record = replace(record, registered_at=now)
                 stored.append(record)
             db.execute("COMMIT")
         except BaseException:
@@ -195,12 +223,19 @@ class SqliteStore(Store):
 
         return await self._run(read)
 
-    async def list_executions(self, limit: int, states: tuple[int, ...] = ()) -> list[Execution]:
+    async def list_executions(self, query: ExecutionQuery) -> list[Execution]:
         def read() -> list[Execution]:
             assert self._db is not None
-            where = f"WHERE state IN ({','.join('?' * len(states))})" if states else ""
-            query = f"SELECT * FROM executions {where} ORDER BY seq DESC LIMIT ?"
-            return [execution_from_row(row) for row in self._db.execute(query, (*states, limit))]
+            where, params = executions_filter(query, "?")
+            sql = f"SELECT * FROM executions {where} ORDER BY seq DESC, execution_id DESC LIMIT ?"
+            return [execution_from_row(row) for row in self._db.execute(sql, (*params, query.limit))]
+
+        return await self._run(read)
+
+    async def list_workflows(self, name: str = "") -> list[WorkflowRecord]:
+        def read() -> list[WorkflowRecord]:
+            assert self._db is not None
+            return [workflow_from_row(row) for row in self._db.execute(*workflows_query(name, "?"))]
 
         return await self._run(read)
 

@@ -94,12 +94,17 @@ class WorkflowMetadata(_message.Message):
     REQUESTS_FIELD_NUMBER: _builtins.int
     AFFINITY_FIELD_NUMBER: _builtins.int
     MAX_ATTEMPTS_FIELD_NUMBER: _builtins.int
+    RUNTIME_FIELD_NUMBER: _builtins.int
     name: _builtins.str
     """Workflow name, as given to @workflow.with_options(name=...)."""
     entrypoint: _builtins.str
     """Python function name inside the file."""
     max_attempts: _builtins.int
     """Tries before an execution fails for good; 0 means the default (3)."""
+    runtime: _builtins.str
+    """The runtime the workflow is written for, matched against the runtimes a worker
+    advertises (WorkerSoftware.runtimes), e.g. "python" or "node"; empty means "python".
+    """
     @_builtins.property
     def requests(self) -> _resources_pb2.ResourceRequest:
         """What every execution needs; unset means "runs anywhere"."""
@@ -116,10 +121,11 @@ class WorkflowMetadata(_message.Message):
         requests: _resources_pb2.ResourceRequest | None = ...,
         affinity: _abc.Mapping[_builtins.str, _builtins.str] | None = ...,
         max_attempts: _builtins.int = ...,
+        runtime: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["requests", b"requests"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["affinity", b"affinity", "entrypoint", b"entrypoint", "max_attempts", b"max_attempts", "name", b"name", "requests", b"requests"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["affinity", b"affinity", "entrypoint", b"entrypoint", "max_attempts", b"max_attempts", "name", b"name", "requests", b"requests", "runtime", b"runtime"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -479,6 +485,8 @@ class WorkerInfo(_message.Message):
     PACKAGE_COUNT_FIELD_NUMBER: _builtins.int
     DRAINING_FIELD_NUMBER: _builtins.int
     FREE_FIELD_NUMBER: _builtins.int
+    PAUSED_FIELD_NUMBER: _builtins.int
+    RUNTIMES_FIELD_NUMBER: _builtins.int
     name: _builtins.str
     """Worker name."""
     capacity: _builtins.int
@@ -495,6 +503,10 @@ class WorkerInfo(_message.Message):
     """Number of installed distributions it reported."""
     draining: _builtins.bool
     """True while the worker announces it is draining: it takes no new executions."""
+    paused: _builtins.bool
+    """True while an operator has paused it (PauseWorker): it takes no new executions
+    but keeps its stream and the work it holds.
+    """
     @_builtins.property
     def labels(self) -> _containers.ScalarMap[_builtins.str, _builtins.str]:
         """Labels it registered with."""
@@ -515,6 +527,10 @@ class WorkerInfo(_message.Message):
         execution holds. A loaded host shows little free although nothing is reserved.
         """
 
+    @_builtins.property
+    def runtimes(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
+        """Runtimes it executes, as it advertised them (WorkerSoftware.runtimes), e.g. "python 3.11.9"."""
+
     def __init__(
         self,
         *,
@@ -530,10 +546,12 @@ class WorkerInfo(_message.Message):
         package_count: _builtins.int = ...,
         draining: _builtins.bool = ...,
         free: Global___Allocation | None = ...,
+        paused: _builtins.bool = ...,
+        runtimes: _abc.Iterable[_builtins.str] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["free", b"free", "reserved", b"reserved", "resources", b"resources"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["active_executions", b"active_executions", "capacity", b"capacity", "connected", b"connected", "draining", b"draining", "free", b"free", "labels", b"labels", "last_seen_ms", b"last_seen_ms", "name", b"name", "package_count", b"package_count", "reserved", b"reserved", "resources", b"resources", "transport", b"transport"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["active_executions", b"active_executions", "capacity", b"capacity", "connected", b"connected", "draining", b"draining", "free", b"free", "labels", b"labels", "last_seen_ms", b"last_seen_ms", "name", b"name", "package_count", b"package_count", "paused", b"paused", "reserved", b"reserved", "resources", b"resources", "runtimes", b"runtimes", "transport", b"transport"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -1187,3 +1205,259 @@ class LatencyHistogram(_message.Message):
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___LatencyHistogram: _TypeAlias = LatencyHistogram  # noqa: Y015
+
+@_typing.final
+class ListExecutionsRequest(_message.Message):
+    """Filters for ListExecutions; every filter given must hold."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    STATES_FIELD_NUMBER: _builtins.int
+    WORKFLOW_FIELD_NUMBER: _builtins.int
+    WORKER_FIELD_NUMBER: _builtins.int
+    CREATED_AFTER_MS_FIELD_NUMBER: _builtins.int
+    PAGE_SIZE_FIELD_NUMBER: _builtins.int
+    PAGE_TOKEN_FIELD_NUMBER: _builtins.int
+    workflow: _builtins.str
+    """Only executions of this workflow name (any version); empty means any."""
+    worker: _builtins.str
+    """Only executions dispatched to or run by this worker; empty means any."""
+    created_after_ms: _builtins.int
+    """Only executions submitted at or after this time, in milliseconds since the Unix
+    epoch; 0 means no bound.
+    """
+    page_size: _builtins.int
+    """Most executions to return, 1 to 1000; 0 means 50."""
+    page_token: _builtins.str
+    """next_page_token of the previous page, to continue after it; empty starts at the newest."""
+    @_builtins.property
+    def states(self) -> _containers.RepeatedScalarFieldContainer[Global___ExecutionState.ValueType]:
+        """Only executions in one of these states; empty means every state."""
+
+    def __init__(
+        self,
+        *,
+        states: _abc.Iterable[Global___ExecutionState.ValueType] | None = ...,
+        workflow: _builtins.str = ...,
+        worker: _builtins.str = ...,
+        created_after_ms: _builtins.int = ...,
+        page_size: _builtins.int = ...,
+        page_token: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["created_after_ms", b"created_after_ms", "page_size", b"page_size", "page_token", b"page_token", "states", b"states", "worker", b"worker", "workflow", b"workflow"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ListExecutionsRequest: _TypeAlias = ListExecutionsRequest  # noqa: Y015
+
+@_typing.final
+class ListExecutionsResponse(_message.Message):
+    """One page of executions."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    EXECUTIONS_FIELD_NUMBER: _builtins.int
+    NEXT_PAGE_TOKEN_FIELD_NUMBER: _builtins.int
+    next_page_token: _builtins.str
+    """Pass as page_token for the next page; empty when this page is the last."""
+    @_builtins.property
+    def executions(self) -> _containers.RepeatedCompositeFieldContainer[Global___Execution]:
+        """Newest submission first (ties by execution id)."""
+
+    def __init__(
+        self,
+        *,
+        executions: _abc.Iterable[Global___Execution] | None = ...,
+        next_page_token: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["executions", b"executions", "next_page_token", b"next_page_token"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ListExecutionsResponse: _TypeAlias = ListExecutionsResponse  # noqa: Y015
+
+@_typing.final
+class ListWorkflowsRequest(_message.Message):
+    """Which workflows ListWorkflows returns."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    NAME_FIELD_NUMBER: _builtins.int
+    VERSION_FIELD_NUMBER: _builtins.int
+    name: _builtins.str
+    """One workflow name: every version of it, oldest first (NOT_FOUND if it is not
+    registered). Empty: the latest version of every name, by name.
+    """
+    version: _builtins.int
+    """With name: only this version (NOT_FOUND if it does not exist); 0 means every version."""
+    def __init__(
+        self,
+        *,
+        name: _builtins.str = ...,
+        version: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["name", b"name", "version", b"version"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ListWorkflowsRequest: _TypeAlias = ListWorkflowsRequest  # noqa: Y015
+
+@_typing.final
+class WorkflowInfo(_message.Message):
+    """One registered version of a workflow."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    @_typing.final
+    class AffinityEntry(_message.Message):
+        DESCRIPTOR: _descriptor.Descriptor
+
+        KEY_FIELD_NUMBER: _builtins.int
+        VALUE_FIELD_NUMBER: _builtins.int
+        key: _builtins.str
+        value: _builtins.str
+        def __init__(
+            self,
+            *,
+            key: _builtins.str = ...,
+            value: _builtins.str = ...,
+        ) -> None: ...
+        _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+        def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+        _ClearFieldArgType: _TypeAlias = _typing.Literal["key", b"key", "value", b"value"]  # noqa: Y015
+        def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+        def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+    NAME_FIELD_NUMBER: _builtins.int
+    VERSION_FIELD_NUMBER: _builtins.int
+    SOURCE_HASH_FIELD_NUMBER: _builtins.int
+    ENTRYPOINT_FIELD_NUMBER: _builtins.int
+    REQUESTS_FIELD_NUMBER: _builtins.int
+    AFFINITY_FIELD_NUMBER: _builtins.int
+    MAX_ATTEMPTS_FIELD_NUMBER: _builtins.int
+    RUNTIME_FIELD_NUMBER: _builtins.int
+    FILENAME_FIELD_NUMBER: _builtins.int
+    REGISTERED_AT_MS_FIELD_NUMBER: _builtins.int
+    VERSION_COUNT_FIELD_NUMBER: _builtins.int
+    name: _builtins.str
+    """Workflow name."""
+    version: _builtins.int
+    """This version."""
+    source_hash: _builtins.str
+    """sha256 of its source file, hex."""
+    entrypoint: _builtins.str
+    """Python function name inside the source file."""
+    max_attempts: _builtins.int
+    """Tries before an execution fails for good."""
+    runtime: _builtins.str
+    """The runtime it is written for, e.g. "python"."""
+    filename: _builtins.str
+    """File name given at registration."""
+    registered_at_ms: _builtins.int
+    """When this version was registered, in milliseconds since the Unix epoch."""
+    version_count: _builtins.int
+    """How many versions of this name are registered (the latest is the highest)."""
+    @_builtins.property
+    def requests(self) -> _resources_pb2.ResourceRequest:
+        """What every execution of this version needs."""
+
+    @_builtins.property
+    def affinity(self) -> _containers.ScalarMap[_builtins.str, _builtins.str]:
+        """Labels a worker must carry, with equal values."""
+
+    def __init__(
+        self,
+        *,
+        name: _builtins.str = ...,
+        version: _builtins.int = ...,
+        source_hash: _builtins.str = ...,
+        entrypoint: _builtins.str = ...,
+        requests: _resources_pb2.ResourceRequest | None = ...,
+        affinity: _abc.Mapping[_builtins.str, _builtins.str] | None = ...,
+        max_attempts: _builtins.int = ...,
+        runtime: _builtins.str = ...,
+        filename: _builtins.str = ...,
+        registered_at_ms: _builtins.int = ...,
+        version_count: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["requests", b"requests"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["affinity", b"affinity", "entrypoint", b"entrypoint", "filename", b"filename", "max_attempts", b"max_attempts", "name", b"name", "registered_at_ms", b"registered_at_ms", "requests", b"requests", "runtime", b"runtime", "source_hash", b"source_hash", "version", b"version", "version_count", b"version_count"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___WorkflowInfo: _TypeAlias = WorkflowInfo  # noqa: Y015
+
+@_typing.final
+class ListWorkflowsResponse(_message.Message):
+    """Registered workflows."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    WORKFLOWS_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def workflows(self) -> _containers.RepeatedCompositeFieldContainer[Global___WorkflowInfo]:
+        """See ListWorkflowsRequest for which and in what order."""
+
+    def __init__(
+        self,
+        *,
+        workflows: _abc.Iterable[Global___WorkflowInfo] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["workflows", b"workflows"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ListWorkflowsResponse: _TypeAlias = ListWorkflowsResponse  # noqa: Y015
+
+@_typing.final
+class PauseWorkerRequest(_message.Message):
+    """Names the worker to pause."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    NAME_FIELD_NUMBER: _builtins.int
+    name: _builtins.str
+    """Worker name, as registered."""
+    def __init__(
+        self,
+        *,
+        name: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["name", b"name"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___PauseWorkerRequest: _TypeAlias = PauseWorkerRequest  # noqa: Y015
+
+@_typing.final
+class ResumeWorkerRequest(_message.Message):
+    """Names the worker to resume."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    NAME_FIELD_NUMBER: _builtins.int
+    name: _builtins.str
+    """Worker name, as registered."""
+    def __init__(
+        self,
+        *,
+        name: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["name", b"name"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ResumeWorkerRequest: _TypeAlias = ResumeWorkerRequest  # noqa: Y015

@@ -81,6 +81,26 @@ class ControlServiceStub:
                 request_serializer=flux_dot_v1_dot_control__pb2.GetMetricsRequest.SerializeToString,
                 response_deserializer=flux_dot_v1_dot_control__pb2.ClusterStatus.FromString,
                 _registered_method=True)
+        self.ListExecutions = channel.unary_unary(
+                '/flux.v1.ControlService/ListExecutions',
+                request_serializer=flux_dot_v1_dot_control__pb2.ListExecutionsRequest.SerializeToString,
+                response_deserializer=flux_dot_v1_dot_control__pb2.ListExecutionsResponse.FromString,
+                _registered_method=True)
+        self.ListWorkflows = channel.unary_unary(
+                '/flux.v1.ControlService/ListWorkflows',
+                request_serializer=flux_dot_v1_dot_control__pb2.ListWorkflowsRequest.SerializeToString,
+                response_deserializer=flux_dot_v1_dot_control__pb2.ListWorkflowsResponse.FromString,
+                _registered_method=True)
+        self.PauseWorker = channel.unary_unary(
+                '/flux.v1.ControlService/PauseWorker',
+                request_serializer=flux_dot_v1_dot_control__pb2.PauseWorkerRequest.SerializeToString,
+                response_deserializer=flux_dot_v1_dot_control__pb2.WorkerInfo.FromString,
+                _registered_method=True)
+        self.ResumeWorker = channel.unary_unary(
+                '/flux.v1.ControlService/ResumeWorker',
+                request_serializer=flux_dot_v1_dot_control__pb2.ResumeWorkerRequest.SerializeToString,
+                response_deserializer=flux_dot_v1_dot_control__pb2.WorkerInfo.FromString,
+                _registered_method=True)
 
 
 class ControlServiceServicer:
@@ -154,6 +174,36 @@ class ControlServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def ListExecutions(self, request, context):
+        """Executions from the store, newest submission first, filtered and a page at a time.
+        With replicas it covers the whole database, not one replica's memory.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ListWorkflows(self, request, context):
+        """Registered workflows: the latest version of each name, or every version of one name.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def PauseWorker(self, request, context):
+        """Stops dispatching new executions to a worker. It keeps its stream and finishes
+        what it holds; pending work waits for other workers. Answers the worker as paused.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ResumeWorker(self, request, context):
+        """Lets a paused worker take new executions again.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_ControlServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -201,6 +251,26 @@ def add_ControlServiceServicer_to_server(servicer, server):
                     servicer.GetMetrics,
                     request_deserializer=flux_dot_v1_dot_control__pb2.GetMetricsRequest.FromString,
                     response_serializer=flux_dot_v1_dot_control__pb2.ClusterStatus.SerializeToString,
+            ),
+            'ListExecutions': grpc.unary_unary_rpc_method_handler(
+                    servicer.ListExecutions,
+                    request_deserializer=flux_dot_v1_dot_control__pb2.ListExecutionsRequest.FromString,
+                    response_serializer=flux_dot_v1_dot_control__pb2.ListExecutionsResponse.SerializeToString,
+            ),
+            'ListWorkflows': grpc.unary_unary_rpc_method_handler(
+                    servicer.ListWorkflows,
+                    request_deserializer=flux_dot_v1_dot_control__pb2.ListWorkflowsRequest.FromString,
+                    response_serializer=flux_dot_v1_dot_control__pb2.ListWorkflowsResponse.SerializeToString,
+            ),
+            'PauseWorker': grpc.unary_unary_rpc_method_handler(
+                    servicer.PauseWorker,
+                    request_deserializer=flux_dot_v1_dot_control__pb2.PauseWorkerRequest.FromString,
+                    response_serializer=flux_dot_v1_dot_control__pb2.WorkerInfo.SerializeToString,
+            ),
+            'ResumeWorker': grpc.unary_unary_rpc_method_handler(
+                    servicer.ResumeWorker,
+                    request_deserializer=flux_dot_v1_dot_control__pb2.ResumeWorkerRequest.FromString,
+                    response_serializer=flux_dot_v1_dot_control__pb2.WorkerInfo.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -448,6 +518,114 @@ class ControlService:
             '/flux.v1.ControlService/GetMetrics',
             flux_dot_v1_dot_control__pb2.GetMetricsRequest.SerializeToString,
             flux_dot_v1_dot_control__pb2.ClusterStatus.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ListExecutions(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/flux.v1.ControlService/ListExecutions',
+            flux_dot_v1_dot_control__pb2.ListExecutionsRequest.SerializeToString,
+            flux_dot_v1_dot_control__pb2.ListExecutionsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ListWorkflows(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/flux.v1.ControlService/ListWorkflows',
+            flux_dot_v1_dot_control__pb2.ListWorkflowsRequest.SerializeToString,
+            flux_dot_v1_dot_control__pb2.ListWorkflowsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def PauseWorker(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/flux.v1.ControlService/PauseWorker',
+            flux_dot_v1_dot_control__pb2.PauseWorkerRequest.SerializeToString,
+            flux_dot_v1_dot_control__pb2.WorkerInfo.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ResumeWorker(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/flux.v1.ControlService/ResumeWorker',
+            flux_dot_v1_dot_control__pb2.ResumeWorkerRequest.SerializeToString,
+            flux_dot_v1_dot_control__pb2.WorkerInfo.FromString,
             options,
             channel_credentials,
             insecure,

@@ -58,6 +58,18 @@ class ControlServiceStub:
     names (workers and pending are left empty). Callers need no token, as for the
     health service, so a gateway can serve them to Prometheus at /metrics.
     """
+    ListExecutions: _grpc.UnaryUnaryMultiCallable[_control_pb2.ListExecutionsRequest, _control_pb2.ListExecutionsResponse]
+    """Executions from the store, newest submission first, filtered and a page at a time.
+    With replicas it covers the whole database, not one replica's memory.
+    """
+    ListWorkflows: _grpc.UnaryUnaryMultiCallable[_control_pb2.ListWorkflowsRequest, _control_pb2.ListWorkflowsResponse]
+    """Registered workflows: the latest version of each name, or every version of one name."""
+    PauseWorker: _grpc.UnaryUnaryMultiCallable[_control_pb2.PauseWorkerRequest, _control_pb2.WorkerInfo]
+    """Stops dispatching new executions to a worker. It keeps its stream and finishes
+    what it holds; pending work waits for other workers. Answers the worker as paused.
+    """
+    ResumeWorker: _grpc.UnaryUnaryMultiCallable[_control_pb2.ResumeWorkerRequest, _control_pb2.WorkerInfo]
+    """Lets a paused worker take new executions again."""
 
 @_typing.type_check_only
 class ControlServiceAsyncStub(ControlServiceStub):
@@ -89,6 +101,18 @@ class ControlServiceAsyncStub(ControlServiceStub):
     names (workers and pending are left empty). Callers need no token, as for the
     health service, so a gateway can serve them to Prometheus at /metrics.
     """
+    ListExecutions: _aio.UnaryUnaryMultiCallable[_control_pb2.ListExecutionsRequest, _control_pb2.ListExecutionsResponse]  # type: ignore[assignment]
+    """Executions from the store, newest submission first, filtered and a page at a time.
+    With replicas it covers the whole database, not one replica's memory.
+    """
+    ListWorkflows: _aio.UnaryUnaryMultiCallable[_control_pb2.ListWorkflowsRequest, _control_pb2.ListWorkflowsResponse]  # type: ignore[assignment]
+    """Registered workflows: the latest version of each name, or every version of one name."""
+    PauseWorker: _aio.UnaryUnaryMultiCallable[_control_pb2.PauseWorkerRequest, _control_pb2.WorkerInfo]  # type: ignore[assignment]
+    """Stops dispatching new executions to a worker. It keeps its stream and finishes
+    what it holds; pending work waits for other workers. Answers the worker as paused.
+    """
+    ResumeWorker: _aio.UnaryUnaryMultiCallable[_control_pb2.ResumeWorkerRequest, _control_pb2.WorkerInfo]  # type: ignore[assignment]
+    """Lets a paused worker take new executions again."""
 
 class ControlServiceServicer(metaclass=_abc_1.ABCMeta):
     """What clients use: register workflow code, run it, follow executions, and
@@ -171,5 +195,41 @@ class ControlServiceServicer(metaclass=_abc_1.ABCMeta):
         names (workers and pending are left empty). Callers need no token, as for the
         health service, so a gateway can serve them to Prometheus at /metrics.
         """
+
+    @_abc_1.abstractmethod
+    def ListExecutions(
+        self,
+        request: _control_pb2.ListExecutionsRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_control_pb2.ListExecutionsResponse, _abc.Awaitable[_control_pb2.ListExecutionsResponse]]:
+        """Executions from the store, newest submission first, filtered and a page at a time.
+        With replicas it covers the whole database, not one replica's memory.
+        """
+
+    @_abc_1.abstractmethod
+    def ListWorkflows(
+        self,
+        request: _control_pb2.ListWorkflowsRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_control_pb2.ListWorkflowsResponse, _abc.Awaitable[_control_pb2.ListWorkflowsResponse]]:
+        """Registered workflows: the latest version of each name, or every version of one name."""
+
+    @_abc_1.abstractmethod
+    def PauseWorker(
+        self,
+        request: _control_pb2.PauseWorkerRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_control_pb2.WorkerInfo, _abc.Awaitable[_control_pb2.WorkerInfo]]:
+        """Stops dispatching new executions to a worker. It keeps its stream and finishes
+        what it holds; pending work waits for other workers. Answers the worker as paused.
+        """
+
+    @_abc_1.abstractmethod
+    def ResumeWorker(
+        self,
+        request: _control_pb2.ResumeWorkerRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_control_pb2.WorkerInfo, _abc.Awaitable[_control_pb2.WorkerInfo]]:
+        """Lets a paused worker take new executions again."""
 
 def add_ControlServiceServicer_to_server(servicer: ControlServiceServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...

@@ -203,6 +203,7 @@ class WorkerSoftware(_message.Message):
 
     PACKAGES_FIELD_NUMBER: _builtins.int
     MARKER_ENVIRONMENT_FIELD_NUMBER: _builtins.int
+    RUNTIMES_FIELD_NUMBER: _builtins.int
     @_builtins.property
     def packages(self) -> _containers.RepeatedCompositeFieldContainer[Global___Package]:
         """Installed distributions."""
@@ -211,15 +212,23 @@ class WorkerSoftware(_message.Message):
     def marker_environment(self) -> _containers.ScalarMap[_builtins.str, _builtins.str]:
         """PEP 508 marker variables, e.g. "python_version" -> "3.11"."""
 
+    @_builtins.property
+    def runtimes(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
+        """Runtimes the worker executes workflows in, each "NAME" or "NAME VERSION", e.g.
+        "python 3.11.9" or "node 20.11.1"; a workflow matches by NAME. Empty (a worker
+        from before runtimes were advertised) means "python".
+        """
+
     def __init__(
         self,
         *,
         packages: _abc.Iterable[Global___Package] | None = ...,
         marker_environment: _abc.Mapping[_builtins.str, _builtins.str] | None = ...,
+        runtimes: _abc.Iterable[_builtins.str] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["marker_environment", b"marker_environment", "packages", b"packages"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["marker_environment", b"marker_environment", "packages", b"packages", "runtimes", b"runtimes"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 import importlib.metadata
 import logging
 import os
+import platform
 import threading
 import time
 from collections.abc import Iterable, Mapping, Sequence
@@ -214,7 +215,11 @@ def read_software(
     distributions: Iterable[importlib.metadata.Distribution] | None = None,
     marker_environment: Mapping[str, str] | None = None,
 ) -> WorkerSoftware:
-    """Installed distributions (PEP 503 names) and the PEP 508 marker environment."""
+    """Installed distributions (PEP 503 names), the PEP 508 marker environment, and this runtime.
+
+    The worker executes workflows in its own interpreter, so that is the one
+    runtime it advertises: ``python`` and its version.
+    """
     if distributions is None:
         distributions = importlib.metadata.distributions()
     packages: dict[str, str] = {}
@@ -228,7 +233,7 @@ def read_software(
         packages.setdefault(canonicalize_name(name), version)
     if marker_environment is None:
         marker_environment = default_environment()
-    return WorkerSoftware(packages, dict(marker_environment))
+    return WorkerSoftware(packages, dict(marker_environment), (f"python {platform.python_version()}",))
 
 
 def _moved(old: int, new: int, total: int) -> bool:

@@ -286,6 +286,7 @@ def test_client_routes_register_run_wait_cancel_and_openapi(cluster: Cluster, ht
         "/workers/{name}/release/{execution_id}", "/workers/{name}/source/{source_hash}",
         "/workflows", "/workflows/{name}/run", "/executions/{execution_id}",
         "/executions/{execution_id}/explain", "/executions/{execution_id}/cancel", "/workers", "/healthz",
+        "/executions", "/workflows/{name}", "/workers/{name}/pause", "/workers/{name}/resume",
     }  # fmt: skip
     assert expected <= set(spec["paths"])
     assert (

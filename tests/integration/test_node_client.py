@@ -101,9 +101,15 @@ def flux_node(
 def test_node_worker_claims_and_completes_what_python_submits(
     node: str, cluster: Cluster, tmp_path: Path
 ) -> None:
-    workflows = tmp_path / "node_workflows.py"
-    workflows.write_text(WORKFLOWS)
-    cluster.register(workflows)
+    # Registered for the "node" runtime (through the Node client, which declares it): the
+    # only workflows a Node worker is given.
+    code = tmp_path / "node_only.js"
+    code.write_text("// run by the Node worker's echo\n")
+    registered = flux_node(
+        node, cluster, "register", str(code), "--name", "node_only", "--runtime", "node",
+        "--memory", "1Gi", "--affinity", "lang=node",
+    )  # fmt: skip
+    assert registered.returncode == 0, registered.stderr
     worker = subprocess.Popen(
         [node, str(FLUX_JS), "worker", "nodew", "--max-executions", "2"]
         + ["--label", "lang=node", "--cpus", "3", "--memory", "2Gi", "--disk", "10Gi"],
@@ -118,6 +124,8 @@ def test_node_worker_claims_and_completes_what_python_submits(
         assert dict(info.labels) == {"lang": "node"} and info.transport == "grpc"
         declared = (info.resources.cpu_total, info.resources.memory_total, info.resources.disk_total)
         assert declared == (3, 2 * GI, 10 * GI)
+        (runtime,) = info.runtimes
+        assert runtime.startswith("node ") and runtime.split()[1][0].isdigit(), runtime
 
         # 1Gi each on a 2Gi worker: two fit at once; the Node worker takes two, then drains.
         ids = [cluster.run("node_only", {"n": n}, wait=False).execution_id for n in range(3)]
@@ -142,13 +150,42 @@ def test_node_worker_claims_and_completes_what_python_submits(
             "runtime": "node",
         }
     # The third was released (or never sent, or, sent as the stream closed, back after the
-    # ack deadline): it waits for a capable worker, then a Python worker runs it.
+    # ack deadline): it waits for a capable worker. A Python worker with the right label is
+    # not one: it lacks the node runtime.
     (left,) = [e for e in executions if e.state != COMPLETED]
     eventually(lambda: cluster.client.get(left.execution_id).state == CREATED, timeout=10)
     cluster.start_worker("py", "--label", "lang=node", "--cpus", "32")
-    final = cluster.client.wait(left.execution_id, timeout=30)
-    assert (final.state, final.worker) == (COMPLETED, "py")
-    assert json.loads(final.output_json) == {"input": json.loads(left.input_json), "worker": "py"}
+    explanation = cluster.client.explain(left.execution_id)
+    summary = explanation.summary
+    assert summary.startswith("0/1 workers can run it: 1 lacks runtime node (runs python 3."), summary
+    assert explanation.infeasible
+    (rejection,) = explanation.workers[0].rejections
+    assert (rejection.reason, rejection.wanted) == ("missing_runtime", "node")
+    assert rejection.offered.startswith("python 3.")
+    assert cluster.client.get(left.execution_id).state == CREATED
+
+
+def test_python_workflows_never_go_to_the_node_worker(node: str, cluster: Cluster) -> None:
+    """The issue's case: with only the Node worker connected, a Python workflow waits for a Python worker."""
+    worker = subprocess.Popen(
+        [node, str(FLUX_JS), "worker", "nodew"], env=node_env(cluster), stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    try:
+        eventually(lambda: cluster.worker_connected("nodew"), what="the Node worker to connect")
+        ids = [cluster.run("echo", n, wait=False).execution_id for n in range(4)]
+        explained = cluster.flux("execution", "explain", ids[0])
+        assert explained.returncode == 0, explained.stderr
+        assert explained.stdout.startswith("0/1 workers can run it: 1 lacks runtime python"), explained.stdout
+        assert "runs node " in explained.stdout  # the per-worker line says what it runs instead
+        assert {cluster.client.get(i).state for i in ids} == {CREATED}
+        cluster.start_worker("py")
+        finals = cluster.wait_all(ids, timeout=30)
+        assert {(f.state, f.worker) for f in finals} == {(COMPLETED, "py")}
+        assert [json.loads(f.output_json)["input"] for f in finals] == [0, 1, 2, 3]
+    finally:
+        worker.terminate()
+        worker.communicate(timeout=30)
 
 
 def test_node_client_registers_runs_watches_and_explains(node: str, cluster: Cluster, tmp_path: Path) -> None:

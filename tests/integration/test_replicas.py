@@ -205,3 +205,22 @@ def test_a_database_that_cannot_be_used_is_a_one_line_error(tmp_path: Path, url:
     assert result.returncode == 1
     assert says in result.stderr
     assert "Traceback" not in result.stderr and "s3cret" not in result.stderr
+
+
+def test_pause_through_one_replica_holds_a_worker_connected_to_another(replicas: Cluster) -> None:
+    a, b = replicas.address, replicas.replicas[0][1]
+    replicas.start_worker("far", servers=[a])
+    with replicas.client_for(a) as ca, replicas.client_for(b) as cb:
+        assert cb.pause_worker("far").paused  # b does not hold its stream: the database carries it
+        eventually(lambda: [w.paused for w in ca.workers().workers] == [True], what="a to apply the pause")
+        eventually(lambda: [w.paused for w in cb.workers().workers] == [True], what="b to list it paused")
+        waiting = cb.run("echo", "held", wait=False)
+        eventually(lambda: "1 is paused" in cb.explain(waiting.execution_id).summary, what="explain on b")
+        assert ca.get(waiting.execution_id).state == control_pb2.EXECUTION_STATE_CREATED
+        # Listings through either replica cover the whole database.
+        for client in (ca, cb):
+            listed = client.list_executions(workflow="echo").executions
+            assert [e.execution_id for e in listed] == [waiting.execution_id]
+        cb.resume_worker("far")
+        final = ca.wait(waiting.execution_id, timeout=30)
+        assert (final.state, final.worker) == (COMPLETED, "far")

@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import json
+import shutil
 import signal
+import subprocess
+from pathlib import Path
 
 import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
@@ -54,3 +57,41 @@ def test_health_and_reflection_are_served(cluster: Cluster) -> None:
         )
         names = {s.name for s in next(responses).list_services_response.service}
         assert {"flux.v1.WorkerService", "flux.v1.ControlService", "grpc.health.v1.Health"} <= names
+
+
+BUF = Path(__file__).parents[2] / "tools" / "buf.sh"
+
+
+@pytest.mark.transports("grpc")
+def test_health_list_answers_every_service(cluster: Cluster) -> None:
+    with cluster.channel(Role.CLIENT) as channel:
+        answer = health_pb2_grpc.HealthStub(channel).List(health_pb2.HealthListRequest(), timeout=5)
+    assert set(answer.statuses) == {"", "flux.v1.WorkerService", "flux.v1.ControlService"}
+    assert {s.status for s in answer.statuses.values()} == {health_pb2.HealthCheckResponse.SERVING}
+
+
+@pytest.mark.transports("grpc")
+@pytest.mark.backends("sqlite")
+@pytest.mark.skipif(shutil.which("npm") is None, reason="buf is installed with npm (tools/buf.sh)")
+def test_buf_curl_lists_and_calls_through_reflection_v1(cluster: Cluster) -> None:
+    """A reflection client nobody here wrote: buf curl, held to reflection v1 (no v1alpha fallback)."""
+    base = ["--protocol", "grpc", "--http2-prior-knowledge", "--reflect-protocol", "grpc-v1"]
+
+    def buf(*args: str) -> str:
+        done = subprocess.run(
+            [str(BUF), "curl", *base, *args], capture_output=True, text=True, timeout=120, check=False
+        )
+        assert done.returncode == 0, done.stderr
+        return done.stdout
+
+    url = f"http://{cluster.address}"
+    services = set(buf("--list-services", url).split())
+    assert {
+        "flux.v1.ControlService", "flux.v1.WorkerService", "grpc.health.v1.Health",
+        "grpc.reflection.v1.ServerReflection", "grpc.reflection.v1alpha.ServerReflection",
+    } <= services  # fmt: skip
+    assert "grpc.health.v1.Health/List" in buf("--list-methods", url).split()
+    listed = json.loads(buf(f"{url}/grpc.health.v1.Health/List"))
+    assert listed["statuses"]["flux.v1.ControlService"]["status"] == "SERVING"
+    checked = json.loads(buf("-d", '{"service": ""}', f"{url}/grpc.health.v1.Health/Check"))
+    assert checked == {"status": "SERVING"}

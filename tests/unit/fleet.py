@@ -84,6 +84,8 @@ def worker(
     memory_available: Quantity | None = None,
     disk_free: Quantity | None = None,
     gpu_memory: Quantity = "80Gi",
+    runtimes: Sequence[str] = (),
+    paused: bool = False,
 ) -> WorkerView:
     """One worker; ``cpu``/``memory``/``disk`` are allocatable totals, ``*_available`` observed free."""
     resources = WorkerResources(
@@ -99,12 +101,13 @@ def worker(
         name=name,
         resources=resources,
         labels=dict(labels or {}),
-        software=WorkerSoftware(packages or {}, markers),
+        software=WorkerSoftware(packages or {}, markers, runtimes),
         capacity=capacity,
         active=active,
         reserved=_amounts(reserved),
         unreported=_amounts(unreported),
         held_gpus=frozenset(held_gpus),
+        paused=paused,
     )
 
 
@@ -115,8 +118,11 @@ def shape(
     disk: Quantity | None = None,
     packages: Sequence[str] | None = None,
     affinity: Mapping[str, str] | None = None,
+    runtime: str = "python",
 ) -> Shape:
-    return Shape(ResourceRequest(cpu=cpu, memory=memory, gpu=gpu, disk=disk, packages=packages), affinity)
+    return Shape(
+        ResourceRequest(cpu=cpu, memory=memory, gpu=gpu, disk=disk, packages=packages), affinity, runtime
+    )
 
 
 def queue_of(*items: Shape | tuple[str, Shape] | tuple[str, Shape, int]) -> PendingQueue:

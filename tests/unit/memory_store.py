@@ -13,7 +13,7 @@ import dataclasses
 from types import MappingProxyType
 
 from flux.domain.execution import Execution
-from flux.store.base import Recovered, Store, WorkerIdentity, WorkflowRecord
+from flux.store.base import ExecutionQuery, Recovered, Store, WorkerIdentity, WorkflowRecord
 
 
 class MemoryStore(Store):
@@ -89,6 +89,17 @@ class MemoryStore(Store):
     async def save_worker(self, identity: WorkerIdentity) -> None:
         self.workers[identity.name] = identity
 
-    async def list_executions(self, limit: int, states: tuple[int, ...] = ()) -> list[Execution]:
-        rows = [e for e in self.executions.values() if not states or int(e.state) in states]
-        return sorted(rows, key=lambda e: e.seq, reverse=True)[:limit]
+    async def list_executions(self, query: ExecutionQuery) -> list[Execution]:
+        after = query.after
+
+        def wanted(e: Execution) -> bool:
+            if after is not None and (e.seq, e.execution_id) >= after:
+                return False
+            return query.matches(e) or (query.unfinished_too and not e.state.finished)
+
+        rows = [e for e in self.executions.values() if wanted(e)]
+        return sorted(rows, key=lambda e: (e.seq, e.execution_id), reverse=True)[: query.limit]
+
+    async def list_workflows(self, name: str = "") -> list[WorkflowRecord]:
+        rows = [r for r in self.workflows.values() if not name or r.name == name]
+        return sorted(rows, key=lambda r: (r.name, r.version))

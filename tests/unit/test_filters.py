@@ -18,6 +18,47 @@ R = Reason
 # (filter, shape, worker, expected) where expected is None (passes) or
 # (reason, permanent, wanted, offered, detail).
 CASES = [
+    # --- runtime ----------------------------------------------------------------------------
+    pytest.param(
+        f.runtime, shape(), worker(runtimes=["python 3.11.9"]), None, id="runtime: python on a python worker"
+    ),
+    pytest.param(
+        f.runtime,
+        shape(),
+        worker(),
+        None,
+        id="runtime: a worker that advertises none is an older Python worker",
+    ),
+    pytest.param(
+        f.runtime,
+        shape(runtime="node"),
+        worker(runtimes=["python 3.12.1", "node 20.11.1"]),
+        None,
+        id="runtime: matched by name, whatever the version",
+    ),
+    pytest.param(
+        f.runtime,
+        shape(),
+        worker(runtimes=["node 20.11.1"]),
+        (R.RUNTIME, True, "python", "node 20.11.1", "lacks runtime python (runs node 20.11.1)"),
+        id="runtime: python workflow on a node worker",
+    ),
+    pytest.param(
+        f.runtime,
+        shape(runtime="node"),
+        worker(),
+        (R.RUNTIME, True, "node", "none", "lacks runtime node (runs none)"),
+        id="runtime: node workflow on a worker advertising nothing",
+    ),
+    # --- paused -----------------------------------------------------------------------------
+    pytest.param(f.paused, shape(), worker(paused=False), None, id="paused: an active worker passes"),
+    pytest.param(
+        f.paused,
+        shape(),
+        worker(paused=True),
+        (R.PAUSED, False, "an active worker", "paused", "is paused"),
+        id="paused: busy, never permanent",
+    ),
     # --- labels -----------------------------------------------------------------------------
     pytest.param(
         f.labels, shape(), worker(labels={"role": "training"}), None, id="labels: no affinity runs anywhere"
@@ -471,6 +512,23 @@ def test_rejections_lists_every_reason_in_filter_order():
     got = rejections(shp, view)
     assert [r.reason for r in got] == [R.LABEL, R.CAPACITY, R.CPU, R.MEMORY, R.GPU, R.DISK, R.PACKAGE]
     assert [r.permanent for r in got] == [True, False, True, True, True, True, True]
+    paused_node = worker(
+        cpu=2, memory="4Gi", disk="1Gi", active=16, packages={}, runtimes=["node 20"], paused=True
+    )
+    got = rejections(shp, paused_node)
+    assert [r.reason for r in got][:3] == [R.RUNTIME, R.PAUSED, R.LABEL]
+
+
+def test_paused_worker_fits_nothing_now_but_everything_idle():
+    view = worker(paused=True)
+    assert not fits_now(shape(), Room(view))
+    assert permanent_rejection(shape(), view) is None
+    assert Room(worker()).paused is False
+
+
+def test_runtime_is_part_of_the_shape_and_the_profile():
+    assert shape(runtime="node") != shape() and hash(shape(runtime="node")) != hash(shape())
+    assert worker(runtimes=["node 20"]).profile != worker().profile
 
 
 def test_empty_shape_fits_any_worker_with_a_slot():

@@ -1,0 +1,164 @@
+"""The listing queries of both stores, against a real SQLite file and a real PostgreSQL database.
+
+Same rows, same answers: filters, newest-first order with ties broken by id,
+and pages that continue exactly after the token, also while rows are added.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from collections.abc import AsyncIterator
+from dataclasses import replace
+from pathlib import Path
+from types import MappingProxyType
+
+import pytest
+
+from flux.dispatcher.listing import execution_query, page_token
+from flux.domain.execution import Execution, State, WorkflowRef
+from flux.domain.resource_request import ResourceRequest
+from flux.store.base import ExecutionQuery, Store, WorkflowRecord
+from flux.store.postgres import PostgresStore
+from flux.store.sqlite import SqliteStore
+
+pytestmark = [pytest.mark.integration, pytest.mark.backends("sqlite", "postgres")]
+
+
+@pytest.fixture
+async def store(backend: str, tmp_path: Path, request: pytest.FixtureRequest) -> AsyncIterator[Store]:
+    opened: Store
+    if backend == "postgres":
+        opened = PostgresStore(request.getfixturevalue("pg_url"), "test-replica")
+    else:
+        opened = SqliteStore(tmp_path / "flux.db")
+    await opened.open()
+    try:
+        yield opened
+    finally:
+        await opened.close()
+
+
+def _execution(
+    n: int, seq: int, workflow: str, state: State, worker: str = "", created: float = 0.0
+) -> Execution:
+    return Execution(
+        execution_id=f"e{n:03d}",
+        workflow=WorkflowRef(workflow, 1, "0" * 64, workflow),
+        seq=seq,
+        input_json=str(n),
+        max_attempts=3,
+        state=state,
+        worker=worker,
+        created_at=created or 1000.0 + n,
+        updated_at=created or 1000.0 + n,
+    )
+
+
+ROWS = [
+    # Two rows share seq 5 (replicas take time-based seqs): the id breaks the tie.
+    _execution(1, 1, "echo", State.COMPLETED, "a"),
+    _execution(2, 2, "echo", State.FAILED, "b"),
+    _execution(3, 3, "train", State.CREATED),
+    _execution(4, 5, "echo", State.COMPLETED, "a"),
+    _execution(5, 5, "train", State.RUNNING, "b"),
+    _execution(6, 6, "echo", State.CANCELLED),
+]
+
+
+async def _save_all(store: Store, rows: list[Execution]) -> None:
+    for row in rows:
+        await store.save(row)
+
+
+def _ids(rows: list[Execution]) -> list[str]:
+    return [r.execution_id for r in rows]
+
+
+async def test_filters_and_order(store: Store) -> None:
+    await _save_all(store, ROWS)
+    everything = await store.list_executions(ExecutionQuery(limit=100))
+    assert _ids(everything) == ["e006", "e005", "e004", "e003", "e002", "e001"]
+    assert everything[1] == ROWS[4]  # whole records come back
+
+    async def ids(**filters: object) -> list[str]:
+        return _ids(await store.list_executions(ExecutionQuery(limit=100, **filters)))  # type: ignore[arg-type]
+
+    assert await ids(states=(int(State.COMPLETED), int(State.CREATED))) == ["e004", "e003", "e001"]
+    assert await ids(workflow="echo") == ["e006", "e004", "e002", "e001"]
+    assert await ids(worker="b") == ["e005", "e002"]
+    assert await ids(workflow="echo", worker="a", states=(int(State.COMPLETED),)) == ["e004", "e001"]
+    assert await ids(created_after=1004.0) == ["e006", "e005", "e004"]
+    assert await ids(workflow="nope") == []
+    # unfinished_too widens only the state and worker filters: the dispatcher filters again.
+    assert await ids(worker="a", unfinished_too=True) == ["e005", "e004", "e003", "e001"]
+    assert await ids(worker="a", workflow="echo", unfinished_too=True) == ["e004", "e001"]
+
+
+async def test_pages_continue_after_the_token_while_rows_arrive(store: Store) -> None:
+    await _save_all(store, ROWS)
+    first = await store.list_executions(ExecutionQuery(limit=3))
+    assert _ids(first) == ["e006", "e005", "e004"]
+    # A newer submission arrives between pages: it does not shift the next page.
+    await store.save(_execution(7, 9, "echo", State.CREATED))
+    last = first[-1]
+    query = execution_query((), page_size=3, token=page_token(last.seq, last.execution_id))
+    second = await store.list_executions(query)
+    assert _ids(second) == ["e003", "e002", "e001"]
+    assert await store.list_executions(replace(query, after=(1, "e001"))) == []
+    # Through the tie at seq 5: e005 then e004, never both or neither.
+    assert _ids(await store.list_executions(ExecutionQuery(limit=10, after=(5, "e005")))) == [
+        "e004",
+        "e003",
+        "e002",
+        "e001",
+    ]
+
+
+async def test_workflow_versions_with_file_names_and_runtime(store: Store) -> None:
+    record = WorkflowRecord(
+        name="train", version=0, source_hash="", entrypoint="train", requests=ResourceRequest(cpu=2),
+        affinity=MappingProxyType({"role": "gpu"}), max_attempts=3,
+    )  # fmt: skip
+    await store.register_workflows("a.py", "v1 = 1\n", "1" * 64, [record])
+    await store.register_workflows(
+        "b.py", "v2 = 2\n", "2" * 64, [record, replace(record, name="node_thing", runtime="node")]
+    )
+    listed = await store.list_workflows()
+    assert [(r.name, r.version, r.filename, r.runtime) for r in listed] == [
+        ("node_thing", 1, "b.py", "node"), ("train", 1, "a.py", "python"), ("train", 2, "b.py", "python")
+    ]  # fmt: skip
+    assert all(
+        r.registered_at > 0 and r.requests.cpu == 2 and dict(r.affinity) == {"role": "gpu"} for r in listed
+    )
+    assert [r.version for r in await store.list_workflows("train")] == [1, 2]
+    assert await store.list_workflows("missing") == []
+
+
+@pytest.mark.backends("sqlite")
+async def test_a_version_1_sqlite_file_gains_the_runtime_column(tmp_path: Path) -> None:
+    path = tmp_path / "old.db"
+    db = sqlite3.connect(path)
+    db.executescript(
+        "CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);"
+        "INSERT INTO meta VALUES ('schema_version', '1');"
+        "CREATE TABLE workflows (name TEXT NOT NULL, version INTEGER NOT NULL, source_hash TEXT NOT NULL, "
+        "entrypoint TEXT NOT NULL, requests TEXT NOT NULL, affinity TEXT NOT NULL, max_attempts INTEGER NOT NULL, "
+        "created_at REAL NOT NULL, PRIMARY KEY (name, version));"
+        "INSERT INTO workflows VALUES ('old', 1, 'h', 'old', "
+        '\'{"cpu": 0, "memory": 0, "gpu": 0, "disk": 0, "packages": []}\', \'{}\', 3, 5.0);'
+    )
+    db.commit()
+    db.close()
+    store = SqliteStore(path)
+    recovered = await store.open()
+    try:
+        assert [(w.name, w.runtime) for w in recovered.workflows] == [("old", "python")]
+        await store.register_workflows(
+            "n.py", "x = 1\n", "3" * 64, [replace(recovered.workflows[0], runtime="node")]
+        )
+        assert [(w.version, w.runtime) for w in await store.list_workflows("old")] == [
+            (1, "python"),
+            (2, "node"),
+        ]
+    finally:
+        await store.close()
