@@ -68,7 +68,9 @@ from flux.workflow import validate_name
 
 log = logging.getLogger("flux.dispatcher")
 
-WORKER_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,62}$")
+# Checked with fullmatch: "$" also matches before a final newline, so "w1\n" would pass re.match.
+WORKER_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,62}")
+SOURCE_HASH = re.compile(r"[0-9a-f]{64}")
 WORKER_NAME_FORM = "1-63 letters, digits, '.', '_' or '-', starting with a letter or digit"
 MAX_CAPACITY = 4096
 MAX_ID_LENGTH = 128
@@ -239,7 +241,7 @@ class Dispatcher:
         self._latest[record.name] = max(self._latest.get(record.name, 0), record.version)
 
     async def get_source(self, source_hash: str) -> tuple[str, str]:
-        if not re.fullmatch(r"[0-9a-f]{64}", source_hash):
+        if not SOURCE_HASH.fullmatch(source_hash):
             raise InvalidArgument(
                 f"source_hash must be 64 lowercase hex characters (sha256); got {source_hash!r}"
             )
@@ -368,7 +370,7 @@ class Dispatcher:
 
     async def register_worker(self, registration: WorkerRegistration) -> str:
         name = registration.name
-        if not WORKER_NAME.match(name):
+        if not WORKER_NAME.fullmatch(name):
             raise InvalidArgument(f"name {name!r} is invalid; a worker name is {WORKER_NAME_FORM}")
         if not 0 <= registration.capacity <= MAX_CAPACITY:
             raise InvalidArgument(
