@@ -242,6 +242,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except ValueError as exc:  # an unknown --log-level
         print(f"error: --log-level: {exc}", file=sys.stderr)
         return 2
+    _warn_token_flags(args)
     try:
         return int(args.run(args) or 0)
     except FluxError as exc:
@@ -252,6 +253,20 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 1
     except KeyboardInterrupt:
         return 130
+
+
+def _warn_token_flags(args: argparse.Namespace) -> None:
+    """A token given as a flag is in /proc/<pid>/cmdline, which every local user can read."""
+    for flag in ("worker_token", "api_token"):
+        if getattr(args, flag, None):
+            option = "--" + flag.replace("_", "-")
+            env = f"FLUX_{flag.upper()}"
+            print(
+                f"warning: {option} is visible to other local users in the process list "
+                f"(/proc/{os.getpid()}/cmdline); prefer {option}-file PATH or ${env}",
+                file=sys.stderr,
+                flush=True,
+            )
 
 
 # ---------------------------------------------------------------------- servers
