@@ -1,10 +1,9 @@
+import secrets
 import stat
 from pathlib import Path
 
 import grpc
 import pytest
-
-import secrets
 
 from flux.auth import Role, Tokens, bearer, caller_token, check, new_token, server_token
 
