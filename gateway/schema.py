@@ -121,6 +121,7 @@ RegisterWorkflowResponse = model_of(_C.RegisterWorkflowResponse.DESCRIPTOR)
 Execution = model_of(_C.Execution.DESCRIPTOR)
 Explanation = model_of(_C.Explanation.DESCRIPTOR)
 ListWorkersResponse = model_of(_C.ListWorkersResponse.DESCRIPTOR)
+ForgetWorkerResponse = model_of(_C.ForgetWorkerResponse.DESCRIPTOR)
 ClusterStatus = model_of(_C.ClusterStatus.DESCRIPTOR)
 
 

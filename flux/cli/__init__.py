@@ -135,6 +135,22 @@ def build_parser() -> argparse.ArgumentParser:
     server.add_argument(
         "--insecure", action="store_true", help="no authentication; refused unless --host is loopback"
     )
+    server.add_argument(
+        "--max-pending", type=_positive_int("--max-pending"),         help="unfinished executions accepted before RunWorkflow answers RESOURCE_EXHAUSTED (default 500000)",
+    )  # fmt: skip
+    server.add_argument(
+        "--max-pending-bytes", type=_quantity("--max-pending-bytes"),
+        help="input bytes of unfinished executions accepted before RunWorkflow answers RESOURCE_EXHAUSTED "
+        "(default 2Gi)",
+    )  # fmt: skip
+    server.add_argument(
+        "--max-workers", type=_positive_int("--max-workers"),
+        help="registered workers before Register answers RESOURCE_EXHAUSTED (default 10000)",
+    )  # fmt: skip
+    server.add_argument(
+        "--max-worker-metadata", type=_quantity("--max-worker-metadata"),
+        help="bytes of labels, packages, markers and GPU names one worker may advertise (default 256Ki)",
+    )  # fmt: skip
     with_tls(server)
     with_log_format(server)
     server.set_defaults(run=_start_server)
@@ -225,6 +241,17 @@ def build_parser() -> argparse.ArgumentParser:
     listing.add_argument("--json", action="store_true")
     listing.set_defaults(run=_workers)
 
+    worker_actions = commands.add_parser("worker", help="act on one worker").add_subparsers(
+        dest="action", required=True, metavar="ACTION"
+    )
+    forget = with_server(
+        worker_actions.add_parser(
+            "forget", help="drop a worker now: requeue its work and free its name (skips its grace period)"
+        )
+    )
+    forget.add_argument("name", metavar="NAME")
+    forget.set_defaults(run=_forget_worker)
+
     status = with_server(commands.add_parser("status", help="the fleet and the pending queue at a glance"))
     status.add_argument("--json", action="store_true")
     status.set_defaults(run=_cluster_status)
@@ -288,6 +315,12 @@ def _start_server(args: argparse.Namespace) -> int:
             safety_tick=args.safety_tick,
             ping_interval=args.ping_interval,
             server_id=uuid.uuid4().hex[:12],
+            # Limits left unset keep the dispatcher's defaults (one place defines them).
+            **{
+                limit: getattr(args, limit)
+                for limit in ("max_pending", "max_pending_bytes", "max_workers", "max_worker_metadata")
+                if getattr(args, limit) is not None
+            },
         ),
         http_port=None if args.no_http else args.http_port,
         tokens=None if args.insecure else _server_tokens(args),
@@ -478,6 +511,13 @@ def _workers(args: argparse.Namespace) -> int:
         print(json.dumps({"workers": [render.worker_dict(w) for w in response.workers]}))
     else:
         print(render.workers_text(response.workers, int(time.time() * 1000)))
+    return 0
+
+
+def _forget_worker(args: argparse.Namespace) -> int:
+    with _client(args) as client:
+        response = client.forget_worker(args.name)
+    print(f"forgot worker {args.name}; {response.requeued} executions requeued")
     return 0
 
 

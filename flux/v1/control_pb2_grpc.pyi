@@ -58,6 +58,11 @@ class ControlServiceStub:
     names (workers and pending are left empty). Callers need no token, as for the
     health service, so a gateway can serve them to Prometheus at /metrics.
     """
+    ForgetWorker: _grpc.UnaryUnaryMultiCallable[_control_pb2.ForgetWorkerRequest, _control_pb2.ForgetWorkerResponse]
+    """Drop a worker now (an operator's call, with the API token): what it held is
+    requeued and its name is free at once. A worker whose stream dropped keeps its
+    name for the grace period otherwise; a connected one loses its stream.
+    """
 
 @_typing.type_check_only
 class ControlServiceAsyncStub(ControlServiceStub):
@@ -88,6 +93,11 @@ class ControlServiceAsyncStub(ControlServiceStub):
     """The aggregate numbers of GetStatus only: no worker, label, workflow or execution
     names (workers and pending are left empty). Callers need no token, as for the
     health service, so a gateway can serve them to Prometheus at /metrics.
+    """
+    ForgetWorker: _aio.UnaryUnaryMultiCallable[_control_pb2.ForgetWorkerRequest, _control_pb2.ForgetWorkerResponse]  # type: ignore[assignment]
+    """Drop a worker now (an operator's call, with the API token): what it held is
+    requeued and its name is free at once. A worker whose stream dropped keeps its
+    name for the grace period otherwise; a connected one loses its stream.
     """
 
 class ControlServiceServicer(metaclass=_abc_1.ABCMeta):
@@ -170,6 +180,17 @@ class ControlServiceServicer(metaclass=_abc_1.ABCMeta):
         """The aggregate numbers of GetStatus only: no worker, label, workflow or execution
         names (workers and pending are left empty). Callers need no token, as for the
         health service, so a gateway can serve them to Prometheus at /metrics.
+        """
+
+    @_abc_1.abstractmethod
+    def ForgetWorker(
+        self,
+        request: _control_pb2.ForgetWorkerRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_control_pb2.ForgetWorkerResponse, _abc.Awaitable[_control_pb2.ForgetWorkerResponse]]:
+        """Drop a worker now (an operator's call, with the API token): what it held is
+        requeued and its name is free at once. A worker whose stream dropped keeps its
+        name for the grace period otherwise; a connected one loses its stream.
         """
 
 def add_ControlServiceServicer_to_server(servicer: ControlServiceServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...
