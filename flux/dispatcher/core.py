@@ -93,7 +93,7 @@ class Settings:
     finished_cache: int = 10_000
     # Payload bytes (inputs, outputs, errors) the finished cache may keep; older entries are
     # dropped past it and read back from the store when asked for.
-    finished_cache_bytes: int = 64 * MiB
+    finished_cache_bytes: int = 16 * MiB
     server_id: str = ""
     # Inputs up to this size stay in RAM while pending (a dispatch needs no store read);
     # larger ones stay only in the store and load when dispatched.
