@@ -136,19 +136,19 @@ def build_parser() -> argparse.ArgumentParser:
         "--insecure", action="store_true", help="no authentication; refused unless --host is loopback"
     )
     server.add_argument(
-        "--max-pending", type=_positive_int("--max-pending"),         help="unfinished executions accepted before RunWorkflow answers RESOURCE_EXHAUSTED (default 500000)",
+        "--max-pending", type=_positive_int("--max-pending"), metavar="N",         help="unfinished executions accepted before RunWorkflow answers RESOURCE_EXHAUSTED (default 500000)",
     )  # fmt: skip
     server.add_argument(
-        "--max-pending-bytes", type=_quantity("--max-pending-bytes"),
+        "--max-pending-bytes", type=_quantity("--max-pending-bytes"), metavar="BYTES",
         help="input bytes of unfinished executions accepted before RunWorkflow answers RESOURCE_EXHAUSTED "
         "(default 2Gi)",
     )  # fmt: skip
     server.add_argument(
-        "--max-workers", type=_positive_int("--max-workers"),
+        "--max-workers", type=_positive_int("--max-workers"), metavar="N",
         help="registered workers before Register answers RESOURCE_EXHAUSTED (default 10000)",
     )  # fmt: skip
     server.add_argument(
-        "--max-worker-metadata", type=_quantity("--max-worker-metadata"),
+        "--max-worker-metadata", type=_quantity("--max-worker-metadata"), metavar="BYTES",
         help="bytes of labels, packages, markers and GPU names one worker may advertise (default 256Ki)",
     )  # fmt: skip
     with_tls(server)
