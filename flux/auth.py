@@ -136,7 +136,7 @@ def check(tokens: Tokens, method: str, token: str) -> tuple[grpc.StatusCode, str
     if role is not required:
         return (
             grpc.StatusCode.PERMISSION_DENIED,
-            f"a {role.value} token cannot call {method}; use the {required.value} token",
+            f"the {role.value} token cannot call {method}; use the {required.value} token",
         )
     return None
 

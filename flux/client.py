@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 import os
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -26,6 +26,18 @@ DEFAULT_SERVER = "127.0.0.1:50051"
 
 def default_server() -> str:
     return os.environ.get("FLUX_SERVER", DEFAULT_SERVER)
+
+
+class WaitTimedOut(FluxError, TimeoutError):
+    """``wait`` gave up at its timeout while the server was answering: the execution is not finished.
+
+    ``execution`` is its state when the wait ended, read from the server then.
+    """
+
+    def __init__(self, execution: control_pb2.Execution, timeout: float):
+        self.execution, self.timeout = execution, timeout
+        state = control_pb2.ExecutionState.Name(execution.state).removeprefix("EXECUTION_STATE_")
+        super().__init__(f"timed out after {timeout:g}s; execution {execution.execution_id} is still {state}")
 
 
 class FluxClient:
@@ -59,8 +71,15 @@ class FluxClient:
 
     def _error(self, exc: grpc.RpcError) -> FluxError:
         code, details = exc.code(), exc.details() or ""  # type: ignore[attr-defined]
-        if code in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED):
-            return Unavailable(f"cannot reach the Flux server at {self.address}: {details or code.name}")
+        if code == grpc.StatusCode.DEADLINE_EXCEEDED:
+            return Unavailable(f"the Flux server at {self.address} did not answer in time")
+        if code == grpc.StatusCode.UNAVAILABLE:
+            hint = ""
+            if self.credentials.ca is None and speaks_tls(self.address):
+                hint = "; it looks like a TLS server: pass its CA bundle with --ca (or $FLUX_CA)"
+            return Unavailable(
+                f"cannot reach the Flux server at {self.address}: {details or code.name}{hint}"
+            )
         return from_grpc_code(code, details)
 
     def register_file(self, path: str | Path) -> control_pb2.RegisterWorkflowResponse:
@@ -105,8 +124,8 @@ class FluxClient:
         )
         return self.wait(execution.execution_id, timeout) if wait else execution
 
-    def get(self, execution_id: str) -> control_pb2.Execution:
-        return self._call("GetExecution", control_pb2.GetExecutionRequest(execution_id=execution_id))
+    def get(self, execution_id: str, timeout: float | None = None) -> control_pb2.Execution:
+        return self._call("GetExecution", control_pb2.GetExecutionRequest(execution_id=execution_id), timeout)
 
     def watch(self, execution_id: str, timeout: float | None = None) -> Iterator[control_pb2.Execution]:
         stream = self._stub.WatchExecution(
@@ -119,23 +138,36 @@ class FluxClient:
         except grpc.RpcError as exc:
             raise self._error(exc) from None
 
-    def wait(self, execution_id: str, timeout: float | None = None) -> control_pb2.Execution:
-        """Follow the execution until a final state, reconnecting if the server restarts meanwhile."""
+    def wait(
+        self,
+        execution_id: str,
+        timeout: float | None = None,
+        on_update: Callable[[control_pb2.Execution], None] | None = None,
+    ) -> control_pb2.Execution:
+        """Follow the execution until a final state, reconnecting if the server restarts meanwhile.
+
+        ``on_update`` sees every state the watch reports. At ``timeout`` raises ``WaitTimedOut``
+        with the execution as the server holds it then (``Unavailable`` if it cannot be asked).
+        """
         deadline = None if timeout is None else time.monotonic() + timeout
-        last = None
-        while True:
+        while deadline is None or time.monotonic() < deadline:
             remaining = None if deadline is None else max(0.0, deadline - time.monotonic())
             try:
-                for last in self.watch(execution_id, remaining):
-                    if last.state >= control_pb2.EXECUTION_STATE_COMPLETED:
-                        return last
-            except Unavailable:
+                for update in self.watch(execution_id, remaining):
+                    if on_update is not None:
+                        on_update(update)
+                    if update.state >= control_pb2.EXECUTION_STATE_COMPLETED:
+                        return update
+            except Unavailable:  # the server restarting, or our own deadline passing
                 if deadline is not None and time.monotonic() >= deadline:
-                    raise
+                    break
                 time.sleep(0.2)
-                continue
-            if deadline is not None and time.monotonic() >= deadline:
-                raise Unavailable(f"execution {execution_id} did not finish within {timeout:g}s")
+        assert timeout is not None
+        # The deadline ended the watch, not the server: say where the execution stands now.
+        current = self.get(execution_id, timeout=5.0)
+        if current.state >= control_pb2.EXECUTION_STATE_COMPLETED:
+            return current  # it finished just as we gave up
+        raise WaitTimedOut(current, timeout)
 
     def cancel(self, execution_id: str) -> control_pb2.Execution:
         return self._call("CancelExecution", control_pb2.CancelExecutionRequest(execution_id=execution_id))
@@ -147,9 +179,35 @@ class FluxClient:
         """Drop a worker now: its work is requeued and its name is free."""
         return self._call("ForgetWorker", control_pb2.ForgetWorkerRequest(name=name))
 
-    def explain(self, execution_id: str) -> control_pb2.Explanation:
-        return self._call("ExplainExecution", control_pb2.ExplainExecutionRequest(execution_id=execution_id))
+    def explain(self, execution_id: str, timeout: float | None = None) -> control_pb2.Explanation:
+        return self._call(
+            "ExplainExecution", control_pb2.ExplainExecutionRequest(execution_id=execution_id), timeout
+        )
 
     def status(self) -> control_pb2.ClusterStatus:
         """Workers, pending executions by requirement shape, counters and latencies."""
         return self._call("GetStatus", control_pb2.GetStatusRequest())
+
+
+def speaks_tls(address: str, timeout: float = 2.0) -> bool:
+    """Whether ``address`` completes a TLS handshake: why a plaintext channel to it got nowhere.
+
+    Only asked after a plaintext call failed, to turn "Socket closed" into advice. The
+    certificate is not checked: this learns the protocol, it trusts nothing.
+    """
+    import socket
+    import ssl
+
+    host, _, port = address.rpartition(":")
+    if not port.isdigit():
+        return False
+    context = ssl.create_default_context()
+    context.check_hostname, context.verify_mode = False, ssl.CERT_NONE
+    try:
+        with (
+            socket.create_connection((host.strip("[]") or "127.0.0.1", int(port)), timeout) as raw,
+            context.wrap_socket(raw),
+        ):
+            return True
+    except (OSError, ValueError):
+        return False

@@ -11,6 +11,7 @@ free port. Workers reach the server over ``transport``: "grpc" dials the core,
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import re
 import signal
@@ -32,6 +33,17 @@ T = TypeVar("T")
 LISTENING = re.compile(r"listening on (\S+):(\d+) \(grpc\)")
 GATEWAY = re.compile(r"^flux gateway listening on (https?://\S+)$")
 TRANSPORTS = ("grpc", "sse")
+
+
+def plain(line: str) -> str:
+    """A line a server printed, as text: in --log-format json it is an object whose ``msg`` is the text."""
+    line = line.strip()
+    if line.startswith("{"):
+        try:
+            return str(json.loads(line).get("msg", line))
+        except ValueError:
+            pass
+    return line
 
 
 def eventually(
@@ -100,7 +112,7 @@ class Cluster:
     def _read_gateway_line(self, process: subprocess.Popen[str], what: str) -> str:
         assert process.stdout is not None
         line = process.stdout.readline()
-        match = GATEWAY.match(line.strip())
+        match = GATEWAY.match(plain(line))
         if not match:
             process.kill()
             raise AssertionError(f"{what} did not start: {line!r}; see the logs in {self.workdir}")
@@ -119,7 +131,7 @@ class Cluster:
         )
         assert process.stdout is not None
         line = process.stdout.readline()
-        match = LISTENING.search(line)
+        match = LISTENING.search(plain(line))
         if not match:
             process.kill()
             raise AssertionError(f"server did not start: {line!r}; see {self.workdir / (log + '.log')}")
@@ -166,7 +178,7 @@ class Cluster:
         )
         assert process.stdout is not None
         line = process.stdout.readline()
-        assert LISTENING.search(line), f"server did not restart: {line!r}"
+        assert LISTENING.search(plain(line)), f"server did not restart: {line!r}"
         if self.gateway_url:
             assert self._read_gateway_line(process, "gateway") == self.gateway_url
         self.server = process

@@ -1,18 +1,21 @@
 """The ``flux`` command (DESIGN §6).
 
 Exit status: 0 on success; 1 when the command was refused or the execution
-failed or was cancelled; 2 for a usage error.
+failed or was cancelled; 2 for a usage error; 3 when ``run --wait --timeout``
+gave up before the execution finished (it goes on; the message names it);
+130 when Ctrl-C stopped a wait (the execution is left as it is).
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import logging
 import os
 import sys
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 from flux.cli import render
@@ -22,6 +25,18 @@ from flux.domain.quantity import parse_bytes
 from flux.errors import FluxError
 from flux.observe import logs
 from flux.v1 import control_pb2
+
+EXIT_TIMED_OUT = 3
+EXIT_INTERRUPTED = 130
+EXIT_STATUS = (
+    "exit status: 0 ok; 1 refused, or the execution failed or was cancelled; 2 usage error; "
+    f"{EXIT_TIMED_OUT} --wait --timeout expired (the execution goes on); "
+    f"{EXIT_INTERRUPTED} Ctrl-C while waiting (the execution is left as it is)"
+)
+
+
+class _Usage(Exception):
+    """A usage error found after parsing (exit 2), e.g. two input sources at once."""
 
 
 def _positive_int(flag: str):  # type: ignore[no-untyped-def]
@@ -67,9 +82,32 @@ def _seconds(flag: str):  # type: ignore[no-untyped-def]
     return parse
 
 
+LOG_LEVEL_HELP = "DEBUG, INFO, WARNING or ERROR (default $FLUX_LOG_LEVEL or INFO)"
+
+
+def _version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("flux-dispatch")
+    except PackageNotFoundError:  # running from a tree that was never installed
+        return "unknown"
+
+
+def leaf_parsers(parser: argparse.ArgumentParser) -> Iterator[argparse.ArgumentParser]:
+    """Every parser that runs a command (``flux start server``, ``flux workers list``, …)."""
+    subcommands = [a for a in parser._actions if isinstance(a, argparse._SubParsersAction)]
+    if not subcommands:
+        yield parser
+    for action in subcommands:
+        for sub in dict.fromkeys(action.choices.values()):  # an alias maps to the same parser
+            yield from leaf_parsers(sub)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="flux", description="Resource-aware dispatch of Python workflows.")
-    parser.add_argument("--log-level", default=os.environ.get("FLUX_LOG_LEVEL", "INFO"), help="default INFO")
+    parser.add_argument("--log-level", default=os.environ.get("FLUX_LOG_LEVEL", "INFO"), help=LOG_LEVEL_HELP)
+    parser.add_argument("--version", action="version", version=f"flux {_version()}")
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     def with_server(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
@@ -100,7 +138,10 @@ def build_parser() -> argparse.ArgumentParser:
     server = start.add_parser("server", help="run the control plane")
     server.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1)")
     server.add_argument(
-        "--grpc-port", type=_positive_int("--grpc-port"), default=50051, help="default 50051; 0 picks one"
+        "--grpc-port",
+        type=_positive_int("--grpc-port"),
+        default=50051,
+        help="gRPC port (default 50051; 0 picks one)",
     )
     server.add_argument(
         "--db",
@@ -108,10 +149,16 @@ def build_parser() -> argparse.ArgumentParser:
         help="SQLite path, or postgresql://… to run as one of several replicas (default ./.flux/flux.db)",
     )
     server.add_argument(
-        "--ack-deadline", type=_seconds("--ack-deadline"), default=10.0, help="seconds (default 10)"
+        "--ack-deadline",
+        type=_seconds("--ack-deadline"),
+        default=10.0,
+        help="seconds a dispatch may wait for its claim before it is requeued (default 10)",
     )
     server.add_argument(
-        "--grace-period", type=_seconds("--grace-period"), default=30.0, help="seconds (default 30)"
+        "--grace-period",
+        type=_seconds("--grace-period"),
+        default=30.0,
+        help="seconds a disconnected worker keeps its executions (default 30)",
     )
     server.add_argument("--safety-tick", type=_seconds("--safety-tick"), default=5.0, help=argparse.SUPPRESS)
     server.add_argument(
@@ -159,7 +206,7 @@ def build_parser() -> argparse.ArgumentParser:
     gateway.add_argument("--core", required=True, metavar="HOST:PORT", help="gRPC address of the core")
     gateway.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1)")
     gateway.add_argument(
-        "--port", type=_positive_int("--port"), default=8080, help="default 8080; 0 picks one"
+        "--port", type=_positive_int("--port"), default=8080, help="HTTP port (default 8080; 0 picks one)"
     )
     gateway.add_argument(
         "--ping-interval", type=_seconds("--ping-interval"), default=15.0,
@@ -171,7 +218,7 @@ def build_parser() -> argparse.ArgumentParser:
     gateway.set_defaults(run=_start_gateway)
 
     worker = start.add_parser("worker", help="run a worker")
-    worker.add_argument("name", metavar="NAME")
+    worker.add_argument("name", metavar="NAME", help="this worker's name, unique in the fleet")
     where = worker.add_mutually_exclusive_group()
     where.add_argument(
         "--server", action="append", metavar="HOST:PORT",
@@ -186,7 +233,10 @@ def build_parser() -> argparse.ArgumentParser:
     )
     worker.add_argument("--worker-token-file", help="read the join token from this file")
     worker.add_argument("--ca", help="CA bundle (PEM) to verify a TLS server (default $FLUX_CA)")
-    worker.add_argument("--label", action="append", type=_label, default=[], metavar="KEY=VALUE")
+    worker.add_argument(
+        "--label", action="append", type=_label, default=[], metavar="KEY=VALUE",
+        help="a label workflows can require with affinity; repeat for more",
+    )  # fmt: skip
     worker.add_argument("--cpus", type=_positive_int("--cpus"), help="cores to advertise")
     worker.add_argument("--memory", type=_quantity("--memory"), help="memory to advertise, e.g. 8Gi")
     worker.add_argument("--gpus", type=_positive_int("--gpus"), help="GPUs to offer (the first N)")
@@ -205,40 +255,48 @@ def build_parser() -> argparse.ArgumentParser:
         dest="action", required=True, metavar="ACTION"
     )
     register = with_server(workflow.add_parser("register", help="register every workflow in a file"))
-    register.add_argument("file", metavar="FILE")
+    register.add_argument("file", metavar="FILE", help="a Python file with @workflow functions")
     register.set_defaults(run=_register)
-    run = with_server(workflow.add_parser("run", help="run a workflow"))
-    run.add_argument("name", metavar="NAME")
-    run.add_argument("input", nargs="?", default="null", metavar="INPUT_JSON")
-    run.add_argument("--wait", action="store_true", help="wait and print the output as JSON")
+    run = with_server(workflow.add_parser("run", help="run a workflow", epilog=EXIT_STATUS))
+    run.add_argument("name", metavar="NAME", help="registered workflow name")
     run.add_argument(
-        "--timeout", type=_seconds("--timeout"), default=None, help="with --wait: give up after seconds"
-    )
+        "input", nargs="?", default=None, metavar="INPUT_JSON",
+        help="the input as JSON, e.g. '\"World\"' (default null); - reads it from stdin",
+    )  # fmt: skip
+    run.add_argument("--input-file", metavar="PATH", help="read the input JSON from this file (- for stdin)")
     run.add_argument(
-        "--version", type=_positive_int("--version"), default=0, help="workflow version (latest)"
+        "--wait", action="store_true",
+        help="wait and print the output as JSON; on a terminal, a live line on stderr shows progress",
+    )  # fmt: skip
+    run.add_argument(
+        "--timeout", type=_seconds("--timeout"), default=None,
+        help=f"with --wait: give up after this many seconds, exit {EXIT_TIMED_OUT} (default: wait forever)",
+    )  # fmt: skip
+    run.add_argument(
+        "--version", type=_positive_int("--version"), default=0, help="workflow version (default: the latest)"
     )
     run.set_defaults(run=_run)
     status = with_server(workflow.add_parser("status", help="an execution's state"))
-    status.add_argument("execution_id", metavar="EXECUTION_ID")
-    status.add_argument("--json", action="store_true")
+    status.add_argument("execution_id", metavar="EXECUTION_ID", help="the id `flux workflow run` printed")
+    status.add_argument("--json", action="store_true", help="print one JSON object")
     status.set_defaults(run=_status)
     cancel = with_server(workflow.add_parser("cancel", help="cancel an execution"))
-    cancel.add_argument("execution_id", metavar="EXECUTION_ID")
+    cancel.add_argument("execution_id", metavar="EXECUTION_ID", help="the execution to cancel")
     cancel.set_defaults(run=_cancel)
 
     execution = commands.add_parser("execution", help="inspect executions").add_subparsers(
         dest="action", required=True, metavar="ACTION"
     )
     explain = with_server(execution.add_parser("explain", help="why an execution is pending"))
-    explain.add_argument("execution_id", metavar="EXECUTION_ID")
-    explain.add_argument("--json", action="store_true")
+    explain.add_argument("execution_id", metavar="EXECUTION_ID", help="the execution to explain")
+    explain.add_argument("--json", action="store_true", help="print one JSON object")
     explain.set_defaults(run=_explain)
 
     workers = commands.add_parser("workers", help="the fleet").add_subparsers(
         dest="action", required=True, metavar="ACTION"
     )
     listing = with_server(workers.add_parser("list", help="workers and their resources"))
-    listing.add_argument("--json", action="store_true")
+    listing.add_argument("--json", action="store_true", help="print one JSON object")
     listing.set_defaults(run=_workers)
 
     worker_actions = commands.add_parser("worker", help="act on one worker").add_subparsers(
@@ -249,12 +307,17 @@ def build_parser() -> argparse.ArgumentParser:
             "forget", help="drop a worker now: requeue its work and free its name (skips its grace period)"
         )
     )
-    forget.add_argument("name", metavar="NAME")
+    forget.add_argument("name", metavar="NAME", help="the worker's registered name")
     forget.set_defaults(run=_forget_worker)
 
     status = with_server(commands.add_parser("status", help="the fleet and the pending queue at a glance"))
-    status.add_argument("--json", action="store_true")
+    status.add_argument("--json", action="store_true", help="print one JSON object")
     status.set_defaults(run=_cluster_status)
+
+    # Also after the subcommand (`flux start worker w1 --log-level DEBUG`); SUPPRESS leaves the
+    # value given before it (or the default) in place when the subcommand does not repeat it.
+    for leaf in leaf_parsers(parser):
+        leaf.add_argument("--log-level", default=argparse.SUPPRESS, help=LOG_LEVEL_HELP)
     return parser
 
 
@@ -273,13 +336,24 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         return int(args.run(args) or 0)
     except FluxError as exc:
-        print(f"error: {exc}", file=sys.stderr)
+        _error(str(exc))
         return 1
     except (ValueError, TypeError) as exc:  # e.g. an invalid ResourceRequest in a registered file
-        print(f"error: {exc}", file=sys.stderr)
+        _error(str(exc))
         return 1
+    except _Usage as exc:
+        _error(str(exc))
+        return 2
     except KeyboardInterrupt:
-        return 130
+        return EXIT_INTERRUPTED
+
+
+def _error(text: str) -> None:
+    """``error: …`` on stderr; one JSON object instead where the process logs in json."""
+    if logs.current_format() == "json":
+        logs.emit(text, sys.stderr, "ERROR")
+    else:
+        print(f"error: {text}", file=sys.stderr)
 
 
 def _warn_token_flags(args: argparse.Namespace) -> None:
@@ -302,8 +376,14 @@ def _warn_token_flags(args: argparse.Namespace) -> None:
 def _start_server(args: argparse.Namespace) -> int:
     import uuid
 
+    from flux.auth import is_loopback
     from flux.dispatcher.core import Settings
     from flux.server.serve import DEFAULT_DB, ServerConfig, serve
+
+    if args.insecure and not is_loopback(args.host):
+        # Before anything is created: no token, database or ./.flux/ left behind by a refused start.
+        _error(f"--insecure is refused on {args.host}: without auth the server binds to loopback only")
+        return 1
 
     config = ServerConfig(
         host=args.host,
@@ -331,7 +411,7 @@ def _start_server(args: argparse.Namespace) -> int:
     try:
         asyncio.run(serve(config))
     except (OSError, StoreError) as exc:  # a port already taken, a database that cannot be used
-        print(f"error: {exc}", file=sys.stderr)
+        _error(str(exc))
         return 1
     return 0
 
@@ -343,11 +423,10 @@ def _server_tokens(args: argparse.Namespace):  # type: ignore[no-untyped-def]
     api, new_api = server_token(Role.CLIENT, args.api_token, args.api_token_file)
     for role, token, new in ((Role.WORKER, worker, new_worker), (Role.CLIENT, api, new_api)):
         if new:  # printed once, on the start that created it; never logged
-            print(
+            logs.emit(
                 f"generated {role.value} token (kept in .flux/{role.filename}, owner-only): {token}",
-                file=sys.stderr,
-                flush=True,
-            )
+                sys.stderr, "WARNING",
+            )  # fmt: skip
     return Tokens(worker=worker, api=api)
 
 
@@ -377,7 +456,7 @@ def _start_gateway(args: argparse.Namespace) -> int:
         settings = GatewaySettings(core=args.core, ping_interval=args.ping_interval, core_ca=args.ca)
         running = await start_gateway(settings, args.host, args.port, tls=_tls(args))
         # Same line as `flux start server` prints for its gateway; scripts read the port from it.
-        print(f"flux gateway listening on {running.url}", flush=True)
+        logs.emit(f"flux gateway listening on {running.url}", logger="flux.gateway", http=running.url)
         logging.getLogger("flux.gateway").info("fronting the core at %s", args.core)
         try:
             await stop.wait()
@@ -387,7 +466,7 @@ def _start_gateway(args: argparse.Namespace) -> int:
     try:
         asyncio.run(run())
     except OSError as exc:
-        print(f"error: {exc}", file=sys.stderr)
+        _error(str(exc))
         return 1
     return 0
 
@@ -399,7 +478,7 @@ def _start_worker(args: argparse.Namespace) -> int:
     from flux.worker.gpu import SimulatedGpuReader
     from flux.worker.grpc_transport import GrpcTransport
     from flux.worker.probe import Caps, ResourceProbe
-    from flux.worker.runtime import WorkerConfig, WorkerRuntime
+    from flux.worker.runtime import Refused, WorkerConfig, WorkerRuntime
     from flux.worker.sse_transport import SseTransport
     from flux.worker.transport import WorkerTransport
 
@@ -426,11 +505,28 @@ def _start_worker(args: argparse.Namespace) -> int:
         loop = asyncio.get_running_loop()
         for signum in (signal.SIGINT, signal.SIGTERM):
             loop.add_signal_handler(signum, runtime.stop)
-        print(f"flux worker {args.name} connecting to {', '.join(addresses)}", flush=True)
+        logs.emit(f"flux worker {args.name} connecting to {', '.join(addresses)}", logger="flux.worker")
         await runtime.run()
 
-    asyncio.run(run())
+    try:
+        asyncio.run(run())
+    except Refused as refused:
+        _error(_refusal_advice(refused))
+        return 1
     return 0
+
+
+def _refusal_advice(refused: Exception) -> str:
+    """One line: what the server said, and what to change before starting the worker again."""
+    from flux.errors import InvalidArgument
+
+    cause = getattr(refused, "cause", refused)
+    if isinstance(cause, InvalidArgument):
+        return f"refused by the server: {refused}; fix the value it names and start the worker again"
+    return (
+        f"refused by the server: {refused}; pass the worker token with --worker-token-file or "
+        "$FLUX_WORKER_TOKEN (the server keeps it in ./.flux/worker.token)"
+    )
 
 
 # ---------------------------------------------------------------------- client commands
@@ -444,20 +540,53 @@ def _register(args: argparse.Namespace) -> int:
     return 0
 
 
-def _run(args: argparse.Namespace) -> int:
+def _read_input(args: argparse.Namespace) -> tuple[str, str]:
+    """The input JSON from INPUT_JSON, ``-`` (stdin) or --input-file (a path, or - for stdin),
+    and how to name where it came from in an error."""
+    if args.input is not None and args.input_file is not None:
+        raise _Usage("give the input once: INPUT_JSON, - (stdin) or --input-file PATH")
+    if args.input_file is None and args.input != "-":
+        return ("null" if args.input is None else args.input), "INPUT_JSON"
+    if "-" in (args.input, args.input_file):
+        return sys.stdin.read(), "the input read from stdin"
     try:
-        json.loads(args.input)
+        return Path(args.input_file).read_text(encoding="utf-8"), f"--input-file {args.input_file}"
+    except (OSError, UnicodeDecodeError) as exc:
+        reason = getattr(exc, "strerror", None) or exc
+        raise _Usage(f"--input-file {args.input_file!r} cannot be read: {reason}") from None
+
+
+def _run(args: argparse.Namespace) -> int:
+    text, where = _read_input(args)
+    try:
+        json.loads(text)
     except ValueError as exc:
-        print(
-            f"error: INPUT_JSON is not valid JSON ({exc}); quote strings, e.g. '\"World\"'", file=sys.stderr
-        )
+        print(f"error: {where} is not valid JSON ({exc}); quote strings, e.g. '\"World\"'", file=sys.stderr)
         return 1
+    from flux.cli.progress import Follower
+    from flux.client import WaitTimedOut
+
     with _client(args) as client:
-        execution = client.run_json(args.name, args.input, version=args.version)
+        execution = client.run_json(args.name, text, version=args.version)
         if not args.wait:
             print(execution.execution_id)
             return 0
-        final = client.wait(execution.execution_id, args.timeout)
+        follower = Follower(client, execution.execution_id, sys.stderr if sys.stderr.isatty() else None)
+        try:
+            final = follower.wait(args.timeout)
+        except WaitTimedOut as exc:
+            print(f"{exc} — flux execution explain {execution.execution_id}", file=sys.stderr)
+            return EXIT_TIMED_OUT
+        except KeyboardInterrupt:
+            latest = follower.latest
+            with contextlib.suppress(FluxError):  # its state now, if the server answers at once
+                latest = client.get(latest.execution_id, timeout=2.0)
+            print(
+                f"\nstopped waiting; execution {latest.execution_id} is left {render.state_name(latest.state)}"
+                f" — cancel it with: flux workflow cancel {latest.execution_id}",
+                file=sys.stderr,
+            )
+            return EXIT_INTERRUPTED
     if final.state == control_pb2.EXECUTION_STATE_COMPLETED:
         print(final.output_json or "null")
         return 0

@@ -75,6 +75,7 @@ def explanation_dict(x: control_pb2.Explanation) -> dict[str, Any]:
         "state": state_name(x.state),
         "summary": x.summary,
         "infeasible": x.infeasible,
+        "queued_ahead": x.queued_ahead if x.HasField("queued_ahead") else None,
         "workers": [
             {
                 "worker": v.worker,
@@ -95,12 +96,18 @@ def explanation_dict(x: control_pb2.Explanation) -> dict[str, Any]:
     }
 
 
+def queued_ahead(count: int) -> str:
+    return "next in line" if count == 0 else f"{count} with the same requirements ahead"
+
+
 def explanation_text(x: control_pb2.Explanation) -> str:
     lines = [x.summary]
     if state_name(x.state) == "CREATED":
         verdict = (
             "infeasible: no connected worker could ever run it" if x.infeasible else "waiting for capacity"
         )
+        if x.HasField("queued_ahead"):
+            verdict += f"; {queued_ahead(x.queued_ahead)}"
         lines.append(verdict)
     rows = [
         (v.worker, "fits" if v.fits else ("never" if any(r.permanent for r in v.rejections) else "busy"),

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import difflib
 import hashlib
 import heapq
 import hmac
@@ -284,7 +285,8 @@ class Dispatcher:
         latest = self._latest.get(workflow_name)
         if latest is None:
             raise NotFound(
-                f"workflow {workflow_name!r} is not registered; register its file with 'flux workflow register FILE'"
+                f"workflow {workflow_name!r} is not registered{_did_you_mean(workflow_name, self._latest)}; "
+                "register its file with 'flux workflow register FILE'"
             )
         if version < 0:
             raise InvalidArgument(f"version must be >= 0 (0 means latest); got {version}")
@@ -502,6 +504,7 @@ class Dispatcher:
         session = Session(name, transport, tuple(entry.holdings))
         entry.session, entry.transport = session, transport
         entry.disconnected_at, entry.draining = None, False
+        entry.ever_connected = True
         entry.invalidate()
         self.events.worker_connected(entry)
         self._dispatch(workers=[entry])
@@ -813,7 +816,10 @@ class Dispatcher:
 
     def _lose_worker(self, entry: WorkerEntry, why: str) -> list[Shape]:
         """Requeue (or fail) everything the worker holds; return the shapes put back in the queue."""
-        log.warning("worker %s lost (%s); requeueing %d executions", entry.name, why, len(entry.holdings))
+        if entry.ever_connected or entry.holdings:
+            log.warning("worker %s lost (%s); requeueing %d executions", entry.name, why, len(entry.holdings))
+        else:  # registered, never opened its stream: nothing was lost
+            log.info("worker %s registered but never connected (%s); forgotten", entry.name, why)
         shapes: dict[Shape, None] = {}
         for execution_id in list(entry.holdings):
             execution = self._executions.get(execution_id)
@@ -856,6 +862,16 @@ class Dispatcher:
                 changed = True
         return changed
 
+    def _keep_alive(self, now: float) -> None:
+        """Ping idle streams; a worker whose stream is open counts as seen now, not at its last call."""
+        idle_since = time.monotonic() - self.settings.ping_interval
+        for entry in self._workers.values():
+            session = entry.session
+            if session is not None:
+                entry.last_seen = now
+                if session.last_sent <= idle_since:
+                    session.push(Ping(now))
+
     async def _housekeeping(self) -> None:
         s = self.settings
         step = max(0.05, min(1.0, s.ack_deadline / 4, s.grace_period / 4, s.safety_tick))
@@ -866,13 +882,17 @@ class Dispatcher:
                 if self._expire(now) or now - self._last_full_pass >= s.safety_tick:
                     self._last_full_pass = now
                     self._dispatch()
-                idle_since = time.monotonic() - s.ping_interval
-                for entry in self._workers.values():
-                    session = entry.session
-                    if session is not None and session.last_sent <= idle_since:
-                        session.push(Ping(now))
+                self._keep_alive(now)
             except Exception:  # one bad tick must not stop the next one
                 log.exception("dispatcher housekeeping failed")
+
+
+def _did_you_mean(name: str, known: Iterable[str]) -> str:
+    """``; did you mean 'hello'?`` for a near miss among the registered names, else ""."""
+    close = difflib.get_close_matches(name, list(known), n=3, cutoff=0.6)
+    if not close:
+        return ""
+    return "; did you mean " + " or ".join(repr(c) for c in close) + "?"
 
 
 def _same_token(given: str, expected: str) -> bool:

@@ -47,7 +47,11 @@ class WorkerEntry:
     draining: bool = False
     # Set while the stream is gone; the grace period runs from here.
     disconnected_at: float | None = None
+    # Last sign of life: a call with its session token, or (refreshed each housekeeping step)
+    # an open dispatch stream, which keepalive pings would have closed if the worker were gone.
     last_seen: float = 0.0
+    # False until the first Connect: a worker that registers and never streams is forgotten quietly.
+    ever_connected: bool = False
     holdings: dict[str, Holding] = field(default_factory=dict)
     reserved: Amounts = Amounts()
     # Reserved after the latest report, which the observed values cannot reflect yet.

@@ -19,6 +19,7 @@ import logging
 import os
 import re
 import sys
+import time
 from datetime import UTC, datetime
 from typing import Any, TextIO
 
@@ -108,8 +109,31 @@ def formatter(fmt: str) -> logging.Formatter:
     raise ValueError(f"log format must be one of {', '.join(FORMATS)}; got {fmt!r}")
 
 
+# The format ``configure`` set last; ``emit`` writes its lines the same way.
+_format = "text"
+
+
+def current_format() -> str:
+    return _format
+
+
+def emit(
+    text: str, stream: TextIO | None = None, level: str = "INFO", logger: str = "flux", **fields: object
+) -> None:
+    """A line the process prints itself rather than logs (a bound address, a generated token, a
+    fatal error): as is in text format, and in json format one object shaped like the log lines,
+    with ``fields`` as members, so that every line of a json-format process parses."""
+    line = text
+    if _format == "json":
+        entry = {"ts": _timestamp(time.time()), "level": level, "logger": logger, "msg": text}
+        entry.update((k if k not in _RESERVED else f"field_{k}", v) for k, v in fields.items())
+        line = json.dumps(entry, default=str, ensure_ascii=False)
+    print(line, file=stream or sys.stdout, flush=True)
+
+
 def configure(level: str | int = "INFO", fmt: str = "text", stream: TextIO | None = None) -> None:
     """Send every log record to ``stream`` (stderr) in ``fmt``, replacing any handler set before."""
+    global _format
     handler = logging.StreamHandler(stream or sys.stderr)
     handler.setFormatter(formatter(fmt))
     root = logging.getLogger()
@@ -117,6 +141,12 @@ def configure(level: str | int = "INFO", fmt: str = "text", stream: TextIO | Non
         root.removeHandler(old)
     root.addHandler(handler)
     root.setLevel(level.upper() if isinstance(level, str) else level)
+    _format = fmt
+    # httpx logs every request at INFO: an SSE worker's reports and claims would flood the log.
+    # They are shown with --log-level DEBUG, like the rest of the chatter.
+    logging.getLogger("httpx").setLevel(
+        logging.DEBUG if root.getEffectiveLevel() <= logging.DEBUG else logging.WARNING
+    )
     # Neither format prints them; not gathering them makes every record cheaper
     # (the logging HOWTO's "Optimization" section).
     logging.logThreads = logging.logProcesses = logging.logMultiprocessing = False

@@ -148,6 +148,8 @@ def why_to_proto(why: Why) -> control_pb2.Explanation:
         state=int(why.execution.state),  # type: ignore[arg-type]
         summary=why.summary,
     )
+    if why.queue_position is not None:
+        message.queued_ahead = why.queue_position
     if why.explanation is not None:
         message.infeasible = why.explanation.infeasible
         for verdict in why.explanation.verdicts:

@@ -15,6 +15,7 @@ from grpc_reflection.v1alpha import reflection
 
 from flux.auth import AuthInterceptor, Tokens, is_loopback
 from flux.dispatcher.core import Dispatcher, Settings
+from flux.observe import logs
 from flux.server.interceptors import DecodeGuard
 from flux.server.local import LocalChannel, LocalRegistry
 from flux.server.servicers import ControlService, WorkerService
@@ -79,14 +80,14 @@ class RunningServer:
 
 
 async def start_server(config: ServerConfig) -> RunningServer:
-    dispatcher = build_dispatcher(config)
-    await dispatcher.start()
-    # Also applied to in-process calls (the gateway beside the core), so both paths pass the same checks.
+    # Refused before the store is opened, so a refused start leaves no database behind.
     if config.tokens is None and not is_loopback(config.host):
-        await dispatcher.stop()
         raise ValueError(
             f"--insecure is refused on {config.host}: without auth the server binds to loopback only"
         )
+    dispatcher = build_dispatcher(config)
+    await dispatcher.start()
+    # Also applied to in-process calls (the gateway beside the core), so both paths pass the same checks.
     interceptors: tuple[grpc.aio.ServerInterceptor, ...] = (
         *((AuthInterceptor(config.tokens),) if config.tokens is not None else ()),
         DecodeGuard(),
@@ -153,7 +154,10 @@ async def serve(config: ServerConfig) -> None:
         from flux.store.postgres import redacted
 
         db = redacted(db)
-    print(f"flux server listening on {config.host}:{running.port} (grpc), db {db}", flush=True)
+    logs.emit(
+        f"flux server listening on {config.host}:{running.port} (grpc), db {db}",
+        logger=log.name, grpc=f"{config.host}:{running.port}", db=db,
+    )  # fmt: skip
     gateway = None
     try:
         if config.http_port is not None:
@@ -165,7 +169,7 @@ async def serve(config: ServerConfig) -> None:
             gateway = await start_gateway(
                 settings, config.host, config.http_port, channel=running.local_channel(), tls=config.tls
             )
-            print(f"flux gateway listening on {gateway.url}", flush=True)
+            logs.emit(f"flux gateway listening on {gateway.url}", logger=log.name, http=gateway.url)
         await stop.wait()
         log.info("shutting down")
     finally:

@@ -693,6 +693,7 @@ class Explanation(_message.Message):
     SUMMARY_FIELD_NUMBER: _builtins.int
     INFEASIBLE_FIELD_NUMBER: _builtins.int
     WORKERS_FIELD_NUMBER: _builtins.int
+    QUEUED_AHEAD_FIELD_NUMBER: _builtins.int
     execution_id: _builtins.str
     """The execution explained."""
     state: Global___ExecutionState.ValueType
@@ -701,6 +702,10 @@ class Explanation(_message.Message):
     """One line, e.g. "0/3 workers can run it: 2 lack label role=training, ..."."""
     infeasible: _builtins.bool
     """True when no connected worker could ever run it."""
+    queued_ahead: _builtins.int
+    """While it is queued (CREATED): how many executions with the same requirements
+    are ahead of it, to be placed first (FIFO). Unset when it is not queued.
+    """
     @_builtins.property
     def workers(self) -> _containers.RepeatedCompositeFieldContainer[Global___WorkerVerdict]:
         """One verdict per worker considered."""
@@ -713,12 +718,15 @@ class Explanation(_message.Message):
         summary: _builtins.str = ...,
         infeasible: _builtins.bool = ...,
         workers: _abc.Iterable[Global___WorkerVerdict] | None = ...,
+        queued_ahead: _builtins.int | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["_queued_ahead", b"_queued_ahead", "queued_ahead", b"queued_ahead"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["execution_id", b"execution_id", "infeasible", b"infeasible", "state", b"state", "summary", b"summary", "workers", b"workers"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_queued_ahead", b"_queued_ahead", "execution_id", b"execution_id", "infeasible", b"infeasible", "queued_ahead", b"queued_ahead", "state", b"state", "summary", b"summary", "workers", b"workers"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
-    def WhichOneof(self, oneof_group: _Never) -> None: ...
+    _WhichOneofReturnType__queued_ahead: _TypeAlias = _typing.Literal["queued_ahead"]  # noqa: Y015
+    _WhichOneofArgType__queued_ahead: _TypeAlias = _typing.Literal["_queued_ahead", b"_queued_ahead"]  # noqa: Y015
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__queued_ahead) -> _WhichOneofReturnType__queued_ahead | None: ...
 
 Global___Explanation: _TypeAlias = Explanation  # noqa: Y015
 

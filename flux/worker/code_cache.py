@@ -72,17 +72,23 @@ class CodeCache:
             del self._loading[source_hash]
 
     async def _load(self, source_hash: str) -> ModuleType:
-        path = self.directory / f"{source_hash}.py"
-        if path.exists() and _digest(path.read_bytes()) != source_hash:
+        # One folder per hash holding the file under the name it was registered with, so
+        # tracebacks name the user's file (``…/code/<hash>/hello.py``) and still show its lines.
+        folder = self.directory / source_hash
+        cached = sorted(folder.glob("*.py")) if folder.is_dir() else []
+        path = cached[0] if cached else None
+        if path is not None and _digest(path.read_bytes()) != source_hash:
             # Changed on disk since we wrote it (or never ours): fetch it again rather than run it.
             path.unlink()
-        if not path.exists():
-            _, source = await self._fetch(source_hash)
+            path = None
+        if path is None:
+            filename, source = await self._fetch(source_hash)
             if _digest(source.encode()) != source_hash:
                 raise WorkflowCodeError(f"workflow source for {source_hash} does not match its hash")
-            self.directory.mkdir(parents=True, exist_ok=True)
+            folder.mkdir(parents=True, exist_ok=True)
+            path = folder / _safe_filename(filename)
             # Write then rename, so a crash never leaves a half file that later imports.
-            fd, temporary = tempfile.mkstemp(dir=self.directory, suffix=".tmp")
+            fd, temporary = tempfile.mkstemp(dir=folder, suffix=".tmp")
             with os.fdopen(fd, "wb") as handle:
                 handle.write(source.encode())
             os.replace(temporary, path)
@@ -109,3 +115,9 @@ class CodeCache:
 
 def _digest(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
+
+
+def _safe_filename(filename: str) -> str:
+    """The registered file's own name when it is a plain ``*.py`` name, else ``workflow.py``."""
+    name = Path(filename).name
+    return name if name.endswith(".py") and name.isprintable() and not name.startswith(".") else "workflow.py"

@@ -30,6 +30,7 @@ from flux.errors import (
     NotFound,
     PermissionDenied,
     ResourceExhausted,
+    Unauthenticated,
     Unavailable,
 )
 from flux.worker.code_cache import CodeCache
@@ -37,6 +38,19 @@ from flux.worker.probe import ResourceProbe, changed_materially
 from flux.worker.transport import Cancel, Connected, Dispatch, Registration, WorkerTransport
 
 log = logging.getLogger("flux.worker")
+
+# Answers to Register or Connect that no retry can change: the token is missing, wrong or of the
+# wrong kind, or the server refuses what the worker advertises. Anything else (unreachable, 5xx,
+# a name still held by the previous stream) may pass, so the worker retries it.
+PERMANENT = (Unauthenticated, PermissionDenied, InvalidArgument)
+
+
+class Refused(FluxError):
+    """The control plane refused this worker for good; the message is its answer, ``cause`` the error."""
+
+    def __init__(self, cause: FluxError):
+        super().__init__(str(cause))
+        self.cause = cause
 
 
 @dataclass(frozen=True, slots=True)
@@ -98,6 +112,7 @@ class WorkerRuntime:
             self._stopping.set()
 
     async def run(self) -> None:
+        """Serve until ``stop``; raises ``Refused`` (after cleaning up) when the server refuses us for good."""
         backoff = Backoff(self.config.backoff_initial, self.config.backoff_max)
         reporter = asyncio.create_task(self._report_loop())
         try:
@@ -107,6 +122,11 @@ class WorkerRuntime:
                 await asyncio.wait({session, stopping}, return_when=asyncio.FIRST_COMPLETED)
                 stopping.cancel()
                 if session.done():
+                    refusal = session.exception()
+                    if isinstance(refusal, PERMANENT):
+                        if self._running:
+                            await self._drain()
+                        raise Refused(refusal)
                     self._log_session_end(session)
                 else:
                     await self._drain()

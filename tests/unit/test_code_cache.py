@@ -60,19 +60,19 @@ async def test_a_source_hash_not_in_sha256_form_is_refused_before_any_file_is_to
 
 async def test_a_cached_file_changed_on_disk_is_fetched_again_not_imported(tmp_path: Path) -> None:
     directory = tmp_path / "code"
-    directory.mkdir()
-    (directory / f"{HASH}.py").write_text("def hello(ctx):\n    return 'tampered'\n")
+    (directory / HASH).mkdir(parents=True)
+    (directory / HASH / "hello.py").write_text("def hello(ctx):\n    return 'tampered'\n")
     fetch = Fetcher()
     fn = await CodeCache(directory, fetch).function(ref(HASH))
     assert fn(None) == "hello"
     assert fetch.asked == [HASH]
-    assert (directory / f"{HASH}.py").read_text() == SOURCE
+    assert (directory / HASH / "hello.py").read_text() == SOURCE
 
 
 async def test_a_verified_cached_file_is_used_without_fetching(tmp_path: Path) -> None:
     directory = tmp_path / "code"
-    directory.mkdir()
-    (directory / f"{HASH}.py").write_text(SOURCE)
+    (directory / HASH).mkdir(parents=True)
+    (directory / HASH / "hello.py").write_text(SOURCE)
     fetch = Fetcher()
     fn = await CodeCache(directory, fetch).function(ref(HASH))
     assert fn(None) == "hello"
@@ -83,4 +83,4 @@ async def test_fetched_source_that_does_not_match_its_hash_is_refused(tmp_path: 
     fetch = Fetcher("def hello(ctx):\n    return 'other'\n")
     with pytest.raises(WorkflowCodeError, match="does not match its hash"):
         await CodeCache(tmp_path / "code", fetch).function(ref(HASH))
-    assert not (tmp_path / "code" / f"{HASH}.py").exists()
+    assert not (tmp_path / "code" / HASH).exists()

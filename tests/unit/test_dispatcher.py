@@ -1162,6 +1162,44 @@ async def test_non_json_constants_are_refused(flux, text):
         await flux.run("job", text)
 
 
+async def test_a_mistyped_workflow_name_suggests_the_registered_one(flux: Flux) -> None:
+    await flux.workflow("hello")
+    await flux.workflow("goodbye")
+    with pytest.raises(NotFound, match=r"'helo' is not registered; did you mean 'hello'\?"):
+        await flux.run("helo")
+    with pytest.raises(NotFound) as info:
+        await flux.run("zzz")
+    assert "did you mean" not in str(info.value)
+
+
+async def test_a_connected_worker_is_seen_now_not_at_its_last_call(flux: Flux) -> None:
+    idle = await flux.worker("idle")
+    gone = await flux.worker("gone")
+    gone.disconnect()
+    registered_at = flux.clock.now
+    flux.d._keep_alive(flux.clock.advance(120))  # two minutes without a single call from either
+    assert flux.d._workers["idle"].last_seen == flux.clock.now
+    assert flux.d._workers["gone"].last_seen == registered_at
+    assert idle.session is not None
+
+
+async def test_a_worker_that_never_connected_is_forgotten_without_a_warning(
+    flux: Flux, caplog: pytest.LogCaptureFixture
+) -> None:
+    await flux.worker("shy", connect=False)
+    lost = await flux.worker("lost")
+    lost.disconnect()
+    with caplog.at_level("INFO", logger="flux.dispatcher"):
+        flux.expire(GRACE + 1)
+    assert "shy" not in flux.d._workers and "lost" not in flux.d._workers
+    levels = {
+        r.getMessage().split()[1]: r.levelname
+        for r in caplog.records
+        if r.name == "flux.dispatcher" and r.getMessage().startswith("worker ")
+    }
+    assert levels == {"shy": "INFO", "lost": "WARNING"}
+
+
 # ---- bounded memory and admission ----------------------------------------------------------------
 
 

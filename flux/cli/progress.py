@@ -1,0 +1,110 @@
+"""``flux workflow run --wait``: follow an execution, with one live line on a terminal.
+
+The watch runs in a thread so the main thread stays free to redraw the line
+(the elapsed time moves even when the state does not) and to take Ctrl-C at
+once. On a terminal the line shows the state, the time waited and, while
+the execution is queued, its place in the queue and the explain summary; it
+is erased before anything else is printed. When stderr is not a terminal nothing extra is written, so
+scripts see only the output and the errors.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import threading
+import time
+from typing import TextIO
+
+from flux.cli import render
+from flux.client import FluxClient
+from flux.errors import FluxError
+from flux.v1 import control_pb2
+
+REDRAW = 0.25  # seconds between redraws of the line
+EXPLAIN_EVERY = 2.0  # seconds between explain calls while the execution is queued
+ERASE = "\r\x1b[2K"
+
+
+class Follower:
+    """Waits for one execution; ``latest`` is the last state seen, for Ctrl-C to report."""
+
+    def __init__(self, client: FluxClient, execution_id: str, stream: TextIO | None):
+        self.client, self.execution_id, self.stream = client, execution_id, stream
+        self.latest = control_pb2.Execution(
+            execution_id=execution_id, state=control_pb2.EXECUTION_STATE_CREATED
+        )
+        self._started = time.monotonic()
+        self._summary = ""
+        self._explained_at = float("-inf")
+        self._drawn = False
+
+    def wait(self, timeout: float | None) -> control_pb2.Execution:
+        """The final execution; raises what ``FluxClient.wait`` raises, and KeyboardInterrupt."""
+        outcome: dict[str, object] = {}
+
+        def follow() -> None:
+            try:
+                outcome["final"] = self.client.wait(self.execution_id, timeout, on_update=self._update)
+            except BaseException as exc:  # handed to the main thread, which raises it
+                outcome["error"] = exc
+
+        thread = threading.Thread(target=follow, name="flux-wait", daemon=True)
+        thread.start()
+        try:
+            while thread.is_alive():
+                self._draw()
+                thread.join(REDRAW)
+        finally:
+            self._erase()
+        if "error" in outcome:
+            raise outcome["error"]  # type: ignore[misc]
+        return outcome["final"]  # type: ignore[return-value]
+
+    def _update(self, execution: control_pb2.Execution) -> None:
+        self.latest = execution
+
+    def _draw(self) -> None:
+        if self.stream is None:
+            return
+        state = self.latest.state
+        if state == control_pb2.EXECUTION_STATE_CREATED:
+            now = time.monotonic()
+            if now - self._explained_at >= EXPLAIN_EVERY:
+                self._explained_at = now
+                # On failure keep the last summary: the line is a courtesy, the wait goes on.
+                with contextlib.suppress(FluxError):
+                    self._summary = self._queued(self.client.explain(self.execution_id, timeout=REDRAW * 4))
+        else:
+            self._summary = f"on {self.latest.worker}" if self.latest.worker else ""
+        elapsed = render.duration(time.monotonic() - self._started)
+        parts = [self.execution_id, render.state_name(state), elapsed, self._summary]
+        line = " · ".join(p for p in parts if p)
+        width = max(20, _columns(self.stream) - 1)
+        if len(line) > width:
+            line = line[: width - 1] + "…"
+        self.stream.write(ERASE + line)
+        self.stream.flush()
+        self._drawn = True
+
+    @staticmethod
+    def _queued(explanation: control_pb2.Explanation) -> str:
+        if not explanation.HasField("queued_ahead"):
+            return explanation.summary
+        return f"{render.queued_ahead(explanation.queued_ahead)} · {explanation.summary}"
+
+    def _erase(self) -> None:
+        if self.stream is not None and self._drawn:
+            self.stream.write(ERASE)
+            self.stream.flush()
+            self._drawn = False
+
+
+def _columns(stream: TextIO) -> int:
+    """The width of the terminal the line is drawn on (stderr's; stdout may be a pipe)."""
+    if os.environ.get("COLUMNS", "").isdigit():
+        return int(os.environ["COLUMNS"])
+    try:
+        return os.get_terminal_size(stream.fileno()).columns
+    except (OSError, ValueError):
+        return 80

@@ -1,0 +1,107 @@
+"""The ``flux`` command's parser and its own output lines: help, version, log flags (no processes)."""
+
+from __future__ import annotations
+
+import argparse
+import io
+import json
+import logging
+from importlib.metadata import version
+
+import pytest
+
+from flux.cli import build_parser, leaf_parsers
+from flux.observe import logs
+
+
+def _every_action(parser: argparse.ArgumentParser, path: str = "flux"):
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for choice in action._choices_actions:  # the subcommands as `--help` lists them
+                yield f"{path} {choice.dest}", choice
+            for name, sub in action.choices.items():
+                yield from _every_action(sub, f"{path} {name}")
+        else:
+            yield f"{path} {'/'.join(action.option_strings) or action.dest}", action
+
+
+def test_every_argument_and_subcommand_has_help() -> None:
+    missing = [where for where, action in _every_action(build_parser()) if not action.help]
+    assert missing == []
+
+
+def test_the_run_arguments_say_what_they_take() -> None:
+    run = next(p for p in leaf_parsers(build_parser()) if p.prog.endswith("workflow run"))
+    text = " ".join(run.format_help().split())
+    assert "registered workflow name" in text  # NAME
+    assert "the input as JSON" in text and "- reads it from stdin" in text  # INPUT_JSON
+    assert "(default: wait forever)" in text  # --timeout
+
+
+def test_version_comes_from_the_package_metadata(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as info:
+        build_parser().parse_args(["--version"])
+    assert info.value.code == 0
+    assert capsys.readouterr().out.strip() == f"flux {version('flux-dispatch')}"
+
+
+@pytest.mark.parametrize(
+    ("argv", "level"),
+    [
+        pytest.param(["start", "worker", "w1"], "INFO", id="default"),
+        pytest.param(["--log-level", "DEBUG", "start", "worker", "w1"], "DEBUG", id="before"),
+        pytest.param(["start", "worker", "w1", "--log-level", "DEBUG"], "DEBUG", id="after"),
+        pytest.param(["--log-level", "ERROR", "workers", "list", "--log-level", "DEBUG"], "DEBUG", id="both"),
+        pytest.param(["--log-level", "WARNING", "status"], "WARNING", id="before a client command"),
+    ],
+)
+def test_log_level_is_taken_before_or_after_the_subcommand(argv: list[str], level: str) -> None:
+    assert build_parser().parse_args(argv).log_level == level
+
+
+def test_every_command_takes_log_level() -> None:
+    for leaf in leaf_parsers(build_parser()):
+        assert "--log-level" in leaf._option_string_actions, leaf.prog
+
+
+@pytest.fixture
+def restore_logging():
+    yield
+    logs.configure("INFO", "text")
+
+
+def test_emitted_lines_follow_the_log_format(restore_logging: None) -> None:
+    out = io.StringIO()
+    logs.configure("INFO", "json", stream=io.StringIO())
+    logs.emit("flux server listening on 127.0.0.1:1 (grpc)", out, grpc="127.0.0.1:1")
+    line = json.loads(out.getvalue())
+    assert line["msg"] == "flux server listening on 127.0.0.1:1 (grpc)" and line["grpc"] == "127.0.0.1:1"
+    assert line["level"] == "INFO" and line["ts"].endswith("Z")
+    out = io.StringIO()
+    logs.configure("INFO", "text", stream=io.StringIO())
+    logs.emit("flux server listening on 127.0.0.1:1 (grpc)", out, grpc="127.0.0.1:1")
+    assert out.getvalue() == "flux server listening on 127.0.0.1:1 (grpc)\n"
+
+
+@pytest.mark.parametrize(("level", "httpx_level"), [("INFO", logging.WARNING), ("DEBUG", logging.DEBUG)])
+def test_httpx_request_lines_only_at_debug(restore_logging: None, level: str, httpx_level: int) -> None:
+    logs.configure(level, "text", stream=io.StringIO())
+    assert logging.getLogger("httpx").getEffectiveLevel() == httpx_level
+
+
+def test_explain_shows_how_many_are_queued_ahead() -> None:
+    from flux.cli import render
+    from flux.v1 import control_pb2
+
+    queued = control_pb2.Explanation(
+        execution_id="e1", state=control_pb2.EXECUTION_STATE_CREATED, summary="0/1 workers can run it",
+        queued_ahead=2,
+    )  # fmt: skip
+    assert render.explanation_text(queued).splitlines()[1] == (
+        "waiting for capacity; 2 with the same requirements ahead"
+    )
+    assert render.explanation_dict(queued)["queued_ahead"] == 2
+    queued.queued_ahead = 0
+    assert render.explanation_text(queued).splitlines()[1] == "waiting for capacity; next in line"
+    placed = control_pb2.Explanation(execution_id="e1", state=control_pb2.EXECUTION_STATE_RUNNING)
+    assert render.explanation_dict(placed)["queued_ahead"] is None
