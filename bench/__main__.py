@@ -4,9 +4,14 @@ from __future__ import annotations
 
 import argparse
 
-from bench import dispatch, matching, replicas
+from bench import dispatch, matching, memory, replicas
 
-BENCHES = {"matching": matching.main, "dispatch": dispatch.main, "replicas": replicas.main}
+BENCHES = {
+    "matching": matching.main,
+    "dispatch": dispatch.main,
+    "replicas": replicas.main,
+    "memory": memory.main,
+}
 
 
 def main() -> None:

@@ -14,6 +14,7 @@ from __future__ import annotations
 import hmac
 import os
 import secrets
+import string
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from enum import Enum
@@ -80,9 +81,14 @@ def server_token(
     stored = state_dir / role.filename
     if stored.exists():
         return _read(stored), False
-    token = secrets.token_urlsafe(32)
+    token = new_token()
     _write_private(stored, token)
     return token, True
+
+
+def new_token() -> str:
+    """A random url-safe token that never starts with "-" (which ``--worker-token $T`` reads as a flag)."""
+    return secrets.choice(string.ascii_letters + string.digits) + secrets.token_urlsafe(32)
 
 
 def caller_token(

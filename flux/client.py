@@ -178,6 +178,10 @@ class FluxClient:
     def workers(self) -> control_pb2.ListWorkersResponse:
         return self._call("ListWorkers", control_pb2.ListWorkersRequest())
 
+    def forget_worker(self, name: str) -> control_pb2.ForgetWorkerResponse:
+        """Drop a worker now: its work is requeued and its name is free."""
+        return self._call("ForgetWorker", control_pb2.ForgetWorkerRequest(name=name))
+
     def explain(self, execution_id: str, timeout: float | None = None) -> control_pb2.Explanation:
         return self._call(
             "ExplainExecution", control_pb2.ExplainExecutionRequest(execution_id=execution_id), timeout

@@ -22,7 +22,7 @@ F = TypeVar("F", bound=Callable[..., Any])
 
 ATTRIBUTE = "__flux_workflow__"
 DEFAULT_MAX_ATTEMPTS = 3
-_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_.-]{0,127}$")
+_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_.-]{0,127}")  # fullmatch only
 NAME_FORM = "1-128 characters: letters, digits, '_', '.', '-', starting with a letter or '_'"
 
 

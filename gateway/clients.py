@@ -215,6 +215,17 @@ async def list_workers(request: Request, core: CoreDep) -> JSONResponse:
     )
 
 
+@router.post("/workers/{name}/forget", response_model=schema.ForgetWorkerResponse, responses=_refusals(404))
+async def forget_worker(
+    name: Annotated[str, Path(description="registered worker name", max_length=63)],
+    request: Request,
+    core: CoreDep,
+) -> JSONResponse:
+    """Drop a worker now (API token): its work is requeued and its name is free, skipping its grace period."""
+    message = control_pb2.ForgetWorkerRequest(name=name)
+    return _answer(await core.control.ForgetWorker(message, timeout=_timeout(request)))
+
+
 @router.get("/status", response_model=schema.ClusterStatus, responses=_refusals())
 async def cluster_status(request: Request, core: CoreDep) -> JSONResponse:
     """Workers, pending executions by requirement shape (with explain's summary), counters, latencies."""

@@ -182,6 +182,22 @@ def build_parser() -> argparse.ArgumentParser:
     server.add_argument(
         "--insecure", action="store_true", help="no authentication; refused unless --host is loopback"
     )
+    server.add_argument(
+        "--max-pending", type=_positive_int("--max-pending"), metavar="N",         help="unfinished executions accepted before RunWorkflow answers RESOURCE_EXHAUSTED (default 500000)",
+    )  # fmt: skip
+    server.add_argument(
+        "--max-pending-bytes", type=_quantity("--max-pending-bytes"), metavar="BYTES",
+        help="input bytes of unfinished executions accepted before RunWorkflow answers RESOURCE_EXHAUSTED "
+        "(default 2Gi)",
+    )  # fmt: skip
+    server.add_argument(
+        "--max-workers", type=_positive_int("--max-workers"), metavar="N",
+        help="registered workers before Register answers RESOURCE_EXHAUSTED (default 10000)",
+    )  # fmt: skip
+    server.add_argument(
+        "--max-worker-metadata", type=_quantity("--max-worker-metadata"), metavar="BYTES",
+        help="bytes of labels, packages, markers and GPU names one worker may advertise (default 256Ki)",
+    )  # fmt: skip
     with_tls(server)
     with_log_format(server)
     server.set_defaults(run=_start_server)
@@ -278,7 +294,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     from flux.cli import listings
 
-    listings.add_commands(commands, workflow, execution, with_server)
+    worker_actions = listings.add_commands(commands, workflow, execution, with_server)
 
     workers = commands.add_parser("workers", help="the fleet").add_subparsers(
         dest="action", required=True, metavar="ACTION"
@@ -286,6 +302,14 @@ def build_parser() -> argparse.ArgumentParser:
     listing = with_server(workers.add_parser("list", help="workers and their resources"))
     listing.add_argument("--json", action="store_true", help="print one JSON object")
     listing.set_defaults(run=_workers)
+
+    forget = with_server(
+        worker_actions.add_parser(
+            "forget", help="drop a worker now: requeue its work and free its name (skips its grace period)"
+        )
+    )
+    forget.add_argument("name", metavar="NAME", help="the worker's registered name")
+    forget.set_defaults(run=_forget_worker)
 
     status = with_server(commands.add_parser("status", help="the fleet and the pending queue at a glance"))
     status.add_argument("--json", action="store_true", help="print one JSON object")
@@ -309,6 +333,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except ValueError as exc:  # an unknown --log-level
         print(f"error: --log-level: {exc}", file=sys.stderr)
         return 2
+    _warn_token_flags(args)
     try:
         return int(args.run(args) or 0)
     except FluxError as exc:
@@ -330,6 +355,20 @@ def _error(text: str) -> None:
         logs.emit(text, sys.stderr, "ERROR")
     else:
         print(f"error: {text}", file=sys.stderr)
+
+
+def _warn_token_flags(args: argparse.Namespace) -> None:
+    """A token given as a flag is in /proc/<pid>/cmdline, which every local user can read."""
+    for flag in ("worker_token", "api_token"):
+        if getattr(args, flag, None):
+            option = "--" + flag.replace("_", "-")
+            env = f"FLUX_{flag.upper()}"
+            print(
+                f"warning: {option} is visible to other local users in the process list "
+                f"(/proc/{os.getpid()}/cmdline); prefer {option}-file PATH or ${env}",
+                file=sys.stderr,
+                flush=True,
+            )
 
 
 # ---------------------------------------------------------------------- servers
@@ -357,6 +396,12 @@ def _start_server(args: argparse.Namespace) -> int:
             safety_tick=args.safety_tick,
             ping_interval=args.ping_interval,
             server_id=uuid.uuid4().hex[:12],
+            # Limits left unset keep the dispatcher's defaults (one place defines them).
+            **{
+                limit: getattr(args, limit)
+                for limit in ("max_pending", "max_pending_bytes", "max_workers", "max_worker_metadata")
+                if getattr(args, limit) is not None
+            },
         ),
         http_port=None if args.no_http else args.http_port,
         tokens=None if args.insecure else _server_tokens(args),
@@ -604,6 +649,13 @@ def _workers(args: argparse.Namespace) -> int:
         print(json.dumps({"workers": [render.worker_dict(w) for w in response.workers]}))
     else:
         print(render.workers_text(response.workers, int(time.time() * 1000)))
+    return 0
+
+
+def _forget_worker(args: argparse.Namespace) -> int:
+    with _client(args) as client:
+        response = client.forget_worker(args.name)
+    print(f"forgot worker {args.name}; {response.requeued} executions requeued")
     return 0
 
 

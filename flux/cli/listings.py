@@ -73,8 +73,9 @@ def add_commands(
     workflow: Any,
     execution: Any,
     with_server: Callable[[argparse.ArgumentParser], argparse.ArgumentParser],
-) -> None:
-    """Add the listing subcommands to the ``workflow`` and ``execution`` groups, and the ``worker`` group."""
+) -> Any:
+    """Add the listing subcommands to the ``workflow`` and ``execution`` groups, and the ``worker``
+    group with pause and resume; returns that group for the other worker actions."""
     listing = with_server(execution.add_parser("list", help="executions, newest first, with filters"))
     listing.add_argument(
         "--state", action="append", type=_state, default=[], metavar="STATE",
@@ -133,6 +134,7 @@ def add_commands(
     resume.add_argument("name", metavar="NAME", help="worker name, as in `flux workers list`")
     resume.add_argument("--json", action="store_true", help="print the worker as one JSON object")
     resume.set_defaults(run=_pause, paused=False)
+    return worker
 
 
 def _client(args: argparse.Namespace) -> FluxClient:

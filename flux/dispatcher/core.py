@@ -40,6 +40,7 @@ from types import MappingProxyType
 
 from flux.dispatcher.listing import needs_live_state
 from flux.dispatcher.session import Cancelled, Ping, Scheduled, Session
+from flux.dispatcher.unfinished import Unfinished
 from flux.dispatcher.workers import WorkerEntry
 from flux.domain.execution import Execution, ExecutionError, State, WorkflowRef
 from flux.domain.labels import validate_labels
@@ -70,7 +71,9 @@ from flux.workflow import validate_name
 
 log = logging.getLogger("flux.dispatcher")
 
-WORKER_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,62}$")
+# Checked with fullmatch: "$" also matches before a final newline, so "w1\n" would pass re.match.
+WORKER_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,62}")
+SOURCE_HASH = re.compile(r"[0-9a-f]{64}")
 WORKER_NAME_FORM = "1-63 letters, digits, '.', '_' or '-', starting with a letter or digit"
 MAX_CAPACITY = 4096
 MAX_ID_LENGTH = 128
@@ -81,10 +84,11 @@ MAX_WORKER_PACKAGES = 20_000
 MAX_MARKERS = 64
 MAX_RUNTIMES = 16
 MAX_TEXT = 256
-RUNTIME_NAME = re.compile(r"^[a-z][a-z0-9_.+-]{0,31}$")
+RUNTIME_NAME = re.compile(r"[a-z][a-z0-9_.+-]{0,31}")
 RUNTIME_FORM = "1-32 lowercase letters, digits, '_', '.', '+' or '-', starting with a letter, e.g. python"
 # Rows a listing reads from the store per round while it filters them against live state.
 LISTING_BATCH = 500
+KiB, MiB, GiB = 1024, 1024**2, 1024**3
 
 
 @dataclass(frozen=True, slots=True)
@@ -94,7 +98,19 @@ class Settings:
     safety_tick: float = 5.0
     ping_interval: float = 15.0
     finished_cache: int = 10_000
+    # Payload bytes (inputs, outputs, errors) the finished cache may keep; older entries are
+    # dropped past it and read back from the store when asked for.
+    finished_cache_bytes: int = 16 * MiB
     server_id: str = ""
+    # Inputs up to this size stay in RAM while pending (a dispatch needs no store read);
+    # larger ones stay only in the store and load when dispatched.
+    inline_input_bytes: int = 16 * KiB
+    # Admission: past either limit a submission is refused with RESOURCE_EXHAUSTED.
+    max_pending: int = 500_000
+    max_pending_bytes: int = 2 * GiB
+    max_workers: int = 10_000
+    # Labels, packages, markers and GPU names one worker may advertise, in bytes.
+    max_worker_metadata: int = 256 * KiB
 
 
 @dataclass(frozen=True, slots=True)
@@ -133,8 +149,9 @@ class Dispatcher:
         self._workflows: dict[tuple[str, int], WorkflowRecord] = {}
         self._latest: dict[str, int] = {}
         self._shapes: dict[tuple[str, int], Shape] = {}
-        self._executions: dict[str, Execution] = {}  # unfinished only
+        self._executions = Unfinished()
         self._finished: OrderedDict[str, Execution] = OrderedDict()
+        self._finished_bytes = 0
         # Finished in memory, final state not committed yet: callers still see this (previous) state.
         self._committing: dict[str, Execution] = {}
         self._workers: dict[str, WorkerEntry] = {}
@@ -170,7 +187,7 @@ class Dispatcher:
                         disconnected_at=now,
                     )
                 entry.hold(execution.execution_id, self._record_of(execution).requests, execution.gpu_indices)
-                self._executions[execution.execution_id] = execution
+                self._executions.add(execution, self.settings.inline_input_bytes)
                 continue
             if execution.state is State.SCHEDULED:
                 # An unclaimed dispatch from before the restart returns to CREATED
@@ -180,7 +197,7 @@ class Dispatcher:
             # Dispatches are not written, so one from before the restart may have used
             # generation + 1; skip past it so fencing never sees a generation twice.
             execution = execution.evolve(generation=execution.generation + 1)
-            self._executions[execution.execution_id] = execution
+            execution = self._executions.add(execution, self.settings.inline_input_bytes)
             self._queue.add(execution.execution_id, self._shape_of(execution), execution.seq)
         log.info(
             "recovered %d workflows, %d unfinished executions (%d queued)",
@@ -224,7 +241,7 @@ class Dispatcher:
                 validate_labels(dict(wf.affinity), f"{field}.affinity")
             except (TypeError, ValueError) as exc:
                 raise InvalidArgument(str(exc)) from None
-            if not RUNTIME_NAME.match(wf.runtime):
+            if not RUNTIME_NAME.fullmatch(wf.runtime):
                 raise InvalidArgument(
                     f"{field}.runtime {wf.runtime!r} is invalid; a runtime is {RUNTIME_FORM}"
                 )
@@ -250,7 +267,7 @@ class Dispatcher:
         self._latest[record.name] = max(self._latest.get(record.name, 0), record.version)
 
     async def get_source(self, source_hash: str) -> tuple[str, str]:
-        if not re.fullmatch(r"[0-9a-f]{64}", source_hash):
+        if not SOURCE_HASH.fullmatch(source_hash):
             raise InvalidArgument(
                 f"source_hash must be 64 lowercase hex characters (sha256); got {source_hash!r}"
             )
@@ -287,6 +304,7 @@ class Dispatcher:
         if record is None:
             raise NotFound(f"workflow {workflow_name!r} has no version {version}; the latest is {latest}")
         input_json = _checked_json(input_json or "null", "input_json")
+        self._admission(len(input_json))
         now = self.clock()
         execution = Execution(
             execution_id=uuid.uuid4().hex,
@@ -298,7 +316,30 @@ class Dispatcher:
             updated_at=now,
         )
         await self._accept(execution)
-        return self._executions.get(execution.execution_id, execution)
+        return _with_input(self._executions.get(execution.execution_id, execution), input_json)
+
+    def _admission(self, size: int) -> None:
+        """Refuse new work past the pending limits, naming the limit (the store and RAM stay bounded)."""
+        s = self.settings
+        if len(self._executions) >= s.max_pending:
+            raise ResourceExhausted(
+                f"{len(self._executions)} executions are unfinished; the limit is {s.max_pending} "
+                "(--max-pending); retry when some have finished"
+            )
+        if self._executions.input_bytes + size > s.max_pending_bytes:
+            raise ResourceExhausted(
+                f"unfinished executions hold {self._executions.input_bytes} input bytes; this input of "
+                f"{size} bytes would pass the limit of {s.max_pending_bytes} (--max-pending-bytes)"
+            )
+
+    async def with_input(self, execution: Execution) -> Execution:
+        """``execution`` with its input, read from the store when only the store keeps it."""
+        if execution.input_json:
+            return execution
+        stored = await self.store.get_input(execution.execution_id)
+        if stored is None:
+            log.error("execution %s has no stored input; sending null", execution.execution_id)
+        return execution.evolve(input_json=stored or "null")
 
     async def _accept(self, execution: Execution) -> None:
         """Store a submission (durable before we answer), then queue it."""
@@ -311,7 +352,7 @@ class Dispatcher:
 
     def _admit(self, execution: Execution) -> None:
         """Queue a stored submission and try to place it right away."""
-        self._executions[execution.execution_id] = execution
+        self._executions.add(execution, self.settings.inline_input_bytes)
         shape = self._shape_of(execution)
         self._queue.add(execution.execution_id, shape, execution.seq)
         self._dispatch(shapes=[shape])
@@ -321,7 +362,7 @@ class Dispatcher:
         found = self._current(execution_id) or await self.store.get_execution(execution_id)
         if found is None:
             raise NotFound(f"execution {execution_id!r} does not exist")
-        return found
+        return await self.with_input(found)
 
     async def watch(self, execution_id: str) -> AsyncIterator[Execution]:
         """The current state, then every change, ending after a final state."""
@@ -329,16 +370,17 @@ class Dispatcher:
         if current.state.finished:
             yield current
             return
+        input_json = current.input_json  # read once: an input never changes
         updates: asyncio.Queue[Execution] = asyncio.Queue()
         watchers = self._watchers.setdefault(execution_id, set())
         watchers.add(updates)
         try:
             # Re-read after subscribing: a change between get() and here is not lost.
             current = self._current(execution_id) or current
-            yield current
+            yield _with_input(current, input_json)
             while not current.state.finished:
                 current = await updates.get()
-                yield current
+                yield _with_input(current, input_json)
         finally:
             watchers.discard(updates)
             if not watchers:
@@ -365,7 +407,7 @@ class Dispatcher:
         if entry is not None:
             self._dispatch(workers=[entry])
         await self._save_final(final)
-        return final
+        return await self.with_input(final)
 
     async def why(self, execution_id: str) -> Why:
         execution = self._executions.get(execution_id) or await self.get(execution_id)
@@ -458,7 +500,7 @@ class Dispatcher:
 
     async def register_worker(self, registration: WorkerRegistration) -> str:
         name = registration.name
-        if not WORKER_NAME.match(name):
+        if not WORKER_NAME.fullmatch(name):
             raise InvalidArgument(f"name {name!r} is invalid; a worker name is {WORKER_NAME_FORM}")
         if not 0 <= registration.capacity <= MAX_CAPACITY:
             raise InvalidArgument(
@@ -470,6 +512,7 @@ class Dispatcher:
         except (TypeError, ValueError) as exc:
             raise InvalidArgument(str(exc)) from None
         _check_software(registration.software)
+        self._check_metadata(labels, registration.software, registration.resources)
         capacity = registration.capacity or DEFAULT_CAPACITY
         entry = self._workers.get(name)
         same_worker = bool(
@@ -486,12 +529,20 @@ class Dispatcher:
                 f"worker name {name!r} is held by a live stream; pick another name, or reconnect with its session token"
             )
         if entry is not None:
-            # A new process took the name of a worker whose stream is gone: the old
-            # one cannot come back without its token, so recover its work now, and
-            # place it now: no other event would until the safety tick.
-            requeued = self._lose_worker(entry, "replaced by a new worker with the same name")
+            # The grace period belongs to the worker whose stream dropped: only its session
+            # token takes the name back. Anyone else waits for it to end (or for an operator).
+            frees_at = (entry.disconnected_at or self.clock()) + self.settings.grace_period
+            if self.clock() < frees_at:
+                raise AlreadyExists(name_held(name, frees_at))
+            # Its grace ended before the housekeeper noticed: recover its work now.
+            requeued = self._lose_worker(entry, f"no stream for {self.settings.grace_period:g}s")
             if requeued:
                 self._dispatch(shapes=requeued)
+        elif len(self._workers) >= self.settings.max_workers:
+            raise ResourceExhausted(
+                f"{len(self._workers)} workers are registered; the limit is {self.settings.max_workers} "
+                "(--max-workers); forget stale ones with 'flux worker forget NAME'"
+            )
         token = secrets.token_urlsafe(24)
         # A pause is the operator's, by name (as a cordon is): a new process under the name stays paused.
         paused = entry is not None and entry.paused
@@ -509,6 +560,33 @@ class Dispatcher:
         )
         await self.store.save_worker(WorkerIdentity(name, token))
         return token
+
+    async def forget_worker(self, name: str) -> int:
+        """Drop a worker now (an operator's call): its work is requeued and its name is free.
+
+        For a worker gone for good before its grace period ends, or one that must not
+        come back. A connected worker loses its stream and must register again.
+        """
+        entry = self._workers.get(name)
+        if entry is None:
+            raise NotFound(f"worker {name!r} is not registered")
+        if entry.session is not None:
+            entry.session.close()
+        held = len(entry.holdings)
+        requeued = self._lose_worker(entry, "forgotten by an operator")
+        if requeued:
+            self._dispatch(shapes=requeued)
+        return held
+
+    def _check_metadata(
+        self, labels: Mapping[str, str], software: WorkerSoftware | None, resources: WorkerResources
+    ) -> None:
+        size = _metadata_bytes(labels, software, resources)
+        if size > self.settings.max_worker_metadata:
+            raise ResourceExhausted(
+                f"labels, packages, markers and GPU names take {size} bytes; the limit is "
+                f"{self.settings.max_worker_metadata} per worker (--max-worker-metadata)"
+            )
 
     def connect(self, name: str, session_token: str, transport: str = "grpc") -> Session:
         entry = self.authorize(name, session_token)
@@ -551,6 +629,7 @@ class Dispatcher:
         except ValueError as exc:
             raise InvalidArgument(str(exc)) from None
         _check_software(software)
+        self._check_metadata(entry.labels, software or entry.software, resources)
         entry.report(resources, software)
         entry.draining = draining
         self._dispatch(workers=[entry])
@@ -764,6 +843,8 @@ class Dispatcher:
         requeued = execution.evolve(
             state=State.CREATED, worker="", gpu_indices=(), attempt=attempt, updated_at=now
         )
+        if len(requeued.input_json) > self.settings.inline_input_bytes:
+            requeued = requeued.evolve(input_json="")  # back to waiting: its input waits in the store
         self._executions[execution.execution_id] = requeued
         self._back_in_line(requeued)
         self._notify(requeued)
@@ -781,9 +862,21 @@ class Dispatcher:
             self._committing[execution_id] = previous
         if entry is not None:
             entry.release(execution_id)
-        self._finished[execution_id] = final
-        if len(self._finished) > self.settings.finished_cache:
-            self._finished.popitem(last=False)
+        self._remember_finished(final)
+
+    def _remember_finished(self, final: Execution) -> None:
+        """Keep recent final states for quick answers, within a count and a payload byte budget."""
+        previous = self._finished.pop(final.execution_id, None)
+        if previous is not None:
+            self._finished_bytes -= _payload_bytes(previous)
+        self._finished[final.execution_id] = final
+        self._finished_bytes += _payload_bytes(final)
+        s = self.settings
+        while self._finished and (
+            len(self._finished) > s.finished_cache or self._finished_bytes > s.finished_cache_bytes
+        ):
+            _, dropped = self._finished.popitem(last=False)
+            self._finished_bytes -= _payload_bytes(dropped)
 
     def _current(self, execution_id: str) -> Execution | None:
         """The latest committed-or-live state known in memory (a final state shows once committed)."""
@@ -928,7 +1021,7 @@ def _check_software(software: WorkerSoftware | None) -> None:
         raise ResourceExhausted(f"software.runtimes lists more than {MAX_RUNTIMES} runtimes")
     for position, runtime in enumerate(software.runtimes):
         name = runtime.split(None, 1)[0] if runtime.strip() else ""
-        if len(runtime) > 64 or not RUNTIME_NAME.match(name):
+        if len(runtime) > 64 or not RUNTIME_NAME.fullmatch(name):
             raise InvalidArgument(
                 f'software.runtimes[{position}] {runtime[:64]!r} is invalid; give "NAME" or "NAME VERSION" '
                 f"(at most 64 characters), NAME being {RUNTIME_FORM}"
@@ -940,6 +1033,35 @@ def _check_software(software: WorkerSoftware | None) -> None:
             raise InvalidArgument(
                 f"software.packages entry {name[:MAX_TEXT]!r} needs a name and version of 1-{MAX_TEXT} characters"
             )
+
+
+def name_held(name: str, frees_at: float) -> str:
+    when = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(frees_at))
+    return (
+        f"worker name {name!r} belongs to a worker whose stream dropped; it keeps the name for its grace "
+        f"period, until {when}, unless it reconnects with its session token. To free it now, an operator "
+        f"runs 'flux worker forget {name}'"
+    )
+
+
+def _metadata_bytes(
+    labels: Mapping[str, str], software: WorkerSoftware | None, resources: WorkerResources
+) -> int:
+    size = sum(len(k) + len(v) for k, v in labels.items())
+    if software is not None:
+        size += sum(len(k) + len(v) for k, v in software.packages.items())
+        size += sum(len(k) + len(v) for k, v in software.marker_environment.items())
+    return size + sum(len(g.uuid) + len(g.name) for g in resources.gpus)
+
+
+def _with_input(execution: Execution, input_json: str) -> Execution:
+    return execution if execution.input_json or not input_json else execution.evolve(input_json=input_json)
+
+
+def _payload_bytes(execution: Execution) -> int:
+    error = execution.error
+    size = len(execution.input_json) + len(execution.output_json or "")
+    return size + (len(error.message) + len(error.traceback) if error is not None else 0)
 
 
 def _check_id(execution_id: str) -> None:

@@ -41,6 +41,8 @@ from flux.dispatcher.core import (
     WorkerRegistration,
     _check_id,
     _same_token,
+    _with_input,
+    name_held,
 )
 from flux.dispatcher.session import Cancelled, Session
 from flux.dispatcher.workers import Elsewhere, WorkerEntry
@@ -214,6 +216,7 @@ class ReplicaDispatcher(Dispatcher):
 
     async def watch(self, execution_id: str) -> AsyncIterator[Execution]:
         current = await self.get(execution_id)
+        input_json = current.input_json  # read once: an input never changes
         yield current
         wakeup = self._wakeups.setdefault(execution_id, asyncio.Event())
         updates: asyncio.Queue[Execution] = asyncio.Queue()
@@ -236,7 +239,7 @@ class ReplicaDispatcher(Dispatcher):
                     if stored is not None and (latest is None or stored.state.finished):
                         latest = stored
                 if latest is not None and _changed(current, latest):
-                    current = latest
+                    current = _with_input(latest, input_json)
                     yield current
         finally:
             watchers.discard(updates)
@@ -381,7 +384,7 @@ class ReplicaDispatcher(Dispatcher):
             super()._admit(execution)
         elif known is not None and known.state is State.CREATED:
             # Our own NOTIFY came back before this coroutine resumed and queued a placeholder.
-            self._executions[execution.execution_id] = execution
+            self._executions.add(execution, self.settings.inline_input_bytes)
 
     # ----------------------------------------------------------------- workers
 
@@ -399,12 +402,29 @@ class ReplicaDispatcher(Dispatcher):
                         "name, or reconnect with its session token"
                     )
                 else:
-                    # A new process takes the name of a worker gone from another replica.
+                    # Its stream (or its replica) is gone: the name stays the worker's for its
+                    # grace period; after that a new process takes it over.
+                    frees_at = record.gone_since + self.settings.grace_period
+                    if self.clock() < frees_at:
+                        raise AlreadyExists(name_held(name, frees_at))
                     error = ExecutionError("WorkerLost", f"worker {name} was replaced by a new process")
                     await self.store.give_back_worker(name, self.clock(), error)
         token = await super().register_worker(registration)
         await self._apply_pause(name)  # paused through any replica, before it moved here
         return token
+
+    async def forget_worker(self, name: str) -> int:
+        """Drop a worker wherever its stream is: the database requeues its work and tells its replica."""
+        error = ExecutionError("WorkerLost", f"worker {name} was forgotten by an operator")
+        try:
+            given_back = await self.store.forget_worker(name, self.clock(), error)
+        except Exception as exc:
+            raise Unavailable(f"could not forget worker {name!r}: {exc}") from exc
+        if given_back is None and name not in self._workers:
+            raise NotFound(f"worker {name!r} is not registered")
+        # Ours or not, what it held is requeued in the database and comes back through NOTIFY.
+        self._moved_away(name)
+        return len(given_back or ())
 
     async def _adopt(self, name: str, session_token: str) -> None:
         """Take over a worker (and what it holds) whose stream was on another replica."""

@@ -11,8 +11,9 @@ from collections.abc import Mapping
 
 # Key: optional DNS-subdomain prefix and "/", then a name of 1-63 characters.
 _NAME = r"[A-Za-z0-9](?:[A-Za-z0-9_.-]{0,61}[A-Za-z0-9])?"
-_KEY = re.compile(rf"^(?:[a-z0-9](?:[a-z0-9.-]{{0,251}}[a-z0-9])?/)?{_NAME}$")
-_VALUE = re.compile(rf"^(?:{_NAME})?$")
+# Both checked with fullmatch ("$" would let a trailing newline through).
+_KEY = re.compile(rf"(?:[a-z0-9](?:[a-z0-9.-]{{0,251}}[a-z0-9])?/)?{_NAME}")
+_VALUE = re.compile(rf"(?:{_NAME})?")
 MAX_LABELS = 64
 
 KEY_FORM = (

@@ -14,6 +14,7 @@ import grpc
 
 from flux.dispatcher.core import Dispatcher
 from flux.dispatcher.listing import execution_query, page_token
+from flux.dispatcher.session import Scheduled
 from flux.domain.worker import WorkerSoftware
 from flux.errors import FluxError, InvalidArgument, status_of
 from flux.observe.status import StatusBoard
@@ -77,6 +78,9 @@ class WorkerService(worker_pb2_grpc.WorkerServiceServicer):
                 )
             )
             async for event in session.events():
+                if isinstance(event, Scheduled) and not event.execution.input_json:
+                    # A large input waits in the store, not in RAM: read it on its way out.
+                    event = Scheduled(await self.dispatcher.with_input(event.execution), event.requests)
                 yield convert.event_to_proto(event)
         finally:
             # Runs on client cancel, server shutdown, or takeover: the core learns the stream is gone.
@@ -195,6 +199,11 @@ class ControlService(control_pb2_grpc.ControlServiceServicer):
         self, request: control_pb2.ExplainExecutionRequest, context: grpc.aio.ServicerContext
     ):
         return convert.why_to_proto(await self.dispatcher.why(request.execution_id))
+
+    @_unary
+    async def ForgetWorker(self, request: control_pb2.ForgetWorkerRequest, context: grpc.aio.ServicerContext):
+        requeued = await self.dispatcher.forget_worker(request.name)
+        return control_pb2.ForgetWorkerResponse(requeued=requeued)
 
     @_unary
     async def GetStatus(self, request: control_pb2.GetStatusRequest, context: grpc.aio.ServicerContext):

@@ -118,6 +118,8 @@ class WorkerRecord:
     replica: str
     connected: bool
     replica_alive: bool
+    # When its stream was last known up (epoch seconds): its grace period runs from here.
+    gone_since: float = 0.0
 
 
 class Store(abc.ABC):
@@ -153,6 +155,13 @@ class Store(abc.ABC):
     @abc.abstractmethod
     async def get_execution(self, execution_id: str) -> Execution | None:
         """Read one execution (finished ones are not kept in memory)."""
+
+    @abc.abstractmethod
+    async def get_input(self, execution_id: str) -> str | None:
+        """An execution's input as first stored (inputs never change, and saves never rewrite them).
+
+        The dispatcher keeps large pending inputs only here and reads them back at dispatch.
+        """
 
     @abc.abstractmethod
     async def save_worker(self, identity: WorkerIdentity) -> None:

@@ -518,6 +518,14 @@ class PostgresStore(Store):
             row = await cursor.fetchone()
             return execution_from_row(row) if row else None
 
+    async def get_input(self, execution_id: str) -> str | None:
+        async with self._pool.connection() as db:
+            cursor = await db.execute(
+                "SELECT input_json FROM executions WHERE execution_id=%s", (execution_id,)
+            )
+            row = await cursor.fetchone()
+            return row[0] if row else None
+
     async def list_executions(self, query: ExecutionQuery) -> list[Execution]:
         where, params = executions_filter(query, "%s")
         async with self._pool.connection() as db:
@@ -575,14 +583,17 @@ class PostgresStore(Store):
             row = await (
                 await db.execute(
                     "SELECT w.session_token, w.replica, w.connected, "
-                    "r.heartbeat_at > now() - make_interval(secs => %s) AS alive "
+                    "r.heartbeat_at > now() - make_interval(secs => %s) AS alive, "
+                    "w.updated_at, extract(epoch FROM r.heartbeat_at) "
                     "FROM workers w LEFT JOIN replicas r ON r.id = w.replica WHERE w.name = %s",
                     (replica_timeout, name),
                 )
             ).fetchone()
             if row is None:
                 return None
-            return WorkerRecord(name, row[0], row[1], bool(row[2]), bool(row[3]))
+            # A dropped stream was marked at once; one whose replica died went with its last heartbeat.
+            gone_since = float(row[4]) if not row[2] or row[5] is None else float(row[5])
+            return WorkerRecord(name, row[0], row[1], bool(row[2]), bool(row[3]), gone_since)
 
     async def adopt_worker(self, name: str, session_token: str) -> list[Execution]:
         """Take over a worker that moved here: its row and the executions it holds."""
@@ -614,6 +625,28 @@ class PostgresStore(Store):
             rows = [execution_from_row(row) for row in await cursor.fetchall()]
             await db.execute("UPDATE workers SET connected = FALSE WHERE name = %s", (name,))
             await self._announce(db, rows)
+            return rows
+
+    async def forget_worker(self, name: str, now: float, error: ExecutionError) -> list[Execution] | None:
+        """Drop a worker wherever it is: requeue what it held, delete its row, and tell the
+        replica holding it to let go (a new epoch). None when no such worker is known."""
+        async with self._pool.connection() as db, db.transaction():
+            row = await (
+                await db.execute(
+                    "DELETE FROM workers WHERE name = %s RETURNING nextval('worker_epochs')", (name,)
+                )
+            ).fetchone()
+            cursor = db.cursor(row_factory=dict_row)
+            await cursor.execute(
+                _GIVE_BACK.format(where="worker = %(name)s"),
+                {"name": name, "now": now, "error": _error_json(error)},
+            )
+            rows = [execution_from_row(r) for r in await cursor.fetchall()]
+            if row is None and not rows:
+                return None
+            await self._announce(db, rows)
+            if row is not None:
+                await self._moved(db, name, row)
             return rows
 
     async def set_worker_connected(

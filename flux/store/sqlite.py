@@ -223,6 +223,18 @@ class SqliteStore(Store):
 
         return await self._run(read)
 
+    async def get_input(self, execution_id: str) -> str | None:
+        # From the table, never from the queued rows: a queued row may be one whose input the
+        # dispatcher no longer holds (and the upsert never overwrites input_json).
+        def read() -> str | None:
+            assert self._db is not None
+            row = self._db.execute(
+                "SELECT input_json FROM executions WHERE execution_id=?", (execution_id,)
+            ).fetchone()
+            return row["input_json"] if row else None
+
+        return await self._run(read)
+
     async def list_executions(self, query: ExecutionQuery) -> list[Execution]:
         def read() -> list[Execution]:
             assert self._db is not None

@@ -582,6 +582,50 @@ class ListWorkersResponse(_message.Message):
 Global___ListWorkersResponse: _TypeAlias = ListWorkersResponse  # noqa: Y015
 
 @_typing.final
+class ForgetWorkerRequest(_message.Message):
+    """Names the worker to drop."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    NAME_FIELD_NUMBER: _builtins.int
+    name: _builtins.str
+    """The worker's registered name."""
+    def __init__(
+        self,
+        *,
+        name: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["name", b"name"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ForgetWorkerRequest: _TypeAlias = ForgetWorkerRequest  # noqa: Y015
+
+@_typing.final
+class ForgetWorkerResponse(_message.Message):
+    """What forgetting the worker did."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    REQUEUED_FIELD_NUMBER: _builtins.int
+    requeued: _builtins.int
+    """Executions it held (dispatched or running) that went back to the queue or failed."""
+    def __init__(
+        self,
+        *,
+        requeued: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["requeued", b"requeued"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ForgetWorkerResponse: _TypeAlias = ForgetWorkerResponse  # noqa: Y015
+
+@_typing.final
 class ExplainExecutionRequest(_message.Message):
     """Names the execution to explain."""
 

@@ -101,6 +101,11 @@ class ControlServiceStub:
                 request_serializer=flux_dot_v1_dot_control__pb2.ResumeWorkerRequest.SerializeToString,
                 response_deserializer=flux_dot_v1_dot_control__pb2.WorkerInfo.FromString,
                 _registered_method=True)
+        self.ForgetWorker = channel.unary_unary(
+                '/flux.v1.ControlService/ForgetWorker',
+                request_serializer=flux_dot_v1_dot_control__pb2.ForgetWorkerRequest.SerializeToString,
+                response_deserializer=flux_dot_v1_dot_control__pb2.ForgetWorkerResponse.FromString,
+                _registered_method=True)
 
 
 class ControlServiceServicer:
@@ -204,6 +209,15 @@ class ControlServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def ForgetWorker(self, request, context):
+        """Drop a worker now (an operator's call, with the API token): what it held is
+        requeued and its name is free at once. A worker whose stream dropped keeps its
+        name for the grace period otherwise; a connected one loses its stream.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_ControlServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -271,6 +285,11 @@ def add_ControlServiceServicer_to_server(servicer, server):
                     servicer.ResumeWorker,
                     request_deserializer=flux_dot_v1_dot_control__pb2.ResumeWorkerRequest.FromString,
                     response_serializer=flux_dot_v1_dot_control__pb2.WorkerInfo.SerializeToString,
+            ),
+            'ForgetWorker': grpc.unary_unary_rpc_method_handler(
+                    servicer.ForgetWorker,
+                    request_deserializer=flux_dot_v1_dot_control__pb2.ForgetWorkerRequest.FromString,
+                    response_serializer=flux_dot_v1_dot_control__pb2.ForgetWorkerResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -626,6 +645,33 @@ class ControlService:
             '/flux.v1.ControlService/ResumeWorker',
             flux_dot_v1_dot_control__pb2.ResumeWorkerRequest.SerializeToString,
             flux_dot_v1_dot_control__pb2.WorkerInfo.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ForgetWorker(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/flux.v1.ControlService/ForgetWorker',
+            flux_dot_v1_dot_control__pb2.ForgetWorkerRequest.SerializeToString,
+            flux_dot_v1_dot_control__pb2.ForgetWorkerResponse.FromString,
             options,
             channel_credentials,
             insecure,

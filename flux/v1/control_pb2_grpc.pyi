@@ -70,6 +70,11 @@ class ControlServiceStub:
     """
     ResumeWorker: _grpc.UnaryUnaryMultiCallable[_control_pb2.ResumeWorkerRequest, _control_pb2.WorkerInfo]
     """Lets a paused worker take new executions again."""
+    ForgetWorker: _grpc.UnaryUnaryMultiCallable[_control_pb2.ForgetWorkerRequest, _control_pb2.ForgetWorkerResponse]
+    """Drop a worker now (an operator's call, with the API token): what it held is
+    requeued and its name is free at once. A worker whose stream dropped keeps its
+    name for the grace period otherwise; a connected one loses its stream.
+    """
 
 @_typing.type_check_only
 class ControlServiceAsyncStub(ControlServiceStub):
@@ -113,6 +118,11 @@ class ControlServiceAsyncStub(ControlServiceStub):
     """
     ResumeWorker: _aio.UnaryUnaryMultiCallable[_control_pb2.ResumeWorkerRequest, _control_pb2.WorkerInfo]  # type: ignore[assignment]
     """Lets a paused worker take new executions again."""
+    ForgetWorker: _aio.UnaryUnaryMultiCallable[_control_pb2.ForgetWorkerRequest, _control_pb2.ForgetWorkerResponse]  # type: ignore[assignment]
+    """Drop a worker now (an operator's call, with the API token): what it held is
+    requeued and its name is free at once. A worker whose stream dropped keeps its
+    name for the grace period otherwise; a connected one loses its stream.
+    """
 
 class ControlServiceServicer(metaclass=_abc_1.ABCMeta):
     """What clients use: register workflow code, run it, follow executions, and
@@ -231,5 +241,16 @@ class ControlServiceServicer(metaclass=_abc_1.ABCMeta):
         context: _ServicerContext,
     ) -> _typing.Union[_control_pb2.WorkerInfo, _abc.Awaitable[_control_pb2.WorkerInfo]]:
         """Lets a paused worker take new executions again."""
+
+    @_abc_1.abstractmethod
+    def ForgetWorker(
+        self,
+        request: _control_pb2.ForgetWorkerRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_control_pb2.ForgetWorkerResponse, _abc.Awaitable[_control_pb2.ForgetWorkerResponse]]:
+        """Drop a worker now (an operator's call, with the API token): what it held is
+        requeued and its name is free at once. A worker whose stream dropped keeps its
+        name for the grace period otherwise; a connected one loses its stream.
+        """
 
 def add_ControlServiceServicer_to_server(servicer: ControlServiceServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...

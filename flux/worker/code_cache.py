@@ -2,6 +2,11 @@
 
 Dispatches carry only the source hash; the worker fetches a file it has not
 seen, checks the hash, keeps it under its work directory, and imports it once.
+
+The hash comes from the core (or whoever sits on a plaintext path to it), so
+it is checked to be exactly 64 lowercase hex digits before it names a file,
+and a cached file is hashed again before import: a hash like ``../../x`` or a
+file changed on disk never gets imported.
 """
 
 from __future__ import annotations
@@ -10,6 +15,7 @@ import asyncio
 import hashlib
 import importlib.util
 import os
+import re
 import sys
 import tempfile
 from collections.abc import Awaitable, Callable
@@ -19,6 +25,8 @@ from types import ModuleType
 from flux.domain.execution import WorkflowRef
 
 Fetch = Callable[[str], Awaitable[tuple[str, str]]]
+
+SOURCE_HASH = re.compile(r"[0-9a-f]{64}")
 
 
 class WorkflowCodeError(Exception):
@@ -33,6 +41,10 @@ class CodeCache:
         self._loading: dict[str, asyncio.Future[ModuleType]] = {}
 
     async def function(self, ref: WorkflowRef) -> Callable[..., object]:
+        if not SOURCE_HASH.fullmatch(ref.source_hash):
+            raise WorkflowCodeError(
+                f"source_hash must be 64 lowercase hex characters (sha256); got {ref.source_hash[:80]!r}"
+            )
         module = self._modules.get(ref.source_hash) or await self._module(ref.source_hash)
         fn = getattr(module, ref.entrypoint, None)
         if not callable(fn):
@@ -64,33 +76,45 @@ class CodeCache:
         # tracebacks name the user's file (``…/code/<hash>/hello.py``) and still show its lines.
         folder = self.directory / source_hash
         cached = sorted(folder.glob("*.py")) if folder.is_dir() else []
-        if cached:
-            path = cached[0]
-        else:
+        path = cached[0] if cached else None
+        if path is not None and _digest(path.read_bytes()) != source_hash:
+            # Changed on disk since we wrote it (or never ours): fetch it again rather than run it.
+            path.unlink()
+            path = None
+        if path is None:
             filename, source = await self._fetch(source_hash)
-            if hashlib.sha256(source.encode()).hexdigest() != source_hash:
+            if _digest(source.encode()) != source_hash:
                 raise WorkflowCodeError(f"workflow source for {source_hash} does not match its hash")
             folder.mkdir(parents=True, exist_ok=True)
             path = folder / _safe_filename(filename)
             # Write then rename, so a crash never leaves a half file that later imports.
             fd, temporary = tempfile.mkstemp(dir=folder, suffix=".tmp")
-            with os.fdopen(fd, "w") as handle:
-                handle.write(source)
+            with os.fdopen(fd, "wb") as handle:
+                handle.write(source.encode())
             os.replace(temporary, path)
+        # Import from the verified bytes, not the path: the file could change between check and import.
+        code = path.read_bytes()
+        if _digest(code) != source_hash:
+            raise WorkflowCodeError(f"cached workflow file {path} does not match its hash")
         name = f"flux_workflow_{source_hash[:16]}"
-        spec = importlib.util.spec_from_file_location(name, path)
-        if spec is None or spec.loader is None:
+        spec = importlib.util.spec_from_loader(name, loader=None, origin=str(path))
+        if spec is None:
             raise WorkflowCodeError(f"cannot import workflow file {path}")
         module = importlib.util.module_from_spec(spec)
+        module.__file__ = str(path)
         sys.modules[name] = module  # dataclasses and pickling in user code look themselves up here
         try:
-            spec.loader.exec_module(module)
+            exec(compile(code, str(path), "exec"), module.__dict__)
         except Exception as exc:
             del sys.modules[name]
             raise WorkflowCodeError(
                 f"importing the workflow file failed: {type(exc).__name__}: {exc}"
             ) from exc
         return module
+
+
+def _digest(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
 
 
 def _safe_filename(filename: str) -> str:

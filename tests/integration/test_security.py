@@ -186,3 +186,16 @@ def test_control_stub_with_api_token_works(cluster: Cluster) -> None:
         assert isinstance(
             stub.ListWorkers(control_pb2.ListWorkersRequest(), timeout=5), control_pb2.ListWorkersResponse
         )
+
+
+@pytest.mark.transports("grpc")
+def test_a_token_given_as_a_flag_warns_that_the_process_list_shows_it(cluster: Cluster) -> None:
+    flagged = cluster.flux("workers", "list", "--api-token", cluster.token(Role.CLIENT))
+    assert flagged.returncode == 0, flagged.stderr
+    assert "warning: --api-token is visible to other local users in the process list" in flagged.stderr
+    assert "prefer --api-token-file PATH or $FLUX_API_TOKEN" in flagged.stderr
+    assert cluster.token(Role.CLIENT) not in flagged.stderr
+    token_file = cluster.workdir / "api-token-copy"
+    token_file.write_text(cluster.token(Role.CLIENT))
+    quiet = cluster.flux("workers", "list", "--api-token-file", str(token_file))
+    assert quiet.returncode == 0 and "warning" not in quiet.stderr

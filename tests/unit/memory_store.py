@@ -80,11 +80,18 @@ class MemoryStore(Store):
             error, self.fail_next_commit = self.fail_next_commit, None
             batch.set_exception(error)  # the whole batch is lost, as a rolled-back transaction
             return
-        self.executions.update(rows)
+        for execution_id, row in rows.items():
+            # As the SQL upserts: the input is written once, with the first row.
+            first = self.executions.get(execution_id)
+            self.executions[execution_id] = row.evolve(input_json=first.input_json) if first else row
         batch.set_result(None)
 
     async def get_execution(self, execution_id: str) -> Execution | None:
         return self._queued.get(execution_id) or self.executions.get(execution_id)
+
+    async def get_input(self, execution_id: str) -> str | None:
+        stored = self.executions.get(execution_id)
+        return stored.input_json if stored else None
 
     async def save_worker(self, identity: WorkerIdentity) -> None:
         self.workers[identity.name] = identity

@@ -1,10 +1,11 @@
+import secrets
 import stat
 from pathlib import Path
 
 import grpc
 import pytest
 
-from flux.auth import Role, Tokens, bearer, caller_token, check, server_token
+from flux.auth import Role, Tokens, bearer, caller_token, check, new_token, server_token
 
 TOKENS = Tokens(worker="w-secret", api="a-secret")
 
@@ -107,3 +108,13 @@ def test_the_state_directory_and_database_are_owner_only(tmp_path: Path) -> None
 
     asyncio.run(open_and_close())
     assert stat.S_IMODE((tmp_path / "db" / "flux.db").stat().st_mode) == 0o600
+
+
+def test_a_generated_token_never_starts_with_a_dash(monkeypatch: pytest.MonkeyPatch) -> None:
+    # Even when the random part does (1 in 64 did before): "--worker-token -x…" reads as a flag.
+    monkeypatch.setattr(secrets, "token_urlsafe", lambda n: "-" * 43)
+    assert not new_token().startswith("-")
+    monkeypatch.undo()
+    tokens = [new_token() for _ in range(2000)]
+    assert not any(t.startswith("-") for t in tokens)
+    assert len(set(tokens)) == len(tokens) and all(len(t) >= 44 for t in tokens)

@@ -7,6 +7,7 @@ tests run its step, ``_expire(now)``, themselves after moving the clock.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
@@ -23,6 +24,7 @@ from flux.errors import (
     InvalidArgument,
     NotFound,
     PermissionDenied,
+    ResourceExhausted,
     Unavailable,
 )
 from flux.matching import Amounts
@@ -790,23 +792,67 @@ async def test_register_with_own_token_keeps_identity_and_holdings(flux):
     assert flux.state(execution_id) is RUNNING
 
 
-async def test_a_new_process_taking_a_dropped_name_requeues_the_old_work(flux):
+async def test_a_dropped_name_stays_its_workers_for_the_grace_period(flux):
+    await flux.workflow(cpu=4)
+    old = await flux.worker("w1")
+    running = await flux.run(input_json='{"secret": 1}')
+    old.claim(running)
+    old.disconnect()
+    other = await flux.worker("other")
+    # Another process with the worker token but not the session token: refused, and nothing moves.
+    flux.clock.advance(GRACE - 1)
+    with pytest.raises(AlreadyExists, match=r"until 1970-01-01T00:16:45Z.*'flux worker forget w1'"):
+        await flux.worker("w1", connect=False)
+    assert flux.holdings("w1") == {running} and other.scheduled() == []
+    assert (flux.get(running).state, flux.get(running).worker) == (RUNNING, "w1")
+    # The real worker comes back with its token and finishes its work.
+    old.connect()
+    done = await old.complete(running, '"mine"')
+    assert (done.state, done.output_json) == (COMPLETED, '"mine"')
+
+
+async def test_a_dropped_name_is_free_once_its_grace_period_ends(flux):
     await flux.workflow(cpu=4)
     old = await flux.worker("w1")
     running = await flux.run()
     old.claim(running)
     old.disconnect()
     other = await flux.worker("other")
-    assert other.scheduled() == []
+    flux.clock.advance(GRACE)  # ended, though the housekeeper has not run yet
     new = await flux.worker("w1", connect=False)
-    assert new.token != old.token
-    assert flux.holdings("w1") == set()
-    # Requeued with the next attempt and placed at once on the other worker.
+    assert new.token != old.token and flux.holdings("w1") == set()
     moved = flux.get(running)
     assert (moved.state, moved.attempt, moved.worker) == (SCHEDULED, 2, "other")
     assert other.scheduled() == [running]
     with pytest.raises(PermissionDenied):
         old.connect()
+
+
+async def test_forget_drops_a_worker_now_and_requeues_its_work(flux):
+    await flux.workflow(cpu=4)
+    old = await flux.worker("w1")
+    running = await flux.run()
+    old.claim(running)
+    old.disconnect()
+    await flux.worker("other")
+    assert await flux.d.forget_worker("w1") == 1
+    moved = flux.get(running)
+    assert (moved.state, moved.attempt, moved.worker) == (SCHEDULED, 2, "other")
+    new = await flux.worker("w1", connect=False)
+    assert new.token != old.token
+    with pytest.raises(NotFound, match="'nobody' is not registered"):
+        await flux.d.forget_worker("nobody")
+
+
+async def test_forgetting_a_connected_worker_closes_its_stream(flux):
+    await flux.workflow()
+    w = await flux.worker("w1")
+    execution_id = await flux.run()
+    assert await flux.d.forget_worker("w1") == 1
+    assert w.session is not None and w.session.closed
+    assert flux.state(execution_id) is CREATED
+    with pytest.raises(NotFound):
+        w.connect()
 
 
 def _gpu(index: int, free: int = GiB) -> Gpu:
@@ -1164,3 +1210,95 @@ async def test_a_worker_that_never_connected_is_forgotten_without_a_warning(
         if r.name == "flux.dispatcher" and r.getMessage().startswith("worker ")
     }
     assert levels == {"shy": "INFO", "lost": "WARNING"}
+
+
+# ---- bounded memory and admission ----------------------------------------------------------------
+
+
+def limited(flux: Flux, **limits: int) -> None:
+    flux.d.settings = dataclasses.replace(SETTINGS, **limits)
+
+
+async def test_large_pending_inputs_live_in_the_store_and_load_at_dispatch(flux):
+    limited(flux, inline_input_bytes=1024)
+    await flux.workflow()
+    big, small = '"' + "x" * 4096 + '"', '{"n": 1}'
+    big_id, small_id = await flux.run(input_json=big), await flux.run(input_json=small)
+    # Held without the large payload; the small one stays inline (no store read to dispatch it).
+    assert flux.d._executions[big_id].input_json == ""
+    assert flux.d._executions[small_id].input_json == small
+    assert flux.d._executions.input_bytes == len(big) + len(small)
+    # Clients still see the input.
+    assert (await flux.d.get(big_id)).input_json == big
+    w = await flux.worker()
+    sent = {e.execution.execution_id: e.execution for e in w.events() if isinstance(e, Scheduled)}
+    assert sent[big_id].input_json == "" and sent[small_id].input_json == small
+    # The edge that sends a dispatch loads it (the servicer calls with_input).
+    assert (await flux.d.with_input(sent[big_id])).input_json == big
+    # Requeued, it waits without its payload again; finished, it no longer counts.
+    w.disconnect()
+    flux.expire(GRACE)
+    assert flux.d._executions[big_id].state is CREATED and flux.d._executions[big_id].input_json == ""
+    await flux.d.cancel(big_id)
+    await flux.d.cancel(small_id)
+    assert flux.d._executions.input_bytes == 0
+    assert flux.store.executions[big_id].input_json == big  # the store row was never rewritten
+
+
+async def test_admission_refuses_past_the_pending_count_and_bytes(flux):
+    limited(flux, max_pending=2, max_pending_bytes=100)
+    await flux.workflow()
+    first = await flux.run(input_json='"' + "a" * 40 + '"')
+    await flux.run()
+    with pytest.raises(
+        ResourceExhausted, match=r"2 executions are unfinished; the limit is 2 \(--max-pending\)"
+    ):
+        await flux.run()
+    await flux.d.cancel(first)
+    with pytest.raises(ResourceExhausted, match=r"the limit of 100 \(--max-pending-bytes\)"):
+        await flux.run(input_json='"' + "b" * 100 + '"')
+    await flux.run(input_json='"' + "b" * 50 + '"')
+
+
+async def test_the_finished_cache_keeps_payloads_within_its_byte_budget(flux):
+    limited(flux, finished_cache_bytes=300)
+    await flux.workflow()
+    w = await flux.worker()
+    outputs = {}
+    for n in range(3):
+        execution_id = await flux.run()
+        w.claim(execution_id)
+        outputs[execution_id] = '"' + str(n) * 200 + '"'
+        await w.complete(execution_id, outputs[execution_id])
+    assert list(flux.d._finished) == list(outputs)[-1:]
+    assert flux.d._finished_bytes <= 300
+    for execution_id, output in outputs.items():  # dropped ones are read back from the store
+        assert (await flux.d.get(execution_id)).output_json == output
+
+
+async def test_registered_workers_are_capped(flux):
+    limited(flux, max_workers=2)
+    a = await flux.worker("a")
+    await flux.worker("b")
+    with pytest.raises(
+        ResourceExhausted, match=r"2 workers are registered; the limit is 2 \(--max-workers\)"
+    ):
+        await flux.worker("c")
+    # A known worker re-registering is not a new one.
+    registration = WorkerRegistration("a", resources(), WorkerSoftware(), {}, session_token=a.token)
+    assert await flux.d.register_worker(registration) == a.token
+    await flux.d.forget_worker("b")
+    await flux.worker("c")
+
+
+async def test_worker_metadata_is_capped_on_register_and_report(flux):
+    limited(flux, max_worker_metadata=1000)
+    heavy = WorkerSoftware({f"package-{i}": "1.0.0" for i in range(100)}, {})
+    registration = WorkerRegistration("w1", resources(), heavy, {})
+    with pytest.raises(
+        ResourceExhausted, match=r"take 1490 bytes; the limit is 1000 per worker \(--max-worker-metadata\)"
+    ):
+        await flux.d.register_worker(registration)
+    w = await flux.worker("w1")
+    with pytest.raises(ResourceExhausted, match="--max-worker-metadata"):
+        flux.d.report("w1", w.token, resources(), heavy, False)
