@@ -15,7 +15,7 @@ from flux.dispatcher.listing import (
 from flux.domain.execution import State
 from flux.errors import InvalidArgument, NotFound
 from flux.store.base import ExecutionQuery
-from tests.unit.test_dispatcher import Flux, committed
+from tests.unit.test_dispatcher import GRACE, Flux, committed
 
 pytestmark = pytest.mark.timeout(10)
 
@@ -153,6 +153,7 @@ async def test_a_new_process_under_a_paused_name_stays_paused(flux: Flux) -> Non
     first = await flux.worker("w1")
     await flux.d.set_paused("w1", True)
     first.disconnect()
+    flux.clock.advance(GRACE)  # the old process's grace period is over
     again = await flux.worker("w1")  # no session token: a new process takes the name
     waiting = await flux.run()
     assert again.scheduled() == [] and flux.state(waiting) is State.CREATED
