@@ -416,6 +416,12 @@ class ReplicaDispatcher(Dispatcher):
     async def forget_worker(self, name: str) -> int:
         """Drop a worker wherever its stream is: the database requeues its work and tells its replica."""
         error = ExecutionError("WorkerLost", f"worker {name} was forgotten by an operator")
+        entry = self._workers.get(name)
+        if entry is not None:
+            # A claim is stored soon, not at once: store what it runs first, so the requeue in
+            # the database counts the attempt it started (as the one-server path does).
+            running = [e for i in entry.holdings if (e := self._executions.get(i)) and e.state is State.RUNNING]
+            await asyncio.gather(*(self.store.save(e) for e in running), return_exceptions=True)
         try:
             given_back = await self.store.forget_worker(name, self.clock(), error)
         except Exception as exc:
