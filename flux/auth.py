@@ -14,6 +14,8 @@ from __future__ import annotations
 import hmac
 import os
 import secrets
+import socket
+import ssl
 import string
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
@@ -223,3 +225,27 @@ class Credentials:
         if tls is None:
             return grpc.aio.insecure_channel(address, options=options)
         return grpc.aio.secure_channel(address, tls, options=options)
+
+
+TLS_HINT = "it looks like a TLS server: pass its CA bundle with --ca (or $FLUX_CA)"
+
+
+def speaks_tls(address: str, timeout: float = 2.0) -> bool:
+    """Whether ``address`` completes a TLS handshake: why a plaintext channel to it got nowhere.
+
+    Only asked after a plaintext call failed, to turn "Socket closed" into advice. The
+    certificate is not checked: this learns the protocol, it trusts nothing.
+    """
+    host, _, port = address.rpartition(":")
+    if not port.isdigit():
+        return False
+    context = ssl.create_default_context()
+    context.check_hostname, context.verify_mode = False, ssl.CERT_NONE
+    try:
+        with (
+            socket.create_connection((host.strip("[]") or "127.0.0.1", int(port)), timeout) as raw,
+            context.wrap_socket(raw),
+        ):
+            return True
+    except (OSError, ValueError):
+        return False

@@ -16,7 +16,7 @@ from typing import Any
 
 import grpc
 
-from flux.auth import Credentials, Role
+from flux.auth import TLS_HINT, Credentials, Role, speaks_tls
 from flux.errors import FluxError, Unavailable, from_grpc_code
 from flux.loader import WorkflowFile, load_workflow_file
 from flux.v1 import control_pb2, control_pb2_grpc
@@ -76,7 +76,7 @@ class FluxClient:
         if code == grpc.StatusCode.UNAVAILABLE:
             hint = ""
             if self.credentials.ca is None and speaks_tls(self.address):
-                hint = "; it looks like a TLS server: pass its CA bundle with --ca (or $FLUX_CA)"
+                hint = f"; {TLS_HINT}"
             return Unavailable(
                 f"cannot reach the Flux server at {self.address}: {details or code.name}{hint}"
             )
@@ -222,27 +222,3 @@ class FluxClient:
     def status(self) -> control_pb2.ClusterStatus:
         """Workers, pending executions by requirement shape, counters and latencies."""
         return self._call("GetStatus", control_pb2.GetStatusRequest())
-
-
-def speaks_tls(address: str, timeout: float = 2.0) -> bool:
-    """Whether ``address`` completes a TLS handshake: why a plaintext channel to it got nowhere.
-
-    Only asked after a plaintext call failed, to turn "Socket closed" into advice. The
-    certificate is not checked: this learns the protocol, it trusts nothing.
-    """
-    import socket
-    import ssl
-
-    host, _, port = address.rpartition(":")
-    if not port.isdigit():
-        return False
-    context = ssl.create_default_context()
-    context.check_hostname, context.verify_mode = False, ssl.CERT_NONE
-    try:
-        with (
-            socket.create_connection((host.strip("[]") or "127.0.0.1", int(port)), timeout) as raw,
-            context.wrap_socket(raw),
-        ):
-            return True
-    except (OSError, ValueError):
-        return False

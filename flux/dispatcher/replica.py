@@ -420,7 +420,9 @@ class ReplicaDispatcher(Dispatcher):
         if entry is not None:
             # A claim is stored soon, not at once: store what it runs first, so the requeue in
             # the database counts the attempt it started (as the one-server path does).
-            running = [e for i in entry.holdings if (e := self._executions.get(i)) and e.state is State.RUNNING]
+            running = [
+                e for i in entry.holdings if (e := self._executions.get(i)) and e.state is State.RUNNING
+            ]
             await asyncio.gather(*(self.store.save(e) for e in running), return_exceptions=True)
         try:
             given_back = await self.store.forget_worker(name, self.clock(), error)

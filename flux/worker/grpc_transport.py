@@ -9,7 +9,7 @@ from typing import TypeVar
 
 import grpc
 
-from flux.auth import Credentials
+from flux.auth import TLS_HINT, Credentials, speaks_tls
 from flux.domain.execution import ExecutionError, WorkflowRef
 from flux.domain.resource_request import ResourceRequest
 from flux.domain.worker import WorkerResources, WorkerSoftware
@@ -95,6 +95,7 @@ class GrpcTransport(WorkerTransport):
         self._index = 0
         self._channel: grpc.aio.Channel | None = None
         self._stub: worker_pb2_grpc.WorkerServiceStub | None = None
+        self._tls_seen: dict[str, bool] = {}  # address -> answers a TLS handshake
 
     @property
     def address(self) -> str:
@@ -119,8 +120,21 @@ class GrpcTransport(WorkerTransport):
             self._stub = worker_pb2_grpc.WorkerServiceStub(self._channel)
         return self._stub
 
-    @_mapped
     async def register(self, registration: Registration) -> str:
+        try:
+            return await self._register(registration)
+        except Unavailable as exc:
+            # A plaintext channel to a TLS server only ever says "unavailable": check the
+            # protocol once per address, so the retry loop's warning says what to do.
+            if self.credentials.ca is None:
+                if self.address not in self._tls_seen:
+                    self._tls_seen[self.address] = await asyncio.to_thread(speaks_tls, self.address)
+                if self._tls_seen[self.address]:
+                    raise Unavailable(f"{exc}; {TLS_HINT}") from exc
+            raise
+
+    @_mapped
+    async def _register(self, registration: Registration) -> str:
         response = await self.stub.Register(
             worker_pb2.RegisterRequest(
                 name=registration.name,

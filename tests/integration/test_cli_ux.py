@@ -13,6 +13,7 @@ import struct
 import subprocess
 import sys
 import termios
+import threading
 import time
 from pathlib import Path
 
@@ -275,8 +276,35 @@ def test_a_tls_server_reached_without_ca_says_to_pass_it(tmp_path: Path) -> None
         assert "it looks like a TLS server: pass its CA bundle with --ca" in result.stderr
         with_ca = cluster.flux("workers", "list", "--ca", str(pki.ca))
         assert with_ca.returncode == 0, with_ca.stderr
+        # A worker retries (the server may come back), but its warning says what to do.
+        worker = subprocess.Popen(
+            [sys.executable, "-m", "flux", "start", "worker", "w", "--server", cluster.address],
+            cwd=cluster.workdir, env=env, stderr=subprocess.PIPE, text=True,
+        )  # fmt: skip
+        try:
+            seen = _stderr_until(worker, "it looks like a TLS server: pass its CA bundle with --ca")
+            assert "control plane unavailable" in seen
+        finally:
+            worker.kill()
+            worker.wait(timeout=10)
     finally:
         cluster.close()
+
+
+def _stderr_until(process: subprocess.Popen[str], text: str, timeout: float = 60.0) -> str:
+    """The process's stderr up to the first line holding ``text``; fails after ``timeout`` seconds."""
+    assert process.stderr is not None
+    lines: list[str] = []
+    timer = threading.Timer(timeout, process.kill)  # a read blocks; killing the process ends it
+    timer.start()
+    try:
+        for line in process.stderr:
+            lines.append(line)
+            if text in line:
+                return "".join(lines)
+    finally:
+        timer.cancel()
+    raise AssertionError(f"{text!r} never appeared on stderr:\n{''.join(lines)}")
 
 
 def test_insecure_off_loopback_is_refused_before_anything_is_created(tmp_path: Path) -> None:
