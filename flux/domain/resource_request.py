@@ -32,6 +32,8 @@ class ResourceRequest:
     Every field is optional; zero or empty means "not checked". ``memory`` and
     ``disk`` take bytes as an int or a quantity string (``"8Gi"``, ``"10G"``)
     and are stored as int bytes. ``packages`` are PEP 508 strings.
+    ``gpu_memory`` (same forms as ``memory``) is the free VRAM each of the
+    ``gpu`` assigned devices must have, so it needs ``gpu >= 1``.
     """
 
     cpu: int
@@ -39,6 +41,7 @@ class ResourceRequest:
     gpu: int
     disk: int
     packages: tuple[str, ...]
+    gpu_memory: int
 
     def __init__(
         self,
@@ -47,12 +50,22 @@ class ResourceRequest:
         gpu: int | None = None,
         disk: int | str | None = None,
         packages: Iterable[str] | None = None,
+        gpu_memory: int | str | None = None,
     ) -> None:
         object.__setattr__(self, "cpu", _count(cpu, "cpu", "cores"))
         object.__setattr__(self, "memory", 0 if memory is None else parse_bytes(memory, "memory"))
         object.__setattr__(self, "gpu", _count(gpu, "gpu", "GPUs"))
         object.__setattr__(self, "disk", 0 if disk is None else parse_bytes(disk, "disk"))
         object.__setattr__(self, "packages", _requirements(packages))
+        object.__setattr__(self, "gpu_memory", 0 if gpu_memory is None else parse_bytes(gpu_memory, "gpu_memory"))
+        if self.gpu_memory and not self.gpu:
+            # Per device: without a count there is no device to hold it to, and guessing
+            # gpu=1 would hide a typo in the declaration.
+            raise ValueError(
+                f"gpu_memory is the free VRAM each assigned GPU must have, so it needs gpu >= 1; "
+                f"got gpu_memory={_quantity_repr(self.gpu_memory)} with no gpu, "
+                f"e.g. ResourceRequest(gpu=1, gpu_memory='20Gi')"
+            )
 
     # Factories read well at the declaration site: requests=ResourceRequest.with_gpu(2).
     @classmethod
@@ -77,7 +90,7 @@ class ResourceRequest:
 
     @property
     def is_empty(self) -> bool:
-        return not (self.cpu or self.memory or self.gpu or self.disk or self.packages)
+        return not (self.cpu or self.memory or self.gpu or self.disk or self.packages or self.gpu_memory)
 
     @property
     def requirements(self) -> tuple[Requirement, ...]:
@@ -92,6 +105,8 @@ class ResourceRequest:
             parts.append(f"memory={_quantity_repr(self.memory)}")
         if self.gpu:
             parts.append(f"gpu={self.gpu}")
+        if self.gpu_memory:
+            parts.append(f"gpu_memory={_quantity_repr(self.gpu_memory)}")
         if self.disk:
             parts.append(f"disk={_quantity_repr(self.disk)}")
         if self.packages:
@@ -106,7 +121,8 @@ class ResourceRequest:
         if self.memory:
             parts.append(format_bytes(self.memory))
         if self.gpu:
-            parts.append(f"{self.gpu} GPU{'s' if self.gpu != 1 else ''}")
+            vram = f" with {format_bytes(self.gpu_memory)} free" if self.gpu_memory else ""
+            parts.append(f"{self.gpu} GPU{'s' if self.gpu != 1 else ''}{vram}")
         if self.disk:
             parts.append(f"{format_bytes(self.disk)} disk")
         parts.extend(self.packages)
@@ -121,6 +137,7 @@ class ResourceRequest:
             gpu=self.gpu,
             disk=self.disk,
             packages=list(self.packages),
+            gpu_memory=self.gpu_memory,
         )
 
     @classmethod
@@ -132,6 +149,7 @@ class ResourceRequest:
             gpu=message.gpu,
             disk=message.disk,
             packages=list(message.packages),
+            gpu_memory=message.gpu_memory,
         )
 
 

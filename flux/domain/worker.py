@@ -14,6 +14,8 @@ from typing import TYPE_CHECKING
 
 from packaging.utils import canonicalize_name
 
+from flux.domain.quantity import format_bytes
+
 if TYPE_CHECKING:
     from flux.v1 import resources_pb2
 
@@ -49,8 +51,47 @@ class Gpu:
 
 
 @dataclass(frozen=True, slots=True)
+class ResourceLimit:
+    """A limit smaller than the host that set an advertised total, e.g. a container's cgroup.
+
+    ``resource`` is ``"cpu"`` (cores) or ``"memory"`` (bytes); ``source`` names
+    what applied (``"cgroup cpu.max"``, ``"sched_getaffinity"``, ``"--cpus"``);
+    ``limit`` is the total advertised under it and ``host`` the host's own size.
+    """
+
+    resource: str
+    source: str
+    limit: int
+    host: int
+
+    def to_proto(self) -> resources_pb2.ResourceLimit:
+        from flux.v1 import resources_pb2
+
+        return resources_pb2.ResourceLimit(
+            resource=self.resource, source=self.source, limit=self.limit, host=self.host
+        )
+
+    @classmethod
+    def from_proto(cls, message: resources_pb2.ResourceLimit) -> ResourceLimit:
+        return cls(message.resource, message.source, message.limit, message.host)
+
+    def describe(self) -> str:
+        """``cpu 2 of 64 (cgroup cpu.max)``, ``memory 4.0 GiB of 62.8 GiB (cgroup memory.max)``."""
+        if self.resource == "memory":
+            amounts = f"{format_bytes(self.limit)} of {format_bytes(self.host)}"
+        else:
+            amounts = f"{self.limit} of {self.host}"
+        return f"{self.resource} {amounts} ({self.source})"
+
+
+@dataclass(frozen=True, slots=True)
 class WorkerResources:
-    """Allocatable totals (after caps) and observed free amounts."""
+    """Allocatable totals (after caps) and observed free amounts.
+
+    ``limits`` says which limit smaller than the host set ``cpu_total`` or
+    ``memory_total`` (a cgroup, the affinity mask, a cap); empty when the
+    host's own size applied.
+    """
 
     cpu_total: int = 0
     cpu_available: int = 0
@@ -59,6 +100,10 @@ class WorkerResources:
     disk_total: int = 0
     disk_free: int = 0
     gpus: tuple[Gpu, ...] = ()
+    limits: tuple[ResourceLimit, ...] = ()
+
+    def limit_of(self, resource: str) -> ResourceLimit | None:
+        return next((limit for limit in self.limits if limit.resource == resource), None)
 
     def validate(self) -> WorkerResources:
         """Refuse reports no real machine produces; the matcher trusts what passes."""
@@ -92,6 +137,7 @@ class WorkerResources:
             disk_total=self.disk_total,
             disk_free=self.disk_free,
             gpus=[gpu.to_proto() for gpu in self.gpus],
+            limits=[limit.to_proto() for limit in self.limits],
         )
 
     @classmethod
@@ -104,6 +150,7 @@ class WorkerResources:
             disk_total=message.disk_total,
             disk_free=message.disk_free,
             gpus=tuple(Gpu.from_proto(gpu) for gpu in message.gpus),
+            limits=tuple(ResourceLimit.from_proto(limit) for limit in message.limits),
         ).validate()
 
 

@@ -154,6 +154,26 @@ def gpu(shape: Shape, view: WorkerView, room: Room) -> Rejection | None:
     return _has(Reason.GPU, False, need, f"{free} free", f"{free} of {_plural(count, 'GPU')} free")
 
 
+def gpu_memory(shape: Shape, view: WorkerView, room: Room) -> Rejection | None:
+    """Each assigned GPU must have ``gpu_memory`` free; a GPU count short is ``gpu``'s to say."""
+    r = shape.requests
+    wanted, vram = r.gpu, r.gpu_memory
+    if not vram or len(room.gpus) < wanted:
+        return None
+    eligible = len(room.gpus_with(vram))
+    if eligible >= wanted:
+        return None
+    amount = format_bytes(vram)
+    need = f"{_plural(wanted, 'GPU')} with {amount} free"
+    large = sum(total >= vram for total in view.profile.gpu_memory_totals)
+    if large < wanted:
+        # Too small even empty: more VRAM never frees up than the device has.
+        shown = f"no GPU with {amount}" if not large else f"only {_plural(large, 'GPU')} with {amount}"
+        return _has(Reason.GPU_MEMORY, True, need, f"{large} with {amount} total", f"{shown} total")
+    shown = f"no GPU with {amount} free" if not eligible else f"only {_plural(eligible, 'GPU')} with {amount} free"
+    return _has(Reason.GPU_MEMORY, False, need, f"{eligible} with {amount} free", shown)
+
+
 def disk(shape: Shape, view: WorkerView, room: Room) -> Rejection | None:
     wanted = shape.requests.disk
     if not wanted or room.disk >= wanted:
@@ -189,7 +209,7 @@ def packages(shape: Shape, view: WorkerView, room: Room) -> Rejection | None:
 # DESIGN §3 order: labels first, then quantities, packages last (the costliest).
 # Capacity sits with the quantities: it is one more thing a busy worker lacks.
 # The runtime goes before everything: no amount of room makes up for it.
-FILTERS: tuple[Filter, ...] = (runtime, paused, labels, capacity, cpu, memory, gpu, disk, packages)
+FILTERS: tuple[Filter, ...] = (runtime, paused, labels, capacity, cpu, memory, gpu, gpu_memory, disk, packages)
 
 
 def rejections(shape: Shape, view: WorkerView, room: Room | None = None) -> list[Rejection]:
@@ -223,6 +243,7 @@ def fits_now(shape: Shape, room: Room) -> bool:
         and room.memory >= r.memory
         and room.disk >= r.disk
         and len(room.gpus) >= r.gpu
+        and (not r.gpu_memory or len(room.gpus_with(r.gpu_memory)) >= r.gpu)
     )
 
 
@@ -235,7 +256,9 @@ class _IdleRoom(Room):
         self.cpu = res.cpu_total
         self.memory = res.memory_total
         self.disk = res.disk_total
-        self.gpus = [g.index for g in res.gpus]
+        # Judged as if empty: every GPU offers its whole VRAM.
+        self.gpus = [g.index for g in sorted(res.gpus, key=lambda g: (-g.memory_total, g.index))]
+        self.vram = {g.index: g.memory_total for g in res.gpus}
         self.active = 0
         self.capacity = view.capacity
         self.cpu_total = res.cpu_total

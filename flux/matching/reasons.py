@@ -20,6 +20,7 @@ class Reason(StrEnum):
     CPU = "insufficient_cpu"
     MEMORY = "insufficient_memory"
     GPU = "insufficient_gpu"
+    GPU_MEMORY = "insufficient_gpu_memory"
     DISK = "insufficient_disk"
     PACKAGE = "missing_package"
 

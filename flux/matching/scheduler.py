@@ -110,7 +110,7 @@ def schedule(
             heapq.heappop(heads)
             continue
         requests = shape.requests
-        gpus = room.take(requests.cpu, requests.memory, requests.disk, requests.gpu)
+        gpus = room.take(requests.cpu, requests.memory, requests.disk, requests.gpu, requests.gpu_memory)
         placements.append(Placement(item.execution_id, room.view.name, gpus, shape))
         heapq.heappush(loads, (room.key, room))
         following = next(items, None)

@@ -46,6 +46,7 @@ class Profile:
         "memory_total",
         "disk_total",
         "gpu_count",
+        "gpu_memory_totals",
         "software",
         "_hash",
     )
@@ -63,6 +64,8 @@ class Profile:
         self.memory_total = resources.memory_total
         self.disk_total = resources.disk_total
         self.gpu_count = len(resources.gpus)
+        # Largest first: whether ``gpu_memory`` can ever fit depends on the devices' sizes.
+        self.gpu_memory_totals = tuple(sorted((g.memory_total for g in resources.gpus), reverse=True))
         self.software = software
         self._hash = hash(
             (
@@ -71,7 +74,7 @@ class Profile:
                 self.cpu_total,
                 self.memory_total,
                 self.disk_total,
-                self.gpu_count,
+                self.gpu_memory_totals,
                 software,
             )
         )
@@ -90,7 +93,7 @@ class Profile:
             and self.cpu_total == other.cpu_total
             and self.memory_total == other.memory_total
             and self.disk_total == other.disk_total
-            and self.gpu_count == other.gpu_count
+            and self.gpu_memory_totals == other.gpu_memory_totals
             and self.labels == other.labels
             and self.software == other.software
         )
@@ -146,15 +149,38 @@ class WorkerView:
     @property
     def free_gpus(self) -> tuple[int, ...]:
         """Indices with free VRAM that no execution holds, most free VRAM first."""
+        return tuple(index for index, _ in self.free_vram)
+
+    @property
+    def free_vram(self) -> tuple[tuple[int, int], ...]:
+        """(index, free VRAM bytes) of the GPUs no execution holds and with VRAM free, most free first.
+
+        A GPU is held whole by the execution it was assigned to (``held_gpus``), so
+        what that execution reserves on the device is all of it: a held GPU offers
+        no VRAM to anyone else, whatever its last report says. The free figure of
+        the others is the observed one.
+        """
         usable = [g for g in self.resources.gpus if g.memory_free > 0 and g.index not in self.held_gpus]
         usable.sort(key=lambda g: (-g.memory_free, g.index))
-        return tuple(g.index for g in usable)
+        return tuple((g.index, g.memory_free) for g in usable)
 
 
 class Room:
     """Mutable free space of one worker during one scheduling cycle."""
 
-    __slots__ = ("view", "cpu", "memory", "disk", "gpus", "active", "capacity", "cpu_total", "paused", "key")
+    __slots__ = (
+        "view",
+        "cpu",
+        "memory",
+        "disk",
+        "gpus",
+        "vram",
+        "active",
+        "capacity",
+        "cpu_total",
+        "paused",
+        "key",
+    )
 
     def __init__(self, view: WorkerView):
         self.view = view
@@ -162,7 +188,10 @@ class Room:
         self.cpu = view.free_cpu
         self.memory = view.free_memory
         self.disk = view.free_disk
-        self.gpus = list(view.free_gpus)
+        free_vram = view.free_vram
+        # Unassigned GPU indices, most free VRAM first, and each one's free VRAM.
+        self.gpus = [index for index, _ in free_vram]
+        self.vram = dict(free_vram)
         self.active = view.active
         self.capacity = view.capacity
         self.cpu_total = view.resources.cpu_total
@@ -177,13 +206,36 @@ class Room:
         cpu_fraction = self.cpu / self.cpu_total if self.cpu_total > 0 else 0.0
         return (load, -cpu_fraction, self.view.name)
 
-    def take(self, cpu: int, memory: int, disk: int, gpus: int) -> tuple[int, ...]:
-        """Reserve the amounts and return the GPU indices assigned."""
+    def gpus_with(self, vram: int) -> list[int]:
+        """Unassigned GPUs with at least ``vram`` bytes free, most free first (all of them for 0)."""
+        if not vram:
+            return self.gpus
+        # ``gpus`` is sorted by free VRAM, most first: the ones with enough are a prefix.
+        count = 0
+        for index in self.gpus:
+            if self.vram[index] < vram:
+                break
+            count += 1
+        return self.gpus[:count]
+
+    def take(self, cpu: int, memory: int, disk: int, gpus: int, gpu_memory: int = 0) -> tuple[int, ...]:
+        """Reserve the amounts and return the GPU indices assigned.
+
+        Without ``gpu_memory`` the GPUs with the most free VRAM go first, as they
+        always have. With it, the best fit: the devices with the least free VRAM
+        that still have ``gpu_memory``, so a later request for a larger amount
+        still finds the roomy ones.
+        """
         self.cpu -= cpu
         self.memory -= memory
         self.disk -= disk
         self.active += 1
-        assigned = tuple(self.gpus[:gpus])
-        del self.gpus[:gpus]
+        if gpu_memory:
+            eligible = self.gpus_with(gpu_memory)
+            assigned = tuple(eligible[len(eligible) - gpus :]) if gpus else ()
+            self.gpus = [index for index in self.gpus if index not in assigned]
+        else:
+            assigned = tuple(self.gpus[:gpus])
+            del self.gpus[:gpus]
         self.key = self._load_key()
         return assigned

@@ -24,7 +24,7 @@ _sym_db = _symbol_database.Default()
 
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x17\x66lux/v1/resources.proto\x12\x07\x66lux.v1\"[\n\x0fResourceRequest\x12\x0b\n\x03\x63pu\x18\x01 \x01(\x05\x12\x0e\n\x06memory\x18\x02 \x01(\x03\x12\x0b\n\x03gpu\x18\x03 \x01(\x05\x12\x0c\n\x04\x64isk\x18\x04 \x01(\x03\x12\x10\n\x08packages\x18\x05 \x03(\t\"[\n\x03Gpu\x12\r\n\x05index\x18\x01 \x01(\x05\x12\x0c\n\x04uuid\x18\x02 \x01(\t\x12\x0c\n\x04name\x18\x03 \x01(\t\x12\x14\n\x0cmemory_total\x18\x04 \x01(\x03\x12\x13\n\x0bmemory_free\x18\x05 \x01(\x03\"(\n\x07Package\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x0f\n\x07version\x18\x02 \x01(\t\"\xae\x01\n\x0fWorkerResources\x12\x11\n\tcpu_total\x18\x01 \x01(\x05\x12\x15\n\rcpu_available\x18\x02 \x01(\x05\x12\x14\n\x0cmemory_total\x18\x03 \x01(\x03\x12\x18\n\x10memory_available\x18\x04 \x01(\x03\x12\x12\n\ndisk_total\x18\x05 \x01(\x03\x12\x11\n\tdisk_free\x18\x06 \x01(\x03\x12\x1a\n\x04gpus\x18\x07 \x03(\x0b\x32\x0c.flux.v1.Gpu\"\xcc\x01\n\x0eWorkerSoftware\x12\"\n\x08packages\x18\x01 \x03(\x0b\x32\x10.flux.v1.Package\x12J\n\x12marker_environment\x18\x02 \x03(\x0b\x32..flux.v1.WorkerSoftware.MarkerEnvironmentEntry\x12\x10\n\x08runtimes\x18\x03 \x03(\t\x1a\x38\n\x16MarkerEnvironmentEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\x62\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x17\x66lux/v1/resources.proto\x12\x07\x66lux.v1\"o\n\x0fResourceRequest\x12\x0b\n\x03\x63pu\x18\x01 \x01(\x05\x12\x0e\n\x06memory\x18\x02 \x01(\x03\x12\x0b\n\x03gpu\x18\x03 \x01(\x05\x12\x0c\n\x04\x64isk\x18\x04 \x01(\x03\x12\x10\n\x08packages\x18\x05 \x03(\t\x12\x12\n\ngpu_memory\x18\x06 \x01(\x03\"[\n\x03Gpu\x12\r\n\x05index\x18\x01 \x01(\x05\x12\x0c\n\x04uuid\x18\x02 \x01(\t\x12\x0c\n\x04name\x18\x03 \x01(\t\x12\x14\n\x0cmemory_total\x18\x04 \x01(\x03\x12\x13\n\x0bmemory_free\x18\x05 \x01(\x03\"(\n\x07Package\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x0f\n\x07version\x18\x02 \x01(\t\"\xd6\x01\n\x0fWorkerResources\x12\x11\n\tcpu_total\x18\x01 \x01(\x05\x12\x15\n\rcpu_available\x18\x02 \x01(\x05\x12\x14\n\x0cmemory_total\x18\x03 \x01(\x03\x12\x18\n\x10memory_available\x18\x04 \x01(\x03\x12\x12\n\ndisk_total\x18\x05 \x01(\x03\x12\x11\n\tdisk_free\x18\x06 \x01(\x03\x12\x1a\n\x04gpus\x18\x07 \x03(\x0b\x32\x0c.flux.v1.Gpu\x12&\n\x06limits\x18\x08 \x03(\x0b\x32\x16.flux.v1.ResourceLimit\"N\n\rResourceLimit\x12\x10\n\x08resource\x18\x01 \x01(\t\x12\x0e\n\x06source\x18\x02 \x01(\t\x12\r\n\x05limit\x18\x03 \x01(\x03\x12\x0c\n\x04host\x18\x04 \x01(\x03\"\xcc\x01\n\x0eWorkerSoftware\x12\"\n\x08packages\x18\x01 \x03(\x0b\x32\x10.flux.v1.Package\x12J\n\x12marker_environment\x18\x02 \x03(\x0b\x32..flux.v1.WorkerSoftware.MarkerEnvironmentEntry\x12\x10\n\x08runtimes\x18\x03 \x03(\t\x1a\x38\n\x16MarkerEnvironmentEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\x62\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -34,15 +34,17 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_WORKERSOFTWARE_MARKERENVIRONMENTENTRY']._loaded_options = None
   _globals['_WORKERSOFTWARE_MARKERENVIRONMENTENTRY']._serialized_options = b'8\001'
   _globals['_RESOURCEREQUEST']._serialized_start=36
-  _globals['_RESOURCEREQUEST']._serialized_end=127
-  _globals['_GPU']._serialized_start=129
-  _globals['_GPU']._serialized_end=220
-  _globals['_PACKAGE']._serialized_start=222
-  _globals['_PACKAGE']._serialized_end=262
-  _globals['_WORKERRESOURCES']._serialized_start=265
-  _globals['_WORKERRESOURCES']._serialized_end=439
-  _globals['_WORKERSOFTWARE']._serialized_start=442
-  _globals['_WORKERSOFTWARE']._serialized_end=646
-  _globals['_WORKERSOFTWARE_MARKERENVIRONMENTENTRY']._serialized_start=590
-  _globals['_WORKERSOFTWARE_MARKERENVIRONMENTENTRY']._serialized_end=646
+  _globals['_RESOURCEREQUEST']._serialized_end=147
+  _globals['_GPU']._serialized_start=149
+  _globals['_GPU']._serialized_end=240
+  _globals['_PACKAGE']._serialized_start=242
+  _globals['_PACKAGE']._serialized_end=282
+  _globals['_WORKERRESOURCES']._serialized_start=285
+  _globals['_WORKERRESOURCES']._serialized_end=499
+  _globals['_RESOURCELIMIT']._serialized_start=501
+  _globals['_RESOURCELIMIT']._serialized_end=579
+  _globals['_WORKERSOFTWARE']._serialized_start=582
+  _globals['_WORKERSOFTWARE']._serialized_end=786
+  _globals['_WORKERSOFTWARE_MARKERENVIRONMENTENTRY']._serialized_start=730
+  _globals['_WORKERSOFTWARE_MARKERENVIRONMENTENTRY']._serialized_end=786
 # @@protoc_insertion_point(module_scope)

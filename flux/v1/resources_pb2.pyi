@@ -29,6 +29,7 @@ class ResourceRequest(_message.Message):
     GPU_FIELD_NUMBER: _builtins.int
     DISK_FIELD_NUMBER: _builtins.int
     PACKAGES_FIELD_NUMBER: _builtins.int
+    GPU_MEMORY_FIELD_NUMBER: _builtins.int
     cpu: _builtins.int
     """Logical CPU cores the execution reserves while it runs."""
     memory: _builtins.int
@@ -37,6 +38,8 @@ class ResourceRequest(_message.Message):
     """Number of GPUs, each with free VRAM and not held by another execution."""
     disk: _builtins.int
     """Free disk space in bytes."""
+    gpu_memory: _builtins.int
+    """Free VRAM in bytes each assigned GPU must have (with gpu >= 1); 0 = any free VRAM."""
     @_builtins.property
     def packages(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
         """PEP 508 requirement strings, e.g. "torch>=2,<3"."""
@@ -49,10 +52,11 @@ class ResourceRequest(_message.Message):
         gpu: _builtins.int = ...,
         disk: _builtins.int = ...,
         packages: _abc.Iterable[_builtins.str] | None = ...,
+        gpu_memory: _builtins.int = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["cpu", b"cpu", "disk", b"disk", "gpu", b"gpu", "memory", b"memory", "packages", b"packages"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["cpu", b"cpu", "disk", b"disk", "gpu", b"gpu", "gpu_memory", b"gpu_memory", "memory", b"memory", "packages", b"packages"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -138,6 +142,7 @@ class WorkerResources(_message.Message):
     DISK_TOTAL_FIELD_NUMBER: _builtins.int
     DISK_FREE_FIELD_NUMBER: _builtins.int
     GPUS_FIELD_NUMBER: _builtins.int
+    LIMITS_FIELD_NUMBER: _builtins.int
     cpu_total: _builtins.int
     """Allocatable logical cores."""
     cpu_available: _builtins.int
@@ -154,6 +159,13 @@ class WorkerResources(_message.Message):
     def gpus(self) -> _containers.RepeatedCompositeFieldContainer[Global___Gpu]:
         """GPUs offered to Flux."""
 
+    @_builtins.property
+    def limits(self) -> _containers.RepeatedCompositeFieldContainer[Global___ResourceLimit]:
+        """Limits smaller than the host that set cpu_total or memory_total (a container's
+        cgroup, the CPU affinity mask, a --cpus/--memory cap); empty when the host's own
+        size applied.
+        """
+
     def __init__(
         self,
         *,
@@ -164,14 +176,51 @@ class WorkerResources(_message.Message):
         disk_total: _builtins.int = ...,
         disk_free: _builtins.int = ...,
         gpus: _abc.Iterable[Global___Gpu] | None = ...,
+        limits: _abc.Iterable[Global___ResourceLimit] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["cpu_available", b"cpu_available", "cpu_total", b"cpu_total", "disk_free", b"disk_free", "disk_total", b"disk_total", "gpus", b"gpus", "memory_available", b"memory_available", "memory_total", b"memory_total"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["cpu_available", b"cpu_available", "cpu_total", b"cpu_total", "disk_free", b"disk_free", "disk_total", b"disk_total", "gpus", b"gpus", "limits", b"limits", "memory_available", b"memory_available", "memory_total", b"memory_total"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___WorkerResources: _TypeAlias = WorkerResources  # noqa: Y015
+
+@_typing.final
+class ResourceLimit(_message.Message):
+    """Which limit set an advertised total, and what the host itself has."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    RESOURCE_FIELD_NUMBER: _builtins.int
+    SOURCE_FIELD_NUMBER: _builtins.int
+    LIMIT_FIELD_NUMBER: _builtins.int
+    HOST_FIELD_NUMBER: _builtins.int
+    resource: _builtins.str
+    """"cpu" (cores) or "memory" (bytes)."""
+    source: _builtins.str
+    """What applied, e.g. "cgroup cpu.max", "cgroup memory.limit_in_bytes",
+    "cgroup cpuset.cpus.effective", "sched_getaffinity", "--cpus".
+    """
+    limit: _builtins.int
+    """The advertised total under this limit (cores or bytes)."""
+    host: _builtins.int
+    """The host's own size (cores or bytes)."""
+    def __init__(
+        self,
+        *,
+        resource: _builtins.str = ...,
+        source: _builtins.str = ...,
+        limit: _builtins.int = ...,
+        host: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["host", b"host", "limit", b"limit", "resource", b"resource", "source", b"source"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ResourceLimit: _TypeAlias = ResourceLimit  # noqa: Y015
 
 @_typing.final
 class WorkerSoftware(_message.Message):

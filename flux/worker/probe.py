@@ -1,7 +1,10 @@
 """What this machine offers: cores, memory, disk, GPUs and installed software.
 
-``ResourceProbe.sample()`` reports allocatable totals (after ``--cpus``,
-``--memory``, ``--gpus``, ``--disk`` caps) and observed free amounts;
+``ResourceProbe.sample()`` reports allocatable totals (the smaller of the host
+and its container's cgroup limits and CPU affinity, then ``--cpus``,
+``--memory``, ``--gpus``, ``--disk`` caps) with which limit applied, and
+observed free amounts (CPU averaged over a window, the worker's own work not
+counted as load: ``flux.worker.cpu_usage``);
 ``changed_materially`` tells the worker runtime whether a new sample is worth
 re-reporting. Everything that touches the machine (psutil, GPU readers,
 installed distributions) is injectable, so the arithmetic is unit-tested.
@@ -13,9 +16,8 @@ import importlib.metadata
 import logging
 import os
 import platform
-import threading
 import time
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -23,15 +25,15 @@ import psutil
 from packaging.markers import default_environment
 from packaging.utils import canonicalize_name
 
-from flux.domain.worker import Gpu, WorkerResources, WorkerSoftware
+from flux.domain.worker import Gpu, ResourceLimit, WorkerResources, WorkerSoftware
+from flux.worker.cgroup import CgroupLimits, CgroupReader, Limit, affinity_count
+from flux.worker.cpu_usage import CpuObserver, PsutilCounters, WindowedCpu
 from flux.worker.gpu import GpuReader, GputilReader, GpuUnavailable, NvmlReader
 
 logger = logging.getLogger(__name__)
 
 MIB = 1024 * 1024
 
-# psutil documents 0.1 s as the shortest window that gives a meaningful percentage.
-CPU_SAMPLE_SECONDS = 0.1
 GPU_REFRESH_SECONDS = 1.0
 NO_GPU_RETRY_SECONDS = 60.0
 
@@ -40,7 +42,6 @@ class PsutilLike(Protocol):
     """The slice of psutil the probe uses; tests pass a fake."""
 
     def cpu_count(self, logical: bool = True) -> int | None: ...
-    def cpu_percent(self, interval: float | None = None) -> float: ...
     def virtual_memory(self) -> Any: ...
     def disk_usage(self, path: str) -> Any: ...
 
@@ -88,18 +89,19 @@ def _allocatable(physical_total: int, observed_free: int, cap: int | None) -> tu
     return cap, max(0, min(cap, observed_free + max(0, cap - physical_total)))
 
 
-class ResourceProbe:
-    """Samples this machine's resources; holds the state CPU sampling needs.
+def _smallest(host: int, *limits: Limit | None) -> Limit | None:
+    """The tightest limit below the host's own size, or None when the host's size applies."""
+    below = [limit for limit in limits if limit is not None and limit.amount < host]
+    return min(below, key=lambda limit: limit.amount, default=None)
 
-    CPU usage comes from ``psutil.cpu_percent(interval=None)``, which reports
-    usage since the previous call *on the same thread* (psutil keeps its
-    baseline per thread) and a meaningless figure on a thread's first call. So
-    the first sample on each thread blocks for ``CPU_SAMPLE_SECONDS`` to get a
-    real figure and set that thread's baseline; later samples are
-    non-blocking and cover the whole interval since the last one, which is
-    the usage a periodic report should describe. Priming in ``__init__``
-    would not do: the runtime may sample from another thread, and a sample
-    taken milliseconds after priming is noise.
+
+class ResourceProbe:
+    """Samples this machine's resources; everything that touches the machine is a seam.
+
+    ``cpu_observer`` says how busy the machine is with load that is not the
+    worker's own (``WindowedCpu`` over psutil's counters by default);
+    ``cgroups`` reads the container's limits below a root path (``/``), and
+    ``affinity`` counts the CPUs this process may run on.
     """
 
     def __init__(
@@ -109,14 +111,19 @@ class ResourceProbe:
         gpu_readers: Sequence[GpuReader] | None = None,
         *,
         psutil_module: PsutilLike = psutil,
+        cpu_observer: CpuObserver | None = None,
+        cgroups: CgroupReader | None = None,
+        affinity: Callable[[], int | None] = affinity_count,
     ) -> None:
         self.caps = caps if caps is not None else Caps()
         self.disk_path = os.fspath(disk_path)
         self._psutil = psutil_module
+        self._cpu = cpu_observer if cpu_observer is not None else WindowedCpu(PsutilCounters(psutil_module))
+        self._cgroups = cgroups if cgroups is not None else CgroupReader()
+        self._affinity = affinity
         self._gpu_readers: tuple[GpuReader, ...] = (
             (NvmlReader(), GputilReader()) if gpu_readers is None else tuple(gpu_readers)
         )
-        self._cpu_threads: set[int] = set()
         self._logged_no_gpus = False
         self._logged_fallback = False
         self._software: WorkerSoftware | None = None
@@ -130,11 +137,33 @@ class ResourceProbe:
 
     def sample(self) -> WorkerResources:
         caps = self.caps
-        count = self._psutil.cpu_count(logical=True) or 1
-        usage = self._cpu_percent() / 100
-        cpu_total = count if caps.cpus is None else caps.cpus
+        container = self._cgroups.read()
+        limits: list[ResourceLimit] = []
+        host_cores = self._psutil.cpu_count(logical=True) or 1
+        cpu_limit = self._cpu_limit(host_cores, container)
+        count = host_cores if cpu_limit is None else cpu_limit.amount
+        usage = self._cpu.busy_fraction()
+        if caps.cpus is None:
+            cpu_total = count
+            if cpu_limit is not None:
+                limits.append(ResourceLimit("cpu", cpu_limit.source, count, host_cores))
+        else:
+            cpu_total = caps.cpus
+            if caps.cpus < count:
+                limits.append(ResourceLimit("cpu", "--cpus", caps.cpus, host_cores))
         memory = self._psutil.virtual_memory()
-        memory_total, memory_available = _allocatable(int(memory.total), int(memory.available), caps.memory)
+        host_memory, observed_memory = int(memory.total), int(memory.available)
+        memory_limit = _smallest(host_memory, container.memory)
+        memory_size = host_memory
+        if memory_limit is not None:
+            # Free in a container is what both the host and the cgroup still allow.
+            memory_size = memory_limit.amount
+            observed_memory = min(observed_memory, container.memory_free or 0)
+        memory_total, memory_available = _allocatable(memory_size, observed_memory, caps.memory)
+        if caps.memory is not None and caps.memory < memory_size:
+            limits.append(ResourceLimit("memory", "--memory", caps.memory, host_memory))
+        elif caps.memory is None and memory_limit is not None:
+            limits.append(ResourceLimit("memory", memory_limit.source, memory_size, host_memory))
         disk = self._psutil.disk_usage(self.disk_path)
         disk_total, disk_free = _allocatable(int(disk.total), int(disk.free), caps.disk)
         gpus = sorted(self._gpus(), key=lambda gpu: gpu.index)
@@ -150,6 +179,7 @@ class ResourceProbe:
             disk_total=disk_total,
             disk_free=disk_free,
             gpus=tuple(gpus),
+            limits=tuple(limits),
         ).validate()
 
     def software(self) -> WorkerSoftware:
@@ -162,13 +192,10 @@ class ResourceProbe:
         self._software = read_software()
         return self._software
 
-    def _cpu_percent(self) -> float:
-        thread = threading.get_ident()
-        if thread in self._cpu_threads:
-            return self._psutil.cpu_percent(interval=None)
-        percent = self._psutil.cpu_percent(interval=CPU_SAMPLE_SECONDS)
-        self._cpu_threads.add(thread)
-        return percent
+    def _cpu_limit(self, host_cores: int, container: CgroupLimits) -> Limit | None:
+        affinity = self._affinity()
+        mask = None if affinity is None else Limit(affinity, "sched_getaffinity")
+        return _smallest(host_cores, container.cpu_quota, container.cpuset, mask)
 
     def _gpus(self) -> list[Gpu]:
         """GPUs, re-read at most every ``GPU_REFRESH_SECONDS`` (``NO_GPU_RETRY_SECONDS`` when none).
