@@ -139,6 +139,9 @@ def worker_dict(w: control_pb2.WorkerInfo) -> dict[str, Any]:
             "disk_total": r.disk_total, "disk_free": r.disk_free,
             "gpus": [{"index": g.index, "name": g.name, "memory_total": g.memory_total, "memory_free": g.memory_free}
                      for g in r.gpus],
+            # Which limit below the host set a total (a container's cgroup, the affinity mask, a cap).
+            "limits": [{"resource": x.resource, "source": x.source, "limit": x.limit, "host": x.host}
+                       for x in r.limits],
         },
         "reserved": {"cpu": w.reserved.cpu, "memory": w.reserved.memory, "disk": w.reserved.disk,
                      "gpu_indices": list(w.reserved.gpu_indices)},
@@ -184,7 +187,19 @@ def _worker_state(w: control_pb2.WorkerInfo) -> str:
     return "draining" if w.draining else "paused" if w.paused else "connected"
 
 
-WORKER_HEADER = ("NAME", "STATE", "TRANSPORT", "LOAD", "CPU", "MEMORY", "GPUS", "DISK", "SEEN", "LABELS")
+WORKER_HEADER = (
+    "NAME",
+    "STATE",
+    "TRANSPORT",
+    "LOAD",
+    "CPU",
+    "MEMORY",
+    "GPUS",
+    "DISK",
+    "SEEN",
+    "LIMITS",
+    "LABELS",
+)
 # LOAD to DISK are numbers: right-aligned, so the slashes line up.
 _WORKER_NUMBERS = frozenset(range(3, 8))
 
@@ -195,6 +210,11 @@ def _free(free: int, total: int, reserved: int) -> str:
 
 def _free_bytes(free: int, total: int, reserved: int) -> str:
     return f"free {byte_pair(free, total)} (reserved {format_bytes(reserved)})"
+
+
+def _limits(limits: Any) -> str:
+    """``cpu=cpu.max,memory=memory.max``: which limit below the host set each total; ``-`` for none."""
+    return ",".join(f"{x.resource}={x.source.removeprefix('cgroup ')}" for x in limits) or "-"
 
 
 def worker_row(w: control_pb2.WorkerInfo, now_ms: int) -> tuple[str, ...]:
@@ -216,6 +236,7 @@ def worker_row(w: control_pb2.WorkerInfo, now_ms: int) -> tuple[str, ...]:
         _free(free.gpus, len(r.gpus), len(held.gpu_indices)),
         _free_bytes(free.disk, r.disk_total, held.disk),
         seen,
+        _limits(r.limits),
         _labels(w.labels),
     )
 

@@ -57,7 +57,9 @@ class ResourceRequest:
         object.__setattr__(self, "gpu", _count(gpu, "gpu", "GPUs"))
         object.__setattr__(self, "disk", 0 if disk is None else parse_bytes(disk, "disk"))
         object.__setattr__(self, "packages", _requirements(packages))
-        object.__setattr__(self, "gpu_memory", 0 if gpu_memory is None else parse_bytes(gpu_memory, "gpu_memory"))
+        object.__setattr__(
+            self, "gpu_memory", 0 if gpu_memory is None else parse_bytes(gpu_memory, "gpu_memory")
+        )
         if self.gpu_memory and not self.gpu:
             # Per device: without a count there is no device to hold it to, and guessing
             # gpu=1 would hide a typo in the declaration.

@@ -110,23 +110,37 @@ def _has(reason: Reason, permanent: bool, wanted: str, offered: str, text: str) 
     return Rejection(reason, permanent, wanted, offered, f"has {text}", f"have {text}")
 
 
+def _limited(view: WorkerView, resource: str) -> str:
+    """`` (cgroup cpu.max; host has 64)`` when a limit below the host set the total, else ``""``.
+
+    Said where a total is too small, so "has only 2 cores" on a 64-core host
+    points at the container, not the machine.
+    """
+    limit = view.resources.limit_of(resource)
+    if limit is None:
+        return ""
+    host = format_bytes(limit.host) if resource == "memory" else str(limit.host)
+    return f" ({limit.source}; host has {host})"
+
+
 def cpu(shape: Shape, view: WorkerView, room: Room) -> Rejection | None:
     wanted = shape.requests.cpu
     if not wanted or room.cpu >= wanted:
         return None
     total = view.resources.cpu_total
     if total < wanted:
-        return _has(
-            Reason.CPU, True, _plural(wanted, "core"), f"{total} total", f"only {_plural(total, 'core')}"
-        )
+        text = f"only {_plural(total, 'core')}{_limited(view, 'cpu')}"
+        return _has(Reason.CPU, True, _plural(wanted, "core"), f"{total} total", text)
     text = f"{room.cpu} of {_plural(total, 'core')} free"
     return _has(Reason.CPU, False, _plural(wanted, "core"), f"{room.cpu} free", text)
 
 
-def _bytes_rejection(reason: Reason, noun: str, wanted: int, free: int, total: int) -> Rejection:
+def _bytes_rejection(
+    reason: Reason, noun: str, wanted: int, free: int, total: int, limited: str = ""
+) -> Rejection:
     if total < wanted:
         shown = _bytes(total, wanted)
-        return _has(reason, True, _bytes(wanted, total), f"{shown} total", f"only {shown} {noun}")
+        return _has(reason, True, _bytes(wanted, total), f"{shown} total", f"only {shown} {noun}{limited}")
     shown = _bytes(free, wanted)
     return _has(
         reason, False, _bytes(wanted, free), f"{shown} free", f"{shown} of {format_bytes(total)} {noun} free"
@@ -137,7 +151,9 @@ def memory(shape: Shape, view: WorkerView, room: Room) -> Rejection | None:
     wanted = shape.requests.memory
     if not wanted or room.memory >= wanted:
         return None
-    return _bytes_rejection(Reason.MEMORY, "memory", wanted, room.memory, view.resources.memory_total)
+    return _bytes_rejection(
+        Reason.MEMORY, "memory", wanted, room.memory, view.resources.memory_total, _limited(view, "memory")
+    )
 
 
 def gpu(shape: Shape, view: WorkerView, room: Room) -> Rejection | None:
@@ -170,7 +186,11 @@ def gpu_memory(shape: Shape, view: WorkerView, room: Room) -> Rejection | None:
         # Too small even empty: more VRAM never frees up than the device has.
         shown = f"no GPU with {amount}" if not large else f"only {_plural(large, 'GPU')} with {amount}"
         return _has(Reason.GPU_MEMORY, True, need, f"{large} with {amount} total", f"{shown} total")
-    shown = f"no GPU with {amount} free" if not eligible else f"only {_plural(eligible, 'GPU')} with {amount} free"
+    shown = (
+        f"no GPU with {amount} free"
+        if not eligible
+        else f"only {_plural(eligible, 'GPU')} with {amount} free"
+    )
     return _has(Reason.GPU_MEMORY, False, need, f"{eligible} with {amount} free", shown)
 
 
@@ -209,7 +229,18 @@ def packages(shape: Shape, view: WorkerView, room: Room) -> Rejection | None:
 # DESIGN §3 order: labels first, then quantities, packages last (the costliest).
 # Capacity sits with the quantities: it is one more thing a busy worker lacks.
 # The runtime goes before everything: no amount of room makes up for it.
-FILTERS: tuple[Filter, ...] = (runtime, paused, labels, capacity, cpu, memory, gpu, gpu_memory, disk, packages)
+FILTERS: tuple[Filter, ...] = (
+    runtime,
+    paused,
+    labels,
+    capacity,
+    cpu,
+    memory,
+    gpu,
+    gpu_memory,
+    disk,
+    packages,
+)
 
 
 def rejections(shape: Shape, view: WorkerView, room: Room | None = None) -> list[Rejection]:

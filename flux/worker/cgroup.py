@@ -221,7 +221,9 @@ def _stat(path: Path, key: str) -> int:
     return 0
 
 
-def _memory(chain: list[Path], limit_file: str, usage_file: str, inactive_key: str) -> tuple[Limit, int] | None:
+def _memory(
+    chain: list[Path], limit_file: str, usage_file: str, inactive_key: str
+) -> tuple[Limit, int] | None:
     """(tightest limit, bytes free under it), or None when no level sets a limit.
 
     Free is taken at every limited level and the smallest wins: a parent's

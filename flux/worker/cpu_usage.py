@@ -65,9 +65,11 @@ class PsutilCounters:
 
     def __init__(self, psutil_module: Any) -> None:
         self._psutil = psutil_module
-        self._process = psutil_module.Process()
+        self._process: Any = None
 
     def read(self) -> Counters:
+        if self._process is None:
+            self._process = self._psutil.Process()
         times = self._psutil.cpu_times()
         fields = times._asdict()
         # guest time is already counted in user/nice on Linux; counting it twice overstates busy.

@@ -12,10 +12,11 @@ from typing import Any
 import pytest
 
 import flux.worker.probe as probe_module
-from flux.domain.worker import Gpu, WorkerResources
+from flux.domain.worker import Gpu, ResourceLimit, WorkerResources
 from flux.worker.gpu import GputilReader, GpuUnavailable, NvmlReader
+from flux.worker.cgroup import CgroupLimits, Limit
+from flux.worker.cpu_usage import CPU_SAMPLE_SECONDS, InstantCpu, WindowedCpu
 from flux.worker.probe import (
-    CPU_SAMPLE_SECONDS,
     Caps,
     ResourceProbe,
     changed_materially,
@@ -72,10 +73,34 @@ def gpu(index: int, free: int = 40 * GiB, total: int = 80 * GiB) -> Gpu:
     return Gpu(index=index, uuid=f"GPU-{index}", name="NVIDIA H100", memory_total=total, memory_free=free)
 
 
+class FakeCgroups:
+    """What a container's cgroups would say; the default is no container at all."""
+
+    def __init__(self, limits: CgroupLimits | None = None) -> None:
+        self.limits = limits or CgroupLimits()
+
+    def read(self) -> CgroupLimits:
+        return self.limits
+
+
 def probe(
-    fake: FakePsutil | None = None, caps: Caps | None = None, readers: list[Any] | None = None
+    fake: FakePsutil | None = None,
+    caps: Caps | None = None,
+    readers: list[Any] | None = None,
+    *,
+    cgroups: CgroupLimits | None = None,
+    affinity: int | None = None,
 ) -> ResourceProbe:
-    return ResourceProbe(caps, gpu_readers=readers or [], psutil_module=fake or FakePsutil())
+    """A probe on the fake machine: psutil's instant CPU figure, no container, no affinity mask."""
+    fake = fake or FakePsutil()
+    return ResourceProbe(
+        caps,
+        gpu_readers=readers or [],
+        psutil_module=fake,
+        cpu_observer=InstantCpu(fake),
+        cgroups=FakeCgroups(cgroups),  # type: ignore[arg-type]
+        affinity=lambda: affinity,
+    )
 
 
 # --- CPU -------------------------------------------------------------------------------------------
@@ -126,7 +151,9 @@ def test_memory_and_disk_are_reported_as_measured() -> None:
 
 def test_disk_path_picks_the_mount_measured() -> None:
     fake = FakePsutil()
-    ResourceProbe(disk_path="/srv/work", gpu_readers=[], psutil_module=fake).sample()
+    ResourceProbe(
+        disk_path="/srv/work", gpu_readers=[], psutil_module=fake, cpu_observer=InstantCpu(fake)
+    ).sample()
     assert set(fake.disk_paths) == {"/srv/work"}
     ResourceProbe(gpu_readers=[], psutil_module=fake)
     assert fake.disk_paths[-1] == "/"
@@ -141,21 +168,33 @@ def test_unmeasurable_disk_path_fails_at_start_naming_the_flag() -> None:
     ("caps", "expected"),
     [
         pytest.param(Caps(), {}, id="no caps"),
-        pytest.param(Caps(cpus=2), {"cpu_total": 2, "cpu_available": 2}, id="cpus below count"),
+        pytest.param(
+            Caps(cpus=2),
+            {"cpu_total": 2, "cpu_available": 2, "limits": (ResourceLimit("cpu", "--cpus", 2, 4),)},
+            id="cpus below count",
+        ),
         pytest.param(
             Caps(cpus=64),
             {"cpu_total": 64, "cpu_available": 48},
             id="cpus above count sets the total, 25% busy",
         ),
-        pytest.param(Caps(cpus=0), {"cpu_total": 0, "cpu_available": 0}, id="cpus zero"),
+        pytest.param(
+            Caps(cpus=0),
+            {"cpu_total": 0, "cpu_available": 0, "limits": (ResourceLimit("cpu", "--cpus", 0, 4),)},
+            id="cpus zero",
+        ),
         pytest.param(
             Caps(memory=8 * GiB),
-            {"memory_total": 8 * GiB, "memory_available": 8 * GiB},
+            {
+                "memory_total": 8 * GiB,
+                "memory_available": 8 * GiB,
+                "limits": (ResourceLimit("memory", "--memory", 8 * GiB, 16 * GiB),),
+            },
             id="memory below available",
         ),
         pytest.param(
             Caps(memory=14 * GiB),
-            {"memory_total": 14 * GiB},
+            {"memory_total": 14 * GiB, "limits": (ResourceLimit("memory", "--memory", 14 * GiB, 16 * GiB),)},
             id="memory between available and total keeps available",
         ),
         pytest.param(
@@ -176,7 +215,7 @@ def test_unmeasurable_disk_path_fails_at_start_naming_the_flag() -> None:
         ),
     ],
 )
-def test_caps_set_the_advertised_totals(caps: Caps, expected: dict[str, int]) -> None:
+def test_caps_set_the_advertised_totals(caps: Caps, expected: dict[str, Any]) -> None:
     # 4 cores at 25 % busy: 3 observed free, so a cap of 2 also lowers what is available.
     baseline = WorkerResources(
         cpu_total=4,
@@ -577,3 +616,97 @@ def test_real_psutil_sample_is_sane() -> None:
     assert 0 < sample.memory_available <= sample.memory_total
     assert sample.disk_total > 0
     assert 0 <= sample.disk_free <= sample.disk_total
+
+
+# --- container limits: the smaller of host and container -------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("cgroups", "affinity", "cpu_total", "limit"),
+    [
+        pytest.param(CgroupLimits(), None, 4, None, id="no container: the host's 4 cores"),
+        pytest.param(
+            CgroupLimits(cpu_quota=Limit(2, "cgroup cpu.max")), None, 2,
+            ResourceLimit("cpu", "cgroup cpu.max", 2, 4), id="quota of 2 on 4",
+        ),
+        pytest.param(
+            CgroupLimits(cpu_quota=Limit(4, "cgroup cpu.max")), None, 4, None,
+            id="quota equal to the host is no limit",
+        ),
+        pytest.param(
+            CgroupLimits(cpu_quota=Limit(8, "cgroup cpu.max")), None, 4, None,
+            id="quota above the host leaves the host",
+        ),
+        pytest.param(
+            CgroupLimits(cpu_quota=Limit(3, "cgroup cpu.max"), cpuset=Limit(2, "cgroup cpuset.cpus.effective")),
+            None, 2, ResourceLimit("cpu", "cgroup cpuset.cpus.effective", 2, 4), id="cpuset tighter than quota",
+        ),
+        pytest.param(
+            CgroupLimits(cpu_quota=Limit(3, "cgroup cpu.max")), 1, 1,
+            ResourceLimit("cpu", "sched_getaffinity", 1, 4), id="affinity mask tightest",
+        ),
+        pytest.param(CgroupLimits(), 4, 4, None, id="affinity of every core is no limit"),
+    ],
+)  # fmt: skip
+def test_cpu_total_is_the_smallest_of_host_quota_cpuset_and_affinity(
+    cgroups: CgroupLimits, affinity: int | None, cpu_total: int, limit: ResourceLimit | None
+) -> None:
+    sample = probe(cgroups=cgroups, affinity=affinity).sample()
+    assert sample.cpu_total == sample.cpu_available == cpu_total
+    assert sample.limit_of("cpu") == limit
+
+
+def test_container_busy_fraction_applies_to_the_container_cores() -> None:
+    # 50 % busy, 2 cores in the container: 2 - round(2 * 0.5) = 1 offered.
+    sample = probe(
+        FakePsutil(percents=[50.0]), cgroups=CgroupLimits(cpu_quota=Limit(2, "cgroup cpu.max"))
+    ).sample()
+    assert (sample.cpu_total, sample.cpu_available) == (2, 1)
+
+
+@pytest.mark.parametrize(
+    ("memory", "free", "expected"),
+    [
+        pytest.param(4 * GiB, 3 * GiB, (4 * GiB, 3 * GiB), id="4Gi container, 3Gi free in it"),
+        pytest.param(4 * GiB, 0, (4 * GiB, 0), id="container full"),
+        pytest.param(15 * GiB, 14 * GiB, (15 * GiB, 12 * GiB), id="host has less free than the container"),
+        pytest.param(32 * GiB, 30 * GiB, (16 * GiB, 12 * GiB), id="limit above the host leaves the host"),
+    ],
+)
+def test_memory_is_the_smaller_of_host_and_container(
+    memory: int, free: int, expected: tuple[int, int]
+) -> None:
+    cgroups = CgroupLimits(memory=Limit(memory, "cgroup memory.max"), memory_free=free)
+    sample = probe(cgroups=cgroups).sample()
+    assert (sample.memory_total, sample.memory_available) == expected
+    limited = memory < 16 * GiB
+    assert (sample.limit_of("memory") is not None) == limited
+    if limited:
+        assert sample.limit_of("memory") == ResourceLimit("memory", "cgroup memory.max", memory, 16 * GiB)
+
+
+def test_a_cap_below_the_container_is_the_limit_that_applied() -> None:
+    cgroups = CgroupLimits(cpu_quota=Limit(3, "cgroup cpu.max"), memory=Limit(8 * GiB, "cgroup memory.max"),
+                           memory_free=6 * GiB)  # fmt: skip
+    sample = probe(caps=Caps(cpus=2, memory=4 * GiB), cgroups=cgroups).sample()
+    assert sample.limits == (
+        ResourceLimit("cpu", "--cpus", 2, 4),
+        ResourceLimit("memory", "--memory", 4 * GiB, 16 * GiB),
+    )
+    assert (sample.cpu_total, sample.memory_total, sample.memory_available) == (2, 4 * GiB, 4 * GiB)
+
+
+def test_limits_travel_on_the_wire() -> None:
+    cgroups = CgroupLimits(cpu_quota=Limit(2, "cgroup cpu.max"), memory=Limit(4 * GiB, "cgroup memory.max"),
+                           memory_free=GiB)  # fmt: skip
+    sample = probe(cgroups=cgroups).sample()
+    assert WorkerResources.from_proto(sample.to_proto()) == sample
+    assert [x.describe() for x in sample.limits] == [
+        "cpu 2 of 4 (cgroup cpu.max)",
+        "memory 4.0 GiB of 16.0 GiB (cgroup memory.max)",
+    ]
+
+
+def test_the_default_cpu_observer_is_the_window_over_psutil_counters() -> None:
+    p = ResourceProbe(gpu_readers=[], psutil_module=FakePsutil())
+    assert isinstance(p._cpu, WindowedCpu)
