@@ -8,6 +8,7 @@ arithmetic.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import subprocess
@@ -246,9 +247,9 @@ def _writable_cgroup() -> tuple[str, list[Path]] | str:
             return "v2", [base / name]
         return "cgroup v2 without cpu and memory enabled for children at /sys/fs/cgroup"
     cpu, memory = base / "cpu", base / "memory"
-    if (cpu / "cpu.cfs_quota_us").exists() and (memory / "memory.limit_in_bytes").exists():
-        if os.access(cpu, os.W_OK) and os.access(memory, os.W_OK):
-            return "v1", [cpu / name, memory / name]
+    present = (cpu / "cpu.cfs_quota_us").exists() and (memory / "memory.limit_in_bytes").exists()
+    if present and os.access(cpu, os.W_OK) and os.access(memory, os.W_OK):
+        return "v1", [cpu / name, memory / name]
     return "no writable cpu and memory cgroup controllers under /sys/fs/cgroup"
 
 
@@ -288,7 +289,5 @@ def test_probe_inside_a_real_cgroup_advertises_its_limits() -> None:
         assert seen["limits"] == [["cpu", sources[0]], ["memory", sources[1]]]
     finally:
         for directory in directories:
-            try:
+            with contextlib.suppress(OSError):
                 directory.rmdir()  # the child has exited, so the cgroup is empty
-            except OSError:
-                pass

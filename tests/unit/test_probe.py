@@ -13,9 +13,9 @@ import pytest
 
 import flux.worker.probe as probe_module
 from flux.domain.worker import Gpu, ResourceLimit, WorkerResources
-from flux.worker.gpu import GputilReader, GpuUnavailable, NvmlReader
 from flux.worker.cgroup import CgroupLimits, Limit
 from flux.worker.cpu_usage import CPU_SAMPLE_SECONDS, InstantCpu, WindowedCpu
+from flux.worker.gpu import GputilReader, GpuUnavailable, NvmlReader
 from flux.worker.probe import (
     Caps,
     ResourceProbe,
