@@ -174,18 +174,21 @@ def gpu_memory(shape: Shape, view: WorkerView, room: Room) -> Rejection | None:
     """Each assigned GPU must have ``gpu_memory`` free; a GPU count short is ``gpu``'s to say."""
     r = shape.requests
     wanted, vram = r.gpu, r.gpu_memory
-    if not vram or len(room.gpus) < wanted:
-        return None
-    eligible = len(room.gpus_with(vram))
-    if eligible >= wanted:
+    if not vram:
         return None
     amount = format_bytes(vram)
     need = f"{_plural(wanted, 'GPU')} with {amount} free"
     large = sum(total >= vram for total in view.profile.gpu_memory_totals)
-    if large < wanted:
-        # Too small even empty: more VRAM never frees up than the device has.
+    if large < wanted <= len(view.resources.gpus):
+        # Enough devices, too small even empty: more VRAM never frees up than a device has.
+        # Said even while the devices are busy, so explain calls it infeasible.
         shown = f"no GPU with {amount}" if not large else f"only {_plural(large, 'GPU')} with {amount}"
         return _has(Reason.GPU_MEMORY, True, need, f"{large} with {amount} total", f"{shown} total")
+    if len(room.gpus) < wanted:
+        return None
+    eligible = len(room.gpus_with(vram))
+    if eligible >= wanted:
+        return None
     shown = (
         f"no GPU with {amount} free"
         if not eligible

@@ -119,9 +119,12 @@ def shape(
     packages: Sequence[str] | None = None,
     affinity: Mapping[str, str] | None = None,
     runtime: str = "python",
+    gpu_memory: Quantity | None = None,
 ) -> Shape:
     return Shape(
-        ResourceRequest(cpu=cpu, memory=memory, gpu=gpu, disk=disk, packages=packages), affinity, runtime
+        ResourceRequest(cpu=cpu, memory=memory, gpu=gpu, disk=disk, packages=packages, gpu_memory=gpu_memory),
+        affinity,
+        runtime,
     )
 
 

@@ -326,6 +326,93 @@ CASES = [
         (R.GPU, False, "1 GPU", "0 free", "has 0 of 2 GPUs free"),
         id="gpu: every GPU held",
     ),
+    # --- gpu_memory: free VRAM per assigned GPU -------------------------------------------------
+    pytest.param(
+        f.gpu_memory,
+        shape(gpu=1, gpu_memory="20Gi"),
+        worker(gpus=["20Gi"]),
+        None,
+        id="gpu_memory: exact fit",
+    ),
+    pytest.param(
+        f.gpu_memory,
+        shape(gpu=1, gpu_memory="20Gi"),
+        worker(gpus=[20 * GiB - 1]),
+        (
+            R.GPU_MEMORY,
+            False,
+            "1 GPU with 20.0 GiB free",
+            "0 with 20.0 GiB free",
+            "has no GPU with 20.0 GiB free",
+        ),
+        id="gpu_memory: one byte short",
+    ),
+    pytest.param(
+        f.gpu_memory,
+        shape(gpu=2, gpu_memory="20Gi"),
+        worker(gpus=["30Gi", "10Gi", "25Gi"]),
+        None,
+        id="gpu_memory: two of three devices have enough",
+    ),
+    pytest.param(
+        f.gpu_memory,
+        shape(gpu=2, gpu_memory="20Gi"),
+        worker(gpus=["30Gi", "10Gi", "19Gi"]),
+        (
+            R.GPU_MEMORY,
+            False,
+            "2 GPUs with 20.0 GiB free",
+            "1 with 20.0 GiB free",
+            "has only 1 GPU with 20.0 GiB free",
+        ),
+        id="gpu_memory: one device short",
+    ),
+    pytest.param(
+        f.gpu_memory,
+        shape(gpu=1, gpu_memory="20Gi"),
+        worker(gpus=["70Gi", "10Gi"], held_gpus={0}),
+        (
+            R.GPU_MEMORY,
+            False,
+            "1 GPU with 20.0 GiB free",
+            "0 with 20.0 GiB free",
+            "has no GPU with 20.0 GiB free",
+        ),
+        id="gpu_memory: the roomy GPU is held, whatever its report says",
+    ),
+    pytest.param(
+        f.gpu_memory,
+        shape(gpu=1, gpu_memory="81Gi"),
+        worker(gpus=2),
+        (
+            R.GPU_MEMORY,
+            True,
+            "1 GPU with 81.0 GiB free",
+            "0 with 81.0 GiB total",
+            "has no GPU with 81.0 GiB total",
+        ),
+        id="gpu_memory: more than any device has (permanent)",
+    ),
+    pytest.param(
+        f.gpu_memory,
+        shape(gpu=2, gpu_memory="40Gi"),
+        worker(gpus=["10Gi", "10Gi"], gpu_memory="40Gi"),
+        (
+            R.GPU_MEMORY,
+            False,
+            "2 GPUs with 40.0 GiB free",
+            "0 with 40.0 GiB free",
+            "has no GPU with 40.0 GiB free",
+        ),
+        id="gpu_memory: devices of exactly the size, in use elsewhere, are only busy",
+    ),
+    pytest.param(
+        f.gpu_memory,
+        shape(gpu=2, gpu_memory="20Gi"),
+        worker(gpus=2),
+        None,
+        id="gpu_memory: idle devices",
+    ),
     pytest.param(
         f.gpu, shape(gpu=3), worker(gpus=4, held_gpus={2}), None, id="gpu: held GPU leaves exact fit"
     ),
@@ -583,3 +670,64 @@ def test_room_take_subtracts_and_assigns_most_free_gpus():
     assert (room.cpu, room.memory, room.disk, room.gpus, room.active) == (5, 28 * GiB, 90 * GiB, [0], 2)
     assert room.take(0, 0, 0, 0) == ()
     assert room.active == 3
+
+
+# ---- gpu_memory beside the gpu count -------------------------------------------------------------
+
+
+def test_gpu_memory_says_nothing_when_the_gpu_count_is_already_short():
+    # One reason per problem: "has only 1 GPU", not also "has no GPU with 20 GiB".
+    assert [r.reason for r in rejections(shape(gpu=2, gpu_memory="20Gi"), worker(gpus=1))] == [Reason.GPU]
+    busy = worker(gpus=2, held_gpus={0})
+    assert [r.reason for r in rejections(shape(gpu=2, gpu_memory="20Gi"), busy)] == [Reason.GPU]
+
+
+def test_with_gpu_memory_the_count_still_counts_any_free_vram():
+    [rejection] = rejections(shape(gpu=1, gpu_memory="20Gi"), worker(gpus=["10Gi"]))
+    assert rejection.reason is Reason.GPU_MEMORY and rejection.busy
+    assert rejection.plural == "have no GPU with 20.0 GiB free"
+
+
+def test_without_gpu_memory_the_seed_semantics_hold():
+    # Any free VRAM counts, most free first, exactly as before gpu_memory existed.
+    view = worker(gpus=[1, "10Gi", "70Gi"])
+    assert rejections(shape(gpu=3), view) == []
+    assert Room(view).take(0, 0, 0, 2) == (2, 1)
+
+
+@pytest.mark.parametrize(
+    ("free", "request_", "assigned", "left"),
+    [
+        pytest.param(["80Gi", "24Gi", "30Gi"], (1, "20Gi"), (1,), [0, 2], id="best fit: the smallest that fits"),
+        pytest.param(["80Gi", "24Gi", "30Gi"], (2, "25Gi"), (0, 2), [1], id="the only two that fit"),
+        pytest.param(["80Gi", "24Gi", "30Gi", "26Gi"], (2, "25Gi"), (2, 3), [0, 1], id="the two smallest that fit"),
+        pytest.param(["20Gi", "20Gi"], (1, "20Gi"), (1,), [0], id="exact fit, ties by index"),
+    ],
+)  # fmt: skip
+def test_room_take_with_gpu_memory_assigns_the_best_fit(free, request_, assigned, left):
+    room = Room(worker(gpus=free))
+    count, vram = request_
+    shp = shape(gpu=count, gpu_memory=vram)
+    assert fits_now(shp, room)
+    assert room.take(0, 0, 0, count, shp.requests.gpu_memory) == assigned
+    assert room.gpus == left
+    # What is left is what a later request sees: the roomy device stays while a smaller one fits.
+    assert fits_now(shape(gpu=1, gpu_memory="80Gi"), room) is (0 in left and free[0] == "80Gi")
+
+
+def test_permanent_gpu_memory_judges_device_sizes_not_current_free():
+    view = worker(gpus=["1Gi", "1Gi"], gpu_memory="40Gi", held_gpus={0, 1})
+    assert permanent_rejection(shape(gpu=2, gpu_memory="40Gi"), view) is None
+    rejection = permanent_rejection(shape(gpu=2, gpu_memory="41Gi"), view)
+    assert rejection is not None and rejection.reason is Reason.GPU_MEMORY
+    assert rejection.detail == "has no GPU with 41.0 GiB total"
+
+
+def test_devices_too_small_are_infeasible_even_while_busy():
+    [count, vram] = rejections(shape(gpu=1, gpu_memory="81Gi"), worker(gpus=1, held_gpus={0}))
+    assert (count.reason, count.permanent) == (Reason.GPU, False)
+    assert (vram.reason, vram.permanent, vram.detail) == (
+        Reason.GPU_MEMORY,
+        True,
+        "has no GPU with 81.0 GiB total",
+    )

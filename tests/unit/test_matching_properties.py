@@ -88,9 +88,13 @@ class ShapeSpec:
     disk: int
     affinity: dict[str, str]
     packages: tuple[str, ...]
+    gpu_memory: int = 0
 
     def shape(self):
-        return shape(self.cpu, self.memory, self.gpu, self.disk, list(self.packages), self.affinity)
+        return shape(
+            self.cpu, self.memory, self.gpu, self.disk, list(self.packages), self.affinity,
+            gpu_memory=self.gpu_memory or None,
+        )  # fmt: skip
 
 
 @dataclass
@@ -135,6 +139,19 @@ def free_gpus(w: WorkerSpec) -> set[int]:
     return {i for i, vram in enumerate(w.gpu_free_vram) if vram > 0 and i not in w.held}
 
 
+# Every drawn GPU is an 80 GiB device (the fleet builder's default size).
+GPU_SIZE = 80 * GiB
+
+
+def gpus_with(w: WorkerSpec, vram: int) -> set[int]:
+    """Unheld GPUs with at least ``vram`` free (and any free at all)."""
+    return {i for i in free_gpus(w) if w.gpu_free_vram[i] >= vram}
+
+
+def gpu_memory_fits_idle(s: ShapeSpec, w: WorkerSpec) -> bool:
+    return not s.gpu_memory or (GPU_SIZE >= s.gpu_memory and s.gpu <= len(w.gpu_free_vram))
+
+
 def labels_fit(s: ShapeSpec, w: WorkerSpec) -> bool:
     return all(w.labels.get(k) == v for k, v in s.affinity.items())
 
@@ -161,6 +178,7 @@ def fits_idle(s: ShapeSpec, w: WorkerSpec) -> bool:
         and s.disk <= w.disk_total
         # Idle: no execution holds a GPU. VRAM used outside Flux may free up, so every GPU counts.
         and s.gpu <= len(w.gpu_free_vram)
+        and gpu_memory_fits_idle(s, w)
     )
 
 
@@ -177,6 +195,10 @@ def expected_rejections(s: ShapeSpec, w: WorkerSpec) -> dict[Reason, bool]:
         out[Reason.MEMORY] = s.memory > w.memory_total
     if s.gpu > len(free_gpus(w)):
         out[Reason.GPU] = s.gpu > len(w.gpu_free_vram)
+    if s.gpu_memory and s.gpu <= len(w.gpu_free_vram) and not gpu_memory_fits_idle(s, w):
+        out[Reason.GPU_MEMORY] = True  # devices too small: said even while they are busy
+    elif s.gpu_memory and s.gpu <= len(free_gpus(w)) and s.gpu > len(gpus_with(w, s.gpu_memory)):
+        out[Reason.GPU_MEMORY] = False
     if s.disk > free_disk(w):
         out[Reason.DISK] = s.disk > w.disk_total
     if not packages_fit(s, w):
@@ -192,6 +214,7 @@ def fits_now_oracle(s: ShapeSpec, w: WorkerSpec) -> bool:
         and s.memory <= free_memory(w)
         and s.disk <= free_disk(w)
         and s.gpu <= len(free_gpus(w))
+        and s.gpu <= len(gpus_with(w, s.gpu_memory))
     )
 
 
@@ -274,6 +297,8 @@ _FIELDS = {
     "disk": st.sampled_from([1, 3, 5]).map(lambda n: n * DISK),
     "affinity": st.sampled_from([{"role": "training"}, {"zone": "a"}, {"role": "inference", "zone": "b"}]),
     "packages": st.sampled_from([*((r,) for r in REQUIREMENTS), ("numpy>=2", "torch>=2,<3")]),
+    # Next to the drawn free VRAM (0, 1, 1 GiB, 40 GiB) and the 80 GiB device size.
+    "gpu_memory": st.sampled_from([1, 2, GiB, GiB + 1, 40 * GiB, 40 * GiB + 1, 80 * GiB, 80 * GiB + 1]),
 }
 # (free, total) of the anchor worker; memory and disk then move by one byte.
 _ANCHORED = {
@@ -282,7 +307,7 @@ _ANCHORED = {
     "gpu": (lambda w: len(free_gpus(w)), lambda w: len(w.gpu_free_vram)),
     "disk": (free_disk, lambda w: w.disk_total),
 }
-_DEFAULTS = {"cpu": 0, "memory": 0, "gpu": 0, "disk": 0, "affinity": {}, "packages": ()}
+_DEFAULTS = {"cpu": 0, "memory": 0, "gpu": 0, "disk": 0, "affinity": {}, "packages": (), "gpu_memory": 0}
 _FIELD_LISTS = st.lists(st.sampled_from(sorted(_FIELDS)), max_size=3, unique=True)
 _HOW = st.sampled_from(["fixed", "free", "free", "total"])
 _DELTA = st.sampled_from([-1, 0, 1])
@@ -292,7 +317,7 @@ def shape_spec(draw, workers: list[WorkerSpec]) -> ShapeSpec:
     values = {}
     for name in draw(_FIELD_LISTS):
         how = draw(_HOW)
-        if how == "fixed" or not workers or name == "packages":
+        if how == "fixed" or not workers or name in ("packages", "gpu_memory"):
             values[name] = draw(_FIELDS[name])
             continue
         anchor = workers[draw(st.integers(0, len(workers) - 1))]
@@ -301,6 +326,8 @@ def shape_spec(draw, workers: list[WorkerSpec]) -> ShapeSpec:
             continue
         free, total = _ANCHORED[name]
         values[name] = max(0, (free if how == "free" else total)(anchor) + draw(_DELTA))
+    if values.get("gpu_memory") and not values.get("gpu"):
+        values["gpu"] = draw(st.sampled_from([1, 1, 2]))  # gpu_memory is per device: it needs a count
     return ShapeSpec(**{**_DEFAULTS, **values})
 
 
@@ -346,12 +373,18 @@ def test_never_over_capacity_or_any_resource(scn):
         gpus = [i for p in mine for i in p.gpu_indices]
         assert len(gpus) == len(set(gpus)) == sum(s.gpu for s in asks)
         assert set(gpus) <= free_gpus(w)
-        # GPUs go out most free VRAM first, from those no execution holds.
+        # GPUs go out most free VRAM first, from those no execution holds; with gpu_memory,
+        # the best fit among those with enough.
         by_vram = sorted(free_gpus(w), key=lambda i: (-w.gpu_free_vram[i], i))
         for p in mine:
-            assert static_fit(specs[p.shape], w)
-            assert p.gpu_indices == tuple(by_vram[: len(p.gpu_indices)])
-            del by_vram[: len(p.gpu_indices)]
+            ask = specs[p.shape]
+            assert static_fit(ask, w)
+            if ask.gpu_memory:
+                eligible = [i for i in by_vram if w.gpu_free_vram[i] >= ask.gpu_memory]
+                assert p.gpu_indices == tuple(eligible[len(eligible) - ask.gpu :])
+            else:
+                assert p.gpu_indices == tuple(by_vram[: len(p.gpu_indices)])
+            by_vram = [i for i in by_vram if i not in p.gpu_indices]
     assert len({p.execution_id for p in placements}) == len(placements)
 
 
@@ -373,7 +406,7 @@ def test_every_placement_passes_every_filter_and_goes_to_the_least_loaded(scn):
             if s < seq[p.execution_id] and eid not in placed:
                 assert all(rejections(kinds[eid], r.view, r) for r in rooms.values())
         r = p.shape.requests
-        assert room.take(r.cpu, r.memory, r.disk, r.gpu) == p.gpu_indices
+        assert room.take(r.cpu, r.memory, r.disk, r.gpu, r.gpu_memory) == p.gpu_indices
     # Nothing left behind that would still fit: the pass stops only when space runs out.
     for eid in seq.keys() - placed:
         assert all(rejections(kinds[eid], r.view, r) for r in rooms.values())
@@ -443,7 +476,7 @@ def test_fits_now_agrees_with_rejections_on_statically_capable_workers(scn):
     check()
     for p in _placements(scn):
         r = p.shape.requests
-        rooms[p.worker].take(r.cpu, r.memory, r.disk, r.gpu)
+        rooms[p.worker].take(r.cpu, r.memory, r.disk, r.gpu, r.gpu_memory)
         check()
 
 
@@ -479,3 +512,18 @@ def test_free_is_min_of_observed_minus_unreported_and_total_minus_reserved(cpu, 
         (room.cpu, room.memory, room.disk), (cpu, memory, disk), strict=True
     ):
         assert got == max(0, min(observed - unreported, total - reserved))
+
+
+@SETTINGS
+@given(scenarios())
+def test_never_over_any_devices_free_vram(scn):
+    """Every GPU assigned with ``gpu_memory`` had that much free, was unheld, and went out once."""
+    placements = _placements(scn)
+    specs = {s.shape(): s for s in scn.shapes}
+    for w in scn.workers:
+        assigned = [i for p in placements if p.worker == w.name for i in p.gpu_indices]
+        assert len(assigned) == len(set(assigned)) and not set(assigned) & w.held
+        for p in placements:
+            if p.worker == w.name:
+                for i in p.gpu_indices:
+                    assert w.gpu_free_vram[i] >= max(1, specs[p.shape].gpu_memory)
