@@ -149,7 +149,7 @@ def gpus_with(w: WorkerSpec, vram: int) -> set[int]:
 
 
 def gpu_memory_fits_idle(s: ShapeSpec, w: WorkerSpec) -> bool:
-    return not s.gpu_memory or (GPU_SIZE >= s.gpu_memory and s.gpu <= len(w.gpu_free_vram))
+    return not s.gpu_memory or (s.gpu_memory <= GPU_SIZE and s.gpu <= len(w.gpu_free_vram))
 
 
 def labels_fit(s: ShapeSpec, w: WorkerSpec) -> bool:
