@@ -218,6 +218,7 @@ def workflow_dict(w: control_pb2.WorkflowInfo) -> dict[str, Any]:
             "cpu": r.cpu,
             "memory": r.memory,
             "gpu": r.gpu,
+            "gpu_memory": r.gpu_memory,
             "disk": r.disk,
             "packages": list(r.packages),
         },

@@ -264,6 +264,8 @@ def requests_text(r: Any) -> str:
         parts.append(f"memory={format_bytes(r.memory)}")
     if r.gpu:
         parts.append(f"gpu={r.gpu}")
+    if r.gpu_memory:
+        parts.append(f"gpu_memory={format_bytes(r.gpu_memory)}")
     if r.disk:
         parts.append(f"disk={format_bytes(r.disk)}")
     parts.extend(r.packages)
@@ -321,7 +323,8 @@ def status_dict(s: control_pb2.ClusterStatus) -> dict[str, Any]:
                 "oldest_execution_id": p.oldest_execution_id,
                 "oldest_workflow": p.oldest_workflow,
                 "requests": {"cpu": p.requests.cpu, "memory": p.requests.memory, "gpu": p.requests.gpu,
-                             "disk": p.requests.disk, "packages": list(p.requests.packages)},
+                             "gpu_memory": p.requests.gpu_memory, "disk": p.requests.disk,
+                             "packages": list(p.requests.packages)},
                 "affinity": dict(p.affinity),
                 "reason": p.reason,
                 "summary": p.summary,

@@ -25,6 +25,8 @@ def requests_to_json(requests: ResourceRequest) -> str:
             "gpu": requests.gpu,
             "disk": requests.disk,
             "packages": list(requests.packages),
+            # Rows written before gpu_memory existed lack the key; reading them gives 0 (not checked).
+            "gpu_memory": requests.gpu_memory,
         }
     )
 

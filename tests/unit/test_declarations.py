@@ -146,6 +146,11 @@ READS = [
 ]
 
 
+def test_gpu_memory_is_read_statically():
+    body = "@workflow.with_options(requests=ResourceRequest(gpu=2, gpu_memory='20Gi'))\nasync def train(ctx): ...\n"
+    assert one(body, HEADER).requests == ResourceRequest(gpu=2, gpu_memory=20 * 1024**3)
+
+
 @pytest.mark.parametrize(("body", "header", "expected"), READS)
 def test_reads_declarations(body, header, expected):
     assert one(body, header) == expected
@@ -225,6 +230,8 @@ INVALID = [
     pytest.param("affinity={'bad key': 'x'}", ValueError, "affinity"),
     pytest.param("name='has space'", ValueError, "name 'has space' is invalid"),
     pytest.param("max_attempts=0", ValueError, "max_attempts must be between 1 and 100"),
+    pytest.param("requests=ResourceRequest(gpu=1, gpu_memory='20GB')", ValueError, "gpu_memory: '20GB'"),
+    pytest.param("requests=ResourceRequest(gpu_memory='20Gi')", ValueError, "needs gpu >= 1"),
     pytest.param("prority=3", TypeError, "unexpected keyword argument 'prority'"),
 ]
 

@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
-from flux.matching import Reason, explain
-from tests.unit.fleet import shape, worker
+from flux.domain.worker import ResourceLimit
+from flux.matching import Reason, WorkerView, explain
+from tests.unit.fleet import GiB, shape, worker
 
 TRAINING = {"role": "training"}
 
@@ -212,3 +215,31 @@ def test_explain_accepts_any_iterable_of_workers():
     got = explain(shape(cpu=1), (w for w in [worker("b"), worker("a")]))
     assert [v.worker for v in got.verdicts] == ["a", "b"]
     assert got.summary == "2/2 workers can run it"
+
+
+def test_gpu_memory_is_its_own_reason_in_the_summary():
+    fleet = [
+        worker("a", gpus=["10Gi", "12Gi"]),
+        worker("b", gpus=["19Gi"]),
+        worker("c", gpus=["40Gi"]),
+        worker("d", gpus=0),
+    ]
+    got = explain(shape(gpu=1, gpu_memory="20Gi"), fleet)
+    assert got.summary == "1/4 workers can run it: 2 have no GPU with 20.0 GiB free, 1 has no GPUs"
+    assert not got.infeasible
+
+
+def test_a_container_limit_is_named_where_a_total_is_too_small():
+    base = worker("pod", cpu=2, memory="4Gi")
+    limits = (
+        ResourceLimit("cpu", "cgroup cpu.max", 2, 64),
+        ResourceLimit("memory", "cgroup memory.max", 4 * GiB, 256 * GiB),
+    )
+    pod = WorkerView("pod", replace(base.resources, limits=limits))
+    got = explain(shape(cpu=4, memory="8Gi"), [pod])
+    [verdict] = got.verdicts
+    assert [r.detail for r in verdict.rejections] == [
+        "has only 2 cores (cgroup cpu.max; host has 64)",
+        "has only 4.0 GiB memory (cgroup memory.max; host has 256.0 GiB)",
+    ]
+    assert got.infeasible

@@ -235,3 +235,27 @@ def test_an_unknown_log_format_in_the_environment_is_a_usage_error(monkeypatch, 
     monkeypatch.setenv("FLUX_LOG_FORMAT", "xml")
     assert main(["status", "--server", "127.0.0.1:1"]) == 2
     assert "FLUX_LOG_FORMAT" in capsys.readouterr().err
+
+
+def test_workers_table_and_json_say_which_limit_applied() -> None:
+    boxed = worker("in-a-pod", cpu=(0, 2), memory=(0, 4 * GiB))
+    boxed.resources.limits.extend([
+        resources_pb2.ResourceLimit(resource="cpu", source="cgroup cpu.max", limit=2, host=64),
+        resources_pb2.ResourceLimit(resource="memory", source="cgroup memory.max", limit=4 * GiB, host=256 * GiB),
+    ])  # fmt: skip
+    plain = worker("bare-metal")
+    lines = render.workers_text([boxed, plain], NOW_MS).splitlines()
+    assert lines[0].split() == list(render.WORKER_HEADER)
+    limits_at = lines[0].index("LIMITS")
+    assert lines[1][limits_at:].startswith("cpu=cpu.max,memory=memory.max")
+    assert lines[2][limits_at:].startswith("- ")
+    assert render.worker_dict(boxed)["resources"]["limits"] == [
+        {"resource": "cpu", "source": "cgroup cpu.max", "limit": 2, "host": 64},
+        {"resource": "memory", "source": "cgroup memory.max", "limit": 4 * GiB, "host": 256 * GiB},
+    ]
+    assert render.worker_dict(plain)["resources"]["limits"] == []
+
+
+def test_requests_text_shows_gpu_memory() -> None:
+    r = resources_pb2.ResourceRequest(gpu=2, gpu_memory=20 * GiB)
+    assert render.requests_text(r) == "gpu=2 gpu_memory=20.0 GiB"

@@ -353,6 +353,11 @@ VALID_REQUESTS = st.builds(
     gpu=st.none() | st.integers(0, MAX_COUNT),
     disk=st.none() | st.integers(0, MAX_BYTES),
     packages=st.none() | st.lists(_REQUIREMENTS, max_size=4),
+    gpu_memory=st.none() | st.just(0),
+) | st.builds(
+    ResourceRequest,
+    gpu=st.integers(1, MAX_COUNT),
+    gpu_memory=st.integers(0, MAX_BYTES) | st.sampled_from(["20Gi", "1.5Gi", "80G", "1"]),
 )
 
 
@@ -374,7 +379,9 @@ ANYTHING = st.one_of(
 
 
 @given(
-    st.fixed_dictionaries({}, optional={f: ANYTHING for f in ("cpu", "memory", "gpu", "disk", "packages")})
+    st.fixed_dictionaries(
+        {}, optional={f: ANYTHING for f in ("cpu", "memory", "gpu", "disk", "packages", "gpu_memory")}
+    )
 )
 def test_any_input_either_constructs_a_valid_request_or_raises_a_field_naming_error(kwargs) -> None:
     """Fuzzing the declaration: a bad value never gets past the constructor, and never as another error."""
@@ -384,4 +391,60 @@ def test_any_input_either_constructs_a_valid_request_or_raises_a_field_naming_er
         assert any(field in str(exc) for field in ("cpu", "memory", "gpu", "disk", "packages"))
         return
     assert request.cpu >= 0 and request.memory >= 0 and request.gpu >= 0 and request.disk >= 0
+    assert request.gpu_memory >= 0 and (request.gpu or not request.gpu_memory)
     assert ResourceRequest.from_proto(request.to_proto()) == request
+
+
+# ---- gpu_memory: free VRAM per assigned GPU, parsed like memory -----------------------------------
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "gpu_memory"),
+    [
+        pytest.param({"gpu": 1, "gpu_memory": "20Gi"}, 20 * GI, id="20Gi"),
+        pytest.param({"gpu": 2, "gpu_memory": "24G"}, 24 * 10**9, id="decimal G"),
+        pytest.param({"gpu": 1, "gpu_memory": 1}, 1, id="one byte"),
+        pytest.param({"gpu": 1, "gpu_memory": 0}, 0, id="zero means not checked"),
+        pytest.param({"gpu": 1}, 0, id="absent: the seed's gpu semantics"),
+        pytest.param({"gpu": 0, "gpu_memory": 0}, 0, id="zero with no gpu"),
+    ],
+)
+def test_gpu_memory_constructs(kwargs, gpu_memory):
+    request = ResourceRequest(**kwargs)
+    assert request.gpu_memory == gpu_memory
+    assert ResourceRequest.from_proto(request.to_proto()) == request
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "error", "fragments"),
+    [
+        pytest.param({"gpu": 1, "gpu_memory": "20GB"}, ValueError, ["gpu_memory", "Gi"], id="20GB"),
+        pytest.param({"gpu": 1, "gpu_memory": "lots"}, ValueError, ["gpu_memory", "Ki Mi Gi"], id="word"),
+        pytest.param({"gpu": 1, "gpu_memory": -1}, ValueError, ["gpu_memory", "negative"], id="negative"),
+        pytest.param({"gpu": 1, "gpu_memory": True}, TypeError, ["gpu_memory", "bool"], id="bool"),
+        pytest.param({"gpu": 1, "gpu_memory": 1.5}, ValueError, ["gpu_memory", "whole"], id="fraction"),
+        pytest.param({"gpu": 1, "gpu_memory": MAX_BYTES + 1}, ValueError, ["gpu_memory", "2^63 - 1"], id="huge"),
+        pytest.param(
+            {"gpu_memory": "20Gi"}, ValueError, ["gpu_memory", "needs gpu >= 1", "gpu=1, gpu_memory='20Gi'"],
+            id="without gpu",
+        ),
+    ],
+)  # fmt: skip
+def test_gpu_memory_is_validated_like_memory(kwargs, error, fragments):
+    with pytest.raises(error) as caught:
+        ResourceRequest(**kwargs)
+    for fragment in fragments:
+        assert fragment in str(caught.value)
+    if "gpu" in kwargs and not isinstance(kwargs["gpu_memory"], bool):
+        # The same words as memory, with the field's own name.
+        with pytest.raises(error) as as_memory:
+            ResourceRequest(memory=kwargs["gpu_memory"])
+        assert str(caught.value) == str(as_memory.value).replace("memory", "gpu_memory")
+
+
+def test_gpu_memory_shows_in_repr_and_describe():
+    request = ResourceRequest(gpu=1, gpu_memory="20Gi")
+    assert repr(request) == "ResourceRequest(gpu=1, gpu_memory='20Gi')"
+    assert request.describe() == "1 GPU with 20.0 GiB free"
+    assert not request.is_empty
+    assert ResourceRequest(gpu=1, gpu_memory="20Gi") != ResourceRequest(gpu=1)
