@@ -64,6 +64,18 @@ async def needs_gpu(ctx: ExecutionContext[None]):
     return _record(ctx, time.time())
 
 
+@workflow.with_options(name="needs_vram", requests=ResourceRequest(gpu=1, gpu_memory="20Gi"))
+async def needs_vram(ctx: ExecutionContext[float]):
+    started = time.time()
+    await asyncio.sleep(ctx.input or 0)
+    return _record(ctx, started)
+
+
+@workflow.with_options(name="needs_vram_100", requests=ResourceRequest(gpu=1, gpu_memory="100Gi"))
+async def needs_vram_100(ctx: ExecutionContext[None]):
+    return _record(ctx, time.time())
+
+
 @workflow.with_options(name="needs_disk", requests=ResourceRequest.with_disk("500Gi"))
 async def needs_disk(ctx: ExecutionContext[None]):
     return _record(ctx, time.time())
