@@ -7,7 +7,7 @@
 //   node flux.js worker NAME [--max-executions N] [--label k=v]... [--cpus N]
 //                            [--memory 8Gi] [--disk 100Gi] [--capacity N]
 //   node flux.js register FILE --name NAME [--entrypoint FN] [--cpu N] [--memory Q]
-//                            [--gpu N] [--disk Q] [--package REQ]... [--affinity k=v]...
+//                            [--gpu N] [--gpu-memory Q] [--disk Q] [--package REQ]... [--affinity k=v]...
 //                            [--max-attempts N] [--runtime NAME]
 //   node flux.js run NAME [INPUT_JSON] [--wait] [--timeout S]
 //   node flux.js explain EXECUTION_ID [--json]
@@ -355,6 +355,7 @@ async function register(args) {
       cpu: { type: "string" },
       memory: { type: "string" },
       gpu: { type: "string" },
+      "gpu-memory": { type: "string" },
       disk: { type: "string" },
       package: { type: "string", multiple: true },
       affinity: { type: "string", multiple: true },
@@ -371,6 +372,7 @@ async function register(args) {
     cpu: values.cpu ? integer("--cpu", values.cpu) : 0,
     memory: values.memory ? bytes("--memory", values.memory) : "0",
     gpu: values.gpu ? integer("--gpu", values.gpu) : 0,
+    gpu_memory: values["gpu-memory"] ? bytes("--gpu-memory", values["gpu-memory"]) : "0",
     disk: values.disk ? bytes("--disk", values.disk) : "0",
     packages: values.package || [],
   };

@@ -226,6 +226,12 @@ def test_node_client_registers_runs_watches_and_explains(node: str, cluster: Clu
     assert cluster.client.explain(execution_id).summary == summary
     assert cluster.client.get(execution_id).state == CREATED
 
+    # gpu_memory travels from a Node registration like any other request field.
+    vram = ["--entrypoint", "shout", "--gpu", "1", "--gpu-memory", "20Gi"]
+    assert flux_node(node, cluster, "register", str(source), "--name", "vram", *vram).returncode == 0
+    [registered_vram] = cluster.client.workflows("vram").workflows
+    assert (registered_vram.requests.gpu, registered_vram.requests.gpu_memory) == (1, 20 * 1024**3)
+
 
 @pytest.mark.parametrize(
     ("args", "named"),
@@ -234,6 +240,9 @@ def test_node_client_registers_runs_watches_and_explains(node: str, cluster: Clu
         pytest.param(["worker", "w", "--max-executions", "0"], "--max-executions", id="bad count"),
         pytest.param(["worker", "w", "--label", "role"], "--label", id="label without value"),
         pytest.param(["register", "f.py", "--name", "x", "--memory", "8GB"], "--memory", id="bad quantity"),
+        pytest.param(
+            ["register", "f.py", "--name", "x", "--gpu-memory", "20GB"], "--gpu-memory", id="bad gpu memory"
+        ),
         pytest.param(["run", "x", "--timeout", "soon"], "--timeout", id="bad timeout"),
         pytest.param(["run", "x", "--server", "nowhere"], "--server", id="bad server"),
     ],
