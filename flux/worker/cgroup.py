@@ -51,27 +51,40 @@ class _Mount:
     controllers: frozenset[str]
 
 
+@dataclass(frozen=True, slots=True)
+class _Chains:
+    """The directories to read, leaf first: the v2 cgroup's, and each v1 controller's."""
+
+    v2: list[Path]
+    cpu: list[Path]
+    cpuset: list[Path]
+    memory: list[Path]
+
+
 class CgroupReader:
-    """Reads the limits of the calling process's cgroups below ``root``."""
+    """Reads the limits of the calling process's cgroups below ``root``.
+
+    Where the cgroups are is worked out on the first read and kept: the
+    worker samples after every execution, a process does not change cgroup
+    under its own feet, and mountinfo can be long. The limit files themselves
+    are read every time (a limit can be raised while the worker runs).
+    """
 
     def __init__(self, root: str | os.PathLike[str] = "/") -> None:
         self.root = Path(root)
+        self._chains: _Chains | None = None
 
     def read(self) -> CgroupLimits:
-        try:
-            paths = self._paths()
-            mounts = self._mounts()
-        except OSError:
-            return CgroupLimits()  # no /proc (not Linux), or not readable: the host's size applies
-        v2 = self._chain(paths.get(""), [m for m in mounts if m.controllers == frozenset({"cgroup2"})])
-
-        def v1(controller: str) -> list[Path]:
-            return self._chain(paths.get(controller), [m for m in mounts if controller in m.controllers])
-
-        cpu_quota = _cpu_max(v2) or _cfs_quota(v1("cpu"))
-        cpuset = _cpuset(v2, "cpuset.cpus.effective") or _cpuset(v1("cpuset"), "cpuset.cpus")
-        memory = _memory(v2, "memory.max", "memory.current", "inactive_file") or _memory(
-            v1("memory"), "memory.limit_in_bytes", "memory.usage_in_bytes", "total_inactive_file"
+        if self._chains is None:
+            try:
+                self._chains = self._locate()
+            except OSError:
+                return CgroupLimits()  # no /proc (not Linux), or not readable: the host's size applies
+        chains = self._chains
+        cpu_quota = _cpu_max(chains.v2) or _cfs_quota(chains.cpu)
+        cpuset = _cpuset(chains.v2, "cpuset.cpus.effective") or _cpuset(chains.cpuset, "cpuset.cpus")
+        memory = _memory(chains.v2, "memory.max", "memory.current", "inactive_file") or _memory(
+            chains.memory, "memory.limit_in_bytes", "memory.usage_in_bytes", "total_inactive_file"
         )
         return CgroupLimits(
             cpu_quota=cpu_quota,
@@ -79,6 +92,16 @@ class CgroupReader:
             memory=memory[0] if memory else None,
             memory_free=memory[1] if memory else None,
         )
+
+    def _locate(self) -> _Chains:
+        paths = self._paths()
+        mounts = self._mounts()
+
+        def v1(controller: str) -> list[Path]:
+            return self._chain(paths.get(controller), [m for m in mounts if controller in m.controllers])
+
+        v2 = self._chain(paths.get(""), [m for m in mounts if m.controllers == frozenset({"cgroup2"})])
+        return _Chains(v2, v1("cpu"), v1("cpuset"), v1("memory"))
 
     def _paths(self) -> dict[str, str]:
         """Controller -> cgroup path; ``""`` is the v2 unified hierarchy ("0::/path")."""

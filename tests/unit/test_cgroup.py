@@ -291,3 +291,12 @@ def test_probe_inside_a_real_cgroup_advertises_its_limits() -> None:
         for directory in directories:
             with contextlib.suppress(OSError):
                 directory.rmdir()  # the child has exited, so the cgroup is empty
+
+
+def test_limits_are_reread_but_the_cgroup_is_located_once(tmp_path: Path) -> None:
+    (tmp_path / "sys/fs/cgroup/pod").mkdir(parents=True)
+    reader = tree(tmp_path, "0::/pod\n", V2_MOUNT, {"sys/fs/cgroup/pod/cpu.max": "200000 100000"})
+    assert reader.read().cpu_quota == Limit(2, "cgroup cpu.max")
+    (tmp_path / "proc/self/mountinfo").unlink()  # located already: not read again
+    (tmp_path / "sys/fs/cgroup/pod/cpu.max").write_text("300000 100000\n")  # raised while running
+    assert reader.read().cpu_quota == Limit(3, "cgroup cpu.max")
