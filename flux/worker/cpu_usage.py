@@ -15,9 +15,9 @@ worker's own CPU subtracted from the busy time. Cumulative counters make the
 figure independent of which thread samples (psutil's ``cpu_percent`` keeps a
 baseline per thread) and cost nothing between samples.
 
-``InstantCpu`` is the earlier reading (``psutil.cpu_percent`` since the
-previous sample on the same thread), kept as the baseline ``python -m bench
-loaded`` compares against.
+The reading it replaces, ``psutil.cpu_percent`` since the previous sample,
+is this with a zero window and the worker's own time not told apart, which is
+how ``python -m bench loaded`` measures the two side by side.
 """
 
 from __future__ import annotations
@@ -153,24 +153,3 @@ def foreign_fraction(base: Counters, current: Counters) -> float:
     # back; never count that as negative own time.
     own = max(0.0, current.own - base.own)
     return min(1.0, max(0.0, (busy - own) / total))
-
-
-class InstantCpu:
-    """``psutil.cpu_percent`` since the previous call on the same thread, the worker's own load included.
-
-    psutil keeps its baseline per thread and gives a meaningless figure on a
-    thread's first call, so the first call on each thread blocks for
-    ``CPU_SAMPLE_SECONDS``; later ones cover the time since the last.
-    """
-
-    def __init__(self, psutil_module: Any) -> None:
-        self._psutil = psutil_module
-        self._threads: set[int] = set()
-
-    def busy_fraction(self) -> float:
-        thread = threading.get_ident()
-        if thread in self._threads:
-            return self._psutil.cpu_percent(interval=None) / 100
-        percent = self._psutil.cpu_percent(interval=CPU_SAMPLE_SECONDS)
-        self._threads.add(thread)
-        return percent / 100

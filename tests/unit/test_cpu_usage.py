@@ -11,7 +11,6 @@ import pytest
 from flux.worker.cpu_usage import (
     CPU_SAMPLE_SECONDS,
     Counters,
-    InstantCpu,
     PsutilCounters,
     WindowedCpu,
     foreign_fraction,
@@ -213,25 +212,11 @@ def test_psutil_counters_on_the_real_machine_are_cumulative() -> None:
     assert 0.0 <= WindowedCpu(counters).busy_fraction() <= 1.0
 
 
-# --- the instant baseline --------------------------------------------------------------------------
-
-
-class Percents:
-    def __init__(self, *values: float) -> None:
-        self.values = list(values)
-        self.intervals: list[float | None] = []
-
-    def cpu_percent(self, interval: float | None = None) -> float:
-        self.intervals.append(interval)
-        return self.values.pop(0) if len(self.values) > 1 else self.values[0]
-
-
-def test_instant_blocks_on_each_threads_first_call_then_reads_since_the_last() -> None:
-    fake = Percents(50.0, 25.0, 0.0)
-    cpu = InstantCpu(fake)
-    assert [cpu.busy_fraction() for _ in range(3)] == [0.5, 0.25, 0.0]
-    assert fake.intervals == [CPU_SAMPLE_SECONDS, None, None]
-    other = threading.Thread(target=cpu.busy_fraction)
-    other.start()
-    other.join(timeout=5)
-    assert fake.intervals[-1] == CPU_SAMPLE_SECONDS
+def test_a_zero_window_reads_since_the_previous_sample(machine: Machine) -> None:
+    # The earlier reading (psutil's cpu_percent since the last call), which the bench compares against.
+    cpu = windowed(machine, window=0.0)
+    cpu.busy_fraction()
+    machine.run(2, 4)
+    assert cpu.busy_fraction() == 1.0
+    machine.run(2, 0)
+    assert cpu.busy_fraction() == 0.0

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import logging
 import sys
-import threading
 from dataclasses import dataclass, field, replace
 from types import SimpleNamespace
 from typing import Any
@@ -14,7 +13,7 @@ import pytest
 import flux.worker.probe as probe_module
 from flux.domain.worker import Gpu, ResourceLimit, WorkerResources
 from flux.worker.cgroup import CgroupLimits, Limit
-from flux.worker.cpu_usage import CPU_SAMPLE_SECONDS, InstantCpu, WindowedCpu
+from flux.worker.cpu_usage import WindowedCpu
 from flux.worker.gpu import GputilReader, GpuUnavailable, NvmlReader
 from flux.worker.probe import (
     Caps,
@@ -73,6 +72,16 @@ def gpu(index: int, free: int = 40 * GiB, total: int = 80 * GiB) -> Gpu:
     return Gpu(index=index, uuid=f"GPU-{index}", name="NVIDIA H100", memory_total=total, memory_free=free)
 
 
+class PercentCpu:
+    """The fake machine's scripted usage figures, as the probe's CPU observer."""
+
+    def __init__(self, fake: FakePsutil) -> None:
+        self.fake = fake
+
+    def busy_fraction(self) -> float:
+        return self.fake.cpu_percent(None) / 100
+
+
 class FakeCgroups:
     """What a container's cgroups would say; the default is no container at all."""
 
@@ -91,13 +100,13 @@ def probe(
     cgroups: CgroupLimits | None = None,
     affinity: int | None = None,
 ) -> ResourceProbe:
-    """A probe on the fake machine: psutil's instant CPU figure, no container, no affinity mask."""
+    """A probe on the fake machine: its scripted CPU figures, no container, no affinity mask."""
     fake = fake or FakePsutil()
     return ResourceProbe(
         caps,
         gpu_readers=readers or [],
         psutil_module=fake,
-        cpu_observer=InstantCpu(fake),
+        cpu_observer=PercentCpu(fake),
         cgroups=FakeCgroups(cgroups),  # type: ignore[arg-type]
         affinity=lambda: affinity,
     )
@@ -122,20 +131,6 @@ def test_cpu_available_is_count_minus_rounded_busy(cores: int, percent: float, a
     assert (sample.cpu_total, sample.cpu_available) == (cores, available)
 
 
-def test_first_sample_on_a_thread_blocks_briefly_then_later_ones_do_not() -> None:
-    fake = FakePsutil(percents=[50.0, 25.0, 0.0])
-    p = probe(fake)
-    assert fake.intervals == []  # construction samples nothing
-    assert [p.sample().cpu_available for _ in range(3)] == [2, 3, 4]
-    assert fake.intervals == [CPU_SAMPLE_SECONDS, None, None]
-
-    # psutil's non-blocking baseline is per thread, so a new thread gets its own short blocking sample.
-    other = threading.Thread(target=p.sample)
-    other.start()
-    other.join(timeout=5)
-    assert fake.intervals[-1] == CPU_SAMPLE_SECONDS
-
-
 def test_unknown_cpu_count_counts_as_one() -> None:
     assert probe(FakePsutil(cores=None)).sample().cpu_total == 1
 
@@ -152,7 +147,7 @@ def test_memory_and_disk_are_reported_as_measured() -> None:
 def test_disk_path_picks_the_mount_measured() -> None:
     fake = FakePsutil()
     ResourceProbe(
-        disk_path="/srv/work", gpu_readers=[], psutil_module=fake, cpu_observer=InstantCpu(fake)
+        disk_path="/srv/work", gpu_readers=[], psutil_module=fake, cpu_observer=PercentCpu(fake)
     ).sample()
     assert set(fake.disk_paths) == {"/srv/work"}
     ResourceProbe(gpu_readers=[], psutil_module=fake)
