@@ -48,6 +48,14 @@ SECURITY_SCHEMES: dict[str, dict[str, Any]] = {
     },
 }
 
+# The doc pages load nothing from elsewhere, not even ReDoc's footer logo (on a CDN):
+# what an offline machine cannot reach, the page does not try. Inline scripts are
+# FastAPI's page setup; ReDoc's search runs in a blob: worker.
+CONTENT_SECURITY_POLICY = (
+    "default-src 'self'; script-src 'self' 'unsafe-inline'; style-src 'self' 'unsafe-inline'; "
+    "img-src 'self' data:; worker-src 'self' blob:; connect-src 'self'; font-src 'self' data:"
+)
+
 # Which credentials each route takes, by path prefix; the first match wins.
 _OPEN = ("/healthz", "/metrics")
 _WORKER_SESSION = "/workers/{name}/"
@@ -70,6 +78,11 @@ def _security(path: str) -> list[dict[str, list[str]]] | None:
     return [{"apiToken": []}]
 
 
+def _local_only(page: HTMLResponse) -> HTMLResponse:
+    page.headers["Content-Security-Policy"] = CONTENT_SECURITY_POLICY
+    return page
+
+
 def install(app: FastAPI) -> None:
     """Serve the doc pages from the shipped assets and document who may call what."""
     app.mount(ASSETS_URL, StaticFiles(directory=ASSETS), name="docs-assets")
@@ -77,23 +90,27 @@ def install(app: FastAPI) -> None:
     @app.get("/docs", include_in_schema=False)
     async def swagger(request: Request) -> HTMLResponse:
         root = request.scope.get("root_path", "")
-        return get_swagger_ui_html(
-            openapi_url=f"{root}{app.openapi_url}",
-            title=f"{app.title} - Swagger UI",
-            swagger_js_url=f"{root}{ASSETS_URL}/swagger-ui-bundle.js",
-            swagger_css_url=f"{root}{ASSETS_URL}/swagger-ui.css",
-            swagger_favicon_url=f"{root}{ASSETS_URL}/favicon.png",
+        return _local_only(
+            get_swagger_ui_html(
+                openapi_url=f"{root}{app.openapi_url}",
+                title=f"{app.title} - Swagger UI",
+                swagger_js_url=f"{root}{ASSETS_URL}/swagger-ui-bundle.js",
+                swagger_css_url=f"{root}{ASSETS_URL}/swagger-ui.css",
+                swagger_favicon_url=f"{root}{ASSETS_URL}/favicon.png",
+            )
         )
 
     @app.get("/redoc", include_in_schema=False)
     async def redoc(request: Request) -> HTMLResponse:
         root = request.scope.get("root_path", "")
-        return get_redoc_html(
-            openapi_url=f"{root}{app.openapi_url}",
-            title=f"{app.title} - ReDoc",
-            redoc_js_url=f"{root}{ASSETS_URL}/redoc.standalone.js",
-            redoc_favicon_url=f"{root}{ASSETS_URL}/favicon.png",
-            with_google_fonts=False,
+        return _local_only(
+            get_redoc_html(
+                openapi_url=f"{root}{app.openapi_url}",
+                title=f"{app.title} - ReDoc",
+                redoc_js_url=f"{root}{ASSETS_URL}/redoc.standalone.js",
+                redoc_favicon_url=f"{root}{ASSETS_URL}/favicon.png",
+                with_google_fonts=False,
+            )
         )
 
     def openapi() -> dict[str, Any]:
