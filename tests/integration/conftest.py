@@ -82,9 +82,13 @@ CHROMIUM_ARGS = [
 ]  # fmt: skip
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture
 def browser() -> Iterator[Any]:
-    """A headless Chromium; skipped where there is none, but a failure where CI is set."""
+    """A headless Chromium; skipped where there is none, but a failure where CI is set.
+
+    One per test: Playwright's sync API runs an event loop on this thread while it is
+    open, and the asyncio tests that come after need the thread to themselves.
+    """
     missing = None
     if not (shutil.which(CHROMIUM) or Path(CHROMIUM).exists()):
         missing = f"no chromium at {CHROMIUM} (apt-get install -y chromium)"
