@@ -42,12 +42,24 @@ def from_dict(value: Any, message: M, what: str = "body") -> M:
     try:
         return json_format.ParseDict(value, message)
     except json_format.ParseError as exc:
-        # ParseError names the field path, e.g. "Failed to parse cpu_total field: ...", but may
-        # go on with a Python exception's text, which tells an HTTP client nothing: cut it there.
-        text = str(exc)
-        if "invalid literal" in text or "object has no attribute" in text:
-            text = text.split(":", 1)[0]
-        raise InvalidArgument(f"{what}: {text}") from None
+        raise InvalidArgument(f"{what}: {_readable(str(exc))}") from None
+
+
+_PARSING = re.compile(r"Failed to parse (\w+) field: ")
+# Reasons ParseError passes on from Python itself; they tell an HTTP client nothing.
+_PYTHON_INTERNALS = ("invalid literal", "argument must be", "bytes-like object", "object has no attribute")
+
+
+def _readable(text: str) -> str:
+    """ParseError's "Failed to parse a field: Failed to parse b field: REASON" as "a.b: REASON"."""
+    path = []
+    while match := _PARSING.match(text):
+        path.append(match[1])
+        text = text[match.end() :]
+    reason = text.rstrip(".")
+    if any(internal in reason for internal in _PYTHON_INTERNALS):
+        reason = "the value is not of this field's type (the schema is at /docs)"
+    return f"{'.'.join(path)}: {reason}" if path else reason
 
 
 # Messages whose 64-bit integers are all byte quantities: they also take "8Gi", "512Mi", "10G".
