@@ -22,11 +22,12 @@ from dataclasses import dataclass
 from typing import Annotated
 from urllib.parse import quote
 
+import grpc
 from fastapi import APIRouter, Query, Request
 from fastapi.responses import JSONResponse
 
 from flux.errors import InvalidArgument, PermissionDenied, ResourceExhausted, Unauthenticated
-from flux.v1 import control_pb2
+from flux.v1 import control_pb2, worker_pb2
 from gateway import schema
 
 # Seconds a ticket may wait before it opens its stream: enough for a page to pass it on.
@@ -190,7 +191,14 @@ async def mint(body: schema.TicketRequest, request: Request) -> JSONResponse:
                 "a worker ticket needs the worker token (Authorization: Bearer …) and the session "
                 "token from POST /workers/register (X-Flux-Session)"
             )
-        # The core checks both when the stream opens, and answers 401/403 there.
+        # GetWorkflowSource checks the worker token and the name's session before anything
+        # else; an empty hash then fails as INVALID_ARGUMENT, which means both were good.
+        check = worker_pb2.GetWorkflowSourceRequest(name=body.worker, session_token=access.session_token)
+        try:
+            await core.workers.GetWorkflowSource(check, timeout=timeout)
+        except grpc.aio.AioRpcError as exc:
+            if exc.code() != grpc.StatusCode.INVALID_ARGUMENT:
+                raise
     elif body.scope == "execution":
         # Checks the API token and that the execution exists, so the ticket can open its stream.
         await core.control.GetExecution(

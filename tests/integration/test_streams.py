@@ -204,6 +204,12 @@ def test_tickets_open_one_stream_of_their_scope_once(server: Cluster, http: http
             worker_http.post("/tickets", json={"scope": "worker", "worker": "w9"}), 401
         )
         assert "cannot call" in refusal(worker_http.post("/tickets", json={"scope": "fleet"}), 403)
+        assert "is not registered" in refusal(
+            worker_http.post(
+                "/tickets", json={"scope": "worker", "worker": "w9"}, headers={"X-Flux-Session": "made-up"}
+            ),
+            404,
+        )
 
 
 def test_a_worker_connects_with_a_ticket_and_no_token_in_the_url(server: Cluster, http: httpx.Client) -> None:
@@ -218,6 +224,10 @@ def test_a_worker_connects_with_a_ticket_and_no_token_in_the_url(server: Cluster
         )
         assert answer.status_code == 200, answer.text
         ticket = answer.json()
+        wrong = worker_http.post(
+            "/tickets", json={"scope": "worker", "worker": "hand"}, headers={"X-Flux-Session": "made-up"}
+        )
+        assert "session_token does not match worker 'hand'" in refusal(wrong, 403)
     url = ticket["url"]
     assert session not in url and server.token(Role.WORKER) not in url
     anonymous = httpx.Client(base_url=server.gateway_url, timeout=10, trust_env=False)
