@@ -82,3 +82,44 @@ def test_publishing_to_nobody_does_nothing_and_unsubscribe_stops_calls() -> None
     stop()  # twice is harmless
     feed.publish(Change.EXECUTION_QUEUED, object())
     assert calls == [Change.EXECUTION_QUEUED] and not feed
+
+
+class _Aborted(Exception):
+    pass
+
+
+class _Context:
+    """The part of a servicer context WatchFleet uses."""
+
+    def __init__(self) -> None:
+        self.status: tuple[object, str] | None = None
+
+    async def abort(self, code: object, message: str) -> None:
+        self.status = (code, message)
+        raise _Aborted
+
+
+async def test_a_fleet_watch_that_falls_behind_is_dropped(
+    flux: Flux, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import grpc
+
+    from flux.server import servicers
+    from flux.v1 import control_pb2
+
+    monkeypatch.setattr(servicers, "FLEET_BACKLOG", 3)
+    await flux.workflow()
+    context = _Context()
+    watch = servicers.ControlService(flux.d).WatchFleet(control_pb2.WatchFleetRequest(), context)
+    first = await anext(watch)
+    assert first.sequence == 1 and first.WhichOneof("event") == "workers"
+    for _ in range(5):  # nobody reads: the third unread event is the limit
+        await flux.run()
+    assert not flux.d.events.fleet, "dropped at once, not when it reads again"
+    kinds = []
+    with pytest.raises(_Aborted):
+        async for event in watch:
+            kinds.append((event.sequence, event.WhichOneof("event")))
+    assert kinds == [(2, "execution_queued"), (3, "execution_queued"), (4, "execution_queued")]
+    assert context.status is not None and context.status[0] == grpc.StatusCode.RESOURCE_EXHAUSTED
+    assert "fell 3 events behind" in context.status[1]
