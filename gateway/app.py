@@ -15,7 +15,7 @@ from dataclasses import dataclass
 import grpc
 from fastapi import FastAPI
 
-from gateway import clients, errors, metrics, workers
+from gateway import clients, cors, docs, errors, events, metrics, tickets, workers
 from gateway.core import Core
 from gateway.limits import BodyLimit
 
@@ -34,6 +34,10 @@ class GatewaySettings:
     core_ca: str | None = None
     # Deadline of each unary call to the core.
     unary_timeout: float = 30.0
+    # Origins whose pages may call (--cors-origin); none answers no CORS at all.
+    cors_origins: tuple[str, ...] = ()
+    # Seconds a stream ticket may wait to open its stream.
+    ticket_ttl: float = tickets.DEFAULT_TTL
 
 
 def create_app(settings: GatewaySettings | None = None, channel: grpc.aio.Channel | None = None) -> FastAPI:
@@ -55,17 +59,29 @@ def create_app(settings: GatewaySettings | None = None, channel: grpc.aio.Channe
         description=(
             "Bodies and answers use the proto3 JSON mapping of the `flux.v1` messages with the `.proto` "
             "field names (`execution_id`); 64-bit integers are strings, enums are names. A worker sends "
-            "its session token in the `X-Flux-Session` header (`?session_token=` on `/connect` too). "
+            "its session token in the `X-Flux-Session` header. Streams (`/workers/{name}/connect`, "
+            "`/executions/{execution_id}/events`, `/events`) also open with `?ticket=`: a short-lived, "
+            "single-use ticket from `POST /tickets`, for clients that cannot set headers (EventSource). "
+            'Quantities of bytes (`memory`, `disk`, ...) are an integer or a string such as "8Gi", '
+            '"512Mi" or "10G". '
             'Refusals are `{"error": {"code": "NOT_FOUND", "message": "..."}}`, with `code` the gRPC '
             "status name and the HTTP status from the same table as the core's."
         ),
         version="1",
         lifespan=lifespan,
+        docs_url=None,  # docs.install serves them from shipped assets, not a CDN
+        redoc_url=None,
     )
     app.state.settings = settings
+    app.state.tickets = tickets.TicketBook(settings.ticket_ttl)
     app.add_middleware(BodyLimit)
+    # Added last, so outermost: refusals (413 included) carry CORS headers too.
+    cors.install(app, settings.cors_origins)
     errors.install(app)
+    docs.install(app)
     app.include_router(workers.router)
     app.include_router(clients.router)
+    app.include_router(tickets.router)
+    app.include_router(events.router)
     app.include_router(metrics.router)
     return app

@@ -9,13 +9,14 @@ from typing import Annotated
 
 import grpc
 from fastapi import APIRouter, Depends, Path, Query, Request
-from fastapi.responses import JSONResponse
+from fastapi.responses import JSONResponse, Response
 from grpc_health.v1 import health_pb2
 
 from flux.errors import InvalidArgument
 from flux.v1 import control_pb2
 from gateway import protojson, schema
 from gateway.core import Core, core
+from gateway.events import stream_execution
 
 router = APIRouter(tags=["clients"])
 
@@ -50,6 +51,11 @@ async def register_workflows(
     "/workflows/{name}/run",
     response_model=schema.Execution,
     responses={
+        200: {
+            "content": {"text/event-stream": {}},
+            "description": "with `wait`, the finished execution; with `Accept: text/event-stream`, "
+            "its events (as GET /executions/{execution_id}/events, the accepted state first)",
+        },
         202: {"model": schema.Execution, "description": "accepted, not finished yet"},
         **_refusals(404),
     },
@@ -59,10 +65,12 @@ async def run_workflow(
     body: schema.RunBody,
     request: Request,
     core: CoreDep,
-) -> JSONResponse:
+) -> Response:
     """Submit an execution: 202 with it as accepted, or with `wait` 200 once it is finished.
 
-    A wait that runs out of `timeout` answers 202 with the execution as it is then.
+    A wait that runs out of `timeout` answers 202 with the execution as it is then. With
+    `Accept: text/event-stream` it runs and streams in one call: the execution's events until its
+    final state (resume a dropped stream with GET /executions/{execution_id}/events).
     """
     submitted = await core.control.RunWorkflow(
         control_pb2.RunWorkflowRequest(
@@ -70,6 +78,8 @@ async def run_workflow(
         ),
         timeout=_timeout(request),
     )
+    if "text/event-stream" in request.headers.get("accept", ""):
+        return await stream_execution(request, core, submitted.execution_id, submitted=submitted)
     if not body.wait:
         return _answer(submitted, 202)
     latest = await _until_finished_or_gone(core, submitted, body.timeout, request)

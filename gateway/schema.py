@@ -16,6 +16,7 @@ from google.protobuf.descriptor import Descriptor, EnumDescriptor, FieldDescript
 from pydantic import BaseModel, ConfigDict, Field, create_model
 
 from flux.v1 import control_pb2, worker_pb2
+from gateway.protojson import QUANTITY_MESSAGES
 
 _INT32 = {FieldDescriptor.TYPE_INT32, FieldDescriptor.TYPE_SINT32, FieldDescriptor.TYPE_SFIXED32}
 _UINT32 = {FieldDescriptor.TYPE_UINT32, FieldDescriptor.TYPE_FIXED32}
@@ -76,6 +77,8 @@ def _field(field: FieldDescriptor) -> tuple[Any, Any]:
         annotation, constraints = list[item], {}  # type: ignore[valid-type]
     else:
         annotation, constraints = _scalar(field)
+        if field.type in _INT64 and field.containing_type.full_name in QUANTITY_MESSAGES:
+            constraints["description"] = 'bytes: an integer, or a quantity such as "8Gi", "512Mi" or "10G"'
     return annotation | None, Field(default=None, **constraints)
 
 
@@ -155,3 +158,23 @@ class ErrorBody(BaseModel):
 
 class Health(BaseModel):
     status: Literal["SERVING", "NOT_SERVING"]
+
+
+class TicketRequest(BaseModel):
+    """Which stream the ticket opens."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    scope: Literal["worker", "execution", "fleet"] = Field(
+        description="`worker`: GET /workers/{worker}/connect; `execution`: GET /executions/{execution_id}"
+        "/events; `fleet`: GET /events"
+    )
+    worker: str = Field(default="", max_length=63, description="with scope `worker`: the worker's name")
+    execution_id: str = Field(default="", max_length=128, description="with scope `execution`")
+
+
+class TicketResponse(BaseModel):
+    ticket: str = Field(description="pass as `?ticket=`; opens one stream, at this gateway only")
+    scope: str = Field(description="what it opens, e.g. `worker:gpu-1`, `execution:ID`, `fleet`")
+    expires_in_s: float = Field(description="seconds left to open the stream")
+    url: str = Field(description="the stream's path with the ticket, relative to this gateway")

@@ -1,8 +1,9 @@
 """Worker routes: the ``WorkerService`` over HTTP, with dispatch pushed as Server-Sent Events.
 
 The worker's session token (from ``POST /workers/register``) travels in the
-``X-Flux-Session`` header; ``GET /workers/{name}/connect`` also takes it as
-``?session_token=`` for EventSource clients, which cannot set headers. The
+``X-Flux-Session`` header. An EventSource, which cannot set headers, opens
+``GET /workers/{name}/connect`` with a ``?ticket=`` minted for it instead
+(``gateway.tickets``), so no token goes in a URL. The
 worker name and execution id come from the path, so bodies leave those
 fields out (and are refused if they carry them).
 """
@@ -22,6 +23,7 @@ from flux.v1 import worker_pb2
 from gateway import protojson, schema
 from gateway.core import Core, core
 from gateway.stream import open_stream, relay
+from gateway.tickets import TicketParam, access_for, worker_scope
 
 SESSION_HEADER = "X-Flux-Session"
 
@@ -56,15 +58,6 @@ async def session(
     x_flux_session: Annotated[str | None, Header(description="session token from register")] = None,
 ) -> str:
     return _token(x_flux_session)
-
-
-async def stream_session(
-    x_flux_session: Annotated[str | None, Header()] = None,
-    session_token: Annotated[
-        str | None, Query(description="for EventSource clients that cannot set headers")
-    ] = None,
-) -> str:
-    return _token(x_flux_session or session_token)
 
 
 Token = Annotated[str, Depends(session)]
@@ -104,10 +97,20 @@ async def register(body: schema.RegisterRequest, request: Request, core: CoreDep
     },
 )
 async def connect(
-    name: WorkerName, request: Request, core: CoreDep, token: Annotated[str, Depends(stream_session)]
+    name: WorkerName,
+    request: Request,
+    ticket: TicketParam = None,
+    x_flux_session: Annotated[str | None, Header(description="session token from register")] = None,
+    session_token: Annotated[str | None, Query(description="deprecated: use ?ticket=")] = None,
 ) -> EventSourceResponse:
-    """The dispatch stream. Closing it ends the worker's stream on the core; the core ending it closes it."""
+    """The dispatch stream. Closing it ends the worker's stream on the core; the core ending it closes it.
+
+    A client that cannot set headers (EventSource) passes `?ticket=` from POST /tickets instead.
+    """
     settings = request.app.state.settings
+    access = access_for(request, worker_scope(name), ticket)
+    token = _token(access.session_token if ticket else x_flux_session or session_token)
+    core = request.app.state.core.for_caller(access.authorization)
     call, connected = await open_stream(core.workers, name, token, settings.connect_timeout)
     return EventSourceResponse(
         relay(call, connected, settings.ping_interval),

@@ -62,6 +62,15 @@ def _quantity(flag: str):  # type: ignore[no-untyped-def]
     return parse
 
 
+def _origin(text: str) -> str:
+    from gateway.cors import origin
+
+    try:
+        return origin(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
 def _label(text: str) -> tuple[str, str]:
     try:
         return parse_label_argument(text)
@@ -132,6 +141,13 @@ def build_parser() -> argparse.ArgumentParser:
         p.add_argument("--tls-cert", help="serve TLS with this certificate (PEM); needs --tls-key")
         p.add_argument("--tls-key", help="private key (PEM) for --tls-cert")
 
+    def with_cors(p: argparse.ArgumentParser) -> None:
+        p.add_argument(
+            "--cors-origin", action="append", default=[], type=_origin, metavar="URL",
+            help="let pages from this origin call the HTTP gateway, e.g. https://dash.example.com; repeat "
+            "for several (default: none, no CORS)",
+        )  # fmt: skip
+
     start = commands.add_parser("start", help="run a server or a worker").add_subparsers(
         dest="what", required=True, metavar="WHAT"
     )
@@ -166,6 +182,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="HTTP/SSE gateway port on the same --host (default 8080; 0 picks one)",
     )  # fmt: skip
     server.add_argument("--no-http", action="store_true", help="serve gRPC only, without the gateway")
+    with_cors(server)
     server.add_argument(
         "--ping-interval", type=_seconds("--ping-interval"), default=15.0,
         help="seconds an idle worker stream waits before a ping (default 15)",
@@ -213,6 +230,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="seconds an idle worker stream waits before a ping (default 15)",
     )  # fmt: skip
     gateway.add_argument("--ca", help="CA bundle (PEM) to verify the core's TLS certificate")
+    with_cors(gateway)
     with_tls(gateway)
     with_log_format(gateway)
     gateway.set_defaults(run=_start_gateway)
@@ -406,6 +424,7 @@ def _start_server(args: argparse.Namespace) -> int:
         http_port=None if args.no_http else args.http_port,
         tokens=None if args.insecure else _server_tokens(args),
         tls=_tls(args),
+        cors_origins=tuple(args.cors_origin),
     )
     from flux.store.base import StoreError
 
@@ -454,7 +473,12 @@ def _start_gateway(args: argparse.Namespace) -> int:
         loop = asyncio.get_running_loop()
         for signum in (signal.SIGINT, signal.SIGTERM):
             loop.add_signal_handler(signum, stop.set)
-        settings = GatewaySettings(core=args.core, ping_interval=args.ping_interval, core_ca=args.ca)
+        settings = GatewaySettings(
+            core=args.core,
+            ping_interval=args.ping_interval,
+            core_ca=args.ca,
+            cors_origins=tuple(args.cors_origin),
+        )
         running = await start_gateway(settings, args.host, args.port, tls=_tls(args))
         # Same line as `flux start server` prints for its gateway; scripts read the port from it.
         logs.emit(f"flux gateway listening on {running.url}", logger="flux.gateway", http=running.url)

@@ -494,6 +494,7 @@ class Dispatcher:
             return
         entry.paused = paused
         entry.invalidate()
+        self.events.worker_paused(entry)
         log.info("worker %s %s", entry.name, "paused" if paused else "resumed")
         if not paused:
             self._dispatch(workers=[entry])
@@ -631,7 +632,9 @@ class Dispatcher:
         _check_software(software)
         self._check_metadata(entry.labels, software or entry.software, resources)
         entry.report(resources, software)
+        started_draining = draining and not entry.draining
         entry.draining = draining
+        self.events.worker_reported(entry, started_draining)
         self._dispatch(workers=[entry])
 
     def claim(self, name: str, session_token: str, execution_id: str, generation: int) -> Execution:

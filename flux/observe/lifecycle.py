@@ -25,6 +25,7 @@ from enum import StrEnum
 from typing import TYPE_CHECKING, Any
 
 from flux.domain.execution import Execution, State
+from flux.observe.fleet import Change, FleetFeed
 
 if TYPE_CHECKING:  # the dispatcher imports this module; only its type is needed here
     from flux.dispatcher.workers import WorkerEntry
@@ -109,17 +110,21 @@ class Lifecycle:
         # stream: a second stream under the same registration is a reconnect. A hash,
         # so no token is kept around here; one entry per worker name.
         self._streams: dict[str, int] = {}
+        # Who watches the fleet (ControlService.WatchFleet); free while nobody does.
+        self.fleet = FleetFeed()
 
     # ------------------------------------------------------------- executions
 
     def submitted(self, execution: Execution) -> None:
         self.counters.submitted += 1
+        self.fleet.publish(Change.EXECUTION_QUEUED, execution)
         if log.isEnabledFor(logging.INFO):
             _emit("submitted", "execution submitted", _execution_fields(execution))
 
     def dispatched(self, execution: Execution) -> None:
         """Pushed to ``execution.worker`` under ``execution.generation``; resources reserved."""
         self.counters.dispatched += 1
+        self.fleet.publish(Change.EXECUTION_DISPATCHED, execution)
         self.latency["dispatched"].observe(execution.updated_at - execution.created_at)
         if log.isEnabledFor(logging.INFO):
             _emit("dispatched", "execution dispatched", _execution_fields(execution))
@@ -136,6 +141,7 @@ class Lifecycle:
     def finished(self, execution: Execution) -> None:
         """A final state decided: COMPLETED, FAILED or CANCELLED."""
         state = execution.state
+        self.fleet.publish(Change.EXECUTION_FINISHED, execution)
         if state is State.COMPLETED:
             self.counters.completed += 1
         elif state is State.FAILED:
@@ -155,6 +161,7 @@ class Lifecycle:
             self.finished(after)
             return
         self.counters.requeued[reason] += 1
+        self.fleet.publish(Change.EXECUTION_QUEUED, after)
         if log.isEnabledFor(logging.INFO):
             fields = _execution_fields(before)
             fields["attempt"] = after.attempt
@@ -164,6 +171,9 @@ class Lifecycle:
     def expired(self, execution: Execution) -> None:
         """A dispatch was not claimed within the ack deadline; it goes back to CREATED, same attempt."""
         self.counters.ack_deadline_expiries += 1
+        if self.fleet:  # the watcher sees it as it now is: back in line, on no worker
+            queued = execution.evolve(state=State.CREATED, worker="", gpu_indices=())
+            self.fleet.publish(Change.EXECUTION_QUEUED, queued)
         self.counters.requeued[Requeue.ACK_DEADLINE] += 1
         if log.isEnabledFor(logging.INFO):
             fields = _execution_fields(execution)
@@ -175,6 +185,7 @@ class Lifecycle:
     def worker_connected(self, entry: WorkerEntry) -> None:
         """A dispatch stream opened (a reconnect when this registration had one before)."""
         self.counters.stream_connects += 1
+        self.fleet.publish(Change.WORKER_CONNECTED, entry)
         registration = hash(entry.session_token)
         reconnect = self._streams.get(entry.name) == registration
         if reconnect:
@@ -195,12 +206,21 @@ class Lifecycle:
 
     def worker_disconnected(self, entry: WorkerEntry) -> None:
         """Its dispatch stream ended; what it holds waits for the grace period."""
+        self.fleet.publish(Change.WORKER_DISCONNECTED, entry)
         if log.isEnabledFor(logging.INFO):
             _emit(
                 "worker_disconnected",
                 "worker disconnected",
                 {"worker": entry.name, "transport": entry.transport, "held": len(entry.holdings)},
             )
+
+    def worker_reported(self, entry: WorkerEntry, started_draining: bool) -> None:
+        """It reported its resources; ``started_draining`` when this report turned draining on."""
+        self.fleet.publish(Change.WORKER_DRAINING if started_draining else Change.WORKER_REPORTED, entry)
+
+    def worker_paused(self, entry: WorkerEntry) -> None:
+        """An operator paused or resumed it (``entry.paused`` says which)."""
+        self.fleet.publish(Change.WORKER_PAUSED if entry.paused else Change.WORKER_RESUMED, entry)
 
 
 def _emit(event: str, message: str, fields: dict[str, Any]) -> None:

@@ -11,6 +11,7 @@ from flux.domain.execution import Execution, ExecutionError, WorkflowRef
 from flux.domain.resource_request import ResourceRequest
 from flux.domain.worker import DEFAULT_RUNTIME, WorkerResources, WorkerSoftware
 from flux.errors import InvalidArgument
+from flux.observe.fleet import Change
 from flux.observe.status import Allocation, Status
 from flux.store.base import WorkflowRecord
 from flux.v1 import control_pb2, worker_pb2
@@ -97,6 +98,15 @@ def execution_to_proto(e: Execution) -> control_pb2.Execution:
         created_at_ms=int(e.created_at * 1000),
         updated_at_ms=int(e.updated_at * 1000),
     )
+
+
+def fleet_event_to_proto(change: Change, subject: object, sequence: int, at: float) -> control_pb2.FleetEvent:
+    """A fleet change as sent; built at once, since a WorkerEntry keeps changing after the call."""
+    if change.about_worker:
+        payload: object = worker_to_proto(subject)  # type: ignore[arg-type]
+    else:
+        payload = execution_to_proto(subject.evolve(input_json="", output_json=""))  # type: ignore[attr-defined]
+    return control_pb2.FleetEvent(sequence=sequence, at_ms=int(at * 1000), **{str(change): payload})
 
 
 def event_to_proto(event: Event) -> worker_pb2.WorkerEvent:

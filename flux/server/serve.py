@@ -39,6 +39,8 @@ class ServerConfig:
     tokens: Tokens | None = None
     # (certificate, key) PEM paths: gRPC and the gateway then speak TLS only.
     tls: tuple[str, str] | None = None
+    # Origins whose pages may call the gateway (--cors-origin).
+    cors_origins: tuple[str, ...] = ()
 
 
 def is_postgres(url: str) -> bool:
@@ -164,7 +166,9 @@ async def serve(config: ServerConfig) -> None:
 
             host = loopback_for(config.host)
             core = f"[{host}]:{running.port}" if ":" in host else f"{host}:{running.port}"
-            settings = GatewaySettings(core=core, ping_interval=config.dispatcher.ping_interval)
+            settings = GatewaySettings(
+                core=core, ping_interval=config.dispatcher.ping_interval, cors_origins=config.cors_origins
+            )
             gateway = await start_gateway(
                 settings, config.host, config.http_port, channel=running.local_channel(), tls=config.tls
             )

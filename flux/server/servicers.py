@@ -5,7 +5,9 @@ Domain errors become status codes through ``flux.errors.STATUS`` only.
 
 from __future__ import annotations
 
+import asyncio
 import functools
+import itertools
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any, TypeVar
@@ -17,6 +19,7 @@ from flux.dispatcher.listing import execution_query, page_token
 from flux.dispatcher.session import Scheduled
 from flux.domain.worker import WorkerSoftware
 from flux.errors import FluxError, InvalidArgument, status_of
+from flux.observe.fleet import Change
 from flux.observe.status import StatusBoard
 from flux.server import convert
 from flux.v1 import control_pb2, control_pb2_grpc, worker_pb2, worker_pb2_grpc
@@ -138,6 +141,9 @@ class WorkerService(worker_pb2_grpc.WorkerServiceServicer):
         return worker_pb2.WorkflowSource(source_hash=request.source_hash, filename=filename, source=source)
 
 
+# Fleet events one WatchFleet may have queued, unread, before it is dropped.
+FLEET_BACKLOG = 10_000
+
 # GetMetrics may answer from a snapshot up to this old (seconds): it is open to
 # callers without a token, and a snapshot is O(unfinished + shapes x workers).
 METRICS_MAX_AGE = 1.0
@@ -181,6 +187,40 @@ class ControlService(control_pb2_grpc.ControlServiceServicer):
                 yield convert.execution_to_proto(execution)
         except FluxError as exc:
             await context.abort(status_of(exc)[0], str(exc))
+
+    async def WatchFleet(
+        self, request: control_pb2.WatchFleetRequest, context: grpc.aio.ServicerContext
+    ) -> AsyncIterator[control_pb2.FleetEvent]:
+        events: asyncio.Queue[control_pb2.FleetEvent | None] = asyncio.Queue()
+        sequence = itertools.count(1)
+        clock = self.dispatcher.clock
+
+        def listen(change: Change, subject: object) -> None:
+            if events.qsize() >= FLEET_BACKLOG:
+                stop()  # too far behind: drop this watch rather than grow without bound
+                events.put_nowait(None)
+                return
+            events.put_nowait(convert.fleet_event_to_proto(change, subject, next(sequence), clock()))
+
+        stop = self.dispatcher.events.fleet.subscribe(listen)
+        # Built in the same step as the subscription: no change can fall between the two.
+        workers = [convert.worker_to_proto(w) for w in self.dispatcher.workers()]
+        events.put_nowait(
+            control_pb2.FleetEvent(
+                sequence=next(sequence),
+                at_ms=int(clock() * 1000),
+                workers=control_pb2.ListWorkersResponse(workers=workers),
+            )
+        )
+        try:
+            while (event := await events.get()) is not None:
+                yield event
+        finally:
+            stop()
+        await context.abort(
+            grpc.StatusCode.RESOURCE_EXHAUSTED,
+            f"this fleet watch fell {FLEET_BACKLOG} events behind and was dropped; watch again",
+        )
 
     @_unary
     async def CancelExecution(

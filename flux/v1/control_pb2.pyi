@@ -1505,3 +1505,110 @@ class ResumeWorkerRequest(_message.Message):
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___ResumeWorkerRequest: _TypeAlias = ResumeWorkerRequest  # noqa: Y015
+
+@_typing.final
+class WatchFleetRequest(_message.Message):
+    """Follows the whole fleet (no filter yet)."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    def __init__(
+        self,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___WatchFleetRequest: _TypeAlias = WatchFleetRequest  # noqa: Y015
+
+@_typing.final
+class FleetEvent(_message.Message):
+    """One change in the fleet, as WatchFleet reports it."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    SEQUENCE_FIELD_NUMBER: _builtins.int
+    AT_MS_FIELD_NUMBER: _builtins.int
+    WORKER_CONNECTED_FIELD_NUMBER: _builtins.int
+    WORKER_DISCONNECTED_FIELD_NUMBER: _builtins.int
+    WORKER_REPORTED_FIELD_NUMBER: _builtins.int
+    WORKER_DRAINING_FIELD_NUMBER: _builtins.int
+    WORKER_PAUSED_FIELD_NUMBER: _builtins.int
+    WORKER_RESUMED_FIELD_NUMBER: _builtins.int
+    EXECUTION_QUEUED_FIELD_NUMBER: _builtins.int
+    EXECUTION_DISPATCHED_FIELD_NUMBER: _builtins.int
+    EXECUTION_FINISHED_FIELD_NUMBER: _builtins.int
+    WORKERS_FIELD_NUMBER: _builtins.int
+    sequence: _builtins.int
+    """Counts up from 1 for each watch: a watcher sees every number, in order."""
+    at_ms: _builtins.int
+    """When the core saw the change, milliseconds since the Unix epoch."""
+    @_builtins.property
+    def worker_connected(self) -> Global___WorkerInfo:
+        """Its dispatch stream opened."""
+
+    @_builtins.property
+    def worker_disconnected(self) -> Global___WorkerInfo:
+        """Its dispatch stream ended; what it holds waits for the grace period."""
+
+    @_builtins.property
+    def worker_reported(self) -> Global___WorkerInfo:
+        """It reported its resources (the new figures are in the WorkerInfo)."""
+
+    @_builtins.property
+    def worker_draining(self) -> Global___WorkerInfo:
+        """It started draining: it finishes what it holds and takes nothing new."""
+
+    @_builtins.property
+    def worker_paused(self) -> Global___WorkerInfo:
+        """An operator paused it."""
+
+    @_builtins.property
+    def worker_resumed(self) -> Global___WorkerInfo:
+        """An operator resumed it."""
+
+    @_builtins.property
+    def execution_queued(self) -> Global___Execution:
+        """Submitted, or back in line after a requeue (state CREATED)."""
+
+    @_builtins.property
+    def execution_dispatched(self) -> Global___Execution:
+        """Pushed to a worker (state SCHEDULED)."""
+
+    @_builtins.property
+    def execution_finished(self) -> Global___Execution:
+        """Reached a final state: COMPLETED, FAILED or CANCELLED."""
+
+    @_builtins.property
+    def workers(self) -> Global___ListWorkersResponse:
+        """First on every watch (sequence 1): every known worker as the watch starts,
+        so a watcher needs no separate ListWorkers, and no change falls between the two.
+        """
+
+    def __init__(
+        self,
+        *,
+        sequence: _builtins.int = ...,
+        at_ms: _builtins.int = ...,
+        worker_connected: Global___WorkerInfo | None = ...,
+        worker_disconnected: Global___WorkerInfo | None = ...,
+        worker_reported: Global___WorkerInfo | None = ...,
+        worker_draining: Global___WorkerInfo | None = ...,
+        worker_paused: Global___WorkerInfo | None = ...,
+        worker_resumed: Global___WorkerInfo | None = ...,
+        execution_queued: Global___Execution | None = ...,
+        execution_dispatched: Global___Execution | None = ...,
+        execution_finished: Global___Execution | None = ...,
+        workers: Global___ListWorkersResponse | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["event", b"event", "execution_dispatched", b"execution_dispatched", "execution_finished", b"execution_finished", "execution_queued", b"execution_queued", "worker_connected", b"worker_connected", "worker_disconnected", b"worker_disconnected", "worker_draining", b"worker_draining", "worker_paused", b"worker_paused", "worker_reported", b"worker_reported", "worker_resumed", b"worker_resumed", "workers", b"workers"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["at_ms", b"at_ms", "event", b"event", "execution_dispatched", b"execution_dispatched", "execution_finished", b"execution_finished", "execution_queued", b"execution_queued", "sequence", b"sequence", "worker_connected", b"worker_connected", "worker_disconnected", b"worker_disconnected", "worker_draining", b"worker_draining", "worker_paused", b"worker_paused", "worker_reported", b"worker_reported", "worker_resumed", b"worker_resumed", "workers", b"workers"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    _WhichOneofReturnType_event: _TypeAlias = _typing.Literal["worker_connected", "worker_disconnected", "worker_reported", "worker_draining", "worker_paused", "worker_resumed", "execution_queued", "execution_dispatched", "execution_finished", "workers"]  # noqa: Y015
+    _WhichOneofArgType_event: _TypeAlias = _typing.Literal["event", b"event"]  # noqa: Y015
+    def WhichOneof(self, oneof_group: _WhichOneofArgType_event) -> _WhichOneofReturnType_event | None: ...
+
+Global___FleetEvent: _TypeAlias = FleetEvent  # noqa: Y015

@@ -106,6 +106,11 @@ class ControlServiceStub:
                 request_serializer=flux_dot_v1_dot_control__pb2.ForgetWorkerRequest.SerializeToString,
                 response_deserializer=flux_dot_v1_dot_control__pb2.ForgetWorkerResponse.FromString,
                 _registered_method=True)
+        self.WatchFleet = channel.unary_stream(
+                '/flux.v1.ControlService/WatchFleet',
+                request_serializer=flux_dot_v1_dot_control__pb2.WatchFleetRequest.SerializeToString,
+                response_deserializer=flux_dot_v1_dot_control__pb2.FleetEvent.FromString,
+                _registered_method=True)
 
 
 class ControlServiceServicer:
@@ -218,6 +223,16 @@ class ControlServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def WatchFleet(self, request, context):
+        """The fleet now (a `workers` event), then as it changes: workers connecting, disconnecting,
+        reporting, draining, paused and resumed; executions queued, dispatched and
+        finished. It never ends by itself; a watcher that falls too far behind is
+        dropped with RESOURCE_EXHAUSTED rather than made to skip events.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_ControlServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -290,6 +305,11 @@ def add_ControlServiceServicer_to_server(servicer, server):
                     servicer.ForgetWorker,
                     request_deserializer=flux_dot_v1_dot_control__pb2.ForgetWorkerRequest.FromString,
                     response_serializer=flux_dot_v1_dot_control__pb2.ForgetWorkerResponse.SerializeToString,
+            ),
+            'WatchFleet': grpc.unary_stream_rpc_method_handler(
+                    servicer.WatchFleet,
+                    request_deserializer=flux_dot_v1_dot_control__pb2.WatchFleetRequest.FromString,
+                    response_serializer=flux_dot_v1_dot_control__pb2.FleetEvent.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -672,6 +692,33 @@ class ControlService:
             '/flux.v1.ControlService/ForgetWorker',
             flux_dot_v1_dot_control__pb2.ForgetWorkerRequest.SerializeToString,
             flux_dot_v1_dot_control__pb2.ForgetWorkerResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def WatchFleet(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_stream(
+            request,
+            target,
+            '/flux.v1.ControlService/WatchFleet',
+            flux_dot_v1_dot_control__pb2.WatchFleetRequest.SerializeToString,
+            flux_dot_v1_dot_control__pb2.FleetEvent.FromString,
             options,
             channel_credentials,
             insecure,

@@ -75,6 +75,12 @@ class ControlServiceStub:
     requeued and its name is free at once. A worker whose stream dropped keeps its
     name for the grace period otherwise; a connected one loses its stream.
     """
+    WatchFleet: _grpc.UnaryStreamMultiCallable[_control_pb2.WatchFleetRequest, _control_pb2.FleetEvent]
+    """The fleet now (a `workers` event), then as it changes: workers connecting, disconnecting,
+    reporting, draining, paused and resumed; executions queued, dispatched and
+    finished. It never ends by itself; a watcher that falls too far behind is
+    dropped with RESOURCE_EXHAUSTED rather than made to skip events.
+    """
 
 @_typing.type_check_only
 class ControlServiceAsyncStub(ControlServiceStub):
@@ -122,6 +128,12 @@ class ControlServiceAsyncStub(ControlServiceStub):
     """Drop a worker now (an operator's call, with the API token): what it held is
     requeued and its name is free at once. A worker whose stream dropped keeps its
     name for the grace period otherwise; a connected one loses its stream.
+    """
+    WatchFleet: _aio.UnaryStreamMultiCallable[_control_pb2.WatchFleetRequest, _control_pb2.FleetEvent]  # type: ignore[assignment]
+    """The fleet now (a `workers` event), then as it changes: workers connecting, disconnecting,
+    reporting, draining, paused and resumed; executions queued, dispatched and
+    finished. It never ends by itself; a watcher that falls too far behind is
+    dropped with RESOURCE_EXHAUSTED rather than made to skip events.
     """
 
 class ControlServiceServicer(metaclass=_abc_1.ABCMeta):
@@ -251,6 +263,18 @@ class ControlServiceServicer(metaclass=_abc_1.ABCMeta):
         """Drop a worker now (an operator's call, with the API token): what it held is
         requeued and its name is free at once. A worker whose stream dropped keeps its
         name for the grace period otherwise; a connected one loses its stream.
+        """
+
+    @_abc_1.abstractmethod
+    def WatchFleet(
+        self,
+        request: _control_pb2.WatchFleetRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_abc.Iterator[_control_pb2.FleetEvent], _abc.AsyncIterator[_control_pb2.FleetEvent]]:
+        """The fleet now (a `workers` event), then as it changes: workers connecting, disconnecting,
+        reporting, draining, paused and resumed; executions queued, dispatched and
+        finished. It never ends by itself; a watcher that falls too far behind is
+        dropped with RESOURCE_EXHAUSTED rather than made to skip events.
         """
 
 def add_ControlServiceServicer_to_server(servicer: ControlServiceServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...

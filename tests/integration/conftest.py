@@ -1,5 +1,8 @@
+import os
+import shutil
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from sse_starlette.sse import AppStatus
@@ -68,3 +71,39 @@ def cluster(
         yield c
     finally:
         c.close()
+
+
+# Debian's chromium, driven by Playwright for Python: Playwright's own browser download
+# cannot work here, so `playwright install` is never run (.ci/run installs chromium).
+CHROMIUM = os.environ.get("FLUX_CHROMIUM", "/usr/bin/chromium")
+CHROMIUM_ARGS = [
+    "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+    "--disable-background-networking", "--disable-component-update", "--disable-sync",
+]  # fmt: skip
+
+
+@pytest.fixture
+def browser() -> Iterator[Any]:
+    """A headless Chromium; skipped where there is none, but a failure where CI is set.
+
+    One per test: Playwright's sync API runs an event loop on this thread while it is
+    open, and the asyncio tests that come after need the thread to themselves.
+    """
+    missing = None
+    if not (shutil.which(CHROMIUM) or Path(CHROMIUM).exists()):
+        missing = f"no chromium at {CHROMIUM} (apt-get install -y chromium)"
+    else:
+        try:
+            from playwright.sync_api import sync_playwright
+        except ImportError:
+            missing = "playwright is not installed (pip install -e '.[dev]')"
+    if missing is not None:
+        if os.environ.get("CI"):
+            pytest.fail(f"browser tests cannot run in CI: {missing}")
+        pytest.skip(missing)
+    with sync_playwright() as playwright:
+        chromium = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS, headless=True)
+        try:
+            yield chromium
+        finally:
+            chromium.close()

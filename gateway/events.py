@@ -1,0 +1,245 @@
+"""Observer streams over SSE: one execution's events, and the fleet's.
+
+``GET /executions/{id}/events`` relays ``ControlService.WatchExecution``: the
+current state, then every change, ending after a final state. Each event's
+``id`` is derived from the execution itself (its dispatch generation and how
+far that dispatch got), not from the connection, so it means the same at
+every gateway and after a restart: a client that reconnects with
+``Last-Event-ID`` gets only what it has not seen, and one that already saw
+the final state gets 204, which tells an EventSource to stop reconnecting.
+
+``GET /events`` relays ``ControlService.WatchFleet``: a ``workers`` event with
+the whole fleet, then one event per change, named after the change.
+
+Both read the core's first event before answering, so a refusal (no token,
+unknown execution) is an HTTP status rather than a stream that opens and dies.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import AsyncIterator
+from typing import Annotated, Any
+
+import grpc
+from fastapi import APIRouter, Header, Path, Query, Request, Response
+from sse_starlette import EventSourceResponse, ServerSentEvent
+from starlette.background import BackgroundTask
+
+from flux.errors import InvalidArgument, Unavailable
+from flux.v1 import control_pb2
+from gateway import protojson, schema
+from gateway.core import Core
+from gateway.errors import from_rpc
+from gateway.tickets import FLEET_SCOPE, TicketParam, access_for, execution_scope
+
+router = APIRouter(tags=["streams"])
+
+_S = control_pb2
+FINISHED = _S.EXECUTION_STATE_COMPLETED
+# How far one dispatch got, in the order a watcher sees it: a requeued execution is
+# CREATED again under the generation of the dispatch it left, after that dispatch.
+_RANK = {_S.EXECUTION_STATE_SCHEDULED: 1, _S.EXECUTION_STATE_RUNNING: 2}
+
+ExecutionEventId = tuple[int, int]
+
+EXECUTION_EVENTS_DOC = (
+    "Server-Sent Events, all named `execution`: the current state first, then every change; the "
+    "stream ends after a final state (COMPLETED, FAILED, CANCELLED). Each `data` is one `flux.v1."
+    "Execution` in the proto3 JSON mapping. Each `id` (`GENERATION.STEP`) comes from the execution, "
+    "so reconnecting with `Last-Event-ID` (or `?last_event_id=`) resumes after it at any gateway; "
+    "when that id is already the final state, the answer is 204 (EventSource then stops)."
+)
+FLEET_EVENTS_DOC = (
+    "Server-Sent Events: `workers` first (every known worker, a `ListWorkersResponse`), then one "
+    "event per change: `worker_connected`, `worker_disconnected`, `worker_reported`, "
+    "`worker_draining`, `worker_paused`, `worker_resumed` (each a `WorkerInfo`), and "
+    "`execution_queued`, `execution_dispatched`, `execution_finished` (each an `Execution` without "
+    "`input_json`/`output_json`). Each `data` is that message with `at_ms` (when the core saw the change, Unix ms) added. `id` counts up from 1 per connection; the feed does not replay, "
+    "so a reconnect starts again with `workers`."
+)
+_REFUSALS: dict[int | str, dict[str, Any]] = {
+    status: {"model": schema.ErrorBody, "description": what}
+    for status, what in {
+        401: "no credentials, or the ticket is unknown, expired or already used",
+        403: "the token cannot watch this, or the ticket is for another stream",
+        404: "unknown execution",
+        422: "invalid path, query or Last-Event-ID",
+        503: "the core is unreachable",
+    }.items()
+}
+
+
+def event_id(execution: control_pb2.Execution) -> ExecutionEventId:
+    """Orders every state an execution goes through, across requeues; the same at every gateway."""
+    state, generation = execution.state, execution.generation
+    if state >= FINISHED:
+        return generation, 4
+    if state == _S.EXECUTION_STATE_CREATED:
+        return generation, 0 if generation == 0 else 3
+    return generation, _RANK.get(state, 0)
+
+
+def format_id(key: ExecutionEventId) -> str:
+    return f"{key[0]}.{key[1]}"
+
+
+def parse_id(text: str | None) -> ExecutionEventId | None:
+    if not text:
+        return None
+    generation, dot, step = text.strip().partition(".")
+    if not (dot and generation.isdigit() and step.isdigit()):
+        raise InvalidArgument(
+            f"Last-Event-ID {text[:40]!r} is not an id of this stream; ids look like '2.1' (GENERATION.STEP)"
+        )
+    return int(generation), int(step)
+
+
+async def _first(call: grpc.aio.UnaryStreamCall, timeout: float) -> Any:
+    """The stream's first message, or the core's refusal as a ``FluxError``."""
+    try:
+        first = await asyncio.wait_for(call.read(), timeout)
+    except grpc.aio.AioRpcError as exc:
+        raise from_rpc(exc) from None
+    except TimeoutError:
+        call.cancel()
+        raise Unavailable(f"the Flux core did not answer within {timeout:g}s") from None
+    except BaseException:
+        call.cancel()
+        raise
+    if first is grpc.aio.EOF:
+        raise Unavailable("the Flux core ended the stream before its first event")
+    return first
+
+
+def _execution_event(execution: control_pb2.Execution, key: ExecutionEventId) -> ServerSentEvent:
+    return ServerSentEvent(data=protojson.to_json(execution), event="execution", id=format_id(key))
+
+
+async def _executions(
+    call: grpc.aio.UnaryStreamCall,
+    first: control_pb2.Execution,
+    after: ExecutionEventId | None,
+    submitted: control_pb2.Execution | None = None,
+) -> AsyncIterator[ServerSentEvent]:
+    """Every state newer than ``after``, until a final one; the client leaving cancels the call."""
+    try:
+        # Run-and-stream: the execution as accepted comes first. A change between the answer and
+        # the watch opening shows as the state the watch starts with, as on a resume.
+        if submitted is not None:
+            after = event_id(submitted)
+            yield _execution_event(submitted, after)
+        update: Any = first
+        while True:
+            key = event_id(update)
+            if after is None or key > after:
+                after = key
+                yield _execution_event(update, key)
+            if update.state >= FINISHED:
+                return
+            try:
+                update = await call.read()
+            except grpc.aio.AioRpcError:
+                return  # the core went away: the client reconnects with Last-Event-ID
+            if update is grpc.aio.EOF:
+                return
+    finally:
+        call.cancel()
+
+
+def _stream(request: Request, events: AsyncIterator[ServerSentEvent], call: Any) -> EventSourceResponse:
+    settings = request.app.state.settings
+    return EventSourceResponse(
+        events,
+        ping=int(settings.ping_interval),  # comment lines: they keep proxies open and carry no id
+        send_timeout=settings.send_timeout,
+        background=BackgroundTask(call.cancel),
+    )
+
+
+async def stream_execution(
+    request: Request,
+    core: Core,
+    execution_id: str,
+    after: ExecutionEventId | None = None,
+    submitted: control_pb2.Execution | None = None,
+) -> Response:
+    """The execution's events after ``after``, or 204 when the client has seen its final state.
+
+    With ``submitted`` (run-and-stream), that state is the first event.
+    """
+    call = core.control.WatchExecution(control_pb2.WatchExecutionRequest(execution_id=execution_id))
+    first = await _first(call, request.app.state.settings.connect_timeout)
+    if first.state >= FINISHED and after is not None and event_id(first) <= after:
+        call.cancel()
+        return Response(status_code=204)
+    return _stream(request, _executions(call, first, after, submitted), call)
+
+
+@router.get(
+    "/executions/{execution_id}/events",
+    response_class=EventSourceResponse,
+    responses={
+        200: {"content": {"text/event-stream": {}}, "description": EXECUTION_EVENTS_DOC},
+        204: {"description": "the Last-Event-ID given is the execution's final state: nothing more"},
+        **_REFUSALS,
+    },
+)
+async def execution_events(
+    execution_id: Annotated[str, Path(description="the id RunWorkflow returned", max_length=128)],
+    request: Request,
+    ticket: TicketParam = None,
+    last_event_id: Annotated[
+        str | None, Query(max_length=64, description="resume after this id (for clients that cannot set it)")
+    ] = None,
+    last_event_id_header: Annotated[
+        str | None, Header(alias="Last-Event-ID", description="resume after this id (EventSource sets it)")
+    ] = None,
+) -> Response:
+    """Follow one execution to its final state (API token, or a ticket for this execution)."""
+    access = access_for(request, execution_scope(execution_id), ticket)
+    core = request.app.state.core.for_caller(access.authorization)
+    after = parse_id(last_event_id_header or last_event_id)
+    return await stream_execution(request, core, execution_id, after)
+
+
+def _fleet_event(event: control_pb2.FleetEvent) -> ServerSentEvent:
+    kind = event.WhichOneof("event") or "unknown"
+    data = protojson.to_dict(getattr(event, kind))
+    return ServerSentEvent(
+        data=json.dumps({"at_ms": str(event.at_ms), **data}, separators=(",", ":")),
+        event=kind,
+        id=str(event.sequence),
+    )
+
+
+async def _fleet(
+    call: grpc.aio.UnaryStreamCall, first: control_pb2.FleetEvent
+) -> AsyncIterator[ServerSentEvent]:
+    try:
+        event: Any = first
+        while True:
+            yield _fleet_event(event)
+            try:
+                event = await call.read()
+            except grpc.aio.AioRpcError:
+                return  # dropped as too slow, or the core went away: the client reconnects
+            if event is grpc.aio.EOF:
+                return
+    finally:
+        call.cancel()
+
+
+@router.get(
+    "/events",
+    response_class=EventSourceResponse,
+    responses={200: {"content": {"text/event-stream": {}}, "description": FLEET_EVENTS_DOC}, **_REFUSALS},
+)
+async def fleet_events(request: Request, ticket: TicketParam = None) -> Response:
+    """The fleet as it changes: the feed a dashboard draws from (API token, or a fleet ticket)."""
+    access = access_for(request, FLEET_SCOPE, ticket)
+    core = request.app.state.core.for_caller(access.authorization)
+    call = core.control.WatchFleet(control_pb2.WatchFleetRequest())
+    first = await _first(call, request.app.state.settings.connect_timeout)
+    return _stream(request, _fleet(call, first), call)

@@ -1,0 +1,143 @@
+"""Stream tickets, CORS origins and execution event ids, without a server."""
+
+from __future__ import annotations
+
+import pytest
+
+from flux.errors import InvalidArgument, PermissionDenied, ResourceExhausted, Unauthenticated
+from flux.v1 import control_pb2
+from gateway import tickets
+from gateway.cors import origin
+from gateway.events import event_id, format_id, parse_id
+from gateway.tickets import Access, TicketBook
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+ACCESS = Access("Bearer api", None)
+
+
+def test_a_ticket_opens_its_own_stream_once() -> None:
+    book = TicketBook(ttl=30, clock=Clock())
+    ticket = book.mint("execution:e1", ACCESS)
+    assert book.redeem(ticket, "execution:e1") == ACCESS
+    with pytest.raises(Unauthenticated, match="already used"):
+        book.redeem(ticket, "execution:e1")
+
+
+def test_a_wrong_scope_is_refused_and_leaves_the_ticket_good() -> None:
+    book = TicketBook(ttl=30, clock=Clock())
+    ticket = book.mint("worker:w1", Access("Bearer w", "session"))
+    with pytest.raises(PermissionDenied, match="^the ticket is for worker:w1, not worker:w2$"):
+        book.redeem(ticket, "worker:w2")
+    assert book.redeem(ticket, "worker:w1").session_token == "session"
+
+
+def test_an_expired_ticket_says_so_and_is_forgotten_later() -> None:
+    clock = Clock()
+    book = TicketBook(ttl=30, clock=clock)
+    ticket = book.mint("fleet", ACCESS)
+    clock.now += 30
+    with pytest.raises(Unauthenticated, match=r"expired 0s ago \(tickets live 30s\)"):
+        book.redeem(ticket, "fleet")
+    clock.now += 30 * tickets.REMEMBER_TTLS + 1
+    book.mint("fleet", ACCESS)  # minting purges what is past remembering
+    assert len(book) == 1
+    with pytest.raises(Unauthenticated, match="unknown"):
+        book.redeem(ticket, "fleet")
+
+
+def test_minting_is_bounded(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(tickets, "MAX_TICKETS", 3)
+    book = TicketBook(ttl=30, clock=Clock())
+    for _ in range(3):
+        book.mint("fleet", ACCESS)
+    with pytest.raises(ResourceExhausted, match="holds 3 unexpired tickets"):
+        book.mint("fleet", ACCESS)
+
+
+def test_tickets_are_random_and_only_their_hash_is_kept() -> None:
+    book = TicketBook(clock=Clock())
+    minted = {book.mint("fleet", ACCESS) for _ in range(50)}
+    assert len(minted) == 50 and all(len(t) >= 43 for t in minted)
+    assert not minted & set(book._tickets)
+
+
+@pytest.mark.parametrize(
+    ("scope", "worker", "execution_id", "expected"),
+    [("worker", "w1", "", "worker:w1"), ("execution", "", "e1", "execution:e1"), ("fleet", "", "", "fleet")],
+)
+def test_scopes(scope: str, worker: str, execution_id: str, expected: str) -> None:
+    assert tickets.scope_of(scope, worker, execution_id) == expected
+
+
+def test_a_scope_missing_its_subject_names_the_field() -> None:
+    with pytest.raises(InvalidArgument, match="^worker is required"):
+        tickets.scope_of("worker", "", "")
+    with pytest.raises(InvalidArgument, match="^scope must be one of worker, execution, fleet"):
+        tickets.scope_of("everything", "", "")
+
+
+@pytest.mark.parametrize(
+    ("given", "expected"),
+    [
+        ("http://127.0.0.1:3000", "http://127.0.0.1:3000"),
+        ("https://Dash.Example.com/", "https://dash.example.com"),
+        ("https://dash.example.com:443", "https://dash.example.com"),
+        ("http://[::1]:8000", "http://[::1]:8000"),
+    ],
+)
+def test_origins_are_written_as_browsers_send_them(given: str, expected: str) -> None:
+    assert origin(given) == expected
+
+
+@pytest.mark.parametrize(
+    ("given", "why"),
+    [
+        ("*", "refused: name each origin"),
+        ("dash.example.com", "is not an origin"),
+        ("ftp://dash.example.com", "is not an origin"),
+        ("https://dash.example.com/app", "more than an origin"),
+        ("https://user@dash.example.com", "more than an origin"),
+        ("http://127.0.0.1:99999", "invalid port"),
+    ],
+)
+def test_what_is_not_an_origin_is_refused_with_the_form(given: str, why: str) -> None:
+    with pytest.raises(ValueError, match=why) as refused:
+        origin(given)
+    assert "scheme://host[:port]" in str(refused.value)
+
+
+def _execution(state: int, generation: int) -> control_pb2.Execution:
+    return control_pb2.Execution(state=state, generation=generation)  # type: ignore[arg-type]
+
+
+def test_event_ids_order_every_state_across_requeues() -> None:
+    s = control_pb2
+    life = [
+        _execution(s.EXECUTION_STATE_CREATED, 0),
+        _execution(s.EXECUTION_STATE_SCHEDULED, 1),
+        _execution(s.EXECUTION_STATE_CREATED, 1),  # not claimed in time: back in line
+        _execution(s.EXECUTION_STATE_SCHEDULED, 2),
+        _execution(s.EXECUTION_STATE_RUNNING, 2),
+        _execution(s.EXECUTION_STATE_CREATED, 2),  # its worker was lost
+        _execution(s.EXECUTION_STATE_SCHEDULED, 3),
+        _execution(s.EXECUTION_STATE_RUNNING, 3),
+        _execution(s.EXECUTION_STATE_COMPLETED, 3),
+    ]
+    ids = [event_id(e) for e in life]
+    assert ids == sorted(set(ids))
+    assert [parse_id(format_id(i)) for i in ids] == ids
+    assert event_id(_execution(s.EXECUTION_STATE_CANCELLED, 0)) > event_id(life[0])
+
+
+@pytest.mark.parametrize("text", ["x", "1", "1.", ".2", "-1.2", "1.2.3"])
+def test_a_malformed_last_event_id_is_refused(text: str) -> None:
+    with pytest.raises(InvalidArgument, match="GENERATION.STEP"):
+        parse_id(text)
