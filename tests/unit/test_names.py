@@ -43,6 +43,8 @@ NOT_NAMES = {
     "flux.observe.logs._NEEDS_QUOTES",
     "flux.testing.LISTENING",
     "flux.testing.GATEWAY",
+    "gateway.protojson._PARSING",
+    "gateway.protojson._DIGITS",
 }
 
 
