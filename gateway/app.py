@@ -15,7 +15,7 @@ from dataclasses import dataclass
 import grpc
 from fastapi import FastAPI
 
-from gateway import clients, errors, metrics, workers
+from gateway import clients, dashboard, errors, metrics, workers
 from gateway.core import Core
 from gateway.limits import BodyLimit
 
@@ -68,4 +68,5 @@ def create_app(settings: GatewaySettings | None = None, channel: grpc.aio.Channe
     app.include_router(workers.router)
     app.include_router(clients.router)
     app.include_router(metrics.router)
+    dashboard.install(app)
     return app
