@@ -31,8 +31,8 @@ def _expect():  # type: ignore[no-untyped-def]
     return expect
 
 
-def _open(browser, cluster: Cluster, requests: list) -> object:  # type: ignore[no-untyped-def]
-    page = browser.new_page(viewport={"width": 1440, "height": 900})
+def _open(chromium, cluster: Cluster, requests: list) -> object:  # type: ignore[no-untyped-def]
+    page = chromium.new_page(viewport={"width": 1440, "height": 900})
     page.on("request", lambda request: requests.append(request))
     page.on("dialog", lambda dialog: dialog.accept())
     page.goto(f"{cluster.gateway_url}/ui")
