@@ -9,30 +9,14 @@ a failure: CI must not go green by skipping them.
 from __future__ import annotations
 
 import os
-import shutil
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-CHROMIUM_ARGS = [
-    "--headless",
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-quic",
-    "--no-first-run",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-]
+from flux.testing_browser import CHROMIUM_ARGS, chromium_path
+
 ARTIFACTS = Path(os.environ.get("FLUX_TEST_ARTIFACTS", Path(__file__).parents[2] / "artifacts"))
-
-
-def chromium_path() -> str | None:
-    for candidate in (os.environ.get("FLUX_CHROMIUM"), "/usr/bin/chromium", shutil.which("chromium")):
-        if candidate and os.access(candidate, os.X_OK):
-            return candidate
-    return None
 
 
 def _unavailable(reason: str) -> None:

@@ -1,0 +1,149 @@
+"""The dashboard's live-feed adapter (gateway/ui/js/stream.js, live.js) in a real chromium.
+
+No server: the page's files are served from the package by Playwright's router
+on a made-up origin, and ``fetch``/``EventSource`` are replaced inside the page,
+so each way into the fleet feed (header stream, ticket + EventSource, none)
+is driven exactly, with no timing in the assertions.
+"""
+
+from __future__ import annotations
+
+import json
+import mimetypes
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.integration.browser import browser  # noqa: F401 - the fixture
+
+pytestmark = pytest.mark.integration
+
+UI = Path(__file__).parents[2] / "gateway" / "ui"
+ORIGIN = "http://flux.test"
+
+# A stand-in for fetch: answers /events per `mode`, /tickets with a ticket, anything else 404;
+# records every call; `push(text)` writes to the open /events stream.
+FAKES = """
+window.__calls = [];
+window.__fake = (mode) => {
+  window.fetch = async (url, init = {}) => {
+    const path = new URL(String(url)).pathname;
+    window.__calls.push({ path, url: String(url), method: init.method || 'GET',
+      auth: (init.headers || {}).Authorization || '', body: init.body || '' });
+    if (path === '/events' && mode === 'stream') {
+      const body = new ReadableStream({ start(c) { window.__push = (t) => c.enqueue(new TextEncoder().encode(t)); } });
+      return new Response(body, { headers: { 'content-type': 'text/event-stream' } });
+    }
+    if (path === '/events') return new Response('{}', { status: mode === 'refused' ? 401 : 404 });
+    if (path === '/tickets' && mode === 'refused') return Response.json({ ticket: 't-1' });
+    return new Response('{"error": {"code": "NOT_FOUND", "message": "no"}}', { status: 404 });
+  };
+  window.EventSource = class {
+    constructor(url) { window.__source = this; this.url = String(url); this.listeners = {}; }
+    addEventListener(name, fn) { this.listeners[name] = fn; }
+    close() { this.closed = true; }
+  };
+};
+"""
+
+
+@pytest.fixture
+def page(browser) -> Iterator[object]:  # noqa: F811
+    context = browser.new_context()
+
+    def serve(route) -> None:  # type: ignore[no-untyped-def]
+        path = route.request.url.removeprefix(f"{ORIGIN}/ui/").split("#")[0] or "index.html"
+        file = UI / path
+        if route.request.url.startswith(f"{ORIGIN}/ui/") and file.is_file():
+            route.fulfill(
+                body=file.read_bytes(), content_type=mimetypes.guess_type(file.name)[0] or "text/plain"
+            )
+        else:
+            route.fulfill(status=404, body="{}", content_type="application/json")
+
+    context.route(f"{ORIGIN}/**", serve)
+    context.add_init_script("sessionStorage.setItem('flux.dashboard.token', 'tok-123');")
+    context.add_init_script(FAKES)
+    page = context.new_page()
+    page.goto(f"{ORIGIN}/ui/")
+    yield page
+    context.close()
+
+
+OPEN = """async (mode) => {
+  window.__fake(mode);
+  window.__calls = [];
+  const { openFleetStream } = await import('./js/stream.js');
+  const events = [], states = [];
+  window.__stream = openFleetStream({ onEvent: (n, d) => events.push([n, d]), onState: (s) => states.push(s) });
+  window.__seen = { events, states };
+}"""
+
+
+def _until(page, expression: str) -> object:  # type: ignore[no-untyped-def]
+    return page.wait_for_function(expression, timeout=10_000).json_value()
+
+
+def test_the_feed_is_read_with_the_token_in_a_header_and_every_event_counts(page) -> None:  # type: ignore[no-untyped-def]
+    page.evaluate(OPEN, "stream")
+    _until(page, "window.__seen.states.includes('live') && !!window.__push")
+    page.evaluate(
+        "window.__push('event: ping\\ndata: {}\\n\\n: keep-alive\\n\\nevent: worker_pa');"
+        'window.__push(\'used\\ndata: {"name": "w1"}\\n\\ndata: line 1\\ndata: line 2\\n\\n\')'
+    )
+    events = _until(page, "window.__seen.events.length >= 2 && window.__seen.events")
+    assert events == [["worker_paused", '{"name": "w1"}'], ["message", "line 1\nline 2"]]
+    calls = page.evaluate("window.__calls")
+    assert [(c["path"], c["auth"]) for c in calls] == [("/events", "Bearer tok-123")]
+    assert "tok-123" not in calls[0]["url"]
+    page.evaluate("window.__stream.close()")
+
+
+def test_a_refused_header_falls_back_to_a_ticket_and_eventsource(page) -> None:  # type: ignore[no-untyped-def]
+    page.evaluate(OPEN, "refused")
+    url = _until(page, "window.__source && window.__source.url")
+    assert url == f"{ORIGIN}/events?ticket=t-1"
+    calls = page.evaluate("window.__calls")
+    ticket = next(c for c in calls if c["path"] == "/tickets")
+    assert ticket["method"] == "POST" and ticket["auth"] == "Bearer tok-123"
+    assert json.loads(ticket["body"]) == {"scope": "fleet"}
+    assert "tok-123" not in url
+    # Any named event, or an unnamed one, reaches the page.
+    page.evaluate(
+        "window.__source.listeners['execution_finished']({data: '{}'});window.__source.onmessage({data: 'x'})"
+    )
+    assert page.evaluate("window.__seen.events") == [["execution_finished", "{}"], ["message", "x"]]
+    page.evaluate("window.__stream.close()")
+
+
+def test_no_feed_on_the_gateway_means_polling(page) -> None:  # type: ignore[no-untyped-def]
+    page.evaluate(OPEN, "absent")
+    assert _until(page, "window.__seen.states.includes('unavailable') && window.__seen.states") == [
+        "connecting",
+        "unavailable",
+    ]
+    page.evaluate("window.__stream.close()")
+
+
+BURST = """async () => {
+  window.__fake('stream');
+  const { Live, Resource } = await import('./js/live.js');
+  window.__loads = 0;
+  const live = new Live({ onFeed: () => {} });
+  live.add(new Resource('status', async () => { window.__loads += 1; return {}; }));
+  live.active = new Set(['status']);
+  live.start();
+  window.__live = live;
+}"""
+
+
+def test_a_burst_of_events_is_one_re_read(page) -> None:  # type: ignore[no-untyped-def]
+    page.evaluate(BURST)
+    _until(page, "!!window.__push")
+    page.evaluate("window.__push('event: worker_reported\\ndata: {}\\n\\n'.repeat(200))")
+    _until(page, "window.__loads >= 1")
+    # Give a second read every chance to happen: the 200 events arrived as one chunk, so none may.
+    page.wait_for_timeout(500)
+    assert page.evaluate("window.__loads") == 1
+    page.evaluate("window.__live.stop()")
