@@ -84,6 +84,7 @@ export const post = (path, body) => call("POST", path, { body: body === undefine
 // The routes the page reads, in one place so a renamed route is one edit.
 export const api = {
   status: (signal) => get("/status", undefined, signal),
+  workers: (signal) => get("/workers", undefined, signal),
   workflows: (signal) => get("/workflows", undefined, signal),
   executions: (filters, signal) => get("/executions", filters, signal),
   execution: (id, signal) => get(`/executions/${encodeURIComponent(id)}`, undefined, signal),

@@ -17,12 +17,14 @@ const route = { view: "fleet", id: "", params: new URLSearchParams() };
 const live = new Live({ onFeed: showFeed });
 const res = {
   status: live.add(new Resource("status", (signal) => api.status(signal))),
+  workers: live.add(new Resource("workers", (signal) => api.workers(signal))),
   workflows: live.add(new Resource("workflows", (signal) => api.workflows(signal))),
   executions: live.add(new Resource("executions", () => api.executions(executions.filters(route.params)))),
   pending: live.add(new Resource("pending", () => api.executions({ state: "CREATED", limit: 25 }))),
   detail: live.add(new Resource("detail", () => detail.load(route.id))),
 };
 
+live.always = ["workers"];
 let unmount = null;
 
 const ctx = {
@@ -74,13 +76,15 @@ function showSummary(resource) {
     return;
   }
   problem("");
-  const s = resource.data;
-  const workers = s.workers || [];
+  // From GET /workers, which a replica answers for the whole fleet (its own workers and the others').
+  const workers = resource.data.workers || [];
   const connected = workers.filter((w) => w.connected).length;
-  const counts = Object.fromEntries((s.executions || []).map((c) => [String(c.state).replace(/^EXECUTION_STATE_/, ""), Number(c.count)]));
+  const paused = workers.filter((w) => w.paused).length;
+  const held = workers.reduce((sum, w) => sum + Number(w.active_executions || 0), 0);
+  const slots = workers.reduce((sum, w) => sum + (w.connected ? Number(w.capacity || 0) : 0), 0);
   replace($("summary"),
-    `${connected}/${workers.length} workers connected · ${counts.CREATED || 0} pending · `,
-    `${(counts.SCHEDULED || 0) + (counts.RUNNING || 0)} running`);
+    `${connected}/${workers.length} workers connected`, paused ? ` (${paused} paused)` : "",
+    ` · ${held}/${slots} slots busy`);
 }
 
 function onRoute() {
@@ -155,7 +159,7 @@ async function signIn(event) {
   }
 }
 
-res.status.subscribe(showSummary);
+res.workers.subscribe(showSummary);
 $("signin-form").addEventListener("submit", signIn);
 $("signout").addEventListener("click", () => signOut(""));
 window.addEventListener("hashchange", () => {

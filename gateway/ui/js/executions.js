@@ -101,14 +101,14 @@ export function mount(container, ctx) {
   function fillLists() {
     const names = (ctx.res.workflows.data?.workflows || []).map((w) => w.name);
     replace(workflowList, names.map((n) => h("option", { value: n })));
-    const workers = (ctx.res.status.data?.workers || []).slice(0, 2000).map((w) => w.name);
+    const workers = (ctx.res.workers.data?.workers || []).slice(0, 2000).map((w) => w.name);
     replace(workerList, workers.map((n) => h("option", { value: n })));
   }
 
-  const offs = [ctx.res.executions.subscribe(draw), ctx.res.workflows.subscribe(fillLists), ctx.res.status.subscribe(fillLists)];
+  const offs = [ctx.res.executions.subscribe(draw), ctx.res.workflows.subscribe(fillLists), ctx.res.workers.subscribe(fillLists)];
   ctx.res.executions.data = undefined;
   draw();
   fillLists();
-  ctx.live.show(["executions", "workflows", "status"]);
+  ctx.live.show(["executions", "workflows"]);
   return () => offs.forEach((off) => off());
 }

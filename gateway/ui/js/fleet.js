@@ -1,6 +1,8 @@
 // Fleet: every worker with its state, load and a bar per resource showing what
 // it advertised, what the matcher counts as free, and what running work has
-// reserved. A page of rows at a time, so a fleet of thousands stays quick.
+// reserved. Read from GET /workers: a replica answers it for the whole fleet,
+// and it costs the core a fraction of GET /status. A page of rows at a time,
+// so a fleet of thousands stays quick.
 
 import { api } from "./api.js";
 import { h, replace } from "./dom.js";
@@ -110,7 +112,7 @@ export function mount(container, ctx) {
     body);
 
   function draw() {
-    const resource = ctx.res.status;
+    const resource = ctx.res.workers;
     if (resource.data === undefined) {
       replace(body, h("p", { class: "muted" }, resource.error ? resource.error.message : "Loading…"));
       return;
@@ -120,7 +122,7 @@ export function mount(container, ctx) {
     const pages = Math.max(1, Math.ceil(shown.length / view.size));
     view.page = Math.min(view.page, pages - 1);
     const start = view.page * view.size;
-    const now = Number(resource.data.now_ms) || Date.now();
+    const now = Date.now();
     const go = (page) => { view.page = page; draw(); };
     const pager = h("div", { class: "pager" },
       h("button", { type: "button", "data-focus": "prev", disabled: view.page === 0, onclick: () => go(view.page - 1) }, "Previous"),
@@ -138,8 +140,8 @@ export function mount(container, ctx) {
           h("tbody", {}, shown.slice(start, start + view.size).map((w) => row(w, ctx, now)))));
   }
 
-  const off = ctx.res.status.subscribe(draw);
+  const off = ctx.res.workers.subscribe(draw);
   draw();
-  ctx.live.show(["status"]);
+  ctx.live.show(["workers"]);
   return off;
 }

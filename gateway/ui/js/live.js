@@ -52,8 +52,8 @@ export class Resource {
 
 // Which resources an event's name may have changed; an unknown name changes everything.
 function touched(name) {
-  if (/^worker/.test(name)) return ["status"];
-  if (/^execution/.test(name)) return ["status", "executions", "pending", "detail"];
+  if (/^worker/.test(name)) return ["workers", "status"];
+  if (/^execution/.test(name)) return ["workers", "status", "executions", "pending", "detail"];
   return null;
 }
 
@@ -61,6 +61,8 @@ export class Live {
   constructor({ onFeed }) {
     this.resources = new Map();
     this.active = new Set();
+    // Read on every view (the header's figures).
+    this.always = [];
     this.dirty = new Set();
     this.timer = null;
     this.poller = null;
@@ -75,8 +77,8 @@ export class Live {
 
   // The resources the visible view reads; only these are re-read on a change.
   show(names) {
-    this.active = new Set(names);
-    for (const name of names) this.resources.get(name).refresh();
+    this.active = new Set([...this.always, ...names]);
+    for (const name of this.active) this.resources.get(name).refresh();
   }
 
   invalidate(names) {
