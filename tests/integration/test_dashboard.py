@@ -17,6 +17,7 @@ from flux.auth import Role
 from flux.testing import Cluster, eventually
 from flux.v1 import control_pb2
 from tests.integration.browser import browser, screenshot  # noqa: F401 - the fixture
+from tests.integration.conftest import WORKFLOWS
 
 pytestmark = [pytest.mark.integration, pytest.mark.transports("grpc"), pytest.mark.timeout(240)]
 
@@ -156,3 +157,27 @@ def test_the_page_is_served_without_a_token_and_holds_no_data(cluster: Cluster) 
         assert http.get("/ui/js/app.js").headers["content-type"].startswith("text/javascript")
         # Data stays behind the token.
         assert http.get("/status").status_code == 401
+
+
+def test_any_replica_page_shows_the_whole_fleet_and_queue(tmp_path, pg_url: str, browser) -> None:  # noqa: F811
+    expect = _expect()
+    cluster = Cluster(tmp_path, db=pg_url)
+    try:
+        cluster.start_server("--ack-deadline", "2", "--grace-period", "2", "--safety-tick", "1")
+        other = cluster.start_replica("--ack-deadline", "2", "--grace-period", "2", "--safety-tick", "1")
+        cluster.register(WORKFLOWS)
+        cluster.start_worker("on-a", "--cpus", "2", servers=[cluster.address])
+        cluster.start_worker("on-b", "--cpus", "2", servers=[other])
+        # Submitted to the first replica; the page is the second replica's.
+        waiting = cluster.run("needs_cpu_8", None, wait=False).execution_id
+        page = browser.new_page(viewport={"width": 1440, "height": 900})
+        page.goto(f"{cluster.replicas[0][2]}/ui")
+        _sign_in(page, cluster.token(Role.CLIENT))
+        for name in ("on-a", "on-b"):
+            expect(page.locator(f'tr[data-worker="{name}"]')).to_have_attribute("data-state", "connected")
+        page.get_by_role("link", name="Queue").click()
+        expect(page.locator('#queue tr[data-workflow="needs_cpu_8"] [data-role="count"]')).to_have_text("1")
+        expect(page.locator(f'#queue-executions tr[data-execution="{waiting}"]')).to_be_visible()
+        page.close()
+    finally:
+        cluster.close()
