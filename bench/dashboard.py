@@ -11,9 +11,10 @@ Measured, in the page's own clock where it can be:
 - first render: navigation start -> the fleet's first page of rows (and the
   queue's totals) is on screen, several fresh page loads;
 - reflect a change: an operator call answered by the core (pause/resume a worker
-  on the visible page; one more pending execution) -> the DOM shows it. Without
-  a fleet event feed on this gateway the page polls every 2 s, so this is
-  bounded by the poll interval; with ``GET /events`` it follows the events;
+  on the visible page; one more pending execution) -> the DOM shows it, each
+  change made at a random point of the page's refresh cycle. Without a fleet
+  event feed on this gateway the page polls every 2 s, so this is about half
+  the interval plus one read; with ``GET /events`` it follows the events;
 - responsiveness: flipping a fleet page (click -> new rows painted), and the
   longest main-thread task the browser reported (Long Tasks API) while the
   page kept refreshing the 1,000-worker fleet.
@@ -23,6 +24,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import random
 import tempfile
 import threading
 import time
@@ -41,7 +43,8 @@ WORKFLOWS = Path(__file__).with_name("workflows.py")
 WORKERS = 1000
 PENDING = 10_000
 LOADS = 3
-CHANGES = 6
+CHANGES = 10
+POLL_S = 2.0  # the page's poll interval without a feed (POLL_MS in gateway/ui/js/live.js)
 STREAMS_PER_CHANNEL = 100
 TOKEN_KEY = "flux.dashboard.token"
 
@@ -148,6 +151,9 @@ window.__longTasks = [];
 new PerformanceObserver((list) => { for (const e of list.getEntries()) window.__longTasks.push(e.duration); })
   .observe({ type: 'longtask', buffered: true });
 """
+# How long the page's reads took, by route, from the browser's Resource Timing entries.
+READS = """(route) => performance.getEntriesByType('resource')
+  .filter((e) => new URL(e.name).pathname === route).map((e) => e.duration / 1000)"""
 FLIP = """async () => {
   const first = () => document.querySelector('#fleet tbody tr')?.dataset.worker;
   const before = first();
@@ -187,8 +193,12 @@ def measure(cluster: Cluster, browser, pending: int) -> dict[str, object]:  # ty
     _wait_ms(page, FLEET_READY % WORKERS)
     feed = page.locator("#feed").get_attribute("data-feed")
     control = control_pb2_grpc.ControlServiceStub(cluster.channel(Role.CLIENT))
+    # Each change lands at a random point of the poll cycle: right after a detection would
+    # always be just after a poll, the worst case, and the figure would be the interval itself.
+    rng = random.Random(15)
     pause_ms = []
     for i in range(CHANGES):
+        page.wait_for_timeout(rng.uniform(0, POLL_S) * 1000)
         paused = i % 2 == 0
         started = time.perf_counter()
         if paused:
@@ -200,16 +210,19 @@ def measure(cluster: Cluster, browser, pending: int) -> dict[str, object]:  # ty
         pause_ms.append(time.perf_counter() - started)
     flips = [float(page.evaluate(FLIP)) / 1000 for _ in range(5)]
     long_tasks = page.evaluate("window.__longTasks")
+    workers_reads = page.evaluate(READS, "/workers")
     context.close()
 
     context, page = _page(browser, base, token, "queue")
     _wait_ms(page, QUEUE_READY % pending)
     submit_ms = []
     for i in range(CHANGES):
+        page.wait_for_timeout(rng.uniform(0, POLL_S) * 1000)
         started = time.perf_counter()
         control.RunWorkflow(control_pb2.RunWorkflowRequest(workflow_name="waits_for_pool", input_json="null"))
         page.wait_for_function(QUEUE_READY % (pending + i + 1), polling="raf", timeout=60_000)
         submit_ms.append(time.perf_counter() - started)
+    status_reads = page.evaluate(READS, "/status")
     context.close()
 
     with httpx.Client(base_url=base, trust_env=False, timeout=30) as http:
@@ -223,6 +236,8 @@ def measure(cluster: Cluster, browser, pending: int) -> dict[str, object]:  # ty
         "reflect_new_pending_ms": percentiles(submit_ms),
         "fleet_page_flip_ms": percentiles(flips),
         "long_tasks_ms": {"count": len(long_tasks), "max": round(max(long_tasks, default=0), 1)},
+        "read_workers_ms": percentiles(workers_reads),
+        "read_status_ms": percentiles(status_reads),
         "status_body_bytes": len(status.content),
     }
 
@@ -260,7 +275,7 @@ def main(workers: int = WORKERS, pending: int = PENDING) -> dict[str, object]:
         "pending": pending,
         "fleet_join_s": round(join_s, 2),
         "submit_s": round(submit_s, 2),
-        "poll_interval_s": 2,
+        "poll_interval_s": POLL_S,
         **figures,
     }
     write("dashboard", result)

@@ -61,7 +61,7 @@ function showFeed(state) {
   const words = {
     live: ["live", "Live: updates as the fleet changes"],
     connecting: ["polling", "Connecting to the live feed…"],
-    unavailable: ["polling", `Refreshing every ${POLL_MS / 1000} s (no live feed on this gateway)`],
+    unavailable: ["polling", `Refreshing every ${POLL_MS / 1000} s (no live feed here)`],
     disconnected: ["offline", `Live feed lost; refreshing every ${POLL_MS / 1000} s while it reconnects`],
   }[state] || ["polling", state];
   feed.dataset.state = words[0];
