@@ -12,7 +12,8 @@ UI = GATEWAY / "ui"
 
 
 def test_package_data_ships_every_dashboard_file() -> None:
-    globs = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]["package-data"]["gateway"]
+    setuptools = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]
+    globs = setuptools["package-data"]["gateway"]
     shipped = {path for pattern in globs for path in GATEWAY.glob(pattern)}
     present = {path for path in UI.rglob("*") if path.is_file()}
     assert present, "gateway/ui/ is empty"
