@@ -10,8 +10,9 @@ page runs in the system's headless chromium, signed in with the API token.
 Measured, in the page's own clock where it can be:
 - first render: navigation start -> the fleet's first page of rows (and the
   queue's totals) is on screen, several fresh page loads;
-- reflect a change: an operator call answered by the core (pause/resume a worker
-  on the visible page; one more pending execution) -> the DOM shows it, each
+- reflect a change: an operator call made (pause/resume a worker on the
+  visible page, the call's own time reported beside it; one more pending
+  execution) -> the DOM shows it, each
   change made at a random point of the page's refresh cycle. Without a fleet
   event feed on this gateway the page polls every 2 s, so this is about half
   the interval plus one read; with ``GET /events`` it follows the events;
@@ -196,7 +197,7 @@ def measure(cluster: Cluster, browser, pending: int) -> dict[str, object]:  # ty
     # Each change lands at a random point of the poll cycle: right after a detection would
     # always be just after a poll, the worst case, and the figure would be the interval itself.
     rng = random.Random(15)
-    pause_ms = []
+    pause_ms, call_ms = [], []
     for i in range(CHANGES):
         page.wait_for_timeout(rng.uniform(0, POLL_S) * 1000)
         paused = i % 2 == 0
@@ -205,6 +206,7 @@ def measure(cluster: Cluster, browser, pending: int) -> dict[str, object]:  # ty
             control.PauseWorker(control_pb2.PauseWorkerRequest(name="sim-0000"))
         else:
             control.ResumeWorker(control_pb2.ResumeWorkerRequest(name="sim-0000"))
+        call_ms.append(time.perf_counter() - started)
         state = "paused" if paused else "connected"
         page.wait_for_selector(f'tr[data-worker="sim-0000"][data-state="{state}"]', timeout=60_000)
         pause_ms.append(time.perf_counter() - started)
@@ -233,6 +235,7 @@ def measure(cluster: Cluster, browser, pending: int) -> dict[str, object]:  # ty
         "first_render_fleet_ms": percentiles(fleet_ms),
         "first_render_queue_ms": percentiles(queue_ms),
         "reflect_pause_resume_ms": percentiles(pause_ms),
+        "pause_resume_call_ms": percentiles(call_ms),
         "reflect_new_pending_ms": percentiles(submit_ms),
         "fleet_page_flip_ms": percentiles(flips),
         "long_tasks_ms": {"count": len(long_tasks), "max": round(max(long_tasks, default=0), 1)},
