@@ -181,3 +181,28 @@ def test_any_replica_page_shows_the_whole_fleet_and_queue(tmp_path, pg_url: str,
         page.close()
     finally:
         cluster.close()
+
+
+def test_a_refused_action_stays_on_screen_across_refreshes(cluster: Cluster, browser) -> None:  # noqa: F811
+    expect = _expect()
+    cluster.start_worker("gone")
+    token = cluster.token(Role.CLIENT)
+    page = _open(browser, cluster, [])
+    _sign_in(page, token)
+    expect(page.locator('tr[data-worker="gone"]')).to_have_attribute("data-state", "connected")
+    # The page keeps listing the worker as it was (a stale view), while the operator drops it.
+    with httpx.Client(base_url=cluster.gateway_url, trust_env=False, timeout=10) as http:
+        headers = {"Authorization": f"Bearer {token}"}
+        listing = http.get("/workers", headers=headers).content
+        page.route("**/workers", lambda route: route.fulfill(body=listing, content_type="application/json"))
+        assert http.post("/workers/gone/forget", headers=headers).status_code == 200
+    page.get_by_role("button", name="Pause worker gone").click()
+    problem = page.locator("#problem")
+    expect(problem).to_contain_text("Pause gone")
+    expect(problem).to_contain_text("'gone' is not known")
+    # A successful re-read of the fleet does not wipe it.
+    with page.expect_response(lambda response: response.url.endswith("/workers")):
+        pass
+    expect(problem).to_be_visible()
+    expect(problem).to_contain_text("'gone' is not known")
+    page.close()

@@ -51,7 +51,13 @@ const ctx = {
   },
 };
 
-function problem(message) {
+// What the banner shows and why: a failed read clears itself once reads work
+// again; a refused action stays until the next action, so it cannot be missed.
+let problemFrom = "";
+
+function problem(message, from = "action") {
+  if (!message && from === "read" && problemFrom !== "read") return;
+  problemFrom = message ? from : "";
   $("problem").textContent = message;
   $("problem").hidden = !message;
 }
@@ -72,10 +78,10 @@ function showFeed(state) {
 function showSummary(resource) {
   if (resource.error) {
     if (resource.error.unauthenticated) signOut("The API token was refused; sign in again.");
-    else problem(`Cannot read the fleet: ${resource.error.message}`);
+    else problem(`Cannot read the fleet: ${resource.error.message}`, "read");
     return;
   }
-  problem("");
+  problem("", "read");
   // From GET /workers, which a replica answers for the whole fleet (its own workers and the others').
   const workers = resource.data.workers || [];
   const connected = workers.filter((w) => w.connected).length;
