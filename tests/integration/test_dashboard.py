@@ -41,8 +41,9 @@ def _open(chromium, cluster: Cluster, requests: list) -> object:  # type: ignore
 
 
 def _sign_in(page, token: str) -> None:  # type: ignore[no-untyped-def]
+    # From the keyboard: the labelled field, then Enter.
     page.get_by_label("API token").fill(token)
-    page.get_by_role("button", name="Sign in").click()
+    page.get_by_label("API token").press("Enter")
 
 
 def _state(cluster: Cluster, execution_id: str) -> int:
@@ -94,7 +95,10 @@ def test_dashboard_shows_where_work_is_and_acts_on_it(cluster: Cluster, browser)
     shape = page.locator('#queue tr[data-workflow="needs_cpu_8"]')
     expect(shape).to_have_attribute("data-reason", "infeasible")
     expect(shape.locator('[data-role="count"]')).to_have_text("1")
-    shape.get_by_role("button", name=re.compile("Why is needs_cpu_8 waiting")).click()
+    why = shape.get_by_role("button", name=re.compile("Why is needs_cpu_8 waiting"))
+    why.focus()
+    page.keyboard.press("Enter")
+    expect(why).to_have_attribute("aria-expanded", "true")
     for name in ("w-grpc", "w-sse"):
         expect(page.locator(f'[data-explain="{waiting}"] tr[data-verdict="{name}"]')).to_contain_text(
             "insufficient_cpu"

@@ -49,16 +49,25 @@ window.__fake = (mode) => {
 
 
 @pytest.fixture
-def page(browser) -> Iterator[object]:  # noqa: F811
+def answers() -> dict[str, object]:
+    """JSON answers of the faked API, by path; a test fills it before it opens a view."""
+    return {}
+
+
+@pytest.fixture
+def page(browser, answers: dict[str, object]) -> Iterator[object]:  # noqa: F811
     context = browser.new_context()
 
     def serve(route) -> None:  # type: ignore[no-untyped-def]
         path = route.request.url.removeprefix(f"{ORIGIN}/ui/").split("#")[0] or "index.html"
         file = UI / path
+        api = "/" + route.request.url.removeprefix(f"{ORIGIN}/").split("?")[0]
         if route.request.url.startswith(f"{ORIGIN}/ui/") and file.is_file():
             route.fulfill(
                 body=file.read_bytes(), content_type=mimetypes.guess_type(file.name)[0] or "text/plain"
             )
+        elif api in answers:
+            route.fulfill(body=json.dumps(answers[api]), content_type="application/json")
         else:
             route.fulfill(status=404, body="{}", content_type="application/json")
 
@@ -147,3 +156,43 @@ def test_a_burst_of_events_is_one_re_read(page) -> None:  # type: ignore[no-unty
     page.wait_for_timeout(500)
     assert page.evaluate("window.__loads") == 1
     page.evaluate("window.__live.stop()")
+
+
+def _worker(i: int) -> dict[str, object]:
+    return {
+        "name": f"w-{i:04d}", "labels": {"zone": f"zone-{i % 4}"}, "connected": True, "paused": i % 10 == 0,
+        "transport": "grpc", "capacity": 16, "active_executions": 1, "runtimes": ["python 3.11"],
+        "resources": {"cpu_total": 8, "cpu_available": 6, "memory_total": str(16 << 30),
+                      "memory_available": str(8 << 30), "disk_total": "0", "disk_free": "0", "gpus": []},
+        "reserved": {"cpu": i % 8, "memory": "0", "disk": "0", "gpu_indices": []},
+        "free": {"cpu": str(max(0, 6 - i % 8)), "memory": str(8 << 30), "disk": "0", "gpus": "0"},
+        "last_seen_ms": "0",
+    }  # fmt: skip
+
+
+def test_a_thousand_workers_are_shown_a_page_at_a_time(page, answers) -> None:  # type: ignore[no-untyped-def]
+    from playwright.sync_api import expect
+
+    answers["/workers"] = {"workers": [_worker(i) for i in range(1000)]}
+    page.goto(f"{ORIGIN}/ui/#/fleet")
+    count = page.locator("#fleet-count")
+    expect(count).to_have_text("1–50 of 1000 workers")
+    expect(page.locator("#fleet tbody tr")).to_have_count(50)
+    expect(page.locator("#summary")).to_have_text(
+        "1000/1000 workers connected (100 paused) · 1000/16000 slots busy"
+    )
+    page.get_by_role("button", name="Next").click()
+    expect(count).to_have_text("51–100 of 1000 workers")
+    expect(page.locator("#fleet tbody tr").first).to_have_attribute("data-worker", "w-0050")
+    # Filtering narrows the whole fleet, not the page, and starts again at its first page.
+    page.get_by_label("Filter").fill("zone=zone-2")
+    expect(count).to_have_text("1–50 of 250 workers (1000 known)")
+    page.get_by_label("State").select_option("paused")
+    expect(count).to_have_text("1–50 of 50 workers (1000 known)")
+    states = page.locator("#fleet tbody tr").evaluate_all("rows => rows.map((r) => r.dataset.state)")
+    assert set(states) == {"paused"}
+    # A worker's bar carries what it advertised, what is free to the matcher and what is reserved.
+    cpu = page.locator('tr[data-worker="w-0030"] [data-resource="cpu"]')
+    expect(cpu).to_have_attribute("data-total", "8")
+    expect(cpu).to_have_attribute("data-free", "0")
+    expect(cpu).to_have_attribute("data-reserved", "6")

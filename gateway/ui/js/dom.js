@@ -31,3 +31,9 @@ export function replace(container, ...children) {
   append(container, children);
   if (key) container.querySelector(`[data-focus="${CSS.escape(key)}"]`)?.focus();
 }
+
+// A labelled control: the label names it (for=id) without wrapping it, so the
+// control's own text (a select's options) never leaks into its name.
+export function field(text, control) {
+  return h("div", { class: "field" }, h("label", { for: control.id }, text), control);
+}

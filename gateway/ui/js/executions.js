@@ -2,7 +2,7 @@
 // worker (kept in the URL's hash), a page at a time.
 
 import { api } from "./api.js";
-import { h, replace } from "./dom.js";
+import { field, h, replace } from "./dom.js";
 import { ago, FINAL, num, STATES, state, time } from "./format.js";
 
 // Tokens of the pages before this one, so "Newer" can step back.
@@ -51,13 +51,13 @@ export function mount(container, ctx) {
       const data = new FormData(form);
       ctx.navigate(hashFor({ state: data.get("state"), workflow: data.get("workflow").trim(), worker: data.get("worker").trim() }));
     } },
-  h("label", { for: "filter-state" }, "State",
+  field("State",
     h("select", { id: "filter-state", name: "state", onchange: () => form.requestSubmit() },
       h("option", { value: "" }, "any"),
       STATES.map((s) => h("option", { value: s, selected: current.state.includes(s) }, s.toLowerCase())))),
-  h("label", { for: "filter-workflow" }, "Workflow",
+  field("Workflow",
     h("input", { id: "filter-workflow", name: "workflow", list: "workflow-names", value: current.workflow, autocomplete: "off" })),
-  h("label", { for: "filter-worker" }, "Worker",
+  field("Worker",
     h("input", { id: "filter-worker", name: "worker", list: "worker-names", value: current.worker, autocomplete: "off" })),
   h("button", { type: "submit" }, "Apply"),
   h("button", { type: "button", onclick: () => { pages = []; ctx.navigate("#/executions"); } }, "Clear"),

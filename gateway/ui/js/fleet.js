@@ -5,7 +5,7 @@
 // so a fleet of thousands stays quick.
 
 import { api } from "./api.js";
-import { h, replace } from "./dom.js";
+import { field, h, replace } from "./dom.js";
 import { ago, bytes, labels, num } from "./format.js";
 
 const view = { filter: "", state: "", sort: "name", page: 0, size: 50 };
@@ -101,10 +101,10 @@ export function mount(container, ctx) {
   container.append(
     h("h2", {}, "Fleet"),
     h("div", { class: "toolbar", role: "search" },
-      h("label", { for: "fleet-filter" }, "Filter", search),
-      h("label", { for: "fleet-state" }, "State", state),
-      h("label", { for: "fleet-sort" }, "Sort", sort),
-      h("label", { for: "fleet-size" }, "Per page", size)),
+      field("Filter", search),
+      field("State", state),
+      field("Sort", sort),
+      field("Per page", size)),
     h("div", { class: "legend", "aria-hidden": "true" },
       h("span", { class: "l-reserved" }, "reserved by running work"),
       h("span", { class: "l-used" }, "busy otherwise (observed)"),
