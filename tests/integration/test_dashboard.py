@@ -210,3 +210,18 @@ def test_a_refused_action_stays_on_screen_across_refreshes(cluster: Cluster, bro
     expect(problem).to_be_visible()
     expect(problem).to_contain_text("'gone' is not known")
     page.close()
+
+
+def test_a_server_without_auth_needs_no_sign_in(tmp_path, browser) -> None:  # noqa: F811
+    expect = _expect()
+    cluster = Cluster(tmp_path)
+    try:
+        cluster.start_server("--insecure")
+        cluster.start_worker("open")
+        page = browser.new_page()
+        page.goto(f"{cluster.gateway_url}/ui")
+        expect(page.locator('tr[data-worker="open"]')).to_have_attribute("data-state", "connected")
+        expect(page.locator("#signin")).to_be_hidden()
+        page.close()
+    finally:
+        cluster.close()
