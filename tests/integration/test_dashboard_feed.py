@@ -22,22 +22,24 @@ pytestmark = pytest.mark.integration
 UI = Path(__file__).parents[2] / "gateway" / "ui"
 ORIGIN = "http://flux.test"
 
-# A stand-in for fetch: answers /events per `mode`, /tickets with a ticket, anything else 404;
-# records every call; `push(text)` writes to the open /events stream.
+# A stand-in for fetch: answers any .../events feed per `mode` and /tickets with a ticket, records
+# those calls, and passes the rest to the real fetch (the test's router); `push(text)` writes to
+# the feed opened last.
 FAKES = """
 window.__calls = [];
+const realFetch = window.fetch;
 window.__fake = (mode) => {
   window.fetch = async (url, init = {}) => {
     const path = new URL(String(url)).pathname;
+    if (!path.endsWith('/events') && path !== '/tickets') return realFetch(url, init);
     window.__calls.push({ path, url: String(url), method: init.method || 'GET',
       auth: (init.headers || {}).Authorization || '', body: init.body || '' });
-    if (path === '/events' && mode === 'stream') {
+    if (path.endsWith('/events') && mode === 'stream') {
       const body = new ReadableStream({ start(c) { window.__push = (t) => c.enqueue(new TextEncoder().encode(t)); } });
       return new Response(body, { headers: { 'content-type': 'text/event-stream' } });
     }
-    if (path === '/events') return new Response('{}', { status: mode === 'refused' ? 401 : 404 });
     if (path === '/tickets' && mode === 'refused') return Response.json({ ticket: 't-1' });
-    return new Response('{"error": {"code": "NOT_FOUND", "message": "no"}}', { status: 404 });
+    return new Response('{}', { status: mode === 'refused' && path !== '/tickets' ? 401 : 404 });
   };
   window.EventSource = class {
     constructor(url) { window.__source = this; this.url = String(url); this.listeners = {}; }
@@ -196,3 +198,40 @@ def test_a_thousand_workers_are_shown_a_page_at_a_time(page, answers) -> None:  
     expect(cpu).to_have_attribute("data-total", "8")
     expect(cpu).to_have_attribute("data-free", "0")
     expect(cpu).to_have_attribute("data-reserved", "6")
+
+
+def _execution(state: str, updated: int) -> dict[str, object]:
+    return {
+        "execution_id": "e-1", "workflow": {"name": "train", "version": 2}, "state": f"EXECUTION_STATE_{state}",
+        "worker": "gpu-1", "attempt": 1, "generation": "3", "input_json": "{}", "output_json": "",
+        "gpu_indices": [0], "created_at_ms": "1000", "updated_at_ms": str(updated),
+    }  # fmt: skip
+
+
+def test_an_execution_page_times_each_step_from_its_feed(page, answers) -> None:  # type: ignore[no-untyped-def]
+    from playwright.sync_api import expect
+
+    answers["/executions/e-1"] = _execution("CREATED", 1000)
+    answers["/executions/e-1/explain"] = {
+        "execution_id": "e-1",
+        "summary": "0/1 workers can run it",
+        "workers": [],
+    }
+    page.evaluate("window.__fake('stream')")
+    page.goto(f"{ORIGIN}/ui/#/executions/e-1")
+    expect(page.locator("#detail-state")).to_have_text("created")
+    _until(page, "window.__calls.some((c) => c.path === '/executions/e-1/events') && !!window.__push")
+    assert (
+        page.evaluate("window.__calls.find((c) => c.path === '/executions/e-1/events').auth")
+        == "Bearer tok-123"
+    )
+    # Each event carries the execution as WatchExecution sends it: its step gets that time.
+    answers["/executions/e-1"] = _execution("RUNNING", 2500)
+    scheduled, running = json.dumps(_execution("SCHEDULED", 2000)), json.dumps(_execution("RUNNING", 2500))
+    page.evaluate(f"window.__push('event: execution\\ndata: ' + {json.dumps(scheduled)} + '\\n\\n')")
+    page.evaluate(f"window.__push('data: ' + {json.dumps(running)} + '\\n\\n')")
+    expect(page.locator("#detail-state")).to_have_text("running")
+    expect(page.locator('[data-step="scheduled"]')).to_have_attribute("data-at", "2000")
+    expect(page.locator('[data-step="running"]')).to_have_attribute("data-at", "2500")
+    expect(page.locator('[data-step="created"]')).to_have_attribute("data-at", "1000")
+    expect(page.locator('[data-field="gpus"]')).to_have_text("0")

@@ -2,15 +2,17 @@
 // or raised, and, while it waits, why (per worker).
 //
 // The API keeps an execution's creation time and its last change; the times of
-// the steps in between are the ones this page saw happen (each read notes the
-// first time it found a state), so an execution opened after it finished shows
-// those steps as passed without a time.
+// the steps in between are the ones this page saw happen: each read, and each
+// event of the execution's feed where the gateway has one, notes the first
+// time it found a state. An execution opened after it finished shows those
+// steps as passed without a time.
 
 import { api } from "./api.js";
 import { h, replace } from "./dom.js";
 import { cancelButton } from "./executions.js";
 import { verdicts } from "./explain.js";
 import { FINAL, num, state, time } from "./format.js";
+import { openExecutionStream } from "./stream.js";
 
 const seen = new Map(); // execution id -> Map(state -> ms)
 const ORDER = ["CREATED", "SCHEDULED", "RUNNING"];
@@ -43,7 +45,7 @@ function timeline(execution) {
     [FINAL.has(now) ? now.toLowerCase() : "final", FINAL.has(now) ? num(execution.updated_at_ms) : 0, FINAL.has(now)],
   ];
   return h("ol", { class: "timeline", "aria-label": "Timeline" }, steps.map(([name, at, done]) =>
-    h("li", { dataset: { step: name, reached: String(done) } },
+    h("li", { dataset: { step: name, reached: String(done), at: at || "" } },
       h("b", {}, name), h("br"),
       h("span", { class: "muted" }, done ? (at ? time(at) : "passed, time not recorded") : "not yet"))));
 }
@@ -103,8 +105,34 @@ export function mount(container, ctx) {
       error(e));
   }
 
-  const off = ctx.res.detail.subscribe(draw);
+  // Follow the execution's own feed while it is unfinished: each event is re-read at once,
+  // and one that carries the execution (as WatchExecution sends it) times its step exactly.
+  let feed = null;
+  const follow = (resource) => {
+    const e = resource.data?.execution;
+    if (!e || e.execution_id !== id) return;
+    if (FINAL.has(state(e.state))) {
+      feed?.close();
+      feed = null;
+    } else if (feed === null) {
+      feed = openExecutionStream(id, {
+        onEvent: (name, data) => {
+          try {
+            const update = JSON.parse(data);
+            if (update && update.execution_id === id && update.state) note(update);
+          } catch {
+            // not an execution: only a hint that it changed
+          }
+          ctx.res.detail.refresh();
+        },
+      });
+    }
+  };
+  const offs = [ctx.res.detail.subscribe(draw), ctx.res.detail.subscribe(follow)];
   draw();
   ctx.live.show(["detail"]);
-  return off;
+  return () => {
+    offs.forEach((off) => off());
+    feed?.close();
+  };
 }

@@ -1,17 +1,18 @@
-// The fleet's live feed. The page never trusts an event's payload for its
-// state: an event only says "something changed" (its name hints at what), and
-// the page re-reads the REST routes. So this file is the only place that knows
-// how the feed is reached, and the rest works the same with no feed at all
+// The live feeds: the fleet's (GET /events) and one execution's
+// (GET /executions/{id}/events). The page never trusts an event's payload for
+// its state: an event only says "something changed" (its name hints at what),
+// and the page re-reads the REST routes. So this file is the only place that
+// knows how a feed is reached, and the rest works the same with no feed at all
 // (the page then polls).
 //
 // Ways in, in order:
-//  1. GET /events with the Authorization header, read with fetch() as a stream:
-//     any event name is seen, and the token stays in a header.
+//  1. GET the feed with the Authorization header, read with fetch() as a
+//     stream: any event name is seen, and the token stays in a header.
 //  2. When the header is refused, a short-lived single-use ticket minted with
 //     the token (POST /tickets {"scope": "fleet"}) and EventSource on
 //     /events?ticket=..., since EventSource cannot send headers. A ticket is
 //     not the token, and it is spent on first use.
-//  3. Neither route exists (404): "unavailable"; tried again later.
+//  3. The route does not exist (404): "unavailable"; tried again later.
 
 import { ApiError, headers, post, url } from "./api.js";
 
@@ -21,6 +22,7 @@ const KNOWN_EVENTS = [
   "worker_draining", "worker_forgotten", "worker", "execution_queued", "execution_created",
   "execution_dispatched", "execution_scheduled", "execution_running", "execution_finished",
   "execution_completed", "execution_failed", "execution_cancelled", "execution_requeued", "execution",
+  "state", "update",
 ];
 const QUIET = new Set(["ping", "connected", "hello"]);
 const RETRY_UNAVAILABLE_MS = 30000;
@@ -52,7 +54,17 @@ export function sseParser(onEvent) {
 
 // onEvent(name, data) for every event but keep-alives; onState(state) with
 // "connecting", "live", "disconnected" or "unavailable". Returns { close() }.
-export function openFleetStream({ onEvent, onState }) {
+export function openFleetStream(handlers) {
+  return openStream("/events", { scope: "fleet" }, handlers);
+}
+
+// One execution's changes; the caller closes it once the execution is final
+// (the feed ends there, and would otherwise be opened again).
+export function openExecutionStream(id, handlers) {
+  return openStream(`/executions/${encodeURIComponent(id)}/events`, { scope: "execution", execution_id: id }, handlers);
+}
+
+function openStream(path, scope, { onEvent, onState = () => {} }) {
   let closed = false;
   let timer = null;
   let failures = 0;
@@ -75,12 +87,12 @@ export function openFleetStream({ onEvent, onState }) {
   async function viaTicket() {
     let minted;
     try {
-      minted = await post("/tickets", { scope: "fleet" });
+      minted = await post("/tickets", scope);
     } catch (error) {
       if (error instanceof ApiError && (error.status === 404 || error.status === 405)) return false;
       throw error;
     }
-    source = new EventSource(url("/events", { ticket: minted.ticket }));
+    source = new EventSource(url(path, { ticket: minted.ticket }));
     source.onopen = () => {
       failures = 0;
       onState("live");
@@ -102,7 +114,7 @@ export function openFleetStream({ onEvent, onState }) {
     controller = new AbortController();
     let response;
     try {
-      response = await fetch(url("/events"), {
+      response = await fetch(url(path), {
         headers: headers({ Accept: "text/event-stream" }),
         signal: controller.signal,
         cache: "no-store",
