@@ -199,6 +199,11 @@ def test_a_refused_action_stays_on_screen_across_refreshes(cluster: Cluster, bro
         headers = {"Authorization": f"Bearer {token}"}
         listing = http.get("/workers", headers=headers).content
         page.route("**/workers", lambda route: route.fulfill(body=listing, content_type="application/json"))
+        # The page reads /workers one read at a time: of two reads from now, the second is routed,
+        # so no real read started before the route can answer after the worker is forgotten.
+        for _ in range(2):
+            with page.expect_response(lambda response: response.url.endswith("/workers")):
+                pass
         assert http.post("/workers/gone/forget", headers=headers).status_code == 200
     page.get_by_role("button", name="Pause worker gone").click()
     problem = page.locator("#problem")
