@@ -15,7 +15,7 @@ from dataclasses import dataclass
 import grpc
 from fastapi import FastAPI
 
-from gateway import clients, cors, docs, errors, events, metrics, tickets, workers
+from gateway import clients, cors, dashboard, docs, errors, events, metrics, tickets, workers
 from gateway.core import Core
 from gateway.limits import BodyLimit
 
@@ -84,4 +84,5 @@ def create_app(settings: GatewaySettings | None = None, channel: grpc.aio.Channe
     app.include_router(tickets.router)
     app.include_router(events.router)
     app.include_router(metrics.router)
+    dashboard.install(app)
     return app

@@ -1,5 +1,4 @@
 import os
-import shutil
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -8,6 +7,7 @@ import pytest
 from sse_starlette.sse import AppStatus
 
 from flux.testing import TRANSPORTS, Cluster
+from flux.testing_browser import CHROMIUM_ARGS, chromium_path
 from flux.testing_postgres import TemporaryPostgres
 
 WORKFLOWS = Path(__file__).with_name("workflows.py")
@@ -75,13 +75,6 @@ def cluster(
 
 # Debian's chromium, driven by Playwright for Python: Playwright's own browser download
 # cannot work here, so `playwright install` is never run (.ci/run installs chromium).
-CHROMIUM = os.environ.get("FLUX_CHROMIUM", "/usr/bin/chromium")
-CHROMIUM_ARGS = [
-    "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-    "--disable-background-networking", "--disable-component-update", "--disable-sync",
-]  # fmt: skip
-
-
 @pytest.fixture
 def browser() -> Iterator[Any]:
     """A headless Chromium; skipped where there is none, but a failure where CI is set.
@@ -90,8 +83,9 @@ def browser() -> Iterator[Any]:
     open, and the asyncio tests that come after need the thread to themselves.
     """
     missing = None
-    if not (shutil.which(CHROMIUM) or Path(CHROMIUM).exists()):
-        missing = f"no chromium at {CHROMIUM} (apt-get install -y chromium)"
+    chromium_at = chromium_path()
+    if chromium_at is None:
+        missing = "no chromium at $FLUX_CHROMIUM, /usr/bin/chromium or on PATH (apt-get install -y chromium)"
     else:
         try:
             from playwright.sync_api import sync_playwright
@@ -102,7 +96,7 @@ def browser() -> Iterator[Any]:
             pytest.fail(f"browser tests cannot run in CI: {missing}")
         pytest.skip(missing)
     with sync_playwright() as playwright:
-        chromium = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS, headless=True)
+        chromium = playwright.chromium.launch(executable_path=chromium_at, args=CHROMIUM_ARGS, headless=True)
         try:
             yield chromium
         finally:

@@ -110,3 +110,11 @@ async def huge_output(ctx: ExecutionContext[int]):
 @workflow
 async def nan_output(ctx: ExecutionContext[None]):
     return float("nan")
+
+
+@workflow.with_options(name="holds_gpu", requests=ResourceRequest(gpu=1))
+async def holds_gpu(ctx: ExecutionContext[float]):
+    # Holds one GPU for ctx.input seconds: a reservation that a busy test machine's load cannot block.
+    started = time.time()
+    await asyncio.sleep(ctx.input or 0)
+    return _record(ctx, started)
