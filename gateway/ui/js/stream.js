@@ -18,11 +18,9 @@ import { ApiError, headers, post, url } from "./api.js";
 
 // Names EventSource must subscribe to one by one (fetch() sees every name anyway).
 const KNOWN_EVENTS = [
-  "worker_connected", "worker_disconnected", "worker_reported", "worker_paused", "worker_resumed",
-  "worker_draining", "worker_forgotten", "worker", "execution_queued", "execution_created",
-  "execution_dispatched", "execution_scheduled", "execution_running", "execution_finished",
-  "execution_completed", "execution_failed", "execution_cancelled", "execution_requeued", "execution",
-  "state", "update",
+  "workers", "worker_connected", "worker_disconnected", "worker_reported", "worker_draining",
+  "worker_paused", "worker_resumed", "execution_queued", "execution_dispatched", "execution_finished",
+  "execution",
 ];
 const QUIET = new Set(["ping", "connected", "hello"]);
 const RETRY_UNAVAILABLE_MS = 30000;
