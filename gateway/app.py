@@ -15,7 +15,9 @@ from dataclasses import dataclass
 import grpc
 from fastapi import FastAPI
 
-from gateway import clients, errors, metrics, workers
+from flux.auth import Role
+from gateway import clients, errors, health, metrics, workers
+from gateway.auth import Guard, HeaderAuth
 from gateway.core import Core
 from gateway.limits import BodyLimit
 
@@ -55,7 +57,9 @@ def create_app(settings: GatewaySettings | None = None, channel: grpc.aio.Channe
         description=(
             "Bodies and answers use the proto3 JSON mapping of the `flux.v1` messages with the `.proto` "
             "field names (`execution_id`); 64-bit integers are strings, enums are names. A worker sends "
-            "its session token in the `X-Flux-Session` header (`?session_token=` on `/connect` too). "
+            "its session token in the `X-Flux-Session` header (`?session_token=` on `/connect` too, "
+            "deprecated). Worker routes take the worker token and client routes the API token, as "
+            "`Authorization: Bearer <token>`; both are checked from the headers before the body is read. "
             'Refusals are `{"error": {"code": "NOT_FOUND", "message": "..."}}`, with `code` the gRPC '
             "status name and the HTTP status from the same table as the core's."
         ),
@@ -63,9 +67,23 @@ def create_app(settings: GatewaySettings | None = None, channel: grpc.aio.Channe
         lifespan=lifespan,
     )
     app.state.settings = settings
-    app.add_middleware(BodyLimit)
     errors.install(app)
     app.include_router(workers.router)
     app.include_router(clients.router)
+    app.include_router(health.router)
     app.include_router(metrics.router)
+    # Added last, so outermost: a request is authenticated from its headers, then its body is
+    # counted as it streams in; /healthz, /metrics and the OpenAPI pages stay open.
+    app.add_middleware(BodyLimit)
+    app.add_middleware(HeaderAuth, guards=_guards())
     return app
+
+
+def _guards() -> list[tuple[object, Guard]]:
+    guards: list[tuple[object, Guard]] = []
+    for route in workers.router.routes:
+        path = getattr(route, "path", "")
+        session = path != "/workers/register"
+        guards.append((route, Guard(Role.WORKER, session, path.endswith("/connect"))))
+    guards += [(route, Guard(Role.CLIENT)) for route in clients.router.routes]
+    return guards

@@ -10,10 +10,10 @@ silently).
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 from google.protobuf.descriptor import Descriptor, EnumDescriptor, FieldDescriptor
-from pydantic import BaseModel, ConfigDict, Field, create_model
+from pydantic import BaseModel, ConfigDict, Field, StringConstraints, create_model
 
 from flux.v1 import control_pb2, worker_pb2
 
@@ -51,8 +51,12 @@ def _scalar(field: FieldDescriptor) -> tuple[Any, dict[str, Any]]:
     if t in _UINT32:
         return int, {"ge": 0, "le": 2**32 - 1}
     if t in _INT64:
-        # The proto3 JSON mapping writes 64-bit integers as strings and reads both.
-        return int | str, {}
+        # The proto3 JSON mapping writes 64-bit integers as decimal strings and reads both forms;
+        # the schema says exactly that, not "any string".
+        # (Range is left to the proto parser: JSON schema bounds this large print as inexact floats.)
+        unsigned = t in (FieldDescriptor.TYPE_UINT64, FieldDescriptor.TYPE_FIXED64)
+        digits = Annotated[str, StringConstraints(pattern=_UNSIGNED if unsigned else _SIGNED, max_length=20)]
+        return int | digits, {}
     if t in (FieldDescriptor.TYPE_DOUBLE, FieldDescriptor.TYPE_FLOAT):
         return float, {}
     if t == FieldDescriptor.TYPE_BOOL:
@@ -62,6 +66,10 @@ def _scalar(field: FieldDescriptor) -> tuple[Any, dict[str, Any]]:
     if t == FieldDescriptor.TYPE_MESSAGE:
         return model_of(field.message_type), {}
     return str, {}  # string; bytes are base64 strings in the mapping
+
+
+_SIGNED = r"^-?[0-9]{1,19}$"
+_UNSIGNED = r"^[0-9]{1,20}$"
 
 
 def _field(field: FieldDescriptor) -> tuple[Any, Any]:
@@ -76,7 +84,13 @@ def _field(field: FieldDescriptor) -> tuple[Any, Any]:
         annotation, constraints = list[item], {}  # type: ignore[valid-type]
     else:
         annotation, constraints = _scalar(field)
-    return annotation | None, Field(default=None, **constraints)
+    # Optional to leave out, never null: the server refuses `"source": null`, so the schema does too.
+    return annotation, Field(default=None, json_schema_extra=_no_default, **constraints)
+
+
+def _no_default(schema: dict[str, Any]) -> None:
+    # An absent field is the proto3 default (0, "", []), not the null pydantic would print here.
+    schema.pop("default", None)
 
 
 def model_of(

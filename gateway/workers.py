@@ -2,13 +2,16 @@
 
 The worker's session token (from ``POST /workers/register``) travels in the
 ``X-Flux-Session`` header; ``GET /workers/{name}/connect`` also takes it as
-``?session_token=`` for EventSource clients, which cannot set headers. The
+``?session_token=`` for EventSource clients, which cannot set headers. That
+form is deprecated (a token in a URL ends up in proxy and access logs) and
+logs a warning; short-lived stream tickets are to replace it. The
 worker name and execution id come from the path, so bodies leave those
 fields out (and are refused if they carry them).
 """
 
 from __future__ import annotations
 
+import logging
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends, Header, Path, Query, Request
@@ -20,20 +23,26 @@ from flux.errors import Unauthenticated
 from flux.server.servicers import TRANSPORT_METADATA
 from flux.v1 import worker_pb2
 from gateway import protojson, schema
+from gateway.auth import SESSION_HEADER, WORKER_BEARER
+from gateway.bodies import OffLoopJSONRoute
 from gateway.core import Core, core
 from gateway.stream import open_stream, relay
 
-SESSION_HEADER = "X-Flux-Session"
+log = logging.getLogger("flux.gateway")
 
-router = APIRouter(prefix="/workers", tags=["workers"])
+# Every worker route takes the worker token (checked from the headers by gateway.auth, before the body).
+router = APIRouter(
+    prefix="/workers", tags=["workers"], dependencies=[Depends(WORKER_BEARER)], route_class=OffLoopJSONRoute
+)
 
 _REFUSALS = {
     status: {"model": schema.ErrorBody, "description": what}
     for status, what in {
-        401: "no session token",
-        403: "the session token does not match the worker",
+        401: "no worker token or session token, or a worker token that is not valid",
+        403: "the API token instead of the worker token, or a session token that does not match the worker",
         404: "unknown worker or execution",
         409: "stale generation, wrong state, or the name is held by a live stream",
+        413: "the body is over the size limit",
         422: "invalid body or path",
         503: "the core is unreachable",
     }.items()
@@ -58,12 +67,30 @@ async def session(
     return _token(x_flux_session)
 
 
+class _Once:
+    """One warning per process: a fleet of EventSource workers must not flood the log."""
+
+    warned = False
+
+
 async def stream_session(
     x_flux_session: Annotated[str | None, Header()] = None,
     session_token: Annotated[
-        str | None, Query(description="for EventSource clients that cannot set headers")
+        str | None,
+        Query(
+            description="deprecated: for EventSource clients that cannot set headers; "
+            "prefer the X-Flux-Session header (a token in a URL reaches proxy and access logs)",
+            deprecated=True,
+        ),
     ] = None,
 ) -> str:
+    if session_token and not x_flux_session and not _Once.warned:
+        _Once.warned = True
+        log.warning(
+            "a worker sent its session token as ?session_token= in the URL, where proxies and access "
+            "logs keep it; this form is deprecated: send the %s header instead",
+            SESSION_HEADER,
+        )
     return _token(x_flux_session or session_token)
 
 

@@ -52,6 +52,18 @@ def _positive_int(flag: str):  # type: ignore[no-untyped-def]
     return parse
 
 
+def _count(flag: str):  # type: ignore[no-untyped-def]
+    whole = _positive_int(flag)
+
+    def parse(text: str) -> int:
+        value = whole(text)
+        if value < 1:
+            raise argparse.ArgumentTypeError(f"{flag} must be >= 1; got {value}")
+        return value
+
+    return parse
+
+
 def _quantity(flag: str):  # type: ignore[no-untyped-def]
     def parse(text: str) -> int:
         try:
@@ -132,6 +144,16 @@ def build_parser() -> argparse.ArgumentParser:
         p.add_argument("--tls-cert", help="serve TLS with this certificate (PEM); needs --tls-key")
         p.add_argument("--tls-key", help="private key (PEM) for --tls-cert")
 
+    def with_http_limits(p: argparse.ArgumentParser) -> None:
+        p.add_argument(
+            "--http-head-timeout", type=_seconds("--http-head-timeout"), default=10.0, metavar="S",
+            help="seconds an HTTP request's headers may take to arrive before 408 (default 10)",
+        )  # fmt: skip
+        p.add_argument(
+            "--http-max-connections", type=_count("--http-max-connections"), default=1000, metavar="N",
+            help="open HTTP connections (SSE streams included) before new ones get 503 (default 1000)",
+        )  # fmt: skip
+
     start = commands.add_parser("start", help="run a server or a worker").add_subparsers(
         dest="what", required=True, metavar="WHAT"
     )
@@ -198,6 +220,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--max-worker-metadata", type=_quantity("--max-worker-metadata"), metavar="BYTES",
         help="bytes of labels, packages, markers and GPU names one worker may advertise (default 256Ki)",
     )  # fmt: skip
+    with_http_limits(server)
     with_tls(server)
     with_log_format(server)
     server.set_defaults(run=_start_server)
@@ -213,6 +236,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="seconds an idle worker stream waits before a ping (default 15)",
     )  # fmt: skip
     gateway.add_argument("--ca", help="CA bundle (PEM) to verify the core's TLS certificate")
+    with_http_limits(gateway)
     with_tls(gateway)
     with_log_format(gateway)
     gateway.set_defaults(run=_start_gateway)
@@ -406,6 +430,7 @@ def _start_server(args: argparse.Namespace) -> int:
         http_port=None if args.no_http else args.http_port,
         tokens=None if args.insecure else _server_tokens(args),
         tls=_tls(args),
+        http_limits=_http_limits(args),
     )
     from flux.store.base import StoreError
 
@@ -437,6 +462,12 @@ def _tls(args: argparse.Namespace) -> tuple[str, str] | None:
     return (args.tls_cert, args.tls_key) if args.tls_cert else None
 
 
+def _http_limits(args: argparse.Namespace):  # type: ignore[no-untyped-def]
+    from gateway.connections import HttpLimits
+
+    return HttpLimits(head_timeout=args.http_head_timeout, max_connections=args.http_max_connections)
+
+
 def _client(args: argparse.Namespace) -> FluxClient:
     from flux.auth import Credentials, Role
 
@@ -447,6 +478,7 @@ def _client(args: argparse.Namespace) -> FluxClient:
 def _start_gateway(args: argparse.Namespace) -> int:
     import signal
 
+    from flux.auth import plaintext_warning
     from gateway import GatewaySettings, start_gateway
 
     async def run() -> None:
@@ -455,7 +487,10 @@ def _start_gateway(args: argparse.Namespace) -> int:
         for signum in (signal.SIGINT, signal.SIGTERM):
             loop.add_signal_handler(signum, stop.set)
         settings = GatewaySettings(core=args.core, ping_interval=args.ping_interval, core_ca=args.ca)
-        running = await start_gateway(settings, args.host, args.port, tls=_tls(args))
+        tls = _tls(args)
+        running = await start_gateway(settings, args.host, args.port, tls=tls, limits=_http_limits(args))
+        if tls is None and (warning := plaintext_warning(args.host)):
+            logging.getLogger("flux.gateway").warning(warning)
         # Same line as `flux start server` prints for its gateway; scripts read the port from it.
         logs.emit(f"flux gateway listening on {running.url}", logger="flux.gateway", http=running.url)
         logging.getLogger("flux.gateway").info("fronting the core at %s", args.core)

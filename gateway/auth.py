@@ -1,0 +1,185 @@
+"""Authentication from the request head, before a single body byte is read.
+
+The core stays the authority (every call still carries the caller's
+``authorization``), but waiting for the route to run would mean reading and
+decoding the whole body first: an anonymous caller could make the server parse
+16 MiB of JSON, on the loop the gRPC core shares, just to be told 401. So this
+middleware looks at the headers only: the bearer token (scheme in any case,
+as RFC 9110 says) and, on worker routes, the session token.
+
+The gateway holds no tokens (it may run in another process than the core), so
+a token it has not seen is checked by a probe: a call the core's auth
+interceptor refuses when the token is wrong and that otherwise costs nothing
+(an empty execution id or worker name, refused before any store access). Each
+answer is remembered for a while, by a hash of the token, in a bounded table.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import time
+from collections import OrderedDict
+from collections.abc import Sequence
+from dataclasses import dataclass
+from urllib.parse import parse_qs
+
+import grpc
+from fastapi.security import HTTPBearer
+from starlette.routing import BaseRoute, Match
+from starlette.types import ASGIApp, Receive, Scope, Send
+
+from flux.auth import Role
+from flux.errors import FluxError, Unauthenticated
+from flux.v1 import control_pb2, worker_pb2
+from gateway.core import Core
+from gateway.errors import error_response, from_rpc
+
+SESSION_HEADER = "X-Flux-Session"
+# Generated tokens are 44 characters; one this long cannot be any server's (and would not fit in gRPC metadata).
+MAX_TOKEN_CHARS = 4096
+# How long a probe's answer is trusted. The core checks every call anyway, so a token revoked
+# by a restart is refused there at once; this only spares the probe.
+ACCEPTED_FOR = 30.0
+REFUSED_FOR = 5.0
+REMEMBERED = 4096
+PROBE_TIMEOUT = 5.0
+
+# The two bearer schemes as OpenAPI shows them (securitySchemes); the middleware does the checking.
+WORKER_BEARER = HTTPBearer(
+    scheme_name="workerToken",
+    description="the worker join token (FLUX_WORKER_TOKEN, ./.flux/worker.token)",
+    auto_error=False,
+)
+API_BEARER = HTTPBearer(
+    scheme_name="apiToken",
+    description="the client API token (FLUX_API_TOKEN, ./.flux/api.token)",
+    auto_error=False,
+)
+
+
+@dataclass(frozen=True, slots=True)
+class Guard:
+    """What a route asks of its caller's headers."""
+
+    role: Role
+    # Worker routes after register also need the session token, in its header ...
+    session: bool = False
+    # ... or, on /connect only, as ?session_token= (EventSource clients cannot set headers; deprecated).
+    session_in_query: bool = False
+
+
+def bearer_token(value: str | None) -> str | None:
+    """The token of ``Bearer <token>`` with the scheme in any case; None when there is no bearer token."""
+    if not value:
+        return None
+    scheme, _, token = value.strip().partition(" ")
+    token = token.strip()
+    if scheme.lower() != "bearer" or not token:
+        return None
+    return token
+
+
+class TokenCache:
+    """Probe answers by (role, sha256 of the token): None for accepted, else the refusal."""
+
+    def __init__(self, size: int = REMEMBERED, clock=time.monotonic):  # type: ignore[no-untyped-def]
+        self._answers: OrderedDict[tuple[Role, bytes], tuple[float, FluxError | None]] = OrderedDict()
+        self._size, self._clock = size, clock
+
+    def get(self, role: Role, token: str) -> tuple[bool, FluxError | None]:
+        key = (role, hashlib.sha256(token.encode()).digest())
+        found = self._answers.get(key)
+        if found is None or found[0] < self._clock():
+            return False, None
+        return True, found[1]
+
+    def put(self, role: Role, token: str, refusal: FluxError | None) -> None:
+        key = (role, hashlib.sha256(token.encode()).digest())
+        self._answers[key] = (self._clock() + (REFUSED_FOR if refusal else ACCEPTED_FOR), refusal)
+        self._answers.move_to_end(key)
+        while len(self._answers) > self._size:
+            self._answers.popitem(last=False)
+
+
+async def probe(core: Core, role: Role, token: str) -> FluxError | None:
+    """What the core says of ``token`` for ``role``: None when it lets the call through."""
+    metadata = (("authorization", f"Bearer {token}"),) if token else ()
+    try:
+        if role is Role.WORKER:
+            await core.workers.GetWorkflowSource(
+                worker_pb2.GetWorkflowSourceRequest(), metadata=metadata, timeout=PROBE_TIMEOUT
+            )
+        else:
+            await core.control.GetExecution(
+                control_pb2.GetExecutionRequest(), metadata=metadata, timeout=PROBE_TIMEOUT
+            )
+    except grpc.aio.AioRpcError as exc:
+        if exc.code() in (grpc.StatusCode.UNAUTHENTICATED, grpc.StatusCode.PERMISSION_DENIED):
+            return from_rpc(exc)
+        if exc.code() in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED):
+            raise from_rpc(exc) from None
+    return None  # past the interceptor: the empty name or id is refused, or (auth off) answered
+
+
+class HeaderAuth:
+    """Pure ASGI: refuses a request on its headers alone, and normalises ``authorization`` for the core."""
+
+    def __init__(self, app: ASGIApp, guards: Sequence[tuple[BaseRoute, Guard]]):
+        self.app, self.guards, self.cache = app, list(guards), TokenCache()
+
+    def _guard(self, scope: Scope) -> Guard | None:
+        for route, guard in self.guards:
+            if route.matches(scope)[0] is Match.FULL:
+                return guard
+        return None  # open routes, unknown paths and wrong methods: the app answers those
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        guard = self._guard(scope) if scope["type"] == "http" else None
+        if guard is None:
+            await self.app(scope, receive, send)
+            return
+        headers = scope["headers"]
+        raw = next((value for name, value in headers if name == b"authorization"), None)
+        try:
+            token = await self._check(scope, guard, raw)
+        except FluxError as refusal:
+            await error_response(refusal)(scope, receive, send)
+            return
+        if token:
+            # The core compares "Bearer " exactly; send it the canonical form of what was accepted.
+            value = f"Bearer {token}".encode()
+            scope = {**scope, "headers": [(n, v) for n, v in headers if n != b"authorization"]}
+            scope["headers"].append((b"authorization", value))
+        await self.app(scope, receive, send)
+
+    async def _check(self, scope: Scope, guard: Guard, raw: bytes | None) -> str:
+        token = ""
+        if raw is not None:
+            found = bearer_token(raw.decode("latin-1"))
+            if found is None:
+                raise Unauthenticated(f"the authorization header is not 'Bearer <{guard.role.value} token>'")
+            if len(found) > MAX_TOKEN_CHARS or not found.isascii() or not found.isprintable():
+                raise Unauthenticated(f"invalid {guard.role.value} token")
+            token = found
+        known, refusal = self.cache.get(guard.role, token)
+        if not known:
+            refusal = await probe(scope["app"].state.core, guard.role, token)
+            self.cache.put(guard.role, token, refusal)
+        if refusal is not None:
+            raise type(refusal)(str(refusal))  # a fresh exception per request: no shared traceback
+        if guard.session and not _has_session(scope, guard.session_in_query):
+            raise Unauthenticated(
+                f"the {SESSION_HEADER} header is missing; send the token POST /workers/register returned"
+            )
+        return token
+
+
+def _has_session(scope: Scope, in_query: bool) -> bool:
+    if any(name == SESSION_HEADER.lower().encode() and value for name, value in scope["headers"]):
+        return True
+    query = scope.get("query_string", b"")
+    return (
+        in_query
+        and b"session_token=" in query
+        and bool(parse_qs(query.decode("latin-1")).get("session_token"))
+    )
