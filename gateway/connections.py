@@ -136,8 +136,11 @@ class GuardedProtocol(HttpToolsProtocol):
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
+        # Whether the bytes that arrive next belong to a request head, how many of those came
+        # so far, and the last three (a head's blank line may straddle two reads).
         self._in_head = True
         self._head_bytes = 0
+        self._tail = b""
         self._head_timer: asyncio.TimerHandle | None = None
 
     # -------------------------------------------------------------- connection
@@ -157,23 +160,38 @@ class GuardedProtocol(HttpToolsProtocol):
         self.pressure.eased(len(self.connections), self.limits.max_connections)
 
     def data_received(self, data: bytes) -> None:
-        super().data_received(data)
-        if not self._in_head or self.transport.is_closing():
-            return
-        self._head_bytes += len(data)
-        if self._head_bytes > self.limits.max_head_bytes:
+        # Measured before the parser sees the bytes: a whole oversized head can arrive in one read,
+        # and once parsed it would be on its way to the app.
+        if self._in_head and self._head_too_large(data):
             self._refuse(431, f"the request head is over the {self.limits.max_head_bytes} byte limit")
+            return
+        super().data_received(data)
+
+    def _head_too_large(self, data: bytes) -> bool:
+        window = self._tail + data
+        end = window.find(b"\r\n\r\n")
+        if end >= 0:  # the head ends in this read; what follows is body or the next request
+            return self._head_bytes + end + 4 - len(self._tail) > self.limits.max_head_bytes
+        self._head_bytes += len(data)
+        self._tail = window[-3:]
+        return self._head_bytes > self.limits.max_head_bytes
+
+    def on_response_complete(self) -> None:
+        super().on_response_complete()
+        if not self.pipeline:  # the next bytes start a new head
+            self._in_head, self._head_bytes, self._tail = True, 0, b""
 
     # -------------------------------------------------------------- parser callbacks
 
     def on_message_begin(self) -> None:
         super().on_message_begin()
-        # The next request on a kept-alive connection: its head gets the same time and size.
-        self._in_head, self._head_bytes = True, 0
+        # The first byte of a request: from here its head has head_timeout to arrive (the wait
+        # before it is the keep-alive timeout's, or on a new connection already timed).
+        self._in_head = True
         self._arm()
 
     def on_headers_complete(self) -> None:
-        self._in_head = False
+        self._in_head, self._head_bytes, self._tail = False, 0, b""
         self._disarm()
         super().on_headers_complete()
 
