@@ -37,6 +37,11 @@ RESERVED_FDS = 256
 # The soft open-file limit is raised to the hard one, but no further than this.
 FD_TARGET = 65536
 BACKLOG = 2048
+# After a 431 the rest of an oversized head is read and dropped for this long (or this many
+# bytes) before the connection closes: closing with unread bytes makes the kernel send a reset,
+# which can destroy the answer before the client reads it.
+LINGER_SECONDS = 2.0
+LINGER_BYTES = 4 * 1024 * 1024
 
 
 @dataclass(frozen=True, slots=True)
@@ -142,6 +147,7 @@ class GuardedProtocol(HttpToolsProtocol):
         self._head_bytes = 0
         self._tail = b""
         self._head_timer: asyncio.TimerHandle | None = None
+        self._discarded: int | None = None  # bytes dropped after a 431; None while serving
 
     # -------------------------------------------------------------- connection
 
@@ -160,10 +166,17 @@ class GuardedProtocol(HttpToolsProtocol):
         self.pressure.eased(len(self.connections), self.limits.max_connections)
 
     def data_received(self, data: bytes) -> None:
+        if self._discarded is not None:
+            self._discarded += len(data)
+            if self._discarded > LINGER_BYTES:
+                self.transport.close()
+            return
         # Measured before the parser sees the bytes: a whole oversized head can arrive in one read,
         # and once parsed it would be on its way to the app.
         if self._in_head and self._head_too_large(data):
-            self._refuse(431, f"the request head is over the {self.limits.max_head_bytes} byte limit")
+            self._refuse(
+                431, f"the request head is over the {self.limits.max_head_bytes} byte limit", linger=True
+            )
             return
         super().data_received(data)
 
@@ -211,7 +224,7 @@ class GuardedProtocol(HttpToolsProtocol):
         if self._in_head and not self.transport.is_closing():
             self._refuse(408, f"the request head did not arrive within {self.limits.head_timeout:g}s")
 
-    def _refuse(self, status: int, message: str) -> None:
+    def _refuse(self, status: int, message: str, linger: bool = False) -> None:
         self._disarm()
         if self.cycle is not None and not self.cycle.response_complete:
             # A pipelined head while a response is under way: an answer written now would land inside
@@ -227,6 +240,11 @@ class GuardedProtocol(HttpToolsProtocol):
             + "connection: close\r\n\r\n"
         )
         self.transport.write(head.encode() + body)
+        if linger and self.transport.can_write_eof():
+            self.transport.write_eof()
+            self._discarded = 0
+            self.loop.call_later(LINGER_SECONDS, self.transport.close)
+            return
         self.transport.close()
 
 
