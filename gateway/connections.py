@@ -23,6 +23,7 @@ import json
 import logging
 import resource
 import socket
+import time
 from dataclasses import dataclass, replace
 from typing import Any, ClassVar
 
@@ -36,7 +37,9 @@ log = logging.getLogger("flux.gateway")
 RESERVED_FDS = 256
 # The soft open-file limit is raised to the hard one, but no further than this.
 FD_TARGET = 65536
-BACKLOG = 2048
+# Also how many connections asyncio accepts in one go before any of them can be refused and
+# closed: a burst of accepts is what could push the process past its open-file limit.
+BACKLOG = 128
 # After a 431 the rest of an oversized head is read and dropped for this long (or this many
 # bytes) before the connection closes: closing with unread bytes makes the kernel send a reset,
 # which can destroy the answer before the client reads it.
@@ -107,6 +110,40 @@ def bind(host: str, port: int) -> socket.socket:
         why = "is already in use" if exc.errno == 98 else f"cannot be bound: {exc.strerror or exc}"
         raise OSError(f"the HTTP port {port} on {host} {why}") from None
     return sock
+
+
+class AcceptFailures(logging.Filter):
+    """asyncio logs every failed accept with a traceback, up to a backlog's worth per loop turn:
+    thousands of lines a second once the process is out of descriptors. One line instead, then
+    a count once a minute while it lasts."""
+
+    EVERY = 60.0
+
+    def __init__(self, clock=time.monotonic) -> None:  # type: ignore[no-untyped-def]
+        super().__init__()
+        self.clock, self.last, self.hidden = clock, -self.EVERY, 0
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if not str(record.msg).startswith("socket.accept() out of system resource"):
+            return True
+        now = self.clock()
+        if now - self.last < self.EVERY:
+            self.hidden += 1
+            return False
+        hidden, self.hidden, self.last = self.hidden, 0, now
+        record.msg = (
+            "HTTP accept failed: the process is out of open files (ulimit -n); "
+            "further failures are counted here once a minute"
+        ) + (f" ({hidden} since the last report)" if hidden else "")
+        record.args, record.exc_info, record.exc_text = (), None, None
+        record.levelno, record.levelname = logging.WARNING, "WARNING"
+        return True
+
+
+def quiet_accept_failures() -> None:
+    asyncio_log = logging.getLogger("asyncio")
+    if not any(isinstance(f, AcceptFailures) for f in asyncio_log.filters):
+        asyncio_log.addFilter(AcceptFailures())
 
 
 class _Pressure:

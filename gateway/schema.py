@@ -13,7 +13,7 @@ from __future__ import annotations
 from typing import Annotated, Any, Literal
 
 from google.protobuf.descriptor import Descriptor, EnumDescriptor, FieldDescriptor
-from pydantic import BaseModel, ConfigDict, Field, StringConstraints, create_model
+from pydantic import BaseModel, ConfigDict, Field, StrictInt, StringConstraints, create_model
 
 from flux.v1 import control_pb2, worker_pb2
 
@@ -56,7 +56,7 @@ def _scalar(field: FieldDescriptor) -> tuple[Any, dict[str, Any]]:
         # (Range is left to the proto parser: JSON schema bounds this large print as inexact floats.)
         unsigned = t in (FieldDescriptor.TYPE_UINT64, FieldDescriptor.TYPE_FIXED64)
         digits = Annotated[str, StringConstraints(pattern=_UNSIGNED if unsigned else _SIGNED, max_length=20)]
-        return int | digits, {}
+        return StrictInt | digits, {}  # strict: a string goes to the pattern, not int's lax parsing
     if t in (FieldDescriptor.TYPE_DOUBLE, FieldDescriptor.TYPE_FLOAT):
         return float, {}
     if t == FieldDescriptor.TYPE_BOOL:

@@ -17,7 +17,15 @@ import uvicorn
 from sse_starlette.sse import AppStatus
 
 from gateway.app import GatewaySettings, create_app
-from gateway.connections import HttpLimits, bind, fit_to_open_files, guarded_protocol, raise_open_files_limit
+from gateway.connections import (
+    BACKLOG,
+    HttpLimits,
+    bind,
+    fit_to_open_files,
+    guarded_protocol,
+    quiet_accept_failures,
+    raise_open_files_limit,
+)
 
 log = logging.getLogger("flux.gateway")
 
@@ -69,6 +77,7 @@ async def start_gateway(
     A port that cannot be bound raises OSError naming it, before anything else starts.
     """
     limits = fit_to_open_files(limits or HttpLimits(), raise_open_files_limit())
+    quiet_accept_failures()
     sock = bind(host, port)
     config = uvicorn.Config(
         create_app(settings, channel),
@@ -81,7 +90,7 @@ async def start_gateway(
         ws="none",
         http=guarded_protocol(limits),
         timeout_keep_alive=limits.keep_alive,  # type: ignore[arg-type]
-        backlog=2048,
+        backlog=BACKLOG,
         ssl_certfile=tls[0] if tls else None,
         ssl_keyfile=tls[1] if tls else None,
     )

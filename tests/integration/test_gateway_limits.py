@@ -211,7 +211,8 @@ def test_an_open_file_exhaustion_attempt_leaves_grpc_serving(tmp_path: Path) -> 
         cluster.close()
     log = (tmp_path / "server.log").read_text()
     assert "lowered to" in log and log.count("connection cap") == 1, log[-2000:]
-    assert "Too many open files" not in log
+    # At most one line about running out of descriptors, not one per failed accept.
+    assert log.lower().count("too many open files") + log.count("out of open files") <= 1, log[-3000:]
 
 
 def test_a_second_server_on_a_busy_port_ends_in_one_line(server: Cluster) -> None:
