@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import argparse
 
-from bench import dispatch, matching, memory, replicas
+from bench import attacks, dispatch, matching, memory, replicas
 
 BENCHES = {
     "matching": matching.main,
     "dispatch": dispatch.main,
     "replicas": replicas.main,
     "memory": memory.main,
+    "attacks": attacks.main,
 }
 
 
