@@ -14,7 +14,7 @@ from flux.errors import InvalidArgument
 from flux.v1 import control_pb2
 from gateway import protojson, schema
 from gateway.auth import API_BEARER
-from gateway.bodies import OffLoopJSONRoute, large_json_dumps
+from gateway.bodies import OffLoopJSONRoute, large_json_dumps, to_message
 from gateway.core import Core, core
 
 # Every client route takes the API token (checked from the headers by gateway.auth, before the body).
@@ -57,7 +57,7 @@ async def register_workflows(
     body: schema.RegisterWorkflowRequest, request: Request, core: CoreDep
 ) -> JSONResponse:
     """Register every workflow of one source file; each registration is a new version."""
-    message = protojson.from_dict(body.to_json_dict(), control_pb2.RegisterWorkflowRequest())
+    message = await to_message(body.to_json_dict(), control_pb2.RegisterWorkflowRequest(), request)
     return _answer(await core.control.RegisterWorkflow(message, timeout=_timeout(request)))
 
 

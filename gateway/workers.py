@@ -24,7 +24,7 @@ from flux.server.servicers import TRANSPORT_METADATA
 from flux.v1 import worker_pb2
 from gateway import protojson, schema
 from gateway.auth import SESSION_HEADER, WORKER_BEARER
-from gateway.bodies import OffLoopJSONRoute
+from gateway.bodies import OffLoopJSONRoute, to_message
 from gateway.core import Core, core
 from gateway.stream import open_stream, relay
 
@@ -108,7 +108,7 @@ def _answer(message: object) -> JSONResponse:
 @router.post("/register", response_model=schema.RegisterResponse, responses=_REFUSALS)
 async def register(body: schema.RegisterRequest, request: Request, core: CoreDep) -> JSONResponse:
     """Announce a worker and what it offers; the answer's `session_token` goes in `X-Flux-Session`."""
-    message = protojson.from_dict(body.to_json_dict(), worker_pb2.RegisterRequest())
+    message = await to_message(body.to_json_dict(), worker_pb2.RegisterRequest(), request)
     answer = await core.workers.Register(
         message, metadata=((TRANSPORT_METADATA, "sse"),), timeout=_timeout(request)
     )
@@ -150,7 +150,7 @@ async def report_resources(
     name: WorkerName, body: schema.ReportResourcesBody, token: Token, request: Request, core: CoreDep
 ) -> JSONResponse:
     """Replace the worker's observed resources (and software, when given); `draining` stops new dispatch."""
-    message = protojson.from_dict(body.to_json_dict(), worker_pb2.ReportResourcesRequest())
+    message = await to_message(body.to_json_dict(), worker_pb2.ReportResourcesRequest(), request)
     message.name, message.session_token = name, token
     return _answer(await core.workers.ReportResources(message, timeout=_timeout(request)))
 
@@ -159,7 +159,7 @@ async def _for_execution(
     rpc: Any, message: Any, body: Any, name: str, token: str, execution_id: str, request: Request
 ) -> JSONResponse:
     """Claim, complete and release: the body, plus who is asking and about which execution."""
-    message = protojson.from_dict(body.to_json_dict(), message)
+    message = await to_message(body.to_json_dict(), message, request)
     message.name, message.session_token, message.execution_id = name, token, execution_id
     return _answer(await rpc(message, timeout=_timeout(request)))
 
