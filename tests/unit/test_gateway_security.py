@@ -143,3 +143,23 @@ def test_schemas_refuse_null_and_non_digit_int64() -> None:
     for bad in ("8Gi", "1e9", "", " 1", "1" * 21, None):
         with pytest.raises(ValidationError):
             resources.model_validate({"memory_total": bad})
+
+
+def test_large_strings_convert_as_json_format_would_but_directly() -> None:
+    from google.protobuf import json_format
+
+    from flux.errors import InvalidArgument as Invalid
+    from flux.v1 import control_pb2
+    from gateway import protojson
+    from gateway.protojson import DIRECT_STRING_CHARS
+
+    body = {"filename": "big.py", "source": "é" * (DIRECT_STRING_CHARS + 1)}
+    direct = protojson.from_dict(body, control_pb2.RegisterWorkflowRequest())
+    assert direct == json_format.ParseDict(body, control_pb2.RegisterWorkflowRequest())
+    for bad in ({"source": "\udc80" * (DIRECT_STRING_CHARS + 1)}, {"source": "\udc80"}):
+        with pytest.raises(Invalid, match="source"):
+            protojson.from_dict(bad, control_pb2.RegisterWorkflowRequest())
+    with pytest.raises(Invalid, match="filename"):
+        protojson.from_dict(
+            {"filename": 7, "source": "x" * (DIRECT_STRING_CHARS + 1)}, control_pb2.RegisterWorkflowRequest()
+        )
