@@ -11,11 +11,11 @@ attack) and gRPC ``GetStatus``, alternately:
   without a token, in a loop (refused 401 from the headers);
 - ``slowloris``: 1,000 connections that send a request head one header line a
   second and are reopened when the server cuts them (408 after the head timeout,
-  503 beyond the connection cap);
+  503 beyond the connection cap), measured for at least 13 s so the cuts happen;
 - ``authenticated_uploads``: the same uploads with the API token (decoded off the
   loop, then refused 413 by the core: a source is at most 4 MiB).
 
-Bounded: a fixed number of samples per scenario, loopback only.
+Bounded: a fixed number of samples per scenario (more while slowloris lasts), loopback only.
 """
 
 from __future__ import annotations
@@ -41,6 +41,7 @@ UPLOADERS = 3
 UPLOAD_BYTES = 14 * 1024 * 1024
 SLOW_CONNECTIONS = 1000
 WARMUP_SECONDS = 2.0
+HEAD_TIMEOUT = 10.0  # the server's default --http-head-timeout
 
 
 # ------------------------------------------------------------------ attackers (own processes)
@@ -110,9 +111,12 @@ def _slowloris(host: str, port: int, count: int, stop: Any, stats: Any) -> None:
 # ------------------------------------------------------------------ measuring
 
 
-def _measure(http: httpx.Client, status: Callable[[], object], samples: int) -> dict[str, object]:
+def _measure(
+    http: httpx.Client, status: Callable[[], object], samples: int, min_seconds: float = 0.0
+) -> dict[str, object]:
     healthz, grpc_status, failures = [], [], 0
-    for _ in range(samples):
+    until = time.monotonic() + min_seconds
+    while len(grpc_status) < samples or time.monotonic() < until:
         started = time.perf_counter()
         try:
             http.get("/healthz").raise_for_status()
@@ -153,7 +157,8 @@ def _scenario(
     try:
         time.sleep(WARMUP_SECONDS if attackers else 0)
         http.get("/healthz")  # keep the measuring connection alive across the warm-up
-        measured = _measure(http, status, samples)
+        # Slow connections are cut after the 10 s head timeout and reopened: measure through that.
+        measured = _measure(http, status, samples, HEAD_TIMEOUT + 3.0 if name == "slowloris" else 0.0)
     finally:
         stop.set()
         for attacker in attackers:
