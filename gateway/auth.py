@@ -29,7 +29,7 @@ from starlette.routing import BaseRoute, Match
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from flux.auth import Role
-from flux.errors import FluxError, Unauthenticated
+from flux.errors import FluxError, PermissionDenied, Unauthenticated
 from flux.v1 import control_pb2, worker_pb2
 from gateway.core import Core
 from gateway.errors import error_response, from_rpc
@@ -114,8 +114,12 @@ async def probe(core: Core, role: Role, token: str) -> FluxError | None:
                 control_pb2.GetExecutionRequest(), metadata=metadata, timeout=PROBE_TIMEOUT
             )
     except grpc.aio.AioRpcError as exc:
-        if exc.code() in (grpc.StatusCode.UNAUTHENTICATED, grpc.StatusCode.PERMISSION_DENIED):
+        if exc.code() == grpc.StatusCode.UNAUTHENTICATED:
             return from_rpc(exc)
+        if exc.code() == grpc.StatusCode.PERMISSION_DENIED:
+            # The core's text names the probe's rpc, which the caller never called.
+            other = Role.CLIENT if role is Role.WORKER else Role.WORKER
+            return PermissionDenied(f"this route takes the {role.value} token, not the {other.value} token")
         if exc.code() in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED):
             raise from_rpc(exc) from None
     return None  # past the interceptor: the empty name or id is refused, or (auth off) answered
@@ -153,18 +157,14 @@ class HeaderAuth:
         await self.app(scope, receive, send)
 
     async def _check(self, scope: Scope, guard: Guard, raw: bytes | None) -> str:
-        token = ""
-        if raw is not None:
-            found = bearer_token(raw.decode("latin-1"))
-            if found is None:
-                raise Unauthenticated(f"the authorization header is not 'Bearer <{guard.role.value} token>'")
-            if len(found) > MAX_TOKEN_CHARS or not found.isascii() or not found.isprintable():
-                raise Unauthenticated(f"invalid {guard.role.value} token")
-            token = found
-        known, refusal = self.cache.get(guard.role, token)
-        if not known:
-            refusal = await probe(scope["app"].state.core, guard.role, token)
-            self.cache.put(guard.role, token, refusal)
+        found = bearer_token(raw.decode("latin-1")) if raw is not None else ""
+        token = found or ""
+        if found and (len(found) > MAX_TOKEN_CHARS or not found.isascii() or not found.isprintable()):
+            raise Unauthenticated(f"invalid {guard.role.value} token")
+        refusal = await self._verdict(scope, guard.role, token)
+        if refusal is not None and found is None:
+            # Say what is wrong with the header rather than calling the credentials missing.
+            raise Unauthenticated(f"the authorization header is not 'Bearer <{guard.role.value} token>'")
         if refusal is not None:
             raise type(refusal)(str(refusal))  # a fresh exception per request: no shared traceback
         if guard.session and not _has_session(scope, guard.session_in_query):
@@ -172,6 +172,14 @@ class HeaderAuth:
                 f"the {SESSION_HEADER} header is missing; send the token POST /workers/register returned"
             )
         return token
+
+    async def _verdict(self, scope: Scope, role: Role, token: str) -> FluxError | None:
+        """The core's answer for ``token`` (remembered for a while): None when it may call."""
+        known, refusal = self.cache.get(role, token)
+        if not known:
+            refusal = await probe(scope["app"].state.core, role, token)
+            self.cache.put(role, token, refusal)
+        return refusal
 
 
 def _has_session(scope: Scope, in_query: bool) -> bool:
