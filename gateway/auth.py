@@ -93,16 +93,16 @@ class TokenCache:
             return False, None
         return True, found[1]
 
-    def put(self, role: Role, token: str, refusal: FluxError | None) -> None:
+    def put(self, role: Role, token: str, refusal: FluxError | None, ttl: float) -> None:
         key = (role, hashlib.sha256(token.encode()).digest())
-        self._answers[key] = (self._clock() + (REFUSED_FOR if refusal else ACCEPTED_FOR), refusal)
+        self._answers[key] = (self._clock() + ttl, refusal)
         self._answers.move_to_end(key)
         while len(self._answers) > self._size:
             self._answers.popitem(last=False)
 
 
-async def probe(core: Core, role: Role, token: str) -> FluxError | None:
-    """What the core says of ``token`` for ``role``: None when it lets the call through."""
+async def probe(core: Core, role: Role, token: str) -> tuple[FluxError | None, float]:
+    """What the core says of ``token`` for ``role`` (None when it lets the call through), and for how long."""
     metadata = (("authorization", f"Bearer {token}"),) if token else ()
     try:
         if role is Role.WORKER:
@@ -115,14 +115,20 @@ async def probe(core: Core, role: Role, token: str) -> FluxError | None:
             )
     except grpc.aio.AioRpcError as exc:
         if exc.code() == grpc.StatusCode.UNAUTHENTICATED:
-            return from_rpc(exc)
+            return from_rpc(exc), REFUSED_FOR
         if exc.code() == grpc.StatusCode.PERMISSION_DENIED:
             # The core's text names the probe's rpc, which the caller never called.
             other = Role.CLIENT if role is Role.WORKER else Role.WORKER
-            return PermissionDenied(f"this route takes the {role.value} token, not the {other.value} token")
+            refusal = PermissionDenied(
+                f"this route takes the {role.value} token, not the {other.value} token"
+            )
+            return refusal, REFUSED_FOR
         if exc.code() in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED):
-            raise from_rpc(exc) from None
-    return None  # past the interceptor: the empty name or id is refused, or (auth off) answered
+            return None, REFUSED_FOR  # see below; and soon asked again, in case it was the core that was down
+    # Anything else got past the interceptor: the empty name or id is refused, or (auth off) answered.
+    # UNAVAILABLE too: a replica answers it for a worker it does not hold, and when the core is
+    # really unreachable the route's own call says so (the core still checks the token there).
+    return None, ACCEPTED_FOR
 
 
 class HeaderAuth:
@@ -177,8 +183,8 @@ class HeaderAuth:
         """The core's answer for ``token`` (remembered for a while): None when it may call."""
         known, refusal = self.cache.get(role, token)
         if not known:
-            refusal = await probe(scope["app"].state.core, role, token)
-            self.cache.put(role, token, refusal)
+            refusal, ttl = await probe(scope["app"].state.core, role, token)
+            self.cache.put(role, token, refusal, ttl)
         return refusal
 
 

@@ -22,7 +22,7 @@ from flux.errors import (
 )
 from flux.v1 import resources_pb2
 from gateway import schema
-from gateway.auth import REMEMBERED, TokenCache, bearer_token
+from gateway.auth import ACCEPTED_FOR, REFUSED_FOR, REMEMBERED, TokenCache, bearer_token
 from gateway.connections import RESERVED_FDS, AcceptFailures, HttpLimits, fit_to_open_files
 
 
@@ -53,17 +53,17 @@ def test_grpc_metadata_bearer_takes_the_scheme_in_any_case(scheme: str) -> None:
 def test_token_cache_remembers_by_role_for_a_while_and_stays_bounded() -> None:
     now = [0.0]
     cache = TokenCache(size=3, clock=lambda: now[0])
-    cache.put(Role.CLIENT, "good", None)
-    cache.put(Role.CLIENT, "bad", InvalidArgument("no"))
+    cache.put(Role.CLIENT, "good", None, ACCEPTED_FOR)
+    cache.put(Role.CLIENT, "bad", InvalidArgument("no"), REFUSED_FOR)
     assert cache.get(Role.CLIENT, "good") == (True, None)
     assert cache.get(Role.WORKER, "good") == (False, None)  # a token is checked per role
     known, refusal = cache.get(Role.CLIENT, "bad")
     assert known and isinstance(refusal, InvalidArgument)
-    now[0] = 10.0  # refusals are forgotten sooner than acceptances
+    now[0] = REFUSED_FOR + 1  # refusals are forgotten sooner than acceptances
     assert cache.get(Role.CLIENT, "bad") == (False, None)
     assert cache.get(Role.CLIENT, "good") == (True, None)
     for i in range(5):
-        cache.put(Role.WORKER, f"t{i}", None)
+        cache.put(Role.WORKER, f"t{i}", None, ACCEPTED_FOR)
     assert cache.get(Role.CLIENT, "good") == (False, None)  # evicted, oldest first
     assert cache.get(Role.WORKER, "t4") == (True, None)
     assert REMEMBERED >= 1024
