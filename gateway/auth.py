@@ -117,12 +117,8 @@ async def probe(core: Core, role: Role, token: str) -> tuple[FluxError | None, f
         if exc.code() == grpc.StatusCode.UNAUTHENTICATED:
             return from_rpc(exc), REFUSED_FOR
         if exc.code() == grpc.StatusCode.PERMISSION_DENIED:
-            # The core's text names the probe's rpc, which the caller never called.
-            other = Role.CLIENT if role is Role.WORKER else Role.WORKER
-            refusal = PermissionDenied(
-                f"this route takes the {role.value} token, not the {other.value} token"
-            )
-            return refusal, REFUSED_FOR
+            # The core's text names the probe's rpc, which the caller never called; see _check.
+            return PermissionDenied(""), REFUSED_FOR
         if exc.code() in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED):
             return None, REFUSED_FOR  # see below; and soon asked again, in case it was the core that was down
     # Anything else got past the interceptor: the empty name or id is refused, or (auth off) answered.
@@ -171,6 +167,12 @@ class HeaderAuth:
         if refusal is not None and found is None:
             # Say what is wrong with the header rather than calling the credentials missing.
             raise Unauthenticated(f"the authorization header is not 'Bearer <{guard.role.value} token>'")
+        if isinstance(refusal, PermissionDenied):
+            other = Role.CLIENT if guard.role is Role.WORKER else Role.WORKER
+            route = f"{scope['method']} {scope['path']}"[:200]
+            raise PermissionDenied(
+                f"the {other.value} token cannot call {route}; use the {guard.role.value} token"
+            )
         if refusal is not None:
             raise type(refusal)(str(refusal))  # a fresh exception per request: no shared traceback
         if guard.session and not _has_session(scope, guard.session_in_query):
