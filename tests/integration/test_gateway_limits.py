@@ -233,6 +233,15 @@ def test_a_second_server_on_a_busy_port_ends_in_one_line(server: Cluster) -> Non
         errors = [line for line in second.stderr.splitlines() if line.startswith("error:")]
         assert len(errors) == 1 and what in errors[0] and "in use" in errors[0], second.stderr
         assert "Traceback" not in second.stderr
+    # An extra gateway on the busy HTTP port: the same one line.
+    gateway = subprocess.run(
+        [sys.executable, "-m", "flux", "start", "gateway", "--core", server.address, "--port", str(http_port)],
+        cwd=server.workdir, capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    errors = [line for line in gateway.stderr.splitlines() if line.startswith("error:")]
+    assert gateway.returncode != 0 and len(errors) == 1 and f"HTTP port {http_port}" in errors[0], (
+        gateway.stderr
+    )
     # The first server never noticed.
     assert len(_grpc_status(server).workers) == 0
 
