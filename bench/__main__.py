@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from bench import dashboard, dispatch, loaded, matching, memory, replicas
+from bench import attacks, dashboard, dispatch, loaded, matching, memory, replicas
 
 BENCHES = {
     "matching": matching.main,
@@ -13,6 +13,7 @@ BENCHES = {
     "memory": memory.main,
     "loaded": loaded.main,
     "dashboard": dashboard.main,
+    "attacks": attacks.main,
 }
 
 

@@ -108,10 +108,12 @@ def caller_token(
 
 
 def bearer(metadata: object) -> str:
-    """The token of an ``authorization: Bearer …`` entry, or ""."""
+    """The token of an ``authorization: Bearer …`` entry (scheme in any case, RFC 9110), or ""."""
     for key, value in metadata or ():  # type: ignore[attr-defined]
-        if key == "authorization" and isinstance(value, str) and value.startswith("Bearer "):
-            return value[len("Bearer ") :].strip()
+        if key == "authorization" and isinstance(value, str):
+            scheme, _, token = value.strip().partition(" ")
+            if scheme.lower() == "bearer":
+                return token.strip()
     return ""
 
 
@@ -183,6 +185,16 @@ LOOPBACK_HOSTS = {"127.0.0.1", "localhost", "::1", "[::1]"}
 
 def is_loopback(host: str) -> bool:
     return host in LOOPBACK_HOSTS or host.startswith("127.")
+
+
+def plaintext_warning(host: str) -> str:
+    """The warning for serving without TLS on ``host``; "" on loopback, where nobody else listens."""
+    if is_loopback(host):
+        return ""
+    return (
+        f"serving without TLS on {host or 'every address'}: bearer tokens and session tokens cross the "
+        "network in clear text; pass --tls-cert and --tls-key, or put a TLS proxy in front"
+    )
 
 
 @dataclass(frozen=True, slots=True)

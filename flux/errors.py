@@ -46,6 +46,10 @@ class Unavailable(FluxError):
     """The server is shutting down or cannot reach its store."""
 
 
+class Unimplemented(FluxError):
+    """No such operation: an rpc this server lacks, or an HTTP method a route does not take."""
+
+
 # error type -> (gRPC status code, HTTP status)
 STATUS: dict[type[FluxError], tuple[grpc.StatusCode, int]] = {
     InvalidArgument: (grpc.StatusCode.INVALID_ARGUMENT, 422),
@@ -56,6 +60,16 @@ STATUS: dict[type[FluxError], tuple[grpc.StatusCode, int]] = {
     PermissionDenied: (grpc.StatusCode.PERMISSION_DENIED, 403),
     ResourceExhausted: (grpc.StatusCode.RESOURCE_EXHAUSTED, 413),
     Unavailable: (grpc.StatusCode.UNAVAILABLE, 503),
+    # 405 rather than 501: over HTTP it is the method of an existing route that is wrong.
+    Unimplemented: (grpc.StatusCode.UNIMPLEMENTED, 405),
+}
+
+# Answers the HTTP server gives before a request reaches the app (no route ran, so no
+# error type applies): HTTP status -> the gRPC status name its body carries.
+BEFORE_THE_APP: dict[int, grpc.StatusCode] = {
+    408: grpc.StatusCode.DEADLINE_EXCEEDED,  # the request head did not arrive in time
+    431: grpc.StatusCode.RESOURCE_EXHAUSTED,  # the request head is over the size cap
+    503: grpc.StatusCode.UNAVAILABLE,  # the connection cap is reached
 }
 
 _BY_GRPC_CODE = {code: error for error, (code, _) in STATUS.items()}
@@ -66,6 +80,21 @@ def status_of(error: FluxError) -> tuple[grpc.StatusCode, int]:
         if cls in STATUS:
             return STATUS[cls]  # type: ignore[index]
     return grpc.StatusCode.INTERNAL, 500
+
+
+def from_http_status(status: int, message: str) -> FluxError:
+    """The error an HTTP-layer refusal (unknown route, wrong method, unreadable body) stands for.
+
+    400 means the body could not be read as JSON: the same INVALID_ARGUMENT as any other bad
+    input, so it is answered with that error's status. Statuses the table does not name fall
+    back to INVALID_ARGUMENT (4xx) or UNAVAILABLE (5xx).
+    """
+    if status == 400:
+        return InvalidArgument(message)
+    for error, (_, http_status) in STATUS.items():
+        if http_status == status:
+            return error(message)
+    return (Unavailable if status >= 500 else InvalidArgument)(message)
 
 
 def from_grpc_code(code: grpc.StatusCode, message: str) -> FluxError:

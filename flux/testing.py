@@ -90,6 +90,8 @@ class Cluster:
         # Further servers on the same PostgreSQL database: (process, gRPC address, gateway URL).
         self.replicas: list[tuple[subprocess.Popen[str], str, str]] = []
         self._client: FluxClient | None = None
+        # Run in each server process before it starts (e.g. to lower its open-file limit).
+        self.server_preexec: Callable[[], None] | None = None
 
     # ------------------------------------------------------------- processes
 
@@ -105,6 +107,7 @@ class Cluster:
             stdout=subprocess.PIPE if log.startswith(("server", "replica", "gateway")) else handle,
             stderr=handle,
             text=True,
+            preexec_fn=self.server_preexec if log.startswith(("server", "replica")) else None,
         )
         self.processes.append(process)
         return process

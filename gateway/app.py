@@ -15,7 +15,9 @@ from dataclasses import dataclass
 import grpc
 from fastapi import FastAPI
 
-from gateway import clients, cors, dashboard, docs, errors, events, metrics, tickets, workers
+from flux.auth import Role
+from gateway import clients, cors, dashboard, docs, errors, events, health, metrics, tickets, workers
+from gateway.auth import Guard, HeaderAuth
 from gateway.core import Core
 from gateway.limits import BodyLimit
 
@@ -59,7 +61,9 @@ def create_app(settings: GatewaySettings | None = None, channel: grpc.aio.Channe
         description=(
             "Bodies and answers use the proto3 JSON mapping of the `flux.v1` messages with the `.proto` "
             "field names (`execution_id`); 64-bit integers are strings, enums are names. A worker sends "
-            "its session token in the `X-Flux-Session` header. Streams (`/workers/{name}/connect`, "
+            "its session token in the `X-Flux-Session` header. Worker routes take the worker token and "
+            "client routes the API token, as `Authorization: Bearer <token>`; both are checked from the "
+            "headers before the body is read. Streams (`/workers/{name}/connect`, "
             "`/executions/{execution_id}/events`, `/events`) also open with `?ticket=`: a short-lived, "
             "single-use ticket from `POST /tickets`, for clients that cannot set headers (EventSource). "
             'Quantities of bytes (`memory`, `disk`, ...) are an integer or a string such as "8Gi", '
@@ -74,15 +78,31 @@ def create_app(settings: GatewaySettings | None = None, channel: grpc.aio.Channe
     )
     app.state.settings = settings
     app.state.tickets = tickets.TicketBook(settings.ticket_ttl)
-    app.add_middleware(BodyLimit)
-    # Added last, so outermost: refusals (413 included) carry CORS headers too.
-    cors.install(app, settings.cors_origins)
     errors.install(app)
     docs.install(app)
     app.include_router(workers.router)
     app.include_router(clients.router)
     app.include_router(tickets.router)
     app.include_router(events.router)
+    app.include_router(health.router)
     app.include_router(metrics.router)
     dashboard.install(app)
+    # Added in this order, so CORS is outermost (its headers reach refusals too: 401, 413), then a
+    # request is authenticated from its headers, then its body is counted as it streams in;
+    # /healthz, /metrics, /ui and the OpenAPI pages stay open.
+    app.add_middleware(BodyLimit)
+    app.add_middleware(HeaderAuth, guards=_guards())
+    cors.install(app, settings.cors_origins)
     return app
+
+
+def _guards() -> list[tuple[object, Guard]]:
+    guards: list[tuple[object, Guard]] = []
+    for route in workers.router.routes:
+        path = getattr(route, "path", "")
+        session = path != "/workers/register"
+        stream = path.endswith("/connect")
+        guards.append((route, Guard(Role.WORKER, session, session_in_query=stream, ticket=stream)))
+    guards += [(route, Guard(Role.CLIENT)) for route in clients.router.routes]
+    guards += [(route, Guard(None)) for route in tickets.router.routes]
+    return guards

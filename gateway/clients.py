@@ -4,21 +4,22 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 from typing import Annotated
 
 import grpc
 from fastapi import APIRouter, Depends, Path, Query, Request
 from fastapi.responses import JSONResponse, Response
-from grpc_health.v1 import health_pb2
 
 from flux.errors import InvalidArgument
 from flux.v1 import control_pb2
 from gateway import protojson, schema
+from gateway.auth import API_BEARER
+from gateway.bodies import OffLoopJSONRoute, large_json_dumps, to_message
 from gateway.core import Core, core
 from gateway.events import stream_execution
 
-router = APIRouter(tags=["clients"])
+# Every client route takes the API token (checked from the headers by gateway.auth, before the body).
+router = APIRouter(tags=["clients"], dependencies=[Depends(API_BEARER)], route_class=OffLoopJSONRoute)
 
 CoreDep = Annotated[Core, Depends(core)]
 WorkerName = Annotated[str, Path(description="worker name, as in GET /workers", max_length=63)]
@@ -26,8 +27,22 @@ ExecutionId = Annotated[str, Path(description="the id RunWorkflow returned", max
 FINISHED = control_pb2.EXECUTION_STATE_COMPLETED
 
 
+_WHY = {
+    401: "no API token, or not a valid one",
+    403: "a valid token of another kind (the worker token)",
+    404: "no such workflow, execution or worker",
+    409: "the execution has already finished",
+    413: "the body is over the size limit, or the core's queue is full",
+    422: "invalid body, path or query",
+    503: "the core is unreachable",
+}
+
+
 def _refusals(*statuses: int) -> dict[int | str, dict[str, object]]:
-    return {status: {"model": schema.ErrorBody} for status in (*statuses, 422, 503)}
+    return {
+        status: {"model": schema.ErrorBody, "description": _WHY[status]}
+        for status in sorted({401, 403, *statuses, 422, 503})
+    }
 
 
 def _timeout(request: Request) -> float:
@@ -38,12 +53,12 @@ def _answer(message: object, status: int = 200) -> JSONResponse:
     return JSONResponse(protojson.to_dict(message), status_code=status)  # type: ignore[arg-type]
 
 
-@router.post("/workflows", response_model=schema.RegisterWorkflowResponse, responses=_refusals())
+@router.post("/workflows", response_model=schema.RegisterWorkflowResponse, responses=_refusals(413))
 async def register_workflows(
     body: schema.RegisterWorkflowRequest, request: Request, core: CoreDep
 ) -> JSONResponse:
     """Register every workflow of one source file; each registration is a new version."""
-    message = protojson.from_dict(body.to_json_dict(), control_pb2.RegisterWorkflowRequest())
+    message = await to_message(body.to_json_dict(), control_pb2.RegisterWorkflowRequest(), request)
     return _answer(await core.control.RegisterWorkflow(message, timeout=_timeout(request)))
 
 
@@ -57,7 +72,7 @@ async def register_workflows(
             "its events (as GET /executions/{execution_id}/events, the accepted state first)",
         },
         202: {"model": schema.Execution, "description": "accepted, not finished yet"},
-        **_refusals(404),
+        **_refusals(404, 413),
     },
 )
 async def run_workflow(
@@ -74,7 +89,7 @@ async def run_workflow(
     """
     submitted = await core.control.RunWorkflow(
         control_pb2.RunWorkflowRequest(
-            workflow_name=name, input_json=json.dumps(body.input), version=body.version
+            workflow_name=name, input_json=await large_json_dumps(body.input, request), version=body.version
         ),
         timeout=_timeout(request),
     )
@@ -240,16 +255,3 @@ async def forget_worker(
 async def cluster_status(request: Request, core: CoreDep) -> JSONResponse:
     """Workers, pending executions by requirement shape (with explain's summary), counters, latencies."""
     return _answer(await core.control.GetStatus(control_pb2.GetStatusRequest(), timeout=_timeout(request)))
-
-
-@router.get("/healthz", response_model=schema.Health, responses={503: {"model": schema.Health}}, tags=["ops"])
-async def healthz(core: CoreDep) -> JSONResponse:
-    """200 while the core answers its gRPC health check, 503 otherwise."""
-    try:
-        answer = await core.health.Check(health_pb2.HealthCheckRequest(), timeout=2)
-        serving = answer.status == health_pb2.HealthCheckResponse.SERVING
-    except grpc.aio.AioRpcError:
-        serving = False
-    status = "SERVING" if serving else "NOT_SERVING"
-    # Unauthenticated, so it names no internal address.
-    return JSONResponse({"status": status}, status_code=200 if serving else 503)

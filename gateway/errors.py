@@ -9,7 +9,6 @@ the gRPC status name, which tells apart refusals that share an HTTP status
 
 from __future__ import annotations
 
-import http
 import logging
 
 import grpc
@@ -18,7 +17,15 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException
 
-from flux.errors import FluxError, InvalidArgument, Unavailable, from_grpc_code, status_of
+from flux.errors import (
+    FluxError,
+    InvalidArgument,
+    Unauthenticated,
+    Unavailable,
+    from_grpc_code,
+    from_http_status,
+    status_of,
+)
 
 log = logging.getLogger("flux.gateway")
 
@@ -30,9 +37,19 @@ def from_rpc(exc: grpc.aio.AioRpcError) -> FluxError:
     return from_grpc_code(code, exc.details() or code.name)
 
 
-def error_response(error: FluxError) -> JSONResponse:
+# RFC 6750: a 401 names the scheme the caller should use.
+CHALLENGE = 'Bearer realm="flux"'
+
+
+def error_body(code: str, message: str) -> dict[str, dict[str, str]]:
+    return {"error": {"code": code, "message": message}}
+
+
+def error_response(error: FluxError, headers: dict[str, str] | None = None) -> JSONResponse:
     code, status = status_of(error)
-    return JSONResponse({"error": {"code": code.name, "message": str(error)}}, status_code=status)
+    if isinstance(error, Unauthenticated):
+        headers = {"WWW-Authenticate": CHALLENGE, **(headers or {})}
+    return JSONResponse(error_body(code.name, str(error)), status_code=status, headers=headers)
 
 
 def _where(loc: tuple[object, ...]) -> str:
@@ -58,10 +75,6 @@ def install(app: FastAPI) -> None:
 
     @app.exception_handler(HTTPException)
     async def http_error(request: Request, exc: HTTPException) -> JSONResponse:
-        # Unknown routes and wrong methods answer in the same shape as every other refusal.
-        code = http.HTTPStatus(exc.status_code).name
-        return JSONResponse(
-            {"error": {"code": code, "message": str(exc.detail)}},
-            status_code=exc.status_code,
-            headers=exc.headers,
-        )
+        # Unknown routes, wrong methods and unreadable bodies answer in the same shape, with the
+        # code and status of the one table (a body that is not JSON is INVALID_ARGUMENT, 422).
+        return error_response(from_http_status(exc.status_code, str(exc.detail)), exc.headers)

@@ -13,6 +13,8 @@ from typing import Any
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from flux.errors import ResourceExhausted, status_of
+
 # The same ceiling as the core's gRPC messages: nothing larger could be forwarded anyway.
 MAX_BODY_BYTES = 16 * 1024 * 1024
 
@@ -62,17 +64,14 @@ class BodyLimit:
             await self.app(scope, counted, tracked)
 
     async def _refuse(self, send: Send) -> None:
-        body: dict[str, Any] = {
-            "error": {
-                "code": "RESOURCE_EXHAUSTED",
-                "message": f"request body is larger than the {self.limit} byte limit",
-            }
-        }
+        error = ResourceExhausted(f"request body is larger than the {self.limit} byte limit")
+        code, status = status_of(error)
+        body: dict[str, Any] = {"error": {"code": code.name, "message": str(error)}}
         payload = json.dumps(body).encode()
         await send(
             {
                 "type": "http.response.start",
-                "status": 413,
+                "status": status,
                 "headers": [
                     (b"content-type", b"application/json"),
                     (b"content-length", str(len(payload)).encode()),

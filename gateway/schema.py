@@ -10,10 +10,10 @@ silently).
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 from google.protobuf.descriptor import Descriptor, EnumDescriptor, FieldDescriptor
-from pydantic import BaseModel, ConfigDict, Field, create_model
+from pydantic import BaseModel, ConfigDict, Field, StrictInt, StringConstraints, create_model
 
 from flux.v1 import control_pb2, worker_pb2
 from gateway.protojson import QUANTITY_MESSAGES
@@ -52,8 +52,12 @@ def _scalar(field: FieldDescriptor) -> tuple[Any, dict[str, Any]]:
     if t in _UINT32:
         return int, {"ge": 0, "le": 2**32 - 1}
     if t in _INT64:
-        # The proto3 JSON mapping writes 64-bit integers as strings and reads both.
-        return int | str, {}
+        # The proto3 JSON mapping writes 64-bit integers as decimal strings and reads both forms;
+        # the schema says exactly that, not "any string".
+        # (Range is left to the proto parser: JSON schema bounds this large print as inexact floats.)
+        unsigned = t in (FieldDescriptor.TYPE_UINT64, FieldDescriptor.TYPE_FIXED64)
+        digits = Annotated[str, StringConstraints(pattern=_UNSIGNED if unsigned else _SIGNED, max_length=20)]
+        return StrictInt | digits, {}  # strict: a string goes to the pattern, not int's lax parsing
     if t in (FieldDescriptor.TYPE_DOUBLE, FieldDescriptor.TYPE_FLOAT):
         return float, {}
     if t == FieldDescriptor.TYPE_BOOL:
@@ -63,6 +67,10 @@ def _scalar(field: FieldDescriptor) -> tuple[Any, dict[str, Any]]:
     if t == FieldDescriptor.TYPE_MESSAGE:
         return model_of(field.message_type), {}
     return str, {}  # string; bytes are base64 strings in the mapping
+
+
+_SIGNED = r"^-?[0-9]{1,19}$"
+_UNSIGNED = r"^[0-9]{1,20}$"
 
 
 def _field(field: FieldDescriptor) -> tuple[Any, Any]:
@@ -78,8 +86,17 @@ def _field(field: FieldDescriptor) -> tuple[Any, Any]:
     else:
         annotation, constraints = _scalar(field)
         if field.type in _INT64 and field.containing_type.full_name in QUANTITY_MESSAGES:
+            # Bytes also take the Python API's quantities; their parser names a bad one ("8GB").
+            quantity = Annotated[str, StringConstraints(max_length=40)]
+            annotation = StrictInt | quantity
             constraints["description"] = 'bytes: an integer, or a quantity such as "8Gi", "512Mi" or "10G"'
-    return annotation | None, Field(default=None, **constraints)
+    # Optional to leave out, never null: the server refuses `"source": null`, so the schema does too.
+    return annotation, Field(default=None, json_schema_extra=_no_default, **constraints)
+
+
+def _no_default(schema: dict[str, Any]) -> None:
+    # An absent field is the proto3 default (0, "", []), not the null pydantic would print here.
+    schema.pop("default", None)
 
 
 def model_of(

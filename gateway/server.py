@@ -17,6 +17,15 @@ import uvicorn
 from sse_starlette.sse import AppStatus
 
 from gateway.app import GatewaySettings, create_app
+from gateway.connections import (
+    BACKLOG,
+    HttpLimits,
+    bind,
+    fit_to_open_files,
+    guarded_protocol,
+    quiet_accept_failures,
+    raise_open_files_limit,
+)
 
 log = logging.getLogger("flux.gateway")
 
@@ -61,8 +70,15 @@ async def start_gateway(
     grace: float = 2.0,
     channel: grpc.aio.Channel | None = None,
     tls: tuple[str, str] | None = None,
+    limits: HttpLimits | None = None,
 ) -> RunningGateway:
-    """Bind (port 0 picks a free one) and return once uvicorn accepts connections; HTTPS with ``tls``."""
+    """Bind (port 0 picks a free one) and return once uvicorn accepts connections; HTTPS with ``tls``.
+
+    A port that cannot be bound raises OSError naming it, before anything else starts.
+    """
+    limits = fit_to_open_files(limits or HttpLimits(), raise_open_files_limit())
+    quiet_accept_failures()
+    sock = bind(host, port)
     config = uvicorn.Config(
         create_app(settings, channel),
         host=host,
@@ -72,6 +88,9 @@ async def start_gateway(
         lifespan="on",
         timeout_graceful_shutdown=grace,
         ws="none",
+        http=guarded_protocol(limits),
+        timeout_keep_alive=limits.keep_alive,  # type: ignore[arg-type]
+        backlog=BACKLOG,
         ssl_certfile=tls[0] if tls else None,
         ssl_keyfile=tls[1] if tls else None,
     )
@@ -79,9 +98,11 @@ async def start_gateway(
 
     async def serve() -> None:
         try:
-            await server.serve()
-        except SystemExit as exc:  # uvicorn exits the process when it cannot bind; we report it
+            await server.serve(sockets=[sock])
+        except SystemExit as exc:  # uvicorn exits the process when its startup fails; we report it
             raise OSError(f"could not start the gateway on {host}:{port} (see the log above)") from exc
+        finally:
+            sock.close()
 
     task = asyncio.get_running_loop().create_task(serve(), name="flux-gateway")
     while not server.started:

@@ -3,13 +3,16 @@
 The worker's session token (from ``POST /workers/register``) travels in the
 ``X-Flux-Session`` header. An EventSource, which cannot set headers, opens
 ``GET /workers/{name}/connect`` with a ``?ticket=`` minted for it instead
-(``gateway.tickets``), so no token goes in a URL. The
+(``gateway.tickets``), so no token goes in a URL. ``?session_token=`` still
+works there but is deprecated (a token in a URL ends up in proxy and access
+logs) and logs a warning. The
 worker name and execution id come from the path, so bodies leave those
 fields out (and are refused if they carry them).
 """
 
 from __future__ import annotations
 
+import logging
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends, Header, Path, Query, Request
@@ -21,21 +24,27 @@ from flux.errors import Unauthenticated
 from flux.server.servicers import TRANSPORT_METADATA
 from flux.v1 import worker_pb2
 from gateway import protojson, schema
+from gateway.auth import SESSION_HEADER, WORKER_BEARER
+from gateway.bodies import OffLoopJSONRoute, to_message
 from gateway.core import Core, core
 from gateway.stream import open_stream, relay
 from gateway.tickets import TicketParam, access_for, worker_scope
 
-SESSION_HEADER = "X-Flux-Session"
+log = logging.getLogger("flux.gateway")
 
-router = APIRouter(prefix="/workers", tags=["workers"])
+# Every worker route takes the worker token (checked from the headers by gateway.auth, before the body).
+router = APIRouter(
+    prefix="/workers", tags=["workers"], dependencies=[Depends(WORKER_BEARER)], route_class=OffLoopJSONRoute
+)
 
 _REFUSALS = {
     status: {"model": schema.ErrorBody, "description": what}
     for status, what in {
-        401: "no session token",
-        403: "the session token does not match the worker",
+        401: "no worker token or session token, or a worker token that is not valid",
+        403: "the API token instead of the worker token, or a session token that does not match the worker",
         404: "unknown worker or execution",
         409: "stale generation, wrong state, or the name is held by a live stream",
+        413: "the body is over the size limit",
         422: "invalid body or path",
         503: "the core is unreachable",
     }.items()
@@ -60,6 +69,23 @@ async def session(
     return _token(x_flux_session)
 
 
+class _Once:
+    """One warning per process: a fleet of EventSource workers must not flood the log."""
+
+    warned = False
+
+
+def _session_in_url(session_token: str | None, x_flux_session: str | None) -> str | None:
+    if session_token and not x_flux_session and not _Once.warned:
+        _Once.warned = True
+        log.warning(
+            "a worker sent its session token as ?session_token= in the URL, where proxies and access "
+            "logs keep it; this form is deprecated: send the %s header, or open the stream with a ticket",
+            SESSION_HEADER,
+        )
+    return x_flux_session or session_token
+
+
 Token = Annotated[str, Depends(session)]
 
 
@@ -74,7 +100,7 @@ def _answer(message: object) -> JSONResponse:
 @router.post("/register", response_model=schema.RegisterResponse, responses=_REFUSALS)
 async def register(body: schema.RegisterRequest, request: Request, core: CoreDep) -> JSONResponse:
     """Announce a worker and what it offers; the answer's `session_token` goes in `X-Flux-Session`."""
-    message = protojson.from_dict(body.to_json_dict(), worker_pb2.RegisterRequest())
+    message = await to_message(body.to_json_dict(), worker_pb2.RegisterRequest(), request)
     answer = await core.workers.Register(
         message, metadata=((TRANSPORT_METADATA, "sse"),), timeout=_timeout(request)
     )
@@ -101,7 +127,14 @@ async def connect(
     request: Request,
     ticket: TicketParam = None,
     x_flux_session: Annotated[str | None, Header(description="session token from register")] = None,
-    session_token: Annotated[str | None, Query(description="deprecated: use ?ticket=")] = None,
+    session_token: Annotated[
+        str | None,
+        Query(
+            description="deprecated: a token in a URL reaches proxy and access logs; use the "
+            "X-Flux-Session header or ?ticket=",
+            deprecated=True,
+        ),
+    ] = None,
 ) -> EventSourceResponse:
     """The dispatch stream. Closing it ends the worker's stream on the core; the core ending it closes it.
 
@@ -109,7 +142,7 @@ async def connect(
     """
     settings = request.app.state.settings
     access = access_for(request, worker_scope(name), ticket)
-    token = _token(access.session_token if ticket else x_flux_session or session_token)
+    token = _token(access.session_token if ticket else _session_in_url(session_token, x_flux_session))
     core = request.app.state.core.for_caller(access.authorization)
     call, connected = await open_stream(core.workers, name, token, settings.connect_timeout)
     return EventSourceResponse(
@@ -126,7 +159,7 @@ async def report_resources(
     name: WorkerName, body: schema.ReportResourcesBody, token: Token, request: Request, core: CoreDep
 ) -> JSONResponse:
     """Replace the worker's observed resources (and software, when given); `draining` stops new dispatch."""
-    message = protojson.from_dict(body.to_json_dict(), worker_pb2.ReportResourcesRequest())
+    message = await to_message(body.to_json_dict(), worker_pb2.ReportResourcesRequest(), request)
     message.name, message.session_token = name, token
     return _answer(await core.workers.ReportResources(message, timeout=_timeout(request)))
 
@@ -135,7 +168,7 @@ async def _for_execution(
     rpc: Any, message: Any, body: Any, name: str, token: str, execution_id: str, request: Request
 ) -> JSONResponse:
     """Claim, complete and release: the body, plus who is asking and about which execution."""
-    message = protojson.from_dict(body.to_json_dict(), message)
+    message = await to_message(body.to_json_dict(), message, request)
     message.name, message.session_token, message.execution_id = name, token, execution_id
     return _answer(await rpc(message, timeout=_timeout(request)))
 

@@ -52,6 +52,18 @@ def _positive_int(flag: str):  # type: ignore[no-untyped-def]
     return parse
 
 
+def _count(flag: str):  # type: ignore[no-untyped-def]
+    whole = _positive_int(flag)
+
+    def parse(text: str) -> int:
+        value = whole(text)
+        if value < 1:
+            raise argparse.ArgumentTypeError(f"{flag} must be >= 1; got {value}")
+        return value
+
+    return parse
+
+
 def _quantity(flag: str):  # type: ignore[no-untyped-def]
     def parse(text: str) -> int:
         try:
@@ -148,6 +160,16 @@ def build_parser() -> argparse.ArgumentParser:
             "for several (default: none, no CORS)",
         )  # fmt: skip
 
+    def with_http_limits(p: argparse.ArgumentParser) -> None:
+        p.add_argument(
+            "--http-head-timeout", type=_seconds("--http-head-timeout"), default=10.0, metavar="S",
+            help="seconds an HTTP request's headers may take to arrive before 408 (default 10)",
+        )  # fmt: skip
+        p.add_argument(
+            "--http-max-connections", type=_count("--http-max-connections"), default=1000, metavar="N",
+            help="open HTTP connections (SSE streams included) before new ones get 503 (default 1000)",
+        )  # fmt: skip
+
     start = commands.add_parser("start", help="run a server or a worker").add_subparsers(
         dest="what", required=True, metavar="WHAT"
     )
@@ -215,6 +237,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--max-worker-metadata", type=_quantity("--max-worker-metadata"), metavar="BYTES",
         help="bytes of labels, packages, markers and GPU names one worker may advertise (default 256Ki)",
     )  # fmt: skip
+    with_http_limits(server)
     with_tls(server)
     with_log_format(server)
     server.set_defaults(run=_start_server)
@@ -231,6 +254,7 @@ def build_parser() -> argparse.ArgumentParser:
     )  # fmt: skip
     gateway.add_argument("--ca", help="CA bundle (PEM) to verify the core's TLS certificate")
     with_cors(gateway)
+    with_http_limits(gateway)
     with_tls(gateway)
     with_log_format(gateway)
     gateway.set_defaults(run=_start_gateway)
@@ -425,6 +449,7 @@ def _start_server(args: argparse.Namespace) -> int:
         tokens=None if args.insecure else _server_tokens(args),
         tls=_tls(args),
         cors_origins=tuple(args.cors_origin),
+        http_limits=_http_limits(args),
     )
     from flux.store.base import StoreError
 
@@ -456,6 +481,12 @@ def _tls(args: argparse.Namespace) -> tuple[str, str] | None:
     return (args.tls_cert, args.tls_key) if args.tls_cert else None
 
 
+def _http_limits(args: argparse.Namespace):  # type: ignore[no-untyped-def]
+    from gateway.connections import HttpLimits
+
+    return HttpLimits(head_timeout=args.http_head_timeout, max_connections=args.http_max_connections)
+
+
 def _client(args: argparse.Namespace) -> FluxClient:
     from flux.auth import Credentials, Role
 
@@ -466,6 +497,7 @@ def _client(args: argparse.Namespace) -> FluxClient:
 def _start_gateway(args: argparse.Namespace) -> int:
     import signal
 
+    from flux.auth import plaintext_warning
     from gateway import GatewaySettings, start_gateway
 
     async def run() -> None:
@@ -479,7 +511,10 @@ def _start_gateway(args: argparse.Namespace) -> int:
             core_ca=args.ca,
             cors_origins=tuple(args.cors_origin),
         )
-        running = await start_gateway(settings, args.host, args.port, tls=_tls(args))
+        tls = _tls(args)
+        running = await start_gateway(settings, args.host, args.port, tls=tls, limits=_http_limits(args))
+        if tls is None and (warning := plaintext_warning(args.host)):
+            logging.getLogger("flux.gateway").warning(warning)
         # Same line as `flux start server` prints for its gateway; scripts read the port from it.
         logs.emit(f"flux gateway listening on {running.url}", logger="flux.gateway", http=running.url)
         logging.getLogger("flux.gateway").info("fronting the core at %s", args.core)

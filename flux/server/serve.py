@@ -8,11 +8,12 @@ import signal
 import uuid
 from dataclasses import dataclass, field, replace
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 
-from flux.auth import AuthInterceptor, Tokens, is_loopback
+from flux.auth import AuthInterceptor, Tokens, is_loopback, plaintext_warning
 from flux.dispatcher.core import Dispatcher, Settings
 from flux.observe import logs
 from flux.server.interceptors import DecodeGuard
@@ -20,6 +21,9 @@ from flux.server.introspection import Health, enable_reflection
 from flux.server.local import LocalChannel, LocalRegistry
 from flux.server.servicers import ControlService, WorkerService
 from flux.v1 import control_pb2, control_pb2_grpc, worker_pb2, worker_pb2_grpc
+
+if TYPE_CHECKING:
+    from gateway.connections import HttpLimits
 
 log = logging.getLogger("flux.server")
 
@@ -41,6 +45,8 @@ class ServerConfig:
     tls: tuple[str, str] | None = None
     # Origins whose pages may call the gateway (--cors-origin).
     cors_origins: tuple[str, ...] = ()
+    # What one HTTP connection may cost; None keeps the gateway's defaults.
+    http_limits: HttpLimits | None = None
 
 
 def is_postgres(url: str) -> bool:
@@ -104,6 +110,9 @@ async def start_server(config: ServerConfig) -> RunningServer:
             ("grpc.keepalive_timeout_ms", 10_000),
             ("grpc.http2.min_ping_interval_without_data_ms", 5_000),
             ("grpc.keepalive_permit_without_calls", 1),
+            # grpc sets SO_REUSEPORT by default: a second server on a busy port would bind beside
+            # the first and share its traffic. Off, a busy port fails the start instead.
+            ("grpc.so_reuseport", 0),
         ],
     )
     workers, control, health_servicer = (
@@ -123,14 +132,20 @@ async def start_server(config: ServerConfig) -> RunningServer:
     )
     enable_reflection(services, server)
     address = f"{config.host}:{config.grpc_port}"
-    if config.tls is not None:
-        cert, key = (Path(p).read_bytes() for p in config.tls)
-        port = server.add_secure_port(address, grpc.ssl_server_credentials([(key, cert)]))
-    else:
-        port = server.add_insecure_port(address)
+    try:
+        if config.tls is not None:
+            cert, key = (Path(p).read_bytes() for p in config.tls)
+            port = server.add_secure_port(address, grpc.ssl_server_credentials([(key, cert)]))
+        else:
+            port = server.add_insecure_port(address)
+    except RuntimeError:  # what grpc raises for a port it cannot bind (not OSError)
+        port = 0
     if port == 0:
         await dispatcher.stop()
-        raise OSError(f"could not bind gRPC to {config.host}:{config.grpc_port}")
+        raise OSError(
+            f"the gRPC port {config.grpc_port} on {config.host} is already in use or cannot be bound "
+            "(is another flux server running? pick another with --grpc-port)"
+        )
     await server.start()
     await dispatcher.serving(f"{config.host}:{port}")
     for name in ("", *services[:2]):
@@ -149,6 +164,8 @@ async def serve(config: ServerConfig) -> None:
     for signum in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(signum, stop.set)
     running = await start_server(config)
+    if config.tls is None and (warning := plaintext_warning(config.host)):
+        log.warning(warning)
     # Tests and scripts read the bound ports from these lines (port 0 picks one).
     db = config.db
     if is_postgres(db):
@@ -170,8 +187,9 @@ async def serve(config: ServerConfig) -> None:
                 core=core, ping_interval=config.dispatcher.ping_interval, cors_origins=config.cors_origins
             )
             gateway = await start_gateway(
-                settings, config.host, config.http_port, channel=running.local_channel(), tls=config.tls
-            )
+                settings, config.host, config.http_port, channel=running.local_channel(), tls=config.tls,
+                limits=config.http_limits,
+            )  # fmt: skip
             logs.emit(f"flux gateway listening on {gateway.url}", logger=log.name, http=gateway.url)
         await stop.wait()
         log.info("shutting down")

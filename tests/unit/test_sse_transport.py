@@ -15,6 +15,7 @@ from flux.errors import (
     ResourceExhausted,
     Unauthenticated,
     Unavailable,
+    Unimplemented,
 )
 from flux.v1 import worker_pb2
 from flux.worker.sse_transport import _event, error_from_response
@@ -39,7 +40,8 @@ def body(code: str, message: str = "why") -> bytes:
         pytest.param(422, body("INVALID_ARGUMENT"), InvalidArgument, id="422"),
         pytest.param(422, b'{"detail": []}', InvalidArgument, id="422 foreign body"),
         pytest.param(404, b"<html>proxy page</html>", NotFound, id="404 not JSON"),
-        pytest.param(405, body("METHOD_NOT_ALLOWED"), InvalidArgument, id="405"),
+        pytest.param(405, body("UNIMPLEMENTED"), Unimplemented, id="405"),
+        pytest.param(405, body("METHOD_NOT_ALLOWED"), Unimplemented, id="405 from an older gateway"),
         pytest.param(500, b"Internal Server Error", Unavailable, id="500"),
         pytest.param(502, b"bad gateway", Unavailable, id="502 from a proxy"),
         pytest.param(503, body("UNAVAILABLE"), Unavailable, id="503"),

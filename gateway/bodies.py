@@ -1,0 +1,65 @@
+"""JSON bodies decoded and converted off the event loop once they are large.
+
+The gateway beside the core shares its event loop: decoding a 14 MiB body
+there (about 60 ms) and converting it to protobuf (``json_format`` is pure
+Python: close to a second for a 14 MiB string) would stall every gRPC call
+and every SSE stream for as long. On a thread the loop keeps running: the
+decoder holds the GIL only while in C, and the converter gives it up every
+switch interval. Small bodies, nearly all of them, are handled in place,
+where a thread hop would cost more than the work.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import Callable, Coroutine
+from typing import Any, TypeVar
+
+from fastapi import Request, Response
+from fastapi.routing import APIRoute
+from google.protobuf.message import Message
+
+from gateway import protojson
+
+M = TypeVar("M", bound=Message)
+
+# Above this many bytes a body is decoded on a worker thread.
+OFF_LOOP_BYTES = 256 * 1024
+
+
+class OffLoopJSONRequest(Request):
+    async def json(self) -> Any:
+        if not hasattr(self, "_decoded"):
+            body = await self.body()
+            if len(body) > OFF_LOOP_BYTES:
+                self._decoded = await asyncio.to_thread(json.loads, body)
+            else:
+                self._decoded = json.loads(body)
+        return self._decoded
+
+
+class OffLoopJSONRoute(APIRoute):
+    """Routes whose request decodes large JSON bodies on a thread (FastAPI's custom route class hook)."""
+
+    def get_route_handler(self) -> Callable[[Request], Coroutine[Any, Any, Response]]:
+        handler = super().get_route_handler()
+
+        async def off_loop(request: Request) -> Response:
+            return await handler(OffLoopJSONRequest(request.scope, request.receive))
+
+        return off_loop
+
+
+async def large_json_dumps(value: Any, request: Request) -> str:
+    """``json.dumps(value)``, on a thread when the request that carried it was large."""
+    if len(await request.body()) > OFF_LOOP_BYTES:
+        return await asyncio.to_thread(json.dumps, value)
+    return json.dumps(value)
+
+
+async def to_message(value: Any, message: M, request: Request) -> M:
+    """``protojson.from_dict(value, message)``, on a thread when the request that carried it was large."""
+    if len(await request.body()) > OFF_LOOP_BYTES:
+        return await asyncio.to_thread(protojson.from_dict, value, message)
+    return protojson.from_dict(value, message)
