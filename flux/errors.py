@@ -7,7 +7,10 @@ transport.
 
 from __future__ import annotations
 
-import grpc
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # grpc loads only where a status code is built: domain code imports this module
+    import grpc
 
 
 class FluxError(Exception):
@@ -46,28 +49,31 @@ class Unavailable(FluxError):
     """The server is shutting down or cannot reach its store."""
 
 
-# error type -> (gRPC status code, HTTP status)
-STATUS: dict[type[FluxError], tuple[grpc.StatusCode, int]] = {
-    InvalidArgument: (grpc.StatusCode.INVALID_ARGUMENT, 422),
-    NotFound: (grpc.StatusCode.NOT_FOUND, 404),
-    AlreadyExists: (grpc.StatusCode.ALREADY_EXISTS, 409),
-    FailedPrecondition: (grpc.StatusCode.FAILED_PRECONDITION, 409),
-    Unauthenticated: (grpc.StatusCode.UNAUTHENTICATED, 401),
-    PermissionDenied: (grpc.StatusCode.PERMISSION_DENIED, 403),
-    ResourceExhausted: (grpc.StatusCode.RESOURCE_EXHAUSTED, 413),
-    Unavailable: (grpc.StatusCode.UNAVAILABLE, 503),
+# error type -> (gRPC status code name, HTTP status); names, so that no grpc import is needed here.
+STATUS: dict[type[FluxError], tuple[str, int]] = {
+    InvalidArgument: ("INVALID_ARGUMENT", 422),
+    NotFound: ("NOT_FOUND", 404),
+    AlreadyExists: ("ALREADY_EXISTS", 409),
+    FailedPrecondition: ("FAILED_PRECONDITION", 409),
+    Unauthenticated: ("UNAUTHENTICATED", 401),
+    PermissionDenied: ("PERMISSION_DENIED", 403),
+    ResourceExhausted: ("RESOURCE_EXHAUSTED", 413),
+    Unavailable: ("UNAVAILABLE", 503),
 }
 
 _BY_GRPC_CODE = {code: error for error, (code, _) in STATUS.items()}
 
 
 def status_of(error: FluxError) -> tuple[grpc.StatusCode, int]:
+    import grpc
+
     for cls in type(error).__mro__:
         if cls in STATUS:
-            return STATUS[cls]  # type: ignore[index]
+            code, http = STATUS[cls]  # type: ignore[index]
+            return grpc.StatusCode[code], http
     return grpc.StatusCode.INTERNAL, 500
 
 
 def from_grpc_code(code: grpc.StatusCode, message: str) -> FluxError:
     """Rebuild the domain error a server sent, for clients (the inverse of ``STATUS``)."""
-    return _BY_GRPC_CODE.get(code, Unavailable)(message)
+    return _BY_GRPC_CODE.get(code.name, Unavailable)(message)

@@ -1,57 +1,52 @@
-"""One of several server replicas sharing a PostgreSQL database.
+"""One of several server replicas sharing a PostgreSQL database: the shared strategies.
 
 The matching is the same as on a single server (``Dispatcher``); what changes
-is who may act on an execution:
+is who may act on an execution, and that is all injected (``shared(store)``):
 
-- **Pending work is shared.** Each replica mirrors the queue of CREATED rows
-  (announced by ``NOTIFY flux_pending``, reread on every safety tick) and
-  places it on *its own* workers. A placement is reserved locally at once, then
-  claimed in the database (``SELECT … FOR UPDATE SKIP LOCKED``); only a claimed
-  row is sent to the worker. A row another replica claimed first is dropped
-  from the mirror and the worker's reservation is freed.
-- **A worker belongs to the replica holding its stream**, and so do the
-  executions dispatched to it; that replica alone reserves the worker's
-  resources, so capacity holds across replicas. A worker that reconnects to
-  another replica (its own died, or the network moved it) is *adopted* there
-  with its executions; the old replica hears ``NOTIFY flux_workers`` and lets go.
+- **Pending work is shared** (``SharedFeed``). Each replica mirrors the queue
+  of CREATED rows (announced by ``NOTIFY flux_pending``, reread on every safety
+  tick) and places it on *its own* workers.
+- **Placements are claimed** (``SharedBinder``). A placement is reserved
+  locally at once, then claimed in the database (``SELECT … FOR UPDATE SKIP
+  LOCKED``); only a claimed row is sent to the worker. A row another replica
+  claimed first is dropped from the mirror and the reservation is freed.
+- **A worker belongs to the replica holding its stream** (``SharedFleet``),
+  and so do the executions dispatched to it; that replica alone reserves the
+  worker's resources, so capacity holds across replicas. A worker that
+  reconnects to another replica is *adopted* there with its executions; the old
+  replica hears ``NOTIFY flux_workers`` and lets go. Every replica publishes its
+  workers to the database directory, so each sees (explains against, counts in
+  status) the whole fleet.
 - **Writes are guarded.** A write to an owned row that someone else changed
-  (cancelled through another replica, swept after this one looked dead) fails
-  with ``Conflict``, and this replica forgets the execution (``_forget``).
+  fails with ``Conflict``, and this replica drops the execution
+  (``Dispatcher.drop_stale``, through the table's one save path).
 - **Dead replicas are swept.** Replicas heartbeat; one live replica at a time
-  requeues the work of replicas silent for longer than the grace period (the
-  time their workers had to reconnect elsewhere and be adopted).
+  requeues the work of replicas silent for longer than the grace period.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import functools
-import heapq
 import logging
 import time
-from collections.abc import AsyncIterator, Callable, Iterable
-from types import MappingProxyType
-from typing import Any
+from collections.abc import Coroutine
+from typing import TYPE_CHECKING, Any
 
-from flux.dispatcher.core import (
-    Dispatcher,
-    Settings,
-    Why,
-    WorkerRegistration,
-    _check_id,
-    _same_token,
-    _with_input,
-    name_held,
-)
-from flux.dispatcher.session import Cancelled, Session
-from flux.dispatcher.workers import Elsewhere, WorkerEntry
+from flux.dispatcher.directory import entry_of, info_of, load_of
+from flux.dispatcher.limits import name_held, same_token
+from flux.dispatcher.modes import Modes
+from flux.dispatcher.registry import WorkerRegistration, placeholder
+from flux.dispatcher.workers import WorkerEntry
 from flux.domain.execution import Execution, ExecutionError, State, WorkflowRef
-from flux.domain.worker import Gpu, WorkerResources, WorkerSoftware
 from flux.errors import AlreadyExists, FailedPrecondition, NotFound, Unavailable
-from flux.matching import DEFAULT_CAPACITY, Amounts, Placement, Shape, WorkerView, explain
-from flux.store.base import Conflict, PendingRef
-from flux.store.postgres import PostgresStore, parse_pending
+from flux.store import notices
+from flux.store.base import PendingRef
+
+if TYPE_CHECKING:
+    from flux.dispatcher.core import Dispatcher
+    from flux.matching import Placement
+    from flux.store.postgres import PostgresStore
 
 log = logging.getLogger("flux.replica")
 
@@ -60,67 +55,68 @@ HEARTBEAT = 1.0
 REPLICA_TIMEOUT = 5.0
 # How often a watcher of an execution held by another replica rereads it, besides NOTIFY wake-ups.
 WATCH_POLL = 1.0
+# After a failed requeue write, try again this much later.
+REQUEUE_RETRY = 1.0
 
 
-class ReplicaDispatcher(Dispatcher):
-    store: PostgresStore
+def shared(store: PostgresStore) -> Modes:
+    """The strategies of one replica among several on ``store``'s database."""
+    tasks = Background()
+    binder = SharedBinder(store)
+    fleet = SharedFleet(store, tasks, binder)
+    return Modes(binder, SharedFeed(store, tasks, binder, fleet), fleet)
 
-    def __init__(
-        self, store: PostgresStore, settings: Settings | None = None, clock: Callable[[], float] = time.time
-    ):
-        super().__init__(store, settings, clock)
-        self.replica_id = store.replica_id
-        self._claiming: set[str] = set()
-        self._wakeups: dict[str, asyncio.Event] = {}
-        self._replica_task: asyncio.Task[None] | None = None
-        self._background: set[asyncio.Task[Any]] = set()
 
-    # ----------------------------------------------------------------- lifecycle
+class Background:
+    """Fire-and-forget database calls, logged when they fail and cancelled at stop."""
 
-    async def start(self) -> None:
-        self.store.subscribe(self._on_notify)
-        await super().start()
-        self._replica_task = asyncio.get_running_loop().create_task(self._replica_loop())
+    def __init__(self) -> None:
+        self._tasks: set[asyncio.Task[Any]] = set()
 
-    async def serving(self, address: str) -> None:
-        await self.store.announce(address)
-
-    async def stop(self) -> None:
-        if self._replica_task is not None:
-            self._replica_task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._replica_task
-        for task in list(self._background):
-            task.cancel()
-        await super().stop()
-
-    def _spawn(self, coro: Any) -> None:
+    def spawn(self, coro: Coroutine[Any, Any, Any]) -> None:
         task = asyncio.get_running_loop().create_task(coro)
-        self._background.add(task)
-        task.add_done_callback(self._background.discard)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
         task.add_done_callback(_log_failure)
 
-    def _take_seq(self) -> int:
-        # Time-based, so submissions to different replicas interleave in the shared queue.
-        self._next_seq = max(self._next_seq + 1, time.time_ns() // 1000)
-        return self._next_seq
+    def cancel(self) -> None:
+        for task in list(self._tasks):
+            task.cancel()
 
-    # ----------------------------------------------------------------- dispatch
 
-    def _dispatch(
-        self, shapes: list[Shape] | None = None, workers: Iterable[WorkerEntry] | None = None
-    ) -> int:
-        placements = self._place(shapes, workers)
-        if not placements:
-            return 0
-        self._claiming.update(p.execution_id for p in placements)
-        claim = self.store.claim(
-            [(p.execution_id, p.worker, p.gpu_indices) for p in placements], self.clock()
-        )
-        claim.add_done_callback(functools.partial(self._claimed, placements))
-        return len(placements)
+# ----------------------------------------------------------------- binding
 
-    def _claimed(self, placements: list[Placement], future: asyncio.Future[dict[str, Execution]]) -> None:
+
+class SharedBinder:
+    """Reserve here, claim in the database, then push; unreserve on a miss."""
+
+    d: Dispatcher
+
+    def __init__(self, store: PostgresStore):
+        self.store = store
+        # Placed and reserved here, claim in flight: neither pending nor dispatched yet.
+        self.claiming: set[str] = set()
+
+    def attach(self, d: Dispatcher) -> None:
+        self.d = d
+
+    def bind(self, placements: list[Placement]) -> None:
+        d, now = self.d, self.d.clock()
+        self.claiming.update(p.execution_id for p in placements)
+        wanted = [
+            d.table.unfinished[p.execution_id].evolve(
+                state=State.SCHEDULED, worker=p.worker, gpu_indices=p.gpu_indices, updated_at=now
+            )
+            for p in placements
+        ]
+        claim = self.store.claim(wanted)
+        if claim.done():  # a store nobody shares answers at once: no extra loop step
+            self.claimed(placements, claim)
+        else:
+            claim.add_done_callback(lambda future: self.claimed(placements, future))
+
+    def claimed(self, placements: list[Placement], future: asyncio.Future[dict[str, Execution]]) -> None:
+        d = self.d
         rows: dict[str, Execution] | None = None
         if future.cancelled():
             pass
@@ -128,23 +124,22 @@ class ReplicaDispatcher(Dispatcher):
             log.error("claiming %d executions failed: %s", len(placements), future.exception())
         else:
             rows = future.result()
-        now = self.clock()
         freed: dict[str, WorkerEntry] = {}
         for placement in placements:
             execution_id = placement.execution_id
-            self._claiming.discard(execution_id)
-            entry = self._workers.get(placement.worker)
-            current = self._executions.get(execution_id)
+            self.claiming.discard(execution_id)
+            entry = d.registry.get(placement.worker)
+            current = d.table.get(execution_id)
             row = rows.get(execution_id) if rows is not None else None
             if row is None:
-                # After a failed claim the safety tick retries: no hot loop against a database that is down.
+                # Unreserve. After a failed claim the safety tick retries: no hot loop against a database that is down.
                 if entry is not None and entry.release(execution_id) and rows is not None:
                     freed[entry.name] = entry
                 if current is not None and current.state is State.CREATED:
                     if rows is None:  # the claim itself failed: nothing changed, back in line
-                        self._queue.add(execution_id, placement.shape, current.seq)
+                        d.queue.add(execution_id, placement.shape, current.seq)
                     else:  # another replica has it, or it was cancelled
-                        del self._executions[execution_id]
+                        d.table.drop(execution_id)
                 continue
             if current is None:
                 # Cancelled while the claim was in flight (the cancel committed after it).
@@ -153,190 +148,14 @@ class ReplicaDispatcher(Dispatcher):
                 continue
             if entry is None or not entry.dispatchable or execution_id not in entry.holdings:
                 # The worker left or moved while the claim was in flight: give the row back.
-                self._executions[execution_id] = row
-                self._requeue(row, entry, next_attempt=False)
+                d.table.set(row)
+                d.requeue(row, entry, next_attempt=False)
                 continue
-            self._send(row, entry, placement.shape.requests, now)
+            d.push(row, entry, placement)
         if freed:
-            self._dispatch(workers=freed.values())
+            d.place(workers=freed.values())
 
-    def _back_in_line(self, requeued: Execution) -> None:
-        # Queue it here only once the row is CREATED again: a claim before that would fail.
-        future = self.store.save(requeued)
-        future.add_done_callback(functools.partial(self._requeue_saved, requeued))
-
-    def _requeue_saved(self, requeued: Execution, future: asyncio.Future[None]) -> None:
-        execution_id = requeued.execution_id
-        if future.cancelled():
-            return
-        exc = future.exception()
-        if isinstance(exc, Conflict):
-            self._forget(execution_id)
-            return
-        if exc is not None:
-            log.error("requeueing %s failed (%s); retrying", execution_id, exc)
-            asyncio.get_running_loop().call_later(1.0, self._retry_requeue, requeued)
-            return
-        if self._executions.get(execution_id) is requeued:
-            shape = self._shape_of(requeued)
-            self._queue.add(execution_id, shape, requeued.seq)
-            self._dispatch(shapes=[shape])
-
-    def _retry_requeue(self, requeued: Execution) -> None:
-        if self._executions.get(requeued.execution_id) is requeued:
-            self._back_in_line(requeued)
-
-    def _forget(self, execution_id: str) -> None:
-        execution = self._executions.pop(execution_id, None)
-        self._queue.remove(execution_id)
-        self._committing.pop(execution_id, None)
-        if execution is not None and execution.worker:
-            entry = self._workers.get(execution.worker)
-            if entry is not None and entry.release(execution_id):
-                self._dispatch(workers=[entry])
-        self._wake(execution_id)
-
-    def _lose_worker(self, entry: WorkerEntry, why: str) -> list[Shape]:
-        for execution_id in list(entry.holdings):
-            if execution_id in self._claiming:
-                entry.release(execution_id)  # _claimed gives the row back when its claim lands
-        return super()._lose_worker(entry, why)
-
-    # ----------------------------------------------------------------- executions
-
-    def _current(self, execution_id: str) -> Execution | None:
-        """What this replica knows first-hand: executions on its own workers (the mirror may be stale)."""
-        committing = self._committing.get(execution_id)
-        if committing is not None:
-            return committing
-        execution = self._executions.get(execution_id)
-        if execution is not None and execution.state is not State.CREATED:
-            return execution
-        return None
-
-    async def watch(self, execution_id: str) -> AsyncIterator[Execution]:
-        current = await self.get(execution_id)
-        input_json = current.input_json  # read once: an input never changes
-        yield current
-        wakeup = self._wakeups.setdefault(execution_id, asyncio.Event())
-        updates: asyncio.Queue[Execution] = asyncio.Queue()
-        watchers = self._watchers.setdefault(execution_id, set())
-        watchers.add(updates)
-        try:
-            while not current.state.finished:
-                getter = asyncio.ensure_future(updates.get())
-                woken = asyncio.ensure_future(wakeup.wait())
-                done, _ = await asyncio.wait(
-                    {getter, woken}, timeout=WATCH_POLL, return_when=asyncio.FIRST_COMPLETED
-                )
-                wakeup.clear()
-                for waiter in (getter, woken):
-                    waiter.cancel()
-                latest = self._current(execution_id)
-                if latest is None or getter not in done:
-                    # Not ours, or no news from here: the database has the last word on a final state.
-                    stored = await self.store.get_execution(execution_id)
-                    if stored is not None and (latest is None or stored.state.finished):
-                        latest = stored
-                if latest is not None and _changed(current, latest):
-                    current = _with_input(latest, input_json)
-                    yield current
-        finally:
-            watchers.discard(updates)
-            if not watchers:
-                self._watchers.pop(execution_id, None)
-                self._wakeups.pop(execution_id, None)
-
-    def _wake(self, execution_id: str) -> None:
-        event = self._wakeups.get(execution_id)
-        if event is not None:
-            event.set()
-
-    async def cancel(self, execution_id: str) -> Execution:
-        _check_id(execution_id)
-        try:
-            cancelled = await self.store.cancel(execution_id, self.clock())
-        except Exception as exc:
-            raise Unavailable(f"could not cancel {execution_id}: {exc}") from exc
-        if cancelled is None:
-            current = await self.get(execution_id)
-            if current.state is State.CANCELLED:
-                return current  # a retried cancel answers the same
-            raise FailedPrecondition(f"execution {execution_id} is already {current.state.label}")
-        self._cancelled_elsewhere(execution_id, cancelled)
-        return cancelled
-
-    def _cancelled_elsewhere(self, execution_id: str, final: Execution | None = None) -> None:
-        """A cancel committed (here or on another replica): stop it here if we hold it."""
-        execution = self._executions.pop(execution_id, None)
-        if execution is None:
-            return
-        self._queue.remove(execution_id)
-        entry = self._workers.get(execution.worker) if execution.worker else None
-        if entry is not None:
-            if entry.session is not None and execution.state is not State.CREATED:
-                entry.session.push(Cancelled(execution_id, execution.generation, "cancelled by a client"))
-            if entry.release(execution_id):
-                self._dispatch(workers=[entry])
-        final = final or execution.evolve(state=State.CANCELLED, updated_at=self.clock())
-        self.events.finished(final)
-        self._finished[execution_id] = final
-        self._notify(final)
-        self._wake(execution_id)
-
-    async def why(self, execution_id: str) -> Why:
-        _check_id(execution_id)
-        execution = self._current(execution_id) or await self.store.get_execution(execution_id)
-        if execution is None:
-            raise NotFound(f"execution {execution_id!r} does not exist")
-        if execution.state is not State.CREATED:
-            where = f" on worker {execution.worker}" if execution.worker else ""
-            return Why(execution, f"execution is {execution.state.label}{where}")
-        await self._know_workflow(execution.workflow.name, execution.workflow.version)
-        views = [w.view() for w in self._workers.values() if w.accepting]
-        # Workers held by other replicas, as they last published themselves.
-        views += [_view_of(name, info) for name, info in await self.store.directory(REPLICA_TIMEOUT)]
-        explanation = explain(self._shape_of(execution), views)
-        return Why(execution, explanation.summary, explanation, self._queue.position(execution_id))
-
-    async def list_workers(self) -> list[WorkerEntry]:
-        local = self.workers()
-        names = {w.name for w in local}
-        directory = await self.store.directory(REPLICA_TIMEOUT)
-        remote = [_entry_of(name, info) for name, info in directory if name not in names]
-        return sorted(local + remote, key=lambda w: w.name)
-
-    async def set_paused(self, name: str, paused: bool) -> WorkerEntry:
-        """Recorded in the database by name, so whichever replica holds the worker (now or
-        after it moves) applies it: the holder hears ``NOTIFY flux_paused`` and rereads it."""
-        if not await self.store.set_worker_paused(name, paused):
-            raise NotFound(f"worker {name!r} is not known; 'flux workers list' shows the fleet")
-        entry = self._workers.get(name)
-        if entry is not None:
-            self._pause(entry, paused)
-            return entry
-        for listed in await self.list_workers():
-            if listed.name == name:
-                listed.paused = paused  # as its replica applies it on the notification
-                return listed
-        raise NotFound(f"worker {name!r} is not connected to any replica")
-
-    async def _apply_pause(self, name: str) -> None:
-        entry = self._workers.get(name)
-        if entry is not None:
-            self._pause(entry, await self.store.worker_paused(name))
-
-    async def _know_workflow(self, name: str, version: int) -> None:
-        if (name, version) not in self._workflows:
-            for record in await self.store.load_workflows():
-                self._learn_workflow(record)
-
-    async def submit(self, workflow_name: str, input_json: str = "", version: int = 0) -> Execution:
-        if workflow_name and (workflow_name not in self._latest or version > self._latest[workflow_name]):
-            await self._know_workflow(workflow_name, version)  # registered through another replica
-        return await super().submit(workflow_name, input_json, version)
-
-    async def _accept(self, execution: Execution) -> None:
+    async def submit(self, execution: Execution) -> None:
         """Store a submission; when one of our own workers can take it now, store it already claimed.
 
         A new execution is invisible to the other replicas until it commits, so inserting
@@ -345,176 +164,187 @@ class ReplicaDispatcher(Dispatcher):
         the same shape waits (first come, first served) or none of our workers fits does
         it go in as pending, for whichever replica can place it.
         """
-        execution_id = execution.execution_id
-        shape = self._shape_of(execution)
+        d, execution_id = self.d, execution.execution_id
+        shape = d.catalogue.shape_of(execution)
         placement = None
-        if self._queue.count(shape) == 0:
-            self._executions[execution_id] = execution
-            self._queue.add(execution_id, shape, execution.seq)
-            placements = self._place([shape], None)
+        if d.queue.count(shape) == 0:
+            d.table.set(execution)
+            d.queue.add(execution_id, shape, execution.seq)
+            placements = d.reserve([shape], None)
             if placements:
                 placement = placements[0]
             else:
-                self._queue.remove(execution_id)
-                del self._executions[execution_id]
+                d.queue.remove(execution_id)
+                d.table.drop(execution_id)
         if placement is None:
-            await super()._accept(execution)
+            try:
+                await d.store.save(execution)
+            except Exception as exc:
+                raise Unavailable(f"could not store the execution: {exc}") from exc
+            d.events.submitted(execution)
+            known = d.table.get(execution_id)
+            if known is None and execution_id not in self.claiming:
+                d.enqueue(execution)
+            elif known is not None and known.state is State.CREATED:
+                # Our own NOTIFY came back before this coroutine resumed and queued a placeholder.
+                d.table.add(execution)
             return
-        self._claiming.add(execution_id)
+        self.claiming.add(execution_id)
         dispatched = execution.evolve(
             state=State.SCHEDULED, worker=placement.worker, generation=1, gpu_indices=placement.gpu_indices
         )
         try:
             await self.store.insert_dispatched(dispatched)
         except Exception as exc:
-            self._claiming.discard(execution_id)
-            self._executions.pop(execution_id, None)
-            entry = self._workers.get(placement.worker)
+            self.claiming.discard(execution_id)
+            d.table.drop(execution_id)
+            entry = d.registry.get(placement.worker)
             if entry is not None and entry.release(execution_id):
-                self._dispatch(workers=[entry])
+                d.place(workers=[entry])
             raise Unavailable(f"could not store the execution: {exc}") from exc
-        self.events.submitted(execution)
-        claimed: asyncio.Future[dict[str, Execution]] = asyncio.get_running_loop().create_future()
-        claimed.set_result({execution_id: dispatched})
-        self._claimed([placement], claimed)
+        d.events.submitted(execution)
+        d.table.add(execution)  # counted against the pending limits like any other
+        won: asyncio.Future[dict[str, Execution]] = asyncio.get_running_loop().create_future()
+        won.set_result({execution_id: dispatched})
+        self.claimed([placement], won)
 
-    def _admit(self, execution: Execution) -> None:
-        known = self._executions.get(execution.execution_id)
-        if known is None and execution.execution_id not in self._claiming:
-            super()._admit(execution)
-        elif known is not None and known.state is State.CREATED:
-            # Our own NOTIFY came back before this coroutine resumed and queued a placeholder.
-            self._executions.add(execution, self.settings.inline_input_bytes)
+    def requeue(self, requeued: Execution) -> None:
+        # Queue it here only once the row is CREATED again: a claim before that would fail.
+        d = self.d
 
-    # ----------------------------------------------------------------- workers
+        def saved() -> None:
+            if d.table.get(requeued.execution_id) is requeued:
+                shape = d.catalogue.shape_of(requeued)
+                d.queue.add(requeued.execution_id, shape, requeued.seq)
+                d.place(shapes=[shape])
 
-    async def register_worker(self, registration: WorkerRegistration) -> str:
-        name, token = registration.name, registration.session_token
-        entry = self._workers.get(name)
-        if not (entry is not None and token and _same_token(token, entry.session_token)):
-            record = await self.store.get_worker(name, REPLICA_TIMEOUT)
-            if record is not None and record.replica != self.replica_id:
-                if token and _same_token(token, record.session_token):
-                    await self._adopt(name, record.session_token)
-                elif record.connected and record.replica_alive:
-                    raise AlreadyExists(
-                        f"worker name {name!r} is held by a live stream on another replica; pick another "
-                        "name, or reconnect with its session token"
-                    )
-                else:
-                    # Its stream (or its replica) is gone: the name stays the worker's for its
-                    # grace period; after that a new process takes it over.
-                    frees_at = record.gone_since + self.settings.grace_period
-                    if self.clock() < frees_at:
-                        raise AlreadyExists(name_held(name, frees_at))
-                    error = ExecutionError("WorkerLost", f"worker {name} was replaced by a new process")
-                    await self.store.give_back_worker(name, self.clock(), error)
-        token = await super().register_worker(registration)
-        await self._apply_pause(name)  # paused through any replica, before it moved here
-        return token
+        def retry(_: BaseException) -> None:
+            asyncio.get_running_loop().call_later(REQUEUE_RETRY, again)
 
-    async def forget_worker(self, name: str) -> int:
-        """Drop a worker wherever its stream is: the database requeues its work and tells its replica."""
-        error = ExecutionError("WorkerLost", f"worker {name} was forgotten by an operator")
+        def again() -> None:
+            if d.table.get(requeued.execution_id) is requeued:
+                self.requeue(requeued)
+
+        d.table.save(requeued, done=saved, failed=retry)
+
+    def worker_lost(self, entry: WorkerEntry) -> None:
+        for execution_id in list(entry.holdings):
+            if execution_id in self.claiming:
+                entry.release(execution_id)  # claimed() gives the row back when its claim lands
+
+    async def cancel(self, execution_id: str) -> Execution:
         try:
-            given_back = await self.store.forget_worker(name, self.clock(), error)
+            cancelled = await self.store.cancel(execution_id, self.d.clock())
         except Exception as exc:
-            raise Unavailable(f"could not forget worker {name!r}: {exc}") from exc
-        if given_back is None and name not in self._workers:
-            raise NotFound(f"worker {name!r} is not registered")
-        # Ours or not, what it held is requeued in the database and comes back through NOTIFY.
-        self._moved_away(name)
-        return len(given_back or ())
+            raise Unavailable(f"could not cancel {execution_id}: {exc}") from exc
+        if cancelled is None:
+            current = await self.d.get(execution_id)
+            if current.state is State.CANCELLED:
+                return current  # a retried cancel answers the same
+            raise FailedPrecondition(f"execution {execution_id} is already {current.state.label}")
+        self.cancelled_elsewhere(execution_id, cancelled)
+        return cancelled
 
-    async def _adopt(self, name: str, session_token: str) -> None:
-        """Take over a worker (and what it holds) whose stream was on another replica."""
-        held = await self.store.adopt_worker(name, session_token)
-        for execution in held:
-            await self._know_workflow(execution.workflow.name, execution.workflow.version)
-        stale = self._workers.pop(name, None)
-        if stale is not None and stale.session is not None:
-            stale.session.close()
-        now = self.clock()
-        entry = self._workers[name] = WorkerEntry(
-            name=name,
-            session_token=session_token,
-            labels=MappingProxyType({}),
-            capacity=DEFAULT_CAPACITY,
-            resources=WorkerResources(),
-            software=WorkerSoftware(),
-            last_seen=now,
-            disconnected_at=now,
-        )
-        for execution in held:
-            execution_id = execution.execution_id
-            self._queue.remove(execution_id)
-            entry.hold(execution_id, self._record_of(execution).requests, execution.gpu_indices)
-            self._executions[execution_id] = execution
-            if execution.state is State.SCHEDULED:
-                # The worker may never have seen this dispatch: claim it in time or it goes back.
-                deadline = now + self.settings.ack_deadline
-                heapq.heappush(self._deadlines, (deadline, execution_id, execution.generation))
-        log.info("adopted worker %s with %d executions from another replica", name, len(held))
-
-    def connect(self, name: str, session_token: str, transport: str = "grpc") -> Session:
-        session = super().connect(name, session_token, transport)
-        entry = self._workers[name]
-        self._spawn(self.store.set_worker_connected(name, True, _info_of(entry), _load_of(entry)))
-        return session
-
-    def disconnect(self, session: Session) -> None:
-        super().disconnect(session)
-        entry = self._workers.get(session.worker)
-        if entry is not None and entry.session is None:
-            self._spawn(self.store.set_worker_connected(session.worker, False, None, None))
-
-    def _unknown_worker(self, name: str) -> Exception:
-        # Its stream may be moving here from another replica: the worker retries until it registers.
-        return Unavailable(f"worker {name!r} is not connected to this replica; reconnect and register")
-
-    def _moved_away(self, name: str) -> None:
-        """Another replica adopted (or replaced) this worker: let go without requeueing its work."""
-        entry = self._workers.pop(name, None)
-        if entry is None:
+    def cancelled_elsewhere(self, execution_id: str, final: Execution | None = None) -> None:
+        """A cancel committed (here or on another replica): stop it here if we hold it."""
+        d = self.d
+        execution = d.table.get(execution_id)
+        if execution is None:
             return
-        if entry.session is not None:
-            entry.session.close()
-        for execution_id in entry.holdings:
-            if execution_id not in self._claiming:
-                self._executions.pop(execution_id, None)
-        log.info("worker %s moved to another replica", name)
+        final = final or execution.evolve(state=State.CANCELLED, updated_at=d.clock())
+        d.stop_here(execution, final)
+        d.table.committed(final)  # the database has it already
+        d.watchers.wake(execution_id)
 
-    # ----------------------------------------------------------------- notifications
 
-    def _on_notify(self, channel: str, payload: str) -> None:
-        if channel == "flux_pending":
-            self._mirror(parse_pending(payload))
-        elif channel == "flux_cancel":
-            self._cancelled_elsewhere(payload)
-        elif channel == "flux_done":
-            for execution_id in payload.splitlines():
-                self._wake(execution_id)
-        elif channel == "flux_workers":
-            replica, epoch, name = payload.split(" ", 2)
-            if replica != self.replica_id and int(epoch) > self.store.epochs.get(name, 0):
-                self._moved_away(name)
-        elif channel == "flux_paused":
-            self._spawn(self._apply_pause(payload))
-        elif channel == "flux_workflows" and payload != self.replica_id:
-            self._spawn(self._reload_workflows())
+# ----------------------------------------------------------------- the shared queue
 
-    async def _reload_workflows(self) -> None:
+
+class SharedFeed:
+    """Pending work announced by the database (NOTIFY), reread on each safety tick."""
+
+    d: Dispatcher
+
+    def __init__(self, store: PostgresStore, tasks: Background, binder: SharedBinder, fleet: SharedFleet):
+        self.store = store
+        self.tasks = tasks
+        self.binder = binder
+        self.fleet = fleet
+        self._loop: asyncio.Task[None] | None = None
+
+    def attach(self, d: Dispatcher) -> None:
+        self.d = d
+
+    async def before_start(self) -> None:
+        self.store.subscribe(self.on_notice)
+
+    async def start(self) -> None:
+        self._loop = asyncio.get_running_loop().create_task(self._resync_loop())
+
+    async def stop(self) -> None:
+        if self._loop is not None:
+            self._loop.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._loop
+        self.tasks.cancel()
+
+    def next_seq(self, next_seq: int) -> int:
+        # Time-based, so submissions to different replicas interleave in the shared queue.
+        return max(next_seq, time.time_ns() // 1000)
+
+    def authoritative(self, execution: Execution) -> bool:
+        # What this replica knows first-hand: executions on its own workers (the mirror may be stale).
+        return execution.state is not State.CREATED
+
+    async def learn_workflows(self) -> None:
         for record in await self.store.load_workflows():
-            self._learn_workflow(record)
+            self.d.catalogue.learn(record)
 
-    def _mirror(self, refs: list[PendingRef]) -> None:
+    async def next_change(
+        self, execution_id: str, updates: asyncio.Queue[Execution], current: Execution
+    ) -> Execution:
+        wakeup = self.d.watchers.wakeup(execution_id)
+        getter = asyncio.ensure_future(updates.get())
+        woken = asyncio.ensure_future(wakeup.wait())
+        done, _ = await asyncio.wait({getter, woken}, timeout=WATCH_POLL, return_when=asyncio.FIRST_COMPLETED)
+        wakeup.clear()
+        for waiter in (getter, woken):
+            waiter.cancel()
+        latest = self.d.current(execution_id)
+        if latest is None or getter not in done:
+            # Not ours, or no news from here: the database has the last word on a final state.
+            stored = await self.store.get_execution(execution_id)
+            if stored is not None and (latest is None or stored.state.finished):
+                latest = stored
+        return latest or current
+
+    def on_notice(self, notice: notices.Notice) -> None:
+        d = self.d
+        match notice:
+            case notices.PendingAdded(refs):
+                self.mirror(refs)
+            case notices.Cancelled(execution_id):
+                self.binder.cancelled_elsewhere(execution_id)
+            case notices.Finished(execution_ids):
+                for execution_id in execution_ids:
+                    d.watchers.wake(execution_id)
+            case notices.WorkerMoved(replica, epoch, name):
+                if replica != self.store.replica_id and epoch > self.store.epochs.get(name, 0):
+                    self.fleet.moved_away(name)
+            case notices.PauseChanged(name):
+                self.tasks.spawn(self.fleet.apply_pause(name))
+            case notices.WorkflowsChanged(replica) if replica != self.store.replica_id:
+                self.tasks.spawn(self.learn_workflows())
+
+    def mirror(self, refs: tuple[PendingRef, ...] | list[PendingRef]) -> None:
         """Queue pending executions announced by the database (ours echo back; they are skipped)."""
-        shapes: dict[Shape, None] = {}
+        d = self.d
+        shapes: dict[Any, None] = {}
         unknown: list[PendingRef] = []
         for ref in refs:
-            if ref.execution_id in self._executions or ref.execution_id in self._claiming:
+            if ref.execution_id in d.table or ref.execution_id in self.binder.claiming:
                 continue
-            record = self._workflows.get((ref.workflow_name, ref.workflow_version))
+            record = d.catalogue.get(ref.workflow_name, ref.workflow_version)
             if record is None:
                 unknown.append(ref)
                 continue
@@ -525,130 +355,202 @@ class ReplicaDispatcher(Dispatcher):
                 input_json="",  # not needed to place it; the claim returns the whole row
                 max_attempts=record.max_attempts,
             )
-            self._executions[ref.execution_id] = execution
-            shape = self._shape_of(execution)
-            self._queue.add(ref.execution_id, shape, ref.seq)
+            d.table.set(execution)
+            shape = d.catalogue.shape_of(execution)
+            d.queue.add(ref.execution_id, shape, ref.seq)
             shapes[shape] = None
         if shapes:
-            self._dispatch(shapes=list(shapes))
+            d.place(shapes=list(shapes))
         if unknown:
-            self._spawn(self._mirror_after_reload(unknown))
+            self.tasks.spawn(self._mirror_after_reload(unknown))
 
     async def _mirror_after_reload(self, refs: list[PendingRef]) -> None:
-        await self._reload_workflows()
-        self._mirror([r for r in refs if (r.workflow_name, r.workflow_version) in self._workflows])
+        await self.learn_workflows()
+        self.mirror([r for r in refs if self.d.catalogue.get(r.workflow_name, r.workflow_version)])
 
-    # ----------------------------------------------------------------- replica housekeeping
-
-    async def _replica_loop(self) -> None:
-        last_tick = 0.0
-        while True:
-            await asyncio.sleep(HEARTBEAT)
-            try:
-                await self.store.heartbeat(
-                    {name: _load_of(e) for name, e in self._workers.items() if e.connected}
-                )
-                now = self.clock()
-                if now - last_tick >= self.settings.safety_tick:
-                    last_tick = now
-                    await self._resync()
-                    swept = await self.store.sweep(REPLICA_TIMEOUT + self.settings.grace_period, now)
-                    if swept:
-                        log.warning("requeued %d executions of stopped replicas", len(swept))
-            except Exception:  # the next heartbeat tries again; a missed one only ages us
-                log.exception("replica housekeeping failed")
-
-    async def _resync(self) -> None:
+    async def resync(self) -> None:
         """Reread the shared queue: covers a missed NOTIFY, and drops rows claimed elsewhere."""
-        before = {i for i, e in self._executions.items() if e.state is State.CREATED}
+        d = self.d
+        before = {e.execution_id for e in d.table.values() if e.state is State.CREATED}
         pending = await self.store.pending_refs()
         listed = {ref.execution_id for ref in pending}
         for execution_id in before - listed:
-            current = self._executions.get(execution_id)
-            if current is not None and current.state is State.CREATED and execution_id not in self._claiming:
-                del self._executions[execution_id]
-                self._queue.remove(execution_id)
-        self._mirror(pending)
+            current = d.table.get(execution_id)
+            if (
+                current is not None
+                and current.state is State.CREATED
+                and execution_id not in self.binder.claiming
+            ):
+                d.table.drop(execution_id)
+                d.queue.remove(execution_id)
+        self.mirror(pending)
+
+    async def _resync_loop(self) -> None:
+        while True:
+            await asyncio.sleep(self.d.settings.safety_tick)
+            try:
+                await self.resync()
+            except Exception:  # the next tick tries again
+                log.exception("rereading the shared queue failed")
 
 
-def _changed(old: Execution, new: Execution) -> bool:
-    return (old.state, old.worker, old.attempt, old.generation) != (
-        new.state,
-        new.worker,
-        new.attempt,
-        new.generation,
-    )
+# ----------------------------------------------------------------- the fleet
+
+
+class SharedFleet:
+    """This replica's workers, published to the database directory beside every other replica's."""
+
+    d: Dispatcher
+
+    def __init__(self, store: PostgresStore, tasks: Background, binder: SharedBinder):
+        self.store = store
+        self.tasks = tasks
+        self.binder = binder
+        self._loop: asyncio.Task[None] | None = None
+
+    def attach(self, d: Dispatcher) -> None:
+        self.d = d
+        # Its stream may be moving here from another replica: the worker retries until it registers.
+        d.registry.unknown = lambda name: Unavailable(
+            f"worker {name!r} is not connected to this replica; reconnect and register"
+        )
+
+    async def serving(self, address: str) -> None:
+        await self.store.announce(address)
+
+    async def start(self) -> None:
+        self._loop = asyncio.get_running_loop().create_task(self._heartbeat_loop())
+
+    async def entries(self) -> list[WorkerEntry]:
+        local = self.d.registry.sorted()
+        names = {w.name for w in local}
+        directory = await self.store.directory(REPLICA_TIMEOUT)
+        remote = [entry_of(name, info) for name, info in directory if name not in names]
+        return sorted(local + remote, key=lambda w: w.name)
+
+    async def before_register(self, registration: WorkerRegistration) -> None:
+        name, token = registration.name, registration.session_token
+        entry = self.d.registry.get(name)
+        if entry is not None and token and same_token(token, entry.session_token):
+            return
+        record = await self.store.get_worker(name, REPLICA_TIMEOUT)
+        if record is None or record.replica == self.store.replica_id:
+            return
+        if token and same_token(token, record.session_token):
+            await self._adopt(name, record.session_token)
+        elif record.connected and record.replica_alive:
+            raise AlreadyExists(
+                f"worker name {name!r} is held by a live stream on another replica; pick another "
+                "name, or reconnect with its session token"
+            )
+        else:
+            # Its stream (or its replica) is gone: the name stays the worker's for its
+            # grace period; after that a new process takes it over.
+            frees_at = record.gone_since + self.d.settings.grace_period
+            if self.d.clock() < frees_at:
+                raise AlreadyExists(name_held(name, frees_at))
+            error = ExecutionError("WorkerLost", f"worker {name} was replaced by a new process")
+            await self.store.give_back_worker(name, self.d.clock(), error)
+
+    async def registered(self, name: str) -> None:
+        await self.apply_pause(name)  # paused through any replica, before it moved here
+
+    def connected(self, entry: WorkerEntry) -> None:
+        self.tasks.spawn(self.store.set_worker_connected(entry.name, True, info_of(entry), load_of(entry)))
+
+    def disconnected(self, entry: WorkerEntry) -> None:
+        self.tasks.spawn(self.store.set_worker_connected(entry.name, False, None, None))
+
+    async def forget(self, name: str) -> int:
+        """Drop a worker wherever its stream is: the database requeues its work and tells its replica."""
+        error = ExecutionError("WorkerLost", f"worker {name} was forgotten by an operator")
+        try:
+            given_back = await self.store.forget_worker(name, self.d.clock(), error)
+        except Exception as exc:
+            raise Unavailable(f"could not forget worker {name!r}: {exc}") from exc
+        if given_back is None and self.d.registry.get(name) is None:
+            raise NotFound(f"worker {name!r} is not registered")
+        # Ours or not, what it held is requeued in the database and comes back through NOTIFY.
+        self.moved_away(name)
+        return len(given_back or ())
+
+    async def set_paused(self, name: str, paused: bool) -> WorkerEntry:
+        """Recorded in the database by name, so whichever replica holds the worker (now or
+        after it moves) applies it: the holder hears ``NOTIFY flux_paused`` and rereads it."""
+        if not await self.store.set_worker_paused(name, paused):
+            raise NotFound(f"worker {name!r} is not known; 'flux workers list' shows the fleet")
+        entry = self.d.registry.get(name)
+        if entry is not None:
+            self.d.registry.pause(entry, paused)
+            return entry
+        for listed in await self.entries():
+            if listed.name == name:
+                listed.paused = paused  # as its replica applies it on the notification
+                return listed
+        raise NotFound(f"worker {name!r} is not connected to any replica")
+
+    async def apply_pause(self, name: str) -> None:
+        entry = self.d.registry.get(name)
+        if entry is not None:
+            self.d.registry.pause(entry, await self.store.worker_paused(name))
+
+    async def _adopt(self, name: str, session_token: str) -> None:
+        """Take over a worker (and what it holds) whose stream was on another replica."""
+        d = self.d
+        held = await self.store.adopt_worker(name, session_token)
+        for execution in held:
+            if d.catalogue.get(execution.workflow.name, execution.workflow.version) is None:
+                await d.feed.learn_workflows()
+        stale = d.registry.entries.pop(name, None)
+        if stale is not None and stale.session is not None:
+            stale.session.close()
+        now = d.clock()
+        entry = d.registry.entries[name] = placeholder(name, session_token, now, last_seen=now)
+        for execution in held:
+            execution_id = execution.execution_id
+            d.queue.remove(execution_id)
+            entry.hold(execution_id, d.catalogue.record_of(execution).requests, execution.gpu_indices)
+            d.table.set(execution)
+            if execution.state is State.SCHEDULED:
+                # The worker may never have seen this dispatch: claim it in time or it goes back.
+                d.deadlines.start(execution_id, execution.generation, now + d.settings.ack_deadline)
+        log.info("adopted worker %s with %d executions from another replica", name, len(held))
+
+    def moved_away(self, name: str) -> None:
+        """Another replica adopted (or replaced) this worker: let go without requeueing its work."""
+        d = self.d
+        entry = d.registry.entries.pop(name, None)
+        if entry is None:
+            return
+        if entry.session is not None:
+            entry.session.close()
+        for execution_id in entry.holdings:
+            if execution_id not in self.binder.claiming:
+                d.table.drop(execution_id)
+        log.info("worker %s moved to another replica", name)
+
+    async def _heartbeat_loop(self) -> None:
+        d, last_sweep = self.d, 0.0
+        while True:
+            await asyncio.sleep(HEARTBEAT)
+            try:
+                await self.store.heartbeat({e.name: load_of(e) for e in d.registry.values() if e.connected})
+                now = d.clock()
+                if now - last_sweep >= d.settings.safety_tick:
+                    last_sweep = now
+                    swept = await self.store.sweep(REPLICA_TIMEOUT + d.settings.grace_period, now)
+                    if swept:
+                        log.warning("requeued %d executions of stopped replicas", len(swept))
+            except Exception:  # the next heartbeat tries again; a missed one only ages us
+                log.exception("replica heartbeat failed")
+
+    async def stop(self) -> None:
+        if self._loop is not None:
+            self._loop.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._loop
 
 
 def _log_failure(task: asyncio.Task[Any]) -> None:
     if not task.cancelled() and task.exception() is not None:
         log.warning("replica background task failed: %s", task.exception())
-
-
-# ----------------------------------------------------------------- the worker directory
-# What a replica publishes about its workers, so any replica can explain a pending
-# execution against the whole fleet.
-
-
-def _info_of(entry: WorkerEntry) -> dict[str, Any]:
-    return {
-        "labels": dict(entry.labels),
-        "capacity": entry.capacity,
-        "transport": entry.transport,
-        "packages": dict(entry.software.packages),
-        "markers": dict(entry.software.marker_environment),
-        "runtimes": list(entry.software.runtimes),
-    }
-
-
-def _load_of(entry: WorkerEntry) -> dict[str, Any]:
-    r = entry.resources
-    return {
-        "resources": [r.cpu_total, r.cpu_available, r.memory_total, r.memory_available, r.disk_total,
-                      r.disk_free, [[g.index, g.uuid, g.name, g.memory_total, g.memory_free] for g in r.gpus]],
-        "active": len(entry.holdings),
-        "reserved": [entry.reserved.cpu, entry.reserved.memory, entry.reserved.disk],
-        # Reserved since the worker's last report, which its observed free amounts do not show yet.
-        "unreported": [entry.unreported.cpu, entry.unreported.memory, entry.unreported.disk],
-        "held_gpus": sorted(entry.held_gpus),
-        "draining": entry.draining,
-        "paused": entry.paused,
-        "seen": entry.last_seen,
-    }  # fmt: skip
-
-
-def _entry_of(name: str, info: dict[str, Any]) -> WorkerEntry:
-    view = _view_of(name, info)
-    return WorkerEntry(
-        name=name,
-        session_token="",
-        labels=MappingProxyType(dict(view.labels)),
-        capacity=view.capacity,
-        resources=view.resources,
-        software=view.software,
-        transport=info.get("transport", "grpc"),
-        draining=info.get("draining", False),
-        paused=view.paused,
-        last_seen=info.get("seen", 0.0),
-        reserved=view.reserved,
-        unreported=view.unreported,
-        elsewhere=Elsewhere(info.get("replica", ""), view.active, view.held_gpus),
-    )
-
-
-def _view_of(name: str, info: dict[str, Any]) -> WorkerView:
-    cpu_total, cpu_free, mem_total, mem_free, disk_total, disk_free, gpus = info["resources"]
-    return WorkerView(
-        name=name,
-        resources=WorkerResources(
-            cpu_total, cpu_free, mem_total, mem_free, disk_total, disk_free, tuple(Gpu(*g) for g in gpus)
-        ),
-        labels=MappingProxyType(info.get("labels", {})),
-        software=WorkerSoftware(info.get("packages", {}), info.get("markers", {}), info.get("runtimes", ())),
-        capacity=info.get("capacity", DEFAULT_CAPACITY),
-        active=info["active"],
-        reserved=Amounts(*info["reserved"]),
-        unreported=Amounts(*info.get("unreported", (0, 0, 0))),
-        held_gpus=frozenset(info["held_gpus"]),
-        paused=info.get("paused", False),
-    )

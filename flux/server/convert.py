@@ -4,15 +4,15 @@ from __future__ import annotations
 
 from types import MappingProxyType
 
-from flux.dispatcher.core import Why, WorkerRegistration
+from flux.dispatcher.core import Diagnosis, WorkerRegistration
 from flux.dispatcher.session import Cancelled, Event, Ping, Scheduled
 from flux.dispatcher.workers import WorkerEntry
 from flux.domain.execution import Execution, ExecutionError, WorkflowRef
 from flux.domain.resource_request import ResourceRequest
 from flux.domain.worker import DEFAULT_RUNTIME, WorkerResources, WorkerSoftware
+from flux.domain.workflow import WorkflowRecord
 from flux.errors import InvalidArgument
 from flux.observe.status import Allocation, Status
-from flux.store.base import WorkflowRecord
 from flux.v1 import control_pb2, worker_pb2
 
 
@@ -164,7 +164,7 @@ def workflow_to_proto(record: WorkflowRecord, versions: int) -> control_pb2.Work
     )
 
 
-def why_to_proto(why: Why) -> control_pb2.Explanation:
+def why_to_proto(why: Diagnosis) -> control_pb2.Explanation:
     message = control_pb2.Explanation(
         execution_id=why.execution.execution_id,
         state=int(why.execution.state),  # type: ignore[arg-type]

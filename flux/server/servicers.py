@@ -19,14 +19,12 @@ from flux.domain.worker import WorkerSoftware
 from flux.errors import FluxError, InvalidArgument, status_of
 from flux.observe.status import StatusBoard
 from flux.server import convert
+from flux.server.metadata import TRANSPORT_METADATA
 from flux.v1 import control_pb2, control_pb2_grpc, worker_pb2, worker_pb2_grpc
 
 log = logging.getLogger("flux.server")
 
 R = TypeVar("R")
-
-# Metadata key a gateway sets so the core knows a stream is bridged to SSE.
-TRANSPORT_METADATA = "x-flux-transport"
 
 
 def _unary(handler: Callable[..., Awaitable[R]]) -> Callable[..., Awaitable[R]]:

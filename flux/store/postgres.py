@@ -39,6 +39,8 @@ from psycopg.rows import dict_row
 from psycopg_pool import AsyncConnectionPool
 
 from flux.domain.execution import Execution, ExecutionError, State
+from flux.domain.workflow import WorkflowRecord
+from flux.store import notices
 from flux.store.base import (
     Conflict,
     ExecutionQuery,
@@ -48,9 +50,14 @@ from flux.store.base import (
     StoreError,
     WorkerIdentity,
     WorkerRecord,
-    WorkflowRecord,
 )
 from flux.store.rows import (
+    CANCELLED,
+    CREATED,
+    FAILED,
+    FINISHED,
+    RUNNING,
+    SCHEDULED,
     WORKFLOW_COLUMNS,
     execution_from_row,
     execution_row,
@@ -64,12 +71,12 @@ log = logging.getLogger("flux.store.postgres")
 
 # 2: workflows.runtime (added to a version 1 database on open).
 SCHEMA_VERSION = 2
-# pg_advisory locks are keyed by a bigint; these two are Flux's ("FLUX" and "FLUX"+1).
-MIGRATION_LOCK = 0x464C5558
-SWEEP_LOCK = 0x464C5559
-NOTIFY_LIMIT = 7000  # bytes per NOTIFY payload (PostgreSQL's limit is 8000)
+# pg_advisory locks are keyed by a bigint; Flux's three are "FLUX" and the two after it.
+MIGRATION_LOCK = 0x464C5558  # schema creation and migration, on open
+SWEEP_LOCK = 0x464C5559  # one replica at a time sweeps the work of dead ones
+WORKFLOWS_LOCK = 0x464C555A  # registrations take the next version one at a time
 
-SCHEMA = """
+SCHEMA = f"""
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
 CREATE TABLE IF NOT EXISTS sources (
     source_hash TEXT PRIMARY KEY, filename TEXT NOT NULL, source TEXT NOT NULL,
@@ -86,9 +93,9 @@ CREATE TABLE IF NOT EXISTS executions (
     max_attempts INTEGER NOT NULL, input_json TEXT NOT NULL, output_json TEXT NOT NULL, error TEXT,
     gpu_indices TEXT NOT NULL, created_at DOUBLE PRECISION NOT NULL, updated_at DOUBLE PRECISION NOT NULL,
     owner TEXT NOT NULL DEFAULT '');
-CREATE INDEX IF NOT EXISTS executions_pending ON executions (seq) WHERE state = 1;
-CREATE INDEX IF NOT EXISTS executions_held ON executions (worker) WHERE state IN (2, 3);
-CREATE INDEX IF NOT EXISTS executions_owned ON executions (owner) WHERE state IN (2, 3);
+CREATE INDEX IF NOT EXISTS executions_pending ON executions (seq) WHERE state = {CREATED};
+CREATE INDEX IF NOT EXISTS executions_held ON executions (worker) WHERE state IN ({SCHEDULED}, {RUNNING});
+CREATE INDEX IF NOT EXISTS executions_owned ON executions (owner) WHERE state IN ({SCHEDULED}, {RUNNING});
 CREATE INDEX IF NOT EXISTS executions_recent ON executions (seq);
 CREATE INDEX IF NOT EXISTS executions_by_workflow ON executions (workflow_name, seq);
 CREATE TABLE IF NOT EXISTS dispatches (
@@ -97,7 +104,7 @@ CREATE TABLE IF NOT EXISTS dispatches (
 CREATE TABLE IF NOT EXISTS workers (
     name TEXT PRIMARY KEY, session_token TEXT NOT NULL, updated_at DOUBLE PRECISION NOT NULL,
     replica TEXT NOT NULL DEFAULT '', connected BOOLEAN NOT NULL DEFAULT FALSE,
-    epoch BIGINT NOT NULL DEFAULT 0, info TEXT NOT NULL DEFAULT '{}', load TEXT NOT NULL DEFAULT '{}');
+    epoch BIGINT NOT NULL DEFAULT 0, info TEXT NOT NULL DEFAULT '{{}}', load TEXT NOT NULL DEFAULT '{{}}');
 ALTER TABLE workers ADD COLUMN IF NOT EXISTS paused BOOLEAN NOT NULL DEFAULT FALSE;
 CREATE SEQUENCE IF NOT EXISTS worker_epochs;
 CREATE TABLE IF NOT EXISTS replicas (
@@ -117,8 +124,8 @@ INSERT INTO executions ({_COLUMNS}) VALUES ({",".join(["%s"] * 18)})
 ON CONFLICT (execution_id) DO UPDATE SET
     state=excluded.state, worker=excluded.worker, attempt=excluded.attempt, output_json=excluded.output_json,
     error=excluded.error, gpu_indices=excluded.gpu_indices, updated_at=excluded.updated_at, owner=excluded.owner
-WHERE executions.generation = excluded.generation AND executions.state < 4
-    AND (executions.state = 1 OR executions.owner = %s)
+WHERE executions.generation = excluded.generation AND executions.state < {FINISHED}
+    AND (executions.state = {CREATED} OR executions.owner = %s)
 RETURNING execution_id
 """
 
@@ -127,9 +134,9 @@ WITH wanted AS (
     SELECT * FROM unnest(%(ids)s::text[], %(workers)s::text[], %(gpus)s::text[]) AS w(execution_id, worker, gpus)
 ), picked AS (
     SELECT e.execution_id, w.worker, w.gpus FROM executions e JOIN wanted w USING (execution_id)
-    WHERE e.state = 1 ORDER BY e.execution_id FOR UPDATE OF e SKIP LOCKED
+    WHERE e.state = {CREATED} ORDER BY e.execution_id FOR UPDATE OF e SKIP LOCKED
 ), claimed AS (
-    UPDATE executions e SET state = 2, worker = p.worker, gpu_indices = p.gpus, owner = %(owner)s,
+    UPDATE executions e SET state = {SCHEDULED}, worker = p.worker, gpu_indices = p.gpus, owner = %(owner)s,
         generation = e.generation + 1, updated_at = %(now)s
     FROM picked p WHERE e.execution_id = p.execution_id
     RETURNING {", ".join("e." + c.strip() for c in _COLUMNS.split(","))}
@@ -144,12 +151,12 @@ SELECT * FROM claimed
 # or FAILED when none is left).
 _GIVE_BACK = f"""
 UPDATE executions SET
-    state = CASE WHEN state = 3 AND attempt >= max_attempts THEN 5 ELSE 1 END,
-    attempt = CASE WHEN state = 3 AND attempt < max_attempts THEN attempt + 1 ELSE attempt END,
-    error = CASE WHEN state = 3 AND attempt >= max_attempts THEN %(error)s ELSE error END,
-    worker = CASE WHEN state = 3 AND attempt >= max_attempts THEN worker ELSE '' END,
+    state = CASE WHEN state = {RUNNING} AND attempt >= max_attempts THEN {FAILED} ELSE {CREATED} END,
+    attempt = CASE WHEN state = {RUNNING} AND attempt < max_attempts THEN attempt + 1 ELSE attempt END,
+    error = CASE WHEN state = {RUNNING} AND attempt >= max_attempts THEN %(error)s ELSE error END,
+    worker = CASE WHEN state = {RUNNING} AND attempt >= max_attempts THEN worker ELSE '' END,
     gpu_indices = '[]', owner = '', updated_at = %(now)s
-WHERE state IN (2, 3) AND {{where}}
+WHERE state IN ({SCHEDULED}, {RUNNING}) AND {{where}}
 RETURNING {_COLUMNS}
 """
 
@@ -160,38 +167,14 @@ RETURNING {_COLUMNS}
 # Submissions, requeues and results always wait for the flush: they are promises.
 _RELAXED = "SET LOCAL synchronous_commit = off"
 
-CHANNELS = ("flux_pending", "flux_cancel", "flux_done", "flux_workers", "flux_workflows", "flux_paused")
-
 
 def _row(e: Execution, owner: str) -> tuple[object, ...]:
     held = e.state in (State.SCHEDULED, State.RUNNING)
     return (*execution_row(e), owner if held else "")
 
 
-def _pending_line(e: Execution) -> str:
-    return f"{e.execution_id} {e.seq} {e.workflow.version} {e.workflow.name}"
-
-
-def parse_pending(payload: str) -> list[PendingRef]:
-    refs = []
-    for line in payload.splitlines():
-        execution_id, seq, version, name = line.split(" ", 3)
-        refs.append(PendingRef(execution_id, int(seq), name, int(version)))
-    return refs
-
-
-def _chunks(lines: Iterable[str]) -> Iterable[str]:
-    """Newline-joined payloads, each under PostgreSQL's NOTIFY size limit."""
-    chunk: list[str] = []
-    size = 0
-    for line in lines:
-        if chunk and size + len(line) + 1 > NOTIFY_LIMIT:
-            yield "\n".join(chunk)
-            chunk, size = [], 0
-        chunk.append(line)
-        size += len(line) + 1
-    if chunk:
-        yield "\n".join(chunk)
+def _pending_ref(e: Execution) -> PendingRef:
+    return PendingRef(e.execution_id, e.seq, e.workflow.name, e.workflow.version)
 
 
 @dataclass(slots=True)
@@ -202,8 +185,6 @@ class _Claim:
 
 
 class PostgresStore(Store):
-    shared = True
-
     def __init__(self, url: str, replica_id: str, address: str = "", pool_size: int = 8):
         self.url = url
         self.replica_id = replica_id
@@ -214,7 +195,7 @@ class PostgresStore(Store):
         self._writer: psycopg.AsyncConnection[Any] | None = None
         self._listener: psycopg.AsyncConnection[Any] | None = None
         self._listen_task: asyncio.Task[None] | None = None
-        self._on_notify: Callable[[str, str], None] | None = None
+        self._on_notify: Callable[[notices.Notice], None] | None = None
         self._queued: dict[str, tuple[Execution, asyncio.Future[None]]] = {}
         self._claims: list[_Claim] = []
         self._flusher: asyncio.Task[None] | None = None
@@ -288,12 +269,13 @@ class PostgresStore(Store):
         async with self._pool.connection() as db:
             await db.execute("UPDATE replicas SET address = %s WHERE id = %s", (address, self.replica_id))
 
-    def subscribe(self, callback: Callable[[str, str], None]) -> None:
+    def subscribe(self, callback: Callable[[notices.Notice], None]) -> None:
+        """Call ``callback`` with each notice another replica (or this one) sends."""
         self._on_notify = callback
 
     async def _subscribed(self) -> psycopg.AsyncConnection[Any]:
         listener = await psycopg.AsyncConnection.connect(self.url, autocommit=True)
-        for channel in CHANNELS:
+        for channel in notices.CHANNELS:
             await listener.execute(f"LISTEN {channel}")
         return listener
 
@@ -305,7 +287,7 @@ class PostgresStore(Store):
                 async for notice in self._listener.notifies():
                     if self._on_notify is not None:
                         try:
-                            self._on_notify(notice.channel, notice.payload)
+                            self._on_notify(notices.parse(notice.channel, notice.payload))
                         except Exception:  # one bad notification must not stop the rest
                             log.exception("handling a %s notification failed", notice.channel)
             except psycopg.OperationalError as exc:
@@ -332,7 +314,7 @@ class PostgresStore(Store):
     ) -> list[WorkflowRecord]:
         now, stored = time.time(), []
         async with self._pool.connection() as db, db.transaction():
-            await db.execute("SELECT pg_advisory_xact_lock(%s)", (MIGRATION_LOCK + 2,))
+            await db.execute("SELECT pg_advisory_xact_lock(%s)", (WORKFLOWS_LOCK,))
             await db.execute(
                 "INSERT INTO sources VALUES (%s,%s,%s,%s) ON CONFLICT DO NOTHING",
                 (source_hash, filename, source, now),
@@ -381,11 +363,10 @@ class PostgresStore(Store):
         self._kick()
         return future
 
-    def claim(
-        self, dispatches: list[tuple[str, str, tuple[int, ...]]], now: float
-    ) -> asyncio.Future[dict[str, Execution]]:
+    def claim(self, dispatches: list[Execution]) -> asyncio.Future[dict[str, Execution]]:
         future: asyncio.Future[dict[str, Execution]] = asyncio.get_running_loop().create_future()
-        self._claims.append(_Claim(dispatches, now, future))
+        wanted = [(e.execution_id, e.worker, e.gpu_indices) for e in dispatches]
+        self._claims.append(_Claim(wanted, max((e.updated_at for e in dispatches), default=0.0), future))
         self._kick()
         return future
 
@@ -448,9 +429,9 @@ class PostgresStore(Store):
         """Tell every replica (on commit) which rows became pending and which finished."""
         pending = [e for e in written if e.state is State.CREATED]
         done = [e for e in written if e.state.finished]
-        for payload in _chunks(_pending_line(e) for e in pending):
+        for payload in notices.chunks(notices.pending_line(_pending_ref(e)) for e in pending):
             await db.execute("SELECT pg_notify('flux_pending', %s)", (payload,))
-        for payload in _chunks(e.execution_id for e in done):
+        for payload in notices.chunks(e.execution_id for e in done):
             await db.execute("SELECT pg_notify('flux_done', %s)", (payload,))
 
     async def _settle_claims(self, claims: list[_Claim]) -> None:
@@ -498,7 +479,7 @@ class PostgresStore(Store):
         async with self._pool.connection() as db, db.transaction():
             cursor = db.cursor(row_factory=dict_row)
             await cursor.execute(
-                f"UPDATE executions SET state = 6, updated_at = %s WHERE execution_id = %s AND state < 4 "
+                f"UPDATE executions SET state = {CANCELLED}, updated_at = %s WHERE execution_id = %s AND state < {FINISHED} "
                 f"RETURNING {_COLUMNS}",
                 (now, execution_id),
             )
@@ -546,14 +527,14 @@ class PostgresStore(Store):
     async def pending_executions(self) -> list[Execution]:
         async with self._pool.connection() as db:
             cursor = db.cursor(row_factory=dict_row)
-            await cursor.execute(f"SELECT {_COLUMNS} FROM executions WHERE state = 1 ORDER BY seq")
+            await cursor.execute(f"SELECT {_COLUMNS} FROM executions WHERE state = {CREATED} ORDER BY seq")
             return [execution_from_row(row) for row in await cursor.fetchall()]
 
     async def pending_refs(self) -> list[PendingRef]:
         async with self._pool.connection() as db:
             cursor = await db.execute(
                 "SELECT execution_id, seq, workflow_name, workflow_version FROM executions "
-                "WHERE state = 1 ORDER BY seq"
+                f"WHERE state = {CREATED} ORDER BY seq"
             )
             return [PendingRef(*row) for row in await cursor.fetchall()]
 
@@ -607,7 +588,8 @@ class PostgresStore(Store):
             ).fetchone()
             cursor = db.cursor(row_factory=dict_row)
             await cursor.execute(
-                f"UPDATE executions SET owner = %s WHERE worker = %s AND state IN (2, 3) RETURNING {_COLUMNS}",
+                f"UPDATE executions SET owner = %s WHERE worker = %s AND state IN ({SCHEDULED}, {RUNNING}) "
+                f"RETURNING {_COLUMNS}",
                 (self.replica_id, name),
             )
             held = [execution_from_row(r) for r in await cursor.fetchall()]
