@@ -30,11 +30,10 @@ import uuid
 from collections.abc import AsyncIterator, Callable, Iterable
 from dataclasses import dataclass
 
-from flux.dispatcher import limits, worker_calls
+from flux.dispatcher import housekeeping, limits, worker_calls
 from flux.dispatcher.catalogue import Catalogue
 from flux.dispatcher.deadlines import AckDeadlines
-from flux.dispatcher.housekeeping import Housekeeper, recover
-from flux.dispatcher.lifecycle import Lifecycle, Requeue
+from flux.dispatcher.lifecycle import Lifecycle
 from flux.dispatcher.modes import Modes, local
 from flux.dispatcher.reads import list_executions, list_workflows
 from flux.dispatcher.registry import WorkerRegistration, WorkerRegistry
@@ -43,10 +42,10 @@ from flux.dispatcher.settings import Settings
 from flux.dispatcher.table import ExecutionTable
 from flux.dispatcher.watchers import Watchers
 from flux.dispatcher.workers import WorkerEntry
-from flux.domain.execution import Execution, ExecutionError, State, WorkflowRef
+from flux.domain.execution import Execution, ExecutionError, State
 from flux.domain.worker import WorkerResources, WorkerSoftware
 from flux.domain.workflow import WorkflowRecord
-from flux.errors import FailedPrecondition, InvalidArgument, NotFound, ResourceExhausted, Unavailable
+from flux.errors import FailedPrecondition, InvalidArgument, NotFound, Unavailable
 from flux.matching import Explanation, FeasibilityCache, PendingQueue, Placement, Shape, explain, schedule
 from flux.store.base import ExecutionQuery, Store
 
@@ -82,10 +81,17 @@ class Dispatcher:
         self.watchers = Watchers()
         self.table = ExecutionTable(store, self.watchers, s)
         self.table.on_conflict = self.drop_stale
-        self.registry = WorkerRegistry(store, s, clock, self.events, self.lose_worker, self.place)
+        self.registry = WorkerRegistry(
+            store,
+            s,
+            clock,
+            self.events,
+            lambda entry, why: housekeeping.lose_worker(self, entry, why),
+            self.place,
+        )
         self.queue = PendingQueue()
         self.deadlines = AckDeadlines()
-        self.housekeeper = Housekeeper(self)
+        self.housekeeper = housekeeping.Housekeeper(self)
         self._cache = FeasibilityCache()
         self._next_seq = 1
         self.modes = modes or local()
@@ -108,7 +114,7 @@ class Dispatcher:
         await self.feed.before_start()
         recovered = await self.store.open()
         self._next_seq = recovered.next_seq
-        recover(self, recovered)
+        housekeeping.recover(self, recovered)
         self.housekeeper.start()
         await self.feed.start()
         await self.fleet.start()
@@ -158,13 +164,13 @@ class Dispatcher:
             await self.feed.learn_workflows()  # perhaps registered through another replica
         record = self.catalogue.resolve(workflow_name, version)
         input_json = limits.checked_json(input_json or "null", "input_json")
-        self._admission(len(input_json))
+        self.table.admit(len(input_json))
         now = self.clock()
         seq = self.feed.next_seq(self._next_seq)
         self._next_seq = seq + 1
         execution = Execution(
             execution_id=uuid.uuid4().hex,
-            workflow=WorkflowRef(record.name, record.version, record.source_hash, record.entrypoint),
+            workflow=record.ref,
             seq=seq,
             input_json=input_json,
             max_attempts=record.max_attempts,
@@ -173,20 +179,6 @@ class Dispatcher:
         )
         await self.binder.submit(execution)
         return _with_input(self.table.get(execution.execution_id) or execution, input_json)
-
-    def _admission(self, size: int) -> None:
-        """Refuse new work past the pending limits, naming the limit (the store and RAM stay bounded)."""
-        s, table = self.settings, self.table
-        if len(table) >= s.max_pending:
-            raise ResourceExhausted(
-                f"{len(table)} executions are unfinished; the limit is {s.max_pending} "
-                "(--max-pending); retry when some have finished"
-            )
-        if table.unfinished.input_bytes + size > s.max_pending_bytes:
-            raise ResourceExhausted(
-                f"unfinished executions hold {table.unfinished.input_bytes} input bytes; this input of "
-                f"{size} bytes would pass the limit of {s.max_pending_bytes} (--max-pending-bytes)"
-            )
 
     async def store_submission(self, execution: Execution) -> None:
         """Store a submission (durable before we answer), then queue it and try to place it."""
@@ -331,55 +323,6 @@ class Dispatcher:
             execution.execution_id, execution.generation, self.clock() + self.settings.ack_deadline
         )
         self.watchers.notify(execution)
-
-    def requeue(self, execution: Execution, entry: WorkerEntry | None, next_attempt: bool) -> Execution:
-        """Back to CREATED (keeping its place in line), or FAILED when out of attempts."""
-        if entry is not None:
-            entry.release(execution.execution_id)
-        now = self.clock()
-        attempt = execution.attempt + 1 if next_attempt else execution.attempt
-        if attempt > execution.max_attempts:
-            failed = execution.evolve(
-                state=State.FAILED,
-                updated_at=now,
-                error=ExecutionError(
-                    "WorkerLost",
-                    f"worker {execution.worker} was lost while running attempt {execution.attempt} "
-                    f"of {execution.max_attempts}",
-                ),
-            )
-            self.table.finish(failed)
-            self.table.save(failed)
-            return failed
-        requeued = execution.evolve(
-            state=State.CREATED, worker="", gpu_indices=(), attempt=attempt, updated_at=now
-        )
-        if len(requeued.input_json) > self.settings.inline_input_bytes:
-            requeued = requeued.evolve(input_json="")  # back to waiting: its input waits in the store
-        self.table.update(requeued)
-        self.binder.requeue(requeued)
-        return requeued
-
-    def lose_worker(self, entry: WorkerEntry, why: str) -> list[Shape]:
-        """Requeue (or fail) everything the worker holds; return the shapes put back in the queue."""
-        if entry.ever_connected or entry.holdings:
-            log.warning("worker %s lost (%s); requeueing %d executions", entry.name, why, len(entry.holdings))
-        else:  # registered, never opened its stream: nothing was lost
-            log.info("worker %s registered but never connected (%s); forgotten", entry.name, why)
-        self.binder.worker_lost(entry)
-        shapes: dict[Shape, None] = {}
-        for execution_id in list(entry.holdings):
-            execution = self.table.get(execution_id)
-            if execution is None:
-                entry.release(execution_id)
-                continue
-            # A dispatch never claimed did not run: same attempt. Running work did.
-            requeued = self.requeue(execution, entry, next_attempt=execution.state is State.RUNNING)
-            self.events.requeued(execution, requeued, Requeue.WORKER_LOST)
-            if requeued.state is State.CREATED:
-                shapes[self.catalogue.shape_of(requeued)] = None
-        self.registry.remove(entry)
-        return list(shapes)
 
     def drop_stale(self, execution_id: str) -> None:
         """Another replica changed this execution (a guarded write conflicted): what is held here is stale."""

@@ -1,4 +1,4 @@
-"""Recovery at start, and the housekeeping tick: expired acks, lost workers, keepalives, safety pass."""
+"""Recovery at start, requeueing, and the housekeeping tick: expired acks, lost workers, keepalives, safety pass."""
 
 from __future__ import annotations
 
@@ -8,13 +8,16 @@ import logging
 import time
 from typing import TYPE_CHECKING
 
+from flux.dispatcher.lifecycle import Requeue
 from flux.dispatcher.registry import placeholder
 from flux.dispatcher.session import Cancelled, Ping
-from flux.domain.execution import State
+from flux.domain.execution import Execution, ExecutionError, State
 from flux.store.base import Recovered
 
 if TYPE_CHECKING:
     from flux.dispatcher.core import Dispatcher
+    from flux.dispatcher.workers import WorkerEntry
+    from flux.matching import Shape
 
 log = logging.getLogger("flux.dispatcher")
 
@@ -53,6 +56,57 @@ def recover(d: Dispatcher, recovered: Recovered) -> None:
     )  # fmt: skip
 
 
+def requeue(d: Dispatcher, execution: Execution, entry: WorkerEntry | None, next_attempt: bool) -> Execution:
+    """Back to CREATED (keeping its place in line), or FAILED when out of attempts."""
+    if entry is not None:
+        entry.release(execution.execution_id)
+    now = d.clock()
+    attempt = execution.attempt + 1 if next_attempt else execution.attempt
+    if attempt > execution.max_attempts:
+        failed = execution.evolve(
+            state=State.FAILED,
+            updated_at=now,
+            error=ExecutionError(
+                "WorkerLost",
+                f"worker {execution.worker} was lost while running attempt {execution.attempt} "
+                f"of {execution.max_attempts}",
+            ),
+        )
+        d.table.finish(failed)
+        d.table.save(failed)
+        return failed
+    requeued = execution.evolve(
+        state=State.CREATED, worker="", gpu_indices=(), attempt=attempt, updated_at=now
+    )
+    if len(requeued.input_json) > d.settings.inline_input_bytes:
+        requeued = requeued.evolve(input_json="")  # back to waiting: its input waits in the store
+    d.table.update(requeued)
+    d.binder.requeue(requeued)
+    return requeued
+
+
+def lose_worker(d: Dispatcher, entry: WorkerEntry, why: str) -> list[Shape]:
+    """Requeue (or fail) everything the worker holds; return the shapes put back in the queue."""
+    if entry.ever_connected or entry.holdings:
+        log.warning("worker %s lost (%s); requeueing %d executions", entry.name, why, len(entry.holdings))
+    else:  # registered, never opened its stream: nothing was lost
+        log.info("worker %s registered but never connected (%s); forgotten", entry.name, why)
+    d.binder.worker_lost(entry)
+    shapes: dict[Shape, None] = {}
+    for execution_id in list(entry.holdings):
+        execution = d.table.get(execution_id)
+        if execution is None:
+            entry.release(execution_id)
+            continue
+        # A dispatch never claimed did not run: same attempt. Running work did.
+        requeued = requeue(d, execution, entry, next_attempt=execution.state is State.RUNNING)
+        d.events.requeued(execution, requeued, Requeue.WORKER_LOST)
+        if requeued.state is State.CREATED:
+            shapes[d.catalogue.shape_of(requeued)] = None
+    d.registry.remove(entry)
+    return list(shapes)
+
+
 def expire(d: Dispatcher, now: float) -> bool:
     """Requeue dispatches past their ack deadline and the work of workers past their grace period."""
     changed = False
@@ -65,12 +119,12 @@ def expire(d: Dispatcher, now: float) -> bool:
         if entry is not None and entry.session is not None:
             entry.session.push(Cancelled(execution_id, generation, "ack deadline expired"))
         d.events.expired(execution)
-        d.requeue(execution, entry, next_attempt=False)
+        requeue(d, execution, entry, next_attempt=False)
         changed = True
     grace = d.settings.grace_period
     for entry in list(d.registry.values()):
         if entry.disconnected_at is not None and now - entry.disconnected_at >= grace:
-            d.lose_worker(entry, f"no stream for {grace:g}s")
+            lose_worker(d, entry, f"no stream for {grace:g}s")
             changed = True
     return changed
 

@@ -23,7 +23,7 @@ from flux.dispatcher.settings import Settings
 from flux.dispatcher.unfinished import Unfinished
 from flux.dispatcher.watchers import Watchers
 from flux.domain.execution import Execution
-from flux.errors import FailedPrecondition, Unavailable
+from flux.errors import FailedPrecondition, ResourceExhausted, Unavailable
 from flux.store.base import Conflict, Store
 
 log = logging.getLogger("flux.dispatcher")
@@ -72,6 +72,20 @@ class ExecutionTable:
             or self.unfinished.get(execution_id)
             or self.finished.get(execution_id)
         )
+
+    def admit(self, size: int) -> None:
+        """Refuse new work past the pending limits, naming the limit (the store and RAM stay bounded)."""
+        s = self.settings
+        if len(self.unfinished) >= s.max_pending:
+            raise ResourceExhausted(
+                f"{len(self.unfinished)} executions are unfinished; the limit is {s.max_pending} "
+                "(--max-pending); retry when some have finished"
+            )
+        if self.unfinished.input_bytes + size > s.max_pending_bytes:
+            raise ResourceExhausted(
+                f"unfinished executions hold {self.unfinished.input_bytes} input bytes; this input of "
+                f"{size} bytes would pass the limit of {s.max_pending_bytes} (--max-pending-bytes)"
+            )
 
     # ----------------------------------------------------------------- changes
 

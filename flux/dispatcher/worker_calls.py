@@ -9,7 +9,7 @@ from __future__ import annotations
 import logging
 from typing import TYPE_CHECKING
 
-from flux.dispatcher import limits
+from flux.dispatcher import housekeeping, limits
 from flux.dispatcher.lifecycle import Requeue
 from flux.domain.execution import Execution, ExecutionError, State
 from flux.domain.worker import WorkerResources
@@ -88,7 +88,7 @@ def release(
     if execution.state not in (State.SCHEDULED, State.RUNNING):
         raise FailedPrecondition(f"execution {execution_id} is {execution.state.label}; nothing to release")
     log.debug("execution %s released by %s: %s", execution_id, name, reason or "no reason given")
-    requeued = d.requeue(execution, entry, next_attempt=False)
+    requeued = housekeeping.requeue(d, execution, entry, next_attempt=False)
     d.events.requeued(execution, requeued, Requeue.RELEASED)
     d.place(shapes=[d.catalogue.shape_of(requeued)])
     d.place(workers=[entry])

@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 
+from flux.domain.execution import WorkflowRef
 from flux.domain.resource_request import ResourceRequest
 
 
@@ -25,6 +26,11 @@ class WorkflowRecord:
     # Set on a record register_workflows returned without storing a new version: the
     # latest version already had this source and metadata (registering is idempotent).
     unchanged: bool = field(default=False, compare=False)
+
+    @property
+    def ref(self) -> WorkflowRef:
+        """What an execution of this version names: the workflow, its code and entrypoint."""
+        return WorkflowRef(self.name, self.version, self.source_hash, self.entrypoint)
 
     def same_definition(self, other: WorkflowRecord) -> bool:
         """Same source and metadata (every field but the version, the file's name and when)."""

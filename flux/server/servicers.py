@@ -15,6 +15,7 @@ import grpc
 from flux.dispatcher.core import Dispatcher
 from flux.dispatcher.listing import execution_query, page_token
 from flux.dispatcher.session import Scheduled
+from flux.domain.execution import ExecutionError
 from flux.domain.worker import WorkerSoftware
 from flux.errors import FluxError, InvalidArgument, status_of
 from flux.observe.status import StatusBoard
@@ -115,7 +116,7 @@ class WorkerService(worker_pb2_grpc.WorkerServiceServicer):
             request.execution_id,
             request.generation,
             request.output_json if result == "output_json" else None,
-            convert.error_from_proto(request.error) if result == "error" else None,
+            ExecutionError.from_proto(request.error) if result == "error" else None,
             resources,
         )
         return worker_pb2.CompleteResponse()

@@ -41,6 +41,7 @@ class SharedMemoryStore(MemoryStore):
         self.remote: list[tuple[str, dict[str, Any]]] = []  # the directory: other replicas' workers
         self.inserted: list[Execution] = []
         self._listener: Any = None
+        self.cluster = self  # the membership calls (heartbeat, directory, ...) are answered here too
 
     # ---- what the test does as "another replica"
 
