@@ -7,7 +7,10 @@ transport.
 
 from __future__ import annotations
 
-import grpc
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # grpc loads only where a status code is built: domain code imports this module
+    import grpc
 
 
 class FluxError(Exception):
@@ -50,35 +53,38 @@ class Unimplemented(FluxError):
     """No such operation: an rpc this server lacks, or an HTTP method a route does not take."""
 
 
-# error type -> (gRPC status code, HTTP status)
-STATUS: dict[type[FluxError], tuple[grpc.StatusCode, int]] = {
-    InvalidArgument: (grpc.StatusCode.INVALID_ARGUMENT, 422),
-    NotFound: (grpc.StatusCode.NOT_FOUND, 404),
-    AlreadyExists: (grpc.StatusCode.ALREADY_EXISTS, 409),
-    FailedPrecondition: (grpc.StatusCode.FAILED_PRECONDITION, 409),
-    Unauthenticated: (grpc.StatusCode.UNAUTHENTICATED, 401),
-    PermissionDenied: (grpc.StatusCode.PERMISSION_DENIED, 403),
-    ResourceExhausted: (grpc.StatusCode.RESOURCE_EXHAUSTED, 413),
-    Unavailable: (grpc.StatusCode.UNAVAILABLE, 503),
+# error type -> (gRPC status code name, HTTP status); names, so that no grpc import is needed here.
+STATUS: dict[type[FluxError], tuple[str, int]] = {
+    InvalidArgument: ("INVALID_ARGUMENT", 422),
+    NotFound: ("NOT_FOUND", 404),
+    AlreadyExists: ("ALREADY_EXISTS", 409),
+    FailedPrecondition: ("FAILED_PRECONDITION", 409),
+    Unauthenticated: ("UNAUTHENTICATED", 401),
+    PermissionDenied: ("PERMISSION_DENIED", 403),
+    ResourceExhausted: ("RESOURCE_EXHAUSTED", 413),
+    Unavailable: ("UNAVAILABLE", 503),
     # 405 rather than 501: over HTTP it is the method of an existing route that is wrong.
-    Unimplemented: (grpc.StatusCode.UNIMPLEMENTED, 405),
+    Unimplemented: ("UNIMPLEMENTED", 405),
 }
 
 # Answers the HTTP server gives before a request reaches the app (no route ran, so no
 # error type applies): HTTP status -> the gRPC status name its body carries.
-BEFORE_THE_APP: dict[int, grpc.StatusCode] = {
-    408: grpc.StatusCode.DEADLINE_EXCEEDED,  # the request head did not arrive in time
-    431: grpc.StatusCode.RESOURCE_EXHAUSTED,  # the request head is over the size cap
-    503: grpc.StatusCode.UNAVAILABLE,  # the connection cap is reached
+BEFORE_THE_APP: dict[int, str] = {
+    408: "DEADLINE_EXCEEDED",  # the request head did not arrive in time
+    431: "RESOURCE_EXHAUSTED",  # the request head is over the size cap
+    503: "UNAVAILABLE",  # the connection cap is reached
 }
 
 _BY_GRPC_CODE = {code: error for error, (code, _) in STATUS.items()}
 
 
 def status_of(error: FluxError) -> tuple[grpc.StatusCode, int]:
+    import grpc
+
     for cls in type(error).__mro__:
         if cls in STATUS:
-            return STATUS[cls]  # type: ignore[index]
+            code, http = STATUS[cls]  # type: ignore[index]
+            return grpc.StatusCode[code], http
     return grpc.StatusCode.INTERNAL, 500
 
 
@@ -99,4 +105,4 @@ def from_http_status(status: int, message: str) -> FluxError:
 
 def from_grpc_code(code: grpc.StatusCode, message: str) -> FluxError:
     """Rebuild the domain error a server sent, for clients (the inverse of ``STATUS``)."""
-    return _BY_GRPC_CODE.get(code, Unavailable)(message)
+    return _BY_GRPC_CODE.get(code.name, Unavailable)(message)

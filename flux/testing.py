@@ -1,6 +1,18 @@
-"""A local cluster of real processes on 127.0.0.1: a server, workers, and a client.
+"""Flux's public testing API: a local cluster of real processes on 127.0.0.1.
 
-Used by the integration tests and the benchmarks, and handy for trying Flux out.
+``Cluster`` starts a server (or several replicas), workers and a client, as
+``temporalio.testing`` starts a test server; ``eventually`` is a bounded wait.
+Flux's own integration tests and benchmarks use exactly this, and so can the
+tests of a project that writes workflows::
+
+    with contextlib.closing(Cluster(tmp_path)) as cluster:
+        cluster.start_server()
+        cluster.register(Path("workflows.py"))
+        cluster.start_worker("w1")
+        assert cluster.run("hello", "world").state == control_pb2.EXECUTION_STATE_COMPLETED
+
+``flux.testing_postgres.TemporaryPostgres`` adds a throwaway PostgreSQL for
+replica tests. Both are part of the Python API: changes to them are additive.
 
 The server binds port 0 and prints the ports it got (gRPC on its first stdout
 line, the HTTP/SSE gateway on the second); we read them back, never guessing a
@@ -52,6 +64,10 @@ def eventually(
     interval: float = 0.05,
     what: str | Callable[[], str] = "",
 ) -> T:
+    """Call ``check`` every ``interval`` seconds until it returns something true, and return that.
+
+    Past ``timeout`` seconds, fail with an AssertionError that names ``what`` is awaited.
+    """
     deadline = time.monotonic() + timeout
     while True:
         result = check()
@@ -74,6 +90,13 @@ def fake_site_packages(directory: Path, packages: dict[str, str]) -> Path:
 
 
 class Cluster:
+    """Real Flux processes under ``workdir``: ``start_server`` first, then workers and clients.
+
+    ``transport`` is how workers reach the server ("grpc", or "sse" through the
+    gateway); ``db`` is a SQLite path under ``workdir`` or a PostgreSQL URL.
+    Tokens and a TLS CA are made per cluster. ``close`` stops every process.
+    """
+
     def __init__(self, workdir: Path, transport: str = "grpc", db: str = "flux.db"):
         if transport not in TRANSPORTS:
             raise ValueError(f"transport must be one of {TRANSPORTS}; got {transport!r}")
@@ -142,6 +165,7 @@ class Cluster:
         return process, f"{match.group(1)}:{match.group(2)}", gateway
 
     def start_server(self, *args: str, db: str | None = None) -> str:
+        """Start ``flux start server`` with extra ``args``; return its gRPC address."""
         self.server, self.address, self.gateway_url = self._start_server_process(args, db, "server")
         if self._client is not None:
             self._client.close()
@@ -195,6 +219,7 @@ class Cluster:
         return process, self._read_gateway_line(process, "gateway")
 
     def kill_server(self) -> None:
+        """SIGKILL the server (a crash: nothing is flushed or announced)."""
         assert self.server is not None
         self.server.send_signal(signal.SIGKILL)
         self.server.wait(timeout=10)
@@ -248,9 +273,11 @@ class Cluster:
         return process
 
     def worker_connected(self, name: str) -> bool:
+        """Whether the server lists worker ``name`` as connected now."""
         return any(w.name == name and w.connected for w in self.client.workers().workers)
 
     def close(self) -> None:
+        """Stop every process this cluster started, workers first."""
         if self._client is not None:
             self._client.close()
         for process in self.processes:
@@ -269,6 +296,7 @@ class Cluster:
         return caller_token(role, state_dir=self.workdir / ".flux")
 
     def credentials(self, role: Role) -> Credentials:
+        """The token of ``role`` and the cluster's CA, as a client passes them."""
         return Credentials(self.token(role), self.ca)
 
     def channel(self, role: Role, address: str | None = None) -> grpc.Channel:
@@ -287,14 +315,17 @@ class Cluster:
         return self._client
 
     def register(self, path: Path) -> None:
+        """Register the workflows defined in the Python file ``path``."""
         self.client.register_file(path)
 
     def run(
         self, workflow: str, value: object = None, wait: bool = True, timeout: float = 30
     ) -> control_pb2.Execution:
+        """Submit ``workflow`` with input ``value``; with ``wait``, return its final state."""
         return self.client.run(workflow, value, wait=wait, timeout=timeout)
 
     def wait_all(self, ids: Iterable[str], timeout: float = 60) -> list[control_pb2.Execution]:
+        """The final state of each execution, in order, each waited for up to ``timeout`` seconds."""
         return [self.client.wait(i, timeout) for i in ids]
 
     def flux(self, *args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:

@@ -1,5 +1,8 @@
 """A throwaway PostgreSQL server for tests and benchmarks: initdb in a temp dir, loopback only.
 
+Part of Flux's public testing API (with ``flux.testing``): use it as a context
+manager, and give each test its own ``database()``.
+
 Set ``FLUX_TEST_POSTGRES_URL`` (a server URL whose user may create databases)
 to use a running server instead. The binaries are found on PATH or in the
 Debian layout (``/usr/lib/postgresql/*/bin``). PostgreSQL refuses to run as
@@ -42,6 +45,8 @@ def _free_port() -> int:
 
 
 class TemporaryPostgres:
+    """One PostgreSQL server for a test session: ``with TemporaryPostgres() as pg: url = pg.database()``."""
+
     def __init__(self, durable: bool = False) -> None:
         # Tests skip fsync (speed, and nothing outlives them); benchmarks keep PostgreSQL's defaults.
         self.durable = durable
@@ -96,6 +101,7 @@ class TemporaryPostgres:
         return f"{base}/{name}"
 
     def stop(self) -> None:
+        """Stop the server and delete its files (nothing if it was never started or is external)."""
         if self._directory is None:
             return
         data = self._directory / "data"

@@ -268,7 +268,7 @@ class GuardedProtocol(HttpToolsProtocol):
             # that response, so the connection is cut instead.
             self.transport.close()
             return
-        body = json.dumps({"error": {"code": BEFORE_THE_APP[status].name, "message": message}}).encode()
+        body = json.dumps({"error": {"code": BEFORE_THE_APP[status], "message": message}}).encode()
         head = (
             f"HTTP/1.1 {status} {_REASONS[status]}\r\n"
             "content-type: application/json\r\n"

@@ -19,7 +19,7 @@ import grpc
 from sse_starlette import ServerSentEvent
 
 from flux.errors import Unavailable
-from flux.server.servicers import TRANSPORT_METADATA
+from flux.server.metadata import TRANSPORT_METADATA
 from flux.v1 import worker_pb2, worker_pb2_grpc
 from gateway import protojson
 from gateway.errors import from_rpc

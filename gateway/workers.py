@@ -21,7 +21,7 @@ from sse_starlette import EventSourceResponse
 from starlette.background import BackgroundTask
 
 from flux.errors import Unauthenticated
-from flux.server.servicers import TRANSPORT_METADATA
+from flux.server.metadata import TRANSPORT_METADATA
 from flux.v1 import worker_pb2
 from gateway import protojson, schema
 from gateway.auth import SESSION_HEADER, WORKER_BEARER

@@ -250,7 +250,6 @@ def workers_text(workers: Sequence[control_pb2.WorkerInfo], now_ms: int) -> str:
 
 # ---------------------------------------------------------------------- flux status
 
-STATE_ORDER = ("CREATED", "SCHEDULED", "RUNNING", "COMPLETED", "FAILED", "CANCELLED")
 REASON_ORDER = ("busy", "infeasible", "no_worker")
 REQUEUE_ORDER = ("released", "worker_lost", "ack_deadline")
 

@@ -69,11 +69,12 @@ class WorkerEntry:
     @property
     def accepting(self) -> bool:
         """Connected and not draining: it would take work unless paused (explain shows why not)."""
-        return self.session is not None and not self.session.closed and not self.draining
+        return self.connected and not self.draining
 
     @property
     def dispatchable(self) -> bool:
-        return self.accepting and not self.paused
+        """Work may be placed here now: only on a worker whose stream this server holds."""
+        return self.elsewhere is None and self.accepting and not self.paused
 
     @property
     def active(self) -> int:
@@ -93,7 +94,7 @@ class WorkerEntry:
                 labels=self.labels,
                 software=self.software,
                 capacity=self.capacity,
-                active=len(self.holdings),
+                active=self.active,
                 reserved=self.reserved,
                 unreported=self.unreported,
                 held_gpus=self.held_gpus,

@@ -11,6 +11,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 from enum import IntEnum
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # the wire types load only where a conversion runs (the edges)
+    from flux.v1 import worker_pb2
 
 
 class State(IntEnum):
@@ -37,6 +41,15 @@ class ExecutionError:
     message: str
     traceback: str = ""
 
+    def to_proto(self) -> worker_pb2.ExecutionError:
+        from flux.v1 import worker_pb2
+
+        return worker_pb2.ExecutionError(type=self.type, message=self.message, traceback=self.traceback)
+
+    @classmethod
+    def from_proto(cls, message: worker_pb2.ExecutionError) -> ExecutionError:
+        return cls(message.type, message.message, message.traceback)
+
 
 @dataclass(frozen=True, slots=True)
 class WorkflowRef:
@@ -44,6 +57,17 @@ class WorkflowRef:
     version: int
     source_hash: str
     entrypoint: str
+
+    def to_proto(self) -> worker_pb2.WorkflowRef:
+        from flux.v1 import worker_pb2
+
+        return worker_pb2.WorkflowRef(
+            name=self.name, version=self.version, source_hash=self.source_hash, entrypoint=self.entrypoint
+        )
+
+    @classmethod
+    def from_proto(cls, message: worker_pb2.WorkflowRef) -> WorkflowRef:
+        return cls(message.name, message.version, message.source_hash, message.entrypoint)
 
 
 @dataclass(frozen=True, slots=True)

@@ -7,7 +7,8 @@ pending shape is explained against the worker views taken in that step.
 
 The reason bucket of a shape is what ``ExplainExecution`` would say for any of
 its executions: the same ``flux.matching.explain`` over the same workers (the
-connected, non-draining ones, paused or not, as ``Dispatcher.why`` takes them), so the
+connected, non-draining ones, paused or not, from the same fleet directory
+``Dispatcher.why`` reads: with replicas, the workers of every replica), so the
 pending-by-reason gauge never disagrees with ``flux execution explain``.
 A snapshot costs O(unfinished executions + shapes x workers). ``GetMetrics``
 needs no token, so ``aggregate`` answers from a snapshot up to ``max_age``
@@ -24,9 +25,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from flux.dispatcher.lifecycle import Counters, Histogram, Lifecycle
 from flux.domain.execution import State
 from flux.matching import Shape, WorkerView, explain
-from flux.observe.lifecycle import Counters, Histogram, Lifecycle
 
 if TYPE_CHECKING:
     from flux.dispatcher.core import Dispatcher
@@ -181,9 +182,10 @@ class StatusBoard:
 
     async def snapshot(self, detail: bool = True) -> Status:
         d = self.dispatcher
+        # The fleet first (with replicas, a database read): the same one explain counts.
+        entries = await d.list_workers()
         # ---- one synchronous step: every number below describes the same moment
         now = d.clock()
-        entries = d.workers()
         views: list[WorkerView] = [w.view() for w in entries if w.accepting]  # paused ones too, as explain
         queue = d.pending()
         shapes = queue.shapes()

@@ -4,16 +4,16 @@ from __future__ import annotations
 
 from types import MappingProxyType
 
-from flux.dispatcher.core import Why, WorkerRegistration
+from flux.dispatcher.core import Diagnosis, WorkerRegistration
 from flux.dispatcher.session import Cancelled, Event, Ping, Scheduled
 from flux.dispatcher.workers import WorkerEntry
-from flux.domain.execution import Execution, ExecutionError, WorkflowRef
+from flux.domain.execution import Execution
 from flux.domain.resource_request import ResourceRequest
 from flux.domain.worker import DEFAULT_RUNTIME, WorkerResources, WorkerSoftware
+from flux.domain.workflow import WorkflowRecord
 from flux.errors import InvalidArgument
 from flux.observe.fleet import Change
 from flux.observe.status import Allocation, Status
-from flux.store.base import WorkflowRecord
 from flux.v1 import control_pb2, worker_pb2
 
 
@@ -67,33 +67,17 @@ def workflows_from_proto(request: control_pb2.RegisterWorkflowRequest) -> list[W
     return records
 
 
-def ref_to_proto(ref: WorkflowRef) -> worker_pb2.WorkflowRef:
-    return worker_pb2.WorkflowRef(
-        name=ref.name, version=ref.version, source_hash=ref.source_hash, entrypoint=ref.entrypoint
-    )
-
-
-def error_to_proto(error: ExecutionError | None) -> worker_pb2.ExecutionError | None:
-    if error is None:
-        return None
-    return worker_pb2.ExecutionError(type=error.type, message=error.message, traceback=error.traceback)
-
-
-def error_from_proto(message: worker_pb2.ExecutionError) -> ExecutionError:
-    return ExecutionError(message.type, message.message, message.traceback)
-
-
 def execution_to_proto(e: Execution) -> control_pb2.Execution:
     return control_pb2.Execution(
         execution_id=e.execution_id,
-        workflow=ref_to_proto(e.workflow),
+        workflow=e.workflow.to_proto(),
         state=int(e.state),  # type: ignore[arg-type]
         worker=e.worker,
         attempt=e.attempt,
         generation=e.generation,
         input_json=e.input_json,
         output_json=e.output_json,
-        error=error_to_proto(e.error),
+        error=e.error.to_proto() if e.error is not None else None,
         gpu_indices=list(e.gpu_indices),
         created_at_ms=int(e.created_at * 1000),
         updated_at_ms=int(e.updated_at * 1000),
@@ -118,7 +102,7 @@ def event_to_proto(event: Event) -> worker_pb2.WorkerEvent:
                 attempt=e.attempt,
                 generation=e.generation,
                 input_json=e.input_json,
-                workflow=ref_to_proto(e.workflow),
+                workflow=e.workflow.to_proto(),
                 gpu_indices=list(e.gpu_indices),
                 requests=event.requests.to_proto(),
             )
@@ -174,7 +158,7 @@ def workflow_to_proto(record: WorkflowRecord, versions: int) -> control_pb2.Work
     )
 
 
-def why_to_proto(why: Why) -> control_pb2.Explanation:
+def why_to_proto(why: Diagnosis) -> control_pb2.Explanation:
     message = control_pb2.Explanation(
         execution_id=why.execution.execution_id,
         state=int(why.execution.state),  # type: ignore[arg-type]

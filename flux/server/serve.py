@@ -59,11 +59,11 @@ def build_dispatcher(config: ServerConfig) -> Dispatcher:
     if not settings.server_id:
         settings = replace(settings, server_id=uuid.uuid4().hex[:12])
     if is_postgres(config.db):
-        from flux.dispatcher.replica import ReplicaDispatcher
+        from flux.dispatcher.replica import shared
         from flux.store.postgres import PostgresStore
 
         store = PostgresStore(config.db, settings.server_id)
-        return ReplicaDispatcher(store, settings)
+        return Dispatcher(store, settings, modes=shared(store))
     from flux.store.sqlite import SqliteStore
 
     return Dispatcher(SqliteStore(config.db.removeprefix("sqlite:///").removeprefix("sqlite://")), settings)

@@ -17,19 +17,18 @@ import grpc
 from flux.dispatcher.core import Dispatcher
 from flux.dispatcher.listing import execution_query, page_token
 from flux.dispatcher.session import Scheduled
+from flux.domain.execution import ExecutionError
 from flux.domain.worker import WorkerSoftware
 from flux.errors import FluxError, InvalidArgument, status_of
 from flux.observe.fleet import Change
 from flux.observe.status import StatusBoard
 from flux.server import convert
+from flux.server.metadata import TRANSPORT_METADATA
 from flux.v1 import control_pb2, control_pb2_grpc, worker_pb2, worker_pb2_grpc
 
 log = logging.getLogger("flux.server")
 
 R = TypeVar("R")
-
-# Metadata key a gateway sets so the core knows a stream is bridged to SSE.
-TRANSPORT_METADATA = "x-flux-transport"
 
 
 def _unary(handler: Callable[..., Awaitable[R]]) -> Callable[..., Awaitable[R]]:
@@ -120,7 +119,7 @@ class WorkerService(worker_pb2_grpc.WorkerServiceServicer):
             request.execution_id,
             request.generation,
             request.output_json if result == "output_json" else None,
-            convert.error_from_proto(request.error) if result == "error" else None,
+            ExecutionError.from_proto(request.error) if result == "error" else None,
             resources,
         )
         return worker_pb2.CompleteResponse()

@@ -12,36 +12,15 @@ from __future__ import annotations
 
 import abc
 import asyncio
-from collections.abc import Mapping
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 
 from flux.domain.execution import Execution
-from flux.domain.resource_request import ResourceRequest
+from flux.domain.workflow import WorkflowRecord
 
-
-@dataclass(frozen=True, slots=True)
-class WorkflowRecord:
-    name: str
-    version: int
-    source_hash: str
-    entrypoint: str
-    requests: ResourceRequest
-    affinity: Mapping[str, str]
-    max_attempts: int
-    filename: str = ""
-    # The runtime the workflow is written for (matched against worker runtimes by name).
-    runtime: str = "python"
-    # When this version was registered, seconds since the epoch (0 until stored).
-    registered_at: float = 0.0
-    # Set on a record register_workflows returned without storing a new version: the
-    # latest version already had this source and metadata (registering is idempotent).
-    unchanged: bool = field(default=False, compare=False)
-
-    def same_definition(self, other: WorkflowRecord) -> bool:
-        """Same source and metadata (every field but the version, the file's name and when)."""
-        return replace(self, version=0, filename="", registered_at=0.0) == replace(
-            other, version=0, filename="", registered_at=0.0
-        )
+__all__ = [
+    "Conflict", "ExecutionQuery", "PendingRef", "Recovered", "Store", "StoreError", "WorkerIdentity",
+    "WorkerRecord", "WorkflowRecord",
+]  # fmt: skip
 
 
 @dataclass(frozen=True, slots=True)
@@ -123,9 +102,6 @@ class WorkerRecord:
 
 
 class Store(abc.ABC):
-    # True when other server replicas share the database (PostgreSQL).
-    shared = False
-
     @abc.abstractmethod
     async def open(self) -> Recovered:
         """Create or migrate the schema and return the state to resume from."""
@@ -151,6 +127,18 @@ class Store(abc.ABC):
     @abc.abstractmethod
     def save(self, execution: Execution) -> asyncio.Future[None]:
         """Queue the execution's full row for the next batch; the future resolves once committed."""
+
+    def claim(self, dispatches: list[Execution]) -> asyncio.Future[dict[str, Execution]]:
+        """Claim pending rows for these dispatches (SCHEDULED, on one of this server's workers).
+
+        Resolves with the rows won, by id, as stored; a row missing from the answer
+        went to another server or was cancelled. A store no other server shares
+        resolves at once with every dispatch as given: nobody else can take them, and
+        dispatches are not written (after a restart an unclaimed one is pending again).
+        """
+        future: asyncio.Future[dict[str, Execution]] = asyncio.get_running_loop().create_future()
+        future.set_result({e.execution_id: e for e in dispatches})
+        return future
 
     @abc.abstractmethod
     async def get_execution(self, execution_id: str) -> Execution | None:

@@ -38,7 +38,9 @@ import psycopg
 from psycopg.rows import dict_row
 from psycopg_pool import AsyncConnectionPool
 
-from flux.domain.execution import Execution, ExecutionError, State
+from flux.domain.execution import Execution, State
+from flux.domain.workflow import WorkflowRecord
+from flux.store import notices
 from flux.store.base import (
     Conflict,
     ExecutionQuery,
@@ -47,10 +49,15 @@ from flux.store.base import (
     Store,
     StoreError,
     WorkerIdentity,
-    WorkerRecord,
-    WorkflowRecord,
 )
+from flux.store.postgres_cluster import MEMBERSHIP_SCHEMA, Membership
+from flux.store.postgres_rows import COLUMNS, announce
 from flux.store.rows import (
+    CANCELLED,
+    CREATED,
+    FINISHED,
+    RUNNING,
+    SCHEDULED,
     WORKFLOW_COLUMNS,
     execution_from_row,
     execution_row,
@@ -64,12 +71,12 @@ log = logging.getLogger("flux.store.postgres")
 
 # 2: workflows.runtime (added to a version 1 database on open).
 SCHEMA_VERSION = 2
-# pg_advisory locks are keyed by a bigint; these two are Flux's ("FLUX" and "FLUX"+1).
-MIGRATION_LOCK = 0x464C5558
-SWEEP_LOCK = 0x464C5559
-NOTIFY_LIMIT = 7000  # bytes per NOTIFY payload (PostgreSQL's limit is 8000)
+# pg_advisory locks are keyed by a bigint; Flux's three are "FLUX" and the two after it
+# (the second, SWEEP_LOCK, is postgres_cluster.py's).
+MIGRATION_LOCK = 0x464C5558  # schema creation and migration, on open
+WORKFLOWS_LOCK = 0x464C555A  # registrations take the next version one at a time
 
-SCHEMA = """
+SCHEMA = f"""
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
 CREATE TABLE IF NOT EXISTS sources (
     source_hash TEXT PRIMARY KEY, filename TEXT NOT NULL, source TEXT NOT NULL,
@@ -86,39 +93,26 @@ CREATE TABLE IF NOT EXISTS executions (
     max_attempts INTEGER NOT NULL, input_json TEXT NOT NULL, output_json TEXT NOT NULL, error TEXT,
     gpu_indices TEXT NOT NULL, created_at DOUBLE PRECISION NOT NULL, updated_at DOUBLE PRECISION NOT NULL,
     owner TEXT NOT NULL DEFAULT '');
-CREATE INDEX IF NOT EXISTS executions_pending ON executions (seq) WHERE state = 1;
-CREATE INDEX IF NOT EXISTS executions_held ON executions (worker) WHERE state IN (2, 3);
-CREATE INDEX IF NOT EXISTS executions_owned ON executions (owner) WHERE state IN (2, 3);
+CREATE INDEX IF NOT EXISTS executions_pending ON executions (seq) WHERE state = {CREATED};
+CREATE INDEX IF NOT EXISTS executions_held ON executions (worker) WHERE state IN ({SCHEDULED}, {RUNNING});
+CREATE INDEX IF NOT EXISTS executions_owned ON executions (owner) WHERE state IN ({SCHEDULED}, {RUNNING});
 CREATE INDEX IF NOT EXISTS executions_recent ON executions (seq);
 CREATE INDEX IF NOT EXISTS executions_by_workflow ON executions (workflow_name, seq);
 CREATE TABLE IF NOT EXISTS dispatches (
     execution_id TEXT NOT NULL, generation BIGINT NOT NULL, worker TEXT NOT NULL, replica TEXT NOT NULL,
     at DOUBLE PRECISION NOT NULL, PRIMARY KEY (execution_id, generation));
-CREATE TABLE IF NOT EXISTS workers (
-    name TEXT PRIMARY KEY, session_token TEXT NOT NULL, updated_at DOUBLE PRECISION NOT NULL,
-    replica TEXT NOT NULL DEFAULT '', connected BOOLEAN NOT NULL DEFAULT FALSE,
-    epoch BIGINT NOT NULL DEFAULT 0, info TEXT NOT NULL DEFAULT '{}', load TEXT NOT NULL DEFAULT '{}');
-ALTER TABLE workers ADD COLUMN IF NOT EXISTS paused BOOLEAN NOT NULL DEFAULT FALSE;
-CREATE SEQUENCE IF NOT EXISTS worker_epochs;
-CREATE TABLE IF NOT EXISTS replicas (
-    id TEXT PRIMARY KEY, address TEXT NOT NULL, started_at TIMESTAMPTZ NOT NULL DEFAULT now(),
-    heartbeat_at TIMESTAMPTZ NOT NULL DEFAULT now());
 """
 
-_COLUMNS = (
-    "execution_id, seq, workflow_name, workflow_version, source_hash, entrypoint, state, worker, attempt, "
-    "generation, max_attempts, input_json, output_json, error, gpu_indices, created_at, updated_at, owner"
-)
 
 # Insert a new execution, or update one this replica may write: the same
 # generation, not finished, and either pending (shared) or owned by us.
 _UPSERT = f"""
-INSERT INTO executions ({_COLUMNS}) VALUES ({",".join(["%s"] * 18)})
+INSERT INTO executions ({COLUMNS}) VALUES ({",".join(["%s"] * 18)})
 ON CONFLICT (execution_id) DO UPDATE SET
     state=excluded.state, worker=excluded.worker, attempt=excluded.attempt, output_json=excluded.output_json,
     error=excluded.error, gpu_indices=excluded.gpu_indices, updated_at=excluded.updated_at, owner=excluded.owner
-WHERE executions.generation = excluded.generation AND executions.state < 4
-    AND (executions.state = 1 OR executions.owner = %s)
+WHERE executions.generation = excluded.generation AND executions.state < {FINISHED}
+    AND (executions.state = {CREATED} OR executions.owner = %s)
 RETURNING execution_id
 """
 
@@ -127,30 +121,16 @@ WITH wanted AS (
     SELECT * FROM unnest(%(ids)s::text[], %(workers)s::text[], %(gpus)s::text[]) AS w(execution_id, worker, gpus)
 ), picked AS (
     SELECT e.execution_id, w.worker, w.gpus FROM executions e JOIN wanted w USING (execution_id)
-    WHERE e.state = 1 ORDER BY e.execution_id FOR UPDATE OF e SKIP LOCKED
+    WHERE e.state = {CREATED} ORDER BY e.execution_id FOR UPDATE OF e SKIP LOCKED
 ), claimed AS (
-    UPDATE executions e SET state = 2, worker = p.worker, gpu_indices = p.gpus, owner = %(owner)s,
+    UPDATE executions e SET state = {SCHEDULED}, worker = p.worker, gpu_indices = p.gpus, owner = %(owner)s,
         generation = e.generation + 1, updated_at = %(now)s
     FROM picked p WHERE e.execution_id = p.execution_id
-    RETURNING {", ".join("e." + c.strip() for c in _COLUMNS.split(","))}
+    RETURNING {", ".join("e." + c.strip() for c in COLUMNS.split(","))}
 ), logged AS (
     INSERT INTO dispatches SELECT execution_id, generation, worker, %(owner)s, %(now)s FROM claimed
 )
 SELECT * FROM claimed
-"""
-
-# Give back the dispatched and running rows of one worker (or of dead replicas):
-# an unclaimed dispatch did not run (same attempt); running work did (next attempt,
-# or FAILED when none is left).
-_GIVE_BACK = f"""
-UPDATE executions SET
-    state = CASE WHEN state = 3 AND attempt >= max_attempts THEN 5 ELSE 1 END,
-    attempt = CASE WHEN state = 3 AND attempt < max_attempts THEN attempt + 1 ELSE attempt END,
-    error = CASE WHEN state = 3 AND attempt >= max_attempts THEN %(error)s ELSE error END,
-    worker = CASE WHEN state = 3 AND attempt >= max_attempts THEN worker ELSE '' END,
-    gpu_indices = '[]', owner = '', updated_at = %(now)s
-WHERE state IN (2, 3) AND {{where}}
-RETURNING {_COLUMNS}
 """
 
 # Claims and claim marks (RUNNING) commit without waiting for the WAL flush. If
@@ -160,38 +140,10 @@ RETURNING {_COLUMNS}
 # Submissions, requeues and results always wait for the flush: they are promises.
 _RELAXED = "SET LOCAL synchronous_commit = off"
 
-CHANNELS = ("flux_pending", "flux_cancel", "flux_done", "flux_workers", "flux_workflows", "flux_paused")
-
 
 def _row(e: Execution, owner: str) -> tuple[object, ...]:
     held = e.state in (State.SCHEDULED, State.RUNNING)
     return (*execution_row(e), owner if held else "")
-
-
-def _pending_line(e: Execution) -> str:
-    return f"{e.execution_id} {e.seq} {e.workflow.version} {e.workflow.name}"
-
-
-def parse_pending(payload: str) -> list[PendingRef]:
-    refs = []
-    for line in payload.splitlines():
-        execution_id, seq, version, name = line.split(" ", 3)
-        refs.append(PendingRef(execution_id, int(seq), name, int(version)))
-    return refs
-
-
-def _chunks(lines: Iterable[str]) -> Iterable[str]:
-    """Newline-joined payloads, each under PostgreSQL's NOTIFY size limit."""
-    chunk: list[str] = []
-    size = 0
-    for line in lines:
-        if chunk and size + len(line) + 1 > NOTIFY_LIMIT:
-            yield "\n".join(chunk)
-            chunk, size = [], 0
-        chunk.append(line)
-        size += len(line) + 1
-    if chunk:
-        yield "\n".join(chunk)
 
 
 @dataclass(slots=True)
@@ -202,8 +154,6 @@ class _Claim:
 
 
 class PostgresStore(Store):
-    shared = True
-
     def __init__(self, url: str, replica_id: str, address: str = "", pool_size: int = 8):
         self.url = url
         self.replica_id = replica_id
@@ -214,13 +164,12 @@ class PostgresStore(Store):
         self._writer: psycopg.AsyncConnection[Any] | None = None
         self._listener: psycopg.AsyncConnection[Any] | None = None
         self._listen_task: asyncio.Task[None] | None = None
-        self._on_notify: Callable[[str, str], None] | None = None
+        self._on_notify: Callable[[notices.Notice], None] | None = None
         self._queued: dict[str, tuple[Execution, asyncio.Future[None]]] = {}
         self._claims: list[_Claim] = []
         self._flusher: asyncio.Task[None] | None = None
-        # The ownership epoch of each worker as this replica last took it: a move announced
-        # with an older epoch is stale (the worker has come back here since).
-        self.epochs: dict[str, int] = {}
+        # Heartbeats, the worker directory, adoption and the sweep: the cluster's side of the database.
+        self.cluster = Membership(self._pool, replica_id)
 
     # ----------------------------------------------------------------- lifecycle
 
@@ -240,6 +189,7 @@ class PostgresStore(Store):
         async with self._pool.connection() as db, db.transaction():
             await db.execute("SELECT pg_advisory_xact_lock(%s)", (MIGRATION_LOCK,))
             await db.execute(SCHEMA)
+            await db.execute(MEMBERSHIP_SCHEMA)
             found = await (await db.execute("SELECT value FROM meta WHERE key='schema_version'")).fetchone()
             if found is not None and int(found[0]) > SCHEMA_VERSION:
                 raise StoreError(
@@ -282,18 +232,13 @@ class PostgresStore(Store):
                 await conn.close()
         await self._pool.close()
 
-    async def announce(self, address: str) -> None:
-        """Record the address this replica serves on (known once its port is bound)."""
-        self.address = address
-        async with self._pool.connection() as db:
-            await db.execute("UPDATE replicas SET address = %s WHERE id = %s", (address, self.replica_id))
-
-    def subscribe(self, callback: Callable[[str, str], None]) -> None:
+    def subscribe(self, callback: Callable[[notices.Notice], None]) -> None:
+        """Call ``callback`` with each notice another replica (or this one) sends."""
         self._on_notify = callback
 
     async def _subscribed(self) -> psycopg.AsyncConnection[Any]:
         listener = await psycopg.AsyncConnection.connect(self.url, autocommit=True)
-        for channel in CHANNELS:
+        for channel in notices.CHANNELS:
             await listener.execute(f"LISTEN {channel}")
         return listener
 
@@ -305,7 +250,7 @@ class PostgresStore(Store):
                 async for notice in self._listener.notifies():
                     if self._on_notify is not None:
                         try:
-                            self._on_notify(notice.channel, notice.payload)
+                            self._on_notify(notices.parse(notice.channel, notice.payload))
                         except Exception:  # one bad notification must not stop the rest
                             log.exception("handling a %s notification failed", notice.channel)
             except psycopg.OperationalError as exc:
@@ -332,7 +277,7 @@ class PostgresStore(Store):
     ) -> list[WorkflowRecord]:
         now, stored = time.time(), []
         async with self._pool.connection() as db, db.transaction():
-            await db.execute("SELECT pg_advisory_xact_lock(%s)", (MIGRATION_LOCK + 2,))
+            await db.execute("SELECT pg_advisory_xact_lock(%s)", (WORKFLOWS_LOCK,))
             await db.execute(
                 "INSERT INTO sources VALUES (%s,%s,%s,%s) ON CONFLICT DO NOTHING",
                 (source_hash, filename, source, now),
@@ -381,11 +326,10 @@ class PostgresStore(Store):
         self._kick()
         return future
 
-    def claim(
-        self, dispatches: list[tuple[str, str, tuple[int, ...]]], now: float
-    ) -> asyncio.Future[dict[str, Execution]]:
+    def claim(self, dispatches: list[Execution]) -> asyncio.Future[dict[str, Execution]]:
         future: asyncio.Future[dict[str, Execution]] = asyncio.get_running_loop().create_future()
-        self._claims.append(_Claim(dispatches, now, future))
+        wanted = [(e.execution_id, e.worker, e.gpu_indices) for e in dispatches]
+        self._claims.append(_Claim(wanted, max((e.updated_at for e in dispatches), default=0.0), future))
         self._kick()
         return future
 
@@ -441,17 +385,8 @@ class PostgresStore(Store):
                     if not cursor.nextset():
                         break
             written = [e for e in executions if e.execution_id in applied]
-            await self._announce(writer, written)
+            await announce(writer, written)
         return applied
-
-    async def _announce(self, db: psycopg.AsyncConnection[Any], written: list[Execution]) -> None:
-        """Tell every replica (on commit) which rows became pending and which finished."""
-        pending = [e for e in written if e.state is State.CREATED]
-        done = [e for e in written if e.state.finished]
-        for payload in _chunks(_pending_line(e) for e in pending):
-            await db.execute("SELECT pg_notify('flux_pending', %s)", (payload,))
-        for payload in _chunks(e.execution_id for e in done):
-            await db.execute("SELECT pg_notify('flux_done', %s)", (payload,))
 
     async def _settle_claims(self, claims: list[_Claim]) -> None:
         ids, workers, gpus = [], [], []
@@ -484,7 +419,7 @@ class PostgresStore(Store):
         """Store a new execution already claimed by this replica (it was never pending)."""
         async with self._pool.connection() as db, db.transaction():
             await db.execute(
-                f"INSERT INTO executions ({_COLUMNS}) VALUES ({','.join(['%s'] * 18)})",
+                f"INSERT INTO executions ({COLUMNS}) VALUES ({','.join(['%s'] * 18)})",
                 _row(execution, self.replica_id),
             )
             await db.execute(
@@ -498,8 +433,8 @@ class PostgresStore(Store):
         async with self._pool.connection() as db, db.transaction():
             cursor = db.cursor(row_factory=dict_row)
             await cursor.execute(
-                f"UPDATE executions SET state = 6, updated_at = %s WHERE execution_id = %s AND state < 4 "
-                f"RETURNING {_COLUMNS}",
+                f"UPDATE executions SET state = {CANCELLED}, updated_at = %s WHERE execution_id = %s AND state < {FINISHED} "
+                f"RETURNING {COLUMNS}",
                 (now, execution_id),
             )
             row = await cursor.fetchone()
@@ -509,12 +444,15 @@ class PostgresStore(Store):
             await db.execute("SELECT pg_notify('flux_done', %s)", (execution_id,))
             return execution_from_row(row)
 
+    async def save_worker(self, identity: WorkerIdentity) -> None:
+        await self.cluster.save_worker(identity)
+
     # ----------------------------------------------------------------- reads
 
     async def get_execution(self, execution_id: str) -> Execution | None:
         async with self._pool.connection() as db:
             cursor = db.cursor(row_factory=dict_row)
-            await cursor.execute(f"SELECT {_COLUMNS} FROM executions WHERE execution_id=%s", (execution_id,))
+            await cursor.execute(f"SELECT {COLUMNS} FROM executions WHERE execution_id=%s", (execution_id,))
             row = await cursor.fetchone()
             return execution_from_row(row) if row else None
 
@@ -532,7 +470,7 @@ class PostgresStore(Store):
             cursor = db.cursor(row_factory=dict_row)
             # The page token's "execution_id <" uses the column's collation, as this ORDER BY does.
             await cursor.execute(
-                f"SELECT {_COLUMNS} FROM executions {where} ORDER BY seq DESC, execution_id DESC LIMIT %s",
+                f"SELECT {COLUMNS} FROM executions {where} ORDER BY seq DESC, execution_id DESC LIMIT %s",
                 (*params, query.limit),
             )
             return [execution_from_row(row) for row in await cursor.fetchall()]
@@ -546,192 +484,16 @@ class PostgresStore(Store):
     async def pending_executions(self) -> list[Execution]:
         async with self._pool.connection() as db:
             cursor = db.cursor(row_factory=dict_row)
-            await cursor.execute(f"SELECT {_COLUMNS} FROM executions WHERE state = 1 ORDER BY seq")
+            await cursor.execute(f"SELECT {COLUMNS} FROM executions WHERE state = {CREATED} ORDER BY seq")
             return [execution_from_row(row) for row in await cursor.fetchall()]
 
     async def pending_refs(self) -> list[PendingRef]:
         async with self._pool.connection() as db:
             cursor = await db.execute(
                 "SELECT execution_id, seq, workflow_name, workflow_version FROM executions "
-                "WHERE state = 1 ORDER BY seq"
+                f"WHERE state = {CREATED} ORDER BY seq"
             )
             return [PendingRef(*row) for row in await cursor.fetchall()]
-
-    # ----------------------------------------------------------------- workers
-
-    async def save_worker(self, identity: WorkerIdentity) -> None:
-        async with self._pool.connection() as db, db.transaction():
-            row = await (
-                await db.execute(
-                    "INSERT INTO workers (name, session_token, updated_at, replica, epoch) "
-                    "VALUES (%s,%s,%s,%s,nextval('worker_epochs')) "
-                    "ON CONFLICT (name) DO UPDATE SET session_token=excluded.session_token, "
-                    "updated_at=excluded.updated_at, replica=excluded.replica, epoch=excluded.epoch "
-                    "RETURNING epoch",
-                    (identity.name, identity.session_token, time.time(), self.replica_id),
-                )
-            ).fetchone()
-            await self._moved(db, identity.name, row)
-
-    async def _moved(self, db: psycopg.AsyncConnection[Any], name: str, row: Any) -> None:
-        epoch = int(row[0]) if row else 0
-        self.epochs[name] = epoch
-        await db.execute("SELECT pg_notify('flux_workers', %s)", (f"{self.replica_id} {epoch} {name}",))
-
-    async def get_worker(self, name: str, replica_timeout: float) -> WorkerRecord | None:
-        async with self._pool.connection() as db:
-            row = await (
-                await db.execute(
-                    "SELECT w.session_token, w.replica, w.connected, "
-                    "r.heartbeat_at > now() - make_interval(secs => %s) AS alive, "
-                    "w.updated_at, extract(epoch FROM r.heartbeat_at) "
-                    "FROM workers w LEFT JOIN replicas r ON r.id = w.replica WHERE w.name = %s",
-                    (replica_timeout, name),
-                )
-            ).fetchone()
-            if row is None:
-                return None
-            # A dropped stream was marked at once; one whose replica died went with its last heartbeat.
-            gone_since = float(row[4]) if not row[2] or row[5] is None else float(row[5])
-            return WorkerRecord(name, row[0], row[1], bool(row[2]), bool(row[3]), gone_since)
-
-    async def adopt_worker(self, name: str, session_token: str) -> list[Execution]:
-        """Take over a worker that moved here: its row and the executions it holds."""
-        async with self._pool.connection() as db, db.transaction():
-            row = await (
-                await db.execute(
-                    "UPDATE workers SET replica = %s, session_token = %s, updated_at = %s, "
-                    "epoch = nextval('worker_epochs') WHERE name = %s RETURNING epoch",
-                    (self.replica_id, session_token, time.time(), name),
-                )
-            ).fetchone()
-            cursor = db.cursor(row_factory=dict_row)
-            await cursor.execute(
-                f"UPDATE executions SET owner = %s WHERE worker = %s AND state IN (2, 3) RETURNING {_COLUMNS}",
-                (self.replica_id, name),
-            )
-            held = [execution_from_row(r) for r in await cursor.fetchall()]
-            await self._moved(db, name, row)
-            return held
-
-    async def give_back_worker(self, name: str, now: float, error: ExecutionError) -> list[Execution]:
-        """Requeue what a replaced worker held, wherever it was connected."""
-        async with self._pool.connection() as db, db.transaction():
-            cursor = db.cursor(row_factory=dict_row)
-            await cursor.execute(
-                _GIVE_BACK.format(where="worker = %(name)s"),
-                {"name": name, "now": now, "error": _error_json(error)},
-            )
-            rows = [execution_from_row(row) for row in await cursor.fetchall()]
-            await db.execute("UPDATE workers SET connected = FALSE WHERE name = %s", (name,))
-            await self._announce(db, rows)
-            return rows
-
-    async def forget_worker(self, name: str, now: float, error: ExecutionError) -> list[Execution] | None:
-        """Drop a worker wherever it is: requeue what it held, delete its row, and tell the
-        replica holding it to let go (a new epoch). None when no such worker is known."""
-        async with self._pool.connection() as db, db.transaction():
-            row = await (
-                await db.execute(
-                    "DELETE FROM workers WHERE name = %s RETURNING nextval('worker_epochs')", (name,)
-                )
-            ).fetchone()
-            cursor = db.cursor(row_factory=dict_row)
-            await cursor.execute(
-                _GIVE_BACK.format(where="worker = %(name)s"),
-                {"name": name, "now": now, "error": _error_json(error)},
-            )
-            rows = [execution_from_row(r) for r in await cursor.fetchall()]
-            if row is None and not rows:
-                return None
-            await self._announce(db, rows)
-            if row is not None:
-                await self._moved(db, name, row)
-            return rows
-
-    async def set_worker_connected(
-        self, name: str, connected: bool, info: dict[str, Any] | None, load: dict[str, Any] | None
-    ) -> None:
-        async with self._pool.connection() as db:
-            await db.execute(
-                "UPDATE workers SET connected = %s, info = COALESCE(%s, info), load = COALESCE(%s, load), "
-                "updated_at = %s WHERE name = %s AND replica = %s",
-                (connected, json.dumps(info) if info is not None else None,
-                 json.dumps(load) if load is not None else None, time.time(), name, self.replica_id),
-            )  # fmt: skip
-
-    async def set_worker_paused(self, name: str, paused: bool) -> bool:
-        """Record an operator's pause by worker name and tell the replicas; False when no such worker."""
-        async with self._pool.connection() as db, db.transaction():
-            row = await (
-                await db.execute(
-                    "UPDATE workers SET paused = %s WHERE name = %s RETURNING name", (paused, name)
-                )
-            ).fetchone()
-            if row is not None:
-                await db.execute("SELECT pg_notify('flux_paused', %s)", (name,))
-            return row is not None
-
-    async def worker_paused(self, name: str) -> bool:
-        async with self._pool.connection() as db:
-            row = await (await db.execute("SELECT paused FROM workers WHERE name = %s", (name,))).fetchone()
-            return bool(row and row[0])
-
-    async def directory(self, replica_timeout: float) -> list[tuple[str, dict[str, Any]]]:
-        """Workers connected to other live replicas, with what they last advertised."""
-        async with self._pool.connection() as db:
-            cursor = await db.execute(
-                "SELECT w.name, w.info, w.load, w.replica FROM workers w JOIN replicas r ON r.id = w.replica "
-                "WHERE w.connected AND w.replica <> %s AND r.heartbeat_at > now() - make_interval(secs => %s)",
-                (self.replica_id, replica_timeout),
-            )
-            return [
-                (row[0], {**json.loads(row[1]), **json.loads(row[2]), "replica": row[3]})
-                for row in await cursor.fetchall()
-            ]
-
-    # ----------------------------------------------------------------- liveness
-
-    async def heartbeat(self, load: dict[str, dict[str, Any]]) -> None:
-        """Prove this replica alive and publish its workers' current load."""
-        async with self._pool.connection() as db, db.transaction():
-            await db.execute("UPDATE replicas SET heartbeat_at = now() WHERE id = %s", (self.replica_id,))
-            if load:
-                await db.execute(
-                    "UPDATE workers w SET load = d.load FROM unnest(%s::text[], %s::text[]) AS d(name, load) "
-                    "WHERE w.name = d.name AND w.replica = %s",
-                    (list(load), [json.dumps(v) for v in load.values()], self.replica_id),
-                )
-
-    async def sweep(self, dead_after: float, now: float) -> list[Execution]:
-        """If no other replica is sweeping, requeue the work owned by replicas silent for ``dead_after``."""
-        async with self._pool.connection() as db, db.transaction():
-            locked = await (
-                await db.execute("SELECT pg_try_advisory_xact_lock(%s)", (SWEEP_LOCK,))
-            ).fetchone()
-            if not locked or not locked[0]:
-                return []
-            cursor = db.cursor(row_factory=dict_row)
-            await cursor.execute(
-                _GIVE_BACK.format(
-                    where="owner IN (SELECT id FROM replicas WHERE id <> %(me)s "
-                    "AND heartbeat_at < now() - make_interval(secs => %(after)s))"
-                ),
-                {"me": self.replica_id, "after": dead_after, "now": now,
-                 "error": _error_json(ExecutionError("WorkerLost", "its server replica stopped"))},
-            )  # fmt: skip
-            rows = [execution_from_row(row) for row in await cursor.fetchall()]
-            await db.execute(
-                "UPDATE workers SET connected = FALSE WHERE connected AND replica IN (SELECT id FROM replicas "
-                "WHERE id <> %s AND heartbeat_at < now() - make_interval(secs => %s))",
-                (self.replica_id, dead_after),
-            )
-            await self._announce(db, rows)
-            return rows
-
-
-def _error_json(error: ExecutionError) -> str:
-    return json.dumps([error.type, error.message, error.traceback])
 
 
 def redacted(url: str) -> str:

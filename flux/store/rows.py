@@ -9,12 +9,19 @@ from typing import Any
 
 from flux.domain.execution import Execution, ExecutionError, State, WorkflowRef
 from flux.domain.resource_request import ResourceRequest
-from flux.store.base import ExecutionQuery, WorkflowRecord
+from flux.domain.workflow import WorkflowRecord
+from flux.store.base import ExecutionQuery
 
 # Named, so a table created before a column was added (and migrated) takes the same rows.
 WORKFLOW_COLUMNS = (
     "name, version, source_hash, entrypoint, requests, affinity, max_attempts, created_at, runtime"
 )
+
+# Execution states as they appear in SQL, by name: no statement spells a bare number.
+CREATED, SCHEDULED, RUNNING = int(State.CREATED), int(State.SCHEDULED), int(State.RUNNING)
+FAILED, CANCELLED = int(State.FAILED), int(State.CANCELLED)
+# ``state < FINISHED`` is unfinished (COMPLETED, FAILED and CANCELLED are at or above it).
+FINISHED = int(State.COMPLETED)
 
 
 def requests_to_json(requests: ResourceRequest) -> str:
@@ -112,7 +119,7 @@ def executions_filter(query: ExecutionQuery, mark: str) -> tuple[str, list[objec
     clauses: list[str] = []
     if changing:
         clause = " AND ".join(changing)
-        clauses.append(f"(({clause}) OR state < 4)" if query.unfinished_too else clause)
+        clauses.append(f"(({clause}) OR state < {FINISHED})" if query.unfinished_too else clause)
     if query.workflow:
         clauses.append(f"workflow_name = {mark}")
         params.append(query.workflow)

@@ -18,8 +18,10 @@ from dataclasses import replace
 from pathlib import Path
 
 from flux.domain.execution import Execution
-from flux.store.base import ExecutionQuery, Recovered, Store, StoreError, WorkerIdentity, WorkflowRecord
+from flux.domain.workflow import WorkflowRecord
+from flux.store.base import ExecutionQuery, Recovered, Store, StoreError, WorkerIdentity
 from flux.store.rows import (
+    FINISHED,
     WORKFLOW_COLUMNS,
     execution_from_row,
     execution_row,
@@ -32,7 +34,7 @@ from flux.store.rows import (
 # 2: workflows.runtime (a version 1 file is migrated on open).
 SCHEMA_VERSION = 2
 
-SCHEMA = """
+SCHEMA = f"""
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
 CREATE TABLE IF NOT EXISTS sources (
     source_hash TEXT PRIMARY KEY, filename TEXT NOT NULL, source TEXT NOT NULL, created_at REAL NOT NULL);
@@ -46,7 +48,7 @@ CREATE TABLE IF NOT EXISTS executions (
     state INTEGER NOT NULL, worker TEXT NOT NULL, attempt INTEGER NOT NULL, generation INTEGER NOT NULL,
     max_attempts INTEGER NOT NULL, input_json TEXT NOT NULL, output_json TEXT NOT NULL, error TEXT,
     gpu_indices TEXT NOT NULL, created_at REAL NOT NULL, updated_at REAL NOT NULL);
-CREATE INDEX IF NOT EXISTS executions_unfinished ON executions (state) WHERE state < 4;
+CREATE INDEX IF NOT EXISTS executions_unfinished ON executions (state) WHERE state < {FINISHED};
 CREATE INDEX IF NOT EXISTS executions_recent ON executions (seq);
 CREATE INDEX IF NOT EXISTS executions_by_workflow ON executions (workflow_name, seq);
 CREATE TABLE IF NOT EXISTS workers (name TEXT PRIMARY KEY, session_token TEXT NOT NULL, updated_at REAL NOT NULL);
@@ -113,7 +115,7 @@ class SqliteStore(Store):
             recovered.workflows.append(workflow_from_row(row))
         recovered.unfinished = [
             execution_from_row(row)
-            for row in db.execute("SELECT * FROM executions WHERE state < 4 ORDER BY seq")
+            for row in db.execute(f"SELECT * FROM executions WHERE state < {FINISHED} ORDER BY seq")
         ]
         recovered.workers = [
             WorkerIdentity(row["name"], row["session_token"]) for row in db.execute("SELECT * FROM workers")

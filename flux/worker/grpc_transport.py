@@ -55,13 +55,12 @@ def _mapped(call: Callable[..., Awaitable[T]]) -> Callable[..., Awaitable[T]]:
 
 
 def dispatch_from_proto(message: worker_pb2.ExecutionScheduled) -> Dispatch:
-    wf = message.workflow
     return Dispatch(
         execution_id=message.execution_id,
         attempt=message.attempt,
         generation=message.generation,
         input_json=message.input_json,
-        workflow=WorkflowRef(wf.name, wf.version, wf.source_hash, wf.entrypoint),
+        workflow=WorkflowRef.from_proto(message.workflow),
         gpu_indices=tuple(message.gpu_indices),
         requests=ResourceRequest.from_proto(message.requests),
     )
@@ -73,9 +72,7 @@ def complete_request(
     """The result of one execution as the wire carries it; both transports send this message."""
     request = worker_pb2.CompleteRequest(generation=generation)
     if error is not None:
-        request.error.CopyFrom(
-            worker_pb2.ExecutionError(type=error.type, message=error.message, traceback=error.traceback)
-        )
+        request.error.CopyFrom(error.to_proto())
     else:
         request.output_json = output_json or "null"
     if resources is not None:

@@ -7,6 +7,7 @@ keyed by (execution, generation), and ``executions`` the one recorded result.
 from __future__ import annotations
 
 import json
+import os
 import signal
 import subprocess
 import sys
@@ -224,3 +225,40 @@ def test_pause_through_one_replica_holds_a_worker_connected_to_another(replicas:
         cb.resume_worker("far")
         final = ca.wait(waiting.execution_id, timeout=30)
         assert (final.state, final.worker) == (COMPLETED, "far")
+
+
+def _cli_json(replicas: Cluster, server: str, *args: str) -> dict:
+    done = subprocess.run(
+        [sys.executable, "-m", "flux", *args, "--json"],
+        cwd=replicas.workdir,
+        env={**os.environ, "FLUX_SERVER": server},
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 0, done.stderr
+    return json.loads(done.stdout)
+
+
+def test_status_and_explain_count_the_same_fleet_on_every_replica(replicas: Cluster) -> None:
+    a, b = replicas.address, replicas.replicas[0][1]
+    replicas.start_worker("wa", "--cpus", "2", servers=[a])
+    replicas.start_worker("wb", "--cpus", "4", servers=[b])
+    with replicas.client_for(b) as cb:
+        eventually(lambda: len(cb.workers().workers) == 2, what="both workers in the directory")
+        pending = cb.run("needs_cpu_8", wait=False).execution_id  # nobody has 8 cores
+    for server in (a, b):
+        # Each replica holds one worker's stream; both commands must count the other's too.
+        explained = _cli_json(replicas, server, "execution", "explain", pending)
+        assert sorted(w["worker"] for w in explained["workers"]) == ["wa", "wb"]
+        eventually(
+            lambda server=server: (
+                _cli_json(replicas, server, "status")["pending_by_reason"]["infeasible"] == 1
+            ),
+            what=f"the pending execution mirrored on {server}",
+        )
+        status = _cli_json(replicas, server, "status")
+        assert sorted(w["name"] for w in status["workers"]) == ["wa", "wb"]
+        fleet = status["fleet"]
+        assert (fleet["connected"], fleet["allocatable"]["cpu"]) == (2, 6)
+        assert status["pending_by_reason"] == {"busy": 0, "infeasible": 1, "no_worker": 0}

@@ -17,7 +17,8 @@ import pytest
 from flux.dispatcher.listing import execution_query, page_token
 from flux.domain.execution import Execution, State, WorkflowRef
 from flux.domain.resource_request import ResourceRequest
-from flux.store.base import ExecutionQuery, Store, WorkflowRecord
+from flux.domain.workflow import WorkflowRecord
+from flux.store.base import ExecutionQuery, Store
 from flux.store.postgres import PostgresStore
 from flux.store.sqlite import SqliteStore
 

@@ -13,7 +13,8 @@ import dataclasses
 from types import MappingProxyType
 
 from flux.domain.execution import Execution
-from flux.store.base import ExecutionQuery, Recovered, Store, WorkerIdentity, WorkflowRecord
+from flux.domain.workflow import WorkflowRecord
+from flux.store.base import ExecutionQuery, Recovered, Store, WorkerIdentity
 
 
 class MemoryStore(Store):

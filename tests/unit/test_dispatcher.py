@@ -1,7 +1,7 @@
 """The dispatcher (DESIGN §3-§4) with an in-memory store, fake sessions and a hand-driven clock.
 
 No processes, no network, no sleeping: the housekeeping task is stopped and
-tests run its step, ``_expire(now)``, themselves after moving the clock.
+tests run its step, ``housekeeping.expire``, themselves after moving the clock.
 """
 
 from __future__ import annotations
@@ -13,11 +13,14 @@ from dataclasses import dataclass
 
 import pytest
 
+from flux.dispatcher import housekeeping
 from flux.dispatcher.core import Dispatcher, Settings, WorkerRegistration
+from flux.dispatcher.modes import Modes
 from flux.dispatcher.session import Cancelled, Event, Ping, Scheduled, Session
 from flux.domain.execution import Execution, ExecutionError, State, WorkflowRef
 from flux.domain.resource_request import ResourceRequest
 from flux.domain.worker import Gpu, WorkerResources, WorkerSoftware
+from flux.domain.workflow import WorkflowRecord
 from flux.errors import (
     AlreadyExists,
     FailedPrecondition,
@@ -28,7 +31,6 @@ from flux.errors import (
     Unavailable,
 )
 from flux.matching import Amounts
-from flux.store.base import WorkflowRecord
 from tests.unit.fleet import GiB, gpus_of
 from tests.unit.memory_store import MemoryStore
 
@@ -103,7 +105,7 @@ class Worker:
         return [e.execution.execution_id for e in self.events() if isinstance(e, Scheduled)]
 
     def generation(self, execution_id: str) -> int:
-        return self.d._executions[execution_id].generation
+        return self.d.table.unfinished[execution_id].generation
 
     def claim(self, execution_id: str, generation: int | None = None) -> Execution:
         gen = self.generation(execution_id) if generation is None else generation
@@ -128,15 +130,17 @@ class Worker:
 
 
 class Flux:
-    def __init__(self, store: MemoryStore | None = None, clock: Clock | None = None) -> None:
+    def __init__(
+        self, store: MemoryStore | None = None, clock: Clock | None = None, modes: Modes | None = None
+    ) -> None:
         self.store = store or MemoryStore()
         self.clock = clock or Clock()
-        self.d = Dispatcher(self.store, SETTINGS, clock=self.clock)
+        self.d = Dispatcher(self.store, SETTINGS, clock=self.clock, modes=modes)
 
     async def start(self) -> Flux:
         await self.d.start()
-        assert self.d._housekeeper is not None
-        self.d._housekeeper.cancel()  # the tests run housekeeping themselves
+        assert self.d.housekeeper.task is not None
+        self.d.housekeeper.task.cancel()  # the tests run housekeeping themselves
         return self
 
     async def workflow(
@@ -176,16 +180,16 @@ class Flux:
         return (await self.d.submit(workflow, input_json)).execution_id
 
     def get(self, execution_id: str) -> Execution:
-        return self.d._executions.get(execution_id) or self.d._finished[execution_id]
+        return self.d.table.unfinished.get(execution_id) or self.d.table.finished[execution_id]
 
     def state(self, execution_id: str) -> State:
         return self.get(execution_id).state
 
     def expire(self, advance: float = 0.0) -> bool:
-        return self.d._expire(self.clock.advance(advance))
+        return housekeeping.expire(self.d, self.clock.advance(advance))
 
     def holdings(self, name: str) -> set[str]:
-        return set(self.d._workers[name].holdings)
+        return set(self.d.registry.entries[name].holdings)
 
 
 @pytest.fixture
@@ -232,7 +236,7 @@ async def test_submit_that_cannot_be_stored_is_refused_and_not_queued(flux):
     with pytest.raises(Unavailable, match="disk full"):
         await flux.d.submit("job")
     assert len(flux.d.pending()) == 0
-    assert flux.d._executions == {}
+    assert flux.d.table.unfinished == {}
     assert w.events() == []
 
 
@@ -372,7 +376,7 @@ async def test_no_overcommit_and_each_completion_dispatches_exactly_one_more(flu
     await w.complete(ids[0])
     assert w.scheduled() == [ids[2]]
     assert [flux.state(i) for i in ids[1:]] == [SCHEDULED] * 2 + [CREATED] * 7
-    assert flux.d._workers["w1"].reserved == Amounts(cpu=4)
+    assert flux.d.registry.entries["w1"].reserved == Amounts(cpu=4)
 
 
 @pytest.mark.parametrize(
@@ -413,7 +417,7 @@ async def test_gpu_indices_are_distinct_and_released_on_completion(flux):
     w.claim(a)
     await w.complete(a)
     assert flux.get(c).gpu_indices == freed
-    assert flux.d._workers["w1"].held_gpus == {0, 1}
+    assert flux.d.registry.entries["w1"].held_gpus == {0, 1}
 
 
 async def test_gpu_without_free_vram_is_not_assigned(flux):
@@ -449,7 +453,7 @@ async def test_unclaimed_dispatch_returns_to_created_after_the_ack_deadline(flux
     assert (back.state, back.attempt, back.worker, back.generation) == (CREATED, 1, "", 1)
     assert execution_id in flux.d.pending()
     assert w.events() == [Cancelled(execution_id, 1, "ack deadline expired")]
-    entry = flux.d._workers["w1"]
+    entry = flux.d.registry.entries["w1"]
     assert (entry.holdings, entry.reserved) == ({}, Amounts())
     with pytest.raises(FailedPrecondition, match="not dispatched to worker 'w1'"):
         w.claim(execution_id, generation=1)
@@ -457,7 +461,7 @@ async def test_unclaimed_dispatch_returns_to_created_after_the_ack_deadline(flux
     assert flux.store.executions[execution_id].state is CREATED
 
     # The next pass dispatches it again under a new generation; the old one stays fenced.
-    flux.d._dispatch()
+    flux.d.place()
     assert (flux.state(execution_id), w.generation(execution_id)) == (SCHEDULED, 2)
     with pytest.raises(FailedPrecondition, match="stale generation 1"):
         w.claim(execution_id, generation=1)
@@ -496,7 +500,7 @@ async def test_fencing_refuses_the_wrong_dispatch(flux, call, who, generation, e
     b = await flux.worker("b")
     execution_id = await flux.run()
     flux.expire(ACK)
-    flux.d._dispatch()  # the second dispatch: generation 2, to "a" again (name breaks the tie)
+    flux.d.place()  # the second dispatch: generation 2, to "a" again (name breaks the tie)
     before = flux.get(execution_id)
     assert (before.worker, before.generation) == ("a", 2)
     a.claim(execution_id)
@@ -607,7 +611,7 @@ async def test_a_completion_for_an_older_generation_is_refused_after_the_result(
 
 
 async def test_release_requeues_with_the_same_attempt_in_its_original_place(flux):
-    record = await flux.workflow(cpu=2)
+    await flux.workflow(cpu=2)
     w = await flux.worker(cpu=2)
     first, second = await flux.run(), await flux.run()
     w.claim(first)
@@ -615,7 +619,7 @@ async def test_release_requeues_with_the_same_attempt_in_its_original_place(flux
     released = w.release(first)
     assert (released.state, released.attempt, released.worker) == (CREATED, 1, "")
     assert released.seq == 1
-    shape = flux.d._shapes[(record.name, record.version)]
+    shape = flux.d.catalogue.shape_of(flux.d.table.unfinished[first])
     assert [p.execution_id for p in flux.d.pending().iter_shape(shape)] == [first, second]
     assert flux.holdings("w1") == set()
     v = await flux.worker("v", cpu=2)
@@ -773,7 +777,7 @@ async def test_register_a_live_name_is_refused(flux, token):
     registration = WorkerRegistration("w1", resources(), WorkerSoftware(), {}, session_token=token)
     with pytest.raises(AlreadyExists, match="'w1' is held by a live stream"):
         await flux.d.register_worker(registration)
-    assert flux.d._workers["w1"].session_token == w.token
+    assert flux.d.registry.entries["w1"].session_token == w.token
 
 
 async def test_register_with_own_token_keeps_identity_and_holdings(flux):
@@ -785,7 +789,7 @@ async def test_register_with_own_token_keeps_identity_and_holdings(flux):
         "w1", resources(cpu=8), WorkerSoftware(), {"role": "b"}, 4, session_token=w.token
     )
     assert await flux.d.register_worker(registration) == w.token
-    entry = flux.d._workers["w1"]
+    entry = flux.d.registry.entries["w1"]
     assert set(entry.holdings) == {execution_id}
     assert (dict(entry.labels), entry.capacity, entry.resources.cpu_total) == ({"role": "b"}, 4, 8)
     assert w.connect().held == (execution_id,)
@@ -895,13 +899,13 @@ async def test_register_refuses_invalid_fields(flux, changes, field):
     }
     with pytest.raises(InvalidArgument, match=f"^{field}"):
         await flux.d.register_worker(WorkerRegistration(**registration))
-    assert flux.d._workers == {}
+    assert flux.d.registry.entries == {}
     assert flux.store.workers == {}
 
 
 async def test_register_defaults_capacity_and_remembers_the_token(flux):
     w = await flux.worker(connect=False)
-    assert flux.d._workers["w1"].capacity == 16
+    assert flux.d.registry.entries["w1"].capacity == 16
     assert flux.store.workers["w1"].session_token == w.token
 
 
@@ -909,7 +913,7 @@ async def test_report_with_negative_resources_is_refused(flux):
     w = await flux.worker()
     with pytest.raises(InvalidArgument, match="resources.cpu_available"):
         w.report(WorkerResources(cpu_total=4, cpu_available=-1))
-    assert flux.d._workers["w1"].resources == resources()
+    assert flux.d.registry.entries["w1"].resources == resources()
 
 
 @pytest.mark.parametrize(
@@ -924,7 +928,7 @@ async def test_connect_refusals(flux, name, token, error):
     w = await flux.worker(connect=False)
     with pytest.raises(error):
         flux.d.connect(name, w.token if token is None else token)
-    assert not flux.d._workers["w1"].connected
+    assert not flux.d.registry.entries["w1"].connected
 
 
 async def test_a_worker_reconnecting_replaces_its_own_stream(flux):
@@ -934,7 +938,7 @@ async def test_a_worker_reconnecting_replaces_its_own_stream(flux):
     second = w.connect()
     assert first is not None and first.closed and not second.closed
     flux.d.disconnect(first)  # the old stream's transport cleaning up must not drop the new one
-    assert flux.d._workers["w1"].connected
+    assert flux.d.registry.entries["w1"].connected
     assert flux.get(await flux.run()).worker == "w1"
 
 
@@ -1017,7 +1021,7 @@ async def test_restart_recovers_queue_and_running_work(worker_returns):
         recovered = two.get(running)
         assert (recovered.state, recovered.worker, recovered.generation) == (RUNNING, "w1", 1)
         assert two.holdings("w1") == {running}
-        assert not two.d._workers["w1"].connected
+        assert not two.d.registry.entries["w1"].connected
         assert (await two.d.submit("job")).seq == 3  # submission order continues
 
         if worker_returns:
@@ -1107,7 +1111,7 @@ async def test_watch_yields_current_state_then_changes_until_final(flux, finish,
     await finish(flux, w, execution_id)
     await asyncio.wait_for(task, timeout=2)
     assert seen == expected
-    assert flux.d._watchers == {}
+    assert len(flux.d.watchers) == 0
 
 
 async def test_watch_of_a_finished_execution_yields_once(flux):
@@ -1189,9 +1193,9 @@ async def test_a_connected_worker_is_seen_now_not_at_its_last_call(flux: Flux) -
     gone = await flux.worker("gone")
     gone.disconnect()
     registered_at = flux.clock.now
-    flux.d._keep_alive(flux.clock.advance(120))  # two minutes without a single call from either
-    assert flux.d._workers["idle"].last_seen == flux.clock.now
-    assert flux.d._workers["gone"].last_seen == registered_at
+    housekeeping.keep_alive(flux.d, flux.clock.advance(120))  # two minutes without a single call from either
+    assert flux.d.registry.entries["idle"].last_seen == flux.clock.now
+    assert flux.d.registry.entries["gone"].last_seen == registered_at
     assert idle.session is not None
 
 
@@ -1203,7 +1207,7 @@ async def test_a_worker_that_never_connected_is_forgotten_without_a_warning(
     lost.disconnect()
     with caplog.at_level("INFO", logger="flux.dispatcher"):
         flux.expire(GRACE + 1)
-    assert "shy" not in flux.d._workers and "lost" not in flux.d._workers
+    assert "shy" not in flux.d.registry.entries and "lost" not in flux.d.registry.entries
     levels = {
         r.getMessage().split()[1]: r.levelname
         for r in caplog.records
@@ -1225,9 +1229,9 @@ async def test_large_pending_inputs_live_in_the_store_and_load_at_dispatch(flux)
     big, small = '"' + "x" * 4096 + '"', '{"n": 1}'
     big_id, small_id = await flux.run(input_json=big), await flux.run(input_json=small)
     # Held without the large payload; the small one stays inline (no store read to dispatch it).
-    assert flux.d._executions[big_id].input_json == ""
-    assert flux.d._executions[small_id].input_json == small
-    assert flux.d._executions.input_bytes == len(big) + len(small)
+    assert flux.d.table.unfinished[big_id].input_json == ""
+    assert flux.d.table.unfinished[small_id].input_json == small
+    assert flux.d.table.unfinished.input_bytes == len(big) + len(small)
     # Clients still see the input.
     assert (await flux.d.get(big_id)).input_json == big
     w = await flux.worker()
@@ -1238,10 +1242,12 @@ async def test_large_pending_inputs_live_in_the_store_and_load_at_dispatch(flux)
     # Requeued, it waits without its payload again; finished, it no longer counts.
     w.disconnect()
     flux.expire(GRACE)
-    assert flux.d._executions[big_id].state is CREATED and flux.d._executions[big_id].input_json == ""
+    assert (
+        flux.d.table.unfinished[big_id].state is CREATED and flux.d.table.unfinished[big_id].input_json == ""
+    )
     await flux.d.cancel(big_id)
     await flux.d.cancel(small_id)
-    assert flux.d._executions.input_bytes == 0
+    assert flux.d.table.unfinished.input_bytes == 0
     assert flux.store.executions[big_id].input_json == big  # the store row was never rewritten
 
 
@@ -1270,8 +1276,8 @@ async def test_the_finished_cache_keeps_payloads_within_its_byte_budget(flux):
         w.claim(execution_id)
         outputs[execution_id] = '"' + str(n) * 200 + '"'
         await w.complete(execution_id, outputs[execution_id])
-    assert list(flux.d._finished) == list(outputs)[-1:]
-    assert flux.d._finished_bytes <= 300
+    assert list(flux.d.table.finished) == list(outputs)[-1:]
+    assert flux.d.table.finished_bytes <= 300
     for execution_id, output in outputs.items():  # dropped ones are read back from the store
         assert (await flux.d.get(execution_id)).output_json == output
 

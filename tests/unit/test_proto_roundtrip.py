@@ -6,6 +6,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from flux.domain.execution import ExecutionError, WorkflowRef
 from flux.domain.quantity import MAX_BYTES
 from flux.domain.resource_request import MAX_COUNT, ResourceRequest
 from flux.domain.worker import Gpu, WorkerResources, WorkerSoftware
@@ -340,3 +341,16 @@ def test_worker_software_round_trip_property(packages, markers):
     back = WorkerSoftware.from_proto(_over_the_wire(software.to_proto()))
     assert back == software
     assert hash(back) == hash(software)
+
+
+@given(st.text(max_size=40), st.integers(1, INT32_MAX), st.text(alphabet="0123456789abcdef", max_size=64),
+       st.text(max_size=20))  # fmt: skip
+def test_workflow_ref_round_trips(name, version, source_hash, entrypoint):
+    ref = WorkflowRef(name, version, source_hash, entrypoint)
+    assert WorkflowRef.from_proto(_over_the_wire(ref.to_proto())) == ref
+
+
+@given(st.text(max_size=40), st.text(max_size=200), st.text(max_size=200))
+def test_execution_error_round_trips(type_, message, traceback):
+    error = ExecutionError(type_, message, traceback)
+    assert ExecutionError.from_proto(_over_the_wire(error.to_proto())) == error

@@ -4,14 +4,15 @@ from __future__ import annotations
 
 from types import MappingProxyType
 
-from flux.dispatcher.replica import _info_of, _load_of, _view_of
+from flux.dispatcher.directory import info_of, load_of, view_of
 from flux.dispatcher.workers import WorkerEntry
 from flux.domain.execution import Execution, WorkflowRef
 from flux.domain.resource_request import ResourceRequest
 from flux.domain.worker import Gpu, WorkerResources, WorkerSoftware
 from flux.matching import Shape, explain
 from flux.store.base import PendingRef
-from flux.store.postgres import NOTIFY_LIMIT, _chunks, _pending_line, parse_pending, redacted
+from flux.store.notices import NOTIFY_LIMIT, chunks, parse_pending, pending_line
+from flux.store.postgres import redacted
 
 
 def execution(execution_id: str, name: str = "train model", version: int = 3, seq: int = 17) -> Execution:
@@ -19,7 +20,10 @@ def execution(execution_id: str, name: str = "train model", version: int = 3, se
 
 
 def test_pending_lines_round_trip_even_with_spaces_in_names() -> None:
-    lines = [_pending_line(execution("a1", "train model", 3, 17)), _pending_line(execution("b2", "x", 1, 2))]
+    lines = [
+        _pending_line_of(execution("a1", "train model", 3, 17)),
+        _pending_line_of(execution("b2", "x", 1, 2)),
+    ]
     assert parse_pending("\n".join(lines)) == [
         PendingRef("a1", 17, "train model", 3),
         PendingRef("b2", 2, "x", 1),
@@ -27,12 +31,12 @@ def test_pending_lines_round_trip_even_with_spaces_in_names() -> None:
 
 
 def test_payloads_stay_under_the_notify_limit_and_lose_nothing() -> None:
-    lines = [_pending_line(execution(f"{i:032x}")) for i in range(2000)]
-    payloads = list(_chunks(lines))
+    lines = [_pending_line_of(execution(f"{i:032x}")) for i in range(2000)]
+    payloads = list(chunks(lines))
     assert len(payloads) > 1
     assert all(len(p) <= NOTIFY_LIMIT for p in payloads)
     assert [line for p in payloads for line in p.splitlines()] == lines
-    assert list(_chunks([])) == []
+    assert list(chunks([])) == []
 
 
 def test_urls_are_redacted_for_logs() -> None:
@@ -53,9 +57,13 @@ def test_the_directory_describes_a_worker_as_its_own_replica_sees_it() -> None:
         software=WorkerSoftware({"torch": "2.5.1"}, {"python_version": "3.11"}),
     )
     entry.hold("e1", ResourceRequest(cpu=2, memory=1 << 30, gpu=1), (0,))
-    view = _view_of("gpu-1", {**_info_of(entry), **_load_of(entry)})
+    view = view_of("gpu-1", {**info_of(entry), **load_of(entry)})
     local = entry.view()
     assert view == local
     # So explain gives the same verdict through any replica.
     shape = Shape(ResourceRequest(gpu=1, packages=("torch>=2",)), MappingProxyType({"zone": "a"}))
     assert explain(shape, [view]).summary == explain(shape, [local]).summary
+
+
+def _pending_line_of(e: Execution) -> str:
+    return pending_line(PendingRef(e.execution_id, e.seq, e.workflow.name, e.workflow.version))

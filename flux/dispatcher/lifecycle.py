@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, Any
 from flux.domain.execution import Execution, State
 from flux.observe.fleet import Change, FleetFeed
 
-if TYPE_CHECKING:  # the dispatcher imports this module; only its type is needed here
+if TYPE_CHECKING:  # only the type: workers.py needs nothing from here
     from flux.dispatcher.workers import WorkerEntry
 
 log = logging.getLogger("flux.lifecycle")

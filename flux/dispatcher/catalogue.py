@@ -1,0 +1,56 @@
+"""The workflow catalogue: every registered version this server knows, and its placement shape."""
+
+from __future__ import annotations
+
+from flux.dispatcher.limits import did_you_mean
+from flux.domain.execution import Execution
+from flux.domain.workflow import WorkflowRecord
+from flux.errors import InvalidArgument, NotFound
+from flux.matching import Shape
+
+
+class Catalogue:
+    def __init__(self) -> None:
+        self._records: dict[tuple[str, int], WorkflowRecord] = {}
+        self._shapes: dict[tuple[str, int], Shape] = {}
+        self._latest: dict[str, int] = {}
+
+    def __len__(self) -> int:
+        return len(self._records)
+
+    def learn(self, record: WorkflowRecord) -> None:
+        key = (record.name, record.version)
+        self._records[key] = record
+        self._shapes[key] = Shape(record.requests, record.affinity, record.runtime)
+        self._latest[record.name] = max(self._latest.get(record.name, 0), record.version)
+
+    def knows(self, name: str, version: int) -> bool:
+        """Whether ``name`` is known at ``version`` (0: at any version)."""
+        latest = self._latest.get(name)
+        return latest is not None and (version == 0 or (name, version) in self._records)
+
+    def names(self) -> list[str]:
+        return list(self._latest)
+
+    def get(self, name: str, version: int) -> WorkflowRecord | None:
+        return self._records.get((name, version))
+
+    def resolve(self, name: str, version: int) -> WorkflowRecord:
+        """The record a submission names (version 0: the latest), or the error that says why not."""
+        latest = self._latest.get(name)
+        if latest is None:
+            raise NotFound(
+                f"workflow {name!r} is not registered{did_you_mean(name, self._latest)}; register its file with 'flux workflow register FILE'"
+            )
+        if version < 0:
+            raise InvalidArgument(f"version must be >= 0 (0 means latest); got {version}")
+        record = self._records.get((name, version or latest))
+        if record is None:
+            raise NotFound(f"workflow {name!r} has no version {version}; the latest is {latest}")
+        return record
+
+    def record_of(self, execution: Execution) -> WorkflowRecord:
+        return self._records[(execution.workflow.name, execution.workflow.version)]
+
+    def shape_of(self, execution: Execution) -> Shape:
+        return self._shapes[(execution.workflow.name, execution.workflow.version)]

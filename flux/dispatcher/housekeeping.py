@@ -1,0 +1,175 @@
+"""Recovery at start, requeueing, and the housekeeping tick: expired acks, lost workers, keepalives, safety pass."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from typing import TYPE_CHECKING
+
+from flux.dispatcher.lifecycle import Requeue
+from flux.dispatcher.registry import placeholder
+from flux.dispatcher.session import Cancelled, Ping
+from flux.domain.execution import Execution, ExecutionError, State
+from flux.store.base import Recovered
+
+if TYPE_CHECKING:
+    from flux.dispatcher.core import Dispatcher
+    from flux.dispatcher.workers import WorkerEntry
+    from flux.matching import Shape
+
+log = logging.getLogger("flux.dispatcher")
+
+
+def recover(d: Dispatcher, recovered: Recovered) -> None:
+    """Resume from what the store kept: running work waits for its worker, the rest is queued again."""
+    for record in recovered.workflows:
+        d.catalogue.learn(record)
+    tokens = {w.name: w.session_token for w in recovered.workers}
+    now = d.clock()
+    for execution in recovered.unfinished:
+        if execution.state is State.RUNNING:
+            # Running work waits for its worker's grace period, as if its stream had just dropped.
+            entry = d.registry.get(execution.worker)
+            if entry is None:
+                entry = d.registry.entries[execution.worker] = placeholder(
+                    execution.worker, tokens.get(execution.worker, ""), now
+                )
+            entry.hold(
+                execution.execution_id, d.catalogue.record_of(execution).requests, execution.gpu_indices
+            )
+            d.table.add(execution)
+            continue
+        if execution.state is State.SCHEDULED:
+            # An unclaimed dispatch from before the restart returns to CREATED. Reached only
+            # with rows written by versions that stored dispatches; this one does not.
+            execution = execution.evolve(state=State.CREATED, worker="", gpu_indices=(), updated_at=now)
+            d.table.save(execution)
+        # Dispatches are not written, so one from before the restart may have used
+        # generation + 1; skip past it so fencing never sees a generation twice.
+        execution = d.table.add(execution.evolve(generation=execution.generation + 1))
+        d.queue.add(execution.execution_id, d.catalogue.shape_of(execution), execution.seq)
+    log.info(
+        "recovered %d workflows, %d unfinished executions (%d queued)",
+        len(d.catalogue), len(d.table), len(d.queue),
+    )  # fmt: skip
+
+
+def requeue(d: Dispatcher, execution: Execution, entry: WorkerEntry | None, next_attempt: bool) -> Execution:
+    """Back to CREATED (keeping its place in line), or FAILED when out of attempts."""
+    if entry is not None:
+        entry.release(execution.execution_id)
+    now = d.clock()
+    attempt = execution.attempt + 1 if next_attempt else execution.attempt
+    if attempt > execution.max_attempts:
+        failed = execution.evolve(
+            state=State.FAILED,
+            updated_at=now,
+            error=ExecutionError(
+                "WorkerLost",
+                f"worker {execution.worker} was lost while running attempt {execution.attempt} "
+                f"of {execution.max_attempts}",
+            ),
+        )
+        d.table.finish(failed)
+        d.table.save(failed)
+        return failed
+    requeued = execution.evolve(
+        state=State.CREATED, worker="", gpu_indices=(), attempt=attempt, updated_at=now
+    )
+    if len(requeued.input_json) > d.settings.inline_input_bytes:
+        requeued = requeued.evolve(input_json="")  # back to waiting: its input waits in the store
+    d.table.update(requeued)
+    d.binder.requeue(requeued)
+    return requeued
+
+
+def lose_worker(d: Dispatcher, entry: WorkerEntry, why: str) -> list[Shape]:
+    """Requeue (or fail) everything the worker holds; return the shapes put back in the queue."""
+    if entry.ever_connected or entry.holdings:
+        log.warning("worker %s lost (%s); requeueing %d executions", entry.name, why, len(entry.holdings))
+    else:  # registered, never opened its stream: nothing was lost
+        log.info("worker %s registered but never connected (%s); forgotten", entry.name, why)
+    d.binder.worker_lost(entry)
+    shapes: dict[Shape, None] = {}
+    for execution_id in list(entry.holdings):
+        execution = d.table.get(execution_id)
+        if execution is None:
+            entry.release(execution_id)
+            continue
+        # A dispatch never claimed did not run: same attempt. Running work did.
+        requeued = requeue(d, execution, entry, next_attempt=execution.state is State.RUNNING)
+        d.events.requeued(execution, requeued, Requeue.WORKER_LOST)
+        if requeued.state is State.CREATED:
+            shapes[d.catalogue.shape_of(requeued)] = None
+    d.registry.remove(entry)
+    return list(shapes)
+
+
+def expire(d: Dispatcher, now: float) -> bool:
+    """Requeue dispatches past their ack deadline and the work of workers past their grace period."""
+    changed = False
+    for execution_id, generation in d.deadlines.due(now):
+        execution = d.table.get(execution_id)
+        if execution is None or execution.state is not State.SCHEDULED or execution.generation != generation:
+            continue
+        entry = d.registry.get(execution.worker)
+        log.warning("execution %s not claimed by %s within the ack deadline", execution_id, execution.worker)
+        if entry is not None and entry.session is not None:
+            entry.session.push(Cancelled(execution_id, generation, "ack deadline expired"))
+        d.events.expired(execution)
+        requeue(d, execution, entry, next_attempt=False)
+        changed = True
+    grace = d.settings.grace_period
+    for entry in list(d.registry.values()):
+        if entry.disconnected_at is not None and now - entry.disconnected_at >= grace:
+            lose_worker(d, entry, f"no stream for {grace:g}s")
+            changed = True
+    return changed
+
+
+def keep_alive(d: Dispatcher, now: float) -> None:
+    """Ping idle streams; a worker whose stream is open counts as seen now, not at its last call."""
+    idle_since = time.monotonic() - d.settings.ping_interval
+    for entry in d.registry.values():
+        session = entry.session
+        if session is not None:
+            entry.last_seen = now
+            if session.last_sent <= idle_since:
+                session.push(Ping(now))
+
+
+class Housekeeper:
+    """The dispatcher's periodic tick, as one task."""
+
+    def __init__(self, d: Dispatcher):
+        self.d = d
+        self.last_full_pass = 0.0
+        self.task: asyncio.Task[None] | None = None
+
+    def start(self) -> None:
+        self.task = asyncio.get_running_loop().create_task(self._run())
+
+    async def stop(self) -> None:
+        if self.task is not None:
+            self.task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self.task
+
+    def tick(self, now: float) -> None:
+        d, s = self.d, self.d.settings
+        if expire(d, now) or now - self.last_full_pass >= s.safety_tick:
+            self.last_full_pass = now
+            d.place()
+        keep_alive(d, now)
+
+    async def _run(self) -> None:
+        s = self.d.settings
+        step = max(0.05, min(1.0, s.ack_deadline / 4, s.grace_period / 4, s.safety_tick))
+        while True:
+            await asyncio.sleep(step)
+            try:
+                self.tick(self.d.clock())
+            except Exception:  # one bad tick must not stop the next one
+                log.exception("dispatcher housekeeping failed")

@@ -1,0 +1,236 @@
+"""The worker registry: who is registered, with which token, and what each may do.
+
+A worker registers (name, token), opens its stream (``connect``), reports what
+it has, and may be paused or forgotten by an operator. Losing a worker and
+placing work are the dispatcher's: the registry calls back into it through
+``lose`` (requeue what a worker held) and ``place`` (a scoped dispatch pass).
+"""
+
+from __future__ import annotations
+
+import logging
+import secrets
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from types import MappingProxyType
+from typing import TYPE_CHECKING
+
+from flux.dispatcher import limits
+from flux.dispatcher.session import Session
+from flux.dispatcher.workers import WorkerEntry
+from flux.domain.labels import validate_labels
+from flux.domain.worker import WorkerResources, WorkerSoftware
+from flux.errors import AlreadyExists, InvalidArgument, NotFound, PermissionDenied, ResourceExhausted
+from flux.matching import DEFAULT_CAPACITY, Shape
+from flux.store.base import WorkerIdentity
+
+if TYPE_CHECKING:
+    from collections.abc import Mapping
+
+    from flux.dispatcher.lifecycle import Lifecycle
+    from flux.dispatcher.settings import Settings
+    from flux.store.base import Store
+
+log = logging.getLogger("flux.dispatcher")
+
+
+@dataclass(frozen=True, slots=True)
+class WorkerRegistration:
+    name: str
+    resources: WorkerResources
+    software: WorkerSoftware
+    labels: Mapping[str, str]
+    capacity: int = 0
+    session_token: str = ""
+    transport: str = "grpc"
+
+
+def placeholder(name: str, session_token: str, disconnected_at: float, last_seen: float = 0.0) -> WorkerEntry:
+    """An entry for a worker known to hold work but not connected (recovered, or adopted from
+    another replica): it has its grace period to reconnect, and reports its resources then."""
+    return WorkerEntry(
+        name=name,
+        session_token=session_token,
+        labels=MappingProxyType({}),
+        capacity=DEFAULT_CAPACITY,
+        resources=WorkerResources(),
+        software=WorkerSoftware(),
+        last_seen=last_seen,
+        disconnected_at=disconnected_at,
+    )
+
+
+class WorkerRegistry:
+    def __init__(
+        self,
+        store: Store,
+        settings: Settings,
+        clock: Callable[[], float],
+        events: Lifecycle,
+        lose: Callable[[WorkerEntry, str], list[Shape]],
+        place: Callable[..., int],
+    ):
+        self.store = store
+        self.settings = settings
+        self.clock = clock
+        self.events = events
+        self._lose = lose
+        self._place = place
+        self.entries: dict[str, WorkerEntry] = {}
+        # How an unknown name is refused; a replica says "not connected here" (the worker retries).
+        self.unknown: Callable[[str], Exception] = lambda name: NotFound(
+            f"worker {name!r} is not registered; call Register first"
+        )
+
+    def __len__(self) -> int:
+        return len(self.entries)
+
+    def get(self, name: str) -> WorkerEntry | None:
+        return self.entries.get(name)
+
+    def values(self) -> Iterable[WorkerEntry]:
+        return self.entries.values()
+
+    def sorted(self) -> list[WorkerEntry]:
+        return sorted(self.entries.values(), key=lambda w: w.name)
+
+    def remove(self, entry: WorkerEntry) -> None:
+        if self.entries.get(entry.name) is entry:
+            del self.entries[entry.name]
+
+    def authorize(self, name: str, session_token: str) -> WorkerEntry:
+        entry = self.entries.get(name)
+        if entry is None:
+            raise self.unknown(name)
+        if not session_token or not limits.same_token(session_token, entry.session_token):
+            raise PermissionDenied(
+                f"session_token does not match worker {name!r}; use the token Register returned"
+            )
+        entry.last_seen = self.clock()
+        return entry
+
+    async def register(self, registration: WorkerRegistration) -> str:
+        name = registration.name
+        limits.check_worker(name, registration.capacity, DEFAULT_CAPACITY)
+        try:
+            labels = MappingProxyType(validate_labels(dict(registration.labels), "labels"))
+            registration.resources.validate()
+        except (TypeError, ValueError) as exc:
+            raise InvalidArgument(str(exc)) from None
+        limits.check_software(registration.software)
+        limits.check_metadata(
+            labels, registration.software, registration.resources, self.settings.max_worker_metadata
+        )
+        capacity = registration.capacity or DEFAULT_CAPACITY
+        entry = self.entries.get(name)
+        same_worker = bool(
+            entry
+            and registration.session_token
+            and limits.same_token(registration.session_token, entry.session_token)
+        )
+        if entry is not None and same_worker:
+            entry.labels, entry.capacity, entry.transport = labels, capacity, registration.transport
+            entry.report(registration.resources, registration.software)
+            return entry.session_token
+        if entry is not None and entry.connected:
+            raise AlreadyExists(
+                f"worker name {name!r} is held by a live stream; pick another name, or reconnect with its session token"
+            )
+        if entry is not None:
+            # The grace period belongs to the worker whose stream dropped: only its session
+            # token takes the name back. Anyone else waits for it to end (or for an operator).
+            frees_at = (entry.disconnected_at or self.clock()) + self.settings.grace_period
+            if self.clock() < frees_at:
+                raise AlreadyExists(limits.name_held(name, frees_at))
+            # Its grace ended before the housekeeper noticed: recover its work now.
+            requeued = self._lose(entry, f"no stream for {self.settings.grace_period:g}s")
+            if requeued:
+                self._place(shapes=requeued)
+        elif len(self.entries) >= self.settings.max_workers:
+            raise ResourceExhausted(
+                f"{len(self.entries)} workers are registered; the limit is {self.settings.max_workers} "
+                "(--max-workers); forget stale ones with 'flux worker forget NAME'"
+            )
+        token = secrets.token_urlsafe(24)
+        now = self.clock()
+        new = placeholder(name, token, now, last_seen=now)
+        new.labels, new.capacity, new.transport = labels, capacity, registration.transport
+        new.resources, new.software = registration.resources, registration.software
+        # A pause is the operator's, by name (as a cordon is): a new process under the name stays paused.
+        new.paused = entry is not None and entry.paused
+        self.entries[name] = new
+        await self.store.save_worker(WorkerIdentity(name, token))
+        return token
+
+    def forget(self, name: str) -> int:
+        """Drop a worker now (an operator's call): its work is requeued and its name is free."""
+        entry = self.entries.get(name)
+        if entry is None:
+            raise NotFound(f"worker {name!r} is not registered")
+        if entry.session is not None:
+            entry.session.close()
+        held = len(entry.holdings)
+        requeued = self._lose(entry, "forgotten by an operator")
+        if requeued:
+            self._place(shapes=requeued)
+        return held
+
+    def pause(self, entry: WorkerEntry, paused: bool) -> None:
+        if entry.paused == paused:
+            return
+        entry.paused = paused
+        entry.invalidate()
+        self.events.worker_paused(entry)
+        log.info("worker %s %s", entry.name, "paused" if paused else "resumed")
+        if not paused:
+            self._place(workers=[entry])
+
+    def connect(self, name: str, session_token: str, transport: str) -> Session:
+        entry = self.authorize(name, session_token)
+        if entry.session is not None:
+            entry.session.close()  # the same worker reconnecting takes over its own stream
+        session = Session(name, transport, tuple(entry.holdings))
+        entry.session, entry.transport = session, transport
+        entry.disconnected_at, entry.draining = None, False
+        entry.ever_connected = True
+        entry.invalidate()
+        self.events.worker_connected(entry)
+        self._place(workers=[entry])
+        return session
+
+    def disconnect(self, session: Session) -> None:
+        if session.overflowed:
+            log.warning(
+                "worker %s stopped reading its stream; closed it, its unread dispatches expire",
+                session.worker,
+            )
+        session.close()
+        entry = self.entries.get(session.worker)
+        if entry is not None and entry.session is session:
+            entry.session = None
+            entry.disconnected_at = self.clock()
+            entry.invalidate()
+            self.events.worker_disconnected(entry)
+
+    def report(
+        self,
+        name: str,
+        session_token: str,
+        resources: WorkerResources,
+        software: WorkerSoftware | None,
+        draining: bool,
+    ) -> None:
+        entry = self.authorize(name, session_token)
+        try:
+            resources.validate()
+        except ValueError as exc:
+            raise InvalidArgument(str(exc)) from None
+        limits.check_software(software)
+        limits.check_metadata(
+            entry.labels, software or entry.software, resources, self.settings.max_worker_metadata
+        )
+        entry.report(resources, software)
+        started_draining = draining and not entry.draining
+        entry.draining = draining
+        self.events.worker_reported(entry, started_draining)
+        self._place(workers=[entry])

@@ -1,0 +1,196 @@
+"""Replicas bind by claiming: reserve here, claim the row in PostgreSQL, push only what was won.
+
+A miss (another replica claimed it first, or it was cancelled) unreserves the
+worker and drops the mirrored execution; a failed claim puts it back in line.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from typing import TYPE_CHECKING
+
+from flux.dispatcher import housekeeping
+from flux.dispatcher.workers import WorkerEntry
+from flux.domain.execution import Execution, State
+from flux.errors import FailedPrecondition, Unavailable
+
+if TYPE_CHECKING:
+    from flux.dispatcher.core import Dispatcher
+    from flux.matching import Placement
+    from flux.store.postgres import PostgresStore
+
+log = logging.getLogger("flux.replica")
+
+# After a failed requeue write, try again this much later.
+REQUEUE_RETRY = 1.0
+
+
+class SharedBinder:
+    """Reserve here, claim in the database, then push; unreserve on a miss."""
+
+    d: Dispatcher
+
+    def __init__(self, store: PostgresStore):
+        self.store = store
+        # Placed and reserved here, claim in flight: neither pending nor dispatched yet.
+        self.claiming: set[str] = set()
+
+    def attach(self, d: Dispatcher) -> None:
+        self.d = d
+
+    def bind(self, placements: list[Placement]) -> None:
+        d, now = self.d, self.d.clock()
+        self.claiming.update(p.execution_id for p in placements)
+        wanted = [
+            d.table.unfinished[p.execution_id].evolve(
+                state=State.SCHEDULED, worker=p.worker, gpu_indices=p.gpu_indices, updated_at=now
+            )
+            for p in placements
+        ]
+        claim = self.store.claim(wanted)
+        if claim.done():  # a store nobody shares answers at once: no extra loop step
+            self.claimed(placements, claim)
+        else:
+            claim.add_done_callback(lambda future: self.claimed(placements, future))
+
+    def claimed(self, placements: list[Placement], future: asyncio.Future[dict[str, Execution]]) -> None:
+        d = self.d
+        rows: dict[str, Execution] | None = None
+        if future.cancelled():
+            pass
+        elif future.exception() is not None:
+            log.error("claiming %d executions failed: %s", len(placements), future.exception())
+        else:
+            rows = future.result()
+        freed: dict[str, WorkerEntry] = {}
+        for placement in placements:
+            execution_id = placement.execution_id
+            self.claiming.discard(execution_id)
+            entry = d.registry.get(placement.worker)
+            current = d.table.get(execution_id)
+            row = rows.get(execution_id) if rows is not None else None
+            if row is None:
+                # Unreserve. After a failed claim the safety tick retries: no hot loop against a database that is down.
+                if entry is not None and entry.release(execution_id) and rows is not None:
+                    freed[entry.name] = entry
+                if current is not None and current.state is State.CREATED:
+                    if rows is None:  # the claim itself failed: nothing changed, back in line
+                        d.queue.add(execution_id, placement.shape, current.seq)
+                    else:  # another replica has it, or it was cancelled
+                        d.table.drop(execution_id)
+                continue
+            if current is None:
+                # Cancelled while the claim was in flight (the cancel committed after it).
+                if entry is not None and entry.release(execution_id):
+                    freed[entry.name] = entry
+                continue
+            if entry is None or not entry.dispatchable or execution_id not in entry.holdings:
+                # The worker left or moved while the claim was in flight: give the row back.
+                d.table.set(row)
+                housekeeping.requeue(d, row, entry, next_attempt=False)
+                continue
+            d.push(row, entry, placement)
+        if freed:
+            d.place(workers=freed.values())
+
+    async def submit(self, execution: Execution) -> None:
+        """Store a submission; when one of our own workers can take it now, store it already claimed.
+
+        A new execution is invisible to the other replicas until it commits, so inserting
+        it as SCHEDULED (owned here, logged in ``dispatches``) is as safe as a claim and
+        saves a round trip, and no other replica races us for it. Only when older work of
+        the same shape waits (first come, first served) or none of our workers fits does
+        it go in as pending, for whichever replica can place it.
+        """
+        d, execution_id = self.d, execution.execution_id
+        shape = d.catalogue.shape_of(execution)
+        placement = None
+        if d.queue.count(shape) == 0:
+            d.table.set(execution)
+            d.queue.add(execution_id, shape, execution.seq)
+            placements = d.reserve([shape], None)
+            if placements:
+                placement = placements[0]
+            else:
+                d.queue.remove(execution_id)
+                d.table.drop(execution_id)
+        if placement is None:
+            try:
+                await d.store.save(execution)
+            except Exception as exc:
+                raise Unavailable(f"could not store the execution: {exc}") from exc
+            d.events.submitted(execution)
+            known = d.table.get(execution_id)
+            if known is None and execution_id not in self.claiming:
+                d.enqueue(execution)
+            elif known is not None and known.state is State.CREATED:
+                # Our own NOTIFY came back before this coroutine resumed and queued a placeholder.
+                d.table.add(execution)
+            return
+        self.claiming.add(execution_id)
+        dispatched = execution.evolve(
+            state=State.SCHEDULED, worker=placement.worker, generation=1, gpu_indices=placement.gpu_indices
+        )
+        try:
+            await self.store.insert_dispatched(dispatched)
+        except Exception as exc:
+            self.claiming.discard(execution_id)
+            d.table.drop(execution_id)
+            entry = d.registry.get(placement.worker)
+            if entry is not None and entry.release(execution_id):
+                d.place(workers=[entry])
+            raise Unavailable(f"could not store the execution: {exc}") from exc
+        d.events.submitted(execution)
+        d.table.add(execution)  # counted against the pending limits like any other
+        won: asyncio.Future[dict[str, Execution]] = asyncio.get_running_loop().create_future()
+        won.set_result({execution_id: dispatched})
+        self.claimed([placement], won)
+
+    def requeue(self, requeued: Execution) -> None:
+        # Queue it here only once the row is CREATED again: a claim before that would fail.
+        d = self.d
+
+        def saved() -> None:
+            if d.table.get(requeued.execution_id) is requeued:
+                shape = d.catalogue.shape_of(requeued)
+                d.queue.add(requeued.execution_id, shape, requeued.seq)
+                d.place(shapes=[shape])
+
+        def retry(_: BaseException) -> None:
+            asyncio.get_running_loop().call_later(REQUEUE_RETRY, again)
+
+        def again() -> None:
+            if d.table.get(requeued.execution_id) is requeued:
+                self.requeue(requeued)
+
+        d.table.save(requeued, done=saved, failed=retry)
+
+    def worker_lost(self, entry: WorkerEntry) -> None:
+        for execution_id in list(entry.holdings):
+            if execution_id in self.claiming:
+                entry.release(execution_id)  # claimed() gives the row back when its claim lands
+
+    async def cancel(self, execution_id: str) -> Execution:
+        try:
+            cancelled = await self.store.cancel(execution_id, self.d.clock())
+        except Exception as exc:
+            raise Unavailable(f"could not cancel {execution_id}: {exc}") from exc
+        if cancelled is None:
+            current = await self.d.get(execution_id)
+            if current.state is State.CANCELLED:
+                return current  # a retried cancel answers the same
+            raise FailedPrecondition(f"execution {execution_id} is already {current.state.label}")
+        self.cancelled_elsewhere(execution_id, cancelled)
+        return cancelled
+
+    def cancelled_elsewhere(self, execution_id: str, final: Execution | None = None) -> None:
+        """A cancel committed (here or on another replica): stop it here if we hold it."""
+        d = self.d
+        execution = d.table.get(execution_id)
+        if execution is None:
+            return
+        final = final or execution.evolve(state=State.CANCELLED, updated_at=d.clock())
+        d.stop_here(execution, final)
+        d.table.committed(final)  # the database has it already
+        d.watchers.wake(execution_id)

@@ -1,0 +1,164 @@
+"""Replicas share the pending queue: each mirrors the CREATED rows the database announces.
+
+``NOTIFY flux_pending`` (a typed ``notices.PendingAdded``) adds rows to the
+mirror; the safety tick rereads the queue for anything missed and drops rows
+another replica claimed. Watchers of executions held elsewhere poll the database.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from typing import TYPE_CHECKING, Any
+
+from flux.domain.execution import Execution, State
+from flux.store import notices
+from flux.store.base import PendingRef
+
+if TYPE_CHECKING:
+    from flux.dispatcher.core import Dispatcher
+    from flux.dispatcher.replica import Background
+    from flux.dispatcher.shared_binder import SharedBinder
+    from flux.dispatcher.shared_fleet import SharedFleet
+    from flux.store.postgres import PostgresStore
+
+log = logging.getLogger("flux.replica")
+
+# How often a watcher of an execution held by another replica rereads it, besides NOTIFY wake-ups.
+WATCH_POLL = 1.0
+
+
+class SharedFeed:
+    """Pending work announced by the database (NOTIFY), reread on each safety tick."""
+
+    d: Dispatcher
+
+    def __init__(self, store: PostgresStore, tasks: Background, binder: SharedBinder, fleet: SharedFleet):
+        self.store = store
+        self.tasks = tasks
+        self.binder = binder
+        self.fleet = fleet
+        self._loop: asyncio.Task[None] | None = None
+
+    def attach(self, d: Dispatcher) -> None:
+        self.d = d
+
+    async def before_start(self) -> None:
+        self.store.subscribe(self.on_notice)
+
+    async def start(self) -> None:
+        self._loop = asyncio.get_running_loop().create_task(self._resync_loop())
+
+    async def stop(self) -> None:
+        if self._loop is not None:
+            self._loop.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._loop
+        self.tasks.cancel()
+
+    def next_seq(self, next_seq: int) -> int:
+        # Time-based, so submissions to different replicas interleave in the shared queue.
+        return max(next_seq, time.time_ns() // 1000)
+
+    def authoritative(self, execution: Execution) -> bool:
+        # What this replica knows first-hand: executions on its own workers (the mirror may be stale).
+        return execution.state is not State.CREATED
+
+    async def learn_workflows(self) -> None:
+        for record in await self.store.load_workflows():
+            self.d.catalogue.learn(record)
+
+    async def next_change(
+        self, execution_id: str, updates: asyncio.Queue[Execution], current: Execution
+    ) -> Execution:
+        wakeup = self.d.watchers.wakeup(execution_id)
+        getter = asyncio.ensure_future(updates.get())
+        woken = asyncio.ensure_future(wakeup.wait())
+        done, _ = await asyncio.wait({getter, woken}, timeout=WATCH_POLL, return_when=asyncio.FIRST_COMPLETED)
+        wakeup.clear()
+        for waiter in (getter, woken):
+            waiter.cancel()
+        latest = self.d.current(execution_id)
+        if latest is None or getter not in done:
+            # Not ours, or no news from here: the database has the last word on a final state.
+            stored = await self.store.get_execution(execution_id)
+            if stored is not None and (latest is None or stored.state.finished):
+                latest = stored
+        return latest or current
+
+    def on_notice(self, notice: notices.Notice) -> None:
+        d = self.d
+        match notice:
+            case notices.PendingAdded(refs):
+                self.mirror(refs)
+            case notices.Cancelled(execution_id):
+                self.binder.cancelled_elsewhere(execution_id)
+            case notices.Finished(execution_ids):
+                for execution_id in execution_ids:
+                    d.watchers.wake(execution_id)
+            case notices.WorkerMoved(replica, epoch, name):
+                if replica != self.store.replica_id and epoch > self.store.cluster.epochs.get(name, 0):
+                    self.fleet.moved_away(name)
+            case notices.PauseChanged(name):
+                self.tasks.spawn(self.fleet.apply_pause(name))
+            case notices.WorkflowsChanged(replica) if replica != self.store.replica_id:
+                self.tasks.spawn(self.learn_workflows())
+
+    def mirror(self, refs: tuple[PendingRef, ...] | list[PendingRef]) -> None:
+        """Queue pending executions announced by the database (ours echo back; they are skipped)."""
+        d = self.d
+        shapes: dict[Any, None] = {}
+        unknown: list[PendingRef] = []
+        for ref in refs:
+            if ref.execution_id in d.table or ref.execution_id in self.binder.claiming:
+                continue
+            record = d.catalogue.get(ref.workflow_name, ref.workflow_version)
+            if record is None:
+                unknown.append(ref)
+                continue
+            execution = Execution(
+                execution_id=ref.execution_id,
+                workflow=record.ref,
+                seq=ref.seq,
+                input_json="",  # not needed to place it; the claim returns the whole row
+                max_attempts=record.max_attempts,
+            )
+            d.table.set(execution)
+            shape = d.catalogue.shape_of(execution)
+            d.queue.add(ref.execution_id, shape, ref.seq)
+            shapes[shape] = None
+        if shapes:
+            d.place(shapes=list(shapes))
+        if unknown:
+            self.tasks.spawn(self._mirror_after_reload(unknown))
+
+    async def _mirror_after_reload(self, refs: list[PendingRef]) -> None:
+        await self.learn_workflows()
+        self.mirror([r for r in refs if self.d.catalogue.get(r.workflow_name, r.workflow_version)])
+
+    async def resync(self) -> None:
+        """Reread the shared queue: covers a missed NOTIFY, and drops rows claimed elsewhere."""
+        d = self.d
+        before = {e.execution_id for e in d.table.values() if e.state is State.CREATED}
+        pending = await self.store.pending_refs()
+        listed = {ref.execution_id for ref in pending}
+        for execution_id in before - listed:
+            current = d.table.get(execution_id)
+            if (
+                current is not None
+                and current.state is State.CREATED
+                and execution_id not in self.binder.claiming
+            ):
+                d.table.drop(execution_id)
+                d.queue.remove(execution_id)
+        self.mirror(pending)
+
+    async def _resync_loop(self) -> None:
+        while True:
+            await asyncio.sleep(self.d.settings.safety_tick)
+            try:
+                await self.resync()
+            except Exception:  # the next tick tries again
+                log.exception("rereading the shared queue failed")

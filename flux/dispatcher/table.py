@@ -1,0 +1,190 @@
+"""The execution table: what the dispatcher knows of each execution, and the one way it is saved.
+
+One commit rule: a final state is visible only once it is committed. Until then
+callers (get, watch, listings) see the state before it, kept in ``committing``;
+``committed`` then shows the final state and tells the watchers, so nobody sees
+a result that a crash could undo.
+
+One save path: ``save`` queues a row and handles the outcome the same way for
+every caller. A ``Conflict`` (only a shared store reports them: another replica
+changed the row) makes the dispatcher drop what it holds of the execution; any
+other failure is logged and the caller's ``failed`` runs (the safety tick or a
+retry covers it).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections import OrderedDict
+from collections.abc import Callable, Iterator
+
+from flux.dispatcher.settings import Settings
+from flux.dispatcher.unfinished import Unfinished
+from flux.dispatcher.watchers import Watchers
+from flux.domain.execution import Execution
+from flux.errors import FailedPrecondition, ResourceExhausted, Unavailable
+from flux.store.base import Conflict, Store
+
+log = logging.getLogger("flux.dispatcher")
+
+
+class ExecutionTable:
+    def __init__(
+        self,
+        store: Store,
+        watchers: Watchers,
+        settings: Settings,
+    ):
+        self.store = store
+        self.watchers = watchers
+        # Read at each use: inline_input_bytes, finished_cache, finished_cache_bytes.
+        self.settings = settings
+        # Unfinished executions, live state (a dispatch is here before any store has it).
+        self.unfinished = Unfinished()
+        # Finished in memory, final state not committed yet: callers still see this (previous) state.
+        self.committing: dict[str, Execution] = {}
+        # Recent final states for quick answers, within a count and a payload byte budget.
+        self.finished: OrderedDict[str, Execution] = OrderedDict()
+        self.finished_bytes = 0
+        # Set by the dispatcher: drop what is held of an execution another replica changed.
+        self.on_conflict: Callable[[str], None] = lambda execution_id: None
+
+    # ----------------------------------------------------------------- reads
+
+    def __len__(self) -> int:
+        return len(self.unfinished)
+
+    def __contains__(self, execution_id: str) -> bool:
+        return execution_id in self.unfinished
+
+    def get(self, execution_id: str) -> Execution | None:
+        """The live state of an unfinished execution."""
+        return self.unfinished.get(execution_id)
+
+    def values(self) -> Iterator[Execution]:
+        return iter(self.unfinished.values())
+
+    def current(self, execution_id: str) -> Execution | None:
+        """The latest committed-or-live state known in memory (a final state shows once committed)."""
+        return (
+            self.committing.get(execution_id)
+            or self.unfinished.get(execution_id)
+            or self.finished.get(execution_id)
+        )
+
+    def admit(self, size: int) -> None:
+        """Refuse new work past the pending limits, naming the limit (the store and RAM stay bounded)."""
+        s = self.settings
+        if len(self.unfinished) >= s.max_pending:
+            raise ResourceExhausted(
+                f"{len(self.unfinished)} executions are unfinished; the limit is {s.max_pending} "
+                "(--max-pending); retry when some have finished"
+            )
+        if self.unfinished.input_bytes + size > s.max_pending_bytes:
+            raise ResourceExhausted(
+                f"unfinished executions hold {self.unfinished.input_bytes} input bytes; this input of "
+                f"{size} bytes would pass the limit of {s.max_pending_bytes} (--max-pending-bytes)"
+            )
+
+    # ----------------------------------------------------------------- changes
+
+    def add(self, execution: Execution) -> Execution:
+        """Hold a stored execution; a large input stays only in the store."""
+        return self.unfinished.add(execution, self.settings.inline_input_bytes)
+
+    def update(self, execution: Execution) -> None:
+        """A new live state of an unfinished execution; watchers hear of it at once."""
+        self.unfinished[execution.execution_id] = execution
+        self.watchers.notify(execution)
+
+    def set(self, execution: Execution) -> None:
+        """Replace the live state without telling watchers (nothing they need to see changed)."""
+        self.unfinished[execution.execution_id] = execution
+
+    def drop(self, execution_id: str) -> Execution | None:
+        """Stop holding an unfinished execution (another replica has it, or it was never ours)."""
+        self.committing.pop(execution_id, None)
+        return self.unfinished.pop(execution_id, None)
+
+    def finish(self, final: Execution) -> None:
+        """Out of the unfinished table now; shown as final only once ``committed``."""
+        previous = self.unfinished.pop(final.execution_id, None)
+        if previous is not None:
+            self.committing[final.execution_id] = previous
+        self.remember(final)
+
+    def committed(self, final: Execution) -> None:
+        self.committing.pop(final.execution_id, None)
+        self.watchers.notify(final)
+
+    def remember(self, final: Execution) -> None:
+        """Keep a final state for quick answers, dropping the oldest past the count or byte budget."""
+        previous = self.finished.pop(final.execution_id, None)
+        if previous is not None:
+            self.finished_bytes -= _payload_bytes(previous)
+        self.finished[final.execution_id] = final
+        self.finished_bytes += _payload_bytes(final)
+        s = self.settings
+        while self.finished and (
+            len(self.finished) > s.finished_cache or self.finished_bytes > s.finished_cache_bytes
+        ):
+            _, dropped = self.finished.popitem(last=False)
+            self.finished_bytes -= _payload_bytes(dropped)
+
+    # ----------------------------------------------------------------- saving
+
+    def save(
+        self,
+        execution: Execution,
+        done: Callable[[], None] | None = None,
+        failed: Callable[[BaseException], None] | None = None,
+    ) -> None:
+        """Write ``execution`` in the next batch; ``done`` runs once it is committed."""
+        if execution.state.finished and done is None:
+            done = lambda: self.committed(execution)  # noqa: E731 - the commit rule for a final state
+        self.store.save(execution).add_done_callback(
+            lambda future: self._saved(execution, future, done, failed)
+        )
+
+    def _saved(
+        self,
+        execution: Execution,
+        future: asyncio.Future[None],
+        done: Callable[[], None] | None,
+        failed: Callable[[BaseException], None] | None,
+    ) -> None:
+        if future.cancelled():
+            return
+        exc = future.exception()
+        if isinstance(exc, Conflict):
+            self.on_conflict(exc.execution_id)
+        elif exc is not None:
+            log.error("store write of %s failed: %s", execution.execution_id, exc)
+            if failed is not None:
+                failed(exc)
+        elif done is not None:
+            done()
+
+    async def commit_final(self, final: Execution) -> None:
+        """Commit a final state and wait for it, then show it (the answer to a client or worker waits too).
+
+        The worker forgets the result once we answer, so a failed commit reaches it
+        as Unavailable: it retries, and the retry stores the recorded result again.
+        """
+        try:
+            await self.store.save(final)
+        except Conflict:
+            self.on_conflict(final.execution_id)
+            raise FailedPrecondition(
+                f"execution {final.execution_id} was cancelled or reassigned meanwhile; this result is not recorded"
+            ) from None
+        except Exception as exc:
+            raise Unavailable(f"could not store the result of {final.execution_id}: {exc}") from exc
+        self.committed(final)
+
+
+def _payload_bytes(execution: Execution) -> int:
+    error = execution.error
+    size = len(execution.input_json) + len(execution.output_json or "")
+    return size + (len(error.message) + len(error.traceback) if error is not None else 0)

@@ -1,0 +1,120 @@
+"""What a worker's calls do to an execution it holds: claim, complete, release.
+
+Each is fenced: the call names the execution's current generation and worker,
+so a stale dispatch (requeued, expired, moved to another worker) cannot change it.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import TYPE_CHECKING
+
+from flux.dispatcher import housekeeping, limits
+from flux.dispatcher.lifecycle import Requeue
+from flux.domain.execution import Execution, ExecutionError, State
+from flux.domain.worker import WorkerResources
+from flux.errors import FailedPrecondition, NotFound
+
+if TYPE_CHECKING:
+    from flux.dispatcher.core import Dispatcher
+
+log = logging.getLogger("flux.dispatcher")
+
+
+def claim(d: Dispatcher, name: str, session_token: str, execution_id: str, generation: int) -> Execution:
+    d.registry.authorize(name, session_token)
+    execution = fenced(d, execution_id, name, generation)
+    if execution.state is State.RUNNING:
+        return execution  # a retried claim
+    if execution.state is not State.SCHEDULED:
+        raise FailedPrecondition(f"execution {execution_id} is {execution.state.label}, not SCHEDULED")
+    running = execution.evolve(state=State.RUNNING, updated_at=d.clock())
+    d.table.update(running)
+    d.events.claimed(running)
+    d.table.save(running)
+    return running
+
+
+async def complete(
+    d: Dispatcher,
+    name: str,
+    session_token: str,
+    execution_id: str,
+    generation: int,
+    output_json: str | None,
+    error: ExecutionError | None,
+    resources: WorkerResources | None = None,
+) -> Execution:
+    entry = d.registry.authorize(name, session_token)
+    execution = d.table.get(execution_id)
+    if execution is None:
+        done = d.table.finished.get(execution_id) or await d.get(execution_id)
+        if (
+            done.worker == name
+            and done.generation == generation
+            and done.state in (State.COMPLETED, State.FAILED)
+            and same_result(done, output_json, error)
+        ):
+            # A retried Complete whose answer was lost: the first result stands. Store it
+            # again, as the answer may have been lost because its commit failed.
+            await d.table.commit_final(done)
+            return done
+        raise FailedPrecondition(f"execution {execution_id} is already {done.state.label}")
+    execution = fenced(d, execution_id, name, generation)
+    if execution.state is not State.RUNNING:
+        raise FailedPrecondition(
+            f"execution {execution_id} is {execution.state.label}; claim it before completing"
+        )
+    if error is None:
+        output_json = limits.checked_json(output_json or "null", "output_json")
+        final = execution.evolve(state=State.COMPLETED, output_json=output_json, updated_at=d.clock())
+    else:
+        final = execution.evolve(state=State.FAILED, error=error, updated_at=d.clock())
+    d.table.finish(final)
+    entry.release(execution_id)
+    d.events.finished(final)
+    if resources is not None:
+        entry.report(resources, None)
+    d.place(workers=[entry])
+    await d.table.commit_final(final)
+    return final
+
+
+def release(
+    d: Dispatcher, name: str, session_token: str, execution_id: str, generation: int, reason: str
+) -> Execution:
+    entry = d.registry.authorize(name, session_token)
+    execution = fenced(d, execution_id, name, generation)
+    if execution.state not in (State.SCHEDULED, State.RUNNING):
+        raise FailedPrecondition(f"execution {execution_id} is {execution.state.label}; nothing to release")
+    log.debug("execution %s released by %s: %s", execution_id, name, reason or "no reason given")
+    requeued = housekeeping.requeue(d, execution, entry, next_attempt=False)
+    d.events.requeued(execution, requeued, Requeue.RELEASED)
+    d.place(shapes=[d.catalogue.shape_of(requeued)])
+    d.place(workers=[entry])
+    return requeued
+
+
+def fenced(d: Dispatcher, execution_id: str, name: str, generation: int) -> Execution:
+    limits.check_id(execution_id)
+    execution = d.table.get(execution_id)
+    if execution is None:
+        if execution_id in d.table.finished:
+            raise FailedPrecondition(
+                f"execution {execution_id} is already {d.table.finished[execution_id].state.label}"
+            )
+        raise NotFound(f"execution {execution_id!r} does not exist or is finished")
+    if execution.worker != name:
+        raise FailedPrecondition(f"execution {execution_id} is not dispatched to worker {name!r}")
+    if generation != execution.generation:
+        raise FailedPrecondition(
+            f"stale generation {generation} for execution {execution_id}; the current dispatch is {execution.generation}"
+        )
+    return execution
+
+
+def same_result(done: Execution, output_json: str | None, error: ExecutionError | None) -> bool:
+    """Whether a Complete repeats the result already recorded (a retry), not a different one."""
+    if error is not None:
+        return done.state is State.FAILED and done.error == error
+    return done.state is State.COMPLETED and done.output_json == (output_json or "null")

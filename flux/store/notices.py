@@ -1,0 +1,99 @@
+"""What replicas tell each other through the database, as typed notices.
+
+The PostgreSQL store turns each ``NOTIFY`` (channel, payload) into one of these
+on arrival, so nothing above the store parses channel names or payload strings.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+from flux.store.base import PendingRef
+
+NOTIFY_LIMIT = 7000  # bytes per NOTIFY payload (PostgreSQL's limit is 8000)
+
+
+@dataclass(frozen=True, slots=True)
+class PendingAdded:
+    """Rows became pending (submitted, requeued, swept): any replica may place them."""
+
+    refs: tuple[PendingRef, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class Cancelled:
+    execution_id: str
+
+
+@dataclass(frozen=True, slots=True)
+class Finished:
+    execution_ids: tuple[str, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class WorkerMoved:
+    """A replica took (or gave up) a worker under a new ownership epoch."""
+
+    replica: str
+    epoch: int
+    name: str
+
+
+@dataclass(frozen=True, slots=True)
+class PauseChanged:
+    name: str
+
+
+@dataclass(frozen=True, slots=True)
+class WorkflowsChanged:
+    """A replica registered workflows."""
+
+    replica: str
+
+
+Notice = PendingAdded | Cancelled | Finished | WorkerMoved | PauseChanged | WorkflowsChanged
+
+# channel -> the notice its payload becomes
+CHANNELS = {
+    "flux_pending": lambda payload: PendingAdded(tuple(parse_pending(payload))),
+    "flux_cancel": Cancelled,
+    "flux_done": lambda payload: Finished(tuple(payload.splitlines())),
+    "flux_workers": lambda payload: _worker_moved(*payload.split(" ", 2)),
+    "flux_paused": PauseChanged,
+    "flux_workflows": WorkflowsChanged,
+}
+
+
+def parse(channel: str, payload: str) -> Notice:
+    return CHANNELS[channel](payload)  # type: ignore[no-any-return]
+
+
+def _worker_moved(replica: str, epoch: str, name: str) -> WorkerMoved:
+    return WorkerMoved(replica, int(epoch), name)
+
+
+def pending_line(ref: PendingRef) -> str:
+    return f"{ref.execution_id} {ref.seq} {ref.workflow_version} {ref.workflow_name}"
+
+
+def parse_pending(payload: str) -> list[PendingRef]:
+    refs = []
+    for line in payload.splitlines():
+        execution_id, seq, version, name = line.split(" ", 3)
+        refs.append(PendingRef(execution_id, int(seq), name, int(version)))
+    return refs
+
+
+def chunks(lines: Iterable[str]) -> Iterable[str]:
+    """Newline-joined payloads, each under PostgreSQL's NOTIFY size limit."""
+    chunk: list[str] = []
+    size = 0
+    for line in lines:
+        if chunk and size + len(line) + 1 > NOTIFY_LIMIT:
+            yield "\n".join(chunk)
+            chunk, size = [], 0
+        chunk.append(line)
+        size += len(line) + 1
+    if chunk:
+        yield "\n".join(chunk)

@@ -1,0 +1,35 @@
+"""SQL shared by the PostgreSQL store's row writes and its cluster membership."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import psycopg
+
+from flux.domain.execution import Execution, ExecutionError, State
+from flux.store import notices
+from flux.store.base import PendingRef
+
+COLUMNS = (
+    "execution_id, seq, workflow_name, workflow_version, source_hash, entrypoint, state, worker, attempt, "
+    "generation, max_attempts, input_json, output_json, error, gpu_indices, created_at, updated_at, owner"
+)
+
+
+def _pending_ref(e: Execution) -> PendingRef:
+    return PendingRef(e.execution_id, e.seq, e.workflow.name, e.workflow.version)
+
+
+async def announce(db: psycopg.AsyncConnection[Any], written: list[Execution]) -> None:
+    """Tell every replica (on commit) which rows became pending and which finished."""
+    pending = [e for e in written if e.state is State.CREATED]
+    done = [e for e in written if e.state.finished]
+    for payload in notices.chunks(notices.pending_line(_pending_ref(e)) for e in pending):
+        await db.execute("SELECT pg_notify('flux_pending', %s)", (payload,))
+    for payload in notices.chunks(e.execution_id for e in done):
+        await db.execute("SELECT pg_notify('flux_done', %s)", (payload,))
+
+
+def error_json(error: ExecutionError) -> str:
+    return json.dumps([error.type, error.message, error.traceback])
