@@ -85,6 +85,10 @@ def test_flux_worker_forget_frees_the_name_and_requeues_the_work(held: Cluster) 
     real = held.start_worker("w1")
     execution = held.run("sleepy", 30.0, wait=False)
     eventually(lambda: held.client.get(execution.execution_id).state == RUNNING, what="RUNNING on w1")
+    # A claim is stored soon, not at once, and the server is killed next: a claim a crash loses
+    # leaves the row SCHEDULED, whose requeue rightly keeps attempt 1. Wait until it is stored.
+    stored = "SELECT state FROM executions WHERE execution_id = ?"
+    eventually(lambda: held.query(stored, execution.execution_id) == [(RUNNING,)], what="the claim stored")
     _stream_down(held, real)
     try:
         forgot = held.flux("worker", "forget", "w1")
