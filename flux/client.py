@@ -16,12 +16,13 @@ from typing import Any
 
 import grpc
 
+from flux import defaults
 from flux.auth import TLS_HINT, Credentials, Role, speaks_tls
 from flux.errors import FluxError, Unavailable, from_grpc_code
 from flux.loader import WorkflowFile, load_workflow_file
 from flux.v1 import control_pb2, control_pb2_grpc
 
-DEFAULT_SERVER = "127.0.0.1:50051"
+DEFAULT_SERVER = defaults.SERVER
 
 
 def default_server() -> str:

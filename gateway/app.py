@@ -15,6 +15,7 @@ from dataclasses import dataclass
 import grpc
 from fastapi import FastAPI
 
+from flux import defaults
 from flux.auth import Role
 from gateway import clients, cors, dashboard, docs, errors, events, health, metrics, tickets, workers
 from gateway.auth import Guard, HeaderAuth
@@ -25,9 +26,9 @@ from gateway.limits import BodyLimit
 @dataclass(frozen=True, slots=True)
 class GatewaySettings:
     # gRPC address of the core, HOST:PORT.
-    core: str = "127.0.0.1:50051"
+    core: str = defaults.SERVER
     # An SSE stream idle this long gets a `ping` event, so proxies keep it open.
-    ping_interval: float = 15.0
+    ping_interval: float = defaults.PING_INTERVAL
     # How long the core may take to accept or refuse a Connect.
     connect_timeout: float = 10.0
     # A worker that does not read its stream for this long is dropped (its core stream ends).

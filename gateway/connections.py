@@ -29,6 +29,7 @@ from typing import Any, ClassVar
 
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
+from flux import defaults
 from flux.errors import BEFORE_THE_APP
 
 log = logging.getLogger("flux.gateway")
@@ -50,13 +51,13 @@ LINGER_BYTES = 4 * 1024 * 1024
 @dataclass(frozen=True, slots=True)
 class HttpLimits:
     # Seconds a request head may take to arrive in full.
-    head_timeout: float = 10.0
+    head_timeout: float = defaults.HTTP_HEAD_TIMEOUT
     # Bytes of request line plus headers.
-    max_head_bytes: int = 32 * 1024
+    max_head_bytes: int = defaults.HTTP_MAX_HEAD_BYTES
     # Open connections (SSE streams included) before new ones get 503.
-    max_connections: int = 1000
+    max_connections: int = defaults.HTTP_MAX_CONNECTIONS
     # Seconds an idle kept-alive connection stays open.
-    keep_alive: float = 5.0
+    keep_alive: float = defaults.HTTP_KEEP_ALIVE
 
 
 def raise_open_files_limit(target: int = FD_TARGET) -> int:

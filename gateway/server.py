@@ -11,11 +11,14 @@ import asyncio
 import contextlib
 import logging
 from collections.abc import Iterator
+from dataclasses import dataclass, field
 
 import grpc
 import uvicorn
 from sse_starlette.sse import AppStatus
 
+from flux import defaults
+from flux.observe import logs
 from gateway.app import GatewaySettings, create_app
 from gateway.connections import (
     BACKLOG,
@@ -28,6 +31,42 @@ from gateway.connections import (
 )
 
 log = logging.getLogger("flux.gateway")
+
+
+@dataclass(frozen=True, slots=True)
+class GatewayConfig:
+    """A standalone gateway process (``flux start gateway``): what ``run`` needs, defaults in ``flux.defaults``."""
+
+    settings: GatewaySettings = field(default_factory=GatewaySettings)
+    host: str = defaults.HOST
+    port: int = defaults.HTTP_PORT
+    # (certificate, key) PEM paths: serve HTTPS only.
+    tls: tuple[str, str] | None = None
+    limits: HttpLimits = field(default_factory=HttpLimits)
+
+
+async def run(config: GatewayConfig) -> None:
+    """Serve until SIGINT or SIGTERM. A port that cannot be bound raises OSError naming it."""
+    import signal
+
+    from flux.auth import plaintext_warning
+
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(signum, stop.set)
+    running = await start_gateway(
+        config.settings, config.host, config.port, tls=config.tls, limits=config.limits
+    )
+    if config.tls is None and (warning := plaintext_warning(config.host)):
+        log.warning(warning)
+    # Same line as `flux start server` prints for its gateway; scripts read the port from it.
+    logs.emit(f"flux gateway listening on {running.url}", logger=log.name, http=running.url)
+    log.info("fronting the core at %s", config.settings.core)
+    try:
+        await stop.wait()
+    finally:
+        await running.stop()
 
 
 class _Server(uvicorn.Server):
@@ -65,8 +104,8 @@ class RunningGateway:
 
 async def start_gateway(
     settings: GatewaySettings,
-    host: str = "127.0.0.1",
-    port: int = 8080,
+    host: str = defaults.HOST,
+    port: int = defaults.HTTP_PORT,
     grace: float = 2.0,
     channel: grpc.aio.Channel | None = None,
     tls: tuple[str, str] | None = None,

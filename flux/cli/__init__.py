@@ -12,16 +12,15 @@ import argparse
 import asyncio
 import contextlib
 import json
-import logging
 import os
 import sys
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 
-from flux.cli import render
+from flux import defaults
+from flux.cli import arguments, render
 from flux.client import FluxClient, default_server
-from flux.domain.labels import parse_label_argument
-from flux.domain.quantity import parse_bytes
+from flux.domain.quantity import format_bytes
 from flux.errors import FluxError
 from flux.observe import logs
 from flux.v1 import control_pb2
@@ -37,70 +36,6 @@ EXIT_STATUS = (
 
 class _Usage(Exception):
     """A usage error found after parsing (exit 2), e.g. two input sources at once."""
-
-
-def _positive_int(flag: str):  # type: ignore[no-untyped-def]
-    def parse(text: str) -> int:
-        try:
-            value = int(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"{flag} must be a whole number; got {text!r}") from None
-        if value < 0:
-            raise argparse.ArgumentTypeError(f"{flag} must be >= 0; got {value}")
-        return value
-
-    return parse
-
-
-def _count(flag: str):  # type: ignore[no-untyped-def]
-    whole = _positive_int(flag)
-
-    def parse(text: str) -> int:
-        value = whole(text)
-        if value < 1:
-            raise argparse.ArgumentTypeError(f"{flag} must be >= 1; got {value}")
-        return value
-
-    return parse
-
-
-def _quantity(flag: str):  # type: ignore[no-untyped-def]
-    def parse(text: str) -> int:
-        try:
-            return parse_bytes(int(text) if text.isdigit() else text, flag)
-        except (TypeError, ValueError) as exc:
-            raise argparse.ArgumentTypeError(str(exc)) from None
-
-    return parse
-
-
-def _origin(text: str) -> str:
-    from gateway.cors import origin
-
-    try:
-        return origin(text)
-    except ValueError as exc:
-        raise argparse.ArgumentTypeError(str(exc)) from None
-
-
-def _label(text: str) -> tuple[str, str]:
-    try:
-        return parse_label_argument(text)
-    except ValueError as exc:
-        raise argparse.ArgumentTypeError(str(exc)) from None
-
-
-def _seconds(flag: str):  # type: ignore[no-untyped-def]
-    def parse(text: str) -> float:
-        try:
-            value = float(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"{flag} must be a number of seconds; got {text!r}") from None
-        if not value > 0:
-            raise argparse.ArgumentTypeError(f"{flag} must be > 0 seconds; got {text}")
-        return value
-
-    return parse
 
 
 LOG_LEVEL_HELP = "DEBUG, INFO, WARNING or ERROR (default $FLUX_LOG_LEVEL or INFO)"
@@ -155,31 +90,41 @@ def build_parser() -> argparse.ArgumentParser:
 
     def with_cors(p: argparse.ArgumentParser) -> None:
         p.add_argument(
-            "--cors-origin", action="append", default=[], type=_origin, metavar="URL",
+            "--cors-origin", action="append", default=[], type=arguments.origin, metavar="URL",
             help="let pages from this origin call the HTTP gateway, e.g. https://dash.example.com; repeat "
             "for several (default: none, no CORS)",
         )  # fmt: skip
 
+    def with_ping_interval(p: argparse.ArgumentParser) -> None:
+        p.add_argument(
+            "--ping-interval", type=arguments.seconds("--ping-interval"), default=defaults.PING_INTERVAL,
+            help=f"seconds an idle worker stream waits before a ping (default {defaults.PING_INTERVAL:g})",
+        )  # fmt: skip
+
     def with_http_limits(p: argparse.ArgumentParser) -> None:
         p.add_argument(
-            "--http-head-timeout", type=_seconds("--http-head-timeout"), default=10.0, metavar="S",
-            help="seconds an HTTP request's headers may take to arrive before 408 (default 10)",
+            "--http-head-timeout", type=arguments.seconds("--http-head-timeout"), default=defaults.HTTP_HEAD_TIMEOUT,
+            metavar="S",
+            help="seconds an HTTP request's headers may take to arrive before 408 "
+            f"(default {defaults.HTTP_HEAD_TIMEOUT:g})",
         )  # fmt: skip
         p.add_argument(
-            "--http-max-connections", type=_count("--http-max-connections"), default=1000, metavar="N",
-            help="open HTTP connections (SSE streams included) before new ones get 503 (default 1000)",
+            "--http-max-connections", type=arguments.count("--http-max-connections"),
+            default=defaults.HTTP_MAX_CONNECTIONS, metavar="N",
+            help="open HTTP connections (SSE streams included) before new ones get 503 "
+            f"(default {defaults.HTTP_MAX_CONNECTIONS})",
         )  # fmt: skip
 
     start = commands.add_parser("start", help="run a server or a worker").add_subparsers(
         dest="what", required=True, metavar="WHAT"
     )
     server = start.add_parser("server", help="run the control plane")
-    server.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1)")
+    server.add_argument("--host", default=defaults.HOST, help=f"address to bind (default {defaults.HOST})")
     server.add_argument(
         "--grpc-port",
-        type=_positive_int("--grpc-port"),
-        default=50051,
-        help="gRPC port (default 50051; 0 picks one)",
+        type=arguments.whole_number("--grpc-port"),
+        default=defaults.GRPC_PORT,
+        help=f"gRPC port (default {defaults.GRPC_PORT}; 0 picks one)",
     )
     server.add_argument(
         "--db",
@@ -188,27 +133,29 @@ def build_parser() -> argparse.ArgumentParser:
     )
     server.add_argument(
         "--ack-deadline",
-        type=_seconds("--ack-deadline"),
-        default=10.0,
-        help="seconds a dispatch may wait for its claim before it is requeued (default 10)",
+        type=arguments.seconds("--ack-deadline"),
+        default=defaults.ACK_DEADLINE,
+        help=f"seconds a dispatch may wait for its claim before it is requeued (default {defaults.ACK_DEADLINE:g})",
     )
     server.add_argument(
         "--grace-period",
-        type=_seconds("--grace-period"),
-        default=30.0,
-        help="seconds a disconnected worker keeps its executions (default 30)",
+        type=arguments.seconds("--grace-period"),
+        default=defaults.GRACE_PERIOD,
+        help=f"seconds a disconnected worker keeps its executions (default {defaults.GRACE_PERIOD:g})",
     )
-    server.add_argument("--safety-tick", type=_seconds("--safety-tick"), default=5.0, help=argparse.SUPPRESS)
     server.add_argument(
-        "--http-port", type=_positive_int("--http-port"), default=8080,
-        help="HTTP/SSE gateway port on the same --host (default 8080; 0 picks one)",
+        "--safety-tick",
+        type=arguments.seconds("--safety-tick"),
+        default=defaults.SAFETY_TICK,
+        help=argparse.SUPPRESS,
+    )
+    server.add_argument(
+        "--http-port", type=arguments.whole_number("--http-port"), default=defaults.HTTP_PORT,
+        help=f"HTTP/SSE gateway port on the same --host (default {defaults.HTTP_PORT}; 0 picks one)",
     )  # fmt: skip
     server.add_argument("--no-http", action="store_true", help="serve gRPC only, without the gateway")
     with_cors(server)
-    server.add_argument(
-        "--ping-interval", type=_seconds("--ping-interval"), default=15.0,
-        help="seconds an idle worker stream waits before a ping (default 15)",
-    )  # fmt: skip
+    with_ping_interval(server)
     server.add_argument(
         "--worker-token",
         help="worker join token (default $FLUX_WORKER_TOKEN, ./.flux/worker.token, or generated)",
@@ -222,20 +169,25 @@ def build_parser() -> argparse.ArgumentParser:
         "--insecure", action="store_true", help="no authentication; refused unless --host is loopback"
     )
     server.add_argument(
-        "--max-pending", type=_positive_int("--max-pending"), metavar="N",         help="unfinished executions accepted before RunWorkflow answers RESOURCE_EXHAUSTED (default 500000)",
+        "--max-pending", type=arguments.whole_number("--max-pending"), metavar="N", default=defaults.MAX_PENDING,
+        help="unfinished executions accepted before RunWorkflow answers RESOURCE_EXHAUSTED "
+        f"(default {defaults.MAX_PENDING})",
     )  # fmt: skip
     server.add_argument(
-        "--max-pending-bytes", type=_quantity("--max-pending-bytes"), metavar="BYTES",
+        "--max-pending-bytes", type=arguments.quantity("--max-pending-bytes"), metavar="BYTES",
+        default=defaults.MAX_PENDING_BYTES,
         help="input bytes of unfinished executions accepted before RunWorkflow answers RESOURCE_EXHAUSTED "
-        "(default 2Gi)",
+        f"(default {format_bytes(defaults.MAX_PENDING_BYTES)})",
     )  # fmt: skip
     server.add_argument(
-        "--max-workers", type=_positive_int("--max-workers"), metavar="N",
-        help="registered workers before Register answers RESOURCE_EXHAUSTED (default 10000)",
+        "--max-workers", type=arguments.whole_number("--max-workers"), metavar="N", default=defaults.MAX_WORKERS,
+        help=f"registered workers before Register answers RESOURCE_EXHAUSTED (default {defaults.MAX_WORKERS})",
     )  # fmt: skip
     server.add_argument(
-        "--max-worker-metadata", type=_quantity("--max-worker-metadata"), metavar="BYTES",
-        help="bytes of labels, packages, markers and GPU names one worker may advertise (default 256Ki)",
+        "--max-worker-metadata", type=arguments.quantity("--max-worker-metadata"), metavar="BYTES",
+        default=defaults.MAX_WORKER_METADATA,
+        help="bytes of labels, packages, markers and GPU names one worker may advertise "
+        f"(default {format_bytes(defaults.MAX_WORKER_METADATA)})",
     )  # fmt: skip
     with_http_limits(server)
     with_tls(server)
@@ -244,14 +196,12 @@ def build_parser() -> argparse.ArgumentParser:
 
     gateway = start.add_parser("gateway", help="run an extra HTTP/SSE gateway in front of a core")
     gateway.add_argument("--core", required=True, metavar="HOST:PORT", help="gRPC address of the core")
-    gateway.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1)")
+    gateway.add_argument("--host", default=defaults.HOST, help=f"address to bind (default {defaults.HOST})")
     gateway.add_argument(
-        "--port", type=_positive_int("--port"), default=8080, help="HTTP port (default 8080; 0 picks one)"
-    )
-    gateway.add_argument(
-        "--ping-interval", type=_seconds("--ping-interval"), default=15.0,
-        help="seconds an idle worker stream waits before a ping (default 15)",
+        "--port", type=arguments.whole_number("--port"), default=defaults.HTTP_PORT,
+        help=f"HTTP port (default {defaults.HTTP_PORT}; 0 picks one)",
     )  # fmt: skip
+    with_ping_interval(gateway)
     gateway.add_argument("--ca", help="CA bundle (PEM) to verify the core's TLS certificate")
     with_cors(gateway)
     with_http_limits(gateway)
@@ -276,20 +226,29 @@ def build_parser() -> argparse.ArgumentParser:
     worker.add_argument("--worker-token-file", help="read the join token from this file")
     worker.add_argument("--ca", help="CA bundle (PEM) to verify a TLS server (default $FLUX_CA)")
     worker.add_argument(
-        "--label", action="append", type=_label, default=[], metavar="KEY=VALUE",
+        "--label", action="append", type=arguments.label, default=[], metavar="KEY=VALUE",
         help="a label workflows can require with affinity; repeat for more",
     )  # fmt: skip
-    worker.add_argument("--cpus", type=_positive_int("--cpus"), help="cores to advertise")
-    worker.add_argument("--memory", type=_quantity("--memory"), help="memory to advertise, e.g. 8Gi")
-    worker.add_argument("--gpus", type=_positive_int("--gpus"), help="GPUs to offer (the first N)")
-    worker.add_argument("--disk", type=_quantity("--disk"), help="disk to advertise, e.g. 100Gi")
+    worker.add_argument("--cpus", type=arguments.whole_number("--cpus"), help="cores to advertise")
+    worker.add_argument("--memory", type=arguments.quantity("--memory"), help="memory to advertise, e.g. 8Gi")
+    worker.add_argument("--gpus", type=arguments.whole_number("--gpus"), help="GPUs to offer (the first N)")
+    worker.add_argument("--disk", type=arguments.quantity("--disk"), help="disk to advertise, e.g. 100Gi")
     worker.add_argument(
-        "--disk-path", default="/", help="filesystem whose free space is reported (default /)"
+        "--disk-path",
+        default=defaults.DISK_PATH,
+        help=f"filesystem whose free space is reported (default {defaults.DISK_PATH})",
     )
     worker.add_argument(
-        "--capacity", type=_positive_int("--capacity"), default=16, help="concurrent executions (16)"
+        "--capacity",
+        type=arguments.count("--capacity"),
+        default=defaults.CAPACITY,
+        help=f"concurrent executions (default {defaults.CAPACITY})",
     )
-    worker.add_argument("--work-dir", default=".flux/worker", help="where workflow code is cached")
+    worker.add_argument(
+        "--work-dir",
+        default=defaults.WORK_DIR,
+        help=f"where workflow code is cached (default {defaults.WORK_DIR})",
+    )
     with_log_format(worker)
     worker.set_defaults(run=_start_worker)
 
@@ -311,11 +270,14 @@ def build_parser() -> argparse.ArgumentParser:
         help="wait and print the output as JSON; on a terminal, a live line on stderr shows progress",
     )  # fmt: skip
     run.add_argument(
-        "--timeout", type=_seconds("--timeout"), default=None,
+        "--timeout", type=arguments.seconds("--timeout"), default=None,
         help=f"with --wait: give up after this many seconds, exit {EXIT_TIMED_OUT} (default: wait forever)",
     )  # fmt: skip
     run.add_argument(
-        "--version", type=_positive_int("--version"), default=0, help="workflow version (default: the latest)"
+        "--version",
+        type=arguments.whole_number("--version"),
+        default=0,
+        help="workflow version (default: the latest)",
     )
     run.set_defaults(run=_run)
     status = with_server(workflow.add_parser("status", help="an execution's state"))
@@ -438,12 +400,10 @@ def _start_server(args: argparse.Namespace) -> int:
             safety_tick=args.safety_tick,
             ping_interval=args.ping_interval,
             server_id=uuid.uuid4().hex[:12],
-            # Limits left unset keep the dispatcher's defaults (one place defines them).
-            **{
-                limit: getattr(args, limit)
-                for limit in ("max_pending", "max_pending_bytes", "max_workers", "max_worker_metadata")
-                if getattr(args, limit) is not None
-            },
+            max_pending=args.max_pending,
+            max_pending_bytes=args.max_pending_bytes,
+            max_workers=args.max_workers,
+            max_worker_metadata=args.max_worker_metadata,
         ),
         http_port=None if args.no_http else args.http_port,
         tokens=None if args.insecure else _server_tokens(args),
@@ -495,36 +455,23 @@ def _client(args: argparse.Namespace) -> FluxClient:
 
 
 def _start_gateway(args: argparse.Namespace) -> int:
-    import signal
+    from gateway import GatewaySettings
+    from gateway.server import GatewayConfig, run
 
-    from flux.auth import plaintext_warning
-    from gateway import GatewaySettings, start_gateway
-
-    async def run() -> None:
-        stop = asyncio.Event()
-        loop = asyncio.get_running_loop()
-        for signum in (signal.SIGINT, signal.SIGTERM):
-            loop.add_signal_handler(signum, stop.set)
-        settings = GatewaySettings(
+    config = GatewayConfig(
+        settings=GatewaySettings(
             core=args.core,
             ping_interval=args.ping_interval,
             core_ca=args.ca,
             cors_origins=tuple(args.cors_origin),
-        )
-        tls = _tls(args)
-        running = await start_gateway(settings, args.host, args.port, tls=tls, limits=_http_limits(args))
-        if tls is None and (warning := plaintext_warning(args.host)):
-            logging.getLogger("flux.gateway").warning(warning)
-        # Same line as `flux start server` prints for its gateway; scripts read the port from it.
-        logs.emit(f"flux gateway listening on {running.url}", logger="flux.gateway", http=running.url)
-        logging.getLogger("flux.gateway").info("fronting the core at %s", args.core)
-        try:
-            await stop.wait()
-        finally:
-            await running.stop()
-
+        ),
+        host=args.host,
+        port=args.port,
+        tls=_tls(args),
+        limits=_http_limits(args),
+    )
     try:
-        asyncio.run(run())
+        asyncio.run(run(config))
     except OSError as exc:
         _error(str(exc))
         return 1
@@ -532,44 +479,24 @@ def _start_gateway(args: argparse.Namespace) -> int:
 
 
 def _start_worker(args: argparse.Namespace) -> int:
-    import signal
-
     from flux.auth import Credentials, Role
-    from flux.worker.gpu import SimulatedGpuReader
-    from flux.worker.grpc_transport import GrpcTransport
-    from flux.worker.probe import Caps, ResourceProbe
-    from flux.worker.runtime import Refused, WorkerConfig, WorkerRuntime
-    from flux.worker.sse_transport import SseTransport
-    from flux.worker.transport import WorkerTransport
+    from flux.worker.probe import Caps
+    from flux.worker.process import WorkerProcess, run
+    from flux.worker.runtime import Refused, WorkerConfig
 
-    simulated = os.environ.get(SimulatedGpuReader.ENV)
-    probe = ResourceProbe(
-        Caps(cpus=args.cpus, memory=args.memory, gpus=args.gpus, disk=args.disk),
-        disk_path=args.disk_path,
-        gpu_readers=[SimulatedGpuReader(simulated)] if simulated else None,
-    )
     chosen = args.gateway or args.server or [default_server()]
-    addresses = [a for value in chosen for a in value.split(",") if a]
-    config = WorkerConfig(
-        name=args.name, labels=dict(args.label), capacity=args.capacity or 16, work_dir=Path(args.work_dir)
+    config = WorkerProcess(
+        worker=WorkerConfig(
+            name=args.name, labels=dict(args.label), capacity=args.capacity, work_dir=Path(args.work_dir)
+        ),
+        addresses=tuple(a for value in chosen for a in value.split(",") if a),
+        over_gateway=bool(args.gateway),
+        credentials=Credentials.for_role(Role.WORKER, args.worker_token, args.ca, args.worker_token_file),
+        caps=Caps(cpus=args.cpus, memory=args.memory, gpus=args.gpus, disk=args.disk),
+        disk_path=args.disk_path,
     )
-
-    async def run() -> None:
-        credentials = Credentials.for_role(Role.WORKER, args.worker_token, args.ca, args.worker_token_file)
-        transport: WorkerTransport = (
-            SseTransport(addresses, credentials=credentials)
-            if args.gateway
-            else GrpcTransport(addresses, credentials)
-        )
-        runtime = WorkerRuntime(config, transport, probe)
-        loop = asyncio.get_running_loop()
-        for signum in (signal.SIGINT, signal.SIGTERM):
-            loop.add_signal_handler(signum, runtime.stop)
-        logs.emit(f"flux worker {args.name} connecting to {', '.join(addresses)}", logger="flux.worker")
-        await runtime.run()
-
     try:
-        asyncio.run(run())
+        asyncio.run(run(config))
     except Refused as refused:
         _error(_refusal_advice(refused))
         return 1

@@ -16,7 +16,7 @@ from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any
 
-from flux.cli import render
+from flux.cli import arguments, render
 from flux.client import FluxClient
 from flux.v1 import control_pb2
 
@@ -55,19 +55,6 @@ def parse_duration(text: str) -> float:
     return seconds
 
 
-def _at_least_one(flag: str) -> Callable[[str], int]:
-    def parse(text: str) -> int:
-        try:
-            value = int(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"{flag} must be a whole number; got {text!r}") from None
-        if value < 1:
-            raise argparse.ArgumentTypeError(f"{flag} must be >= 1; got {value}")
-        return value
-
-    return parse
-
-
 def add_commands(
     commands: Any,
     workflow: Any,
@@ -89,7 +76,7 @@ def add_commands(
     )  # fmt: skip
     listing.add_argument(
         "--limit",
-        type=_at_least_one("--limit"),
+        type=arguments.count("--limit"),
         default=DEFAULT_LIMIT,
         help=f"at most this many (default {DEFAULT_LIMIT})",
     )
@@ -114,7 +101,7 @@ def add_commands(
     described.add_argument("name", metavar="NAME", help="registered workflow name")
     described.add_argument(
         "--version",
-        type=_at_least_one("--version"),
+        type=arguments.count("--version"),
         default=None,
         help="only this version (default: every version)",
     )

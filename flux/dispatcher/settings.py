@@ -1,18 +1,19 @@
-"""The dispatcher's settings, each default defined here once."""
+"""The dispatcher's settings; the defaults a user can change are in ``flux.defaults``."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-KiB, MiB, GiB = 1024, 1024**2, 1024**3
+from flux import defaults
+from flux.defaults import KiB, MiB
 
 
 @dataclass(frozen=True, slots=True)
 class Settings:
-    ack_deadline: float = 10.0
-    grace_period: float = 30.0
-    safety_tick: float = 5.0
-    ping_interval: float = 15.0
+    ack_deadline: float = defaults.ACK_DEADLINE
+    grace_period: float = defaults.GRACE_PERIOD
+    safety_tick: float = defaults.SAFETY_TICK
+    ping_interval: float = defaults.PING_INTERVAL
     finished_cache: int = 10_000
     # Payload bytes (inputs, outputs, errors) the finished cache may keep; older entries are
     # dropped past it and read back from the store when asked for.
@@ -22,8 +23,8 @@ class Settings:
     # larger ones stay only in the store and load when dispatched.
     inline_input_bytes: int = 16 * KiB
     # Admission: past either limit a submission is refused with RESOURCE_EXHAUSTED.
-    max_pending: int = 500_000
-    max_pending_bytes: int = 2 * GiB
-    max_workers: int = 10_000
+    max_pending: int = defaults.MAX_PENDING
+    max_pending_bytes: int = defaults.MAX_PENDING_BYTES
+    max_workers: int = defaults.MAX_WORKERS
     # Labels, packages, markers and GPU names one worker may advertise, in bytes.
-    max_worker_metadata: int = 256 * KiB
+    max_worker_metadata: int = defaults.MAX_WORKER_METADATA

@@ -12,9 +12,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
 
+from flux import defaults
 from flux.domain.worker import WorkerResources, WorkerSoftware
 
-DEFAULT_CAPACITY = 16
+DEFAULT_CAPACITY = defaults.CAPACITY
 
 
 @dataclass(frozen=True, slots=True)

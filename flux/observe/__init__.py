@@ -1,22 +1,12 @@
-"""Watching the control plane: lifecycle events, structured logs and the status snapshot.
+"""Watching the control plane: the fleet feed, structured logs and the status snapshot.
 
-- ``Lifecycle`` (defined in ``flux.dispatcher.lifecycle``, which the dispatcher
-  owns; re-exported here): what the dispatcher calls at each lifecycle event;
-  it counts, times and writes one ``flux.lifecycle`` log line per event.
+The lifecycle events themselves are the dispatcher's (``flux.dispatcher.lifecycle``); nothing
+here imports the dispatcher, so the gateway can use these without loading it.
+
+- ``fleet``: the fan-out of fleet changes to ``WatchFleet`` and ``GET /events``.
 - ``logs``: the ``--log-format text|json`` formatters.
 - ``status``: one snapshot of the fleet and the queue, for ``GetStatus`` and
   ``GetMetrics``.
 
 Nothing here imports grpc or protobuf: the server converts at its edge.
 """
-
-from flux.dispatcher.lifecycle import (
-    LATENCY_BOUNDS,
-    REQUEUE_REASONS,
-    STAGES,
-    Histogram,
-    Lifecycle,
-    Requeue,
-)
-
-__all__ = ["LATENCY_BOUNDS", "REQUEUE_REASONS", "STAGES", "Histogram", "Lifecycle", "Requeue"]

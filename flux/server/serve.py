@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING
 import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 
+from flux import defaults
 from flux.auth import AuthInterceptor, Tokens, is_loopback, plaintext_warning
 from flux.dispatcher.core import Dispatcher, Settings
 from flux.observe import logs
@@ -33,12 +34,12 @@ DEFAULT_DB = Path(".flux") / "flux.db"
 
 @dataclass(frozen=True, slots=True)
 class ServerConfig:
-    host: str = "127.0.0.1"
-    grpc_port: int = 50051
+    host: str = defaults.HOST
+    grpc_port: int = defaults.GRPC_PORT
     db: str = str(DEFAULT_DB)
     dispatcher: Settings = field(default_factory=Settings)
     # The HTTP/SSE gateway beside the core, on the same host; None runs gRPC only.
-    http_port: int | None = 8080
+    http_port: int | None = defaults.HTTP_PORT
     # Worker and client tokens; None turns authentication off (--insecure, loopback only).
     tokens: Tokens | None = None
     # (certificate, key) PEM paths: gRPC and the gateway then speak TLS only.

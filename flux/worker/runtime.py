@@ -20,6 +20,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from flux import defaults
 from flux.context import ExecutionContext
 from flux.domain.execution import ExecutionError
 from flux.domain.worker import WorkerResources
@@ -57,8 +58,8 @@ class Refused(FluxError):
 class WorkerConfig:
     name: str
     labels: dict[str, str] = field(default_factory=dict)
-    capacity: int = 16
-    work_dir: Path = Path(".flux") / "worker"
+    capacity: int = defaults.CAPACITY
+    work_dir: Path = Path(defaults.WORK_DIR)
     report_interval: float = 2.0
     # How long SIGTERM waits for running executions before releasing them.
     drain_timeout: float = 60.0

@@ -17,8 +17,9 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from flux.auth import Tokens, check
+from flux.dispatcher.lifecycle import LATENCY_BOUNDS, Histogram, Requeue
 from flux.domain.execution import ExecutionError, State
-from flux.observe import LATENCY_BOUNDS, Histogram, Requeue, logs
+from flux.observe import logs
 from flux.observe.status import BUSY, INFEASIBLE, NO_WORKER, StatusBoard, reason_of
 from flux.server import convert
 from flux.v1 import control_pb2

@@ -1,0 +1,72 @@
+"""How the CLI reads its typed flags: each parser names the flag and the accepted form in its error."""
+
+from __future__ import annotations
+
+import argparse
+
+from flux.domain.labels import parse_label_argument
+from flux.domain.quantity import parse_bytes
+
+
+def whole_number(flag: str):  # type: ignore[no-untyped-def]
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{flag} must be a whole number; got {text!r}") from None
+        if value < 0:
+            raise argparse.ArgumentTypeError(f"{flag} must be >= 0; got {value}")
+        return value
+
+    return parse
+
+
+def count(flag: str):  # type: ignore[no-untyped-def]
+    whole = whole_number(flag)
+
+    def parse(text: str) -> int:
+        value = whole(text)
+        if value < 1:
+            raise argparse.ArgumentTypeError(f"{flag} must be >= 1; got {value}")
+        return value
+
+    return parse
+
+
+def quantity(flag: str):  # type: ignore[no-untyped-def]
+    def parse(text: str) -> int:
+        try:
+            return parse_bytes(int(text) if text.isdigit() else text, flag)
+        except (TypeError, ValueError) as exc:
+            raise argparse.ArgumentTypeError(str(exc)) from None
+
+    return parse
+
+
+def origin(text: str) -> str:
+    from gateway.cors import origin as browser_origin
+
+    try:
+        return browser_origin(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def label(text: str) -> tuple[str, str]:
+    try:
+        return parse_label_argument(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def seconds(flag: str):  # type: ignore[no-untyped-def]
+    def parse(text: str) -> float:
+        try:
+            value = float(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{flag} must be a number of seconds; got {text!r}") from None
+        if not value > 0:
+            raise argparse.ArgumentTypeError(f"{flag} must be > 0 seconds; got {text}")
+        return value
+
+    return parse

@@ -1,0 +1,41 @@
+"""Every default a process starts with, defined once.
+
+The process configs (``ServerConfig``, ``Settings``, ``GatewaySettings``,
+``HttpLimits``, ``WorkerConfig``) take their field defaults from here, and the
+CLI shows the same values in ``--help`` and uses them when a flag is left out,
+so a default changes in one place. Plain constants: importing this loads
+nothing else, so building the CLI's parser stays cheap.
+"""
+
+from __future__ import annotations
+
+KiB, MiB, GiB = 1024, 1024**2, 1024**3
+
+# Where things listen.
+HOST = "127.0.0.1"
+GRPC_PORT = 50051
+HTTP_PORT = 8080
+SERVER = f"{HOST}:{GRPC_PORT}"
+
+# The dispatcher's timing.
+ACK_DEADLINE = 10.0  # seconds a dispatch may wait for its claim before it is requeued
+GRACE_PERIOD = 30.0  # seconds a disconnected worker keeps its executions (and its name)
+SAFETY_TICK = 5.0  # seconds between full placement passes, besides the event-driven ones
+PING_INTERVAL = 15.0  # seconds an idle worker stream waits before a ping
+
+# Admission and caps (issue: nobody without a token can exhaust the core).
+MAX_PENDING = 500_000
+MAX_PENDING_BYTES = 2 * GiB
+MAX_WORKERS = 10_000
+MAX_WORKER_METADATA = 256 * KiB
+
+# The HTTP front.
+HTTP_HEAD_TIMEOUT = 10.0  # seconds a request head may take to arrive in full
+HTTP_MAX_HEAD_BYTES = 32 * KiB
+HTTP_MAX_CONNECTIONS = 1000
+HTTP_KEEP_ALIVE = 5.0
+
+# A worker.
+CAPACITY = 16  # concurrent executions
+WORK_DIR = ".flux/worker"
+DISK_PATH = "/"

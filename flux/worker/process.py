@@ -1,0 +1,59 @@
+"""A worker process (``flux start worker``): the config the CLI builds, and ``run``.
+
+The CLI only parses flags into ``WorkerProcess``; which transport, which probe
+and how signals stop the worker are decided here, once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+from dataclasses import dataclass, field
+
+from flux import defaults
+from flux.auth import Credentials
+from flux.observe import logs
+from flux.worker.gpu import SimulatedGpuReader
+from flux.worker.probe import Caps, ResourceProbe
+from flux.worker.runtime import WorkerConfig, WorkerRuntime
+from flux.worker.transport import WorkerTransport
+
+
+@dataclass(frozen=True, slots=True)
+class WorkerProcess:
+    worker: WorkerConfig
+    # gRPC HOST:PORT addresses, or gateway URLs with ``over_gateway``; tried in turn.
+    addresses: tuple[str, ...] = (defaults.SERVER,)
+    over_gateway: bool = False
+    credentials: Credentials = field(default_factory=Credentials)
+    # What to advertise at most (--cpus, --memory, --gpus, --disk), below what is measured.
+    caps: Caps = field(default_factory=Caps)
+    disk_path: str = defaults.DISK_PATH
+
+
+def _transport(config: WorkerProcess) -> WorkerTransport:
+    if config.over_gateway:
+        from flux.worker.sse_transport import SseTransport
+
+        return SseTransport(list(config.addresses), credentials=config.credentials)
+    from flux.worker.grpc_transport import GrpcTransport
+
+    return GrpcTransport(list(config.addresses), config.credentials)
+
+
+async def run(config: WorkerProcess) -> None:
+    """Serve until SIGINT or SIGTERM (then drain); raises ``Refused`` when the server refuses us for good."""
+    simulated = os.environ.get(SimulatedGpuReader.ENV)  # tests and demos: GPUs without a device
+    probe = ResourceProbe(
+        config.caps,
+        disk_path=config.disk_path,
+        gpu_readers=[SimulatedGpuReader(simulated)] if simulated else None,
+    )
+    runtime = WorkerRuntime(config.worker, _transport(config), probe)
+    loop = asyncio.get_running_loop()
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(signum, runtime.stop)
+    where = ", ".join(config.addresses)
+    logs.emit(f"flux worker {config.worker.name} connecting to {where}", logger="flux.worker")
+    await runtime.run()
