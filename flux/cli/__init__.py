@@ -91,6 +91,32 @@ def _seconds(flag: str):  # type: ignore[no-untyped-def]
     return parse
 
 
+def _seconds_or_zero(flag: str):  # type: ignore[no-untyped-def]
+    def parse(text: str) -> float:
+        try:
+            value = float(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{flag} must be a number of seconds; got {text!r}") from None
+        if not 0 <= value < float("inf"):
+            raise argparse.ArgumentTypeError(f"{flag} must be >= 0 seconds (0 turns it off); got {text}")
+        return value
+
+    return parse
+
+
+def _priority(text: str) -> int:
+    from flux.workflow import MAX_PRIORITY, MIN_PRIORITY, validate_priority
+
+    try:
+        return validate_priority(int(text), "--priority")
+    except ValueError as exc:
+        if not text.lstrip("+-").isdigit():
+            raise argparse.ArgumentTypeError(
+                f"--priority must be a whole number between {MIN_PRIORITY} and {MAX_PRIORITY}; got {text!r}"
+            ) from None
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
 LOG_LEVEL_HELP = "DEBUG, INFO, WARNING or ERROR (default $FLUX_LOG_LEVEL or INFO)"
 
 
@@ -177,6 +203,11 @@ def build_parser() -> argparse.ArgumentParser:
         help="seconds a disconnected worker keeps its executions (default 30)",
     )
     server.add_argument("--safety-tick", type=_seconds("--safety-tick"), default=5.0, help=argparse.SUPPRESS)
+    server.add_argument(
+        "--starvation-after", type=_seconds_or_zero("--starvation-after"), default=30.0, metavar="S",
+        help="seconds the oldest execution of a shape may wait before it gets a nominated worker, where only "
+        "work that fits beside it is placed (default 30; 0 turns aging off)",
+    )  # fmt: skip
     server.add_argument(
         "--http-port", type=_positive_int("--http-port"), default=8080,
         help="HTTP/SSE gateway port on the same --host (default 8080; 0 picks one)",
@@ -293,6 +324,10 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument(
         "--version", type=_positive_int("--version"), default=0, help="workflow version (default: the latest)"
     )
+    run.add_argument(
+        "--priority", type=_priority, default=None, metavar="N",
+        help="this run's priority, -1000 to 1000, higher first (default: the workflow's, else 0)",
+    )  # fmt: skip
     run.set_defaults(run=_run)
     status = with_server(workflow.add_parser("status", help="an execution's state"))
     status.add_argument("execution_id", metavar="EXECUTION_ID", help="the id `flux workflow run` printed")
@@ -412,6 +447,7 @@ def _start_server(args: argparse.Namespace) -> int:
             ack_deadline=args.ack_deadline,
             grace_period=args.grace_period,
             safety_tick=args.safety_tick,
+            starvation_after=args.starvation_after,
             ping_interval=args.ping_interval,
             server_id=uuid.uuid4().hex[:12],
             # Limits left unset keep the dispatcher's defaults (one place defines them).
@@ -600,7 +636,7 @@ def _run(args: argparse.Namespace) -> int:
     from flux.client import WaitTimedOut
 
     with _client(args) as client:
-        execution = client.run_json(args.name, text, version=args.version)
+        execution = client.run_json(args.name, text, version=args.version, priority=args.priority)
         if not args.wait:
             print(execution.execution_id)
             return 0

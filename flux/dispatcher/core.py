@@ -57,6 +57,8 @@ from flux.errors import (
 )
 from flux.matching import (
     DEFAULT_CAPACITY,
+    DEFAULT_STARVATION_AFTER,
+    Aging,
     Explanation,
     FeasibilityCache,
     PendingQueue,
@@ -67,7 +69,7 @@ from flux.matching import (
 )
 from flux.observe.lifecycle import Lifecycle, Requeue
 from flux.store.base import Conflict, ExecutionQuery, Store, WorkerIdentity, WorkflowRecord
-from flux.workflow import validate_name
+from flux.workflow import validate_name, validate_priority
 
 log = logging.getLogger("flux.dispatcher")
 
@@ -111,6 +113,9 @@ class Settings:
     max_workers: int = 10_000
     # Labels, packages, markers and GPU names one worker may advertise, in bytes.
     max_worker_metadata: int = 256 * KiB
+    # Aging (--starvation-after): seconds the oldest execution of a shape waits before it is
+    # nominated a worker; 0 turns aging off.
+    starvation_after: float = DEFAULT_STARVATION_AFTER
 
 
 @dataclass(frozen=True, slots=True)
@@ -157,6 +162,7 @@ class Dispatcher:
         self._workers: dict[str, WorkerEntry] = {}
         self._queue = PendingQueue()
         self._cache = FeasibilityCache()
+        self._aging = Aging(self.settings.starvation_after)
         self._deadlines: list[tuple[float, str, int]] = []
         self._watchers: dict[str, set[asyncio.Queue[Execution]]] = {}
         self._next_seq = 1
@@ -198,7 +204,7 @@ class Dispatcher:
             # generation + 1; skip past it so fencing never sees a generation twice.
             execution = execution.evolve(generation=execution.generation + 1)
             execution = self._executions.add(execution, self.settings.inline_input_bytes)
-            self._queue.add(execution.execution_id, self._shape_of(execution), execution.seq)
+            self._enqueue(execution, self._shape_of(execution))
         log.info(
             "recovered %d workflows, %d unfinished executions (%d queued)",
             len(self._workflows), len(self._executions), len(self._queue),
@@ -239,6 +245,7 @@ class Dispatcher:
             try:
                 validate_name(wf.name, f"{field}.name")
                 validate_labels(dict(wf.affinity), f"{field}.affinity")
+                validate_priority(wf.priority, f"{field}.priority")
             except (TypeError, ValueError) as exc:
                 raise InvalidArgument(str(exc)) from None
             if not RUNTIME_NAME.fullmatch(wf.runtime):
@@ -289,7 +296,9 @@ class Dispatcher:
 
     # ----------------------------------------------------------------- executions
 
-    async def submit(self, workflow_name: str, input_json: str = "", version: int = 0) -> Execution:
+    async def submit(
+        self, workflow_name: str, input_json: str = "", version: int = 0, priority: int | None = None
+    ) -> Execution:
         if not workflow_name:
             raise InvalidArgument("workflow_name is required: the name of a registered workflow")
         latest = self._latest.get(workflow_name)
@@ -304,6 +313,7 @@ class Dispatcher:
         if record is None:
             raise NotFound(f"workflow {workflow_name!r} has no version {version}; the latest is {latest}")
         input_json = _checked_json(input_json or "null", "input_json")
+        rank = record.priority if priority is None else _checked_priority(priority)
         self._admission(len(input_json))
         now = self.clock()
         execution = Execution(
@@ -314,6 +324,7 @@ class Dispatcher:
             max_attempts=record.max_attempts,
             created_at=now,
             updated_at=now,
+            priority=rank,
         )
         await self._accept(execution)
         return _with_input(self._executions.get(execution.execution_id, execution), input_json)
@@ -354,8 +365,14 @@ class Dispatcher:
         """Queue a stored submission and try to place it right away."""
         self._executions.add(execution, self.settings.inline_input_bytes)
         shape = self._shape_of(execution)
-        self._queue.add(execution.execution_id, shape, execution.seq)
+        self._enqueue(execution, shape)
         self._dispatch(shapes=[shape])
+
+    def _enqueue(self, execution: Execution, shape: Shape) -> None:
+        """Pending, by priority then submission; aging counts its wait from its submission."""
+        self._queue.add(
+            execution.execution_id, shape, execution.seq, execution.priority, execution.created_at
+        )
 
     async def get(self, execution_id: str) -> Execution:
         _check_id(execution_id)
@@ -416,7 +433,9 @@ class Dispatcher:
             return Why(execution, f"execution is {execution.state.label}{where}")
         # Paused workers are shown, with "is paused" as their reason.
         views = [w.view() for w in self._workers.values() if w.accepting]
-        explanation = explain(self._shape_of(execution), views)
+        explanation = explain(
+            self._shape_of(execution), views, execution_id=execution_id, aging=self._aging, now=self.clock()
+        )
         return Why(execution, explanation.summary, explanation, self._queue.position(execution_id))
 
     # ----------------------------------------------------------------- listings
@@ -738,6 +757,10 @@ class Dispatcher:
         """Every worker a client may see (with replicas, those connected to the others too)."""
         return self.workers()
 
+    def aging(self) -> Aging:
+        """Aging's nominations, for status (read only)."""
+        return self._aging
+
     def pending(self) -> PendingQueue:
         return self._queue
 
@@ -804,7 +827,15 @@ class Dispatcher:
         views = [w.view() for w in pool if w.dispatchable]
         if not views:
             return []
-        placements = schedule(self._queue, views, shapes=shapes, cache=self._cache)
+        placements = schedule(
+            self._queue,
+            views,
+            shapes=shapes,
+            cache=self._cache,
+            aging=self._aging,
+            now=self.clock(),
+            whole_fleet=workers is None,
+        )
         for placement in placements:
             self._queue.remove(placement.execution_id)
             self._workers[placement.worker].hold(
@@ -854,7 +885,7 @@ class Dispatcher:
         return requeued
 
     def _back_in_line(self, requeued: Execution) -> None:
-        self._queue.add(requeued.execution_id, self._shape_of(requeued), requeued.seq)
+        self._enqueue(requeued, self._shape_of(requeued))
         self._save_soon(requeued)
 
     def _finish(self, final: Execution, entry: WorkerEntry | None) -> None:
@@ -979,6 +1010,13 @@ class Dispatcher:
                 self._keep_alive(now)
             except Exception:  # one bad tick must not stop the next one
                 log.exception("dispatcher housekeeping failed")
+
+
+def _checked_priority(priority: int) -> int:
+    try:
+        return validate_priority(priority)
+    except (TypeError, ValueError) as exc:
+        raise InvalidArgument(str(exc)) from None
 
 
 def _did_you_mean(name: str, known: Iterable[str]) -> str:

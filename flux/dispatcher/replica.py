@@ -142,7 +142,7 @@ class ReplicaDispatcher(Dispatcher):
                     freed[entry.name] = entry
                 if current is not None and current.state is State.CREATED:
                     if rows is None:  # the claim itself failed: nothing changed, back in line
-                        self._queue.add(execution_id, placement.shape, current.seq)
+                        self._enqueue(current, placement.shape)
                     else:  # another replica has it, or it was cancelled
                         del self._executions[execution_id]
                 continue
@@ -179,7 +179,7 @@ class ReplicaDispatcher(Dispatcher):
             return
         if self._executions.get(execution_id) is requeued:
             shape = self._shape_of(requeued)
-            self._queue.add(execution_id, shape, requeued.seq)
+            self._enqueue(requeued, shape)
             self._dispatch(shapes=[shape])
 
     def _retry_requeue(self, requeued: Execution) -> None:
@@ -296,7 +296,9 @@ class ReplicaDispatcher(Dispatcher):
         views = [w.view() for w in self._workers.values() if w.accepting]
         # Workers held by other replicas, as they last published themselves.
         views += [_view_of(name, info) for name, info in await self.store.directory(REPLICA_TIMEOUT)]
-        explanation = explain(self._shape_of(execution), views)
+        explanation = explain(
+            self._shape_of(execution), views, execution_id=execution_id, aging=self._aging, now=self.clock()
+        )
         return Why(execution, explanation.summary, explanation, self._queue.position(execution_id))
 
     async def list_workers(self) -> list[WorkerEntry]:
@@ -331,10 +333,12 @@ class ReplicaDispatcher(Dispatcher):
             for record in await self.store.load_workflows():
                 self._learn_workflow(record)
 
-    async def submit(self, workflow_name: str, input_json: str = "", version: int = 0) -> Execution:
+    async def submit(
+        self, workflow_name: str, input_json: str = "", version: int = 0, priority: int | None = None
+    ) -> Execution:
         if workflow_name and (workflow_name not in self._latest or version > self._latest[workflow_name]):
             await self._know_workflow(workflow_name, version)  # registered through another replica
-        return await super().submit(workflow_name, input_json, version)
+        return await super().submit(workflow_name, input_json, version, priority)
 
     async def _accept(self, execution: Execution) -> None:
         """Store a submission; when one of our own workers can take it now, store it already claimed.
@@ -350,7 +354,7 @@ class ReplicaDispatcher(Dispatcher):
         placement = None
         if self._queue.count(shape) == 0:
             self._executions[execution_id] = execution
-            self._queue.add(execution_id, shape, execution.seq)
+            self._enqueue(execution, shape)
             placements = self._place([shape], None)
             if placements:
                 placement = placements[0]
@@ -532,10 +536,14 @@ class ReplicaDispatcher(Dispatcher):
                 seq=ref.seq,
                 input_json="",  # not needed to place it; the claim returns the whole row
                 max_attempts=record.max_attempts,
+                # Announcements carry no priority or submission time: the workflow's priority,
+                # and aging counts from when this replica learned of it.
+                created_at=self.clock(),
+                priority=record.priority,
             )
             self._executions[ref.execution_id] = execution
             shape = self._shape_of(execution)
-            self._queue.add(ref.execution_id, shape, ref.seq)
+            self._enqueue(execution, shape)
             shapes[shape] = None
         if shapes:
             self._dispatch(shapes=list(shapes))

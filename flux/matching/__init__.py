@@ -7,7 +7,6 @@
 """
 
 from flux.matching.aging import DEFAULT_STARVATION_AFTER, Aging, Nomination, format_wait
-
 from flux.matching.explain import Explanation, Verdict, explain
 from flux.matching.filters import FILTERS, fits_now, permanent_rejection, rejections
 from flux.matching.queue import Pending, PendingQueue

@@ -34,7 +34,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from flux.matching.filters import fits_now
 from flux.matching.queue import Pending
 from flux.matching.shape import Shape
 from flux.matching.view import Room, WorkerView
@@ -160,4 +159,3 @@ def format_wait(seconds: float) -> str:
         return f"{minutes}m"
     hours, minutes = divmod(minutes, 60)
     return f"{hours}h {minutes}m" if minutes else f"{hours}h"
-

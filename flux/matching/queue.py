@@ -81,7 +81,9 @@ class PendingQueue:
         self._by_shape: dict[Shape, _ShapeQueue] = {}
         self._index: dict[str, Pending] = {}
 
-    def add(self, execution_id: str, shape: Shape, seq: int, priority: int = 0, since: float = 0.0) -> Pending:
+    def add(
+        self, execution_id: str, shape: Shape, seq: int, priority: int = 0, since: float = 0.0
+    ) -> Pending:
         self.remove(execution_id)
         item = Pending(execution_id, shape, seq, priority, since)
         queue = self._by_shape.get(shape)

@@ -51,6 +51,7 @@ from flux.store.base import (
     WorkflowRecord,
 )
 from flux.store.rows import (
+    EXECUTION_COLUMNS,
     WORKFLOW_COLUMNS,
     execution_from_row,
     execution_row,
@@ -63,7 +64,8 @@ from flux.store.rows import (
 log = logging.getLogger("flux.store.postgres")
 
 # 2: workflows.runtime (added to a version 1 database on open).
-SCHEMA_VERSION = 2
+# 3: workflows.priority and executions.priority (added on open; older rows get 0).
+SCHEMA_VERSION = 3
 # pg_advisory locks are keyed by a bigint; these two are Flux's ("FLUX" and "FLUX"+1).
 MIGRATION_LOCK = 0x464C5558
 SWEEP_LOCK = 0x464C5559
@@ -79,6 +81,7 @@ CREATE TABLE IF NOT EXISTS workflows (
     requests TEXT NOT NULL, affinity TEXT NOT NULL, max_attempts INTEGER NOT NULL,
     created_at DOUBLE PRECISION NOT NULL, runtime TEXT NOT NULL DEFAULT 'python', PRIMARY KEY (name, version));
 ALTER TABLE workflows ADD COLUMN IF NOT EXISTS runtime TEXT NOT NULL DEFAULT 'python';
+ALTER TABLE workflows ADD COLUMN IF NOT EXISTS priority INTEGER NOT NULL DEFAULT 0;
 CREATE TABLE IF NOT EXISTS executions (
     execution_id TEXT PRIMARY KEY, seq BIGINT NOT NULL, workflow_name TEXT NOT NULL,
     workflow_version INTEGER NOT NULL, source_hash TEXT NOT NULL, entrypoint TEXT NOT NULL,
@@ -86,6 +89,7 @@ CREATE TABLE IF NOT EXISTS executions (
     max_attempts INTEGER NOT NULL, input_json TEXT NOT NULL, output_json TEXT NOT NULL, error TEXT,
     gpu_indices TEXT NOT NULL, created_at DOUBLE PRECISION NOT NULL, updated_at DOUBLE PRECISION NOT NULL,
     owner TEXT NOT NULL DEFAULT '');
+ALTER TABLE executions ADD COLUMN IF NOT EXISTS priority INTEGER NOT NULL DEFAULT 0;
 CREATE INDEX IF NOT EXISTS executions_pending ON executions (seq) WHERE state = 1;
 CREATE INDEX IF NOT EXISTS executions_held ON executions (worker) WHERE state IN (2, 3);
 CREATE INDEX IF NOT EXISTS executions_owned ON executions (owner) WHERE state IN (2, 3);
@@ -105,15 +109,12 @@ CREATE TABLE IF NOT EXISTS replicas (
     heartbeat_at TIMESTAMPTZ NOT NULL DEFAULT now());
 """
 
-_COLUMNS = (
-    "execution_id, seq, workflow_name, workflow_version, source_hash, entrypoint, state, worker, attempt, "
-    "generation, max_attempts, input_json, output_json, error, gpu_indices, created_at, updated_at, owner"
-)
+_COLUMNS = f"{EXECUTION_COLUMNS}, owner"
 
 # Insert a new execution, or update one this replica may write: the same
 # generation, not finished, and either pending (shared) or owned by us.
 _UPSERT = f"""
-INSERT INTO executions ({_COLUMNS}) VALUES ({",".join(["%s"] * 18)})
+INSERT INTO executions ({_COLUMNS}) VALUES ({",".join(["%s"] * 19)})
 ON CONFLICT (execution_id) DO UPDATE SET
     state=excluded.state, worker=excluded.worker, attempt=excluded.attempt, output_json=excluded.output_json,
     error=excluded.error, gpu_indices=excluded.gpu_indices, updated_at=excluded.updated_at, owner=excluded.owner
@@ -350,7 +351,7 @@ class PostgresStore(Store):
                     stored.append(replace(latest, filename=filename, unchanged=True))
                     continue
                 await db.execute(
-                    f"INSERT INTO workflows ({WORKFLOW_COLUMNS}) VALUES ({','.join(['%s'] * 9)})",
+                    f"INSERT INTO workflows ({WORKFLOW_COLUMNS}) VALUES ({','.join(['%s'] * 10)})",
                     workflow_row(record, now),
                 )
                 stored.append(replace(record, registered_at=now))
@@ -484,7 +485,7 @@ class PostgresStore(Store):
         """Store a new execution already claimed by this replica (it was never pending)."""
         async with self._pool.connection() as db, db.transaction():
             await db.execute(
-                f"INSERT INTO executions ({_COLUMNS}) VALUES ({','.join(['%s'] * 18)})",
+                f"INSERT INTO executions ({_COLUMNS}) VALUES ({','.join(['%s'] * 19)})",
                 _row(execution, self.replica_id),
             )
             await db.execute(

@@ -31,7 +31,12 @@ def test_higher_priority_first_within_a_shape_fifo_among_equals():
     queue.add("high-young", ONE, 2, priority=5)
     queue.add("low-young", ONE, 3, priority=0)
     queue.add("high-younger", ONE, 4, priority=5)
-    assert [p.execution_id for p in queue.iter_shape(ONE)] == ["high-young", "high-younger", "low-old", "low-young"]
+    assert [p.execution_id for p in queue.iter_shape(ONE)] == [
+        "high-young",
+        "high-younger",
+        "low-old",
+        "low-young",
+    ]
     assert queue.position("low-old") == 2 and queue.position("high-younger") == 1
     assert queue.oldest(ONE).execution_id == "low-old"
     placements = schedule(queue, [worker("w", cpu=2)])
@@ -305,7 +310,9 @@ arrivals = st.lists(
     big_at=st.integers(0, 3),
     capacity=st.integers(2, 6),
 )
-def test_an_execution_that_fits_an_idle_worker_is_eventually_placed(cpus, stream, durations, after, big_at, capacity):
+def test_an_execution_that_fits_an_idle_worker_is_eventually_placed(
+    cpus, stream, durations, after, big_at, capacity
+):
     cluster = Cluster(cpus, Aging(after), capacity)
     big = max(cpus)
     max_duration = max(durations)
