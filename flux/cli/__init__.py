@@ -536,6 +536,7 @@ def _start_worker(args: argparse.Namespace) -> int:
     import signal
 
     from flux.auth import Credentials, Role
+    from flux.worker.cpu_usage import SimulatedCpu
     from flux.worker.gpu import SimulatedGpuReader
     from flux.worker.grpc_transport import GrpcTransport
     from flux.worker.probe import Caps, ResourceProbe
@@ -544,10 +545,17 @@ def _start_worker(args: argparse.Namespace) -> int:
     from flux.worker.transport import WorkerTransport
 
     simulated = os.environ.get(SimulatedGpuReader.ENV)
+    cpu_busy = os.environ.get(SimulatedCpu.ENV)
+    try:
+        cpu_observer = SimulatedCpu(cpu_busy) if cpu_busy else None
+    except ValueError as exc:
+        _error(str(exc))
+        return 1
     probe = ResourceProbe(
         Caps(cpus=args.cpus, memory=args.memory, gpus=args.gpus, disk=args.disk),
         disk_path=args.disk_path,
         gpu_readers=[SimulatedGpuReader(simulated)] if simulated else None,
+        cpu_observer=cpu_observer,
     )
     chosen = args.gateway or args.server or [default_server()]
     addresses = [a for value in chosen for a in value.split(",") if a]
