@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from bench import dispatch, loaded, matching, memory, replicas
+from bench import dispatch, loaded, matching, memory, replicas, starvation
 
 BENCHES = {
     "matching": matching.main,
@@ -12,6 +12,7 @@ BENCHES = {
     "replicas": replicas.main,
     "memory": memory.main,
     "loaded": loaded.main,
+    "starvation": starvation.main,
 }
 
 
