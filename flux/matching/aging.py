@@ -55,10 +55,18 @@ class Nomination:
 class Aging:
     """Nominations across passes, keyed both ways; ``after`` <= 0 disables aging."""
 
+    # A pass over at most this many workers (a worker that freed room) always searches in full.
+    SMALL_PASS = 64
+
     def __init__(self, after: float = DEFAULT_STARVATION_AFTER) -> None:
         self.after = after
         self.by_execution: dict[str, Nomination] = {}
         self.by_worker: dict[str, Nomination] = {}
+        # Searching every capable worker for every starving execution costs O(workers) each;
+        # on a big fleet that is done at most this often, and in between only the standing
+        # nominations are kept and tried (O(nominations)).
+        self.search_every = max(0.05, min(1.0, after / 10))
+        self.next_search = float("-inf")
 
     @property
     def enabled(self) -> bool:

@@ -167,6 +167,11 @@ def _age(
     present = {view.name: view for views in by_profile.values() for view in views}
     claimed: set[str] = set()
     skip: set[str] = set()
+    if len(present) > Aging.SMALL_PASS and now < aging.next_search:
+        _keep_nominations(starving, aging, present, rooms, placements, claimed, skip, limit)
+        return skip
+    if len(present) > Aging.SMALL_PASS:
+        aging.next_search = now + aging.search_every
     for item in starving:
         shape = item.shape
         candidates = [
@@ -214,6 +219,35 @@ def _age(
         )
         _guard(rooms, best.view, item, claimed)
     return skip
+
+
+def _keep_nominations(
+    starving: list[Pending],
+    aging: Aging,
+    present: dict[str, WorkerView],
+    rooms: dict[str, Room],
+    placements: list[Placement],
+    claimed: set[str],
+    skip: set[str],
+    limit: int | None,
+) -> None:
+    """Between full searches: place each nominee on its worker if it fits now, else keep guarding it."""
+    for item in starving:
+        nomination = aging.by_execution.get(item.execution_id)
+        if nomination is None or nomination.worker not in present:
+            continue
+        skip.add(item.execution_id)
+        view = present[nomination.worker]
+        room = rooms.get(view.name)
+        if room is None:
+            room = rooms[view.name] = Room(view)
+        if fits_now(item.shape, room) and (limit is None or len(placements) < limit):
+            r = item.shape.requests
+            gpus = room.take(r.cpu, r.memory, r.disk, r.gpu, r.gpu_memory)
+            placements.append(Placement(item.execution_id, view.name, gpus, item.shape))
+            aging.drop(item.execution_id)
+        else:
+            _guard(rooms, view, item, claimed)
 
 
 def _starving_fit(

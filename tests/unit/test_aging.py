@@ -353,3 +353,25 @@ def test_without_aging_a_steady_small_stream_starves_the_big_one():
 def test_with_aging_the_big_one_is_placed_once_the_work_before_its_nomination_ends():
     placed = run_stream(Aging(10)).placed_at["big"]
     assert 10 <= placed <= 10 + 3  # nominated at 10, the longest run then ends within 3 ticks
+
+
+def test_on_a_big_fleet_the_full_search_is_rate_limited_but_nominations_hold():
+    aging = Aging(10)
+    fleet = [busy(f"w{i:03d}", 4, 3) for i in range(Aging.SMALL_PASS + 1)]
+    queue = PendingQueue()
+    queue.add("big", FOUR, 1, since=0.0)
+    assert schedule(queue, fleet, aging=aging, now=20.0) == []
+    nominated = aging.by_execution["big"].worker
+    # Within the search interval: no new search, but the nominated worker stays guarded...
+    queue.add("small", ONE, 2, since=20.0)
+    freed = [busy(v.name, 4, 0) if v.name == nominated else v for v in fleet]
+    placements = schedule(queue, freed, aging=aging, now=20.1)
+    # ...and the nominee is placed there as soon as it fits, before the small one.
+    assert [(p.execution_id, p.worker) for p in placements][0] == ("big", nominated)
+    queue2 = PendingQueue()
+    queue2.add("big2", FOUR, 3, since=0.0)
+    # A starving execution with no nomination waits for the next search to be nominated.
+    schedule(queue2, fleet, aging=aging, now=20.2)
+    assert "big2" not in aging.by_execution
+    schedule(queue2, fleet, aging=aging, now=21.5)
+    assert "big2" in aging.by_execution
