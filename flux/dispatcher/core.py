@@ -819,7 +819,9 @@ class Dispatcher:
             self._send(execution, self._workers[placement.worker], placement.shape.requests, now)
         return len(placements)
 
-    def _place(self, shapes: list[Shape] | None, workers: Iterable[WorkerEntry] | None) -> list[Placement]:
+    def _place(
+        self, shapes: list[Shape] | None, workers: Iterable[WorkerEntry] | None, starving_first: bool = True
+    ) -> list[Placement]:
         """Decide placements and reserve them on their workers (the pure matcher decides)."""
         if not self._queue:
             return []
@@ -835,6 +837,7 @@ class Dispatcher:
             aging=self._aging,
             now=self.clock(),
             whole_fleet=workers is None,
+            starving_first=starving_first,
         )
         for placement in placements:
             self._queue.remove(placement.execution_id)

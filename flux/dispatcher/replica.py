@@ -355,7 +355,8 @@ class ReplicaDispatcher(Dispatcher):
         if self._queue.count(shape) == 0:
             self._executions[execution_id] = execution
             self._enqueue(execution, shape)
-            placements = self._place([shape], None)
+            # Only this submission: aging's starving executions go through the claiming path.
+            placements = self._place([shape], None, starving_first=False)
             if placements:
                 placement = placements[0]
             else:

@@ -75,6 +75,7 @@ def schedule(
     aging: Aging | None = None,
     now: float = 0.0,
     whole_fleet: bool = True,
+    starving_first: bool = True,
 ) -> list[Placement]:
     """Place as much of ``queue`` as fits on ``workers``; at most ``limit`` placements.
 
@@ -84,7 +85,9 @@ def schedule(
     the caller across passes) starving executions, judged at ``now``, come
     first whatever ``shapes`` says, and their nominated workers are guarded;
     ``whole_fleet`` says ``workers`` are all of them, so a nomination to a
-    worker not among them is stale.
+    worker not among them is stale. ``starving_first=False`` only guards the
+    standing nominations: every placement is then of ``shapes`` (a caller that
+    places one new submission and nothing else).
     """
     cache = cache if cache is not None else FeasibilityCache()
     by_profile: dict[Profile, list[WorkerView]] = {}
@@ -97,7 +100,10 @@ def schedule(
     placements: list[Placement] = []
     skip: set[str] = set()
     if aging is not None and aging.enabled:
-        skip = _age(queue, by_profile, cache, rooms, placements, aging, now, whole_fleet, limit)
+        if starving_first:
+            skip = _age(queue, by_profile, cache, rooms, placements, aging, now, whole_fleet, limit)
+        else:
+            skip = _guard_standing(aging, by_profile, rooms, queue)
 
     heads: list[tuple[tuple[int, int], int, Pending, Iterator[Pending], Shape, list[WorkerView]]] = []
     # Deduplicated: two heads over one shape's queue would place the same execution twice.
@@ -218,6 +224,22 @@ def _age(
             )
         )
         _guard(rooms, best.view, item, claimed)
+    return skip
+
+
+def _guard_standing(
+    aging: Aging, by_profile: dict[Profile, list[WorkerView]], rooms: dict[str, Room], queue: PendingQueue
+) -> set[str]:
+    """Guard the nominated workers of this pass and skip their nominees; place and nominate nothing."""
+    present = {view.name: view for views in by_profile.values() for view in views}
+    claimed: set[str] = set()
+    skip: set[str] = set()
+    for nomination in aging.by_execution.values():
+        item = queue.get(nomination.execution_id)
+        view = present.get(nomination.worker)
+        if item is not None and view is not None:
+            skip.add(item.execution_id)
+            _guard(rooms, view, item, claimed)
     return skip
 
 

@@ -375,3 +375,19 @@ def test_on_a_big_fleet_the_full_search_is_rate_limited_but_nominations_hold():
     assert "big2" not in aging.by_execution
     schedule(queue2, fleet, aging=aging, now=21.5)
     assert "big2" in aging.by_execution
+
+
+def test_a_pass_for_one_submission_only_guards_standing_nominations():
+    aging = Aging(10)
+    queue = PendingQueue()
+    queue.add("big", FOUR, 1, since=0.0)
+    schedule(queue, [busy("a", 4, 1), busy("b", 4, 3)], aging=aging, now=20.0)
+    assert aging.by_execution["big"].worker == "a"
+    queue.add("new", ONE, 2, since=20.0)
+    # a is free enough for the nominee now, but this pass places only what it was asked for,
+    # and not on the guarded worker.
+    placements = schedule(
+        queue, [busy("a", 4, 0), busy("b", 4, 3)], shapes=[ONE], aging=aging, now=21.0, starving_first=False
+    )
+    assert [(p.execution_id, p.worker) for p in placements] == [("new", "b")]
+    assert aging.by_execution["big"].worker == "a"
