@@ -10,6 +10,7 @@ from flux.dispatcher.core import Dispatcher
 from flux.domain.execution import State
 from flux.domain.resource_request import ResourceRequest
 from flux.errors import InvalidArgument
+from flux.observe.status import StatusBoard
 from flux.store.base import WorkflowRecord
 from tests.unit.test_dispatcher import SETTINGS, Flux
 
@@ -90,6 +91,9 @@ async def test_past_starvation_after_the_worker_is_nominated_and_the_big_one_pla
     nominee = await flux.d.why(big)
     assert nominee.explanation is not None and nominee.explanation.nominated == "w1"
     assert "nominated worker w1" in nominee.summary
+    status = await StatusBoard(flux.d).snapshot()
+    row = next(p for p in status.pending if p.oldest_execution_id == big)
+    assert row.nominated_worker == "w1" and "nominated worker w1" in row.summary
     await w.complete(running[3])
     assert w.scheduled() == [big]
     assert not flux.d.aging().by_execution
