@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from bench import attacks, dashboard, dispatch, loaded, matching, memory, replicas
+from bench import attacks, dashboard, dispatch, loaded, matching, memory, replicas, starvation
 
 BENCHES = {
     "matching": matching.main,
@@ -14,6 +14,7 @@ BENCHES = {
     "loaded": loaded.main,
     "dashboard": dashboard.main,
     "attacks": attacks.main,
+    "starvation": starvation.main,
 }
 
 

@@ -97,6 +97,7 @@ class FluxClient:
                     requests=wf.requests.to_proto(),
                     affinity=dict(wf.affinity),
                     max_attempts=wf.max_attempts,
+                    priority=wf.priority,
                 )
             )
         return self._call("RegisterWorkflow", request)
@@ -109,9 +110,15 @@ class FluxClient:
         version: int = 0,
         wait: bool = False,
         timeout: float | None = None,
+        priority: int | None = None,
     ) -> control_pb2.Execution:
-        """Submit an execution; with ``wait`` block until it finishes (or ``timeout`` passes)."""
-        return self.run_json(workflow, json.dumps(input), version=version, wait=wait, timeout=timeout)
+        """Submit an execution; with ``wait`` block until it finishes (or ``timeout`` passes).
+
+        ``priority`` (-1000 to 1000, higher first) overrides the workflow's for this run.
+        """
+        return self.run_json(
+            workflow, json.dumps(input), version=version, wait=wait, timeout=timeout, priority=priority
+        )
 
     def run_json(
         self,
@@ -121,11 +128,14 @@ class FluxClient:
         version: int = 0,
         wait: bool = False,
         timeout: float | None = None,
+        priority: int | None = None,
     ) -> control_pb2.Execution:
-        execution = self._call(
-            "RunWorkflow",
-            control_pb2.RunWorkflowRequest(workflow_name=workflow, input_json=input_json, version=version),
+        request = control_pb2.RunWorkflowRequest(
+            workflow_name=workflow, input_json=input_json, version=version
         )
+        if priority is not None:
+            request.priority = priority
+        execution = self._call("RunWorkflow", request)
         return self.wait(execution.execution_id, timeout) if wait else execution
 
     def get(self, execution_id: str, timeout: float | None = None) -> control_pb2.Execution:

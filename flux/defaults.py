@@ -22,6 +22,8 @@ ACK_DEADLINE = 10.0  # seconds a dispatch may wait for its claim before it is re
 GRACE_PERIOD = 30.0  # seconds a disconnected worker keeps its executions (and its name)
 SAFETY_TICK = 5.0  # seconds between full placement passes, besides the event-driven ones
 PING_INTERVAL = 15.0  # seconds an idle worker stream waits before a ping
+# Seconds the oldest execution of a shape waits before it gets a nominated worker (0: never).
+STARVATION_AFTER = 30.0
 
 # Admission and caps (issue: nobody without a token can exhaust the core).
 MAX_PENDING = 500_000

@@ -23,6 +23,8 @@ F = TypeVar("F", bound=Callable[..., Any])
 ATTRIBUTE = "__flux_workflow__"
 DEFAULT_MAX_ATTEMPTS = 3
 _NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_.-]{0,127}")  # fullmatch only
+# Bounded so a priority stays a small, comparable number on every wire and in every store.
+MIN_PRIORITY, MAX_PRIORITY = -1000, 1000
 NAME_FORM = "1-128 characters: letters, digits, '_', '.', '-', starting with a letter or '_'"
 
 
@@ -34,6 +36,8 @@ class WorkflowDefinition:
     affinity: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))
     max_attempts: int = DEFAULT_MAX_ATTEMPTS
     is_async: bool = True
+    # Higher runs first among executions competing for the same worker; overridable per run.
+    priority: int = 0
 
 
 def definition_of(fn: object) -> WorkflowDefinition | None:
@@ -46,6 +50,20 @@ def validate_name(name: object, field_name: str = "name") -> str:
     if not isinstance(name, str) or not _NAME.fullmatch(name):
         raise ValueError(f"{field_name} {name!r} is invalid; a workflow name is {NAME_FORM}")
     return name
+
+
+def validate_priority(value: object, field_name: str = "priority") -> int:
+    """An int in [MIN_PRIORITY, MAX_PRIORITY]; the error names the field and the accepted form."""
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise TypeError(
+            f"{field_name} must be an int between {MIN_PRIORITY} and {MAX_PRIORITY} (higher runs first); "
+            f"got {type(value).__name__} {value!r}"
+        )
+    if not MIN_PRIORITY <= value <= MAX_PRIORITY:
+        raise ValueError(
+            f"{field_name} must be between {MIN_PRIORITY} and {MAX_PRIORITY} (higher runs first); got {value}"
+        )
+    return value
 
 
 def _validate_max_attempts(value: object) -> int:
@@ -68,6 +86,7 @@ class _WorkflowDecorator:
         requests: ResourceRequest | None = None,
         affinity: Mapping[str, str] | None = None,
         max_attempts: int = DEFAULT_MAX_ATTEMPTS,
+        priority: int = 0,
     ) -> Callable[[F], F]:
         # Validate before seeing the function, so the error points at the options line.
         if name is not None:
@@ -79,6 +98,7 @@ class _WorkflowDecorator:
             )
         labels = MappingProxyType(validate_labels(affinity, "affinity"))
         attempts = _validate_max_attempts(max_attempts)
+        rank = validate_priority(priority)
 
         def decorate(fn: F) -> F:
             if not callable(fn):
@@ -90,6 +110,7 @@ class _WorkflowDecorator:
                 affinity=labels,
                 max_attempts=attempts,
                 is_async=inspect.iscoroutinefunction(fn),
+                priority=rank,
             )
             setattr(fn, ATTRIBUTE, definition)
             return fn

@@ -87,12 +87,12 @@ async def run_workflow(
     `Accept: text/event-stream` it runs and streams in one call: the execution's events until its
     final state (resume a dropped stream with GET /executions/{execution_id}/events).
     """
-    submitted = await core.control.RunWorkflow(
-        control_pb2.RunWorkflowRequest(
-            workflow_name=name, input_json=await large_json_dumps(body.input, request), version=body.version
-        ),
-        timeout=_timeout(request),
+    run = control_pb2.RunWorkflowRequest(
+        workflow_name=name, input_json=await large_json_dumps(body.input, request), version=body.version
     )
+    if body.priority is not None:
+        run.priority = body.priority
+    submitted = await core.control.RunWorkflow(run, timeout=_timeout(request))
     if "text/event-stream" in request.headers.get("accept", ""):
         return await stream_execution(request, core, submitted.execution_id, submitted=submitted)
     if not body.wait:

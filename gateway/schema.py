@@ -155,6 +155,12 @@ class RunBody(BaseModel):
 
     input: Any = Field(default=None, description="any JSON value; becomes ctx.input")
     version: int = Field(default=0, ge=0, le=2**31 - 1, description="workflow version; 0 means the latest")
+    priority: int | None = Field(
+        default=None,
+        ge=-1000,
+        le=1000,
+        description="this run's priority, -1000 to 1000, higher first; omitted means the workflow's",
+    )
     wait: bool = Field(default=False, description="answer once the execution is finished (or timeout passes)")
     timeout: float = Field(
         default=60.0,

@@ -150,6 +150,12 @@ def build_parser() -> argparse.ArgumentParser:
         help=argparse.SUPPRESS,
     )
     server.add_argument(
+        "--starvation-after", type=arguments.seconds_or_zero("--starvation-after"),
+        default=defaults.STARVATION_AFTER, metavar="S",
+        help="seconds the oldest execution of a shape may wait before it gets a nominated worker, where only "
+        f"work that fits beside it is placed (default {defaults.STARVATION_AFTER:g}; 0 turns aging off)",
+    )  # fmt: skip
+    server.add_argument(
         "--http-port", type=arguments.whole_number("--http-port"), default=defaults.HTTP_PORT,
         help=f"HTTP/SSE gateway port on the same --host (default {defaults.HTTP_PORT}; 0 picks one)",
     )  # fmt: skip
@@ -279,6 +285,10 @@ def build_parser() -> argparse.ArgumentParser:
         default=0,
         help="workflow version (default: the latest)",
     )
+    run.add_argument(
+        "--priority", type=arguments.priority, default=None, metavar="N",
+        help="this run's priority, -1000 to 1000, higher first (default: the workflow's, else 0)",
+    )  # fmt: skip
     run.set_defaults(run=_run)
     status = with_server(workflow.add_parser("status", help="an execution's state"))
     status.add_argument("execution_id", metavar="EXECUTION_ID", help="the id `flux workflow run` printed")
@@ -398,6 +408,7 @@ def _start_server(args: argparse.Namespace) -> int:
             ack_deadline=args.ack_deadline,
             grace_period=args.grace_period,
             safety_tick=args.safety_tick,
+            starvation_after=args.starvation_after,
             ping_interval=args.ping_interval,
             server_id=uuid.uuid4().hex[:12],
             max_pending=args.max_pending,
@@ -480,10 +491,16 @@ def _start_gateway(args: argparse.Namespace) -> int:
 
 def _start_worker(args: argparse.Namespace) -> int:
     from flux.auth import Credentials, Role
+    from flux.worker.cpu_usage import SimulatedCpu
     from flux.worker.probe import Caps
     from flux.worker.process import WorkerProcess, run
     from flux.worker.runtime import Refused, WorkerConfig
 
+    try:  # checked before anything starts, so a bad value is one line
+        SimulatedCpu(os.environ.get(SimulatedCpu.ENV) or "0")
+    except ValueError as exc:
+        _error(str(exc))
+        return 1
     chosen = args.gateway or args.server or [default_server()]
     config = WorkerProcess(
         worker=WorkerConfig(
@@ -562,7 +579,7 @@ def _run(args: argparse.Namespace) -> int:
     from flux.client import WaitTimedOut
 
     with _client(args) as client:
-        execution = client.run_json(args.name, text, version=args.version)
+        execution = client.run_json(args.name, text, version=args.version, priority=args.priority)
         if not args.wait:
             print(execution.execution_id)
             return 0

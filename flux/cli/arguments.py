@@ -70,3 +70,29 @@ def seconds(flag: str):  # type: ignore[no-untyped-def]
         return value
 
     return parse
+
+
+def seconds_or_zero(flag: str):  # type: ignore[no-untyped-def]
+    def parse(text: str) -> float:
+        try:
+            value = float(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{flag} must be a number of seconds; got {text!r}") from None
+        if not 0 <= value < float("inf"):
+            raise argparse.ArgumentTypeError(f"{flag} must be >= 0 seconds (0 turns it off); got {text}")
+        return value
+
+    return parse
+
+
+def priority(text: str) -> int:
+    from flux.workflow import MAX_PRIORITY, MIN_PRIORITY, validate_priority
+
+    try:
+        return validate_priority(int(text), "--priority")
+    except ValueError as exc:
+        if not text.lstrip("+-").isdigit():
+            raise argparse.ArgumentTypeError(
+                f"--priority must be a whole number between {MIN_PRIORITY} and {MAX_PRIORITY}; got {text!r}"
+            ) from None
+        raise argparse.ArgumentTypeError(str(exc)) from None

@@ -161,10 +161,13 @@ def executions_text(executions: list[control_pb2.Execution], now_ms: int) -> str
         return "no executions"
     rows = [
         (e.execution_id, f"{e.workflow.name} v{e.workflow.version}", render.state_name(e.state),
-         e.worker or "-", str(e.attempt), f"{render.duration((now_ms - e.created_at_ms) / 1000)} ago")
+         e.worker or "-", str(e.attempt), str(e.priority),
+         f"{render.duration((now_ms - e.created_at_ms) / 1000)} ago")
         for e in executions
     ]  # fmt: skip
-    return render.table(("EXECUTION", "WORKFLOW", "STATE", "WORKER", "ATTEMPT", "SUBMITTED"), rows)
+    return render.table(
+        ("EXECUTION", "WORKFLOW", "STATE", "WORKER", "ATTEMPT", "PRIORITY", "SUBMITTED"), rows
+    )
 
 
 def _when(ms: int) -> str:
@@ -211,6 +214,7 @@ def workflow_dict(w: control_pb2.WorkflowInfo) -> dict[str, Any]:
         },
         "affinity": dict(w.affinity),
         "max_attempts": w.max_attempts,
+        "priority": w.priority,
         "registered_at_ms": w.registered_at_ms,
     }
 
@@ -247,6 +251,7 @@ def workflow_text(w: control_pb2.WorkflowInfo) -> str:
             f"requests     {render.requests_text(w.requests)}",
             f"affinity     {_labels(w.affinity)}",
             f"max attempts {w.max_attempts}",
+            f"priority     {w.priority}",
             f"registered   {_when(w.registered_at_ms)}",
         )
     )

@@ -38,6 +38,7 @@ def execution_dict(e: control_pb2.Execution) -> dict[str, Any]:
         "state": state_name(e.state),
         "worker": e.worker or None,
         "attempt": e.attempt,
+        "priority": e.priority,
         "generation": e.generation,
         "gpu_indices": list(e.gpu_indices),
         "input": _json_value(e.input_json),
@@ -59,6 +60,7 @@ def execution_text(e: control_pb2.Execution) -> str:
         f"state      {d['state']}",
         f"worker     {d['worker'] or '-'}",
         f"attempt    {d['attempt']}",
+        f"priority   {d['priority']}",
     ]
     if d["gpu_indices"]:
         lines.append(f"gpus       {d['gpu_indices']}")
@@ -76,6 +78,8 @@ def explanation_dict(x: control_pb2.Explanation) -> dict[str, Any]:
         "summary": x.summary,
         "infeasible": x.infeasible,
         "queued_ahead": x.queued_ahead if x.HasField("queued_ahead") else None,
+        "priority": x.priority,
+        "nominated_worker": x.nominated_worker or None,
         "workers": [
             {
                 "worker": v.worker,
@@ -106,6 +110,7 @@ def explanation_text(x: control_pb2.Explanation) -> str:
         verdict = (
             "infeasible: no connected worker could ever run it" if x.infeasible else "waiting for capacity"
         )
+        verdict += f"; priority {x.priority}"
         if x.HasField("queued_ahead"):
             verdict += f"; {queued_ahead(x.queued_ahead)}"
         lines.append(verdict)
@@ -327,6 +332,7 @@ def status_dict(s: control_pb2.ClusterStatus) -> dict[str, Any]:
                 "affinity": dict(p.affinity),
                 "reason": p.reason,
                 "summary": p.summary,
+                "nominated_worker": p.nominated_worker or None,
             }  # fmt: skip
             for p in s.pending
         ],
@@ -350,7 +356,7 @@ def _ms(seconds: float | None) -> str:
     return f"<={seconds * 1000:g} ms" if seconds < 1 else f"<={seconds:g} s"
 
 
-PENDING_HEADER = ("COUNT", "OLDEST", "WORKFLOW", "REQUESTS", "AFFINITY", "REASON", "WHY")
+PENDING_HEADER = ("COUNT", "OLDEST", "WORKFLOW", "REQUESTS", "AFFINITY", "REASON", "NOMINATED", "WHY")
 
 
 def status_text(s: control_pb2.ClusterStatus) -> str:
@@ -401,6 +407,7 @@ def status_text(s: control_pb2.ClusterStatus) -> str:
                 requests_text(p.requests),
                 _labels(p.affinity),
                 p.reason,
+                p.nominated_worker or "-",
                 p.summary,
             )
             for p in s.pending

@@ -46,7 +46,16 @@ from flux.domain.execution import Execution, ExecutionError, State
 from flux.domain.worker import WorkerResources, WorkerSoftware
 from flux.domain.workflow import WorkflowRecord
 from flux.errors import FailedPrecondition, InvalidArgument, NotFound, Unavailable
-from flux.matching import Explanation, FeasibilityCache, PendingQueue, Placement, Shape, explain, schedule
+from flux.matching import (
+    Aging,
+    Explanation,
+    FeasibilityCache,
+    PendingQueue,
+    Placement,
+    Shape,
+    explain,
+    schedule,
+)
 from flux.store.base import ExecutionQuery, Store
 
 __all__ = ["Diagnosis", "Dispatcher", "Settings", "WorkerRegistration"]
@@ -90,6 +99,8 @@ class Dispatcher:
             self.place,
         )
         self.queue = PendingQueue()
+        # Nominated workers for executions waiting past --starvation-after (pure; kept across passes).
+        self.aging = Aging(s.starvation_after)
         self.deadlines = AckDeadlines()
         self.housekeeper = housekeeping.Housekeeper(self)
         self._cache = FeasibilityCache()
@@ -107,6 +118,8 @@ class Dispatcher:
     def settings(self, settings: Settings) -> None:
         """New limits apply from the next call on (the parts read them from here)."""
         self.table.settings = self.registry.settings = settings
+        if settings.starvation_after != self.aging.after:
+            self.aging = Aging(settings.starvation_after)
 
     # ----------------------------------------------------------------- lifecycle
 
@@ -157,13 +170,16 @@ class Dispatcher:
 
     # ----------------------------------------------------------------- executions
 
-    async def submit(self, workflow_name: str, input_json: str = "", version: int = 0) -> Execution:
+    async def submit(
+        self, workflow_name: str, input_json: str = "", version: int = 0, priority: int | None = None
+    ) -> Execution:
         if not workflow_name:
             raise InvalidArgument("workflow_name is required: the name of a registered workflow")
         if not self.catalogue.knows(workflow_name, max(version, 0)):
             await self.feed.learn_workflows()  # perhaps registered through another replica
         record = self.catalogue.resolve(workflow_name, version)
         input_json = limits.checked_json(input_json or "null", "input_json")
+        rank = record.priority if priority is None else limits.checked_priority(priority)
         self.table.admit(len(input_json))
         now = self.clock()
         seq = self.feed.next_seq(self._next_seq)
@@ -176,6 +192,7 @@ class Dispatcher:
             max_attempts=record.max_attempts,
             created_at=now,
             updated_at=now,
+            priority=rank,
         )
         await self.binder.submit(execution)
         return _with_input(self.table.get(execution.execution_id) or execution, input_json)
@@ -193,8 +210,12 @@ class Dispatcher:
         """Queue a stored, pending execution and try to place it right away."""
         execution = self.table.add(execution)
         shape = self.catalogue.shape_of(execution)
-        self.queue.add(execution.execution_id, shape, execution.seq)
+        self.queue_up(execution, shape)
         self.place(shapes=[shape])
+
+    def queue_up(self, execution: Execution, shape: Shape) -> None:
+        """In line by priority, then submission; aging counts its wait from its submission."""
+        self.queue.add(execution.execution_id, shape, execution.seq, execution.priority, execution.created_at)
 
     def current(self, execution_id: str) -> Execution | None:
         """What this server may answer from memory (a replica does not trust its mirror of the queue)."""
@@ -281,7 +302,13 @@ class Dispatcher:
             await self.feed.learn_workflows()
         # Paused workers are shown, with "is paused" as their reason; the fleet is every replica's.
         views = [w.view() for w in await self.fleet.entries() if w.accepting]
-        explanation = explain(self.catalogue.shape_of(execution), views)
+        explanation = explain(
+            self.catalogue.shape_of(execution),
+            views,
+            execution_id=execution_id,
+            aging=self.aging,
+            now=self.clock(),
+        )
         return Diagnosis(execution, explanation.summary, explanation, self.queue.position(execution_id))
 
     async def list_executions(self, query: ExecutionQuery) -> tuple[list[Execution], ExecutionQuery | None]:
@@ -290,22 +317,42 @@ class Dispatcher:
 
     # ----------------------------------------------------------------- placing
 
-    def place(self, shapes: list[Shape] | None = None, workers: Iterable[WorkerEntry] | None = None) -> int:
+    def place(
+        self,
+        shapes: list[Shape] | None = None,
+        workers: Iterable[WorkerEntry] | None = None,
+        starving_first: bool = True,
+    ) -> int:
         """One scheduling pass (scoped to ``shapes`` or ``workers`` when given): reserve, then bind."""
-        placements = self.reserve(shapes, workers)
+        placements = self.reserve(shapes, workers, starving_first)
         if placements:
             self.binder.bind(placements)
         return len(placements)
 
-    def reserve(self, shapes: list[Shape] | None, workers: Iterable[WorkerEntry] | None) -> list[Placement]:
-        """Decide placements (the pure matcher decides) and reserve them on their workers."""
+    def reserve(
+        self, shapes: list[Shape] | None, workers: Iterable[WorkerEntry] | None, starving_first: bool = True
+    ) -> list[Placement]:
+        """Decide placements (the pure matcher decides) and reserve them on their workers.
+
+        ``starving_first`` lets executions past ``--starvation-after`` go first wherever they
+        fit; a replica's submit fast path turns it off, as it binds only its own submission.
+        """
         if not self.queue:
             return []
         pool = self.registry.values() if workers is None else workers
         views = [w.view() for w in pool if w.dispatchable]
         if not views:
             return []
-        placements = schedule(self.queue, views, shapes=shapes, cache=self._cache)
+        placements = schedule(
+            self.queue,
+            views,
+            shapes=shapes,
+            cache=self._cache,
+            aging=self.aging,
+            now=self.clock(),
+            whole_fleet=workers is None,
+            starving_first=starving_first,
+        )
         for placement in placements:
             self.queue.remove(placement.execution_id)
             self.registry.entries[placement.worker].hold(

@@ -49,7 +49,7 @@ def recover(d: Dispatcher, recovered: Recovered) -> None:
         # Dispatches are not written, so one from before the restart may have used
         # generation + 1; skip past it so fencing never sees a generation twice.
         execution = d.table.add(execution.evolve(generation=execution.generation + 1))
-        d.queue.add(execution.execution_id, d.catalogue.shape_of(execution), execution.seq)
+        d.queue_up(execution, d.catalogue.shape_of(execution))
     log.info(
         "recovered %d workflows, %d unfinished executions (%d queued)",
         len(d.catalogue), len(d.table), len(d.queue),

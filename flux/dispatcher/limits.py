@@ -16,7 +16,7 @@ from flux.domain.labels import validate_labels
 from flux.domain.worker import WorkerResources, WorkerSoftware
 from flux.domain.workflow import WorkflowRecord
 from flux.errors import InvalidArgument, ResourceExhausted
-from flux.workflow import validate_name
+from flux.workflow import validate_name, validate_priority
 
 # Checked with fullmatch: "$" also matches before a final newline, so "w1\n" would pass re.match.
 WORKER_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,62}")
@@ -53,6 +53,7 @@ def check_workflow_file(filename: str, source: str, workflows: list[WorkflowReco
         try:
             validate_name(wf.name, f"{field}.name")
             validate_labels(dict(wf.affinity), f"{field}.affinity")
+            validate_priority(wf.priority, f"{field}.priority")
         except (TypeError, ValueError) as exc:
             raise InvalidArgument(str(exc)) from None
         if not RUNTIME_NAME.fullmatch(wf.runtime):
@@ -81,6 +82,13 @@ def check_id(execution_id: str) -> None:
 def _reject_constant(name: str) -> object:
     # Python's json accepts NaN and Infinity; JSON (and every other reader of the result) does not.
     raise ValueError(f"{name} is not JSON")
+
+
+def checked_priority(priority: int) -> int:
+    try:
+        return validate_priority(priority)
+    except (TypeError, ValueError) as exc:
+        raise InvalidArgument(str(exc)) from None
 
 
 def checked_json(text: str, field: str) -> str:

@@ -136,7 +136,7 @@ class LocalBinder:
             d.push(dispatched, d.registry.entries[placement.worker], placement)
 
     def requeue(self, requeued: Execution) -> None:
-        self.d.queue.add(requeued.execution_id, self.d.catalogue.shape_of(requeued), requeued.seq)
+        self.d.queue_up(requeued, self.d.catalogue.shape_of(requeued))
         self.d.table.save(requeued)
 
     def worker_lost(self, entry: WorkerEntry) -> None:

@@ -28,3 +28,6 @@ class Settings:
     max_workers: int = defaults.MAX_WORKERS
     # Labels, packages, markers and GPU names one worker may advertise, in bytes.
     max_worker_metadata: int = defaults.MAX_WORKER_METADATA
+    # Aging (--starvation-after): seconds the oldest execution of a shape waits before it is
+    # nominated a worker; 0 turns aging off.
+    starvation_after: float = defaults.STARVATION_AFTER

@@ -76,7 +76,7 @@ class SharedBinder:
                     freed[entry.name] = entry
                 if current is not None and current.state is State.CREATED:
                     if rows is None:  # the claim itself failed: nothing changed, back in line
-                        d.queue.add(execution_id, placement.shape, current.seq)
+                        d.queue_up(current, placement.shape)
                     else:  # another replica has it, or it was cancelled
                         d.table.drop(execution_id)
                 continue
@@ -108,8 +108,9 @@ class SharedBinder:
         placement = None
         if d.queue.count(shape) == 0:
             d.table.set(execution)
-            d.queue.add(execution_id, shape, execution.seq)
-            placements = d.reserve([shape], None)
+            d.queue_up(execution, shape)
+            # Only this submission: aging's starving executions go through the claiming path.
+            placements = d.reserve([shape], None, starving_first=False)
             if placements:
                 placement = placements[0]
             else:
@@ -154,7 +155,7 @@ class SharedBinder:
         def saved() -> None:
             if d.table.get(requeued.execution_id) is requeued:
                 shape = d.catalogue.shape_of(requeued)
-                d.queue.add(requeued.execution_id, shape, requeued.seq)
+                d.queue_up(requeued, shape)
                 d.place(shapes=[shape])
 
         def retry(_: BaseException) -> None:

@@ -124,10 +124,14 @@ class SharedFeed:
                 seq=ref.seq,
                 input_json="",  # not needed to place it; the claim returns the whole row
                 max_attempts=record.max_attempts,
+                # Announcements carry no priority or submission time: the workflow's priority,
+                # and aging counts from when this replica learned of it.
+                created_at=d.clock(),
+                priority=record.priority,
             )
             d.table.set(execution)
             shape = d.catalogue.shape_of(execution)
-            d.queue.add(ref.execution_id, shape, ref.seq)
+            d.queue_up(execution, shape)
             shapes[shape] = None
         if shapes:
             d.place(shapes=list(shapes))

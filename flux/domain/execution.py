@@ -86,6 +86,8 @@ class Execution:
     gpu_indices: tuple[int, ...] = ()
     created_at: float = 0.0
     updated_at: float = 0.0
+    # Higher is dispatched first among executions competing for a worker (FIFO among equals).
+    priority: int = 0
 
     def evolve(self, **changes: object) -> Execution:
         return replace(self, **changes)  # type: ignore[arg-type]

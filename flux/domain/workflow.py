@@ -23,6 +23,8 @@ class WorkflowRecord:
     runtime: str = "python"
     # When this version was registered, seconds since the epoch (0 until stored).
     registered_at: float = 0.0
+    # Declared with ``with_options(priority=N)``; a run may override it.
+    priority: int = 0
     # Set on a record register_workflows returned without storing a new version: the
     # latest version already had this source and metadata (registering is idempotent).
     unchanged: bool = field(default=False, compare=False)

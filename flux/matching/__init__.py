@@ -3,8 +3,10 @@
 - ``filters``: feasibility checks, each returning a named ``Rejection``.
 - ``scheduler.schedule``: one FIFO, least-loaded placement pass.
 - ``explain``: why an execution is pending.
+- ``aging``: nominated workers for executions that waited too long, and backfill.
 """
 
+from flux.matching.aging import DEFAULT_STARVATION_AFTER, Aging, Nomination, format_wait
 from flux.matching.explain import Explanation, Verdict, explain
 from flux.matching.filters import FILTERS, fits_now, permanent_rejection, rejections
 from flux.matching.queue import Pending, PendingQueue
@@ -15,6 +17,10 @@ from flux.matching.view import DEFAULT_CAPACITY, Amounts, Profile, Room, WorkerV
 
 __all__ = [
     "DEFAULT_CAPACITY",
+    "DEFAULT_STARVATION_AFTER",
+    "Aging",
+    "Nomination",
+    "format_wait",
     "FILTERS",
     "Amounts",
     "Explanation",

@@ -12,8 +12,9 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from flux.matching.filters import rejections
-from flux.matching.reasons import Rejection
+from flux.matching.aging import Aging, Nomination, format_wait, slack_beside
+from flux.matching.filters import fits_beside, rejections
+from flux.matching.reasons import Reason, Rejection
 from flux.matching.shape import Shape
 from flux.matching.view import WorkerView
 
@@ -42,6 +43,8 @@ class Verdict:
 class Explanation:
     summary: str
     verdicts: tuple[Verdict, ...]
+    # The worker nominated for this execution by aging, if any.
+    nominated: str = ""
 
     @property
     def capable(self) -> int:
@@ -53,11 +56,45 @@ class Explanation:
         return all(v.permanent for v in self.verdicts)
 
 
-def explain(shape: Shape, workers: Iterable[WorkerView]) -> Explanation:
-    verdicts = tuple(
-        Verdict(view.name, tuple(rejections(shape, view))) for view in sorted(workers, key=lambda v: v.name)
-    )
-    return Explanation(summarize(verdicts), verdicts)
+def explain(
+    shape: Shape,
+    workers: Iterable[WorkerView],
+    *,
+    execution_id: str = "",
+    aging: Aging | None = None,
+    now: float = 0.0,
+) -> Explanation:
+    """Why ``execution_id`` (of ``shape``) is pending; with ``aging``, nominations count as reasons.
+
+    A worker nominated for another execution rejects this one unless it fits
+    beside the nominee (``reserved for <id>, waiting 2m``); this execution's
+    own nomination is said in the summary.
+    """
+    nominations = aging.by_worker if aging is not None else {}
+    verdicts = []
+    for view in sorted(workers, key=lambda v: v.name):
+        found = rejections(shape, view)
+        nomination = nominations.get(view.name)
+        if nomination is not None and nomination.execution_id != execution_id:
+            blocked = _reserved(shape, view, nomination, now)
+            if blocked is not None:
+                found.append(blocked)
+        verdicts.append(Verdict(view.name, tuple(found)))
+    summary = summarize(tuple(verdicts))
+    own = aging.by_execution.get(execution_id) if aging is not None and execution_id else None
+    if own is None:
+        return Explanation(summary, tuple(verdicts))
+    waited = format_wait(now - own.waiting_since)
+    summary = f"{summary}; waiting {waited}, nominated worker {own.worker}: only work that fits beside it goes there"
+    return Explanation(summary, tuple(verdicts), own.worker)
+
+
+def _reserved(shape: Shape, view: WorkerView, nomination: Nomination, now: float) -> Rejection | None:
+    """The nomination's rejection when ``shape`` does not fit beside the nominee on ``view``."""
+    if fits_beside(shape, slack_beside(view, nomination.shape)):
+        return None
+    text = f"reserved for {nomination.execution_id}, waiting {format_wait(now - nomination.waiting_since)}"
+    return Rejection(Reason.RESERVED, False, "room beside the nominee", text, f"is {text}", f"are {text}")
 
 
 def summarize(verdicts: tuple[Verdict, ...]) -> str:

@@ -278,6 +278,22 @@ def fits_now(shape: Shape, room: Room) -> bool:
         and room.disk >= r.disk
         and len(room.gpus) >= r.gpu
         and (not r.gpu_memory or len(room.gpus_with(r.gpu_memory)) >= r.gpu)
+        # A nominated worker takes only what fits beside its nominee (aging's backfill rule).
+        and (room.slack is None or fits_beside(shape, room.slack))
+    )
+
+
+def fits_beside(shape: Shape, slack: Room) -> bool:
+    """``shape`` leaves room for a nominee: ``slack`` is what the worker has once the nominee is
+    counted in (``flux.matching.aging.slack_beside``); a figure the shape does not ask for never binds.
+    """
+    r = shape.requests
+    return (
+        slack.active < slack.capacity
+        and (not r.cpu or slack.cpu >= r.cpu)
+        and (not r.memory or slack.memory >= r.memory)
+        and (not r.disk or slack.disk >= r.disk)
+        and (not r.gpu or len(slack.gpus_with(r.gpu_memory)) >= r.gpu)
     )
 
 
@@ -287,6 +303,7 @@ class _IdleRoom(Room):
     def __init__(self, view: WorkerView):
         res = view.resources
         self.view = view
+        self.slack = None
         self.cpu = res.cpu_total
         self.memory = res.memory_total
         self.disk = res.disk_total

@@ -1,7 +1,11 @@
-"""Pending executions, FIFO by submission, grouped by requirement shape.
+"""Pending executions grouped by requirement shape, highest priority first, FIFO within a priority.
 
 The dispatcher keeps one of these across cycles, so a scheduling pass walks
-shapes and the heads of their queues, never the whole backlog.
+shapes and the heads of their queues, never the whole backlog. Within a
+shape, executions sit in one FIFO bucket per priority: walking the shape
+merges the buckets highest first, and the oldest execution of the shape (what
+aging looks at) is the oldest of the buckets' heads. Priorities are few in
+practice, so both cost O(distinct priorities), not O(backlog).
 """
 
 from __future__ import annotations
@@ -9,6 +13,7 @@ from __future__ import annotations
 from collections import OrderedDict
 from collections.abc import Iterator
 from dataclasses import dataclass
+from itertools import chain
 
 from flux.matching.shape import Shape
 
@@ -19,26 +24,72 @@ class Pending:
     shape: Shape
     # Submission order; a requeued execution keeps its original place.
     seq: int
+    # Higher first; FIFO (by ``seq``) among equals.
+    priority: int = 0
+    # When it started waiting (its submission time): what aging measures.
+    since: float = 0.0
+
+    @property
+    def order(self) -> tuple[int, int]:
+        """Sort key: higher priority first, then submission order."""
+        return (-self.priority, self.seq)
+
+
+class _ShapeQueue:
+    """One shape's pending work: a FIFO bucket per priority, priorities kept sorted high to low."""
+
+    __slots__ = ("buckets", "priorities")
+
+    def __init__(self) -> None:
+        self.buckets: dict[int, OrderedDict[str, Pending]] = {}
+        self.priorities: list[int] = []
+
+    def __len__(self) -> int:
+        return sum(len(b) for b in self.buckets.values())
+
+    def add(self, item: Pending) -> None:
+        bucket = self.buckets.get(item.priority)
+        if bucket is None:
+            bucket = self.buckets[item.priority] = OrderedDict()
+            self.priorities.append(item.priority)
+            self.priorities.sort(reverse=True)
+        last = next(reversed(bucket.values()), None)
+        bucket[item.execution_id] = item
+        if last is not None and last.seq > item.seq:
+            # A requeued execution keeps its original place; rare, so re-sort.
+            ordered = sorted(bucket.values(), key=lambda p: p.seq)
+            bucket.clear()
+            bucket.update((p.execution_id, p) for p in ordered)
+
+    def remove(self, item: Pending) -> None:
+        bucket = self.buckets[item.priority]
+        del bucket[item.execution_id]
+        if not bucket:
+            del self.buckets[item.priority]
+            self.priorities.remove(item.priority)
+
+    def __iter__(self) -> Iterator[Pending]:
+        return chain.from_iterable(self.buckets[p].values() for p in self.priorities)
+
+    def oldest(self) -> Pending | None:
+        heads = (next(iter(self.buckets[p].values())) for p in self.priorities)
+        return min(heads, key=lambda p: p.seq, default=None)
 
 
 class PendingQueue:
     def __init__(self) -> None:
-        # OrderedDict, not dict: removing from the front of a plain dict leaves
-        # holes that every later iteration has to skip over.
-        self._by_shape: dict[Shape, OrderedDict[str, Pending]] = {}
+        self._by_shape: dict[Shape, _ShapeQueue] = {}
         self._index: dict[str, Pending] = {}
 
-    def add(self, execution_id: str, shape: Shape, seq: int) -> Pending:
+    def add(
+        self, execution_id: str, shape: Shape, seq: int, priority: int = 0, since: float = 0.0
+    ) -> Pending:
         self.remove(execution_id)
-        item = Pending(execution_id, shape, seq)
-        queue = self._by_shape.setdefault(shape, OrderedDict())
-        last = next(reversed(queue.values()), None)
-        queue[execution_id] = item
-        if last is not None and last.seq > seq:
-            # A requeued execution keeps its original place; rare, so re-sort.
-            ordered = sorted(queue.values(), key=lambda p: p.seq)
-            queue.clear()
-            queue.update((p.execution_id, p) for p in ordered)
+        item = Pending(execution_id, shape, seq, priority, since)
+        queue = self._by_shape.get(shape)
+        if queue is None:
+            queue = self._by_shape[shape] = _ShapeQueue()
+        queue.add(item)
         self._index[execution_id] = item
         return item
 
@@ -46,8 +97,8 @@ class PendingQueue:
         item = self._index.pop(execution_id, None)
         if item is not None:
             queue = self._by_shape[item.shape]
-            del queue[execution_id]
-            if not queue:
+            queue.remove(item)
+            if not queue.buckets:
                 del self._by_shape[item.shape]
         return item
 
@@ -68,16 +119,27 @@ class PendingQueue:
         return len(queue) if queue else 0
 
     def iter_shape(self, shape: Shape) -> Iterator[Pending]:
-        """Pending items of one shape, oldest first. Do not mutate while iterating."""
+        """Pending items of one shape, highest priority first, oldest first within a priority.
+
+        Do not mutate while iterating.
+        """
         queue = self._by_shape.get(shape)
-        return iter(queue.values()) if queue else iter(())
+        return iter(queue) if queue else iter(())
+
+    def oldest(self, shape: Shape) -> Pending | None:
+        """The execution of ``shape`` that has waited longest, whatever its priority."""
+        queue = self._by_shape.get(shape)
+        return queue.oldest() if queue else None
 
     def position(self, execution_id: str) -> int | None:
         """How many executions of the same shape are ahead of this one (O(n); for explain)."""
         item = self._index.get(execution_id)
         if item is None:
             return None
-        for ahead, other in enumerate(self._by_shape[item.shape].values()):
+        queue = self._by_shape[item.shape]
+        ahead = sum(len(queue.buckets[p]) for p in queue.priorities if p > item.priority)
+        for other in queue.buckets[item.priority].values():
             if other.execution_id == execution_id:
                 return ahead
+            ahead += 1
         return None

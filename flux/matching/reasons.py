@@ -23,6 +23,8 @@ class Reason(StrEnum):
     GPU_MEMORY = "insufficient_gpu_memory"
     DISK = "insufficient_disk"
     PACKAGE = "missing_package"
+    # Nominated by aging for an older execution that this one would delay.
+    RESERVED = "reserved"
 
 
 @dataclass(frozen=True, slots=True)

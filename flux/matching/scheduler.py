@@ -1,4 +1,4 @@
-"""One scheduling pass: place pending executions on workers, FIFO, least loaded first.
+"""One scheduling pass: place pending executions on workers, by priority then FIFO, least loaded first.
 
 This is where every dispatch decision is made. It is pure: given the pending
 queue and immutable worker views it returns placements and touches nothing.
@@ -7,13 +7,18 @@ The dispatcher commits them (reservations, store, push) afterwards.
 How a pass runs (Nomad's feasibility-then-rank, adapted to a queue):
 1. Workers are grouped by ``Profile``; each (shape, profile) pair is checked
    once for *permanent* fit (labels, totals, packages) and cached across passes.
-2. The oldest head among all shapes is placed next (a heap of shape heads), so
-   order is FIFO by submission across shapes.
+2. The first head among all shapes is placed next (a heap of shape heads keyed
+   by (-priority, seq)), so higher priority goes first and order is FIFO by
+   submission within a priority, across shapes.
 3. A shape's candidates sit in a heap by load key. A candidate that cannot fit
    the shape now is dropped for the rest of the pass: space only shrinks
    within a pass. A shape whose head fits nowhere is done for the pass, so an
    unplaceable execution never blocks the ones behind it in other shapes.
 4. Each placement is subtracted from the worker's ``Room`` before the next.
+
+Before that, when ``aging`` is given, starving executions (see
+``flux.matching.aging``) are placed first or nominated a worker, and the
+nominated workers take only what fits beside their nominee.
 
 Cost is O(shapes × profiles + candidates + placements × log workers), never
 proportional to the backlog.
@@ -25,6 +30,7 @@ import heapq
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 
+from flux.matching.aging import Aging, Nomination, shortfall, slack_beside
 from flux.matching.filters import fits_now, permanent_rejection
 from flux.matching.queue import Pending, PendingQueue
 from flux.matching.reasons import Rejection
@@ -66,12 +72,22 @@ def schedule(
     shapes: Sequence[Shape] | None = None,
     cache: FeasibilityCache | None = None,
     limit: int | None = None,
+    aging: Aging | None = None,
+    now: float = 0.0,
+    whole_fleet: bool = True,
+    starving_first: bool = True,
 ) -> list[Placement]:
     """Place as much of ``queue`` as fits on ``workers``; at most ``limit`` placements.
 
     ``shapes`` restricts the pass to those shapes (a new submission needs only
     its own); ``workers`` may be a subset (a worker that just freed space is
-    the only one where something new can fit).
+    the only one where something new can fit). With ``aging`` (state kept by
+    the caller across passes) starving executions, judged at ``now``, come
+    first whatever ``shapes`` says, and their nominated workers are guarded;
+    ``whole_fleet`` says ``workers`` are all of them, so a nomination to a
+    worker not among them is stale. ``starving_first=False`` only guards the
+    standing nominations: every placement is then of ``shapes`` (a caller that
+    places one new submission and nothing else).
     """
     cache = cache if cache is not None else FeasibilityCache()
     by_profile: dict[Profile, list[WorkerView]] = {}
@@ -81,10 +97,20 @@ def schedule(
         return []
 
     rooms: dict[str, Room] = {}
-    heads: list[tuple[int, int, Pending, Iterator[Pending], Shape, list[WorkerView]]] = []
+    placements: list[Placement] = []
+    skip: set[str] = set()
+    if aging is not None and aging.enabled:
+        if starving_first:
+            skip = _age(queue, by_profile, cache, rooms, placements, aging, now, whole_fleet, limit)
+        else:
+            skip = _guard_standing(aging, by_profile, rooms, queue)
+
+    heads: list[tuple[tuple[int, int], int, Pending, Iterator[Pending], Shape, list[WorkerView]]] = []
     # Deduplicated: two heads over one shape's queue would place the same execution twice.
     for order, shape in enumerate(dict.fromkeys(shapes) if shapes is not None else queue.shapes()):
         items = queue.iter_shape(shape)
+        if skip:
+            items = (item for item in items if item.execution_id not in skip)
         first = next(items, None)
         if first is None:
             continue
@@ -95,10 +121,9 @@ def schedule(
             for view in views
         ]
         if candidates:
-            heads.append((first.seq, order, first, items, shape, candidates))
+            heads.append((first.order, order, first, items, shape, candidates))
     heapq.heapify(heads)
 
-    placements: list[Placement] = []
     by_load: dict[int, list[tuple[tuple[float, float, str], Room]]] = {}
     while heads and (limit is None or len(placements) < limit):
         _, order, item, items, shape, candidates = heads[0]
@@ -117,8 +142,161 @@ def schedule(
         if following is None:
             heapq.heappop(heads)
         else:
-            heapq.heapreplace(heads, (following.seq, order, following, items, shape, candidates))
+            heapq.heapreplace(heads, (following.order, order, following, items, shape, candidates))
     return placements
+
+
+def _age(
+    queue: PendingQueue,
+    by_profile: dict[Profile, list[WorkerView]],
+    cache: FeasibilityCache,
+    rooms: dict[str, Room],
+    placements: list[Placement],
+    aging: Aging,
+    now: float,
+    whole_fleet: bool,
+    limit: int | None,
+) -> set[str]:
+    """Place or nominate the starving executions, oldest first; return the ids the main pass skips.
+
+    Guards each nominated worker present in this pass by giving its room a
+    ``slack``: what is left beside the nominee, which every later placement
+    there must fit too.
+    """
+    starving = sorted(
+        (item for shape in queue.shapes() if (item := queue.oldest(shape)) and aging.starving(item, now)),
+        key=lambda item: item.seq,
+    )
+    keep = {item.execution_id for item in starving}
+    for execution_id in [e for e in aging.by_execution if e not in keep]:
+        aging.drop(execution_id)  # placed, cancelled, or no longer the oldest of its shape
+    present = {view.name: view for views in by_profile.values() for view in views}
+    claimed: set[str] = set()
+    skip: set[str] = set()
+    if len(present) > Aging.SMALL_PASS and now < aging.next_search:
+        _keep_nominations(starving, aging, present, rooms, placements, claimed, skip, limit)
+        return skip
+    if len(present) > Aging.SMALL_PASS:
+        aging.next_search = now + aging.search_every
+    for item in starving:
+        shape = item.shape
+        candidates = [
+            view
+            for views in by_profile.values()
+            if cache.permanent(shape, views[0]) is None
+            for view in views
+        ]
+        previous = aging.by_execution.get(item.execution_id)
+        if not candidates:
+            aging.drop(item.execution_id)  # nothing here could ever run it: explain calls it infeasible
+            continue
+        skip.add(item.execution_id)
+        for view in candidates:
+            if view.name not in rooms:
+                rooms[view.name] = Room(view)
+        room = _starving_fit(item, previous, candidates, rooms, claimed)
+        if room is not None and (limit is None or len(placements) < limit):
+            r = shape.requests
+            # Its own nominated worker has no slack yet: the nominee itself is what it was kept for.
+            gpus = room.take(r.cpu, r.memory, r.disk, r.gpu, r.gpu_memory)
+            placements.append(Placement(item.execution_id, room.view.name, gpus, shape))
+            aging.drop(item.execution_id)
+            continue
+        if previous is not None and previous.worker not in claimed:
+            if previous.worker in present:
+                _guard(rooms, present[previous.worker], item, claimed)
+                continue
+            if not whole_fleet:
+                claimed.add(previous.worker)  # not in this pass: kept until a whole-fleet pass says otherwise
+                continue
+        free = [rooms[v.name] for v in candidates if v.name not in claimed]
+        if not free:
+            aging.drop(item.execution_id)  # every capable worker guards an older one; next pass
+            continue
+        best = min(free, key=lambda room: shortfall(shape, room))
+        aging.nominate(
+            Nomination(
+                item.execution_id,
+                best.view.name,
+                shape,
+                item.since,
+                previous.nominated_at if previous and previous.worker == best.view.name else now,
+            )
+        )
+        _guard(rooms, best.view, item, claimed)
+    return skip
+
+
+def _guard_standing(
+    aging: Aging, by_profile: dict[Profile, list[WorkerView]], rooms: dict[str, Room], queue: PendingQueue
+) -> set[str]:
+    """Guard the nominated workers of this pass and skip their nominees; place and nominate nothing."""
+    present = {view.name: view for views in by_profile.values() for view in views}
+    claimed: set[str] = set()
+    skip: set[str] = set()
+    for nomination in aging.by_execution.values():
+        item = queue.get(nomination.execution_id)
+        view = present.get(nomination.worker)
+        if item is not None and view is not None:
+            skip.add(item.execution_id)
+            _guard(rooms, view, item, claimed)
+    return skip
+
+
+def _keep_nominations(
+    starving: list[Pending],
+    aging: Aging,
+    present: dict[str, WorkerView],
+    rooms: dict[str, Room],
+    placements: list[Placement],
+    claimed: set[str],
+    skip: set[str],
+    limit: int | None,
+) -> None:
+    """Between full searches: place each nominee on its worker if it fits now, else keep guarding it."""
+    for item in starving:
+        nomination = aging.by_execution.get(item.execution_id)
+        if nomination is None or nomination.worker not in present:
+            continue
+        skip.add(item.execution_id)
+        view = present[nomination.worker]
+        room = rooms.get(view.name)
+        if room is None:
+            room = rooms[view.name] = Room(view)
+        if fits_now(item.shape, room) and (limit is None or len(placements) < limit):
+            r = item.shape.requests
+            gpus = room.take(r.cpu, r.memory, r.disk, r.gpu, r.gpu_memory)
+            placements.append(Placement(item.execution_id, view.name, gpus, item.shape))
+            aging.drop(item.execution_id)
+        else:
+            _guard(rooms, view, item, claimed)
+
+
+def _starving_fit(
+    item: Pending,
+    previous: Nomination | None,
+    candidates: list[WorkerView],
+    rooms: dict[str, Room],
+    claimed: set[str],
+) -> Room | None:
+    """Where a starving execution fits now: its nominated worker first, else the least loaded.
+
+    A worker guarded for an older nominee takes it only beside that one (its slack).
+    """
+    if previous is not None:
+        own = rooms.get(previous.worker)
+        if own is not None and previous.worker not in claimed and fits_now(item.shape, own):
+            return own
+    fitting = [rooms[v.name] for v in candidates if fits_now(item.shape, rooms[v.name])]
+    return min(fitting, key=lambda room: room.key, default=None)
+
+
+def _guard(rooms: dict[str, Room], view: WorkerView, item: Pending, claimed: set[str]) -> None:
+    room = rooms.get(view.name)
+    if room is None:
+        room = rooms[view.name] = Room(view)
+    room.slack = slack_beside(view, item.shape, room)
+    claimed.add(view.name)
 
 
 def _load_heap(

@@ -181,10 +181,14 @@ class Room:
         "cpu_total",
         "paused",
         "key",
+        "slack",
     )
 
     def __init__(self, view: WorkerView):
         self.view = view
+        # Set on a worker nominated for a starving execution (``flux.matching.aging``): the
+        # room left beside that execution, which anything else placed here must also fit.
+        self.slack: Room | None = None
         self.paused = view.paused
         self.cpu = view.free_cpu
         self.memory = view.free_memory
@@ -227,6 +231,8 @@ class Room:
         that still have ``gpu_memory``, so a later request for a larger amount
         still finds the roomy ones.
         """
+        if self.slack is not None:
+            self.slack.take(cpu, memory, disk, gpus, gpu_memory)
         self.cpu -= cpu
         self.memory -= memory
         self.disk -= disk

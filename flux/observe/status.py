@@ -72,6 +72,8 @@ class PendingShape:
     oldest_wait: float  # seconds since its submission
     summary: str
     reason: str
+    # The worker aging nominated for the oldest one, if it waited past --starvation-after.
+    nominated_worker: str = ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -188,10 +190,12 @@ class StatusBoard:
         now = d.clock()
         views: list[WorkerView] = [w.view() for w in entries if w.accepting]  # paused ones too, as explain
         queue = d.pending()
+        aging = d.aging
         shapes = queue.shapes()
         heads: dict[str, Shape] = {}
         for shape in shapes:
-            head = next(queue.iter_shape(shape), None)
+            # The oldest, not the first in line: with priorities they differ, and aging looks at the oldest.
+            head = queue.oldest(shape)
             if head is not None:
                 heads[head.execution_id] = shape
         counts = {shape: queue.count(shape) for shape in shapes}
@@ -215,7 +219,8 @@ class StatusBoard:
         slice_started = self._monotonic()
         for shape in shapes:
             # The same call as Dispatcher.why makes for one execution of this shape.
-            explanation = explain(shape, views)
+            head_id = oldest[shape][0] if shape in oldest else ""
+            explanation = explain(shape, views, execution_id=head_id, aging=aging, now=now)
             summary = explanation.summary
             reason = reason_of(len(explanation.verdicts), explanation.infeasible)
             by_reason[reason] += counts[shape]
@@ -230,6 +235,7 @@ class StatusBoard:
                         max(0.0, now - created_at),
                         summary,
                         reason,
+                        explanation.nominated,
                     )
                 )
             if self._monotonic() - slice_started > _SLICE:

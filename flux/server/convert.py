@@ -62,6 +62,7 @@ def workflows_from_proto(request: control_pb2.RegisterWorkflowRequest) -> list[W
                 max_attempts=wf.max_attempts or 3,
                 filename=request.filename,
                 runtime=wf.runtime or DEFAULT_RUNTIME,
+                priority=wf.priority,
             )
         )
     return records
@@ -81,6 +82,7 @@ def execution_to_proto(e: Execution) -> control_pb2.Execution:
         gpu_indices=list(e.gpu_indices),
         created_at_ms=int(e.created_at * 1000),
         updated_at_ms=int(e.updated_at * 1000),
+        priority=e.priority,
     )
 
 
@@ -155,6 +157,7 @@ def workflow_to_proto(record: WorkflowRecord, versions: int) -> control_pb2.Work
         filename=record.filename,
         registered_at_ms=int(record.registered_at * 1000),
         version_count=versions,
+        priority=record.priority,
     )
 
 
@@ -163,11 +166,13 @@ def why_to_proto(why: Diagnosis) -> control_pb2.Explanation:
         execution_id=why.execution.execution_id,
         state=int(why.execution.state),  # type: ignore[arg-type]
         summary=why.summary,
+        priority=why.execution.priority,
     )
     if why.queue_position is not None:
         message.queued_ahead = why.queue_position
     if why.explanation is not None:
         message.infeasible = why.explanation.infeasible
+        message.nominated_worker = why.explanation.nominated
         for verdict in why.explanation.verdicts:
             message.workers.append(
                 control_pb2.WorkerVerdict(
@@ -209,6 +214,7 @@ def status_to_proto(status: Status) -> control_pb2.ClusterStatus:
                 oldest_workflow=p.oldest_workflow,
                 summary=p.summary,
                 reason=p.reason,
+                nominated_worker=p.nominated_worker,
             )
             for p in status.pending
         ],

@@ -171,7 +171,10 @@ class ControlService(control_pb2_grpc.ControlServiceServicer):
 
     @_unary
     async def RunWorkflow(self, request: control_pb2.RunWorkflowRequest, context: grpc.aio.ServicerContext):
-        execution = await self.dispatcher.submit(request.workflow_name, request.input_json, request.version)
+        priority = request.priority if request.HasField("priority") else None
+        execution = await self.dispatcher.submit(
+            request.workflow_name, request.input_json, request.version, priority
+        )
         return convert.execution_to_proto(execution)
 
     @_unary

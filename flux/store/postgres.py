@@ -51,7 +51,7 @@ from flux.store.base import (
     WorkerIdentity,
 )
 from flux.store.postgres_cluster import MEMBERSHIP_SCHEMA, Membership
-from flux.store.postgres_rows import COLUMNS, announce
+from flux.store.postgres_rows import COLUMN_COUNT, COLUMNS, announce
 from flux.store.rows import (
     CANCELLED,
     CREATED,
@@ -70,7 +70,8 @@ from flux.store.rows import (
 log = logging.getLogger("flux.store.postgres")
 
 # 2: workflows.runtime (added to a version 1 database on open).
-SCHEMA_VERSION = 2
+# 3: workflows.priority and executions.priority (added on open; older rows get 0).
+SCHEMA_VERSION = 3
 # pg_advisory locks are keyed by a bigint; Flux's three are "FLUX" and the two after it
 # (the second, SWEEP_LOCK, is postgres_cluster.py's).
 MIGRATION_LOCK = 0x464C5558  # schema creation and migration, on open
@@ -86,6 +87,7 @@ CREATE TABLE IF NOT EXISTS workflows (
     requests TEXT NOT NULL, affinity TEXT NOT NULL, max_attempts INTEGER NOT NULL,
     created_at DOUBLE PRECISION NOT NULL, runtime TEXT NOT NULL DEFAULT 'python', PRIMARY KEY (name, version));
 ALTER TABLE workflows ADD COLUMN IF NOT EXISTS runtime TEXT NOT NULL DEFAULT 'python';
+ALTER TABLE workflows ADD COLUMN IF NOT EXISTS priority INTEGER NOT NULL DEFAULT 0;
 CREATE TABLE IF NOT EXISTS executions (
     execution_id TEXT PRIMARY KEY, seq BIGINT NOT NULL, workflow_name TEXT NOT NULL,
     workflow_version INTEGER NOT NULL, source_hash TEXT NOT NULL, entrypoint TEXT NOT NULL,
@@ -93,6 +95,7 @@ CREATE TABLE IF NOT EXISTS executions (
     max_attempts INTEGER NOT NULL, input_json TEXT NOT NULL, output_json TEXT NOT NULL, error TEXT,
     gpu_indices TEXT NOT NULL, created_at DOUBLE PRECISION NOT NULL, updated_at DOUBLE PRECISION NOT NULL,
     owner TEXT NOT NULL DEFAULT '');
+ALTER TABLE executions ADD COLUMN IF NOT EXISTS priority INTEGER NOT NULL DEFAULT 0;
 CREATE INDEX IF NOT EXISTS executions_pending ON executions (seq) WHERE state = {CREATED};
 CREATE INDEX IF NOT EXISTS executions_held ON executions (worker) WHERE state IN ({SCHEDULED}, {RUNNING});
 CREATE INDEX IF NOT EXISTS executions_owned ON executions (owner) WHERE state IN ({SCHEDULED}, {RUNNING});
@@ -107,7 +110,7 @@ CREATE TABLE IF NOT EXISTS dispatches (
 # Insert a new execution, or update one this replica may write: the same
 # generation, not finished, and either pending (shared) or owned by us.
 _UPSERT = f"""
-INSERT INTO executions ({COLUMNS}) VALUES ({",".join(["%s"] * 18)})
+INSERT INTO executions ({COLUMNS}) VALUES ({",".join(["%s"] * COLUMN_COUNT)})
 ON CONFLICT (execution_id) DO UPDATE SET
     state=excluded.state, worker=excluded.worker, attempt=excluded.attempt, output_json=excluded.output_json,
     error=excluded.error, gpu_indices=excluded.gpu_indices, updated_at=excluded.updated_at, owner=excluded.owner
@@ -295,7 +298,7 @@ class PostgresStore(Store):
                     stored.append(replace(latest, filename=filename, unchanged=True))
                     continue
                 await db.execute(
-                    f"INSERT INTO workflows ({WORKFLOW_COLUMNS}) VALUES ({','.join(['%s'] * 9)})",
+                    f"INSERT INTO workflows ({WORKFLOW_COLUMNS}) VALUES ({','.join(['%s'] * 10)})",
                     workflow_row(record, now),
                 )
                 stored.append(replace(record, registered_at=now))
@@ -419,7 +422,7 @@ class PostgresStore(Store):
         """Store a new execution already claimed by this replica (it was never pending)."""
         async with self._pool.connection() as db, db.transaction():
             await db.execute(
-                f"INSERT INTO executions ({COLUMNS}) VALUES ({','.join(['%s'] * 18)})",
+                f"INSERT INTO executions ({COLUMNS}) VALUES ({','.join(['%s'] * COLUMN_COUNT)})",
                 _row(execution, self.replica_id),
             )
             await db.execute(

@@ -10,11 +10,11 @@ import psycopg
 from flux.domain.execution import Execution, ExecutionError, State
 from flux.store import notices
 from flux.store.base import PendingRef
+from flux.store.rows import EXECUTION_COLUMNS
 
-COLUMNS = (
-    "execution_id, seq, workflow_name, workflow_version, source_hash, entrypoint, state, worker, attempt, "
-    "generation, max_attempts, input_json, output_json, error, gpu_indices, created_at, updated_at, owner"
-)
+# An execution's row as ``rows`` writes it, and the replica that holds it.
+COLUMNS = f"{EXECUTION_COLUMNS}, owner"
+COLUMN_COUNT = COLUMNS.count(",") + 1
 
 
 def _pending_ref(e: Execution) -> PendingRef:

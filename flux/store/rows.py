@@ -14,7 +14,11 @@ from flux.store.base import ExecutionQuery
 
 # Named, so a table created before a column was added (and migrated) takes the same rows.
 WORKFLOW_COLUMNS = (
-    "name, version, source_hash, entrypoint, requests, affinity, max_attempts, created_at, runtime"
+    "name, version, source_hash, entrypoint, requests, affinity, max_attempts, created_at, runtime, priority"
+)
+EXECUTION_COLUMNS = (
+    "execution_id, seq, workflow_name, workflow_version, source_hash, entrypoint, state, worker, attempt, "
+    "generation, max_attempts, input_json, output_json, error, gpu_indices, created_at, updated_at, priority"
 )
 
 # Execution states as they appear in SQL, by name: no statement spells a bare number.
@@ -48,6 +52,7 @@ def execution_row(e: Execution) -> tuple[object, ...]:
         e.execution_id, e.seq, e.workflow.name, e.workflow.version, e.workflow.source_hash,
         e.workflow.entrypoint, int(e.state), e.worker, e.attempt, e.generation, e.max_attempts,
         e.input_json, e.output_json, error, json.dumps(list(e.gpu_indices)), e.created_at, e.updated_at,
+        e.priority,
     )  # fmt: skip
 
 
@@ -70,6 +75,7 @@ def execution_from_row(row: Mapping[str, Any]) -> Execution:
         gpu_indices=tuple(json.loads(row["gpu_indices"])),
         created_at=row["created_at"],
         updated_at=row["updated_at"],
+        priority=row["priority"],
     )
 
 
@@ -86,13 +92,14 @@ def workflow_from_row(row: Mapping[str, Any]) -> WorkflowRecord:
         filename=row["filename"] if "filename" in row.keys() else "",  # noqa: SIM118 - sqlite3.Row has no `in`
         runtime=row["runtime"],
         registered_at=row["created_at"],
+        priority=row["priority"],
     )
 
 
 def workflow_row(record: WorkflowRecord, created_at: float) -> tuple[object, ...]:
     return (
         record.name, record.version, record.source_hash, record.entrypoint, requests_to_json(record.requests),
-        json.dumps(dict(record.affinity)), record.max_attempts, created_at, record.runtime,
+        json.dumps(dict(record.affinity)), record.max_attempts, created_at, record.runtime, record.priority,
     )  # fmt: skip
 
 

@@ -21,6 +21,7 @@ from flux.domain.execution import Execution
 from flux.domain.workflow import WorkflowRecord
 from flux.store.base import ExecutionQuery, Recovered, Store, StoreError, WorkerIdentity
 from flux.store.rows import (
+    EXECUTION_COLUMNS,
     FINISHED,
     WORKFLOW_COLUMNS,
     execution_from_row,
@@ -32,7 +33,8 @@ from flux.store.rows import (
 )
 
 # 2: workflows.runtime (a version 1 file is migrated on open).
-SCHEMA_VERSION = 2
+# 3: workflows.priority and executions.priority (older files are migrated on open; rows get 0).
+SCHEMA_VERSION = 3
 
 SCHEMA = f"""
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
@@ -41,21 +43,22 @@ CREATE TABLE IF NOT EXISTS sources (
 CREATE TABLE IF NOT EXISTS workflows (
     name TEXT NOT NULL, version INTEGER NOT NULL, source_hash TEXT NOT NULL, entrypoint TEXT NOT NULL,
     requests TEXT NOT NULL, affinity TEXT NOT NULL, max_attempts INTEGER NOT NULL, created_at REAL NOT NULL,
-    runtime TEXT NOT NULL DEFAULT 'python', PRIMARY KEY (name, version));
+    runtime TEXT NOT NULL DEFAULT 'python', priority INTEGER NOT NULL DEFAULT 0, PRIMARY KEY (name, version));
 CREATE TABLE IF NOT EXISTS executions (
     execution_id TEXT PRIMARY KEY, seq INTEGER NOT NULL, workflow_name TEXT NOT NULL,
     workflow_version INTEGER NOT NULL, source_hash TEXT NOT NULL, entrypoint TEXT NOT NULL,
     state INTEGER NOT NULL, worker TEXT NOT NULL, attempt INTEGER NOT NULL, generation INTEGER NOT NULL,
     max_attempts INTEGER NOT NULL, input_json TEXT NOT NULL, output_json TEXT NOT NULL, error TEXT,
-    gpu_indices TEXT NOT NULL, created_at REAL NOT NULL, updated_at REAL NOT NULL);
+    gpu_indices TEXT NOT NULL, created_at REAL NOT NULL, updated_at REAL NOT NULL,
+    priority INTEGER NOT NULL DEFAULT 0);
 CREATE INDEX IF NOT EXISTS executions_unfinished ON executions (state) WHERE state < {FINISHED};
 CREATE INDEX IF NOT EXISTS executions_recent ON executions (seq);
 CREATE INDEX IF NOT EXISTS executions_by_workflow ON executions (workflow_name, seq);
 CREATE TABLE IF NOT EXISTS workers (name TEXT PRIMARY KEY, session_token TEXT NOT NULL, updated_at REAL NOT NULL);
 """
 
-_UPSERT = """
-INSERT INTO executions VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)
+_UPSERT = f"""
+INSERT INTO executions ({EXECUTION_COLUMNS}) VALUES ({",".join(["?"] * 18)})
 ON CONFLICT (execution_id) DO UPDATE SET
     state=excluded.state, worker=excluded.worker, attempt=excluded.attempt, generation=excluded.generation,
     output_json=excluded.output_json, error=excluded.error, gpu_indices=excluded.gpu_indices,
@@ -99,6 +102,11 @@ class SqliteStore(Store):
             columns = {row["name"] for row in db.execute("PRAGMA table_info(workflows)")}
             if columns and "runtime" not in columns:  # version 1: every workflow was Python
                 db.execute("ALTER TABLE workflows ADD COLUMN runtime TEXT NOT NULL DEFAULT 'python'")
+            if columns and "priority" not in columns:  # before version 3: every priority was 0
+                db.execute("ALTER TABLE workflows ADD COLUMN priority INTEGER NOT NULL DEFAULT 0")
+            columns = {row["name"] for row in db.execute("PRAGMA table_info(executions)")}
+            if columns and "priority" not in columns:
+                db.execute("ALTER TABLE executions ADD COLUMN priority INTEGER NOT NULL DEFAULT 0")
             for statement in filter(str.strip, SCHEMA.split(";")):
                 db.execute(statement)
             db.execute(
@@ -156,7 +164,7 @@ class SqliteStore(Store):
                     stored.append(replace(latest, filename=filename, unchanged=True))
                     continue
                 db.execute(
-                    f"INSERT INTO workflows ({WORKFLOW_COLUMNS}) VALUES (?,?,?,?,?,?,?,?,?)",
+                    f"INSERT INTO workflows ({WORKFLOW_COLUMNS}) VALUES (?,?,?,?,?,?,?,?,?,?)",
                     workflow_row(record, now),
                 )
                 record = replace(record, registered_at=now)

@@ -95,6 +95,7 @@ class WorkflowMetadata(_message.Message):
     AFFINITY_FIELD_NUMBER: _builtins.int
     MAX_ATTEMPTS_FIELD_NUMBER: _builtins.int
     RUNTIME_FIELD_NUMBER: _builtins.int
+    PRIORITY_FIELD_NUMBER: _builtins.int
     name: _builtins.str
     """Workflow name, as given to @workflow.with_options(name=...)."""
     entrypoint: _builtins.str
@@ -104,6 +105,10 @@ class WorkflowMetadata(_message.Message):
     runtime: _builtins.str
     """The runtime the workflow is written for, matched against the runtimes a worker
     advertises (WorkerSoftware.runtimes), e.g. "python" or "node"; empty means "python".
+    """
+    priority: _builtins.int
+    """Executions competing for a worker go highest priority first, FIFO within a
+    priority; -1000 to 1000, default 0. A run may override it.
     """
     @_builtins.property
     def requests(self) -> _resources_pb2.ResourceRequest:
@@ -122,10 +127,11 @@ class WorkflowMetadata(_message.Message):
         affinity: _abc.Mapping[_builtins.str, _builtins.str] | None = ...,
         max_attempts: _builtins.int = ...,
         runtime: _builtins.str = ...,
+        priority: _builtins.int = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["requests", b"requests"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["affinity", b"affinity", "entrypoint", b"entrypoint", "max_attempts", b"max_attempts", "name", b"name", "requests", b"requests", "runtime", b"runtime"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["affinity", b"affinity", "entrypoint", b"entrypoint", "max_attempts", b"max_attempts", "name", b"name", "priority", b"priority", "requests", b"requests", "runtime", b"runtime"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -235,24 +241,30 @@ class RunWorkflowRequest(_message.Message):
     WORKFLOW_NAME_FIELD_NUMBER: _builtins.int
     INPUT_JSON_FIELD_NUMBER: _builtins.int
     VERSION_FIELD_NUMBER: _builtins.int
+    PRIORITY_FIELD_NUMBER: _builtins.int
     workflow_name: _builtins.str
     """Registered workflow name."""
     input_json: _builtins.str
     """Input passed as ctx.input, JSON-encoded; empty means null."""
     version: _builtins.int
     """Workflow version; 0 means the latest."""
+    priority: _builtins.int
+    """This run's priority (-1000 to 1000, higher first); unset means the workflow's."""
     def __init__(
         self,
         *,
         workflow_name: _builtins.str = ...,
         input_json: _builtins.str = ...,
         version: _builtins.int = ...,
+        priority: _builtins.int | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["_priority", b"_priority", "priority", b"priority"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["input_json", b"input_json", "version", b"version", "workflow_name", b"workflow_name"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_priority", b"_priority", "input_json", b"input_json", "priority", b"priority", "version", b"version", "workflow_name", b"workflow_name"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
-    def WhichOneof(self, oneof_group: _Never) -> None: ...
+    _WhichOneofReturnType__priority: _TypeAlias = _typing.Literal["priority"]  # noqa: Y015
+    _WhichOneofArgType__priority: _TypeAlias = _typing.Literal["_priority", b"_priority"]  # noqa: Y015
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__priority) -> _WhichOneofReturnType__priority | None: ...
 
 Global___RunWorkflowRequest: _TypeAlias = RunWorkflowRequest  # noqa: Y015
 
@@ -274,6 +286,7 @@ class Execution(_message.Message):
     GPU_INDICES_FIELD_NUMBER: _builtins.int
     CREATED_AT_MS_FIELD_NUMBER: _builtins.int
     UPDATED_AT_MS_FIELD_NUMBER: _builtins.int
+    PRIORITY_FIELD_NUMBER: _builtins.int
     execution_id: _builtins.str
     """Server-assigned id."""
     state: Global___ExecutionState.ValueType
@@ -292,6 +305,8 @@ class Execution(_message.Message):
     """Milliseconds since the Unix epoch."""
     updated_at_ms: _builtins.int
     """Last state change, milliseconds since the Unix epoch."""
+    priority: _builtins.int
+    """Its priority: the run's, else its workflow's (higher first, FIFO within a priority)."""
     @_builtins.property
     def workflow(self) -> _worker_pb2.WorkflowRef:
         """The workflow version it runs."""
@@ -319,10 +334,11 @@ class Execution(_message.Message):
         gpu_indices: _abc.Iterable[_builtins.int] | None = ...,
         created_at_ms: _builtins.int = ...,
         updated_at_ms: _builtins.int = ...,
+        priority: _builtins.int = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["error", b"error", "workflow", b"workflow"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["attempt", b"attempt", "created_at_ms", b"created_at_ms", "error", b"error", "execution_id", b"execution_id", "generation", b"generation", "gpu_indices", b"gpu_indices", "input_json", b"input_json", "output_json", b"output_json", "state", b"state", "updated_at_ms", b"updated_at_ms", "worker", b"worker", "workflow", b"workflow"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["attempt", b"attempt", "created_at_ms", b"created_at_ms", "error", b"error", "execution_id", b"execution_id", "generation", b"generation", "gpu_indices", b"gpu_indices", "input_json", b"input_json", "output_json", b"output_json", "priority", b"priority", "state", b"state", "updated_at_ms", b"updated_at_ms", "worker", b"worker", "workflow", b"workflow"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -729,6 +745,8 @@ class Explanation(_message.Message):
     INFEASIBLE_FIELD_NUMBER: _builtins.int
     WORKERS_FIELD_NUMBER: _builtins.int
     QUEUED_AHEAD_FIELD_NUMBER: _builtins.int
+    NOMINATED_WORKER_FIELD_NUMBER: _builtins.int
+    PRIORITY_FIELD_NUMBER: _builtins.int
     execution_id: _builtins.str
     """The execution explained."""
     state: Global___ExecutionState.ValueType
@@ -741,6 +759,12 @@ class Explanation(_message.Message):
     """While it is queued (CREATED): how many executions with the same requirements
     are ahead of it, to be placed first (FIFO). Unset when it is not queued.
     """
+    nominated_worker: _builtins.str
+    """The worker aging nominated for it after it waited past --starvation-after:
+    only work that fits beside it is placed there until it runs. Empty when none.
+    """
+    priority: _builtins.int
+    """Its priority (higher first; FIFO within a priority)."""
     @_builtins.property
     def workers(self) -> _containers.RepeatedCompositeFieldContainer[Global___WorkerVerdict]:
         """One verdict per worker considered."""
@@ -754,10 +778,12 @@ class Explanation(_message.Message):
         infeasible: _builtins.bool = ...,
         workers: _abc.Iterable[Global___WorkerVerdict] | None = ...,
         queued_ahead: _builtins.int | None = ...,
+        nominated_worker: _builtins.str = ...,
+        priority: _builtins.int = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["_queued_ahead", b"_queued_ahead", "queued_ahead", b"queued_ahead"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["_queued_ahead", b"_queued_ahead", "execution_id", b"execution_id", "infeasible", b"infeasible", "queued_ahead", b"queued_ahead", "state", b"state", "summary", b"summary", "workers", b"workers"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_queued_ahead", b"_queued_ahead", "execution_id", b"execution_id", "infeasible", b"infeasible", "nominated_worker", b"nominated_worker", "priority", b"priority", "queued_ahead", b"queued_ahead", "state", b"state", "summary", b"summary", "workers", b"workers"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     _WhichOneofReturnType__queued_ahead: _TypeAlias = _typing.Literal["queued_ahead"]  # noqa: Y015
     _WhichOneofArgType__queued_ahead: _TypeAlias = _typing.Literal["_queued_ahead", b"_queued_ahead"]  # noqa: Y015
@@ -937,6 +963,7 @@ class PendingShape(_message.Message):
     OLDEST_WORKFLOW_FIELD_NUMBER: _builtins.int
     SUMMARY_FIELD_NUMBER: _builtins.int
     REASON_FIELD_NUMBER: _builtins.int
+    NOMINATED_WORKER_FIELD_NUMBER: _builtins.int
     count: _builtins.int
     """Pending executions of this shape."""
     oldest_wait_ms: _builtins.int
@@ -949,6 +976,10 @@ class PendingShape(_message.Message):
     """ExplainExecution's one-line summary, e.g. "0/3 workers can run it: 3 have no GPU"."""
     reason: _builtins.str
     """"busy", "infeasible" or "no_worker", as in ClusterStatus.pending_by_reason."""
+    nominated_worker: _builtins.str
+    """The worker aging nominated for the oldest one (it waited past
+    --starvation-after); empty when none.
+    """
     @_builtins.property
     def requests(self) -> _resources_pb2.ResourceRequest:
         """What each execution of the shape requests."""
@@ -968,10 +999,11 @@ class PendingShape(_message.Message):
         oldest_workflow: _builtins.str = ...,
         summary: _builtins.str = ...,
         reason: _builtins.str = ...,
+        nominated_worker: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["requests", b"requests"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["affinity", b"affinity", "count", b"count", "oldest_execution_id", b"oldest_execution_id", "oldest_wait_ms", b"oldest_wait_ms", "oldest_workflow", b"oldest_workflow", "reason", b"reason", "requests", b"requests", "summary", b"summary"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["affinity", b"affinity", "count", b"count", "nominated_worker", b"nominated_worker", "oldest_execution_id", b"oldest_execution_id", "oldest_wait_ms", b"oldest_wait_ms", "oldest_workflow", b"oldest_workflow", "reason", b"reason", "requests", b"requests", "summary", b"summary"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -1389,6 +1421,7 @@ class WorkflowInfo(_message.Message):
     FILENAME_FIELD_NUMBER: _builtins.int
     REGISTERED_AT_MS_FIELD_NUMBER: _builtins.int
     VERSION_COUNT_FIELD_NUMBER: _builtins.int
+    PRIORITY_FIELD_NUMBER: _builtins.int
     name: _builtins.str
     """Workflow name."""
     version: _builtins.int
@@ -1407,6 +1440,8 @@ class WorkflowInfo(_message.Message):
     """When this version was registered, in milliseconds since the Unix epoch."""
     version_count: _builtins.int
     """How many versions of this name are registered (the latest is the highest)."""
+    priority: _builtins.int
+    """Priority of its executions unless a run says otherwise (higher first)."""
     @_builtins.property
     def requests(self) -> _resources_pb2.ResourceRequest:
         """What every execution of this version needs."""
@@ -1429,10 +1464,11 @@ class WorkflowInfo(_message.Message):
         filename: _builtins.str = ...,
         registered_at_ms: _builtins.int = ...,
         version_count: _builtins.int = ...,
+        priority: _builtins.int = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["requests", b"requests"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["affinity", b"affinity", "entrypoint", b"entrypoint", "filename", b"filename", "max_attempts", b"max_attempts", "name", b"name", "registered_at_ms", b"registered_at_ms", "requests", b"requests", "runtime", b"runtime", "source_hash", b"source_hash", "version", b"version", "version_count", b"version_count"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["affinity", b"affinity", "entrypoint", b"entrypoint", "filename", b"filename", "max_attempts", b"max_attempts", "name", b"name", "priority", b"priority", "registered_at_ms", b"registered_at_ms", "requests", b"requests", "runtime", b"runtime", "source_hash", b"source_hash", "version", b"version", "version_count", b"version_count"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

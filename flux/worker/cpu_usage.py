@@ -153,3 +153,26 @@ def foreign_fraction(base: Counters, current: Counters) -> float:
     # back; never count that as negative own time.
     own = max(0.0, current.own - base.own)
     return min(1.0, max(0.0, (busy - own) / total))
+
+
+class SimulatedCpu:
+    """Foreign load described rather than measured: ``FLUX_SIMULATED_CPU_BUSY=0.25``.
+
+    Like ``FLUX_SIMULATED_GPUS``: for demos, benchmarks and integration tests on a
+    shared machine, where what other processes do would decide whether a worker
+    ever shows all of its cores free.
+    """
+
+    ENV = "FLUX_SIMULATED_CPU_BUSY"
+
+    def __init__(self, spec: str) -> None:
+        try:
+            value = float(spec)
+        except ValueError:
+            value = -1.0
+        if not 0.0 <= value <= 1.0:
+            raise ValueError(f"{self.ENV} must be a fraction from 0 to 1, e.g. 0 or 0.25; got {spec!r}")
+        self._busy = value
+
+    def busy_fraction(self) -> float:
+        return self._busy

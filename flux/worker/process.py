@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from flux import defaults
 from flux.auth import Credentials
 from flux.observe import logs
+from flux.worker.cpu_usage import SimulatedCpu
 from flux.worker.gpu import SimulatedGpuReader
 from flux.worker.probe import Caps, ResourceProbe
 from flux.worker.runtime import WorkerConfig, WorkerRuntime
@@ -44,11 +45,14 @@ def _transport(config: WorkerProcess) -> WorkerTransport:
 
 async def run(config: WorkerProcess) -> None:
     """Serve until SIGINT or SIGTERM (then drain); raises ``Refused`` when the server refuses us for good."""
-    simulated = os.environ.get(SimulatedGpuReader.ENV)  # tests and demos: GPUs without a device
+    # Tests, demos and benchmarks: GPUs without a device, foreign CPU load described, not measured.
+    simulated = os.environ.get(SimulatedGpuReader.ENV)
+    cpu_busy = os.environ.get(SimulatedCpu.ENV)
     probe = ResourceProbe(
         config.caps,
         disk_path=config.disk_path,
         gpu_readers=[SimulatedGpuReader(simulated)] if simulated else None,
+        cpu_observer=SimulatedCpu(cpu_busy) if cpu_busy else None,
     )
     runtime = WorkerRuntime(config.worker, _transport(config), probe)
     loop = asyncio.get_running_loop()

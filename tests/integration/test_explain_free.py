@@ -29,7 +29,7 @@ def test_explain_summary_counts_every_reason_of_every_worker(cluster: Cluster) -
     assert lines[0] == (
         "0/2 workers can run it: 2 have only 2 cores, 2 have no GPUs, 2 lack torch>=2.0.0 and transformers"
     )
-    assert lines[1] == "infeasible: no connected worker could ever run it; next in line"
+    assert lines[1] == "infeasible: no connected worker could ever run it; priority 0; next in line"
     body = json.loads(cluster.flux("execution", "explain", execution_id, "--json").stdout)
     assert body["summary"] == lines[0] and body["infeasible"] is True
     for verdict in body["workers"]:
@@ -60,7 +60,7 @@ def test_a_loaded_host_reads_the_same_in_explain_workers_list_and_status(cluster
         eventually(lambda: cluster.client.explain(execution_id).summary.startswith("0/1"))
         explained = cluster.flux("execution", "explain", execution_id).stdout.splitlines()
         assert explained[0] == "0/1 workers can run it: 1 has 0 of 2 cores free"
-        assert explained[1] == "waiting for capacity; next in line"
+        assert explained[1] == "waiting for capacity; priority 0; next in line"
 
         table = cluster.flux("workers", "list").stdout.splitlines()
         assert table[0].split()[:8] == ["NAME", "STATE", "TRANSPORT", "LOAD", "CPU", "MEMORY", "GPUS", "DISK"]

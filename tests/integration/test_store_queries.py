@@ -163,3 +163,45 @@ async def test_a_version_1_sqlite_file_gains_the_runtime_column(tmp_path: Path) 
         ]
     finally:
         await store.close()
+
+
+async def test_priorities_are_stored_with_workflows_and_executions(store: Store) -> None:
+    record = WorkflowRecord(
+        name="urgent", version=0, source_hash="", entrypoint="urgent", requests=ResourceRequest(),
+        affinity=MappingProxyType({}), max_attempts=3, priority=7,
+    )  # fmt: skip
+    await store.register_workflows("u.py", "u = 1\n", "4" * 64, [record])
+    assert [w.priority for w in await store.list_workflows("urgent")] == [7]
+    await store.save(replace(_execution(1, 1, "urgent", State.CREATED), priority=-3))
+    stored = await store.get_execution("e001")
+    assert stored is not None and stored.priority == -3
+
+
+@pytest.mark.backends("sqlite")
+async def test_a_version_2_sqlite_file_gains_the_priority_columns(tmp_path: Path) -> None:
+    path = tmp_path / "v2.db"
+    first = SqliteStore(path)
+    await first.open()
+    await first.close()
+    # Back to version 2: the same tables without the priority columns.
+    db = sqlite3.connect(path)
+    db.executescript(
+        "ALTER TABLE workflows DROP COLUMN priority; ALTER TABLE executions DROP COLUMN priority;"
+        "UPDATE meta SET value = '2' WHERE key = 'schema_version';"
+        "INSERT INTO workflows VALUES ('old', 1, 'h', 'old', "
+        '\'{"cpu": 0, "memory": 0, "gpu": 0, "disk": 0, "packages": []}\', \'{}\', 3, 5.0, \'python\');'
+        "INSERT INTO executions VALUES ('e1', 1, 'old', 1, 'h', 'old', 1, '', 1, 0, 3, 'null', '', NULL, "
+        "'[]', 5.0, 5.0);"
+    )
+    db.commit()
+    db.close()
+    store = SqliteStore(path)
+    recovered = await store.open()
+    try:
+        assert [(w.name, w.priority) for w in recovered.workflows] == [("old", 0)]
+        assert [(e.execution_id, e.priority) for e in recovered.unfinished] == [("e1", 0)]
+        await store.save(replace(recovered.unfinished[0], execution_id="e2", seq=2, priority=9))
+        stored = await store.get_execution("e2")
+        assert stored is not None and stored.priority == 9
+    finally:
+        await store.close()

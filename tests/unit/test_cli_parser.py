@@ -95,13 +95,14 @@ def test_explain_shows_how_many_are_queued_ahead() -> None:
 
     queued = control_pb2.Explanation(
         execution_id="e1", state=control_pb2.EXECUTION_STATE_CREATED, summary="0/1 workers can run it",
-        queued_ahead=2,
+        queued_ahead=2, priority=5,
     )  # fmt: skip
     assert render.explanation_text(queued).splitlines()[1] == (
-        "waiting for capacity; 2 with the same requirements ahead"
+        "waiting for capacity; priority 5; 2 with the same requirements ahead"
     )
     assert render.explanation_dict(queued)["queued_ahead"] == 2
+    assert render.explanation_dict(queued)["priority"] == 5
     queued.queued_ahead = 0
-    assert render.explanation_text(queued).splitlines()[1] == "waiting for capacity; next in line"
+    assert render.explanation_text(queued).splitlines()[1] == "waiting for capacity; priority 5; next in line"
     placed = control_pb2.Explanation(execution_id="e1", state=control_pb2.EXECUTION_STATE_RUNNING)
     assert render.explanation_dict(placed)["queued_ahead"] is None

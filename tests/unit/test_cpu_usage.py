@@ -220,3 +220,13 @@ def test_a_zero_window_reads_since_the_previous_sample(machine: Machine) -> None
     assert cpu.busy_fraction() == 1.0
     machine.run(2, 0)
     assert cpu.busy_fraction() == 0.0
+
+
+def test_simulated_foreign_load_is_a_checked_fraction():
+    from flux.worker.cpu_usage import SimulatedCpu
+
+    assert SimulatedCpu("0").busy_fraction() == 0.0
+    assert SimulatedCpu("0.25").busy_fraction() == 0.25
+    for bad in ("1.5", "-0.1", "busy", "nan"):
+        with pytest.raises(ValueError, match=r"FLUX_SIMULATED_CPU_BUSY must be a fraction from 0 to 1"):
+            SimulatedCpu(bad)

@@ -151,6 +151,12 @@ def test_gpu_memory_is_read_statically():
     assert one(body, HEADER).requests == ResourceRequest(gpu=2, gpu_memory=20 * 1024**3)
 
 
+def test_priority_is_read_statically_and_bounds_name_the_line():
+    assert one("@workflow.with_options(priority=-5)\nasync def batch(ctx): ...\n").priority == -5
+    with pytest.raises(ValueError, match=r":3: priority must be between -1000 and 1000"):
+        read("@workflow.with_options(\n    priority=2000)\nasync def batch(ctx): ...\n")
+
+
 @pytest.mark.parametrize(("body", "header", "expected"), READS)
 def test_reads_declarations(body, header, expected):
     assert one(body, header) == expected

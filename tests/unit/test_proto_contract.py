@@ -59,7 +59,7 @@ def test_a_new_commented_field_is_not_a_breaking_change(proto_copy):
         proto_copy,
         CONTROL,
         "  int64 updated_at_ms = 12;\n",
-        "  int64 updated_at_ms = 12;\n  // Scheduling priority; higher runs first.\n  int32 priority = 13;\n",
+        "  int64 updated_at_ms = 12;\n  // A note for the test; never sent.\n  string test_note = 99;\n",
     )
     result = _check(proto_copy)
     assert result.returncode == 0, result.stdout
@@ -146,8 +146,8 @@ LINT = [
         "new field without a comment",
         CONTROL,
         "  int64 updated_at_ms = 12;\n",
-        "  int64 updated_at_ms = 12;\n  int32 priority = 13;\n",
-        'Field "priority"',
+        "  int64 updated_at_ms = 12;\n  int32 test_note = 99;\n",
+        'Field "test_note"',
     ),
     (
         "message comment deleted",
@@ -160,8 +160,8 @@ LINT = [
         "field not lower_snake_case",
         CONTROL,
         "  int64 updated_at_ms = 12;\n",
-        "  int64 updated_at_ms = 12;\n  // Scheduling priority.\n  int32 schedulingPriority = 13;\n",
-        '"schedulingPriority"',
+        "  int64 updated_at_ms = 12;\n  // A note for the test.\n  int32 testNote = 99;\n",
+        '"testNote"',
     ),
     (
         "enum zero value not _UNSPECIFIED",

@@ -179,7 +179,7 @@ def test_status_text_summarises_the_fleet_and_the_queue_by_shape() -> None:
     row = lines[lines.index(header) + 1]
     assert row.split()[:3] == ["3", "2m05s", "train"]
     assert "memory=8.0 GiB gpu=2 torch>=2" in row and "role=training" in row
-    assert row.endswith("infeasible  0/1 workers can run it: 1 lacks label role=training")
+    assert row.endswith("infeasible  -          0/1 workers can run it: 1 lacks label role=training")
     assert any(line.startswith("w1 ") for line in lines)
 
 

@@ -321,3 +321,20 @@ def test_execution_context_is_generic():
     assert ctx.input == {"k": "v"}
     with pytest.raises(dataclasses.FrozenInstanceError):
         ctx.input = {}
+
+
+def test_priority_is_declared_and_bounded():
+    @workflow.with_options(priority=7)
+    async def urgent(ctx):
+        return None
+
+    assert definition_of(urgent).priority == 7
+    assert definition_of(data_processing_workflow).priority == 0
+    with pytest.raises(
+        ValueError, match=r"priority must be between -1000 and 1000 \(higher runs first\); got 1001"
+    ):
+        workflow.with_options(priority=1001)
+    with pytest.raises(TypeError, match=r"priority must be an int between -1000 and 1000 .*; got str 'high'"):
+        workflow.with_options(priority="high")
+    with pytest.raises(TypeError, match="priority must be an int"):
+        workflow.with_options(priority=True)

@@ -1,0 +1,144 @@
+"""Aging and priorities with real processes: a server, a worker process, the CLI and the gateway.
+
+Pass/fail never rests on a timing threshold: waits are bounded by eventually()
+and the client's own timeouts, and the order of dispatch is read from what
+the workflows record.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+
+from flux.auth import Role
+from flux.testing import Cluster, eventually
+from flux.v1 import control_pb2
+
+pytestmark = [pytest.mark.integration, pytest.mark.transports("grpc")]
+
+COMPLETED = control_pb2.EXECUTION_STATE_COMPLETED
+CREATED = control_pb2.EXECUTION_STATE_CREATED
+
+FAIR = """
+import asyncio
+import time
+
+from flux import ExecutionContext, workflow
+from flux.domain.resource_request import ResourceRequest
+
+
+@workflow.with_options(name="one_core", requests=ResourceRequest(cpu=1))
+async def one_core(ctx: ExecutionContext[float]):
+    started = time.time()
+    await asyncio.sleep(ctx.input or 0)
+    return {"started": started}
+
+
+@workflow.with_options(name="four_cores", requests=ResourceRequest(cpu=4), priority=-5)
+async def four_cores(ctx: ExecutionContext[None]):
+    return {"started": time.time()}
+
+
+@workflow.with_options(name="hold", requests=ResourceRequest(cpu=1))
+async def hold(ctx: ExecutionContext[float]):
+    started = time.time()
+    await asyncio.sleep(ctx.input or 0)
+    return {"started": started}
+"""
+
+
+@pytest.fixture
+def fair(
+    tmp_path: Path, request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch
+) -> Iterator[Cluster]:
+    """A server with the workflows above; ``starvation_after`` marks the test's --starvation-after.
+
+    This machine is shared: other processes' load would decide whether all of a worker's cores
+    ever look free. These tests are about reservations, so workers are told there is no foreign load.
+    """
+    monkeypatch.setenv("FLUX_SIMULATED_CPU_BUSY", "0")
+    marker = request.node.get_closest_marker("starvation_after")
+    cluster = Cluster(tmp_path)
+    try:
+        cluster.start_server("--starvation-after", marker.args[0] if marker else "30", "--safety-tick", "0.5")
+        path = tmp_path / "fair.py"
+        path.write_text(FAIR)
+        cluster.register(path)
+        yield cluster
+    finally:
+        cluster.close()
+
+
+@pytest.mark.starvation_after("1")
+def test_a_four_core_execution_is_placed_under_a_steady_one_core_stream(fair: Cluster) -> None:
+    fair.start_worker("four", "--cpus", "4", "--capacity", "16")
+    client = fair.client
+    stop = threading.Event()
+    submitted: list[str] = []
+
+    def stream() -> None:
+        # Far more one-core work than four cores get through (each runs 1 s): a backlog always waits.
+        with fair.client_for(fair.address) as feeder:
+            while not stop.wait(0.1) and len(submitted) < 400:
+                submitted.extend(feeder.run("one_core", 1.0).execution_id for _ in range(4))
+
+    feeder = threading.Thread(target=stream, daemon=True)
+    feeder.start()
+    try:
+        eventually(lambda: len(submitted) >= 12, what="the stream to start")
+        big = client.run("four_cores", None).execution_id
+        final = client.wait(big, timeout=90)
+    finally:
+        stop.set()
+        feeder.join(timeout=10)
+    assert final.state == COMPLETED, final
+    assert final.priority == -5  # the lowest priority, and still not starved
+    started_ms = json.loads(final.output_json)["started"] * 1000
+    # It did not run because the queue ran dry: one-core work submitted before it started still waits.
+    waiting = [
+        e
+        for e in (client.get(i) for i in list(submitted))
+        if e.state == CREATED and e.created_at_ms < started_ms
+    ]
+    assert waiting
+
+
+def test_a_later_higher_priority_run_goes_first_on_a_busy_worker(fair: Cluster) -> None:
+    # --starvation-after 30: the low one never waits that long here, so aging does not put it first.
+    fair.start_worker("busy", "--cpus", "1", "--capacity", "1")
+    client = fair.client
+    blocker = client.run("hold", 3.0).execution_id
+    eventually(lambda: client.get(blocker).worker == "busy", what="the blocker to be dispatched")
+    low = client.run("hold", 0).execution_id
+    cli = fair.flux("workflow", "run", "hold", "0", "--priority", "5")
+    assert cli.returncode == 0, cli.stderr
+    high = cli.stdout.strip()
+    explained = fair.flux("execution", "explain", high)
+    assert "priority 5; next in line" in explained.stdout, explained.stdout
+    listed = json.loads(fair.flux("execution", "list", "--state", "created", "--json").stdout)
+    priorities = {e["execution_id"]: e["priority"] for e in listed["executions"]}
+    assert priorities == {high: 5, low: 0}
+    table = fair.flux("execution", "list", "--state", "created").stdout
+    assert table.splitlines()[0].split()[5] == "PRIORITY"
+    done = {e.execution_id: json.loads(e.output_json) for e in fair.wait_all([blocker, low, high])}
+    assert done[high]["started"] < done[low]["started"]
+
+
+def test_priority_in_the_http_body_and_out_of_range_refused(fair: Cluster) -> None:
+    headers = {"Authorization": f"Bearer {fair.token(Role.CLIENT)}"}
+    with httpx.Client(base_url=fair.gateway_url, timeout=10, trust_env=False, headers=headers) as http:
+        accepted = http.post("/workflows/hold/run", json={"input": 0, "priority": 7})
+        assert accepted.status_code == 202, accepted.text
+        assert accepted.json()["priority"] == 7
+        refused = http.post("/workflows/hold/run", json={"input": 0, "priority": 5000})
+        assert refused.status_code == 422, refused.text
+        assert "priority" in refused.text and "1000" in refused.text
+    declared = fair.client.run("four_cores", None, wait=False)
+    assert declared.priority == -5
+    cli = fair.flux("workflow", "run", "hold", "0", "--priority", "1001")
+    assert cli.returncode != 0 and "--priority must be between -1000 and 1000" in cli.stderr
