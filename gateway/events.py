@@ -17,7 +17,6 @@ unknown execution) is an HTTP status rather than a stream that opens and dies.
 
 from __future__ import annotations
 
-import asyncio
 import json
 from collections.abc import AsyncIterator
 from typing import Annotated, Any
@@ -27,11 +26,11 @@ from fastapi import APIRouter, Header, Path, Query, Request, Response
 from sse_starlette import EventSourceResponse, ServerSentEvent
 from starlette.background import BackgroundTask
 
-from flux.errors import InvalidArgument, Unavailable
+from flux.errors import InvalidArgument
 from flux.v1 import control_pb2
 from gateway import protojson, schema
 from gateway.core import Core
-from gateway.errors import from_rpc
+from gateway.stream import first_message
 from gateway.tickets import FLEET_SCOPE, TicketParam, access_for, execution_scope
 
 router = APIRouter(tags=["streams"])
@@ -96,23 +95,6 @@ def parse_id(text: str | None) -> ExecutionEventId | None:
     return int(generation), int(step)
 
 
-async def _first(call: grpc.aio.UnaryStreamCall, timeout: float) -> Any:
-    """The stream's first message, or the core's refusal as a ``FluxError``."""
-    try:
-        first = await asyncio.wait_for(call.read(), timeout)
-    except grpc.aio.AioRpcError as exc:
-        raise from_rpc(exc) from None
-    except TimeoutError:
-        call.cancel()
-        raise Unavailable(f"the Flux core did not answer within {timeout:g}s") from None
-    except BaseException:
-        call.cancel()
-        raise
-    if first is grpc.aio.EOF:
-        raise Unavailable("the Flux core ended the stream before its first event")
-    return first
-
-
 def _execution_event(execution: control_pb2.Execution, key: ExecutionEventId) -> ServerSentEvent:
     return ServerSentEvent(data=protojson.to_json(execution), event="execution", id=format_id(key))
 
@@ -170,7 +152,7 @@ async def stream_execution(
     With ``submitted`` (run-and-stream), that state is the first event.
     """
     call = core.control.WatchExecution(control_pb2.WatchExecutionRequest(execution_id=execution_id))
-    first = await _first(call, request.app.state.settings.connect_timeout)
+    first = await first_message(call, request.app.state.settings.connect_timeout)
     if first.state >= FINISHED and after is not None and event_id(first) <= after:
         call.cancel()
         return Response(status_code=204)
@@ -241,5 +223,5 @@ async def fleet_events(request: Request, ticket: TicketParam = None) -> Response
     access = access_for(request, FLEET_SCOPE, ticket)
     core = request.app.state.core.for_caller(access.authorization)
     call = core.control.WatchFleet(control_pb2.WatchFleetRequest())
-    first = await _first(call, request.app.state.settings.connect_timeout)
+    first = await first_message(call, request.app.state.settings.connect_timeout)
     return _stream(request, _fleet(call, first), call)

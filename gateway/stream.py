@@ -14,6 +14,7 @@ import itertools
 import logging
 import time
 from collections.abc import AsyncIterator
+from typing import Any
 
 import grpc
 from sse_starlette import ServerSentEvent
@@ -36,20 +37,31 @@ async def open_stream(
     call = stub.Connect(
         worker_pb2.ConnectRequest(name=name, session_token=token), metadata=((TRANSPORT_METADATA, "sse"),)
     )
+    first = await first_message(call, timeout)
+    if first.WhichOneof("event") != "connected":
+        call.cancel()
+        raise Unavailable("the Flux core closed the stream before Connected")
+    return call, first
+
+
+async def first_message(call: StreamCall, timeout: float) -> Any:
+    """A stream's first message, or the core's refusal as a ``FluxError`` (the call is cancelled then).
+
+    Read before answering, so a refusal is an HTTP status rather than a stream that opens and dies.
+    """
     try:
         first = await asyncio.wait_for(call.read(), timeout)
     except grpc.aio.AioRpcError as exc:
         raise from_rpc(exc) from None
     except TimeoutError:
         call.cancel()
-        raise Unavailable(f"the Flux core did not open the stream within {timeout:g}s") from None
+        raise Unavailable(f"the Flux core did not answer within {timeout:g}s") from None
     except BaseException:
         call.cancel()
         raise
-    if first is grpc.aio.EOF or first.WhichOneof("event") != "connected":
-        call.cancel()
-        raise Unavailable("the Flux core closed the stream before Connected")
-    return call, first
+    if first is grpc.aio.EOF:
+        raise Unavailable("the Flux core ended the stream before its first event")
+    return first
 
 
 def _frame(event: worker_pb2.WorkerEvent, event_id: int) -> ServerSentEvent:
