@@ -169,7 +169,7 @@ class HeaderAuth:
         found = bearer_token(raw.decode("latin-1")) if raw is not None else ""
         token = found or ""
         if found and (len(found) > MAX_TOKEN_CHARS or not found.isascii() or not found.isprintable()):
-            raise Unauthenticated(f"invalid {guard.role.value} token")
+            raise Unauthenticated(f"invalid {guard.role.value if guard.role else 'api or worker'} token")
         if guard.role is None:
             return await self._either(scope, token, found)
         refusal = await self._verdict(scope, guard.role, token)

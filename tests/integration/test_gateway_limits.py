@@ -246,6 +246,20 @@ def test_a_second_server_on_a_busy_port_ends_in_one_line(server: Cluster) -> Non
     assert len(_grpc_status(server).workers) == 0
 
 
+def test_tickets_take_either_token_from_the_headers_and_refuse_a_bad_one_by_name(server: Cluster) -> None:
+    url = server.gateway_url + "/tickets"
+    body = {"scope": "fleet"}
+    huge = httpx.post(url, json=body, headers={"Authorization": "Bearer " + "x" * 5000}, trust_env=False)
+    assert huge.status_code == 401 and huge.json()["error"]["message"] == "invalid api or worker token"
+    missing = httpx.post(url, json=body, trust_env=False)
+    assert missing.status_code == 401 and missing.headers["www-authenticate"] == 'Bearer realm="flux"'
+    api = {"Authorization": f"Bearer {server.token(Role.CLIENT)}"}
+    assert httpx.post(url, json=body, headers=api, trust_env=False).status_code == 200
+    # The worker token passes the header check; the route then says a fleet ticket needs the api token.
+    worker = {"Authorization": f"Bearer {server.token(Role.WORKER)}"}
+    assert httpx.post(url, json=body, headers=worker, trust_env=False).status_code == 403
+
+
 def test_openapi_documents_bearer_schemes_and_the_refusals(server: Cluster) -> None:
     spec = httpx.get(server.gateway_url + "/openapi.json", trust_env=False).json()
     schemes = spec["components"]["securitySchemes"]
