@@ -143,6 +143,11 @@ SELECT * FROM claimed
 # Submissions, requeues and results always wait for the flush: they are promises.
 _RELAXED = "SET LOCAL synchronous_commit = off"
 
+# How long a request waits for a pooled connection (seconds; psycopg_pool's default is 30).
+# Past it the request is answered UNAVAILABLE, which callers retry: while PostgreSQL restarts
+# they hear so in seconds, instead of their own deadline passing first.
+POOL_WAIT = 5.0
+
 
 def _row(e: Execution, owner: str) -> tuple[object, ...]:
     held = e.state in (State.SCHEDULED, State.RUNNING)
@@ -157,12 +162,15 @@ class _Claim:
 
 
 class PostgresStore(Store):
+    # AdminShutdown (a restart), a connection dropped or refused, the pool's PoolTimeout.
+    unavailable = (psycopg.OperationalError,)
+
     def __init__(self, url: str, replica_id: str, address: str = "", pool_size: int = 8):
         self.url = url
         self.replica_id = replica_id
         self.address = address
         self._pool = AsyncConnectionPool(
-            url, min_size=2, max_size=pool_size, open=False, kwargs={"autocommit": True}
+            url, min_size=2, max_size=pool_size, open=False, kwargs={"autocommit": True}, timeout=POOL_WAIT
         )
         self._writer: psycopg.AsyncConnection[Any] | None = None
         self._listener: psycopg.AsyncConnection[Any] | None = None
