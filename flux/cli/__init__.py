@@ -156,6 +156,12 @@ def build_parser() -> argparse.ArgumentParser:
         f"work that fits beside it is placed (default {defaults.STARVATION_AFTER:g}; 0 turns aging off)",
     )  # fmt: skip
     server.add_argument(
+        "--dispatch-retention", type=arguments.seconds_or_zero("--dispatch-retention"),
+        default=defaults.DISPATCH_RETENTION, metavar="S",
+        help="with --db postgresql://: seconds the dispatches log keeps the rows of a finished execution "
+        f"(default {defaults.DISPATCH_RETENTION:g}, 7 days; 0 keeps them all)",
+    )  # fmt: skip
+    server.add_argument(
         "--http-port", type=arguments.whole_number("--http-port"), default=defaults.HTTP_PORT,
         help=f"HTTP/SSE gateway port on the same --host (default {defaults.HTTP_PORT}; 0 picks one)",
     )  # fmt: skip
@@ -413,6 +419,7 @@ def _start_server(args: argparse.Namespace) -> int:
             grace_period=args.grace_period,
             safety_tick=args.safety_tick,
             starvation_after=args.starvation_after,
+            dispatch_retention=args.dispatch_retention,
             ping_interval=args.ping_interval,
             server_id=uuid.uuid4().hex[:12],
             max_pending=args.max_pending,
