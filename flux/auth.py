@@ -3,9 +3,10 @@
 Workers present the worker token, clients the API token, both as
 ``authorization: Bearer <token>`` (gRPC metadata or HTTP header). Tokens come
 from a flag, the environment (``FLUX_WORKER_TOKEN``, ``FLUX_API_TOKEN``) or a
-file; a server with none generates both on first start, prints them once and
-keeps them under ``./.flux/`` readable by its owner only, where clients and
-workers started in the same directory find them. Comparisons are constant-time
+file; a server with none generates both on first start and keeps them under
+``./.flux/`` readable by its owner only (it prints where, not what; ``flux
+token show`` prints them), where clients and workers started in the same
+directory find them. Comparisons are constant-time
 and tokens never reach a log line.
 """
 

@@ -24,6 +24,8 @@ SAFETY_TICK = 5.0  # seconds between full placement passes, besides the event-dr
 PING_INTERVAL = 15.0  # seconds an idle worker stream waits before a ping
 # Seconds the oldest execution of a shape waits before it gets a nominated worker (0: never).
 STARVATION_AFTER = 30.0
+# Seconds the PostgreSQL ``dispatches`` log keeps the rows of a finished execution (0: forever).
+DISPATCH_RETENTION = 7 * 86400.0
 
 # Admission and caps (issue: nobody without a token can exhaust the core).
 MAX_PENDING = 500_000

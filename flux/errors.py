@@ -53,6 +53,10 @@ class Unimplemented(FluxError):
     """No such operation: an rpc this server lacks, or an HTTP method a route does not take."""
 
 
+class Internal(FluxError):
+    """A fault of the server's own, not a refusal of the request: its log has the traceback."""
+
+
 # error type -> (gRPC status code name, HTTP status); names, so that no grpc import is needed here.
 STATUS: dict[type[FluxError], tuple[str, int]] = {
     InvalidArgument: ("INVALID_ARGUMENT", 422),
@@ -65,6 +69,7 @@ STATUS: dict[type[FluxError], tuple[str, int]] = {
     Unavailable: ("UNAVAILABLE", 503),
     # 405 rather than 501: over HTTP it is the method of an existing route that is wrong.
     Unimplemented: ("UNIMPLEMENTED", 405),
+    Internal: ("INTERNAL", 500),
 }
 
 # Answers the HTTP server gives before a request reaches the app (no route ran, so no
@@ -75,7 +80,25 @@ BEFORE_THE_APP: dict[int, str] = {
     503: "UNAVAILABLE",  # the connection cap is reached
 }
 
-_BY_GRPC_CODE = {code: error for error, (code, _) in STATUS.items()}
+# The way back, for callers. A fault on the server's side is not the caller's to fix, and gRPC
+# itself answers INTERNAL for some cut streams: callers see it as Unavailable, and retry.
+_BY_GRPC_CODE = {code: error for error, (code, _) in STATUS.items() if error is not Internal}
+
+
+def refusal(exc: Exception, unavailable: tuple[type[BaseException], ...] = ()) -> FluxError:
+    """Any error a request handler raised, as the domain error it is answered with.
+
+    Domain errors stand for themselves. ``unavailable`` names the errors that mean the store
+    cannot be reached right now (its driver's connection errors: a database restarting, a
+    pool timing out): those are ``Unavailable``, which callers retry. Anything else is a fault
+    of the server's own: ``Internal``, with the error's type in the message.
+    """
+    if isinstance(exc, FluxError):
+        return exc
+    reason = f"{type(exc).__name__}: {str(exc).strip() or 'no message'}".replace("\n", " ")
+    if isinstance(exc, unavailable):
+        return Unavailable(f"the database is unavailable ({reason}); retry")
+    return Internal(f"internal error ({reason}); the server's log has the details")
 
 
 def status_of(error: FluxError) -> tuple[grpc.StatusCode, int]:
@@ -98,7 +121,7 @@ def from_http_status(status: int, message: str) -> FluxError:
     if status == 400:
         return InvalidArgument(message)
     for error, (_, http_status) in STATUS.items():
-        if http_status == status:
+        if http_status == status and error is not Internal:  # as in _BY_GRPC_CODE: retried
             return error(message)
     return (Unavailable if status >= 500 else InvalidArgument)(message)
 

@@ -53,6 +53,7 @@ class TemporaryPostgres:
         self.url = os.environ.get(ENV_URL, "")
         self._directory: Path | None = None
         self._as: list[str] = []
+        self._options = ""  # pg_ctl's -o for this server: its port and settings, reused by resume()
 
     def __enter__(self) -> TemporaryPostgres:
         if not self.url:
@@ -70,7 +71,8 @@ class TemporaryPostgres:
             )
 
     def _start(self) -> None:
-        initdb, pg_ctl = _binary("initdb"), _binary("pg_ctl")
+        initdb = _binary("initdb")
+        _binary("pg_ctl")  # missing, it fails here, before anything is created
         self._directory = Path(tempfile.mkdtemp(prefix="flux-pg-"))
         if os.geteuid() == 0:
             shutil.chown(self._directory, "postgres")
@@ -83,14 +85,36 @@ class TemporaryPostgres:
             if not self.durable:
                 options += " -c fsync=off"
             try:
-                self._run(
-                    pg_ctl, "-D", str(data), "-o", options, "-l", str(self._directory / "log"), "-w", "start"
-                )
+                self._pg_ctl_start(options)
             except RuntimeError:
                 continue  # the port was taken in between; try another
+            self._options = options
             self.url = f"postgresql://postgres@127.0.0.1:{port}/postgres"
             return
         raise RuntimeError(f"PostgreSQL did not start; see {self._directory / 'log'}")
+
+    def _pg_ctl_start(self, options: str) -> None:
+        assert self._directory is not None
+        data, log = self._directory / "data", self._directory / "log"
+        self._run(_binary("pg_ctl"), "-D", str(data), "-o", options, "-l", str(log), "-w", "start")
+
+    def _own(self, what: str) -> Path:
+        if self._directory is None:
+            raise RuntimeError(f"{what} needs a server this object started, not {ENV_URL}'s")
+        return self._directory
+
+    def pause(self) -> None:
+        """Stop the server as an administrator restarting it would, keeping its data (and port).
+
+        Sessions are ended with ``AdminShutdown`` and new connections refused until ``resume``.
+        """
+        data = self._own("pause") / "data"
+        self._run(_binary("pg_ctl"), "-D", str(data), "-m", "fast", "-w", "stop")
+
+    def resume(self) -> None:
+        """Start a paused server again on the same port, with the same data."""
+        self._own("resume")
+        self._pg_ctl_start(self._options)
 
     def database(self) -> str:
         """A fresh, empty database on this server; returns its URL."""

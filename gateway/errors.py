@@ -4,7 +4,8 @@ A gRPC status from the core becomes the domain error it stands for
 (``from_grpc_code``), then the HTTP status the same table gives it; the body
 is ``{"error": {"code": "NOT_FOUND", "message": "..."}}`` where ``code`` is
 the gRPC status name, which tells apart refusals that share an HTTP status
-(409 is both ALREADY_EXISTS and FAILED_PRECONDITION).
+(409 is both ALREADY_EXISTS and FAILED_PRECONDITION). Any other error a route
+raises is INTERNAL (500) in the same shape (``flux.errors.refusal``).
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from flux.errors import (
     Unavailable,
     from_grpc_code,
     from_http_status,
+    refusal,
     status_of,
 )
 
@@ -67,6 +69,12 @@ def install(app: FastAPI) -> None:
     @app.exception_handler(grpc.aio.AioRpcError)
     async def rpc_error(request: Request, exc: grpc.aio.AioRpcError) -> JSONResponse:
         return error_response(from_rpc(exc))
+
+    @app.exception_handler(Exception)
+    async def unexpected(request: Request, exc: Exception) -> JSONResponse:
+        # Anything else a route raised: answered INTERNAL in the same shape (Starlette then logs
+        # the traceback), never a bare text 500.
+        return error_response(refusal(exc))
 
     @app.exception_handler(RequestValidationError)
     async def invalid(request: Request, exc: RequestValidationError) -> JSONResponse:

@@ -116,7 +116,8 @@ class StatusCollector(Collector):
         requeues = CounterMetricFamily(
             "flux_requeues",
             "Executions sent back to CREATED, by reason: released (by their worker), worker_lost "
-            "(grace period over), ack_deadline (dispatch not claimed in time).",
+            "(grace period over), ack_deadline (dispatch not claimed in time), stream_overflowed "
+            "(unclaimed on a stream cut for falling behind).",
             labels=["reason"],
         )
         for reason, count in sorted(counters.requeued.items()):

@@ -156,6 +156,12 @@ def build_parser() -> argparse.ArgumentParser:
         f"work that fits beside it is placed (default {defaults.STARVATION_AFTER:g}; 0 turns aging off)",
     )  # fmt: skip
     server.add_argument(
+        "--dispatch-retention", type=arguments.seconds_or_zero("--dispatch-retention"),
+        default=defaults.DISPATCH_RETENTION, metavar="S",
+        help="with --db postgresql://: seconds the dispatches log keeps the rows of a finished execution "
+        f"(default {defaults.DISPATCH_RETENTION:g}, 7 days; 0 keeps them all)",
+    )  # fmt: skip
+    server.add_argument(
         "--http-port", type=arguments.whole_number("--http-port"), default=defaults.HTTP_PORT,
         help=f"HTTP/SSE gateway port on the same --host (default {defaults.HTTP_PORT}; 0 picks one)",
     )  # fmt: skip
@@ -325,6 +331,10 @@ def build_parser() -> argparse.ArgumentParser:
     forget.add_argument("name", metavar="NAME", help="the worker's registered name")
     forget.set_defaults(run=_forget_worker)
 
+    from flux.cli import tokens
+
+    tokens.add_command(commands)
+
     status = with_server(commands.add_parser("status", help="the fleet and the pending queue at a glance"))
     status.add_argument("--json", action="store_true", help="print one JSON object")
     status.set_defaults(run=_cluster_status)
@@ -409,6 +419,7 @@ def _start_server(args: argparse.Namespace) -> int:
             grace_period=args.grace_period,
             safety_tick=args.safety_tick,
             starvation_after=args.starvation_after,
+            dispatch_retention=args.dispatch_retention,
             ping_interval=args.ping_interval,
             server_id=uuid.uuid4().hex[:12],
             max_pending=args.max_pending,
@@ -433,16 +444,14 @@ def _start_server(args: argparse.Namespace) -> int:
 
 
 def _server_tokens(args: argparse.Namespace):  # type: ignore[no-untyped-def]
-    from flux.auth import Role, Tokens, server_token
+    from flux.auth import STATE_DIR, Role, Tokens, server_token
+    from flux.cli.tokens import generated_line
 
     worker, new_worker = server_token(Role.WORKER, args.worker_token, args.worker_token_file)
     api, new_api = server_token(Role.CLIENT, args.api_token, args.api_token_file)
-    for role, token, new in ((Role.WORKER, worker, new_worker), (Role.CLIENT, api, new_api)):
-        if new:  # printed once, on the start that created it; never logged
-            logs.emit(
-                f"generated {role.value} token (kept in .flux/{role.filename}, owner-only): {token}",
-                sys.stderr, "WARNING",
-            )  # fmt: skip
+    for role, new in ((Role.WORKER, new_worker), (Role.CLIENT, new_api)):
+        if new:  # where it was written, never the token: log collectors keep this output
+            logs.emit(generated_line(role, STATE_DIR / role.filename), sys.stderr, "WARNING")
     return Tokens(worker=worker, api=api)
 
 

@@ -256,7 +256,7 @@ def workers_text(workers: Sequence[control_pb2.WorkerInfo], now_ms: int) -> str:
 # ---------------------------------------------------------------------- flux status
 
 REASON_ORDER = ("busy", "infeasible", "no_worker")
-REQUEUE_ORDER = ("released", "worker_lost", "ack_deadline")
+REQUEUE_ORDER = ("released", "worker_lost", "ack_deadline", "stream_overflowed")
 
 
 def requests_text(r: Any) -> str:

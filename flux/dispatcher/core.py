@@ -410,6 +410,10 @@ class Dispatcher:
         self.registry.disconnect(session)
         entry = self.registry.get(session.worker)
         if entry is not None and entry.session is None:
+            if session.overflowed:  # what it never read is gone: back in line now, placed elsewhere
+                shapes = housekeeping.requeue_unread(self, entry)
+                if shapes:
+                    self.place(shapes)
             self.fleet.disconnected(entry)
 
     def report(

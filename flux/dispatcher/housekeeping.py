@@ -107,6 +107,31 @@ def lose_worker(d: Dispatcher, entry: WorkerEntry, why: str) -> list[Shape]:
     return list(shapes)
 
 
+def requeue_unread(d: Dispatcher, entry: WorkerEntry) -> list[Shape]:
+    """Requeue now what a worker holds unclaimed: its stream was cut for falling behind.
+
+    The events it had not read were dropped with the stream, so waiting for the ack
+    deadline would only delay work that may never have reached it. A dispatch it did read
+    and claims after all is refused (it is no longer on that worker, or under a newer
+    generation) and the worker drops it. Claimed work stays: it runs, and the grace period
+    covers a worker that does not come back.
+    """
+    shapes: dict[Shape, None] = {}
+    count = 0
+    for execution_id in list(entry.holdings):
+        execution = d.table.get(execution_id)
+        if execution is None or execution.state is not State.SCHEDULED or execution.worker != entry.name:
+            continue  # claimed (running), or a claim of the database still in flight (a replica's binder)
+        requeued = requeue(d, execution, entry, next_attempt=False)
+        d.events.requeued(execution, requeued, Requeue.STREAM_OVERFLOWED)
+        count += 1
+        if requeued.state is State.CREATED:
+            shapes[d.catalogue.shape_of(requeued)] = None
+    if count:
+        log.warning("requeued %d unclaimed dispatches of worker %s at once", count, entry.name)
+    return list(shapes)
+
+
 def expire(d: Dispatcher, now: float) -> bool:
     """Requeue dispatches past their ack deadline and the work of workers past their grace period."""
     changed = False

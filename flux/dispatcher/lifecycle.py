@@ -50,6 +50,7 @@ class Requeue(StrEnum):
     RELEASED = "released"  # its worker gave it back (draining, shutting down)
     WORKER_LOST = "worker_lost"  # its worker's stream stayed gone past the grace period
     ACK_DEADLINE = "ack_deadline"  # a dispatch was not claimed within the ack deadline
+    STREAM_OVERFLOWED = "stream_overflowed"  # unclaimed on a stream cut for falling behind
 
 
 REQUEUE_REASONS = tuple(Requeue)

@@ -201,7 +201,7 @@ class WorkerRegistry:
     def disconnect(self, session: Session) -> None:
         if session.overflowed:
             log.warning(
-                "worker %s stopped reading its stream; closed it, its unread dispatches expire",
+                "worker %s stopped reading its stream; closed it, its unclaimed dispatches go back in line",
                 session.worker,
             )
         session.close()

@@ -40,7 +40,7 @@ _CLOSE = object()
 
 # Events one stream may have waiting. A reader that falls this far behind (a
 # stalled SSE client, a wedged worker) is cut off rather than growing server
-# memory; what it never read is recovered by the ack deadline.
+# memory; what it never claimed goes back in line when the stream ends (Dispatcher.disconnect).
 MAX_BUFFERED_EVENTS = 1024
 
 

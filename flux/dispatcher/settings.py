@@ -31,3 +31,6 @@ class Settings:
     # Aging (--starvation-after): seconds the oldest execution of a shape waits before it is
     # nominated a worker; 0 turns aging off.
     starvation_after: float = defaults.STARVATION_AFTER
+    # Replicas on PostgreSQL (--dispatch-retention): seconds the dispatches log keeps the rows
+    # of an execution after it finished; 0 keeps them all.
+    dispatch_retention: float = defaults.DISPATCH_RETENTION

@@ -31,6 +31,8 @@ log = logging.getLogger("flux.replica")
 HEARTBEAT = 1.0
 # A replica silent this long is presumed dead (its workers' streams are gone with it).
 REPLICA_TIMEOUT = 5.0
+# Seconds between prunings of the dispatches log (sooner when the retention is shorter).
+PRUNE_EVERY = 300.0
 
 
 class SharedFleet:
@@ -43,6 +45,7 @@ class SharedFleet:
         self.tasks = tasks
         self.binder = binder
         self._loop: asyncio.Task[None] | None = None
+        self._retention: asyncio.Task[None] | None = None
 
     def attach(self, d: Dispatcher) -> None:
         self.d = d
@@ -55,7 +58,10 @@ class SharedFleet:
         await self.store.cluster.announce(address)
 
     async def start(self) -> None:
-        self._loop = asyncio.get_running_loop().create_task(self._heartbeat_loop())
+        loop = asyncio.get_running_loop()
+        self._loop = loop.create_task(self._heartbeat_loop())
+        if self.d.settings.dispatch_retention > 0:
+            self._retention = loop.create_task(self._retention_loop(self.d.settings.dispatch_retention))
 
     async def entries(self) -> list[WorkerEntry]:
         local = self.d.registry.sorted()
@@ -190,8 +196,26 @@ class SharedFleet:
             except Exception:  # the next heartbeat tries again; a missed one only ages us
                 log.exception("replica heartbeat failed")
 
+    async def _retention_loop(self, retention: float) -> None:
+        """Keep the dispatches log bounded: drop the rows of executions finished ``retention`` ago.
+
+        Apart from the heartbeat, so that a long first pruning never delays it past REPLICA_TIMEOUT.
+        """
+        every = min(PRUNE_EVERY, retention)
+        while True:
+            await asyncio.sleep(every)
+            before = self.d.clock() - retention
+            try:
+                pruned = await self.store.prune_dispatches(before)
+            except Exception as exc:  # the database away: the rows wait for the next round
+                log.warning("pruning the dispatches log failed (%s); trying again in %gs", exc, every)
+                continue
+            if pruned:
+                log.info("pruned %d dispatches of executions finished over %gs ago", pruned, retention)
+
     async def stop(self) -> None:
-        if self._loop is not None:
-            self._loop.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._loop
+        for task in (self._loop, self._retention):
+            if task is not None:
+                task.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await task

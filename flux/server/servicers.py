@@ -1,6 +1,8 @@
 """Thin gRPC servicers: convert, call the dispatcher, convert back.
 
-Domain errors become status codes through ``flux.errors.STATUS`` only.
+Errors become status codes through ``flux.errors.STATUS`` only: domain errors as
+they are, the store's "database unreachable" as UNAVAILABLE, anything else INTERNAL
+(``flux.errors.refusal``).
 """
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ from flux.dispatcher.listing import execution_query, page_token
 from flux.dispatcher.session import Scheduled
 from flux.domain.execution import ExecutionError
 from flux.domain.worker import WorkerSoftware
-from flux.errors import FluxError, InvalidArgument, status_of
+from flux.errors import FluxError, Internal, InvalidArgument, refusal, status_of
 from flux.observe.fleet import Change
 from flux.observe.status import StatusBoard
 from flux.server import convert
@@ -31,14 +33,30 @@ log = logging.getLogger("flux.server")
 R = TypeVar("R")
 
 
+def _refused(dispatcher: Dispatcher, exc: Exception) -> FluxError:
+    """What a handler's error is answered with (``flux.errors.refusal``), logged as it deserves."""
+    error = refusal(exc, dispatcher.store.unavailable)
+    if isinstance(error, Internal):
+        log.error("a request failed", exc_info=exc)
+    elif error is not exc:  # the store's: one line, not a traceback per request while it restarts
+        log.warning("a request met an unavailable store: %s", error)
+    return error
+
+
+async def _abort(dispatcher: Dispatcher, context: grpc.aio.ServicerContext, exc: Exception) -> None:
+    error = _refused(dispatcher, exc)
+    await context.abort(status_of(error)[0], str(error))
+
+
 def _unary(handler: Callable[..., Awaitable[R]]) -> Callable[..., Awaitable[R]]:
+    # Every error becomes a status through the one table: never grpc's UNKNOWN, never a bare
+    # driver exception. The handlers themselves never abort, so nothing caught here is an abort.
     @functools.wraps(handler)
     async def wrapper(self: Any, request: Any, context: grpc.aio.ServicerContext) -> R:
         try:
             return await handler(self, request, context)
-        except FluxError as exc:
-            code, _ = status_of(exc)
-            await context.abort(code, str(exc))
+        except Exception as exc:
+            await _abort(self.dispatcher, context, exc)
             raise  # unreachable: abort raises
 
     return wrapper
@@ -66,9 +84,10 @@ class WorkerService(worker_pb2_grpc.WorkerServiceServicer):
     ) -> AsyncIterator[worker_pb2.WorkerEvent]:
         try:
             session = self.dispatcher.connect(request.name, request.session_token, _transport(context))
-        except FluxError as exc:
-            await context.abort(status_of(exc)[0], str(exc))
+        except Exception as exc:
+            await _abort(self.dispatcher, context, exc)
             return
+        failed: Exception | None = None
         try:
             settings = self.dispatcher.settings
             yield worker_pb2.WorkerEvent(
@@ -84,9 +103,13 @@ class WorkerService(worker_pb2_grpc.WorkerServiceServicer):
                     # A large input waits in the store, not in RAM: read it on its way out.
                     event = Scheduled(await self.dispatcher.with_input(event.execution), event.requests)
                 yield convert.event_to_proto(event)
+        except Exception as exc:  # e.g. the store unavailable while an input is read
+            failed = exc
         finally:
             # Runs on client cancel, server shutdown, or takeover: the core learns the stream is gone.
             self.dispatcher.disconnect(session)
+        if failed is not None:
+            await _abort(self.dispatcher, context, failed)
 
     @_unary
     async def ReportResources(
@@ -187,8 +210,8 @@ class ControlService(control_pb2_grpc.ControlServiceServicer):
         try:
             async for execution in self.dispatcher.watch(request.execution_id):
                 yield convert.execution_to_proto(execution)
-        except FluxError as exc:
-            await context.abort(status_of(exc)[0], str(exc))
+        except Exception as exc:
+            await _abort(self.dispatcher, context, exc)
 
     async def WatchFleet(
         self, request: control_pb2.WatchFleetRequest, context: grpc.aio.ServicerContext

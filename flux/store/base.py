@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 
 from flux.domain.execution import Execution
 from flux.domain.workflow import WorkflowRecord
+from flux.errors import Unavailable
 
 __all__ = [
     "Conflict", "ExecutionQuery", "PendingRef", "Recovered", "Store", "StoreError", "WorkerIdentity",
@@ -66,8 +67,11 @@ class Recovered:
     next_seq: int = 1
 
 
-class StoreError(RuntimeError):
-    """The database cannot be used: unreachable, a bad URL, or a schema newer than this Flux."""
+class StoreError(Unavailable, RuntimeError):
+    """The database cannot be used: unreachable, a bad URL, or a schema newer than this Flux.
+
+    An ``Unavailable``: a request that meets it is answered UNAVAILABLE (503), which callers retry.
+    """
 
 
 class Conflict(Exception):
@@ -102,6 +106,11 @@ class WorkerRecord:
 
 
 class Store(abc.ABC):
+    # The driver's errors that mean the database cannot be reached right now (restarting, a
+    # dropped connection, a pool timing out): requests that meet one are answered UNAVAILABLE
+    # through flux.errors.refusal, not as a fault of the server's own.
+    unavailable: tuple[type[BaseException], ...] = ()
+
     @abc.abstractmethod
     async def open(self) -> Recovered:
         """Create or migrate the schema and return the state to resume from."""

@@ -72,10 +72,13 @@ log = logging.getLogger("flux.store.postgres")
 # 2: workflows.runtime (added to a version 1 database on open).
 # 3: workflows.priority and executions.priority (added on open; older rows get 0).
 SCHEMA_VERSION = 3
-# pg_advisory locks are keyed by a bigint; Flux's three are "FLUX" and the two after it
+# pg_advisory locks are keyed by a bigint; Flux's four are "FLUX" and the three after it
 # (the second, SWEEP_LOCK, is postgres_cluster.py's).
 MIGRATION_LOCK = 0x464C5558  # schema creation and migration, on open
 WORKFLOWS_LOCK = 0x464C555A  # registrations take the next version one at a time
+PRUNE_LOCK = 0x464C555B  # one replica at a time deletes old dispatches
+# Dispatch rows one pruning transaction deletes at most: short transactions, short locks.
+PRUNE_BATCH = 5000
 
 SCHEMA = f"""
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
@@ -104,6 +107,7 @@ CREATE INDEX IF NOT EXISTS executions_by_workflow ON executions (workflow_name, 
 CREATE TABLE IF NOT EXISTS dispatches (
     execution_id TEXT NOT NULL, generation BIGINT NOT NULL, worker TEXT NOT NULL, replica TEXT NOT NULL,
     at DOUBLE PRECISION NOT NULL, PRIMARY KEY (execution_id, generation));
+CREATE INDEX IF NOT EXISTS dispatches_at ON dispatches (at);
 """
 
 
@@ -136,12 +140,27 @@ WITH wanted AS (
 SELECT * FROM claimed
 """
 
+# Retention: the dispatches of executions that finished before a cutoff. A finished execution
+# was last written when it finished, after each of its dispatches, so the rows are old too:
+# the index on ``at`` finds the candidates without reading the whole log.
+_PRUNE = f"""
+DELETE FROM dispatches WHERE (execution_id, generation) IN (
+    SELECT d.execution_id, d.generation FROM dispatches d JOIN executions e USING (execution_id)
+    WHERE d.at < %(before)s AND e.state >= {FINISHED} AND e.updated_at < %(before)s
+    LIMIT %(batch)s)
+"""
+
 # Claims and claim marks (RUNNING) commit without waiting for the WAL flush. If
 # PostgreSQL itself crashes, such a commit can be lost, which is as if it never
 # happened: the row is still pending, or still SCHEDULED, and the worker's result
 # is refused by generation or redispatched, which at-least-once execution allows.
 # Submissions, requeues and results always wait for the flush: they are promises.
 _RELAXED = "SET LOCAL synchronous_commit = off"
+
+# How long a request waits for a pooled connection (seconds; psycopg_pool's default is 30).
+# Past it the request is answered UNAVAILABLE, which callers retry: while PostgreSQL restarts
+# they hear so in seconds, instead of their own deadline passing first.
+POOL_WAIT = 5.0
 
 
 def _row(e: Execution, owner: str) -> tuple[object, ...]:
@@ -157,12 +176,15 @@ class _Claim:
 
 
 class PostgresStore(Store):
+    # AdminShutdown (a restart), a connection dropped or refused, the pool's PoolTimeout.
+    unavailable = (psycopg.OperationalError,)
+
     def __init__(self, url: str, replica_id: str, address: str = "", pool_size: int = 8):
         self.url = url
         self.replica_id = replica_id
         self.address = address
         self._pool = AsyncConnectionPool(
-            url, min_size=2, max_size=pool_size, open=False, kwargs={"autocommit": True}
+            url, min_size=2, max_size=pool_size, open=False, kwargs={"autocommit": True}, timeout=POOL_WAIT
         )
         self._writer: psycopg.AsyncConnection[Any] | None = None
         self._listener: psycopg.AsyncConnection[Any] | None = None
@@ -417,6 +439,25 @@ class PostgresStore(Store):
         for claim in claims:
             if not claim.future.done():
                 claim.future.set_result({i: claimed[i] for i, _, _ in claim.dispatches if i in claimed})
+
+    async def prune_dispatches(self, before: float, batch: int = PRUNE_BATCH) -> int:
+        """Delete the dispatch rows of executions finished before ``before`` (epoch seconds).
+
+        In transactions of at most ``batch`` rows; returns how many went, 0 also when another
+        replica is pruning right now.
+        """
+        pruned = 0
+        while True:
+            async with self._pool.connection() as db, db.transaction():
+                locked = await (
+                    await db.execute("SELECT pg_try_advisory_xact_lock(%s)", (PRUNE_LOCK,))
+                ).fetchone()
+                if not locked or not locked[0]:
+                    return pruned
+                deleted = max((await db.execute(_PRUNE, {"before": before, "batch": batch})).rowcount, 0)
+            pruned += deleted
+            if deleted < batch:
+                return pruned
 
     async def insert_dispatched(self, execution: Execution) -> None:
         """Store a new execution already claimed by this replica (it was never pending)."""

@@ -67,6 +67,9 @@ ON CONFLICT (execution_id) DO UPDATE SET
 
 
 class SqliteStore(Store):
+    # "database is locked" past the busy timeout, a disk I/O error, a file that went away.
+    unavailable = (sqlite3.OperationalError,)
+
     def __init__(self, path: str | Path):
         self.path = Path(path)
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="flux-sqlite")

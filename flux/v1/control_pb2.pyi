@@ -1209,7 +1209,9 @@ class LifecycleCounters(_message.Message):
     def requeued(self) -> _containers.ScalarMap[_builtins.str, _builtins.int]:
         """Returns to CREATED by reason: "released" (the worker gave it back),
         "worker_lost" (its worker's grace period ran out), "ack_deadline" (a dispatch
-        was not claimed in time). Every reason is present, zero when none.
+        was not claimed in time), "stream_overflowed" (a dispatch not yet claimed on a
+        stream the server cut because its reader fell behind). Every reason is present,
+        zero when none.
         """
 
     def __init__(

@@ -106,3 +106,16 @@ def test_explain_shows_how_many_are_queued_ahead() -> None:
     assert render.explanation_text(queued).splitlines()[1] == "waiting for capacity; priority 5; next in line"
     placed = control_pb2.Explanation(execution_id="e1", state=control_pb2.EXECUTION_STATE_RUNNING)
     assert render.explanation_dict(placed)["queued_ahead"] is None
+
+
+def test_dispatch_retention_defaults_to_a_week_and_names_itself_when_bad(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    from flux import defaults
+
+    parser = build_parser()
+    assert parser.parse_args(["start", "server"]).dispatch_retention == defaults.DISPATCH_RETENTION == 604800
+    assert parser.parse_args(["start", "server", "--dispatch-retention", "0"]).dispatch_retention == 0
+    with pytest.raises(SystemExit):
+        parser.parse_args(["start", "server", "--dispatch-retention", "a week"])
+    assert "--dispatch-retention must be a number of seconds; got 'a week'" in capsys.readouterr().err

@@ -1128,19 +1128,30 @@ async def test_watch_of_a_finished_execution_yields_once(flux):
 # ---- limits ----------------------------------------------------------------------------------------
 
 
-async def test_a_stream_that_falls_behind_is_cut_off_and_its_work_recovered(flux):
+async def test_a_stream_that_falls_behind_is_cut_off_and_its_unread_work_requeued_at_once(flux):
     from flux.dispatcher import session as session_module
 
     await flux.workflow()
     w = await flux.worker(capacity=4096)
-    w.session._limit = 3  # a reader that never reads
+    running = await flux.run()
+    w.claim(running)
+    w.session._limit = 3  # from here on, a reader that never reads
     ids = [await flux.run() for _ in range(5)]
     assert w.session.closed and w.session.overflowed
     assert session_module.MAX_BUFFERED_EVENTS >= 1024
+    unclaimed = flux.holdings("w1") - {running}
+    assert len(unclaimed) == 3 and {flux.state(i) for i in unclaimed} == {SCHEDULED}  # then it took no more
     w.disconnect()
-    # Nothing it never read is lost: the ack deadline returns every dispatch to CREATED.
-    flux.expire(ACK + 1)
+    # Its unread dispatches went with the stream: back in line now, not after the ack deadline.
     assert {flux.state(i) for i in ids} == {CREATED}
+    assert flux.holdings("w1") == {running} and flux.state(running) is RUNNING  # claimed: its grace period
+    assert flux.d.events.counters.requeued["stream_overflowed"] == 3
+    with pytest.raises(FailedPrecondition):
+        w.claim(
+            sorted(unclaimed)[0], generation=1
+        )  # read before the cut after all: refused, it is not its any more
+    reader = await flux.worker("w2", capacity=16)
+    assert sorted(reader.scheduled()) == sorted(ids)
 
 
 @pytest.mark.parametrize(

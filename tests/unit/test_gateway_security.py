@@ -170,3 +170,29 @@ def test_large_strings_convert_as_json_format_would_but_directly() -> None:
         protojson.from_dict(
             {"filename": 7, "source": "x" * (DIRECT_STRING_CHARS + 1)}, control_pb2.RegisterWorkflowRequest()
         )
+
+
+async def test_a_route_that_raises_something_else_answers_internal_in_the_same_shape() -> None:
+    import httpx
+    from fastapi import FastAPI
+
+    from gateway.errors import install
+
+    app = FastAPI()
+    install(app)
+
+    @app.get("/broken")
+    async def broken() -> None:
+        raise KeyError("worker")
+
+    # Starlette answers through the handler, then re-raises for the server's log: not ours to see here.
+    transport = httpx.ASGITransport(app=app, raise_app_exceptions=False)
+    async with httpx.AsyncClient(transport=transport, base_url="http://gateway") as client:
+        answer = await client.get("/broken")
+    assert answer.status_code == 500
+    assert answer.json() == {
+        "error": {
+            "code": "INTERNAL",
+            "message": "internal error (KeyError: 'worker'); the server's log has the details",
+        }
+    }

@@ -171,7 +171,8 @@ def test_status_text_summarises_the_fleet_and_the_queue_by_shape() -> None:
     assert lines[3] == "pending     4 (1 busy, 3 infeasible, 0 no worker)"
     assert "120 completed" in lines[4] and "since the core started 1h00m ago" in lines[4]
     assert lines[5] == (
-        "activity    123 placements, 3 requeued (1 released, 0 worker lost, 2 ack deadline), 5 stream reconnects"
+        "activity    123 placements, 3 requeued (1 released, 0 worker lost, 2 ack deadline, 0 stream overflowed), "
+        "5 stream reconnects"
     )
     assert "submit->dispatched p50 <=1 ms p99 <=10 ms" in lines[6]
     header = next(line for line in lines if line.startswith("COUNT"))
