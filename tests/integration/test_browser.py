@@ -20,7 +20,7 @@ from typing import Any
 import pytest
 
 from flux.auth import Role
-from flux.testing import Cluster
+from flux.testing import Cluster, eventually
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(180)]
 
@@ -112,8 +112,11 @@ async function tryEverything(base, token) {
 
 
 class _Page(http.server.BaseHTTPRequestHandler):
+    # What this origin serves; a test may set it once it knows the gateway's address.
+    pages: dict[int, str] = {}
+
     def do_GET(self) -> None:  # noqa: N802 - the stdlib's name
-        body = PAGE.encode()
+        body = self.pages.get(self.server.server_address[1], PAGE).encode()
         self.send_response(200)
         self.send_header("Content-Type", "text/html; charset=utf-8")
         self.send_header("Content-Length", str(len(body)))
@@ -182,6 +185,41 @@ def test_a_page_is_a_worker_with_its_own_eventsource(cluster_for: Cluster, page:
     page.wait_for_function("window.outputs.length === 1", timeout=30_000)  # its complete call returned
     assert page.evaluate("window.outputs") == [{"from": "browser", "input": {"n": 7}}]
     assert page.evaluate("window.errors") == []
+
+
+def _readme_page() -> str:
+    """The "From a browser" section's page, exactly as the README shows it."""
+    readme = (Path(__file__).parents[2] / "README.md").read_text()
+    section = readme[readme.index("### From a browser") :]
+    return section[
+        section.index("```html\n") + len("```html\n") : section.index("\n```", section.index("```html"))
+    ]
+
+
+def test_the_readme_page_is_a_worker(cluster_for: Cluster, site: str, browser: Any) -> None:
+    cluster = cluster_for
+    html = _readme_page()
+    assert 'const base = "http://127.0.0.1:8080"' in html
+    # Only the address differs from the README: the test's gateway listens on a port of its own.
+    served = html.replace("http://127.0.0.1:8080", cluster.gateway_url)
+    context = browser.new_context()
+    try:
+        page = context.new_page()
+        page.on("dialog", lambda dialog: dialog.accept(cluster.token(Role.WORKER)))  # prompt("worker token")
+        # The allowed origin serves the README's file (a page from loopback may call loopback).
+        port = int(site.rsplit(":", 1)[1])
+        _Page.pages[port] = served
+        page.goto(f"{site}/")
+        eventually(
+            lambda: any(w.name == "browser-1" and w.connected for w in cluster.client.workers().workers),
+            what="the README page's worker to connect",
+        )
+        execution = cluster.run("echo", "World", timeout=60)
+        assert json.loads(execution.output_json) == {"greeting": "Hello from a browser, World!"}
+        assert execution.worker == "browser-1"
+    finally:
+        _Page.pages.clear()
+        context.close()
 
 
 def test_a_page_watches_an_execution_through_a_reconnect(tmp_path: Path, site: str, page: Any) -> None:
