@@ -505,8 +505,9 @@ def _start_worker(args: argparse.Namespace) -> int:
     from flux.worker.process import WorkerProcess, run
     from flux.worker.runtime import Refused, WorkerConfig
 
-    try:  # checked before anything starts, so a bad value is one line
-        SimulatedCpu(os.environ.get(SimulatedCpu.ENV) or "0")
+    cpu_busy = os.environ.get(SimulatedCpu.ENV)
+    try:  # read before anything starts, so a bad value is one line
+        simulated_cpu = SimulatedCpu(cpu_busy) if cpu_busy else None
     except ValueError as exc:
         _error(str(exc))
         return 1
@@ -520,6 +521,7 @@ def _start_worker(args: argparse.Namespace) -> int:
         credentials=Credentials.for_role(Role.WORKER, args.worker_token, args.ca, args.worker_token_file),
         caps=Caps(cpus=args.cpus, memory=args.memory, gpus=args.gpus, disk=args.disk),
         disk_path=args.disk_path,
+        cpu_observer=simulated_cpu,
     )
     try:
         asyncio.run(run(config))

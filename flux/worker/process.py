@@ -14,8 +14,8 @@ from dataclasses import dataclass, field
 from flux import defaults
 from flux.auth import Credentials
 from flux.observe import logs
-from flux.worker.cpu_usage import SimulatedCpu
 from flux.worker.gpu import SimulatedGpuReader
+from flux.worker.cpu_usage import CpuObserver
 from flux.worker.probe import Caps, ResourceProbe
 from flux.worker.runtime import WorkerConfig, WorkerRuntime
 from flux.worker.transport import WorkerTransport
@@ -31,6 +31,8 @@ class WorkerProcess:
     # What to advertise at most (--cpus, --memory, --gpus, --disk), below what is measured.
     caps: Caps = field(default_factory=Caps)
     disk_path: str = defaults.DISK_PATH
+    # How busy the host is with foreign load; None measures it (FLUX_SIMULATED_CPU_BUSY describes it).
+    cpu_observer: CpuObserver | None = None
 
 
 def _transport(config: WorkerProcess) -> WorkerTransport:
@@ -45,14 +47,12 @@ def _transport(config: WorkerProcess) -> WorkerTransport:
 
 async def run(config: WorkerProcess) -> None:
     """Serve until SIGINT or SIGTERM (then drain); raises ``Refused`` when the server refuses us for good."""
-    # Tests, demos and benchmarks: GPUs without a device, foreign CPU load described, not measured.
-    simulated = os.environ.get(SimulatedGpuReader.ENV)
-    cpu_busy = os.environ.get(SimulatedCpu.ENV)
+    simulated = os.environ.get(SimulatedGpuReader.ENV)  # tests and demos: GPUs without a device
     probe = ResourceProbe(
         config.caps,
         disk_path=config.disk_path,
         gpu_readers=[SimulatedGpuReader(simulated)] if simulated else None,
-        cpu_observer=SimulatedCpu(cpu_busy) if cpu_busy else None,
+        cpu_observer=config.cpu_observer,
     )
     runtime = WorkerRuntime(config.worker, _transport(config), probe)
     loop = asyncio.get_running_loop()

@@ -396,3 +396,14 @@ def test_workers_list_shows_a_connected_worker_as_seen_now(cluster: Cluster) -> 
     status = json.loads(cluster.flux("status", "--json").stdout)  # dated by the server's own clock
     [steady] = [w for w in status["workers"] if w["name"] == "steady"]
     assert status["now_ms"] - steady["last_seen_ms"] <= 1_000  # the housekeeping step is at most 1 s
+
+
+def test_a_bad_simulated_cpu_load_ends_the_worker_in_one_line(tmp_path: Path) -> None:
+    env = {**_without_tokens(), "FLUX_SIMULATED_CPU_BUSY": "2"}
+    result = subprocess.run(
+        [sys.executable, "-m", "flux", "start", "worker", "w", "--server", "127.0.0.1:1"],
+        cwd=tmp_path, env=env, capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert result.returncode == 1
+    assert result.stderr.startswith("error: FLUX_SIMULATED_CPU_BUSY must be a fraction from 0 to 1")
+    assert "Traceback" not in result.stderr
