@@ -14,8 +14,8 @@ from dataclasses import dataclass, field
 from flux import defaults
 from flux.auth import Credentials
 from flux.observe import logs
-from flux.worker.gpu import SimulatedGpuReader
 from flux.worker.cpu_usage import CpuObserver
+from flux.worker.gpu import SimulatedGpuReader
 from flux.worker.probe import Caps, ResourceProbe
 from flux.worker.runtime import WorkerConfig, WorkerRuntime
 from flux.worker.transport import WorkerTransport
