@@ -150,13 +150,13 @@ def build_parser() -> argparse.ArgumentParser:
         help=argparse.SUPPRESS,
     )
     server.add_argument(
-        "--starvation-after", type=arguments.seconds_or_zero("--starvation-after"),
+        "--starvation-after", type=arguments.seconds("--starvation-after", zero_turns_off=True),
         default=defaults.STARVATION_AFTER, metavar="S",
         help="seconds the oldest execution of a shape may wait before it gets a nominated worker, where only "
         f"work that fits beside it is placed (default {defaults.STARVATION_AFTER:g}; 0 turns aging off)",
     )  # fmt: skip
     server.add_argument(
-        "--dispatch-retention", type=arguments.seconds_or_zero("--dispatch-retention"),
+        "--dispatch-retention", type=arguments.seconds("--dispatch-retention", zero_turns_off=True),
         default=defaults.DISPATCH_RETENTION, metavar="S",
         help="with --db postgresql://: seconds the dispatches log keeps the rows of a finished execution "
         f"(default {defaults.DISPATCH_RETENTION:g}, 7 days; 0 keeps them all)",

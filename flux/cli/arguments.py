@@ -59,27 +59,18 @@ def label(text: str) -> tuple[str, str]:
         raise argparse.ArgumentTypeError(str(exc)) from None
 
 
-def seconds(flag: str):  # type: ignore[no-untyped-def]
+def seconds(flag: str, zero_turns_off: bool = False):  # type: ignore[no-untyped-def]
+    """A finite number of seconds, > 0; or >= 0 where 0 turns the feature off."""
+
     def parse(text: str) -> float:
         try:
             value = float(text)
         except ValueError:
             raise argparse.ArgumentTypeError(f"{flag} must be a number of seconds; got {text!r}") from None
-        if not value > 0:
-            raise argparse.ArgumentTypeError(f"{flag} must be > 0 seconds; got {text}")
-        return value
-
-    return parse
-
-
-def seconds_or_zero(flag: str):  # type: ignore[no-untyped-def]
-    def parse(text: str) -> float:
-        try:
-            value = float(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"{flag} must be a number of seconds; got {text!r}") from None
-        if not 0 <= value < float("inf"):
+        if zero_turns_off and not 0 <= value < float("inf"):
             raise argparse.ArgumentTypeError(f"{flag} must be >= 0 seconds (0 turns it off); got {text}")
+        if not zero_turns_off and not 0 < value < float("inf"):
+            raise argparse.ArgumentTypeError(f"{flag} must be > 0 seconds; got {text}")
         return value
 
     return parse

@@ -119,3 +119,22 @@ def test_dispatch_retention_defaults_to_a_week_and_names_itself_when_bad(
     with pytest.raises(SystemExit):
         parser.parse_args(["start", "server", "--dispatch-retention", "a week"])
     assert "--dispatch-retention must be a number of seconds; got 'a week'" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    ("flag", "value", "error"),
+    [
+        ("--ack-deadline", "0", "--ack-deadline must be > 0 seconds; got 0"),
+        ("--ack-deadline", "inf", "--ack-deadline must be > 0 seconds; got inf"),
+        ("--grace-period", "nan", "--grace-period must be > 0 seconds; got nan"),
+        ("--starvation-after", "-1", "--starvation-after must be >= 0 seconds (0 turns it off); got -1"),
+        ("--starvation-after", "inf", "--starvation-after must be >= 0 seconds (0 turns it off); got inf"),
+    ],
+)
+def test_seconds_are_finite_and_zero_only_where_it_turns_something_off(
+    capsys: pytest.CaptureFixture[str], flag: str, value: str, error: str
+) -> None:
+    with pytest.raises(SystemExit):
+        build_parser().parse_args(["start", "server", flag, value])
+    assert error in capsys.readouterr().err
+    assert build_parser().parse_args(["start", "server", "--starvation-after", "0"]).starvation_after == 0.0
