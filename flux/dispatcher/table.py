@@ -139,13 +139,16 @@ class ExecutionTable:
         execution: Execution,
         done: Callable[[], None] | None = None,
         failed: Callable[[BaseException], None] | None = None,
-    ) -> None:
-        """Write ``execution`` in the next batch; ``done`` runs once it is committed."""
+    ) -> asyncio.Future[None]:
+        """Write ``execution`` in the next batch; ``done`` runs once it is committed.
+
+        Returns the write, for a caller that must wait for it (its outcome is handled here).
+        """
         if execution.state.finished and done is None:
             done = lambda: self.committed(execution)  # noqa: E731 - the commit rule for a final state
-        self.store.save(execution).add_done_callback(
-            lambda future: self._saved(execution, future, done, failed)
-        )
+        written = self.store.save(execution)
+        written.add_done_callback(lambda future: self._saved(execution, future, done, failed))
+        return written
 
     def _saved(
         self,
