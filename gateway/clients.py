@@ -39,10 +39,7 @@ _WHY = {
 
 
 def _refusals(*statuses: int) -> dict[int | str, dict[str, object]]:
-    return {
-        status: {"model": schema.ErrorBody, "description": _WHY[status]}
-        for status in sorted({401, 403, *statuses, 422, 503})
-    }
+    return schema.refusals({status: _WHY[status] for status in {401, 403, *statuses, 422, 503}})
 
 
 def _timeout(request: Request) -> float:

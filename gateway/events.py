@@ -58,16 +58,15 @@ FLEET_EVENTS_DOC = (
     "`input_json`/`output_json`). Each `data` is that message with `at_ms` (when the core saw the change, Unix ms) added. `id` counts up from 1 per connection; the feed does not replay, "
     "so a reconnect starts again with `workers`."
 )
-_REFUSALS: dict[int | str, dict[str, Any]] = {
-    status: {"model": schema.ErrorBody, "description": what}
-    for status, what in {
+_REFUSALS = schema.refusals(
+    {
         401: "no credentials, or the ticket is unknown, expired or already used",
         403: "the token cannot watch this, or the ticket is for another stream",
         404: "unknown execution",
         422: "invalid path, query or Last-Event-ID",
         503: "the core is unreachable",
-    }.items()
-}
+    }
+)
 
 
 def event_id(execution: control_pb2.Execution) -> ExecutionEventId:

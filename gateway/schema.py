@@ -201,3 +201,8 @@ class TicketResponse(BaseModel):
     scope: str = Field(description="what it opens, e.g. `worker:gpu-1`, `execution:ID`, `fleet`")
     expires_in_s: float = Field(description="seconds left to open the stream")
     url: str = Field(description="the stream's path with the ticket, relative to this gateway")
+
+
+def refusals(why: dict[int, str]) -> dict[int | str, dict[str, Any]]:
+    """OpenAPI ``responses`` for the refusals a route gives: each status, why, and the one error body."""
+    return {status: {"model": ErrorBody, "description": what} for status, what in sorted(why.items())}

@@ -162,17 +162,16 @@ _PATHS = {
 @router.post(
     "/tickets",
     response_model=schema.TicketResponse,
-    responses={
-        status: {"model": schema.ErrorBody, "description": what}
-        for status, what in {
+    responses=schema.refusals(
+        {
             401: "no credentials, or they are not valid",
             403: "these credentials cannot open that stream",
             404: "unknown execution",
             422: "invalid body",
             413: "too many unexpired tickets on this gateway (RESOURCE_EXHAUSTED)",
             503: "the core is unreachable",
-        }.items()
-    },
+        }
+    ),
 )
 async def mint(body: schema.TicketRequest, request: Request) -> JSONResponse:
     """A single-use ticket that opens one stream as `?ticket=`, for clients that cannot set headers.

@@ -37,9 +37,8 @@ router = APIRouter(
     prefix="/workers", tags=["workers"], dependencies=[Depends(WORKER_BEARER)], route_class=OffLoopJSONRoute
 )
 
-_REFUSALS = {
-    status: {"model": schema.ErrorBody, "description": what}
-    for status, what in {
+_REFUSALS = schema.refusals(
+    {
         401: "no worker token or session token, or a worker token that is not valid",
         403: "the API token instead of the worker token, or a session token that does not match the worker",
         404: "unknown worker or execution",
@@ -47,8 +46,8 @@ _REFUSALS = {
         413: "the body is over the size limit",
         422: "invalid body or path",
         503: "the core is unreachable",
-    }.items()
-}
+    }
+)
 
 WorkerName = Annotated[str, Path(description="registered worker name", max_length=63)]
 ExecutionId = Annotated[str, Path(max_length=128)]
