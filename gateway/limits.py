@@ -72,9 +72,13 @@ class BodyLimit:
             {
                 "type": "http.response.start",
                 "status": status,
+                # The rest of the body is never read, so this connection cannot carry another
+                # request: a kept-alive client would otherwise send its next request after bytes
+                # the server takes for the body (or for an oversized head).
                 "headers": [
                     (b"content-type", b"application/json"),
                     (b"content-length", str(len(payload)).encode()),
+                    (b"connection", b"close"),
                 ],
             }
         )
