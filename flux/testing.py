@@ -191,6 +191,19 @@ class Cluster:
         with contextlib.closing(sqlite3.connect(self.workdir / self.db)) as db:
             return db.execute(sql, params).fetchall()
 
+    def execute(self, sql: str, *params: object) -> None:
+        """Change the cluster's store behind the server's back (a fault to recover from)."""
+        if "://" in self.db:
+            import psycopg
+
+            with psycopg.connect(self.db) as db:
+                db.execute(sql.replace("?", "%s"), params)
+            return
+        import sqlite3
+
+        with contextlib.closing(sqlite3.connect(self.workdir / self.db)) as db, db:
+            db.execute(sql, params)
+
     def client_for(self, address: str) -> FluxClient:
         """A client of one particular server (replica); the caller closes it."""
         return FluxClient(address, timeout=10, credentials=self.credentials(Role.CLIENT))

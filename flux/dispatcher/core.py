@@ -97,6 +97,7 @@ class Dispatcher:
             self.events,
             lambda entry, why: housekeeping.lose_worker(self, entry, why),
             self.place,
+            self.table.generation_of,
         )
         self.queue = PendingQueue()
         # Nominated workers for executions waiting past --starvation-after (pure; kept across passes).

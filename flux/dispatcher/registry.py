@@ -69,6 +69,7 @@ class WorkerRegistry:
         events: Lifecycle,
         lose: Callable[[WorkerEntry, str], list[Shape]],
         place: Callable[..., int],
+        generation_of: Callable[[str], int],
     ):
         self.store = store
         self.settings = settings
@@ -76,6 +77,7 @@ class WorkerRegistry:
         self.events = events
         self._lose = lose
         self._place = place
+        self._generation_of = generation_of
         self.entries: dict[str, WorkerEntry] = {}
         # How an unknown name is refused; a replica says "not connected here" (the worker retries).
         self.unknown: Callable[[str], Exception] = lambda name: NotFound(
@@ -189,7 +191,7 @@ class WorkerRegistry:
         entry = self.authorize(name, session_token)
         if entry.session is not None:
             entry.session.close()  # the same worker reconnecting takes over its own stream
-        session = Session(name, transport, tuple(entry.holdings))
+        session = Session(name, transport, {i: self._generation_of(i) for i in entry.holdings})
         entry.session, entry.transport = session, transport
         entry.disconnected_at, entry.draining = None, False
         entry.ever_connected = True

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass
 
 from flux.domain.execution import Execution
@@ -47,10 +47,12 @@ MAX_BUFFERED_EVENTS = 1024
 class Session:
     """One connected stream of one worker. Replaced, not reused, on reconnect."""
 
-    def __init__(self, worker: str, transport: str, held: tuple[str, ...], limit: int = MAX_BUFFERED_EVENTS):
+    def __init__(
+        self, worker: str, transport: str, held: Mapping[str, int], limit: int = MAX_BUFFERED_EVENTS
+    ):
         self.worker = worker
         self.transport = transport
-        # Executions the core believes this worker holds, sent in Connected.
+        # Executions the core believes this worker holds, with their generations, sent in Connected.
         self.held = held
         self.closed = False
         # Monotonic time of the last event pushed; idle streams get a Ping.

@@ -62,6 +62,11 @@ class ExecutionTable:
         """The live state of an unfinished execution."""
         return self.unfinished.get(execution_id)
 
+    def generation_of(self, execution_id: str) -> int:
+        """The current generation of an unfinished execution; 0 if it is not here."""
+        execution = self.unfinished.get(execution_id)
+        return execution.generation if execution is not None else 0
+
     def values(self) -> Iterator[Execution]:
         return iter(self.unfinished.values())
 

@@ -96,6 +96,10 @@ class WorkerService(worker_pb2_grpc.WorkerServiceServicer):
                     server_id=settings.server_id,
                     ping_interval_ms=int(settings.ping_interval * 1000),
                     held_execution_ids=list(session.held),
+                    held=[
+                        worker_pb2.HeldExecution(execution_id=i, generation=g)
+                        for i, g in session.held.items()
+                    ],
                 )
             )
             async for event in session.events():

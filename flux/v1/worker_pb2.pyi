@@ -193,6 +193,7 @@ class Connected(_message.Message):
     SERVER_ID_FIELD_NUMBER: _builtins.int
     PING_INTERVAL_MS_FIELD_NUMBER: _builtins.int
     HELD_EXECUTION_IDS_FIELD_NUMBER: _builtins.int
+    HELD_FIELD_NUMBER: _builtins.int
     worker_name: _builtins.str
     """The worker's registered name."""
     server_id: _builtins.str
@@ -205,6 +206,13 @@ class Connected(_message.Message):
         reconnect); anything else the worker runs is stale.
         """
 
+    @_builtins.property
+    def held(self) -> _containers.RepeatedCompositeFieldContainer[Global___HeldExecution]:
+        """The same executions with the generation each was dispatched under: one
+        the worker no longer runs (its claim answer was lost, say) it releases,
+        quoting that generation, instead of leaving it RUNNING with nobody on it.
+        """
+
     def __init__(
         self,
         *,
@@ -212,14 +220,41 @@ class Connected(_message.Message):
         server_id: _builtins.str = ...,
         ping_interval_ms: _builtins.int = ...,
         held_execution_ids: _abc.Iterable[_builtins.str] | None = ...,
+        held: _abc.Iterable[Global___HeldExecution] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["held_execution_ids", b"held_execution_ids", "ping_interval_ms", b"ping_interval_ms", "server_id", b"server_id", "worker_name", b"worker_name"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["held", b"held", "held_execution_ids", b"held_execution_ids", "ping_interval_ms", b"ping_interval_ms", "server_id", b"server_id", "worker_name", b"worker_name"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___Connected: _TypeAlias = Connected  # noqa: Y015
+
+@_typing.final
+class HeldExecution(_message.Message):
+    """An execution the server believes a worker holds, and under which generation."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    EXECUTION_ID_FIELD_NUMBER: _builtins.int
+    GENERATION_FIELD_NUMBER: _builtins.int
+    execution_id: _builtins.str
+    """Execution id."""
+    generation: _builtins.int
+    """Generation of its dispatch; Release must quote it."""
+    def __init__(
+        self,
+        *,
+        execution_id: _builtins.str = ...,
+        generation: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["execution_id", b"execution_id", "generation", b"generation"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___HeldExecution: _TypeAlias = HeldExecution  # noqa: Y015
 
 @_typing.final
 class WorkflowRef(_message.Message):

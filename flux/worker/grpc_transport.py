@@ -66,6 +66,12 @@ def dispatch_from_proto(message: worker_pb2.ExecutionScheduled) -> Dispatch:
     )
 
 
+def connected_from_proto(message: worker_pb2.Connected) -> Connected:
+    held = dict.fromkeys(message.held_execution_ids, 0)
+    held.update((h.execution_id, h.generation) for h in message.held)
+    return Connected(message.server_id, held)
+
+
 def complete_request(
     generation: int, output_json: str | None, error: ExecutionError | None, resources: WorkerResources | None
 ) -> worker_pb2.CompleteRequest:
@@ -159,7 +165,7 @@ class GrpcTransport(WorkerTransport):
                     c = event.execution_cancelled
                     yield Cancel(c.execution_id, c.generation, c.reason)
                 elif kind == "connected":
-                    yield Connected(event.connected.server_id, tuple(event.connected.held_execution_ids))
+                    yield connected_from_proto(event.connected)
                 elif kind == "ping":
                     yield Heartbeat()
         except grpc.aio.AioRpcError as exc:

@@ -16,6 +16,7 @@ import json
 import logging
 import random
 import traceback
+from collections.abc import Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -178,7 +179,7 @@ class WorkerRuntime:
                 self._cancel(event)
             elif isinstance(event, Connected):
                 backoff.reset()
-                self._reconcile(set(event.held_execution_ids))
+                self._reconcile(event.held)
                 self.connected.set()
                 log.info("connected to %s as %s", event.server_id, self.config.name)
 
@@ -199,10 +200,15 @@ class WorkerRuntime:
     # ----------------------------------------------------------------- events
 
     def _start(self, dispatch: Dispatch) -> None:
-        if dispatch.execution_id in self._running:
-            return  # a duplicate frame of something already running
+        stale = self._running.get(dispatch.execution_id)
+        if stale is not None:
+            if stale.dispatch.generation >= dispatch.generation:
+                return  # a duplicate frame of something already running
+            # Requeued while we were away and dispatched here again: the old try is fenced off.
+            stale.cancelled_by_server = True
+            stale.task.cancel()
         if self._stopping.is_set():
-            asyncio.create_task(self._release(dispatch, "worker draining"))
+            asyncio.create_task(self._release(dispatch.execution_id, dispatch.generation, "worker draining"))
             return
         task = asyncio.create_task(self._execute(dispatch), name=f"execution-{dispatch.execution_id}")
         self._running[dispatch.execution_id] = Running(dispatch, task)
@@ -214,33 +220,69 @@ class WorkerRuntime:
             running.cancelled_by_server = True
             running.task.cancel()
 
-    def _reconcile(self, held: set[str]) -> None:
-        """After a reconnect, stop work the server no longer believes is ours (it was requeued)."""
+    def _reconcile(self, held: Mapping[str, int]) -> None:
+        """After a reconnect, make the server's view and ours agree.
+
+        Work the server no longer believes is ours was requeued: stop it. Work it believes
+        is ours that we do not run (a claim whose answer was lost as the server died, a
+        dispatch frame lost with the old stream) would stay RUNNING with nobody on it, and
+        no grace period ends for a worker that is back: release it, so it runs elsewhere now.
+        """
         for execution_id, running in list(self._running.items()):
-            if execution_id not in held:
+            if held.get(execution_id) not in (running.dispatch.generation, 0):
                 log.warning("execution %s was reassigned while disconnected; abandoning it", execution_id)
                 running.cancelled_by_server = True
                 running.task.cancel()
+        for execution_id, generation in held.items():
+            if execution_id not in self._running and generation:
+                log.warning("the server believes execution %s is running here; releasing it", execution_id)
+                asyncio.create_task(
+                    self._release(execution_id, generation, "not running on this worker after a reconnect")
+                )
 
     # ----------------------------------------------------------------- executions
 
     async def _execute(self, dispatch: Dispatch) -> None:
         execution_id = dispatch.execution_id
         try:
-            try:
-                await self.transport.claim(self.config.name, self.token, execution_id, dispatch.generation)
-            except (FailedPrecondition, NotFound, PermissionDenied) as exc:
-                log.info("claim of %s refused: %s", execution_id, exc)
+            if not await self._claim(dispatch):
                 return
             output_json, error = await self._invoke(dispatch)
             await self._deliver(dispatch, output_json, error)
         except asyncio.CancelledError:
             running = self._running.get(execution_id)
-            if running is None or not running.cancelled_by_server:
+            if running is None or running.dispatch is dispatch and not running.cancelled_by_server:
                 # Drain timed out: hand the execution back so another worker runs it.
-                await asyncio.shield(self._release(dispatch, "worker stopped before finishing"))
+                await asyncio.shield(
+                    self._release(execution_id, dispatch.generation, "worker stopped before finishing")
+                )
         finally:
-            self._running.pop(execution_id, None)
+            running = self._running.get(execution_id)
+            if running is not None and running.dispatch is dispatch:  # not a newer dispatch of it
+                del self._running[execution_id]
+
+    async def _claim(self, dispatch: Dispatch) -> bool:
+        """Claim, retrying while the control plane is unreachable; False when refused.
+
+        Giving up on an unreachable server would drop work the server may already have
+        recorded as claimed (its answer lost as it died). A retried claim of a RUNNING
+        execution is accepted, and a reconnect's Connected cancels the try if the server
+        no longer holds it for us.
+        """
+        backoff = Backoff(self.config.backoff_initial, self.config.backoff_max)
+        while True:
+            try:
+                await self.transport.claim(
+                    self.config.name, self.token, dispatch.execution_id, dispatch.generation
+                )
+                return True
+            except Unavailable as exc:
+                delay = backoff.next()
+                log.warning("could not claim %s (%s); retrying in %.2fs", dispatch.execution_id, exc, delay)
+                await asyncio.sleep(delay)
+            except (FailedPrecondition, NotFound, PermissionDenied) as exc:
+                log.info("claim of %s refused: %s", dispatch.execution_id, exc)
+                return False
 
     async def _invoke(self, dispatch: Dispatch) -> tuple[str | None, ExecutionError | None]:
         try:
@@ -303,13 +345,11 @@ class WorkerRuntime:
                 log.warning("result of %s refused: %s", dispatch.execution_id, exc)
                 return
 
-    async def _release(self, dispatch: Dispatch, reason: str) -> None:
+    async def _release(self, execution_id: str, generation: int, reason: str) -> None:
         try:
-            await self.transport.release(
-                self.config.name, self.token, dispatch.execution_id, dispatch.generation, reason
-            )
+            await self.transport.release(self.config.name, self.token, execution_id, generation, reason)
         except FluxError as exc:
-            log.info("release of %s not accepted: %s", dispatch.execution_id, exc)
+            log.info("release of %s not accepted: %s", execution_id, exc)
 
     async def _fetch_source(self, source_hash: str) -> tuple[str, str]:
         return await self.transport.get_source(self.config.name, self.token, source_hash)

@@ -34,10 +34,9 @@ from flux.errors import (
     from_grpc_code,
 )
 from flux.v1 import worker_pb2
-from flux.worker.grpc_transport import complete_request, dispatch_from_proto
+from flux.worker.grpc_transport import complete_request, connected_from_proto, dispatch_from_proto
 from flux.worker.transport import (
     Cancel,
-    Connected,
     Heartbeat,
     Registration,
     WorkerEvent,
@@ -94,8 +93,7 @@ def _event(kind: str, data: str) -> WorkerEvent | None:
         c = _parse(data, worker_pb2.ExecutionCancelled())
         return Cancel(c.execution_id, c.generation, c.reason)
     if kind == "connected":
-        c = _parse(data, worker_pb2.Connected())
-        return Connected(c.server_id, tuple(c.held_execution_ids))
+        return connected_from_proto(_parse(data, worker_pb2.Connected()))
     if kind == "ping":
         return Heartbeat()
     return None  # an event this worker does not know yet

@@ -9,7 +9,7 @@ again later", the others for refusals.
 from __future__ import annotations
 
 import abc
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass
 
 from flux.domain.execution import ExecutionError, WorkflowRef
@@ -30,7 +30,9 @@ class Registration:
 @dataclass(frozen=True, slots=True)
 class Connected:
     server_id: str
-    held_execution_ids: tuple[str, ...]
+    # What the server believes this worker holds: execution id -> generation (0 when an older
+    # server sent only the ids, so the worker can abandon the rest but release none of them).
+    held: Mapping[str, int]
 
 
 @dataclass(frozen=True, slots=True)

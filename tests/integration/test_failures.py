@@ -87,6 +87,32 @@ def test_server_killed_under_submissions_loses_nothing_and_records_once(cluster:
         assert json.loads(final.output_json)["attempt"] == final.attempt
 
 
+def test_work_the_server_wrongly_believes_a_returning_worker_runs_is_released_and_runs(
+    cluster: Cluster,
+) -> None:
+    # The state a claim leaves when the server records it and dies before the worker hears
+    # back: the store says RUNNING on a worker that does not run it. The worker comes back
+    # within its grace period, so only Connected (what the server believes it holds, with
+    # generations) can set this right: the worker releases what it does not run.
+    cluster.start_worker("keeper")
+    assert cluster.flux("worker", "pause", "keeper").returncode == 0
+    execution = cluster.run("echo", "orphan", wait=False)
+    assert cluster.client.get(execution.execution_id).state == control_pb2.EXECUTION_STATE_CREATED
+    cluster.kill_server()
+    cluster.execute(
+        "UPDATE executions SET state=?, worker='keeper', generation=1 WHERE execution_id=?",
+        RUNNING,
+        execution.execution_id,
+    )
+    cluster.restart_server("--grace-period", "600")
+    eventually(lambda: cluster.worker_connected("keeper"), what="keeper back")
+    # On SQLite the pause ended with the process; PostgreSQL keeps it: resume either way.
+    assert cluster.flux("worker", "resume", "keeper").returncode == 0
+    final = cluster.client.wait(execution.execution_id, timeout=30)
+    assert final.state == COMPLETED and final.worker == "keeper"
+    assert json.loads(final.output_json) == {"input": "orphan", "worker": "keeper"}
+
+
 def test_restart_keeps_queued_work_queued(cluster: Cluster) -> None:
     ids = [cluster.run("echo", i, wait=False).execution_id for i in range(5)]
     cluster.kill_server()

@@ -744,7 +744,7 @@ async def test_reconnect_within_the_grace_period_keeps_the_work(flux):
     w.disconnect()
     flux.expire(GRACE - 0.01)
     session = w.connect()
-    assert set(session.held) == {running, scheduled}
+    assert session.held == {running: flux.get(running).generation, scheduled: flux.get(scheduled).generation}
     # Long past the grace period counted from the drop, still before the ack deadline.
     assert flux.expire(ACK - GRACE) is False
     assert flux.get(running).state is RUNNING and flux.get(running).attempt == 1
@@ -792,7 +792,7 @@ async def test_register_with_own_token_keeps_identity_and_holdings(flux):
     entry = flux.d.registry.entries["w1"]
     assert set(entry.holdings) == {execution_id}
     assert (dict(entry.labels), entry.capacity, entry.resources.cpu_total) == ({"role": "b"}, 4, 8)
-    assert w.connect().held == (execution_id,)
+    assert w.connect().held == {execution_id: flux.get(execution_id).generation}
     assert flux.state(execution_id) is RUNNING
 
 
@@ -1031,7 +1031,7 @@ async def test_restart_recovers_queue_and_running_work(worker_returns):
             )
             assert await two.d.register_worker(registration) == w.token  # the token survived
             w.d = two.d
-            assert w.connect().held == (running,)
+            assert w.connect().held == {running: 1}
             assert two.expire(GRACE * 10) is False
             assert two.state(running) is RUNNING
             assert (await w.complete(running, '"ok"', generation=1)).state is COMPLETED

@@ -62,7 +62,13 @@ def test_events_parse_from_their_json_data() -> None:
     cancelled = _event("execution_cancelled", '{"execution_id": "e", "generation": "7", "reason": "r"}')
     assert cancelled == Cancel("e", 7, "r")
     hello = _event("connected", '{"server_id": "s", "held_execution_ids": ["a"], "added_later": 1}')
-    assert hello == Connected("s", ("a",))
+    assert hello == Connected("s", {"a": 0})  # an older server: ids without generations
+    hello = _event(
+        "connected",
+        '{"server_id": "s", "held_execution_ids": ["a", "b"],'
+        ' "held": [{"execution_id": "a", "generation": "3"}, {"execution_id": "b", "generation": "1"}]}',
+    )
+    assert hello == Connected("s", {"a": 3, "b": 1})
     assert _event("ping", "{}") == Heartbeat()
     assert _event("something_new", "{}") is None
 
