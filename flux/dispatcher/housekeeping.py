@@ -171,6 +171,7 @@ class Housekeeper:
     def __init__(self, d: Dispatcher):
         self.d = d
         self.last_full_pass = 0.0
+        self.last_save_retry = 0.0
         self.task: asyncio.Task[None] | None = None
 
     def start(self) -> None:
@@ -187,6 +188,9 @@ class Housekeeper:
         if expire(d, now) or now - self.last_full_pass >= s.safety_tick:
             self.last_full_pass = now
             d.place()
+        if d.table.unsaved and now - self.last_save_retry >= s.safety_tick:
+            self.last_save_retry = now
+            log.info("writing %d executions whose last store write failed again", d.table.save_unsaved())
         keep_alive(d, now)
 
     async def _run(self) -> None:

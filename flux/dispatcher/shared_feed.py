@@ -164,5 +164,11 @@ class SharedFeed:
             await asyncio.sleep(self.d.settings.safety_tick)
             try:
                 await self.resync()
+            except self.d.store.unavailable as exc:  # the database away: the next tick tries again
+                log.warning(
+                    "rereading the shared queue failed, the database is unavailable (%s); retrying in %gs",
+                    exc,
+                    self.d.settings.safety_tick,
+                )
             except Exception:  # the next tick tries again
                 log.exception("rereading the shared queue failed")

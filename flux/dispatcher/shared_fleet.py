@@ -193,7 +193,13 @@ class SharedFleet:
                     swept = await self.store.cluster.sweep(REPLICA_TIMEOUT + d.settings.grace_period, now)
                     if swept:
                         log.warning("requeued %d executions of stopped replicas", len(swept))
-            except Exception:  # the next heartbeat tries again; a missed one only ages us
+            except self.store.unavailable as exc:  # the database away: the next heartbeat tries again
+                log.warning(
+                    "replica heartbeat failed, the database is unavailable (%s); retrying in %gs",
+                    exc,
+                    HEARTBEAT,
+                )
+            except Exception:  # a missed heartbeat only ages us
                 log.exception("replica heartbeat failed")
 
     async def _retention_loop(self, retention: float) -> None:

@@ -7,9 +7,12 @@ a result that a crash could undo.
 
 One save path: ``save`` queues a row and handles the outcome the same way for
 every caller. A ``Conflict`` (only a shared store reports them: another replica
-changed the row) makes the dispatcher drop what it holds of the execution; any
-other failure is logged and the caller's ``failed`` runs (the safety tick or a
-retry covers it).
+changed the row) makes the dispatcher drop what it holds of the execution. Any
+other failure (the database away) runs the caller's ``failed``, or, when the
+caller gave none, marks the execution unsaved: the housekeeping tick writes its
+current state again (``save_unsaved``) until a write lands. So no effect lives
+only in memory, and a final state whose commit failed is shown as soon as it is
+stored, not at the next restart, even if its worker never retries.
 """
 
 from __future__ import annotations
@@ -47,6 +50,9 @@ class ExecutionTable:
         # Recent final states for quick answers, within a count and a payload byte budget.
         self.finished: OrderedDict[str, Execution] = OrderedDict()
         self.finished_bytes = 0
+        # Executions whose latest write failed, and final states among them (not shown until stored).
+        self.unsaved: set[str] = set()
+        self.uncommitted: dict[str, Execution] = {}
         # Set by the dispatcher: drop what is held of an execution another replica changed.
         self.on_conflict: Callable[[str], None] = lambda execution_id: None
 
@@ -109,6 +115,8 @@ class ExecutionTable:
 
     def drop(self, execution_id: str) -> Execution | None:
         """Stop holding an unfinished execution (another replica has it, or it was never ours)."""
+        self.unsaved.discard(execution_id)
+        self.uncommitted.pop(execution_id, None)
         self.committing.pop(execution_id, None)
         return self.unfinished.pop(execution_id, None)
 
@@ -121,6 +129,7 @@ class ExecutionTable:
 
     def committed(self, final: Execution) -> None:
         self.committing.pop(final.execution_id, None)
+        self.uncommitted.pop(final.execution_id, None)
         self.watchers.notify(final)
 
     def remember(self, final: Execution) -> None:
@@ -168,11 +177,36 @@ class ExecutionTable:
         if isinstance(exc, Conflict):
             self.on_conflict(exc.execution_id)
         elif exc is not None:
-            log.error("store write of %s failed: %s", execution.execution_id, exc)
             if failed is not None:
+                log.warning("store write of %s failed: %s", execution.execution_id, exc)
                 failed(exc)
-        elif done is not None:
-            done()
+            else:
+                if execution.execution_id not in self.unsaved:  # once per outage, not per retry
+                    log.warning(
+                        "store write of %s failed (%s); writing it again", execution.execution_id, exc
+                    )
+                self._unsaved(execution)
+        else:
+            self.unsaved.discard(execution.execution_id)
+            if done is not None:
+                done()
+
+    def _unsaved(self, execution: Execution) -> None:
+        self.unsaved.add(execution.execution_id)
+        if execution.state.finished:
+            self.uncommitted[execution.execution_id] = execution
+
+    def save_unsaved(self) -> int:
+        """Write again the current state of every execution whose last write failed; how many."""
+        again = 0
+        for execution_id in list(self.unsaved):
+            current = self.uncommitted.get(execution_id) or self.unfinished.get(execution_id)
+            if current is None:  # finished and stored meanwhile (a retried Complete)
+                self.unsaved.discard(execution_id)
+                continue
+            self.save(current)  # stays unsaved until this write lands
+            again += 1
+        return again
 
     async def commit_final(self, final: Execution) -> None:
         """Commit a final state and wait for it, then show it (the answer to a client or worker waits too).
@@ -188,6 +222,7 @@ class ExecutionTable:
                 f"execution {final.execution_id} was cancelled or reassigned meanwhile; this result is not recorded"
             ) from None
         except Exception as exc:
+            self._unsaved(final)  # stored by the tick if the caller never retries (a worker that died)
             raise Unavailable(f"could not store the result of {final.execution_id}: {exc}") from exc
         self.committed(final)
 

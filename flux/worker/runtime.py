@@ -88,6 +88,10 @@ class Running:
     dispatch: Dispatch
     task: asyncio.Task[None]
     cancelled_by_server: bool = False
+    # The stream (count of Connected) during which the server last accepted our claim; None
+    # before the first. A server reached on a later stream may not know of it: a replica that
+    # adopted this dispatch holds it as unclaimed if the one that answered died before storing it.
+    claimed_in: int | None = None
 
 
 class WorkerRuntime:
@@ -97,6 +101,8 @@ class WorkerRuntime:
         self.probe = probe
         self.token = ""
         self.connected = asyncio.Event()
+        # Counts Connected events: each is a new stream, perhaps to another replica.
+        self._streams = 0
         self._running: dict[str, Running] = {}
         self._stopping = asyncio.Event()
         self._threads = ThreadPoolExecutor(
@@ -179,6 +185,7 @@ class WorkerRuntime:
                 self._cancel(event)
             elif isinstance(event, Connected):
                 backoff.reset()
+                self._streams += 1
                 self._reconcile(event.held)
                 self.connected.set()
                 log.info("connected to %s as %s", event.server_id, self.config.name)
@@ -233,6 +240,8 @@ class WorkerRuntime:
                 log.warning("execution %s was reassigned while disconnected; abandoning it", execution_id)
                 running.cancelled_by_server = True
                 running.task.cancel()
+            elif running.claimed_in is not None:
+                asyncio.create_task(self._reclaim(running))  # before the adopter's ack deadline
         for execution_id, generation in held.items():
             if execution_id not in self._running and generation:
                 log.warning("the server believes execution %s is running here; releasing it", execution_id)
@@ -245,8 +254,12 @@ class WorkerRuntime:
     async def _execute(self, dispatch: Dispatch) -> None:
         execution_id = dispatch.execution_id
         try:
+            streams = self._streams
             if not await self._claim(dispatch):
                 return
+            running = self._running.get(execution_id)
+            if running is not None and running.dispatch is dispatch:
+                running.claimed_in = streams
             output_json, error = await self._invoke(dispatch)
             await self._deliver(dispatch, output_json, error)
         except asyncio.CancelledError:
@@ -314,6 +327,9 @@ class WorkerRuntime:
         """Complete, retrying while the control plane is unreachable: the result exists only here."""
         backoff = Backoff(self.config.backoff_initial, self.config.backoff_max)
         while True:
+            running = self._running.get(dispatch.execution_id)
+            if running is not None and running.dispatch is dispatch and running.claimed_in != self._streams:
+                await self._reclaim(running)  # a result for a dispatch held as unclaimed is refused
             resources = self.probe.sample()
             try:
                 await self.transport.complete(
@@ -344,6 +360,18 @@ class WorkerRuntime:
             except FluxError as exc:
                 log.warning("result of %s refused: %s", dispatch.execution_id, exc)
                 return
+
+    async def _reclaim(self, running: Running) -> None:
+        """Claim again on a new stream (a repeated claim is accepted; a stale one refused)."""
+        streams, dispatch = self._streams, running.dispatch
+        try:
+            await self.transport.claim(
+                self.config.name, self.token, dispatch.execution_id, dispatch.generation
+            )
+        except FluxError as exc:  # the result is still delivered, and fenced, as usual
+            log.debug("repeated claim of %s not accepted: %s", dispatch.execution_id, exc)
+        else:
+            running.claimed_in = streams
 
     async def _release(self, execution_id: str, generation: int, reason: str) -> None:
         try:

@@ -100,3 +100,37 @@ def _answers(control: control_pb2_grpc.ControlServiceStub, execution_id: str) ->
             raise
         return False
     return True
+
+
+def test_work_finishing_while_postgres_restarts_is_recorded_once_it_is_back(
+    outage_cluster: Cluster, own_postgres: TemporaryPostgres
+) -> None:
+    # Results delivered while the database is away fail to commit: the worker retries, and what
+    # the server failed to write (claims, a requeue) it writes again once it can. Nothing is left
+    # RUNNING, nothing is recorded twice, and the log says what happened in one line per failure,
+    # not a traceback per heartbeat.
+    c = outage_cluster
+    c.start_worker("w1", "--capacity", "8")
+    ids = [c.run("sleepy", 1.0, wait=False).execution_id for _ in range(6)]
+    eventually(
+        lambda: all(c.client.get(i).state == control_pb2.EXECUTION_STATE_RUNNING for i in ids),
+        what="every execution RUNNING",
+    )
+    own_postgres.pause()
+    try:
+        log = c.workdir / "worker-w1.log"  # the worker retries while the commit fails
+        eventually(lambda: "could not deliver the result" in log.read_text() or None, timeout=30,
+                   what="a result to fail to commit")  # fmt: skip
+    finally:
+        own_postgres.resume()
+    finals = c.wait_all(ids, timeout=90)
+    assert [f.state for f in finals] == [COMPLETED] * len(ids)
+    rows = dict(
+        c.query(
+            f"SELECT execution_id, state FROM executions WHERE execution_id IN ({','.join('?' * len(ids))})",
+            *ids,
+        )
+    )
+    assert rows == dict.fromkeys(ids, COMPLETED)
+    text = (c.workdir / "server.log").read_text()
+    assert "Traceback" not in text, text[-4000:]

@@ -188,6 +188,11 @@ class Flux:
     def expire(self, advance: float = 0.0) -> bool:
         return housekeeping.expire(self.d, self.clock.advance(advance))
 
+    async def tick(self) -> None:
+        """One housekeeping tick a safety tick later, and the writes it starts, landed or failed."""
+        self.d.housekeeper.tick(self.clock.advance(SETTINGS.safety_tick))
+        await settled()
+
     def holdings(self, name: str) -> set[str]:
         return set(self.d.registry.entries[name].holdings)
 
@@ -202,6 +207,12 @@ async def flux():
 async def committed() -> None:
     """Let the store's pending batch commit (it commits on the next loop iteration)."""
     await asyncio.sleep(0)
+
+
+async def settled() -> None:
+    """Let the store's pending batch commit or fail, and the callbacks on its outcome run."""
+    for _ in range(3):
+        await asyncio.sleep(0)
 
 
 # ---- submit -------------------------------------------------------------------------------------
@@ -595,6 +606,44 @@ async def test_a_result_whose_commit_failed_is_stored_by_the_retry(flux):
     retried = await w.complete(execution_id, '"done"', generation=1)  # the worker retries on Unavailable
     assert (retried.state, retried.output_json) == (COMPLETED, '"done"')
     assert flux.store.executions[execution_id] == retried
+
+
+async def test_a_result_whose_commit_failed_is_stored_by_the_tick_when_its_worker_never_retries(flux):
+    await flux.workflow()
+    w = await flux.worker()
+    execution_id = await flux.run()
+    w.claim(execution_id)
+    await committed()
+    flux.store.fail_next_commit = OSError("disk full")
+    with pytest.raises(Unavailable, match="disk full"):
+        await w.complete(execution_id, '"done"', generation=1)
+    # Hidden until stored: callers see RUNNING, as the store does.
+    assert (await flux.d.get(execution_id)).state is RUNNING
+    w.disconnect()  # the worker dies: nobody retries
+    await flux.tick()
+    assert (flux.store.executions[execution_id].state, flux.store.executions[execution_id].output_json) == (
+        COMPLETED,
+        '"done"',
+    )
+    assert (await flux.d.get(execution_id)).state is COMPLETED
+    assert flux.d.table.unsaved == set() and flux.d.table.uncommitted == {}
+
+
+async def test_a_failed_write_of_a_live_state_is_written_again_until_it_lands(flux):
+    await flux.workflow()
+    w = await flux.worker()
+    execution_id = await flux.run()
+    await committed()
+    flux.store.fail_next_commit = OSError("database restarting")
+    w.claim(execution_id)  # the RUNNING write fails
+    await settled()
+    assert flux.store.executions[execution_id].state is CREATED
+    flux.store.fail_next_commit = OSError("still restarting")
+    await flux.tick()
+    assert flux.store.executions[execution_id].state is CREATED and flux.d.table.unsaved == {execution_id}
+    await flux.tick()
+    assert flux.store.executions[execution_id].state is RUNNING
+    assert flux.d.table.unsaved == set()
 
 
 async def test_a_completion_for_an_older_generation_is_refused_after_the_result(flux):
