@@ -262,3 +262,29 @@ def test_status_and_explain_count_the_same_fleet_on_every_replica(replicas: Clus
         fleet = status["fleet"]
         assert (fleet["connected"], fleet["allocatable"]["cpu"]) == (2, 6)
         assert status["pending_by_reason"] == {"busy": 0, "infeasible": 1, "no_worker": 0}
+
+
+def test_a_claim_its_replica_died_before_storing_is_claimed_again_not_rerun(replicas: Cluster) -> None:
+    a, b = replicas.address, replicas.replicas[0][1]
+    replicas.start_worker("w1", servers=[a, b])  # on a, falling back to b
+    execution = replicas.run("sleepy", 5.0, wait=False)
+    eventually(
+        lambda: rows(replicas.db, f"SELECT state FROM executions WHERE execution_id='{execution.execution_id}'")
+        == [(control_pb2.EXECUTION_STATE_RUNNING,)],
+        what="the claim stored",
+    )
+    replicas.server.send_signal(signal.SIGKILL)  # type: ignore[union-attr]
+    replicas.server.wait(timeout=10)  # type: ignore[union-attr]
+    # As if a had answered the claim and died before its write: the row still says SCHEDULED.
+    (generation,) = rows(
+        replicas.db,
+        f"UPDATE executions SET state={control_pb2.EXECUTION_STATE_SCHEDULED} "
+        f"WHERE execution_id='{execution.execution_id}' RETURNING generation",
+    )[0]
+    with replicas.client_for(b) as cb:
+        final = cb.wait(execution.execution_id, 60)
+    # b adopted the dispatch as unclaimed with a 2 s ack deadline; the worker, back on b, claimed
+    # it again, so the run that was going finished it instead of a rerun after the deadline.
+    assert final.state == COMPLETED
+    assert (final.generation, final.attempt, final.worker) == (generation, 1, "w1")
+    assert output(final)["attempt"] == 1
