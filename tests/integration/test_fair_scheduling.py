@@ -53,15 +53,11 @@ async def hold(ctx: ExecutionContext[float]):
 
 
 @pytest.fixture
-def fair(
-    tmp_path: Path, request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch
-) -> Iterator[Cluster]:
+def fair(tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[Cluster]:
     """A server with the workflows above; ``starvation_after`` marks the test's --starvation-after.
 
-    This machine is shared: other processes' load would decide whether all of a worker's cores
-    ever look free. These tests are about reservations, so workers are told there is no foreign load.
+    Workers see no foreign load (conftest): these tests are about reservations.
     """
-    monkeypatch.setenv("FLUX_SIMULATED_CPU_BUSY", "0")
     marker = request.node.get_closest_marker("starvation_after")
     cluster = Cluster(tmp_path)
     try:
