@@ -98,6 +98,22 @@ class ExecutionTable:
                 f"{size} bytes would pass the limit of {s.max_pending_bytes} (--max-pending-bytes)"
             )
 
+    def admit_many(self, count: int, size: int) -> None:
+        """Refuse a batch of ``count`` executions (``size`` input bytes) unless all of it fits the limits."""
+        if count == 1:
+            return self.admit(size)
+        s = self.settings
+        if len(self.unfinished) + count > s.max_pending:
+            raise ResourceExhausted(
+                f"{len(self.unfinished)} executions are unfinished; these {count} would pass the limit of "
+                f"{s.max_pending} (--max-pending); send fewer, or retry when some have finished"
+            )
+        if self.unfinished.input_bytes + size > s.max_pending_bytes:
+            raise ResourceExhausted(
+                f"unfinished executions hold {self.unfinished.input_bytes} input bytes; these {count} inputs "
+                f"of {size} bytes would pass the limit of {s.max_pending_bytes} (--max-pending-bytes)"
+            )
+
     # ----------------------------------------------------------------- changes
 
     def add(self, execution: Execution) -> Execution:
