@@ -12,6 +12,7 @@ import re
 import time
 from collections.abc import Iterable, Mapping
 
+from flux import defaults
 from flux.domain.labels import validate_labels
 from flux.domain.worker import WorkerResources, WorkerSoftware
 from flux.domain.workflow import WorkflowRecord
@@ -28,7 +29,7 @@ MAX_ID_LENGTH = 128
 MAX_SOURCE_BYTES = 4 * 1024 * 1024
 MAX_JSON_BYTES = 4 * 1024 * 1024
 # Inputs of one RunWorkflows call; a caller with more sends several calls.
-MAX_BATCH_INPUTS = 10_000
+MAX_BATCH_INPUTS = defaults.MAX_BATCH_INPUTS
 MAX_WORKER_PACKAGES = 20_000
 MAX_MARKERS = 64
 MAX_RUNTIMES = 16

@@ -6,9 +6,12 @@ import dataclasses
 
 import pytest
 
+from flux.cli.many import parse_lines
+from flux.client import FluxClient, chunked
 from flux.dispatcher import limits
 from flux.domain.execution import State
 from flux.errors import InvalidArgument, NotFound, ResourceExhausted, Unavailable
+from flux.v1 import control_pb2
 from tests.unit.memory_store import MemoryStore
 from tests.unit.test_dispatcher import SETTINGS, Flux
 
@@ -149,3 +152,40 @@ async def test_large_inputs_of_a_batch_stay_only_in_the_store(flux):
     assert flux.d.table.unfinished[large.execution_id].input_json == ""
     assert flux.d.table.unfinished[small.execution_id].input_json == "1"
     assert flux.d.table.unfinished.input_bytes == 1 + len(big)
+
+
+# ---- the client's chunking and the CLI's lines ----------------------------------------------------
+
+
+def test_inputs_go_in_calls_of_the_per_call_cap_and_byte_budget():
+    assert [len(c) for c in chunked(["1"] * 25_001)] == [10_000, 10_000, 5_001]
+    big = "x" * 400
+    assert [len(c) for c in chunked([big] * 5, max_bytes=1000)] == [2, 2, 1]
+    assert [len(c) for c in chunked([big * 10, "1"], max_bytes=1000)] == [1, 1]  # one alone may be larger
+
+
+def test_a_refusal_of_a_later_call_names_the_index_among_all_inputs(monkeypatch):
+    client = FluxClient("127.0.0.1:1")
+    calls = []
+
+    def call(method, request, timeout=None):
+        calls.append(len(request.input_json))
+        if len(calls) == 2:
+            raise InvalidArgument("input_json[7] is not valid JSON: oops")
+        return control_pb2.RunWorkflowsResponse(
+            executions=[control_pb2.Execution(execution_id=str(i)) for i in range(len(request.input_json))]
+        )
+
+    monkeypatch.setattr(client, "_call", call)
+    with pytest.raises(InvalidArgument, match=r"input_json\[10007\] is not valid JSON"):
+        client.run_many_json("job", ["1"] * 10_010)
+    assert calls == [10_000, 10]
+    client.close()
+
+
+def test_json_lines_skip_blank_lines_and_name_a_bad_one_by_number():
+    assert parse_lines('1\n\n  \n"a"\n', "in.jsonl") == (["1", '"a"'], [1, 4])
+    with pytest.raises(InvalidArgument, match=r"in.jsonl:3: not JSON: Expecting property name"):
+        parse_lines("1\n2\n{oops\n", "in.jsonl")
+    with pytest.raises(InvalidArgument, match="in.jsonl has no input"):
+        parse_lines("\n\n", "in.jsonl")
