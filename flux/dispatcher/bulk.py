@@ -49,13 +49,11 @@ async def submit_many(
     now = d.clock()
     executions = []
     for input_json in checked:
-        seq = d.feed.next_seq(d._next_seq)
-        d._next_seq = seq + 1
         executions.append(
             Execution(
                 execution_id=uuid.uuid4().hex,
                 workflow=record.ref,
-                seq=seq,
+                seq=d.take_seq(),
                 input_json=input_json,
                 max_attempts=record.max_attempts,
                 created_at=now,

@@ -204,6 +204,12 @@ class Dispatcher:
         """One execution per input, stored in one commit, in input order (bulk.py)."""
         return await bulk.submit_many(self, workflow_name, inputs, version, priority)
 
+    def take_seq(self) -> int:
+        """The sequence number of the next submission (it orders the queue within a priority)."""
+        seq = self.feed.next_seq(self._next_seq)
+        self._next_seq = seq + 1
+        return seq
+
     async def store_submission(self, execution: Execution) -> None:
         """Store a submission (durable before we answer), then queue it and try to place it."""
         try:

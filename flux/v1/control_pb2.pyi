@@ -1700,7 +1700,11 @@ class RunWorkflowsResponse(_message.Message):
     EXECUTIONS_FIELD_NUMBER: _builtins.int
     @_builtins.property
     def executions(self) -> _containers.RepeatedCompositeFieldContainer[Global___Execution]:
-        """One execution per input, in the order of the request's input_json."""
+        """One execution per input, in the order of the request's input_json, as
+        accepted (perhaps already dispatched). Their input_json is left empty: the
+        caller sent the inputs, and echoing them could pass the message size cap
+        (GetExecution returns an execution's input).
+        """
 
     def __init__(
         self,
