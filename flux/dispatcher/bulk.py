@@ -45,11 +45,9 @@ async def submit_many(
         await d.feed.learn_workflows()  # perhaps registered through another replica
     record = d.catalogue.resolve(workflow_name, version)
     rank = record.priority if priority is None else limits.checked_priority(priority)
-    d.table.admit_many(len(checked), sum(len(text) for text in checked))
     now = d.clock()
-    executions = []
-    for input_json in checked:
-        executions.append(
+    with d.table.storing(len(checked), sum(len(text) for text in checked)):
+        executions = [
             Execution(
                 execution_id=uuid.uuid4().hex,
                 workflow=record.ref,
@@ -60,8 +58,9 @@ async def submit_many(
                 updated_at=now,
                 priority=rank,
             )
-        )
-    await d.binder.submit_many(executions)
+            for input_json in checked
+        ]
+        await d.binder.submit_many(executions)
     return [d.table.get(e.execution_id) or e for e in executions]
 
 

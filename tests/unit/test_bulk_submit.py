@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 
 import pytest
@@ -132,6 +133,29 @@ async def test_the_batch_is_admitted_as_a_whole(flux):
     assert len(flux.store.executions) == 2
     await flux.d.submit_many("job", ["3", "4", "5"])
     assert len(flux.store.executions) == 5
+
+
+async def test_batches_whose_commits_are_in_flight_count_against_the_limits(flux):
+    flux.d.settings = dataclasses.replace(SETTINGS, max_pending=5)
+    await flux.workflow()
+    # Side by side: the second is admitted while the first waits for its commit, not yet held.
+    first, second = await asyncio.gather(
+        flux.d.submit_many("job", ["1", "2", "3"]),
+        flux.d.submit_many("job", ["4", "5", "6"]),
+        return_exceptions=True,
+    )
+    assert len(first) == 3
+    assert isinstance(second, ResourceExhausted) and "3 executions are unfinished; these 3" in str(second)
+    # A single run counts them too.
+    batch, single = await asyncio.gather(
+        flux.d.submit_many("job", ["7", "8"]), flux.d.submit("job", "9"), return_exceptions=True
+    )
+    assert len(batch) == 2
+    assert isinstance(single, ResourceExhausted) and "5 executions are unfinished; the limit is 5" in str(
+        single
+    )
+    assert len(flux.store.executions) == len(flux.d.table.unfinished) == 5
+    assert (flux.d.table.storing_count, flux.d.table.storing_bytes) == (0, 0)
 
 
 async def test_a_batch_whose_commit_fails_is_refused_and_nothing_is_queued(flux):
