@@ -9,7 +9,10 @@ ratios; the target is within 2x (latency ratios <= 2, rate ratios >= 0.5).
 - receipt: submit -> an in-process raw worker receives ExecutionScheduled, and -> its
   Claim is acknowledged, over sequential executions;
 - start: submit -> the workflow body starts on a real worker process, sequentially;
-- throughput: trivial executions completed per second with 4 worker processes;
+- throughput: trivial executions completed per second with 4 worker processes, submitted
+  one RunWorkflow per execution (``burst``) and in bulk, RunWorkflows calls of ``BULK_CHUNK``
+  inputs (``bulk_burst``); each with the server's CPU time per execution completed
+  (psutil user+system of the server process over the burst, gateway included for SSE);
 - server RSS after the runs.
 
 ``figures`` also runs on PostgreSQL with several replicas (bench/replicas.py):
@@ -23,6 +26,8 @@ import contextlib
 import json
 import queue
 import sqlite3
+import statistics
+import subprocess
 import sys
 import tempfile
 import threading
@@ -45,6 +50,10 @@ from flux.v1 import control_pb2, control_pb2_grpc, resources_pb2, worker_pb2, wo
 WORKFLOWS = Path(__file__).with_name("workflows.py")
 SEQUENTIAL = 1000
 BURST = 2000
+BULK = 5000
+# Inputs per RunWorkflows call in the bulk burst, and how many calls are in flight at once.
+BULK_CHUNK = 500
+BULK_CONCURRENCY = 2
 
 
 def sse_receipt_latency(cluster: Cluster, n: int) -> dict[str, object]:
@@ -191,6 +200,31 @@ async def _submit_burst(servers: Sequence[str], n: int, token: str, concurrency:
         return time.perf_counter() - started
 
 
+async def _submit_bulk(
+    servers: Sequence[str], n: int, token: str, chunk: int = BULK_CHUNK, concurrency: int = BULK_CONCURRENCY
+) -> float:
+    """``n`` submissions in RunWorkflows calls of ``chunk`` inputs, ``concurrency`` calls in flight."""
+    async with contextlib.AsyncExitStack() as stack:
+        channels = [await stack.enter_async_context(grpc.aio.insecure_channel(s)) for s in servers]
+        controls = [control_pb2_grpc.ControlServiceStub(channel) for channel in channels]
+        metadata = (("authorization", f"Bearer {token}"),)
+        sizes = iter([min(chunk, n - i) for i in range(0, n, chunk)])
+        started = time.perf_counter()
+
+        async def submitter(control: control_pb2_grpc.ControlServiceStub) -> None:
+            for size in sizes:
+                request = control_pb2.RunWorkflowsRequest(workflow_name="noop", input_json=["1"] * size)
+                await control.RunWorkflows(request, metadata=metadata)
+
+        await asyncio.gather(*(submitter(controls[i % len(controls)]) for i in range(concurrency)))
+        return time.perf_counter() - started
+
+
+def _cpu_seconds(processes: Sequence[psutil.Process]) -> float:
+    """User plus system CPU time the server processes have used so far."""
+    return sum(t.user + t.system for t in (p.cpu_times() for p in processes))
+
+
 COMPLETED_SINCE = "SELECT COUNT(*) FROM executions WHERE state = 4 AND created_at >= {}"
 
 
@@ -205,11 +239,18 @@ def completed_counter(db: str) -> Iterator[Callable[[float], int]]:
             yield lambda since: lite.execute(COMPLETED_SINCE.format("?"), (since,)).fetchone()[0]
 
 
-def throughput(cluster: Cluster, n: int, db: str, servers: Sequence[str]) -> dict[str, object]:
+def throughput(
+    cluster: Cluster, n: int, db: str, servers: Sequence[str], bulk: bool = False
+) -> dict[str, object]:
+    """``n`` trivial executions, one RunWorkflow each (or in bulk), until all completed or 120 s passed."""
+    processes = [psutil.Process(p.pid) for p in _server_processes(cluster)]
+    token = cluster.token(Role.CLIENT)
     with completed_counter(db) as completed:
         since = time.time()
+        cpu_before = _cpu_seconds(processes)
         started = time.perf_counter()
-        submit_seconds = asyncio.run(_submit_burst(servers, n, cluster.token(Role.CLIENT)))
+        submit = _submit_bulk(servers, n, token) if bulk else _submit_burst(servers, n, token)
+        submit_seconds = asyncio.run(submit)
         done, deadline = 0, time.monotonic() + 120
         while time.monotonic() < deadline:
             done = completed(since)
@@ -217,15 +258,25 @@ def throughput(cluster: Cluster, n: int, db: str, servers: Sequence[str]) -> dic
                 break
             time.sleep(0.01)
         elapsed = time.perf_counter() - started
-    return {
+        cpu = _cpu_seconds(processes) - cpu_before
+    result: dict[str, object] = {
         "submitted": n,
         "completed": done,
         "stuck": n - done,
         "submit_seconds": round(submit_seconds, 3),
         "seconds": round(elapsed, 3),
         "completed_per_second": round(done / elapsed, 1),
+        # Every server process together (replicas too), over the whole burst.
+        "server_cpu_ms_per_execution": round(1000 * cpu / done, 3) if done else None,
         "worker_processes": 4,
     }
+    if bulk:
+        result["inputs_per_call"] = BULK_CHUNK
+    return result
+
+
+def _server_processes(cluster: Cluster) -> list[subprocess.Popen[str]]:
+    return [p for p in (cluster.server, *(process for process, _, _ in cluster.replicas)) if p is not None]
 
 
 def _connected(client: FluxClient) -> set[str]:
@@ -252,6 +303,7 @@ def figures(
     replicas: int = 1,
     sequential: int = SEQUENTIAL,
     burst_size: int = BURST,
+    bulk_size: int = BULK,
 ) -> dict[str, object]:
     """The dispatch figures on one store: a SQLite file, or a PostgreSQL URL shared by ``replicas`` servers.
 
@@ -281,19 +333,65 @@ def figures(
             # replica lists the whole fleet.
             eventually(lambda: all(_connected(client) == names for client in clients))
             start = start_latency(clients, sequential)
-            burst = throughput(cluster, burst_size, db if "://" in db else str(Path(tmp) / db), servers)
-            processes = [cluster.server, *(process for process, _, _ in cluster.replicas)]
+            store = db if "://" in db else str(Path(tmp) / db)
+            burst = throughput(cluster, burst_size, store, servers)
+            bulk_burst = throughput(cluster, bulk_size, store, servers, bulk=True)
             rss = [
-                round(psutil.Process(p.pid).memory_info().rss / 2**20, 1) for p in processes if p is not None
+                round(psutil.Process(p.pid).memory_info().rss / 2**20, 1) for p in _server_processes(cluster)
             ]
             errors = _log_errors(Path(tmp))
         finally:
             for client in clients:
                 client.close()
             cluster.close()
-    result = {**receipt, **start, "burst": burst, "server_rss_mib": rss[0], "server_log_errors": errors}
+    result = {
+        **receipt,
+        **start,
+        "burst": burst,
+        "bulk_burst": bulk_burst,
+        "server_rss_mib": rss[0],
+        "server_log_errors": errors,
+    }
     if replicas > 1:
         result["replica_rss_mib"] = rss[1:]
+    return result
+
+
+def bursts(transport: str, burst_size: int = BURST, bulk_size: int = BULK) -> dict[str, object]:
+    """Only the two bursts (one RunWorkflow per execution, then bulk; ``bulk_size`` 0 skips it) on SQLite."""
+    with tempfile.TemporaryDirectory(prefix=f"flux-bench-{transport}-") as tmp:
+        cluster = Cluster(Path(tmp), transport)
+        try:
+            servers = [cluster.start_server(*(["--no-http"] if transport == "grpc" else []))]
+            cluster.register(WORKFLOWS)
+            for name in ("w1", "w2", "w3", "w4"):
+                cluster.start_worker(name, "--capacity", "64")
+            store = str(Path(tmp) / "flux.db")
+            result = {"burst": throughput(cluster, burst_size, store, servers)}
+            if bulk_size:
+                result["bulk_burst"] = throughput(cluster, bulk_size, store, servers, bulk=True)
+            result["server_log_errors"] = _log_errors(Path(tmp))
+            return result
+        finally:
+            cluster.close()
+
+
+def bursts_main(repeats: int = 3, bulk_size: int = BULK) -> dict[str, object]:
+    """``python -m bench.dispatch bursts``: the bursts alone, ``repeats`` times, and their medians.
+
+    Short enough (about a minute a repeat) to measure before/after back to back on a busy box.
+    """
+    runs = {t: [bursts(t, bulk_size=bulk_size) for _ in range(repeats)] for t in TRANSPORTS}
+    medians: dict[str, dict[str, float]] = {}
+    for transport, measured in runs.items():
+        for kind in ("burst", "bulk_burst"):
+            samples = [run[kind] for run in measured if kind in run]
+            for figure in ("completed_per_second", "server_cpu_ms_per_execution"):
+                values = [s[figure] for s in samples if s[figure] is not None]
+                if values:
+                    medians.setdefault(transport, {})[f"{kind}.{figure}"] = statistics.median(values)
+    result = {"store": "sqlite", "repeats": repeats, "medians": medians, "runs": runs}
+    write("dispatch_bursts", result)
     return result
 
 
@@ -307,6 +405,7 @@ def ratios(base: dict, other: dict) -> dict[str, float]:
         "start_p99": ("submit_to_body_start_ms", "p99"),
         "sequential_per_second": ("sequential_per_second", None),
         "completed_per_second": ("burst", "completed_per_second"),
+        "bulk_completed_per_second": ("bulk_burst", "completed_per_second"),
     }
     result = {}
     for name, (key, sub) in pairs.items():
@@ -328,6 +427,7 @@ def main(sequential: int = SEQUENTIAL, burst: int = BURST) -> dict[str, object]:
         "sse_over_grpc": ratios(measured["grpc"], measured["sse"]),
         "targets": {"receipt_p50_ms": 2, "receipt_p99_ms": 10, "start_p50_ms": 5, "start_p99_ms": 20,
                     "sequential_per_second": 300, "completed_per_second": 2000,
+                    "bulk_completed_per_second": 2000, "bulk_server_cpu_ms_per_execution": 0.5,
                     "sse_latency_ratio_max": 2.0, "sse_rate_ratio_min": 0.5},
     }  # fmt: skip
     write("dispatch", result)
@@ -335,4 +435,7 @@ def main(sequential: int = SEQUENTIAL, burst: int = BURST) -> dict[str, object]:
 
 
 if __name__ == "__main__":
-    main()
+    if sys.argv[1:2] == ["bursts"]:
+        print(json.dumps(bursts_main(*(int(a) for a in sys.argv[2:]))["medians"], indent=2))
+    else:
+        main()

@@ -9,8 +9,9 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -18,7 +19,7 @@ import grpc
 
 from flux import defaults
 from flux.auth import TLS_HINT, Credentials, Role, speaks_tls
-from flux.errors import FluxError, Unavailable, from_grpc_code
+from flux.errors import FluxError, InvalidArgument, Unavailable, from_grpc_code
 from flux.loader import WorkflowFile, load_workflow_file
 from flux.v1 import control_pb2, control_pb2_grpc
 
@@ -39,6 +40,33 @@ class WaitTimedOut(FluxError, TimeoutError):
         self.execution, self.timeout = execution, timeout
         state = control_pb2.ExecutionState.Name(execution.state).removeprefix("EXECUTION_STATE_")
         super().__init__(f"timed out after {timeout:g}s; execution {execution.execution_id} is still {state}")
+
+
+def chunked(
+    inputs_json: Iterable[str],
+    size: int = defaults.MAX_BATCH_INPUTS,
+    max_bytes: int = defaults.RUN_MANY_CHUNK_BYTES,
+) -> Iterator[list[str]]:
+    """Inputs in RunWorkflows-sized calls: at most ``size`` inputs and (unless one alone is larger) ``max_bytes``."""
+    chunk: list[str] = []
+    held = 0
+    for text in inputs_json:
+        if chunk and (len(chunk) >= size or held + len(text) > max_bytes):
+            yield chunk
+            chunk, held = [], 0
+        chunk.append(text)
+        held += len(text)
+    if chunk:
+        yield chunk
+
+
+def _shift_index(message: str, offset: int) -> str:
+    # A later call's refusal names the index within its chunk: name it within all the inputs.
+    if not offset:
+        return message
+    return re.sub(
+        r"input_json\[(\d+)\]", lambda m: f"input_json[{int(m.group(1)) + offset}]", message, count=1
+    )
 
 
 class FluxClient:
@@ -137,6 +165,64 @@ class FluxClient:
             request.priority = priority
         execution = self._call("RunWorkflow", request)
         return self.wait(execution.execution_id, timeout) if wait else execution
+
+    def map(
+        self,
+        workflow: str,
+        inputs: Iterable[Any],
+        *,
+        version: int = 0,
+        priority: int | None = None,
+        wait: bool = False,
+        timeout: float | None = None,
+    ) -> list[control_pb2.Execution]:
+        """Run ``workflow`` once per input (bulk submission); the executions in input order.
+
+        Inputs go in RunWorkflows calls of at most 10,000 inputs (and 8 MiB) each; every
+        call is one durable commit, so a refused call leaves the earlier calls' executions
+        accepted. Each execution is its own, with its own lifecycle. Without ``wait`` the
+        executions come back as accepted (ids and states, inputs left out); with ``wait``
+        their final states, outputs included, waiting at most ``timeout`` seconds for all of
+        them together (``WaitTimedOut`` names the first one not finished by then).
+        ``priority`` (-1000 to 1000, higher first) overrides the workflow's for these runs.
+        """
+        encoded = []
+        for index, value in enumerate(inputs):
+            try:
+                encoded.append(json.dumps(value, allow_nan=False))
+            except (TypeError, ValueError) as exc:
+                raise InvalidArgument(f"inputs[{index}] cannot be sent as JSON: {exc}") from None
+        executions = self.run_many_json(workflow, encoded, version=version, priority=priority)
+        return self.wait_all(executions, timeout) if wait else executions
+
+    def run_many_json(
+        self, workflow: str, inputs_json: Iterable[str], *, version: int = 0, priority: int | None = None
+    ) -> list[control_pb2.Execution]:
+        """Submit one execution per JSON-encoded input, in calls of the per-call cap; in input order."""
+        executions: list[control_pb2.Execution] = []
+        for chunk in chunked(inputs_json):
+            request = control_pb2.RunWorkflowsRequest(
+                workflow_name=workflow, input_json=chunk, version=version
+            )
+            if priority is not None:
+                request.priority = priority
+            try:
+                answer = self._call("RunWorkflows", request)
+            except InvalidArgument as exc:
+                raise InvalidArgument(_shift_index(str(exc), len(executions))) from None
+            executions.extend(answer.executions)
+        return executions
+
+    def wait_all(
+        self, executions: Iterable[control_pb2.Execution], timeout: float | None = None
+    ) -> list[control_pb2.Execution]:
+        """The final state of each execution, in order, waiting at most ``timeout`` seconds in all."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        final = []
+        for execution in executions:
+            remaining = None if deadline is None else max(0.001, deadline - time.monotonic())
+            final.append(self.wait(execution.execution_id, remaining))
+        return final
 
     def get(self, execution_id: str, timeout: float | None = None) -> control_pb2.Execution:
         return self._call("GetExecution", control_pb2.GetExecutionRequest(execution_id=execution_id), timeout)

@@ -32,6 +32,10 @@ MAX_PENDING = 500_000
 MAX_PENDING_BYTES = 2 * GiB
 MAX_WORKERS = 10_000
 MAX_WORKER_METADATA = 256 * KiB
+# Bulk submission (RunWorkflows): inputs per call; clients send more in several calls, each
+# also within RUN_MANY_CHUNK_BYTES of inputs (under the 16 MiB message cap with room to spare).
+MAX_BATCH_INPUTS = 10_000
+RUN_MANY_CHUNK_BYTES = 8 * MiB
 
 # The HTTP front.
 HTTP_HEAD_TIMEOUT = 10.0  # seconds a request head may take to arrive in full

@@ -20,6 +20,7 @@ from fastapi import Request, Response
 from fastapi.routing import APIRoute
 from google.protobuf.message import Message
 
+from flux.errors import InvalidArgument
 from gateway import protojson
 
 M = TypeVar("M", bound=Message)
@@ -56,6 +57,25 @@ async def large_json_dumps(value: Any, request: Request) -> str:
     if len(await request.body()) > OFF_LOOP_BYTES:
         return await asyncio.to_thread(json.dumps, value)
     return json.dumps(value)
+
+
+async def large_json_dumps_each(values: list[Any], request: Request) -> list[str]:
+    """Each value as JSON (NaN and Infinity refused, naming the index), on a thread for a large request."""
+
+    def dumps() -> list[str]:
+        encoded = []
+        for index, value in enumerate(values):
+            try:
+                encoded.append(json.dumps(value, allow_nan=False))
+            except ValueError:
+                raise InvalidArgument(
+                    f"inputs[{index}] is not valid JSON: NaN and Infinity are not JSON"
+                ) from None
+        return encoded
+
+    if len(await request.body()) > OFF_LOOP_BYTES:
+        return await asyncio.to_thread(dumps)
+    return dumps()
 
 
 async def to_message(value: Any, message: M, request: Request) -> M:

@@ -10,12 +10,14 @@ import grpc
 from fastapi import APIRouter, Depends, Path, Query, Request
 from fastapi.responses import JSONResponse, Response
 
-from flux.errors import InvalidArgument
+from flux.defaults import MAX_BATCH_INPUTS
+from flux.errors import InvalidArgument, ResourceExhausted
 from flux.v1 import control_pb2
 from gateway import protojson, schema
 from gateway.auth import API_BEARER
-from gateway.bodies import OffLoopJSONRoute, large_json_dumps, to_message
+from gateway.bodies import OffLoopJSONRoute, large_json_dumps, large_json_dumps_each, to_message
 from gateway.core import Core, core
+from gateway.errors import from_rpc
 from gateway.events import stream_execution
 
 # Every client route takes the API token (checked from the headers by gateway.auth, before the body).
@@ -98,6 +100,42 @@ async def run_workflow(
     if latest is None:  # the client left; nobody reads an answer
         return JSONResponse(None, status_code=202)
     return _answer(latest, 200 if latest.state >= FINISHED else 202)
+
+
+@router.post(
+    "/workflows/{name}/run-many",
+    response_model=schema.RunWorkflowsResponse,
+    status_code=202,
+    responses=_refusals(404, 413),
+)
+async def run_workflows(
+    name: Annotated[str, Path(description="registered workflow name")],
+    body: schema.RunManyBody,
+    request: Request,
+    core: CoreDep,
+) -> JSONResponse:
+    """Submit one execution per input (RunWorkflows): 202 with them in input order, as accepted.
+
+    All are stored in one commit before the answer, or none is: a bad input refuses the call,
+    naming its index (`inputs[3]`). Each is its own execution; follow each as after a run.
+    More than 10,000 inputs answer 413: send them in several calls.
+    """
+    if len(body.inputs) > MAX_BATCH_INPUTS:
+        raise ResourceExhausted(
+            f"inputs has {len(body.inputs)} values; the limit is {MAX_BATCH_INPUTS} per call: "
+            "send the rest in further calls"
+        )
+    encoded = await large_json_dumps_each(body.inputs, request)
+    run = control_pb2.RunWorkflowsRequest(workflow_name=name, input_json=encoded, version=body.version)
+    if body.priority is not None:
+        run.priority = body.priority
+    try:
+        accepted = await core.control.RunWorkflows(run, timeout=_timeout(request))
+    except grpc.aio.AioRpcError as exc:
+        error = from_rpc(exc)
+        # The core names an input as input_json[i]; this body calls them inputs.
+        raise type(error)(str(error).replace("input_json", "inputs")) from None
+    return _answer(accepted, 202)
 
 
 async def _follow(core: Core, execution: control_pb2.Execution, timeout: float) -> control_pb2.Execution:

@@ -146,6 +146,7 @@ ClusterStatus = model_of(_C.ClusterStatus.DESCRIPTOR)
 ListExecutionsResponse = model_of(_C.ListExecutionsResponse.DESCRIPTOR)
 ListWorkflowsResponse = model_of(_C.ListWorkflowsResponse.DESCRIPTOR)
 WorkerInfo = model_of(_C.WorkerInfo.DESCRIPTOR)
+RunWorkflowsResponse = model_of(_C.RunWorkflowsResponse.DESCRIPTOR)
 
 
 class RunBody(BaseModel):
@@ -167,6 +168,25 @@ class RunBody(BaseModel):
         gt=0,
         le=3600,
         description="with wait: seconds to wait before answering 202 (default 60)",
+    )
+
+
+class RunManyBody(BaseModel):
+    """Run a registered workflow once per input, in bulk: one durable commit for the whole call."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    inputs: list[Any] = Field(
+        min_length=1,
+        description="one JSON value per execution (each becomes that execution's ctx.input); "
+        "at most 10,000 per call, within the 16 MiB body limit",
+    )
+    version: int = Field(default=0, ge=0, le=2**31 - 1, description="workflow version; 0 means the latest")
+    priority: int | None = Field(
+        default=None,
+        ge=-1000,
+        le=1000,
+        description="these runs' priority, -1000 to 1000, higher first; omitted means the workflow's",
     )
 
 

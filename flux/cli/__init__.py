@@ -295,6 +295,11 @@ def build_parser() -> argparse.ArgumentParser:
         "--priority", type=arguments.priority, default=None, metavar="N",
         help="this run's priority, -1000 to 1000, higher first (default: the workflow's, else 0)",
     )  # fmt: skip
+    run.add_argument(
+        "--many", action="store_true",
+        help="one execution per line of --input-file (JSON Lines; blank lines skipped), submitted in bulk; "
+        "prints one id per line, or with --wait one output per line, in input order",
+    )  # fmt: skip
     run.set_defaults(run=_run)
     status = with_server(workflow.add_parser("status", help="an execution's state"))
     status.add_argument("execution_id", metavar="EXECUTION_ID", help="the id `flux workflow run` printed")
@@ -580,6 +585,15 @@ def _read_input(args: argparse.Namespace) -> tuple[str, str]:
 
 
 def _run(args: argparse.Namespace) -> int:
+    if args.many:
+        from flux.cli import many
+
+        if args.input_file is None and args.input != "-":
+            raise _Usage("--many reads JSON Lines: give --input-file PATH (- for stdin)")
+        text, _ = _read_input(args)
+        name = "<stdin>" if "-" in (args.input, args.input_file) else args.input_file
+        with _client(args) as client:
+            return many.run_many(client, args, text, name)
     text, where = _read_input(args)
     try:
         json.loads(text)

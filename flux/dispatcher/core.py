@@ -30,7 +30,7 @@ import uuid
 from collections.abc import AsyncIterator, Callable, Iterable
 from dataclasses import dataclass
 
-from flux.dispatcher import housekeeping, limits, worker_calls
+from flux.dispatcher import bulk, housekeeping, limits, worker_calls
 from flux.dispatcher.catalogue import Catalogue
 from flux.dispatcher.deadlines import AckDeadlines
 from flux.dispatcher.lifecycle import Lifecycle
@@ -197,6 +197,18 @@ class Dispatcher:
         )
         await self.binder.submit(execution)
         return _with_input(self.table.get(execution.execution_id) or execution, input_json)
+
+    async def submit_many(
+        self, workflow_name: str, inputs: list[str], version: int = 0, priority: int | None = None
+    ) -> list[Execution]:
+        """One execution per input, stored in one commit, in input order (bulk.py)."""
+        return await bulk.submit_many(self, workflow_name, inputs, version, priority)
+
+    def take_seq(self) -> int:
+        """The sequence number of the next submission (it orders the queue within a priority)."""
+        seq = self.feed.next_seq(self._next_seq)
+        self._next_seq = seq + 1
+        return seq
 
     async def store_submission(self, execution: Execution) -> None:
         """Store a submission (durable before we answer), then queue it and try to place it."""

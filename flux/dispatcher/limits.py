@@ -12,6 +12,7 @@ import re
 import time
 from collections.abc import Iterable, Mapping
 
+from flux import defaults
 from flux.domain.labels import validate_labels
 from flux.domain.worker import WorkerResources, WorkerSoftware
 from flux.domain.workflow import WorkflowRecord
@@ -27,6 +28,8 @@ MAX_ID_LENGTH = 128
 # Size limits: each refusal names the limit it hit.
 MAX_SOURCE_BYTES = 4 * 1024 * 1024
 MAX_JSON_BYTES = 4 * 1024 * 1024
+# Inputs of one RunWorkflows call; a caller with more sends several calls.
+MAX_BATCH_INPUTS = defaults.MAX_BATCH_INPUTS
 MAX_WORKER_PACKAGES = 20_000
 MAX_MARKERS = 64
 MAX_RUNTIMES = 16
@@ -101,6 +104,18 @@ def checked_json(text: str, field: str) -> str:
     except RecursionError:
         raise InvalidArgument(f"{field} nests too deeply") from None
     return text
+
+
+def checked_inputs(inputs: list[str], field: str) -> list[str]:
+    """A batch of inputs (empty means null), each checked as one RunWorkflow input, named by index."""
+    if not inputs:
+        raise InvalidArgument(f"{field} is empty; give at least one input (an empty string means null)")
+    if len(inputs) > MAX_BATCH_INPUTS:
+        raise ResourceExhausted(
+            f"{field} has {len(inputs)} inputs; the limit is {MAX_BATCH_INPUTS} per call: send the rest in "
+            "further calls"
+        )
+    return [checked_json(text or "null", f"{field}[{index}]") for index, text in enumerate(inputs)]
 
 
 def check_worker(name: str, capacity: int, default_capacity: int) -> None:

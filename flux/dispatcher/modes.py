@@ -20,6 +20,7 @@ import asyncio
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol
 
+from flux.dispatcher import bulk
 from flux.dispatcher.workers import WorkerEntry
 from flux.domain.execution import Execution, State
 from flux.errors import NotFound
@@ -35,6 +36,9 @@ class Binder(Protocol):
 
     async def submit(self, execution: Execution) -> None:
         """Store a new execution (durable before the answer) and queue or dispatch it."""
+
+    async def submit_many(self, executions: list[Execution]) -> None:
+        """Store new executions in one commit (durable before the answer), then queue them and place them."""
 
     def bind(self, placements: list[Placement]) -> None:
         """Dispatch placements already reserved on their workers (or unreserve them)."""
@@ -118,6 +122,9 @@ class LocalBinder:
 
     async def submit(self, execution: Execution) -> None:
         await self.d.store_submission(execution)
+
+    async def submit_many(self, executions: list[Execution]) -> None:
+        await bulk.store_and_queue(self.d, executions)
 
     def bind(self, placements: list[Placement]) -> None:
         d = self.d

@@ -10,7 +10,7 @@ import asyncio
 import logging
 from typing import TYPE_CHECKING
 
-from flux.dispatcher import housekeeping
+from flux.dispatcher import bulk, housekeeping
 from flux.dispatcher.workers import WorkerEntry
 from flux.domain.execution import Execution, State
 from flux.errors import FailedPrecondition, Unavailable
@@ -147,6 +147,14 @@ class SharedBinder:
         won: asyncio.Future[dict[str, Execution]] = asyncio.get_running_loop().create_future()
         won.set_result({execution_id: dispatched})
         self.claimed([placement], won)
+
+    async def submit_many(self, executions: list[Execution]) -> None:
+        """Store a batch as pending rows in one transaction; whichever replica fits them claims them.
+
+        No fast path as for one submission: one claim for the whole pass is as cheap, and
+        the rows are announced to the other replicas at once.
+        """
+        await bulk.store_and_queue(self.d, executions, self.claiming)
 
     def requeue(self, requeued: Execution) -> None:
         # Queue it here only once the row is CREATED again: a claim before that would fail.

@@ -18,6 +18,7 @@ stored, not at the next restart, even if its worker never retries.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 from collections import OrderedDict
 from collections.abc import Callable, Iterator
@@ -45,6 +46,9 @@ class ExecutionTable:
         self.settings = settings
         # Unfinished executions, live state (a dispatch is here before any store has it).
         self.unfinished = Unfinished()
+        # Batches admitted whose commit is in flight (bulk submission): counted against the limits too.
+        self.storing_count = 0
+        self.storing_bytes = 0
         # Finished in memory, final state not committed yet: callers still see this (previous) state.
         self.committing: dict[str, Execution] = {}
         # Recent final states for quick answers, within a count and a payload byte budget.
@@ -87,16 +91,52 @@ class ExecutionTable:
     def admit(self, size: int) -> None:
         """Refuse new work past the pending limits, naming the limit (the store and RAM stay bounded)."""
         s = self.settings
-        if len(self.unfinished) >= s.max_pending:
+        held = len(self.unfinished) + self.storing_count
+        if held >= s.max_pending:
             raise ResourceExhausted(
-                f"{len(self.unfinished)} executions are unfinished; the limit is {s.max_pending} "
+                f"{held} executions are unfinished; the limit is {s.max_pending} "
                 "(--max-pending); retry when some have finished"
             )
-        if self.unfinished.input_bytes + size > s.max_pending_bytes:
+        held_bytes = self.unfinished.input_bytes + self.storing_bytes
+        if held_bytes + size > s.max_pending_bytes:
             raise ResourceExhausted(
-                f"unfinished executions hold {self.unfinished.input_bytes} input bytes; this input of "
+                f"unfinished executions hold {held_bytes} input bytes; this input of "
                 f"{size} bytes would pass the limit of {s.max_pending_bytes} (--max-pending-bytes)"
             )
+
+    def admit_many(self, count: int, size: int) -> None:
+        """Refuse a batch of ``count`` executions (``size`` input bytes) unless all of it fits the limits."""
+        if count == 1:
+            return self.admit(size)
+        s = self.settings
+        held = len(self.unfinished) + self.storing_count
+        if held + count > s.max_pending:
+            raise ResourceExhausted(
+                f"{held} executions are unfinished; these {count} would pass the limit of "
+                f"{s.max_pending} (--max-pending); send fewer, or retry when some have finished"
+            )
+        held_bytes = self.unfinished.input_bytes + self.storing_bytes
+        if held_bytes + size > s.max_pending_bytes:
+            raise ResourceExhausted(
+                f"unfinished executions hold {held_bytes} input bytes; these {count} inputs "
+                f"of {size} bytes would pass the limit of {s.max_pending_bytes} (--max-pending-bytes)"
+            )
+
+    @contextlib.contextmanager
+    def storing(self, count: int, size: int) -> Iterator[None]:
+        """Admit a batch as a whole, and count it against the limits while its commit is in flight.
+
+        A batch waits for its commit before it is held in ``unfinished``: without this,
+        two large batches admitted side by side could together pass the limits.
+        """
+        self.admit_many(count, size)
+        self.storing_count += count
+        self.storing_bytes += size
+        try:
+            yield
+        finally:
+            self.storing_count -= count
+            self.storing_bytes -= size
 
     # ----------------------------------------------------------------- changes
 

@@ -205,6 +205,17 @@ class ControlService(control_pb2_grpc.ControlServiceServicer):
         return convert.execution_to_proto(execution)
 
     @_unary
+    async def RunWorkflows(self, request: control_pb2.RunWorkflowsRequest, context: grpc.aio.ServicerContext):
+        priority = request.priority if request.HasField("priority") else None
+        executions = await self.dispatcher.submit_many(
+            request.workflow_name, list(request.input_json), request.version, priority
+        )
+        # Without their inputs: the caller sent them, and echoing them could pass the message cap.
+        return control_pb2.RunWorkflowsResponse(
+            executions=[convert.execution_to_proto(e.evolve(input_json="")) for e in executions]
+        )
+
+    @_unary
     async def GetExecution(self, request: control_pb2.GetExecutionRequest, context: grpc.aio.ServicerContext):
         return convert.execution_to_proto(await self.dispatcher.get(request.execution_id))
 

@@ -1650,3 +1650,71 @@ class FleetEvent(_message.Message):
     def WhichOneof(self, oneof_group: _WhichOneofArgType_event) -> _WhichOneofReturnType_event | None: ...
 
 Global___FleetEvent: _TypeAlias = FleetEvent  # noqa: Y015
+
+@_typing.final
+class RunWorkflowsRequest(_message.Message):
+    """One workflow and many inputs: one execution per input."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    WORKFLOW_NAME_FIELD_NUMBER: _builtins.int
+    INPUT_JSON_FIELD_NUMBER: _builtins.int
+    VERSION_FIELD_NUMBER: _builtins.int
+    PRIORITY_FIELD_NUMBER: _builtins.int
+    workflow_name: _builtins.str
+    """Registered workflow name."""
+    version: _builtins.int
+    """Workflow version; 0 means the latest."""
+    priority: _builtins.int
+    """These runs' priority (-1000 to 1000, higher first); unset means the workflow's."""
+    @_builtins.property
+    def input_json(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
+        """One JSON-encoded input per execution (each passed as ctx.input); an empty
+        string means null. At most 10,000 per call, within the request size cap.
+        """
+
+    def __init__(
+        self,
+        *,
+        workflow_name: _builtins.str = ...,
+        input_json: _abc.Iterable[_builtins.str] | None = ...,
+        version: _builtins.int = ...,
+        priority: _builtins.int | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["_priority", b"_priority", "priority", b"priority"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_priority", b"_priority", "input_json", b"input_json", "priority", b"priority", "version", b"version", "workflow_name", b"workflow_name"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    _WhichOneofReturnType__priority: _TypeAlias = _typing.Literal["priority"]  # noqa: Y015
+    _WhichOneofArgType__priority: _TypeAlias = _typing.Literal["_priority", b"_priority"]  # noqa: Y015
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__priority) -> _WhichOneofReturnType__priority | None: ...
+
+Global___RunWorkflowsRequest: _TypeAlias = RunWorkflowsRequest  # noqa: Y015
+
+@_typing.final
+class RunWorkflowsResponse(_message.Message):
+    """What RunWorkflows accepted."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    EXECUTIONS_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def executions(self) -> _containers.RepeatedCompositeFieldContainer[Global___Execution]:
+        """One execution per input, in the order of the request's input_json, as
+        accepted (perhaps already dispatched). Their input_json is left empty: the
+        caller sent the inputs, and echoing them could pass the message size cap
+        (GetExecution returns an execution's input).
+        """
+
+    def __init__(
+        self,
+        *,
+        executions: _abc.Iterable[Global___Execution] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["executions", b"executions"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___RunWorkflowsResponse: _TypeAlias = RunWorkflowsResponse  # noqa: Y015

@@ -111,6 +111,11 @@ class ControlServiceStub:
                 request_serializer=flux_dot_v1_dot_control__pb2.WatchFleetRequest.SerializeToString,
                 response_deserializer=flux_dot_v1_dot_control__pb2.FleetEvent.FromString,
                 _registered_method=True)
+        self.RunWorkflows = channel.unary_unary(
+                '/flux.v1.ControlService/RunWorkflows',
+                request_serializer=flux_dot_v1_dot_control__pb2.RunWorkflowsRequest.SerializeToString,
+                response_deserializer=flux_dot_v1_dot_control__pb2.RunWorkflowsResponse.FromString,
+                _registered_method=True)
 
 
 class ControlServiceServicer:
@@ -233,6 +238,15 @@ class ControlServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def RunWorkflows(self, request, context):
+        """Accepts many executions of one workflow, one per input, in one call and one
+        durable commit: all are stored before this returns, or none is. Each is its own
+        execution with its own lifecycle; the answer lists them in input order.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_ControlServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -310,6 +324,11 @@ def add_ControlServiceServicer_to_server(servicer, server):
                     servicer.WatchFleet,
                     request_deserializer=flux_dot_v1_dot_control__pb2.WatchFleetRequest.FromString,
                     response_serializer=flux_dot_v1_dot_control__pb2.FleetEvent.SerializeToString,
+            ),
+            'RunWorkflows': grpc.unary_unary_rpc_method_handler(
+                    servicer.RunWorkflows,
+                    request_deserializer=flux_dot_v1_dot_control__pb2.RunWorkflowsRequest.FromString,
+                    response_serializer=flux_dot_v1_dot_control__pb2.RunWorkflowsResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -719,6 +738,33 @@ class ControlService:
             '/flux.v1.ControlService/WatchFleet',
             flux_dot_v1_dot_control__pb2.WatchFleetRequest.SerializeToString,
             flux_dot_v1_dot_control__pb2.FleetEvent.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def RunWorkflows(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/flux.v1.ControlService/RunWorkflows',
+            flux_dot_v1_dot_control__pb2.RunWorkflowsRequest.SerializeToString,
+            flux_dot_v1_dot_control__pb2.RunWorkflowsResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -81,6 +81,11 @@ class ControlServiceStub:
     finished. It never ends by itself; a watcher that falls too far behind is
     dropped with RESOURCE_EXHAUSTED rather than made to skip events.
     """
+    RunWorkflows: _grpc.UnaryUnaryMultiCallable[_control_pb2.RunWorkflowsRequest, _control_pb2.RunWorkflowsResponse]
+    """Accepts many executions of one workflow, one per input, in one call and one
+    durable commit: all are stored before this returns, or none is. Each is its own
+    execution with its own lifecycle; the answer lists them in input order.
+    """
 
 @_typing.type_check_only
 class ControlServiceAsyncStub(ControlServiceStub):
@@ -134,6 +139,11 @@ class ControlServiceAsyncStub(ControlServiceStub):
     reporting, draining, paused and resumed; executions queued, dispatched and
     finished. It never ends by itself; a watcher that falls too far behind is
     dropped with RESOURCE_EXHAUSTED rather than made to skip events.
+    """
+    RunWorkflows: _aio.UnaryUnaryMultiCallable[_control_pb2.RunWorkflowsRequest, _control_pb2.RunWorkflowsResponse]  # type: ignore[assignment]
+    """Accepts many executions of one workflow, one per input, in one call and one
+    durable commit: all are stored before this returns, or none is. Each is its own
+    execution with its own lifecycle; the answer lists them in input order.
     """
 
 class ControlServiceServicer(metaclass=_abc_1.ABCMeta):
@@ -275,6 +285,17 @@ class ControlServiceServicer(metaclass=_abc_1.ABCMeta):
         reporting, draining, paused and resumed; executions queued, dispatched and
         finished. It never ends by itself; a watcher that falls too far behind is
         dropped with RESOURCE_EXHAUSTED rather than made to skip events.
+        """
+
+    @_abc_1.abstractmethod
+    def RunWorkflows(
+        self,
+        request: _control_pb2.RunWorkflowsRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_control_pb2.RunWorkflowsResponse, _abc.Awaitable[_control_pb2.RunWorkflowsResponse]]:
+        """Accepts many executions of one workflow, one per input, in one call and one
+        durable commit: all are stored before this returns, or none is. Each is its own
+        execution with its own lifecycle; the answer lists them in input order.
         """
 
 def add_ControlServiceServicer_to_server(servicer: ControlServiceServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...
