@@ -213,3 +213,46 @@ def test_a_server_without_batched_calls_gets_single_calls(cluster: Cluster) -> N
     # Each batched call was answered UNIMPLEMENTED (once per stream), then single calls carried it all.
     assert (transport.calls["claim"], transport.calls["complete"]) == (10, 10)
     assert (transport.calls["claim_batch"], transport.calls["complete_batch"]) == (0, 0)
+
+
+@pytest.mark.transports("sse")
+def test_the_batched_routes_answer_per_item_with_the_single_routes_auth(cluster: Cluster) -> None:
+    from tests.integration.test_gateway import FREE, authorized, register
+
+    with authorized(cluster, cluster.gateway_url) as http:
+        token = register(http, "holder", FREE)
+        auth = {"X-Flux-Session": token}
+        items = [{"execution_id": "nope", "generation": 1}, {"execution_id": "x" * 129, "generation": "2"}]
+        answer = http.post("/workers/holder/claims", json=items, headers=auth)
+        assert answer.status_code == 200, answer.text
+        first, second = answer.json()
+        assert (first["execution_id"], first["ok"], first["code"]) == ("nope", False, "NOT_FOUND")
+        assert (second["ok"], second["code"]) == (False, "INVALID_ARGUMENT")
+        assert "execution_id" in second["message"]
+        cases = [
+            # (path, body, headers, status, code): the same auth and body rules as /claim and /complete
+            ("claims", items, None, 401, "UNAUTHENTICATED"),
+            ("claims", items, {"X-Flux-Session": "wrong"}, 403, "PERMISSION_DENIED"),
+            ("claims", [], auth, 422, "INVALID_ARGUMENT"),
+            ("claims", {"execution_id": "e", "generation": 1}, auth, 422, "INVALID_ARGUMENT"),
+            ("claims", [{"execution_id": "e", "generation": "one"}], auth, 422, "INVALID_ARGUMENT"),
+            ("completions", [{"execution_id": "e", "generation": 1}], auth, 422, "INVALID_ARGUMENT"),
+            (
+                "completions",
+                [{"execution_id": "e", "generation": 1, "name": "x"}],
+                auth,
+                422,
+                "INVALID_ARGUMENT",
+            ),
+        ]
+        for path, body, headers, status, code in cases:
+            response = http.post(f"/workers/holder/{path}", json=body, headers=headers)
+            assert (response.status_code, response.json()["error"]["code"]) == (status, code), (path, body)
+        missing = http.post(
+            "/workers/holder/completions", json=[{"execution_id": "e", "generation": 1}], headers=auth
+        )
+        assert "items[0].result is missing" in missing.json()["error"]["message"]
+        results = [{"execution_id": "nope", "generation": 1, "output_json": "1", "resources": FREE}]
+        answer = http.post("/workers/holder/completions", json=results, headers=auth)
+        assert answer.status_code == 200, answer.text
+        assert [(a["ok"], a["code"]) for a in answer.json()] == [(False, "NOT_FOUND")]
