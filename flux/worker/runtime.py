@@ -15,6 +15,7 @@ import inspect
 import json
 import logging
 import random
+import time
 import traceback
 from collections.abc import Awaitable, Iterable, Mapping
 from concurrent.futures import ThreadPoolExecutor
@@ -55,6 +56,10 @@ log = logging.getLogger("flux.worker")
 # wrong kind, or the server refuses what the worker advertises. Anything else (unreachable, 5xx,
 # a name still held by the previous stream) may pass, so the worker retries it.
 PERMANENT = (Unauthenticated, PermissionDenied, InvalidArgument)
+
+# Results carry the resources observed after their executions ended. A sample walks the
+# worker's process tree (all of /proc): a burst of results shares one this recent, seconds.
+RESULT_SAMPLE_MAX_AGE = 0.25
 
 
 class Refused(FluxError):
@@ -120,6 +125,7 @@ class WorkerRuntime:
         )
         self._code = CodeCache(config.work_dir / config.name / "code", self._fetch_source)
         self._reported: WorkerResources | None = None
+        self._sampled: tuple[float, WorkerResources] | None = None  # (monotonic time, sample)
         # Claims and results that are ready together go in one call (ClaimBatch, CompleteBatch),
         # while the server has them; one that answers UNIMPLEMENTED gets single calls.
         self._batched = True
@@ -394,8 +400,7 @@ class WorkerRuntime:
         )
 
     async def _send_results(self, items: list[Outcome]) -> Answers:
-        # One observation for the batch: the executions in it have all ended.
-        resources = self.probe.sample()
+        resources = self._sample_for_results()
         answers: Answers | None = None
         if self._batched:
             try:
@@ -413,6 +418,13 @@ class WorkerRuntime:
         if any(answer is None for answer in answers):
             self._reported = resources
         return answers
+
+    def _sample_for_results(self) -> WorkerResources:
+        """One observation for a batch (its executions have all ended), shared by a burst of batches."""
+        now = time.monotonic()
+        if self._sampled is None or now - self._sampled[0] > RESULT_SAMPLE_MAX_AGE:
+            self._sampled = (now, self.probe.sample())
+        return self._sampled[1]
 
     def _unbatched(self, exc: Unimplemented) -> None:
         if self._batched:
