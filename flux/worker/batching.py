@@ -74,9 +74,10 @@ class Batcher(Generic[T]):
                     future.set_exception(Unavailable("the worker stopped before this call was answered"))
             raise
         except Exception as exc:  # the whole call failed: each item sees what its single call would
-            for _, future in batch:
-                if not future.done():
-                    future.set_exception(exc)
+            self._fail(batch, exc)
+            return
+        if len(answers) != len(batch):  # never taken as accepted: each item is sent again
+            self._fail(batch, Unavailable(f"{len(answers)} answers to a batch of {len(batch)}; retry"))
             return
         for (_, future), answer in zip(batch, answers, strict=True):
             if future.done():
@@ -85,3 +86,9 @@ class Batcher(Generic[T]):
                 future.set_result(None)
             else:
                 future.set_exception(answer)
+
+    @staticmethod
+    def _fail(batch: list[tuple[T, asyncio.Future[None]]], error: Exception) -> None:
+        for _, future in batch:
+            if not future.done():
+                future.set_exception(error)

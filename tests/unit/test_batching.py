@@ -73,6 +73,15 @@ async def test_a_failed_call_fails_every_item_in_it():
     assert [type(a) for a in answers] == [Unavailable, Unavailable]
 
 
+async def test_a_short_answer_is_retried_for_every_item_never_taken_as_accepted():
+    async def short(items: list[str]) -> list[FluxError | None]:
+        return [None]
+
+    batcher: Batcher[str] = Batcher(short)
+    answers = await asyncio.gather(*(outcome(batcher.submit(i)) for i in "ab"))
+    assert [type(a) for a in answers] == [Unavailable, Unavailable]
+
+
 async def test_batches_are_cut_by_count_and_a_large_item_goes_alone(monkeypatch):
     monkeypatch.setattr(batching, "MAX_ITEMS", 2)
     monkeypatch.setattr(batching, "MAX_BYTES", 10)
