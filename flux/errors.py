@@ -128,4 +128,9 @@ def from_http_status(status: int, message: str) -> FluxError:
 
 def from_grpc_code(code: grpc.StatusCode, message: str) -> FluxError:
     """Rebuild the domain error a server sent, for clients (the inverse of ``STATUS``)."""
-    return _BY_GRPC_CODE.get(code.name, Unavailable)(message)
+    return from_code_name(code.name, message)
+
+
+def from_code_name(name: str, message: str) -> FluxError:
+    """The same, from a status name as a batch's per-item answer carries it (an unknown one is retried)."""
+    return _BY_GRPC_CODE.get(name, Unavailable)(message)

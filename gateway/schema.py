@@ -129,6 +129,12 @@ ReportResourcesBody = _body(_W.ReportResourcesRequest, *_PATH_AND_TOKEN[:2])
 ClaimBody = _body(_W.ClaimRequest, *_PATH_AND_TOKEN)
 CompleteBody = _body(_W.CompleteRequest, *_PATH_AND_TOKEN)
 ReleaseBody = _body(_W.ReleaseRequest, *_PATH_AND_TOKEN)
+# Batched routes: a JSON array of these, answered by an array of ItemAnswer in the same order.
+ClaimItem = model_of(_W.ClaimItem.DESCRIPTOR)
+CompletionItem = model_of(
+    _W.CompleteRequest.DESCRIPTOR, exclude=frozenset(_PATH_AND_TOKEN[:2]), name="CompletionItem"
+)
+ItemAnswer = model_of(_W.ItemAnswer.DESCRIPTOR)
 WorkflowSource = model_of(_W.WorkflowSource.DESCRIPTOR)
 Connected = model_of(_W.Connected.DESCRIPTOR)
 ExecutionScheduled = model_of(_W.ExecutionScheduled.DESCRIPTOR)

@@ -12,20 +12,23 @@ fields out (and are refused if they carry them).
 
 from __future__ import annotations
 
+import asyncio
 import logging
-from typing import Annotated, Any
+from collections.abc import Callable
+from typing import Annotated, Any, TypeVar
 
-from fastapi import APIRouter, Depends, Header, Path, Query, Request
+from fastapi import APIRouter, Body, Depends, Header, Path, Query, Request
 from fastapi.responses import JSONResponse
 from sse_starlette import EventSourceResponse
 from starlette.background import BackgroundTask
 
+from flux.dispatcher.limits import MAX_BATCH_ITEMS
 from flux.errors import Unauthenticated
 from flux.server.metadata import TRANSPORT_METADATA
 from flux.v1 import worker_pb2
 from gateway import protojson, schema
 from gateway.auth import SESSION_HEADER, WORKER_BEARER
-from gateway.bodies import OffLoopJSONRoute, to_message
+from gateway.bodies import OFF_LOOP_BYTES, OffLoopJSONRoute, to_message
 from gateway.core import Core, core
 from gateway.stream import open_stream, relay
 from gateway.tickets import TicketParam, access_for, worker_scope
@@ -215,6 +218,83 @@ async def release(
     return await _for_execution(
         core.workers.Release, worker_pb2.ReleaseRequest(), body, name, token, execution_id, request
     )
+
+
+T = TypeVar("T")
+
+ClaimItems = Annotated[
+    list[schema.ClaimItem],  # type: ignore[valid-type]
+    Body(min_length=1, max_length=MAX_BATCH_ITEMS, description="the dispatches claimed, answered in order"),
+]
+CompletionItems = Annotated[
+    list[schema.CompletionItem],  # type: ignore[valid-type]
+    Body(min_length=1, max_length=MAX_BATCH_ITEMS, description="the results, answered in order"),
+]
+_BATCH_ANSWERS: dict[int | str, dict[str, Any]] = {
+    200: {
+        "model": list[schema.ItemAnswer],  # type: ignore[valid-type]
+        "description": "one answer per item, in order: `ok`, or the refusal's `code` and `message` as the "
+        "single route would have answered it",
+    },
+    **_REFUSALS,
+}
+
+
+async def _converted(request: Request, convert: Callable[[], T]) -> T:
+    # As to_message: a large body's conversion (json_format is pure Python) runs on a thread.
+    if len(await request.body()) > OFF_LOOP_BYTES:
+        return await asyncio.to_thread(convert)
+    return convert()
+
+
+def _answers(response: Any) -> JSONResponse:
+    return JSONResponse([protojson.to_dict(answer) for answer in response.answers])
+
+
+@router.post("/{name}/claims", responses=_BATCH_ANSWERS)
+async def claims(
+    name: WorkerName, body: ClaimItems, token: Token, request: Request, core: CoreDep
+) -> JSONResponse:
+    """Acknowledge several dispatches in one call, each fenced and answered as `/claim` would answer it.
+
+    A refused item does not affect the others.
+    """
+
+    def convert() -> worker_pb2.ClaimBatchRequest:
+        message = worker_pb2.ClaimBatchRequest(name=name, session_token=token)
+        for i, item in enumerate(body):
+            protojson.from_dict(item.to_json_dict(), message.items.add(), f"body[{i}]")
+        return message
+
+    message = await _converted(request, convert)
+    return _answers(await core.workers.ClaimBatch(message, timeout=_timeout(request)))
+
+
+@router.post("/{name}/completions", responses=_BATCH_ANSWERS)
+async def completions(
+    name: WorkerName, body: CompletionItems, token: Token, request: Request, core: CoreDep
+) -> JSONResponse:
+    """Record several results in one call, each answered as `/complete` would answer it, in order.
+
+    Each item is a `/complete` body plus its `execution_id`. One `resources` report travels for the
+    batch: the last item's that carries one. Every accepted result is stored before the answer.
+    """
+
+    def convert() -> worker_pb2.CompleteBatchRequest:
+        message = worker_pb2.CompleteBatchRequest(name=name, session_token=token)
+        for i, item in enumerate(body):
+            single = protojson.from_dict(item.to_json_dict(), worker_pb2.CompleteRequest(), f"body[{i}]")
+            batched = message.items.add(execution_id=single.execution_id, generation=single.generation)
+            if single.HasField("error"):
+                batched.error.CopyFrom(single.error)
+            elif single.HasField("output_json"):
+                batched.output_json = single.output_json
+            if single.HasField("resources"):
+                message.resources.CopyFrom(single.resources)
+        return message
+
+    message = await _converted(request, convert)
+    return _answers(await core.workers.CompleteBatch(message, timeout=_timeout(request)))
 
 
 @router.get("/{name}/source/{source_hash}", response_model=schema.WorkflowSource, responses=_REFUSALS)

@@ -9,7 +9,6 @@ gave up before the execution finished (it goes on; the message names it);
 from __future__ import annotations
 
 import argparse
-import asyncio
 import contextlib
 import json
 import os
@@ -17,7 +16,7 @@ import sys
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 
-from flux import defaults
+from flux import defaults, event_loop
 from flux.cli import arguments, render
 from flux.client import FluxClient, default_server
 from flux.domain.quantity import format_bytes
@@ -441,7 +440,7 @@ def _start_server(args: argparse.Namespace) -> int:
     from flux.store.base import StoreError
 
     try:
-        asyncio.run(serve(config))
+        event_loop.run(serve(config))
     except (OSError, StoreError) as exc:  # a port already taken, a database that cannot be used
         _error(str(exc))
         return 1
@@ -496,7 +495,7 @@ def _start_gateway(args: argparse.Namespace) -> int:
         limits=_http_limits(args),
     )
     try:
-        asyncio.run(run(config))
+        event_loop.run(run(config))
     except OSError as exc:
         _error(str(exc))
         return 1
@@ -529,7 +528,7 @@ def _start_worker(args: argparse.Namespace) -> int:
         cpu_observer=simulated_cpu,
     )
     try:
-        asyncio.run(run(config))
+        event_loop.run(run(config))
     except Refused as refused:
         _error(_refusal_advice(refused))
         return 1

@@ -27,7 +27,7 @@ import hashlib
 import logging
 import time
 import uuid
-from collections.abc import AsyncIterator, Callable, Iterable
+from collections.abc import AsyncIterator, Callable, Iterable, Sequence
 from dataclasses import dataclass
 
 from flux.dispatcher import bulk, housekeeping, limits, worker_calls
@@ -458,6 +458,20 @@ class Dispatcher:
         return await worker_calls.complete(
             self, name, session_token, execution_id, generation, output_json, error, resources
         )
+
+    def claim_batch(
+        self, name: str, session_token: str, items: Sequence[tuple[str, int]]
+    ) -> worker_calls.Answers:
+        return worker_calls.claim_batch(self, name, session_token, items)
+
+    async def complete_batch(
+        self,
+        name: str,
+        session_token: str,
+        items: Sequence[worker_calls.Result],
+        resources: WorkerResources | None = None,
+    ) -> worker_calls.Answers:
+        return await worker_calls.complete_batch(self, name, session_token, items, resources)
 
     def release(
         self, name: str, session_token: str, execution_id: str, generation: int, reason: str

@@ -25,6 +25,8 @@ SOURCE_HASH = re.compile(r"[0-9a-f]{64}")
 WORKER_NAME_FORM = "1-63 letters, digits, '.', '_' or '-', starting with a letter or digit"
 MAX_CAPACITY = 4096
 MAX_ID_LENGTH = 128
+# Items in one ClaimBatch or CompleteBatch: a worker never holds more dispatches than its capacity.
+MAX_BATCH_ITEMS = MAX_CAPACITY
 # Size limits: each refusal names the limit it hit.
 MAX_SOURCE_BYTES = 4 * 1024 * 1024
 MAX_JSON_BYTES = 4 * 1024 * 1024
@@ -75,6 +77,13 @@ def check_source_hash(source_hash: str) -> None:
         raise InvalidArgument(
             f"source_hash must be 64 lowercase hex characters (sha256); got {source_hash!r}"
         )
+
+
+def check_batch(items: int, field: str) -> None:
+    if items == 0:
+        raise InvalidArgument(f"{field} is empty; send at least one item")
+    if items > MAX_BATCH_ITEMS:
+        raise InvalidArgument(f"{field} has {items} entries; at most {MAX_BATCH_ITEMS} per call")
 
 
 def check_id(execution_id: str) -> None:

@@ -6,14 +6,17 @@ so a stale dispatch (requeued, expired, moved to another worker) cannot change i
 
 from __future__ import annotations
 
+import asyncio
 import logging
+from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from flux.dispatcher import housekeeping, limits
 from flux.dispatcher.lifecycle import Requeue
 from flux.domain.execution import Execution, ExecutionError, State
 from flux.domain.worker import WorkerResources
-from flux.errors import FailedPrecondition, NotFound
+from flux.errors import FailedPrecondition, FluxError, Internal, NotFound, refusal
 
 if TYPE_CHECKING:
     from flux.dispatcher.core import Dispatcher
@@ -93,6 +96,72 @@ def release(
     d.place(shapes=[d.catalogue.shape_of(requeued)])
     d.place(workers=[entry])
     return requeued
+
+
+@dataclass(frozen=True, slots=True)
+class Result:
+    """One item of a CompleteBatch: the same fields as a single Complete's result."""
+
+    execution_id: str
+    generation: int
+    output_json: str | None
+    error: ExecutionError | None
+
+
+# Per item of a batch: None when accepted, else the refusal the single call would have raised.
+Answers = list[FluxError | None]
+
+
+def claim_batch(d: Dispatcher, name: str, session_token: str, items: Sequence[tuple[str, int]]) -> Answers:
+    """``claim`` for each (execution id, generation), in order; one refused item leaves the others be."""
+    d.registry.authorize(name, session_token)  # a wrong token refuses the whole call, not each item
+    limits.check_batch(len(items), "items")
+    answers: Answers = []
+    for execution_id, generation in items:
+        try:
+            claim(d, name, session_token, execution_id, generation)
+        except Exception as exc:
+            answers.append(_refused(d, exc))
+        else:
+            answers.append(None)
+    return answers
+
+
+async def complete_batch(
+    d: Dispatcher,
+    name: str,
+    session_token: str,
+    items: Sequence[Result],
+    resources: WorkerResources | None = None,
+) -> Answers:
+    """``complete`` for each result, in order; answered once every accepted final state is committed.
+
+    The items' commits wait together, so the store writes them in one group commit.
+    """
+    entry = d.registry.authorize(name, session_token)
+    limits.check_batch(len(items), "items")
+
+    async def one(item: Result) -> FluxError | None:
+        try:
+            await complete(
+                d, name, session_token, item.execution_id, item.generation, item.output_json, item.error
+            )
+        except Exception as exc:
+            return _refused(d, exc)
+        return None
+
+    answers = list(await asyncio.gather(*(one(item) for item in items)))
+    if resources is not None:  # one report for the batch, after its executions released theirs
+        entry.report(resources, None)
+        d.place(workers=[entry])
+    return answers
+
+
+def _refused(d: Dispatcher, exc: Exception) -> FluxError:
+    error = refusal(exc, d.store.unavailable)
+    if isinstance(error, Internal):
+        log.error("a batch item failed", exc_info=exc)
+    return error
 
 
 def fenced(d: Dispatcher, execution_id: str, name: str, generation: int) -> Execution:

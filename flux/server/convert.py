@@ -6,12 +6,13 @@ from types import MappingProxyType
 
 from flux.dispatcher.core import Diagnosis, WorkerRegistration
 from flux.dispatcher.session import Cancelled, Event, Ping, Scheduled
+from flux.dispatcher.worker_calls import Answers, Result
 from flux.dispatcher.workers import WorkerEntry
-from flux.domain.execution import Execution
+from flux.domain.execution import Execution, ExecutionError
 from flux.domain.resource_request import ResourceRequest
 from flux.domain.worker import DEFAULT_RUNTIME, WorkerResources, WorkerSoftware
 from flux.domain.workflow import WorkflowRecord
-from flux.errors import InvalidArgument
+from flux.errors import InvalidArgument, status_of
 from flux.observe.fleet import Change
 from flux.observe.status import Allocation, Status
 from flux.v1 import control_pb2, worker_pb2
@@ -46,6 +47,31 @@ def registration_from_proto(request: worker_pb2.RegisterRequest, transport: str)
         session_token=request.session_token,
         transport=transport,
     )
+
+
+def result_from_proto(item: worker_pb2.CompleteItem, field: str) -> Result:
+    """A malformed item refuses the whole batch (the request is wrong, not the item's state)."""
+    result = item.WhichOneof("result")
+    if result is None:
+        raise InvalidArgument(f"{field}.result is missing; set output_json or error")
+    return Result(
+        item.execution_id,
+        item.generation,
+        item.output_json if result == "output_json" else None,
+        ExecutionError.from_proto(item.error) if result == "error" else None,
+    )
+
+
+def item_answers(items: list[tuple[str, int]], answers: Answers) -> list[worker_pb2.ItemAnswer]:
+    """Per item: ok, or the refusal under the status name the single call would have answered."""
+    return [
+        worker_pb2.ItemAnswer(execution_id=execution_id, ok=True)
+        if refusal is None
+        else worker_pb2.ItemAnswer(
+            execution_id=execution_id, code=status_of(refusal)[0].name, message=str(refusal)
+        )
+        for (execution_id, _), refusal in zip(items, answers, strict=True)
+    ]
 
 
 def workflows_from_proto(request: control_pb2.RegisterWorkflowRequest) -> list[WorkflowRecord]:

@@ -159,6 +159,23 @@ class WorkerService(worker_pb2_grpc.WorkerServiceServicer):
         return worker_pb2.ReleaseResponse()
 
     @_unary
+    async def ClaimBatch(self, request: worker_pb2.ClaimBatchRequest, context: grpc.aio.ServicerContext):
+        items = [(item.execution_id, item.generation) for item in request.items]
+        answers = self.dispatcher.claim_batch(request.name, request.session_token, items)
+        return worker_pb2.ClaimBatchResponse(answers=convert.item_answers(items, answers))
+
+    @_unary
+    async def CompleteBatch(
+        self, request: worker_pb2.CompleteBatchRequest, context: grpc.aio.ServicerContext
+    ):
+        items = [convert.result_from_proto(item, f"items[{i}]") for i, item in enumerate(request.items)]
+        resources = convert.resources_from_proto(request.resources) if request.HasField("resources") else None
+        answers = await self.dispatcher.complete_batch(request.name, request.session_token, items, resources)
+        return worker_pb2.CompleteBatchResponse(
+            answers=convert.item_answers([(i.execution_id, i.generation) for i in items], answers)
+        )
+
+    @_unary
     async def GetWorkflowSource(
         self, request: worker_pb2.GetWorkflowSourceRequest, context: grpc.aio.ServicerContext
     ):

@@ -721,3 +721,226 @@ class WorkflowSource(_message.Message):
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___WorkflowSource: _TypeAlias = WorkflowSource  # noqa: Y015
+
+@_typing.final
+class ClaimItem(_message.Message):
+    """One dispatch acknowledged within a ClaimBatch."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    EXECUTION_ID_FIELD_NUMBER: _builtins.int
+    GENERATION_FIELD_NUMBER: _builtins.int
+    execution_id: _builtins.str
+    """Execution being claimed."""
+    generation: _builtins.int
+    """Generation from its ExecutionScheduled event."""
+    def __init__(
+        self,
+        *,
+        execution_id: _builtins.str = ...,
+        generation: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["execution_id", b"execution_id", "generation", b"generation"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ClaimItem: _TypeAlias = ClaimItem  # noqa: Y015
+
+@_typing.final
+class ClaimBatchRequest(_message.Message):
+    """Acknowledges several dispatches at once."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    NAME_FIELD_NUMBER: _builtins.int
+    SESSION_TOKEN_FIELD_NUMBER: _builtins.int
+    ITEMS_FIELD_NUMBER: _builtins.int
+    name: _builtins.str
+    """Registered worker name."""
+    session_token: _builtins.str
+    """Session token returned by Register."""
+    @_builtins.property
+    def items(self) -> _containers.RepeatedCompositeFieldContainer[Global___ClaimItem]:
+        """The dispatches claimed, each answered in this order."""
+
+    def __init__(
+        self,
+        *,
+        name: _builtins.str = ...,
+        session_token: _builtins.str = ...,
+        items: _abc.Iterable[Global___ClaimItem] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["items", b"items", "name", b"name", "session_token", b"session_token"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ClaimBatchRequest: _TypeAlias = ClaimBatchRequest  # noqa: Y015
+
+@_typing.final
+class ItemAnswer(_message.Message):
+    """The answer to one item of a batch: accepted, or refused as the single call
+    would have been refused.
+    """
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    EXECUTION_ID_FIELD_NUMBER: _builtins.int
+    OK_FIELD_NUMBER: _builtins.int
+    CODE_FIELD_NUMBER: _builtins.int
+    MESSAGE_FIELD_NUMBER: _builtins.int
+    execution_id: _builtins.str
+    """The item's execution id, echoed."""
+    ok: _builtins.bool
+    """True when the item was accepted; code and message are then empty."""
+    code: _builtins.str
+    """The refusal's gRPC status name, e.g. "FAILED_PRECONDITION" or
+    "UNAVAILABLE" (retry that item); the same name the single call's status
+    would carry.
+    """
+    message: _builtins.str
+    """The refusal's message, as the single call would give it."""
+    def __init__(
+        self,
+        *,
+        execution_id: _builtins.str = ...,
+        ok: _builtins.bool = ...,
+        code: _builtins.str = ...,
+        message: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["code", b"code", "execution_id", b"execution_id", "message", b"message", "ok", b"ok"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ItemAnswer: _TypeAlias = ItemAnswer  # noqa: Y015
+
+@_typing.final
+class ClaimBatchResponse(_message.Message):
+    """One answer per claimed item, in the order of the request."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    ANSWERS_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def answers(self) -> _containers.RepeatedCompositeFieldContainer[Global___ItemAnswer]:
+        """Item answers, items[i] answered by answers[i]."""
+
+    def __init__(
+        self,
+        *,
+        answers: _abc.Iterable[Global___ItemAnswer] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["answers", b"answers"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ClaimBatchResponse: _TypeAlias = ClaimBatchResponse  # noqa: Y015
+
+@_typing.final
+class CompleteItem(_message.Message):
+    """The result of one execution within a CompleteBatch."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    EXECUTION_ID_FIELD_NUMBER: _builtins.int
+    GENERATION_FIELD_NUMBER: _builtins.int
+    OUTPUT_JSON_FIELD_NUMBER: _builtins.int
+    ERROR_FIELD_NUMBER: _builtins.int
+    execution_id: _builtins.str
+    """Execution being completed."""
+    generation: _builtins.int
+    """Generation from its ExecutionScheduled event."""
+    output_json: _builtins.str
+    """The workflow's return value, JSON-encoded."""
+    @_builtins.property
+    def error(self) -> Global___ExecutionError:
+        """The exception the workflow raised."""
+
+    def __init__(
+        self,
+        *,
+        execution_id: _builtins.str = ...,
+        generation: _builtins.int = ...,
+        output_json: _builtins.str = ...,
+        error: Global___ExecutionError | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["error", b"error", "output_json", b"output_json", "result", b"result"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["error", b"error", "execution_id", b"execution_id", "generation", b"generation", "output_json", b"output_json", "result", b"result"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    _WhichOneofReturnType_result: _TypeAlias = _typing.Literal["output_json", "error"]  # noqa: Y015
+    _WhichOneofArgType_result: _TypeAlias = _typing.Literal["result", b"result"]  # noqa: Y015
+    def WhichOneof(self, oneof_group: _WhichOneofArgType_result) -> _WhichOneofReturnType_result | None: ...
+
+Global___CompleteItem: _TypeAlias = CompleteItem  # noqa: Y015
+
+@_typing.final
+class CompleteBatchRequest(_message.Message):
+    """Records several results at once."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    NAME_FIELD_NUMBER: _builtins.int
+    SESSION_TOKEN_FIELD_NUMBER: _builtins.int
+    ITEMS_FIELD_NUMBER: _builtins.int
+    RESOURCES_FIELD_NUMBER: _builtins.int
+    name: _builtins.str
+    """Registered worker name."""
+    session_token: _builtins.str
+    """Session token returned by Register."""
+    @_builtins.property
+    def items(self) -> _containers.RepeatedCompositeFieldContainer[Global___CompleteItem]:
+        """The results, each answered in this order."""
+
+    @_builtins.property
+    def resources(self) -> _resources_pb2.WorkerResources:
+        """Resources observed after these executions ended (one report for the
+        batch), to save a separate report.
+        """
+
+    def __init__(
+        self,
+        *,
+        name: _builtins.str = ...,
+        session_token: _builtins.str = ...,
+        items: _abc.Iterable[Global___CompleteItem] | None = ...,
+        resources: _resources_pb2.WorkerResources | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["resources", b"resources"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["items", b"items", "name", b"name", "resources", b"resources", "session_token", b"session_token"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___CompleteBatchRequest: _TypeAlias = CompleteBatchRequest  # noqa: Y015
+
+@_typing.final
+class CompleteBatchResponse(_message.Message):
+    """One answer per completed item, in the order of the request."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    ANSWERS_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def answers(self) -> _containers.RepeatedCompositeFieldContainer[Global___ItemAnswer]:
+        """Item answers, items[i] answered by answers[i]."""
+
+    def __init__(
+        self,
+        *,
+        answers: _abc.Iterable[Global___ItemAnswer] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["answers", b"answers"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___CompleteBatchResponse: _TypeAlias = CompleteBatchResponse  # noqa: Y015

@@ -71,6 +71,16 @@ class WorkerServiceStub:
                 request_serializer=flux_dot_v1_dot_worker__pb2.GetWorkflowSourceRequest.SerializeToString,
                 response_deserializer=flux_dot_v1_dot_worker__pb2.WorkflowSource.FromString,
                 _registered_method=True)
+        self.ClaimBatch = channel.unary_unary(
+                '/flux.v1.WorkerService/ClaimBatch',
+                request_serializer=flux_dot_v1_dot_worker__pb2.ClaimBatchRequest.SerializeToString,
+                response_deserializer=flux_dot_v1_dot_worker__pb2.ClaimBatchResponse.FromString,
+                _registered_method=True)
+        self.CompleteBatch = channel.unary_unary(
+                '/flux.v1.WorkerService/CompleteBatch',
+                request_serializer=flux_dot_v1_dot_worker__pb2.CompleteBatchRequest.SerializeToString,
+                response_deserializer=flux_dot_v1_dot_worker__pb2.CompleteBatchResponse.FromString,
+                _registered_method=True)
 
 
 class WorkerServiceServicer:
@@ -131,6 +141,25 @@ class WorkerServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def ClaimBatch(self, request, context):
+        """Claims several dispatches in one call: each item is fenced and answered
+        exactly as Claim would answer it, in the order sent; a refused item does
+        not affect the others. A server without it answers UNIMPLEMENTED, and the
+        worker falls back to Claim.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def CompleteBatch(self, request, context):
+        """Records several results in one call, answered per item as Complete would
+        answer it, in the order sent. Every accepted final state is committed
+        (one group commit) before the answer.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_WorkerServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -168,6 +197,16 @@ def add_WorkerServiceServicer_to_server(servicer, server):
                     servicer.GetWorkflowSource,
                     request_deserializer=flux_dot_v1_dot_worker__pb2.GetWorkflowSourceRequest.FromString,
                     response_serializer=flux_dot_v1_dot_worker__pb2.WorkflowSource.SerializeToString,
+            ),
+            'ClaimBatch': grpc.unary_unary_rpc_method_handler(
+                    servicer.ClaimBatch,
+                    request_deserializer=flux_dot_v1_dot_worker__pb2.ClaimBatchRequest.FromString,
+                    response_serializer=flux_dot_v1_dot_worker__pb2.ClaimBatchResponse.SerializeToString,
+            ),
+            'CompleteBatch': grpc.unary_unary_rpc_method_handler(
+                    servicer.CompleteBatch,
+                    request_deserializer=flux_dot_v1_dot_worker__pb2.CompleteBatchRequest.FromString,
+                    response_serializer=flux_dot_v1_dot_worker__pb2.CompleteBatchResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -361,6 +400,60 @@ class WorkerService:
             '/flux.v1.WorkerService/GetWorkflowSource',
             flux_dot_v1_dot_worker__pb2.GetWorkflowSourceRequest.SerializeToString,
             flux_dot_v1_dot_worker__pb2.WorkflowSource.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ClaimBatch(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/flux.v1.WorkerService/ClaimBatch',
+            flux_dot_v1_dot_worker__pb2.ClaimBatchRequest.SerializeToString,
+            flux_dot_v1_dot_worker__pb2.ClaimBatchResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def CompleteBatch(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/flux.v1.WorkerService/CompleteBatch',
+            flux_dot_v1_dot_worker__pb2.CompleteBatchRequest.SerializeToString,
+            flux_dot_v1_dot_worker__pb2.CompleteBatchResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -57,6 +57,17 @@ class WorkerServiceStub:
     """Fetches a registered workflow's source by content hash, so dispatches
     carry only the hash and workers cache the code.
     """
+    ClaimBatch: _grpc.UnaryUnaryMultiCallable[_worker_pb2.ClaimBatchRequest, _worker_pb2.ClaimBatchResponse]
+    """Claims several dispatches in one call: each item is fenced and answered
+    exactly as Claim would answer it, in the order sent; a refused item does
+    not affect the others. A server without it answers UNIMPLEMENTED, and the
+    worker falls back to Claim.
+    """
+    CompleteBatch: _grpc.UnaryUnaryMultiCallable[_worker_pb2.CompleteBatchRequest, _worker_pb2.CompleteBatchResponse]
+    """Records several results in one call, answered per item as Complete would
+    answer it, in the order sent. Every accepted final state is committed
+    (one group commit) before the answer.
+    """
 
 @_typing.type_check_only
 class WorkerServiceAsyncStub(WorkerServiceStub):
@@ -86,6 +97,17 @@ class WorkerServiceAsyncStub(WorkerServiceStub):
     GetWorkflowSource: _aio.UnaryUnaryMultiCallable[_worker_pb2.GetWorkflowSourceRequest, _worker_pb2.WorkflowSource]  # type: ignore[assignment]
     """Fetches a registered workflow's source by content hash, so dispatches
     carry only the hash and workers cache the code.
+    """
+    ClaimBatch: _aio.UnaryUnaryMultiCallable[_worker_pb2.ClaimBatchRequest, _worker_pb2.ClaimBatchResponse]  # type: ignore[assignment]
+    """Claims several dispatches in one call: each item is fenced and answered
+    exactly as Claim would answer it, in the order sent; a refused item does
+    not affect the others. A server without it answers UNIMPLEMENTED, and the
+    worker falls back to Claim.
+    """
+    CompleteBatch: _aio.UnaryUnaryMultiCallable[_worker_pb2.CompleteBatchRequest, _worker_pb2.CompleteBatchResponse]  # type: ignore[assignment]
+    """Records several results in one call, answered per item as Complete would
+    answer it, in the order sent. Every accepted final state is committed
+    (one group commit) before the answer.
     """
 
 class WorkerServiceServicer(metaclass=_abc_1.ABCMeta):
@@ -155,6 +177,29 @@ class WorkerServiceServicer(metaclass=_abc_1.ABCMeta):
     ) -> _typing.Union[_worker_pb2.WorkflowSource, _abc.Awaitable[_worker_pb2.WorkflowSource]]:
         """Fetches a registered workflow's source by content hash, so dispatches
         carry only the hash and workers cache the code.
+        """
+
+    @_abc_1.abstractmethod
+    def ClaimBatch(
+        self,
+        request: _worker_pb2.ClaimBatchRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_worker_pb2.ClaimBatchResponse, _abc.Awaitable[_worker_pb2.ClaimBatchResponse]]:
+        """Claims several dispatches in one call: each item is fenced and answered
+        exactly as Claim would answer it, in the order sent; a refused item does
+        not affect the others. A server without it answers UNIMPLEMENTED, and the
+        worker falls back to Claim.
+        """
+
+    @_abc_1.abstractmethod
+    def CompleteBatch(
+        self,
+        request: _worker_pb2.CompleteBatchRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_worker_pb2.CompleteBatchResponse, _abc.Awaitable[_worker_pb2.CompleteBatchResponse]]:
+        """Records several results in one call, answered per item as Complete would
+        answer it, in the order sent. Every accepted final state is committed
+        (one group commit) before the answer.
         """
 
 def add_WorkerServiceServicer_to_server(servicer: WorkerServiceServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...

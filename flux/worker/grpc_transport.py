@@ -16,13 +16,16 @@ from flux.domain.worker import WorkerResources, WorkerSoftware
 from flux.errors import InvalidArgument, Unavailable, from_grpc_code
 from flux.v1 import worker_pb2, worker_pb2_grpc
 from flux.worker.transport import (
+    Answers,
     Cancel,
     Connected,
     Dispatch,
     Heartbeat,
+    Outcome,
     Registration,
     WorkerEvent,
     WorkerTransport,
+    answers_from,
 )
 
 T = TypeVar("T")
@@ -84,6 +87,28 @@ def complete_request(
     if resources is not None:
         request.resources.CopyFrom(resources.to_proto())
     return request
+
+
+def complete_batch_request(
+    items: Sequence[Outcome], resources: WorkerResources | None
+) -> worker_pb2.CompleteBatchRequest:
+    """Results as a CompleteBatch carries them; both transports send this message."""
+    request = worker_pb2.CompleteBatchRequest()
+    for outcome in items:
+        item = request.items.add(execution_id=outcome.execution_id, generation=outcome.generation)
+        if outcome.error is not None:
+            item.error.CopyFrom(outcome.error.to_proto())
+        else:
+            item.output_json = outcome.output_json or "null"
+    if resources is not None:
+        request.resources.CopyFrom(resources.to_proto())
+    return request
+
+
+def batch_answers(
+    count: int, response: worker_pb2.ClaimBatchResponse | worker_pb2.CompleteBatchResponse
+) -> Answers:
+    return answers_from(count, [(a.ok, a.code, a.message) for a in response.answers])
 
 
 class GrpcTransport(WorkerTransport):
@@ -218,6 +243,25 @@ class GrpcTransport(WorkerTransport):
         request = complete_request(generation, output_json, error, resources)
         request.name, request.session_token, request.execution_id = name, token, execution_id
         await self.stub.Complete(request, timeout=UNARY_TIMEOUT, metadata=self._md)
+
+    @_mapped
+    async def claim_batch(self, name: str, token: str, items: Sequence[tuple[str, int]]) -> Answers:
+        request = worker_pb2.ClaimBatchRequest(
+            name=name,
+            session_token=token,
+            items=[worker_pb2.ClaimItem(execution_id=i, generation=g) for i, g in items],
+        )
+        response = await self.stub.ClaimBatch(request, timeout=UNARY_TIMEOUT, metadata=self._md)
+        return batch_answers(len(items), response)
+
+    @_mapped
+    async def complete_batch(
+        self, name: str, token: str, items: Sequence[Outcome], resources: WorkerResources | None
+    ) -> Answers:
+        request = complete_batch_request(items, resources)
+        request.name, request.session_token = name, token
+        response = await self.stub.CompleteBatch(request, timeout=UNARY_TIMEOUT, metadata=self._md)
+        return batch_answers(len(items), response)
 
     @_mapped
     async def release(self, name: str, token: str, execution_id: str, generation: int, reason: str) -> None:

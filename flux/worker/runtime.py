@@ -15,8 +15,9 @@ import inspect
 import json
 import logging
 import random
+import time
 import traceback
-from collections.abc import Mapping
+from collections.abc import Awaitable, Iterable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -34,10 +35,20 @@ from flux.errors import (
     ResourceExhausted,
     Unauthenticated,
     Unavailable,
+    Unimplemented,
 )
+from flux.worker.batching import Batcher
 from flux.worker.code_cache import CodeCache
 from flux.worker.probe import ResourceProbe, changed_materially
-from flux.worker.transport import Cancel, Connected, Dispatch, Registration, WorkerTransport
+from flux.worker.transport import (
+    Answers,
+    Cancel,
+    Connected,
+    Dispatch,
+    Outcome,
+    Registration,
+    WorkerTransport,
+)
 
 log = logging.getLogger("flux.worker")
 
@@ -45,6 +56,10 @@ log = logging.getLogger("flux.worker")
 # wrong kind, or the server refuses what the worker advertises. Anything else (unreachable, 5xx,
 # a name still held by the previous stream) may pass, so the worker retries it.
 PERMANENT = (Unauthenticated, PermissionDenied, InvalidArgument)
+
+# Results carry the resources observed after their executions ended. A sample walks the
+# worker's process tree (all of /proc): a burst of results shares one this recent, seconds.
+RESULT_SAMPLE_MAX_AGE = 0.25
 
 
 class Refused(FluxError):
@@ -110,6 +125,12 @@ class WorkerRuntime:
         )
         self._code = CodeCache(config.work_dir / config.name / "code", self._fetch_source)
         self._reported: WorkerResources | None = None
+        self._sampled: tuple[float, WorkerResources] | None = None  # (monotonic time, sample)
+        # Claims and results that are ready together go in one call (ClaimBatch, CompleteBatch),
+        # while the server has them; one that answers UNIMPLEMENTED gets single calls.
+        self._batched = True
+        self._claims: Batcher[tuple[str, int]] = Batcher(self._send_claims)
+        self._results: Batcher[Outcome] = Batcher(self._send_results, _outcome_size)
 
     # ----------------------------------------------------------------- lifecycle
 
@@ -186,6 +207,7 @@ class WorkerRuntime:
             elif isinstance(event, Connected):
                 backoff.reset()
                 self._streams += 1
+                self._batched = True  # perhaps another server: ask it for batches again
                 self._reconcile(event.held)
                 self.connected.set()
                 log.info("connected to %s as %s", event.server_id, self.config.name)
@@ -285,9 +307,7 @@ class WorkerRuntime:
         backoff = Backoff(self.config.backoff_initial, self.config.backoff_max)
         while True:
             try:
-                await self.transport.claim(
-                    self.config.name, self.token, dispatch.execution_id, dispatch.generation
-                )
+                await self._claims.submit((dispatch.execution_id, dispatch.generation))
                 return True
             except Unavailable as exc:
                 delay = backoff.next()
@@ -330,13 +350,10 @@ class WorkerRuntime:
             running = self._running.get(dispatch.execution_id)
             if running is not None and running.dispatch is dispatch and running.claimed_in != self._streams:
                 await self._reclaim(running)  # a result for a dispatch held as unclaimed is refused
-            resources = self.probe.sample()
             try:
-                await self.transport.complete(
-                    self.config.name, self.token, dispatch.execution_id, dispatch.generation,
-                    output_json, error, resources,
-                )  # fmt: skip
-                self._reported = resources
+                await self._results.submit(
+                    Outcome(dispatch.execution_id, dispatch.generation, output_json, error)
+                )
                 return
             except Unavailable as exc:
                 delay = backoff.next()
@@ -365,13 +382,54 @@ class WorkerRuntime:
         """Claim again on a new stream (a repeated claim is accepted; a stale one refused)."""
         streams, dispatch = self._streams, running.dispatch
         try:
-            await self.transport.claim(
-                self.config.name, self.token, dispatch.execution_id, dispatch.generation
-            )
+            await self._claims.submit((dispatch.execution_id, dispatch.generation))
         except FluxError as exc:  # the result is still delivered, and fenced, as usual
             log.debug("repeated claim of %s not accepted: %s", dispatch.execution_id, exc)
         else:
             running.claimed_in = streams
+
+    async def _send_claims(self, items: list[tuple[str, int]]) -> Answers:
+        if self._batched:
+            try:
+                return await self.transport.claim_batch(self.config.name, self.token, items)
+            except Unimplemented as exc:
+                self._unbatched(exc)
+        return await _each(
+            self.transport.claim(self.config.name, self.token, execution_id, generation)
+            for execution_id, generation in items
+        )
+
+    async def _send_results(self, items: list[Outcome]) -> Answers:
+        resources = self._sample_for_results()
+        answers: Answers | None = None
+        if self._batched:
+            try:
+                answers = await self.transport.complete_batch(self.config.name, self.token, items, resources)
+            except Unimplemented as exc:
+                self._unbatched(exc)
+        if answers is None:
+            answers = await _each(
+                self.transport.complete(
+                    self.config.name, self.token, o.execution_id, o.generation, o.output_json, o.error,
+                    resources,
+                )
+                for o in items
+            )  # fmt: skip
+        if any(answer is None for answer in answers):
+            self._reported = resources
+        return answers
+
+    def _sample_for_results(self) -> WorkerResources:
+        """One observation for a batch (its executions have all ended), shared by a burst of batches."""
+        now = time.monotonic()
+        if self._sampled is None or now - self._sampled[0] > RESULT_SAMPLE_MAX_AGE:
+            self._sampled = (now, self.probe.sample())
+        return self._sampled[1]
+
+    def _unbatched(self, exc: Unimplemented) -> None:
+        if self._batched:
+            log.info("the server has no batched calls (%s); claiming and completing one at a time", exc)
+            self._batched = False
 
     async def _release(self, execution_id: str, generation: int, reason: str) -> None:
         try:
@@ -398,3 +456,22 @@ class WorkerRuntime:
                     self._reported = sample
             except FluxError as exc:
                 log.debug("resource report failed: %s", exc)
+
+
+async def _each(calls: Iterable[Awaitable[None]]) -> Answers:
+    """Single calls side by side, each answered as a batch item: None, or its refusal."""
+
+    async def one(call: Awaitable[None]) -> FluxError | None:
+        try:
+            await call
+        except FluxError as exc:
+            return exc
+        return None
+
+    return list(await asyncio.gather(*(one(call) for call in calls)))
+
+
+def _outcome_size(outcome: Outcome) -> int:
+    error = outcome.error
+    size = len(outcome.output_json or "")
+    return size + (len(error.message) + len(error.traceback) if error is not None else 0)

@@ -30,17 +30,27 @@ from flux.errors import (
     FailedPrecondition,
     FluxError,
     InvalidArgument,
+    NotFound,
     Unavailable,
+    Unimplemented,
     from_grpc_code,
 )
 from flux.v1 import worker_pb2
-from flux.worker.grpc_transport import complete_request, connected_from_proto, dispatch_from_proto
+from flux.worker.grpc_transport import (
+    complete_batch_request,
+    complete_request,
+    connected_from_proto,
+    dispatch_from_proto,
+)
 from flux.worker.transport import (
+    Answers,
     Cancel,
     Heartbeat,
+    Outcome,
     Registration,
     WorkerEvent,
     WorkerTransport,
+    answers_from,
 )
 
 M = TypeVar("M", bound=Message)
@@ -149,7 +159,7 @@ class SseTransport(WorkerTransport):
             )
         return self._client
 
-    async def _post(self, path: str, body: dict[str, Any], token: str = "") -> dict[str, Any]:
+    async def _post(self, path: str, body: Any, token: str = "") -> Any:
         headers = {SESSION_HEADER: token} if token else None
         try:
             async with self._in_flight:
@@ -230,6 +240,35 @@ class SseTransport(WorkerTransport):
         message = complete_request(generation, output_json, error, resources)
         path = f"{self._worker(name)}/complete/{quote(execution_id, safe='')}"
         await self._post(path, _body(message), token)
+
+    async def _batch(self, path: str, body: list[dict[str, Any]], token: str) -> Answers:
+        try:
+            answers = await self._post(path, body, token)
+        except NotFound as exc:  # a gateway from before the batched routes: no such route
+            raise Unimplemented(f"{self.url}{path}: {exc}") from exc
+        if not isinstance(answers, list):
+            raise Unavailable(f"{self.url}{path} answered {type(answers).__name__}, not a list of answers")
+        return answers_from(
+            len(body),
+            [
+                (bool(a.get("ok")), str(a.get("code", "")), str(a.get("message", "")))
+                for a in answers
+                if isinstance(a, dict)
+            ],
+        )
+
+    async def claim_batch(self, name: str, token: str, items: Sequence[tuple[str, int]]) -> Answers:
+        body = [{"execution_id": i, "generation": g} for i, g in items]
+        return await self._batch(f"{self._worker(name)}/claims", body, token)
+
+    async def complete_batch(
+        self, name: str, token: str, items: Sequence[Outcome], resources: WorkerResources | None
+    ) -> Answers:
+        message = complete_batch_request(items, None)
+        body = [_body(item) for item in message.items]
+        if resources is not None:  # one report for the batch: the routes take the last item's
+            body[-1]["resources"] = _body(resources.to_proto())
+        return await self._batch(f"{self._worker(name)}/completions", body, token)
 
     async def release(self, name: str, token: str, execution_id: str, generation: int, reason: str) -> None:
         path = f"{self._worker(name)}/release/{quote(execution_id, safe='')}"

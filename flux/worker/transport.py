@@ -9,12 +9,13 @@ again later", the others for refusals.
 from __future__ import annotations
 
 import abc
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Mapping, Sequence
 from dataclasses import dataclass
 
 from flux.domain.execution import ExecutionError, WorkflowRef
 from flux.domain.resource_request import ResourceRequest
 from flux.domain.worker import WorkerResources, WorkerSoftware
+from flux.errors import FluxError, Unavailable, Unimplemented, from_code_name
 
 
 @dataclass(frozen=True, slots=True)
@@ -58,7 +59,30 @@ class Heartbeat:
     pass
 
 
+@dataclass(frozen=True, slots=True)
+class Outcome:
+    """One execution's result, as a CompleteBatch item carries it."""
+
+    execution_id: str
+    generation: int
+    output_json: str | None
+    error: ExecutionError | None
+
+
 WorkerEvent = Connected | Dispatch | Cancel | Heartbeat
+
+# Per item of a batched call: None when accepted, else the refusal its single call would have raised.
+Answers = list[FluxError | None]
+
+
+def answers_from(count: int, answers: Sequence[tuple[bool, str, str]]) -> Answers:
+    """(ok, status name, message) per item, as the wire carries them, for ``count`` items sent.
+
+    An item the server left unanswered is retried (Unavailable), never taken as accepted.
+    """
+    decoded: Answers = [None if ok else from_code_name(code, message) for ok, code, message in answers]
+    missing = Unavailable("the server answered fewer items than the batch carried; retry")
+    return decoded[:count] + [missing] * (count - len(decoded))
 
 
 class WorkerTransport(abc.ABC):
@@ -96,6 +120,16 @@ class WorkerTransport(abc.ABC):
         error: ExecutionError | None,
         resources: WorkerResources | None,
     ) -> None: ...
+
+    async def claim_batch(self, name: str, token: str, items: Sequence[tuple[str, int]]) -> Answers:
+        """Claims (execution id, generation) items in one call; Unimplemented where the server lacks it."""
+        raise Unimplemented(f"the {self.name} transport has no batched claims")
+
+    async def complete_batch(
+        self, name: str, token: str, items: Sequence[Outcome], resources: WorkerResources | None
+    ) -> Answers:
+        """Sends results in one call; Unimplemented where the server lacks it."""
+        raise Unimplemented(f"the {self.name} transport has no batched completes")
 
     @abc.abstractmethod
     async def release(
