@@ -192,6 +192,7 @@ class Housekeeper:
             self.last_save_retry = now
             log.info("writing %d executions whose last store write failed again", d.table.save_unsaved())
         keep_alive(d, now)
+        d.freezer.tick()
 
     async def _run(self) -> None:
         s = self.d.settings

@@ -269,8 +269,10 @@ def test_a_claim_its_replica_died_before_storing_is_claimed_again_not_rerun(repl
     replicas.start_worker("w1", servers=[a, b])  # on a, falling back to b
     execution = replicas.run("sleepy", 5.0, wait=False)
     eventually(
-        lambda: rows(replicas.db, f"SELECT state FROM executions WHERE execution_id='{execution.execution_id}'")
-        == [(control_pb2.EXECUTION_STATE_RUNNING,)],
+        lambda: (
+            rows(replicas.db, f"SELECT state FROM executions WHERE execution_id='{execution.execution_id}'")
+            == [(control_pb2.EXECUTION_STATE_RUNNING,)]
+        ),
         what="the claim stored",
     )
     replicas.server.send_signal(signal.SIGKILL)  # type: ignore[union-attr]
