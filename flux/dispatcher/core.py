@@ -37,6 +37,7 @@ from flux.dispatcher.deadlines import AckDeadlines
 from flux.dispatcher.freezing import Freezer
 from flux.dispatcher.lifecycle import Lifecycle
 from flux.dispatcher.modes import Modes, local
+from flux.dispatcher.pings import Pinger
 from flux.dispatcher.reads import list_executions, list_workflows
 from flux.dispatcher.registry import WorkerRegistration, WorkerRegistry
 from flux.dispatcher.session import Cancelled, Scheduled, Session
@@ -107,6 +108,7 @@ class Dispatcher:
         self.deadlines = AckDeadlines()
         self.housekeeper = housekeeping.Housekeeper(self)
         self.freezer = Freezer()
+        self.pinger = Pinger(lambda: self.settings.ping_interval)
         self._cache = FeasibilityCache()
         self._next_seq = 1
         self.modes = modes or local()
@@ -409,6 +411,7 @@ class Dispatcher:
     def connect(self, name: str, session_token: str, transport: str = "grpc") -> Session:
         session = self.registry.connect(name, session_token, transport)
         self.freezer.connected()
+        self.pinger.watch(session)
         self.fleet.connected(self.registry.entries[name])
         return session
 
