@@ -48,5 +48,8 @@ class Pinger:
             if session.last_sent <= scheduled_at:  # nothing sent since it was scheduled: idle, ping it
                 session.push(Ping(wall_now))
                 pinged += 1
-            heapq.heappush(due, (session.last_sent + interval, next(self._order), session.last_sent, session))
+                next_due = monotonic_now + interval
+            else:
+                next_due = session.last_sent + interval
+            heapq.heappush(due, (next_due, next(self._order), session.last_sent, session))
         return pinged

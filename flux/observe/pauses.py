@@ -7,6 +7,10 @@ sources feed one record, rewritten to that file twice a second:
   (the loop's longest pause: a slow callback, a long tick, a collection);
 - ``gc.callbacks``, timing every collection by generation.
 
+Each duration comes with the CPU time the loop's thread spent in it: on a
+shared machine a pause with little CPU behind it is the process waiting for a
+core, not the server doing work.
+
 Each sample carries its wall-clock time so a reader can keep its own window.
 Only pauses above ``LAG_FLOOR`` are kept (bounded), so an idle probe costs a
 wake-up every few milliseconds and nothing else.
@@ -32,19 +36,19 @@ KEEP = 20_000
 class LoopProbe:
     def __init__(self, path: Path):
         self.path = path
-        # (wall time, seconds late) of each wake-up later than LAG_FLOOR.
-        self.lags: deque[tuple[float, float]] = deque(maxlen=KEEP)
-        # (wall time, generation, seconds, objects collected) of every collection.
-        self.collections: deque[tuple[float, int, float, int]] = deque(maxlen=KEEP)
-        self._gc_started = 0.0
+        # (wall time, seconds late, thread CPU seconds meanwhile) of each wake-up later than LAG_FLOOR.
+        self.lags: deque[tuple[float, float, float]] = deque(maxlen=KEEP)
+        # (wall time, generation, seconds, thread CPU seconds, objects collected) of every collection.
+        self.collections: deque[tuple[float, int, float, float, int]] = deque(maxlen=KEEP)
+        self._gc_started = (0.0, 0.0)
         self._task: asyncio.Task[None] | None = None
 
     def _on_gc(self, phase: str, info: dict[str, int]) -> None:
         if phase == "start":
-            self._gc_started = time.perf_counter()
+            self._gc_started = (time.perf_counter(), time.thread_time())
         else:
-            took = time.perf_counter() - self._gc_started
-            self.collections.append((time.time(), info["generation"], took, info.get("collected", 0)))
+            took, cpu = time.perf_counter() - self._gc_started[0], time.thread_time() - self._gc_started[1]
+            self.collections.append((time.time(), info["generation"], took, cpu, info.get("collected", 0)))
 
     def start(self) -> None:
         gc.callbacks.append(self._on_gc)
@@ -62,12 +66,12 @@ class LoopProbe:
     async def _run(self) -> None:
         last_write = time.perf_counter()
         while True:
-            before = time.perf_counter()
+            before, cpu_before = time.perf_counter(), time.thread_time()
             await asyncio.sleep(STEP)
             after = time.perf_counter()
             late = after - before - STEP
             if late > LAG_FLOOR:
-                self.lags.append((time.time(), late))
+                self.lags.append((time.time(), late, time.thread_time() - cpu_before))
             if after - last_write >= 0.5:
                 last_write = after
                 self._write()
