@@ -9,9 +9,12 @@ reference counting still frees those objects when they die, so only cyclic
 garbage present at the moment of freezing is never reclaimed (a young
 collection first keeps that small).
 
-Frozen once the server has started, and again after each connect storm: once
+Frozen once the server has started; again after each connect storm, once
 ``STORM`` streams have connected since the last freeze and none for ``QUIET``
-seconds, so a freeze never lands in the middle of a storm.
+seconds (so a freeze never lands in the middle of a storm); and after every
+full collection, whose survivors are long-lived by definition and, just
+collected, hold no garbage (``watch`` hooks ``gc.callbacks`` for that; the
+freeze itself waits for the next housekeeping tick, on the loop's thread).
 """
 
 from __future__ import annotations
@@ -37,15 +40,36 @@ class Freezer:
         self.clock = clock
         self.connects = 0
         self.last_connect = 0.0
+        self.after_full_collection = False
 
     def connected(self) -> None:
         self.connects += 1
         self.last_connect = self.clock()
 
+    def collected(self, phase: str, info: dict[str, int]) -> None:
+        """A ``gc.callbacks`` entry: note that a full collection ended (any thread may run one)."""
+        if phase == "stop" and info["generation"] == 2:
+            self.after_full_collection = True
+
     def tick(self) -> bool:
-        """Freeze when a storm has ended; True when it froze."""
+        """Freeze when a storm has ended or a full collection has run; True when it froze."""
+        if self.after_full_collection:
+            self.after_full_collection = False
+            self.connects = 0
+            freeze("after a full collection")
+            return True
         if self.connects < STORM or self.clock() - self.last_connect < QUIET:
             return False
         freeze(f"{self.connects} streams connected")
         self.connects = 0
         return True
+
+
+def watch(freezer: Freezer) -> None:
+    """Tell ``freezer`` of every full collection (for a server's lifetime; ``unwatch`` ends it)."""
+    gc.callbacks.append(freezer.collected)
+
+
+def unwatch(freezer: Freezer) -> None:
+    if freezer.collected in gc.callbacks:
+        gc.callbacks.remove(freezer.collected)

@@ -16,7 +16,7 @@ from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from flux import defaults
 from flux.auth import AuthInterceptor, Tokens, is_loopback, plaintext_warning
 from flux.dispatcher.core import Dispatcher, Settings
-from flux.dispatcher.freezing import freeze
+from flux.dispatcher.freezing import freeze, unwatch, watch
 from flux.observe import logs, pauses
 from flux.server.interceptors import DecodeGuard
 from flux.server.introspection import Health, enable_reflection
@@ -196,11 +196,13 @@ async def serve(config: ServerConfig) -> None:
             logs.emit(f"flux gateway listening on {gateway.url}", logger=log.name, http=gateway.url)
         # What start-up built lives as long as the server: out of every full collection from now on.
         freeze("started")
+        watch(running.dispatcher.freezer)
         if probe is not None:
             probe.start()
         await stop.wait()
         log.info("shutting down")
     finally:
+        unwatch(running.dispatcher.freezer)
         if probe is not None:
             await probe.stop()
         # Gateway first: its SSE streams end and cancel their core streams before the core stops.
