@@ -152,7 +152,6 @@ def _probe(path: Path, since: float, until: float) -> dict[str, object]:
         "gen2_pause_ms_max": round(max((took for took, _ in full), default=0.0) * 1000, 1),
         "gen2_cpu_ms_max": round(max((cpu for _, cpu in full), default=0.0) * 1000, 1),
         "gen2_pause_ms_median": round(statistics.median(t for t, _ in full) * 1000, 1) if full else 0.0,
-        "frozen_objects": record["frozen"],
     }
 
 

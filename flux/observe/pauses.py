@@ -81,7 +81,6 @@ class LoopProbe:
             "pid": os.getpid(),
             "lags": list(self.lags),
             "collections": [c for c in self.collections if c[1] == 2 or c[2] > LAG_FLOOR],
-            "frozen": gc.get_freeze_count(),
         }
         temporary = self.path.with_suffix(".tmp")
         temporary.write_text(json.dumps(record))
