@@ -21,7 +21,9 @@ Before that, when ``aging`` is given, starving executions (see
 nominated workers take only what fits beside their nominee.
 
 Cost is O(shapes × profiles + candidates + placements × log workers), never
-proportional to the backlog.
+proportional to the backlog. Over a ``FleetIndex`` the candidates are pulled
+lazily, least loaded first, so "candidates" is only those looked at: on a
+fleet with room, one per placement.
 """
 
 from __future__ import annotations
