@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from bench import attacks, dashboard, dispatch, loaded, matching, memory, replicas, starvation
+from bench import attacks, dashboard, dispatch, fleet, loaded, matching, memory, replicas, starvation
 
 BENCHES = {
     "matching": matching.main,
@@ -15,6 +15,7 @@ BENCHES = {
     "dashboard": dashboard.main,
     "attacks": attacks.main,
     "starvation": starvation.main,
+    "fleet": fleet.main,
 }
 
 

@@ -272,8 +272,18 @@ class FluxClient:
     def cancel(self, execution_id: str) -> control_pb2.Execution:
         return self._call("CancelExecution", control_pb2.CancelExecutionRequest(execution_id=execution_id))
 
-    def workers(self) -> control_pb2.ListWorkersResponse:
-        return self._call("ListWorkers", control_pb2.ListWorkersRequest())
+    def workers(self, page_size: int = 1000) -> control_pb2.ListWorkersResponse:
+        """Every worker, by name, fetched ``page_size`` at a time (one answer, with every page's workers)."""
+        whole = control_pb2.ListWorkersResponse()
+        token = ""
+        while True:
+            page = self._call(
+                "ListWorkers", control_pb2.ListWorkersRequest(page_size=page_size, page_token=token)
+            )
+            whole.workers.extend(page.workers)
+            token = page.next_page_token
+            if not token:
+                return whole
 
     def forget_worker(self, name: str) -> control_pb2.ForgetWorkerResponse:
         """Drop a worker now: its work is requeued and its name is free."""

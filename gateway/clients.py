@@ -268,11 +268,20 @@ async def cancel_execution(execution_id: ExecutionId, request: Request, core: Co
 
 
 @router.get("/workers", response_model=schema.ListWorkersResponse, responses=_refusals())
-async def list_workers(request: Request, core: CoreDep) -> JSONResponse:
-    """Known workers with advertised and reserved resources, connection state and transport."""
-    return _answer(
-        await core.control.ListWorkers(control_pb2.ListWorkersRequest(), timeout=_timeout(request))
-    )
+async def list_workers(
+    request: Request,
+    core: CoreDep,
+    limit: Annotated[
+        int, Query(ge=0, le=10_000, description="page size, by name (default 0: every worker up to 10,000)")
+    ] = 0,
+    page_token: Annotated[
+        str, Query(max_length=512, description="next_page_token of the previous page")
+    ] = "",
+) -> JSONResponse:
+    """Known workers with advertised and reserved resources, connection state and transport
+    (a page at a time with `limit`; `next_page_token` is empty on the last)."""
+    message = control_pb2.ListWorkersRequest(page_size=limit, page_token=page_token)
+    return _answer(await core.control.ListWorkers(message, timeout=_timeout(request)))
 
 
 @router.post("/workers/{name}/forget", response_model=schema.ForgetWorkerResponse, responses=_refusals(404))

@@ -79,16 +79,27 @@ def _forget(task: asyncio.Future[object]) -> None:
     task.add_done_callback(lambda t: t.cancelled() or t.exception())
 
 
+def _own_ping_after(ping_interval: float, core_ping_ms: int) -> float:
+    """Seconds of silence from the core before the gateway pings the SSE stream itself."""
+    if 0 < core_ping_ms <= ping_interval * 1000:
+        return core_ping_ms / 1000 * 1.5
+    return ping_interval
+
+
 async def relay(
     call: StreamCall, connected: worker_pb2.WorkerEvent, ping_interval: float
 ) -> AsyncIterator[ServerSentEvent]:
     """SSE events until the core ends the stream; the client leaving cancels the call (``finally``)."""
     ids = itertools.count(1)
     # Advertise how often this stream really carries traffic: the sooner of core and gateway pings.
+    core_ms = connected.connected.ping_interval_ms
     advertised = int(ping_interval * 1000)
-    if connected.connected.ping_interval_ms > 0:
-        advertised = min(advertised, connected.connected.ping_interval_ms)
+    if core_ms > 0:
+        advertised = min(advertised, core_ms)
     connected.connected.ping_interval_ms = advertised
+    # One ping per interval: where the core pings at least as often as this gateway would, its pings
+    # are relayed and the gateway adds its own only when one is late (a wait of 1.5 intervals).
+    wait = _own_ping_after(ping_interval, core_ms)
     read: asyncio.Future[object] | None = None
     try:
         yield _frame(connected, next(ids))
@@ -96,7 +107,7 @@ async def relay(
             if read is None:
                 read = asyncio.ensure_future(call.read())
             # Waiting on the read without cancelling it: cancelling a read cancels the call.
-            done, _ = await asyncio.wait((read,), timeout=ping_interval)
+            done, _ = await asyncio.wait((read,), timeout=wait)
             if not done:
                 yield _ping(next(ids))  # idle: keep proxies from timing the connection out
                 continue

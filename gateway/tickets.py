@@ -204,7 +204,8 @@ async def mint(body: schema.TicketRequest, request: Request) -> JSONResponse:
             control_pb2.GetExecutionRequest(execution_id=body.execution_id), timeout=timeout
         )
     else:
-        await core.control.ListWorkers(control_pb2.ListWorkersRequest(), timeout=timeout)
+        # One worker is enough to check the token: not the whole fleet.
+        await core.control.ListWorkers(control_pb2.ListWorkersRequest(page_size=1), timeout=timeout)
     tickets = book(request)
     ticket = tickets.mint(scope, access)
     path = _PATHS[body.scope].format(

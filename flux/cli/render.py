@@ -320,6 +320,7 @@ def status_dict(s: control_pb2.ClusterStatus) -> dict[str, Any]:
             "capacity": fleet.capacity,
         },
         "workers": [worker_dict(w) for w in s.workers],
+        "workers_omitted": s.workers_omitted,
         "pending": [
             {
                 "count": p.count,
@@ -398,6 +399,8 @@ def status_text(s: control_pb2.ClusterStatus) -> str:
         )
     if s.workers:
         lines += ["", workers_text(s.workers, s.now_ms)]
+    elif s.workers_omitted:
+        lines += ["", f"{s.workers_omitted} workers (too many to list here: flux workers list)"]
     if s.pending:
         rows = [
             (

@@ -10,7 +10,8 @@ right away, inside the same event-loop step, so there is nothing to race:
 
 That keeps the invariant "after each pass, no pending execution fits any
 worker", which is what makes scoped passes complete. A pass (``place``) is:
-snapshot views → ``schedule`` (pure, flux/matching) → reserve on the workers →
+the fleet's index (views kept per changed worker) or the scoped workers' views →
+``schedule`` (pure, flux/matching) → reserve on the workers →
 bind (``Binder``: claim, then push to the worker's stream, or unreserve).
 
 This class orchestrates; the parts live beside it: ``limits`` (what is
@@ -33,8 +34,10 @@ from dataclasses import dataclass
 from flux.dispatcher import bulk, housekeeping, limits, worker_calls
 from flux.dispatcher.catalogue import Catalogue
 from flux.dispatcher.deadlines import AckDeadlines
+from flux.dispatcher.freezing import Freezer
 from flux.dispatcher.lifecycle import Lifecycle
 from flux.dispatcher.modes import Modes, local
+from flux.dispatcher.pings import Pinger
 from flux.dispatcher.reads import list_executions, list_workflows
 from flux.dispatcher.registry import WorkerRegistration, WorkerRegistry
 from flux.dispatcher.session import Cancelled, Scheduled, Session
@@ -104,6 +107,8 @@ class Dispatcher:
         self.aging = Aging(s.starvation_after)
         self.deadlines = AckDeadlines()
         self.housekeeper = housekeeping.Housekeeper(self)
+        self.freezer = Freezer()
+        self.pinger = Pinger(lambda: self.settings.ping_interval)
         self._cache = FeasibilityCache()
         self._next_seq = 1
         self.modes = modes or local()
@@ -352,13 +357,14 @@ class Dispatcher:
         """
         if not self.queue:
             return []
-        pool = self.registry.values() if workers is None else workers
-        views = [w.view() for w in pool if w.dispatchable]
-        if not views:
+        # The whole fleet is read through its index (kept per changed worker), so a pass touches
+        # only the candidates of its shapes; a pass scoped to a few workers builds their views.
+        fleet = self.registry.index() if workers is None else [w.view() for w in workers if w.dispatchable]
+        if not fleet:
             return []
         placements = schedule(
             self.queue,
-            views,
+            fleet,
             shapes=shapes,
             cache=self._cache,
             aging=self.aging,
@@ -416,6 +422,8 @@ class Dispatcher:
 
     def connect(self, name: str, session_token: str, transport: str = "grpc") -> Session:
         session = self.registry.connect(name, session_token, transport)
+        self.freezer.connected()
+        self.pinger.watch(session)
         self.fleet.connected(self.registry.entries[name])
         return session
 

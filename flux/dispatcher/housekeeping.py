@@ -8,9 +8,10 @@ import logging
 import time
 from typing import TYPE_CHECKING
 
+from flux.dispatcher import pings
 from flux.dispatcher.lifecycle import Requeue
 from flux.dispatcher.registry import placeholder
-from flux.dispatcher.session import Cancelled, Ping
+from flux.dispatcher.session import Cancelled
 from flux.domain.execution import Execution, ExecutionError, State
 from flux.store.base import Recovered
 
@@ -155,14 +156,10 @@ def expire(d: Dispatcher, now: float) -> bool:
 
 
 def keep_alive(d: Dispatcher, now: float) -> None:
-    """Ping idle streams; a worker whose stream is open counts as seen now, not at its last call."""
-    idle_since = time.monotonic() - d.settings.ping_interval
+    """A worker whose stream is open counts as seen now, not at its last call (pings: ``d.pinger``)."""
     for entry in d.registry.values():
-        session = entry.session
-        if session is not None:
+        if entry.session is not None:
             entry.last_seen = now
-            if session.last_sent <= idle_since:
-                session.push(Ping(now))
 
 
 class Housekeeper:
@@ -173,15 +170,19 @@ class Housekeeper:
         self.last_full_pass = 0.0
         self.last_save_retry = 0.0
         self.task: asyncio.Task[None] | None = None
+        self.ping_task: asyncio.Task[None] | None = None
 
     def start(self) -> None:
-        self.task = asyncio.get_running_loop().create_task(self._run())
+        loop = asyncio.get_running_loop()
+        self.task = loop.create_task(self._run())
+        self.ping_task = loop.create_task(self._ping())
 
     async def stop(self) -> None:
-        if self.task is not None:
-            self.task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self.task
+        for task in (self.task, self.ping_task):
+            if task is not None:
+                task.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await task
 
     def tick(self, now: float) -> None:
         d, s = self.d, self.d.settings
@@ -192,6 +193,7 @@ class Housekeeper:
             self.last_save_retry = now
             log.info("writing %d executions whose last store write failed again", d.table.save_unsaved())
         keep_alive(d, now)
+        d.freezer.tick()
 
     async def _run(self) -> None:
         s = self.d.settings
@@ -202,3 +204,11 @@ class Housekeeper:
                 self.tick(self.d.clock())
             except Exception:  # one bad tick must not stop the next one
                 log.exception("dispatcher housekeeping failed")
+
+    async def _ping(self) -> None:
+        while True:
+            await asyncio.sleep(pings.STEP)
+            try:
+                self.d.pinger.ping_due(time.monotonic(), self.d.clock())
+            except Exception:
+                log.exception("dispatcher keepalive pings failed")

@@ -22,6 +22,7 @@ from flux.domain.labels import validate_labels
 from flux.domain.worker import WorkerResources, WorkerSoftware
 from flux.errors import AlreadyExists, InvalidArgument, NotFound, PermissionDenied, ResourceExhausted
 from flux.matching import DEFAULT_CAPACITY, Shape
+from flux.matching.index import FleetIndex
 from flux.store.base import WorkerIdentity
 
 if TYPE_CHECKING:
@@ -60,6 +61,30 @@ def placeholder(name: str, session_token: str, disconnected_at: float, last_seen
     )
 
 
+class _Entries(dict[str, WorkerEntry]):
+    """Workers by name; notes each name whose entry is added, replaced, removed or changed."""
+
+    def __init__(self, changed: set[str]):
+        super().__init__()
+        self._changed = changed
+
+    def _note(self, entry: WorkerEntry) -> None:
+        self._changed.add(entry.name)
+
+    def __setitem__(self, name: str, entry: WorkerEntry) -> None:
+        entry.on_change = self._note
+        super().__setitem__(name, entry)
+        self._changed.add(name)
+
+    def __delitem__(self, name: str) -> None:
+        super().__delitem__(name)
+        self._changed.add(name)
+
+    def pop(self, name: str, *default: WorkerEntry | None) -> WorkerEntry | None:  # type: ignore[override]
+        self._changed.add(name)
+        return super().pop(name, *default)
+
+
 class WorkerRegistry:
     def __init__(
         self,
@@ -78,7 +103,10 @@ class WorkerRegistry:
         self._lose = lose
         self._place = place
         self._generation_of = generation_of
-        self.entries: dict[str, WorkerEntry] = {}
+        # The dispatchable workers' views, kept one changed entry at a time (``index``).
+        self._index = FleetIndex()
+        self._changed: set[str] = set()
+        self.entries: dict[str, WorkerEntry] = _Entries(self._changed)
         # How an unknown name is refused; a replica says "not connected here" (the worker retries).
         self.unknown: Callable[[str], Exception] = lambda name: NotFound(
             f"worker {name!r} is not registered; call Register first"
@@ -86,6 +114,18 @@ class WorkerRegistry:
 
     def __len__(self) -> int:
         return len(self.entries)
+
+    def index(self) -> FleetIndex:
+        """Every dispatchable worker's current view, brought up to date for the entries that changed."""
+        changed = self._changed
+        while changed:
+            name = changed.pop()
+            entry = self.entries.get(name)
+            if entry is not None and entry.dispatchable:
+                self._index.put(entry.view())
+            else:
+                self._index.discard(name)
+        return self._index
 
     def get(self, name: str) -> WorkerEntry | None:
         return self.entries.get(name)
@@ -192,6 +232,7 @@ class WorkerRegistry:
         if entry.session is not None:
             entry.session.close()  # the same worker reconnecting takes over its own stream
         session = Session(name, transport, {i: self._generation_of(i) for i in entry.holdings})
+        session.on_close = lambda: self._changed.add(name)
         entry.session, entry.transport = session, transport
         entry.disconnected_at, entry.draining = None, False
         entry.ever_connected = True

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Callable, Mapping
 from dataclasses import dataclass
 
 from flux.domain.execution import Execution
@@ -58,6 +58,8 @@ class Session:
         # Monotonic time of the last event pushed; idle streams get a Ping.
         self.last_sent = time.monotonic()
         self.overflowed = False
+        # Told when the stream closes (the registry's index drops the worker at once).
+        self.on_close: Callable[[], None] | None = None
         self._limit = limit
         self._queue: asyncio.Queue[object] = asyncio.Queue()
 
@@ -78,6 +80,8 @@ class Session:
             while not self._queue.empty():
                 self._queue.get_nowait()
             self._queue.put_nowait(_CLOSE)
+            if self.on_close is not None:
+                self.on_close()
 
     async def events(self) -> AsyncIterator[Event]:
         while True:

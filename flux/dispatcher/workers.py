@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from types import MappingProxyType
 
@@ -61,6 +62,8 @@ class WorkerEntry:
     # Only on entries built for a listing of the whole fleet; such entries are never dispatched to.
     elsewhere: Elsewhere | None = None
     _view: WorkerView | None = None
+    # Told of every change to what ``view`` shows or to ``dispatchable`` (the registry's index).
+    on_change: Callable[[WorkerEntry], None] | None = None
 
     @property
     def connected(self) -> bool:
@@ -107,7 +110,7 @@ class WorkerEntry:
         self.holdings[execution_id] = Holding(amounts, gpus)
         self.reserved = self.reserved + amounts
         self.unreported = self.unreported + amounts
-        self._view = None
+        self.invalidate()
 
     def release(self, execution_id: str) -> bool:
         holding = self.holdings.pop(execution_id, None)
@@ -116,7 +119,7 @@ class WorkerEntry:
         self.reserved = self.reserved - holding.amounts
         if holding.since_report:
             self.unreported = self.unreported - holding.amounts
-        self._view = None
+        self.invalidate()
         return True
 
     def report(self, resources: WorkerResources, software: WorkerSoftware | None) -> None:
@@ -126,7 +129,10 @@ class WorkerEntry:
         self.unreported = Amounts()
         for holding in self.holdings.values():
             holding.since_report = False
-        self._view = None
+        self.invalidate()
 
     def invalidate(self) -> None:
+        """What the view shows changed: built again when next asked for, and the index told."""
         self._view = None
+        if self.on_change is not None:
+            self.on_change(self)

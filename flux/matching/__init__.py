@@ -2,6 +2,7 @@
 
 - ``filters``: feasibility checks, each returning a named ``Rejection``.
 - ``scheduler.schedule``: one FIFO, least-loaded placement pass.
+- ``index.FleetIndex``: the fleet kept per changed worker, walked per shape by load.
 - ``explain``: why an execution is pending.
 - ``aging``: nominated workers for executions that waited too long, and backfill.
 """

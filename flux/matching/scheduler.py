@@ -21,7 +21,9 @@ Before that, when ``aging`` is given, starving executions (see
 nominated workers take only what fits beside their nominee.
 
 Cost is O(shapes × profiles + candidates + placements × log workers), never
-proportional to the backlog.
+proportional to the backlog. Over a ``FleetIndex`` the candidates are pulled
+lazily, least loaded first, so "candidates" is only those looked at: on a
+fleet with room, one per placement.
 """
 
 from __future__ import annotations
@@ -32,6 +34,7 @@ from dataclasses import dataclass
 
 from flux.matching.aging import Aging, Nomination, shortfall, slack_beside
 from flux.matching.filters import fits_now, permanent_rejection
+from flux.matching.index import FleetIndex
 from flux.matching.queue import Pending, PendingQueue
 from flux.matching.reasons import Rejection
 from flux.matching.shape import Shape
@@ -67,7 +70,7 @@ class FeasibilityCache:
 
 def schedule(
     queue: PendingQueue,
-    workers: Iterable[WorkerView],
+    workers: Iterable[WorkerView] | FleetIndex,
     *,
     shapes: Sequence[Shape] | None = None,
     cache: FeasibilityCache | None = None,
@@ -88,24 +91,36 @@ def schedule(
     worker not among them is stale. ``starving_first=False`` only guards the
     standing nominations: every placement is then of ``shapes`` (a caller that
     places one new submission and nothing else).
+
+    ``workers`` may be a ``FleetIndex``: each shape then walks only its candidates,
+    least loaded first, as far as it needs to, and the answer is the same as over
+    the index's views as a list. Aging searches the whole fleet, so while it has
+    anything to do (a starving execution, a standing nomination) the index is
+    read as that list.
     """
     cache = cache if cache is not None else FeasibilityCache()
+    index = workers if isinstance(workers, FleetIndex) else None
+    if index is not None and _aging_needs_fleet(queue, aging, now, starving_first, len(index)):
+        workers, index = list(index.views()), None
     by_profile: dict[Profile, list[WorkerView]] = {}
-    for view in workers:
-        by_profile.setdefault(view.profile, []).append(view)
-    if not by_profile:
+    if index is None:
+        for view in workers:
+            by_profile.setdefault(view.profile, []).append(view)
+        if not by_profile:
+            return []
+    elif not len(index):
         return []
 
     rooms: dict[str, Room] = {}
     placements: list[Placement] = []
     skip: set[str] = set()
-    if aging is not None and aging.enabled:
+    if index is None and aging is not None and aging.enabled:
         if starving_first:
             skip = _age(queue, by_profile, cache, rooms, placements, aging, now, whole_fleet, limit)
         else:
             skip = _guard_standing(aging, by_profile, rooms, queue)
 
-    heads: list[tuple[tuple[int, int], int, Pending, Iterator[Pending], Shape, list[WorkerView]]] = []
+    heads: list[tuple[tuple[int, int], int, Pending, Iterator[Pending], Shape, list[WorkerView] | None]] = []
     # Deduplicated: two heads over one shape's queue would place the same execution twice.
     for order, shape in enumerate(dict.fromkeys(shapes) if shapes is not None else queue.shapes()):
         items = queue.iter_shape(shape)
@@ -113,6 +128,9 @@ def schedule(
             items = (item for item in items if item.execution_id not in skip)
         first = next(items, None)
         if first is None:
+            continue
+        if index is not None:
+            heads.append((first.order, order, first, items, shape, None))  # its candidates: walked lazily
             continue
         candidates = [
             view
@@ -124,20 +142,24 @@ def schedule(
             heads.append((first.order, order, first, items, shape, candidates))
     heapq.heapify(heads)
 
-    by_load: dict[int, list[tuple[tuple[float, float, str], Room]]] = {}
+    by_load: dict[int, _Loads] = {}
     while heads and (limit is None or len(placements) < limit):
         _, order, item, items, shape, candidates = heads[0]
         loads = by_load.get(order)
         if loads is None:
-            loads = by_load[order] = _load_heap(candidates, rooms)
-        room = _least_loaded_fit(loads, shape)
+            if candidates is None:
+                assert index is not None
+                loads = by_load[order] = _Loads([], index.candidates(shape, cache.permanent))
+            else:
+                loads = by_load[order] = _Loads(_load_heap(candidates, rooms))
+        room = _least_loaded_fit(loads, shape, rooms)
         if room is None:
             heapq.heappop(heads)
             continue
         requests = shape.requests
         gpus = room.take(requests.cpu, requests.memory, requests.disk, requests.gpu, requests.gpu_memory)
         placements.append(Placement(item.execution_id, room.view.name, gpus, shape))
-        heapq.heappush(loads, (room.key, room))
+        heapq.heappush(loads.heap, (room.key, room))
         following = next(items, None)
         if following is None:
             heapq.heappop(heads)
@@ -312,20 +334,69 @@ def _load_heap(
     return entries
 
 
-def _least_loaded_fit(loads: list[tuple[tuple[float, float, str], Room]], shape: Shape) -> Room | None:
+class _Loads:
+    """One shape's candidates in a pass: a heap of rooms by load key, and the index's walk not yet pulled."""
+
+    __slots__ = ("heap", "source", "upcoming")
+
+    def __init__(
+        self,
+        heap: list[tuple[tuple[float, float, str], Room]],
+        source: Iterator[tuple[tuple[float, float, str], WorkerView]] | None = None,
+    ):
+        self.heap = heap
+        self.source = source
+        self.upcoming = next(source, None) if source is not None else None
+
+
+def _least_loaded_fit(loads: _Loads, shape: Shape, rooms: dict[str, Room]) -> Room | None:
     """Pop and return the least-loaded room that fits ``shape`` now, or None.
 
     Entries may be stale because another shape placed on the same worker. Load
     keys only grow within a pass, so a stale entry understates its key: when
-    the top entry is current, it is the true minimum.
+    the top entry is current, it is the true minimum of the heap. A worker not
+    pulled from the index's walk yet has at least the key it was filed under,
+    so the heap's top is decided on only once the walk's next key is above it.
     """
-    while loads:
-        key, room = loads[0]
-        if room.key is not key:
-            heapq.heapreplace(loads, (room.key, room))
-        elif fits_now(shape, room):
-            heapq.heappop(loads)
+    heap = loads.heap
+    while True:
+        if heap:
+            key, room = heap[0]
+            if room.key is not key:
+                heapq.heapreplace(heap, (room.key, room))
+                continue
+        upcoming = loads.upcoming
+        if upcoming is not None and (not heap or upcoming[0] < heap[0][0]):
+            assert loads.source is not None
+            loads.upcoming = next(loads.source, None)
+            view = upcoming[1]
+            room = rooms.get(view.name)
+            if room is None:
+                room = rooms[view.name] = Room(view)
+            heapq.heappush(heap, (room.key, room))
+            continue
+        if not heap:
+            return None
+        room = heapq.heappop(heap)[1]
+        if fits_now(shape, room):
             return room
-        else:
-            heapq.heappop(loads)
-    return None
+
+
+def _aging_needs_fleet(
+    queue: PendingQueue, aging: Aging | None, now: float, starving_first: bool, fleet: int
+) -> bool:
+    """Whether aging has work in this pass (it then needs every view); if not, what it would have
+    done with none (advance its search clock, see ``_age``) is done here."""
+    if aging is None or not aging.enabled:
+        return False
+    if aging.by_execution:
+        return True
+    if not starving_first:
+        return False
+    for shape in queue.shapes():
+        item = queue.oldest(shape)
+        if item is not None and aging.starving(item, now):
+            return True
+    if fleet > Aging.SMALL_PASS and now >= aging.next_search:
+        aging.next_search = now + aging.search_every
+    return False

@@ -166,6 +166,14 @@ class WorkerView:
         return tuple((g.index, g.memory_free) for g in usable)
 
 
+def load_key(view: WorkerView) -> tuple[float, float, str]:
+    """The load key a fresh ``Room`` of ``view`` starts with (``Room._load_key``), without building one."""
+    load = view.active / view.capacity if view.capacity > 0 else float("inf")
+    cpu_total = view.resources.cpu_total
+    cpu_fraction = view.free_cpu / cpu_total if cpu_total > 0 else 0.0
+    return (load, -cpu_fraction, view.name)
+
+
 class Room:
     """Mutable free space of one worker during one scheduling cycle."""
 

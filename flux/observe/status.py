@@ -38,6 +38,9 @@ REASONS = (BUSY, INFEASIBLE, NO_WORKER)
 TRANSPORTS = ("grpc", "sse")
 # Rows of GetStatus's pending table; the rest are counted in `pending_shapes_omitted`.
 MAX_SHAPES = 100
+# Workers GetStatus lists; a larger fleet is summarised (`workers_omitted`): listing 10,000
+# cost 12 µs each and megabytes, and ListWorkers pages through them instead.
+STATUS_WORKERS = 100
 # Seconds of explaining before letting the dispatch path run again.
 _SLICE = 0.005
 
@@ -89,6 +92,8 @@ class Status:
     executions: dict[State, int]
     counters: Counters
     latency: dict[str, Histogram]
+    # Workers not in ``workers``: a fleet over STATUS_WORKERS is summarised (``fleet``), not listed.
+    workers_omitted: int = 0
 
 
 def reason_of(workers: int, infeasible: bool) -> str:
@@ -211,7 +216,8 @@ class StatusBoard:
         executions[State.FAILED] = counters.failed
         executions[State.CANCELLED] = counters.cancelled
         fleet = fleet_of(entries)
-        workers = tuple(entries) if detail else ()
+        listed = detail and len(entries) <= STATUS_WORKERS
+        workers = tuple(entries) if listed else ()
 
         # ---- explain each shape against the views taken above (they are immutable)
         by_reason = dict.fromkeys(REASONS, 0)
@@ -253,4 +259,5 @@ class StatusBoard:
             executions=executions,
             counters=counters,
             latency=latency,
+            workers_omitted=len(entries) if detail and not listed else 0,
         )

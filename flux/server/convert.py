@@ -245,6 +245,7 @@ def status_to_proto(status: Status) -> control_pb2.ClusterStatus:
             for p in status.pending
         ],
         pending_shapes_omitted=status.pending_shapes_omitted,
+        workers_omitted=status.workers_omitted,
         pending_by_reason=status.pending_by_reason,
         fleet=control_pb2.FleetTotals(
             connected_by_transport=fleet.connected_by_transport,

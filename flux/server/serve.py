@@ -16,7 +16,8 @@ from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from flux import defaults
 from flux.auth import AuthInterceptor, Tokens, is_loopback, plaintext_warning
 from flux.dispatcher.core import Dispatcher, Settings
-from flux.observe import logs
+from flux.dispatcher.freezing import freeze, unwatch, watch
+from flux.observe import logs, pauses
 from flux.server.interceptors import DecodeGuard
 from flux.server.introspection import Health, enable_reflection
 from flux.server.local import LocalChannel, LocalRegistry
@@ -178,6 +179,7 @@ async def serve(config: ServerConfig) -> None:
         logger=log.name, grpc=f"{config.host}:{running.port}", db=db,
     )  # fmt: skip
     gateway = None
+    probe = pauses.from_environment()
     try:
         if config.http_port is not None:
             from gateway import GatewaySettings, start_gateway
@@ -192,9 +194,17 @@ async def serve(config: ServerConfig) -> None:
                 limits=config.http_limits,
             )  # fmt: skip
             logs.emit(f"flux gateway listening on {gateway.url}", logger=log.name, http=gateway.url)
+        # What start-up built lives as long as the server: out of every full collection from now on.
+        freeze("started")
+        watch(running.dispatcher.freezer)
+        if probe is not None:
+            probe.start()
         await stop.wait()
         log.info("shutting down")
     finally:
+        unwatch(running.dispatcher.freezer)
+        if probe is not None:
+            await probe.stop()
         # Gateway first: its SSE streams end and cancel their core streams before the core stops.
         if gateway is not None:
             await gateway.stop()

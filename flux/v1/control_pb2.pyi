@@ -416,12 +416,23 @@ class ListWorkersRequest(_message.Message):
 
     DESCRIPTOR: _descriptor.Descriptor
 
+    PAGE_SIZE_FIELD_NUMBER: _builtins.int
+    PAGE_TOKEN_FIELD_NUMBER: _builtins.int
+    page_size: _builtins.int
+    """Workers per page, by name; 0 means every worker up to 10,000 (the
+    default --max-workers, so an unpaged call answers as it always has).
+    """
+    page_token: _builtins.str
+    """next_page_token of the previous page; empty for the first page."""
     def __init__(
         self,
+        *,
+        page_size: _builtins.int = ...,
+        page_token: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["page_size", b"page_size", "page_token", b"page_token"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -580,18 +591,22 @@ class ListWorkersResponse(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
 
     WORKERS_FIELD_NUMBER: _builtins.int
+    NEXT_PAGE_TOKEN_FIELD_NUMBER: _builtins.int
+    next_page_token: _builtins.str
+    """Token for the next page; empty on the last one."""
     @_builtins.property
     def workers(self) -> _containers.RepeatedCompositeFieldContainer[Global___WorkerInfo]:
-        """Every known worker."""
+        """Every known worker (one page of them, by name, when the request pages)."""
 
     def __init__(
         self,
         *,
         workers: _abc.Iterable[Global___WorkerInfo] | None = ...,
+        next_page_token: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["workers", b"workers"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["next_page_token", b"next_page_token", "workers", b"workers"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -861,6 +876,7 @@ class ClusterStatus(_message.Message):
     EXECUTIONS_FIELD_NUMBER: _builtins.int
     COUNTERS_FIELD_NUMBER: _builtins.int
     LATENCIES_FIELD_NUMBER: _builtins.int
+    WORKERS_OMITTED_FIELD_NUMBER: _builtins.int
     now_ms: _builtins.int
     """When the core took the snapshot, in milliseconds since the Unix epoch."""
     started_at_ms: _builtins.int
@@ -870,6 +886,10 @@ class ClusterStatus(_message.Message):
     pending_shapes_omitted: _builtins.int
     """Shapes left out of `pending` past its size limit; their executions still count
     in pending_by_reason.
+    """
+    workers_omitted: _builtins.int
+    """Workers left out of `workers` because the fleet is larger than a status
+    lists (100): `fleet` still counts every one; ListWorkers pages through them.
     """
     @_builtins.property
     def workers(self) -> _containers.RepeatedCompositeFieldContainer[Global___WorkerInfo]:
@@ -920,10 +940,11 @@ class ClusterStatus(_message.Message):
         executions: _abc.Iterable[Global___StateCount] | None = ...,
         counters: Global___LifecycleCounters | None = ...,
         latencies: _abc.Iterable[Global___LatencyHistogram] | None = ...,
+        workers_omitted: _builtins.int = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["counters", b"counters", "fleet", b"fleet"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["counters", b"counters", "executions", b"executions", "fleet", b"fleet", "latencies", b"latencies", "now_ms", b"now_ms", "pending", b"pending", "pending_by_reason", b"pending_by_reason", "pending_shapes_omitted", b"pending_shapes_omitted", "started_at_ms", b"started_at_ms", "workers", b"workers"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["counters", b"counters", "executions", b"executions", "fleet", b"fleet", "latencies", b"latencies", "now_ms", b"now_ms", "pending", b"pending", "pending_by_reason", b"pending_by_reason", "pending_shapes_omitted", b"pending_shapes_omitted", "started_at_ms", b"started_at_ms", "workers", b"workers", "workers_omitted", b"workers_omitted"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

@@ -1,0 +1,110 @@
+"""The fleet as the scheduler searches it: kept up to date one worker at a time.
+
+Building every worker's view for every pass made each placement linear in the
+fleet (about 7.5 µs per connected worker). ``FleetIndex`` holds the views of
+the dispatchable workers and is told only what changed (``put`` one view,
+``discard`` one name). For a shape it offers its candidates lazily, least
+loaded first:
+
+- workers are grouped by ``Profile`` (labels, totals, software), so the
+  permanent checks (labels, packages, totals) cost one cached verdict per
+  group, and groups that can never take the shape are not walked at all;
+- within a group, workers with a free slot are kept sorted by their load key
+  (the same key ``Room`` starts from), so the scheduler pulls only as many as
+  it needs: on a fleet with room, the first one it pulls fits;
+- workers at capacity are kept aside: nothing fits them until one finishes.
+
+The scheduler's answer is the same as over the full list of views (property
+tests in tests/unit/test_fleet_index.py hold it to that).
+"""
+
+from __future__ import annotations
+
+import heapq
+from bisect import bisect_left, insort
+from collections.abc import Callable, Iterator
+
+from flux.matching.shape import Shape
+from flux.matching.view import Profile, WorkerView, load_key
+
+LoadKey = tuple[float, float, str]
+
+
+class _Group:
+    """The workers of one profile with a free slot, by load key."""
+
+    __slots__ = ("keys", "views")
+
+    def __init__(self) -> None:
+        self.keys: list[LoadKey] = []
+        self.views: dict[str, WorkerView] = {}
+
+
+class FleetIndex:
+    def __init__(self) -> None:
+        self._views: dict[str, WorkerView] = {}
+        # Where each open worker (a free slot, not paused) is filed: its group and key.
+        self._filed: dict[str, tuple[Profile, LoadKey]] = {}
+        self._groups: dict[Profile, _Group] = {}
+
+    def __len__(self) -> int:
+        return len(self._views)
+
+    def __contains__(self, name: object) -> bool:
+        return name in self._views
+
+    def get(self, name: str) -> WorkerView | None:
+        return self._views.get(name)
+
+    def views(self) -> Iterator[WorkerView]:
+        """Every view held, open or not (a whole-fleet pass that needs them all)."""
+        return iter(self._views.values())
+
+    def put(self, view: WorkerView) -> None:
+        """Hold ``view`` as its worker's current picture, replacing any earlier one."""
+        self.discard(view.name)
+        self._views[view.name] = view
+        if view.paused or view.active >= view.capacity:
+            return  # fits nothing now: kept for whole-fleet passes, never walked for a shape
+        key = load_key(view)
+        group = self._groups.get(view.profile)
+        if group is None:
+            group = self._groups[view.profile] = _Group()
+        insort(group.keys, key)
+        group.views[view.name] = view
+        self._filed[view.name] = (view.profile, key)
+
+    def discard(self, name: str) -> None:
+        if self._views.pop(name, None) is None:
+            return
+        filed = self._filed.pop(name, None)
+        if filed is None:
+            return
+        profile, key = filed
+        group = self._groups[profile]
+        del group.keys[bisect_left(group.keys, key)]
+        del group.views[name]
+        if not group.views:
+            del self._groups[profile]
+
+    def candidates(
+        self, shape: Shape, permanent: Callable[[Shape, WorkerView], object]
+    ) -> Iterator[tuple[LoadKey, WorkerView]]:
+        """(load key, view) of every open worker whose profile could ever take ``shape``, least loaded first.
+
+        ``permanent`` is the caller's (cached) permanent check: a rejection (not None)
+        rules out the whole group. Lazy: the walk stops where the caller stops pulling.
+        """
+        lists = []
+        for group in self._groups.values():
+            sample = next(iter(group.views.values()))
+            if permanent(shape, sample) is None:
+                lists.append((group.keys, group.views))
+        walks = [_walk(keys, views) for keys, views in lists]
+        # Names are unique, so keys never tie and the views are never compared.
+        return walks[0] if len(walks) == 1 else heapq.merge(*walks)
+
+
+def _walk(keys: list[LoadKey], views: dict[str, WorkerView]) -> Iterator[tuple[LoadKey, WorkerView]]:
+    for key in keys:
+        yield key, views[key[2]]

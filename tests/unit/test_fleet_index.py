@@ -1,0 +1,156 @@
+"""The fleet index gives the scheduler the same answer as the full list of views.
+
+- a pass over a ``FleetIndex`` equals the pass over the same views as a list
+  (random fleets and queues from the matching properties, whole-fleet and scoped,
+  with and without a limit, with aging idle or busy);
+- the index follows changes one worker at a time: after any sequence of puts
+  and discards it holds exactly the latest views, and walks a shape's
+  candidates in load order;
+- inside the dispatcher, after any sequence of submissions, completions,
+  pauses, reports and reconnects, the registry's index holds exactly the
+  views of the dispatchable workers.
+"""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from flux.dispatcher.session import Scheduled
+from flux.matching import Aging, FeasibilityCache, permanent_rejection, schedule
+from flux.matching.index import FleetIndex
+from flux.matching.view import load_key
+from tests.unit.fleet import shape, worker
+from tests.unit.test_dispatcher import Flux, resources
+from tests.unit.test_matching_properties import _as_tuples, scenarios
+
+SETTINGS = settings(max_examples=200, deadline=None)
+
+
+def _index(views, rnd: random.Random) -> FleetIndex:
+    index = FleetIndex()
+    shuffled = list(views)
+    rnd.shuffle(shuffled)
+    for view in shuffled:
+        index.put(view)
+    return index
+
+
+@SETTINGS
+@given(scenarios(), st.randoms(use_true_random=False), st.booleans(), st.sampled_from([None, 1, 3]))
+def test_an_indexed_pass_places_what_the_full_scan_places(scn, rnd, scoped, limit):
+    shapes = [scn.shape_objects[0]] if scoped else None
+    full = schedule(scn.queue(), scn.views, shapes=shapes, limit=limit, cache=FeasibilityCache())
+    indexed = schedule(
+        scn.queue(), _index(scn.views, rnd), shapes=shapes, limit=limit, cache=FeasibilityCache()
+    )
+    assert _as_tuples(indexed) == _as_tuples(full)
+
+
+@SETTINGS
+@given(scenarios(), st.randoms(use_true_random=False), st.sampled_from([0.0, 1_000.0]), st.booleans())
+def test_with_aging_the_indexed_pass_and_the_full_scan_agree(scn, rnd, now, starving_first):
+    """At ``now`` = 1,000 every pending execution is starving (aging then reads the whole index)."""
+    on_list, on_index = Aging(30.0), Aging(30.0)
+    full = schedule(scn.queue(), scn.views, aging=on_list, now=now, starving_first=starving_first)
+    indexed = schedule(
+        scn.queue(), _index(scn.views, rnd), aging=on_index, now=now, starving_first=starving_first
+    )
+    assert _as_tuples(indexed) == _as_tuples(full)
+    assert on_index.next_search == on_list.next_search
+    assert on_index.by_execution == on_list.by_execution
+
+
+_CHANGE = st.tuples(
+    st.sampled_from(["put", "put", "put", "discard"]),
+    st.integers(0, 7),  # which worker
+    st.integers(0, 5),  # active
+    st.sampled_from([1, 2, 4]),  # capacity
+    st.sampled_from([1, 2, 4, 8]),  # cpu
+    st.sampled_from(["a", "b"]),  # zone label
+    st.booleans(),  # paused
+)
+
+
+@SETTINGS
+@given(st.lists(_CHANGE, max_size=40))
+def test_the_index_holds_the_latest_views_and_walks_candidates_in_load_order(changes):
+    index, latest = FleetIndex(), {}
+    wanted = [shape(), shape(cpu=2), shape(affinity={"zone": "a"}), shape(cpu=8, affinity={"zone": "b"})]
+    for op, i, active, capacity, cpu, zone, paused in changes:
+        name = f"w{i}"
+        if op == "discard":
+            index.discard(name)
+            latest.pop(name, None)
+        else:
+            view = worker(
+                name, cpu=cpu, active=active, capacity=capacity, labels={"zone": zone}, paused=paused
+            )
+            index.put(view)
+            latest[name] = view
+        assert len(index) == len(latest)
+        assert {v.name: v for v in index.views()} == latest
+        for wanted_shape in wanted:
+            walked = [(key, view.name) for key, view in index.candidates(wanted_shape, permanent_rejection)]
+            expected = sorted(
+                (load_key(v), v.name)
+                for v in latest.values()
+                if not v.paused and v.active < v.capacity and permanent_rejection(wanted_shape, v) is None
+            )
+            assert walked == expected
+
+
+@pytest.fixture
+async def flux():
+    f = await Flux().start()
+    yield f
+    await f.d.stop()
+
+
+def _full_scan(flux: Flux) -> dict[str, object]:
+    return {e.name: e.view() for e in flux.d.registry.values() if e.dispatchable}
+
+
+@pytest.mark.parametrize("seed", range(12))
+async def test_the_dispatchers_index_matches_its_dispatchable_workers(flux: Flux, seed: int) -> None:
+    rnd = random.Random(seed)
+    await flux.workflow("job", cpu=1)
+    await flux.workflow("zoned", cpu=2, affinity={"zone": "a"})
+    workers = [
+        await flux.worker(f"w{i}", cpu=rnd.choice([2, 4]), labels={"zone": rnd.choice("ab")}, capacity=2)
+        for i in range(6)
+    ]
+    dispatched: list[tuple[object, str]] = []
+    for _ in range(60):
+        op = rnd.choice(
+            ["run", "run", "zoned", "complete", "pause", "resume", "report", "reconnect", "drain"]
+        )
+        w = rnd.choice(workers)
+        if op in ("run", "zoned"):
+            await flux.run("job" if op == "run" else "zoned")
+        elif op == "complete" and dispatched:
+            owner, execution_id = dispatched.pop(rnd.randrange(len(dispatched)))
+            if execution_id in flux.d.table.unfinished and flux.get(execution_id).worker == owner.name:
+                owner.claim(execution_id)
+                await owner.complete(execution_id)
+        elif op in ("pause", "resume"):
+            await flux.d.set_paused(w.name, op == "pause")
+        elif op == "report" and w.session is not None and not w.session.closed:
+            w.report(resources(4, cpu_available=rnd.choice([0, 1, 4])))
+        elif op == "drain" and w.session is not None and not w.session.closed:
+            w.report(resources(4), draining=True)
+        elif op == "reconnect":
+            if w.session is not None and not w.session.closed:
+                w.disconnect()
+            w.connect()
+        for each in workers:
+            dispatched.extend(
+                (each, e.execution.execution_id) for e in each.events() if isinstance(e, Scheduled)
+            )
+        index = flux.d.registry.index()
+        assert {v.name: v for v in index.views()} == _full_scan(flux)
+        views = list(_full_scan(flux).values())
+        assert _as_tuples(schedule(flux.d.queue, index)) == _as_tuples(schedule(flux.d.queue, views))
