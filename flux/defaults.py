@@ -35,6 +35,9 @@ MAX_WORKER_METADATA = 256 * KiB
 # Bulk submission (RunWorkflows): inputs per call; clients send more in several calls, each
 # also within RUN_MANY_CHUNK_BYTES of inputs (under the 16 MiB message cap with room to spare).
 MAX_BATCH_INPUTS = 10_000
+# Items in one ClaimBatch or CompleteBatch: a worker never holds more dispatches than its
+# capacity, whose ceiling this is.
+MAX_BATCH_ITEMS = 4096
 RUN_MANY_CHUNK_BYTES = 8 * MiB
 
 # The HTTP front.

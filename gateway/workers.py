@@ -22,7 +22,7 @@ from fastapi.responses import JSONResponse
 from sse_starlette import EventSourceResponse
 from starlette.background import BackgroundTask
 
-from flux.dispatcher.limits import MAX_BATCH_ITEMS
+from flux.defaults import MAX_BATCH_ITEMS
 from flux.errors import Unauthenticated
 from flux.server.metadata import TRANSPORT_METADATA
 from flux.v1 import worker_pb2

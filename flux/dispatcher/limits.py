@@ -23,10 +23,9 @@ from flux.workflow import validate_name, validate_priority
 WORKER_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,62}")
 SOURCE_HASH = re.compile(r"[0-9a-f]{64}")
 WORKER_NAME_FORM = "1-63 letters, digits, '.', '_' or '-', starting with a letter or digit"
-MAX_CAPACITY = 4096
+MAX_CAPACITY = defaults.MAX_BATCH_ITEMS
 MAX_ID_LENGTH = 128
-# Items in one ClaimBatch or CompleteBatch: a worker never holds more dispatches than its capacity.
-MAX_BATCH_ITEMS = MAX_CAPACITY
+MAX_BATCH_ITEMS = defaults.MAX_BATCH_ITEMS
 # Size limits: each refusal names the limit it hit.
 MAX_SOURCE_BYTES = 4 * 1024 * 1024
 MAX_JSON_BYTES = 4 * 1024 * 1024
