@@ -176,9 +176,18 @@ def _run(fleet: ChaosFleet, seconds: float, seed: int, store: str, markers: Path
     cluster = fleet.cluster
     for name in fleet.workers:
         fleet.start_worker(name)
+    phases: dict[str, float] = {}
+    mark = time.monotonic()
+
+    def phase(name: str) -> None:
+        nonlocal mark
+        now = time.monotonic()
+        phases[name], mark = now - mark, now
+
     eventually(
         lambda: set(fleet.workers) <= fleet.connected(), timeout=60, what="every chaos worker to connect"
     )
+    phase("workers_connect")
     clients, quick = _clients(fleet, 10), _clients(fleet, 2)
     began = time.monotonic()
     load = Load(seed + 1, clients, str(markers), rate)
@@ -210,14 +219,19 @@ def _run(fleet: ChaosFleet, seconds: float, seed: int, store: str, markers: Path
     thread.join(seconds + 120)
     scheduler.stop()
     thread.join(60)
+    phase("faults")
     # Faults stop: everything comes back, then the fleet drains on its own.
     scheduler.finish()
+    phase("undo")
     load.stop()
+    phase("load_stop")
     drain_started = time.monotonic()
     remaining = _drain(cluster, load.accepted, DRAIN_BOUND_S)
     drain_s = time.monotonic() - drain_started
+    phase("drain")
     probes.shutdown(wait=True)
     sampler.stop()
+    phase("probes")
 
     records = _records(cluster)
     explained = _explain(clients[0], load.accepted, records)
@@ -229,6 +243,7 @@ def _run(fleet: ChaosFleet, seconds: float, seed: int, store: str, markers: Path
     found = invariants.check(observed)
     violations = [v for kind in found.values() for v in kind]
     violations += [invariants.Violation("harness", "faults", error) for error in scheduler.errors]
+    phase("checks")
     states = Counter(
         STATE_NAMES.get(r.state, str(r.state)) for i, r in records.items() if i in load.accepted
     )  # fmt: skip
@@ -257,6 +272,8 @@ def _run(fleet: ChaosFleet, seconds: float, seed: int, store: str, markers: Path
         "drain_s": round(drain_s, 2),
         "drained": not found["drain"],
         "samples": sampler.taken,
+        "sample_peaks": sampler.peak,
+        "phases_s": {name: round(value, 2) for name, value in phases.items()},
         "lifecycle_lines": len(lifecycle),
         "recovery_s": {
             kind: percentiles(samples, unit_scale=1.0) for kind, samples in sorted(recovery.items())

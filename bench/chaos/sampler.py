@@ -55,6 +55,8 @@ class Sampler:
         self.began, self.clock = began, clock
         self.kept: list[Sample] = []
         self.taken = 0
+        # The most cores and executions seen on one worker, per side: shows the samples saw real load.
+        self.peak = {"server_cpu": 0, "server_executions": 0, "markers_cpu": 0, "markers_executions": 0}
         self._stopping = threading.Event()
         self._thread = threading.Thread(target=self._loop, name="chaos-sampler", daemon=True)
 
@@ -95,4 +97,8 @@ class Sampler:
             for worker, cores in running(self.markers).items()
         ]
         self.taken += len(samples)
+        for sample in samples:
+            side = "markers" if sample.source == "markers" else "server"
+            self.peak[f"{side}_cpu"] = max(self.peak[f"{side}_cpu"], sample.cpu)
+            self.peak[f"{side}_executions"] = max(self.peak[f"{side}_executions"], sample.count)
         self.kept += [s for s in samples if s.cpu > s.cpu_limit or s.count > s.capacity]
