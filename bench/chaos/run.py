@@ -119,9 +119,6 @@ class ChaosFleet:
         return set()
 
     def close(self) -> None:
-        for process in self.processes.values():
-            with contextlib.suppress(ProcessLookupError):
-                process.send_signal(signal.SIGCONT)  # a stopped process ignores SIGKILL until continued
         self.cluster.close()
         for proxy in self.proxies.values():
             proxy.close()
@@ -243,6 +240,9 @@ def _run(fleet: ChaosFleet, seconds: float, seed: int, store: str, markers: Path
     found = invariants.check(observed)
     violations = [v for kind in found.values() for v in kind]
     violations += [invariants.Violation("harness", "faults", error) for error in scheduler.errors]
+    # A refusal that is neither an acceptance nor UNAVAILABLE (a store error leaking as INTERNAL,
+    # an id the server no longer knows) is a finding too.
+    violations += [invariants.Violation("client_error", "load", error) for error in load.errors]
     phase("checks")
     states = Counter(
         STATE_NAMES.get(r.state, str(r.state)) for i, r in records.items() if i in load.accepted
@@ -279,7 +279,6 @@ def _run(fleet: ChaosFleet, seconds: float, seed: int, store: str, markers: Path
             kind: percentiles(samples, unit_scale=1.0) for kind, samples in sorted(recovery.items())
         },
         "unrecovered_probes": dict(unrecovered),
-        "load_errors": load.errors[:20],
         "violations": [v.to_json() for v in violations],
     }
     if violations:
