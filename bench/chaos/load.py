@@ -63,7 +63,7 @@ class Load:
         self.cancelled: set[str] = set()  # Cancel answered CANCELLED
         self.stats: Counter[str] = Counter()  # submitted, retries, shed, given_up, errors, cancels...
         self.errors: list[str] = []  # answers that are neither acceptance nor a retryable refusal
-        self._lock = threading.Lock()
+        self._lock = threading.RLock()  # _count is also called with it held
         self._stopping = threading.Event()
         self._pool = ThreadPoolExecutor(max_workers=IN_FLIGHT, thread_name_prefix="chaos-submit")
         self._in_flight = 0
@@ -73,6 +73,10 @@ class Load:
             threading.Thread(target=self._canceller, name="chaos-cancel", daemon=True),
         ]
         self._turn = 0
+
+    def _count(self, name: str) -> None:
+        with self._lock:
+            self.stats[name] += 1
 
     def start(self) -> None:
         for thread in self._threads:
@@ -100,9 +104,9 @@ class Load:
             try:
                 execution_id = client.run(workflow, value).execution_id
             except Unavailable:
-                self.stats["retries"] += 1
+                self._count("retries")
             except FluxError as exc:  # refused for a reason a retry will not change: a harness bug
-                self.stats["errors"] += 1
+                self._count("errors")
                 self.errors.append(f"{workflow}: {type(exc).__name__}: {exc}")
                 return None
             else:
@@ -110,7 +114,7 @@ class Load:
                     self.accepted[execution_id] = shape
                 return execution_id
             if self.clock() + backoff > deadline:
-                self.stats["given_up"] += 1
+                self._count("given_up")
                 return None
             time.sleep(backoff)
             backoff = min(2.0, backoff * 2)
@@ -130,10 +134,10 @@ class Load:
             cancel_after = self.rng.uniform(*shape.cancel_after) if shape.cancel_after else None
             with self._lock:
                 if self._in_flight >= IN_FLIGHT:
-                    self.stats["shed"] += 1
+                    self._count("shed")
                     continue
                 self._in_flight += 1
-            self.stats["submitted"] += 1
+            self._count("submitted")
             self._pool.submit(self._one, shape, value, cancel_after)
 
     def _one(self, shape: Shape, value: dict[str, object], cancel_after: float | None) -> None:
@@ -170,19 +174,19 @@ class Load:
             try:
                 answer = client.cancel(execution_id)
             except Unavailable:
-                self.stats["cancel_retries"] += 1
+                self._count("cancel_retries")
                 time.sleep(min(2.0, 0.1 * 2**attempt))
                 continue
             except FailedPrecondition:
-                self.stats["cancel_too_late"] += 1  # it finished first: nothing to check
+                self._count("cancel_too_late")  # it finished first: nothing to check
                 return
             except FluxError as exc:
-                self.stats["errors"] += 1
+                self._count("errors")
                 self.errors.append(f"cancel {execution_id}: {type(exc).__name__}: {exc}")
                 return
             if answer.state == control_pb2.EXECUTION_STATE_CANCELLED:
                 with self._lock:
                     self.cancelled.add(execution_id)
-                self.stats["cancelled"] += 1
+                self._count("cancelled")
             return
-        self.stats["cancel_given_up"] += 1
+        self._count("cancel_given_up")

@@ -13,6 +13,8 @@ document (``violations`` empty when every invariant held).
 from __future__ import annotations
 
 import contextlib
+import json
+import re
 import signal
 import subprocess
 import threading
@@ -232,7 +234,8 @@ def _run(fleet: ChaosFleet, seconds: float, seed: int, store: str, markers: Path
 
     records = _records(cluster)
     explained = _explain(clients[0], load.accepted, records)
-    lifecycle = invariants.parse_lifecycle(_server_log_lines(cluster.workdir))
+    log_lines = list(_server_log_lines(cluster.workdir))
+    lifecycle = invariants.parse_lifecycle(log_lines)
     observed = Observations(
         accepted=dict(load.accepted), records=records, explained=explained, lifecycle=lifecycle,
         samples=sampler.kept, cancelled=set(load.cancelled), undrained=remaining, drain_bound_s=DRAIN_BOUND_S,
@@ -275,6 +278,7 @@ def _run(fleet: ChaosFleet, seconds: float, seed: int, store: str, markers: Path
         "sample_peaks": sampler.peak,
         "phases_s": {name: round(value, 2) for name, value in phases.items()},
         "lifecycle_lines": len(lifecycle),
+        "server_errors": _errors(log_lines),
         "recovery_s": {
             kind: percentiles(samples, unit_scale=1.0) for kind, samples in sorted(recovery.items())
         },
@@ -332,3 +336,15 @@ def _server_log_lines(workdir: Path) -> Iterator[str]:
     for path in sorted([*workdir.glob("server.log"), *workdir.glob("replica-*.log")]):
         with path.open(errors="replace") as lines:
             yield from lines
+
+
+def _errors(lines: list[str]) -> dict[str, int]:
+    """The servers' ERROR lines, counted by the start of their message (ids cut off): what to look at."""
+    counted: Counter[str] = Counter()
+    for line in lines:
+        if '"level": "ERROR"' not in line:
+            continue
+        with contextlib.suppress(ValueError):
+            message = str(json.loads(line).get("msg", ""))
+            counted[re.sub(r"[0-9a-f]{32}", "<id>", message)[:80]] += 1
+    return dict(counted.most_common(20))
