@@ -13,6 +13,7 @@ document (``violations`` empty when every invariant held).
 from __future__ import annotations
 
 import contextlib
+import itertools
 import json
 import re
 import signal
@@ -199,10 +200,7 @@ def _run(fleet: ChaosFleet, seconds: float, seed: int, store: str, markers: Path
         execution_id = load.submit(
             "chaos_echo", {"markers": str(markers)}, "probe", give_up_s=PROBE_TIMEOUT_S
         )
-        try:
-            final = None if execution_id is None else clients[0].wait(execution_id, timeout=PROBE_TIMEOUT_S)
-        except FluxError:
-            final = None
+        final = None if execution_id is None else _wait_any(clients, execution_id, PROBE_TIMEOUT_S)
         if final is not None and final.state == control_pb2.EXECUTION_STATE_COMPLETED:
             recovery.setdefault(step.kind, []).append(time.monotonic() - began - step.at)
         else:
@@ -296,6 +294,17 @@ def _run(fleet: ChaosFleet, seconds: float, seed: int, store: str, markers: Path
     for client in clients + quick:
         client.close()
     return document
+
+
+def _wait_any(clients: list[FluxClient], execution_id: str, timeout: float) -> control_pb2.Execution | None:
+    """Its final state through whichever server answers (one may be down just now), or None at ``timeout``."""
+    deadline = time.monotonic() + timeout
+    for turn in itertools.count():
+        if time.monotonic() >= deadline:
+            return None
+        with contextlib.suppress(FluxError):  # down, or not final yet: follow it on the next server
+            return clients[turn % len(clients)].wait(execution_id, timeout=2.0)
+    return None
 
 
 def _drain(cluster: Cluster, accepted: dict[str, str], bound_s: float) -> list[str]:
