@@ -27,6 +27,11 @@ def test_a_short_seeded_chaos_run_on_sqlite_loses_nothing(tmp_path: Path) -> Non
     assert (document["lost"], document["duplicates"], document["overcommit"]) == (0, 0, 0), summary
     assert document["cancelled_completed"] == 0 and document["drained"], summary
     assert document["workers"]["transports"] == ["grpc", "sse"]
+    # The checks had something to check: the sampler saw bodies running on both sides, and the
+    # servers' JSON lifecycle lines were read.
+    peaks = document["sample_peaks"]
+    assert peaks["markers_executions"] >= 1 and peaks["server_executions"] >= 1, summary
+    assert document["lifecycle_lines"] > document["executions"]["accepted"], summary
     assert set(document["faults"]) == set(faults.SQLITE_KINDS)
     assert all(count >= 1 for count in document["faults"].values()), summary
     # The load's every shape was accepted and decided; the never-fits one waits, explained.
