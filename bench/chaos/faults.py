@@ -13,7 +13,8 @@ Kinds come in rounds, each a seeded shuffle of every kind, so a short run
 injects each kind once before any twice. A fault whose every target is busy
 (all but two workers already down, the server already down) goes to the back
 of its round. Undo steps (restart, SIGCONT, resume) sit in a heap and run when
-due, so faults overlap as they would in life. Every step goes in the trail:
+due (a server's restart in a thread of its own), so faults overlap as they
+would in life. Every step goes in the trail:
 time since the run began, kind, target, parameters.
 """
 
@@ -37,6 +38,9 @@ POSTGRES_KINDS = (*WORKER_KINDS, "replica_kill", "postgres_restart", *PROXY_KIND
 # Workers left untouched by worker faults, so work keeps flowing while others are down.
 KEEP_HEALTHY = 2
 FINISH_ORDER = {"postgres_resume": 0, "server_restart": 1}
+# Undo steps that take seconds (a server's start on a busy box): each runs in its own thread, so
+# the faults go on meanwhile; the target stays down, untouched by new faults, until it is back.
+SLOW_UNDO = frozenset({"server_restart", "postgres_resume"})
 
 
 @dataclass(frozen=True)
@@ -97,6 +101,7 @@ class Scheduler:
         self._order = itertools.count()
         self._down: set[str] = set()  # workers killed or stopped, servers ("server-0") killed, "postgres"
         self._stopping = threading.Event()
+        self._slow: list[threading.Thread] = []
         self._lock = threading.Lock()  # the trail and the heap: the scheduler's thread and finish()
 
     # ------------------------------------------------------------- driving
@@ -123,6 +128,8 @@ class Scheduler:
     def finish(self) -> None:
         """Undo every pending fault now and end every proxy fault (before the drain)."""
         self._stopping.set()
+        for thread in self._slow:
+            thread.join(timeout=60)
         with self._lock:
             pending, self._pending = self._pending, []
         # The database first: a replica cannot start while PostgreSQL is stopped.
@@ -238,7 +245,12 @@ class Scheduler:
                 if not self._pending or self._pending[0][0] > now:
                     return
                 _, _, kind, target, action = heapq.heappop(self._pending)
-            self._undo(kind, target, action, retry=True)
+            if kind in SLOW_UNDO:
+                thread = threading.Thread(target=self._undo, args=(kind, target, action, True), daemon=True)
+                self._slow.append(thread)
+                thread.start()
+            else:
+                self._undo(kind, target, action, retry=True)
 
     def _undo(self, kind: str, target: str, action: Callable[[], None], retry: bool) -> None:
         # A restart can fail while something else is down (a replica while PostgreSQL is

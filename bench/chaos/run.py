@@ -282,6 +282,8 @@ def _run(fleet: ChaosFleet, seconds: float, seed: int, store: str, markers: Path
         },
         "unrecovered_probes": dict(unrecovered),
         "violations": [v.to_json() for v in violations],
+        # Every fault and undo step, so each recovery figure can be read against what happened.
+        "fault_trail": [step.to_json() for step in scheduler.trail],
     }
     if violations:
         ids = list(dict.fromkeys(v.subject for v in violations if v.subject in load.accepted))[:TRAIL_IDS]
