@@ -171,6 +171,7 @@ def duplicates(events: Iterable[Mapping[str, object]]) -> list[Violation]:
     """No (execution, generation) dispatched twice; no execution finished under two generations."""
     dispatched: dict[tuple[object, object], int] = defaultdict(int)
     finished: dict[object, set[object]] = defaultdict(set)
+    said: dict[object, list[str]] = defaultdict(list)  # each final event, where the run saw it
     for event in events:
         kind, execution_id, generation = (
             event.get("event"),
@@ -181,6 +182,8 @@ def duplicates(events: Iterable[Mapping[str, object]]) -> list[Violation]:
             dispatched[(execution_id, generation)] += 1
         elif kind in FINISHED_EVENTS:
             finished[execution_id].add(generation)
+            where = f" in {event['log']}" if event.get("log") else ""
+            said[execution_id].append(f"{kind} at generation {generation}{where}")
     found = [
         Violation("duplicate", str(execution_id), f"generation {generation} dispatched {count} times")
         for (execution_id, generation), count in dispatched.items()
@@ -188,7 +191,9 @@ def duplicates(events: Iterable[Mapping[str, object]]) -> list[Violation]:
     ]
     found += [
         Violation(
-            "duplicate", str(execution_id), f"finished under generations {sorted(map(str, generations))}"
+            "duplicate",
+            str(execution_id),
+            f"finished under generations {sorted(map(str, generations))}: {'; '.join(said[execution_id])}",
         )
         for execution_id, generations in finished.items()
         if len(generations) > 1

@@ -232,8 +232,12 @@ def _run(fleet: ChaosFleet, seconds: float, seed: int, store: str, markers: Path
 
     records = _records(cluster)
     explained = _explain(clients[0], load.accepted, records)
-    log_lines = list(_server_log_lines(cluster.workdir))
-    lifecycle = invariants.parse_lifecycle(log_lines)
+    logs = _server_logs(cluster.workdir)
+    log_lines = [line for lines in logs.values() for line in lines]
+    # Each event names the log it came from: on replicas, which server said it.
+    lifecycle = [
+        {**event, "log": name} for name, lines in logs.items() for event in invariants.parse_lifecycle(lines)
+    ]
     observed = Observations(
         accepted=dict(load.accepted), records=records, explained=explained, lifecycle=lifecycle,
         samples=sampler.kept, cancelled=set(load.cancelled), undrained=remaining, drain_bound_s=DRAIN_BOUND_S,
@@ -343,10 +347,10 @@ def _explain(
     return explained
 
 
-def _server_log_lines(workdir: Path) -> Iterator[str]:
-    for path in sorted([*workdir.glob("server.log"), *workdir.glob("replica-*.log")]):
-        with path.open(errors="replace") as lines:
-            yield from lines
+def _server_logs(workdir: Path) -> dict[str, list[str]]:
+    """The lines of each server's log (server.log, replica-N.log; restarts append to the same file)."""
+    paths = sorted([*workdir.glob("server.log"), *workdir.glob("replica-*.log")])
+    return {path.name: path.read_text(errors="replace").splitlines() for path in paths}
 
 
 def _errors(lines: list[str]) -> dict[str, int]:
