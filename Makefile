@@ -7,7 +7,7 @@ STAMP := $(VENV)/.installed
 PROTOS := $(wildcard proto/flux/v1/*.proto)
 RELEASED := proto/released/flux-v1.binpb
 
-.PHONY: install proto check-proto release-proto test test-unit run demo bench lint clean
+.PHONY: install proto check-proto release-proto test test-unit run demo bench chaos lint clean
 
 install: $(STAMP) node-deps
 
@@ -69,6 +69,11 @@ demo: $(STAMP)
 
 bench: $(STAMP)
 	$(PY) -m bench
+
+# A seeded fault run against real processes (bench/chaos): CHAOS_SECONDS (default 600),
+# CHAOS_SEED (default random, printed), CHAOS_STORE=sqlite|postgres|both. Exits 1 on a violation.
+chaos: $(STAMP)
+	$(PY) -m bench.chaos
 
 lint: $(STAMP)
 	$(PY) -m ruff check flux gateway tests bench examples

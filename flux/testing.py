@@ -224,6 +224,36 @@ class Cluster:
         self.server = process
         return self.address
 
+    def restart_replica(self, index: int, *args: str) -> str:
+        """Start replica ``index`` (0 is the first ``start_replica``) again on its gRPC and HTTP ports.
+
+        Like ``restart_server``: workers keep their addresses. Kill it first (it is not stopped here).
+        """
+        old, address, gateway = self.replicas[index]
+        http = ["--http-port", gateway.rsplit(":", 1)[1]] if gateway else ["--no-http"]
+        process = self._spawn(
+            [
+                "start",
+                "server",
+                "--grpc-port",
+                address.rsplit(":", 1)[1],
+                *http,
+                "--db",
+                self._db_arg(None),
+                *args,
+            ],
+            log=f"replica-{index + 1}",
+        )
+        assert process.stdout is not None
+        line = process.stdout.readline()
+        if not LISTENING.search(plain(line)):
+            process.kill()
+            raise AssertionError(f"replica {index + 1} did not restart: {line!r}")
+        if gateway:
+            assert self._read_gateway_line(process, "gateway") == gateway
+        self.replicas[index] = (process, address, gateway)
+        return address
+
     def start_gateway(self, *args: str) -> tuple[subprocess.Popen[str], str]:
         """An extra gateway process in front of this cluster's core; returns it and its URL."""
         process = self._spawn(
@@ -246,24 +276,30 @@ class Cluster:
         wait: bool = True,
         gateway: str | None = None,
         servers: Iterable[str] = (),
+        gateways: Iterable[str] = (),
+        env: dict[str, str] | None = None,
     ) -> subprocess.Popen[str]:
         """A worker process; over the cluster's transport, or through ``gateway`` (a URL) when given.
 
         ``servers`` lists gRPC addresses to use in turn (replicas); the default is the cluster's server.
+        ``gateways`` lists gateway URLs to use in turn, as ``gateway`` gives one; ``env`` adds
+        environment variables (e.g. ``FLUX_SIMULATED_CPU_BUSY``).
         """
-        env: dict[str, str] = {}
+        env = dict(env or {})
         if packages is not None:
             site = fake_site_packages(self.workdir / f"site-{name}", packages)
             env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(site), os.environ.get("PYTHONPATH", "")]))
         if gpus is not None:
             env["FLUX_SIMULATED_GPUS"] = gpus
-        if gateway is None and self.transport == "sse":
+        gateways = list(gateways)
+        if gateway is None and not gateways and self.transport == "sse":
             assert self.gateway_url, "an SSE cluster needs its server's gateway (no --no-http)"
             gateway = self.gateway_url
         addresses = list(servers) or [self.address]
-        where = (
-            ["--gateway", gateway] if gateway else [a for address in addresses for a in ("--server", address)]
-        )
+        urls = [gateway] if gateway else list(gateways)
+        where = [a for url in urls for a in ("--gateway", url)] or [
+            a for address in addresses for a in ("--server", address)
+        ]
         process = self._spawn(
             [
                 "start",

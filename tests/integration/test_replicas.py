@@ -171,6 +171,26 @@ def test_replica_killed_under_load_loses_nothing_and_records_once(replicas: Clus
     assert len(generations) == len(set(generations))  # a dispatch per generation, never two
 
 
+def test_a_replica_restarted_on_its_ports_gets_its_workers_back(replicas: Cluster) -> None:
+    # Cluster.restart_replica (the chaos run's replica_kill): same gRPC and HTTP ports, so a
+    # worker that knows only that replica, over either transport, returns to it on its own.
+    process, address, gateway = replicas.replicas[0]
+    replicas.start_worker("only-b", servers=[address])
+    replicas.start_worker("only-b-sse", gateway=gateway)
+    process.send_signal(signal.SIGKILL)
+    process.wait(timeout=10)
+    assert replicas.restart_replica(0, *FAST) == address
+    assert replicas.replicas[0][1:] == (address, gateway) and replicas.replicas[0][0] is not process
+    with replicas.client_for(address) as client:
+        eventually(
+            lambda: {"only-b", "only-b-sse"} <= {w.name for w in client.workers().workers if w.connected},
+            timeout=30,
+            what="both workers back on the restarted replica",
+        )
+        final = client.run("echo", "back", wait=True, timeout=30)
+    assert final.state == COMPLETED and final.worker in {"only-b", "only-b-sse"}
+
+
 def unfinished(url: str) -> list[tuple]:
     return rows(url, "SELECT execution_id, state, worker, owner, generation FROM executions WHERE state < 4")
 

@@ -1,0 +1,247 @@
+"""The chaos run's invariants: pure checks over what it observed, each returning its violations.
+
+Nothing here talks to a process: the run collects observations (accepted ids,
+the store's records, explanations, lifecycle log lines, resource samples,
+cancellations) and hands them over, so every check is unit-tested on crafted
+trails (tests/unit/test_chaos_invariants.py).
+"""
+
+from __future__ import annotations
+
+import json
+from collections import defaultdict
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import asdict, dataclass, field
+
+# Execution states as the store writes them (flux.v1 ExecutionState numbers).
+CREATED, SCHEDULED, RUNNING, COMPLETED, FAILED, CANCELLED = 1, 2, 3, 4, 5, 6
+FINAL = frozenset({COMPLETED, FAILED, CANCELLED})
+STATE_NAMES = {CREATED: "CREATED", SCHEDULED: "SCHEDULED", RUNNING: "RUNNING", COMPLETED: "COMPLETED",
+               FAILED: "FAILED", CANCELLED: "CANCELLED"}  # fmt: skip
+
+# The shape no worker can ever take: it must stay CREATED, explained.
+NEVER_FITS = "never_fits"
+# Lifecycle events that decide a final state (flux.dispatcher.lifecycle.Lifecycle.finished).
+FINISHED_EVENTS = frozenset({"completed", "failed", "cancelled"})
+
+
+@dataclass(frozen=True)
+class Violation:
+    """One broken invariant: ``kind`` (lost, result_mismatch, ...), what it concerns, and why."""
+
+    kind: str
+    subject: str  # an execution id, or a worker name for overcommit
+    detail: str
+
+    def to_json(self) -> dict[str, str]:
+        return asdict(self)
+
+
+@dataclass(frozen=True)
+class Record:
+    """An execution as the store holds it at the end."""
+
+    execution_id: str
+    state: int
+    worker: str = ""
+    attempt: int = 1
+    output_json: str = ""
+
+
+@dataclass(frozen=True)
+class Explained:
+    """What ExplainExecution said about an execution still CREATED."""
+
+    infeasible: bool
+    summary: str
+
+
+@dataclass(frozen=True)
+class Sample:
+    """One worker's load at one instant, from the server's listing or from its marker files."""
+
+    at: float
+    worker: str
+    source: str  # "server" (reserved vs advertised) or "markers" (what the process runs)
+    cpu: int
+    cpu_limit: int
+    count: int
+    capacity: int
+
+
+@dataclass
+class Observations:
+    """Everything a run hands to ``check``."""
+
+    accepted: dict[str, str] = field(default_factory=dict)  # id -> shape
+    records: dict[str, Record] = field(default_factory=dict)
+    explained: dict[str, Explained] = field(default_factory=dict)
+    lifecycle: list[dict[str, object]] = field(default_factory=list)
+    samples: list[Sample] = field(default_factory=list)
+    cancelled: set[str] = field(default_factory=set)  # ids whose Cancel answered CANCELLED
+    undrained: list[str] = field(default_factory=list)  # unfinished, not never-fits, at the drain's bound
+    drain_bound_s: float = 0.0
+
+
+def lost(
+    accepted: Mapping[str, str], records: Mapping[str, Record], explained: Mapping[str, Explained]
+) -> list[Violation]:
+    """Every accepted id is final, or CREATED because it can never fit and explain says why."""
+    found = []
+    for execution_id, shape in accepted.items():
+        record = records.get(execution_id)
+        if record is None:
+            found.append(Violation("lost", execution_id, f"{shape}: accepted but missing from the store"))
+        elif record.state in FINAL:
+            continue
+        elif record.state != CREATED:
+            state = STATE_NAMES.get(record.state, str(record.state))
+            found.append(Violation("lost", execution_id, f"{shape}: still {state} on {record.worker or '-'}"))
+        else:
+            why = explained.get(execution_id)
+            if shape != NEVER_FITS:
+                said = f"; explain: {why.summary}" if why else ""
+                found.append(
+                    Violation("lost", execution_id, f"{shape}: still CREATED although it fits{said}")
+                )
+            elif why is None or not why.infeasible or not why.summary:
+                said = why.summary if why else "no explanation"
+                found.append(
+                    Violation("lost", execution_id, f"{shape}: CREATED, not explained as infeasible: {said}")
+                )
+    return found
+
+
+def never_fits_ran(accepted: Mapping[str, str], records: Mapping[str, Record]) -> list[Violation]:
+    """The shape that needs more than any worker has never ran anywhere."""
+    return [
+        Violation(
+            "overcommit", execution_id, f"never_fits ran: {STATE_NAMES.get(record.state)} on {record.worker}"
+        )
+        for execution_id, shape in accepted.items()
+        if shape == NEVER_FITS
+        and (record := records.get(execution_id)) is not None
+        and record.state == COMPLETED
+    ]
+
+
+def result_mismatches(records: Iterable[Record]) -> list[Violation]:
+    """A COMPLETED record's attempt and worker are those of the run whose output it keeps."""
+    found = []
+    for record in records:
+        if record.state != COMPLETED:
+            continue
+        try:
+            output = json.loads(record.output_json)
+        except ValueError:
+            output = None
+        if not isinstance(output, dict):
+            found.append(
+                Violation(
+                    "result_mismatch", record.execution_id, f"output is not a result: {record.output_json!r}"
+                )
+            )
+            continue
+        recorded = (record.execution_id, record.attempt, record.worker)
+        ran = (output.get("execution_id"), output.get("attempt"), output.get("worker"))
+        if ran != recorded:
+            found.append(Violation("result_mismatch", record.execution_id,
+                                   f"record says attempt {record.attempt} on {record.worker}; the output "
+                                   f"came from attempt {ran[1]} on {ran[2]} (execution {ran[0]})"))  # fmt: skip
+    return found
+
+
+def parse_lifecycle(lines: Iterable[str]) -> list[dict[str, object]]:
+    """The ``flux.lifecycle`` events among a server's --log-format json lines (others skipped)."""
+    events = []
+    for line in lines:
+        line = line.strip()
+        if not line.startswith("{"):
+            continue
+        try:
+            entry = json.loads(line)
+        except ValueError:
+            continue
+        if isinstance(entry, dict) and entry.get("logger") == "flux.lifecycle" and "event" in entry:
+            events.append(entry)
+    return events
+
+
+def duplicates(events: Iterable[Mapping[str, object]]) -> list[Violation]:
+    """No (execution, generation) dispatched twice; no execution finished under two generations."""
+    dispatched: dict[tuple[object, object], int] = defaultdict(int)
+    finished: dict[object, set[object]] = defaultdict(set)
+    said: dict[object, list[str]] = defaultdict(list)  # each final event, where the run saw it
+    for event in events:
+        kind, execution_id, generation = (
+            event.get("event"),
+            event.get("execution_id"),
+            event.get("generation"),
+        )
+        if kind == "dispatched":
+            dispatched[(execution_id, generation)] += 1
+        elif kind in FINISHED_EVENTS:
+            finished[execution_id].add(generation)
+            where = f" in {event['log']}" if event.get("log") else ""
+            said[execution_id].append(f"{kind} at generation {generation}{where}")
+    found = [
+        Violation("duplicate", str(execution_id), f"generation {generation} dispatched {count} times")
+        for (execution_id, generation), count in dispatched.items()
+        if count > 1
+    ]
+    found += [
+        Violation(
+            "duplicate",
+            str(execution_id),
+            f"finished under generations {sorted(map(str, generations))}: {'; '.join(said[execution_id])}",
+        )
+        for execution_id, generations in finished.items()
+        if len(generations) > 1
+    ]
+    return found
+
+
+def overcommit(samples: Iterable[Sample]) -> list[Violation]:
+    """No sample shows a worker over its cores or its capacity."""
+    return [
+        Violation(
+            "overcommit",
+            sample.worker,
+            f"{sample.source} at t={sample.at:.1f}s: cpu {sample.cpu}/{sample.cpu_limit}, "
+            f"executions {sample.count}/{sample.capacity}",
+        )  # fmt: skip
+        for sample in samples
+        if sample.cpu > sample.cpu_limit or sample.count > sample.capacity
+    ]
+
+
+def cancelled_completed(cancelled: Iterable[str], records: Mapping[str, Record]) -> list[Violation]:
+    """An id whose Cancel answered CANCELLED ends CANCELLED."""
+    found = []
+    for execution_id in cancelled:
+        record = records.get(execution_id)
+        if record is None or record.state != CANCELLED:
+            state = "missing" if record is None else STATE_NAMES.get(record.state, str(record.state))
+            found.append(
+                Violation("cancelled_completed", execution_id, f"cancel answered CANCELLED; ended {state}")
+            )
+    return found
+
+
+def undrained(remaining: Sequence[str], bound_s: float) -> list[Violation]:
+    """After the faults stop, everything but the never-fits shape finishes within the bound."""
+    if not remaining:
+        return []
+    shown = ", ".join(remaining[:5]) + (" ..." if len(remaining) > 5 else "")
+    return [Violation("drain", "queue", f"{len(remaining)} unfinished after {bound_s:g}s of drain: {shown}")]
+
+
+def check(observed: Observations) -> dict[str, list[Violation]]:
+    """Every invariant over one run's observations, by the figure the result reports."""
+    return {
+        "lost": lost(observed.accepted, observed.records, observed.explained),
+        "duplicates": duplicates(observed.lifecycle) + result_mismatches(observed.records.values()),
+        "overcommit": overcommit(observed.samples) + never_fits_ran(observed.accepted, observed.records),
+        "cancelled_completed": cancelled_completed(observed.cancelled, observed.records),
+        "drain": undrained(observed.undrained, observed.drain_bound_s),
+    }

@@ -1,0 +1,104 @@
+"""Every half second: what each server believes each worker holds, and what each worker really runs.
+
+The server side is ``ListWorkers`` on every server that answers (reserved cores
+against advertised, active executions against capacity). The worker side is
+the marker files the chaos workflows keep while their bodies run
+(bench/chaos/workflows.py): a marker counts while the pid in it is alive and
+was started before the marker was written (a killed worker's markers stay
+behind; its pid is dead, or reused by a younger process).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+import psutil
+
+from bench.chaos.invariants import Sample
+from flux.client import FluxClient
+from flux.errors import FluxError
+
+INTERVAL_S = 0.5
+
+
+def running(markers: Path) -> dict[str, list[int]]:
+    """Worker name -> requested cores of each body its live process runs now."""
+    found: dict[str, list[int]] = {}
+    if not markers.is_dir():
+        return found
+    for folder in markers.iterdir():
+        cores: list[int] = []
+        for marker in folder.iterdir() if folder.is_dir() else ():
+            with contextlib.suppress(OSError, ValueError, psutil.Error):
+                written = marker.stat().st_mtime
+                pid, cpu = (int(part) for part in marker.read_text().split())
+                process = psutil.Process(pid)
+                if process.status() != psutil.STATUS_ZOMBIE and process.create_time() <= written + 1:
+                    cores.append(cpu)
+        found[folder.name] = cores
+    return found
+
+
+class Sampler:
+    """Samples until ``stop``; keeps every sample that breaks a limit, and counts the rest."""
+
+    def __init__(
+        self, clients: Sequence[FluxClient], markers: Path, cpus: int, capacity: int,
+        began: float, clock: Callable[[], float] = time.monotonic,
+    ):  # fmt: skip
+        self.clients, self.markers = list(clients), markers
+        self.cpus, self.capacity = cpus, capacity
+        self.began, self.clock = began, clock
+        self.kept: list[Sample] = []
+        self.taken = 0
+        # The most cores and executions seen on one worker, per side: shows the samples saw real load.
+        self.peak = {"server_cpu": 0, "server_executions": 0, "markers_cpu": 0, "markers_executions": 0}
+        self._stopping = threading.Event()
+        self._thread = threading.Thread(target=self._loop, name="chaos-sampler", daemon=True)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stopping.set()
+        self._thread.join(timeout=30)
+
+    def _loop(self) -> None:
+        while not self._stopping.wait(INTERVAL_S):
+            self.sample_once()
+
+    def sample_once(self) -> None:
+        at = self.clock() - self.began
+        samples: list[Sample] = []
+        for client in self.clients:
+            try:
+                listing = client.workers().workers
+            except FluxError:
+                continue  # that server is down just now
+            samples += [
+                Sample(
+                    at,
+                    w.name,
+                    f"server {client.address}",
+                    w.reserved.cpu,
+                    w.resources.cpu_total,
+                    w.active_executions,
+                    w.capacity,
+                )  # fmt: skip
+                for w in listing
+                if w.resources.cpu_total
+            ]
+        samples += [
+            Sample(at, worker, "markers", sum(cores), self.cpus, len(cores), self.capacity)
+            for worker, cores in running(self.markers).items()
+        ]
+        self.taken += len(samples)
+        for sample in samples:
+            side = "markers" if sample.source == "markers" else "server"
+            self.peak[f"{side}_cpu"] = max(self.peak[f"{side}_cpu"], sample.cpu)
+            self.peak[f"{side}_executions"] = max(self.peak[f"{side}_executions"], sample.count)
+        self.kept += [s for s in samples if s.cpu > s.cpu_limit or s.count > s.capacity]

@@ -1,0 +1,41 @@
+"""The short chaos run: a fixed seed, about 60 s of faults on SQLite, workers on both transports.
+
+``make chaos`` runs the same harness for 10 minutes (bench/chaos); here the
+result document must show no violation and a fault of every SQLite kind.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from bench.chaos import faults, run
+
+pytestmark = pytest.mark.integration
+
+SEED = 1717
+SECONDS = 60
+
+
+@pytest.mark.timeout(SECONDS + 400)  # faults, then the bounded drain, probes and the checks
+def test_a_short_seeded_chaos_run_on_sqlite_loses_nothing(tmp_path: Path) -> None:
+    document = run(SECONDS, SEED, "sqlite", tmp_path, workers=4)
+    summary = {key: value for key, value in document.items() if key != "trail"}
+    assert document["violations"] == [], json.dumps(document, indent=1)[:20000]
+    assert (document["lost"], document["duplicates"], document["overcommit"]) == (0, 0, 0), summary
+    assert document["cancelled_completed"] == 0 and document["drained"], summary
+    assert document["workers"]["transports"] == ["grpc", "sse"]
+    # The checks had something to check: the sampler saw bodies running on both sides, and the
+    # servers' JSON lifecycle lines were read.
+    peaks = document["sample_peaks"]
+    assert peaks["markers_executions"] >= 1 and peaks["server_executions"] >= 1, summary
+    assert document["lifecycle_lines"] > document["executions"]["accepted"], summary
+    assert set(document["faults"]) == set(faults.SQLITE_KINDS)
+    assert all(count >= 1 for count in document["faults"].values()), summary
+    # The load's every shape was accepted and decided; the never-fits one waits, explained.
+    by_state = document["executions"]["by_final_state"]
+    assert by_state.get("COMPLETED", 0) > 0 and by_state.get("FAILED", 0) > 0, summary
+    assert by_state.get("CANCELLED", 0) >= document["executions"]["cancel_answered_cancelled"] > 0, summary
+    assert by_state.get("CREATED", 0) == document["executions"]["by_shape"].get("never_fits", 0), summary
