@@ -295,8 +295,11 @@ class Dispatcher:
         await self.table.commit_final(final)
         return await self.with_input(final)
 
-    def stop_here(self, execution: Execution, final: Execution) -> None:
-        """End an execution held here as ``final``: unqueue it, or tell its worker and free its room."""
+    def stop_here(self, execution: Execution, final: Execution, announce: bool = True) -> None:
+        """End an execution held here as ``final``: unqueue it, or tell its worker and free its room.
+
+        ``announce=False``: another replica decided ``final`` and announces it (logs and counts it once).
+        """
         execution_id = execution.execution_id
         entry = self.registry.get(execution.worker) if execution.worker else None
         if execution.state is State.CREATED:
@@ -306,7 +309,10 @@ class Dispatcher:
         self.table.finish(final)
         if entry is not None:
             entry.release(execution_id)
-        self.events.finished(final)
+        if announce:
+            self.events.finished(final)
+        else:
+            self.events.finished_elsewhere(final)
         if entry is not None:
             self.place(workers=[entry])
 

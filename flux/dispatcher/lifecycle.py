@@ -156,6 +156,10 @@ class Lifecycle:
             event = state.name.lower()
             _emit(event, f"execution {event}", fields)
 
+    def finished_elsewhere(self, execution: Execution) -> None:
+        """A final state another replica decided and announced: shown on this replica's feed, not counted again."""
+        self.fleet.publish(Change.EXECUTION_FINISHED, execution)
+
     def requeued(self, before: Execution, after: Execution, reason: Requeue) -> None:
         """``before`` left its worker for ``reason``; ``after`` is CREATED again, or FAILED when out of attempts."""
         if after.state is State.FAILED:

@@ -191,6 +191,10 @@ class SharedBinder:
                 return current  # a retried cancel answers the same
             raise FailedPrecondition(f"execution {execution_id} is already {current.state.label}")
         self.cancelled_elsewhere(execution_id, cancelled)
+        # Announced once, by the replica that committed it, as the row has it. The replica that
+        # held it (perhaps this one, perhaps one whose claim of the row lost to this cancel) only
+        # stops it: each announcing would log and count one cancel twice.
+        self.d.events.finished(cancelled)
         return cancelled
 
     def cancelled_elsewhere(self, execution_id: str, final: Execution | None = None) -> None:
@@ -200,6 +204,6 @@ class SharedBinder:
         if execution is None:
             return
         final = final or execution.evolve(state=State.CANCELLED, updated_at=d.clock())
-        d.stop_here(execution, final)
+        d.stop_here(execution, final, announce=False)
         d.table.committed(final)  # the database has it already
         d.watchers.wake(execution_id)
