@@ -106,4 +106,6 @@ def _guards() -> list[tuple[object, Guard]]:
         guards.append((route, Guard(Role.WORKER, session, session_in_query=stream, ticket=stream)))
     guards += [(route, Guard(Role.CLIENT)) for route in clients.router.routes]
     guards += [(route, Guard(None)) for route in tickets.router.routes]
+    # The observer streams: the API token in the header, or a ticket the route redeems.
+    guards += [(route, Guard(Role.CLIENT, ticket=True)) for route in events.router.routes]
     return guards

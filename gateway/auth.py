@@ -17,6 +17,7 @@ answer is remembered for a while, by a hash of the token, in a bounded table.
 from __future__ import annotations
 
 import hashlib
+import re
 import time
 from collections import OrderedDict
 from collections.abc import Sequence
@@ -37,6 +38,8 @@ from gateway.errors import error_response, from_rpc
 SESSION_HEADER = "X-Flux-Session"
 # Generated tokens are 44 characters; one this long cannot be any server's (and would not fit in gRPC metadata).
 MAX_TOKEN_CHARS = 4096
+# What POST /tickets mints (secrets.token_urlsafe), with room to spare.
+TICKET_FORM = re.compile(r"[A-Za-z0-9_-]{1,128}")
 # How long a probe's answer is trusted. The core checks every call anyway, so a token revoked
 # by a restart is refused there at once; this only spares the probe.
 ACCEPTED_FOR = 30.0
@@ -151,6 +154,13 @@ class HeaderAuth:
         headers = scope["headers"]
         raw = next((value for name, value in headers if name == b"authorization"), None)
         if raw is None and guard.ticket and _has_query(scope, "ticket"):
+            if not _ticket_shaped(scope):
+                # Refused here, as a missing token is: a malformed ticket would otherwise meet the
+                # route's parameter checks first and draw a 422 where the answer is 401.
+                await error_response(Unauthenticated("the ticket is malformed; mint one with POST /tickets"))(
+                    scope, receive, send
+                )
+                return
             await self.app(scope, receive, send)
             return
         try:
@@ -208,6 +218,11 @@ class HeaderAuth:
             refusal, ttl = await probe(scope["app"].state.core, role, token)
             self.cache.put(role, token, refusal, ttl)
         return refusal
+
+
+def _ticket_shaped(scope: Scope) -> bool:
+    values = parse_qs(scope.get("query_string", b"").decode("latin-1")).get("ticket", [])
+    return len(values) == 1 and TICKET_FORM.fullmatch(values[0]) is not None
 
 
 def _has_query(scope: Scope, name: str) -> bool:

@@ -197,7 +197,9 @@ async def list_executions(
     state: Annotated[list[str], Query(description=f"repeat for several: {', '.join(_STATE_NAMES)}")] = [],  # noqa: B006 - FastAPI copies defaults
     workflow: Annotated[str, Query(max_length=256, description="workflow name")] = "",
     worker: Annotated[str, Query(max_length=256, description="worker name")] = "",
-    created_after_ms: Annotated[int, Query(ge=0, description="submitted at or after (Unix ms)")] = 0,
+    created_after_ms: Annotated[
+        int, Query(ge=0, le=2**63 - 1, description="submitted at or after (Unix ms)")
+    ] = 0,
     limit: Annotated[int, Query(ge=1, le=1000, description="page size (default 50)")] = 50,
     page_token: Annotated[
         str, Query(max_length=512, description="next_page_token of the previous page")

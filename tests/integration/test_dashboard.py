@@ -190,6 +190,7 @@ def test_any_replica_page_shows_the_whole_fleet_and_queue(tmp_path, pg_url: str,
 def test_a_refused_action_stays_on_screen_across_refreshes(cluster: Cluster, browser) -> None:  # noqa: F811
     expect = _expect()
     cluster.start_worker("gone")
+    cluster.start_worker("other")  # its pauses make fleet events, so the page reads /workers again
     token = cluster.token(Role.CLIENT)
     page = _open(browser, cluster, [])
     _sign_in(page, token)
@@ -201,17 +202,22 @@ def test_a_refused_action_stays_on_screen_across_refreshes(cluster: Cluster, bro
         page.route("**/workers", lambda route: route.fulfill(body=listing, content_type="application/json"))
         # The page reads /workers one read at a time: of two reads from now, the second is routed,
         # so no real read started before the route can answer after the worker is forgotten.
-        for _ in range(2):
+        for action in ("pause", "resume"):
             with page.expect_response(lambda response: response.url.endswith("/workers")):
-                pass
+                assert http.post(f"/workers/other/{action}", headers=headers).status_code == 200
         assert http.post("/workers/gone/forget", headers=headers).status_code == 200
     page.get_by_role("button", name="Pause worker gone").click()
     problem = page.locator("#problem")
     expect(problem).to_contain_text("Pause gone")
     expect(problem).to_contain_text("'gone' is not known")
     # A successful re-read of the fleet does not wipe it.
-    with page.expect_response(lambda response: response.url.endswith("/workers")):
-        pass
+    with (
+        httpx.Client(base_url=cluster.gateway_url, trust_env=False, timeout=10) as http,
+        page.expect_response(lambda response: response.url.endswith("/workers")),
+    ):
+        assert (
+            http.post("/workers/other/pause", headers={"Authorization": f"Bearer {token}"}).status_code == 200
+        )
     expect(problem).to_be_visible()
     expect(problem).to_contain_text("'gone' is not known")
     page.close()
