@@ -76,10 +76,14 @@ class SharedFeed:
         wakeup = self.d.watchers.wakeup(execution_id)
         getter = asyncio.ensure_future(updates.get())
         woken = asyncio.ensure_future(wakeup.wait())
-        done, _ = await asyncio.wait({getter, woken}, timeout=WATCH_POLL, return_when=asyncio.FIRST_COMPLETED)
+        try:
+            done, _ = await asyncio.wait(
+                {getter, woken}, timeout=WATCH_POLL, return_when=asyncio.FIRST_COMPLETED
+            )
+        finally:  # also when the watcher goes away meanwhile: no task is left pending behind it
+            for waiter in (getter, woken):
+                waiter.cancel()
         wakeup.clear()
-        for waiter in (getter, woken):
-            waiter.cancel()
         latest = self.d.current(execution_id)
         if latest is None or getter not in done:
             # Not ours, or no news from here: the database has the last word on a final state.
