@@ -17,7 +17,7 @@ import logging
 import random
 import time
 import traceback
-from collections.abc import Awaitable, Iterable, Mapping
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -317,9 +317,29 @@ class WorkerRuntime:
                 log.info("claim of %s refused: %s", dispatch.execution_id, exc)
                 return False
 
+    async def _function(self, dispatch: Dispatch) -> Callable[..., object]:
+        """The workflow's function, fetching its code while the control plane is unreachable.
+
+        An unreachable server (a replica that died just after our claim) says nothing about the
+        workflow: failing the execution for it would record a failure the code never had.
+        """
+        backoff = Backoff(self.config.backoff_initial, self.config.backoff_max)
+        while True:
+            try:
+                return await self._code.function(dispatch.workflow)
+            except Unavailable as exc:
+                delay = backoff.next()
+                log.warning(
+                    "could not fetch the code of %s (%s); retrying in %.2fs",
+                    dispatch.workflow.name,
+                    exc,
+                    delay,
+                )
+                await asyncio.sleep(delay)
+
     async def _invoke(self, dispatch: Dispatch) -> tuple[str | None, ExecutionError | None]:
         try:
-            fn = await self._code.function(dispatch.workflow)
+            fn = await self._function(dispatch)
             ctx = ExecutionContext(
                 input=json.loads(dispatch.input_json or "null"),
                 execution_id=dispatch.execution_id,
