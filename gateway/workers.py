@@ -12,10 +12,8 @@ fields out (and are refused if they carry them).
 
 from __future__ import annotations
 
-import asyncio
 import logging
-from collections.abc import Callable
-from typing import Annotated, Any, TypeVar
+from typing import Annotated, Any
 
 from fastapi import APIRouter, Body, Depends, Header, Path, Query, Request
 from fastapi.responses import JSONResponse
@@ -28,7 +26,7 @@ from flux.server.metadata import TRANSPORT_METADATA
 from flux.v1 import worker_pb2
 from gateway import protojson, schema
 from gateway.auth import SESSION_HEADER, WORKER_BEARER
-from gateway.bodies import OFF_LOOP_BYTES, OffLoopJSONRoute, to_message
+from gateway.bodies import OffLoopJSONRoute, sized_to, to_message
 from gateway.core import Core, core
 from gateway.stream import open_stream, relay
 from gateway.tickets import TicketParam, access_for, worker_scope
@@ -220,8 +218,6 @@ async def release(
     )
 
 
-T = TypeVar("T")
-
 ClaimItems = Annotated[
     list[schema.ClaimItem],  # type: ignore[valid-type]
     Body(min_length=1, max_length=MAX_BATCH_ITEMS, description="the dispatches claimed, answered in order"),
@@ -238,13 +234,6 @@ _BATCH_ANSWERS: dict[int | str, dict[str, Any]] = {
     },
     **_REFUSALS,
 }
-
-
-async def _converted(request: Request, convert: Callable[[], T]) -> T:
-    # As to_message: a large body's conversion (json_format is pure Python) runs on a thread.
-    if len(await request.body()) > OFF_LOOP_BYTES:
-        return await asyncio.to_thread(convert)
-    return convert()
 
 
 def _answers(response: Any) -> JSONResponse:
@@ -266,7 +255,7 @@ async def claims(
             protojson.from_dict(item.to_json_dict(), message.items.add(), f"body[{i}]")
         return message
 
-    message = await _converted(request, convert)
+    message = await sized_to(request, convert)
     return _answers(await core.workers.ClaimBatch(message, timeout=_timeout(request)))
 
 
@@ -293,7 +282,7 @@ async def completions(
                 message.resources.CopyFrom(single.resources)
         return message
 
-    message = await _converted(request, convert)
+    message = await sized_to(request, convert)
     return _answers(await core.workers.CompleteBatch(message, timeout=_timeout(request)))
 
 
