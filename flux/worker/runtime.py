@@ -21,6 +21,7 @@ from collections.abc import Awaitable, Callable, Iterable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TypeVar
 
 from flux import defaults
 from flux.context import ExecutionContext
@@ -49,6 +50,8 @@ from flux.worker.transport import (
     Registration,
     WorkerTransport,
 )
+
+T = TypeVar("T")
 
 log = logging.getLogger("flux.worker")
 
@@ -304,18 +307,15 @@ class WorkerRuntime:
         execution is accepted, and a reconnect's Connected cancels the try if the server
         no longer holds it for us.
         """
-        backoff = Backoff(self.config.backoff_initial, self.config.backoff_max)
-        while True:
-            try:
-                await self._claims.submit((dispatch.execution_id, dispatch.generation))
-                return True
-            except Unavailable as exc:
-                delay = backoff.next()
-                log.warning("could not claim %s (%s); retrying in %.2fs", dispatch.execution_id, exc, delay)
-                await asyncio.sleep(delay)
-            except (FailedPrecondition, NotFound, PermissionDenied) as exc:
-                log.info("claim of %s refused: %s", dispatch.execution_id, exc)
-                return False
+        try:
+            await self._while_unreachable(
+                f"claim {dispatch.execution_id}",
+                lambda: self._claims.submit((dispatch.execution_id, dispatch.generation)),
+            )
+            return True
+        except (FailedPrecondition, NotFound, PermissionDenied) as exc:
+            log.info("claim of %s refused: %s", dispatch.execution_id, exc)
+            return False
 
     async def _function(self, dispatch: Dispatch) -> Callable[..., object]:
         """The workflow's function, fetching its code while the control plane is unreachable.
@@ -323,18 +323,19 @@ class WorkerRuntime:
         An unreachable server (a replica that died just after our claim) says nothing about the
         workflow: failing the execution for it would record a failure the code never had.
         """
+        return await self._while_unreachable(
+            f"fetch the code of {dispatch.workflow.name}", lambda: self._code.function(dispatch.workflow)
+        )
+
+    async def _while_unreachable(self, what: str, call: Callable[[], Awaitable[T]]) -> T:
+        """``call()``, again after a backoff each time the control plane is unreachable."""
         backoff = Backoff(self.config.backoff_initial, self.config.backoff_max)
         while True:
             try:
-                return await self._code.function(dispatch.workflow)
+                return await call()
             except Unavailable as exc:
                 delay = backoff.next()
-                log.warning(
-                    "could not fetch the code of %s (%s); retrying in %.2fs",
-                    dispatch.workflow.name,
-                    exc,
-                    delay,
-                )
+                log.warning("could not %s (%s); retrying in %.2fs", what, exc, delay)
                 await asyncio.sleep(delay)
 
     async def _invoke(self, dispatch: Dispatch) -> tuple[str | None, ExecutionError | None]:
