@@ -84,8 +84,24 @@ class Session:
                 self.on_close()
 
     async def events(self) -> AsyncIterator[Event]:
+        async for batch in self.batches(1):
+            yield batch[0]
+
+    async def batches(self, most: int) -> AsyncIterator[list[Event]]:
+        """Every event waiting when the reader is ready (at most ``most``), in order; never an empty list.
+
+        Nothing waits for a batch to fill: while the transport writes one batch, the next
+        gathers, so a reader sees batches only when the core outpaces it.
+        """
         while True:
             event = await self._queue.get()
             if event is _CLOSE:
                 return
-            yield event  # type: ignore[misc]
+            batch = [event]
+            while len(batch) < most and not self._queue.empty():
+                event = self._queue.get_nowait()
+                if event is _CLOSE:
+                    yield batch  # type: ignore[misc]
+                    return
+                batch.append(event)
+            yield batch  # type: ignore[misc]

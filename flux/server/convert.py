@@ -121,20 +121,61 @@ def fleet_event_to_proto(change: Change, subject: object, sequence: int, at: flo
     return control_pb2.FleetEvent(sequence=sequence, at_ms=int(at * 1000), **{str(change): payload})
 
 
+def scheduled_to_proto(event: Scheduled) -> worker_pb2.ExecutionScheduled:
+    e = event.execution
+    return worker_pb2.ExecutionScheduled(
+        execution_id=e.execution_id,
+        attempt=e.attempt,
+        generation=e.generation,
+        input_json=e.input_json,
+        workflow=e.workflow.to_proto(),
+        gpu_indices=list(e.gpu_indices),
+        requests=event.requests.to_proto(),
+    )
+
+
+# Inputs one ExecutionsScheduled may carry, in bytes: far below the 16 MiB message cap,
+# so a batch of large inputs is split rather than refused by the worker's channel.
+BATCH_INPUT_BYTES = 4 << 20
+
+
+def events_to_proto(events: list[Event], batched: bool) -> list[worker_pb2.WorkerEvent]:
+    """The stream messages for events taken together: with ``batched``, consecutive dispatches
+    share one ExecutionsScheduled (order kept, inputs up to ``BATCH_INPUT_BYTES`` each)."""
+    if not batched:
+        return [event_to_proto(event) for event in events]
+    messages: list[worker_pb2.WorkerEvent] = []
+    run: list[worker_pb2.ExecutionScheduled] = []
+    size = 0
+
+    def close_run() -> None:
+        if len(run) == 1:
+            messages.append(worker_pb2.WorkerEvent(execution_scheduled=run[0]))
+        elif run:
+            messages.append(
+                worker_pb2.WorkerEvent(executions_scheduled=worker_pb2.ExecutionsScheduled(executions=run))
+            )
+        run.clear()
+
+    for event in events:
+        if not isinstance(event, Scheduled):
+            close_run()
+            messages.append(event_to_proto(event))
+            continue
+        length = len(event.execution.input_json)
+        if run and size + length > BATCH_INPUT_BYTES:
+            close_run()
+        if not run:
+            size = 0
+        run.append(scheduled_to_proto(event))
+        size += length
+    close_run()
+    return messages
+
+
 def event_to_proto(event: Event) -> worker_pb2.WorkerEvent:
     if isinstance(event, Scheduled):
-        e = event.execution
-        return worker_pb2.WorkerEvent(
-            execution_scheduled=worker_pb2.ExecutionScheduled(
-                execution_id=e.execution_id,
-                attempt=e.attempt,
-                generation=e.generation,
-                input_json=e.input_json,
-                workflow=e.workflow.to_proto(),
-                gpu_indices=list(e.gpu_indices),
-                requests=event.requests.to_proto(),
-            )
-        )
+        return worker_pb2.WorkerEvent(execution_scheduled=scheduled_to_proto(event))
     if isinstance(event, Cancelled):
         return worker_pb2.WorkerEvent(
             execution_cancelled=worker_pb2.ExecutionCancelled(

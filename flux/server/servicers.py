@@ -33,6 +33,9 @@ log = logging.getLogger("flux.server")
 
 R = TypeVar("R")
 
+# Dispatches one stream message may carry to a worker that reads ExecutionsScheduled.
+DISPATCH_BATCH = 256
+
 
 def _refused(dispatcher: Dispatcher, exc: Exception) -> FluxError:
     """What a handler's error is answered with (``flux.errors.refusal``), logged as it deserves."""
@@ -103,11 +106,15 @@ class WorkerService(worker_pb2_grpc.WorkerServiceServicer):
                     ],
                 )
             )
-            async for event in session.events():
-                if isinstance(event, Scheduled) and not event.execution.input_json:
-                    # A large input waits in the store, not in RAM: read it on its way out.
-                    event = Scheduled(await self.dispatcher.with_input(event.execution), event.requests)
-                yield convert.event_to_proto(event)
+            batched = request.batched_dispatch
+            async for events in session.batches(DISPATCH_BATCH if batched else 1):
+                for i, event in enumerate(events):
+                    if isinstance(event, Scheduled) and not event.execution.input_json:
+                        # A large input waits in the store, not in RAM: read it on its way out.
+                        execution = await self.dispatcher.with_input(event.execution)
+                        events[i] = Scheduled(execution, event.requests)
+                for message in convert.events_to_proto(events, batched):
+                    yield message
         except Exception as exc:  # e.g. the store unavailable while an input is read
             failed = exc
         finally:

@@ -121,19 +121,26 @@ class ConnectRequest(_message.Message):
 
     NAME_FIELD_NUMBER: _builtins.int
     SESSION_TOKEN_FIELD_NUMBER: _builtins.int
+    BATCHED_DISPATCH_FIELD_NUMBER: _builtins.int
     name: _builtins.str
     """Registered worker name."""
     session_token: _builtins.str
     """Session token returned by Register."""
+    batched_dispatch: _builtins.bool
+    """The worker reads ExecutionsScheduled: the server may then send the
+    dispatches that are ready together in one event. Off (the default), every
+    dispatch is its own ExecutionScheduled.
+    """
     def __init__(
         self,
         *,
         name: _builtins.str = ...,
         session_token: _builtins.str = ...,
+        batched_dispatch: _builtins.bool = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["name", b"name", "session_token", b"session_token"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["batched_dispatch", b"batched_dispatch", "name", b"name", "session_token", b"session_token"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -149,6 +156,7 @@ class WorkerEvent(_message.Message):
     EXECUTION_SCHEDULED_FIELD_NUMBER: _builtins.int
     EXECUTION_CANCELLED_FIELD_NUMBER: _builtins.int
     PING_FIELD_NUMBER: _builtins.int
+    EXECUTIONS_SCHEDULED_FIELD_NUMBER: _builtins.int
     @_builtins.property
     def connected(self) -> Global___Connected:
         """First event of every stream."""
@@ -165,6 +173,12 @@ class WorkerEvent(_message.Message):
     def ping(self) -> Global___Ping:
         """Keeps an idle stream alive."""
 
+    @_builtins.property
+    def executions_scheduled(self) -> Global___ExecutionsScheduled:
+        """Several executions to run, in the order they were dispatched; only to a
+        worker that asked for it (ConnectRequest.batched_dispatch).
+        """
+
     def __init__(
         self,
         *,
@@ -172,12 +186,13 @@ class WorkerEvent(_message.Message):
         execution_scheduled: Global___ExecutionScheduled | None = ...,
         execution_cancelled: Global___ExecutionCancelled | None = ...,
         ping: Global___Ping | None = ...,
+        executions_scheduled: Global___ExecutionsScheduled | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["connected", b"connected", "event", b"event", "execution_cancelled", b"execution_cancelled", "execution_scheduled", b"execution_scheduled", "ping", b"ping"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["connected", b"connected", "event", b"event", "execution_cancelled", b"execution_cancelled", "execution_scheduled", b"execution_scheduled", "executions_scheduled", b"executions_scheduled", "ping", b"ping"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["connected", b"connected", "event", b"event", "execution_cancelled", b"execution_cancelled", "execution_scheduled", b"execution_scheduled", "ping", b"ping"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["connected", b"connected", "event", b"event", "execution_cancelled", b"execution_cancelled", "execution_scheduled", b"execution_scheduled", "executions_scheduled", b"executions_scheduled", "ping", b"ping"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
-    _WhichOneofReturnType_event: _TypeAlias = _typing.Literal["connected", "execution_scheduled", "execution_cancelled", "ping"]  # noqa: Y015
+    _WhichOneofReturnType_event: _TypeAlias = _typing.Literal["connected", "execution_scheduled", "execution_cancelled", "ping", "executions_scheduled"]  # noqa: Y015
     _WhichOneofArgType_event: _TypeAlias = _typing.Literal["event", b"event"]  # noqa: Y015
     def WhichOneof(self, oneof_group: _WhichOneofArgType_event) -> _WhichOneofReturnType_event | None: ...
 
@@ -343,6 +358,30 @@ class ExecutionScheduled(_message.Message):
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___ExecutionScheduled: _TypeAlias = ExecutionScheduled  # noqa: Y015
+
+@_typing.final
+class ExecutionsScheduled(_message.Message):
+    """Dispatches that were ready together, each exactly as its own ExecutionScheduled would be."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    EXECUTIONS_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def executions(self) -> _containers.RepeatedCompositeFieldContainer[Global___ExecutionScheduled]:
+        """In dispatch order; claim each as usual (ClaimBatch takes them together)."""
+
+    def __init__(
+        self,
+        *,
+        executions: _abc.Iterable[Global___ExecutionScheduled] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["executions", b"executions"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ExecutionsScheduled: _TypeAlias = ExecutionsScheduled  # noqa: Y015
 
 @_typing.final
 class ExecutionCancelled(_message.Message):

@@ -179,13 +179,17 @@ class GrpcTransport(WorkerTransport):
 
     async def connect(self, name: str, session_token: str) -> AsyncIterator[WorkerEvent]:
         call = self.stub.Connect(
-            worker_pb2.ConnectRequest(name=name, session_token=session_token), metadata=self._md
+            worker_pb2.ConnectRequest(name=name, session_token=session_token, batched_dispatch=True),
+            metadata=self._md,
         )
         try:
             async for event in call:
                 kind = event.WhichOneof("event")
                 if kind == "execution_scheduled":
                     yield dispatch_from_proto(event.execution_scheduled)
+                elif kind == "executions_scheduled":
+                    for scheduled in event.executions_scheduled.executions:
+                        yield dispatch_from_proto(scheduled)
                 elif kind == "execution_cancelled":
                     c = event.execution_cancelled
                     yield Cancel(c.execution_id, c.generation, c.reason)

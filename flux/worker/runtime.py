@@ -61,8 +61,10 @@ log = logging.getLogger("flux.worker")
 PERMANENT = (Unauthenticated, PermissionDenied, InvalidArgument)
 
 # Results carry the resources observed after their executions ended. A sample walks the
-# worker's process tree (all of /proc): a burst of results shares one this recent, seconds.
-RESULT_SAMPLE_MAX_AGE = 0.25
+# worker's process tree (all of /proc, 15% of a busy worker's time at 0.25 s): a burst of
+# results shares one this recent, seconds. The CPU figure is a 5 s window anyway, and the
+# server counts its own reservations, so a second-old free figure places nothing wrongly.
+RESULT_SAMPLE_MAX_AGE = 1.0
 
 
 class Refused(FluxError):

@@ -317,3 +317,52 @@ def test_outputs_the_server_refuses_fail_the_execution_instead_of_hanging(cluste
     not_json = cluster.run("nan_output")
     assert not_json.state == control_pb2.EXECUTION_STATE_FAILED
     assert "JSON" in not_json.error.message
+
+
+@pytest.mark.transports("grpc")
+@pytest.mark.parametrize("batched", [True, False])
+def test_dispatches_ready_together_share_a_message_only_for_a_worker_that_asks(
+    cluster: Cluster, batched: bool
+) -> None:
+    # Queued before the worker connects, all of them are placed in the pass its stream starts,
+    # so they wait together for the reader: one ExecutionsScheduled when it asked, else one each.
+    ids = [cluster.run("echo", i, wait=False).execution_id for i in range(20)]
+    channel = cluster.channel(Role.WORKER)
+    stub = worker_pb2_grpc.WorkerServiceStub(channel)
+    free = resources_pb2.WorkerResources(
+        cpu_total=4, cpu_available=4, memory_total=8 << 30, memory_available=8 << 30
+    )
+    token = stub.Register(worker_pb2.RegisterRequest(name="raw", resources=free, capacity=64)).session_token
+    stream = stub.Connect(
+        worker_pb2.ConnectRequest(name="raw", session_token=token, batched_dispatch=batched), timeout=30
+    )
+    assert next(stream).WhichOneof("event") == "connected"
+    received: list[worker_pb2.ExecutionScheduled] = []
+    messages = 0
+    while len(received) < len(ids):
+        event = next(stream)
+        kind = event.WhichOneof("event")
+        if kind == "executions_scheduled":
+            assert batched, "a batch went to a worker that did not ask for one"
+            assert len(event.executions_scheduled.executions) > 1
+            received.extend(event.executions_scheduled.executions)
+            messages += 1
+        elif kind == "execution_scheduled":
+            received.append(event.execution_scheduled)
+            messages += 1
+    assert sorted(s.execution_id for s in received) == sorted(ids)
+    # Each dispatch in a batch is whole: its input, generation and workflow, ready to claim.
+    assert {json.loads(s.input_json) for s in received} == set(range(20))
+    assert all(s.generation > 0 and s.workflow.name == "echo" for s in received)
+    if batched:
+        assert messages < len(ids)
+    else:
+        assert messages == len(ids)
+    claimed = received[0]
+    stub.Claim(
+        worker_pb2.ClaimRequest(
+            name="raw", session_token=token, execution_id=claimed.execution_id, generation=claimed.generation
+        )
+    )
+    stream.cancel()
+    channel.close()
