@@ -4,7 +4,8 @@ The gateway opens the call and reads its first event before answering, so a
 refusal (unknown worker, wrong token, name held by a live stream) is an HTTP
 status rather than a stream that opens and dies. After that, each
 ``WorkerEvent`` becomes one SSE event named after its ``oneof`` field, with
-the inner message as ``data`` and a per-connection ``id`` counting from 1.
+the inner message as ``data`` and a per-connection ``id`` counting from 1;
+a batch of dispatches becomes one ``execution_scheduled`` event each.
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ import asyncio
 import itertools
 import logging
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 from typing import Any
 
 import grpc
@@ -34,8 +35,10 @@ async def open_stream(
     stub: worker_pb2_grpc.WorkerServiceStub, name: str, token: str, timeout: float
 ) -> tuple[StreamCall, worker_pb2.WorkerEvent]:
     """The call and its ``Connected`` event, or the refusal as a ``FluxError``."""
+    # Batched: dispatches the core has ready together reach the worker in one write (``_frames``).
     call = stub.Connect(
-        worker_pb2.ConnectRequest(name=name, session_token=token), metadata=((TRANSPORT_METADATA, "sse"),)
+        worker_pb2.ConnectRequest(name=name, session_token=token, batched_dispatch=True),
+        metadata=((TRANSPORT_METADATA, "sse"),),
     )
     first = await first_message(call, timeout)
     if first.WhichOneof("event") != "connected":
@@ -67,6 +70,21 @@ async def first_message(call: StreamCall, timeout: float) -> Any:
 def _frame(event: worker_pb2.WorkerEvent, event_id: int) -> ServerSentEvent:
     kind = event.WhichOneof("event")
     return ServerSentEvent(data=protojson.to_json(getattr(event, kind)), event=kind, id=str(event_id))
+
+
+def _frames(event: worker_pb2.WorkerEvent, ids: Iterator[int]) -> ServerSentEvent | bytes:
+    """One SSE event per dispatch, as the contract names them; a core batch is written at once.
+
+    A worker reading several events from one write claims them in one call.
+    """
+    if event.WhichOneof("event") != "executions_scheduled":
+        return _frame(event, next(ids))
+    return b"".join(
+        ServerSentEvent(
+            data=protojson.to_json(scheduled), event="execution_scheduled", id=str(next(ids))
+        ).encode()
+        for scheduled in event.executions_scheduled.executions
+    )
 
 
 def _ping(event_id: int) -> ServerSentEvent:
@@ -124,7 +142,7 @@ async def relay(
                 read = None
             if event is grpc.aio.EOF:
                 return
-            yield _frame(event, next(ids))  # type: ignore[arg-type]
+            yield _frames(event, ids)  # type: ignore[arg-type]
     finally:
         if read is not None:
             _forget(read)

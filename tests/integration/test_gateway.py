@@ -322,3 +322,30 @@ def test_a_second_gateway_process_in_front_of_the_core_serves_a_worker(cluster: 
     process.terminate()
     with contextlib.suppress(subprocess.TimeoutExpired):
         assert process.wait(timeout=10) == 0
+
+
+def test_dispatches_ready_together_are_each_their_own_sse_event(cluster: Cluster, http) -> None:
+    # Queued before the worker connects, they leave the core as one batch; the wire keeps the
+    # contract: one execution_scheduled event per execution, ids counting up, each claimable.
+    ids = [cluster.run("echo", i, wait=False).execution_id for i in range(20)]
+    answer = http.post("/workers/register", json={"name": "batch-reader", "resources": FREE, "capacity": 64})
+    assert answer.status_code == 200, answer.text
+    token = answer.json()["session_token"]
+    stream = Stream(http, "batch-reader", token)
+    try:
+        assert stream.next().event == "connected"
+        events = [stream.next() for _ in ids]
+        assert [e.event for e in events] == ["execution_scheduled"] * len(ids)
+        assert [int(e.id) for e in events] == list(range(2, len(ids) + 2))
+        dispatched = [data(e) for e in events]
+        assert sorted(d["execution_id"] for d in dispatched) == sorted(ids)
+        assert {json.loads(d["input_json"]) for d in dispatched} == set(range(20))
+        answers = http.post(
+            "/workers/batch-reader/claims",
+            headers={"X-Flux-Session": token},
+            json=[{"execution_id": d["execution_id"], "generation": d["generation"]} for d in dispatched],
+        )
+        assert answers.status_code == 200, answers.text
+        assert all(a["ok"] for a in answers.json())
+    finally:
+        stream.close()

@@ -105,3 +105,20 @@ def test_large_inputs_split_a_batch_below_the_message_cap() -> None:
         ("execution_scheduled", 1),
     ]
     assert all(m.ByteSize() < 16 << 20 for m in messages)
+
+
+def test_the_gateway_writes_a_batch_as_one_sse_event_per_execution() -> None:
+    import itertools
+
+    from gateway.stream import _frames
+
+    batch = convert.events_to_proto([scheduled(1), scheduled(2), scheduled(3)], batched=True)[0]
+    ids = itertools.count(7)
+    written = _frames(batch, ids)
+    assert isinstance(written, bytes)  # one write for the whole batch
+    frames = [f for f in written.decode().split("\r\n\r\n") if f]
+    assert [f.splitlines()[:2] for f in frames] == [
+        [f"id: {i}", "event: execution_scheduled"] for i in (7, 8, 9)
+    ]
+    assert ['"execution_id":"e1"' in frames[0], '"execution_id":"e3"' in frames[2]] == [True, True]
+    assert next(ids) == 10
