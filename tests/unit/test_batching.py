@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import asyncio
-import json
+import contextlib
+from collections.abc import AsyncIterator
 
-import httpx
 import pytest
+from aiohttp import web
 
 from flux.errors import FailedPrecondition, FluxError, NotFound, Unavailable, Unimplemented
 from flux.worker import batching
@@ -114,31 +115,48 @@ def test_an_unknown_status_name_is_retried():
     assert isinstance(answer, Unavailable)
 
 
+@contextlib.asynccontextmanager
+async def gateway(answer) -> AsyncIterator[str]:  # type: ignore[no-untyped-def]
+    """A real HTTP server on 127.0.0.1 answering every request with ``answer(path, body)``."""
+
+    async def handle(request: web.Request) -> web.Response:
+        status, body = answer(request.path, await request.json())
+        return web.json_response(body, status=status)
+
+    app = web.Application()
+    app.router.add_route("*", "/{tail:.*}", handle)
+    runner = web.AppRunner(app)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+    try:
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        await runner.cleanup()
+
+
 async def test_the_sse_transport_posts_arrays_and_reads_answers_per_item():
     seen: list[tuple[str, object]] = []
 
-    def answer(request: httpx.Request) -> httpx.Response:
-        body = json.loads(request.content)
-        seen.append((request.url.path, body))
-        return httpx.Response(
-            200,
-            json=[
-                {"execution_id": body[0]["execution_id"], "ok": True, "code": "", "message": ""},
-                {
-                    "execution_id": body[1]["execution_id"],
-                    "ok": False,
-                    "code": "FAILED_PRECONDITION",
-                    "message": "no",
-                },
-            ],
-        )
+    def answer(path: str, body: list[dict]) -> tuple[int, object]:
+        seen.append((path, body))
+        return 200, [
+            {"execution_id": body[0]["execution_id"], "ok": True, "code": "", "message": ""},
+            {
+                "execution_id": body[1]["execution_id"],
+                "ok": False,
+                "code": "FAILED_PRECONDITION",
+                "message": "no",
+            },
+        ]
 
-    transport = SseTransport(["http://gateway"])
-    transport._client = httpx.AsyncClient(base_url="http://gateway", transport=httpx.MockTransport(answer))
-    claims = await transport.claim_batch("w1", "token", [("e1", 1), ("e2", 2)])
-    outcomes = [Outcome("e1", 1, '{"v":1}', None), Outcome("e2", 2, None, None)]
-    results = await transport.complete_batch("w1", "token", outcomes, None)
-    await transport.close()
+    async with gateway(answer) as url:
+        transport = SseTransport([url])
+        claims = await transport.claim_batch("w1", "token", [("e1", 1), ("e2", 2)])
+        outcomes = [Outcome("e1", 1, '{"v":1}', None), Outcome("e2", 2, None, None)]
+        results = await transport.complete_batch("w1", "token", outcomes, None)
+        await transport.close()
     for answers in (claims, results):
         assert answers[0] is None and isinstance(answers[1], FailedPrecondition)
     assert seen[0] == (
@@ -154,18 +172,21 @@ async def test_the_sse_transport_posts_arrays_and_reads_answers_per_item():
 
 @pytest.mark.parametrize("status", [404, 405])
 async def test_a_gateway_without_the_batched_routes_is_unimplemented(status):
-    def old_gateway(request: httpx.Request) -> httpx.Response:
-        return httpx.Response(
-            status,
-            json={
-                "error": {"code": "NOT_FOUND" if status == 404 else "UNIMPLEMENTED", "message": "Not Found"}
-            },
-        )
+    def old_gateway(path: str, body: object) -> tuple[int, object]:
+        code = "NOT_FOUND" if status == 404 else "UNIMPLEMENTED"
+        return status, {"error": {"code": code, "message": "Not Found"}}
 
-    transport = SseTransport(["http://gateway"])
-    transport._client = httpx.AsyncClient(
-        base_url="http://gateway", transport=httpx.MockTransport(old_gateway)
-    )
-    with pytest.raises(Unimplemented):
+    async with gateway(old_gateway) as url:
+        transport = SseTransport([url])
+        with pytest.raises(Unimplemented):
+            await transport.claim_batch("w1", "token", [("e1", 1)])
+        await transport.close()
+
+
+async def test_a_gateway_that_cannot_be_reached_is_unavailable():
+    async with gateway(lambda path, body: (200, [])) as url:
+        pass  # closed again: nothing listens on its port now
+    transport = SseTransport([url])
+    with pytest.raises(Unavailable, match="cannot reach the gateway"):
         await transport.claim_batch("w1", "token", [("e1", 1)])
     await transport.close()
