@@ -142,8 +142,8 @@ def configure(level: str | int = "INFO", fmt: str = "text", stream: TextIO | Non
     root.addHandler(handler)
     root.setLevel(level.upper() if isinstance(level, str) else level)
     _format = fmt
-    # httpx logs every request at INFO: an SSE worker's reports and claims would flood the log.
-    # They are shown with --log-level DEBUG, like the rest of the chatter.
+    # httpx logs every request at INFO: shown only with --log-level DEBUG, like the rest of the
+    # chatter (the SSE worker's own line per call included).
     logging.getLogger("httpx").setLevel(
         logging.DEBUG if root.getEffectiveLevel() <= logging.DEBUG else logging.WARNING
     )

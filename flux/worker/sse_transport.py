@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import ssl
 from collections.abc import AsyncIterator, Sequence
 from typing import Any, TypeVar
@@ -54,6 +55,8 @@ from flux.worker.transport import (
 )
 
 M = TypeVar("M", bound=Message)
+
+log = logging.getLogger("flux.worker.http")
 
 SESSION_HEADER = "X-Flux-Session"
 UNARY_TIMEOUT = aiohttp.ClientTimeout(total=30.0, sock_connect=5.0)
@@ -168,9 +171,14 @@ class SseTransport(WorkerTransport):
                 self._in_flight,
                 self.client.request(method, self.url + path, json=body, headers=headers) as response,
             ):
-                return response.status, await response.read()
+                content = await response.read()
         except _UNREACHABLE as exc:
             raise Unavailable(f"cannot reach the gateway at {self.url}: {exc!r}") from exc
+        if log.isEnabledFor(logging.DEBUG):  # one line per call: chatter, shown only at DEBUG
+            log.debug(
+                'HTTP Request: %s %s%s "%d %s"', method, self.url, path, response.status, response.reason
+            )
+        return response.status, content
 
     async def _post(self, path: str, body: Any, token: str = "") -> Any:
         status, content = await self._request("POST", path, body, token)
