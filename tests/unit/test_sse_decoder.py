@@ -10,7 +10,7 @@ from flux.worker.sse_decoder import Event, SseDecodeError, SseDecoder
 
 STREAM = (
     b": a comment\r\n"
-    b"id: 1\r\nevent: connected\r\ndata: {\"a\": 1}\r\n\r\n"
+    b'id: 1\r\nevent: connected\r\ndata: {"a": 1}\r\n\r\n'
     b"id: 2\nevent: execution_scheduled\ndata: line one\ndata: line two\n\n"
     b"event: ping\rdata:no space\r\r"
     b"retry: 100\r\nid: 3\r\n\r\n"  # no data: nothing is dispatched
