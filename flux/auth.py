@@ -172,6 +172,10 @@ class AuthInterceptor(grpc.aio.ServerInterceptor):
             return grpc.unary_stream_rpc_method_handler(
                 deny_stream, handler.request_deserializer, handler.response_serializer
             )
+        if handler.stream_stream:
+            return grpc.stream_stream_rpc_method_handler(
+                deny_stream, handler.request_deserializer, handler.response_serializer
+            )
         return grpc.unary_unary_rpc_method_handler(
             deny_unary, handler.request_deserializer, handler.response_serializer
         )

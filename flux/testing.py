@@ -390,7 +390,10 @@ class Cluster:
 
 
 class _Metadata(
-    grpc.UnaryUnaryClientInterceptor, grpc.UnaryStreamClientInterceptor, grpc.StreamUnaryClientInterceptor
+    grpc.UnaryUnaryClientInterceptor,
+    grpc.UnaryStreamClientInterceptor,
+    grpc.StreamUnaryClientInterceptor,
+    grpc.StreamStreamClientInterceptor,
 ):
     """Adds fixed metadata (the bearer token) to every call on a sync channel."""
 
@@ -407,4 +410,7 @@ class _Metadata(
         return continuation(self._with(details), request)
 
     def intercept_stream_unary(self, continuation, details, request_iterator):  # type: ignore[no-untyped-def]
+        return continuation(self._with(details), request_iterator)
+
+    def intercept_stream_stream(self, continuation, details, request_iterator):  # type: ignore[no-untyped-def]
         return continuation(self._with(details), request_iterator)

@@ -7,7 +7,7 @@ are refused with INVALID_ARGUMENT naming the message type.
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 
 import grpc
 
@@ -20,42 +20,73 @@ class _Malformed:
 
 
 class DecodeGuard(grpc.aio.ServerInterceptor):
+    def __init__(self) -> None:
+        # The guarded handler of each method, built once: handlers are fixed at start-up.
+        self._guarded: dict[str, tuple[grpc.RpcMethodHandler, grpc.RpcMethodHandler]] = {}
+
     async def intercept_service(
         self,
         continuation: Callable[[grpc.HandlerCallDetails], Awaitable[grpc.RpcMethodHandler]],
         details: grpc.HandlerCallDetails,
     ) -> grpc.RpcMethodHandler:
         handler = await continuation(details)
-        if handler is None or handler.request_deserializer is None or handler.request_streaming:
+        if handler is None or handler.request_deserializer is None:
             return handler
-        decode = handler.request_deserializer
-        method = details.method
+        if handler.request_streaming and not handler.response_streaming:
+            return handler  # no such method here
+        cached = self._guarded.get(details.method)
+        if cached is None or cached[0] is not handler:
+            cached = self._guarded[details.method] = (handler, _guard(handler, details.method))
+        return cached[1]
 
-        def lenient(data: bytes) -> object:
-            try:
-                return decode(data)
-            except Exception as exc:  # DecodeError, and anything a corrupt payload provokes
-                return _Malformed(f"{type(exc).__name__}: {exc}")
 
-        def refusal(request: _Malformed) -> str:
-            return f"the request to {method} is not a valid protobuf message ({request.reason})"
+def _guard(handler: grpc.RpcMethodHandler, method: str) -> grpc.RpcMethodHandler:
+    """``handler`` with a decoder that never raises and a check that refuses what it could not decode."""
+    decode = handler.request_deserializer
 
-        if handler.unary_unary is not None:
-            unary = handler.unary_unary
+    def lenient(data: bytes) -> object:
+        try:
+            return decode(data)
+        except Exception as exc:  # DecodeError, and anything a corrupt payload provokes
+            return _Malformed(f"{type(exc).__name__}: {exc}")
 
-            async def guarded_unary(request: object, context: grpc.aio.ServicerContext) -> object:
-                if isinstance(request, _Malformed):
-                    await context.abort(grpc.StatusCode.INVALID_ARGUMENT, refusal(request))
-                return await unary(request, context)
+    def refusal(request: _Malformed) -> str:
+        return f"the request to {method} is not a valid protobuf message ({request.reason})"
 
-            return grpc.unary_unary_rpc_method_handler(guarded_unary, lenient, handler.response_serializer)
+    if handler.unary_unary is not None:
+        unary = handler.unary_unary
 
-        stream = handler.unary_stream
-
-        async def guarded_stream(request: object, context: grpc.aio.ServicerContext):  # type: ignore[no-untyped-def]
+        async def guarded_unary(request: object, context: grpc.aio.ServicerContext) -> object:
             if isinstance(request, _Malformed):
                 await context.abort(grpc.StatusCode.INVALID_ARGUMENT, refusal(request))
-            async for response in stream(request, context):
+            return await unary(request, context)
+
+        return grpc.unary_unary_rpc_method_handler(guarded_unary, lenient, handler.response_serializer)
+
+    if handler.stream_stream is not None:
+        streaming = handler.stream_stream
+
+        async def checked(requests: AsyncIterator[object], context: grpc.aio.ServicerContext):  # type: ignore[no-untyped-def]
+            async for request in requests:
+                if isinstance(request, _Malformed):
+                    await context.abort(grpc.StatusCode.INVALID_ARGUMENT, refusal(request))
+                yield request
+
+        # An async generator function, as grpc.aio requires of a handler it should not run on a thread.
+        async def guarded_stream_stream(requests: AsyncIterator[object], context: grpc.aio.ServicerContext):  # type: ignore[no-untyped-def]
+            async for response in streaming(checked(requests, context), context):
                 yield response
 
-        return grpc.unary_stream_rpc_method_handler(guarded_stream, lenient, handler.response_serializer)
+        return grpc.stream_stream_rpc_method_handler(
+            guarded_stream_stream, lenient, handler.response_serializer
+        )
+
+    stream = handler.unary_stream
+
+    async def guarded_stream(request: object, context: grpc.aio.ServicerContext):  # type: ignore[no-untyped-def]
+        if isinstance(request, _Malformed):
+            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, refusal(request))
+        async for response in stream(request, context):
+            yield response
+
+    return grpc.unary_stream_rpc_method_handler(guarded_stream, lenient, handler.response_serializer)

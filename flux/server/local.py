@@ -105,7 +105,10 @@ class LocalRegistry:
 
 
 class LocalChannel:
-    """Enough of ``grpc.aio.Channel`` for generated stubs: unary-unary and unary-stream calls."""
+    """Enough of ``grpc.aio.Channel`` for generated stubs: unary-unary and unary-stream calls.
+
+    Stream-stream methods (WorkerCalls) exist for the stubs' sake and answer UNIMPLEMENTED.
+    """
 
     def __init__(
         self,
@@ -153,6 +156,17 @@ class LocalChannel:
             except Exception as exc:
                 raise _unexpected(exc) from None
             return response_deserializer(_encode(handler.response_serializer, response))  # type: ignore[misc]
+
+        return call
+
+    def stream_stream(
+        self, method: str, request_serializer: Callable[[Any], bytes] | None = None,
+        response_deserializer: Callable[[bytes], Any] | None = None, **_: Any,
+    ) -> Callable[..., NoReturn]:  # fmt: skip
+        """WorkerCalls: for a worker's own stream; nothing in-process opens one."""
+
+        def call(*args: Any, **kwargs: Any) -> NoReturn:
+            raise _rpc_error(grpc.StatusCode.UNIMPLEMENTED, f"{method} is not served in-process")
 
         return call
 

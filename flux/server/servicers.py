@@ -35,6 +35,8 @@ R = TypeVar("R")
 
 # Dispatches one stream message may carry to a worker that reads ExecutionsScheduled.
 DISPATCH_BATCH = 256
+# Calls one WorkerCalls stream may have running at once; a worker keeps one per kind in flight.
+CALLS_IN_FLIGHT = 16
 
 
 def _refused(dispatcher: Dispatcher, exc: Exception) -> FluxError:
@@ -168,20 +170,83 @@ class WorkerService(worker_pb2_grpc.WorkerServiceServicer):
 
     @_unary
     async def ClaimBatch(self, request: worker_pb2.ClaimBatchRequest, context: grpc.aio.ServicerContext):
-        items = [(item.execution_id, item.generation) for item in request.items]
-        answers = self.dispatcher.claim_batch(request.name, request.session_token, items)
-        return worker_pb2.ClaimBatchResponse(answers=convert.item_answers(items, answers))
+        return self._claims(request)
 
     @_unary
     async def CompleteBatch(
         self, request: worker_pb2.CompleteBatchRequest, context: grpc.aio.ServicerContext
     ):
+        return await self._completions(request)
+
+    def _claims(self, request: worker_pb2.ClaimBatchRequest) -> worker_pb2.ClaimBatchResponse:
+        items = [(item.execution_id, item.generation) for item in request.items]
+        answers = self.dispatcher.claim_batch(request.name, request.session_token, items)
+        return worker_pb2.ClaimBatchResponse(answers=convert.item_answers(items, answers))
+
+    async def _completions(
+        self, request: worker_pb2.CompleteBatchRequest
+    ) -> worker_pb2.CompleteBatchResponse:
         items = [convert.result_from_proto(item, f"items[{i}]") for i, item in enumerate(request.items)]
         resources = convert.resources_from_proto(request.resources) if request.HasField("resources") else None
         answers = await self.dispatcher.complete_batch(request.name, request.session_token, items, resources)
         return worker_pb2.CompleteBatchResponse(
             answers=convert.item_answers([(i.execution_id, i.generation) for i in items], answers)
         )
+
+    async def WorkerCalls(
+        self, requests: AsyncIterator[worker_pb2.WorkerCallsRequest], context: grpc.aio.ServicerContext
+    ) -> AsyncIterator[worker_pb2.WorkerCallsResponse]:
+        """Claims and completions as stream messages, each answered under its call_id when done.
+
+        Each call runs in a task of its own, so a claim never waits behind a completion's commit;
+        at most ``CALLS_IN_FLIGHT`` run at once per stream (reading waits for a free slot). The
+        stream ends once the worker has stopped writing and every call is answered.
+        """
+        answers: asyncio.Queue[worker_pb2.WorkerCallsResponse | None] = asyncio.Queue()
+        slots = asyncio.Semaphore(CALLS_IN_FLIGHT)
+        running: set[asyncio.Task[None]] = set()
+
+        async def answer(call: worker_pb2.WorkerCallsRequest) -> None:
+            try:
+                kind = call.WhichOneof("call")
+                if kind == "claims":
+                    reply = worker_pb2.WorkerCallsResponse(
+                        call_id=call.call_id, claims=self._claims(call.claims)
+                    )
+                elif kind == "completions":
+                    completed = await self._completions(call.completions)
+                    reply = worker_pb2.WorkerCallsResponse(call_id=call.call_id, completions=completed)
+                else:
+                    raise InvalidArgument("call is empty: set claims or completions")
+            except Exception as exc:
+                error = _refused(self.dispatcher, exc)
+                refused = worker_pb2.CallRefused(code=status_of(error)[0].name, message=str(error))
+                reply = worker_pb2.WorkerCallsResponse(call_id=call.call_id, refused=refused)
+            finally:
+                slots.release()
+            answers.put_nowait(reply)
+
+        async def read() -> None:
+            try:
+                async for call in requests:
+                    await slots.acquire()
+                    task = asyncio.create_task(answer(call))
+                    running.add(task)
+                    task.add_done_callback(running.discard)
+                if running:
+                    await asyncio.wait(set(running))
+            finally:
+                answers.put_nowait(None)
+
+        reader = asyncio.create_task(read())
+        try:
+            while (reply := await answers.get()) is not None:
+                yield reply
+            await reader  # the worker's stream failing (a malformed message) ends this one the same way
+        finally:
+            reader.cancel()
+            for task in list(running):
+                task.cancel()
 
     @_unary
     async def GetWorkflowSource(

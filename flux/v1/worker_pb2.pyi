@@ -983,3 +983,109 @@ class CompleteBatchResponse(_message.Message):
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___CompleteBatchResponse: _TypeAlias = CompleteBatchResponse  # noqa: Y015
+
+@_typing.final
+class WorkerCallsRequest(_message.Message):
+    """One call on a WorkerCalls stream."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    CALL_ID_FIELD_NUMBER: _builtins.int
+    CLAIMS_FIELD_NUMBER: _builtins.int
+    COMPLETIONS_FIELD_NUMBER: _builtins.int
+    call_id: _builtins.int
+    """Chosen by the worker, unique among its calls in flight on this stream;
+    the answer echoes it.
+    """
+    @_builtins.property
+    def claims(self) -> Global___ClaimBatchRequest:
+        """What ClaimBatch takes."""
+
+    @_builtins.property
+    def completions(self) -> Global___CompleteBatchRequest:
+        """What CompleteBatch takes."""
+
+    def __init__(
+        self,
+        *,
+        call_id: _builtins.int = ...,
+        claims: Global___ClaimBatchRequest | None = ...,
+        completions: Global___CompleteBatchRequest | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["call", b"call", "claims", b"claims", "completions", b"completions"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["call", b"call", "call_id", b"call_id", "claims", b"claims", "completions", b"completions"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    _WhichOneofReturnType_call: _TypeAlias = _typing.Literal["claims", "completions"]  # noqa: Y015
+    _WhichOneofArgType_call: _TypeAlias = _typing.Literal["call", b"call"]  # noqa: Y015
+    def WhichOneof(self, oneof_group: _WhichOneofArgType_call) -> _WhichOneofReturnType_call | None: ...
+
+Global___WorkerCallsRequest: _TypeAlias = WorkerCallsRequest  # noqa: Y015
+
+@_typing.final
+class WorkerCallsResponse(_message.Message):
+    """The answer to one WorkerCallsRequest."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    CALL_ID_FIELD_NUMBER: _builtins.int
+    CLAIMS_FIELD_NUMBER: _builtins.int
+    COMPLETIONS_FIELD_NUMBER: _builtins.int
+    REFUSED_FIELD_NUMBER: _builtins.int
+    call_id: _builtins.int
+    """The call's call_id."""
+    @_builtins.property
+    def claims(self) -> Global___ClaimBatchResponse:
+        """ClaimBatch's answer."""
+
+    @_builtins.property
+    def completions(self) -> Global___CompleteBatchResponse:
+        """CompleteBatch's answer."""
+
+    @_builtins.property
+    def refused(self) -> Global___CallRefused:
+        """The whole call refused, with the status the unary call would carry."""
+
+    def __init__(
+        self,
+        *,
+        call_id: _builtins.int = ...,
+        claims: Global___ClaimBatchResponse | None = ...,
+        completions: Global___CompleteBatchResponse | None = ...,
+        refused: Global___CallRefused | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["answer", b"answer", "claims", b"claims", "completions", b"completions", "refused", b"refused"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["answer", b"answer", "call_id", b"call_id", "claims", b"claims", "completions", b"completions", "refused", b"refused"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    _WhichOneofReturnType_answer: _TypeAlias = _typing.Literal["claims", "completions", "refused"]  # noqa: Y015
+    _WhichOneofArgType_answer: _TypeAlias = _typing.Literal["answer", b"answer"]  # noqa: Y015
+    def WhichOneof(self, oneof_group: _WhichOneofArgType_answer) -> _WhichOneofReturnType_answer | None: ...
+
+Global___WorkerCallsResponse: _TypeAlias = WorkerCallsResponse  # noqa: Y015
+
+@_typing.final
+class CallRefused(_message.Message):
+    """A call refused as a whole (a wrong session token, a malformed item)."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    CODE_FIELD_NUMBER: _builtins.int
+    MESSAGE_FIELD_NUMBER: _builtins.int
+    code: _builtins.str
+    """The gRPC status name, e.g. "PERMISSION_DENIED" or "UNAVAILABLE"."""
+    message: _builtins.str
+    """The refusal's message."""
+    def __init__(
+        self,
+        *,
+        code: _builtins.str = ...,
+        message: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["code", b"code", "message", b"message"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___CallRefused: _TypeAlias = CallRefused  # noqa: Y015

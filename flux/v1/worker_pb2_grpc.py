@@ -81,6 +81,11 @@ class WorkerServiceStub:
                 request_serializer=flux_dot_v1_dot_worker__pb2.CompleteBatchRequest.SerializeToString,
                 response_deserializer=flux_dot_v1_dot_worker__pb2.CompleteBatchResponse.FromString,
                 _registered_method=True)
+        self.WorkerCalls = channel.stream_stream(
+                '/flux.v1.WorkerService/WorkerCalls',
+                request_serializer=flux_dot_v1_dot_worker__pb2.WorkerCallsRequest.SerializeToString,
+                response_deserializer=flux_dot_v1_dot_worker__pb2.WorkerCallsResponse.FromString,
+                _registered_method=True)
 
 
 class WorkerServiceServicer:
@@ -160,6 +165,17 @@ class WorkerServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def WorkerCalls(self, request_iterator, context):
+        """ClaimBatch and CompleteBatch as messages on one long-lived stream, each
+        answered (in any order) under its call_id exactly as the unary call would
+        answer it. A message costs a fraction of a call; a worker keeps one open
+        beside its Connect stream. A server without it answers UNIMPLEMENTED, and
+        the worker falls back to the unary calls.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_WorkerServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -207,6 +223,11 @@ def add_WorkerServiceServicer_to_server(servicer, server):
                     servicer.CompleteBatch,
                     request_deserializer=flux_dot_v1_dot_worker__pb2.CompleteBatchRequest.FromString,
                     response_serializer=flux_dot_v1_dot_worker__pb2.CompleteBatchResponse.SerializeToString,
+            ),
+            'WorkerCalls': grpc.stream_stream_rpc_method_handler(
+                    servicer.WorkerCalls,
+                    request_deserializer=flux_dot_v1_dot_worker__pb2.WorkerCallsRequest.FromString,
+                    response_serializer=flux_dot_v1_dot_worker__pb2.WorkerCallsResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -454,6 +475,33 @@ class WorkerService:
             '/flux.v1.WorkerService/CompleteBatch',
             flux_dot_v1_dot_worker__pb2.CompleteBatchRequest.SerializeToString,
             flux_dot_v1_dot_worker__pb2.CompleteBatchResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def WorkerCalls(request_iterator,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.stream_stream(
+            request_iterator,
+            target,
+            '/flux.v1.WorkerService/WorkerCalls',
+            flux_dot_v1_dot_worker__pb2.WorkerCallsRequest.SerializeToString,
+            flux_dot_v1_dot_worker__pb2.WorkerCallsResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -68,6 +68,13 @@ class WorkerServiceStub:
     answer it, in the order sent. Every accepted final state is committed
     (one group commit) before the answer.
     """
+    WorkerCalls: _grpc.StreamStreamMultiCallable[_worker_pb2.WorkerCallsRequest, _worker_pb2.WorkerCallsResponse]
+    """ClaimBatch and CompleteBatch as messages on one long-lived stream, each
+    answered (in any order) under its call_id exactly as the unary call would
+    answer it. A message costs a fraction of a call; a worker keeps one open
+    beside its Connect stream. A server without it answers UNIMPLEMENTED, and
+    the worker falls back to the unary calls.
+    """
 
 @_typing.type_check_only
 class WorkerServiceAsyncStub(WorkerServiceStub):
@@ -108,6 +115,13 @@ class WorkerServiceAsyncStub(WorkerServiceStub):
     """Records several results in one call, answered per item as Complete would
     answer it, in the order sent. Every accepted final state is committed
     (one group commit) before the answer.
+    """
+    WorkerCalls: _aio.StreamStreamMultiCallable[_worker_pb2.WorkerCallsRequest, _worker_pb2.WorkerCallsResponse]  # type: ignore[assignment]
+    """ClaimBatch and CompleteBatch as messages on one long-lived stream, each
+    answered (in any order) under its call_id exactly as the unary call would
+    answer it. A message costs a fraction of a call; a worker keeps one open
+    beside its Connect stream. A server without it answers UNIMPLEMENTED, and
+    the worker falls back to the unary calls.
     """
 
 class WorkerServiceServicer(metaclass=_abc_1.ABCMeta):
@@ -200,6 +214,19 @@ class WorkerServiceServicer(metaclass=_abc_1.ABCMeta):
         """Records several results in one call, answered per item as Complete would
         answer it, in the order sent. Every accepted final state is committed
         (one group commit) before the answer.
+        """
+
+    @_abc_1.abstractmethod
+    def WorkerCalls(
+        self,
+        request_iterator: _MaybeAsyncIterator[_worker_pb2.WorkerCallsRequest],
+        context: _ServicerContext,
+    ) -> _typing.Union[_abc.Iterator[_worker_pb2.WorkerCallsResponse], _abc.AsyncIterator[_worker_pb2.WorkerCallsResponse]]:
+        """ClaimBatch and CompleteBatch as messages on one long-lived stream, each
+        answered (in any order) under its call_id exactly as the unary call would
+        answer it. A message costs a fraction of a call; a worker keeps one open
+        beside its Connect stream. A server without it answers UNIMPLEMENTED, and
+        the worker falls back to the unary calls.
         """
 
 def add_WorkerServiceServicer_to_server(servicer: WorkerServiceServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import logging
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from typing import TypeVar
 
@@ -13,8 +14,9 @@ from flux.auth import TLS_HINT, Credentials, speaks_tls
 from flux.domain.execution import ExecutionError, WorkflowRef
 from flux.domain.resource_request import ResourceRequest
 from flux.domain.worker import WorkerResources, WorkerSoftware
-from flux.errors import InvalidArgument, Unavailable, from_grpc_code
+from flux.errors import InvalidArgument, Unavailable, Unimplemented, from_code_name, from_grpc_code
 from flux.v1 import worker_pb2, worker_pb2_grpc
+from flux.worker.call_stream import CallStream
 from flux.worker.transport import (
     Answers,
     Cancel,
@@ -29,6 +31,8 @@ from flux.worker.transport import (
 )
 
 T = TypeVar("T")
+
+log = logging.getLogger("flux.worker")
 
 CHANNEL_OPTIONS = [
     ("grpc.keepalive_time_ms", 20_000),
@@ -124,6 +128,10 @@ class GrpcTransport(WorkerTransport):
         self._channel: grpc.aio.Channel | None = None
         self._stub: worker_pb2_grpc.WorkerServiceStub | None = None
         self._tls_seen: dict[str, bool] = {}  # address -> answers a TLS handshake
+        # Claims and completions travel on one WorkerCalls stream per channel, unless the
+        # server has none (False: the unary ClaimBatch and CompleteBatch, then single calls).
+        self._calls: CallStream | None = None
+        self._streamed: bool | None = None
 
     @property
     def address(self) -> str:
@@ -136,6 +144,7 @@ class GrpcTransport(WorkerTransport):
             self._drop_channel()
 
     def _drop_channel(self) -> None:
+        self._close_calls()
         if self._channel is not None:
             channel, self._channel, self._stub = self._channel, None, None
             # Closing is async; let it finish in the background.
@@ -255,6 +264,9 @@ class GrpcTransport(WorkerTransport):
             session_token=token,
             items=[worker_pb2.ClaimItem(execution_id=i, generation=g) for i, g in items],
         )
+        answer = await self._on_stream(worker_pb2.WorkerCallsRequest(claims=request))
+        if answer is not None:
+            return batch_answers(len(items), answer.claims)
         response = await self.stub.ClaimBatch(request, timeout=UNARY_TIMEOUT, metadata=self._md)
         return batch_answers(len(items), response)
 
@@ -264,8 +276,38 @@ class GrpcTransport(WorkerTransport):
     ) -> Answers:
         request = complete_batch_request(items, resources)
         request.name, request.session_token = name, token
+        answer = await self._on_stream(worker_pb2.WorkerCallsRequest(completions=request))
+        if answer is not None:
+            return batch_answers(len(items), answer.completions)
         response = await self.stub.CompleteBatch(request, timeout=UNARY_TIMEOUT, metadata=self._md)
         return batch_answers(len(items), response)
+
+    async def _on_stream(
+        self, request: worker_pb2.WorkerCallsRequest
+    ) -> worker_pb2.WorkerCallsResponse | None:
+        """The call's answer over the WorkerCalls stream; None when this server has no such stream."""
+        if self._streamed is False:
+            return None
+        if self._calls is None:
+            stub = self.stub
+            self._calls = CallStream(lambda: stub.WorkerCalls(metadata=self._md))
+        try:
+            answer = await self._calls.call(request, UNARY_TIMEOUT)
+        except Unimplemented as exc:
+            log.info("the server has no WorkerCalls stream (%s); using the unary batched calls", exc)
+            self._close_calls()
+            self._streamed = False
+            return None
+        self._streamed = True
+        if answer.WhichOneof("answer") == "refused":
+            raise from_code_name(answer.refused.code, answer.refused.message)
+        return answer
+
+    def _close_calls(self) -> None:
+        if self._calls is not None:
+            self._calls.close()
+            self._calls = None
+        self._streamed = None  # another server may have it: ask again
 
     @_mapped
     async def release(self, name: str, token: str, execution_id: str, generation: int, reason: str) -> None:
@@ -291,6 +333,7 @@ class GrpcTransport(WorkerTransport):
         return response.filename, response.source
 
     async def close(self) -> None:
+        self._close_calls()
         if self._channel is not None:
             await self._channel.close()
             self._channel, self._stub = None, None

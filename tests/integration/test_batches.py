@@ -22,7 +22,7 @@ import pytest
 from flux.auth import Credentials, Role
 from flux.errors import Unimplemented
 from flux.testing import Cluster, eventually
-from flux.v1 import control_pb2, worker_pb2_grpc
+from flux.v1 import control_pb2, resources_pb2, worker_pb2, worker_pb2_grpc
 from flux.worker.grpc_transport import GrpcTransport
 from flux.worker.probe import ResourceProbe
 from flux.worker.runtime import WorkerConfig, WorkerRuntime
@@ -184,11 +184,14 @@ def test_a_burst_is_claimed_and_completed_in_batched_calls(cluster: Cluster) -> 
         # Nothing left behind: the worker holds nothing once every result is in.
         [worker] = [w for w in cluster.client.workers().workers if w.name == "batcher"]
         assert worker.active_executions == 0
+        streamed = getattr(transport, "_streamed", None)
     assert_all_completed(done, "batcher")
     calls = transport.calls
     assert (calls["claim"], calls["complete"]) == (0, 0)  # everything went in batches
     assert calls["claimed in batches"] >= BURST and calls["completed in batches"] >= BURST
     assert calls["claim_batch"] >= 1 and calls["complete_batch"] >= 1
+    if isinstance(transport, GrpcTransport):  # and they went as messages on the WorkerCalls stream
+        assert streamed is True
 
 
 def test_a_worker_with_single_calls_still_works_beside_a_batching_one(cluster: Cluster) -> None:
@@ -256,3 +259,67 @@ def test_the_batched_routes_answer_per_item_with_the_single_routes_auth(cluster:
         answer = http.post("/workers/holder/completions", json=results, headers=auth)
         assert answer.status_code == 200, answer.text
         assert [(a["ok"], a["code"]) for a in answer.json()] == [(False, "NOT_FOUND")]
+
+
+@pytest.mark.transports("grpc")
+def test_the_calls_stream_answers_each_call_under_its_id_as_the_unary_call_would(cluster: Cluster) -> None:
+    channel = cluster.channel(Role.WORKER)
+    stub = worker_pb2_grpc.WorkerServiceStub(channel)
+    free = resources_pb2.WorkerResources(
+        cpu_total=4, cpu_available=4, memory_total=8 << 30, memory_available=8 << 30
+    )
+    token = stub.Register(worker_pb2.RegisterRequest(name="raw", resources=free, capacity=8)).session_token
+    events = stub.Connect(worker_pb2.ConnectRequest(name="raw", session_token=token), timeout=30)
+    assert next(events).WhichOneof("event") == "connected"
+    ids = [cluster.run("echo", i, wait=False).execution_id for i in range(3)]
+    dispatched = [next(events).execution_scheduled for _ in ids]
+    claims = worker_pb2.ClaimBatchRequest(
+        name="raw",
+        session_token=token,
+        items=[worker_pb2.ClaimItem(execution_id=d.execution_id, generation=d.generation) for d in dispatched]
+        + [worker_pb2.ClaimItem(execution_id="nope", generation=1)],
+    )
+    results = worker_pb2.CompleteBatchRequest(name="raw", session_token=token)
+    for d in dispatched:
+        results.items.add(execution_id=d.execution_id, generation=d.generation, output_json=d.input_json)
+    stolen = worker_pb2.ClaimBatchRequest(name="raw", session_token="wrong", items=claims.items[:1])
+    calls = [
+        worker_pb2.WorkerCallsRequest(call_id=7, claims=claims),
+        worker_pb2.WorkerCallsRequest(call_id=8, claims=stolen),
+        worker_pb2.WorkerCallsRequest(call_id=9),
+    ]
+    answers = {a.call_id: a for a in stub.WorkerCalls(iter(calls), timeout=30)}
+    assert [(x.ok, x.code) for x in answers[7].claims.answers] == [(True, "")] * 3 + [(False, "NOT_FOUND")]
+    assert answers[8].refused.code == "PERMISSION_DENIED"
+    assert (answers[9].refused.code, answers[9].refused.message) == (
+        "INVALID_ARGUMENT",
+        "call is empty: set claims or completions",
+    )
+    # Results on a second stream: committed before the answer, as CompleteBatch's are.
+    [done] = stub.WorkerCalls(
+        iter([worker_pb2.WorkerCallsRequest(call_id=1, completions=results)]), timeout=30
+    )
+    assert [x.ok for x in done.completions.answers] == [True] * 3
+    finals = [cluster.client.get(i) for i in ids]
+    assert [(f.state, json.loads(f.output_json)) for f in finals] == [(COMPLETED, i) for i in range(3)]
+    events.cancel()
+    channel.close()
+
+
+@pytest.mark.transports("grpc")
+def test_the_calls_stream_refuses_a_caller_without_the_worker_token_and_malformed_bytes(
+    cluster: Cluster,
+) -> None:
+    anonymous = grpc.insecure_channel(cluster.address)
+    stub = worker_pb2_grpc.WorkerServiceStub(anonymous)
+    with pytest.raises(grpc.RpcError) as refused:
+        list(stub.WorkerCalls(iter([worker_pb2.WorkerCallsRequest(call_id=1)]), timeout=10))
+    assert refused.value.code() == grpc.StatusCode.UNAUTHENTICATED
+    anonymous.close()
+    channel = cluster.channel(Role.WORKER)
+    raw = channel.stream_stream("/flux.v1.WorkerService/WorkerCalls")  # bytes in, bytes out
+    with pytest.raises(grpc.RpcError) as malformed:
+        list(raw(iter([b"\xff\xff\xff"]), timeout=10))
+    assert malformed.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert "not a valid protobuf message" in (malformed.value.details() or "")
+    channel.close()

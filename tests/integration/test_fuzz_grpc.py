@@ -44,6 +44,7 @@ TEXT = st.one_of(
 SCALARS = {
     FieldDescriptor.TYPE_INT32: st.integers(-(2**31), 2**31 - 1),
     FieldDescriptor.TYPE_INT64: st.integers(-(2**63), 2**63 - 1),
+    FieldDescriptor.TYPE_UINT64: st.integers(0, 2**64 - 1),
     FieldDescriptor.TYPE_BOOL: st.booleans(),
     FieldDescriptor.TYPE_STRING: TEXT,
     FieldDescriptor.TYPE_DOUBLE: st.floats(allow_nan=True),
@@ -95,7 +96,9 @@ def build(cls, values: dict):  # type: ignore[no-untyped-def]
 def rpcs() -> Iterator[tuple[str, str, type, bool]]:
     for module, service in ((worker_pb2, "WorkerService"), (control_pb2, "ControlService")):
         for method in module.DESCRIPTOR.services_by_name[service].methods:
-            yield service, method.name, GetMessageClass(method.input_type), method.server_streaming
+            # "both": a stream of requests too (WorkerCalls); each example sends one message on it.
+            streaming = "both" if method.client_streaming else method.server_streaming
+            yield service, method.name, GetMessageClass(method.input_type), streaming
 
 
 RPCS = list(rpcs())
@@ -121,7 +124,8 @@ def test_random_messages_get_an_answer_or_a_refusal(
 ):
     channel = fuzz_cluster.channel(Role.WORKER if service == "WorkerService" else Role.CLIENT)
     path = f"/flux.v1.{service}/{method}"
-    call = (channel.unary_stream if streaming else channel.unary_unary)(
+    kind = {"both": channel.stream_stream, True: channel.unary_stream, False: channel.unary_unary}
+    call = kind[streaming](
         path, request_serializer=lambda m: m.SerializeToString(), response_deserializer=lambda b: b
     )
 
@@ -131,7 +135,7 @@ def test_random_messages_get_an_answer_or_a_refusal(
         request = build(request_type, values)
         try:
             if streaming:
-                stream = call(request, timeout=0.5)
+                stream = call(iter([request]) if streaming == "both" else request, timeout=0.5)
                 next(stream, None)
                 stream.cancel()
             else:

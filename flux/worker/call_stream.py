@@ -1,0 +1,101 @@
+"""A worker's claims and completions as messages on one WorkerCalls stream.
+
+A unary gRPC call costs the server about 0.35 ms of CPU and the worker 0.25 ms
+on the reference box; a message on an open stream about 0.15 ms each. A worker
+sends one or two such calls per execution, so they travel on a stream opened
+on first use and kept while it works. Each call carries a ``call_id``; a reader
+task hands each answer to the caller waiting under that id. When the stream
+fails, every call waiting on it fails the same way (UNAVAILABLE is retried by
+the runtime) and the next call opens a new one.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+from collections.abc import Callable
+
+import grpc
+
+from flux.errors import FluxError, Unavailable, from_grpc_code
+from flux.v1 import worker_pb2
+
+Request = worker_pb2.WorkerCallsRequest
+Response = worker_pb2.WorkerCallsResponse
+
+
+class _Open:
+    """One opened stream: its call, the callers waiting on it, and the task reading its answers."""
+
+    def __init__(self, call: grpc.aio.StreamStreamCall):
+        self.call = call
+        self.waiting: dict[int, asyncio.Future[Response]] = {}
+        self.failed: FluxError | None = None
+        self.reader = asyncio.get_running_loop().create_task(self._read())
+
+    async def _read(self) -> None:
+        try:
+            async for answer in self.call:
+                future = self.waiting.get(answer.call_id)
+                if future is not None and not future.done():
+                    future.set_result(answer)
+            self.fail(Unavailable("the server ended the call stream"))
+        except grpc.aio.AioRpcError as exc:
+            self.fail(from_grpc_code(exc.code(), exc.details() or exc.code().name))
+        except asyncio.CancelledError:
+            self.fail(Unavailable("the call stream was closed"))
+            raise
+        except Exception as exc:  # anything else grpc raises while reading: the stream is gone
+            self.fail(Unavailable(f"the call stream failed: {exc!r}"))
+
+    def fail(self, error: FluxError) -> None:
+        if self.failed is None:
+            self.failed = error
+        for future in self.waiting.values():
+            if not future.done():
+                future.set_exception(self.failed)
+
+    def close(self) -> None:
+        self.call.cancel()
+        self.reader.cancel()
+
+
+class CallStream:
+    def __init__(self, open_call: Callable[[], grpc.aio.StreamStreamCall]):
+        self._open_call = open_call
+        self._open: _Open | None = None
+        self._ids = itertools.count(1)
+
+    async def call(self, request: Request, timeout: float) -> Response:
+        """The answer to ``request``, or the stream's failure as a ``FluxError``."""
+        if self._open is None or self._open.failed is not None:
+            self._open = _Open(self._open_call())
+        stream = self._open
+        request.call_id = call_id = next(self._ids)
+        future: asyncio.Future[Response] = asyncio.get_running_loop().create_future()
+        stream.waiting[call_id] = future
+        try:
+            try:
+                await stream.call.write(request)
+            except grpc.aio.AioRpcError as exc:
+                stream.fail(from_grpc_code(exc.code(), exc.details() or exc.code().name))
+                stream.close()
+            except asyncio.InvalidStateError:  # the call ended before this write; its reader says why
+                await asyncio.wait({stream.reader}, timeout=timeout)
+                stream.fail(Unavailable("the call stream ended"))
+                stream.close()
+            try:
+                return await asyncio.wait_for(future, timeout)
+            except TimeoutError:
+                # A stream that answers nothing in this long is wedged: drop it, retry on a new one.
+                error = Unavailable(f"no answer on the call stream within {timeout:g}s")
+                stream.fail(error)
+                stream.close()
+                raise error from None
+        finally:
+            del stream.waiting[call_id]
+
+    def close(self) -> None:
+        if self._open is not None:
+            self._open.close()
+            self._open = None
