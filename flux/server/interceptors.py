@@ -33,7 +33,7 @@ class DecodeGuard(grpc.aio.ServerInterceptor):
         if handler is None or handler.request_deserializer is None:
             return handler
         if handler.request_streaming and not handler.response_streaming:
-            return handler  # no such method here
+            return handler  # stream in, one answer out: flux serves no such method
         cached = self._guarded.get(details.method)
         if cached is None or cached[0] is not handler:
             cached = self._guarded[details.method] = (handler, _guard(handler, details.method))
