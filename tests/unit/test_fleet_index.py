@@ -154,3 +154,16 @@ async def test_the_dispatchers_index_matches_its_dispatchable_workers(flux: Flux
         assert {v.name: v for v in index.views()} == _full_scan(flux)
         views = list(_full_scan(flux).values())
         assert _as_tuples(schedule(flux.d.queue, index)) == _as_tuples(schedule(flux.d.queue, views))
+
+
+async def test_a_worker_is_indexed_as_it_connects_not_by_the_next_placement(flux: Flux) -> None:
+    # After a connect storm the first placement used to rebuild every view at once (230 ms at
+    # 10,000 workers). Each connect indexes its own worker, so nothing is left for that placement.
+    workers = [await flux.worker(f"w{i}", cpu=2) for i in range(5)]
+    registry = flux.d.registry
+    assert not registry._changed  # nothing waits to be re-indexed
+    assert {v.name: v for v in registry._index.views()} == _full_scan(flux)
+    workers[0].disconnect()
+    workers[0].connect()
+    assert not registry._changed
+    assert {v.name for v in registry._index.views()} == {w.name for w in workers}
