@@ -83,10 +83,6 @@ class Session:
             if self.on_close is not None:
                 self.on_close()
 
-    async def events(self) -> AsyncIterator[Event]:
-        async for batch in self.batches(1):
-            yield batch[0]
-
     async def batches(self, most: int) -> AsyncIterator[list[Event]]:
         """Every event waiting when the reader is ready (at most ``most``), in order; never an empty list.
 

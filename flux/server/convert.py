@@ -146,7 +146,6 @@ def events_to_proto(events: list[Event], batched: bool) -> list[worker_pb2.Worke
         return [event_to_proto(event) for event in events]
     messages: list[worker_pb2.WorkerEvent] = []
     run: list[worker_pb2.ExecutionScheduled] = []
-    size = 0
 
     def close_run() -> None:
         if len(run) == 1:
@@ -157,15 +156,16 @@ def events_to_proto(events: list[Event], batched: bool) -> list[worker_pb2.Worke
             )
         run.clear()
 
+    size = 0  # input bytes in ``run``
     for event in events:
         if not isinstance(event, Scheduled):
             close_run()
+            size = 0
             messages.append(event_to_proto(event))
             continue
         length = len(event.execution.input_json)
         if run and size + length > BATCH_INPUT_BYTES:
             close_run()
-        if not run:
             size = 0
         run.append(scheduled_to_proto(event))
         size += length

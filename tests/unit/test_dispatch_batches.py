@@ -44,18 +44,13 @@ async def test_a_batch_never_waits_to_fill() -> None:
     assert await asyncio.wait_for(reader, 5) == [scheduled(1)]
 
 
-async def test_events_are_single_batches() -> None:
+async def test_a_reader_of_one_at_a_time_gets_them_singly() -> None:
     session = Session("w", "grpc", {})
     session.push(scheduled(1))
     session.push(scheduled(2))
-    session.close()
-    assert [e async for e in session.events()] == []
-    session = Session("w", "grpc", {})
-    session.push(scheduled(1))
-    session.push(scheduled(2))
-    events = session.events()
-    assert await anext(events) == scheduled(1)
-    assert await anext(events) == scheduled(2)
+    batches = session.batches(1)
+    assert await anext(batches) == [scheduled(1)]
+    assert await anext(batches) == [scheduled(2)]
 
 
 def kinds(messages) -> list[tuple[str, int]]:
