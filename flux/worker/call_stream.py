@@ -31,6 +31,8 @@ class _Open:
         self.call = call
         self.waiting: dict[int, asyncio.Future[Response]] = {}
         self.failed: FluxError | None = None
+        # grpc.aio allows one write in flight per call; claims and results are written from two tasks.
+        self.writing = asyncio.Lock()
         self.reader = asyncio.get_running_loop().create_task(self._read())
 
     async def _read(self) -> None:
@@ -76,7 +78,8 @@ class CallStream:
         stream.waiting[call_id] = future
         try:
             try:
-                await stream.call.write(request)
+                async with stream.writing:
+                    await stream.call.write(request)
             except grpc.aio.AioRpcError as exc:
                 stream.fail(from_grpc_code(exc.code(), exc.details() or exc.code().name))
                 stream.close()

@@ -120,7 +120,7 @@ async def gateway(answer) -> AsyncIterator[str]:  # type: ignore[no-untyped-def]
     """A real HTTP server on 127.0.0.1 answering every request with ``answer(path, body)``."""
 
     async def handle(request: web.Request) -> web.Response:
-        status, body = answer(request.path, await request.json())
+        status, body = answer(request.path, await request.json() if request.can_read_body else None)
         return web.json_response(body, status=status)
 
     app = web.Application()
@@ -190,3 +190,13 @@ async def test_a_gateway_that_cannot_be_reached_is_unavailable():
     with pytest.raises(Unavailable, match="cannot reach the gateway"):
         await transport.claim_batch("w1", "token", [("e1", 1)])
     await transport.close()
+
+
+async def test_a_connect_answered_without_an_event_stream_is_unavailable():
+    # Something other than the gateway (a proxy's page, a wrong URL) answering 200 with JSON.
+    async with gateway(lambda path, body: (200, {"hello": "world"})) as url:
+        transport = SseTransport([url])
+        with pytest.raises(Unavailable, match="not an event stream"):
+            async for _ in transport.connect("w1", "token"):
+                pass
+        await transport.close()
