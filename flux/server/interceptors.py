@@ -7,6 +7,7 @@ are refused with INVALID_ARGUMENT naming the message type.
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import AsyncIterator, Awaitable, Callable
 
 import grpc
@@ -82,6 +83,16 @@ def _guard(handler: grpc.RpcMethodHandler, method: str) -> grpc.RpcMethodHandler
         )
 
     stream = handler.unary_stream
+
+    if not inspect.isasyncgenfunction(stream):
+        # A handler that writes with context.write (Connect): wrapped as a coroutine, since grpc.aio
+        # picks the reader/writer form or the generator form by what the handler is.
+        async def guarded_writer(request: object, context: grpc.aio.ServicerContext) -> None:
+            if isinstance(request, _Malformed):
+                await context.abort(grpc.StatusCode.INVALID_ARGUMENT, refusal(request))
+            await stream(request, context)
+
+        return grpc.unary_stream_rpc_method_handler(guarded_writer, lenient, handler.response_serializer)
 
     async def guarded_stream(request: object, context: grpc.aio.ServicerContext):  # type: ignore[no-untyped-def]
         if isinstance(request, _Malformed):

@@ -15,8 +15,9 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import inspect
 import logging
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from typing import Any, NoReturn
 
 import grpc
@@ -47,6 +48,8 @@ class _Context:
 
     def __init__(self, metadata: Metadata | None, timeout: float | None):
         self._metadata = tuple(metadata or ())
+        # Set by a server-streaming call whose servicer writes (grpc.aio's reader/writer form).
+        self.writer: Callable[[Any], Awaitable[None]] | None = None
         self._deadline = None if timeout is None else asyncio.get_running_loop().time() + timeout
 
     def invocation_metadata(self) -> tuple[tuple[str, str], ...]:
@@ -64,6 +67,11 @@ class _Context:
 
     def peer(self) -> str:
         return "local:"
+
+    async def write(self, message: Any) -> None:
+        if self.writer is None:
+            raise RuntimeError("write() outside a server-streaming call")
+        await self.writer(message)
 
 
 def _decode(deserialize: Callable[[bytes], Any] | None, data: bytes) -> Any:
@@ -183,13 +191,18 @@ class LocalChannel:
             context = _Context(metadata, timeout)
             data = request_serializer(request)  # type: ignore[misc]
 
-            async def responses() -> AsyncIterator[tuple[Any, Callable[[Any], bytes]]]:
+            async def serve(write: Callable[[bytes], Awaitable[None]]) -> None:
                 handler = await self._resolve(method, context.invocation_metadata())
                 message = _decode(handler.request_deserializer, data)
-                async for response in handler.unary_stream(message, context):  # type: ignore[misc]
-                    yield _encode(handler.response_serializer, response)
+                behaviour = handler.unary_stream
+                if inspect.isasyncgenfunction(behaviour):
+                    async for response in behaviour(message, context):
+                        await write(_encode(handler.response_serializer, response))
+                else:  # the reader/writer form (Connect): the servicer calls context.write
+                    context.writer = lambda response: write(_encode(handler.response_serializer, response))
+                    await behaviour(message, context)
 
-            return LocalStreamCall(responses(), response_deserializer, timeout)  # type: ignore[arg-type]
+            return LocalStreamCall(serve, response_deserializer, timeout)
 
         return call
 
@@ -218,7 +231,10 @@ class LocalStreamCall:
     """
 
     def __init__(
-        self, responses: AsyncIterator[bytes], deserialize: Callable[[bytes], Any], timeout: float | None
+        self,
+        serve: Callable[[Callable[[bytes], Awaitable[None]]], Awaitable[None]],
+        deserialize: Callable[[bytes], Any],
+        timeout: float | None,
     ):
         self._deserialize = deserialize
         self._items: asyncio.Queue[object] = asyncio.Queue()
@@ -228,14 +244,16 @@ class LocalStreamCall:
         self._window = asyncio.Semaphore(STREAM_WINDOW)
         loop = asyncio.get_running_loop()
         self._deadline = None if timeout is None else loop.time() + timeout
-        self._task = loop.create_task(self._pump(responses))
+        self._task = loop.create_task(self._pump(serve))
 
-    async def _pump(self, responses: AsyncIterator[Any]) -> None:
+    async def _write(self, response: bytes) -> None:
+        await self._window.acquire()
+        self._items.put_nowait(response)
+
+    async def _pump(self, serve: Callable[[Callable[[bytes], Awaitable[None]]], Awaitable[None]]) -> None:
         put = self._items.put_nowait
         try:
-            async for response in responses:
-                await self._window.acquire()
-                put(response)
+            await serve(self._write)
             put(grpc.aio.EOF)
         except _Abort as abort:
             put(_rpc_error(abort.code, abort.details))

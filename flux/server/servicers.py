@@ -18,7 +18,6 @@ import grpc
 
 from flux.dispatcher.core import Dispatcher
 from flux.dispatcher.listing import execution_query, page_token
-from flux.dispatcher.session import Scheduled
 from flux.dispatcher.worker_pages import worker_page
 from flux.domain.execution import ExecutionError
 from flux.domain.worker import WorkerSoftware
@@ -26,6 +25,7 @@ from flux.errors import FluxError, Internal, InvalidArgument, refusal, status_of
 from flux.observe.fleet import Change
 from flux.observe.status import StatusBoard
 from flux.server import convert
+from flux.server.dispatch_stream import DispatchStream
 from flux.server.metadata import TRANSPORT_METADATA
 from flux.v1 import control_pb2, control_pb2_grpc, worker_pb2, worker_pb2_grpc
 
@@ -33,8 +33,6 @@ log = logging.getLogger("flux.server")
 
 R = TypeVar("R")
 
-# Dispatches one stream message may carry to a worker that reads ExecutionsScheduled.
-DISPATCH_BATCH = 256
 # Calls one WorkerCalls stream may have running at once; a worker keeps one per kind in flight.
 CALLS_IN_FLIGHT = 16
 
@@ -85,9 +83,9 @@ class WorkerService(worker_pb2_grpc.WorkerServiceServicer):
         token = await self.dispatcher.register_worker(registration)
         return worker_pb2.RegisterResponse(session_token=token, server_id=self.dispatcher.settings.server_id)
 
-    async def Connect(
-        self, request: worker_pb2.ConnectRequest, context: grpc.aio.ServicerContext
-    ) -> AsyncIterator[worker_pb2.WorkerEvent]:
+    async def Connect(self, request: worker_pb2.ConnectRequest, context: grpc.aio.ServicerContext) -> None:
+        # A coroutine, not a generator: grpc.aio's reader/writer form, so an idle stream waits on
+        # one future instead of a generator step rebuilt after every event (server/dispatch_stream.py).
         try:
             session = self.dispatcher.connect(request.name, request.session_token, _transport(context))
         except Exception as exc:
@@ -96,27 +94,21 @@ class WorkerService(worker_pb2_grpc.WorkerServiceServicer):
         failed: Exception | None = None
         try:
             settings = self.dispatcher.settings
-            yield worker_pb2.WorkerEvent(
-                connected=worker_pb2.Connected(
-                    worker_name=request.name,
-                    server_id=settings.server_id,
-                    ping_interval_ms=int(settings.ping_interval * 1000),
-                    held_execution_ids=list(session.held),
-                    held=[
-                        worker_pb2.HeldExecution(execution_id=i, generation=g)
-                        for i, g in session.held.items()
-                    ],
+            await context.write(
+                worker_pb2.WorkerEvent(
+                    connected=worker_pb2.Connected(
+                        worker_name=request.name,
+                        server_id=settings.server_id,
+                        ping_interval_ms=int(settings.ping_interval * 1000),
+                        held_execution_ids=list(session.held),
+                        held=[
+                            worker_pb2.HeldExecution(execution_id=i, generation=g)
+                            for i, g in session.held.items()
+                        ],
+                    )
                 )
             )
-            batched = request.batched_dispatch
-            async for events in session.batches(DISPATCH_BATCH if batched else 1):
-                for i, event in enumerate(events):
-                    if isinstance(event, Scheduled) and not event.execution.input_json:
-                        # A large input waits in the store, not in RAM: read it on its way out.
-                        execution = await self.dispatcher.with_input(event.execution)
-                        events[i] = Scheduled(execution, event.requests)
-                for message in convert.events_to_proto(events, batched):
-                    yield message
+            await DispatchStream(self.dispatcher, session, context, request.batched_dispatch).run()
         except Exception as exc:  # e.g. the store unavailable while an input is read
             failed = exc
         finally:

@@ -1,10 +1,8 @@
-"""Dispatches that wait together leave together: the session's batches and their stream messages."""
+"""Dispatches that wait together leave together: what the session hands its reader, and the stream messages."""
 
 from __future__ import annotations
 
-import asyncio
-
-from flux.dispatcher.session import Cancelled, Ping, Scheduled, Session
+from flux.dispatcher.session import Cancelled, Event, Ping, Scheduled, Session
 from flux.domain.execution import Execution, WorkflowRef
 from flux.domain.resource_request import ResourceRequest
 from flux.server import convert
@@ -22,35 +20,74 @@ def scheduled(n: int, input_json: str = "1") -> Scheduled:
     return Scheduled(execution, ResourceRequest())
 
 
-async def test_a_reader_gets_everything_waiting_in_order_up_to_its_limit() -> None:
+def test_a_reader_takes_everything_waiting_in_order_up_to_its_limit() -> None:
     session = Session("w", "grpc", {})
     events = [scheduled(1), scheduled(2), Cancelled("e1", 1, "cancelled"), scheduled(3), scheduled(4)]
     for event in events:
         session.push(event)
-    batches = session.batches(4)
-    assert await anext(batches) == events[:4]
-    assert await anext(batches) == events[4:]
+    assert session.take(4) == events[:4]
+    assert session.take(4) == events[4:]
+    assert session.take(4) == []
     session.push(scheduled(5))
     session.close()
-    assert [b async for b in batches] == []  # closing drops what the reader never took
+    assert session.take(4) == []  # closing drops what the reader never took
 
 
-async def test_a_batch_never_waits_to_fill() -> None:
+def test_the_reader_is_woken_when_an_event_lands_on_an_empty_queue_and_at_the_close() -> None:
     session = Session("w", "grpc", {})
-    batches = session.batches(256)
-    reader = asyncio.ensure_future(anext(batches))
-    await asyncio.sleep(0)
+    wakes: list[list[Event]] = []
+    session.attach(lambda: wakes.append(session.take(256)))
+    assert wakes == []  # nothing waiting, nothing to say
     session.push(scheduled(1))
-    assert await asyncio.wait_for(reader, 5) == [scheduled(1)]
+    assert wakes == [[scheduled(1)]]  # no waiting for a batch to fill
 
 
-async def test_a_reader_of_one_at_a_time_gets_them_singly() -> None:
+def test_events_that_arrive_while_the_reader_writes_wait_for_its_next_take() -> None:
     session = Session("w", "grpc", {})
-    session.push(scheduled(1))
+    woken = []
+    session.attach(lambda: woken.append(True))
+    session.push(scheduled(1))  # wakes the reader, which has not taken it yet (it is writing)
     session.push(scheduled(2))
-    batches = session.batches(1)
-    assert await anext(batches) == [scheduled(1)]
-    assert await anext(batches) == [scheduled(2)]
+    session.push(scheduled(3))
+    assert len(woken) == 1
+    assert session.take(2) == [scheduled(1), scheduled(2)]
+    assert session.take(2) == [scheduled(3)]
+    session.push(scheduled(4))  # the queue was empty again: a new wake
+    assert len(woken) == 2
+
+
+def test_a_reader_that_attaches_late_is_woken_for_what_came_before() -> None:
+    session = Session("w", "grpc", {})
+    session.push(scheduled(1))
+    woken = []
+    session.attach(lambda: woken.append(session.take(1)))
+    assert woken == [[scheduled(1)]]
+    closed = Session("w", "grpc", {})
+    closed.close()
+    told = []
+    closed.attach(lambda: told.append(closed.closed))
+    assert told == [True]
+
+
+def test_the_close_wakes_the_reader_once() -> None:
+    session = Session("w", "grpc", {})
+    woken = []
+    session.attach(lambda: woken.append(session.closed))
+    session.close()
+    session.close()
+    session.push(scheduled(1))  # after the close: dropped, nobody woken
+    assert woken == [True]
+
+
+def test_a_reader_that_falls_too_far_behind_is_cut_off() -> None:
+    session = Session("w", "grpc", {}, limit=3)
+    woken = []
+    session.attach(lambda: woken.append(session.closed))
+    for n in range(4):
+        session.push(scheduled(n))
+    assert session.overflowed and session.closed
+    assert woken == [False, True]  # the first event, then the close
+    assert session.take(10) == []
 
 
 def kinds(messages) -> list[tuple[str, int]]:

@@ -16,7 +16,7 @@ import pytest
 from flux.dispatcher import housekeeping
 from flux.dispatcher.core import Dispatcher, Settings, WorkerRegistration
 from flux.dispatcher.modes import Modes
-from flux.dispatcher.session import Cancelled, Event, Ping, Scheduled, Session
+from flux.dispatcher.session import MAX_BUFFERED_EVENTS, Cancelled, Event, Scheduled, Session
 from flux.domain.execution import Execution, ExecutionError, State, WorkflowRef
 from flux.domain.resource_request import ResourceRequest
 from flux.domain.worker import Gpu, WorkerResources, WorkerSoftware
@@ -61,12 +61,7 @@ class Clock:
 
 def drain(session: Session | None) -> list[Event]:
     """Everything pushed to the session since the last drain, without blocking."""
-    events: list[Event] = []
-    while session is not None and not session._queue.empty():
-        item = session._queue.get_nowait()
-        if isinstance(item, Scheduled | Cancelled | Ping):  # not the close marker
-            events.append(item)
-    return events
+    return [] if session is None else session.take(MAX_BUFFERED_EVENTS)
 
 
 def resources(cpu: int = 4, gpus: int = 0, cpu_available: int | None = None) -> WorkerResources:

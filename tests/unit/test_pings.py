@@ -13,10 +13,7 @@ INTERVAL = 10.0
 
 
 def _pings(session: Session) -> int:
-    count = 0
-    while not session._queue.empty():
-        count += isinstance(session._queue.get_nowait(), Ping)
-    return count
+    return sum(isinstance(event, Ping) for event in session.take(1000))
 
 
 def _session(name: str, last_sent: float) -> Session:
