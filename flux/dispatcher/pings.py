@@ -41,12 +41,13 @@ class Pinger:
     def ping_due(self, monotonic_now: float, wall_now: float) -> int:
         """Ping every open stream due by ``monotonic_now``; how many were pinged."""
         interval, due, pinged = self._interval(), self._due, 0
+        ping = Ping(wall_now)  # one for the step: the transport converts it once for every stream
         while due and due[0][0] <= monotonic_now:
             _, _, scheduled_at, session = heapq.heappop(due)
             if session.closed:
                 continue
             if session.last_sent <= scheduled_at:  # nothing sent since it was scheduled: idle, ping it
-                session.push(Ping(wall_now))
+                session.push(ping)
                 pinged += 1
                 next_due = monotonic_now + interval
             else:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 from types import MappingProxyType
 
 from flux.dispatcher.core import Diagnosis, WorkerRegistration
@@ -183,8 +184,15 @@ def event_to_proto(event: Event) -> worker_pb2.WorkerEvent:
             )
         )
     if isinstance(event, Ping):
-        return worker_pb2.WorkerEvent(ping=worker_pb2.Ping(sent_at_ms=int(event.sent_at * 1000)))
+        return _ping_to_proto(event)
     raise TypeError(f"unknown event {event!r}")
+
+
+@functools.lru_cache(maxsize=1)
+def _ping_to_proto(ping: Ping) -> worker_pb2.WorkerEvent:
+    # Every stream pinged in one step gets the same ping (pings.py): one message built, not one
+    # per stream. Shared, so never mutated; grpc serializes it on each write.
+    return worker_pb2.WorkerEvent(ping=worker_pb2.Ping(sent_at_ms=int(ping.sent_at * 1000)))
 
 
 def worker_to_proto(entry: WorkerEntry) -> control_pb2.WorkerInfo:
