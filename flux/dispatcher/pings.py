@@ -18,8 +18,10 @@ from collections.abc import Callable
 
 from flux.dispatcher.session import Ping, Session
 
-# How often the due streams are pinged: the most a ping can come late.
-STEP = 0.05
+# How often the due streams are pinged: the most a ping can come late. Each step has a fixed
+# cost besides its pings: at 10,000 idle workers the server used 5.5% of a core with 0.05 s
+# steps, 4.9% with 0.1 and 4.1% with 0.2, where a step's 130 pings held the loop 15 ms.
+STEP = 0.1
 
 
 class Pinger:
