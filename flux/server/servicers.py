@@ -190,30 +190,33 @@ class WorkerService(worker_pb2_grpc.WorkerServiceServicer):
     ) -> AsyncIterator[worker_pb2.WorkerCallsResponse]:
         """Claims and completions as stream messages, each answered under its call_id when done.
 
-        Each call runs in a task of its own, so a claim never waits behind a completion's commit;
-        at most ``CALLS_IN_FLIGHT`` run at once per stream (reading waits for a free slot). The
-        stream ends once the worker has stopped writing and every call is answered.
+        A claim touches only memory and is answered as it is read. A completion waits for its
+        commit, so each runs in a task of its own and a claim never waits behind one; at most
+        ``CALLS_IN_FLIGHT`` run at once per stream (reading waits for a free slot). The stream
+        ends once the worker has stopped writing and every call is answered.
         """
         answers: asyncio.Queue[worker_pb2.WorkerCallsResponse | None] = asyncio.Queue()
         slots = asyncio.Semaphore(CALLS_IN_FLIGHT)
         running: set[asyncio.Task[None]] = set()
 
-        async def answer(call: worker_pb2.WorkerCallsRequest) -> None:
+        def refused(call: worker_pb2.WorkerCallsRequest, exc: Exception) -> worker_pb2.WorkerCallsResponse:
+            error = _refused(self.dispatcher, exc)
+            refusal = worker_pb2.CallRefused(code=status_of(error)[0].name, message=str(error))
+            return worker_pb2.WorkerCallsResponse(call_id=call.call_id, refused=refusal)
+
+        def claim(call: worker_pb2.WorkerCallsRequest) -> None:
             try:
-                kind = call.WhichOneof("call")
-                if kind == "claims":
-                    reply = worker_pb2.WorkerCallsResponse(
-                        call_id=call.call_id, claims=self._claims(call.claims)
-                    )
-                elif kind == "completions":
-                    completed = await self._completions(call.completions)
-                    reply = worker_pb2.WorkerCallsResponse(call_id=call.call_id, completions=completed)
-                else:
-                    raise InvalidArgument("call is empty: set claims or completions")
+                reply = worker_pb2.WorkerCallsResponse(call_id=call.call_id, claims=self._claims(call.claims))
             except Exception as exc:
-                error = _refused(self.dispatcher, exc)
-                refused = worker_pb2.CallRefused(code=status_of(error)[0].name, message=str(error))
-                reply = worker_pb2.WorkerCallsResponse(call_id=call.call_id, refused=refused)
+                reply = refused(call, exc)
+            answers.put_nowait(reply)
+
+        async def complete(call: worker_pb2.WorkerCallsRequest) -> None:
+            try:
+                completed = await self._completions(call.completions)
+                reply = worker_pb2.WorkerCallsResponse(call_id=call.call_id, completions=completed)
+            except Exception as exc:
+                reply = refused(call, exc)
             finally:
                 slots.release()
             answers.put_nowait(reply)
@@ -221,8 +224,17 @@ class WorkerService(worker_pb2_grpc.WorkerServiceServicer):
         async def read() -> None:
             try:
                 async for call in requests:
+                    kind = call.WhichOneof("call")
+                    if kind == "claims":
+                        claim(call)
+                        continue
+                    if kind != "completions":
+                        answers.put_nowait(
+                            refused(call, InvalidArgument("call is empty: set claims or completions"))
+                        )
+                        continue
                     await slots.acquire()
-                    task = asyncio.create_task(answer(call))
+                    task = asyncio.create_task(complete(call))
                     running.add(task)
                     task.add_done_callback(running.discard)
                 if running:
