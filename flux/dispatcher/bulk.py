@@ -60,7 +60,8 @@ async def submit_many(
             )
             for input_json in checked
         ]
-        await d.binder.submit_many(executions)
+        # Finished here even if the caller goes away meanwhile, as a single submission is (core.submit).
+        await asyncio.shield(d.binder.submit_many(executions))
     return [d.table.get(e.execution_id) or e for e in executions]
 
 
@@ -72,9 +73,9 @@ async def store_and_queue(d: Dispatcher, executions: list[Execution], claiming: 
     already did stands, as for a single submission (SharedBinder.submit).
     """
     # All saves in one loop step: the store's next batch holds every row, so one transaction.
-    written = {id(future): future for future in (d.store.save(e) for e in executions)}
+    written = [d.store.save(e) for e in executions]
     try:
-        await asyncio.gather(*written.values())
+        await asyncio.gather(*written)
     except Exception as exc:
         raise Unavailable(f"could not store the {len(executions)} executions: {exc}") from exc
     shapes: dict[Shape, None] = {}

@@ -24,6 +24,7 @@ the pending feed and the fleet directory.
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import logging
 import time
@@ -200,7 +201,9 @@ class Dispatcher:
             updated_at=now,
             priority=rank,
         )
-        await self.binder.submit(execution)
+        # Once its row is on its way to the store, a submission is finished here even if the caller
+        # goes away: otherwise the row could be stored and never queued.
+        await asyncio.shield(self.binder.submit(execution))
         return _with_input(self.table.get(execution.execution_id) or execution, input_json)
 
     async def submit_many(

@@ -202,7 +202,7 @@ class ExecutionTable:
             done = lambda: self.committed(execution)  # noqa: E731 - the commit rule for a final state
         written = self.store.save(execution)
         written.add_done_callback(lambda future: self._saved(execution, future, done, failed))
-        return written
+        return asyncio.shield(written)  # a caller that stops waiting must not skip ``done``
 
     def _saved(
         self,
@@ -253,7 +253,11 @@ class ExecutionTable:
 
         The worker forgets the result once we answer, so a failed commit reaches it
         as Unavailable: it retries, and the retry stores the recorded result again.
+        A caller that goes away meanwhile (its stream cut) does not stop the commit or the showing.
         """
+        await asyncio.shield(self._commit_final(final))
+
+    async def _commit_final(self, final: Execution) -> None:
         try:
             await self.store.save(final)
         except Conflict:

@@ -135,7 +135,11 @@ class Store(abc.ABC):
 
     @abc.abstractmethod
     def save(self, execution: Execution) -> asyncio.Future[None]:
-        """Queue the execution's full row for the next batch; the future resolves once committed."""
+        """Queue the execution's full row for the next batch; the future resolves once committed.
+
+        The future is the caller's own: cancelling it (its caller went away) cancels neither the
+        write nor the wait of anyone else whose row is in the same batch.
+        """
 
     def claim(self, dispatches: list[Execution]) -> asyncio.Future[dict[str, Execution]]:
         """Claim pending rows for these dispatches (SCHEDULED, on one of this server's workers).

@@ -349,7 +349,7 @@ class PostgresStore(Store):
         future = previous[1] if previous is not None else loop.create_future()
         self._queued[execution.execution_id] = (execution, future)
         self._kick()
-        return future
+        return asyncio.shield(future)  # the caller's own (Store.save)
 
     def claim(self, dispatches: list[Execution]) -> asyncio.Future[dict[str, Execution]]:
         future: asyncio.Future[dict[str, Execution]] = asyncio.get_running_loop().create_future()

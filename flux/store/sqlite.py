@@ -195,7 +195,9 @@ class SqliteStore(Store):
             self._batch = asyncio.get_running_loop().create_future()
         if self._flusher is None or self._flusher.done():
             self._flusher = asyncio.get_running_loop().create_task(self._flush())
-        return self._batch
+        # Shielded: the batch is every caller's, and a cancelled wait would cancel it for all of
+        # them (a worker dying mid-commit left other clients' submissions unanswered).
+        return asyncio.shield(self._batch)
 
     async def _flush(self) -> None:
         while self._queued:

@@ -70,7 +70,7 @@ class MemoryStore(Store):
             loop = asyncio.get_running_loop()
             self._batch = loop.create_future()
             loop.call_soon(self._commit)
-        return self._batch
+        return asyncio.shield(self._batch)  # the caller's own, as Store.save promises
 
     def _commit(self) -> None:
         rows, batch = self._queued, self._batch

@@ -205,8 +205,9 @@ async def committed() -> None:
 
 
 async def settled() -> None:
-    """Let the store's pending batch commit or fail, and the callbacks on its outcome run."""
-    for _ in range(3):
+    """Let the store's pending batch commit or fail, and the callbacks on its outcome run
+    (each caller's wait is its own future, one loop step behind the batch: Store.save)."""
+    for _ in range(5):
         await asyncio.sleep(0)
 
 
@@ -1363,3 +1364,44 @@ async def test_worker_metadata_is_capped_on_register_and_report(flux):
     w = await flux.worker("w1")
     with pytest.raises(ResourceExhausted, match="--max-worker-metadata"):
         flux.d.report("w1", w.token, resources(), heavy, False)
+
+
+# ----------------------------------------------------------------- callers that go away
+
+
+async def test_a_submission_whose_caller_goes_away_neither_cancels_others_in_its_commit_nor_stays_unqueued(
+    flux,
+) -> None:
+    """A cut RunWorkflow once cancelled the store batch its row shared: every other submission in it
+    went unanswered (the bench's clients hung), and rows written anyway were never queued."""
+    await flux.workflow()
+    gone = asyncio.ensure_future(flux.d.submit("job", "1"))
+    kept = asyncio.ensure_future(flux.d.submit("job", "2"))
+    await asyncio.sleep(0)  # both rows wait in the store's next batch
+    gone.cancel()
+    execution = await asyncio.wait_for(kept, 5)
+    await settled()
+    assert gone.cancelled()
+    stored = {e.input_json for e in flux.store.executions.values()}
+    queued = {e.input_json for e in flux.d.table.unfinished.values() if e.state is CREATED}
+    assert stored == queued == {"1", "2"}
+    assert flux.store.executions[execution.execution_id].state is CREATED
+
+
+async def test_a_result_whose_caller_goes_away_is_still_committed_and_shown(flux) -> None:
+    """A worker's stream cut while its result commits: the result is stored and shown final."""
+    await flux.workflow()
+    worker = await flux.worker()
+    execution_id = await flux.run()
+    worker.claim(execution_id)
+    other_id = await flux.run()
+    worker.claim(other_id)
+    cut = asyncio.ensure_future(worker.complete(execution_id))
+    kept = asyncio.ensure_future(worker.complete(other_id, '"kept"'))
+    await asyncio.sleep(0)
+    cut.cancel()
+    assert (await asyncio.wait_for(kept, 5)).state is COMPLETED
+    await settled()
+    assert flux.store.executions[execution_id].state is COMPLETED
+    assert execution_id not in flux.d.table.committing
+    assert (await flux.d.get(execution_id)).state is COMPLETED

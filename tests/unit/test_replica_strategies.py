@@ -26,7 +26,7 @@ from flux.observe.status import BUSY, StatusBoard
 from flux.store import notices
 from flux.store.base import Conflict, PendingRef, WorkerRecord
 from tests.unit.memory_store import MemoryStore
-from tests.unit.test_dispatcher import Flux, committed, resources
+from tests.unit.test_dispatcher import Flux, resources, settled
 
 pytestmark = pytest.mark.timeout(10)
 
@@ -220,7 +220,6 @@ async def test_a_write_that_conflicts_drops_what_this_replica_holds(replica) -> 
     execution_id = await replica.run()
     store.fail_next_commit = Conflict(execution_id)  # e.g. swept while this replica looked dead
     replica.d.claim("w1", w.token, execution_id, 1)
-    await committed()
-    await asyncio.sleep(0)  # the write's answer arrives
+    await settled()  # the write fails, and its answer arrives
     assert execution_id not in replica.d.table
     assert replica.holdings("w1") == set()
