@@ -2,15 +2,18 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import signal
 import time
 
+import grpc
 import pytest
 
+from flux.auth import Role
 from flux.errors import FluxError
 from flux.testing import Cluster, eventually
-from flux.v1 import control_pb2
+from flux.v1 import control_pb2, control_pb2_grpc
 
 pytestmark = [pytest.mark.integration, pytest.mark.backends("sqlite", "postgres")]
 
@@ -149,3 +152,53 @@ def test_unclaimed_dispatch_returns_to_created_after_the_ack_deadline(cluster: C
     final = cluster.client.wait(execution.execution_id, timeout=30)
     assert final.state == COMPLETED and final.worker == "diligent"
     assert final.generation >= 2  # a fresh dispatch, fenced past the expired one
+
+
+def test_workers_killed_mid_burst_leave_every_submission_answered_and_run(cluster: Cluster) -> None:
+    """Workers SIGKILLed while results commit must not touch other callers' submissions.
+
+    A dying worker's cut completion once cancelled the store batch it shared with
+    RunWorkflow calls: those went unanswered until their deadline, and their rows were
+    stored but never queued.
+    """
+    token = cluster.token(Role.CLIENT)
+    answered: list[str] = []
+    failures: list[str] = []
+
+    async def burst(n: int) -> None:
+        async with grpc.aio.insecure_channel(cluster.address) as channel:
+            control = control_pb2_grpc.ControlServiceStub(channel)
+            metadata = (("authorization", f"Bearer {token}"),)
+            remaining = iter(range(n))
+
+            async def submitter() -> None:
+                for i in remaining:
+                    request = control_pb2.RunWorkflowRequest(workflow_name="echo", input_json=str(i))
+                    try:
+                        execution = await control.RunWorkflow(request, metadata=metadata, timeout=20)
+                        answered.append(execution.execution_id)
+                    except grpc.aio.AioRpcError as exc:
+                        failures.append(f"{exc.code().name}: {exc.details()}")
+
+            await asyncio.gather(*(submitter() for _ in range(32)))
+
+    async def rounds() -> None:
+        for round in range(3):
+            workers = [
+                await asyncio.to_thread(cluster.start_worker, f"doomed-{round}-{i}", "--capacity", "64")
+                for i in range(3)
+            ]
+            submitting = asyncio.ensure_future(burst(300))
+            await asyncio.sleep(0.3)  # results are being committed now
+            for worker in workers:
+                worker.kill()
+            await submitting
+            for worker in workers:
+                worker.wait()
+
+    asyncio.run(rounds())
+    assert failures == []
+    assert len(answered) == 900
+    cluster.start_worker("survivor", "--capacity", "64")
+    final = cluster.client.wait_all([control_pb2.Execution(execution_id=i) for i in answered], timeout=120)
+    assert {e.state for e in final} == {COMPLETED}
