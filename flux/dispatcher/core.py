@@ -25,6 +25,7 @@ the pending feed and the fleet directory.
 from __future__ import annotations
 
 import asyncio
+import functools
 import hashlib
 import logging
 import time
@@ -201,9 +202,7 @@ class Dispatcher:
             updated_at=now,
             priority=rank,
         )
-        # Once its row is on its way to the store, a submission is finished here even if the caller
-        # goes away: otherwise the row could be stored and never queued.
-        await asyncio.shield(self.binder.submit(execution))
+        await self.binder.submit(execution)
         return _with_input(self.table.get(execution.execution_id) or execution, input_json)
 
     async def submit_many(
@@ -219,13 +218,22 @@ class Dispatcher:
         return seq
 
     async def store_submission(self, execution: Execution) -> None:
-        """Store a submission (durable before we answer), then queue it and try to place it."""
+        """Store a submission (durable before we answer), then queue it and try to place it.
+
+        The queueing hangs on the write itself, not on the caller: a caller that goes away
+        meanwhile (its RPC cut) must not leave the row stored and never queued.
+        """
+        written = self.store.save(execution)
+        written.add_done_callback(functools.partial(self._stored, execution))
         try:
-            await self.store.save(execution)
+            await asyncio.shield(written)
         except Exception as exc:
             raise Unavailable(f"could not store the execution: {exc}") from exc
-        self.events.submitted(execution)
-        self.enqueue(execution)
+
+    def _stored(self, execution: Execution, written: asyncio.Future[None]) -> None:
+        if not written.cancelled() and written.exception() is None:
+            self.events.submitted(execution)
+            self.enqueue(execution)
 
     def enqueue(self, execution: Execution) -> None:
         """Queue a stored, pending execution and try to place it right away."""

@@ -95,6 +95,11 @@ class SharedBinder:
             d.place(workers=freed.values())
 
     async def submit(self, execution: Execution) -> None:
+        """``_submit``, finished here even if the caller goes away meanwhile (its RPC cut): a row
+        stored but neither queued nor claimed would wait for a restart."""
+        await asyncio.shield(self._submit(execution))
+
+    async def _submit(self, execution: Execution) -> None:
         """Store a submission; when one of our own workers can take it now, store it already claimed.
 
         A new execution is invisible to the other replicas until it commits, so inserting

@@ -113,7 +113,9 @@ class SharedFleet:
             # A claim is stored soon, not at once: store what it runs first, so the requeue in
             # the database counts the attempt it started (as the one-server path does).
             running = [e for i in entry.holdings if (e := self.d.table.get(i)) and e.state is State.RUNNING]
-            await asyncio.gather(*(self.d.table.save(e) for e in running), return_exceptions=True)
+            await asyncio.gather(
+                *(asyncio.shield(self.d.table.save(e)) for e in running), return_exceptions=True
+            )
         try:
             given_back = await self.store.cluster.forget_worker(name, self.d.clock(), error)
         except Exception as exc:

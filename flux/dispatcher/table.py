@@ -196,13 +196,15 @@ class ExecutionTable:
     ) -> asyncio.Future[None]:
         """Write ``execution`` in the next batch; ``done`` runs once it is committed.
 
-        Returns the write, for a caller that must wait for it (its outcome is handled here).
+        Returns the write, for a caller that must wait for it (its outcome is handled here). Wait
+        through ``asyncio.shield``: a cancelled wait would cancel the write's future, and ``done``
+        would never run.
         """
         if execution.state.finished and done is None:
             done = lambda: self.committed(execution)  # noqa: E731 - the commit rule for a final state
         written = self.store.save(execution)
         written.add_done_callback(lambda future: self._saved(execution, future, done, failed))
-        return asyncio.shield(written)  # a caller that stops waiting must not skip ``done``
+        return written
 
     def _saved(
         self,
@@ -253,22 +255,17 @@ class ExecutionTable:
 
         The worker forgets the result once we answer, so a failed commit reaches it
         as Unavailable: it retries, and the retry stores the recorded result again.
-        A caller that goes away meanwhile (its stream cut) does not stop the commit or the showing.
+        The showing hangs on the write (``save``), so a caller that goes away meanwhile
+        (its stream cut) does not leave the final state stored and never shown.
         """
-        await asyncio.shield(self._commit_final(final))
-
-    async def _commit_final(self, final: Execution) -> None:
         try:
-            await self.store.save(final)
+            await asyncio.shield(self.save(final))
         except Conflict:
-            self.on_conflict(final.execution_id)
             raise FailedPrecondition(
                 f"execution {final.execution_id} was cancelled or reassigned meanwhile; this result is not recorded"
             ) from None
         except Exception as exc:
-            self._unsaved(final)  # stored by the tick if the caller never retries (a worker that died)
             raise Unavailable(f"could not store the result of {final.execution_id}: {exc}") from exc
-        self.committed(final)
 
 
 def _payload_bytes(execution: Execution) -> int:

@@ -75,7 +75,8 @@ class SqliteStore(Store):
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="flux-sqlite")
         self._db: sqlite3.Connection | None = None
         self._queued: dict[str, Execution] = {}
-        self._batch: asyncio.Future[None] | None = None
+        # One future per save, each the caller's own (Store.save), answered together with the batch.
+        self._waiting: list[asyncio.Future[None]] = []
         self._flusher: asyncio.Task[None] | None = None
 
     async def _run(self, fn, *args):  # type: ignore[no-untyped-def]
@@ -191,28 +192,32 @@ class SqliteStore(Store):
     def save(self, execution: Execution) -> asyncio.Future[None]:
         # The latest row of an execution wins within a batch: rows are whole records.
         self._queued[execution.execution_id] = execution
-        if self._batch is None:
-            self._batch = asyncio.get_running_loop().create_future()
+        loop = asyncio.get_running_loop()
+        # Not one future shared by the batch: a caller cancelled while waiting cancels what it
+        # awaits, and that cancelled every other wait in the batch (a worker dying mid-commit
+        # left other clients' submissions unanswered).
+        waiting = loop.create_future()
+        self._waiting.append(waiting)
         if self._flusher is None or self._flusher.done():
-            self._flusher = asyncio.get_running_loop().create_task(self._flush())
-        # Shielded: the batch is every caller's, and a cancelled wait would cancel it for all of
-        # them (a worker dying mid-commit left other clients' submissions unanswered).
-        return asyncio.shield(self._batch)
+            self._flusher = loop.create_task(self._flush())
+        return waiting
 
     async def _flush(self) -> None:
         while self._queued:
-            rows, batch = [execution_row(e) for e in self._queued.values()], self._batch
-            self._queued, self._batch = {}, None
+            rows, waiting = [execution_row(e) for e in self._queued.values()], self._waiting
+            self._queued, self._waiting = {}, []
             try:
                 await self._run(self._write, rows)
             except BaseException as exc:  # the callers learn of it; nothing is silently dropped
-                if batch is not None and not batch.done():
-                    batch.set_exception(exc)
+                for future in waiting:
+                    if not future.done():
+                        future.set_exception(exc)
                 if not isinstance(exc, Exception):
                     raise
             else:
-                if batch is not None and not batch.done():
-                    batch.set_result(None)
+                for future in waiting:
+                    if not future.done():
+                        future.set_result(None)
 
     def _write(self, rows: list[tuple[object, ...]]) -> None:
         assert self._db is not None
