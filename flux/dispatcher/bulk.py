@@ -60,7 +60,8 @@ async def submit_many(
             )
             for input_json in checked
         ]
-        # Finished here even if the caller goes away meanwhile, as a single submission is (core.submit).
+        # Finished here even if the caller goes away meanwhile, as a single submission is
+        # (Dispatcher.store_submission, SharedBinder.submit).
         await asyncio.shield(d.binder.submit_many(executions))
     return [d.table.get(e.execution_id) or e for e in executions]
 

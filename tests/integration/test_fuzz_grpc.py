@@ -169,3 +169,20 @@ def test_raw_garbage_bytes_are_refused(fuzz_cluster: Cluster) -> None:
         assert info.value.code() == grpc.StatusCode.INVALID_ARGUMENT, info.value.details()
     channel.close()
     assert fuzz_cluster.run("echo", "after garbage").state == control_pb2.EXECUTION_STATE_COMPLETED
+
+
+def test_raw_garbage_bytes_opening_a_dispatch_stream_are_refused(fuzz_cluster: Cluster) -> None:
+    """Connect writes with context.write (a coroutine handler): the decode guard wraps it as one."""
+    channel = fuzz_cluster.channel(Role.WORKER)
+    connect = channel.unary_stream(
+        "/flux.v1.WorkerService/Connect",
+        request_serializer=lambda b: b,
+        response_deserializer=lambda b: b,
+    )
+    for garbage in (b"\xff\xff\xff", b"\x0a\xff\xff\xff\xff\x0f"):
+        with pytest.raises(grpc.RpcError) as info:
+            list(connect(garbage, timeout=5))
+        assert info.value.code() == grpc.StatusCode.INVALID_ARGUMENT, info.value.details()
+        assert "not a valid protobuf message" in (info.value.details() or "")
+    channel.close()
+    assert fuzz_cluster.run("echo", "after garbage").state == control_pb2.EXECUTION_STATE_COMPLETED
