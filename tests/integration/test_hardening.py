@@ -60,6 +60,10 @@ def test_during_the_grace_period_only_the_session_token_takes_the_name_back(held
     real = held.start_worker("w1")
     execution = held.run("sleepy", 2.0, wait=False)
     eventually(lambda: held.client.get(execution.execution_id).state == RUNNING, what="RUNNING on w1")
+    # As in the test below: a claim is stored soon, not at once, and a kill before that leaves w1
+    # holding nothing after the restart (so nothing keeps its name). Wait until it is stored.
+    stored = "SELECT state FROM executions WHERE execution_id = ?"
+    eventually(lambda: held.query(stored, execution.execution_id) == [(RUNNING,)], what="the claim stored")
     _stream_down(held, real)
     try:
         with pytest.raises(grpc.RpcError) as refused:
