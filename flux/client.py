@@ -17,7 +17,7 @@ from typing import Any
 
 import grpc
 
-from flux import defaults
+from flux import defaults, tracing
 from flux.auth import TLS_HINT, Credentials, Role, speaks_tls
 from flux.errors import FluxError, InvalidArgument, Unavailable, from_grpc_code
 from flux.loader import WorkflowFile, load_workflow_file
@@ -80,6 +80,9 @@ class FluxClient:
         self._metadata = self.credentials.metadata
         self._channel = self.credentials.channel(self.address)
         self._stub = control_pb2_grpc.ControlServiceStub(self._channel)
+        # A client records ``flux.submit`` spans where this process traces (OTEL_* settings, or an
+        # SDK provider the host set up before making the client); checked once, here.
+        self._traced = tracing.adopt()
 
     def close(self) -> None:
         self._channel.close()
@@ -97,6 +100,37 @@ class FluxClient:
             )
         except grpc.RpcError as exc:
             raise self._error(exc) from None
+
+    def _submit(self, method: str, request: Any, workflow: str) -> Any:
+        """A submission, in a ``flux.submit`` span whose context the server stores with the executions."""
+        if not self._traced:
+            return self._call(method, request)
+        attributes = {
+            "rpc.system": "grpc",
+            "rpc.service": "flux.v1.ControlService",
+            "rpc.method": method,
+            "server.address": self.address.rpartition(":")[0] or self.address,
+            "flux.workflow.name": workflow,
+        }
+        with tracing.span("flux.submit", kind="CLIENT", **attributes) as span:
+            try:
+                answer = getattr(self._stub, method)(
+                    request,
+                    timeout=self.timeout,
+                    metadata=(*self._metadata, *tracing.metadata(tracing.carrier_of(span))),
+                )
+            except grpc.RpcError as exc:
+                span.set_attribute("rpc.grpc.status_code", exc.code().value[0])  # type: ignore[attr-defined]
+                raise self._error(exc) from None
+            ids = (
+                [answer.execution_id]
+                if method == "RunWorkflow"
+                else [e.execution_id for e in answer.executions]
+            )
+            if len(ids) == 1:
+                span.set_attribute("flux.execution.id", ids[0])
+            span.set_attribute("flux.executions", len(ids))
+            return answer
 
     def _error(self, exc: grpc.RpcError) -> FluxError:
         code, details = exc.code(), exc.details() or ""  # type: ignore[attr-defined]
@@ -163,7 +197,7 @@ class FluxClient:
         )
         if priority is not None:
             request.priority = priority
-        execution = self._call("RunWorkflow", request)
+        execution = self._submit("RunWorkflow", request, workflow)
         return self.wait(execution.execution_id, timeout) if wait else execution
 
     def map(
@@ -207,7 +241,7 @@ class FluxClient:
             if priority is not None:
                 request.priority = priority
             try:
-                answer = self._call("RunWorkflows", request)
+                answer = self._submit("RunWorkflows", request, workflow)
             except InvalidArgument as exc:
                 raise InvalidArgument(_shift_index(str(exc), len(executions))) from None
             executions.extend(answer.executions)

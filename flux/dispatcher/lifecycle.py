@@ -24,6 +24,8 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import TYPE_CHECKING, Any
 
+from flux import tracing
+from flux.dispatcher.traces import CoreTraces
 from flux.domain.execution import Execution, State
 from flux.observe.fleet import Change, FleetFeed
 
@@ -113,6 +115,8 @@ class Lifecycle:
         self._streams: dict[str, int] = {}
         # Who watches the fleet (ControlService.WatchFleet); free while nobody does.
         self.fleet = FleetFeed()
+        # The executions' spans (traces.py); None, and nothing built, unless this process traces.
+        self.traces = CoreTraces(clock) if tracing.ACTIVE else None
 
     # ------------------------------------------------------------- executions
 
@@ -143,6 +147,8 @@ class Lifecycle:
         """A final state decided: COMPLETED, FAILED or CANCELLED."""
         state = execution.state
         self.fleet.publish(Change.EXECUTION_FINISHED, execution)
+        if self.traces is not None:
+            self.traces.dropped(execution.execution_id)
         if state is State.COMPLETED:
             self.counters.completed += 1
         elif state is State.FAILED:
@@ -167,6 +173,8 @@ class Lifecycle:
             return
         self.counters.requeued[reason] += 1
         self.fleet.publish(Change.EXECUTION_QUEUED, after)
+        if self.traces is not None:
+            self.traces.requeued(after)
         if log.isEnabledFor(logging.INFO):
             fields = _execution_fields(before)
             fields["attempt"] = after.attempt
@@ -176,6 +184,8 @@ class Lifecycle:
     def expired(self, execution: Execution) -> None:
         """A dispatch was not claimed within the ack deadline; it goes back to CREATED, same attempt."""
         self.counters.ack_deadline_expiries += 1
+        if self.traces is not None:
+            self.traces.requeued(execution)
         if self.fleet:  # the watcher sees it as it now is: back in line, on no worker
             queued = execution.evolve(state=State.CREATED, worker="", gpu_indices=())
             self.fleet.publish(Change.EXECUTION_QUEUED, queued)

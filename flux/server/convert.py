@@ -5,6 +5,7 @@ from __future__ import annotations
 import functools
 from types import MappingProxyType
 
+from flux import tracing
 from flux.dispatcher.core import Diagnosis, WorkerRegistration
 from flux.dispatcher.session import Cancelled, Event, Ping, Scheduled
 from flux.dispatcher.worker_calls import Answers, Result
@@ -16,7 +17,7 @@ from flux.domain.workflow import WorkflowRecord
 from flux.errors import InvalidArgument, status_of
 from flux.observe.fleet import Change
 from flux.observe.status import Allocation, Status
-from flux.v1 import control_pb2, worker_pb2
+from flux.v1 import control_pb2, trace_pb2, worker_pb2
 
 
 def _invalid(exc: Exception, field: str) -> InvalidArgument:
@@ -124,6 +125,12 @@ def fleet_event_to_proto(change: Change, subject: object, sequence: int, at: flo
 
 def scheduled_to_proto(event: Scheduled) -> worker_pb2.ExecutionScheduled:
     e = event.execution
+    # The dispatch span's context; from a core that does not trace, the submitter's own.
+    if e.dispatch_trace or e.trace:
+        traceparent, tracestate = tracing.split(e.dispatch_trace or e.trace)
+        trace = trace_pb2.TraceContext(traceparent=traceparent, tracestate=tracestate)
+    else:
+        trace = None
     return worker_pb2.ExecutionScheduled(
         execution_id=e.execution_id,
         attempt=e.attempt,
@@ -132,6 +139,7 @@ def scheduled_to_proto(event: Scheduled) -> worker_pb2.ExecutionScheduled:
         workflow=e.workflow.to_proto(),
         gpu_indices=list(e.gpu_indices),
         requests=event.requests.to_proto(),
+        trace=trace,
     )
 
 
