@@ -13,7 +13,7 @@ from fastapi.responses import JSONResponse, Response
 from flux.defaults import MAX_BATCH_INPUTS
 from flux.errors import InvalidArgument, ResourceExhausted
 from flux.v1 import control_pb2
-from gateway import protojson, schema
+from gateway import protojson, schema, tracing
 from gateway.auth import API_BEARER
 from gateway.bodies import OffLoopJSONRoute, large_json_dumps, large_json_dumps_each, to_message
 from gateway.core import Core, core
@@ -91,7 +91,8 @@ async def run_workflow(
     )
     if body.priority is not None:
         run.priority = body.priority
-    submitted = await core.control.RunWorkflow(run, timeout=_timeout(request))
+    with tracing.submitting(request, "/workflows/{name}/run") as metadata:
+        submitted = await core.control.RunWorkflow(run, timeout=_timeout(request), metadata=metadata)
     if "text/event-stream" in request.headers.get("accept", ""):
         return await stream_execution(request, core, submitted.execution_id, submitted=submitted)
     if not body.wait:
@@ -130,7 +131,8 @@ async def run_workflows(
     if body.priority is not None:
         run.priority = body.priority
     try:
-        accepted = await core.control.RunWorkflows(run, timeout=_timeout(request))
+        with tracing.submitting(request, "/workflows/{name}/run-many") as metadata:
+            accepted = await core.control.RunWorkflows(run, timeout=_timeout(request), metadata=metadata)
     except grpc.aio.AioRpcError as exc:
         error = from_rpc(exc)
         # The core names an input as input_json[i]; this body calls them inputs.

@@ -10,12 +10,14 @@ import signal
 from collections.abc import Iterator
 from pathlib import Path
 
+import httpx
 import pytest
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 from flux import tracing
+from flux.auth import Role
 from flux.testing import Cluster, eventually
 from flux.v1 import control_pb2
 
@@ -227,5 +229,45 @@ def test_two_postgresql_replicas_keep_the_trace_whole(
         final = cluster.client.wait(execution.execution_id, timeout=60)
         assert final.state == COMPLETED
         assert_whole(receiver, submits(client_spans)[execution.execution_id])
+    finally:
+        cluster.close()
+
+
+@pytest.mark.transports("sse")
+def test_a_traceparent_header_on_the_gateway_joins_the_callers_trace(
+    tmp_path: Path, transport: str, receiver: Receiver
+) -> None:
+    cluster = Cluster(tmp_path, transport)
+    trace_id, caller = "4bf92f3577b34da6a3ce929d0e0e4736", "00f067aa0ba902b7"
+    try:
+        cluster.start_server()
+        cluster.register(TRACED)
+        cluster.start_worker("w1")
+        answer = httpx.post(
+            f"{cluster.gateway_url}/workflows/traced_blocking/run",
+            json={"input": None},
+            headers={
+                "Authorization": f"Bearer {cluster.token(Role.CLIENT)}",
+                "traceparent": f"00-{trace_id}-{caller}-01",
+                "tracestate": "vendor=opaque",
+            },
+            timeout=30,
+        )
+        assert answer.status_code == 202, answer.text
+        execution_id = answer.json()["execution_id"]
+        assert cluster.client.wait(execution_id, timeout=60).state == COMPLETED
+        spans = spans_of(receiver, trace_id, {"POST /workflows/{name}/run": 1, "flux.execute": 1})
+        (route,) = spans["POST /workflows/{name}/run"]
+        assert route.parent_id == caller and route.attributes["http.route"] == "/workflows/{name}/run"
+        (queued,) = spans["flux.queued"]
+        # Under the gateway's server span (FastAPI's handler spans may stand between them).
+        by_id = {x.span_id: x for x in receiver.spans() if x.trace_id == trace_id}
+        ancestors, at = [], queued.parent_id
+        while at in by_id and len(ancestors) < 20:
+            ancestors.append(at)
+            at = by_id[at].parent_id
+        assert route.span_id in ancestors and at == caller
+        (execute,) = spans["flux.execute"]
+        assert execute.attributes["flux.execution.id"] == execution_id
     finally:
         cluster.close()
