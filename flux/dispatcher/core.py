@@ -58,6 +58,7 @@ from flux.matching import (
     PendingQueue,
     Placement,
     Shape,
+    WorkerView,
     explain,
     schedule,
 )
@@ -258,16 +259,30 @@ class Dispatcher:
         if self.events.traces is not None and execution.trace:
             self.trace_verdict(execution, shape)
 
-    def trace_verdict(self, execution: Execution, shape: Shape) -> None:
+    def trace_verdict(
+        self, execution: Execution, shape: Shape, views: list[WorkerView] | None = None
+    ) -> None:
         """Record, for its ``flux.queued`` span, why a traced execution still waits (only while tracing)."""
         if execution.execution_id not in self.queue or self.events.traces is None:
             return  # placed already
         # Executions of its shape ahead of it; O(queue), so not counted in a very long queue.
         position = self.queue.position(execution.execution_id) if len(self.queue) <= 10_000 else None
-        views = [w.view() for w in self.registry.entries.values() if w.accepting]
+        if views is None:
+            views = [w.view() for w in self.registry.entries.values() if w.accepting]
         why = explain(shape, views, execution_id=execution.execution_id, aging=self.aging, now=self.clock())
-        verdict = "nominated" if why.nominated else "infeasible" if why.infeasible else "busy"
+        verdict = "infeasible" if why.infeasible else "nominated" if why.nominated else "busy"
         self.events.traces.waiting(execution, position, verdict, why.summary)
+
+    def trace_verdicts(self, most: int = 256) -> None:
+        """After a full pass: a verdict event for each traced waiting execution whose verdict changed
+        (a worker gone busy, infeasible, a nomination), the ``most`` longest waiting."""
+        if self.events.traces is None:
+            return
+        views = [w.view() for w in self.registry.entries.values() if w.accepting]
+        for execution_id in self.events.traces.waiting_ids(most):
+            execution = self.table.unfinished.get(execution_id)
+            if execution is not None and execution.trace and execution.state is State.CREATED:
+                self.trace_verdict(execution, self.catalogue.shape_of(execution), views)
 
     def queue_up(self, execution: Execution, shape: Shape) -> None:
         """In line by priority, then submission; aging counts its wait from its submission."""

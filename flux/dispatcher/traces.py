@@ -18,6 +18,7 @@ Per dispatch, under the execution's stored context (``Execution.trace``):
 
 from __future__ import annotations
 
+import itertools
 import time
 from collections import OrderedDict
 from collections.abc import Callable
@@ -72,7 +73,12 @@ class CoreTraces:
 
     def requeued(self, execution: Execution) -> None:
         """Back in line (a requeue, an expired ack): the next wait starts now."""
-        self._waiting[execution.execution_id] = _Waiting(self.clock(), requeued=True)
+        if execution.trace:
+            self._waiting[execution.execution_id] = _Waiting(self.clock(), requeued=True)
+
+    def waiting_ids(self, most: int) -> list[str]:
+        """The ``most`` longest-waiting traced executions, as far as this server knows."""
+        return list(itertools.islice(self._waiting, most))
 
     def dropped(self, execution_id: str) -> None:
         self._waiting.pop(execution_id, None)

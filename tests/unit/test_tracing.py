@@ -190,3 +190,22 @@ async def test_an_execution_cancelled_while_queued_leaves_no_waiting_record(trac
     assert execution.execution_id in traced.d.events.traces._waiting  # infeasible: it waits
     await traced.d.cancel(execution.execution_id)
     assert execution.execution_id not in traced.d.events.traces._waiting
+
+
+async def test_each_verdict_change_while_waiting_is_an_event_on_the_queued_span(
+    traced: Flux, exporter: InMemorySpanExporter
+) -> None:
+    flux = traced
+    await flux.workflow(cpu=1)
+    w1 = await flux.worker("w1", cpu=1)
+    w1.claim((await flux.d.submit("job")).execution_id)  # takes w1's one core
+    waiting = await flux.d.submit("job", trace=PARENT)
+    await flux.tick()  # waiting past --starvation-after: w1 is nominated for it
+    await flux.d.forget_worker("w1")
+    await flux.tick()  # no worker at all now: nothing could run it
+    await flux.worker("w2", cpu=2)
+    (span,) = [
+        s for s in named(exporter, "flux.queued") if s.attributes["flux.execution.id"] == waiting.execution_id
+    ]
+    assert [e.name for e in span.events] == ["busy", "nominated", "infeasible"]
+    assert all(e.attributes["flux.summary"] for e in span.events)
