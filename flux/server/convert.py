@@ -332,7 +332,17 @@ def status_to_proto(status: Status) -> control_pb2.ClusterStatus:
         ),
         latencies=[
             control_pb2.LatencyHistogram(
-                stage=stage, bounds=h.bounds, counts=h.counts, sum=h.sum, count=h.count
+                stage=stage,
+                bounds=h.bounds,
+                counts=h.counts,
+                sum=h.sum,
+                count=h.count,
+                exemplars=[
+                    trace_pb2.BucketExemplar(
+                        bucket=bucket, trace_id=e.trace_id, value=e.value, timestamp_ms=int(e.at * 1000)
+                    )
+                    for bucket, e in sorted(h.exemplars.items())
+                ],
             )
             for stage, h in status.latency.items()
         ],

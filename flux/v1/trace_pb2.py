@@ -24,7 +24,7 @@ _sym_db = _symbol_database.Default()
 
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x13\x66lux/v1/trace.proto\x12\x07\x66lux.v1\"7\n\x0cTraceContext\x12\x13\n\x0btraceparent\x18\x01 \x01(\t\x12\x12\n\ntracestate\x18\x02 \x01(\tb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x13\x66lux/v1/trace.proto\x12\x07\x66lux.v1\"7\n\x0cTraceContext\x12\x13\n\x0btraceparent\x18\x01 \x01(\t\x12\x12\n\ntracestate\x18\x02 \x01(\t\"W\n\x0e\x42ucketExemplar\x12\x0e\n\x06\x62ucket\x18\x01 \x01(\x05\x12\x10\n\x08trace_id\x18\x02 \x01(\t\x12\r\n\x05value\x18\x03 \x01(\x01\x12\x14\n\x0ctimestamp_ms\x18\x04 \x01(\x03\x62\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -33,4 +33,6 @@ if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
   _globals['_TRACECONTEXT']._serialized_start=32
   _globals['_TRACECONTEXT']._serialized_end=87
+  _globals['_BUCKETEXEMPLAR']._serialized_start=89
+  _globals['_BUCKETEXEMPLAR']._serialized_end=176
 # @@protoc_insertion_point(module_scope)

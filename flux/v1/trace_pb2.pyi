@@ -44,3 +44,37 @@ class TraceContext(_message.Message):
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___TraceContext: _TypeAlias = TraceContext  # noqa: Y015
+
+@_typing.final
+class BucketExemplar(_message.Message):
+    """The latest observation of a traced execution in one histogram bucket."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    BUCKET_FIELD_NUMBER: _builtins.int
+    TRACE_ID_FIELD_NUMBER: _builtins.int
+    VALUE_FIELD_NUMBER: _builtins.int
+    TIMESTAMP_MS_FIELD_NUMBER: _builtins.int
+    bucket: _builtins.int
+    """The bucket's index: as in LatencyHistogram.counts."""
+    trace_id: _builtins.str
+    """The execution's trace id, 32 hex digits."""
+    value: _builtins.float
+    """The observed value in seconds."""
+    timestamp_ms: _builtins.int
+    """When it was observed, milliseconds since the Unix epoch."""
+    def __init__(
+        self,
+        *,
+        bucket: _builtins.int = ...,
+        trace_id: _builtins.str = ...,
+        value: _builtins.float = ...,
+        timestamp_ms: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["bucket", b"bucket", "timestamp_ms", b"timestamp_ms", "trace_id", b"trace_id", "value", b"value"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___BucketExemplar: _TypeAlias = BucketExemplar  # noqa: Y015

@@ -155,6 +155,12 @@ def test_one_trace_from_the_client_to_the_worker_and_the_queued_span_covers_the_
         assert queued.attributes["flux.shape"]
         (dispatch,) = spans_two["flux.dispatch"]
         assert dispatch.attributes["flux.worker"] == "w1"
+        # The latency histograms link their buckets to these traces (OpenMetrics exemplars).
+        scraped = httpx.get(
+            f"{cluster.gateway_url}/metrics", headers={"Accept": "application/openmetrics-text"}, timeout=10
+        )
+        assert scraped.headers["content-type"].startswith("application/openmetrics-text")
+        assert f'trace_id="{one.trace_id}"' in scraped.text or f'trace_id="{two.trace_id}"' in scraped.text
     finally:
         cluster.close()
 

@@ -12,9 +12,12 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 from opentelemetry.trace import SpanKind
 
 from flux import tracing
+from flux.dispatcher.lifecycle import Histogram
 from flux.dispatcher.session import Scheduled
 from flux.domain.execution import State
 from flux.server import convert
+from flux.v1 import control_pb2, trace_pb2
+from gateway import metrics
 from tests.unit.test_dispatcher import GRACE, Flux
 
 pytestmark = pytest.mark.timeout(10)
@@ -209,3 +212,41 @@ async def test_each_verdict_change_while_waiting_is_an_event_on_the_queued_span(
     ]
     assert [e.name for e in span.events] == ["busy", "nominated", "infeasible"]
     assert all(e.attributes["flux.summary"] for e in span.events)
+
+
+def test_a_histogram_keeps_the_latest_sampled_trace_of_each_bucket_as_its_exemplar() -> None:
+    h = Histogram((0.1, 1.0))
+    unsampled = "00-aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa-00f067aa0ba902b7-00"
+    h.observe(0.05, PARENT)
+    h.observe(0.06, unsampled)  # not sampled: no trace to link to
+    h.observe(5.0, f"{PARENT} vendor=x")
+    h.observe(0.5)
+    assert {b: (e.trace_id, e.value) for b, e in h.exemplars.items()} == {
+        0: (f"{TRACE_ID:032x}", 0.05),
+        2: (f"{TRACE_ID:032x}", 5.0),
+    }
+    assert h.counts == [2, 1, 1]
+
+
+def test_openmetrics_exposition_carries_the_exemplars_and_the_text_format_does_not() -> None:
+    status = control_pb2.ClusterStatus(
+        latencies=[
+            control_pb2.LatencyHistogram(
+                stage="dispatched",
+                bounds=[0.1, 1.0],
+                counts=[1, 0, 1],
+                sum=2.05,
+                count=2,
+                exemplars=[
+                    trace_pb2.BucketExemplar(
+                        bucket=2, trace_id="ab" * 16, value=2.0, timestamp_ms=1_700_000_000_000
+                    )
+                ],
+            )
+        ]
+    )
+    openmetrics = metrics.render(status, openmetrics=True).decode()
+    line = next(x for x in openmetrics.splitlines() if 'le="+Inf"' in x and "dispatched" in x)
+    assert line.endswith(f'# {{trace_id="{"ab" * 16}"}} 2.0 1700000000.0'), line
+    assert openmetrics.rstrip().endswith("# EOF")
+    assert "trace_id" not in metrics.render(status).decode()
