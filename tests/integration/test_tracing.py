@@ -6,7 +6,9 @@ the workers' come over OTLP/gRPC to a real collector TraceService started here (
 
 from __future__ import annotations
 
+import json
 import signal
+import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -22,6 +24,8 @@ from flux.testing import Cluster, eventually
 from flux.v1 import control_pb2
 
 from .otlp import Receiver, Span
+from .test_node_client import FLUX_JS, flux_node, node_env
+from .test_node_client import node as node_binary  # noqa: F401 - a fixture, named by this name here
 
 pytestmark = pytest.mark.integration
 
@@ -277,3 +281,67 @@ def test_a_traceparent_header_on_the_gateway_joins_the_callers_trace(
         assert execute.attributes["flux.execution.id"] == execution_id
     finally:
         cluster.close()
+
+
+NODE_WORKFLOW = "// run by the Node worker's echo\n"
+
+
+@pytest.mark.transports("grpc")
+def test_the_node_client_propagates_the_callers_context_and_the_node_worker_continues_it(
+    node_binary: str,  # noqa: F811 - the fixture
+    tmp_path: Path,
+    transport: str,
+    receiver: Receiver,
+) -> None:
+    node = node_binary
+    cluster = Cluster(tmp_path, transport)
+    trace_id, caller = "0af7651916cd43dd8448eb211c80319c", "b7ad6b7169203331"
+    worker = None
+    try:
+        cluster.start_server()
+        code = tmp_path / "node_echo.js"
+        code.write_text(NODE_WORKFLOW)
+        registered = flux_node(
+            node, cluster, "register", str(code), "--name", "node_echo", "--runtime", "node"
+        )
+        assert registered.returncode == 0, registered.stderr
+        worker = subprocess.Popen(
+            [node, str(FLUX_JS), "worker", "nodew", "--max-executions", "1", "--cpus", "1"],
+            env=node_env(cluster),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        eventually(lambda: cluster.worker_connected("nodew"), what="the Node worker to connect")
+        ran = subprocess.run(
+            [node, str(FLUX_JS), "run", "node_echo", '{"n": 1}', "--wait", "--timeout", "60"],
+            env={**node_env(cluster), "TRACEPARENT": f"00-{trace_id}-{caller}-01", "TRACESTATE": "k=v"},
+            capture_output=True,
+            text=True,
+            timeout=90,
+        )
+        assert ran.returncode == 0, ran.stderr
+        output = json.loads(ran.stdout)["output"]
+        spans = spans_of(receiver, trace_id, {"flux.queued": 1, "flux.dispatch": 1})
+        (queued,), (dispatch,) = spans["flux.queued"], spans["flux.dispatch"]
+        assert queued.parent_id == caller and dispatch.parent_id == caller
+        # The Node worker got the dispatch's context and carried it on.
+        assert output["trace"]["traceparent"].startswith(f"00-{trace_id}-{dispatch.span_id}-")
+        assert output["trace"]["tracestate"] == "k=v"
+    finally:
+        if worker is not None and worker.poll() is None:
+            worker.kill()
+            worker.communicate(timeout=10)
+        cluster.close()
+
+
+@pytest.mark.parametrize("value", ["00-xyz-1-01", "00-" + "0" * 32 + "-b7ad6b7169203331-01", "junk"])
+def test_the_node_client_refuses_a_malformed_traceparent_by_name(node_binary: str, value: str) -> None:  # noqa: F811 - the fixture
+    refused = subprocess.run(
+        [node_binary, str(FLUX_JS), "run", "x"],
+        env={**node_env(None), "TRACEPARENT": value},
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
+    assert refused.returncode == 2 and "$TRACEPARENT" in refused.stderr, refused.stderr
