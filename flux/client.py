@@ -62,7 +62,7 @@ def chunked(
         yield chunk
 
 
-def _shift_index(message: str, offset: int) -> str:
+def shift_index(message: str, offset: int) -> str:
     # A later call's refusal names the index within its chunk: name it within all the inputs.
     if not offset:
         return message
@@ -82,6 +82,22 @@ def rpc_error(exc: grpc.RpcError, address: str, credentials: Credentials) -> Flu
             hint = f"; {TLS_HINT}"
         return Unavailable(f"cannot reach the Flux server at {address}: {details or code.name}{hint}")
     return from_grpc_code(code, details)
+
+
+def workflow_request(loaded: WorkflowFile) -> control_pb2.RegisterWorkflowRequest:
+    request = control_pb2.RegisterWorkflowRequest(filename=loaded.path.name, source=loaded.source)
+    for wf in loaded.workflows:
+        request.workflows.append(
+            control_pb2.WorkflowMetadata(
+                name=wf.name,
+                entrypoint=wf.entrypoint,
+                requests=wf.requests.to_proto(),
+                affinity=dict(wf.affinity),
+                max_attempts=wf.max_attempts,
+                priority=wf.priority,
+            )
+        )
+    return request
 
 
 def execution_ids(executions: Iterable[control_pb2.Execution | str]) -> list[str]:
@@ -154,19 +170,7 @@ class FluxClient:
         return self.register(load_workflow_file(path))
 
     def register(self, loaded: WorkflowFile) -> control_pb2.RegisterWorkflowResponse:
-        request = control_pb2.RegisterWorkflowRequest(filename=loaded.path.name, source=loaded.source)
-        for wf in loaded.workflows:
-            request.workflows.append(
-                control_pb2.WorkflowMetadata(
-                    name=wf.name,
-                    entrypoint=wf.entrypoint,
-                    requests=wf.requests.to_proto(),
-                    affinity=dict(wf.affinity),
-                    max_attempts=wf.max_attempts,
-                    priority=wf.priority,
-                )
-            )
-        return self._call("RegisterWorkflow", request)
+        return self._call("RegisterWorkflow", workflow_request(loaded))
 
     def run(
         self,
@@ -279,7 +283,7 @@ class FluxClient:
             try:
                 answer = self._call("RunWorkflows", request)
             except InvalidArgument as exc:
-                raise InvalidArgument(_shift_index(str(exc), len(executions))) from None
+                raise InvalidArgument(shift_index(str(exc), len(executions))) from None
             executions.extend(answer.executions)
         return executions
 
