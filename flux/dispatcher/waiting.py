@@ -72,16 +72,16 @@ async def final(d: Dispatcher, execution_id: str, known: Execution | None = None
         d.watchers.unsubscribe(execution_id, updates)
 
 
-async def finals(d: Dispatcher, execution_ids: Iterable[str]) -> AsyncIterator[Execution]:
-    """The final state of each execution, as each finishes; the finished ones first.
+async def known(d: Dispatcher, execution_ids: Iterable[str]) -> list[Execution]:
+    """Each execution named (each once), as it is now: every id is checked before a wait begins,
+    so an unknown one refuses the call (NotFound, naming it) instead of ending a stream half answered."""
+    return [await _known(d, execution_id) for execution_id in checked_ids(execution_ids)]
 
-    Every id is checked before anything is sent, so an unknown one refuses the call
-    (NotFound, naming it) instead of ending a stream half answered.
-    """
-    ids = checked_ids(execution_ids)
-    known = [await _known(d, execution_id) for execution_id in ids]
+
+async def finals(d: Dispatcher, executions: list[Execution]) -> AsyncIterator[Execution]:
+    """The final state of each of ``executions`` (from ``known``) as each finishes; the finished first."""
     waiting: list[Execution] = []
-    for execution in known:
+    for execution in executions:
         if execution.state.finished:
             yield _bare(execution)
         else:

@@ -346,7 +346,11 @@ class ControlService(control_pb2_grpc.ControlServiceServicer):
         self, request: control_pb2.WaitExecutionsRequest, context: grpc.aio.ServicerContext
     ) -> AsyncIterator[control_pb2.Execution]:
         try:
-            async for execution in waiting.finals(self.dispatcher, request.execution_ids):
+            executions = await waiting.known(self.dispatcher, request.execution_ids)
+            # Headers now: a gateway relaying this as SSE answers 200 once the ids are accepted,
+            # before the first execution finishes (a refusal has no headers, only its status).
+            await context.send_initial_metadata(())
+            async for execution in waiting.finals(self.dispatcher, executions):
                 yield convert.execution_to_proto(execution)
         except Exception as exc:
             await _abort(self.dispatcher, context, exc)
