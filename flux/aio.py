@@ -240,8 +240,9 @@ class FluxClient:
 
         async def read(call: Any) -> None:
             try:
-                async for execution in call:
-                    merged.put_nowait(execution)
+                async for batch in call:
+                    for execution in batch.executions:
+                        merged.put_nowait(execution)
             except grpc.RpcError as exc:
                 merged.put_nowait(await self._error(exc))
             merged.put_nowait(None)

@@ -361,7 +361,8 @@ class FluxClient:
             control_pb2.WaitExecutionsRequest(execution_ids=ids), timeout=timeout, metadata=self._metadata
         )
         try:
-            yield from stream
+            for batch in stream:
+                yield from batch.executions
         except grpc.RpcError as exc:
             raise self._error(exc) from None
         finally:

@@ -180,13 +180,14 @@ async def _finals(call: grpc.aio.UnaryStreamCall) -> AsyncIterator[ServerSentEve
         sequence = 0
         while True:
             try:
-                execution = await call.read()
+                batch = await call.read()
             except grpc.aio.AioRpcError:
                 return  # the core went away: the client asks again for those it has not seen
-            if execution is grpc.aio.EOF:
+            if batch is grpc.aio.EOF:
                 return
-            sequence += 1
-            yield ServerSentEvent(data=protojson.to_json(execution), event="execution", id=str(sequence))
+            for execution in batch.executions:
+                sequence += 1
+                yield ServerSentEvent(data=protojson.to_json(execution), event="execution", id=str(sequence))
     finally:
         call.cancel()
 

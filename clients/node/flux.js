@@ -503,10 +503,12 @@ async function wait(args) {
   try {
     // One WaitExecutions stream: each final state as it comes, in completion order.
     const request = { execution_ids: positionals };
-    await readExecutions(stub, "WaitExecutions", request, bearer("api"), timeoutMs, (execution) => {
-      const final = summary(execution);
-      if (final.state !== "COMPLETED") failed += 1;
-      console.log(JSON.stringify(final));
+    await readExecutions(stub, "WaitExecutions", request, bearer("api"), timeoutMs, (batch) => {
+      for (const execution of batch.executions) {
+        const final = summary(execution);
+        if (final.state !== "COMPLETED") failed += 1;
+        console.log(JSON.stringify(final));
+      }
     });
   } finally {
     stub.close();

@@ -78,14 +78,13 @@ async def known(d: Dispatcher, execution_ids: Iterable[str]) -> list[Execution]:
     return [await _known(d, execution_id) for execution_id in checked_ids(execution_ids)]
 
 
-async def finals(d: Dispatcher, executions: list[Execution]) -> AsyncIterator[Execution]:
-    """The final state of each of ``executions`` (from ``known``) as each finishes; the finished first."""
-    waiting: list[Execution] = []
-    for execution in executions:
-        if execution.state.finished:
-            yield _bare(execution)
-        else:
-            waiting.append(execution)
+async def finals(d: Dispatcher, executions: list[Execution]) -> AsyncIterator[list[Execution]]:
+    """The final states of ``executions`` (from ``known``) as they finish: the finished ones first,
+    then each batch that finished by the time the last one was taken."""
+    waiting = [e for e in executions if not e.state.finished]
+    finished = [_bare(e) for e in executions if e.state.finished]
+    if finished:
+        yield finished
     if not waiting:
         return
     done: asyncio.Queue[Execution | BaseException] = asyncio.Queue()
@@ -100,11 +99,16 @@ async def finals(d: Dispatcher, executions: list[Execution]) -> AsyncIterator[Ex
 
     followers = [asyncio.ensure_future(follow(execution)) for execution in waiting]
     try:
-        for _ in waiting:
-            item = await done.get()
-            if isinstance(item, BaseException):
-                raise item
-            yield item
+        left = len(waiting)
+        while left:
+            batch = [await done.get()]
+            while not done.empty():
+                batch.append(done.get_nowait())
+            for item in batch:
+                if isinstance(item, BaseException):
+                    raise item
+            left -= len(batch)
+            yield batch  # type: ignore[misc]
     finally:
         for follower in followers:
             follower.cancel()

@@ -344,14 +344,16 @@ class ControlService(control_pb2_grpc.ControlServiceServicer):
 
     async def WaitExecutions(
         self, request: control_pb2.WaitExecutionsRequest, context: grpc.aio.ServicerContext
-    ) -> AsyncIterator[control_pb2.Execution]:
+    ) -> AsyncIterator[control_pb2.FinishedExecutions]:
         try:
             executions = await waiting.known(self.dispatcher, request.execution_ids)
             # Headers now: a gateway relaying this as SSE answers 200 once the ids are accepted,
             # before the first execution finishes (a refusal has no headers, only its status).
             await context.send_initial_metadata(())
-            async for execution in waiting.finals(self.dispatcher, executions):
-                yield convert.execution_to_proto(execution)
+            async for batch in waiting.finals(self.dispatcher, executions):
+                yield control_pb2.FinishedExecutions(
+                    executions=[convert.execution_to_proto(e) for e in batch]
+                )
         except Exception as exc:
             await _abort(self.dispatcher, context, exc)
 

@@ -1793,3 +1793,25 @@ class WaitExecutionsRequest(_message.Message):
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___WaitExecutionsRequest: _TypeAlias = WaitExecutionsRequest  # noqa: Y015
+
+@_typing.final
+class FinishedExecutions(_message.Message):
+    """Executions that reached their final state, in the order they did; inputs left out."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    EXECUTIONS_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def executions(self) -> _containers.RepeatedCompositeFieldContainer[Global___Execution]: ...
+    def __init__(
+        self,
+        *,
+        executions: _abc.Iterable[Global___Execution] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["executions", b"executions"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___FinishedExecutions: _TypeAlias = FinishedExecutions  # noqa: Y015

@@ -124,7 +124,7 @@ class ControlServiceStub:
         self.WaitExecutions = channel.unary_stream(
                 '/flux.v1.ControlService/WaitExecutions',
                 request_serializer=flux_dot_v1_dot_control__pb2.WaitExecutionsRequest.SerializeToString,
-                response_deserializer=flux_dot_v1_dot_control__pb2.Execution.FromString,
+                response_deserializer=flux_dot_v1_dot_control__pb2.FinishedExecutions.FromString,
                 _registered_method=True)
 
 
@@ -270,7 +270,7 @@ class ControlServiceServicer:
     def WaitExecutions(self, request, context):
         """Waits for many executions at once: the final state of each, in the order they
         finish (those already finished first), each id once; the stream ends after the
-        last. At most 10,000 ids per call.
+        last. Executions that finish together come in one message. At most 10,000 ids per call.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -367,7 +367,7 @@ def add_ControlServiceServicer_to_server(servicer, server):
             'WaitExecutions': grpc.unary_stream_rpc_method_handler(
                     servicer.WaitExecutions,
                     request_deserializer=flux_dot_v1_dot_control__pb2.WaitExecutionsRequest.FromString,
-                    response_serializer=flux_dot_v1_dot_control__pb2.Execution.SerializeToString,
+                    response_serializer=flux_dot_v1_dot_control__pb2.FinishedExecutions.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -857,7 +857,7 @@ class ControlService:
             target,
             '/flux.v1.ControlService/WaitExecutions',
             flux_dot_v1_dot_control__pb2.WaitExecutionsRequest.SerializeToString,
-            flux_dot_v1_dot_control__pb2.Execution.FromString,
+            flux_dot_v1_dot_control__pb2.FinishedExecutions.FromString,
             options,
             channel_credentials,
             insecure,

@@ -92,10 +92,10 @@ class ControlServiceStub:
     The stream ends after the final state. A caller whose stream breaks after the
     receipt follows the execution with WatchExecution; nothing is lost or run twice.
     """
-    WaitExecutions: _grpc.UnaryStreamMultiCallable[_control_pb2.WaitExecutionsRequest, _control_pb2.Execution]
+    WaitExecutions: _grpc.UnaryStreamMultiCallable[_control_pb2.WaitExecutionsRequest, _control_pb2.FinishedExecutions]
     """Waits for many executions at once: the final state of each, in the order they
     finish (those already finished first), each id once; the stream ends after the
-    last. At most 10,000 ids per call.
+    last. Executions that finish together come in one message. At most 10,000 ids per call.
     """
 
 @_typing.type_check_only
@@ -162,10 +162,10 @@ class ControlServiceAsyncStub(ControlServiceStub):
     The stream ends after the final state. A caller whose stream breaks after the
     receipt follows the execution with WatchExecution; nothing is lost or run twice.
     """
-    WaitExecutions: _aio.UnaryStreamMultiCallable[_control_pb2.WaitExecutionsRequest, _control_pb2.Execution]  # type: ignore[assignment]
+    WaitExecutions: _aio.UnaryStreamMultiCallable[_control_pb2.WaitExecutionsRequest, _control_pb2.FinishedExecutions]  # type: ignore[assignment]
     """Waits for many executions at once: the final state of each, in the order they
     finish (those already finished first), each id once; the stream ends after the
-    last. At most 10,000 ids per call.
+    last. Executions that finish together come in one message. At most 10,000 ids per call.
     """
 
 class ControlServiceServicer(metaclass=_abc_1.ABCMeta):
@@ -337,10 +337,10 @@ class ControlServiceServicer(metaclass=_abc_1.ABCMeta):
         self,
         request: _control_pb2.WaitExecutionsRequest,
         context: _ServicerContext,
-    ) -> _typing.Union[_abc.Iterator[_control_pb2.Execution], _abc.AsyncIterator[_control_pb2.Execution]]:
+    ) -> _typing.Union[_abc.Iterator[_control_pb2.FinishedExecutions], _abc.AsyncIterator[_control_pb2.FinishedExecutions]]:
         """Waits for many executions at once: the final state of each, in the order they
         finish (those already finished first), each id once; the stream ends after the
-        last. At most 10,000 ids per call.
+        last. Executions that finish together come in one message. At most 10,000 ids per call.
         """
 
 def add_ControlServiceServicer_to_server(servicer: ControlServiceServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...
