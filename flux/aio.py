@@ -161,7 +161,10 @@ class FluxClient:
         if receipt is None:
             raise Unavailable(f"the Flux server at {self.address} ended the run without an answer")
         remaining = None if deadline is None else max(0.0, deadline - loop.time())
-        return await self.wait(receipt.execution_id, remaining, on_update)
+        try:
+            return await self.wait(receipt.execution_id, remaining, on_update)
+        except WaitTimedOut as exc:  # named with the whole wait's timeout, not what was left of it
+            raise WaitTimedOut(exc.execution, exc.timeout if timeout is None else timeout) from None
 
     async def map(
         self,

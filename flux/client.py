@@ -244,7 +244,10 @@ class FluxClient:
             raise Unavailable(f"the Flux server at {self.address} ended the run without an answer")
         # Accepted, then the stream broke (a restart, or the timeout): follow it as ``wait`` does.
         remaining = None if deadline is None else max(0.0, deadline - time.monotonic())
-        return self.wait(receipt.execution_id, remaining, on_update)
+        try:
+            return self.wait(receipt.execution_id, remaining, on_update)
+        except WaitTimedOut as exc:  # named with the whole wait's timeout, not what was left of it
+            raise WaitTimedOut(exc.execution, exc.timeout if timeout is None else timeout) from None
 
     def map(
         self,

@@ -1802,7 +1802,9 @@ class FinishedExecutions(_message.Message):
 
     EXECUTIONS_FIELD_NUMBER: _builtins.int
     @_builtins.property
-    def executions(self) -> _containers.RepeatedCompositeFieldContainer[Global___Execution]: ...
+    def executions(self) -> _containers.RepeatedCompositeFieldContainer[Global___Execution]:
+        """Each in its final state (COMPLETED, FAILED or CANCELLED), output or error included."""
+
     def __init__(
         self,
         *,
