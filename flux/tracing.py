@@ -248,3 +248,36 @@ def span(name: str, parent: str = "", kind: str = "INTERNAL", **attributes: Any)
                 current_span.set_attribute("error.type", type(exc).__qualname__)
                 current_span.set_status(Status(StatusCode.ERROR, type(exc).__qualname__))
             raise
+
+
+def start(name: str, parent: str = "", kind: str = "INTERNAL", **attributes: Any) -> Any:
+    """A started span, not made current, under ``parent`` (a carrier) or the current span; the
+    caller ends it. Only while ACTIVE."""
+    from opentelemetry.trace import SpanKind
+
+    return _tracer.start_span(
+        name,
+        context=context_of(parent) if parent else None,
+        kind=getattr(SpanKind, kind),
+        attributes=attributes,
+    )
+
+
+def submit_attributes(address: str, method: str, workflow: str) -> dict[str, Any]:
+    """A ``flux.submit`` span's attributes (the RPC semantic conventions, and the workflow)."""
+    return {
+        "rpc.system": "grpc",
+        "rpc.service": "flux.v1.ControlService",
+        "rpc.method": method,
+        "server.address": address.rpartition(":")[0] or address,
+        "flux.workflow.name": workflow,
+    }
+
+
+def submitted(span: Any, answer: Any) -> None:
+    """Name on ``span`` what a RunWorkflow, RunWorkflows or RunAndWait answer accepted."""
+    executions = getattr(answer, "executions", None)
+    ids = [e.execution_id for e in executions] if executions is not None else [answer.execution_id]
+    if len(ids) == 1:
+        span.set_attribute("flux.execution.id", ids[0])
+    span.set_attribute("flux.executions", len(ids))
