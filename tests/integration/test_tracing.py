@@ -6,6 +6,7 @@ the workers' come over OTLP/gRPC to a real collector TraceService started here (
 
 from __future__ import annotations
 
+import asyncio
 import json
 import signal
 import subprocess
@@ -18,7 +19,7 @@ from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
-from flux import tracing
+from flux import aio, tracing
 from flux.auth import Role
 from flux.testing import Cluster, eventually
 from flux.v1 import control_pb2
@@ -208,7 +209,8 @@ def test_a_server_restart_between_submission_and_dispatch_keeps_the_trace(
     try:
         cluster.start_server()
         cluster.register(TRACED)
-        execution = cluster.client.run("traced_blocking", None)
+        # Submitted by the asyncio client: its flux.submit is the trace's root too.
+        execution = asyncio.run(_submit_async(cluster, "traced_blocking"))
         assert cluster.client.get(execution.execution_id).state == CREATED  # no worker yet
         assert cluster.server is not None
         cluster.server.terminate()
@@ -225,6 +227,11 @@ def test_a_server_restart_between_submission_and_dispatch_keeps_the_trace(
         cluster.close()
 
 
+async def _submit_async(cluster: Cluster, workflow: str) -> control_pb2.Execution:
+    async with aio.FluxClient(cluster.address, credentials=cluster.credentials(Role.CLIENT)) as client:
+        return await client.run(workflow, None)
+
+
 def test_two_postgresql_replicas_keep_the_trace_whole(
     tmp_path: Path, pg_url: str, receiver: Receiver, client_spans: InMemorySpanExporter
 ) -> None:
@@ -235,10 +242,10 @@ def test_two_postgresql_replicas_keep_the_trace_whole(
         cluster.register(TRACED)
         # Accepted by the first replica, dispatched by the second (the only one with a worker).
         cluster.start_worker("w1", servers=[other])
-        execution = cluster.client.run("traced_blocking", None)
-        final = cluster.client.wait(execution.execution_id, timeout=60)
+        # Run and wait in one call (RunAndWait): its receipt is the client's flux.submit.
+        final = cluster.client.run("traced_blocking", None, wait=True, timeout=60)
         assert final.state == COMPLETED
-        assert_whole(receiver, submits(client_spans)[execution.execution_id])
+        assert_whole(receiver, submits(client_spans)[final.execution_id])
     finally:
         cluster.close()
 
@@ -255,7 +262,7 @@ def test_a_traceparent_header_on_the_gateway_joins_the_callers_trace(
         cluster.start_worker("w1")
         answer = httpx.post(
             f"{cluster.gateway_url}/workflows/traced_blocking/run",
-            json={"input": None},
+            json={"input": None, "wait": True, "timeout": 60},
             headers={
                 "Authorization": f"Bearer {cluster.token(Role.CLIENT)}",
                 "traceparent": f"00-{trace_id}-{caller}-01",
@@ -263,9 +270,10 @@ def test_a_traceparent_header_on_the_gateway_joins_the_callers_trace(
             },
             timeout=30,
         )
-        assert answer.status_code == 202, answer.text
+        # Run and wait in one request (RunAndWait to the core): the caller's context went with it.
+        assert answer.status_code == 200, answer.text
+        assert answer.json()["state"] == "EXECUTION_STATE_COMPLETED"
         execution_id = answer.json()["execution_id"]
-        assert cluster.client.wait(execution_id, timeout=60).state == COMPLETED
         spans = spans_of(receiver, trace_id, {"POST /workflows/{name}/run": 1, "flux.execute": 1})
         (route,) = spans["POST /workflows/{name}/run"]
         assert route.parent_id == caller and route.attributes["http.route"] == "/workflows/{name}/run"
