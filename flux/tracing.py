@@ -71,6 +71,7 @@ def setup(service: str) -> bool:
         attributes["service.name"] = service
     provider = TracerProvider(resource=Resource.create(attributes))  # the sampler from OTEL_TRACES_SAMPLER
     names = os.environ.get("OTEL_TRACES_EXPORTER", "otlp").strip().lower() or "otlp"
+    exporting = False
     for name in (n.strip() for n in names.split(",")):
         if name == "console":
             exporter: Any = ConsoleSpanExporter()
@@ -85,6 +86,9 @@ def setup(service: str) -> bool:
             log.warning("OTEL_TRACES_EXPORTER=%s is not one of otlp, console, none; ignored", name)
             continue
         provider.add_span_processor(BatchSpanProcessor(exporter))
+        exporting = True
+    if not exporting:
+        return False  # nothing would leave the process: record nothing
     trace.set_tracer_provider(provider)
     _provider = provider
     use(provider)

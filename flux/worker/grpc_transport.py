@@ -71,7 +71,9 @@ def dispatch_from_proto(message: worker_pb2.ExecutionScheduled) -> Dispatch:
         workflow=WorkflowRef.from_proto(message.workflow),
         gpu_indices=tuple(message.gpu_indices),
         requests=ResourceRequest.from_proto(message.requests),
-        trace=tracing.carrier(message.trace.traceparent, message.trace.tracestate),
+        trace=tracing.carrier(message.trace.traceparent, message.trace.tracestate)
+        if message.HasField("trace")
+        else "",
     )
 
 
