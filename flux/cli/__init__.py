@@ -260,6 +260,10 @@ def build_parser() -> argparse.ArgumentParser:
         default=defaults.WORK_DIR,
         help=f"where workflow code is cached (default {defaults.WORK_DIR})",
     )
+    worker.add_argument(
+        "--pool", default=os.environ.get("FLUX_POOL") or None, metavar="POOL",
+        help="the worker pool it belongs to, carried as the label flux/pool (default $FLUX_POOL)",
+    )  # fmt: skip
     with_log_format(worker)
     worker.set_defaults(run=_start_worker)
 
@@ -335,9 +339,10 @@ def build_parser() -> argparse.ArgumentParser:
     forget.add_argument("name", metavar="NAME", help="the worker's registered name")
     forget.set_defaults(run=_forget_worker)
 
-    from flux.cli import tokens
+    from flux.cli import pools, tokens
 
     tokens.add_command(commands)
+    pools.add_command(commands, with_server)
 
     status = with_server(commands.add_parser("status", help="the fleet and the pending queue at a glance"))
     status.add_argument("--json", action="store_true", help="print one JSON object")
@@ -516,9 +521,18 @@ def _start_worker(args: argparse.Namespace) -> int:
         _error(str(exc))
         return 1
     chosen = args.gateway or args.server or [default_server()]
+    labels = dict(args.label)
+    if args.pool is not None:
+        from flux.matching.pools import POOL_LABEL, validate_pool_name
+
+        try:
+            labels[POOL_LABEL] = validate_pool_name(args.pool, "--pool")
+        except ValueError as exc:
+            _error(str(exc))
+            return 2
     config = WorkerProcess(
         worker=WorkerConfig(
-            name=args.name, labels=dict(args.label), capacity=args.capacity, work_dir=Path(args.work_dir)
+            name=args.name, labels=labels, capacity=args.capacity, work_dir=Path(args.work_dir)
         ),
         addresses=tuple(a for value in chosen for a in value.split(",") if a),
         over_gateway=bool(args.gateway),

@@ -28,6 +28,7 @@ from typing import TYPE_CHECKING
 from flux.dispatcher.lifecycle import Counters, Histogram, Lifecycle
 from flux.domain.execution import State
 from flux.matching import Shape, WorkerView, explain
+from flux.matching.pools import PoolDemand
 
 if TYPE_CHECKING:
     from flux.dispatcher.core import Dispatcher
@@ -94,6 +95,8 @@ class Status:
     latency: dict[str, Histogram]
     # Workers not in ``workers``: a fleet over STATUS_WORKERS is summarised (``fleet``), not listed.
     workers_omitted: int = 0
+    # Worker pools with the demand on each, from the same fleet and queue as the rest.
+    pools: tuple[PoolDemand, ...] = ()
 
 
 def reason_of(workers: int, infeasible: bool) -> str:
@@ -216,6 +219,7 @@ class StatusBoard:
         executions[State.FAILED] = counters.failed
         executions[State.CANCELLED] = counters.cancelled
         fleet = fleet_of(entries)
+        pools = tuple(d.pools.demand_now(entries, list(counts.items())).values())
         listed = detail and len(entries) <= STATUS_WORKERS
         workers = tuple(entries) if listed else ()
 
@@ -260,4 +264,5 @@ class StatusBoard:
             counters=counters,
             latency=latency,
             workers_omitted=len(entries) if detail and not listed else 0,
+            pools=pools,
         )

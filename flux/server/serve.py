@@ -21,8 +21,9 @@ from flux.observe import logs, pauses
 from flux.server.interceptors import DecodeGuard
 from flux.server.introspection import Health, enable_reflection
 from flux.server.local import LocalChannel, LocalRegistry
+from flux.server.pools import PoolService
 from flux.server.servicers import ControlService, WorkerService
-from flux.v1 import control_pb2, control_pb2_grpc, worker_pb2, worker_pb2_grpc
+from flux.v1 import control_pb2, control_pb2_grpc, pools_pb2, pools_pb2_grpc, worker_pb2, worker_pb2_grpc
 
 if TYPE_CHECKING:
     from gateway.connections import HttpLimits
@@ -127,10 +128,12 @@ async def start_server(config: ServerConfig) -> RunningServer:
         worker_pb2_grpc.add_WorkerServiceServicer_to_server(workers, target)  # type: ignore[arg-type]
         control_pb2_grpc.add_ControlServiceServicer_to_server(control, target)  # type: ignore[arg-type]
         health_pb2_grpc.add_HealthServicer_to_server(health_servicer, target)  # type: ignore[arg-type]
+        pools_pb2_grpc.add_PoolServiceServicer_to_server(PoolService(dispatcher), target)  # type: ignore[arg-type]
     services = (
         worker_pb2.DESCRIPTOR.services_by_name["WorkerService"].full_name,
         control_pb2.DESCRIPTOR.services_by_name["ControlService"].full_name,
         health_pb2.DESCRIPTOR.services_by_name["Health"].full_name,
+        pools_pb2.DESCRIPTOR.services_by_name["PoolService"].full_name,
     )
     enable_reflection(services, server)
     address = f"{config.host}:{config.grpc_port}"
