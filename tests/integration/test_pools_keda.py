@@ -44,8 +44,9 @@ GPU_POOL = {
 }
 
 
-def start(tmp_path: Path, *args: str, db: str = "flux.db") -> tuple[Cluster, str]:
+def start(tmp_path: Path, *args: str, db: str = "flux.db", ca: str | None = None) -> tuple[Cluster, str]:
     cluster = Cluster(tmp_path, "grpc", db=db)
+    cluster.ca = ca
     cluster.start_server(
         "--ack-deadline", "2", "--grace-period", "2", "--safety-tick", "1", "--keda-port", "0", *args
     )
@@ -68,7 +69,7 @@ def keda_cluster(tmp_path: Path) -> Iterator[tuple[Cluster, str]]:
 def apply(cluster: Cluster, document: dict) -> subprocess.CompletedProcess[str]:
     path = cluster.workdir / "pools.json"
     path.write_text(json.dumps(document))
-    return cluster.flux("pool", "apply", str(path))
+    return cluster.flux("pool", "apply", str(path), *(("--ca", cluster.ca) if cluster.ca else ()))
 
 
 class Deployment:
@@ -228,3 +229,29 @@ def test_keda_calls_are_refused_with_a_named_field(keda_cluster: tuple[Cluster, 
         with pytest.raises(grpc.RpcError) as caught:
             stub.GetMetricSpec(pb.ScaledObjectRef(scalerMetadata={"pool": "ghost"}), timeout=10)
         assert caught.value.code() == grpc.StatusCode.NOT_FOUND
+
+
+def test_keda_port_requires_a_client_certificate_from_the_ca(tmp_path: Path) -> None:
+    from tests.integration.tls import make_pki
+
+    pki, stranger = make_pki(tmp_path / "pki"), make_pki(tmp_path / "stranger")
+    tls = ("--tls-cert", str(pki.cert), "--tls-key", str(pki.key), "--keda-client-ca", str(pki.ca))
+    cluster, keda_address = start(tmp_path, *tls, ca=str(pki.ca))
+    try:
+        assert apply(cluster, GPU_POOL).returncode == 0
+        ref = pb.ScaledObjectRef(scalerMetadata={"pool": "gpu"})
+
+        def channel(client: object | None) -> grpc.Channel:
+            chain = () if client is None else (client.key.read_bytes(), client.cert.read_bytes())  # type: ignore[attr-defined]
+            credentials = grpc.ssl_channel_credentials(pki.ca.read_bytes(), *chain)
+            return grpc.secure_channel(keda_address, credentials)
+
+        # KEDA's caCert + tlsClientCert/tlsClientKey: a certificate signed by --keda-client-ca.
+        with channel(pki) as ok:
+            assert pb_grpc.ExternalScalerStub(ok).IsActive(ref, timeout=10).result is False
+        for client in (None, stranger):  # no certificate, or one from another CA: the handshake fails
+            with channel(client) as refused, pytest.raises(grpc.RpcError) as caught:
+                pb_grpc.ExternalScalerStub(refused).IsActive(ref, timeout=10)
+            assert caught.value.code() == grpc.StatusCode.UNAVAILABLE
+    finally:
+        cluster.close()
