@@ -92,7 +92,7 @@ class KedaEmulator:
                     with self._pushed:
                         self.pushes.append(Push(answer.result, time.monotonic()))
                         self._pushed.notify_all()
-            except grpc.RpcError:
+            except (grpc.RpcError, ValueError):  # ValueError: the channel was closed under it
                 pass
             if self._stopping.wait(delay):
                 return

@@ -45,6 +45,9 @@ log = logging.getLogger("flux.dispatcher")
 # Seconds between two recomputations for the watchers (StreamIsActive): well under KEDA's
 # 50 ms push target, while a submission burst costs one computation per interval.
 MIN_INTERVAL = 0.01
+# Seconds a server trusts the declarations it read: with replicas, one applied on another is
+# seen within this (a single server has them all in memory already; the read is cheap).
+RELOAD = 2.0
 
 
 class PoolBook:
@@ -60,8 +63,12 @@ class PoolBook:
         self._scheduled = False
         self._task: asyncio.Task[None] | None = None
         self._last = float("-inf")  # loop time of the last recomputation
+        self._loaded_at = float("-inf")  # loop time of the last read of the declarations
 
     async def load(self) -> None:
+        """Read the declarations from the store (at start, and every ``RELOAD`` seconds after:
+        with replicas, another one may have applied some)."""
+        self._loaded_at = asyncio.get_running_loop().time()
         for name, document in await self.store.list_pools():
             try:
                 self.declared[name] = parse_pool(json.loads(document), f"stored pool {name!r}")
@@ -98,6 +105,8 @@ class PoolBook:
         return compute_demand(specs, views, pending, self._cache)
 
     async def demand(self, dispatcher: Dispatcher) -> dict[str, PoolDemand]:
+        if asyncio.get_running_loop().time() - self._loaded_at > RELOAD:
+            await self.load()
         entries = await dispatcher.list_workers()
         queue = dispatcher.pending()
         return self.demand_now(entries, [(shape, queue.count(shape)) for shape in queue.shapes()])
@@ -105,6 +114,10 @@ class PoolBook:
     async def get(self, dispatcher: Dispatcher, name: str) -> PoolDemand:
         demand = await self.demand(dispatcher)
         found = demand.get(name)
+        if found is None and name not in self.declared:  # applied through another replica just now?
+            await self.load()
+            demand = await self.demand(dispatcher)
+            found = demand.get(name)
         if found is None:
             known = ", ".join(sorted(demand)) or "none yet"
             raise NotFound(f"pool {name!r} is neither declared nor has a worker (pools: {known})")

@@ -255,3 +255,42 @@ def test_keda_port_requires_a_client_certificate_from_the_ca(tmp_path: Path) -> 
             assert caught.value.code() == grpc.StatusCode.UNAVAILABLE
     finally:
         cluster.close()
+
+
+def _keda_address(process: subprocess.Popen[str]) -> str:
+    assert process.stdout is not None
+    match = KEDA_LINE.search(plain(process.stdout.readline()))
+    assert match, "the replica did not print its KEDA port"
+    return f"{match.group(1)}:{match.group(2)}"
+
+
+def test_every_replica_answers_keda_with_the_same_demand(tmp_path: Path, pg_url: str) -> None:
+    """Replicas on PostgreSQL: a pool applied through one, work submitted through another, and
+    KEDA may ask any of them (its Service balances): the demand is the same from each."""
+    cluster, first = start(tmp_path, db=pg_url)
+    try:
+        second_grpc = cluster.start_replica("--ack-deadline", "2", "--grace-period", "2", "--keda-port", "0")
+        second = _keda_address(cluster.replicas[0][0])
+        assert apply(cluster, GPU_POOL).returncode == 0  # through the first server
+        with cluster.client_for(second_grpc) as client:
+            submitted = [client.run("holds_gpu", 0.2, wait=False) for _ in range(5)]
+        with grpc.insecure_channel(first) as one, grpc.insecure_channel(second) as other:
+            emulators = [KedaEmulator(channel, "gpu", lambda replicas: None) for channel in (one, other)]
+            try:
+                for keda in emulators:
+                    keda.setup()
+                # 5 one-GPU executions, 2 per worker of the pool's shape: 3 workers, from either replica.
+                for keda in emulators:
+                    eventually(lambda keda=keda: keda.poll() == (3.0, True), timeout=30, what="demand 3")
+                    keda.wait_push(True)
+                cluster.start_worker("gpu-1", "--pool", "gpu", "--cpus", "1", "--capacity", "2", gpus="2")
+                finals = cluster.wait_all([e.execution_id for e in submitted], timeout=60)
+                assert {f.state for f in finals} == {COMPLETED}
+                for keda in emulators:
+                    # Only the idle worker is left: no work, so not active, and its demand is the pool's min.
+                    eventually(lambda keda=keda: keda.poll() == (0.0, False), timeout=30, what="demand 0")
+            finally:
+                for keda in emulators:
+                    keda.close()
+    finally:
+        cluster.close()
