@@ -294,3 +294,28 @@ def test_every_replica_answers_keda_with_the_same_demand(tmp_path: Path, pg_url:
                     keda.close()
     finally:
         cluster.close()
+
+
+@pytest.mark.timeout(240)
+def test_dashboard_queue_shows_each_pool_and_its_demand(keda_cluster: tuple[Cluster, str], browser) -> None:
+    from playwright.sync_api import expect
+
+    from tests.integration.browser import screenshot
+
+    cluster, _ = keda_cluster
+    assert apply(cluster, GPU_POOL).returncode == 0
+    waiting = [cluster.run("holds_gpu", 0.1, wait=False) for _ in range(3)]
+    page = browser.new_page(viewport={"width": 1440, "height": 900})
+    page.goto(f"{cluster.gateway_url}/ui")
+    page.get_by_label("API token").fill(cluster.token(Role.CLIENT))
+    page.get_by_label("API token").press("Enter")
+    page.get_by_role("link", name="Queue").click()
+    row = page.locator('#pools tr[data-pool="gpu"]')
+    expect(row).to_have_attribute("data-active", "true", timeout=20_000)
+    expect(row.locator('[data-role="pending"]')).to_have_text("3")
+    expect(row.locator('[data-role="demand"]')).to_have_text("2")
+    expect(row.locator('[data-role="workers"]')).to_have_text("0")
+    screenshot(page, "dashboard-pools")
+    for execution in waiting:
+        cluster.client.cancel(execution.execution_id)
+    expect(row).to_have_attribute("data-active", "false", timeout=20_000)
