@@ -219,7 +219,8 @@ class StatusBoard:
         executions[State.FAILED] = counters.failed
         executions[State.CANCELLED] = counters.cancelled
         fleet = fleet_of(entries)
-        pools = tuple(d.pools.demand_now(entries, list(counts.items())).values())
+        demand = d.pools.demand_now(entries, list(counts.items()))
+        pools = tuple(demand.values())
         listed = detail and len(entries) <= STATUS_WORKERS
         workers = tuple(entries) if listed else ()
 
@@ -232,6 +233,9 @@ class StatusBoard:
             head_id = oldest[shape][0] if shape in oldest else ""
             explanation = explain(shape, views, execution_id=head_id, aging=aging, now=now)
             summary = explanation.summary
+            if explanation.capable == 0 and demand:  # as Dispatcher.why says it: which pool could run it
+                could = d.pools.could_run(shape, demand)
+                summary = f"{summary}; {could}" if could else summary
             reason = reason_of(len(explanation.verdicts), explanation.infeasible)
             by_reason[reason] += counts[shape]
             if detail and shape in oldest:

@@ -124,6 +124,8 @@ def test_pool_cli_declares_lists_and_shows(keda_cluster: tuple[Cluster, str]) ->
             control_pb2.GetStatusRequest(), timeout=10
         )
     assert [(p.spec.name, p.pending, p.demand_workers) for p in status.pools] == [("gpu", 3, 2)]
+    (shape,) = status.pending
+    assert shape.summary.endswith("no worker is connected; pool gpu could run it (0 workers)")
     metrics = _metrics(cluster)
     assert 'flux_pool_demand_workers{pool="gpu"} 2.0' in metrics
 
