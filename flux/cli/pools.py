@@ -127,7 +127,13 @@ def _list(args: argparse.Namespace) -> int:
     with _Pools(args) as pools:
         answer = pools.call("ListPools", pools_pb2.ListPoolsRequest())
     if args.json:
-        print(json.dumps(json_format.MessageToDict(answer, preserving_proto_field_name=True)))
+        print(
+            json.dumps(
+                json_format.MessageToDict(
+                    answer, preserving_proto_field_name=True, always_print_fields_with_no_presence=True
+                )
+            )
+        )
         return 0
     if not answer.pools:
         print("no pools: declare one with flux pool apply FILE, or start a worker with --pool NAME")
@@ -169,7 +175,13 @@ def _show(args: argparse.Namespace) -> int:
     with _Pools(args) as pools:
         pool = pools.call("GetPool", pools_pb2.GetPoolRequest(name=args.name)).pool
     if args.json:
-        print(json.dumps(json_format.MessageToDict(pool, preserving_proto_field_name=True)))
+        print(
+            json.dumps(
+                json_format.MessageToDict(
+                    pool, preserving_proto_field_name=True, always_print_fields_with_no_presence=True
+                )
+            )
+        )
         return 0
     spec = pool.spec
     labels = ", ".join(f"{k}={v}" for k, v in sorted(spec.labels.items())) or "-"
