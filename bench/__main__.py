@@ -4,7 +4,19 @@ from __future__ import annotations
 
 import argparse
 
-from bench import attacks, dashboard, dispatch, fleet, loaded, matching, memory, pools, replicas, starvation
+from bench import (
+    attacks,
+    dashboard,
+    dispatch,
+    fleet,
+    loaded,
+    matching,
+    memory,
+    peers,
+    pools,
+    replicas,
+    starvation,
+)
 
 BENCHES = {
     "matching": matching.main,
@@ -16,6 +28,7 @@ BENCHES = {
     "attacks": attacks.main,
     "starvation": starvation.main,
     "fleet": fleet.main,
+    "peers": peers.main,
     "pools": pools.main,
 }
 
