@@ -125,7 +125,8 @@ REQUIRED = {
     "/flux.v1.PoolService/": Role.CLIENT,
 }
 # Methods of those services open to anyone, as health is: GetMetrics answers only
-# aggregate numbers (no names, labels or ids), what Prometheus scrapes without a token.
+# aggregate numbers (no names, labels or ids; pool names, which an operator chose, label
+# flux_pool_demand_workers), what Prometheus scrapes without a token.
 OPEN = frozenset({"/flux.v1.ControlService/GetMetrics"})
 
 

@@ -104,9 +104,13 @@ class PoolBook:
         specs = merge_specs(self.declared.values(), self.learned.values())
         return compute_demand(specs, views, pending, self._cache)
 
-    async def demand(self, dispatcher: Dispatcher) -> dict[str, PoolDemand]:
+    async def refresh(self) -> None:
+        """Re-read the declarations when they are older than ``RELOAD`` seconds."""
         if asyncio.get_running_loop().time() - self._loaded_at > RELOAD:
             await self.load()
+
+    async def demand(self, dispatcher: Dispatcher) -> dict[str, PoolDemand]:
+        await self.refresh()
         entries = await dispatcher.list_workers()
         queue = dispatcher.pending()
         return self.demand_now(entries, [(shape, queue.count(shape)) for shape in queue.shapes()])

@@ -194,6 +194,7 @@ class StatusBoard:
         d = self.dispatcher
         # The fleet first (with replicas, a database read): the same one explain counts.
         entries = await d.list_workers()
+        await d.pools.refresh()  # with replicas, pools applied through another one
         # ---- one synchronous step: every number below describes the same moment
         now = d.clock()
         views: list[WorkerView] = [w.view() for w in entries if w.accepting]  # paused ones too, as explain
