@@ -321,3 +321,27 @@ def test_dashboard_queue_shows_each_pool_and_its_demand(keda_cluster: tuple[Clus
     for execution in waiting:
         cluster.client.cancel(execution.execution_id)
     expect(row).to_have_attribute("data-active", "false", timeout=20_000)
+
+
+def test_the_push_stream_comes_back_after_a_server_restart(keda_cluster: tuple[Cluster, str]) -> None:
+    """KEDA reconnects StreamIsActive with backoff; the restarted server (same ports, as a pod
+    behind its Service) answers it and pushes the work submitted after the restart."""
+    cluster, keda_address = keda_cluster
+    assert apply(cluster, GPU_POOL).returncode == 0
+    with grpc.insecure_channel(keda_address) as channel:
+        keda = KedaEmulator(channel, "gpu", lambda replicas: None)
+        try:
+            keda.setup()
+            keda.wait_push(False)
+            connects = keda.calls.count("StreamIsActive")
+            cluster.kill_server()
+            cluster.restart_server("--keda-port", keda_address.rsplit(":", 1)[1])
+            assert cluster.server is not None and cluster.server.stdout is not None
+            assert KEDA_LINE.search(plain(cluster.server.stdout.readline()))
+            eventually(lambda: keda.calls.count("StreamIsActive") > connects, timeout=30, what="a reconnect")
+            seen = len(keda.pushes)
+            keda.wait_push(False, after=seen)  # the new stream's first answer
+            cluster.run("holds_gpu", 0.1, wait=False)
+            keda.wait_push(True, after=seen)
+        finally:
+            keda.close()
