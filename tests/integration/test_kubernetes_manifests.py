@@ -17,15 +17,16 @@ import subprocess
 from pathlib import Path
 from typing import Any
 
-import jsonschema
 import pytest
-import yaml
 
 from flux.cli import build_parser
 from flux.domain.quantity import parse_bytes
 from flux.matching.pools import parse_pools
 
+# The dev extra installs kubernetes-validate, which brings PyYAML and jsonschema.
 kubernetes_validate = pytest.importorskip("kubernetes_validate")
+yaml = pytest.importorskip("yaml")
+jsonschema = pytest.importorskip("jsonschema")
 
 ROOT = Path(__file__).parents[2]
 DEPLOY = ROOT / "deploy" / "kubernetes"
