@@ -111,9 +111,16 @@ class FluxClient:
             )
         return from_grpc_code(code, details)
 
-    def register_file(self, path: str | Path) -> control_pb2.RegisterWorkflowResponse:
-        """Read the file's workflows (without running it where the decorators are literals) and register them."""
-        return self.register(load_workflow_file(path))
+    def register_file(
+        self, path: str | Path, allow_import: bool = False
+    ) -> control_pb2.RegisterWorkflowResponse:
+        """Read the file's workflows without running it, and register them.
+
+        A decorator value that cannot be read from the syntax tree raises ``ValueError`` naming
+        ``file:line`` and the argument; ``allow_import=True`` imports the file (running its code)
+        to read it instead.
+        """
+        return self.register(load_workflow_file(path, allow_import=allow_import))
 
     def register(self, loaded: WorkflowFile) -> control_pb2.RegisterWorkflowResponse:
         request = control_pb2.RegisterWorkflowRequest(filename=loaded.path.name, source=loaded.source)

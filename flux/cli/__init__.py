@@ -268,6 +268,10 @@ def build_parser() -> argparse.ArgumentParser:
     )
     register = with_server(workflow.add_parser("register", help="register every workflow in a file"))
     register.add_argument("file", metavar="FILE", help="a Python file with @workflow functions")
+    register.add_argument(
+        "--allow-import", action="store_true",
+        help="import the file (running its code) when a decorator value is not a literal",
+    )  # fmt: skip
     register.set_defaults(run=_register)
     run = with_server(workflow.add_parser("run", help="run a workflow", epilog=EXIT_STATUS))
     run.add_argument("name", metavar="NAME", help="registered workflow name")
@@ -554,7 +558,7 @@ def _refusal_advice(refused: Exception) -> str:
 def _register(args: argparse.Namespace) -> int:
     from flux.loader import load_workflow_file
 
-    loaded = load_workflow_file(args.file)
+    loaded = load_workflow_file(args.file, allow_import=args.allow_import)
     for note in loaded.notes:  # the file had to be imported: say which value made it so
         print(note, file=sys.stderr)
     with _client(args) as client:

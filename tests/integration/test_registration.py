@@ -81,7 +81,7 @@ def test_syntax_error_is_one_message(cluster: Cluster, tmp_path: Path) -> None:
     assert "Traceback" not in result.stderr and result.stdout == ""
 
 
-def test_a_value_that_needs_the_file_imports_it_and_says_so(cluster: Cluster, tmp_path: Path) -> None:
+def test_a_value_that_needs_the_file_is_refused_unless_allow_import(cluster: Cluster, tmp_path: Path) -> None:
     path = write(
         tmp_path,
         "dynamic.py",
@@ -89,7 +89,15 @@ def test_a_value_that_needs_the_file_imports_it_and_says_so(cluster: Cluster, tm
         "@workflow.with_options(max_attempts=int(os.environ.get('ATTEMPTS', '2')))\n"
         "async def dynamic(ctx):\n    return 1\n",
     )
-    result = cluster.flux("workflow", "register", str(path))
+    # Not without asking: registering never runs the file's code unless told to.
+    refused = cluster.flux("workflow", "register", str(path))
+    assert refused.returncode != 0 and refused.stdout == ""
+    assert refused.stderr.startswith(
+        f"error: {path}:4: max_attempts=int(os.environ.get('ATTEMPTS', '2')) is not a literal; "
+    )
+    assert "--allow-import" in refused.stderr and "Traceback" not in refused.stderr
+    assert cluster.query("SELECT name FROM workflows WHERE name='dynamic'") == []
+    result = cluster.flux("workflow", "register", str(path), "--allow-import")
     assert result.returncode == 0, result.stderr
     assert result.stderr.splitlines() == [
         f"note: {path}:4: max_attempts=int(os.environ.get('ATTEMPTS', '2')) is not a literal; "
