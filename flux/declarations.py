@@ -327,9 +327,7 @@ def _targets(node: ast.stmt) -> list[str]:
             continue
         if isinstance(child, ast.Name) and isinstance(child.ctx, ast.Store):
             names.append(child.id)
-        elif isinstance(child, ast.ExceptHandler) and child.name:
-            names.append(child.name)
-        elif isinstance(child, ast.MatchAs | ast.MatchStar) and child.name:
+        elif isinstance(child, ast.ExceptHandler | ast.MatchAs | ast.MatchStar) and child.name:
             names.append(child.name)
         elif isinstance(child, ast.MatchMapping) and child.rest:
             names.append(child.rest)
