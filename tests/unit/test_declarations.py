@@ -395,7 +395,9 @@ def test_no_visible_flux_decorator_is_an_error_without_allow_import(tmp_path):
         pytest.param("if True:\n    from mylib import workflow\n", id="an import in an if block"),
         pytest.param("try:\n    from mylib import workflow\nexcept ImportError:\n    pass\n", id="in try"),
         pytest.param("from mylib import *\n", id="a star import from another module"),
-        pytest.param("def rebind():\n    global workflow\n    workflow = None\n", id="a global in a function"),
+        pytest.param(
+            "def rebind():\n    global workflow\n    workflow = None\n", id="a global in a function"
+        ),
         pytest.param("for workflow in []:\n    pass\n", id="a loop variable"),
         pytest.param("with open('x') as workflow:\n    pass\n", id="a with target"),
     ],
