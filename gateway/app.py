@@ -103,7 +103,7 @@ def _guards() -> list[tuple[object, Guard]]:
         path = getattr(route, "path", "")
         session = path != "/workers/register"
         stream = path.endswith("/connect")
-        guards.append((route, Guard(Role.WORKER, session, session_in_query=stream, ticket=stream)))
+        guards.append((route, Guard(Role.WORKER, session, ticket=stream)))
     guards += [(route, Guard(Role.CLIENT)) for route in clients.router.routes]
     guards += [(route, Guard(None)) for route in tickets.router.routes]
     # The observer streams: the API token in the header, or a ticket the route redeems.
