@@ -94,6 +94,13 @@ def build_parser() -> argparse.ArgumentParser:
             "for several (default: none, no CORS)",
         )  # fmt: skip
 
+    def with_allowed_host(p: argparse.ArgumentParser) -> None:
+        p.add_argument(
+            "--allowed-host", action="append", default=[], metavar="NAME",
+            help="a Host name the HTTP gateway answers to besides the address it binds, e.g. "
+            "flux.example.com; repeat for several (checked with --insecure, and whenever given)",
+        )  # fmt: skip
+
     def with_ping_interval(p: argparse.ArgumentParser) -> None:
         p.add_argument(
             "--ping-interval", type=arguments.seconds("--ping-interval"), default=defaults.PING_INTERVAL,
@@ -166,6 +173,7 @@ def build_parser() -> argparse.ArgumentParser:
     )  # fmt: skip
     server.add_argument("--no-http", action="store_true", help="serve gRPC only, without the gateway")
     with_cors(server)
+    with_allowed_host(server)
     with_ping_interval(server)
     server.add_argument(
         "--worker-token",
@@ -215,6 +223,7 @@ def build_parser() -> argparse.ArgumentParser:
     with_ping_interval(gateway)
     gateway.add_argument("--ca", help="CA bundle (PEM) to verify the core's TLS certificate")
     with_cors(gateway)
+    with_allowed_host(gateway)
     with_http_limits(gateway)
     with_tls(gateway)
     with_log_format(gateway)
@@ -439,6 +448,7 @@ def _start_server(args: argparse.Namespace) -> int:
         tokens=None if args.insecure else _server_tokens(args),
         tls=_tls(args),
         cors_origins=tuple(args.cors_origin),
+        allowed_hosts=tuple(args.allowed_host),
         http_limits=_http_limits(args),
     )
     from flux.store.base import StoreError
@@ -475,6 +485,15 @@ def _http_limits(args: argparse.Namespace):  # type: ignore[no-untyped-def]
     return HttpLimits(head_timeout=args.http_head_timeout, max_connections=args.http_max_connections)
 
 
+def _allowed_hosts(args: argparse.Namespace) -> tuple[str, ...]:
+    from flux.auth import is_loopback
+    from gateway.browsers import allowed_hosts
+
+    if not args.allowed_host:
+        return ()
+    return allowed_hosts(args.host, is_loopback(args.host), args.allowed_host)
+
+
 def _client(args: argparse.Namespace) -> FluxClient:
     from flux.auth import Credentials, Role
 
@@ -492,6 +511,7 @@ def _start_gateway(args: argparse.Namespace) -> int:
             ping_interval=args.ping_interval,
             core_ca=args.ca,
             cors_origins=tuple(args.cors_origin),
+            allowed_hosts=_allowed_hosts(args),
         ),
         host=args.host,
         port=args.port,
