@@ -120,6 +120,12 @@ def build_parser() -> argparse.ArgumentParser:
             help="open HTTP connections (SSE streams included) before new ones get 503 "
             f"(default {defaults.HTTP_MAX_CONNECTIONS})",
         )  # fmt: skip
+        p.add_argument(
+            "--http-max-connections-per-address", type=arguments.count("--http-max-connections-per-address"),
+            default=0, metavar="N",
+            help="open HTTP connections from one client address (IPv6: one /64) before its new ones get 503 "
+            "(default: half of --http-max-connections; behind a reverse proxy, every client is the proxy)",
+        )  # fmt: skip
 
     start = commands.add_parser("start", help="run a server or a worker").add_subparsers(
         dest="what", required=True, metavar="WHAT"
@@ -482,7 +488,11 @@ def _tls(args: argparse.Namespace) -> tuple[str, str] | None:
 def _http_limits(args: argparse.Namespace):  # type: ignore[no-untyped-def]
     from gateway.connections import HttpLimits
 
-    return HttpLimits(head_timeout=args.http_head_timeout, max_connections=args.http_max_connections)
+    return HttpLimits(
+        head_timeout=args.http_head_timeout,
+        max_connections=args.http_max_connections,
+        max_connections_per_address=args.http_max_connections_per_address,
+    )
 
 
 def _allowed_hosts(args: argparse.Namespace) -> tuple[str, ...]:

@@ -25,7 +25,12 @@ def test_host_name(header: str, name: str) -> None:
 
 
 def test_allowed_hosts() -> None:
-    assert allowed_hosts("127.0.0.1", True, ["Flux.Test:443"]) == ("127.0.0.1", "localhost", "::1", "flux.test")
+    assert allowed_hosts("127.0.0.1", True, ["Flux.Test:443"]) == (
+        "127.0.0.1",
+        "localhost",
+        "::1",
+        "flux.test",
+    )
     assert allowed_hosts("10.0.0.5", False, ["flux.test"]) == ("10.0.0.5", "flux.test")
     assert allowed_hosts("", False, []) == ()
 
@@ -34,7 +39,9 @@ def test_allowed_hosts() -> None:
     ("headers", "expected"),
     [
         pytest.param([], False, id="nothing"),
-        pytest.param([(b"content-type", b"text/plain;charset=UTF-8")], False, id="text/plain (no-cors fetch)"),
+        pytest.param(
+            [(b"content-type", b"text/plain;charset=UTF-8")], False, id="text/plain (no-cors fetch)"
+        ),
         pytest.param([(b"content-type", b"application/x-www-form-urlencoded")], False, id="a form"),
         pytest.param([(b"content-type", b"multipart/form-data; boundary=x")], False, id="a multipart form"),
         pytest.param([(b"authorization", b"")], False, id="an empty authorization"),
