@@ -17,7 +17,7 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 from flux import defaults, event_loop
-from flux.cli import arguments, render
+from flux.cli import arguments, render, tables
 from flux.client import FluxClient, default_server
 from flux.domain.quantity import format_bytes
 from flux.errors import FluxError
@@ -709,7 +709,7 @@ def _workers(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps({"workers": [render.worker_dict(w) for w in response.workers]}))
     else:
-        print(render.workers_text(response.workers, int(time.time() * 1000)))
+        print(render.workers_text(response.workers, int(time.time() * 1000), tables.terminal_width()))
     return 0
 
 
@@ -723,5 +723,9 @@ def _forget_worker(args: argparse.Namespace) -> int:
 def _cluster_status(args: argparse.Namespace) -> int:
     with _client(args) as client:
         status = client.status()
-    print(json.dumps(render.status_dict(status)) if args.json else render.status_text(status))
+    print(
+        json.dumps(render.status_dict(status))
+        if args.json
+        else render.status_text(status, tables.terminal_width())
+    )
     return 0
