@@ -12,7 +12,7 @@ import pytest
 from flux.cli import render, tables
 from flux.cli.listings import executions_text
 from flux.v1 import control_pb2, worker_pb2
-from tests.unit.test_render import GiB, NOW_MS, status, worker
+from tests.unit.test_render import NOW_MS, GiB, status, worker
 
 WORKERS = [
     worker("gpu-box-01", cpu=(6, 32), memory=(12 * GiB, 64 * GiB), gpus=(1, 2), load=(3, 16),
@@ -100,10 +100,22 @@ def test_execution_list(width: int) -> None:
     fits(text, width)
     lines = text.splitlines()
     assert lines[0].split()[:3] == ["EXECUTION", "WORKFLOW", "STATE"]
-    assert [line.split()[3] for line in lines[1:4]] == ["RUNNING", "COMPLETED", "CREATED"]  # WORKFLOW is "name vN"
+    assert [line.split()[3] for line in lines[1:4]] == [
+        "RUNNING",
+        "COMPLETED",
+        "CREATED",
+    ]  # WORKFLOW is "name vN"
     assert_aligned(text, {"ATTEMPT", "PRIORITY"})
     if width == 200:
-        assert lines[0].split() == ["EXECUTION", "WORKFLOW", "STATE", "WORKER", "ATTEMPT", "PRIORITY", "SUBMITTED"]
+        assert lines[0].split() == [
+            "EXECUTION",
+            "WORKFLOW",
+            "STATE",
+            "WORKER",
+            "ATTEMPT",
+            "PRIORITY",
+            "SUBMITTED",
+        ]
         assert len(lines) == 4 and EXECUTIONS[0].execution_id in lines[1] and "1m05s ago" in lines[1]
 
 
