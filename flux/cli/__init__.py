@@ -637,18 +637,21 @@ def _run(args: argparse.Namespace) -> int:
     from flux.client import WaitTimedOut
 
     with _client(args) as client:
-        execution = client.run_json(args.name, text, version=args.version, priority=args.priority)
         if not args.wait:
+            execution = client.run_json(args.name, text, version=args.version, priority=args.priority)
             print(execution.execution_id)
             return 0
-        follower = Follower(client, execution.execution_id, sys.stderr if sys.stderr.isatty() else None)
+        follower = Follower(client, sys.stderr if sys.stderr.isatty() else None)
         try:
-            final = follower.wait(args.timeout)
+            final = follower.run(args.name, text, args.version, args.priority, args.timeout)
         except WaitTimedOut as exc:
-            print(f"{exc} — flux execution explain {execution.execution_id}", file=sys.stderr)
+            print(f"{exc} — flux execution explain {exc.execution.execution_id}", file=sys.stderr)
             return EXIT_TIMED_OUT
         except KeyboardInterrupt:
             latest = follower.latest
+            if latest is None:
+                print("\nstopped before the server answered; the run may have been accepted", file=sys.stderr)
+                return EXIT_INTERRUPTED
             with contextlib.suppress(FluxError):  # its state now, if the server answers at once
                 latest = client.get(latest.execution_id, timeout=2.0)
             print(

@@ -281,7 +281,7 @@ class Dispatcher:
             yield current
             while not current.state.finished:
                 latest = await self.feed.next_change(execution_id, updates, current)
-                if _changed(current, latest):
+                if latest.moved_from(current):
                     current = _with_input(latest, input_json)
                     yield current
         finally:
@@ -520,12 +520,3 @@ class Dispatcher:
 
 def _with_input(execution: Execution, input_json: str) -> Execution:
     return execution if execution.input_json or not input_json else execution.evolve(input_json=input_json)
-
-
-def _changed(old: Execution, new: Execution) -> bool:
-    return (old.state, old.worker, old.attempt, old.generation) != (
-        new.state,
-        new.worker,
-        new.attempt,
-        new.generation,
-    )

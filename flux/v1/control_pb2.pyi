@@ -1739,3 +1739,81 @@ class RunWorkflowsResponse(_message.Message):
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___RunWorkflowsResponse: _TypeAlias = RunWorkflowsResponse  # noqa: Y015
+
+@_typing.final
+class RunAndWaitRequest(_message.Message):
+    """A run to submit and follow to its end."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    RUN_FIELD_NUMBER: _builtins.int
+    EVERY_STATE_FIELD_NUMBER: _builtins.int
+    every_state: _builtins.bool
+    """Also stream every state between the receipt and the final one (SCHEDULED,
+    RUNNING, CREATED again after a requeue); otherwise only the receipt and the final state.
+    """
+    @_builtins.property
+    def run(self) -> Global___RunWorkflowRequest:
+        """What to run, as for RunWorkflow."""
+
+    def __init__(
+        self,
+        *,
+        run: Global___RunWorkflowRequest | None = ...,
+        every_state: _builtins.bool = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["run", b"run"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["every_state", b"every_state", "run", b"run"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___RunAndWaitRequest: _TypeAlias = RunAndWaitRequest  # noqa: Y015
+
+@_typing.final
+class WaitExecutionsRequest(_message.Message):
+    """The executions to wait for."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    EXECUTION_IDS_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def execution_ids(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
+        """Execution ids returned by RunWorkflow or RunWorkflows; at most 10,000, repeats answered once."""
+
+    def __init__(
+        self,
+        *,
+        execution_ids: _abc.Iterable[_builtins.str] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["execution_ids", b"execution_ids"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___WaitExecutionsRequest: _TypeAlias = WaitExecutionsRequest  # noqa: Y015
+
+@_typing.final
+class FinishedExecutions(_message.Message):
+    """Executions that reached their final state, in the order they did; inputs left out."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    EXECUTIONS_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def executions(self) -> _containers.RepeatedCompositeFieldContainer[Global___Execution]:
+        """Each in its final state (COMPLETED, FAILED or CANCELLED), output or error included."""
+
+    def __init__(
+        self,
+        *,
+        executions: _abc.Iterable[Global___Execution] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["executions", b"executions"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___FinishedExecutions: _TypeAlias = FinishedExecutions  # noqa: Y015
