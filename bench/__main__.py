@@ -4,7 +4,19 @@ from __future__ import annotations
 
 import argparse
 
-from bench import attacks, dashboard, dispatch, fleet, loaded, matching, memory, peers, replicas, starvation
+from bench import (
+    attacks,
+    dashboard,
+    dispatch,
+    fleet,
+    loaded,
+    matching,
+    memory,
+    peers,
+    pools,
+    replicas,
+    starvation,
+)
 
 BENCHES = {
     "matching": matching.main,
@@ -17,6 +29,7 @@ BENCHES = {
     "starvation": starvation.main,
     "fleet": fleet.main,
     "peers": peers.main,
+    "pools": pools.main,
 }
 
 

@@ -17,7 +17,7 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 from flux import defaults, event_loop, tracing
-from flux.cli import arguments, render
+from flux.cli import arguments, render, tables
 from flux.client import FluxClient, default_server
 from flux.domain.quantity import format_bytes
 from flux.errors import FluxError
@@ -94,6 +94,13 @@ def build_parser() -> argparse.ArgumentParser:
             "for several (default: none, no CORS)",
         )  # fmt: skip
 
+    def with_allowed_host(p: argparse.ArgumentParser) -> None:
+        p.add_argument(
+            "--allowed-host", action="append", default=[], metavar="NAME",
+            help="a Host name the HTTP gateway answers to besides the address it binds, e.g. "
+            "flux.example.com; repeat for several (checked with --insecure, and whenever given)",
+        )  # fmt: skip
+
     def with_ping_interval(p: argparse.ArgumentParser) -> None:
         p.add_argument(
             "--ping-interval", type=arguments.seconds("--ping-interval"), default=defaults.PING_INTERVAL,
@@ -112,6 +119,12 @@ def build_parser() -> argparse.ArgumentParser:
             default=defaults.HTTP_MAX_CONNECTIONS, metavar="N",
             help="open HTTP connections (SSE streams included) before new ones get 503 "
             f"(default {defaults.HTTP_MAX_CONNECTIONS})",
+        )  # fmt: skip
+        p.add_argument(
+            "--http-max-connections-per-address", type=arguments.count("--http-max-connections-per-address"),
+            default=0, metavar="N",
+            help="open HTTP connections from one client address (IPv6: one /64) before its new ones get 503 "
+            "(default: half of --http-max-connections; behind a reverse proxy, every client is the proxy)",
         )  # fmt: skip
 
     start = commands.add_parser("start", help="run a server or a worker").add_subparsers(
@@ -166,6 +179,7 @@ def build_parser() -> argparse.ArgumentParser:
     )  # fmt: skip
     server.add_argument("--no-http", action="store_true", help="serve gRPC only, without the gateway")
     with_cors(server)
+    with_allowed_host(server)
     with_ping_interval(server)
     server.add_argument(
         "--worker-token",
@@ -202,6 +216,15 @@ def build_parser() -> argparse.ArgumentParser:
     )  # fmt: skip
     with_http_limits(server)
     with_tls(server)
+    server.add_argument(
+        "--keda-port", type=arguments.whole_number("--keda-port"), default=None, metavar="PORT",
+        help="serve KEDA's external scaler (ScaledObject trigger metadata: pool) on this port of --host, "
+        "with --tls-cert/--tls-key when given (default: not served; 0 picks one)",
+    )  # fmt: skip
+    server.add_argument(
+        "--keda-client-ca", metavar="PEM",
+        help="require KEDA to present a client certificate signed by this CA (its tlsClientCert); needs --tls-cert",
+    )  # fmt: skip
     with_log_format(server)
     server.set_defaults(run=_start_server)
 
@@ -215,6 +238,7 @@ def build_parser() -> argparse.ArgumentParser:
     with_ping_interval(gateway)
     gateway.add_argument("--ca", help="CA bundle (PEM) to verify the core's TLS certificate")
     with_cors(gateway)
+    with_allowed_host(gateway)
     with_http_limits(gateway)
     with_tls(gateway)
     with_log_format(gateway)
@@ -260,6 +284,15 @@ def build_parser() -> argparse.ArgumentParser:
         default=defaults.WORK_DIR,
         help=f"where workflow code is cached (default {defaults.WORK_DIR})",
     )
+    worker.add_argument(
+        "--pool", default=os.environ.get("FLUX_POOL") or None, metavar="POOL",
+        help="the worker pool it belongs to, carried as the label flux/pool (default $FLUX_POOL)",
+    )  # fmt: skip
+    worker.add_argument(
+        "--drain-timeout", type=arguments.seconds("--drain-timeout"), default=defaults.DRAIN_TIMEOUT, metavar="S",
+        help="on SIGTERM, seconds to finish running executions before handing the rest back; keep it under "
+        f"Kubernetes' terminationGracePeriodSeconds (default {defaults.DRAIN_TIMEOUT:g})",
+    )  # fmt: skip
     with_log_format(worker)
     worker.set_defaults(run=_start_worker)
 
@@ -268,6 +301,10 @@ def build_parser() -> argparse.ArgumentParser:
     )
     register = with_server(workflow.add_parser("register", help="register every workflow in a file"))
     register.add_argument("file", metavar="FILE", help="a Python file with @workflow functions")
+    register.add_argument(
+        "--allow-import", action="store_true",
+        help="import the file (running its code) when a decorator value is not a literal",
+    )  # fmt: skip
     register.set_defaults(run=_register)
     run = with_server(workflow.add_parser("run", help="run a workflow", epilog=EXIT_STATUS))
     run.add_argument("name", metavar="NAME", help="registered workflow name")
@@ -335,9 +372,10 @@ def build_parser() -> argparse.ArgumentParser:
     forget.add_argument("name", metavar="NAME", help="the worker's registered name")
     forget.set_defaults(run=_forget_worker)
 
-    from flux.cli import tokens
+    from flux.cli import pools, tokens
 
     tokens.add_command(commands)
+    pools.add_command(commands, with_server)
 
     status = with_server(commands.add_parser("status", help="the fleet and the pending queue at a glance"))
     status.add_argument("--json", action="store_true", help="print one JSON object")
@@ -440,8 +478,14 @@ def _start_server(args: argparse.Namespace) -> int:
         tokens=None if args.insecure else _server_tokens(args),
         tls=_tls(args),
         cors_origins=tuple(args.cors_origin),
+        allowed_hosts=tuple(args.allowed_host),
         http_limits=_http_limits(args),
+        keda_port=args.keda_port,
+        keda_client_ca=args.keda_client_ca,
     )
+    if args.keda_client_ca and config.tls is None:
+        _error("--keda-client-ca needs --tls-cert and --tls-key: client certificates need TLS")
+        return 2
     from flux.store.base import StoreError
 
     try:
@@ -473,7 +517,20 @@ def _tls(args: argparse.Namespace) -> tuple[str, str] | None:
 def _http_limits(args: argparse.Namespace):  # type: ignore[no-untyped-def]
     from gateway.connections import HttpLimits
 
-    return HttpLimits(head_timeout=args.http_head_timeout, max_connections=args.http_max_connections)
+    return HttpLimits(
+        head_timeout=args.http_head_timeout,
+        max_connections=args.http_max_connections,
+        max_connections_per_address=args.http_max_connections_per_address,
+    )
+
+
+def _allowed_hosts(args: argparse.Namespace) -> tuple[str, ...]:
+    from flux.auth import is_loopback
+    from gateway.browsers import allowed_hosts
+
+    if not args.allowed_host:
+        return ()
+    return allowed_hosts(args.host, is_loopback(args.host), args.allowed_host)
 
 
 def _client(args: argparse.Namespace) -> FluxClient:
@@ -493,6 +550,7 @@ def _start_gateway(args: argparse.Namespace) -> int:
             ping_interval=args.ping_interval,
             core_ca=args.ca,
             cors_origins=tuple(args.cors_origin),
+            allowed_hosts=_allowed_hosts(args),
         ),
         host=args.host,
         port=args.port,
@@ -521,9 +579,18 @@ def _start_worker(args: argparse.Namespace) -> int:
         _error(str(exc))
         return 1
     chosen = args.gateway or args.server or [default_server()]
+    labels = dict(args.label)
+    if args.pool is not None:
+        from flux.matching.pools import POOL_LABEL, validate_pool_name
+
+        try:
+            labels[POOL_LABEL] = validate_pool_name(args.pool, "--pool")
+        except ValueError as exc:
+            _error(str(exc))
+            return 2
     config = WorkerProcess(
         worker=WorkerConfig(
-            name=args.name, labels=dict(args.label), capacity=args.capacity, work_dir=Path(args.work_dir)
+            name=args.name, labels=labels, capacity=args.capacity, work_dir=Path(args.work_dir)
         ),
         addresses=tuple(a for value in chosen for a in value.split(",") if a),
         over_gateway=bool(args.gateway),
@@ -559,7 +626,7 @@ def _refusal_advice(refused: Exception) -> str:
 def _register(args: argparse.Namespace) -> int:
     from flux.loader import load_workflow_file
 
-    loaded = load_workflow_file(args.file)
+    loaded = load_workflow_file(args.file, allow_import=args.allow_import)
     for note in loaded.notes:  # the file had to be imported: say which value made it so
         print(note, file=sys.stderr)
     with _client(args) as client:
@@ -683,7 +750,7 @@ def _workers(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps({"workers": [render.worker_dict(w) for w in response.workers]}))
     else:
-        print(render.workers_text(response.workers, int(time.time() * 1000)))
+        print(render.workers_text(response.workers, int(time.time() * 1000), tables.terminal_width()))
     return 0
 
 
@@ -697,5 +764,9 @@ def _forget_worker(args: argparse.Namespace) -> int:
 def _cluster_status(args: argparse.Namespace) -> int:
     with _client(args) as client:
         status = client.status()
-    print(json.dumps(render.status_dict(status)) if args.json else render.status_text(status))
+    print(
+        json.dumps(render.status_dict(status))
+        if args.json
+        else render.status_text(status, tables.terminal_width())
+    )
     return 0
