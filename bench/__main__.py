@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from bench import attacks, dashboard, dispatch, fleet, loaded, matching, memory, replicas, starvation
+from bench import attacks, dashboard, dispatch, fleet, loaded, matching, memory, replicas, starvation, tenants
 
 BENCHES = {
     "matching": matching.main,
@@ -16,6 +16,7 @@ BENCHES = {
     "attacks": attacks.main,
     "starvation": starvation.main,
     "fleet": fleet.main,
+    "tenants": tenants.main,
 }
 
 

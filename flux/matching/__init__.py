@@ -5,6 +5,7 @@
 - ``index.FleetIndex``: the fleet kept per changed worker, walked per shape by load.
 - ``explain``: why an execution is pending.
 - ``aging``: nominated workers for executions that waited too long, and backfill.
+- ``tenancy``: tenants' quotas, cohort borrowing and DRF fair share (``Accounts``).
 """
 
 from flux.matching.aging import DEFAULT_STARVATION_AFTER, Aging, Nomination, format_wait
@@ -14,9 +15,15 @@ from flux.matching.queue import Pending, PendingQueue
 from flux.matching.reasons import Reason, Rejection
 from flux.matching.scheduler import FeasibilityCache, Placement, schedule
 from flux.matching.shape import Shape
+from flux.matching.tenancy import Accounts, Ledger, QuotaBlock, capacity_of, demand
 from flux.matching.view import DEFAULT_CAPACITY, Amounts, Profile, Room, WorkerView
 
 __all__ = [
+    "Accounts",
+    "Ledger",
+    "QuotaBlock",
+    "capacity_of",
+    "demand",
     "DEFAULT_CAPACITY",
     "DEFAULT_STARVATION_AFTER",
     "Aging",

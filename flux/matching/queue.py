@@ -124,7 +124,14 @@ class PendingQueue:
         Do not mutate while iterating.
         """
         queue = self._by_shape.get(shape)
-        return iter(queue) if queue else iter(())
+        return iter(queue) if queue is not None else iter(())
+
+    def first(self, shape: Shape) -> Pending | None:
+        """The item ``iter_shape`` would yield first, without starting a walk."""
+        queue = self._by_shape.get(shape)
+        if queue is None:
+            return None
+        return next(iter(queue.buckets[queue.priorities[0]].values()))
 
     def oldest(self, shape: Shape) -> Pending | None:
         """The execution of ``shape`` that has waited longest, whatever its priority."""

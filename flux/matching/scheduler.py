@@ -20,8 +20,17 @@ Before that, when ``aging`` is given, starving executions (see
 ``flux.matching.aging``) are placed first or nominated a worker, and the
 nominated workers take only what fits beside their nominee.
 
-Cost is O(shapes × profiles + candidates + placements × log workers), never
-proportional to the backlog. Over a ``FleetIndex`` the candidates are pulled
+With ``accounts`` (tenants, see ``flux.matching.tenancy``) step 2 has two
+levels: the tenant whose weighted dominant share, with its next execution
+placed, is lowest goes next (ties by that execution's priority, then
+submission), and within a tenant its shape heads go by priority then FIFO as
+above. A head that its tenant's quota (and cohort) cannot take now is done for
+the pass like one that fits no worker: usage only grows within a pass.
+Every placement, starving ones included, is charged to its tenant before the
+next decision, so no burst in one pass exceeds a quota.
+
+Cost is O(shapes × profiles + candidates + placements × (log workers + log
+tenants)), never proportional to the backlog. Over a ``FleetIndex`` the candidates are pulled
 lazily, least loaded first, so "candidates" is only those looked at: on a
 fleet with room, one per placement.
 """
@@ -38,7 +47,11 @@ from flux.matching.index import FleetIndex
 from flux.matching.queue import Pending, PendingQueue
 from flux.matching.reasons import Rejection
 from flux.matching.shape import Shape
+from flux.matching.tenancy import Accounts, Ledger
 from flux.matching.view import Profile, Room, WorkerView
+
+# A shape's head in a pass: (its order, the shape's place, the item, the rest, shape, candidates or None).
+_Head = tuple[tuple[int, int], int, Pending, Iterator[Pending] | None, Shape, list[WorkerView] | None]
 
 
 @dataclass(frozen=True, slots=True)
@@ -57,6 +70,7 @@ class FeasibilityCache:
         self._max_entries = max_entries
 
     def permanent(self, shape: Shape, view: WorkerView) -> Rejection | None:
+        shape = shape.needs  # the tenant never decides fit
         key = (shape, view.profile)
         try:
             return self._verdicts[key]
@@ -79,6 +93,7 @@ def schedule(
     now: float = 0.0,
     whole_fleet: bool = True,
     starving_first: bool = True,
+    accounts: Accounts | None = None,
 ) -> list[Placement]:
     """Place as much of ``queue`` as fits on ``workers``; at most ``limit`` placements.
 
@@ -97,6 +112,9 @@ def schedule(
     the index's views as a list. Aging searches the whole fleet, so while it has
     anything to do (a starving execution, a standing nomination) the index is
     read as that list.
+
+    ``accounts`` (kept by the caller, read only) holds each tenant's quota and
+    usage: placements then respect quotas and go by fair share between tenants.
     """
     cache = cache if cache is not None else FeasibilityCache()
     index = workers if isinstance(workers, FleetIndex) else None
@@ -114,32 +132,52 @@ def schedule(
     rooms: dict[str, Room] = {}
     placements: list[Placement] = []
     skip: set[str] = set()
+    ledger = Ledger(accounts) if accounts is not None else None
     if index is None and aging is not None and aging.enabled:
         if starving_first:
-            skip = _age(queue, by_profile, cache, rooms, placements, aging, now, whole_fleet, limit)
+            skip = _age(queue, by_profile, cache, rooms, placements, aging, now, whole_fleet, limit, ledger)
         else:
             skip = _guard_standing(aging, by_profile, rooms, queue)
 
-    heads: list[tuple[tuple[int, int], int, Pending, Iterator[Pending], Shape, list[WorkerView] | None]] = []
+    heads: list[_Head] = []
     # Deduplicated: two heads over one shape's queue would place the same execution twice.
+    # Candidates per requirement: every tenant's lane of one requirement shares them.
+    candidates_of: dict[Shape, list[WorkerView]] = {}
     for order, shape in enumerate(dict.fromkeys(shapes) if shapes is not None else queue.shapes()):
-        items = queue.iter_shape(shape)
-        if skip:
-            items = (item for item in items if item.execution_id not in skip)
-        first = next(items, None)
-        if first is None:
-            continue
-        if index is not None:
-            heads.append((first.order, order, first, items, shape, None))  # its candidates: walked lazily
-            continue
-        candidates = [
-            view
-            for views in by_profile.values()
-            if cache.permanent(shape, views[0]) is None
-            for view in views
-        ]
-        if candidates:
+        candidates = None
+        if index is None:
+            candidates = candidates_of.get(shape.needs)
+            if candidates is None:
+                candidates = [
+                    view
+                    for views in by_profile.values()
+                    if cache.permanent(shape, views[0]) is None
+                    for view in views
+                ]
+                if ledger is not None and len(candidates) <= Aging.SMALL_PASS:
+                    # Tenants multiply the lanes of one requirement; in a pass over a few workers
+                    # (one that freed room), those without room for it now are dropped here, once
+                    # per requirement, so its lanes are never even opened. Space only shrinks in a pass.
+                    candidates = [view for view in candidates if fits_now(shape, _room(rooms, view))]
+                candidates_of[shape.needs] = candidates
+            if not candidates:
+                continue
+        if ledger is not None and not skip:
+            # Tenants multiply lanes and most are never placed from in a scoped pass: the walk
+            # of one starts only when it places (``_place_fairly``).
+            items: Iterator[Pending] | None = None
+            first = queue.first(shape)
+        else:
+            items = queue.iter_shape(shape)
+            if skip:
+                items = (item for item in items if item.execution_id not in skip)
+            first = next(items, None)
+        if first is not None:
+            # Over an index, candidates (None) are walked lazily.
             heads.append((first.order, order, first, items, shape, candidates))
+    if ledger is not None:
+        _place_fairly(queue, heads, ledger, index, cache, rooms, placements, limit)
+        return placements
     heapq.heapify(heads)
 
     by_load: dict[int, _Loads] = {}
@@ -178,12 +216,15 @@ def _age(
     now: float,
     whole_fleet: bool,
     limit: int | None,
+    ledger: Ledger | None = None,
 ) -> set[str]:
     """Place or nominate the starving executions, oldest first; return the ids the main pass skips.
 
     Guards each nominated worker present in this pass by giving its room a
     ``slack``: what is left beside the nominee, which every later placement
-    there must fit too.
+    there must fit too. A starving execution its tenant's quota cannot take
+    now is neither placed nor nominated: no worker's room would help it, and
+    guarding one would only hold back others.
     """
     starving = sorted(
         (item for shape in queue.shapes() if (item := queue.oldest(shape)) and aging.starving(item, now)),
@@ -196,12 +237,15 @@ def _age(
     claimed: set[str] = set()
     skip: set[str] = set()
     if len(present) > Aging.SMALL_PASS and now < aging.next_search:
-        _keep_nominations(starving, aging, present, rooms, placements, claimed, skip, limit)
+        _keep_nominations(starving, aging, present, rooms, placements, claimed, skip, limit, ledger)
         return skip
     if len(present) > Aging.SMALL_PASS:
         aging.next_search = now + aging.search_every
     for item in starving:
         shape = item.shape
+        if ledger is not None and not ledger.fits(shape.tenant, shape.demand):
+            aging.drop(item.execution_id)
+            continue
         candidates = [
             view
             for views in by_profile.values()
@@ -222,6 +266,8 @@ def _age(
             # Its own nominated worker has no slack yet: the nominee itself is what it was kept for.
             gpus = room.take(r.cpu, r.memory, r.disk, r.gpu, r.gpu_memory)
             placements.append(Placement(item.execution_id, room.view.name, gpus, shape))
+            if ledger is not None:
+                ledger.charge(shape.tenant, shape.demand)
             aging.drop(item.execution_id)
             continue
         if previous is not None and previous.worker not in claimed:
@@ -249,6 +295,89 @@ def _age(
     return skip
 
 
+def _place_fairly(
+    queue: PendingQueue,
+    heads: list[_Head],
+    ledger: Ledger,
+    index: FleetIndex | None,
+    cache: FeasibilityCache,
+    rooms: dict[str, Room],
+    placements: list[Placement],
+    limit: int | None,
+) -> None:
+    """The main loop with tenants: a heap of tenants by (share with their next execution, its order),
+    each over its own heap of shape heads by order.
+
+    Placing for a tenant changes only its own share, so only its entry is re-keyed
+    (it is the top); O(log tenants + log its shapes) a placement. Entries are lists
+    re-keyed in place and sifted with ``heapreplace(heap, same entry)``: a pass makes
+    thousands of placements, and a fresh tuple for each key would feed the garbage
+    collector more than the placements themselves.
+    """
+    lanes: dict[
+        str, list[list]
+    ] = {}  # tenant -> heap of [-priority, seq, place, item, rest, shape, candidates]
+    for order, place, item, items, shape, candidates in heads:
+        lanes.setdefault(shape.tenant, []).append([order[0], order[1], place, item, items, shape, candidates])
+    tenants: list[list] = []  # heap of [share with its next, -priority, seq, tenant, its lanes]
+    for name, lane in lanes.items():
+        heapq.heapify(lane)
+        top = lane[0]
+        tenants.append([ledger.share_with(name, top[5].demand), top[0], top[1], name, lane])
+    heapq.heapify(tenants)
+    # Per requirement, not per lane: which worker is least loaded and fits does not depend on the tenant.
+    by_load: dict[Shape, _Loads] = {}
+    # Requirements no worker of the pass has room for any more: every lane of theirs is done, and
+    # once all are, so is the pass (without visiting each tenant's lanes).
+    requirements = len({head[4].needs for head in heads})
+    full: set[Shape] = set()
+    while tenants and (limit is None or len(placements) < limit):
+        entry = tenants[0]
+        name, lane = entry[3], entry[4]
+        head = lane[0]
+        shape = head[5]
+        room = None
+        if shape.needs not in full and ledger.fits(name, shape.demand):
+            loads = by_load.get(shape.needs)
+            if loads is None:
+                candidates = head[6]
+                if candidates is None:
+                    assert index is not None
+                    loads = _Loads([], index.candidates(shape, cache.permanent))
+                else:
+                    loads = _Loads(_load_heap(candidates, rooms))
+                by_load[shape.needs] = loads
+            room = _least_loaded_fit(loads, shape, rooms)
+            if room is None and not loads.heap and loads.upcoming is None:
+                full.add(shape.needs)
+                if len(full) == requirements:
+                    return
+        if room is None:
+            heapq.heappop(lane)
+        else:
+            r = shape.requests
+            gpus = room.take(r.cpu, r.memory, r.disk, r.gpu, r.gpu_memory)
+            placements.append(Placement(head[3].execution_id, room.view.name, gpus, shape))
+            ledger.charge(name, shape.demand)
+            heapq.heappush(loads.heap, (room.key, room))
+            rest = head[4]
+            if rest is None:
+                rest = head[4] = queue.iter_shape(shape)
+                next(rest)  # the one just placed
+            following = next(rest, None)
+            if following is None:
+                heapq.heappop(lane)
+            else:
+                head[0], head[1], head[3] = -following.priority, following.seq, following
+                heapq.heapreplace(lane, head)
+        if lane:
+            top = lane[0]
+            entry[0], entry[1], entry[2] = ledger.share_with(name, top[5].demand), top[0], top[1]
+            heapq.heapreplace(tenants, entry)
+        else:
+            heapq.heappop(tenants)
+
+
 def _guard_standing(
     aging: Aging, by_profile: dict[Profile, list[WorkerView]], rooms: dict[str, Room], queue: PendingQueue
 ) -> set[str]:
@@ -274,11 +403,15 @@ def _keep_nominations(
     claimed: set[str],
     skip: set[str],
     limit: int | None,
+    ledger: Ledger | None = None,
 ) -> None:
     """Between full searches: place each nominee on its worker if it fits now, else keep guarding it."""
     for item in starving:
         nomination = aging.by_execution.get(item.execution_id)
         if nomination is None or nomination.worker not in present:
+            continue
+        if ledger is not None and not ledger.fits(item.shape.tenant, item.shape.demand):
+            aging.drop(item.execution_id)
             continue
         skip.add(item.execution_id)
         view = present[nomination.worker]
@@ -289,6 +422,8 @@ def _keep_nominations(
             r = item.shape.requests
             gpus = room.take(r.cpu, r.memory, r.disk, r.gpu, r.gpu_memory)
             placements.append(Placement(item.execution_id, view.name, gpus, item.shape))
+            if ledger is not None:
+                ledger.charge(item.shape.tenant, item.shape.demand)
             aging.drop(item.execution_id)
         else:
             _guard(rooms, view, item, claimed)
@@ -319,6 +454,13 @@ def _guard(rooms: dict[str, Room], view: WorkerView, item: Pending, claimed: set
         room = rooms[view.name] = Room(view)
     room.slack = slack_beside(view, item.shape, room)
     claimed.add(view.name)
+
+
+def _room(rooms: dict[str, Room], view: WorkerView) -> Room:
+    room = rooms.get(view.name)
+    if room is None:
+        room = rooms[view.name] = Room(view)
+    return room
 
 
 def _load_heap(
