@@ -77,9 +77,22 @@ class _ShapeQueue:
 
 
 class PendingQueue:
+    """Pending work by shape, and by tenant: each tenant's shapes and its first item.
+
+    The tenant side lets a pass over one worker start from the tenants (one entry
+    each) and open a tenant's shapes only when it comes up, instead of opening
+    every (tenant, shape) lane: with tenants, lanes are tenants x requirements.
+    """
+
     def __init__(self) -> None:
         self._by_shape: dict[Shape, _ShapeQueue] = {}
         self._index: dict[str, Pending] = {}
+        # Tenant -> its shapes with pending work (an ordered set).
+        self._lanes: dict[str, dict[Shape, None]] = {}
+        # Tenant -> its first item by (priority, submission) over all its shapes; None: recount.
+        self._first: dict[str, Pending | None] = {}
+        # Requirement (``Shape.needs``) -> how many shapes of it have pending work.
+        self._needs: dict[Shape, int] = {}
 
     def add(
         self, execution_id: str, shape: Shape, seq: int, priority: int = 0, since: float = 0.0
@@ -89,17 +102,42 @@ class PendingQueue:
         queue = self._by_shape.get(shape)
         if queue is None:
             queue = self._by_shape[shape] = _ShapeQueue()
+            lanes = self._lanes.get(shape.tenant)
+            if lanes is None:
+                lanes = self._lanes[shape.tenant] = {}
+            lanes[shape] = None
+            self._needs[shape.needs] = self._needs.get(shape.needs, 0) + 1
         queue.add(item)
         self._index[execution_id] = item
+        tenant = shape.tenant
+        if tenant not in self._first:
+            self._first[tenant] = item
+        else:
+            first = self._first[tenant]
+            if first is not None and item.order < first.order:
+                self._first[tenant] = item
         return item
 
     def remove(self, execution_id: str) -> Pending | None:
         item = self._index.pop(execution_id, None)
         if item is not None:
-            queue = self._by_shape[item.shape]
+            shape = item.shape
+            queue = self._by_shape[shape]
             queue.remove(item)
             if not queue.buckets:
-                del self._by_shape[item.shape]
+                del self._by_shape[shape]
+                lanes = self._lanes[shape.tenant]
+                del lanes[shape]
+                if not lanes:
+                    del self._lanes[shape.tenant]
+                    del self._first[shape.tenant]
+                left = self._needs[shape.needs] - 1
+                if left:
+                    self._needs[shape.needs] = left
+                else:
+                    del self._needs[shape.needs]
+            if self._first.get(shape.tenant) is item:
+                self._first[shape.tenant] = None
         return item
 
     def get(self, execution_id: str) -> Pending | None:
@@ -117,6 +155,26 @@ class PendingQueue:
     def count(self, shape: Shape) -> int:
         queue = self._by_shape.get(shape)
         return len(queue) if queue else 0
+
+    def tenants(self) -> Iterator[tuple[str, Pending]]:
+        """Each tenant with pending work and its first item (highest priority, then oldest)."""
+        for tenant, lanes in self._lanes.items():
+            first = self._first[tenant]
+            if first is None:
+                first = self._first[tenant] = min(
+                    (self.first(shape) for shape in lanes),  # type: ignore[misc]
+                    key=lambda item: item.order,  # type: ignore[union-attr]
+                )
+            assert first is not None
+            yield tenant, first
+
+    def lanes(self, tenant: str) -> list[Shape]:
+        """The shapes of ``tenant`` with pending work."""
+        return list(self._lanes.get(tenant, ()))
+
+    def requirements(self) -> list[Shape]:
+        """The distinct requirements (``Shape.needs``) with pending work, whatever the tenant."""
+        return list(self._needs)
 
     def iter_shape(self, shape: Shape) -> Iterator[Pending]:
         """Pending items of one shape, highest priority first, oldest first within a priority.

@@ -21,9 +21,8 @@ Before that, when ``aging`` is given, starving executions (see
 nominated workers take only what fits beside their nominee.
 
 With ``accounts`` (tenants, see ``flux.matching.tenancy``) step 2 has two
-levels: the tenant whose weighted dominant share, with its next execution
-placed, is lowest goes next (ties by that execution's priority, then
-submission), and within a tenant its shape heads go by priority then FIFO as
+levels: the tenant whose weighted dominant share is lowest goes next (ties by
+its next execution's priority, then submission), and within a tenant its shape heads go by priority then FIFO as
 above. A head that its tenant's quota (and cohort) cannot take now is done for
 the pass like one that fits no worker: usage only grows within a pass.
 Every placement, starving ones included, is charged to its tenant before the
@@ -38,7 +37,7 @@ fleet with room, one per placement.
 from __future__ import annotations
 
 import heapq
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 
 from flux.matching.aging import Aging, Nomination, shortfall, slack_beside
@@ -139,44 +138,52 @@ def schedule(
         else:
             skip = _guard_standing(aging, by_profile, rooms, queue)
 
-    heads: list[_Head] = []
-    # Deduplicated: two heads over one shape's queue would place the same execution twice.
     # Candidates per requirement: every tenant's lane of one requirement shares them.
     candidates_of: dict[Shape, list[WorkerView]] = {}
+    # In a pass over a few workers: per requirement, the workers that still have room for it.
+    fitting: dict[Shape, set[str]] = {}
+
+    def candidates_for(shape: Shape) -> list[WorkerView] | None:
+        """The workers of this pass that could take ``shape`` (None over an index: walked lazily)."""
+        if index is not None:
+            return None
+        candidates = candidates_of.get(shape.needs)
+        if candidates is None:
+            candidates = [
+                view
+                for views in by_profile.values()
+                if cache.permanent(shape, views[0]) is None
+                for view in views
+            ]
+            if ledger is not None and len(candidates) <= Aging.SMALL_PASS:
+                # Tenants multiply the lanes of one requirement; in a pass over a few workers
+                # (one that freed room), those without room for it now are dropped here, once
+                # per requirement, so its lanes are never even opened. Space only shrinks in a pass.
+                candidates = [view for view in candidates if fits_now(shape, _room(rooms, view))]
+                fitting[shape.needs] = {view.name for view in candidates}
+            candidates_of[shape.needs] = candidates
+        return candidates
+
+    if ledger is not None and shapes is None and not skip:
+        # Every lane of every tenant: opened tenant by tenant, as each comes up (``_place_fairly``).
+        _place_fairly(queue, None, ledger, index, cache, rooms, placements, limit, candidates_for, fitting)
+        return placements
+
+    heads: list[_Head] = []
+    # Deduplicated: two heads over one shape's queue would place the same execution twice.
     for order, shape in enumerate(dict.fromkeys(shapes) if shapes is not None else queue.shapes()):
-        candidates = None
-        if index is None:
-            candidates = candidates_of.get(shape.needs)
-            if candidates is None:
-                candidates = [
-                    view
-                    for views in by_profile.values()
-                    if cache.permanent(shape, views[0]) is None
-                    for view in views
-                ]
-                if ledger is not None and len(candidates) <= Aging.SMALL_PASS:
-                    # Tenants multiply the lanes of one requirement; in a pass over a few workers
-                    # (one that freed room), those without room for it now are dropped here, once
-                    # per requirement, so its lanes are never even opened. Space only shrinks in a pass.
-                    candidates = [view for view in candidates if fits_now(shape, _room(rooms, view))]
-                candidates_of[shape.needs] = candidates
-            if not candidates:
-                continue
-        if ledger is not None and not skip:
-            # Tenants multiply lanes and most are never placed from in a scoped pass: the walk
-            # of one starts only when it places (``_place_fairly``).
-            items: Iterator[Pending] | None = None
-            first = queue.first(shape)
-        else:
-            items = queue.iter_shape(shape)
-            if skip:
-                items = (item for item in items if item.execution_id not in skip)
-            first = next(items, None)
+        candidates = candidates_for(shape)
+        if candidates is not None and not candidates:
+            continue
+        items = queue.iter_shape(shape)
+        if skip:
+            items = (item for item in items if item.execution_id not in skip)
+        first = next(items, None)
         if first is not None:
             # Over an index, candidates (None) are walked lazily.
             heads.append((first.order, order, first, items, shape, candidates))
     if ledger is not None:
-        _place_fairly(queue, heads, ledger, index, cache, rooms, placements, limit)
+        _place_fairly(queue, heads, ledger, index, cache, rooms, placements, limit, candidates_for, fitting)
         return placements
     heapq.heapify(heads)
 
@@ -297,82 +304,132 @@ def _age(
 
 def _place_fairly(
     queue: PendingQueue,
-    heads: list[_Head],
+    heads: list[_Head] | None,
     ledger: Ledger,
     index: FleetIndex | None,
     cache: FeasibilityCache,
     rooms: dict[str, Room],
     placements: list[Placement],
     limit: int | None,
+    candidates_for: Callable[[Shape], list[WorkerView] | None],
+    fitting: dict[Shape, set[str]],
 ) -> None:
-    """The main loop with tenants: a heap of tenants by (share with their next execution, its order),
-    each over its own heap of shape heads by order.
+    """The main loop with tenants: a heap of tenants by (share, their next execution's order),
+    each over its own heap of shape heads (lanes) by order.
 
-    Placing for a tenant changes only its own share, so only its entry is re-keyed
-    (it is the top); O(log tenants + log its shapes) a placement. Entries are lists
-    re-keyed in place and sifted with ``heapreplace(heap, same entry)``: a pass makes
-    thousands of placements, and a fresh tuple for each key would feed the garbage
-    collector more than the placements themselves.
+    Every key in the tenant heap is a lower bound of the tenant's true key, and an entry
+    is acted on only once it is exact at the top (so the top is truly the least):
+    - Without ``heads`` every tenant's lanes are in play, and a tenant enters under its
+      share and its first item over all its shapes; its lanes are opened only when it
+      reaches the top. A pass over one freed worker then costs O(tenants + the lanes of
+      the tenants it reaches), not O(tenants x requirements).
+    - A lane whose requirement no worker has room for any more is dropped when it
+      surfaces; the tenant's key then grows, and it is re-filed before anything is tried.
+    - A tenant's share changes only when it places, and then it is the top.
+
+    Placing for a tenant changes only its own share, so only its entry is re-keyed (it is
+    the top); O(log tenants + log its lanes) a placement. Entries are lists re-keyed in
+    place and sifted with ``heapreplace(heap, same entry)``: a pass makes thousands of
+    placements, and a fresh tuple for each key feeds the garbage collector.
     """
-    lanes: dict[
-        str, list[list]
-    ] = {}  # tenant -> heap of [-priority, seq, place, item, rest, shape, candidates]
-    for order, place, item, items, shape, candidates in heads:
-        lanes.setdefault(shape.tenant, []).append([order[0], order[1], place, item, items, shape, candidates])
-    tenants: list[list] = []  # heap of [share with its next, -priority, seq, tenant, its lanes]
-    for name, lane in lanes.items():
-        heapq.heapify(lane)
-        top = lane[0]
-        tenants.append([ledger.share_with(name, top[5].demand), top[0], top[1], name, lane])
+    # A lane: [-priority, seq, place, item, rest (None until it places), shape, candidates].
+    # A tenant: [share, -priority, seq of its next (or a bound), tenant, its lanes or None].
+    tenants: list[list] = []
+    if heads is not None:
+        by_tenant: dict[str, list[list]] = {}
+        for order, place, item, items, shape, candidates in heads:
+            by_tenant.setdefault(shape.tenant, []).append(
+                [order[0], order[1], place, item, items, shape, candidates]
+            )
+        needed = {head[4].needs for head in heads}
+        for name, lane in by_tenant.items():
+            heapq.heapify(lane)
+            top = lane[0]
+            tenants.append([ledger.share(name), top[0], top[1], name, lane])
+    else:
+        needed = {needs for needs in queue.requirements() if candidates_for(needs) != []}
+        if not needed:
+            return  # nothing pending fits any worker of this pass
+        shares = ledger.accounts.shares
+        for name, first in queue.tenants():
+            tenants.append([shares.get(name, 0.0), -first.priority, first.seq, name, None])
     heapq.heapify(tenants)
     # Per requirement, not per lane: which worker is least loaded and fits does not depend on the tenant.
     by_load: dict[Shape, _Loads] = {}
     # Requirements no worker of the pass has room for any more: every lane of theirs is done, and
     # once all are, so is the pass (without visiting each tenant's lanes).
-    requirements = len({head[4].needs for head in heads})
     full: set[Shape] = set()
+    requirements = len(needed)
+    # Kept exactly when the pass is over a few workers: a placement there is re-checked against
+    # each requirement still fitting that worker, so the pass ends as soon as nothing fits.
+    watched = [(needs, names) for needs, names in fitting.items() if needs in needed]
+    places = 0
     while tenants and (limit is None or len(placements) < limit):
         entry = tenants[0]
         name, lane = entry[3], entry[4]
-        head = lane[0]
-        shape = head[5]
-        room = None
-        if shape.needs not in full and ledger.fits(name, shape.demand):
-            loads = by_load.get(shape.needs)
-            if loads is None:
-                candidates = head[6]
-                if candidates is None:
-                    assert index is not None
-                    loads = _Loads([], index.candidates(shape, cache.permanent))
-                else:
-                    loads = _Loads(_load_heap(candidates, rooms))
-                by_load[shape.needs] = loads
-            room = _least_loaded_fit(loads, shape, rooms)
-            if room is None and not loads.heap and loads.upcoming is None:
-                full.add(shape.needs)
-                if len(full) == requirements:
-                    return
-        if room is None:
-            heapq.heappop(lane)
+        if lane is None:
+            lane = entry[4] = []
+            for shape in queue.lanes(name):
+                candidates = candidates_for(shape)
+                if (candidates is not None and not candidates) or shape.needs in full:
+                    continue
+                item = queue.first(shape)
+                assert item is not None
+                lane.append([-item.priority, item.seq, places, item, None, shape, candidates])
+                places += 1
+            heapq.heapify(lane)
         else:
-            r = shape.requests
-            gpus = room.take(r.cpu, r.memory, r.disk, r.gpu, r.gpu_memory)
-            placements.append(Placement(head[3].execution_id, room.view.name, gpus, shape))
-            ledger.charge(name, shape.demand)
-            heapq.heappush(loads.heap, (room.key, room))
-            rest = head[4]
-            if rest is None:
-                rest = head[4] = queue.iter_shape(shape)
-                next(rest)  # the one just placed
-            following = next(rest, None)
-            if following is None:
+            # Lanes whose requirement no worker has room for any more are dropped as they surface;
+            # if the head changed, the tenant's key grew: re-filed below before anything is tried.
+            while lane and lane[0][5].needs in full:
+                heapq.heappop(lane)
+        if lane and lane[0][1] == entry[2]:
+            head = lane[0]
+            shape = head[5]
+            room = None
+            if ledger.fits(name, shape.demand):
+                loads = by_load.get(shape.needs)
+                if loads is None:
+                    candidates = head[6]
+                    if candidates is None:
+                        assert index is not None
+                        loads = _Loads([], index.candidates(shape, cache.permanent))
+                    else:
+                        loads = _Loads(_load_heap(candidates, rooms))
+                    by_load[shape.needs] = loads
+                room = _least_loaded_fit(loads, shape, rooms)
+                if room is None and not loads.heap and loads.upcoming is None:
+                    full.add(shape.needs)
+                    if len(full) == requirements:
+                        return
+            if room is None:
                 heapq.heappop(lane)
             else:
-                head[0], head[1], head[3] = -following.priority, following.seq, following
-                heapq.heapreplace(lane, head)
+                r = shape.requests
+                gpus = room.take(r.cpu, r.memory, r.disk, r.gpu, r.gpu_memory)
+                placements.append(Placement(head[3].execution_id, room.view.name, gpus, shape))
+                ledger.charge(name, shape.demand)
+                heapq.heappush(loads.heap, (room.key, room))
+                for needs, names in watched:
+                    if room.view.name in names and not fits_now(needs, room):
+                        names.discard(room.view.name)
+                        if not names:
+                            full.add(needs)
+                if len(full) == requirements:
+                    return
+                rest = head[4]
+                if rest is None:
+                    rest = head[4] = queue.iter_shape(shape)
+                    next(rest)  # the one just placed
+                following = next(rest, None)
+                if following is None:
+                    heapq.heappop(lane)
+                else:
+                    head[0], head[1], head[3] = -following.priority, following.seq, following
+                    heapq.heapreplace(lane, head)
         if lane:
             top = lane[0]
-            entry[0], entry[1], entry[2] = ledger.share_with(name, top[5].demand), top[0], top[1]
+            entry[0], entry[1], entry[2] = ledger.share(name), top[0], top[1]
             heapq.heapreplace(tenants, entry)
         else:
             heapq.heappop(tenants)

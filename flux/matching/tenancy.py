@@ -24,8 +24,8 @@ its cohort. A request that does not ask for a resource is not checked on it.
 Fair share is instant, not decayed (as Kueue's, KEP-1714): a tenant's share
 is its dominant resource share above its nominal quota, ``max over resources
 of (usage above nominal) / fleet capacity``, divided by its weight. Among
-tenants with work to place, the one whose share *with* its next execution is
-lowest goes next; ties by priority, then submission. Only what a tenant holds
+tenants with work to place, the one whose share is lowest goes next (DRF's
+progressive filling); ties by priority, then submission. Only what a tenant holds
 now counts, so a team that was idle yesterday gets no credit and one that ran
 all night no debt: the fleet is shared by what each holds, which is what an
 operator can see and reason about.
@@ -157,13 +157,29 @@ class Accounts:
     """Tenants' terms and usage across passes, kept up to date by the dispatcher."""
 
     def __init__(self, tenants: Iterable[Tenant] = (), capacity: Vector = ZERO):
-        self.capacity = capacity
+        self._capacity = capacity
         self.usage: dict[str, Vector] = {}
+        # Each using tenant's share now: the scheduler's lower bound for a tenant it has not opened.
+        self.shares: dict[str, float] = {}
         self.terms: dict[str, Terms] = {}
         self.members: dict[str, list[Terms]] = {}
         self.pool: dict[str, list[int]] = {}
         self.drawn: dict[str, list[int]] = {}
         self.configure(tenants)
+
+    @property
+    def capacity(self) -> Vector:
+        """The fleet's totals (``capacity_of``): the denominators of every share."""
+        return self._capacity
+
+    @capacity.setter
+    def capacity(self, capacity: Vector) -> None:
+        if capacity != self._capacity:
+            self._capacity = capacity
+            self._reshare()
+
+    def _reshare(self) -> None:
+        self.shares = {name: self.share(name) for name in self.usage}
 
     def configure(self, tenants: Iterable[Tenant]) -> None:
         """Replace every tenant's terms (usage is kept: it is what runs, whatever the terms say)."""
@@ -179,6 +195,7 @@ class Accounts:
             self.drawn[cohort] = [
                 sum(_drawn(m, self.usage.get(m.name, ZERO)[i], i) for m in members) for i in _R
             ]
+        self._reshare()
 
     def tenant(self, name: str) -> Tenant:
         terms = self.terms.get(name)
@@ -203,8 +220,10 @@ class Accounts:
         after = add(before, amount) if sign > 0 else sub(before, amount)
         if after == ZERO:
             self.usage.pop(name, None)
+            self.shares.pop(name, None)
         else:
             self.usage[name] = after
+            self.shares[name] = self.share(name, after)
         terms = self.terms.get(name)
         if terms is not None and terms.cohort:
             drawn = self.drawn[terms.cohort]
@@ -310,6 +329,13 @@ class Ledger:
         now[1] += amount[1]
         now[2] += amount[2]
         now[3] += amount[3]
+
+    def share(self, name: str) -> float:
+        """``name``'s share now, with what this pass placed for it."""
+        now = self.now.get(name)
+        if now is None:
+            return self.accounts.shares.get(name, 0.0)
+        return self.share_with(name, ZERO)
 
     def share_with(self, name: str, amount: Vector) -> float:
         """``name``'s share once ``amount`` more is placed for it (``Accounts.share``, inlined)."""
