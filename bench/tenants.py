@@ -30,7 +30,7 @@ GiB = 1024**3
 WORKERS = 2_000
 PENDING = 10_000
 TENANTS = 100
-ROUNDS = 3
+ROUNDS = 10
 SCOPED = 300
 
 
@@ -65,7 +65,7 @@ def _index(views) -> FleetIndex:
 
 
 def full_pass(rng: random.Random, views, accounts: Accounts) -> dict[str, object]:
-    per = {"one_tenant": [], "tenants": []}
+    per: dict[str, list[float]] = {"one_tenant": [], "tenants": []}
     placed = {}
     for _ in range(ROUNDS):
         one, many = queues(rng)
@@ -85,10 +85,10 @@ def submission(rng: random.Random, views, accounts: Accounts) -> dict[str, objec
     index = _index(busy)
     index.put(views[0])  # one worker with room: each submission lands there
     one, many = queues(rng)
-    per = {"one_tenant": [], "tenants": []}
+    per: dict[str, list[float]] = {"one_tenant": [], "tenants": []}
     cache = FeasibilityCache()
-    for label, queue, acc in (("one_tenant", one, None), ("tenants", many, accounts)):
-        for i in range(SCOPED):
+    for i in range(SCOPED):  # alternated, so both see the same machine
+        for label, queue, acc in (("one_tenant", one, None), ("tenants", many, accounts)):
             shape = (
                 FEASIBLE_SHAPES[0] if acc is None else FEASIBLE_SHAPES[0].for_tenant(f"t{i % TENANTS:03d}")
             )
@@ -104,12 +104,12 @@ def submission(rng: random.Random, views, accounts: Accounts) -> dict[str, objec
 def freed_worker(rng: random.Random, views, accounts: Accounts) -> dict[str, object]:
     """A full fleet and a big backlog; one worker finishes one execution: a pass over it alone."""
     one, many = queues(rng)
-    per = {"one_tenant": [], "tenants": []}
+    per: dict[str, list[float]] = {"one_tenant": [], "tenants": []}
     cache = FeasibilityCache()
-    for label, queue, acc in (("one_tenant", one, None), ("tenants", many, accounts)):
-        for i in range(SCOPED):
-            view = views[i % len(views)]
-            freed = replace(view, active=view.capacity - 1)
+    for i in range(SCOPED):
+        view = views[i % len(views)]
+        freed = replace(view, active=view.capacity - 1)
+        for label, queue, acc in (("one_tenant", one, None), ("tenants", many, accounts)):
             started = time.perf_counter()
             placements = schedule(queue, [freed], cache=cache, limit=None, accounts=acc)
             per[label].append(time.perf_counter() - started)
@@ -119,14 +119,18 @@ def freed_worker(rng: random.Random, views, accounts: Accounts) -> dict[str, obj
 
 
 def _figures(per: dict[str, list[float]], placed: dict[str, int]) -> dict[str, object]:
-    one = statistics.median(per["one_tenant"])
-    many = statistics.median(per["tenants"])
-    out: dict[str, object] = {
-        "one_tenant_us": round(one * 1e6, 2),
-        "tenants_us": round(many * 1e6, 2),
-        "ratio": round(many / one, 2),
-        "target_ratio": 1.5,
-    }
+    """Best decile of each (the machine may be shared: noise only ever adds time), and the median."""
+    out: dict[str, object] = {}
+    for label, samples in per.items():
+        ordered = sorted(samples)
+        out[f"{label}_us"] = {
+            "p10": round(ordered[len(ordered) // 10] * 1e6, 2),
+            "p50": round(statistics.median(ordered) * 1e6, 2),
+        }
+    one, many = sorted(per["one_tenant"]), sorted(per["tenants"])
+    out["ratio_p10"] = round(many[len(many) // 10] / one[len(one) // 10], 2)
+    out["ratio_p50"] = round(statistics.median(many) / statistics.median(one), 2)
+    out["target_ratio"] = 1.5
     if placed:
         out["placements_per_pass"] = placed
     return out

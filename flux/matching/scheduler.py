@@ -334,6 +334,9 @@ def _place_fairly(
     """
     # A lane: [-priority, seq, place, item, rest (None until it places), shape, candidates].
     # A tenant: [share, -priority, seq of its next (or a bound), tenant, its lanes or None].
+    if heads is not None and len(heads) == 1:
+        _place_lane(queue, heads[0], ledger, index, cache, rooms, placements, limit)
+        return
     tenants: list[list] = []
     if heads is not None:
         by_tenant: dict[str, list[list]] = {}
@@ -433,6 +436,41 @@ def _place_fairly(
             heapq.heapreplace(tenants, entry)
         else:
             heapq.heappop(tenants)
+
+
+def _place_lane(
+    queue: PendingQueue,
+    head: _Head,
+    ledger: Ledger,
+    index: FleetIndex | None,
+    cache: FeasibilityCache,
+    rooms: dict[str, Room],
+    placements: list[Placement],
+    limit: int | None,
+) -> None:
+    """``_place_fairly`` for one lane (a submission's pass): one tenant, so no share to compare;
+    its quota still decides, and space and quota only shrink, so the first miss ends it."""
+    _, _, item, items, shape, candidates = head
+    if candidates is None:
+        assert index is not None
+        loads = _Loads([], index.candidates(shape, cache.permanent))
+    else:
+        loads = _Loads(_load_heap(candidates, rooms))
+    r = shape.requests
+    while item is not None and (limit is None or len(placements) < limit):
+        if not ledger.fits(shape.tenant, shape.demand):
+            return
+        room = _least_loaded_fit(loads, shape, rooms)
+        if room is None:
+            return
+        gpus = room.take(r.cpu, r.memory, r.disk, r.gpu, r.gpu_memory)
+        placements.append(Placement(item.execution_id, room.view.name, gpus, shape))
+        ledger.charge(shape.tenant, shape.demand)
+        heapq.heappush(loads.heap, (room.key, room))
+        if items is None:
+            items = queue.iter_shape(shape)
+            next(items)  # the one just placed
+        item = next(items, None)
 
 
 def _guard_standing(
