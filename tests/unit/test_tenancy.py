@@ -12,7 +12,7 @@ import pytest
 
 from flux.domain.resource_request import ResourceRequest
 from flux.domain.tenant import Limits, Tenant
-from flux.matching import Accounts, Ledger, PendingQueue, Shape, capacity_of, demand, schedule
+from flux.matching import Accounts, Ledger, PendingQueue, Shape, capacity_of, demand, explain, schedule
 from flux.matching.index import FleetIndex
 from tests.unit.fleet import GiB, worker
 
@@ -367,3 +367,40 @@ def test_bad_tenant_fields_are_named(data, message):
     with pytest.raises((TypeError, ValueError)) as caught:
         Tenant.from_dict(data)
     assert message in str(caught.value)
+
+
+# ---- explain ---------------------------------------------------------------------------------
+
+
+def test_explain_leads_with_the_quota_that_holds_it_back():
+    accounts = Accounts(
+        [tenant("ml", "research", {"gpu": 2}, gpu=4), tenant("web", "research", gpu=2)],
+        capacity=(0, 0, 8, 0),
+    )
+    accounts.charge("ml", (0, 0, 4, 0))
+    accounts.charge("web", (0, 0, 2, 0))
+    found = explain(gpus(1, "ml"), [worker("w", gpus=8, held_gpus={0, 1, 2, 3, 4, 5})], accounts=accounts)
+    assert found.quota is not None
+    assert found.summary == (
+        "tenant ml at its gpu quota 4/4, borrowing 0 of 2 in cohort research "
+        "(the cohort has no gpu left to lend); 1/1 workers can run it"
+    )
+
+
+def test_explain_without_a_quota_block_says_only_the_workers():
+    accounts = Accounts([tenant("ml", gpu=4)], capacity=(0, 0, 8, 0))
+    found = explain(gpus(1, "ml"), [worker("w", gpus=0)], accounts=accounts)
+    assert found.quota is None
+    assert found.summary.startswith("0/1 workers can run it")
+
+
+def test_explain_names_the_fair_share_place():
+    accounts = Accounts([tenant("a"), tenant("b"), tenant("c")], capacity=(0, 0, 10, 0))
+    accounts.charge("a", (0, 0, 5, 0))
+    accounts.charge("b", (0, 0, 1, 0))
+    queue = PendingQueue()
+    for seq, name in enumerate("abc"):
+        queue.add(f"{name}{seq}", gpus(1, name), seq)
+    found = explain(gpus(1, "b"), [worker("w", gpus=0)], accounts=accounts, queue=queue)
+    assert found.fair_share == (2, 3)
+    assert found.summary.endswith("; fair share: tenant b is 2nd of 3 tenants waiting (share 0.10)")
