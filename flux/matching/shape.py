@@ -15,6 +15,7 @@ from packaging.requirements import Requirement
 from flux.domain.resource_request import ResourceRequest
 from flux.domain.tenant import DEFAULT_TENANT
 from flux.domain.worker import DEFAULT_RUNTIME
+from flux.matching.tenancy import demand
 
 _EMPTY_REQUEST = ResourceRequest()
 
@@ -36,9 +37,8 @@ class Shape:
         self.runtime = runtime
         self.tenant = tenant
         self.requirements: tuple[Requirement, ...] = self.requests.requirements
-        r = self.requests
-        # What one execution of this shape holds against its tenant's quota (``tenancy.demand``).
-        self.demand = (r.cpu, r.memory, r.gpu, r.gpu * r.gpu_memory)
+        # What one execution of this shape holds against its tenant's quota.
+        self.demand = demand(self.requests)
         # The same requirements in no tenant: what feasibility and worker choice depend on, so
         # every tenant's lane of one requirement shares one cached verdict and one walk of the fleet.
         self.needs: Shape = (

@@ -201,11 +201,6 @@ class Accounts:
         terms = self.terms.get(name)
         return terms.tenant if terms is not None else Tenant(name or DEFAULT_TENANT)
 
-    @property
-    def limited(self) -> bool:
-        """Whether any tenant has a quota (else only fair share applies)."""
-        return any(t.limited for t in self.terms.values())
-
     def used(self, name: str) -> Vector:
         return self.usage.get(name, ZERO)
 
@@ -253,9 +248,6 @@ class Accounts:
         terms = self.terms.get(name)
         return terms.cohort if terms is not None else ""
 
-    def cohort_members(self, cohort: str) -> list[str]:
-        return [m.name for m in self.members.get(cohort, ())]
-
 
 def _drawn(terms: Terms, used: int, i: int) -> int:
     """What a member at ``used`` draws from its cohort's pool on resource ``i``."""
@@ -278,10 +270,6 @@ class Ledger:
         self.now: dict[str, list[int]] = {}
         # What this pass added to each cohort's drawn amounts.
         self.drawn: dict[str, list[int]] = {}
-
-    def used(self, name: str) -> Vector:
-        now = self.now.get(name)
-        return self.accounts.usage.get(name, ZERO) if now is None else (now[0], now[1], now[2], now[3])
 
     def blocked(self, name: str, amount: Vector) -> QuotaBlock | None:
         """Why ``amount`` more does not fit ``name``'s quota now, or None when it fits."""
