@@ -5,6 +5,8 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 PROTOS := $(wildcard proto/flux/v1/*.proto)
+# KEDA's external scaler contract, vendored (proto/flux/keda/NOTICE); generated beside flux/v1.
+KEDA_PROTOS := $(wildcard proto/flux/keda/*.proto)
 RELEASED := proto/released/flux-v1.binpb
 
 .PHONY: install proto check-proto release-proto test test-unit run demo bench chaos lint clean
@@ -26,19 +28,19 @@ node-deps:
 	fi
 
 proto: $(STAMP)
-	rm -f flux/v1/*_pb2*.py flux/v1/*_pb2*.pyi
+	rm -f flux/v1/*_pb2*.py flux/v1/*_pb2*.pyi flux/keda/*_pb2*.py flux/keda/*_pb2*.pyi
 	$(PY) -m grpc_tools.protoc -I proto \
 		--python_out=. --grpc_python_out=. --mypy_out=. --mypy_grpc_out=. \
 		--plugin=protoc-gen-mypy=$(VENV)/bin/protoc-gen-mypy \
 		--plugin=protoc-gen-mypy_grpc=$(VENV)/bin/protoc-gen-mypy_grpc \
-		$(PROTOS)
+		$(PROTOS) $(KEDA_PROTOS)
 
 # Lints the protos and refuses breaking changes against the released snapshot
 # (tools/check_proto.sh, buf installed by npm on first use), then regenerates
 # flux/v1 and fails when the checked-in code differs from it.
 check-proto: proto
 	tools/check_proto.sh proto
-	@changes="$$(git status --porcelain -- flux/v1 proto)"; \
+	@changes="$$(git status --porcelain -- flux/v1 flux/keda proto)"; \
 	if [ -n "$$changes" ]; then \
 		echo "flux/v1 differs from what 'make proto' produces (or is not committed):"; \
 		echo "$$changes"; git --no-pager diff --stat -- flux/v1; exit 1; \

@@ -4,7 +4,20 @@ from __future__ import annotations
 
 import argparse
 
-from bench import attacks, dashboard, dispatch, fleet, loaded, matching, memory, replicas, starvation, tenants
+from bench import (
+    attacks,
+    dashboard,
+    dispatch,
+    fleet,
+    loaded,
+    matching,
+    memory,
+    peers,
+    pools,
+    replicas,
+    starvation,
+    tenants,
+)
 
 BENCHES = {
     "matching": matching.main,
@@ -16,6 +29,8 @@ BENCHES = {
     "attacks": attacks.main,
     "starvation": starvation.main,
     "fleet": fleet.main,
+    "peers": peers.main,
+    "pools": pools.main,
     "tenants": tenants.main,
 }
 

@@ -119,9 +119,14 @@ def bearer(metadata: object) -> str:
 
 
 # Which role each service requires; anything else (health, reflection) is open.
-REQUIRED = {"/flux.v1.WorkerService/": Role.WORKER, "/flux.v1.ControlService/": Role.CLIENT}
+REQUIRED = {
+    "/flux.v1.WorkerService/": Role.WORKER,
+    "/flux.v1.ControlService/": Role.CLIENT,
+    "/flux.v1.PoolService/": Role.CLIENT,
+}
 # Methods of those services open to anyone, as health is: GetMetrics answers only
-# aggregate numbers (no names, labels or ids), what Prometheus scrapes without a token.
+# aggregate numbers (no names, labels or ids; pool names, which an operator chose, label
+# flux_pool_demand_workers), what Prometheus scrapes without a token.
 OPEN = frozenset({"/flux.v1.ControlService/GetMetrics"})
 
 

@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import json
 import os
+import queue
 import re
+import threading
 import time
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
@@ -60,13 +62,75 @@ def chunked(
         yield chunk
 
 
-def _shift_index(message: str, offset: int) -> str:
+def shift_index(message: str, offset: int) -> str:
     # A later call's refusal names the index within its chunk: name it within all the inputs.
     if not offset:
         return message
     return re.sub(
         r"input_json\[(\d+)\]", lambda m: f"input_json[{int(m.group(1)) + offset}]", message, count=1
     )
+
+
+def rpc_error(exc: grpc.RpcError, address: str, credentials: Credentials) -> FluxError:
+    """The domain error a failed call means (``Unavailable`` for an unreachable or silent server)."""
+    code, details = exc.code(), exc.details() or ""  # type: ignore[attr-defined]
+    if code == grpc.StatusCode.DEADLINE_EXCEEDED:
+        return Unavailable(f"the Flux server at {address} did not answer in time")
+    if code == grpc.StatusCode.UNAVAILABLE:
+        hint = ""
+        if credentials.ca is None and speaks_tls(address):
+            hint = f"; {TLS_HINT}"
+        return Unavailable(f"cannot reach the Flux server at {address}: {details or code.name}{hint}")
+    return from_grpc_code(code, details)
+
+
+def workflow_request(loaded: WorkflowFile) -> control_pb2.RegisterWorkflowRequest:
+    request = control_pb2.RegisterWorkflowRequest(filename=loaded.path.name, source=loaded.source)
+    for wf in loaded.workflows:
+        request.workflows.append(
+            control_pb2.WorkflowMetadata(
+                name=wf.name,
+                entrypoint=wf.entrypoint,
+                requests=wf.requests.to_proto(),
+                affinity=dict(wf.affinity),
+                max_attempts=wf.max_attempts,
+                priority=wf.priority,
+            )
+        )
+    return request
+
+
+def execution_ids(executions: Iterable[control_pb2.Execution | str]) -> list[str]:
+    """The ids of ``executions`` (executions or ids), in order."""
+    return [e if isinstance(e, str) else e.execution_id for e in executions]
+
+
+def run_request(
+    workflow: str, input_json: str, version: int, priority: int | None
+) -> control_pb2.RunWorkflowRequest:
+    request = control_pb2.RunWorkflowRequest(workflow_name=workflow, input_json=input_json, version=version)
+    if priority is not None:
+        request.priority = priority
+    return request
+
+
+def encode_inputs(inputs: Iterable[Any]) -> list[str]:
+    """Each input as JSON, or ``InvalidArgument`` naming the first that cannot be sent."""
+    encoded = []
+    for index, value in enumerate(inputs):
+        try:
+            encoded.append(json.dumps(value, allow_nan=False))
+        except (TypeError, ValueError) as exc:
+            raise InvalidArgument(f"inputs[{index}] cannot be sent as JSON: {exc}") from None
+    return encoded
+
+
+def finished(execution: control_pb2.Execution) -> bool:
+    return execution.state >= control_pb2.EXECUTION_STATE_COMPLETED
+
+
+def in_order(ids: list[str], finals: dict[str, control_pb2.Execution]) -> list[control_pb2.Execution]:
+    return [finals[execution_id] for execution_id in ids]
 
 
 class FluxClient:
@@ -99,36 +163,14 @@ class FluxClient:
             raise self._error(exc) from None
 
     def _error(self, exc: grpc.RpcError) -> FluxError:
-        code, details = exc.code(), exc.details() or ""  # type: ignore[attr-defined]
-        if code == grpc.StatusCode.DEADLINE_EXCEEDED:
-            return Unavailable(f"the Flux server at {self.address} did not answer in time")
-        if code == grpc.StatusCode.UNAVAILABLE:
-            hint = ""
-            if self.credentials.ca is None and speaks_tls(self.address):
-                hint = f"; {TLS_HINT}"
-            return Unavailable(
-                f"cannot reach the Flux server at {self.address}: {details or code.name}{hint}"
-            )
-        return from_grpc_code(code, details)
+        return rpc_error(exc, self.address, self.credentials)
 
     def register_file(self, path: str | Path) -> control_pb2.RegisterWorkflowResponse:
         """Read the file's workflows (without running it where the decorators are literals) and register them."""
         return self.register(load_workflow_file(path))
 
     def register(self, loaded: WorkflowFile) -> control_pb2.RegisterWorkflowResponse:
-        request = control_pb2.RegisterWorkflowRequest(filename=loaded.path.name, source=loaded.source)
-        for wf in loaded.workflows:
-            request.workflows.append(
-                control_pb2.WorkflowMetadata(
-                    name=wf.name,
-                    entrypoint=wf.entrypoint,
-                    requests=wf.requests.to_proto(),
-                    affinity=dict(wf.affinity),
-                    max_attempts=wf.max_attempts,
-                    priority=wf.priority,
-                )
-            )
-        return self._call("RegisterWorkflow", request)
+        return self._call("RegisterWorkflow", workflow_request(loaded))
 
     def run(
         self,
@@ -157,14 +199,55 @@ class FluxClient:
         wait: bool = False,
         timeout: float | None = None,
         priority: int | None = None,
+        on_update: Callable[[control_pb2.Execution], None] | None = None,
     ) -> control_pb2.Execution:
-        request = control_pb2.RunWorkflowRequest(
-            workflow_name=workflow, input_json=input_json, version=version
+        """``run`` with the input already JSON; ``on_update`` (with ``wait``) sees every state."""
+        request = run_request(workflow, input_json, version, priority)
+        if not wait:
+            return self._call("RunWorkflow", request)
+        return self._run_and_wait(request, timeout, on_update)
+
+    def _run_and_wait(
+        self,
+        request: control_pb2.RunWorkflowRequest,
+        timeout: float | None,
+        on_update: Callable[[control_pb2.Execution], None] | None,
+    ) -> control_pb2.Execution:
+        # One call: the receipt, then the final state. The receipt may take as long as any
+        # call (self.timeout); the wait's own timeout cuts the stream only once it is accepted.
+        deadline = None if timeout is None else time.monotonic() + timeout
+        stream = self._stub.RunAndWait(
+            control_pb2.RunAndWaitRequest(run=request, every_state=on_update is not None),
+            timeout=None if timeout is None else max(timeout, self.timeout),
+            metadata=self._metadata,
         )
-        if priority is not None:
-            request.priority = priority
-        execution = self._call("RunWorkflow", request)
-        return self.wait(execution.execution_id, timeout) if wait else execution
+        timer = None if timeout is None else threading.Timer(timeout, stream.cancel)
+        receipt = None
+        try:
+            for update in stream:
+                if receipt is None:
+                    receipt = update
+                    if timer is not None:
+                        timer.start()
+                if on_update is not None:
+                    on_update(update)
+                if finished(update):
+                    return update
+        except grpc.RpcError as exc:
+            error = self._error(exc)
+            if receipt is None or not isinstance(error, Unavailable):
+                raise error from None
+        finally:
+            if timer is not None:
+                timer.cancel()
+        if receipt is None:
+            raise Unavailable(f"the Flux server at {self.address} ended the run without an answer")
+        # Accepted, then the stream broke (a restart, or the timeout): follow it as ``wait`` does.
+        remaining = None if deadline is None else max(0.0, deadline - time.monotonic())
+        try:
+            return self.wait(receipt.execution_id, remaining, on_update)
+        except WaitTimedOut as exc:  # named with the whole wait's timeout, not what was left of it
+            raise WaitTimedOut(exc.execution, exc.timeout if timeout is None else timeout) from None
 
     def map(
         self,
@@ -186,13 +269,7 @@ class FluxClient:
         them together (``WaitTimedOut`` names the first one not finished by then).
         ``priority`` (-1000 to 1000, higher first) overrides the workflow's for these runs.
         """
-        encoded = []
-        for index, value in enumerate(inputs):
-            try:
-                encoded.append(json.dumps(value, allow_nan=False))
-            except (TypeError, ValueError) as exc:
-                raise InvalidArgument(f"inputs[{index}] cannot be sent as JSON: {exc}") from None
-        executions = self.run_many_json(workflow, encoded, version=version, priority=priority)
+        executions = self.run_many_json(workflow, encode_inputs(inputs), version=version, priority=priority)
         return self.wait_all(executions, timeout) if wait else executions
 
     def run_many_json(
@@ -209,20 +286,90 @@ class FluxClient:
             try:
                 answer = self._call("RunWorkflows", request)
             except InvalidArgument as exc:
-                raise InvalidArgument(_shift_index(str(exc), len(executions))) from None
+                raise InvalidArgument(shift_index(str(exc), len(executions))) from None
             executions.extend(answer.executions)
         return executions
 
     def wait_all(
-        self, executions: Iterable[control_pb2.Execution], timeout: float | None = None
+        self, executions: Iterable[control_pb2.Execution | str], timeout: float | None = None
     ) -> list[control_pb2.Execution]:
-        """The final state of each execution, in order, waiting at most ``timeout`` seconds in all."""
+        """The final state of each execution, in the order given, waiting at most ``timeout`` seconds in all.
+
+        One ``WaitExecutions`` stream per 10,000 executions, not one call each.
+        """
+        ids = execution_ids(executions)
+        return in_order(ids, {e.execution_id: e for e in self.as_completed(ids, timeout)})
+
+    def as_completed(
+        self, executions: Iterable[control_pb2.Execution | str], timeout: float | None = None
+    ) -> Iterator[control_pb2.Execution]:
+        """Each execution's final state as it finishes (those already finished first), each once.
+
+        ``executions`` are executions or their ids. The server streams them (``WaitExecutions``,
+        10,000 ids a stream, streams read side by side); a server restart meanwhile is ridden out
+        by asking again for those not yet seen. At ``timeout`` seconds in all raises
+        ``WaitTimedOut`` with the first one not finished, as it is then.
+        """
+        pending = dict.fromkeys(execution_ids(executions))
         deadline = None if timeout is None else time.monotonic() + timeout
-        final = []
-        for execution in executions:
-            remaining = None if deadline is None else max(0.001, deadline - time.monotonic())
-            final.append(self.wait(execution.execution_id, remaining))
-        return final
+        while pending:
+            remaining = None if deadline is None else deadline - time.monotonic()
+            if remaining is not None and remaining <= 0:
+                break
+            try:
+                for execution in self._finals(list(pending), remaining):
+                    if pending.pop(execution.execution_id, True) is None:
+                        yield execution
+                return
+            except Unavailable:  # the server restarting, or our own deadline passing
+                if deadline is not None and time.monotonic() >= deadline:
+                    break
+                time.sleep(0.2)
+        assert timeout is not None
+        current = self.get(next(iter(pending)), timeout=5.0)
+        raise WaitTimedOut(current, timeout)
+
+    def _finals(self, ids: list[str], timeout: float | None) -> Iterator[control_pb2.Execution]:
+        chunks = [
+            ids[i : i + defaults.MAX_BATCH_INPUTS] for i in range(0, len(ids), defaults.MAX_BATCH_INPUTS)
+        ]
+        if len(chunks) == 1:
+            yield from self._final_stream(chunks[0], timeout)
+            return
+        # Several streams read side by side, so completion order holds across all of them.
+        merged: queue.Queue[control_pb2.Execution | BaseException | None] = queue.Queue()
+
+        def read(chunk: list[str]) -> None:
+            try:
+                for execution in self._final_stream(chunk, timeout):
+                    merged.put(execution)
+            except BaseException as exc:
+                merged.put(exc)
+            merged.put(None)
+
+        for chunk in chunks:
+            threading.Thread(target=read, args=(chunk,), name="flux-wait", daemon=True).start()
+        open_streams = len(chunks)
+        while open_streams:
+            item = merged.get()
+            if item is None:
+                open_streams -= 1
+            elif isinstance(item, BaseException):
+                raise item
+            else:
+                yield item
+
+    def _final_stream(self, ids: list[str], timeout: float | None) -> Iterator[control_pb2.Execution]:
+        stream = self._stub.WaitExecutions(
+            control_pb2.WaitExecutionsRequest(execution_ids=ids), timeout=timeout, metadata=self._metadata
+        )
+        try:
+            for batch in stream:
+                yield from batch.executions
+        except grpc.RpcError as exc:
+            raise self._error(exc) from None
+        finally:
+            stream.cancel()
 
     def get(self, execution_id: str, timeout: float | None = None) -> control_pb2.Execution:
         return self._call("GetExecution", control_pb2.GetExecutionRequest(execution_id=execution_id), timeout)
@@ -256,7 +403,7 @@ class FluxClient:
                 for update in self.watch(execution_id, remaining):
                     if on_update is not None:
                         on_update(update)
-                    if update.state >= control_pb2.EXECUTION_STATE_COMPLETED:
+                    if finished(update):
                         return update
             except Unavailable:  # the server restarting, or our own deadline passing
                 if deadline is not None and time.monotonic() >= deadline:
@@ -265,7 +412,7 @@ class FluxClient:
         assert timeout is not None
         # The deadline ended the watch, not the server: say where the execution stands now.
         current = self.get(execution_id, timeout=5.0)
-        if current.state >= control_pb2.EXECUTION_STATE_COMPLETED:
+        if finished(current):
             return current  # it finished just as we gave up
         raise WaitTimedOut(current, timeout)
 

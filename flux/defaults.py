@@ -48,5 +48,7 @@ HTTP_KEEP_ALIVE = 5.0
 
 # A worker.
 CAPACITY = 16  # concurrent executions
+# On SIGTERM: seconds to finish running work before handing the rest back (under the pod grace period).
+DRAIN_TIMEOUT = 60.0
 WORK_DIR = ".flux/worker"
 DISK_PATH = "/"

@@ -9,6 +9,7 @@ from typing import Annotated
 import grpc
 from fastapi import APIRouter, Depends, Path, Query, Request
 from fastapi.responses import JSONResponse, Response
+from sse_starlette import EventSourceResponse
 
 from flux.defaults import MAX_BATCH_INPUTS
 from flux.errors import InvalidArgument, ResourceExhausted
@@ -18,7 +19,8 @@ from gateway.auth import API_BEARER
 from gateway.bodies import OffLoopJSONRoute, large_json_dumps, large_json_dumps_each, to_message
 from gateway.core import Core, core
 from gateway.errors import from_rpc
-from gateway.events import stream_execution
+from gateway.events import FINALS_DOC, run_and_stream, stream_finals
+from gateway.stream import first_message
 
 # Every client route takes the API token (checked from the headers by gateway.auth, before the body).
 router = APIRouter(tags=["clients"], dependencies=[Depends(API_BEARER)], route_class=OffLoopJSONRoute)
@@ -91,12 +93,11 @@ async def run_workflow(
     )
     if body.priority is not None:
         run.priority = body.priority
-    submitted = await core.control.RunWorkflow(run, timeout=_timeout(request))
     if "text/event-stream" in request.headers.get("accept", ""):
-        return await stream_execution(request, core, submitted.execution_id, submitted=submitted)
+        return await run_and_stream(request, core, run)
     if not body.wait:
-        return _answer(submitted, 202)
-    latest = await _until_finished_or_gone(core, submitted, body.timeout, request)
+        return _answer(await core.control.RunWorkflow(run, timeout=_timeout(request)), 202)
+    latest = await _until_finished_or_gone(core, run, body.timeout, request)
     if latest is None:  # the client left; nobody reads an answer
         return JSONResponse(None, status_code=202)
     return _answer(latest, 200 if latest.state >= FINISHED else 202)
@@ -138,21 +139,28 @@ async def run_workflows(
     return _answer(accepted, 202)
 
 
-async def _follow(core: Core, execution: control_pb2.Execution, timeout: float) -> control_pb2.Execution:
-    call = core.control.WatchExecution(
-        control_pb2.WatchExecutionRequest(execution_id=execution.execution_id), timeout=timeout
-    )
+async def _run_and_follow(
+    core: Core, run: control_pb2.RunWorkflowRequest, timeout: float, unary_timeout: float
+) -> control_pb2.Execution:
+    """One RunAndWait call: the final state, or the latest seen once ``timeout`` runs out.
+
+    The receipt may take as long as any call; the wait's timeout counts once it is accepted.
+    """
+    call = core.control.RunAndWait(control_pb2.RunAndWaitRequest(run=run, every_state=True))
     try:
-        async for update in call:
-            execution = update
-            if update.state >= FINISHED:
-                break
+        latest = await first_message(call, unary_timeout)
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(timeout):
+                while latest.state < FINISHED:
+                    update = await call.read()
+                    if update is grpc.aio.EOF:
+                        break
+                    latest = update
+        return latest
     except grpc.aio.AioRpcError as exc:
-        if exc.code() != grpc.StatusCode.DEADLINE_EXCEEDED:
-            raise
+        raise from_rpc(exc) from None
     finally:
         call.cancel()
-    return execution
 
 
 async def _disconnected(request: Request) -> None:
@@ -161,10 +169,10 @@ async def _disconnected(request: Request) -> None:
 
 
 async def _until_finished_or_gone(
-    core: Core, execution: control_pb2.Execution, timeout: float, request: Request
+    core: Core, run: control_pb2.RunWorkflowRequest, timeout: float, request: Request
 ) -> control_pb2.Execution | None:
     # A long wait must not outlive its client: stop following once the connection drops.
-    follow = asyncio.ensure_future(_follow(core, execution, timeout))
+    follow = asyncio.ensure_future(_run_and_follow(core, run, timeout, _timeout(request)))
     gone = asyncio.ensure_future(_disconnected(request))
     try:
         await asyncio.wait((follow, gone), return_when=asyncio.FIRST_COMPLETED)
@@ -175,6 +183,16 @@ async def _until_finished_or_gone(
                 with contextlib.suppress(asyncio.CancelledError):
                     await task
     return follow.result() if follow.done() and not follow.cancelled() else None
+
+
+@router.post(
+    "/executions/wait",
+    response_class=EventSourceResponse,
+    responses={200: {"content": {"text/event-stream": {}}, "description": FINALS_DOC}, **_refusals(404)},
+)
+async def wait_executions(body: schema.WaitBody, request: Request, core: CoreDep) -> Response:
+    """Wait for many executions in one stream: each one's final state as it finishes (WaitExecutions)."""
+    return await stream_finals(request, core, body.execution_ids)
 
 
 _STATE_NAMES = [n.removeprefix("EXECUTION_STATE_") for n in control_pb2.ExecutionState.keys()[1:]]

@@ -33,10 +33,13 @@ log = logging.getLogger("flux.gateway")
 
 
 def from_rpc(exc: grpc.aio.AioRpcError) -> FluxError:
-    code = exc.code()
+    return from_status(exc.code(), exc.details())
+
+
+def from_status(code: grpc.StatusCode, details: str | None) -> FluxError:
     if code in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED):
-        return Unavailable(f"the Flux core is unreachable: {exc.details() or code.name}")
-    return from_grpc_code(code, exc.details() or code.name)
+        return Unavailable(f"the Flux core is unreachable: {details or code.name}")
+    return from_grpc_code(code, details or code.name)
 
 
 # RFC 6750: a 401 names the scheme the caller should use.

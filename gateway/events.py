@@ -8,6 +8,11 @@ every gateway and after a restart: a client that reconnects with
 ``Last-Event-ID`` gets only what it has not seen, and one that already saw
 the final state gets 204, which tells an EventSource to stop reconnecting.
 
+``POST /workflows/{name}/run`` with ``Accept: text/event-stream`` relays one
+``RunAndWait`` call the same way (the accepted state first), and ``POST
+/executions/wait`` relays ``WaitExecutions``: each final state of a batch, in the
+order they finish.
+
 ``GET /events`` relays ``ControlService.WatchFleet``: a ``workers`` event with
 the whole fleet, then one event per change, named after the change.
 
@@ -30,7 +35,7 @@ from flux.errors import InvalidArgument
 from flux.v1 import control_pb2
 from gateway import protojson, schema
 from gateway.core import Core
-from gateway.stream import first_message
+from gateway.stream import first_message, opened
 from gateway.tickets import FLEET_SCOPE, TicketParam, access_for, execution_scope
 
 router = APIRouter(tags=["streams"])
@@ -49,6 +54,12 @@ EXECUTION_EVENTS_DOC = (
     "Execution` in the proto3 JSON mapping. Each `id` (`GENERATION.STEP`) comes from the execution, "
     "so reconnecting with `Last-Event-ID` (or `?last_event_id=`) resumes after it at any gateway; "
     "when that id is already the final state, the answer is 204 (EventSource then stops)."
+)
+FINALS_DOC = (
+    "Server-Sent Events, all named `execution`: one per execution asked for, its final state "
+    "(COMPLETED, FAILED, CANCELLED) as a `flux.v1.Execution` without `input_json`, in the order they "
+    "finish (those already finished first); the stream ends after the last. `id` counts up from 1 "
+    "per connection; after a dropped connection, ask again for the ids not yet seen."
 )
 FLEET_EVENTS_DOC = (
     "Server-Sent Events: `workers` first (every known worker, a `ListWorkersResponse`), then one "
@@ -99,18 +110,10 @@ def _execution_event(execution: control_pb2.Execution, key: ExecutionEventId) ->
 
 
 async def _executions(
-    call: grpc.aio.UnaryStreamCall,
-    first: control_pb2.Execution,
-    after: ExecutionEventId | None,
-    submitted: control_pb2.Execution | None = None,
+    call: grpc.aio.UnaryStreamCall, first: control_pb2.Execution, after: ExecutionEventId | None
 ) -> AsyncIterator[ServerSentEvent]:
     """Every state newer than ``after``, until a final one; the client leaving cancels the call."""
     try:
-        # Run-and-stream: the execution as accepted comes first. A change between the answer and
-        # the watch opening shows as the state the watch starts with, as on a resume.
-        if submitted is not None:
-            after = event_id(submitted)
-            yield _execution_event(submitted, after)
         update: Any = first
         while True:
             key = event_id(update)
@@ -140,22 +143,53 @@ def _stream(request: Request, events: AsyncIterator[ServerSentEvent], call: Any)
 
 
 async def stream_execution(
-    request: Request,
-    core: Core,
-    execution_id: str,
-    after: ExecutionEventId | None = None,
-    submitted: control_pb2.Execution | None = None,
+    request: Request, core: Core, execution_id: str, after: ExecutionEventId | None = None
 ) -> Response:
-    """The execution's events after ``after``, or 204 when the client has seen its final state.
-
-    With ``submitted`` (run-and-stream), that state is the first event.
-    """
+    """The execution's events after ``after``, or 204 when the client has seen its final state."""
     call = core.control.WatchExecution(control_pb2.WatchExecutionRequest(execution_id=execution_id))
     first = await first_message(call, request.app.state.settings.connect_timeout)
     if first.state >= FINISHED and after is not None and event_id(first) <= after:
         call.cancel()
         return Response(status_code=204)
-    return _stream(request, _executions(call, first, after, submitted), call)
+    return _stream(request, _executions(call, first, after), call)
+
+
+async def run_and_stream(request: Request, core: Core, run: control_pb2.RunWorkflowRequest) -> Response:
+    """Run-and-stream over one ``RunAndWait`` call: the execution as accepted, then every change.
+
+    The receipt is read before answering, so a refused run is an HTTP status.
+    """
+    call = core.control.RunAndWait(control_pb2.RunAndWaitRequest(run=run, every_state=True))
+    accepted = await first_message(call, request.app.state.settings.unary_timeout)
+    return _stream(request, _executions(call, accepted, None), call)
+
+
+async def stream_finals(request: Request, core: Core, execution_ids: list[str]) -> Response:
+    """One ``WaitExecutions`` call as SSE: an ``execution`` event per final state, in completion order.
+
+    The core sends its headers once the ids are accepted, so a refusal (an unknown id) is an
+    HTTP status here, and the 200 does not wait for the first execution to finish.
+    """
+    call = core.control.WaitExecutions(control_pb2.WaitExecutionsRequest(execution_ids=execution_ids))
+    await opened(call, request.app.state.settings.connect_timeout)
+    return _stream(request, _finals(call), call)
+
+
+async def _finals(call: grpc.aio.UnaryStreamCall) -> AsyncIterator[ServerSentEvent]:
+    try:
+        sequence = 0
+        while True:
+            try:
+                batch = await call.read()
+            except grpc.aio.AioRpcError:
+                return  # the core went away: the client asks again for those it has not seen
+            if batch is grpc.aio.EOF:
+                return
+            for execution in batch.executions:
+                sequence += 1
+                yield ServerSentEvent(data=protojson.to_json(execution), event="execution", id=str(sequence))
+    finally:
+        call.cancel()
 
 
 @router.get(

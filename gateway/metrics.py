@@ -46,7 +46,7 @@ RESOURCES = (("cpu_cores", "cpu"), ("memory_bytes", "memory"), ("disk_bytes", "d
 
 
 class StatusCollector(Collector):
-    """Metric families of one ``ClusterStatus``; label values come from fixed sets only."""
+    """Metric families of one ``ClusterStatus``; label values come from fixed sets, and pool names."""
 
     def __init__(self, status: control_pb2.ClusterStatus):
         self.status = status
@@ -163,11 +163,36 @@ class StatusCollector(Collector):
             allocatable.add_metric([label], getattr(fleet.allocatable, field))
         yield reservations
         yield allocatable
+        yield from _pool_metrics(s)
         yield GaugeMetricFamily(
             "flux_start_time_seconds",
             "When the core started, in seconds since the Unix epoch; counters count from then.",
             value=s.started_at_ms / 1000,
         )
+
+
+def _pool_metrics(s: control_pb2.ClusterStatus) -> Iterator[Metric]:
+    """Per worker pool; the label values are pool names, which only an operator or a worker's
+    --pool sets (a declaration or a registered worker, both authenticated)."""
+    demand = GaugeMetricFamily(
+        "flux_pool_demand_workers",
+        "Workers each pool should have for its work: busy workers plus what its pending executions "
+        "need, within the pool's min and max (what KEDA scales the pool's Deployment to).",
+        labels=["pool"],
+    )
+    workers = GaugeMetricFamily("flux_pool_workers", "Connected workers of each pool.", labels=["pool"])
+    pending = GaugeMetricFamily(
+        "flux_pool_pending",
+        "Pending executions counted in each pool: the one the matcher would choose first.",
+        labels=["pool"],
+    )
+    for pool in s.pools:
+        demand.add_metric([pool.spec.name], pool.demand_workers)
+        workers.add_metric([pool.spec.name], pool.workers)
+        pending.add_metric([pool.spec.name], pool.pending)
+    yield demand
+    yield workers
+    yield pending
 
 
 def render(status: control_pb2.ClusterStatus) -> bytes:

@@ -196,6 +196,18 @@ class RunManyBody(BaseModel):
     )
 
 
+class WaitBody(BaseModel):
+    """Executions to wait for: their final states come as one event stream, in the order they finish."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    execution_ids: list[str] = Field(
+        min_length=1,
+        max_length=10_000,
+        description="ids RunWorkflow or run-many returned; at most 10,000, repeats answered once",
+    )
+
+
 class ErrorDetail(BaseModel):
     code: str = Field(description="the gRPC status name of the refusal, e.g. NOT_FOUND, FAILED_PRECONDITION")
     message: str

@@ -24,7 +24,7 @@ from flux.errors import Unavailable
 from flux.server.metadata import TRANSPORT_METADATA
 from flux.v1 import worker_pb2, worker_pb2_grpc
 from gateway import protojson
-from gateway.errors import from_rpc
+from gateway.errors import from_rpc, from_status
 
 log = logging.getLogger("flux.gateway")
 
@@ -65,6 +65,22 @@ async def first_message(call: StreamCall, timeout: float) -> Any:
     if first is grpc.aio.EOF:
         raise Unavailable("the Flux core ended the stream before its first event")
     return first
+
+
+async def opened(call: StreamCall, timeout: float) -> None:
+    """Returns once the core has sent a stream's headers (it accepted the call), or raises its refusal."""
+    try:
+        await asyncio.wait_for(call.initial_metadata(), timeout)
+    except TimeoutError:
+        call.cancel()
+        raise Unavailable(f"the Flux core did not answer within {timeout:g}s") from None
+    except BaseException:
+        call.cancel()
+        raise
+    if call.done():
+        code = await call.code()
+        if code != grpc.StatusCode.OK:
+            raise from_status(code, await call.details())
 
 
 def _frame(event: worker_pb2.WorkerEvent, event_id: int) -> ServerSentEvent:

@@ -10,11 +10,14 @@
 //                            [--gpu N] [--gpu-memory Q] [--disk Q] [--package REQ]... [--affinity k=v]...
 //                            [--max-attempts N] [--runtime NAME]
 //   node flux.js run NAME [INPUT_JSON] [--wait] [--timeout S]
+//   node flux.js wait EXECUTION_ID... [--timeout S]
 //   node flux.js explain EXECUTION_ID [--json]
 //
-// `run` prints the execution id; with --wait it follows WatchExecution and prints
-// {"execution_id", "state", "worker", "attempt", "output", "error"} as one JSON
-// line, exiting 1 unless COMPLETED. Usage errors name the flag and exit 2.
+// `run` prints the execution id; with --wait it runs and waits in one RunAndWait call and
+// prints {"execution_id", "state", "worker", "attempt", "output", "error"} as one JSON
+// line, exiting 1 unless COMPLETED. `wait` follows many executions in one WaitExecutions
+// stream and prints one such line per execution as each finishes (completion order),
+// exiting 1 unless all COMPLETED. Usage errors name the flag and exit 2.
 //
 // Every command takes --server HOST:PORT (else $FLUX_SERVER, else 127.0.0.1:50051).
 // Tokens: $FLUX_WORKER_TOKEN for `worker`, $FLUX_API_TOKEN for the others, else
@@ -430,33 +433,24 @@ function summary(execution) {
   };
 }
 
-// Follows WatchExecution until a final state; the server ends the stream there.
-function watch(stub, executionId, metadata, timeoutMs) {
+// Reads a server stream of executions to its end, handing each to onExecution; resolves with how
+// many came. A deadline past means the wait ran out (the executions go on).
+function readExecutions(stub, method, request, metadata, timeoutMs, onExecution) {
   return new Promise((resolve, reject) => {
-    let last = null;
-    const call = stub.WatchExecution({ execution_id: executionId }, metadata, {
-      deadline: Date.now() + timeoutMs,
-    });
+    let count = 0;
+    const call = stub[method](request, metadata, { deadline: Date.now() + timeoutMs });
     call.on("data", (execution) => {
-      last = execution;
-      if (FINAL_STATES.has(execution.state)) {
-        resolve(execution);
-        call.cancel();
-      }
+      count += 1;
+      onExecution(execution);
     });
     call.on("error", (err) => {
-      if (err.code === grpc.status.CANCELLED && last && FINAL_STATES.has(last.state)) return;
       if (err.code === grpc.status.DEADLINE_EXCEEDED) {
-        reject(new Error(`execution ${executionId} did not finish within ${timeoutMs / 1000}s`));
+        reject(new Error(`not finished within ${timeoutMs / 1000}s (the executions go on)`));
       } else {
-        reject(rpcError("WatchExecution", err));
+        reject(rpcError(method, err));
       }
     });
-    call.on("end", () => {
-      if (!last || !FINAL_STATES.has(last.state)) {
-        reject(new Error("WatchExecution ended before a final state"));
-      }
-    });
+    call.on("end", () => resolve(count));
   });
 }
 
@@ -476,18 +470,50 @@ async function run(args) {
   const timeoutMs = values.timeout ? seconds("--timeout", values.timeout) * 1000 : 24 * 3600 * 1000;
   const metadata = bearer("api");
   const stub = control(server);
+  const request = { workflow_name: name, input_json: input };
   try {
-    const execution = await unary(stub, "RunWorkflow", { workflow_name: name, input_json: input }, metadata);
     if (!values.wait) {
+      const execution = await unary(stub, "RunWorkflow", request, metadata);
       console.log(execution.execution_id);
       return 0;
     }
-    const final = summary(await watch(stub, execution.execution_id, metadata, timeoutMs));
+    // One call: the execution as accepted, then its final state.
+    let last = null;
+    await readExecutions(stub, "RunAndWait", { run: request }, metadata, timeoutMs, (e) => {
+      last = e;
+    });
+    if (!last || !FINAL_STATES.has(last.state)) throw new Error("RunAndWait ended before a final state");
+    const final = summary(last);
     console.log(JSON.stringify(final));
     return final.state === "COMPLETED" ? 0 : 1;
   } finally {
     stub.close();
   }
+}
+
+async function wait(args) {
+  const { values, positionals, server } = parse("wait", args, { timeout: { type: "string" } }, [
+    1,
+    Infinity,
+    "EXECUTION_ID...",
+  ]);
+  const timeoutMs = values.timeout ? seconds("--timeout", values.timeout) * 1000 : 24 * 3600 * 1000;
+  const stub = control(server);
+  let failed = 0;
+  try {
+    // One WaitExecutions stream: each final state as it comes, in completion order.
+    const request = { execution_ids: positionals };
+    await readExecutions(stub, "WaitExecutions", request, bearer("api"), timeoutMs, (batch) => {
+      for (const execution of batch.executions) {
+        const final = summary(execution);
+        if (final.state !== "COMPLETED") failed += 1;
+        console.log(JSON.stringify(final));
+      }
+    });
+  } finally {
+    stub.close();
+  }
+  return failed ? 1 : 0;
 }
 
 async function explain(args) {
@@ -508,7 +534,7 @@ async function explain(args) {
 
 // ------------------------------------------------------------------ main
 
-const COMMANDS = { worker, register, run, explain };
+const COMMANDS = { worker, register, run, wait, explain };
 
 // The usage is the header comment of this file, from its first command line to the blank comment.
 function usage() {

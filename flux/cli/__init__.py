@@ -202,6 +202,15 @@ def build_parser() -> argparse.ArgumentParser:
     )  # fmt: skip
     with_http_limits(server)
     with_tls(server)
+    server.add_argument(
+        "--keda-port", type=arguments.whole_number("--keda-port"), default=None, metavar="PORT",
+        help="serve KEDA's external scaler (ScaledObject trigger metadata: pool) on this port of --host, "
+        "with --tls-cert/--tls-key when given (default: not served; 0 picks one)",
+    )  # fmt: skip
+    server.add_argument(
+        "--keda-client-ca", metavar="PEM",
+        help="require KEDA to present a client certificate signed by this CA (its tlsClientCert); needs --tls-cert",
+    )  # fmt: skip
     with_log_format(server)
     server.set_defaults(run=_start_server)
 
@@ -260,6 +269,15 @@ def build_parser() -> argparse.ArgumentParser:
         default=defaults.WORK_DIR,
         help=f"where workflow code is cached (default {defaults.WORK_DIR})",
     )
+    worker.add_argument(
+        "--pool", default=os.environ.get("FLUX_POOL") or None, metavar="POOL",
+        help="the worker pool it belongs to, carried as the label flux/pool (default $FLUX_POOL)",
+    )  # fmt: skip
+    worker.add_argument(
+        "--drain-timeout", type=arguments.seconds("--drain-timeout"), default=defaults.DRAIN_TIMEOUT, metavar="S",
+        help="on SIGTERM, seconds to finish running executions before handing the rest back; keep it under "
+        f"Kubernetes' terminationGracePeriodSeconds (default {defaults.DRAIN_TIMEOUT:g})",
+    )  # fmt: skip
     with_log_format(worker)
     worker.set_defaults(run=_start_worker)
 
@@ -335,9 +353,10 @@ def build_parser() -> argparse.ArgumentParser:
     forget.add_argument("name", metavar="NAME", help="the worker's registered name")
     forget.set_defaults(run=_forget_worker)
 
-    from flux.cli import tokens
+    from flux.cli import pools, tokens
 
     tokens.add_command(commands)
+    pools.add_command(commands, with_server)
 
     status = with_server(commands.add_parser("status", help="the fleet and the pending queue at a glance"))
     status.add_argument("--json", action="store_true", help="print one JSON object")
@@ -436,7 +455,12 @@ def _start_server(args: argparse.Namespace) -> int:
         tls=_tls(args),
         cors_origins=tuple(args.cors_origin),
         http_limits=_http_limits(args),
+        keda_port=args.keda_port,
+        keda_client_ca=args.keda_client_ca,
     )
+    if args.keda_client_ca and config.tls is None:
+        _error("--keda-client-ca needs --tls-cert and --tls-key: client certificates need TLS")
+        return 2
     from flux.store.base import StoreError
 
     try:
@@ -516,9 +540,18 @@ def _start_worker(args: argparse.Namespace) -> int:
         _error(str(exc))
         return 1
     chosen = args.gateway or args.server or [default_server()]
+    labels = dict(args.label)
+    if args.pool is not None:
+        from flux.matching.pools import POOL_LABEL, validate_pool_name
+
+        try:
+            labels[POOL_LABEL] = validate_pool_name(args.pool, "--pool")
+        except ValueError as exc:
+            _error(str(exc))
+            return 2
     config = WorkerProcess(
         worker=WorkerConfig(
-            name=args.name, labels=dict(args.label), capacity=args.capacity, work_dir=Path(args.work_dir)
+            name=args.name, labels=labels, capacity=args.capacity, work_dir=Path(args.work_dir)
         ),
         addresses=tuple(a for value in chosen for a in value.split(",") if a),
         over_gateway=bool(args.gateway),
@@ -603,18 +636,21 @@ def _run(args: argparse.Namespace) -> int:
     from flux.client import WaitTimedOut
 
     with _client(args) as client:
-        execution = client.run_json(args.name, text, version=args.version, priority=args.priority)
         if not args.wait:
+            execution = client.run_json(args.name, text, version=args.version, priority=args.priority)
             print(execution.execution_id)
             return 0
-        follower = Follower(client, execution.execution_id, sys.stderr if sys.stderr.isatty() else None)
+        follower = Follower(client, sys.stderr if sys.stderr.isatty() else None)
         try:
-            final = follower.wait(args.timeout)
+            final = follower.run(args.name, text, args.version, args.priority, args.timeout)
         except WaitTimedOut as exc:
-            print(f"{exc} — flux execution explain {execution.execution_id}", file=sys.stderr)
+            print(f"{exc} — flux execution explain {exc.execution.execution_id}", file=sys.stderr)
             return EXIT_TIMED_OUT
         except KeyboardInterrupt:
             latest = follower.latest
+            if latest is None:
+                print("\nstopped before the server answered; the run may have been accepted", file=sys.stderr)
+                return EXIT_INTERRUPTED
             with contextlib.suppress(FluxError):  # its state now, if the server answers at once
                 latest = client.get(latest.execution_id, timeout=2.0)
             print(

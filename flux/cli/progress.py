@@ -1,6 +1,6 @@
-"""``flux workflow run --wait``: follow an execution, with one live line on a terminal.
+"""``flux workflow run --wait``: run and follow an execution in one call, with one live line on a terminal.
 
-The watch runs in a thread so the main thread stays free to redraw the line
+The call runs in a thread so the main thread stays free to redraw the line
 (the elapsed time moves even when the state does not) and to take Ctrl-C at
 once. On a terminal the line shows the state, the time waited and, while
 the execution is queued, its place in the queue and the explain summary; it
@@ -27,25 +27,34 @@ ERASE = "\r\x1b[2K"
 
 
 class Follower:
-    """Waits for one execution; ``latest`` is the last state seen, for Ctrl-C to report."""
+    """Runs one execution and waits for it; ``latest`` is the last state seen, for Ctrl-C to report."""
 
-    def __init__(self, client: FluxClient, execution_id: str, stream: TextIO | None):
-        self.client, self.execution_id, self.stream = client, execution_id, stream
-        self.latest = control_pb2.Execution(
-            execution_id=execution_id, state=control_pb2.EXECUTION_STATE_CREATED
-        )
+    def __init__(self, client: FluxClient, stream: TextIO | None):
+        self.client, self.stream = client, stream
+        self.latest: control_pb2.Execution | None = None  # until the server accepts the run
         self._started = time.monotonic()
         self._summary = ""
         self._explained_at = float("-inf")
         self._drawn = False
 
-    def wait(self, timeout: float | None) -> control_pb2.Execution:
-        """The final execution; raises what ``FluxClient.wait`` raises, and KeyboardInterrupt."""
+    def run(
+        self, workflow: str, input_json: str, version: int, priority: int | None, timeout: float | None
+    ) -> control_pb2.Execution:
+        """The final execution, from one RunAndWait call; raises what ``FluxClient.run_json``
+        raises, and KeyboardInterrupt."""
         outcome: dict[str, object] = {}
 
         def follow() -> None:
             try:
-                outcome["final"] = self.client.wait(self.execution_id, timeout, on_update=self._update)
+                outcome["final"] = self.client.run_json(
+                    workflow,
+                    input_json,
+                    version=version,
+                    priority=priority,
+                    wait=True,
+                    timeout=timeout,
+                    on_update=self._update,
+                )
             except BaseException as exc:  # handed to the main thread, which raises it
                 outcome["error"] = exc
 
@@ -65,20 +74,22 @@ class Follower:
         self.latest = execution
 
     def _draw(self) -> None:
-        if self.stream is None:
+        latest = self.latest
+        if self.stream is None or latest is None:
             return
-        state = self.latest.state
+        state = latest.state
         if state == control_pb2.EXECUTION_STATE_CREATED:
             now = time.monotonic()
             if now - self._explained_at >= EXPLAIN_EVERY:
                 self._explained_at = now
                 # On failure keep the last summary: the line is a courtesy, the wait goes on.
                 with contextlib.suppress(FluxError):
-                    self._summary = self._queued(self.client.explain(self.execution_id, timeout=REDRAW * 4))
+                    explanation = self.client.explain(latest.execution_id, timeout=REDRAW * 4)
+                    self._summary = self._queued(explanation)
         else:
-            self._summary = f"on {self.latest.worker}" if self.latest.worker else ""
+            self._summary = f"on {latest.worker}" if latest.worker else ""
         elapsed = render.duration(time.monotonic() - self._started)
-        parts = [self.execution_id, render.state_name(state), elapsed, self._summary]
+        parts = [latest.execution_id, render.state_name(state), elapsed, self._summary]
         line = " · ".join(p for p in parts if p)
         width = max(20, _columns(self.stream) - 1)
         if len(line) > width:

@@ -348,6 +348,11 @@ def status_dict(s: control_pb2.ClusterStatus) -> dict[str, Any]:
             "stream_connects": c.stream_connects, "stream_reconnects": c.stream_reconnects,
         },
         "latency_seconds": {h.stage: _histogram_dict(h) for h in s.latencies},
+        "pools": [
+            {"name": p.spec.name, "source": p.spec.source, "workers": p.workers, "busy_workers": p.busy_workers,
+             "pending": p.pending, "running": p.running, "demand_workers": p.demand_workers, "active": p.active}
+            for p in s.pools
+        ],
     }  # fmt: skip
 
 
@@ -396,6 +401,14 @@ def status_text(s: control_pb2.ClusterStatus) -> str:
                 for stage, h in latency.items()
                 if stage != "claimed" and h["count"]
             )
+        )
+    if s.pools:
+        lines.append(
+            "pools       "
+            + ", ".join(
+                f"{p.spec.name} {p.workers}/{p.demand_workers} workers ({p.pending} pending)" for p in s.pools
+            )
+            + "   (connected/demand)"
         )
     if s.workers:
         lines += ["", workers_text(s.workers, s.now_ms)]

@@ -40,6 +40,7 @@ from flux.dispatcher.freezing import Freezer
 from flux.dispatcher.lifecycle import Lifecycle
 from flux.dispatcher.modes import Modes, local
 from flux.dispatcher.pings import Pinger
+from flux.dispatcher.pools import PoolBook
 from flux.dispatcher.reads import list_executions, list_workflows
 from flux.dispatcher.registry import WorkerRegistration, WorkerRegistry
 from flux.dispatcher.session import Cancelled, Scheduled, Session
@@ -114,6 +115,8 @@ class Dispatcher:
         self._cache = FeasibilityCache()
         self._next_seq = 1
         self.modes = modes or local()
+        # Worker pools: declarations, learned shapes and the demand an autoscaler reads.
+        self.pools = PoolBook(self)
         self.binder, self.feed, self.fleet = self.modes.binder, self.modes.feed, self.modes.fleet
         for mode in (self.binder, self.feed, self.fleet):
             mode.attach(self)
@@ -136,6 +139,7 @@ class Dispatcher:
         recovered = await self.store.open()
         self._next_seq = recovered.next_seq
         housekeeping.recover(self, recovered)
+        await self.pools.load()
         self.housekeeper.start()
         await self.feed.start()
         await self.fleet.start()
@@ -281,7 +285,7 @@ class Dispatcher:
             yield current
             while not current.state.finished:
                 latest = await self.feed.next_change(execution_id, updates, current)
-                if _changed(current, latest):
+                if latest.moved_from(current):
                     current = _with_input(latest, input_json)
                     yield current
         finally:
@@ -337,14 +341,14 @@ class Dispatcher:
             await self.feed.learn_workflows()
         # Paused workers are shown, with "is paused" as their reason; the fleet is every replica's.
         views = [w.view() for w in await self.fleet.entries() if w.accepting]
-        explanation = explain(
-            self.catalogue.shape_of(execution),
-            views,
-            execution_id=execution_id,
-            aging=self.aging,
-            now=self.clock(),
-        )
-        return Diagnosis(execution, explanation.summary, explanation, self.queue.position(execution_id))
+        shape = self.catalogue.shape_of(execution)
+        explanation = explain(shape, views, execution_id=execution_id, aging=self.aging, now=self.clock())
+        summary = explanation.summary
+        if explanation.capable == 0:  # no connected worker can take it: say which pool could
+            pools = self.pools.could_run(shape, await self.pools.demand(self))
+            if pools:
+                summary = f"{summary}; {pools}"
+        return Diagnosis(execution, summary, explanation, self.queue.position(execution_id))
 
     async def list_executions(self, query: ExecutionQuery) -> tuple[list[Execution], ExecutionQuery | None]:
         """A page of executions from the store, each as this server knows it now, and the next page's query."""
@@ -520,12 +524,3 @@ class Dispatcher:
 
 def _with_input(execution: Execution, input_json: str) -> Execution:
     return execution if execution.input_json or not input_json else execution.evolve(input_json=input_json)
-
-
-def _changed(old: Execution, new: Execution) -> bool:
-    return (old.state, old.worker, old.attempt, old.generation) != (
-        new.state,
-        new.worker,
-        new.attempt,
-        new.generation,
-    )

@@ -91,3 +91,12 @@ class Execution:
 
     def evolve(self, **changes: object) -> Execution:
         return replace(self, **changes)  # type: ignore[arg-type]
+
+    def moved_from(self, earlier: Execution) -> bool:
+        """Whether a watcher that saw ``earlier`` has news in this state (not just a rewrite)."""
+        return (self.state, self.worker, self.attempt, self.generation) != (
+            earlier.state,
+            earlier.worker,
+            earlier.attempt,
+            earlier.generation,
+        )

@@ -28,6 +28,7 @@ from typing import TYPE_CHECKING
 from flux.dispatcher.lifecycle import Counters, Histogram, Lifecycle
 from flux.domain.execution import State
 from flux.matching import Shape, WorkerView, explain
+from flux.matching.pools import PoolDemand
 
 if TYPE_CHECKING:
     from flux.dispatcher.core import Dispatcher
@@ -94,6 +95,8 @@ class Status:
     latency: dict[str, Histogram]
     # Workers not in ``workers``: a fleet over STATUS_WORKERS is summarised (``fleet``), not listed.
     workers_omitted: int = 0
+    # Worker pools with the demand on each, from the same fleet and queue as the rest.
+    pools: tuple[PoolDemand, ...] = ()
 
 
 def reason_of(workers: int, infeasible: bool) -> str:
@@ -191,6 +194,7 @@ class StatusBoard:
         d = self.dispatcher
         # The fleet first (with replicas, a database read): the same one explain counts.
         entries = await d.list_workers()
+        await d.pools.refresh()  # with replicas, pools applied through another one
         # ---- one synchronous step: every number below describes the same moment
         now = d.clock()
         views: list[WorkerView] = [w.view() for w in entries if w.accepting]  # paused ones too, as explain
@@ -216,6 +220,8 @@ class StatusBoard:
         executions[State.FAILED] = counters.failed
         executions[State.CANCELLED] = counters.cancelled
         fleet = fleet_of(entries)
+        demand = d.pools.demand_now(entries, list(counts.items()))
+        pools = tuple(demand.values())
         listed = detail and len(entries) <= STATUS_WORKERS
         workers = tuple(entries) if listed else ()
 
@@ -228,6 +234,9 @@ class StatusBoard:
             head_id = oldest[shape][0] if shape in oldest else ""
             explanation = explain(shape, views, execution_id=head_id, aging=aging, now=now)
             summary = explanation.summary
+            if explanation.capable == 0 and demand:  # as Dispatcher.why says it: which pool could run it
+                could = d.pools.could_run(shape, demand)
+                summary = f"{summary}; {could}" if could else summary
             reason = reason_of(len(explanation.verdicts), explanation.infeasible)
             by_reason[reason] += counts[shape]
             if detail and shape in oldest:
@@ -260,4 +269,5 @@ class StatusBoard:
             counters=counters,
             latency=latency,
             workers_omitted=len(entries) if detail and not listed else 0,
+            pools=pools,
         )

@@ -50,6 +50,8 @@ class _Context:
         self._metadata = tuple(metadata or ())
         # Set by a server-streaming call whose servicer writes (grpc.aio's reader/writer form).
         self.writer: Callable[[Any], Awaitable[None]] | None = None
+        # Set by a server-streaming call: done once the servicer sends its headers (or a message).
+        self.headers: asyncio.Future[None] | None = None
         self._deadline = None if timeout is None else asyncio.get_running_loop().time() + timeout
 
     def invocation_metadata(self) -> tuple[tuple[str, str], ...]:
@@ -67,6 +69,10 @@ class _Context:
 
     def peer(self) -> str:
         return "local:"
+
+    async def send_initial_metadata(self, metadata: Metadata) -> None:
+        if self.headers is not None and not self.headers.done():
+            self.headers.set_result(None)
 
     async def write(self, message: Any) -> None:
         if self.writer is None:
@@ -189,6 +195,7 @@ class LocalChannel:
             request: Any, *, timeout: float | None = None, metadata: Metadata | None = None, **_: Any
         ) -> LocalStreamCall:
             context = _Context(metadata, timeout)
+            context.headers = asyncio.get_running_loop().create_future()
             data = request_serializer(request)  # type: ignore[misc]
 
             async def serve(write: Callable[[bytes], Awaitable[None]]) -> None:
@@ -202,7 +209,7 @@ class LocalChannel:
                     context.writer = lambda response: write(_encode(handler.response_serializer, response))
                     await behaviour(message, context)
 
-            return LocalStreamCall(serve, response_deserializer, timeout)
+            return LocalStreamCall(serve, response_deserializer, timeout, context.headers)
 
         return call
 
@@ -235,8 +242,11 @@ class LocalStreamCall:
         serve: Callable[[Callable[[bytes], Awaitable[None]]], Awaitable[None]],
         deserialize: Callable[[bytes], Any],
         timeout: float | None,
+        headers: asyncio.Future[None] | None = None,
     ):
         self._deserialize = deserialize
+        self._headers = headers or asyncio.get_running_loop().create_future()
+        self._status: tuple[grpc.StatusCode, str] | None = None
         self._items: asyncio.Queue[object] = asyncio.Queue()
         # Flow control, as HTTP/2 gives a real stream: the servicer runs at most this many
         # messages ahead of the reader, so a reader that stops (a stalled SSE client) backs
@@ -247,23 +257,42 @@ class LocalStreamCall:
         self._task = loop.create_task(self._pump(serve))
 
     async def _write(self, response: bytes) -> None:
+        if not self._headers.done():  # as on a wire: the first message carries the headers
+            self._headers.set_result(None)
         await self._window.acquire()
         self._items.put_nowait(response)
 
+    def _end(self, item: object, code: grpc.StatusCode, details: str = "") -> None:
+        self._status = (code, details)
+        self._items.put_nowait(item)
+
     async def _pump(self, serve: Callable[[Callable[[bytes], Awaitable[None]]], Awaitable[None]]) -> None:
-        put = self._items.put_nowait
         try:
             await serve(self._write)
-            put(grpc.aio.EOF)
+            self._end(grpc.aio.EOF, grpc.StatusCode.OK)
         except _Abort as abort:
-            put(_rpc_error(abort.code, abort.details))
+            self._end(_rpc_error(abort.code, abort.details), abort.code, abort.details)
         except grpc.aio.AioRpcError as error:  # e.g. UNIMPLEMENTED from the lookup
-            put(error)
+            self._end(error, error.code(), error.details() or "")
         except asyncio.CancelledError:
-            put(_CANCELLED)
+            self._end(_CANCELLED, grpc.StatusCode.CANCELLED, "Locally cancelled")
             raise
         except Exception as exc:
-            put(_unexpected(exc))
+            error = _unexpected(exc)
+            self._end(error, error.code(), error.details() or "")
+
+    async def initial_metadata(self) -> grpc.aio.Metadata:
+        """Once the servicer has sent its headers, or ended without them."""
+        await asyncio.wait((self._headers, self._task), return_when=asyncio.FIRST_COMPLETED)
+        return grpc.aio.Metadata()
+
+    async def code(self) -> grpc.StatusCode:
+        await asyncio.wait((self._task,))
+        return self._status[0] if self._status else grpc.StatusCode.CANCELLED
+
+    async def details(self) -> str:
+        await asyncio.wait((self._task,))
+        return self._status[1] if self._status else ""
 
     async def read(self) -> Any:
         if self._deadline is None:

@@ -21,8 +21,9 @@ from flux.observe import logs, pauses
 from flux.server.interceptors import DecodeGuard
 from flux.server.introspection import Health, enable_reflection
 from flux.server.local import LocalChannel, LocalRegistry
+from flux.server.pools import PoolService
 from flux.server.servicers import ControlService, WorkerService
-from flux.v1 import control_pb2, control_pb2_grpc, worker_pb2, worker_pb2_grpc
+from flux.v1 import control_pb2, control_pb2_grpc, pools_pb2, pools_pb2_grpc, worker_pb2, worker_pb2_grpc
 
 if TYPE_CHECKING:
     from gateway.connections import HttpLimits
@@ -49,6 +50,10 @@ class ServerConfig:
     cors_origins: tuple[str, ...] = ()
     # What one HTTP connection may cost; None keeps the gateway's defaults.
     http_limits: HttpLimits | None = None
+    # KEDA's external scaler on its own port (same host, same TLS certificate); None: not served.
+    keda_port: int | None = None
+    # CA (PEM) whose client certificates the KEDA port requires (KEDA's tlsClientCert); needs tls.
+    keda_client_ca: str | None = None
 
 
 def is_postgres(url: str) -> bool:
@@ -79,12 +84,17 @@ class RunningServer:
     health: health.aio.HealthServicer
     # The same servicers, reachable in-process (for the gateway that runs beside the core).
     local: LocalRegistry
+    # KEDA's external scaler (``--keda-port``) and its bound port, when served.
+    keda: grpc.aio.Server | None = None
+    keda_port: int = 0
 
     def local_channel(self) -> LocalChannel:
         return self.local.channel()
 
     async def stop(self, grace: float = 2.0) -> None:
         await self.health.enter_graceful_shutdown()
+        if self.keda is not None:
+            await self.keda.stop(grace)
         await self.server.stop(grace)
         await self.dispatcher.stop()
 
@@ -127,10 +137,12 @@ async def start_server(config: ServerConfig) -> RunningServer:
         worker_pb2_grpc.add_WorkerServiceServicer_to_server(workers, target)  # type: ignore[arg-type]
         control_pb2_grpc.add_ControlServiceServicer_to_server(control, target)  # type: ignore[arg-type]
         health_pb2_grpc.add_HealthServicer_to_server(health_servicer, target)  # type: ignore[arg-type]
+        pools_pb2_grpc.add_PoolServiceServicer_to_server(PoolService(dispatcher), target)  # type: ignore[arg-type]
     services = (
         worker_pb2.DESCRIPTOR.services_by_name["WorkerService"].full_name,
         control_pb2.DESCRIPTOR.services_by_name["ControlService"].full_name,
         health_pb2.DESCRIPTOR.services_by_name["Health"].full_name,
+        pools_pb2.DESCRIPTOR.services_by_name["PoolService"].full_name,
     )
     enable_reflection(services, server)
     address = f"{config.host}:{config.grpc_port}"
@@ -152,7 +164,47 @@ async def start_server(config: ServerConfig) -> RunningServer:
     await dispatcher.serving(f"{config.host}:{port}")
     for name in ("", *services[:2]):
         await health_servicer.set(name, health_pb2.HealthCheckResponse.SERVING)
-    return RunningServer(server, dispatcher, port, health_servicer, local)
+    running = RunningServer(server, dispatcher, port, health_servicer, local)
+    if config.keda_port is not None:
+        try:
+            running.keda, running.keda_port = await _start_keda(config, dispatcher, health_servicer)
+        except BaseException:
+            await running.stop(0)
+            raise
+    return running
+
+
+async def _start_keda(
+    config: ServerConfig, dispatcher: Dispatcher, health_servicer: health.aio.HealthServicer
+) -> tuple[grpc.aio.Server, int]:
+    """KEDA's external scaler on its own port, with the health service for its probes."""
+    from flux.server.keda import add_to_server
+
+    assert config.keda_port is not None
+    if config.keda_client_ca and config.tls is None:
+        raise ValueError("--keda-client-ca needs --tls-cert and --tls-key: client certificates need TLS")
+    server = grpc.aio.server(options=[("grpc.so_reuseport", 0)])
+    add_to_server(dispatcher, server)
+    health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)  # type: ignore[arg-type]
+    address = f"{config.host}:{config.keda_port}"
+    try:
+        if config.tls is not None:
+            cert, key = (Path(p).read_bytes() for p in config.tls)
+            ca = Path(config.keda_client_ca).read_bytes() if config.keda_client_ca else None
+            credentials = grpc.ssl_server_credentials(
+                [(key, cert)], root_certificates=ca, require_client_auth=ca is not None
+            )
+            port = server.add_secure_port(address, credentials)
+        else:
+            port = server.add_insecure_port(address)
+    except RuntimeError:
+        port = 0
+    if port == 0:
+        raise OSError(
+            f"the KEDA port {config.keda_port} on {config.host} is already in use or cannot be bound"
+        )
+    await server.start()
+    return server, port
 
 
 def loopback_for(host: str) -> str:
@@ -194,6 +246,9 @@ async def serve(config: ServerConfig) -> None:
                 limits=config.http_limits,
             )  # fmt: skip
             logs.emit(f"flux gateway listening on {gateway.url}", logger=log.name, http=gateway.url)
+        if running.keda is not None:
+            keda = f"{config.host}:{running.keda_port}"
+            logs.emit(f"flux keda scaler listening on {keda} (keda)", logger=log.name, keda=keda)
         # What start-up built lives as long as the server: out of every full collection from now on.
         freeze("started")
         watch(running.dispatcher.freezer)

@@ -16,6 +16,7 @@ from typing import Any, TypeVar
 
 import grpc
 
+from flux.dispatcher import waiting
 from flux.dispatcher.core import Dispatcher
 from flux.dispatcher.listing import execution_query, page_token
 from flux.dispatcher.worker_pages import worker_page
@@ -319,6 +320,40 @@ class ControlService(control_pb2_grpc.ControlServiceServicer):
         try:
             async for execution in self.dispatcher.watch(request.execution_id):
                 yield convert.execution_to_proto(execution)
+        except Exception as exc:
+            await _abort(self.dispatcher, context, exc)
+
+    async def RunAndWait(
+        self, request: control_pb2.RunAndWaitRequest, context: grpc.aio.ServicerContext
+    ) -> AsyncIterator[control_pb2.Execution]:
+        run = request.run
+        priority = run.priority if run.HasField("priority") else None
+        try:
+            accepted = await self.dispatcher.submit(run.workflow_name, run.input_json, run.version, priority)
+            yield convert.execution_to_proto(accepted)
+            if request.every_state:
+                async for execution in self.dispatcher.watch(accepted.execution_id):
+                    if execution.moved_from(accepted):
+                        accepted = execution
+                        yield convert.execution_to_proto(execution.evolve(input_json=""))
+            else:
+                done = await waiting.final(self.dispatcher, accepted.execution_id)
+                yield convert.execution_to_proto(done)
+        except Exception as exc:
+            await _abort(self.dispatcher, context, exc)
+
+    async def WaitExecutions(
+        self, request: control_pb2.WaitExecutionsRequest, context: grpc.aio.ServicerContext
+    ) -> AsyncIterator[control_pb2.FinishedExecutions]:
+        try:
+            executions = await waiting.known(self.dispatcher, request.execution_ids)
+            # Headers now: a gateway relaying this as SSE answers 200 once the ids are accepted,
+            # before the first execution finishes (a refusal has no headers, only its status).
+            await context.send_initial_metadata(())
+            async for batch in waiting.finals(self.dispatcher, executions):
+                yield control_pb2.FinishedExecutions(
+                    executions=[convert.execution_to_proto(e) for e in batch]
+                )
         except Exception as exc:
             await _abort(self.dispatcher, context, exc)
 

@@ -169,6 +169,14 @@ class Store(abc.ABC):
         """Remember a worker's session token across restarts."""
 
     @abc.abstractmethod
+    async def save_pools(self, pools: list[tuple[str, str]]) -> None:
+        """Store pool declarations, (name, JSON document) each, replacing those of the same name."""
+
+    @abc.abstractmethod
+    async def list_pools(self) -> list[tuple[str, str]]:
+        """Every stored pool declaration, (name, JSON document), by name."""
+
+    @abc.abstractmethod
     async def list_executions(self, query: ExecutionQuery) -> list[Execution]:
         """Up to ``query.limit`` committed rows that match it, newest submission first."""
 

@@ -82,6 +82,7 @@ PRUNE_BATCH = 5000
 
 SCHEMA = f"""
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS pools (name TEXT PRIMARY KEY, spec TEXT NOT NULL, updated_at DOUBLE PRECISION NOT NULL);
 CREATE TABLE IF NOT EXISTS sources (
     source_hash TEXT PRIMARY KEY, filename TEXT NOT NULL, source TEXT NOT NULL,
     created_at DOUBLE PRECISION NOT NULL);
@@ -490,6 +491,21 @@ class PostgresStore(Store):
 
     async def save_worker(self, identity: WorkerIdentity) -> None:
         await self.cluster.save_worker(identity)
+
+    async def save_pools(self, pools: list[tuple[str, str]]) -> None:
+        now = time.time()
+        async with self._pool.connection() as db, db.transaction():
+            for name, spec in pools:
+                await db.execute(
+                    "INSERT INTO pools VALUES (%s, %s, %s) ON CONFLICT (name) DO UPDATE SET "
+                    "spec = excluded.spec, updated_at = excluded.updated_at",
+                    (name, spec, now),
+                )
+
+    async def list_pools(self) -> list[tuple[str, str]]:
+        async with self._pool.connection() as db:
+            cursor = await db.execute("SELECT name, spec FROM pools ORDER BY name")
+            return [(row[0], row[1]) for row in await cursor.fetchall()]
 
     # ----------------------------------------------------------------- reads
 

@@ -55,6 +55,7 @@ CREATE INDEX IF NOT EXISTS executions_unfinished ON executions (state) WHERE sta
 CREATE INDEX IF NOT EXISTS executions_recent ON executions (seq);
 CREATE INDEX IF NOT EXISTS executions_by_workflow ON executions (workflow_name, seq);
 CREATE TABLE IF NOT EXISTS workers (name TEXT PRIMARY KEY, session_token TEXT NOT NULL, updated_at REAL NOT NULL);
+CREATE TABLE IF NOT EXISTS pools (name TEXT PRIMARY KEY, spec TEXT NOT NULL, updated_at REAL NOT NULL);
 """
 
 _UPSERT = f"""
@@ -268,6 +269,34 @@ class SqliteStore(Store):
         def read() -> list[WorkflowRecord]:
             assert self._db is not None
             return [workflow_from_row(row) for row in self._db.execute(*workflows_query(name, "?"))]
+
+        return await self._run(read)
+
+    async def save_pools(self, pools: list[tuple[str, str]]) -> None:
+        def write() -> None:
+            assert self._db is not None
+            now = time.time()
+            self._db.execute("BEGIN IMMEDIATE")  # one transaction: all of the file's pools, or none
+            try:
+                self._db.executemany(
+                    "INSERT INTO pools VALUES (?,?,?) ON CONFLICT (name) DO UPDATE SET "
+                    "spec=excluded.spec, updated_at=excluded.updated_at",
+                    [(name, spec, now) for name, spec in pools],
+                )
+                self._db.execute("COMMIT")
+            except BaseException:
+                self._db.execute("ROLLBACK")
+                raise
+
+        await self._run(write)
+
+    async def list_pools(self) -> list[tuple[str, str]]:
+        def read() -> list[tuple[str, str]]:
+            assert self._db is not None
+            return [
+                (row["name"], row["spec"])
+                for row in self._db.execute("SELECT name, spec FROM pools ORDER BY name")
+            ]
 
         return await self._run(read)
 

@@ -4,6 +4,7 @@ isort:skip_file
 """
 
 from collections import abc as _abc
+from flux.v1 import pools_pb2 as _pools_pb2
 from flux.v1 import resources_pb2 as _resources_pb2
 from flux.v1 import worker_pb2 as _worker_pb2
 from google.protobuf import descriptor as _descriptor
@@ -877,6 +878,7 @@ class ClusterStatus(_message.Message):
     COUNTERS_FIELD_NUMBER: _builtins.int
     LATENCIES_FIELD_NUMBER: _builtins.int
     WORKERS_OMITTED_FIELD_NUMBER: _builtins.int
+    POOLS_FIELD_NUMBER: _builtins.int
     now_ms: _builtins.int
     """When the core took the snapshot, in milliseconds since the Unix epoch."""
     started_at_ms: _builtins.int
@@ -927,6 +929,12 @@ class ClusterStatus(_message.Message):
     def latencies(self) -> _containers.RepeatedCompositeFieldContainer[Global___LatencyHistogram]:
         """Latency from submission to each dispatch stage, since started_at_ms."""
 
+    @_builtins.property
+    def pools(self) -> _containers.RepeatedCompositeFieldContainer[_pools_pb2.Pool]:
+        """Worker pools with the demand on each (GetMetrics too: pool names are an
+        operator's declarations, what flux_pool_demand_workers is labelled by).
+        """
+
     def __init__(
         self,
         *,
@@ -941,10 +949,11 @@ class ClusterStatus(_message.Message):
         counters: Global___LifecycleCounters | None = ...,
         latencies: _abc.Iterable[Global___LatencyHistogram] | None = ...,
         workers_omitted: _builtins.int = ...,
+        pools: _abc.Iterable[_pools_pb2.Pool] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["counters", b"counters", "fleet", b"fleet"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["counters", b"counters", "executions", b"executions", "fleet", b"fleet", "latencies", b"latencies", "now_ms", b"now_ms", "pending", b"pending", "pending_by_reason", b"pending_by_reason", "pending_shapes_omitted", b"pending_shapes_omitted", "started_at_ms", b"started_at_ms", "workers", b"workers", "workers_omitted", b"workers_omitted"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["counters", b"counters", "executions", b"executions", "fleet", b"fleet", "latencies", b"latencies", "now_ms", b"now_ms", "pending", b"pending", "pending_by_reason", b"pending_by_reason", "pending_shapes_omitted", b"pending_shapes_omitted", "pools", b"pools", "started_at_ms", b"started_at_ms", "workers", b"workers", "workers_omitted", b"workers_omitted"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -1739,3 +1748,81 @@ class RunWorkflowsResponse(_message.Message):
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___RunWorkflowsResponse: _TypeAlias = RunWorkflowsResponse  # noqa: Y015
+
+@_typing.final
+class RunAndWaitRequest(_message.Message):
+    """A run to submit and follow to its end."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    RUN_FIELD_NUMBER: _builtins.int
+    EVERY_STATE_FIELD_NUMBER: _builtins.int
+    every_state: _builtins.bool
+    """Also stream every state between the receipt and the final one (SCHEDULED,
+    RUNNING, CREATED again after a requeue); otherwise only the receipt and the final state.
+    """
+    @_builtins.property
+    def run(self) -> Global___RunWorkflowRequest:
+        """What to run, as for RunWorkflow."""
+
+    def __init__(
+        self,
+        *,
+        run: Global___RunWorkflowRequest | None = ...,
+        every_state: _builtins.bool = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["run", b"run"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["every_state", b"every_state", "run", b"run"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___RunAndWaitRequest: _TypeAlias = RunAndWaitRequest  # noqa: Y015
+
+@_typing.final
+class WaitExecutionsRequest(_message.Message):
+    """The executions to wait for."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    EXECUTION_IDS_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def execution_ids(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
+        """Execution ids returned by RunWorkflow or RunWorkflows; at most 10,000, repeats answered once."""
+
+    def __init__(
+        self,
+        *,
+        execution_ids: _abc.Iterable[_builtins.str] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["execution_ids", b"execution_ids"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___WaitExecutionsRequest: _TypeAlias = WaitExecutionsRequest  # noqa: Y015
+
+@_typing.final
+class FinishedExecutions(_message.Message):
+    """Executions that reached their final state, in the order they did; inputs left out."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    EXECUTIONS_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def executions(self) -> _containers.RepeatedCompositeFieldContainer[Global___Execution]:
+        """Each in its final state (COMPLETED, FAILED or CANCELLED), output or error included."""
+
+    def __init__(
+        self,
+        *,
+        executions: _abc.Iterable[Global___Execution] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["executions", b"executions"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___FinishedExecutions: _TypeAlias = FinishedExecutions  # noqa: Y015

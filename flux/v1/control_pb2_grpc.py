@@ -116,6 +116,16 @@ class ControlServiceStub:
                 request_serializer=flux_dot_v1_dot_control__pb2.RunWorkflowsRequest.SerializeToString,
                 response_deserializer=flux_dot_v1_dot_control__pb2.RunWorkflowsResponse.FromString,
                 _registered_method=True)
+        self.RunAndWait = channel.unary_stream(
+                '/flux.v1.ControlService/RunAndWait',
+                request_serializer=flux_dot_v1_dot_control__pb2.RunAndWaitRequest.SerializeToString,
+                response_deserializer=flux_dot_v1_dot_control__pb2.Execution.FromString,
+                _registered_method=True)
+        self.WaitExecutions = channel.unary_stream(
+                '/flux.v1.ControlService/WaitExecutions',
+                request_serializer=flux_dot_v1_dot_control__pb2.WaitExecutionsRequest.SerializeToString,
+                response_deserializer=flux_dot_v1_dot_control__pb2.FinishedExecutions.FromString,
+                _registered_method=True)
 
 
 class ControlServiceServicer:
@@ -247,6 +257,25 @@ class ControlServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def RunAndWait(self, request, context):
+        """Runs and waits in one call: the execution as accepted (durable, as RunWorkflow
+        answers it) first, then its final state, and with every_state each state between.
+        The stream ends after the final state. A caller whose stream breaks after the
+        receipt follows the execution with WatchExecution; nothing is lost or run twice.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def WaitExecutions(self, request, context):
+        """Waits for many executions at once: the final state of each, in the order they
+        finish (those already finished first), each id once; the stream ends after the
+        last. Executions that finish together come in one message. At most 10,000 ids per call.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_ControlServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -329,6 +358,16 @@ def add_ControlServiceServicer_to_server(servicer, server):
                     servicer.RunWorkflows,
                     request_deserializer=flux_dot_v1_dot_control__pb2.RunWorkflowsRequest.FromString,
                     response_serializer=flux_dot_v1_dot_control__pb2.RunWorkflowsResponse.SerializeToString,
+            ),
+            'RunAndWait': grpc.unary_stream_rpc_method_handler(
+                    servicer.RunAndWait,
+                    request_deserializer=flux_dot_v1_dot_control__pb2.RunAndWaitRequest.FromString,
+                    response_serializer=flux_dot_v1_dot_control__pb2.Execution.SerializeToString,
+            ),
+            'WaitExecutions': grpc.unary_stream_rpc_method_handler(
+                    servicer.WaitExecutions,
+                    request_deserializer=flux_dot_v1_dot_control__pb2.WaitExecutionsRequest.FromString,
+                    response_serializer=flux_dot_v1_dot_control__pb2.FinishedExecutions.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -765,6 +804,60 @@ class ControlService:
             '/flux.v1.ControlService/RunWorkflows',
             flux_dot_v1_dot_control__pb2.RunWorkflowsRequest.SerializeToString,
             flux_dot_v1_dot_control__pb2.RunWorkflowsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def RunAndWait(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_stream(
+            request,
+            target,
+            '/flux.v1.ControlService/RunAndWait',
+            flux_dot_v1_dot_control__pb2.RunAndWaitRequest.SerializeToString,
+            flux_dot_v1_dot_control__pb2.Execution.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def WaitExecutions(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_stream(
+            request,
+            target,
+            '/flux.v1.ControlService/WaitExecutions',
+            flux_dot_v1_dot_control__pb2.WaitExecutionsRequest.SerializeToString,
+            flux_dot_v1_dot_control__pb2.FinishedExecutions.FromString,
             options,
             channel_credentials,
             insecure,

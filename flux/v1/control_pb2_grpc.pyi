@@ -86,6 +86,17 @@ class ControlServiceStub:
     durable commit: all are stored before this returns, or none is. Each is its own
     execution with its own lifecycle; the answer lists them in input order.
     """
+    RunAndWait: _grpc.UnaryStreamMultiCallable[_control_pb2.RunAndWaitRequest, _control_pb2.Execution]
+    """Runs and waits in one call: the execution as accepted (durable, as RunWorkflow
+    answers it) first, then its final state, and with every_state each state between.
+    The stream ends after the final state. A caller whose stream breaks after the
+    receipt follows the execution with WatchExecution; nothing is lost or run twice.
+    """
+    WaitExecutions: _grpc.UnaryStreamMultiCallable[_control_pb2.WaitExecutionsRequest, _control_pb2.FinishedExecutions]
+    """Waits for many executions at once: the final state of each, in the order they
+    finish (those already finished first), each id once; the stream ends after the
+    last. Executions that finish together come in one message. At most 10,000 ids per call.
+    """
 
 @_typing.type_check_only
 class ControlServiceAsyncStub(ControlServiceStub):
@@ -144,6 +155,17 @@ class ControlServiceAsyncStub(ControlServiceStub):
     """Accepts many executions of one workflow, one per input, in one call and one
     durable commit: all are stored before this returns, or none is. Each is its own
     execution with its own lifecycle; the answer lists them in input order.
+    """
+    RunAndWait: _aio.UnaryStreamMultiCallable[_control_pb2.RunAndWaitRequest, _control_pb2.Execution]  # type: ignore[assignment]
+    """Runs and waits in one call: the execution as accepted (durable, as RunWorkflow
+    answers it) first, then its final state, and with every_state each state between.
+    The stream ends after the final state. A caller whose stream breaks after the
+    receipt follows the execution with WatchExecution; nothing is lost or run twice.
+    """
+    WaitExecutions: _aio.UnaryStreamMultiCallable[_control_pb2.WaitExecutionsRequest, _control_pb2.FinishedExecutions]  # type: ignore[assignment]
+    """Waits for many executions at once: the final state of each, in the order they
+    finish (those already finished first), each id once; the stream ends after the
+    last. Executions that finish together come in one message. At most 10,000 ids per call.
     """
 
 class ControlServiceServicer(metaclass=_abc_1.ABCMeta):
@@ -296,6 +318,29 @@ class ControlServiceServicer(metaclass=_abc_1.ABCMeta):
         """Accepts many executions of one workflow, one per input, in one call and one
         durable commit: all are stored before this returns, or none is. Each is its own
         execution with its own lifecycle; the answer lists them in input order.
+        """
+
+    @_abc_1.abstractmethod
+    def RunAndWait(
+        self,
+        request: _control_pb2.RunAndWaitRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_abc.Iterator[_control_pb2.Execution], _abc.AsyncIterator[_control_pb2.Execution]]:
+        """Runs and waits in one call: the execution as accepted (durable, as RunWorkflow
+        answers it) first, then its final state, and with every_state each state between.
+        The stream ends after the final state. A caller whose stream breaks after the
+        receipt follows the execution with WatchExecution; nothing is lost or run twice.
+        """
+
+    @_abc_1.abstractmethod
+    def WaitExecutions(
+        self,
+        request: _control_pb2.WaitExecutionsRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_abc.Iterator[_control_pb2.FinishedExecutions], _abc.AsyncIterator[_control_pb2.FinishedExecutions]]:
+        """Waits for many executions at once: the final state of each, in the order they
+        finish (those already finished first), each id once; the stream ends after the
+        last. Executions that finish together come in one message. At most 10,000 ids per call.
         """
 
 def add_ControlServiceServicer_to_server(servicer: ControlServiceServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...

@@ -83,7 +83,7 @@ class WorkerConfig:
     work_dir: Path = Path(defaults.WORK_DIR)
     report_interval: float = 2.0
     # How long SIGTERM waits for running executions before releasing them.
-    drain_timeout: float = 60.0
+    drain_timeout: float = defaults.DRAIN_TIMEOUT
     backoff_initial: float = 0.1
     backoff_max: float = 5.0
 

@@ -208,6 +208,27 @@ def test_node_client_registers_runs_watches_and_explains(node: str, cluster: Clu
     assert (recorded.state, recorded.worker) == (COMPLETED, "py")
     assert json.loads(recorded.output_json) == result["output"]
 
+    # Many waited for in one stream: one line each, the finished ones first, then as each ends.
+    done = cluster.client.run("shout", "b", wait=True, timeout=30)
+    cluster.client.pause_worker("py")
+    held = cluster.client.run("shout", "c").execution_id
+    waiting = subprocess.Popen(
+        [node, str(FLUX_JS), "wait", done.execution_id, held, "--timeout", "30"],
+        env=node_env(cluster),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    assert waiting.stdout is not None
+    first = json.loads(waiting.stdout.readline())
+    assert (first["execution_id"], first["state"]) == (done.execution_id, "COMPLETED")
+    cluster.client.cancel(held)
+    out, err = waiting.communicate(timeout=30)
+    second = json.loads(out)
+    assert (second["execution_id"], second["state"]) == (held, "CANCELLED")
+    assert waiting.returncode == 1, err  # one of them did not complete
+    cluster.client.resume_worker("py")
+
     # A workflow no connected worker can ever run stays CREATED, and explain says why.
     wanted = ["--entrypoint", "shout", "--cpu", "512", "--affinity", "role=gpu-box"]
     assert flux_node(node, cluster, "register", str(source), "--name", "huge", *wanted).returncode == 0
@@ -245,6 +266,7 @@ def test_node_client_registers_runs_watches_and_explains(node: str, cluster: Clu
         ),
         pytest.param(["run", "x", "--timeout", "soon"], "--timeout", id="bad timeout"),
         pytest.param(["run", "x", "--server", "nowhere"], "--server", id="bad server"),
+        pytest.param(["wait"], "EXECUTION_ID", id="wait without ids"),
     ],
 )
 def test_bad_flags_are_refused_by_name(node: str, args: list[str], named: str) -> None:

@@ -140,6 +140,45 @@ def test_run_and_stream_follows_the_execution_to_its_output(server: Cluster, htt
     assert plain.status_code == 200 and plain.json()["state"] == "EXECUTION_STATE_COMPLETED"
 
 
+def test_a_batch_is_waited_for_in_one_stream_in_completion_order(server: Cluster, http: httpx.Client) -> None:
+    server.start_worker("w1")
+    done = http.post("/workflows/echo/run", json={"input": 0, "wait": True}).json()
+    server.client.pause_worker("w1")  # the rest wait until the test cancels them, one at a time
+    accepted = http.post("/workflows/echo/run-many", json={"inputs": [1, 2]}).json()["executions"]
+    ids = [e["execution_id"] for e in accepted]
+    # The stream opens (200) before anything new finishes; the finished one comes first.
+    reader = Reader(http, "POST", "/executions/wait", json={"execution_ids": [*ids, done["execution_id"]]})
+    first = reader.until("execution")
+    assert first["execution_id"] == done["execution_id"] and first["state"] == "EXECUTION_STATE_COMPLETED"
+    for execution_id in (ids[1], ids[0]):
+        assert http.post(f"/executions/{execution_id}/cancel").status_code == 200
+        event = reader.next()
+        data = json.loads(event.data)
+        assert event.event == "execution" and data["execution_id"] == execution_id
+        assert data["state"] == "EXECUTION_STATE_CANCELLED" and not data.get("input_json")
+    assert reader.events.get(timeout=15) is None  # the stream ends after the last
+
+
+def test_waiting_for_a_batch_refuses_unknown_and_malformed_ids(server: Cluster, http: httpx.Client) -> None:
+    assert "feedbeef" in refusal(http.post("/executions/wait", json={"execution_ids": ["feedbeef"]}), 404)
+    assert http.post("/executions/wait", json={"execution_ids": []}).status_code == 422
+    assert http.post("/executions/wait", json={"ids": ["a"]}).status_code == 422
+    assert http.post("/executions/wait", json={"execution_ids": ["x" * 500]}).status_code in (400, 422)
+    with client(server, Role.WORKER) as worker:
+        assert worker.post("/executions/wait", json={"execution_ids": ["feedbeef"]}).status_code == 403
+
+
+def test_a_run_that_waits_past_its_timeout_answers_202_with_the_accepted_execution(
+    server: Cluster, http: httpx.Client
+) -> None:
+    answer = http.post("/workflows/echo/run", json={"input": 1, "wait": True, "timeout": 0.3})
+    assert answer.status_code == 202 and answer.json()["state"] == "EXECUTION_STATE_CREATED"
+    assert refusal(http.post("/workflows/nope/run", json={"wait": True}), 404)
+    assert "nope" in refusal(
+        http.post("/workflows/nope/run", json={}, headers={"Accept": "text/event-stream"}), 404
+    )
+
+
 def test_execution_events_resume_after_last_event_id(server: Cluster, http: httpx.Client) -> None:
     execution_id = http.post("/workflows/echo/run", json={"input": 1}).json()["execution_id"]
     url = f"/executions/{execution_id}/events"

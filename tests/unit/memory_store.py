@@ -23,6 +23,7 @@ class MemoryStore(Store):
         self.workflows: dict[tuple[str, int], WorkflowRecord] = {}
         self.executions: dict[str, Execution] = {}  # committed rows only
         self.workers: dict[str, WorkerIdentity] = {}
+        self.pools: dict[str, str] = {}
         self.fail_next_commit: Exception | None = None
         self._queued: dict[str, Execution] = {}
         self._batch: asyncio.Future[None] | None = None
@@ -60,6 +61,12 @@ class MemoryStore(Store):
             self.workflows[(wf.name, version)] = record
             stored.append(record)
         return stored
+
+    async def save_pools(self, pools: list[tuple[str, str]]) -> None:
+        self.pools.update(pools)
+
+    async def list_pools(self) -> list[tuple[str, str]]:
+        return sorted(self.pools.items())
 
     async def get_source(self, source_hash: str) -> tuple[str, str] | None:
         return self.sources.get(source_hash)

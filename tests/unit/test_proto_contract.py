@@ -99,7 +99,13 @@ BREAKING = [
     ),
     (
         "rpc no longer streams",
-        [(CONTROL, "returns (stream Execution);", "returns (Execution);")],
+        [
+            (
+                CONTROL,
+                "(WatchExecutionRequest) returns (stream Execution);",
+                "(WatchExecutionRequest) returns (Execution);",
+            )
+        ],
         CONTROL,
         ['RPC "WatchExecution"', "streaming"],
     ),

@@ -204,6 +204,20 @@ def test_status_json_is_one_object_with_everything() -> None:
     assert body["workers"][0]["name"] == "w1" and body["workers"][0]["draining"] is False
 
 
+def test_status_shows_pools_with_their_demand() -> None:
+    from flux.v1 import pools_pb2
+
+    message = control_pb2.ClusterStatus(now_ms=NOW_MS, started_at_ms=NOW_MS)
+    message.pools.append(
+        pools_pb2.Pool(
+            spec=pools_pb2.PoolSpec(name="a100", source="declared"), pending=5, demand_workers=3, active=True
+        )
+    )
+    assert "pools       a100 0/3 workers (5 pending)" in render.status_text(message)
+    (pool,) = render.status_dict(message)["pools"]
+    assert (pool["name"], pool["demand_workers"], pool["active"]) == ("a100", 3, True)
+
+
 def test_quantile_is_the_bound_of_its_bucket() -> None:
     h = control_pb2.LatencyHistogram(bounds=[0.1, 1.0], counts=[1, 0, 1], count=2)
     assert render.quantile(h, 0.5) == 0.1

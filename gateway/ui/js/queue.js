@@ -15,6 +15,24 @@ function shapeKey(shape) {
   return JSON.stringify([shape.requests || {}, shape.affinity || {}]);
 }
 
+// Worker pools (flux pool list): the demand an autoscaler (KEDA) scales each pool to.
+function pools(list) {
+  if (list.length === 0) return "";
+  return h("table", { id: "pools" },
+    h("caption", {}, "Worker pools"),
+    h("thead", {}, h("tr", {}, ["Pool", "Workers", "Busy", "Pending", "Running", "Demand", "Min / max", "Source"]
+      .map((t) => h("th", { scope: "col", class: ["Pool", "Source", "Min / max"].includes(t) ? undefined : "num" }, t)))),
+    h("tbody", {}, list.map((p) => h("tr", { dataset: { pool: p.spec.name, active: p.active ? "true" : "false" } },
+      h("th", { scope: "row" }, p.spec.name),
+      h("td", { class: "num", dataset: { role: "workers" } }, num(p.workers)),
+      h("td", { class: "num" }, num(p.busy_workers)),
+      h("td", { class: "num", dataset: { role: "pending" } }, num(p.pending)),
+      h("td", { class: "num" }, num(p.running)),
+      h("td", { class: "num", dataset: { role: "demand" } }, num(p.demand_workers)),
+      h("td", {}, `${num(p.spec.min_workers)} / ${num(p.spec.max_workers) || "∞"}`),
+      h("td", {}, p.spec.source || "—")))));
+}
+
 export function mount(container, ctx) {
   const body = h("div", { id: "queue-body" });
   const waiting = h("div", { id: "queue-waiting" });
@@ -73,7 +91,7 @@ export function mount(container, ctx) {
         : open.data ? verdicts(open.data) : h("p", { class: "muted" }, "Asking the matcher…");
       return [main, h("tr", { class: "expanded" }, h("td", { colspan: 7 }, inner))];
     });
-    replace(body, cards,
+    replace(body, cards, pools(s.pools || []),
       shapes.length === 0
         ? h("p", { class: "muted", id: "queue-empty" }, "Nothing is waiting.")
         : h("table", { id: "queue" },

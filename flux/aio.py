@@ -1,0 +1,373 @@
+"""An asyncio client for ``ControlService``, with the surface of ``flux.client.FluxClient``.
+
+async with FluxClient("127.0.0.1:50051") as client:
+    execution = await client.run("hello", "World", wait=True)
+    async for done in client.as_completed(await client.map("hello", ["a", "b"])):
+        print(done.output_json)
+
+Every method is a coroutine (``watch`` and ``as_completed`` are async iterators); errors are
+the same ``flux.errors`` types, and a wait that times out raises ``flux.client.WaitTimedOut``.
+One client holds one channel; share it between tasks rather than opening one per call.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator, Callable, Iterable
+from pathlib import Path
+from typing import Any
+
+import grpc
+
+from flux import defaults
+from flux.auth import Credentials, Role
+from flux.client import (
+    WaitTimedOut,
+    chunked,
+    default_server,
+    encode_inputs,
+    execution_ids,
+    finished,
+    in_order,
+    rpc_error,
+    run_request,
+    shift_index,
+    workflow_request,
+)
+from flux.errors import FluxError, InvalidArgument, Unavailable
+from flux.loader import WorkflowFile, load_workflow_file
+from flux.v1 import control_pb2, control_pb2_grpc
+
+__all__ = ["FluxClient", "WaitTimedOut"]
+
+Update = Callable[[control_pb2.Execution], None]
+
+
+class FluxClient:
+    def __init__(
+        self, address: str | None = None, timeout: float = 30.0, credentials: Credentials | None = None
+    ):
+        """``credentials`` default to the API token from $FLUX_API_TOKEN or ./.flux/api.token, plaintext."""
+        self.address = address or default_server()
+        self.timeout = timeout
+        self.credentials = credentials or Credentials.for_role(Role.CLIENT)
+        self._metadata = self.credentials.metadata
+        self._channel = self.credentials.aio_channel(self.address)
+        self._stub = control_pb2_grpc.ControlServiceStub(self._channel)
+
+    async def close(self) -> None:
+        await self._channel.close()
+
+    async def __aenter__(self) -> FluxClient:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+    async def _error(self, exc: grpc.RpcError) -> FluxError:
+        # The TLS probe behind the hint opens a socket: not on the loop.
+        return await asyncio.to_thread(rpc_error, exc, self.address, self.credentials)
+
+    async def _call(self, method: str, request: Any, timeout: float | None = None) -> Any:
+        try:
+            return await getattr(self._stub, method)(
+                request, timeout=timeout or self.timeout, metadata=self._metadata
+            )
+        except grpc.RpcError as exc:
+            raise await self._error(exc) from None
+
+    async def register_file(self, path: str | Path) -> control_pb2.RegisterWorkflowResponse:
+        """Read the file's workflows (without running it where the decorators are literals) and register them."""
+        return await self.register(await asyncio.to_thread(load_workflow_file, path))
+
+    async def register(self, loaded: WorkflowFile) -> control_pb2.RegisterWorkflowResponse:
+        return await self._call("RegisterWorkflow", workflow_request(loaded))
+
+    async def run(
+        self,
+        workflow: str,
+        input: Any = None,
+        *,
+        version: int = 0,
+        wait: bool = False,
+        timeout: float | None = None,
+        priority: int | None = None,
+    ) -> control_pb2.Execution:
+        """Submit an execution; with ``wait`` its final state, from the same call (``RunAndWait``)."""
+        (input_json,) = encode_inputs([input])
+        return await self.run_json(
+            workflow, input_json, version=version, wait=wait, timeout=timeout, priority=priority
+        )
+
+    async def run_json(
+        self,
+        workflow: str,
+        input_json: str,
+        *,
+        version: int = 0,
+        wait: bool = False,
+        timeout: float | None = None,
+        priority: int | None = None,
+        on_update: Update | None = None,
+    ) -> control_pb2.Execution:
+        request = run_request(workflow, input_json, version, priority)
+        if not wait:
+            return await self._call("RunWorkflow", request)
+        return await self._run_and_wait(request, timeout, on_update)
+
+    async def _run_and_wait(
+        self, request: control_pb2.RunWorkflowRequest, timeout: float | None, on_update: Update | None
+    ) -> control_pb2.Execution:
+        loop = asyncio.get_running_loop()
+        deadline = None if timeout is None else loop.time() + timeout
+        call = self._stub.RunAndWait(
+            control_pb2.RunAndWaitRequest(run=request, every_state=on_update is not None),
+            timeout=None if timeout is None else max(timeout, self.timeout),
+            metadata=self._metadata,
+        )
+        # As the blocking client: the receipt may take as long as any call, the wait's own
+        # timeout cuts the stream only once the run is accepted.
+        cut: asyncio.TimerHandle | None = None
+        receipt = None
+        timed_out = False
+
+        def time_out() -> None:
+            nonlocal timed_out
+            timed_out = True
+            call.cancel()
+
+        try:
+            async for update in call:
+                if receipt is None:
+                    receipt = update
+                    if timeout is not None:
+                        cut = loop.call_later(timeout, time_out)
+                if on_update is not None:
+                    on_update(update)
+                if finished(update):
+                    return update
+        except grpc.RpcError as exc:
+            error = await self._error(exc)
+            if receipt is None or not isinstance(error, Unavailable):
+                raise error from None
+        except asyncio.CancelledError:
+            if not timed_out:
+                raise  # our caller cancelled us, not the timer
+        finally:
+            if cut is not None:
+                cut.cancel()
+            call.cancel()
+        if receipt is None:
+            raise Unavailable(f"the Flux server at {self.address} ended the run without an answer")
+        remaining = None if deadline is None else max(0.0, deadline - loop.time())
+        try:
+            return await self.wait(receipt.execution_id, remaining, on_update)
+        except WaitTimedOut as exc:  # named with the whole wait's timeout, not what was left of it
+            raise WaitTimedOut(exc.execution, exc.timeout if timeout is None else timeout) from None
+
+    async def map(
+        self,
+        workflow: str,
+        inputs: Iterable[Any],
+        *,
+        version: int = 0,
+        priority: int | None = None,
+        wait: bool = False,
+        timeout: float | None = None,
+    ) -> list[control_pb2.Execution]:
+        """Run ``workflow`` once per input (bulk submission); in input order, as ``FluxClient.map``."""
+        executions = await self.run_many_json(
+            workflow, encode_inputs(inputs), version=version, priority=priority
+        )
+        return await self.wait_all(executions, timeout) if wait else executions
+
+    async def run_many_json(
+        self, workflow: str, inputs_json: Iterable[str], *, version: int = 0, priority: int | None = None
+    ) -> list[control_pb2.Execution]:
+        executions: list[control_pb2.Execution] = []
+        for chunk in chunked(inputs_json):
+            request = control_pb2.RunWorkflowsRequest(
+                workflow_name=workflow, input_json=chunk, version=version
+            )
+            if priority is not None:
+                request.priority = priority
+            try:
+                answer = await self._call("RunWorkflows", request)
+            except InvalidArgument as exc:
+                raise InvalidArgument(shift_index(str(exc), len(executions))) from None
+            executions.extend(answer.executions)
+        return executions
+
+    async def wait_all(
+        self, executions: Iterable[control_pb2.Execution | str], timeout: float | None = None
+    ) -> list[control_pb2.Execution]:
+        """The final state of each execution, in the order given, waiting at most ``timeout`` in all."""
+        ids = execution_ids(executions)
+        return in_order(ids, {e.execution_id: e async for e in self.as_completed(ids, timeout)})
+
+    async def as_completed(
+        self, executions: Iterable[control_pb2.Execution | str], timeout: float | None = None
+    ) -> AsyncIterator[control_pb2.Execution]:
+        """Each execution's final state as it finishes, each once; as ``FluxClient.as_completed``."""
+        loop = asyncio.get_running_loop()
+        pending = dict.fromkeys(execution_ids(executions))
+        deadline = None if timeout is None else loop.time() + timeout
+        while pending:
+            remaining = None if deadline is None else deadline - loop.time()
+            if remaining is not None and remaining <= 0:
+                break
+            try:
+                async for execution in self._finals(list(pending), remaining):
+                    if pending.pop(execution.execution_id, True) is None:
+                        yield execution
+                return
+            except Unavailable:  # the server restarting, or our own deadline passing
+                if deadline is not None and loop.time() >= deadline:
+                    break
+                await asyncio.sleep(0.2)
+        assert timeout is not None
+        raise WaitTimedOut(await self.get(next(iter(pending)), timeout=5.0), timeout)
+
+    async def _finals(self, ids: list[str], timeout: float | None) -> AsyncIterator[control_pb2.Execution]:
+        size = defaults.MAX_BATCH_INPUTS
+        calls = [
+            self._stub.WaitExecutions(
+                control_pb2.WaitExecutionsRequest(execution_ids=ids[i : i + size]),
+                timeout=timeout,
+                metadata=self._metadata,
+            )
+            for i in range(0, len(ids), size)
+        ]
+        merged: asyncio.Queue[control_pb2.Execution | BaseException | None] = asyncio.Queue()
+
+        async def read(call: Any) -> None:
+            try:
+                async for batch in call:
+                    for execution in batch.executions:
+                        merged.put_nowait(execution)
+            except grpc.RpcError as exc:
+                merged.put_nowait(await self._error(exc))
+            merged.put_nowait(None)
+
+        readers = [asyncio.ensure_future(read(call)) for call in calls]
+        try:
+            open_calls = len(calls)
+            while open_calls:
+                item = await merged.get()
+                if item is None:
+                    open_calls -= 1
+                elif isinstance(item, BaseException):
+                    raise item
+                else:
+                    yield item
+        finally:
+            for call, reader in zip(calls, readers, strict=True):
+                call.cancel()
+                reader.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await asyncio.gather(*readers, return_exceptions=True)
+
+    async def get(self, execution_id: str, timeout: float | None = None) -> control_pb2.Execution:
+        return await self._call(
+            "GetExecution", control_pb2.GetExecutionRequest(execution_id=execution_id), timeout
+        )
+
+    async def watch(
+        self, execution_id: str, timeout: float | None = None
+    ) -> AsyncIterator[control_pb2.Execution]:
+        """The execution's state now, then every change, ending after a final state."""
+        call = self._stub.WatchExecution(
+            control_pb2.WatchExecutionRequest(execution_id=execution_id),
+            timeout=timeout,
+            metadata=self._metadata,
+        )
+        try:
+            async for update in call:
+                yield update
+        except grpc.RpcError as exc:
+            raise await self._error(exc) from None
+        finally:
+            call.cancel()
+
+    async def wait(
+        self, execution_id: str, timeout: float | None = None, on_update: Update | None = None
+    ) -> control_pb2.Execution:
+        """Follow the execution until a final state, reconnecting if the server restarts meanwhile."""
+        loop = asyncio.get_running_loop()
+        deadline = None if timeout is None else loop.time() + timeout
+        while deadline is None or loop.time() < deadline:
+            remaining = None if deadline is None else max(0.0, deadline - loop.time())
+            try:
+                async for update in self.watch(execution_id, remaining):
+                    if on_update is not None:
+                        on_update(update)
+                    if finished(update):
+                        return update
+            except Unavailable:
+                if deadline is not None and loop.time() >= deadline:
+                    break
+                await asyncio.sleep(0.2)
+        assert timeout is not None
+        current = await self.get(execution_id, timeout=5.0)
+        if finished(current):
+            return current
+        raise WaitTimedOut(current, timeout)
+
+    async def cancel(self, execution_id: str) -> control_pb2.Execution:
+        return await self._call(
+            "CancelExecution", control_pb2.CancelExecutionRequest(execution_id=execution_id)
+        )
+
+    async def workers(self, page_size: int = 1000) -> control_pb2.ListWorkersResponse:
+        """Every worker, by name, fetched ``page_size`` at a time (one answer, with every page's workers)."""
+        whole = control_pb2.ListWorkersResponse()
+        token = ""
+        while True:
+            page = await self._call(
+                "ListWorkers", control_pb2.ListWorkersRequest(page_size=page_size, page_token=token)
+            )
+            whole.workers.extend(page.workers)
+            token = page.next_page_token
+            if not token:
+                return whole
+
+    async def forget_worker(self, name: str) -> control_pb2.ForgetWorkerResponse:
+        return await self._call("ForgetWorker", control_pb2.ForgetWorkerRequest(name=name))
+
+    async def explain(self, execution_id: str, timeout: float | None = None) -> control_pb2.Explanation:
+        return await self._call(
+            "ExplainExecution", control_pb2.ExplainExecutionRequest(execution_id=execution_id), timeout
+        )
+
+    async def list_executions(
+        self,
+        states: list[int] | tuple[int, ...] = (),
+        workflow: str = "",
+        worker: str = "",
+        created_after_ms: int = 0,
+        page_size: int = 0,
+        page_token: str = "",
+    ) -> control_pb2.ListExecutionsResponse:
+        """One page of executions, newest first; pass ``next_page_token`` back for the next."""
+        request = control_pb2.ListExecutionsRequest(
+            states=states,
+            workflow=workflow,
+            worker=worker,
+            created_after_ms=created_after_ms,
+            page_size=page_size,
+            page_token=page_token,
+        )
+        return await self._call("ListExecutions", request)
+
+    async def workflows(self, name: str = "", version: int = 0) -> control_pb2.ListWorkflowsResponse:
+        return await self._call("ListWorkflows", control_pb2.ListWorkflowsRequest(name=name, version=version))
+
+    async def pause_worker(self, name: str) -> control_pb2.WorkerInfo:
+        return await self._call("PauseWorker", control_pb2.PauseWorkerRequest(name=name))
+
+    async def resume_worker(self, name: str) -> control_pb2.WorkerInfo:
+        return await self._call("ResumeWorker", control_pb2.ResumeWorkerRequest(name=name))
+
+    async def status(self) -> control_pb2.ClusterStatus:
+        return await self._call("GetStatus", control_pb2.GetStatusRequest())

@@ -1,0 +1,213 @@
+"""``flux pool apply FILE``, ``flux pool list [--json]``, ``flux pool show NAME [--json]``.
+
+A pools file is YAML (when PyYAML is installed) or JSON::
+
+    pools:
+      - name: a100
+        labels: {gpu: a100}
+        resources: {cpu: 8, memory: 64Gi, gpu: 1, gpu_memory: 80Gi, disk: 100Gi}
+        runtime: python 3.12
+        packages: {torch: "2.4.0"}
+        min: 0
+        max: 10
+
+It is validated here first (every error names its field), then again by the server.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import grpc
+from google.protobuf import json_format
+
+from flux.domain.quantity import format_bytes
+from flux.errors import InvalidArgument, Unavailable, from_grpc_code
+from flux.matching.pools import parse_pools
+
+DEFAULT_TIMEOUT = 30.0
+
+
+def add_command(
+    commands: Any, with_server: Callable[[argparse.ArgumentParser], argparse.ArgumentParser]
+) -> None:
+    pool = commands.add_parser("pool", help="worker pools and the demand on them").add_subparsers(
+        dest="action", required=True, metavar="ACTION"
+    )
+    apply = with_server(pool.add_parser("apply", help="declare or replace pools from a YAML or JSON file"))
+    apply.add_argument("file", metavar="FILE", help="pools file ('-' reads stdin)")
+    apply.set_defaults(run=_apply)
+    listing = with_server(pool.add_parser("list", help="every pool with its workers and demand"))
+    listing.add_argument("--json", action="store_true", help="print one JSON object")
+    listing.set_defaults(run=_list)
+    show = with_server(pool.add_parser("show", help="one pool: its shape, workers and demand"))
+    show.add_argument("name", metavar="NAME", help="the pool's name")
+    show.add_argument("--json", action="store_true", help="print one JSON object")
+    show.set_defaults(run=_show)
+
+
+def read_pools_file(path: str) -> Any:
+    """The document in ``path``: JSON, or YAML where PyYAML is installed."""
+    try:
+        text = sys.stdin.read() if path == "-" else Path(path).read_text(encoding="utf-8")
+    except OSError as exc:
+        raise InvalidArgument(f"cannot read pools file {path}: {exc.strerror or exc}") from None
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as json_error:
+        try:
+            import yaml
+        except ImportError:
+            raise InvalidArgument(
+                f"{path} is not JSON ({json_error}); for YAML install PyYAML (pip install pyyaml)"
+            ) from None
+        try:
+            return yaml.safe_load(text)
+        except yaml.YAMLError as exc:
+            raise InvalidArgument(f"{path} is neither JSON nor YAML: {exc}") from None
+
+
+class _Pools:
+    """The PoolService stub on the CLI's credentials; errors as the client's (``flux.errors``)."""
+
+    def __init__(self, args: argparse.Namespace):
+        from flux.auth import Credentials, Role
+        from flux.v1 import pools_pb2_grpc
+
+        credentials = Credentials.for_role(Role.CLIENT, args.api_token, args.ca, args.api_token_file)
+        self.address = args.server
+        self._metadata = credentials.metadata
+        self._channel = credentials.channel(args.server)
+        self._stub = pools_pb2_grpc.PoolServiceStub(self._channel)
+
+    def __enter__(self) -> _Pools:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._channel.close()
+
+    def call(self, method: str, request: Any) -> Any:
+        try:
+            return getattr(self._stub, method)(request, timeout=DEFAULT_TIMEOUT, metadata=self._metadata)
+        except grpc.RpcError as exc:
+            code, details = exc.code(), exc.details() or ""  # type: ignore[attr-defined]
+            if code in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED):
+                raise Unavailable(
+                    f"cannot reach the Flux server at {self.address}: {details or code.name}"
+                ) from None
+            raise from_grpc_code(code, details) from None
+
+
+def _apply(args: argparse.Namespace) -> int:
+    from flux.server.pool_convert import spec_to_proto
+    from flux.v1 import pools_pb2
+
+    try:
+        specs = parse_pools(read_pools_file(args.file))
+    except (ValueError, TypeError) as exc:
+        raise InvalidArgument(f"{args.file}: {exc}") from None
+    with _Pools(args) as pools:
+        answer = pools.call(
+            "ApplyPools", pools_pb2.ApplyPoolsRequest(pools=[spec_to_proto(s) for s in specs])
+        )
+    for pool in answer.pools:
+        print(f"pool {pool.spec.name} applied ({pool.workers} workers, demand {pool.demand_workers})")
+    return 0
+
+
+def _list(args: argparse.Namespace) -> int:
+    from flux.cli.render import table
+    from flux.v1 import pools_pb2
+
+    with _Pools(args) as pools:
+        answer = pools.call("ListPools", pools_pb2.ListPoolsRequest())
+    if args.json:
+        print(
+            json.dumps(
+                json_format.MessageToDict(
+                    answer, preserving_proto_field_name=True, always_print_fields_with_no_presence=True
+                )
+            )
+        )
+        return 0
+    if not answer.pools:
+        print("no pools: declare one with flux pool apply FILE, or start a worker with --pool NAME")
+        return 0
+    header = (
+        "NAME",
+        "SOURCE",
+        "WORKERS",
+        "BUSY",
+        "PENDING",
+        "RUNNING",
+        "DEMAND",
+        "MIN",
+        "MAX",
+        "WORKER SHAPE",
+    )
+    rows = [
+        (
+            p.spec.name,
+            p.spec.source,
+            str(p.workers),
+            str(p.busy_workers),
+            str(p.pending),
+            str(p.running),
+            str(p.demand_workers),
+            str(p.spec.min_workers),
+            str(p.spec.max_workers or "-"),
+            _shape(p.spec),
+        )
+        for p in answer.pools
+    ]
+    print(table(header, rows, right=frozenset(range(2, 9))))
+    return 0
+
+
+def _show(args: argparse.Namespace) -> int:
+    from flux.v1 import pools_pb2
+
+    with _Pools(args) as pools:
+        pool = pools.call("GetPool", pools_pb2.GetPoolRequest(name=args.name)).pool
+    if args.json:
+        print(
+            json.dumps(
+                json_format.MessageToDict(
+                    pool, preserving_proto_field_name=True, always_print_fields_with_no_presence=True
+                )
+            )
+        )
+        return 0
+    spec = pool.spec
+    labels = ", ".join(f"{k}={v}" for k, v in sorted(spec.labels.items())) or "-"
+    packages = ", ".join(f"{k}=={v}" for k, v in sorted(spec.packages.items())) or "-"
+    lines = [
+        f"pool {spec.name} ({spec.source})",
+        f"  worker shape  {_shape(spec)}",
+        f"  labels        {labels}",
+        f"  runtime       {spec.runtime or 'python'}",
+        f"  packages      {packages}",
+        f"  capacity      {spec.capacity} executions per worker",
+        f"  min / max     {spec.min_workers} / {spec.max_workers or 'no maximum'}",
+        f"  workers       {pool.workers} connected, {pool.busy_workers} busy",
+        f"  work          {pool.pending} pending, {pool.running} running",
+        f"  demand        {pool.demand_workers} workers (needed {pool.needed_workers}"
+        f"{', active' if pool.active else ', idle'})",
+    ]
+    print("\n".join(lines))
+    return 0
+
+
+def _shape(spec: Any) -> str:
+    parts = [f"{spec.cpu} cores", format_bytes(spec.memory)]
+    if spec.gpu:
+        vram = f" ({format_bytes(spec.gpu_memory)})" if spec.gpu_memory else ""
+        parts.append(f"{spec.gpu} GPU{'s' if spec.gpu != 1 else ''}{vram}")
+    if spec.disk:
+        parts.append(f"{format_bytes(spec.disk)} disk")
+    return ", ".join(parts)

@@ -1,0 +1,116 @@
+"""Waiting for final states: one execution's end, and many executions' ends in one stream.
+
+``RunAndWait`` and ``WaitExecutions`` answer from these, so a client that runs and waits,
+or waits on a whole batch, holds one call instead of one ``WatchExecution`` per execution.
+A final state is read where ``watch`` reads it (this server's memory when it is
+authoritative, the store otherwise) and followed with the same pending feed, so a
+replica sees an execution finished by another replica as a watcher does.
+
+Final states are sent without their input (the caller sent it, and echoing a batch of
+inputs could pass the message cap); the output or error is there.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator, Iterable
+from typing import TYPE_CHECKING
+
+from flux.dispatcher import limits
+from flux.domain.execution import Execution
+from flux.errors import InvalidArgument, NotFound
+
+if TYPE_CHECKING:
+    from flux.dispatcher.core import Dispatcher
+
+MAX_WAITED = limits.MAX_BATCH_INPUTS
+
+
+def checked_ids(execution_ids: Iterable[str]) -> list[str]:
+    """Each id once, in the order given; refuses an empty or oversized list and bad ids."""
+    unique = list(dict.fromkeys(execution_ids))
+    if not unique:
+        raise InvalidArgument("execution_ids is empty: give the ids RunWorkflow or RunWorkflows returned")
+    if len(unique) > MAX_WAITED:
+        raise InvalidArgument(
+            f"execution_ids has {len(unique)} ids; the limit is {MAX_WAITED} per call: wait for the rest "
+            "in further calls"
+        )
+    for index, execution_id in enumerate(unique):
+        try:
+            limits.check_id(execution_id)
+        except InvalidArgument as exc:
+            raise InvalidArgument(f"execution_ids[{index}]: {exc}") from None
+    return unique
+
+
+def _bare(execution: Execution) -> Execution:
+    return execution.evolve(input_json="") if execution.input_json else execution
+
+
+async def _known(d: Dispatcher, execution_id: str) -> Execution:
+    found = d.current(execution_id) or await d.store.get_execution(execution_id)
+    if found is None:
+        raise NotFound(f"execution {execution_id!r} does not exist")
+    return found
+
+
+async def final(d: Dispatcher, execution_id: str, known: Execution | None = None) -> Execution:
+    """The execution's final state, once it has one (``known``: its state already read)."""
+    current = known or await _known(d, execution_id)
+    if current.state.finished:
+        return _bare(current)
+    updates = d.watchers.subscribe(execution_id)
+    try:
+        # Re-read after subscribing: a change between the read and here is not lost.
+        current = d.current(execution_id) or current
+        while not current.state.finished:
+            current = await d.feed.next_change(execution_id, updates, current)
+        return _bare(current)
+    finally:
+        d.watchers.unsubscribe(execution_id, updates)
+
+
+async def known(d: Dispatcher, execution_ids: Iterable[str]) -> list[Execution]:
+    """Each execution named (each once), as it is now: every id is checked before a wait begins,
+    so an unknown one refuses the call (NotFound, naming it) instead of ending a stream half answered."""
+    return [await _known(d, execution_id) for execution_id in checked_ids(execution_ids)]
+
+
+async def finals(d: Dispatcher, executions: list[Execution]) -> AsyncIterator[list[Execution]]:
+    """The final states of ``executions`` (from ``known``) as they finish: the finished ones first,
+    then each batch that finished by the time the last one was taken."""
+    waiting = [e for e in executions if not e.state.finished]
+    finished = [_bare(e) for e in executions if e.state.finished]
+    if finished:
+        yield finished
+    if not waiting:
+        return
+    done: asyncio.Queue[Execution | BaseException] = asyncio.Queue()
+
+    async def follow(execution: Execution) -> None:
+        try:
+            done.put_nowait(await final(d, execution.execution_id, execution))
+        except asyncio.CancelledError:
+            raise
+        except BaseException as exc:  # handed to the stream, which raises it
+            done.put_nowait(exc)
+
+    followers = [asyncio.ensure_future(follow(execution)) for execution in waiting]
+    try:
+        left = len(waiting)
+        while left:
+            batch = [await done.get()]
+            while not done.empty():
+                batch.append(done.get_nowait())
+            for item in batch:
+                if isinstance(item, BaseException):
+                    raise item
+            left -= len(batch)
+            yield batch  # type: ignore[misc]
+    finally:
+        for follower in followers:
+            follower.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await asyncio.gather(*followers, return_exceptions=True)

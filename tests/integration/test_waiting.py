@@ -1,0 +1,197 @@
+"""Run-and-wait in one call (RunAndWait) and many waits in one stream (WaitExecutions), through
+the blocking client, the asyncio client (flux.aio) and raw gRPC, on a real server and real workers.
+
+Completion order is made deterministic by cancelling pending executions one at a time: a
+cancel is a final state the test chooses the moment of, where a run's end is not.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import queue
+import threading
+from pathlib import Path
+
+import grpc
+import pytest
+
+from flux import aio
+from flux.auth import Role
+from flux.client import WaitTimedOut
+from flux.errors import InvalidArgument, NotFound
+from flux.testing import Cluster, eventually
+from flux.v1 import control_pb2, control_pb2_grpc
+
+pytestmark = [pytest.mark.integration, pytest.mark.transports("grpc")]
+
+S = control_pb2
+WORKFLOWS = Path(__file__).with_name("workflows.py")
+
+
+def control(cluster: Cluster) -> control_pb2_grpc.ControlServiceStub:
+    return control_pb2_grpc.ControlServiceStub(cluster.channel(Role.CLIENT))
+
+
+def test_run_and_wait_answers_the_receipt_then_the_final_state_in_one_call(cluster: Cluster):
+    cluster.start_worker("w1")
+    stub = control(cluster)
+    run = S.RunWorkflowRequest(workflow_name="echo", input_json='"hi"')
+    answers = list(stub.RunAndWait(S.RunAndWaitRequest(run=run), timeout=30))
+    assert len(answers) == 2
+    receipt, final = answers
+    assert receipt.execution_id == final.execution_id
+    assert receipt.input_json == '"hi"'  # the receipt is RunWorkflow's answer
+    assert final.state == S.EXECUTION_STATE_COMPLETED
+    assert json.loads(final.output_json)["input"] == "hi"
+    stored = cluster.query("SELECT count(*) FROM executions WHERE execution_id = ?", final.execution_id)
+    assert stored[0][0] == 1
+
+    every = list(stub.RunAndWait(S.RunAndWaitRequest(run=run, every_state=True), timeout=30))
+    states = [e.state for e in every]
+    # The receipt may already be dispatched; each state after it is news, in lifecycle order.
+    assert states[0] in (S.EXECUTION_STATE_CREATED, S.EXECUTION_STATE_SCHEDULED)
+    assert states[-1] == S.EXECUTION_STATE_COMPLETED
+    assert states == sorted(set(states))
+
+
+def test_run_and_wait_refuses_bad_runs_with_the_field_named(cluster: Cluster):
+    stub = control(cluster)
+    with pytest.raises(grpc.RpcError) as unknown:
+        list(stub.RunAndWait(S.RunAndWaitRequest(run=S.RunWorkflowRequest(workflow_name="nope")), timeout=10))
+    assert unknown.value.code() == grpc.StatusCode.NOT_FOUND and "nope" in unknown.value.details()
+    bad = S.RunWorkflowRequest(workflow_name="echo", input_json="{not json")
+    with pytest.raises(grpc.RpcError) as invalid:
+        list(stub.RunAndWait(S.RunAndWaitRequest(run=bad), timeout=10))
+    assert (
+        invalid.value.code() == grpc.StatusCode.INVALID_ARGUMENT and "input_json" in invalid.value.details()
+    )
+    # Refused means not stored.
+    assert cluster.query("SELECT count(*) FROM executions")[0][0] == 0
+
+
+def test_a_run_wait_that_times_out_names_the_accepted_execution(cluster: Cluster):
+    with pytest.raises(WaitTimedOut) as timed_out:
+        cluster.client.run("echo", 1, wait=True, timeout=0.5)  # no worker: it stays queued
+    assert timed_out.value.execution.state == S.EXECUTION_STATE_CREATED
+    assert cluster.client.get(timed_out.value.execution.execution_id).state == S.EXECUTION_STATE_CREATED
+
+
+@pytest.mark.backends("sqlite", "postgres")
+def test_as_completed_yields_finished_first_then_in_completion_order(cluster: Cluster):
+    client = cluster.client
+    cluster.start_worker("w1")
+    done = client.run("echo", "done", wait=True, timeout=30)
+    client.pause_worker("w1")
+    pending = client.map("echo", ["a", "b", "c"])  # the only worker is paused: they wait
+    ids = [e.execution_id for e in pending]
+    seen: queue.Queue[object] = queue.Queue()
+
+    def read() -> None:
+        try:
+            for execution in client.as_completed([*ids, done.execution_id, ids[0]], timeout=60):
+                seen.put(execution)
+        except BaseException as exc:
+            seen.put(exc)
+        seen.put(None)
+
+    threading.Thread(target=read, daemon=True).start()
+    first = seen.get(timeout=30)
+    assert first.execution_id == done.execution_id and first.state == S.EXECUTION_STATE_COMPLETED
+    order = []
+    for execution_id in (ids[2], ids[0], ids[1]):
+        client.cancel(execution_id)
+        execution = seen.get(timeout=30)
+        assert not isinstance(execution, BaseException), execution
+        order.append(execution.execution_id)
+        assert execution.state == S.EXECUTION_STATE_CANCELLED
+        assert execution.input_json == ""  # finals leave inputs out
+    assert order == [ids[2], ids[0], ids[1]]
+    assert seen.get(timeout=30) is None  # each id once, then the end
+
+
+def test_wait_all_and_map_wait_answer_in_input_order(cluster: Cluster):
+    cluster.start_worker("w1", "--capacity", "4")
+    finals = cluster.client.map("sleepy", [0.3, 0.0, 0.2, 0.0, 0.1], wait=True, timeout=60)
+    assert [f.state for f in finals] == [S.EXECUTION_STATE_COMPLETED] * 5
+    again = cluster.client.wait_all(list(reversed(finals)), timeout=30)
+    assert [f.execution_id for f in again] == [f.execution_id for f in reversed(finals)]
+
+
+def test_wait_executions_refuses_unknown_empty_and_oversized_lists(cluster: Cluster):
+    client = cluster.client
+    with pytest.raises(NotFound, match="feedbeef"):
+        list(client.as_completed(["feedbeef"]))
+    stub = control(cluster)
+    with pytest.raises(grpc.RpcError) as empty:
+        list(stub.WaitExecutions(S.WaitExecutionsRequest(), timeout=10))
+    assert empty.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert "execution_ids" in empty.value.details()
+    with pytest.raises(grpc.RpcError) as oversized:
+        ids = [f"{n:032x}" for n in range(10_001)]
+        list(stub.WaitExecutions(S.WaitExecutionsRequest(execution_ids=ids), timeout=10))
+    assert oversized.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert "10000" in oversized.value.details()
+    with pytest.raises(InvalidArgument, match=r"execution_ids\[1\]"):
+        list(client.as_completed(["a" * 32, "x" * 500]))
+
+
+def test_as_completed_rides_out_a_server_restart(cluster: Cluster):
+    client = cluster.client
+    ids = [e.execution_id for e in client.map("echo", [1, 2, 3])]  # no worker yet
+    seen: queue.Queue[object] = queue.Queue()
+
+    def read() -> None:
+        try:
+            seen.put([e.execution_id for e in client.as_completed(ids, timeout=90)])
+        except BaseException as exc:
+            seen.put(exc)
+
+    reader = threading.Thread(target=read, daemon=True)
+    reader.start()
+    cluster.kill_server()
+    cluster.restart_server("--ack-deadline", "2", "--grace-period", "2", "--safety-tick", "1")
+    # Not waiting for it through this process's channel: the reader's retries during the
+    # restart left its connection backing off, and a fresh channel here shares it.
+    cluster.start_worker("w1", wait=False)
+    result = seen.get(timeout=90)
+    assert not isinstance(result, BaseException), result
+    assert sorted(result) == sorted(ids)
+
+
+def test_the_asyncio_client_has_the_same_surface(cluster: Cluster):
+    cluster.start_worker("w1", "--capacity", "4")
+
+    async def main() -> None:
+        async with aio.FluxClient(
+            cluster.address, timeout=10, credentials=cluster.credentials(Role.CLIENT)
+        ) as c:
+            final = await c.run("echo", {"n": 1}, wait=True, timeout=30)
+            assert final.state == S.EXECUTION_STATE_COMPLETED
+            assert json.loads(final.output_json)["input"] == {"n": 1}
+            accepted = await c.map("echo", list(range(6)))
+            seen = [e.execution_id async for e in c.as_completed(accepted, timeout=30)]
+            assert sorted(seen) == sorted(e.execution_id for e in accepted)
+            ordered = await c.map("echo", list(range(5)), wait=True, timeout=30)
+            assert [json.loads(e.output_json)["input"] for e in ordered] == list(range(5))
+            states = [u.state async for u in c.watch(final.execution_id)]
+            assert states == [S.EXECUTION_STATE_COMPLETED]
+            assert (await c.get(final.execution_id)).execution_id == final.execution_id
+            assert [w.name for w in (await c.workers()).workers] == ["w1"]
+            assert (await c.list_executions(page_size=100)).executions
+            assert any(w.name == "echo" for w in (await c.workflows()).workflows)
+            await c.pause_worker("w1")
+            with pytest.raises(WaitTimedOut) as timed_out:
+                await c.run("echo", 2, wait=True, timeout=0.5)
+            waiting = timed_out.value.execution
+            assert waiting.state == S.EXECUTION_STATE_CREATED
+            assert "0/1" in (await c.explain(waiting.execution_id)).summary
+            with pytest.raises(WaitTimedOut):
+                await c.wait_all([waiting], timeout=0.3)
+            await c.resume_worker("w1")
+            assert (await c.wait(waiting.execution_id, timeout=30)).state == S.EXECUTION_STATE_COMPLETED
+            with pytest.raises(NotFound):
+                await c.get("feedbeef")
+
+    asyncio.run(main())
+    eventually(lambda: cluster.worker_connected("w1"), what="w1 still connected")

@@ -1,0 +1,74 @@
+"""The dispatcher's pool book over an in-memory store: declarations kept, demand, watchers, explain."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from flux.errors import InvalidArgument, NotFound
+from flux.matching.pools import POOL_LABEL, parse_pools
+from tests.unit.test_dispatcher import Flux
+
+GPU = {"name": "gpu", "resources": {"cpu": 4, "gpu": 2}, "capacity": 2, "max": 5}
+
+
+async def test_declarations_are_stored_and_read_back_by_a_new_dispatcher():
+    flux = await Flux().start()
+    await flux.d.pools.apply(parse_pools([GPU]))
+    again = await Flux(store=flux.store).start()
+    demand = await again.d.pools.demand(again.d)
+    assert list(demand) == ["gpu"] and demand["gpu"].spec.gpu == 2
+
+
+async def test_apply_refuses_nothing_and_duplicates():
+    flux = await Flux().start()
+    with pytest.raises(InvalidArgument, match="at least one pool"):
+        await flux.d.pools.apply([])
+    (spec,) = parse_pools([GPU])
+    with pytest.raises(InvalidArgument, match="names a pool twice"):
+        await flux.d.pools.apply([spec, spec])
+
+
+async def test_pending_gpu_work_is_demand_and_explain_names_the_pool():
+    flux = await Flux().start()
+    await flux.d.pools.apply(parse_pools([GPU]))
+    await flux.workflow("train", gpu=1)
+    ids = [await flux.run("train") for _ in range(3)]
+    demand = await flux.d.pools.get(flux.d, "gpu")
+    assert (demand.pending, demand.desired, demand.active) == (3, 2, True)
+    why = await flux.d.why(ids[0])
+    assert why.summary == "0/0 workers can run it: no worker is connected; pool gpu could run it (0 workers)"
+    with pytest.raises(NotFound, match="pool 'cpu' is neither declared nor has a worker"):
+        await flux.d.pools.get(flux.d, "cpu")
+
+
+async def test_a_pool_is_learned_from_its_worker_and_its_running_work_counts():
+    flux = await Flux().start()
+    await flux.workflow("job", cpu=1)
+    worker = await flux.worker("w1", cpu=4, labels={POOL_LABEL: "cpu"}, capacity=4)
+    execution = await flux.run("job")
+    assert worker.scheduled() == [execution]
+    demand = await flux.d.pools.get(flux.d, "cpu")
+    assert demand.spec.source == "learned" and demand.spec.cpu == 4
+    assert (demand.workers, demand.busy_workers, demand.running, demand.desired) == (1, 1, 1, 1)
+
+
+async def test_watchers_get_one_recomputation_per_burst():
+    flux = await Flux().start()
+    await flux.d.pools.apply(parse_pools([GPU]))
+    await flux.workflow("train", gpu=1)
+    seen: list[int] = []
+    stop = flux.d.pools.watch(lambda demand: seen.append(demand["gpu"].pending))
+    try:
+        # Twenty submissions committed in one batch (one event-loop turn): one recomputation, after all.
+        await asyncio.gather(*(flux.d.submit("train", "") for _ in range(20)))
+        await asyncio.wait_for(_until(lambda: seen), 5)
+        assert seen == [20]
+    finally:
+        stop()
+
+
+async def _until(check) -> None:  # type: ignore[no-untyped-def]
+    while not check():
+        await asyncio.sleep(0.005)
