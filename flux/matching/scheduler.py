@@ -411,7 +411,7 @@ def _place_fairly(
                 r = shape.requests
                 gpus = room.take(r.cpu, r.memory, r.disk, r.gpu, r.gpu_memory)
                 placements.append(Placement(head[3].execution_id, room.view.name, gpus, shape))
-                ledger.charge(name, shape.demand)
+                entry[0] = ledger.charge(name, shape.demand)  # its share: only a placement changes it
                 heapq.heappush(loads.heap, (room.key, room))
                 for needs, names in watched:
                     if room.view.name in names and not fits_now(needs, room):
@@ -432,7 +432,7 @@ def _place_fairly(
                     heapq.heapreplace(lane, head)
         if lane:
             top = lane[0]
-            entry[0], entry[1], entry[2] = ledger.share(name), top[0], top[1]
+            entry[1], entry[2] = top[0], top[1]
             heapq.heapreplace(tenants, entry)
         else:
             heapq.heappop(tenants)

@@ -36,7 +36,7 @@ Cost: ``fits``, ``charge`` and ``share`` are O(resources) dict reads; a
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 from flux.domain.resource_request import ResourceRequest
@@ -45,7 +45,6 @@ from flux.domain.worker import WorkerResources
 
 Vector = tuple[int, int, int, int]  # cpu cores, memory bytes, GPUs, VRAM bytes (RESOURCES' order)
 ZERO: Vector = (0, 0, 0, 0)
-_UNLIMITED: tuple[int | None, ...] = (None, None, None, None)
 _R = range(len(RESOURCES))
 
 
@@ -165,6 +164,8 @@ class Accounts:
         self.members: dict[str, list[Terms]] = {}
         self.pool: dict[str, list[int]] = {}
         self.drawn: dict[str, list[int]] = {}
+        self.scales: dict[str, tuple[tuple[int, ...], tuple[float, ...]]] = {}
+        self.unlimited_scale: tuple[tuple[int, ...], tuple[float, ...]] = ((0, 0, 0, 0), (0.0, 0.0, 0.0, 0.0))
         self.configure(tenants)
 
     @property
@@ -179,6 +180,13 @@ class Accounts:
             self._reshare()
 
     def _reshare(self) -> None:
+        capacity = self._capacity
+        # Per tenant, what its share is measured from: (nominal or 0, capacity x weight) per resource.
+        self.scales = {
+            name: (tuple(n or 0 for n in t.nominal), tuple(c * t.weight for c in capacity))
+            for name, t in self.terms.items()
+        }
+        self.unlimited_scale = ((0, 0, 0, 0), tuple(float(c) for c in capacity))
         self.shares = {name: self.share(name) for name in self.usage}
 
     def configure(self, tenants: Iterable[Tenant]) -> None:
@@ -228,25 +236,24 @@ class Accounts:
     def share(self, name: str, usage: Vector | None = None) -> float:
         """Weighted dominant share above nominal quota (see the module's docstring)."""
         u = self.usage.get(name, ZERO) if usage is None else usage
-        terms = self.terms.get(name)
-        cap = self.capacity
-        best = 0.0
-        if terms is None:
-            for i in _R:
-                if cap[i] > 0 and u[i] > 0:
-                    best = max(best, u[i] / cap[i])
-            return best
-        nominal = terms.nominal
-        for i in _R:
-            if cap[i] > 0:
-                above = u[i] if nominal[i] is None else u[i] - nominal[i]  # type: ignore[operator]
-                if above > 0:
-                    best = max(best, above / cap[i])
-        return best / terms.weight
+        return _share(u, self.scales.get(name, self.unlimited_scale))
 
     def cohort_of(self, name: str) -> str:
         terms = self.terms.get(name)
         return terms.cohort if terms is not None else ""
+
+
+def _share(used: Sequence[int], scale: tuple[tuple[int, ...], tuple[float, ...]]) -> float:
+    """max over resources of (used - nominal) / (capacity x weight): the one formula of a share."""
+    floor, denominator = scale
+    best = 0.0
+    for i in _R:
+        above = used[i] - floor[i]
+        if above > 0 and denominator[i] > 0:
+            value = above / denominator[i]
+            if value > best:
+                best = value
+    return best
 
 
 def _drawn(terms: Terms, used: int, i: int) -> int:
@@ -300,7 +307,8 @@ class Ledger:
     def fits(self, name: str, amount: Vector) -> bool:
         return self.blocked(name, amount) is None
 
-    def charge(self, name: str, amount: Vector) -> None:
+    def charge(self, name: str, amount: Vector) -> float:
+        """Count ``amount`` more for ``name`` in this pass; return its share now."""
         now = self.now.get(name)
         if now is None:
             now = self.now[name] = list(self.accounts.usage.get(name, ZERO))
@@ -317,28 +325,22 @@ class Ledger:
         now[1] += amount[1]
         now[2] += amount[2]
         now[3] += amount[3]
+        accounts = self.accounts
+        return _share(now, accounts.scales.get(name, accounts.unlimited_scale))
 
     def share(self, name: str) -> float:
         """``name``'s share now, with what this pass placed for it."""
         now = self.now.get(name)
         if now is None:
             return self.accounts.shares.get(name, 0.0)
-        return self.share_with(name, ZERO)
+        accounts = self.accounts
+        return _share(now, accounts.scales.get(name, accounts.unlimited_scale))
 
     def share_with(self, name: str, amount: Vector) -> float:
-        """``name``'s share once ``amount`` more is placed for it (``Accounts.share``, inlined)."""
+        """``name``'s share once ``amount`` more is placed for it."""
         used = self.now.get(name) or self.accounts.usage.get(name, ZERO)
-        capacity = self.accounts.capacity
-        terms = self.accounts.terms.get(name)
-        nominal = terms.nominal if terms is not None else _UNLIMITED
-        best = 0.0
-        for i in _R:
-            total = capacity[i]
-            if total > 0:
-                above = used[i] + amount[i] - (nominal[i] or 0)
-                if above > 0 and above / total > best:
-                    best = above / total
-        return best if terms is None else best / terms.weight
+        accounts = self.accounts
+        return _share(add(used, amount), accounts.scales.get(name, accounts.unlimited_scale))
 
     def _block(self, terms: Terms, i: int, used: int, wanted: int, exhausted: bool) -> QuotaBlock:
         nominal = terms.nominal[i]
