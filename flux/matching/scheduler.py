@@ -22,16 +22,20 @@ nominated workers take only what fits beside their nominee.
 
 With ``accounts`` (tenants, see ``flux.matching.tenancy``) step 2 has two
 levels: the tenant whose weighted dominant share is lowest goes next (ties by
-its next execution's priority, then submission), and within a tenant its shape heads go by priority then FIFO as
-above. A head that its tenant's quota (and cohort) cannot take now is done for
-the pass like one that fits no worker: usage only grows within a pass.
-Every placement, starving ones included, is charged to its tenant before the
-next decision, so no burst in one pass exceeds a quota.
+its next execution's priority, then submission), and within a tenant its
+shape heads go by priority then FIFO as above. A shape is then one tenant's
+lane; worker choice and the permanent checks go by its requirement
+(``Shape.needs``), shared by every tenant's lane of it. A head that its
+tenant's quota (and cohort) cannot take now is done for the pass like one
+that fits no worker: usage only grows within a pass. Every placement,
+starving ones included, is charged to its tenant before the next decision,
+so no burst in one pass exceeds a quota.
 
 Cost is O(shapes × profiles + candidates + placements × (log workers + log
-tenants)), never proportional to the backlog. Over a ``FleetIndex`` the candidates are pulled
-lazily, least loaded first, so "candidates" is only those looked at: on a
-fleet with room, one per placement.
+tenants)), never proportional to the backlog; with tenants, a pass over all
+shapes opens a tenant's lanes only when it comes up (``_place_fairly``). Over
+a ``FleetIndex`` the candidates are pulled lazily, least loaded first, so
+"candidates" is only those looked at: on a fleet with room, one per placement.
 """
 
 from __future__ import annotations
