@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 
 from flux.domain.resource_request import ResourceRequest
 from flux.domain.tenant import RESOURCES, Limits, Tenant
-from flux.matching import Accounts, PendingQueue, Shape, capacity_of, schedule
+from flux.matching import Accounts, Aging, PendingQueue, Shape, capacity_of, schedule
 from tests.unit.fleet import GiB, worker
 
 SETTINGS = settings(max_examples=120, deadline=None)
@@ -92,9 +92,12 @@ def within_quota(tenants: list[Tenant], usage: dict[str, list[int]]) -> list[str
 
 
 @SETTINGS
-@given(tenants=tenant_sets(), seed=st.integers(0, 2**32 - 1), workers=st.integers(1, 6))
-def test_no_tenant_ever_exceeds_quota_plus_borrowing(tenants, seed, workers):
+@given(tenants=tenant_sets(), seed=st.integers(0, 2**32 - 1), workers=st.integers(1, 6), aging=st.booleans())
+def test_no_tenant_ever_exceeds_quota_plus_borrowing(tenants, seed, workers, aging):
+    """Over many passes of submissions, finishes and placements, with or without aging (whose
+    starving executions are placed or nominated ahead of everything)."""
     rng = random.Random(seed)
+    starvation = Aging(after=15.0) if aging else None
     fleet = [worker(f"w{i}", cpu=8, memory="32Gi", gpus=4, capacity=8) for i in range(workers)]
     accounts = Accounts(tenants, capacity=capacity_of(w.resources for w in fleet))
     queue = PendingQueue()
@@ -102,10 +105,10 @@ def test_no_tenant_ever_exceeds_quota_plus_borrowing(tenants, seed, workers):
     held: dict[str, list] = {w.name: [] for w in fleet}  # worker -> placements held
     usage: dict[str, list[int]] = {}
     seq = 0
-    for _ in range(12):  # passes: submit some, finish some, schedule
+    for now in range(0, 120, 10):  # passes: submit some, finish some, schedule
         for _ in range(rng.randint(0, 12)):
             shape = Shape(rng.choice(SHAPES), tenant=rng.choice(NAMES))
-            queue.add(f"e{seq}", shape, seq, priority=rng.randint(0, 2))
+            queue.add(f"e{seq}", shape, seq, priority=rng.randint(0, 2), since=float(now))
             seq += 1
         for execution_id in rng.sample(sorted(running), k=len(running) // 3):
             name, amount, where = running.pop(execution_id)
@@ -113,7 +116,8 @@ def test_no_tenant_ever_exceeds_quota_plus_borrowing(tenants, seed, workers):
             usage[name] = [u - a for u, a in zip(usage[name], amount, strict=True)]
             held[where] = [p for p in held[where] if p.execution_id != execution_id]
         views = [_busy(w, held[w.name]) for w in fleet]
-        for p in schedule(queue, views, accounts=accounts, limit=rng.choice([None, 3])):
+        limit = rng.choice([None, 3])
+        for p in schedule(queue, views, accounts=accounts, limit=limit, aging=starvation, now=float(now)):
             queue.remove(p.execution_id)
             name, amount = p.shape.tenant, p.shape.demand
             accounts.charge(name, amount)
