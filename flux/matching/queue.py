@@ -11,7 +11,7 @@ practice, so both cost O(distinct priorities), not O(backlog).
 from __future__ import annotations
 
 from collections import OrderedDict
-from collections.abc import Iterator
+from collections.abc import ItemsView, Iterator
 from dataclasses import dataclass
 from itertools import chain
 
@@ -93,6 +93,8 @@ class PendingQueue:
         self._first: dict[str, Pending | None] = {}
         # Requirement (``Shape.needs``) -> how many shapes of it have pending work.
         self._needs: dict[Shape, int] = {}
+        # Tenants whose first item left (their ``_first`` is None until recounted).
+        self._stale: set[str] = set()
 
     def add(
         self, execution_id: str, shape: Shape, seq: int, priority: int = 0, since: float = 0.0
@@ -138,6 +140,7 @@ class PendingQueue:
                     del self._needs[shape.needs]
             if self._first.get(shape.tenant) is item:
                 self._first[shape.tenant] = None
+                self._stale.add(shape.tenant)
         return item
 
     def get(self, execution_id: str) -> Pending | None:
@@ -156,17 +159,21 @@ class PendingQueue:
         queue = self._by_shape.get(shape)
         return len(queue) if queue else 0
 
-    def tenants(self) -> Iterator[tuple[str, Pending]]:
-        """Each tenant with pending work and its first item (highest priority, then oldest)."""
-        for tenant, lanes in self._lanes.items():
-            first = self._first[tenant]
-            if first is None:
-                first = self._first[tenant] = min(
-                    (self.first(shape) for shape in lanes),  # type: ignore[misc]
+    def tenants(self) -> ItemsView[str, Pending]:
+        """Each tenant with pending work and its first item (highest priority, then oldest).
+
+        A view of the queue's own record (do not mutate the queue while reading it): a pass
+        over one worker reads it whole, so it costs one recount per tenant whose first item
+        left since the last read, and nothing per other tenant.
+        """
+        for tenant in self._stale:
+            if tenant in self._lanes:
+                self._first[tenant] = min(
+                    (self.first(shape) for shape in self._lanes[tenant]),  # type: ignore[misc]
                     key=lambda item: item.order,  # type: ignore[union-attr]
                 )
-            assert first is not None
-            yield tenant, first
+        self._stale.clear()
+        return self._first.items()  # type: ignore[return-value]
 
     def lanes(self, tenant: str) -> list[Shape]:
         """The shapes of ``tenant`` with pending work."""

@@ -357,9 +357,10 @@ def _place_fairly(
         needed = {needs for needs in queue.requirements() if candidates_for(needs) != []}
         if not needed:
             return  # nothing pending fits any worker of this pass
-        shares = ledger.accounts.shares
-        for name, first in queue.tenants():
-            tenants.append([shares.get(name, 0.0), -first.priority, first.seq, name, None])
+        share = ledger.accounts.shares.get
+        tenants = [
+            [share(name, 0.0), -first.priority, first.seq, name, None] for name, first in queue.tenants()
+        ]
     heapq.heapify(tenants)
     # Per requirement, not per lane: which worker is least loaded and fits does not depend on the tenant.
     by_load: dict[Shape, _Loads] = {}
