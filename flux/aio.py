@@ -77,9 +77,12 @@ class FluxClient:
         except grpc.RpcError as exc:
             raise await self._error(exc) from None
 
-    async def register_file(self, path: str | Path) -> control_pb2.RegisterWorkflowResponse:
-        """Read the file's workflows (without running it where the decorators are literals) and register them."""
-        return await self.register(await asyncio.to_thread(load_workflow_file, path))
+    async def register_file(
+        self, path: str | Path, allow_import: bool = False
+    ) -> control_pb2.RegisterWorkflowResponse:
+        """Read the file's workflows without running it, and register them (as ``FluxClient.register_file``:
+        ``allow_import=True`` imports a file whose decorators cannot be read)."""
+        return await self.register(await asyncio.to_thread(load_workflow_file, path, allow_import))
 
     async def register(self, loaded: WorkflowFile) -> control_pb2.RegisterWorkflowResponse:
         return await self._call("RegisterWorkflow", workflow_request(loaded))

@@ -165,9 +165,16 @@ class FluxClient:
     def _error(self, exc: grpc.RpcError) -> FluxError:
         return rpc_error(exc, self.address, self.credentials)
 
-    def register_file(self, path: str | Path) -> control_pb2.RegisterWorkflowResponse:
-        """Read the file's workflows (without running it where the decorators are literals) and register them."""
-        return self.register(load_workflow_file(path))
+    def register_file(
+        self, path: str | Path, allow_import: bool = False
+    ) -> control_pb2.RegisterWorkflowResponse:
+        """Read the file's workflows without running it, and register them.
+
+        A decorator value that cannot be read from the syntax tree raises ``ValueError`` naming
+        ``file:line`` and the argument; ``allow_import=True`` imports the file (running its code)
+        to read it instead.
+        """
+        return self.register(load_workflow_file(path, allow_import=allow_import))
 
     def register(self, loaded: WorkflowFile) -> control_pb2.RegisterWorkflowResponse:
         return self._call("RegisterWorkflow", workflow_request(loaded))

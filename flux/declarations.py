@@ -11,8 +11,10 @@ so a bad value fails exactly as the decorator would, naming the field.
 Anything else (a call of the user's own function, an imported constant, a
 ``**options``) cannot be known without running the file: ``read_declarations``
 then raises :class:`NotStatic` naming the value and its line, and the loader
-imports the file instead. The worker imports the file for real when it runs
-the workflow, so nothing is skipped, only moved to where the imports exist.
+refuses the file (or, when the caller allows it, imports it). A ``workflow``
+name the file binds a second time (an import in an ``if`` block, say) is not
+trusted to be Flux's. The worker imports the file for real when it runs the
+workflow, so nothing is skipped, only moved to where the imports exist.
 """
 
 from __future__ import annotations
@@ -106,6 +108,7 @@ class _Reader:
         self.constants: dict[str, ast.expr] = {}  # module-level names assigned a value exactly once
         self._read: set[int] = set()  # ids of the nodes naming `workflow` inside decorators we read
         assigned: dict[str, int] = {}
+        rebound: dict[str, int] = {}  # as assigned, leaving out `import flux[.module]` statements
         for node in tree.body:
             if isinstance(node, ast.ImportFrom) and node.module in _FLUX_MODULES and node.level == 0:
                 for alias in node.names:
@@ -122,8 +125,12 @@ class _Reader:
                         self.flux_modules.add(alias.asname)
                     elif alias.name.split(".")[0] == "flux" and not alias.asname:
                         self.flux_modules.add("flux")
-            for target in _targets(node):
+            targets = _targets(node)
+            for target in targets:
                 assigned[target] = assigned.get(target, 0) + 1
+            if not (isinstance(node, ast.Import) and all(a.name.split(".")[0] == "flux" for a in node.names)):
+                for target in targets:
+                    rebound[target] = rebound.get(target, 0) + 1
             if isinstance(node, ast.Assign) and len(node.targets) == 1:
                 target = node.targets[0]
                 if isinstance(target, ast.Name):
@@ -132,9 +139,13 @@ class _Reader:
                 self.constants[node.target.id] = node.value
         # Only names bound once at module level are constants; a rebound one needs the file to run.
         self.constants = {k: v for k, v in self.constants.items() if assigned.get(k) == 1}
-        # A flux name the file binds again is no longer surely flux's.
+        # A flux name the file binds again (anywhere at module level, in an `if` or `try` block too, or
+        # through a star import from another module) is no longer surely flux's.
+        if "*" in assigned:
+            self.workflow_names, self.request_names, self.flux_modules = set(), set(), set()
         self.workflow_names = {n for n in self.workflow_names if assigned.get(n, 0) <= 1}
         self.request_names = {n for n in self.request_names if assigned.get(n, 0) <= 1}
+        self.flux_modules = {n for n in self.flux_modules if rebound.get(n, 0) == 0}
         self.tree = tree
 
     # ---- what names mean
@@ -292,15 +303,35 @@ class _Reader:
 
 
 def _targets(node: ast.stmt) -> list[str]:
-    """Module-level names a statement binds (assignments, defs, imports, loops, with)."""
+    """Module-level names a statement binds: assignments, defs, imports, loops, with, ``except … as``,
+    also inside ``if``/``try``/``with``/loop blocks, and ``global`` names bound inside functions.
+    ``*`` stands for a star import from a module that is not flux's: it may bind any name."""
     names: list[str] = []
-    if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
-        return [node.name]
-    if isinstance(node, ast.Import | ast.ImportFrom):
-        return [(a.asname or a.name).split(".")[0] for a in node.names if a.name != "*"]
-    for child in ast.walk(node):
+    pending: list[ast.AST] = [node]
+    while pending:
+        child = pending.pop()
+        if isinstance(child, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
+            names.append(child.name)
+            # Its body binds locals, except the names it declares global.
+            names.extend(n for g in ast.walk(child) if isinstance(g, ast.Global) for n in g.names)
+            pending.extend(child.decorator_list)
+            continue
+        if isinstance(child, ast.Lambda):
+            continue
+        if isinstance(child, ast.Import | ast.ImportFrom):
+            for alias in child.names:
+                if alias.name != "*":
+                    names.append((alias.asname or alias.name).split(".")[0])
+                elif not (isinstance(child, ast.ImportFrom) and child.module in _FLUX_MODULES):
+                    names.append("*")
+            continue
         if isinstance(child, ast.Name) and isinstance(child.ctx, ast.Store):
             names.append(child.id)
+        elif isinstance(child, ast.ExceptHandler | ast.MatchAs | ast.MatchStar) and child.name:
+            names.append(child.name)
+        elif isinstance(child, ast.MatchMapping) and child.rest:
+            names.append(child.rest)
+        pending.extend(ast.iter_child_nodes(child))
     return names
 
 

@@ -1,12 +1,14 @@
 """Load a workflow file the way ``flux workflow register`` does: collect its workflows.
 
 The decorators are read from the file's syntax tree (``flux.declarations``),
-so registering never runs the file's imports: a file that starts with
-``import torch`` registers from a machine without torch. Only when a value
-cannot be read that way is the file imported, and ``notes`` says which value
-and where. Either way the options go through the real decorator, so an
-invalid ``ResourceRequest`` fails here, on the user's machine, and nothing is
-registered.
+so registering never runs the file's code: a file that starts with
+``import torch`` registers from a machine without torch, and a file from
+someone else cannot run anything on the machine that registers it. A value
+that cannot be read that way is an error naming ``file:line`` and the
+argument; only with ``allow_import=True`` (``--allow-import``) is the file
+imported instead, and ``notes`` then says which value made it so. Either way
+the options go through the real decorator, so an invalid ``ResourceRequest``
+fails here, on the user's machine, and nothing is registered.
 """
 
 from __future__ import annotations
@@ -30,7 +32,18 @@ class WorkflowFile:
     notes: tuple[str, ...] = field(default=())
 
 
-def load_workflow_file(path: str | Path) -> WorkflowFile:
+class NeedsImport(ValueError):
+    """The file's workflows cannot be read without running it, and importing was not allowed."""
+
+
+ALLOW_IMPORT_HINT = (
+    "registering reads the file without running it; write the value as a literal or a module-level "
+    "constant, or pass --allow-import (allow_import=True) to import the file and run its code"
+)
+
+
+def load_workflow_file(path: str | Path, allow_import: bool = False) -> WorkflowFile:
+    """The workflows of ``path``, read from its syntax tree; imported only with ``allow_import``."""
     path = Path(path)
     try:
         source = path.read_text(encoding="utf-8")
@@ -39,10 +52,17 @@ def load_workflow_file(path: str | Path) -> WorkflowFile:
     try:
         workflows = read_declarations(source, str(path))
     except NotStatic as exc:
+        if not allow_import:
+            raise NeedsImport(f"{path}:{exc.line}: {exc.text} {exc.why}; {ALLOW_IMPORT_HINT}") from None
         note = f"note: {path}:{exc.line}: {exc.text} {exc.why}; importing the file to read it"
         return WorkflowFile(path, source, _import(path, source, note), (note,))
     if not workflows:
         # Perhaps `workflow` comes through a module of the user's: only running the file can tell.
+        if not allow_import:
+            raise NeedsImport(
+                f"{path}: no @workflow decorator from flux found by reading (import workflow from flux at "
+                f"the top of the file); {ALLOW_IMPORT_HINT}"
+            )
         note = f"note: {path}: no @workflow decorator from flux found by reading; importing the file"
         return WorkflowFile(path, source, _import(path, source, note), (note,))
     return WorkflowFile(path, source, workflows)

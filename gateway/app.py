@@ -19,6 +19,7 @@ from flux import defaults
 from flux.auth import Role
 from gateway import clients, cors, dashboard, docs, errors, events, health, metrics, tickets, workers
 from gateway.auth import Guard, HeaderAuth
+from gateway.browsers import CrossSiteCheck, HostCheck, NoFraming
 from gateway.core import Core
 from gateway.limits import BodyLimit
 
@@ -41,6 +42,11 @@ class GatewaySettings:
     cors_origins: tuple[str, ...] = ()
     # Seconds a stream ticket may wait to open its stream.
     ticket_ttl: float = tickets.DEFAULT_TTL
+    # Host names the gateway answers to (gateway.browsers.allowed_hosts); empty answers any Host.
+    allowed_hosts: tuple[str, ...] = ()
+    # The core runs without auth (--insecure): state-changing requests need a header a
+    # cross-site page cannot send (gateway.browsers.CrossSiteCheck).
+    insecure: bool = False
 
 
 def create_app(settings: GatewaySettings | None = None, channel: grpc.aio.Channel | None = None) -> FastAPI:
@@ -93,7 +99,12 @@ def create_app(settings: GatewaySettings | None = None, channel: grpc.aio.Channe
     # /healthz, /metrics, /ui and the OpenAPI pages stay open.
     app.add_middleware(BodyLimit)
     app.add_middleware(HeaderAuth, guards=_guards())
+    if settings.insecure:
+        app.add_middleware(CrossSiteCheck)
     cors.install(app, settings.cors_origins)
+    # Outermost: a request for another Host is refused before anything, and no answer can be framed.
+    app.add_middleware(HostCheck, hosts=settings.allowed_hosts)
+    app.add_middleware(NoFraming)
     return app
 
 
@@ -103,7 +114,7 @@ def _guards() -> list[tuple[object, Guard]]:
         path = getattr(route, "path", "")
         session = path != "/workers/register"
         stream = path.endswith("/connect")
-        guards.append((route, Guard(Role.WORKER, session, session_in_query=stream, ticket=stream)))
+        guards.append((route, Guard(Role.WORKER, session, ticket=stream)))
     guards += [(route, Guard(Role.CLIENT)) for route in clients.router.routes]
     guards += [(route, Guard(None)) for route in tickets.router.routes]
     # The observer streams: the API token in the header, or a ticket the route redeems.

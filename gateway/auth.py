@@ -17,12 +17,10 @@ answer is remembered for a while, by a hash of the token, in a bounded table.
 from __future__ import annotations
 
 import hashlib
-import re
 import time
 from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass
-from urllib.parse import parse_qs
 
 import grpc
 from fastapi.security import HTTPBearer
@@ -34,12 +32,11 @@ from flux.errors import FluxError, PermissionDenied, Unauthenticated
 from flux.v1 import control_pb2, worker_pb2
 from gateway.core import Core
 from gateway.errors import error_response, from_rpc
+from gateway.tickets import ticket_in
 
 SESSION_HEADER = "X-Flux-Session"
 # Generated tokens are 44 characters; one this long cannot be any server's (and would not fit in gRPC metadata).
 MAX_TOKEN_CHARS = 4096
-# What POST /tickets mints (secrets.token_urlsafe), with room to spare.
-TICKET_FORM = re.compile(r"[A-Za-z0-9_-]{1,128}")
 # How long a probe's answer is trusted. The core checks every call anyway, so a token revoked
 # by a restart is refused there at once; this only spares the probe.
 ACCEPTED_FOR = 30.0
@@ -66,10 +63,9 @@ class Guard:
 
     # None: either token (POST /tickets mints for a worker's stream or for a client's).
     role: Role | None
-    # Worker routes after register also need the session token, in its header ...
+    # Worker routes after register also need the session token, in its header (an EventSource,
+    # which cannot set it, opens /connect with a ticket instead).
     session: bool = False
-    # ... or, on /connect only, as ?session_token= (EventSource clients cannot set headers; deprecated).
-    session_in_query: bool = False
     # A stream that also opens with ?ticket= (gateway.tickets): a request that brings a ticket and
     # no authorization header is left to the route, which redeems the ticket before any body.
     ticket: bool = False
@@ -153,16 +149,16 @@ class HeaderAuth:
             return
         headers = scope["headers"]
         raw = next((value for name, value in headers if name == b"authorization"), None)
-        if raw is None and guard.ticket and _has_query(scope, "ticket"):
-            if not _ticket_shaped(scope):
-                # Refused here, as a missing token is: a malformed ticket would otherwise meet the
-                # route's parameter checks first and draw a 422 where the answer is 401.
-                await error_response(Unauthenticated("the ticket is malformed; mint one with POST /tickets"))(
-                    scope, receive, send
-                )
+        if guard.ticket:
+            try:
+                # The route reads it with the same parser (tickets.access_for): both see one ticket.
+                ticket = ticket_in(scope.get("query_string", b""))
+            except FluxError as refusal:
+                await error_response(refusal)(scope, receive, send)
                 return
-            await self.app(scope, receive, send)
-            return
+            if raw is None and ticket is not None:
+                await self.app(scope, receive, send)
+                return
         try:
             token = await self._check(scope, guard, raw)
         except FluxError as refusal:
@@ -194,7 +190,7 @@ class HeaderAuth:
             )
         if refusal is not None:
             raise type(refusal)(str(refusal))  # a fresh exception per request: no shared traceback
-        if guard.session and not _has_session(scope, guard.session_in_query):
+        if guard.session and not _has_session(scope):
             raise Unauthenticated(
                 f"the {SESSION_HEADER} header is missing; send the token POST /workers/register returned"
             )
@@ -220,17 +216,5 @@ class HeaderAuth:
         return refusal
 
 
-def _ticket_shaped(scope: Scope) -> bool:
-    values = parse_qs(scope.get("query_string", b"").decode("latin-1")).get("ticket", [])
-    return len(values) == 1 and TICKET_FORM.fullmatch(values[0]) is not None
-
-
-def _has_query(scope: Scope, name: str) -> bool:
-    query = scope.get("query_string", b"").decode("latin-1")
-    return bool(parse_qs(query).get(name))
-
-
-def _has_session(scope: Scope, in_query: bool) -> bool:
-    if any(name == SESSION_HEADER.lower().encode() and value for name, value in scope["headers"]):
-        return True
-    return in_query and _has_query(scope, "session_token")
+def _has_session(scope: Scope) -> bool:
+    return any(name == SESSION_HEADER.lower().encode() and value for name, value in scope["headers"])

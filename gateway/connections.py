@@ -10,7 +10,12 @@ answered in the gateway's error shape before any route runs:
 - a request head must arrive within ``head_timeout`` of the connection (or of
   its first byte on a kept-alive one), else 408;
 - a head over ``max_head_bytes`` is cut at once, 431;
-- past ``max_connections`` open connections a new one gets 503 and is closed.
+- past ``max_connections`` open connections a new one gets 503 and is closed;
+- so does one past ``per_address`` open connections from one client address (an IPv6
+  client by its /64, which one host usually holds whole): by default half the cap, so one
+  address that opens connections and never finishes a head cannot take every place, and
+  callers elsewhere (a worker, an operator with a token) still get in. Behind a reverse
+  proxy every client has the proxy's address: raise it there (or set it to the cap).
 
 The cap also stays below the open-file limit, which is raised to its hard
 ceiling at start, so the core keeps descriptors for its own sockets and store.
@@ -19,6 +24,7 @@ ceiling at start, so the core keeps descriptors for its own sockets and store.
 from __future__ import annotations
 
 import asyncio
+import ipaddress
 import json
 import logging
 import resource
@@ -56,8 +62,30 @@ class HttpLimits:
     max_head_bytes: int = defaults.HTTP_MAX_HEAD_BYTES
     # Open connections (SSE streams included) before new ones get 503.
     max_connections: int = defaults.HTTP_MAX_CONNECTIONS
+    # Open connections from one address (IPv6: one /64) before its new ones get 503; 0: half of
+    # max_connections.
+    max_connections_per_address: int = 0
     # Seconds an idle kept-alive connection stays open.
     keep_alive: float = defaults.HTTP_KEEP_ALIVE
+
+    @property
+    def per_address(self) -> int:
+        chosen = self.max_connections_per_address or max(1, self.max_connections // 2)
+        return min(chosen, self.max_connections)
+
+
+def address_key(peer: object) -> str:
+    """Whose connection this is, for the per-address cap: an IPv4 address, or an IPv6 /64."""
+    host = peer[0] if isinstance(peer, tuple) and peer else str(peer or "")
+    try:
+        address = ipaddress.ip_address(str(host).split("%", 1)[0])
+    except ValueError:
+        return str(host)  # a Unix socket or something else: counted as one
+    if isinstance(address, ipaddress.IPv6Address):
+        if address.ipv4_mapped is not None:
+            return str(address.ipv4_mapped)
+        return str(ipaddress.ip_network(f"{address}/64", strict=False))
+    return str(address)
 
 
 def raise_open_files_limit(target: int = FD_TARGET) -> int:
@@ -152,6 +180,21 @@ class _Pressure:
 
     def __init__(self) -> None:
         self.full = False
+        self.crowded: set[str] = set()  # addresses at their own cap, warned about once each episode
+
+    def address_full(self, key: str, cap: int) -> None:
+        if key not in self.crowded and len(self.crowded) < 64:
+            self.crowded.add(key)
+            log.warning(
+                "HTTP connections from %s reached %d, the limit per address: its new connections get 503 "
+                "until some close (--http-max-connections-per-address)",
+                key,
+                cap,
+            )
+
+    def address_eased(self, key: str, open_now: int, cap: int) -> None:
+        if key in self.crowded and open_now < cap // 2:
+            self.crowded.discard(key)
 
     def reached(self, cap: int) -> None:
         if not self.full:
@@ -176,6 +219,8 @@ class GuardedProtocol(HttpToolsProtocol):
 
     limits: ClassVar[HttpLimits] = HttpLimits()
     pressure: ClassVar[_Pressure] = _Pressure()
+    # Open connections by address_key, for the per-address cap (one table per gateway).
+    by_address: ClassVar[dict[str, int]] = {}
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
@@ -186,6 +231,7 @@ class GuardedProtocol(HttpToolsProtocol):
         self._tail = b""
         self._head_timer: asyncio.TimerHandle | None = None
         self._discarded: int | None = None  # bytes dropped after a 431; None while serving
+        self._address: str | None = None  # counted in by_address under this key
 
     # -------------------------------------------------------------- connection
 
@@ -196,10 +242,28 @@ class GuardedProtocol(HttpToolsProtocol):
             self.pressure.reached(cap)
             self._refuse(503, f"the gateway serves at most {cap} connections; retry shortly")
             return
+        key, share = address_key(transport.get_extra_info("peername")), self.limits.per_address
+        if self.by_address.get(key, 0) >= share:
+            self.pressure.address_full(key, share)
+            self._refuse(
+                503,
+                f"the gateway serves at most {share} connections from one address; close some, or retry shortly",
+            )
+            return
+        self.by_address[key] = self.by_address.get(key, 0) + 1
+        self._address = key
         self._arm()
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._disarm()
+        if self._address is not None:
+            left = self.by_address[self._address] - 1
+            if left:
+                self.by_address[self._address] = left
+            else:
+                del self.by_address[self._address]
+            self.pressure.address_eased(self._address, left, self.limits.per_address)
+            self._address = None
         super().connection_lost(exc)
         self.pressure.eased(len(self.connections), self.limits.max_connections)
 
@@ -288,4 +352,6 @@ class GuardedProtocol(HttpToolsProtocol):
 
 def guarded_protocol(limits: HttpLimits) -> type[GuardedProtocol]:
     """A protocol class bound to ``limits`` (uvicorn builds one instance per connection)."""
-    return type("GuardedProtocol", (GuardedProtocol,), {"limits": limits, "pressure": _Pressure()})
+    return type(
+        "GuardedProtocol", (GuardedProtocol,), {"limits": limits, "pressure": _Pressure(), "by_address": {}}
+    )

@@ -14,7 +14,7 @@ from urllib.parse import urlsplit
 from fastapi import FastAPI
 from starlette.middleware.cors import CORSMiddleware
 
-ALLOWED_HEADERS = ("Authorization", "Content-Type", "X-Flux-Session", "Last-Event-ID")
+ALLOWED_HEADERS = ("Authorization", "Content-Type", "X-Flux-Session", "X-Flux-Request", "Last-Event-ID")
 # Seconds a browser may reuse a preflight answer.
 PREFLIGHT_MAX_AGE = 600
 

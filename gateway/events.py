@@ -36,7 +36,7 @@ from flux.v1 import control_pb2
 from gateway import protojson, schema
 from gateway.core import Core
 from gateway.stream import first_message, opened
-from gateway.tickets import FLEET_SCOPE, TicketParam, access_for, execution_scope
+from gateway.tickets import FLEET_SCOPE, access_for, execution_scope
 
 router = APIRouter(tags=["streams"])
 
@@ -206,7 +206,6 @@ async def execution_events(
     # with a ticket and a bad id hears 401/403 for the ticket first, as one without any token.
     execution_id: Annotated[str, Path(description="the id RunWorkflow returned")],
     request: Request,
-    ticket: TicketParam = None,
     # Checked by parse_id, after the caller's access: a caller without it hears 401, whatever else it sent.
     last_event_id: Annotated[
         str | None,
@@ -217,7 +216,7 @@ async def execution_events(
     ] = None,
 ) -> Response:
     """Follow one execution to its final state (API token, or a ticket for this execution)."""
-    access = access_for(request, execution_scope(execution_id), ticket)
+    access = access_for(request, execution_scope(execution_id))
     core = request.app.state.core.for_caller(access.authorization)
     after = parse_id(last_event_id_header or last_event_id)
     return await stream_execution(request, core, execution_id, after)
@@ -255,9 +254,9 @@ async def _fleet(
     response_class=EventSourceResponse,
     responses={200: {"content": {"text/event-stream": {}}, "description": FLEET_EVENTS_DOC}, **_REFUSALS},
 )
-async def fleet_events(request: Request, ticket: TicketParam = None) -> Response:
+async def fleet_events(request: Request) -> Response:
     """The fleet as it changes: the feed a dashboard draws from (API token, or a fleet ticket)."""
-    access = access_for(request, FLEET_SCOPE, ticket)
+    access = access_for(request, FLEET_SCOPE)
     core = request.app.state.core.for_caller(access.authorization)
     call = core.control.WatchFleet(control_pb2.WatchFleetRequest())
     first = await first_message(call, request.app.state.settings.connect_timeout)

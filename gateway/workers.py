@@ -3,9 +3,8 @@
 The worker's session token (from ``POST /workers/register``) travels in the
 ``X-Flux-Session`` header. An EventSource, which cannot set headers, opens
 ``GET /workers/{name}/connect`` with a ``?ticket=`` minted for it instead
-(``gateway.tickets``), so no token goes in a URL. ``?session_token=`` still
-works there but is deprecated (a token in a URL ends up in proxy and access
-logs) and logs a warning. The
+(``gateway.tickets``), so no token goes in a URL (``?session_token=``, once
+accepted there, is gone: a token in a URL ends up in proxy and access logs). The
 worker name and execution id come from the path, so bodies leave those
 fields out (and are refused if they carry them).
 """
@@ -15,7 +14,7 @@ from __future__ import annotations
 import logging
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Body, Depends, Header, Path, Query, Request
+from fastapi import APIRouter, Body, Depends, Header, Path, Request
 from fastapi.responses import JSONResponse
 from sse_starlette import EventSourceResponse
 from starlette.background import BackgroundTask
@@ -29,7 +28,7 @@ from gateway.auth import SESSION_HEADER, WORKER_BEARER
 from gateway.bodies import OffLoopJSONRoute, sized_to, to_message
 from gateway.core import Core, core
 from gateway.stream import open_stream, relay
-from gateway.tickets import TicketParam, access_for, worker_scope
+from gateway.tickets import access_for, worker_scope
 
 log = logging.getLogger("flux.gateway")
 
@@ -67,23 +66,6 @@ async def session(
     x_flux_session: Annotated[str | None, Header(description="session token from register")] = None,
 ) -> str:
     return _token(x_flux_session)
-
-
-class _Once:
-    """One warning per process: a fleet of EventSource workers must not flood the log."""
-
-    warned = False
-
-
-def _session_in_url(session_token: str | None, x_flux_session: str | None) -> str | None:
-    if session_token and not x_flux_session and not _Once.warned:
-        _Once.warned = True
-        log.warning(
-            "a worker sent its session token as ?session_token= in the URL, where proxies and access "
-            "logs keep it; this form is deprecated: send the %s header, or open the stream with a ticket",
-            SESSION_HEADER,
-        )
-    return x_flux_session or session_token
 
 
 Token = Annotated[str, Depends(session)]
@@ -125,24 +107,16 @@ async def register(body: schema.RegisterRequest, request: Request, core: CoreDep
 async def connect(
     name: WorkerName,
     request: Request,
-    ticket: TicketParam = None,
     x_flux_session: Annotated[str | None, Header(description="session token from register")] = None,
-    session_token: Annotated[
-        str | None,
-        Query(
-            description="deprecated: a token in a URL reaches proxy and access logs; use the "
-            "X-Flux-Session header or ?ticket=",
-            deprecated=True,
-        ),
-    ] = None,
 ) -> EventSourceResponse:
     """The dispatch stream. Closing it ends the worker's stream on the core; the core ending it closes it.
 
     A client that cannot set headers (EventSource) passes `?ticket=` from POST /tickets instead.
     """
     settings = request.app.state.settings
-    access = access_for(request, worker_scope(name), ticket)
-    token = _token(access.session_token if ticket else _session_in_url(session_token, x_flux_session))
+    access = access_for(request, worker_scope(name))
+    # The ticket's session when a ticket opens the stream, else the X-Flux-Session header's.
+    token = _token(access.session_token)
     core = request.app.state.core.for_caller(access.authorization)
     call, connected = await open_stream(core.workers, name, token, settings.connect_timeout)
     return EventSourceResponse(

@@ -17,7 +17,7 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 from flux import defaults, event_loop
-from flux.cli import arguments, render
+from flux.cli import arguments, render, tables
 from flux.client import FluxClient, default_server
 from flux.domain.quantity import format_bytes
 from flux.errors import FluxError
@@ -94,6 +94,13 @@ def build_parser() -> argparse.ArgumentParser:
             "for several (default: none, no CORS)",
         )  # fmt: skip
 
+    def with_allowed_host(p: argparse.ArgumentParser) -> None:
+        p.add_argument(
+            "--allowed-host", action="append", default=[], metavar="NAME",
+            help="a Host name the HTTP gateway answers to besides the address it binds, e.g. "
+            "flux.example.com; repeat for several (checked with --insecure, and whenever given)",
+        )  # fmt: skip
+
     def with_ping_interval(p: argparse.ArgumentParser) -> None:
         p.add_argument(
             "--ping-interval", type=arguments.seconds("--ping-interval"), default=defaults.PING_INTERVAL,
@@ -112,6 +119,12 @@ def build_parser() -> argparse.ArgumentParser:
             default=defaults.HTTP_MAX_CONNECTIONS, metavar="N",
             help="open HTTP connections (SSE streams included) before new ones get 503 "
             f"(default {defaults.HTTP_MAX_CONNECTIONS})",
+        )  # fmt: skip
+        p.add_argument(
+            "--http-max-connections-per-address", type=arguments.count("--http-max-connections-per-address"),
+            default=0, metavar="N",
+            help="open HTTP connections from one client address (IPv6: one /64) before its new ones get 503 "
+            "(default: half of --http-max-connections; behind a reverse proxy, every client is the proxy)",
         )  # fmt: skip
 
     start = commands.add_parser("start", help="run a server or a worker").add_subparsers(
@@ -166,6 +179,7 @@ def build_parser() -> argparse.ArgumentParser:
     )  # fmt: skip
     server.add_argument("--no-http", action="store_true", help="serve gRPC only, without the gateway")
     with_cors(server)
+    with_allowed_host(server)
     with_ping_interval(server)
     server.add_argument(
         "--worker-token",
@@ -224,6 +238,7 @@ def build_parser() -> argparse.ArgumentParser:
     with_ping_interval(gateway)
     gateway.add_argument("--ca", help="CA bundle (PEM) to verify the core's TLS certificate")
     with_cors(gateway)
+    with_allowed_host(gateway)
     with_http_limits(gateway)
     with_tls(gateway)
     with_log_format(gateway)
@@ -286,6 +301,10 @@ def build_parser() -> argparse.ArgumentParser:
     )
     register = with_server(workflow.add_parser("register", help="register every workflow in a file"))
     register.add_argument("file", metavar="FILE", help="a Python file with @workflow functions")
+    register.add_argument(
+        "--allow-import", action="store_true",
+        help="import the file (running its code) when a decorator value is not a literal",
+    )  # fmt: skip
     register.set_defaults(run=_register)
     run = with_server(workflow.add_parser("run", help="run a workflow", epilog=EXIT_STATUS))
     run.add_argument("name", metavar="NAME", help="registered workflow name")
@@ -454,6 +473,7 @@ def _start_server(args: argparse.Namespace) -> int:
         tokens=None if args.insecure else _server_tokens(args),
         tls=_tls(args),
         cors_origins=tuple(args.cors_origin),
+        allowed_hosts=tuple(args.allowed_host),
         http_limits=_http_limits(args),
         keda_port=args.keda_port,
         keda_client_ca=args.keda_client_ca,
@@ -492,7 +512,20 @@ def _tls(args: argparse.Namespace) -> tuple[str, str] | None:
 def _http_limits(args: argparse.Namespace):  # type: ignore[no-untyped-def]
     from gateway.connections import HttpLimits
 
-    return HttpLimits(head_timeout=args.http_head_timeout, max_connections=args.http_max_connections)
+    return HttpLimits(
+        head_timeout=args.http_head_timeout,
+        max_connections=args.http_max_connections,
+        max_connections_per_address=args.http_max_connections_per_address,
+    )
+
+
+def _allowed_hosts(args: argparse.Namespace) -> tuple[str, ...]:
+    from flux.auth import is_loopback
+    from gateway.browsers import allowed_hosts
+
+    if not args.allowed_host:
+        return ()
+    return allowed_hosts(args.host, is_loopback(args.host), args.allowed_host)
 
 
 def _client(args: argparse.Namespace) -> FluxClient:
@@ -512,6 +545,7 @@ def _start_gateway(args: argparse.Namespace) -> int:
             ping_interval=args.ping_interval,
             core_ca=args.ca,
             cors_origins=tuple(args.cors_origin),
+            allowed_hosts=_allowed_hosts(args),
         ),
         host=args.host,
         port=args.port,
@@ -587,7 +621,7 @@ def _refusal_advice(refused: Exception) -> str:
 def _register(args: argparse.Namespace) -> int:
     from flux.loader import load_workflow_file
 
-    loaded = load_workflow_file(args.file)
+    loaded = load_workflow_file(args.file, allow_import=args.allow_import)
     for note in loaded.notes:  # the file had to be imported: say which value made it so
         print(note, file=sys.stderr)
     with _client(args) as client:
@@ -711,7 +745,7 @@ def _workers(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps({"workers": [render.worker_dict(w) for w in response.workers]}))
     else:
-        print(render.workers_text(response.workers, int(time.time() * 1000)))
+        print(render.workers_text(response.workers, int(time.time() * 1000), tables.terminal_width()))
     return 0
 
 
@@ -725,5 +759,9 @@ def _forget_worker(args: argparse.Namespace) -> int:
 def _cluster_status(args: argparse.Namespace) -> int:
     with _client(args) as client:
         status = client.status()
-    print(json.dumps(render.status_dict(status)) if args.json else render.status_text(status))
+    print(
+        json.dumps(render.status_dict(status))
+        if args.json
+        else render.status_text(status, tables.terminal_width())
+    )
     return 0

@@ -16,7 +16,7 @@ from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any
 
-from flux.cli import arguments, render
+from flux.cli import arguments, render, tables
 from flux.client import FluxClient
 from flux.v1 import control_pb2
 
@@ -150,13 +150,13 @@ def _list_executions(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps({"executions": [render.execution_dict(e) for e in found], "next_page_token": token}))
     else:
-        print(executions_text(found, int(time.time() * 1000)))
+        print(executions_text(found, int(time.time() * 1000), tables.terminal_width()))
         if token:
             print(f"(more: --limit {args.limit * 2}, or --json for next_page_token)", file=sys.stderr)
     return 0
 
 
-def executions_text(executions: list[control_pb2.Execution], now_ms: int) -> str:
+def executions_text(executions: list[control_pb2.Execution], now_ms: int, width: int | None = None) -> str:
     if not executions:
         return "no executions"
     rows = [
@@ -166,8 +166,10 @@ def executions_text(executions: list[control_pb2.Execution], now_ms: int) -> str
         for e in executions
     ]  # fmt: skip
     return render.table(
-        ("EXECUTION", "WORKFLOW", "STATE", "WORKER", "ATTEMPT", "PRIORITY", "SUBMITTED"), rows
-    )
+        ("EXECUTION", "WORKFLOW", "STATE", "WORKER", "ATTEMPT", "PRIORITY", "SUBMITTED"), rows,
+        right=frozenset({4, 5}), width=width,
+        drop=(5, 4, 6), shrink=(1, 3, 0),  # PRIORITY, ATTEMPT, SUBMITTED; WORKFLOW, WORKER, EXECUTION
+    )  # fmt: skip
 
 
 def _when(ms: int) -> str:

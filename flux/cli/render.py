@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import json
+import textwrap
 from collections.abc import Sequence
 from typing import Any
 
+from flux.cli import tables
 from flux.domain.quantity import format_bytes
 from flux.v1 import control_pb2
 
@@ -205,8 +207,13 @@ WORKER_HEADER = (
     "LIMITS",
     "LABELS",
 )
-# LOAD to DISK are numbers: right-aligned, so the slashes line up.
-_WORKER_NUMBERS = frozenset(range(3, 8))
+# LOAD is a number: right-aligned. CPU to DISK are phrases ("free 26/32 (reserved 6)"): left-aligned,
+# so each header sits over the start of its cells.
+_WORKER_NUMBERS = frozenset({3})
+# Too wide for the terminal: the short form (free/total, right-aligned), then these columns go first.
+_COMPACT_NUMBERS = frozenset(range(3, 8))
+_WORKER_EXPENDABLE = (9, 8, 2, 7, 6)  # LIMITS, SEEN, TRANSPORT, DISK, GPUS
+_WORKER_SHRINKABLE = (10, 0)  # LABELS, NAME
 
 
 def _free(free: int, total: int, reserved: int) -> str:
@@ -246,11 +253,35 @@ def worker_row(w: control_pb2.WorkerInfo, now_ms: int) -> tuple[str, ...]:
     )
 
 
-def workers_text(workers: Sequence[control_pb2.WorkerInfo], now_ms: int) -> str:
-    """The fleet as a table; ``now_ms`` (Unix ms) dates SEEN, so the output depends on its inputs only."""
+def compact_worker_row(w: control_pb2.WorkerInfo, now_ms: int) -> tuple[str, ...]:
+    """``worker_row`` for a narrow terminal: free/total only (``flux workers list --json`` has the rest)."""
+    r, free = w.resources, w.free
+    full = worker_row(w, now_ms)
+    return (
+        *full[:4],
+        f"{free.cpu}/{r.cpu_total}",
+        byte_pair(free.memory, r.memory_total),
+        f"{free.gpus}/{len(r.gpus)}",
+        byte_pair(free.disk, r.disk_total),
+        *full[8:],
+    )
+
+
+def workers_text(workers: Sequence[control_pb2.WorkerInfo], now_ms: int, width: int | None = None) -> str:
+    """The fleet as a table; ``now_ms`` (Unix ms) dates SEEN, so the output depends on its inputs only.
+
+    Within ``width`` columns where it can be: the full table when it fits, else free/total alone
+    per resource, then the less needed columns left out (a note says which).
+    """
     if not workers:
         return "no workers registered"
-    return table(WORKER_HEADER, [worker_row(w, now_ms) for w in workers], right=_WORKER_NUMBERS)
+    full = table(WORKER_HEADER, [worker_row(w, now_ms) for w in workers], right=_WORKER_NUMBERS)
+    if width is None or max(len(line) for line in full.splitlines()) <= width:
+        return full
+    return table(
+        WORKER_HEADER, [compact_worker_row(w, now_ms) for w in workers], right=_COMPACT_NUMBERS,
+        width=width, drop=_WORKER_EXPENDABLE, shrink=_WORKER_SHRINKABLE,
+    )  # fmt: skip
 
 
 # ---------------------------------------------------------------------- flux status
@@ -365,7 +396,17 @@ def _ms(seconds: float | None) -> str:
 PENDING_HEADER = ("COUNT", "OLDEST", "WORKFLOW", "REQUESTS", "AFFINITY", "REASON", "NOMINATED", "WHY")
 
 
-def status_text(s: control_pb2.ClusterStatus) -> str:
+def _wrapped(lines: list[str], width: int | None) -> list[str]:
+    """Summary lines (``label       text``) wrapped to ``width``, continuing under the text."""
+    if width is None:
+        return lines
+    out = []
+    for line in lines:
+        out += textwrap.wrap(line, width, subsequent_indent=" " * 12, break_on_hyphens=False) or [line]
+    return out
+
+
+def status_text(s: control_pb2.ClusterStatus, width: int | None = None) -> str:
     """``flux status``: the fleet in two lines, the worker table, then pending work by shape."""
     d = status_dict(s)
     fleet, executions, counters = d["fleet"], d["executions"], d["counters"]
@@ -410,8 +451,9 @@ def status_text(s: control_pb2.ClusterStatus) -> str:
             )
             + "   (connected/demand)"
         )
+    lines = _wrapped(lines, width)
     if s.workers:
-        lines += ["", workers_text(s.workers, s.now_ms)]
+        lines += ["", workers_text(s.workers, s.now_ms, width)]
     elif s.workers_omitted:
         lines += ["", f"{s.workers_omitted} workers (too many to list here: flux workers list)"]
     if s.pending:
@@ -428,7 +470,13 @@ def status_text(s: control_pb2.ClusterStatus) -> str:
             )
             for p in s.pending
         ]
-        lines += ["", table(PENDING_HEADER, rows, right=frozenset({0, 1}))]
+        lines += [
+            "",
+            table(
+                PENDING_HEADER, rows, right=frozenset({0, 1}), width=width,
+                drop=(6, 4, 5, 3), shrink=(7, 2),  # NOMINATED, AFFINITY, REASON, REQUESTS; WHY, WORKFLOW
+            ),
+        ]  # fmt: skip
         if s.pending_shapes_omitted:
             lines.append(f"... and {s.pending_shapes_omitted} more shapes")
     elif not pending:
@@ -436,15 +484,13 @@ def status_text(s: control_pb2.ClusterStatus) -> str:
     return "\n".join(lines)
 
 
-def table(header: tuple[str, ...], rows: list[tuple[str, ...]], right: frozenset[int] = frozenset()) -> str:
-    """Columns two spaces apart; the ``right`` ones (numbers) right-aligned."""
-    widths = [max(len(str(cell)) for cell in column) for column in zip(header, *rows, strict=True)]
-
-    def line(row: tuple[str, ...]) -> str:
-        cells = (
-            str(cell).rjust(width) if i in right else str(cell).ljust(width)
-            for i, (cell, width) in enumerate(zip(row, widths, strict=True))
-        )
-        return "  ".join(cells).rstrip()
-
-    return "\n".join(line(row) for row in (header, *rows))
+def table(
+    header: tuple[str, ...],
+    rows: list[tuple[str, ...]],
+    right: frozenset[int] = frozenset(),
+    width: int | None = None,
+    drop: Sequence[int] = (),
+    shrink: Sequence[int] = (),
+) -> str:
+    """Columns two spaces apart; the ``right`` ones (numbers) right-aligned; see ``flux.cli.tables``."""
+    return tables.render(header, rows, right, width, drop, shrink)

@@ -46,7 +46,7 @@ async def submit_many(
     record = d.catalogue.resolve(workflow_name, version)
     rank = record.priority if priority is None else limits.checked_priority(priority)
     now = d.clock()
-    with d.table.storing(len(checked), sum(len(text) for text in checked)):
+    with d.table.storing(len(checked), sum(limits.utf8_bytes(text) for text in checked)):
         executions = [
             Execution(
                 execution_id=uuid.uuid4().hex,

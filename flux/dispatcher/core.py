@@ -192,7 +192,7 @@ class Dispatcher:
         record = self.catalogue.resolve(workflow_name, version)
         input_json = limits.checked_json(input_json or "null", "input_json")
         rank = record.priority if priority is None else limits.checked_priority(priority)
-        self.table.admit(len(input_json))
+        self.table.admit(limits.utf8_bytes(input_json))
         now = self.clock()
         seq = self.feed.next_seq(self._next_seq)
         self._next_seq = seq + 1

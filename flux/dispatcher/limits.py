@@ -39,6 +39,12 @@ RUNTIME_NAME = re.compile(r"[a-z][a-z0-9_.+-]{0,31}")
 RUNTIME_FORM = "1-32 lowercase letters, digits, '_', '.', '+' or '-', starting with a letter, e.g. python"
 
 
+def utf8_bytes(text: str) -> int:
+    """What ``text`` takes on the wire and in the store: its UTF-8 bytes, not its characters
+    (one emoji is 4 bytes). ``isascii`` is O(1) on CPython, so ASCII text costs no encoding."""
+    return len(text) if text.isascii() else len(text.encode("utf-8", "surrogatepass"))
+
+
 def check_workflow_file(filename: str, source: str, workflows: list[WorkflowRecord]) -> None:
     """A registration: a non-empty source within its limit, and each workflow's fields."""
     if not source.strip():
@@ -103,7 +109,7 @@ def checked_priority(priority: int) -> int:
 
 
 def checked_json(text: str, field: str) -> str:
-    if len(text) > MAX_JSON_BYTES:
+    if utf8_bytes(text) > MAX_JSON_BYTES:
         raise ResourceExhausted(f"{field} is larger than the {MAX_JSON_BYTES} byte limit")
     try:
         json.loads(text, parse_constant=_reject_constant)
@@ -164,11 +170,11 @@ def check_metadata(
     labels: Mapping[str, str], software: WorkerSoftware | None, resources: WorkerResources, limit: int
 ) -> None:
     """Labels, packages, markers and GPU names of one worker, within ``limit`` bytes."""
-    size = sum(len(k) + len(v) for k, v in labels.items())
+    size = sum(utf8_bytes(k) + utf8_bytes(v) for k, v in labels.items())
     if software is not None:
-        size += sum(len(k) + len(v) for k, v in software.packages.items())
-        size += sum(len(k) + len(v) for k, v in software.marker_environment.items())
-    size += sum(len(g.uuid) + len(g.name) for g in resources.gpus)
+        size += sum(utf8_bytes(k) + utf8_bytes(v) for k, v in software.packages.items())
+        size += sum(utf8_bytes(k) + utf8_bytes(v) for k, v in software.marker_environment.items())
+    size += sum(utf8_bytes(g.uuid) + utf8_bytes(g.name) for g in resources.gpus)
     if size > limit:
         raise ResourceExhausted(
             f"labels, packages, markers and GPU names take {size} bytes; the limit is "

@@ -23,6 +23,7 @@ import logging
 from collections import OrderedDict
 from collections.abc import Callable, Iterator
 
+from flux.dispatcher.limits import utf8_bytes
 from flux.dispatcher.settings import Settings
 from flux.dispatcher.unfinished import Unfinished
 from flux.dispatcher.watchers import Watchers
@@ -270,5 +271,5 @@ class ExecutionTable:
 
 def _payload_bytes(execution: Execution) -> int:
     error = execution.error
-    size = len(execution.input_json) + len(execution.output_json or "")
-    return size + (len(error.message) + len(error.traceback) if error is not None else 0)
+    size = utf8_bytes(execution.input_json) + utf8_bytes(execution.output_json or "")
+    return size + (utf8_bytes(error.message) + utf8_bytes(error.traceback) if error is not None else 0)

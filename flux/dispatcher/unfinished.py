@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from flux.dispatcher.limits import utf8_bytes
 from flux.domain.execution import Execution
 
 
@@ -26,7 +27,7 @@ class Unfinished(dict[str, Execution]):
 
     def add(self, execution: Execution, inline_limit: int) -> Execution:
         """Hold a newly accepted (stored) execution; its input stays here only up to ``inline_limit`` bytes."""
-        size = len(execution.input_json)
+        size = utf8_bytes(execution.input_json)
         if size > inline_limit:
             execution = execution.evolve(input_json="")
         execution_id = execution.execution_id

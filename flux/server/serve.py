@@ -48,6 +48,9 @@ class ServerConfig:
     tls: tuple[str, str] | None = None
     # Origins whose pages may call the gateway (--cors-origin).
     cors_origins: tuple[str, ...] = ()
+    # Host names the gateway answers to besides its bound ones (--allowed-host): checked without
+    # auth (--insecure), and whenever any is given.
+    allowed_hosts: tuple[str, ...] = ()
     # What one HTTP connection may cost; None keeps the gateway's defaults.
     http_limits: HttpLimits | None = None
     # KEDA's external scaler on its own port (same host, same TLS certificate); None: not served.
@@ -238,9 +241,15 @@ async def serve(config: ServerConfig) -> None:
 
             host = loopback_for(config.host)
             core = f"[{host}]:{running.port}" if ":" in host else f"{host}:{running.port}"
+            from gateway.browsers import allowed_hosts
+
+            insecure = config.tokens is None
             settings = GatewaySettings(
-                core=core, ping_interval=config.dispatcher.ping_interval, cors_origins=config.cors_origins
-            )
+                core=core, ping_interval=config.dispatcher.ping_interval, cors_origins=config.cors_origins,
+                insecure=insecure,
+                allowed_hosts=allowed_hosts(config.host, is_loopback(config.host), config.allowed_hosts)
+                if insecure or config.allowed_hosts else (),
+            )  # fmt: skip
             gateway = await start_gateway(
                 settings, config.host, config.http_port, channel=running.local_channel(), tls=config.tls,
                 limits=config.http_limits,

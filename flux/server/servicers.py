@@ -262,8 +262,11 @@ class WorkerService(worker_pb2_grpc.WorkerServiceServicer):
         return worker_pb2.WorkflowSource(source_hash=request.source_hash, filename=filename, source=source)
 
 
-# Fleet events one WatchFleet may have queued, unread, before it is dropped.
+# Fleet events one WatchFleet may have queued, unread, before it is dropped; and their bytes
+# (serialized): one worker's report may be as large as --max-worker-metadata, so a count alone
+# would let one slow watcher hold gigabytes.
 FLEET_BACKLOG = 10_000
+FLEET_BACKLOG_BYTES = 64 * 1024 * 1024
 
 # GetMetrics may answer from a snapshot up to this old (seconds): it is open to
 # callers without a token, and a snapshot is O(unfinished + shapes x workers).
@@ -360,35 +363,52 @@ class ControlService(control_pb2_grpc.ControlServiceServicer):
     async def WatchFleet(
         self, request: control_pb2.WatchFleetRequest, context: grpc.aio.ServicerContext
     ) -> AsyncIterator[control_pb2.FleetEvent]:
-        events: asyncio.Queue[control_pb2.FleetEvent | None] = asyncio.Queue()
+        # Each event with its size in bytes (the first, the snapshot, counted as 0).
+        events: asyncio.Queue[tuple[int, control_pb2.FleetEvent] | None] = asyncio.Queue()
         sequence = itertools.count(1)
         clock = self.dispatcher.clock
+        queued = [0]  # bytes of the events in ``events``
+        behind = ""
 
         def listen(change: Change, subject: object) -> None:
-            if events.qsize() >= FLEET_BACKLOG:
+            nonlocal behind
+            if events.qsize() >= FLEET_BACKLOG or queued[0] >= FLEET_BACKLOG_BYTES:
+                behind = (
+                    f"{FLEET_BACKLOG} events"
+                    if events.qsize() >= FLEET_BACKLOG
+                    else f"{FLEET_BACKLOG_BYTES} bytes of events"
+                )
                 stop()  # too far behind: drop this watch rather than grow without bound
                 events.put_nowait(None)
                 return
-            events.put_nowait(convert.fleet_event_to_proto(change, subject, next(sequence), clock()))
+            event = convert.fleet_event_to_proto(change, subject, next(sequence), clock())
+            size = event.ByteSize()
+            queued[0] += size
+            events.put_nowait((size, event))
 
         stop = self.dispatcher.events.fleet.subscribe(listen)
         # Built in the same step as the subscription: no change can fall between the two.
         workers = [convert.worker_to_proto(w) for w in self.dispatcher.workers()]
         events.put_nowait(
-            control_pb2.FleetEvent(
-                sequence=next(sequence),
-                at_ms=int(clock() * 1000),
-                workers=control_pb2.ListWorkersResponse(workers=workers),
+            (
+                0,
+                control_pb2.FleetEvent(
+                    sequence=next(sequence),
+                    at_ms=int(clock() * 1000),
+                    workers=control_pb2.ListWorkersResponse(workers=workers),
+                ),
             )
         )
         try:
-            while (event := await events.get()) is not None:
+            while (item := await events.get()) is not None:
+                size, event = item
+                queued[0] -= size
                 yield event
         finally:
             stop()
         await context.abort(
             grpc.StatusCode.RESOURCE_EXHAUSTED,
-            f"this fleet watch fell {FLEET_BACKLOG} events behind and was dropped; watch again",
+            f"this fleet watch fell {behind} behind and was dropped; watch again",
         )
 
     @_unary

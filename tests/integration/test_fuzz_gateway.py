@@ -280,15 +280,19 @@ CONNECT_CASES = [
     pytest.param("holder", "", [("Authorization", W), ("X-Flux-Session", "s" * 100_000)], 431, "RESOURCE_EXHAUSTED", id="100 KiB session header"),
     pytest.param("holder", "", [("Authorization", W), ("X-Flux-Session", "s" * 20_000)], 403, "PERMISSION_DENIED", id="20 KiB session header"),
     pytest.param("holder", "session_token=" + "s" * 60_000, [("Authorization", W)], 431, "RESOURCE_EXHAUSTED", id="60 KiB query token"),
-    pytest.param("holder", "session_token=" + "s" * 20_000, [("Authorization", W)], 403, "PERMISSION_DENIED", id="20 KiB query token"),
-    pytest.param("holder", "session_token=%00%2F%20", [("Authorization", W)], 403, "PERMISSION_DENIED", id="escaped NUL in query"),
-    pytest.param("holder", "session_token=x&session_token=y&" + "a=1&" * 5000, [("Authorization", W)], 403, "PERMISSION_DENIED", id="5000 junk params"),
+    # ?session_token= is no longer read: the session header is missing.
+    pytest.param("holder", "session_token=" + "s" * 20_000, [("Authorization", W)], 401, "UNAUTHENTICATED", id="20 KiB query token"),
+    pytest.param("holder", "session_token=%00%2F%20", [("Authorization", W)], 401, "UNAUTHENTICATED", id="escaped NUL in query"),
+    pytest.param("holder", "session_token=x&session_token=y&" + "a=1&" * 5000, [("Authorization", W)], 401, "UNAUTHENTICATED", id="5000 junk params"),
+    pytest.param("holder", "ticket=a&ticket=b", [], 401, "UNAUTHENTICATED", id="repeated ticket"),
+    pytest.param("holder", "ticket=a&ticket=", [], 401, "UNAUTHENTICATED", id="repeated ticket, one blank"),
+    pytest.param("holder", "ticket=a&ticket=b", [("Authorization", W), ("X-Flux-Session", S)], 401, "UNAUTHENTICATED", id="repeated ticket beside headers"),
     pytest.param("%00%ff", "", [("Authorization", W), ("X-Flux-Session", "x")], 404, "NOT_FOUND", id="NUL and bad UTF-8 in name"),
     pytest.param("n" * 64, "", [("Authorization", W), ("X-Flux-Session", "x")], 422, "INVALID_ARGUMENT", id="64-char name"),
     pytest.param("n" * 5000, "", [("Authorization", W), ("X-Flux-Session", "x")], 422, "INVALID_ARGUMENT", id="5000-char name"),
     pytest.param("holder", "", [("Authorization", W), ("X-Flux-Session", b"\xe9")], 403, "PERMISSION_DENIED", id="latin-1 session header"),
-    pytest.param("holder", "session_token=%C3%A9", [("Authorization", W)], 403, "PERMISSION_DENIED", id="non-ascii query token"),
-    pytest.param("holder", "session_token=%ff", [("Authorization", W)], 403, "PERMISSION_DENIED", id="bad UTF-8 query token"),
+    pytest.param("holder", "session_token=%C3%A9", [("Authorization", W)], 401, "UNAUTHENTICATED", id="non-ascii query token"),
+    pytest.param("holder", "session_token=%ff", [("Authorization", W)], 401, "UNAUTHENTICATED", id="bad UTF-8 query token"),
 ]  # fmt: skip
 
 

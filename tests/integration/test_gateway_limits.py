@@ -166,7 +166,10 @@ def test_slow_and_oversized_heads_are_cut_in_the_error_shape(server: Cluster) ->
 
 def test_connections_past_the_cap_get_503_and_grpc_keeps_serving(tmp_path: Path) -> None:
     # Idle connections hold their place for the whole test (a long head timeout).
-    server = _server(tmp_path, "--http-max-connections", "40", "--http-head-timeout", "300")
+    server = _server(
+        tmp_path, "--http-max-connections", "40", "--http-head-timeout", "300",
+        "--http-max-connections-per-address", "40",  # all from 127.0.0.1: the whole cap
+    )  # fmt: skip
     held = []
     try:
         held = [socket.create_connection(_address(server), timeout=10) for _ in range(40)]
@@ -186,6 +189,36 @@ def test_connections_past_the_cap_get_503_and_grpc_keeps_serving(tmp_path: Path)
     assert log.count("HTTP connection cap 40 reached") == 1, log[-2000:]
 
 
+def test_half_sent_heads_from_one_address_leave_room_for_others(tmp_path: Path) -> None:
+    """The review: 20 half-sent heads with --http-max-connections 20 made an authenticated
+    GET /workers answer 503. One address (127.0.0.2, still loopback) now holds half the cap."""
+    server = _server(tmp_path, "--http-max-connections", "20", "--http-head-timeout", "300")
+    host, port = _address(server)
+    held: list[socket.socket] = []
+    try:
+        for _ in range(20):
+            held.append(socket.create_connection((host, port), timeout=10, source_address=("127.0.0.2", 0)))
+        for sock in held[:10]:  # accepted in order: the first ten hold the address's places
+            sock.sendall(b"GET /workers HTTP/1.1\r\nHost: x\r\n")  # and never the rest
+        refused = 0
+        for sock in held[10:]:
+            status, _, body = _read_answer(sock)
+            assert (status, _code(body)) == (503, "UNAVAILABLE")
+            assert b"from one address" in body
+            refused += 1
+        assert refused == 10
+        token = {"Authorization": f"Bearer {server.token(Role.CLIENT)}"}
+        for _ in range(3):  # fresh connections each time, from 127.0.0.1
+            answer = httpx.get(server.gateway_url + "/workers", headers=token, trust_env=False, timeout=10)
+            assert answer.status_code == 200, answer.text
+    finally:
+        for sock in held:
+            sock.close()
+        server.close()
+    log = (tmp_path / "server.log").read_text()
+    assert log.count("HTTP connections from 127.0.0.2 reached 10, the limit per address") == 1, log[-2000:]
+
+
 def _low_open_files() -> None:
     resource.setrlimit(resource.RLIMIT_NOFILE, (1024, 1024))
 
@@ -196,7 +229,10 @@ def test_an_open_file_exhaustion_attempt_leaves_grpc_serving(tmp_path: Path) -> 
         pytest.skip(f"this test opens 1,100 connections and needs a hard open-file limit of 2400; got {hard}")
     resource.setrlimit(resource.RLIMIT_NOFILE, (max(soft, 2400), hard))
     # The server may open only 1,024 files; it asks for the default 1,000 connections.
-    cluster = _server(tmp_path, "--http-head-timeout", "300", preexec=_low_open_files)
+    cluster = _server(
+        tmp_path, "--http-head-timeout", "300", "--http-max-connections-per-address", "1000000",
+        preexec=_low_open_files,
+    )  # fmt: skip
     held: list[socket.socket] = []
     try:
         for _ in range(1100):
@@ -294,7 +330,7 @@ def _credentials(method: str, path: str) -> list[dict[str, list[str]]]:
     return [api]
 
 
-def test_plaintext_beyond_loopback_and_query_tokens_warn(tmp_path: Path) -> None:
+def test_plaintext_beyond_loopback_warns_and_a_session_token_in_the_url_is_refused(tmp_path: Path) -> None:
     cluster = Cluster(tmp_path)
     try:
         cluster.start_server("--host", "0.0.0.0")
@@ -304,7 +340,13 @@ def test_plaintext_beyond_loopback_and_query_tokens_warn(tmp_path: Path) -> None
             answer = http.post("/workers/register", json={"name": "eventsource"})
             assert answer.status_code == 200, answer.text
             token = answer.json()["session_token"]
-            with http.stream("GET", f"/workers/eventsource/connect?session_token={token}") as stream:
+            # ?session_token= is gone (a token in a URL reaches proxy and access logs): the header, or a ticket.
+            refused = http.get(f"/workers/eventsource/connect?session_token={token}")
+            assert refused.status_code == 401, refused.text
+            assert "X-Flux-Session header is missing" in refused.json()["error"]["message"]
+            with http.stream(
+                "GET", "/workers/eventsource/connect", headers={"X-Flux-Session": token}
+            ) as stream:
                 assert stream.status_code == 200
                 first = next(line for line in stream.iter_lines() if line.startswith("event:"))
                 assert first == "event: connected"
@@ -312,4 +354,4 @@ def test_plaintext_beyond_loopback_and_query_tokens_warn(tmp_path: Path) -> None
         cluster.close()
     log = (tmp_path / "server.log").read_text()
     assert log.count("serving without TLS on 0.0.0.0") == 1, log[-2000:]
-    assert log.count("?session_token= in the URL") == 1
+    assert "?session_token=" not in log

@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 from pathlib import Path
 
 import pytest
 
+from flux import aio
 from flux.auth import Role
+from flux.loader import NeedsImport
 from flux.testing import Cluster
 from flux.v1 import control_pb2, control_pb2_grpc
 
@@ -81,7 +84,7 @@ def test_syntax_error_is_one_message(cluster: Cluster, tmp_path: Path) -> None:
     assert "Traceback" not in result.stderr and result.stdout == ""
 
 
-def test_a_value_that_needs_the_file_imports_it_and_says_so(cluster: Cluster, tmp_path: Path) -> None:
+def test_a_value_that_needs_the_file_is_refused_unless_allow_import(cluster: Cluster, tmp_path: Path) -> None:
     path = write(
         tmp_path,
         "dynamic.py",
@@ -89,7 +92,15 @@ def test_a_value_that_needs_the_file_imports_it_and_says_so(cluster: Cluster, tm
         "@workflow.with_options(max_attempts=int(os.environ.get('ATTEMPTS', '2')))\n"
         "async def dynamic(ctx):\n    return 1\n",
     )
-    result = cluster.flux("workflow", "register", str(path))
+    # Not without asking: registering never runs the file's code unless told to.
+    refused = cluster.flux("workflow", "register", str(path))
+    assert refused.returncode != 0 and refused.stdout == ""
+    assert refused.stderr.startswith(
+        f"error: {path}:4: max_attempts=int(os.environ.get('ATTEMPTS', '2')) is not a literal; "
+    )
+    assert "--allow-import" in refused.stderr and "Traceback" not in refused.stderr
+    assert cluster.query("SELECT name FROM workflows WHERE name='dynamic'") == []
+    result = cluster.flux("workflow", "register", str(path), "--allow-import")
     assert result.returncode == 0, result.stderr
     assert result.stderr.splitlines() == [
         f"note: {path}:4: max_attempts=int(os.environ.get('ATTEMPTS', '2')) is not a literal; "
@@ -137,3 +148,28 @@ def test_registering_identical_source_again_is_idempotent(cluster: Cluster, tmp_
     ]
     cluster.start_worker("w")
     assert cluster.run("answer").output_json == "1"
+
+
+def test_both_python_clients_refuse_to_import_unless_asked(cluster: Cluster, tmp_path: Path) -> None:
+    path = write(
+        tmp_path,
+        "ran.py",
+        "import pathlib\nfrom flux import workflow\n\n"
+        "ATTEMPTS = pathlib.Path(__file__).with_name('ran.txt').write_text('ran')\n\n"
+        "@workflow.with_options(max_attempts=ATTEMPTS)\nasync def ran(ctx):\n    return 1\n",
+    )
+    with pytest.raises(NeedsImport, match=r"ran\.py:4: max_attempts=ATTEMPTS holds "):
+        cluster.client.register_file(path)
+
+    async def asynchronously(allow_import: bool) -> control_pb2.RegisterWorkflowResponse:
+        async with aio.FluxClient(
+            cluster.address, timeout=10, credentials=cluster.credentials(Role.CLIENT)
+        ) as client:
+            return await client.register_file(path, allow_import=allow_import)
+
+    with pytest.raises(NeedsImport):
+        asyncio.run(asynchronously(False))
+    assert not (tmp_path / "ran.txt").exists()
+    # On purpose: the file runs (3 characters written: max_attempts=3).
+    [registered] = asyncio.run(asynchronously(True)).workflows
+    assert registered.name == "ran" and (tmp_path / "ran.txt").read_text() == "ran"

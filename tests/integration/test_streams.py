@@ -251,6 +251,20 @@ def test_tickets_open_one_stream_of_their_scope_once(server: Cluster, http: http
         )
 
 
+def test_the_auth_check_and_the_route_read_one_ticket(server: Cluster, http: httpx.Client) -> None:
+    """The middleware once read ``?ticket=&ticket=GOOD`` as one ticket (blank dropped) and the route
+    as another (the last): one parser now, and a repeated ticket is refused by both alike."""
+    anonymous = httpx.Client(base_url=server.gateway_url, timeout=10, trust_env=False)
+    good = mint(http, scope="fleet")["ticket"]
+    for query in (f"ticket=&ticket={good}", f"ticket={good}&ticket=", f"ticket={good}&ticket={good}"):
+        assert "more than once" in refusal(anonymous.get(f"/events?{query}"), 401), query
+        # Beside valid headers too: the ticket would be what opens the stream.
+        assert "more than once" in refusal(http.get(f"/events?{query}"), 401), query
+    reader = Reader(anonymous, "GET", f"/events?ticket={good}")  # not spent by the refusals
+    assert reader.next().event == "workers"
+    reader.close()
+
+
 def test_a_worker_connects_with_a_ticket_and_no_token_in_the_url(server: Cluster, http: httpx.Client) -> None:
     with client(server, Role.WORKER) as worker_http:
         registered = worker_http.post(

@@ -9,7 +9,7 @@ import pytest
 
 from flux.declarations import NotStatic, SourceError, read_declarations
 from flux.domain.resource_request import ResourceRequest
-from flux.loader import _import, load_workflow_file
+from flux.loader import NeedsImport, _import, load_workflow_file
 from flux.workflow import WorkflowDefinition
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -310,7 +310,7 @@ def test_loader_imports_for_a_value_it_cannot_read_and_says_so(tmp_path):
         HEADER + "def cores():\n    return 2\n\n"
         "@workflow.with_options(requests=ResourceRequest(cpu=cores()))\nasync def job(ctx): ...\n"
     )
-    loaded = load_workflow_file(path)
+    loaded = load_workflow_file(path, allow_import=True)
     assert [(d.name, d.requests) for d in loaded.workflows] == [("job", ResourceRequest(cpu=2))]
     assert loaded.notes == (
         f"note: {path}:6: requests=ResourceRequest(cpu=cores()) holds cores(), which is not a literal; "
@@ -325,7 +325,7 @@ def test_loader_import_failure_is_one_message_naming_why_it_imported(tmp_path):
         "@workflow.with_options(requests=torch_not_installed_xyz.requests())\nasync def job(ctx): ...\n"
     )
     with pytest.raises(ValueError) as caught:
-        load_workflow_file(path)
+        load_workflow_file(path, allow_import=True)
     assert str(caught.value) == (
         f"importing {path} failed: ModuleNotFoundError: No module named 'torch_not_installed_xyz'\n"
         f"({path}:4: requests=torch_not_installed_xyz.requests() is not a literal; importing the file to read it)"
@@ -340,7 +340,7 @@ def test_loader_imports_when_no_flux_decorator_is_visible(tmp_path):
 
     sys.path.insert(0, str(tmp_path))
     try:
-        loaded = load_workflow_file(path)
+        loaded = load_workflow_file(path, allow_import=True)
     finally:
         sys.path.remove(str(tmp_path))
         sys.modules.pop("mylib_reexport_xyz", None)
@@ -348,3 +348,69 @@ def test_loader_imports_when_no_flux_decorator_is_visible(tmp_path):
     assert loaded.notes == (
         f"note: {path}: no @workflow decorator from flux found by reading; importing the file",
     )
+
+
+# ---------------------------------------------------------------------- registering never runs the file
+
+
+RUNS_CODE = (
+    HEADER + "import pathlib\n"
+    "CPUS = int(pathlib.Path(__file__).with_name('ran').write_text('ran') and '2')\n"
+    "@workflow.with_options(requests=ResourceRequest(cpu=CPUS))\nasync def job(ctx): ...\n"
+)
+
+
+def test_a_value_it_cannot_read_is_an_error_naming_file_line_and_argument_and_nothing_runs(tmp_path):
+    path = tmp_path / "dynamic.py"
+    path.write_text(RUNS_CODE)
+    with pytest.raises(NeedsImport) as caught:
+        load_workflow_file(path)
+    message = str(caught.value)
+    # The line of the value that needs running (CPUS's), and the argument that holds it.
+    assert message.startswith(f"{path}:4: requests=ResourceRequest(cpu=CPUS) holds int(pathlib.")
+    assert "--allow-import" in message
+    assert not (tmp_path / "ran").exists()  # the file's code did not run
+    # Asked for: imported, and says why.
+    loaded = load_workflow_file(path, allow_import=True)
+    assert (tmp_path / "ran").read_text() == "ran"
+    assert [d.requests for d in loaded.workflows] == [ResourceRequest(cpu=2)]
+    assert loaded.notes and loaded.notes[0].startswith(f"note: {path}:4: ")
+
+
+def test_no_visible_flux_decorator_is_an_error_without_allow_import(tmp_path):
+    path = tmp_path / "indirect.py"
+    path.write_text(
+        "import pathlib\npathlib.Path(__file__).with_name('ran').write_text('ran')\n"
+        "from mylib_reexport_xyz import workflow\n@workflow\nasync def job(ctx): ...\n"
+    )
+    with pytest.raises(NeedsImport) as caught:
+        load_workflow_file(path)
+    assert str(caught.value).startswith(f"{path}: no @workflow decorator from flux found by reading")
+    assert not (tmp_path / "ran").exists()
+
+
+@pytest.mark.parametrize(
+    "shadow",
+    [
+        pytest.param("if True:\n    from mylib import workflow\n", id="an import in an if block"),
+        pytest.param("try:\n    from mylib import workflow\nexcept ImportError:\n    pass\n", id="in try"),
+        pytest.param("from mylib import *\n", id="a star import from another module"),
+        pytest.param(
+            "def rebind():\n    global workflow\n    workflow = None\n", id="a global in a function"
+        ),
+        pytest.param("for workflow in []:\n    pass\n", id="a loop variable"),
+        pytest.param("with open('x') as workflow:\n    pass\n", id="a with target"),
+    ],
+)
+def test_a_shadowed_workflow_name_is_not_trusted(shadow, tmp_path):
+    source = HEADER + shadow + "@workflow\nasync def job(ctx): ...\n"
+    assert read_declarations(source, "wf.py") == []
+    path = tmp_path / "wf.py"
+    path.write_text(source)
+    with pytest.raises(NeedsImport):
+        load_workflow_file(path)
+
+
+def test_importing_flux_twice_still_reads(tmp_path):
+    source = "import flux\nimport flux.workflow\n@flux.workflow\nasync def job(ctx): ...\n"
+    assert [d.name for d in read_declarations(source, "wf.py")] == ["job"]

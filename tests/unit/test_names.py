@@ -46,7 +46,7 @@ NOT_NAMES = {
     "flux.testing.GATEWAY",
     "gateway.protojson._PARSING",
     "gateway.protojson._DIGITS",
-    "gateway.auth.TICKET_FORM",  # the form of what POST /tickets mints, not a name
+    "gateway.tickets.TICKET_FORM",  # the form of what POST /tickets mints, not a name
 }
 
 

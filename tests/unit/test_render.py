@@ -96,10 +96,13 @@ def test_workers_table_aligns_free_over_advertised_beside_reserved() -> None:
     assert gpu.endswith("role=training,zone=a")
     assert web.split()[1:3] == ["draining", "sse"] and "1m15s ago" in web and web.endswith("-")
     assert old.split()[1] == "disconnected" and "1h06m ago" in old
-    # Numbers are right-aligned: each column's cells end at the same place as its header.
-    for column in ("LOAD", "CPU", "MEMORY", "GPUS", "DISK"):
-        end = lines[0].index(column) + len(column)
-        assert all(line[end - 1] != " " and (len(line) == end or line[end] == " ") for line in lines), column
+    # LOAD is a number: right-aligned, its cells end where its header does. The resource columns
+    # are phrases: left-aligned, each cell starts under its header (not 20 columns to its left).
+    end = lines[0].index("LOAD") + len("LOAD")
+    assert all(line[end - 1] != " " and line[end] == " " for line in lines)
+    for column in ("CPU", "MEMORY", "GPUS", "DISK"):
+        start = lines[0].index(column)
+        assert all(line[start - 2 : start] == "  " and line[start] == "f" for line in lines[1:]), column
 
 
 def test_a_loaded_host_shows_little_free_with_nothing_reserved() -> None:

@@ -53,20 +53,115 @@ def test_an_expired_ticket_says_so_and_is_forgotten_later() -> None:
         book.redeem(ticket, "fleet")
 
 
-def test_minting_is_bounded(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_minting_is_bounded_by_live_tickets(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(tickets, "MAX_TICKETS", 3)
+    clock = Clock()
+    book = TicketBook(ttl=30, clock=clock)
+    book.mint("fleet", Access("Bearer a"))
+    clock.now += 10
+    for who in ("b", "c"):
+        book.mint("fleet", Access(f"Bearer {who}"))
+    with pytest.raises(ResourceExhausted) as refused:
+        book.mint("fleet", Access("Bearer d"))
+    # The truth: how many are live, and when the oldest of them expires.
+    assert str(refused.value) == (
+        "this gateway holds 3 live tickets, its limit; the oldest expires in 20s (or sooner, as they are spent)"
+    )
+
+
+def test_spent_tickets_do_not_count_against_the_cap(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The review: 10,000 minted and spent tickets refused every mint for ~330 s."""
     monkeypatch.setattr(tickets, "MAX_TICKETS", 3)
     book = TicketBook(ttl=30, clock=Clock())
+    spent = [book.mint("fleet", ACCESS) for _ in range(3)]
+    for ticket in spent:
+        book.redeem(ticket, "fleet")
+    assert len(book) == 0 and book.remembered() == 3
+    for _ in range(3):  # the cap is free again at once
+        book.mint("fleet", ACCESS)
+    with pytest.raises(Unauthenticated, match="already used"):  # and a spent one still says why
+        book.redeem(spent[0], "fleet")
+
+
+def test_expired_tickets_do_not_count_against_the_cap(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(tickets, "MAX_TICKETS", 3)
+    clock = Clock()
+    book = TicketBook(ttl=30, clock=clock)
+    old = [book.mint("fleet", ACCESS) for _ in range(3)]
+    clock.now += 30  # expired: not live, but still remembered
     for _ in range(3):
         book.mint("fleet", ACCESS)
-    with pytest.raises(ResourceExhausted, match="holds 3 unexpired tickets"):
-        book.mint("fleet", ACCESS)
+    with pytest.raises(Unauthenticated, match=r"expired 0s ago"):
+        book.redeem(old[0], "fleet")
+
+
+def test_one_credential_cannot_take_every_ticket(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(tickets, "MAX_TICKETS_PER_CREDENTIAL", 2)
+    clock = Clock()
+    book = TicketBook(ttl=30, clock=clock)
+    greedy = Access("Bearer worker", "session-1")
+    first = book.mint("worker:w1", greedy)
+    clock.now += 5
+    book.mint("worker:w1", greedy)
+    with pytest.raises(ResourceExhausted) as refused:
+        book.mint("worker:w1", greedy)
+    assert str(refused.value) == (
+        "these credentials hold 2 live tickets, the limit per credential; the oldest expires in 25s: "
+        "open streams with the tickets already minted"
+    )
+    book.mint("worker:w2", Access("Bearer worker", "session-2"))  # another session: its own share
+    book.mint("fleet", ACCESS)
+    book.redeem(first, "worker:w1")  # spending one frees a place
+    book.mint("worker:w1", greedy)
+
+
+def test_remembered_tickets_are_bounded_apart(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(tickets, "MAX_REMEMBERED", 2)
+    book = TicketBook(ttl=30, clock=Clock())
+    spent = [book.mint("fleet", ACCESS) for _ in range(3)]
+    for ticket in spent:
+        book.redeem(ticket, "fleet")
+    assert book.remembered() == 2
+    with pytest.raises(Unauthenticated, match="unknown"):  # the oldest, forgotten
+        book.redeem(spent[0], "fleet")
+    with pytest.raises(Unauthenticated, match="already used"):
+        book.redeem(spent[2], "fleet")
+
+
+@pytest.mark.parametrize(
+    ("query", "expected"),
+    [
+        pytest.param(b"", None, id="none"),
+        pytest.param(b"a=1", None, id="other parameters"),
+        pytest.param(b"ticket=abc_-1", "abc_-1", id="one"),
+        pytest.param(b"a=1&ticket=abc&b=2", "abc", id="among others"),
+    ],
+)
+def test_the_ticket_in_a_query(query: bytes, expected: str | None) -> None:
+    assert tickets.ticket_in(query) == expected
+
+
+@pytest.mark.parametrize(
+    ("query", "why"),
+    [
+        pytest.param(b"ticket=a&ticket=b", "more than once", id="repeated"),
+        pytest.param(b"ticket=a&ticket=", "more than once", id="repeated, one blank"),
+        pytest.param(b"ticket=a;ticket=b", "malformed", id="semicolon"),
+        pytest.param(b"ticket=", "malformed", id="blank"),
+        pytest.param(b"ticket=a%20b", "malformed", id="a space"),
+        pytest.param(b"ticket=" + b"a" * 129, "malformed", id="too long"),
+    ],
+)
+def test_a_repeated_blank_or_malformed_ticket_is_refused(query: bytes, why: str) -> None:
+    with pytest.raises(Unauthenticated, match=why):
+        tickets.ticket_in(query)
 
 
 def test_tickets_are_random_and_only_their_hash_is_kept() -> None:
     book = TicketBook(clock=Clock())
     minted = {book.mint("fleet", ACCESS) for _ in range(50)}
     assert len(minted) == 50 and all(len(t) >= 43 for t in minted)
-    assert not minted & set(book._tickets)
+    assert not minted & set(book._live)
 
 
 @pytest.mark.parametrize(
