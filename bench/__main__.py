@@ -16,6 +16,7 @@ from bench import (
     pools,
     replicas,
     starvation,
+    tenants,
 )
 
 BENCHES = {
@@ -30,6 +31,7 @@ BENCHES = {
     "fleet": fleet.main,
     "peers": peers.main,
     "pools": pools.main,
+    "tenants": tenants.main,
 }
 
 

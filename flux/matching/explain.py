@@ -14,8 +14,10 @@ from dataclasses import dataclass
 
 from flux.matching.aging import Aging, Nomination, format_wait, slack_beside
 from flux.matching.filters import fits_beside, rejections
+from flux.matching.queue import PendingQueue
 from flux.matching.reasons import Reason, Rejection
 from flux.matching.shape import Shape
+from flux.matching.tenancy import Accounts, Ledger, QuotaBlock
 from flux.matching.view import WorkerView
 
 MAX_SUMMARY_GROUPS = 4
@@ -45,6 +47,10 @@ class Explanation:
     verdicts: tuple[Verdict, ...]
     # The worker nominated for this execution by aging, if any.
     nominated: str = ""
+    # Its tenant's quota holds it back now (whatever the workers offer).
+    quota: QuotaBlock | None = None
+    # (1-based place, tenants waiting) in fair-share order, when more than one tenant waits.
+    fair_share: tuple[int, int] | None = None
 
     @property
     def capable(self) -> int:
@@ -63,13 +69,47 @@ def explain(
     execution_id: str = "",
     aging: Aging | None = None,
     now: float = 0.0,
+    accounts: Accounts | None = None,
+    queue: PendingQueue | None = None,
 ) -> Explanation:
     """Why ``execution_id`` (of ``shape``) is pending; with ``aging``, nominations count as reasons.
 
     A worker nominated for another execution rejects this one unless it fits
     beside the nominee (``reserved for <id>, waiting 2m``); this execution's
-    own nomination is said in the summary.
+    own nomination is said in the summary. With ``accounts``, a quota that holds
+    it back leads the summary (``tenant ml at its gpu quota 4/4, borrowing 0 of 2
+    in cohort research; 3/3 workers can run it``), and with ``queue`` too, its
+    tenant's place in fair-share order among the tenants waiting is said.
     """
+    found = _explain_workers(shape, workers, execution_id, aging, now)
+    if accounts is None:
+        return found
+    block = Ledger(accounts).blocked(shape.tenant, shape.demand)
+    summary = found.summary if block is None else f"{block.describe()}; {found.summary}"
+    position = None
+    if queue is not None:
+        waiting = sorted(
+            queue.tenants(), key=lambda entry: (accounts.shares.get(entry[0], 0.0), entry[1].order)
+        )
+        names = [name for name, _ in waiting]
+        if len(names) > 1 and shape.tenant in names:
+            position = (names.index(shape.tenant) + 1, len(names))
+            share = accounts.shares.get(shape.tenant, 0.0)
+            summary += (
+                f"; fair share: tenant {shape.tenant} is {_ordinal(position[0])} of {position[1]} tenants waiting"
+                f" (share {share:.2f})"
+            )
+    return Explanation(summary, found.verdicts, found.nominated, block, position)
+
+
+def _ordinal(n: int) -> str:
+    suffix = "th" if 10 <= n % 100 <= 20 else {1: "st", 2: "nd", 3: "rd"}.get(n % 10, "th")
+    return f"{n}{suffix}"
+
+
+def _explain_workers(
+    shape: Shape, workers: Iterable[WorkerView], execution_id: str, aging: Aging | None, now: float
+) -> Explanation:
     nominations = aging.by_worker if aging is not None else {}
     verdicts = []
     for view in sorted(workers, key=lambda v: v.name):

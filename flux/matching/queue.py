@@ -11,7 +11,7 @@ practice, so both cost O(distinct priorities), not O(backlog).
 from __future__ import annotations
 
 from collections import OrderedDict
-from collections.abc import Iterator
+from collections.abc import ItemsView, Iterator
 from dataclasses import dataclass
 from itertools import chain
 
@@ -77,9 +77,24 @@ class _ShapeQueue:
 
 
 class PendingQueue:
+    """Pending work by shape, and by tenant: each tenant's shapes and its first item.
+
+    The tenant side lets a pass over one worker start from the tenants (one entry
+    each) and open a tenant's shapes only when it comes up, instead of opening
+    every (tenant, shape) lane: with tenants, lanes are tenants x requirements.
+    """
+
     def __init__(self) -> None:
         self._by_shape: dict[Shape, _ShapeQueue] = {}
         self._index: dict[str, Pending] = {}
+        # Tenant -> its shapes with pending work (an ordered set).
+        self._lanes: dict[str, dict[Shape, None]] = {}
+        # Tenant -> its first item by (priority, submission) over all its shapes; None: recount.
+        self._first: dict[str, Pending | None] = {}
+        # Requirement (``Shape.needs``) -> how many shapes of it have pending work.
+        self._needs: dict[Shape, int] = {}
+        # Tenants whose first item left (their ``_first`` is None until recounted).
+        self._stale: set[str] = set()
 
     def add(
         self, execution_id: str, shape: Shape, seq: int, priority: int = 0, since: float = 0.0
@@ -89,17 +104,43 @@ class PendingQueue:
         queue = self._by_shape.get(shape)
         if queue is None:
             queue = self._by_shape[shape] = _ShapeQueue()
+            lanes = self._lanes.get(shape.tenant)
+            if lanes is None:
+                lanes = self._lanes[shape.tenant] = {}
+            lanes[shape] = None
+            self._needs[shape.needs] = self._needs.get(shape.needs, 0) + 1
         queue.add(item)
         self._index[execution_id] = item
+        tenant = shape.tenant
+        if tenant not in self._first:
+            self._first[tenant] = item
+        else:
+            first = self._first[tenant]
+            if first is not None and item.order < first.order:
+                self._first[tenant] = item
         return item
 
     def remove(self, execution_id: str) -> Pending | None:
         item = self._index.pop(execution_id, None)
         if item is not None:
-            queue = self._by_shape[item.shape]
+            shape = item.shape
+            queue = self._by_shape[shape]
             queue.remove(item)
             if not queue.buckets:
-                del self._by_shape[item.shape]
+                del self._by_shape[shape]
+                lanes = self._lanes[shape.tenant]
+                del lanes[shape]
+                if not lanes:
+                    del self._lanes[shape.tenant]
+                    del self._first[shape.tenant]
+                left = self._needs[shape.needs] - 1
+                if left:
+                    self._needs[shape.needs] = left
+                else:
+                    del self._needs[shape.needs]
+            if self._first.get(shape.tenant) is item:
+                self._first[shape.tenant] = None
+                self._stale.add(shape.tenant)
         return item
 
     def get(self, execution_id: str) -> Pending | None:
@@ -118,13 +159,44 @@ class PendingQueue:
         queue = self._by_shape.get(shape)
         return len(queue) if queue else 0
 
+    def tenants(self) -> ItemsView[str, Pending]:
+        """Each tenant with pending work and its first item (highest priority, then oldest).
+
+        A view of the queue's own record (do not mutate the queue while reading it): a pass
+        over one worker reads it whole, so it costs one recount per tenant whose first item
+        left since the last read, and nothing per other tenant.
+        """
+        for tenant in self._stale:
+            if tenant in self._lanes:
+                self._first[tenant] = min(
+                    (self.first(shape) for shape in self._lanes[tenant]),  # type: ignore[misc]
+                    key=lambda item: item.order,  # type: ignore[union-attr]
+                )
+        self._stale.clear()
+        return self._first.items()  # type: ignore[return-value]
+
+    def lanes(self, tenant: str) -> list[Shape]:
+        """The shapes of ``tenant`` with pending work."""
+        return list(self._lanes.get(tenant, ()))
+
+    def requirements(self) -> list[Shape]:
+        """The distinct requirements (``Shape.needs``) with pending work, whatever the tenant."""
+        return list(self._needs)
+
     def iter_shape(self, shape: Shape) -> Iterator[Pending]:
         """Pending items of one shape, highest priority first, oldest first within a priority.
 
         Do not mutate while iterating.
         """
         queue = self._by_shape.get(shape)
-        return iter(queue) if queue else iter(())
+        return iter(queue) if queue is not None else iter(())
+
+    def first(self, shape: Shape) -> Pending | None:
+        """The item ``iter_shape`` would yield first, without starting a walk."""
+        queue = self._by_shape.get(shape)
+        if queue is None:
+            return None
+        return next(iter(queue.buckets[queue.priorities[0]].values()))
 
     def oldest(self, shape: Shape) -> Pending | None:
         """The execution of ``shape`` that has waited longest, whatever its priority."""

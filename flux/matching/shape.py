@@ -1,7 +1,9 @@
 """A requirement shape: the part of an execution the matcher looks at.
 
 Pending work is grouped by shape so a re-evaluation tests each distinct
-(requests, affinity, runtime) once, not each pending row.
+(requests, affinity, runtime) once, not each pending row. The tenant is part
+of the shape too: one tenant's work is queued, counted against its quota and
+ordered by its fair share apart from another's (the filters never look at it).
 """
 
 from __future__ import annotations
@@ -11,27 +13,38 @@ from collections.abc import Mapping
 from packaging.requirements import Requirement
 
 from flux.domain.resource_request import ResourceRequest
+from flux.domain.tenant import DEFAULT_TENANT
 from flux.domain.worker import DEFAULT_RUNTIME
+from flux.matching.tenancy import demand
 
 _EMPTY_REQUEST = ResourceRequest()
 
 
 class Shape:
-    """Immutable, hashable (requests, affinity, runtime) with its parsed requirements cached."""
+    """Immutable, hashable (requests, affinity, runtime, tenant) with its parsed requirements cached."""
 
-    __slots__ = ("requests", "affinity", "runtime", "requirements", "_hash")
+    __slots__ = ("requests", "affinity", "runtime", "tenant", "requirements", "demand", "needs", "_hash")
 
     def __init__(
         self,
         requests: ResourceRequest | None = None,
         affinity: Mapping[str, str] | None = None,
         runtime: str = DEFAULT_RUNTIME,
+        tenant: str = DEFAULT_TENANT,
     ):
         self.requests = requests or _EMPTY_REQUEST
         self.affinity: tuple[tuple[str, str], ...] = tuple(sorted((affinity or {}).items()))
         self.runtime = runtime
+        self.tenant = tenant
         self.requirements: tuple[Requirement, ...] = self.requests.requirements
-        self._hash = hash((self.requests, self.affinity, self.runtime))
+        # What one execution of this shape holds against its tenant's quota.
+        self.demand = demand(self.requests)
+        # The same requirements in no tenant: what feasibility and worker choice depend on, so
+        # every tenant's lane of one requirement shares one cached verdict and one walk of the fleet.
+        self.needs: Shape = (
+            self if tenant == DEFAULT_TENANT else _needs(self.requests, self.affinity, runtime)
+        )
+        self._hash = hash((self.requests, self.affinity, self.runtime, self.tenant))
 
     def __hash__(self) -> int:
         return self._hash
@@ -46,6 +59,7 @@ class Shape:
             and self.requests == other.requests
             and self.affinity == other.affinity
             and self.runtime == other.runtime
+            and self.tenant == other.tenant
         )
 
     def __setattr__(self, name: str, value: object) -> None:
@@ -56,4 +70,27 @@ class Shape:
     def __repr__(self) -> str:
         affinity = f", affinity={dict(self.affinity)!r}" if self.affinity else ""
         runtime = f", runtime={self.runtime!r}" if self.runtime != DEFAULT_RUNTIME else ""
-        return f"Shape({self.requests!r}{affinity}{runtime})"
+        tenant = f", tenant={self.tenant!r}" if self.tenant != DEFAULT_TENANT else ""
+        return f"Shape({self.requests!r}{affinity}{runtime}{tenant})"
+
+    def for_tenant(self, tenant: str) -> Shape:
+        """The same requirements, queued for ``tenant``."""
+        return (
+            self if tenant == self.tenant else Shape(self.requests, dict(self.affinity), self.runtime, tenant)
+        )
+
+
+# One ``needs`` object per requirement, so lookups keyed by it compare by identity; shapes are
+# few (workflow versions x tenants), and the bound only guards against a runaway caller.
+_NEEDS: dict[tuple[ResourceRequest, tuple[tuple[str, str], ...], str], Shape] = {}
+_NEEDS_MAX = 65_536
+
+
+def _needs(requests: ResourceRequest, affinity: tuple[tuple[str, str], ...], runtime: str) -> Shape:
+    key = (requests, affinity, runtime)
+    found = _NEEDS.get(key)
+    if found is None:
+        if len(_NEEDS) >= _NEEDS_MAX:
+            _NEEDS.clear()
+        found = _NEEDS[key] = Shape(requests, dict(affinity), runtime)
+    return found

@@ -33,6 +33,7 @@ NAME_PATTERNS = {
     "flux.workflow._NAME": "data_processing_workflow",
     "flux.domain.labels._KEY": "example.com/role",
     "flux.domain.labels._VALUE": "training",
+    "flux.domain.tenant.NAME": "ml-team",
 }
 # Patterns that parse or scan text rather than accept a name.
 NOT_NAMES = {

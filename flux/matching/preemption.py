@@ -1,0 +1,209 @@
+"""Reclaim: which borrowed executions to preempt so a tenant gets its nominal quota back.
+
+The rule (Kueue's ``reclaimWithinCohort``, as issue 24 states it): a tenant
+whose pending execution would keep it within its nominal quota on everything
+it asks for, and which cannot be placed now, may preempt executions of the
+tenants of its cohort that are *borrowing* (using above their nominal quota) on
+a resource it needs. Victims go lowest priority first, then newest first.
+
+The victim set is the smallest that makes room, and only one that does is ever
+returned (Volcano #5984 preempted work that freed nothing): with the victims
+gone, the execution fits one worker (by reservations, as aging judges a
+nominee: observed load from outside Flux cannot be promised) and its tenant's
+quota. Each victim is needed: without any one of them it would not fit.
+Among workers, the plan with fewest victims wins, then the least important
+victims, then the worker's name.
+
+Pure, like the rest of flux/matching: the dispatcher stops the victims (with a
+grace period), fences their generation and requeues them without counting a
+failed attempt; this module only decides.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+
+from flux.matching.aging import BookedRoom
+from flux.matching.filters import fits_now, permanent_rejection
+from flux.matching.shape import Shape
+from flux.matching.tenancy import Accounts, Ledger, Vector, sub
+from flux.matching.view import Room, WorkerView
+
+
+@dataclass(frozen=True, slots=True)
+class Running:
+    """An execution holding room on a worker (scheduled or running)."""
+
+    execution_id: str
+    shape: Shape
+    worker: str
+    gpu_indices: tuple[int, ...] = ()
+    priority: int = 0
+    # Submission order; the newest (highest) goes first among equal priorities.
+    seq: int = 0
+
+    @property
+    def tenant(self) -> str:
+        return self.shape.tenant
+
+
+@dataclass(frozen=True, slots=True)
+class Preemption:
+    """Stop ``victims``; then ``execution_id`` fits ``worker`` and its tenant's quota."""
+
+    execution_id: str
+    worker: str
+    victims: tuple[Running, ...]
+
+    def describe(self) -> str:
+        """``will preempt 2 executions of tenant web``."""
+        by_tenant: dict[str, int] = {}
+        for victim in self.victims:
+            by_tenant[victim.tenant] = by_tenant.get(victim.tenant, 0) + 1
+        parts = [
+            f"{count} execution{'s' if count != 1 else ''} of tenant {name}"
+            for name, count in by_tenant.items()
+        ]
+        return "will preempt " + " and ".join(parts)
+
+
+def reclaimable(accounts: Accounts, shape: Shape) -> bool:
+    """Whether ``shape``'s tenant, placing it, stays within its nominal quota on all it asks for."""
+    terms = accounts.terms.get(shape.tenant)
+    if terms is None or not terms.cohort:
+        return False
+    used = accounts.used(shape.tenant)
+    asked = [i for i in range(4) if shape.demand[i]]
+    if not any(terms.nominal[i] is not None for i in asked):
+        return False  # nothing it asks for is under a quota: it has nothing to reclaim
+    return all(terms.nominal[i] is None or used[i] + shape.demand[i] <= terms.nominal[i] for i in asked)
+
+
+def plan(
+    accounts: Accounts,
+    execution_id: str,
+    shape: Shape,
+    workers: Iterable[WorkerView],
+    running: Iterable[Running],
+) -> Preemption | None:
+    """The smallest set of borrowed executions whose preemption lets ``execution_id`` (of ``shape``) run.
+
+    None when its tenant may not reclaim (see ``reclaimable``), when it could be placed
+    without preempting anything, or when no set of eligible victims makes room.
+    """
+    if not reclaimable(accounts, shape):
+        return None
+    views = [view for view in workers if permanent_rejection(shape, view) is None and not view.paused]
+    if not views:
+        return None
+    if Ledger(accounts).fits(shape.tenant, shape.demand) and any(
+        fits_now(shape, BookedRoom(view)) for view in views
+    ):
+        return None  # it fits: placing it is the scheduler's job, not preemption's
+    cohort = accounts.cohort_of(shape.tenant)
+    asked = [i for i in range(4) if shape.demand[i]]
+    eligible = sorted(
+        (
+            r
+            for r in running
+            if r.tenant != shape.tenant
+            and accounts.cohort_of(r.tenant) == cohort
+            and any(r.shape.demand[i] for i in asked)
+        ),
+        key=lambda r: (r.priority, -r.seq, r.execution_id),
+    )
+    best: tuple[tuple[int, tuple[tuple[int, int], ...], str], Preemption] | None = None
+    for view in sorted(views, key=lambda v: v.name):
+        victims = _victims_for(accounts, shape, view, eligible)
+        if victims is None:
+            continue
+        rank = (len(victims), tuple(sorted((v.priority, -v.seq) for v in victims)), view.name)
+        if best is None or rank < best[0]:
+            best = (rank, Preemption(execution_id, view.name, tuple(victims)))
+    return best[1] if best is not None else None
+
+
+def _victims_for(
+    accounts: Accounts, shape: Shape, view: WorkerView, eligible: Sequence[Running]
+) -> list[Running] | None:
+    """Greedy then pruned: victims on ``view`` until it has room, then anywhere until the quota fits;
+    then every victim whose removal still leaves room is dropped (so each one is needed)."""
+    chosen: list[Running] = []
+    for victim in eligible:
+        if (
+            victim.worker == view.name
+            and not _room_fits(shape, view, chosen)
+            and _still_borrowing(accounts, victim, chosen, shape)
+        ):
+            chosen.append(victim)
+    if not _room_fits(shape, view, chosen):
+        return None
+    for victim in eligible:
+        if _quota_fits(accounts, shape, chosen):
+            break
+        if victim not in chosen and _still_borrowing(accounts, victim, chosen, shape):
+            chosen.append(victim)
+    if not _quota_fits(accounts, shape, chosen):
+        return None
+    for victim in reversed(list(chosen)):
+        rest = [v for v in chosen if v is not victim]
+        if _room_fits(shape, view, rest) and _quota_fits(accounts, shape, rest):
+            chosen = rest
+    return chosen or None
+
+
+def _still_borrowing(accounts: Accounts, victim: Running, chosen: list[Running], shape: Shape) -> bool:
+    """Whether ``victim``'s tenant, without the victims chosen so far, still uses above its nominal
+    quota on a resource both it and ``shape`` ask for: reclaim takes back only what was borrowed."""
+    terms = accounts.terms.get(victim.tenant)
+    if terms is None:
+        return False
+    used = _without(accounts.used(victim.tenant), [v for v in chosen if v.tenant == victim.tenant])
+    return any(
+        terms.nominal[i] is not None
+        and used[i] > terms.nominal[i]
+        and victim.shape.demand[i]
+        and shape.demand[i]
+        for i in range(4)
+    )
+
+
+def _without(used: Vector, victims: Iterable[Running]) -> Vector:
+    for victim in victims:
+        used = sub(used, victim.shape.demand)
+    return used
+
+
+def _quota_fits(accounts: Accounts, shape: Shape, victims: list[Running]) -> bool:
+    """Whether ``shape`` fits its tenant's quota once ``victims`` are refunded."""
+    if not victims:
+        return Ledger(accounts).fits(shape.tenant, shape.demand)
+    after = Accounts(accounts.tenant(name) for name in accounts.terms)
+    after.capacity = accounts.capacity
+    for name, used in accounts.usage.items():
+        after.charge(name, used)
+    for victim in victims:
+        after.refund(victim.tenant, victim.shape.demand)
+    return Ledger(after).fits(shape.tenant, shape.demand)
+
+
+def _room_fits(shape: Shape, view: WorkerView, victims: list[Running]) -> bool:
+    """Whether ``shape`` fits ``view`` by reservations once the ``victims`` on it are gone."""
+    room: Room = BookedRoom(view)
+    gone = [v for v in victims if v.worker == view.name]
+    for victim in gone:
+        r = victim.shape.requests
+        room.cpu += r.cpu
+        room.memory += r.memory
+        room.disk += r.disk
+        room.active -= 1
+    freed = {index for victim in gone for index in victim.gpu_indices}
+    if freed:
+        totals = {g.index: g.memory_total for g in view.resources.gpus}
+        for index in freed:
+            if index in totals and index not in room.gpus:
+                room.gpus.append(index)
+                room.vram[index] = totals[index]
+        room.gpus.sort(key=lambda index: (-room.vram[index], index))
+    return fits_now(shape, room)
