@@ -88,6 +88,11 @@ class Execution:
     updated_at: float = 0.0
     # Higher is dispatched first among executions competing for a worker (FIFO among equals).
     priority: int = 0
+    # The W3C trace context its submission came with ("traceparent[ tracestate]"; flux/tracing.py),
+    # stored with it so its trace survives a restart and a move between replicas; "" untraced.
+    trace: str = ""
+    # The context of its latest dispatch span: a requeue's next attempt links to it. Memory only.
+    dispatch_trace: str = ""
 
     def evolve(self, **changes: object) -> Execution:
         return replace(self, **changes)  # type: ignore[arg-type]

@@ -16,6 +16,7 @@ from typing import Any, TypeVar
 
 import grpc
 
+from flux import tracing
 from flux.dispatcher import waiting
 from flux.dispatcher.core import Dispatcher
 from flux.dispatcher.listing import execution_query, page_token
@@ -298,7 +299,11 @@ class ControlService(control_pb2_grpc.ControlServiceServicer):
     async def RunWorkflow(self, request: control_pb2.RunWorkflowRequest, context: grpc.aio.ServicerContext):
         priority = request.priority if request.HasField("priority") else None
         execution = await self.dispatcher.submit(
-            request.workflow_name, request.input_json, request.version, priority
+            request.workflow_name,
+            request.input_json,
+            request.version,
+            priority,
+            tracing.from_pairs(context.invocation_metadata()),
         )
         return convert.execution_to_proto(execution)
 
@@ -306,7 +311,11 @@ class ControlService(control_pb2_grpc.ControlServiceServicer):
     async def RunWorkflows(self, request: control_pb2.RunWorkflowsRequest, context: grpc.aio.ServicerContext):
         priority = request.priority if request.HasField("priority") else None
         executions = await self.dispatcher.submit_many(
-            request.workflow_name, list(request.input_json), request.version, priority
+            request.workflow_name,
+            list(request.input_json),
+            request.version,
+            priority,
+            tracing.from_pairs(context.invocation_metadata()),
         )
         # Without their inputs: the caller sent them, and echoing them could pass the message cap.
         return control_pb2.RunWorkflowsResponse(
@@ -332,7 +341,13 @@ class ControlService(control_pb2_grpc.ControlServiceServicer):
         run = request.run
         priority = run.priority if run.HasField("priority") else None
         try:
-            accepted = await self.dispatcher.submit(run.workflow_name, run.input_json, run.version, priority)
+            accepted = await self.dispatcher.submit(
+                run.workflow_name,
+                run.input_json,
+                run.version,
+                priority,
+                tracing.from_pairs(context.invocation_metadata()),
+            )
             yield convert.execution_to_proto(accepted)
             if request.every_state:
                 async for execution in self.dispatcher.watch(accepted.execution_id):

@@ -71,7 +71,8 @@ log = logging.getLogger("flux.store.postgres")
 
 # 2: workflows.runtime (added to a version 1 database on open).
 # 3: workflows.priority and executions.priority (added on open; older rows get 0).
-SCHEMA_VERSION = 3
+# 4: executions.trace (added on open; older rows get '', untraced).
+SCHEMA_VERSION = 4
 # pg_advisory locks are keyed by a bigint; Flux's four are "FLUX" and the three after it
 # (the second, SWEEP_LOCK, is postgres_cluster.py's).
 MIGRATION_LOCK = 0x464C5558  # schema creation and migration, on open
@@ -100,6 +101,7 @@ CREATE TABLE IF NOT EXISTS executions (
     gpu_indices TEXT NOT NULL, created_at DOUBLE PRECISION NOT NULL, updated_at DOUBLE PRECISION NOT NULL,
     owner TEXT NOT NULL DEFAULT '');
 ALTER TABLE executions ADD COLUMN IF NOT EXISTS priority INTEGER NOT NULL DEFAULT 0;
+ALTER TABLE executions ADD COLUMN IF NOT EXISTS trace TEXT NOT NULL DEFAULT '';
 CREATE INDEX IF NOT EXISTS executions_pending ON executions (seq) WHERE state = {CREATED};
 CREATE INDEX IF NOT EXISTS executions_held ON executions (worker) WHERE state IN ({SCHEDULED}, {RUNNING});
 CREATE INDEX IF NOT EXISTS executions_owned ON executions (owner) WHERE state IN ({SCHEDULED}, {RUNNING});

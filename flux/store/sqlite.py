@@ -34,7 +34,8 @@ from flux.store.rows import (
 
 # 2: workflows.runtime (a version 1 file is migrated on open).
 # 3: workflows.priority and executions.priority (older files are migrated on open; rows get 0).
-SCHEMA_VERSION = 3
+# 4: executions.trace (migrated on open; older rows get '', untraced).
+SCHEMA_VERSION = 4
 
 SCHEMA = f"""
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
@@ -50,7 +51,7 @@ CREATE TABLE IF NOT EXISTS executions (
     state INTEGER NOT NULL, worker TEXT NOT NULL, attempt INTEGER NOT NULL, generation INTEGER NOT NULL,
     max_attempts INTEGER NOT NULL, input_json TEXT NOT NULL, output_json TEXT NOT NULL, error TEXT,
     gpu_indices TEXT NOT NULL, created_at REAL NOT NULL, updated_at REAL NOT NULL,
-    priority INTEGER NOT NULL DEFAULT 0);
+    priority INTEGER NOT NULL DEFAULT 0, trace TEXT NOT NULL DEFAULT '');
 CREATE INDEX IF NOT EXISTS executions_unfinished ON executions (state) WHERE state < {FINISHED};
 CREATE INDEX IF NOT EXISTS executions_recent ON executions (seq);
 CREATE INDEX IF NOT EXISTS executions_by_workflow ON executions (workflow_name, seq);
@@ -59,7 +60,7 @@ CREATE TABLE IF NOT EXISTS pools (name TEXT PRIMARY KEY, spec TEXT NOT NULL, upd
 """
 
 _UPSERT = f"""
-INSERT INTO executions ({EXECUTION_COLUMNS}) VALUES ({",".join(["?"] * 18)})
+INSERT INTO executions ({EXECUTION_COLUMNS}) VALUES ({",".join(["?"] * (EXECUTION_COLUMNS.count(",") + 1))})
 ON CONFLICT (execution_id) DO UPDATE SET
     state=excluded.state, worker=excluded.worker, attempt=excluded.attempt, generation=excluded.generation,
     output_json=excluded.output_json, error=excluded.error, gpu_indices=excluded.gpu_indices,
@@ -112,6 +113,8 @@ class SqliteStore(Store):
             columns = {row["name"] for row in db.execute("PRAGMA table_info(executions)")}
             if columns and "priority" not in columns:
                 db.execute("ALTER TABLE executions ADD COLUMN priority INTEGER NOT NULL DEFAULT 0")
+            if columns and "trace" not in columns:  # before version 4: nothing was traced
+                db.execute("ALTER TABLE executions ADD COLUMN trace TEXT NOT NULL DEFAULT ''")
             for statement in filter(str.strip, SCHEMA.split(";")):
                 db.execute(statement)
             db.execute(
