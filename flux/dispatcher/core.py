@@ -46,9 +46,11 @@ from flux.dispatcher.registry import WorkerRegistration, WorkerRegistry
 from flux.dispatcher.session import Cancelled, Scheduled, Session
 from flux.dispatcher.settings import Settings
 from flux.dispatcher.table import ExecutionTable
+from flux.dispatcher.tenants import TenantDirectory
 from flux.dispatcher.watchers import Watchers
 from flux.dispatcher.workers import WorkerEntry
 from flux.domain.execution import Execution, ExecutionError, State
+from flux.domain.tenant import DEFAULT_TENANT
 from flux.domain.worker import WorkerResources, WorkerSoftware
 from flux.domain.workflow import WorkflowRecord
 from flux.errors import FailedPrecondition, InvalidArgument, NotFound, Unavailable
@@ -117,6 +119,7 @@ class Dispatcher:
         self.modes = modes or local()
         # Worker pools: declarations, learned shapes and the demand an autoscaler reads.
         self.pools = PoolBook(self)
+        self.tenants = TenantDirectory(store)
         self.binder, self.feed, self.fleet = self.modes.binder, self.modes.feed, self.modes.fleet
         for mode in (self.binder, self.feed, self.fleet):
             mode.attach(self)
@@ -183,7 +186,12 @@ class Dispatcher:
     # ----------------------------------------------------------------- executions
 
     async def submit(
-        self, workflow_name: str, input_json: str = "", version: int = 0, priority: int | None = None
+        self,
+        workflow_name: str,
+        input_json: str = "",
+        version: int = 0,
+        priority: int | None = None,
+        tenant: str = DEFAULT_TENANT,
     ) -> Execution:
         if not workflow_name:
             raise InvalidArgument("workflow_name is required: the name of a registered workflow")
@@ -205,15 +213,21 @@ class Dispatcher:
             created_at=now,
             updated_at=now,
             priority=rank,
+            tenant=tenant,
         )
         await self.binder.submit(execution)
         return _with_input(self.table.get(execution.execution_id) or execution, input_json)
 
     async def submit_many(
-        self, workflow_name: str, inputs: list[str], version: int = 0, priority: int | None = None
+        self,
+        workflow_name: str,
+        inputs: list[str],
+        version: int = 0,
+        priority: int | None = None,
+        tenant: str = DEFAULT_TENANT,
     ) -> list[Execution]:
         """One execution per input, stored in one commit, in input order (bulk.py)."""
-        return await bulk.submit_many(self, workflow_name, inputs, version, priority)
+        return await bulk.submit_many(self, workflow_name, inputs, version, priority, tenant=tenant)
 
     def take_seq(self) -> int:
         """The sequence number of the next submission (it orders the queue within a priority)."""

@@ -88,6 +88,8 @@ class Execution:
     updated_at: float = 0.0
     # Higher is dispatched first among executions competing for a worker (FIFO among equals).
     priority: int = 0
+    # The tenant that submitted it (flux.domain.tenant): who may see it, whose quota it counts on.
+    tenant: str = "default"
 
     def evolve(self, **changes: object) -> Execution:
         return replace(self, **changes)  # type: ignore[arg-type]

@@ -1,0 +1,234 @@
+"""Tenants and their tokens against real processes: what one tenant's token can see and do.
+
+Both stores keep tenants and token digests; a store from before tenants keeps working
+with everything in tenant ``default``, and the server's own API token is its admin token.
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import httpx
+import pytest
+
+from flux.auth import Credentials
+from flux.client import FluxClient
+from flux.dispatcher.tenants import TenantDirectory, digest
+from flux.domain.execution import Execution, WorkflowRef
+from flux.domain.tenant import Tenant
+from flux.errors import AlreadyExists, FailedPrecondition, NotFound, PermissionDenied
+from flux.store.base import ExecutionQuery, Store
+from flux.store.postgres import PostgresStore
+from flux.store.sqlite import SqliteStore
+from flux.testing import Cluster
+from flux.v1 import control_pb2
+
+pytestmark = [pytest.mark.integration, pytest.mark.backends("sqlite", "postgres")]
+
+
+@pytest.fixture
+async def store(backend: str, tmp_path: Path, request: pytest.FixtureRequest) -> AsyncIterator[Store]:
+    opened: Store
+    if backend == "postgres":
+        opened = PostgresStore(request.getfixturevalue("pg_url"), "test-replica")
+    else:
+        opened = SqliteStore(tmp_path / "flux.db")
+    await opened.open()
+    try:
+        yield opened
+    finally:
+        await opened.close()
+
+
+def _execution(execution_id: str, tenant: str) -> Execution:
+    return Execution(
+        execution_id=execution_id,
+        workflow=WorkflowRef("echo", 1, "0" * 64, "echo"),
+        seq=int(execution_id[1:]),
+        input_json="null",
+        max_attempts=3,
+        created_at=1000.0,
+        updated_at=1000.0,
+        tenant=tenant,
+    )
+
+
+async def test_tenants_tokens_and_execution_tenants_are_stored(store: Store) -> None:
+    directory = TenantDirectory(store)
+    assert [t.name for t in await directory.list()] == ["default"]
+    await directory.create(Tenant.from_dict({"name": "ml", "gpu": 4, "cohort": "research", "weight": 2}))
+    with pytest.raises(AlreadyExists):
+        await directory.create(Tenant("ml"))
+    changed = await directory.update("ml", {"gpu": None, "memory": "8Gi"})
+    assert changed.to_dict() == {"name": "ml", "memory": "8Gi", "cohort": "research", "weight": 2}
+    assert (await TenantDirectory(store).get("ml")) == changed  # read back from the store
+    token = await directory.create_token("ml", "read")
+    assert await store.find_token(digest(token)) == ("ml", "read")
+    assert await store.find_token(token) is None  # only the digest is kept
+    assert (await TenantDirectory(store).caller(token)) is not None
+    with pytest.raises(NotFound):
+        await directory.create_token("nobody", "submit")
+    with pytest.raises(FailedPrecondition):
+        await directory.delete("default")
+
+    await store.save(_execution("e1", "ml"))
+    await store.save(_execution("e2", "default"))
+    stored = await store.get_execution("e1")
+    assert stored is not None and stored.tenant == "ml"
+    only_ml = await store.list_executions(ExecutionQuery(limit=10, tenant="ml"))
+    assert [e.execution_id for e in only_ml] == ["e1"]
+    assert len(await store.list_executions(ExecutionQuery(limit=10))) == 2
+
+    await directory.delete("ml")
+    assert await store.find_token(digest(token)) is None
+    assert await directory.caller(token) is None
+    assert [t.name for t in await directory.list()] == ["default"]
+
+
+@pytest.mark.backends("sqlite")
+async def test_a_version_3_sqlite_file_puts_everything_in_tenant_default(tmp_path: Path) -> None:
+    path = tmp_path / "v3.db"
+    first = SqliteStore(path)
+    await first.open()
+    await first.close()
+    db = sqlite3.connect(path)
+    db.executescript(
+        "ALTER TABLE executions DROP COLUMN tenant; DROP TABLE tenants; DROP TABLE tokens;"
+        "UPDATE meta SET value = '3' WHERE key = 'schema_version';"
+        "INSERT INTO executions VALUES ('e1', 1, 'old', 1, 'h', 'old', 1, '', 1, 0, 3, 'null', '', NULL, "
+        "'[]', 5.0, 5.0, 0);"
+    )
+    db.commit()
+    db.close()
+    store = SqliteStore(path)
+    recovered = await store.open()
+    try:
+        assert [(e.execution_id, e.tenant) for e in recovered.unfinished] == [("e1", "default")]
+        assert [t.name for t in await TenantDirectory(store).list()] == ["default"]
+    finally:
+        await store.close()
+
+
+def _client(cluster: Cluster, token: str) -> FluxClient:
+    return FluxClient(cluster.address, timeout=10, credentials=Credentials(token, cluster.ca))
+
+
+def _ok(result: object) -> str:
+    assert result.returncode == 0, result.stderr  # type: ignore[attr-defined]
+    return result.stdout  # type: ignore[attr-defined]
+
+
+@pytest.mark.transports("grpc")
+def test_a_tenant_sees_and_cancels_only_its_own_executions(cluster: Cluster, tmp_path: Path) -> None:
+    # The server's own token (./.flux/api.token) is the default tenant's admin: it manages tenants.
+    _ok(cluster.flux("tenant", "create", "ml", "--gpu", "4", "--cohort", "research"))
+    _ok(cluster.flux("tenant", "create", "web", "--cpu", "32", "--memory", "64Gi"))
+    listed = json.loads(_ok(cluster.flux("tenant", "list", "--json")))
+    assert [t["name"] for t in listed["tenants"]] == ["default", "ml", "web"]
+    ml = _ok(cluster.flux("token", "create", "--tenant", "ml")).strip()
+    web = _ok(cluster.flux("token", "create", "--tenant", "web")).strip()
+    web_reader = _ok(cluster.flux("token", "create", "--tenant", "web", "--role", "read")).strip()
+    refused = cluster.flux("token", "create", "--tenant", "nobody")
+    assert refused.returncode != 0 and "tenant 'nobody' does not exist" in refused.stderr
+
+    # No worker: the executions stay pending, so each one can still be cancelled.
+    with (
+        _client(cluster, ml) as as_ml,
+        _client(cluster, web) as as_web,
+        _client(cluster, web_reader) as reader,
+    ):
+        mine = as_ml.run("echo", "ml's")
+        theirs = as_web.run("echo", "web's")
+        legacy = cluster.client.run("echo", "operator's")  # the server's token: tenant default
+
+        # gRPC: another tenant's execution does not exist, whatever is asked of it.
+        for ask in (
+            lambda: as_web.get(mine.execution_id),
+            lambda: as_web.explain(mine.execution_id),
+            lambda: as_web.cancel(mine.execution_id),
+            lambda: next(iter(as_web.watch(mine.execution_id, timeout=5))),
+            lambda: as_web.wait(mine.execution_id, timeout=5),
+            lambda: reader.get(mine.execution_id),
+        ):
+            with pytest.raises(NotFound):
+                ask()
+        assert as_web.get(theirs.execution_id).execution_id == theirs.execution_id
+        assert reader.get(theirs.execution_id).execution_id == theirs.execution_id
+        assert {e.execution_id for e in as_web.list_executions().executions} == {theirs.execution_id}
+        assert {e.execution_id for e in reader.list_executions().executions} == {theirs.execution_id}
+        assert {e.execution_id for e in as_ml.list_executions().executions} == {mine.execution_id}
+        everything = {e.execution_id for e in cluster.client.list_executions().executions}
+        assert everything == {mine.execution_id, theirs.execution_id, legacy.execution_id}
+
+        # Roles: a read token runs and cancels nothing; only admin tokens manage tenants or workflows.
+        with pytest.raises(PermissionDenied, match="read token of tenant web"):
+            reader.run("echo", 1)
+        with pytest.raises(PermissionDenied):
+            reader.cancel(theirs.execution_id)
+        with pytest.raises(PermissionDenied, match="needs an admin token"):
+            as_ml.register_file(Path(__file__).with_name("workflows.py"))
+        assert as_ml.get(mine.execution_id).state == control_pb2.EXECUTION_STATE_CREATED
+
+        # HTTP: the gateway passes each caller's token to the core, which decides.
+        def http(token: str, method: str, path: str) -> httpx.Response:
+            return httpx.request(
+                method,
+                f"{cluster.gateway_url}{path}",
+                headers={"Authorization": f"Bearer {token}"},
+                timeout=10,
+            )
+
+        assert http(web, "GET", f"/executions/{mine.execution_id}").status_code == 404
+        assert http(web, "POST", f"/executions/{mine.execution_id}/cancel").status_code == 404
+        assert http(web, "GET", f"/executions/{mine.execution_id}/explain").status_code == 404
+        listing = http(web, "GET", "/executions").json()
+        assert [e["execution_id"] for e in listing["executions"]] == [theirs.execution_id]
+        assert http(ml, "GET", f"/executions/{mine.execution_id}").status_code == 200
+
+        # CLI, with a tenant's token in the environment as a user would keep it.
+        token_file = tmp_path / "web.token"
+        token_file.write_text(web + "\n")
+        shown = cluster.flux("execution", "show", mine.execution_id, "--api-token-file", str(token_file))
+        assert shown.returncode != 0 and "does not exist" in shown.stderr
+        cancelled = cluster.flux("workflow", "cancel", mine.execution_id, "--api-token-file", str(token_file))
+        assert cancelled.returncode != 0 and "does not exist" in cancelled.stderr
+        denied = cluster.flux("tenant", "list", "--api-token-file", str(token_file))
+        assert denied.returncode != 0 and "admin token" in denied.stderr
+
+        # Its own tenant's execution is cancelled; the other tenant's was never touched.
+        assert as_web.cancel(theirs.execution_id).state == control_pb2.EXECUTION_STATE_CANCELLED
+        assert as_ml.get(mine.execution_id).state == control_pb2.EXECUTION_STATE_CREATED
+
+    # Deleting a tenant revokes its tokens at once on this server.
+    _ok(cluster.flux("tenant", "delete", "ml"))
+    with _client(cluster, ml) as revoked, pytest.raises(Exception, match="invalid"):
+        revoked.get(mine.execution_id)
+
+
+@pytest.mark.transports("grpc")
+def test_tenant_fields_are_refused_naming_the_field(cluster: Cluster, tmp_path: Path) -> None:
+    bad = cluster.flux("tenant", "create", "ml", "--gpu", "four")
+    assert bad.returncode != 0 and "gpu must be a whole number" in bad.stderr
+    bad = cluster.flux("tenant", "create", "Bad Name")
+    assert bad.returncode != 0 and "is invalid; a tenant name is" in bad.stderr
+    bad = cluster.flux("tenant", "create", "ml", "--borrowing-limit", "gpu=2")
+    assert bad.returncode != 0 and "borrowing_limit needs a cohort" in bad.stderr
+    tenants = tmp_path / "tenants.yaml"
+    tenants.write_text(
+        "tenants:\n"
+        "  - name: ml\n    gpu: 4\n    cohort: research\n    borrowing_limit: {gpu: 2}\n    weight: 2\n"
+        "  - name: web\n    cpu: 32\n    memory: 64Gi\n    cohort: research\n"
+    )
+    assert "tenant web applied" in _ok(cluster.flux("tenant", "apply", str(tenants)))
+    shown = json.loads(_ok(cluster.flux("tenant", "show", "ml", "--json")))
+    assert shown == {"name": "ml", "gpu": 4, "cohort": "research", "borrowing_limit": {"gpu": 2}, "weight": 2}
+    _ok(cluster.flux("tenant", "set", "ml", "--gpu", "6", "--unset", "borrowing_limit"))
+    shown = json.loads(_ok(cluster.flux("tenant", "show", "ml", "--json")))
+    assert shown == {"name": "ml", "gpu": 6, "cohort": "research", "weight": 2}
+    tenants.write_text('{"tenants": [{"name": "ml", "gpu": -1}]}')
+    bad = cluster.flux("tenant", "apply", str(tenants))
+    assert bad.returncode != 0 and "tenants[0]" in bad.stderr and "gpu" in bad.stderr
+    assert cluster.flux("tenant", "show", "nobody").returncode != 0
