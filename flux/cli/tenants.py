@@ -185,13 +185,13 @@ class _Tenants:
 
 
 def _to_proto(tenant: Tenant) -> Any:
-    from flux.server.tenants import tenant_to_proto
+    from flux.server.tenant_convert import tenant_to_proto
 
     return tenant_to_proto(tenant)
 
 
 def _from_proto(message: Any) -> Tenant:
-    from flux.server.tenants import tenant_from_proto
+    from flux.server.tenant_convert import tenant_from_proto
 
     return tenant_from_proto(message)
 

@@ -11,8 +11,8 @@ from typing import Any, TypeVar
 import grpc
 
 from flux.dispatcher.core import Dispatcher
-from flux.domain.tenant import RESOURCES, Limits, Tenant
 from flux.errors import Internal, InvalidArgument, refusal, status_of
+from flux.server.tenant_convert import tenant_from_proto, tenant_to_proto
 from flux.v1 import tenants_pb2, tenants_pb2_grpc
 
 log = logging.getLogger("flux.server")
@@ -38,44 +38,6 @@ def _unary(handler: Callable[..., Awaitable[R]]) -> Callable[..., Awaitable[R]]:
             raise  # unreachable: abort raises
 
     return wrapper
-
-
-def limits_to_proto(limits: Limits) -> tenants_pb2.TenantLimits:
-    return tenants_pb2.TenantLimits(
-        **{r: v for r, v in zip(RESOURCES, limits.as_tuple(), strict=True) if v is not None}
-    )
-
-
-def limits_from_proto(message: tenants_pb2.TenantLimits, field: str) -> dict[str, int]:
-    return {r: getattr(message, r) for r in RESOURCES if message.HasField(r)}
-
-
-def tenant_to_proto(tenant: Tenant) -> tenants_pb2.Tenant:
-    return tenants_pb2.Tenant(
-        name=tenant.name,
-        quota=limits_to_proto(tenant.quota),
-        cohort=tenant.cohort,
-        borrowing_limit=limits_to_proto(tenant.borrowing_limit),
-        lending_limit=limits_to_proto(tenant.lending_limit),
-        weight=tenant.weight,
-    )
-
-
-def tenant_from_proto(message: tenants_pb2.Tenant, field: str = "tenant") -> Tenant:
-    """Checked as the apply file's form is, so a bad value is refused naming its field."""
-    data: dict[str, Any] = {"name": message.name, **limits_from_proto(message.quota, "quota")}
-    if message.cohort:
-        data["cohort"] = message.cohort
-    for name in ("borrowing_limit", "lending_limit"):
-        amounts = limits_from_proto(getattr(message, name), name)
-        if amounts:
-            data[name] = amounts
-    if message.weight:
-        data["weight"] = message.weight
-    try:
-        return Tenant.from_dict(data)
-    except (TypeError, ValueError) as exc:
-        raise InvalidArgument(f"{field}: {exc}") from None
 
 
 class TenantService(tenants_pb2_grpc.TenantServiceServicer):

@@ -19,7 +19,7 @@ from flux.client import FluxClient
 from flux.dispatcher.tenants import TenantDirectory, digest
 from flux.domain.execution import Execution, WorkflowRef
 from flux.domain.tenant import Tenant
-from flux.errors import AlreadyExists, FailedPrecondition, NotFound, PermissionDenied
+from flux.errors import AlreadyExists, FailedPrecondition, InvalidArgument, NotFound, PermissionDenied
 from flux.store.base import ExecutionQuery, Store
 from flux.store.postgres import PostgresStore
 from flux.store.sqlite import SqliteStore
@@ -232,3 +232,52 @@ def test_tenant_fields_are_refused_naming_the_field(cluster: Cluster, tmp_path: 
     bad = cluster.flux("tenant", "apply", str(tenants))
     assert bad.returncode != 0 and "tenants[0]" in bad.stderr and "gpu" in bad.stderr
     assert cluster.flux("tenant", "show", "nobody").returncode != 0
+
+
+@pytest.mark.transports("grpc")
+async def test_tenants_through_the_python_clients_and_http(cluster: Cluster) -> None:
+    from flux.aio import FluxClient as AsyncFluxClient
+
+    admin = cluster.client
+    created = admin.tenants.create("ml", gpu=4, cohort="research", borrowing_limit={"gpu": 2})
+    assert created.to_dict() == {
+        "name": "ml", "gpu": 4, "cohort": "research", "borrowing_limit": {"gpu": 2}, "weight": 1,
+    }  # fmt: skip
+    with pytest.raises(AlreadyExists):
+        admin.tenants.create("ml")
+    with pytest.raises(InvalidArgument, match="weight must be a number > 0"):
+        admin.tenants.create("web", weight=0)
+    assert admin.tenants.set("ml", weight=3).weight == 3
+    assert [t.name for t in admin.tenants.apply([{"name": "web", "cpu": 8}])] == ["web"]
+    token = admin.tenants.create_token("web", role="read")
+    with _client(cluster, token) as reader, pytest.raises(PermissionDenied, match="needs an admin token"):
+        reader.tenants.list()
+
+    async with AsyncFluxClient(cluster.address, timeout=10, credentials=cluster.client.credentials) as aio:
+        assert [t.name for t in await aio.tenants.list()] == ["default", "ml", "web"]
+        assert (await aio.tenants.get("ml")).weight == 3
+        await aio.tenants.delete("web")
+        with pytest.raises(NotFound):
+            await aio.tenants.get("web")
+
+    operator = cluster.client.credentials.token
+    async with httpx.AsyncClient(
+        base_url=cluster.gateway_url, headers={"Authorization": f"Bearer {operator}"}, timeout=10
+    ) as http:
+        answer = await http.post("/tenants", json={"name": "web", "quota": {"cpu": "32"}})
+        assert answer.status_code == 200, answer.text
+        assert answer.json()["tenant"]["quota"] == {"cpu": "32"}
+        assert (await http.post("/tenants", json={"name": "web"})).status_code == 409
+        bad = await http.post("/tenants", json={"name": "Web"})
+        assert bad.status_code == 422 and "tenant name is" in bad.json()["error"]["message"]
+        changed = await http.patch("/tenants/web", json={"cpu": None, "gpu": 2})
+        assert changed.status_code == 200 and changed.json()["tenant"]["quota"] == {"gpu": "2"}
+        names = [t["name"] for t in (await http.get("/tenants")).json()["tenants"]]
+        assert names == ["default", "ml", "web"]
+        minted = await http.post("/tokens", json={"tenant": "web"})
+        assert minted.status_code == 200 and minted.json()["role"] == "submit"
+        web = minted.json()["token"]
+        assert (await http.get("/tenants", headers={"Authorization": f"Bearer {web}"})).status_code == 403
+        assert (await http.delete("/tenants/default")).status_code == 409
+        assert (await http.delete("/tenants/web")).status_code == 200
+        assert (await http.get("/tenants/web")).status_code == 404
