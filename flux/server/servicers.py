@@ -474,7 +474,20 @@ class ControlService(control_pb2_grpc.ControlServiceServicer):
 
     @_unary
     async def GetStatus(self, request: control_pb2.GetStatusRequest, context: grpc.aio.ServicerContext):
-        return convert.status_to_proto(await self.status.snapshot(detail=True))
+        caller = await self._caller(context)
+        status = convert.status_to_proto(await self.status.snapshot(detail=True))
+        if not caller.admin:
+            # The fleet and the counts are everyone's to see; another tenant's execution ids are not.
+            for row in status.pending:
+                # The table's copy (a replica's mirror too): a tenant never changes, so any copy tells it.
+                oldest = (
+                    self.dispatcher.table.current(row.oldest_execution_id)
+                    if row.oldest_execution_id
+                    else None
+                )
+                if oldest is None or not caller.sees(oldest):
+                    row.oldest_execution_id = ""
+        return status
 
     @_unary
     async def ListExecutions(

@@ -160,6 +160,10 @@ def test_a_tenant_sees_and_cancels_only_its_own_executions(cluster: Cluster, tmp
         assert {e.execution_id for e in as_web.list_executions().executions} == {theirs.execution_id}
         assert {e.execution_id for e in reader.list_executions().executions} == {theirs.execution_id}
         assert {e.execution_id for e in as_ml.list_executions().executions} == {mine.execution_id}
+        # Status shows everyone's counts, but not another tenant's ids (ml's is the oldest pending).
+        assert [p.oldest_execution_id for p in cluster.client.status().pending] == [mine.execution_id]
+        assert [p.oldest_execution_id for p in as_web.status().pending] == [""]
+        assert [p.oldest_execution_id for p in as_ml.status().pending] == [mine.execution_id]
         everything = {e.execution_id for e in cluster.client.list_executions().executions}
         assert everything == {mine.execution_id, theirs.execution_id, legacy.execution_id}
 
