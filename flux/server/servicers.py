@@ -401,8 +401,12 @@ class ControlService(control_pb2_grpc.ControlServiceServicer):
         queued = [0]  # bytes of the events in ``events``
         behind = ""
 
+        caller = await self._caller(context)
+
         def listen(change: Change, subject: object) -> None:
             nonlocal behind
+            if not change.about_worker and not caller.sees(subject):  # type: ignore[arg-type]
+                return  # another tenant's execution: a non-admin token does not see it change
             if events.qsize() >= FLEET_BACKLOG or queued[0] >= FLEET_BACKLOG_BYTES:
                 behind = (
                     f"{FLEET_BACKLOG} events"

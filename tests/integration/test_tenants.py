@@ -24,7 +24,7 @@ from flux.store.base import ExecutionQuery, Store
 from flux.store.postgres import PostgresStore
 from flux.store.sqlite import SqliteStore
 from flux.testing import Cluster
-from flux.v1 import control_pb2
+from flux.v1 import control_pb2, control_pb2_grpc
 
 pytestmark = [pytest.mark.integration, pytest.mark.backends("sqlite", "postgres")]
 
@@ -285,3 +285,34 @@ async def test_tenants_through_the_python_clients_and_http(cluster: Cluster) -> 
         assert (await http.delete("/tenants/default")).status_code == 409
         assert (await http.delete("/tenants/web")).status_code == 200
         assert (await http.get("/tenants/web")).status_code == 404
+
+
+@pytest.mark.transports("grpc")
+def test_a_tenant_watching_the_fleet_sees_only_its_own_executions_change(cluster: Cluster) -> None:
+    admin = cluster.client
+    admin.tenants.apply([{"name": "ml"}, {"name": "web"}])
+    ml, web = admin.tenants.create_token("ml"), admin.tenants.create_token("web", role="read")
+    credentials = Credentials(web, cluster.ca)
+    channel = credentials.channel(cluster.address)
+    stub = control_pb2_grpc.ControlServiceStub(channel)
+    watch = stub.WatchFleet(control_pb2.WatchFleetRequest(), timeout=60, metadata=credentials.metadata)
+    try:
+        events = iter(watch)
+        assert next(events).WhichOneof("event") == "workers"  # the snapshot: the watch is subscribed
+        with _client(cluster, ml) as as_ml, _client(cluster, cluster.client.credentials.token) as operator:
+            hidden = as_ml.run("echo", 1)  # first: its event would come first
+            seen = operator.run("echo", 2)  # tenant default: the operator's
+        # web's own tenant has no executions: a third, its own, is what the watch waits for.
+        with _client(cluster, admin.tenants.create_token("web")) as as_web:
+            own = as_web.run("echo", 3)
+        ids = []
+        for event in events:
+            kind = event.WhichOneof("event")
+            if kind.startswith("execution_"):
+                ids.append(getattr(event, kind).execution_id)
+                if ids[-1] == own.execution_id:
+                    break
+        assert ids == [own.execution_id], (hidden.execution_id, seen.execution_id)
+    finally:
+        watch.cancel()
+        channel.close()
