@@ -111,6 +111,7 @@ def execution_to_proto(e: Execution) -> control_pb2.Execution:
         created_at_ms=int(e.created_at * 1000),
         updated_at_ms=int(e.updated_at * 1000),
         priority=e.priority,
+        tenant=e.tenant,
     )
 
 

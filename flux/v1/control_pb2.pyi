@@ -288,6 +288,7 @@ class Execution(_message.Message):
     CREATED_AT_MS_FIELD_NUMBER: _builtins.int
     UPDATED_AT_MS_FIELD_NUMBER: _builtins.int
     PRIORITY_FIELD_NUMBER: _builtins.int
+    TENANT_FIELD_NUMBER: _builtins.int
     execution_id: _builtins.str
     """Server-assigned id."""
     state: Global___ExecutionState.ValueType
@@ -308,6 +309,8 @@ class Execution(_message.Message):
     """Last state change, milliseconds since the Unix epoch."""
     priority: _builtins.int
     """Its priority: the run's, else its workflow's (higher first, FIFO within a priority)."""
+    tenant: _builtins.str
+    """The tenant whose token submitted it ("default" for the server's own token and older rows)."""
     @_builtins.property
     def workflow(self) -> _worker_pb2.WorkflowRef:
         """The workflow version it runs."""
@@ -336,10 +339,11 @@ class Execution(_message.Message):
         created_at_ms: _builtins.int = ...,
         updated_at_ms: _builtins.int = ...,
         priority: _builtins.int = ...,
+        tenant: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["error", b"error", "workflow", b"workflow"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["attempt", b"attempt", "created_at_ms", b"created_at_ms", "error", b"error", "execution_id", b"execution_id", "generation", b"generation", "gpu_indices", b"gpu_indices", "input_json", b"input_json", "output_json", b"output_json", "priority", b"priority", "state", b"state", "updated_at_ms", b"updated_at_ms", "worker", b"worker", "workflow", b"workflow"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["attempt", b"attempt", "created_at_ms", b"created_at_ms", "error", b"error", "execution_id", b"execution_id", "generation", b"generation", "gpu_indices", b"gpu_indices", "input_json", b"input_json", "output_json", b"output_json", "priority", b"priority", "state", b"state", "tenant", b"tenant", "updated_at_ms", b"updated_at_ms", "worker", b"worker", "workflow", b"workflow"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

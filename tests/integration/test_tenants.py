@@ -155,7 +155,8 @@ def test_a_tenant_sees_and_cancels_only_its_own_executions(cluster: Cluster, tmp
         ):
             with pytest.raises(NotFound):
                 ask()
-        assert as_web.get(theirs.execution_id).execution_id == theirs.execution_id
+        assert as_web.get(theirs.execution_id).tenant == "web"
+        assert (mine.tenant, legacy.tenant) == ("ml", "default")
         assert reader.get(theirs.execution_id).execution_id == theirs.execution_id
         assert {e.execution_id for e in as_web.list_executions().executions} == {theirs.execution_id}
         assert {e.execution_id for e in reader.list_executions().executions} == {theirs.execution_id}
@@ -199,6 +200,10 @@ def test_a_tenant_sees_and_cancels_only_its_own_executions(cluster: Cluster, tmp
         assert shown.returncode != 0 and "does not exist" in shown.stderr
         cancelled = cluster.flux("workflow", "cancel", mine.execution_id, "--api-token-file", str(token_file))
         assert cancelled.returncode != 0 and "does not exist" in cancelled.stderr
+        mine_file = tmp_path / "ml.token"
+        mine_file.write_text(ml + "\n")
+        shown = cluster.flux("execution", "show", mine.execution_id, "--api-token-file", str(mine_file))
+        assert shown.returncode == 0 and "tenant     ml" in shown.stdout
         denied = cluster.flux("tenant", "list", "--api-token-file", str(token_file))
         assert denied.returncode != 0 and "admin token" in denied.stderr
 
