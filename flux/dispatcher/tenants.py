@@ -76,9 +76,16 @@ OPERATOR = Caller(DEFAULT_TENANT, "admin")
 
 
 class TenantDirectory:
-    def __init__(self, store: Store, clock: Callable[[], float] = time.monotonic):
+    def __init__(
+        self,
+        store: Store,
+        clock: Callable[[], float] = time.monotonic,
+        on_change: Callable[[list[Tenant]], None] | None = None,
+    ):
         self.store = store
         self.clock = clock
+        # Told every tenant's terms after each change (the dispatcher applies them to placement).
+        self.on_change = on_change
         self._resolved: OrderedDict[str, tuple[float, Caller | None]] = OrderedDict()
 
     # ----------------------------------------------------------------- tenants
@@ -119,7 +126,12 @@ class TenantDirectory:
             repeated = next(n for n in names if names.count(n) > 1)
             raise InvalidArgument(f"tenant {repeated!r} is given more than once; give each tenant once")
         await self.store.save_tenants([(t.name, json.dumps(t.to_dict())) for t in tenants])
+        await self._changed()
         return tenants
+
+    async def _changed(self) -> None:
+        if self.on_change is not None:
+            self.on_change(await self.list())
 
     async def delete(self, name: str) -> None:
         check_name(name)
@@ -127,6 +139,7 @@ class TenantDirectory:
             raise FailedPrecondition(f"tenant {DEFAULT_TENANT!r} cannot be deleted: it holds untenanted work")
         if not await self.store.delete_tenant(name):
             raise NotFound(f"tenant {name!r} does not exist")
+        await self._changed()
         self._resolved = OrderedDict(
             (d, entry) for d, entry in self._resolved.items() if entry[1] is None or entry[1].tenant != name
         )
