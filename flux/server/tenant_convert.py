@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import Any
 
 from flux.domain.tenant import RESOURCES, Limits, Tenant
@@ -45,3 +46,18 @@ def tenant_from_proto(message: tenants_pb2.Tenant, field: str = "tenant") -> Ten
         return Tenant.from_dict(data)
     except (TypeError, ValueError) as exc:
         raise InvalidArgument(f"{field}: {exc}") from None
+
+
+def tenant_statuses_to_proto(
+    tenants: Iterable[tuple[str, tuple[int, int, int, int], Limits, int]],
+) -> list[tenants_pb2.TenantStatus]:
+    """Each tenant's (name, usage, quota, pending) from ``flux.observe.status``."""
+    return [
+        tenants_pb2.TenantStatus(
+            name=name,
+            usage=tenants_pb2.TenantLimits(**dict(zip(RESOURCES, usage, strict=True))),
+            quota=limits_to_proto(quota),
+            pending=pending,
+        )
+        for name, usage, quota, pending in tenants
+    ]

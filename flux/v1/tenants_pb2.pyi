@@ -68,6 +68,46 @@ class TenantLimits(_message.Message):
 Global___TenantLimits: _TypeAlias = TenantLimits  # noqa: Y015
 
 @_typing.final
+class TenantStatus(_message.Message):
+    """One tenant's usage against its quota now (GetStatus and GetMetrics), while any
+    tenant has terms (a quota, a cohort or a weight).
+    """
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    NAME_FIELD_NUMBER: _builtins.int
+    USAGE_FIELD_NUMBER: _builtins.int
+    QUOTA_FIELD_NUMBER: _builtins.int
+    PENDING_FIELD_NUMBER: _builtins.int
+    name: _builtins.str
+    """The tenant's name."""
+    pending: _builtins.int
+    """Its pending executions."""
+    @_builtins.property
+    def usage(self) -> Global___TenantLimits:
+        """What its scheduled and running executions hold."""
+
+    @_builtins.property
+    def quota(self) -> Global___TenantLimits:
+        """Its nominal quota; an absent resource is unlimited."""
+
+    def __init__(
+        self,
+        *,
+        name: _builtins.str = ...,
+        usage: Global___TenantLimits | None = ...,
+        quota: Global___TenantLimits | None = ...,
+        pending: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["quota", b"quota", "usage", b"usage"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["name", b"name", "pending", b"pending", "quota", b"quota", "usage", b"usage"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___TenantStatus: _TypeAlias = TenantStatus  # noqa: Y015
+
+@_typing.final
 class Tenant(_message.Message):
     """A tenant and its terms."""
 

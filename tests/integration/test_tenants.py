@@ -351,6 +351,23 @@ def test_a_tenant_runs_within_its_quota_and_gets_it_back_when_work_ends(cluster:
         assert len(waiting) == 2, states
         assert "tenant ml at its cpu quota 1/1" in as_ml.explain(waiting[0]).summary
 
+        # Prometheus: usage against quota, and what waits, per tenant.
+        def scraped() -> str:
+            return httpx.get(f"{cluster.gateway_url}/metrics", timeout=10).text
+
+        expected = (
+            'flux_tenant_usage{resource="cpu",tenant="ml"} 1.0',
+            'flux_tenant_quota{resource="cpu",tenant="ml"} 1.0',
+            'flux_tenant_pending{tenant="ml"} 2.0',
+            'flux_tenant_usage{resource="cpu",tenant="default"} 1.0',
+        )
+        eventually(lambda: all(line in scraped() for line in expected), what="the tenant metrics")
+        assert 'flux_tenant_quota{resource="memory",tenant="ml"}' not in scraped()  # no memory quota
+        shown = cluster.client.status().tenants
+        assert [(t.name, t.usage.cpu, t.quota.cpu, t.pending) for t in shown if t.name == "ml"] == [
+            ("ml", 1, 1, 2)
+        ]
+
         # Its running one ends: the quota it held goes to the next of ml's, on the same worker or any.
         as_ml.cancel(running)
         eventually(
