@@ -6,6 +6,7 @@ with everything in tenant ``default``, and the server's own API token is its adm
 
 from __future__ import annotations
 
+import contextlib
 import json
 import sqlite3
 from collections.abc import AsyncIterator
@@ -376,3 +377,44 @@ def test_a_tenant_runs_within_its_quota_and_gets_it_back_when_work_ends(cluster:
         assert sum(as_ml.get(i).state == control_pb2.EXECUTION_STATE_CREATED for i in waiting) == 1
         for execution_id in [*waiting, other]:
             cluster.client.cancel(execution_id)
+
+
+@pytest.mark.transports("grpc")
+@pytest.mark.backends("sqlite")
+def test_two_teams_in_a_cohort_borrow_what_the_other_leaves_and_get_it_back(cluster: Cluster) -> None:
+    from flux.testing import eventually
+
+    RUNNING = (control_pb2.EXECUTION_STATE_SCHEDULED, control_pb2.EXECUTION_STATE_RUNNING)
+    cluster.start_worker("w1", "--cpus", "8")
+    _ok(cluster.flux("tenant", "create", "ml", "--cpu", "2", "--cohort", "research"))
+    _ok(cluster.flux("tenant", "create", "web", "--cpu", "2", "--cohort", "research"))
+    ml = _ok(cluster.flux("token", "create", "--tenant", "ml")).strip()
+    web = _ok(cluster.flux("token", "create", "--tenant", "web")).strip()
+    with _client(cluster, ml) as as_ml, _client(cluster, web) as as_web:
+
+        def running(client: FluxClient, ids: list[str]) -> list[str]:
+            return [i for i in ids if client.get(i).state in RUNNING]
+
+        # web is idle: ml runs its own 2 cores and borrows web's 2, on a worker with 8.
+        mine = [as_ml.run("slow_step", 120).execution_id for _ in range(6)]
+        eventually(lambda: len(running(as_ml, mine)) == 4, what="ml's four")
+        waiting = [i for i in mine if i not in running(as_ml, mine)]
+        assert len(waiting) == 2
+        summary = as_ml.explain(waiting[0]).summary
+        assert summary.startswith(
+            "tenant ml at its cpu quota 4/2, borrowing 2 of no limit in cohort research "
+            "(the cohort has no cpu left to lend)"
+        ), summary
+
+        # web comes back: without preemption it waits for ml's borrowed cores, then gets them
+        # first (its share is the lowest), before ml's own waiting work.
+        theirs = as_web.run("slow_step", 120).execution_id
+        summary = as_web.explain(theirs).summary
+        assert "tenant web using 0/2 of its cpu quota" in summary, summary
+        assert "fair share: tenant web is 1st of 2 tenants waiting" in summary, summary
+        as_ml.cancel(running(as_ml, mine)[0])
+        eventually(lambda: as_web.get(theirs).state in RUNNING, what="web's run on the returned core")
+        assert len(running(as_ml, mine)) == 3
+        for execution_id in [*mine, theirs]:
+            with contextlib.suppress(FailedPrecondition):
+                cluster.client.cancel(execution_id)
