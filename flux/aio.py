@@ -21,7 +21,7 @@ from typing import Any
 
 import grpc
 
-from flux import defaults
+from flux import defaults, tracing
 from flux.auth import Credentials, Role
 from flux.client import (
     WaitTimedOut,
@@ -57,6 +57,8 @@ class FluxClient:
         self._metadata = self.credentials.metadata
         self._channel = self.credentials.aio_channel(self.address)
         self._stub = control_pb2_grpc.ControlServiceStub(self._channel)
+        # ``flux.submit`` spans where this process traces, as the blocking client (checked once).
+        self._traced = tracing.adopt()
 
     @functools.cached_property
     def tenants(self) -> AsyncTenantAdmin:
@@ -91,6 +93,23 @@ class FluxClient:
             )
         except grpc.RpcError as exc:
             raise await self._error(exc) from None
+
+    async def _submit(self, method: str, request: Any, workflow: str) -> Any:
+        """A submission, in a ``flux.submit`` span whose context the server stores with the executions."""
+        if not self._traced:
+            return await self._call(method, request)
+        attributes = tracing.submit_attributes(self.address, method, workflow)
+        with tracing.span("flux.submit", kind="CLIENT", **attributes) as span:
+            try:
+                answer = await getattr(self._stub, method)(
+                    request,
+                    timeout=self.timeout,
+                    metadata=(*self._metadata, *tracing.metadata(tracing.carrier_of(span))),
+                )
+            except grpc.RpcError as exc:
+                raise await self._error(exc) from None
+            tracing.submitted(span, answer)
+            return answer
 
     async def register_file(
         self, path: str | Path, allow_import: bool = False
@@ -131,7 +150,7 @@ class FluxClient:
     ) -> control_pb2.Execution:
         request = run_request(workflow, input_json, version, priority)
         if not wait:
-            return await self._call("RunWorkflow", request)
+            return await self._submit("RunWorkflow", request, workflow)
         return await self._run_and_wait(request, timeout, on_update)
 
     async def _run_and_wait(
@@ -139,10 +158,16 @@ class FluxClient:
     ) -> control_pb2.Execution:
         loop = asyncio.get_running_loop()
         deadline = None if timeout is None else loop.time() + timeout
+        span = None
+        metadata = self._metadata
+        if self._traced:  # the submission (to the receipt) is a flux.submit span
+            attributes = tracing.submit_attributes(self.address, "RunAndWait", request.workflow_name)
+            span = tracing.start("flux.submit", kind="CLIENT", **attributes)
+            metadata = (*metadata, *tracing.metadata(tracing.carrier_of(span)))
         call = self._stub.RunAndWait(
             control_pb2.RunAndWaitRequest(run=request, every_state=on_update is not None),
             timeout=None if timeout is None else max(timeout, self.timeout),
-            metadata=self._metadata,
+            metadata=metadata,
         )
         # As the blocking client: the receipt may take as long as any call, the wait's own
         # timeout cuts the stream only once the run is accepted.
@@ -159,6 +184,10 @@ class FluxClient:
             async for update in call:
                 if receipt is None:
                     receipt = update
+                    if span is not None:
+                        tracing.submitted(span, update)
+                        span.end()
+                        span = None
                     if timeout is not None:
                         cut = loop.call_later(timeout, time_out)
                 if on_update is not None:
@@ -173,6 +202,8 @@ class FluxClient:
             if not timed_out:
                 raise  # our caller cancelled us, not the timer
         finally:
+            if span is not None:  # no receipt: refused, or cut off
+                span.end()
             if cut is not None:
                 cut.cancel()
             call.cancel()
@@ -211,7 +242,7 @@ class FluxClient:
             if priority is not None:
                 request.priority = priority
             try:
-                answer = await self._call("RunWorkflows", request)
+                answer = await self._submit("RunWorkflows", request, workflow)
             except InvalidArgument as exc:
                 raise InvalidArgument(shift_index(str(exc), len(executions))) from None
             executions.extend(answer.executions)

@@ -20,7 +20,7 @@ from typing import Any
 
 import grpc
 
-from flux import defaults
+from flux import defaults, tracing
 from flux.auth import TLS_HINT, Credentials, Role, speaks_tls
 from flux.errors import FluxError, InvalidArgument, Unavailable, from_grpc_code
 from flux.loader import WorkflowFile, load_workflow_file
@@ -146,6 +146,9 @@ class FluxClient:
         self._metadata = self.credentials.metadata
         self._channel = self.credentials.channel(self.address)
         self._stub = control_pb2_grpc.ControlServiceStub(self._channel)
+        # A client records ``flux.submit`` spans where this process traces (OTEL_* settings, or an
+        # SDK provider the host set up before making the client); checked once, here.
+        self._traced = tracing.adopt()
 
     @functools.cached_property
     def tenants(self) -> TenantAdmin:
@@ -176,6 +179,30 @@ class FluxClient:
             )
         except grpc.RpcError as exc:
             raise self._error(exc) from None
+
+    def _submit_span(self, method: str, workflow: str) -> Any:
+        """A started ``flux.submit`` span (not current), for a streamed submission that ends it."""
+        return tracing.start(
+            "flux.submit", kind="CLIENT", **tracing.submit_attributes(self.address, method, workflow)
+        )
+
+    def _submit(self, method: str, request: Any, workflow: str) -> Any:
+        """A submission, in a ``flux.submit`` span whose context the server stores with the executions."""
+        if not self._traced:
+            return self._call(method, request)
+        attributes = tracing.submit_attributes(self.address, method, workflow)
+        with tracing.span("flux.submit", kind="CLIENT", **attributes) as span:
+            try:
+                answer = getattr(self._stub, method)(
+                    request,
+                    timeout=self.timeout,
+                    metadata=(*self._metadata, *tracing.metadata(tracing.carrier_of(span))),
+                )
+            except grpc.RpcError as exc:
+                span.set_attribute("rpc.grpc.status_code", exc.code().value[0])  # type: ignore[attr-defined]
+                raise self._error(exc) from None
+            tracing.submitted(span, answer)
+            return answer
 
     def _error(self, exc: grpc.RpcError) -> FluxError:
         return rpc_error(exc, self.address, self.credentials)
@@ -226,7 +253,7 @@ class FluxClient:
         """``run`` with the input already JSON; ``on_update`` (with ``wait``) sees every state."""
         request = run_request(workflow, input_json, version, priority)
         if not wait:
-            return self._call("RunWorkflow", request)
+            return self._submit("RunWorkflow", request, workflow)
         return self._run_and_wait(request, timeout, on_update)
 
     def _run_and_wait(
@@ -238,10 +265,15 @@ class FluxClient:
         # One call: the receipt, then the final state. The receipt may take as long as any
         # call (self.timeout); the wait's own timeout cuts the stream only once it is accepted.
         deadline = None if timeout is None else time.monotonic() + timeout
+        # Traced, the submission (to the receipt) is a flux.submit span, as a run without wait is.
+        span = self._submit_span("RunAndWait", request.workflow_name) if self._traced else None
+        metadata = (
+            self._metadata if span is None else (*self._metadata, *tracing.metadata(tracing.carrier_of(span)))
+        )
         stream = self._stub.RunAndWait(
             control_pb2.RunAndWaitRequest(run=request, every_state=on_update is not None),
             timeout=None if timeout is None else max(timeout, self.timeout),
-            metadata=self._metadata,
+            metadata=metadata,
         )
         timer = None if timeout is None else threading.Timer(timeout, stream.cancel)
         receipt = None
@@ -249,6 +281,10 @@ class FluxClient:
             for update in stream:
                 if receipt is None:
                     receipt = update
+                    if span is not None:
+                        tracing.submitted(span, update)
+                        span.end()
+                        span = None
                     if timer is not None:
                         timer.start()
                 if on_update is not None:
@@ -257,9 +293,13 @@ class FluxClient:
                     return update
         except grpc.RpcError as exc:
             error = self._error(exc)
+            if span is not None:
+                span.set_attribute("error.type", type(error).__name__)
             if receipt is None or not isinstance(error, Unavailable):
                 raise error from None
         finally:
+            if span is not None:
+                span.end()
             if timer is not None:
                 timer.cancel()
         if receipt is None:
@@ -306,7 +346,7 @@ class FluxClient:
             if priority is not None:
                 request.priority = priority
             try:
-                answer = self._call("RunWorkflows", request)
+                answer = self._submit("RunWorkflows", request, workflow)
             except InvalidArgument as exc:
                 raise InvalidArgument(shift_index(str(exc), len(executions))) from None
             executions.extend(answer.executions)

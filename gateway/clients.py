@@ -14,7 +14,7 @@ from sse_starlette import EventSourceResponse
 from flux.defaults import MAX_BATCH_INPUTS
 from flux.errors import InvalidArgument, ResourceExhausted
 from flux.v1 import control_pb2
-from gateway import protojson, schema
+from gateway import protojson, schema, tracing
 from gateway.auth import API_BEARER
 from gateway.bodies import OffLoopJSONRoute, large_json_dumps, large_json_dumps_each, to_message
 from gateway.core import Core, core
@@ -93,11 +93,13 @@ async def run_workflow(
     )
     if body.priority is not None:
         run.priority = body.priority
-    if "text/event-stream" in request.headers.get("accept", ""):
-        return await run_and_stream(request, core, run)
-    if not body.wait:
-        return _answer(await core.control.RunWorkflow(run, timeout=_timeout(request)), 202)
-    latest = await _until_finished_or_gone(core, run, body.timeout, request)
+    # The caller's trace context (or the gateway's span) goes with each call made in here.
+    with tracing.submitting(request, "/workflows/{name}/run"):
+        if "text/event-stream" in request.headers.get("accept", ""):
+            return await run_and_stream(request, core, run)
+        if not body.wait:
+            return _answer(await core.control.RunWorkflow(run, timeout=_timeout(request)), 202)
+        latest = await _until_finished_or_gone(core, run, body.timeout, request)
     if latest is None:  # the client left; nobody reads an answer
         return JSONResponse(None, status_code=202)
     return _answer(latest, 200 if latest.state >= FINISHED else 202)
@@ -131,7 +133,8 @@ async def run_workflows(
     if body.priority is not None:
         run.priority = body.priority
     try:
-        accepted = await core.control.RunWorkflows(run, timeout=_timeout(request))
+        with tracing.submitting(request, "/workflows/{name}/run-many"):
+            accepted = await core.control.RunWorkflows(run, timeout=_timeout(request))
     except grpc.aio.AioRpcError as exc:
         error = from_rpc(exc)
         # The core names an input as input_json[i]; this body calls them inputs.

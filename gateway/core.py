@@ -12,6 +12,7 @@ from grpc_health.v1 import health_pb2_grpc
 
 from flux.auth import Credentials
 from flux.v1 import control_pb2_grpc, worker_pb2_grpc
+from gateway import tracing
 
 CHANNEL_OPTIONS = [
     ("grpc.keepalive_time_ms", 20_000),
@@ -52,10 +53,11 @@ class Core:
             await self.channel.close()
 
     def for_caller(self, authorization: str | None) -> Core:
-        """The same channel, with the caller's credentials on every call: the core decides, not us."""
-        if not authorization:
-            return self
-        metadata = (("authorization", authorization),)
+        """The same channel, with the caller's credentials on every call: the core decides, not us.
+
+        Calls made inside ``gateway.tracing.submitting`` also carry the submission's trace context.
+        """
+        metadata = (("authorization", authorization),) if authorization else ()
         return Core(
             self.address,
             self.channel,
@@ -79,7 +81,7 @@ class _WithMetadata:
         extra = self._metadata
 
         def call(request: object, *, metadata: Sequence[tuple[str, str]] = (), **kwargs: Any) -> Any:
-            return method(request, metadata=(*extra, *metadata), **kwargs)
+            return method(request, metadata=(*extra, *metadata, *tracing.outgoing()), **kwargs)
 
         return call
 

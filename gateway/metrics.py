@@ -25,7 +25,10 @@ from prometheus_client.core import (
     HistogramMetricFamily,
     Metric,
 )
+from prometheus_client.openmetrics.exposition import CONTENT_TYPE_LATEST as OPENMETRICS_CONTENT_TYPE
+from prometheus_client.openmetrics.exposition import generate_latest as generate_openmetrics
 from prometheus_client.registry import Collector
+from prometheus_client.samples import Exemplar
 from prometheus_client.utils import floatToGoString
 
 from flux.v1 import control_pb2
@@ -143,11 +146,17 @@ class StatusCollector(Collector):
             labels=["stage"],
         )
         for histogram in s.latencies:
+            # A bucket's exemplar links it to the trace of an execution observed in it
+            # (README "Tracing"); only the OpenMetrics exposition shows them.
+            exemplars = {
+                e.bucket: Exemplar({"trace_id": e.trace_id}, e.value, e.timestamp_ms / 1000)
+                for e in histogram.exemplars
+            }
             cumulative, buckets = 0, []
-            for bound, count in zip(histogram.bounds, histogram.counts, strict=False):
+            for index, (bound, count) in enumerate(zip(histogram.bounds, histogram.counts, strict=False)):
                 cumulative += count
-                buckets.append((floatToGoString(bound), cumulative))
-            buckets.append(("+Inf", histogram.count))
+                buckets.append(_bucket(floatToGoString(bound), cumulative, exemplars.get(index)))
+            buckets.append(_bucket("+Inf", histogram.count, exemplars.get(len(histogram.bounds))))
             latency.add_metric([histogram.stage], buckets, histogram.sum)
         yield latency
 
@@ -225,24 +234,39 @@ def _pool_metrics(s: control_pb2.ClusterStatus) -> Iterator[Metric]:
     yield pending
 
 
-def render(status: control_pb2.ClusterStatus) -> bytes:
+def _bucket(bound: str, value: int, exemplar: Exemplar | None) -> tuple:  # type: ignore[type-arg]
+    return (bound, value) if exemplar is None else (bound, value, exemplar)
+
+
+def render(status: control_pb2.ClusterStatus, openmetrics: bool = False) -> bytes:
+    """The Prometheus text format, or with ``openmetrics`` the OpenMetrics one (with exemplars)."""
     registry = CollectorRegistry(auto_describe=False)  # this answer's only; never the global one
     registry.register(StatusCollector(status))
-    return generate_latest(registry)
+    return generate_openmetrics(registry) if openmetrics else generate_latest(registry)
 
 
 @router.get(
     "/metrics",
     response_class=Response,
     responses={
-        200: {"content": {CONTENT_TYPE_LATEST: {}}, "description": "Prometheus text format 0.0.4"},
+        200: {
+            "content": {CONTENT_TYPE_LATEST: {}, OPENMETRICS_CONTENT_TYPE: {}},
+            "description": "Prometheus text format 0.0.4; OpenMetrics 1.0 (with trace exemplars) "
+            "when the scraper's Accept asks for application/openmetrics-text",
+        },
         503: {"model": schema.ErrorBody},
     },
 )
 async def metrics(request: Request) -> Response:
-    """The core's counters, gauges and latency histograms for Prometheus; no token needed."""
+    """The core's counters, gauges and latency histograms for Prometheus; no token needed.
+
+    A scraper that accepts `application/openmetrics-text` (Prometheus does, with exemplar
+    storage on) gets OpenMetrics, whose latency buckets carry exemplars with trace ids.
+    """
     core = request.app.state.core  # the gateway's own channel: GetMetrics is open, no caller token
     status = await core.control.GetMetrics(
         control_pb2.GetMetricsRequest(), timeout=request.app.state.settings.unary_timeout
     )
+    if "application/openmetrics-text" in request.headers.get("accept", ""):
+        return Response(render(status, openmetrics=True), media_type=OPENMETRICS_CONTENT_TYPE)
     return Response(render(status), media_type=CONTENT_TYPE_LATEST)

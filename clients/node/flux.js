@@ -24,6 +24,12 @@
 // ./.flux/worker.token or ./.flux/api.token as the Python CLI reads them. $FLUX_CA
 // (a PEM file) switches to TLS.
 //
+// Tracing (W3C Trace Context, as the Python client and worker carry it): `run` sends
+// the caller's context from $TRACEPARENT (and $TRACESTATE), the environment carrier
+// OpenTelemetry specifies, so the execution joins the caller's trace. The worker
+// continues each dispatch's context (ExecutionScheduled.trace): its Claim and Complete
+// calls carry it, and its output has it as "trace" ({traceparent, tracestate}).
+//
 // A Node worker cannot run Python, so it advertises the runtime "node <version>"
 // (never "python"): the server only dispatches workflows registered for the
 // "node" runtime to it (`register --runtime node`). It does not fetch the
@@ -94,6 +100,30 @@ function unary(stub, method, request, metadata, timeoutMs = UNARY_TIMEOUT_MS) {
       err ? reject(rpcError(method, err)) : resolve(response),
     );
   });
+}
+
+// W3C Trace Context: version-trace_id-parent_id-flags, lower-case hex, ids not all zero.
+const TRACEPARENT = /^(?!ff)[0-9a-f]{2}-(?!0{32})[0-9a-f]{32}-(?!0{16})[0-9a-f]{16}-[0-9a-f]{2}(-.*)?$/;
+
+// The caller's trace context from the environment carrier; refused by name when malformed.
+function callerTrace() {
+  const traceparent = (process.env.TRACEPARENT || "").trim();
+  if (!traceparent) return null;
+  if (!TRACEPARENT.test(traceparent)) {
+    throw new UsageError(
+      `$TRACEPARENT must be a W3C traceparent (00-<32 hex>-<16 hex>-<2 hex>); got ${JSON.stringify(traceparent)}`,
+    );
+  }
+  return { traceparent, tracestate: (process.env.TRACESTATE || "").trim() };
+}
+
+// ``metadata`` plus the trace context, when there is one (a copy: the original is shared).
+function withTrace(metadata, trace) {
+  if (!trace || !trace.traceparent) return metadata;
+  const traced = metadata.clone();
+  traced.set("traceparent", trace.traceparent);
+  if (trace.tracestate) traced.set("tracestate", trace.tracestate);
+  return traced;
 }
 
 function rpcError(method, err) {
@@ -250,9 +280,9 @@ async function worker(args) {
 
   // Claim, Complete and Release refusals (a stale generation, a cancel that
   // crossed the dispatch) mean the execution is no longer ours: log, go on.
-  async function workerCall(method, request) {
+  async function workerCall(method, request, trace = null) {
     try {
-      await unary(stub, method, { ...session, ...request }, metadata);
+      await unary(stub, method, { ...session, ...request }, withTrace(metadata, trace));
       return true;
     } catch (err) {
       console.error(`flux-node worker ${name}: ${err.message}`);
@@ -268,7 +298,7 @@ async function worker(args) {
       await workerCall("Release", { execution_id, generation, reason: "--max-executions reached" });
       return;
     }
-    if (!(await workerCall("Claim", { execution_id, generation }))) return;
+    if (!(await workerCall("Claim", { execution_id, generation }, ev.trace))) return;
     claimed += 1;
     if (claimed >= max) {
       // Draining: the server sends nothing new, and this worker may leave once done.
@@ -283,7 +313,7 @@ async function worker(args) {
         // Reported as the execution's error, the way a Python worker reports an exception.
         result.error = { type: err.name, message: err.message, traceback: err.stack };
       }
-      if (await workerCall("Complete", result)) {
+      if (await workerCall("Complete", result, ev.trace)) {
         done += 1;
         console.error(`flux-node worker ${name}: completed ${execution_id} (${done} done)`);
       }
@@ -327,13 +357,16 @@ async function worker(args) {
 
 // What this worker "runs" in place of the workflow's Python code.
 function echo(ev, worker) {
-  return {
+  const output = {
     input: ev.input_json ? JSON.parse(ev.input_json) : null,
     worker,
     workflow: ev.workflow.name,
     attempt: ev.attempt,
     runtime: "node",
   };
+  // The dispatch's context, continued: what a workflow here would open its spans under.
+  if (ev.trace && ev.trace.traceparent) output.trace = ev.trace;
+  return output;
 }
 
 function rootDiskBytes() {
@@ -468,7 +501,9 @@ async function run(args) {
     throw new UsageError(`INPUT_JSON is not JSON: ${err.message}`);
   }
   const timeoutMs = values.timeout ? seconds("--timeout", values.timeout) * 1000 : 24 * 3600 * 1000;
-  const metadata = bearer("api");
+  const trace = callerTrace();
+  // The caller's context goes with the submission (RunWorkflow or RunAndWait).
+  const metadata = withTrace(bearer("api"), trace);
   const stub = control(server);
   const request = { workflow_name: name, input_json: input };
   try {

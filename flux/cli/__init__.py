@@ -16,7 +16,7 @@ import sys
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 
-from flux import defaults, event_loop
+from flux import defaults, event_loop, tracing
 from flux.cli import arguments, render, tables
 from flux.client import FluxClient, default_server
 from flux.domain.quantity import format_bytes
@@ -401,6 +401,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"error: --log-level: {exc}", file=sys.stderr)
         return 2
     _warn_token_flags(args)
+    # Spans only where OTEL_* settings ask for them (flux/tracing.py); one service name per role.
+    role = getattr(args.run, "__name__", "").removeprefix("_start_")
+    tracing.setup(f"flux-{role}" if role in ("server", "worker", "gateway") else "flux-cli")
     try:
         return int(args.run(args) or 0)
     except FluxError as exc:
@@ -414,6 +417,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     except KeyboardInterrupt:
         return EXIT_INTERRUPTED
+    finally:
+        tracing.shutdown()
 
 
 def _error(text: str) -> None:

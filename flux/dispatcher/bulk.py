@@ -34,6 +34,7 @@ async def submit_many(
     priority: int | None = None,
     field: str = "input_json",
     tenant: str = DEFAULT_TENANT,
+    trace: str = "",
 ) -> list[Execution]:
     """Accept one execution per input (durable before this returns); answered in input order.
 
@@ -60,9 +61,12 @@ async def submit_many(
                 updated_at=now,
                 priority=rank,
                 tenant=tenant,
+                trace=trace,
             )
             for input_json in checked
         ]
+        if d.events.traces is not None:
+            executions = [d.events.traces.accepted(e) for e in executions]
         # Finished here even if the caller goes away meanwhile, as a single submission is
         # (Dispatcher.store_submission, SharedBinder.submit).
         await asyncio.shield(d.binder.submit_many(executions))

@@ -62,6 +62,7 @@ from flux.matching import (
     PendingQueue,
     Placement,
     Shape,
+    WorkerView,
     explain,
     schedule,
 )
@@ -199,8 +200,10 @@ class Dispatcher:
         input_json: str = "",
         version: int = 0,
         priority: int | None = None,
+        trace: str = "",
         tenant: str = DEFAULT_TENANT,
     ) -> Execution:
+        """``trace``: the caller's W3C context (flux/tracing.py carrier), stored with the execution."""
         if not workflow_name:
             raise InvalidArgument("workflow_name is required: the name of a registered workflow")
         if not self.catalogue.knows(workflow_name, max(version, 0)):
@@ -221,8 +224,11 @@ class Dispatcher:
             created_at=now,
             updated_at=now,
             priority=rank,
+            trace=trace,
             tenant=tenant,
         )
+        if self.events.traces is not None:
+            execution = self.events.traces.accepted(execution)
         await self.binder.submit(execution)
         return _with_input(self.table.get(execution.execution_id) or execution, input_json)
 
@@ -232,10 +238,13 @@ class Dispatcher:
         inputs: list[str],
         version: int = 0,
         priority: int | None = None,
+        trace: str = "",
         tenant: str = DEFAULT_TENANT,
     ) -> list[Execution]:
         """One execution per input, stored in one commit, in input order (bulk.py)."""
-        return await bulk.submit_many(self, workflow_name, inputs, version, priority, tenant=tenant)
+        return await bulk.submit_many(
+            self, workflow_name, inputs, version, priority, trace=trace, tenant=tenant
+        )
 
     def take_seq(self) -> int:
         """The sequence number of the next submission (it orders the queue within a priority)."""
@@ -267,6 +276,33 @@ class Dispatcher:
         shape = self.catalogue.shape_of(execution)
         self.queue_up(execution, shape)
         self.place(shapes=[shape])
+        if self.events.traces is not None and execution.trace:
+            self.trace_verdict(execution, shape)
+
+    def trace_verdict(
+        self, execution: Execution, shape: Shape, views: list[WorkerView] | None = None
+    ) -> None:
+        """Record, for its ``flux.queued`` span, why a traced execution still waits (only while tracing)."""
+        if execution.execution_id not in self.queue or self.events.traces is None:
+            return  # placed already
+        # Executions of its shape ahead of it; O(queue), so not counted in a very long queue.
+        position = self.queue.position(execution.execution_id) if len(self.queue) <= 10_000 else None
+        if views is None:
+            views = [w.view() for w in self.registry.entries.values() if w.accepting]
+        why = explain(shape, views, execution_id=execution.execution_id, aging=self.aging, now=self.clock())
+        verdict = "infeasible" if why.infeasible else "nominated" if why.nominated else "busy"
+        self.events.traces.waiting(execution, position, verdict, why.summary)
+
+    def trace_verdicts(self, most: int = 256) -> None:
+        """After a full pass: a verdict event for each traced waiting execution whose verdict changed
+        (a worker gone busy, infeasible, a nomination), the ``most`` longest waiting."""
+        if self.events.traces is None:
+            return
+        views = [w.view() for w in self.registry.entries.values() if w.accepting]
+        for execution_id in self.events.traces.waiting_ids(most):
+            execution = self.table.unfinished.get(execution_id)
+            if execution is not None and execution.trace and execution.state is State.CREATED:
+                self.trace_verdict(execution, self.catalogue.shape_of(execution), views)
 
     def queue_up(self, execution: Execution, shape: Shape) -> None:
         """In line by priority, then submission; aging counts its wait from its submission."""
@@ -473,6 +509,8 @@ class Dispatcher:
     def push(self, execution: Execution, entry: WorkerEntry, placement: Placement) -> None:
         """Send a bound dispatch (reserved on ``entry``) to its worker and start its ack deadline."""
         assert entry.session is not None  # dispatchable implies connected
+        if self.events.traces is not None:
+            execution = self.events.traces.dispatched(execution, placement.shape)
         self.table.set(execution)
         entry.session.push(Scheduled(execution, placement.shape.requests))
         self.events.dispatched(execution)

@@ -189,6 +189,8 @@ class Housekeeper:
         if expire(d, now) or now - self.last_full_pass >= s.safety_tick:
             self.last_full_pass = now
             d.place()
+            if d.events.traces is not None:
+                d.trace_verdicts()
         if d.table.unsaved and now - self.last_save_retry >= s.safety_tick:
             self.last_save_retry = now
             log.info("writing %d executions whose last store write failed again", d.table.save_unsaved())

@@ -24,6 +24,8 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import TYPE_CHECKING, Any
 
+from flux import tracing
+from flux.dispatcher.traces import CoreTraces
 from flux.domain.execution import Execution, State
 from flux.observe.fleet import Change, FleetFeed
 
@@ -56,23 +58,39 @@ class Requeue(StrEnum):
 REQUEUE_REASONS = tuple(Requeue)
 
 
-class Histogram:
-    """Counts per fixed bucket (not cumulative; the last bucket is above every bound), sum and count."""
+@dataclass(frozen=True, slots=True)
+class Exemplar:
+    """The latest traced observation in a bucket: Prometheus links the bucket to its trace."""
 
-    __slots__ = ("bounds", "counts", "sum", "count")
+    trace_id: str  # 32 hex digits
+    value: float
+    at: float  # seconds since the epoch
+
+
+class Histogram:
+    """Counts per fixed bucket (not cumulative; the last bucket is above every bound), sum and count,
+    and per bucket the latest observation of a sampled trace (an exemplar)."""
+
+    __slots__ = ("bounds", "counts", "sum", "count", "exemplars")
 
     def __init__(self, bounds: tuple[float, ...] = LATENCY_BOUNDS):
         self.bounds = bounds
         self.counts = [0] * (len(bounds) + 1)
         self.sum = 0.0
         self.count = 0
+        self.exemplars: dict[int, Exemplar] = {}
 
-    def observe(self, value: float) -> None:
+    def observe(self, value: float, trace: str = "") -> None:
+        """``trace``: the observed execution's trace context (flux/tracing.py carrier), if any."""
         value = max(0.0, value)  # a wall clock stepped back must not make a negative latency
         # bisect_left: a value equal to a bound belongs to that bucket (Prometheus' `le`).
-        self.counts[bisect_left(self.bounds, value)] += 1
+        bucket = bisect_left(self.bounds, value)
+        self.counts[bucket] += 1
         self.sum += value
         self.count += 1
+        # version-traceid-spanid-flags: sampled when the flags' low bit is set.
+        if trace and len(trace) >= 55 and int(trace[53:55], 16) & 1:
+            self.exemplars[bucket] = Exemplar(trace[3:35], value, time.time())
 
 
 @dataclass(slots=True)
@@ -113,6 +131,8 @@ class Lifecycle:
         self._streams: dict[str, int] = {}
         # Who watches the fleet (ControlService.WatchFleet); free while nobody does.
         self.fleet = FleetFeed()
+        # The executions' spans (traces.py); None, and nothing built, unless this process traces.
+        self.traces = CoreTraces(clock) if tracing.ACTIVE else None
 
     # ------------------------------------------------------------- executions
 
@@ -126,7 +146,7 @@ class Lifecycle:
         """Pushed to ``execution.worker`` under ``execution.generation``; resources reserved."""
         self.counters.dispatched += 1
         self.fleet.publish(Change.EXECUTION_DISPATCHED, execution)
-        self.latency["dispatched"].observe(execution.updated_at - execution.created_at)
+        self.latency["dispatched"].observe(execution.updated_at - execution.created_at, execution.trace)
         if log.isEnabledFor(logging.INFO):
             _emit("dispatched", "execution dispatched", _execution_fields(execution))
 
@@ -134,8 +154,8 @@ class Lifecycle:
         """The worker's claim was accepted: RUNNING, and the body starts right away."""
         self.counters.claimed += 1
         waited = execution.updated_at - execution.created_at
-        self.latency["claimed"].observe(waited)
-        self.latency["started"].observe(waited)
+        self.latency["claimed"].observe(waited, execution.trace)
+        self.latency["started"].observe(waited, execution.trace)
         if log.isEnabledFor(logging.INFO):
             _emit("claimed", "execution claimed", _execution_fields(execution))
 
@@ -143,6 +163,8 @@ class Lifecycle:
         """A final state decided: COMPLETED, FAILED or CANCELLED."""
         state = execution.state
         self.fleet.publish(Change.EXECUTION_FINISHED, execution)
+        if self.traces is not None:
+            self.traces.dropped(execution.execution_id)
         if state is State.COMPLETED:
             self.counters.completed += 1
         elif state is State.FAILED:
@@ -167,6 +189,8 @@ class Lifecycle:
             return
         self.counters.requeued[reason] += 1
         self.fleet.publish(Change.EXECUTION_QUEUED, after)
+        if self.traces is not None:
+            self.traces.requeued(after)
         if log.isEnabledFor(logging.INFO):
             fields = _execution_fields(before)
             fields["attempt"] = after.attempt
@@ -176,6 +200,8 @@ class Lifecycle:
     def expired(self, execution: Execution) -> None:
         """A dispatch was not claimed within the ack deadline; it goes back to CREATED, same attempt."""
         self.counters.ack_deadline_expiries += 1
+        if self.traces is not None:
+            self.traces.requeued(execution)
         if self.fleet:  # the watcher sees it as it now is: back in line, on no worker
             queued = execution.evolve(state=State.CREATED, worker="", gpu_indices=())
             self.fleet.publish(Change.EXECUTION_QUEUED, queued)

@@ -163,6 +163,7 @@ def _copy(lifecycle: Lifecycle) -> tuple[Counters, dict[str, Histogram]]:
     for stage, histogram in lifecycle.latency.items():
         copy = Histogram(histogram.bounds)
         copy.counts, copy.sum, copy.count = list(histogram.counts), histogram.sum, histogram.count
+        copy.exemplars = dict(histogram.exemplars)
         latency[stage] = copy
     return counters, latency
 

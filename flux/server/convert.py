@@ -5,6 +5,7 @@ from __future__ import annotations
 import functools
 from types import MappingProxyType
 
+from flux import tracing
 from flux.dispatcher.core import Diagnosis, WorkerRegistration
 from flux.dispatcher.session import Cancelled, Event, Ping, Scheduled
 from flux.dispatcher.worker_calls import Answers, Result
@@ -18,7 +19,7 @@ from flux.observe.fleet import Change
 from flux.observe.status import Allocation, Status
 from flux.server.pool_convert import pools_to_proto
 from flux.server.tenant_convert import tenant_statuses_to_proto
-from flux.v1 import control_pb2, worker_pb2
+from flux.v1 import control_pb2, trace_pb2, worker_pb2
 
 
 def _invalid(exc: Exception, field: str) -> InvalidArgument:
@@ -127,6 +128,12 @@ def fleet_event_to_proto(change: Change, subject: object, sequence: int, at: flo
 
 def scheduled_to_proto(event: Scheduled) -> worker_pb2.ExecutionScheduled:
     e = event.execution
+    # The dispatch span's context; from a core that does not trace, the submitter's own.
+    if e.dispatch_trace or e.trace:
+        traceparent, tracestate = tracing.split(e.dispatch_trace or e.trace)
+        trace = trace_pb2.TraceContext(traceparent=traceparent, tracestate=tracestate)
+    else:
+        trace = None
     return worker_pb2.ExecutionScheduled(
         execution_id=e.execution_id,
         attempt=e.attempt,
@@ -135,6 +142,7 @@ def scheduled_to_proto(event: Scheduled) -> worker_pb2.ExecutionScheduled:
         workflow=e.workflow.to_proto(),
         gpu_indices=list(e.gpu_indices),
         requests=event.requests.to_proto(),
+        trace=trace,
     )
 
 
@@ -329,7 +337,17 @@ def status_to_proto(status: Status) -> control_pb2.ClusterStatus:
         ),
         latencies=[
             control_pb2.LatencyHistogram(
-                stage=stage, bounds=h.bounds, counts=h.counts, sum=h.sum, count=h.count
+                stage=stage,
+                bounds=h.bounds,
+                counts=h.counts,
+                sum=h.sum,
+                count=h.count,
+                exemplars=[
+                    trace_pb2.BucketExemplar(
+                        bucket=bucket, trace_id=e.trace_id, value=e.value, timestamp_ms=int(e.at * 1000)
+                    )
+                    for bucket, e in sorted(h.exemplars.items())
+                ],
             )
             for stage, h in status.latency.items()
         ],

@@ -17,6 +17,7 @@ from typing import Any, TypeVar
 
 import grpc
 
+from flux import tracing
 from flux.dispatcher import waiting
 from flux.dispatcher.core import Dispatcher
 from flux.dispatcher.listing import execution_query, page_token
@@ -320,7 +321,12 @@ class ControlService(control_pb2_grpc.ControlServiceServicer):
         priority = request.priority if request.HasField("priority") else None
         caller = await self._caller(context)
         execution = await self.dispatcher.submit(
-            request.workflow_name, request.input_json, request.version, priority, tenant=caller.tenant
+            request.workflow_name,
+            request.input_json,
+            request.version,
+            priority,
+            tracing.from_pairs(context.invocation_metadata()),
+            tenant=caller.tenant,
         )
         return convert.execution_to_proto(execution)
 
@@ -329,7 +335,12 @@ class ControlService(control_pb2_grpc.ControlServiceServicer):
         priority = request.priority if request.HasField("priority") else None
         caller = await self._caller(context)
         executions = await self.dispatcher.submit_many(
-            request.workflow_name, list(request.input_json), request.version, priority, tenant=caller.tenant
+            request.workflow_name,
+            list(request.input_json),
+            request.version,
+            priority,
+            tracing.from_pairs(context.invocation_metadata()),
+            tenant=caller.tenant,
         )
         # Without their inputs: the caller sent them, and echoing them could pass the message cap.
         return control_pb2.RunWorkflowsResponse(
@@ -358,7 +369,12 @@ class ControlService(control_pb2_grpc.ControlServiceServicer):
         try:
             caller = await self._caller(context)
             accepted = await self.dispatcher.submit(
-                run.workflow_name, run.input_json, run.version, priority, tenant=caller.tenant
+                run.workflow_name,
+                run.input_json,
+                run.version,
+                priority,
+                tracing.from_pairs(context.invocation_metadata()),
+                tenant=caller.tenant,
             )
             yield convert.execution_to_proto(accepted)
             if request.every_state:

@@ -71,8 +71,9 @@ log = logging.getLogger("flux.store.postgres")
 
 # 2: workflows.runtime (added to a version 1 database on open).
 # 3: workflows.priority and executions.priority (added on open; older rows get 0).
-# 4: executions.tenant (older rows are tenant 'default'), tenants and tokens.
-SCHEMA_VERSION = 4
+# 4: executions.trace (added on open; older rows get '', untraced).
+# 5: executions.tenant (older rows are tenant 'default'), tenants and tokens.
+SCHEMA_VERSION = 5
 # pg_advisory locks are keyed by a bigint; Flux's four are "FLUX" and the three after it
 # (the second, SWEEP_LOCK, is postgres_cluster.py's).
 MIGRATION_LOCK = 0x464C5558  # schema creation and migration, on open
@@ -101,6 +102,7 @@ CREATE TABLE IF NOT EXISTS executions (
     gpu_indices TEXT NOT NULL, created_at DOUBLE PRECISION NOT NULL, updated_at DOUBLE PRECISION NOT NULL,
     owner TEXT NOT NULL DEFAULT '');
 ALTER TABLE executions ADD COLUMN IF NOT EXISTS priority INTEGER NOT NULL DEFAULT 0;
+ALTER TABLE executions ADD COLUMN IF NOT EXISTS trace TEXT NOT NULL DEFAULT '';
 ALTER TABLE executions ADD COLUMN IF NOT EXISTS tenant TEXT NOT NULL DEFAULT 'default';
 CREATE TABLE IF NOT EXISTS tenants (name TEXT PRIMARY KEY, spec TEXT NOT NULL, updated_at DOUBLE PRECISION NOT NULL);
 CREATE TABLE IF NOT EXISTS tokens (

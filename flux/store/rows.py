@@ -19,7 +19,7 @@ WORKFLOW_COLUMNS = (
 EXECUTION_COLUMNS = (
     "execution_id, seq, workflow_name, workflow_version, source_hash, entrypoint, state, worker, attempt, "
     "generation, max_attempts, input_json, output_json, error, gpu_indices, created_at, updated_at, priority, "
-    "tenant"
+    "trace, tenant"
 )
 
 # Execution states as they appear in SQL, by name: no statement spells a bare number.
@@ -53,7 +53,7 @@ def execution_row(e: Execution) -> tuple[object, ...]:
         e.execution_id, e.seq, e.workflow.name, e.workflow.version, e.workflow.source_hash,
         e.workflow.entrypoint, int(e.state), e.worker, e.attempt, e.generation, e.max_attempts,
         e.input_json, e.output_json, error, json.dumps(list(e.gpu_indices)), e.created_at, e.updated_at,
-        e.priority, e.tenant,
+        e.priority, e.trace, e.tenant,
     )  # fmt: skip
 
 
@@ -77,6 +77,7 @@ def execution_from_row(row: Mapping[str, Any]) -> Execution:
         created_at=row["created_at"],
         updated_at=row["updated_at"],
         priority=row["priority"],
+        trace=row["trace"],
         tenant=row["tenant"],
     )
 

@@ -34,8 +34,9 @@ from flux.store.rows import (
 
 # 2: workflows.runtime (a version 1 file is migrated on open).
 # 3: workflows.priority and executions.priority (older files are migrated on open; rows get 0).
-# 4: executions.tenant (older rows are tenant 'default'), tenants and tokens.
-SCHEMA_VERSION = 4
+# 4: executions.trace (migrated on open; older rows get '', untraced).
+# 5: executions.tenant (older rows are tenant 'default'), tenants and tokens.
+SCHEMA_VERSION = 5
 
 SCHEMA = f"""
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
@@ -51,7 +52,7 @@ CREATE TABLE IF NOT EXISTS executions (
     state INTEGER NOT NULL, worker TEXT NOT NULL, attempt INTEGER NOT NULL, generation INTEGER NOT NULL,
     max_attempts INTEGER NOT NULL, input_json TEXT NOT NULL, output_json TEXT NOT NULL, error TEXT,
     gpu_indices TEXT NOT NULL, created_at REAL NOT NULL, updated_at REAL NOT NULL,
-    priority INTEGER NOT NULL DEFAULT 0, tenant TEXT NOT NULL DEFAULT 'default');
+    priority INTEGER NOT NULL DEFAULT 0, trace TEXT NOT NULL DEFAULT '', tenant TEXT NOT NULL DEFAULT 'default');
 CREATE INDEX IF NOT EXISTS executions_unfinished ON executions (state) WHERE state < {FINISHED};
 CREATE INDEX IF NOT EXISTS executions_recent ON executions (seq);
 CREATE INDEX IF NOT EXISTS executions_by_workflow ON executions (workflow_name, seq);
@@ -63,7 +64,7 @@ CREATE TABLE IF NOT EXISTS tokens (
 """
 
 _UPSERT = f"""
-INSERT INTO executions ({EXECUTION_COLUMNS}) VALUES ({",".join(["?"] * 19)})
+INSERT INTO executions ({EXECUTION_COLUMNS}) VALUES ({",".join(["?"] * (EXECUTION_COLUMNS.count(",") + 1))})
 ON CONFLICT (execution_id) DO UPDATE SET
     state=excluded.state, worker=excluded.worker, attempt=excluded.attempt, generation=excluded.generation,
     output_json=excluded.output_json, error=excluded.error, gpu_indices=excluded.gpu_indices,
@@ -116,7 +117,9 @@ class SqliteStore(Store):
             columns = {row["name"] for row in db.execute("PRAGMA table_info(executions)")}
             if columns and "priority" not in columns:
                 db.execute("ALTER TABLE executions ADD COLUMN priority INTEGER NOT NULL DEFAULT 0")
-            if columns and "tenant" not in columns:  # before version 4: everything was tenant 'default'
+            if columns and "trace" not in columns:  # before version 4: nothing was traced
+                db.execute("ALTER TABLE executions ADD COLUMN trace TEXT NOT NULL DEFAULT ''")
+            if columns and "tenant" not in columns:  # before version 5: everything was tenant 'default'
                 db.execute("ALTER TABLE executions ADD COLUMN tenant TEXT NOT NULL DEFAULT 'default'")
             for statement in filter(str.strip, SCHEMA.split(";")):
                 db.execute(statement)

@@ -7,6 +7,7 @@ from collections import abc as _abc
 from flux.v1 import pools_pb2 as _pools_pb2
 from flux.v1 import resources_pb2 as _resources_pb2
 from flux.v1 import tenants_pb2 as _tenants_pb2
+from flux.v1 import trace_pb2 as _trace_pb2
 from flux.v1 import worker_pb2 as _worker_pb2
 from google.protobuf import descriptor as _descriptor
 from google.protobuf import message as _message
@@ -1290,6 +1291,7 @@ class LatencyHistogram(_message.Message):
     COUNTS_FIELD_NUMBER: _builtins.int
     SUM_FIELD_NUMBER: _builtins.int
     COUNT_FIELD_NUMBER: _builtins.int
+    EXEMPLARS_FIELD_NUMBER: _builtins.int
     stage: _builtins.str
     """The stage reached, each timed from submission: "dispatched" (pushed to a
     worker), "claimed" (the worker's claim accepted), "started" (the workflow body
@@ -1310,6 +1312,10 @@ class LatencyHistogram(_message.Message):
         everything above the last bound.
         """
 
+    @_builtins.property
+    def exemplars(self) -> _containers.RepeatedCompositeFieldContainer[_trace_pb2.BucketExemplar]:
+        """Per bucket, the latest observation of a sampled trace (OpenMetrics exemplars)."""
+
     def __init__(
         self,
         *,
@@ -1318,10 +1324,11 @@ class LatencyHistogram(_message.Message):
         counts: _abc.Iterable[_builtins.int] | None = ...,
         sum: _builtins.float = ...,
         count: _builtins.int = ...,
+        exemplars: _abc.Iterable[_trace_pb2.BucketExemplar] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["bounds", b"bounds", "count", b"count", "counts", b"counts", "stage", b"stage", "sum", b"sum"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["bounds", b"bounds", "count", b"count", "counts", b"counts", "exemplars", b"exemplars", "stage", b"stage", "sum", b"sum"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

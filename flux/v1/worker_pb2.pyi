@@ -5,6 +5,7 @@ isort:skip_file
 
 from collections import abc as _abc
 from flux.v1 import resources_pb2 as _resources_pb2
+from flux.v1 import trace_pb2 as _trace_pb2
 from google.protobuf import descriptor as _descriptor
 from google.protobuf import message as _message
 from google.protobuf.internal import containers as _containers
@@ -320,6 +321,7 @@ class ExecutionScheduled(_message.Message):
     WORKFLOW_FIELD_NUMBER: _builtins.int
     GPU_INDICES_FIELD_NUMBER: _builtins.int
     REQUESTS_FIELD_NUMBER: _builtins.int
+    TRACE_FIELD_NUMBER: _builtins.int
     execution_id: _builtins.str
     """Execution id."""
     attempt: _builtins.int
@@ -340,6 +342,12 @@ class ExecutionScheduled(_message.Message):
     def requests(self) -> _resources_pb2.ResourceRequest:
         """What was reserved for it."""
 
+    @_builtins.property
+    def trace(self) -> _trace_pb2.TraceContext:
+        """The trace context of this dispatch: the worker's claim, run and result
+        continue it (unset when the execution is not traced).
+        """
+
     def __init__(
         self,
         *,
@@ -350,10 +358,11 @@ class ExecutionScheduled(_message.Message):
         workflow: Global___WorkflowRef | None = ...,
         gpu_indices: _abc.Iterable[_builtins.int] | None = ...,
         requests: _resources_pb2.ResourceRequest | None = ...,
+        trace: _trace_pb2.TraceContext | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["requests", b"requests", "workflow", b"workflow"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["requests", b"requests", "trace", b"trace", "workflow", b"workflow"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["attempt", b"attempt", "execution_id", b"execution_id", "generation", b"generation", "gpu_indices", b"gpu_indices", "input_json", b"input_json", "requests", b"requests", "workflow", b"workflow"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["attempt", b"attempt", "execution_id", b"execution_id", "generation", b"generation", "gpu_indices", b"gpu_indices", "input_json", b"input_json", "requests", b"requests", "trace", b"trace", "workflow", b"workflow"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

@@ -10,6 +10,7 @@ from typing import TypeVar
 
 import grpc
 
+from flux import tracing
 from flux.auth import TLS_HINT, Credentials, speaks_tls
 from flux.domain.execution import ExecutionError, WorkflowRef
 from flux.domain.resource_request import ResourceRequest
@@ -70,6 +71,9 @@ def dispatch_from_proto(message: worker_pb2.ExecutionScheduled) -> Dispatch:
         workflow=WorkflowRef.from_proto(message.workflow),
         gpu_indices=tuple(message.gpu_indices),
         requests=ResourceRequest.from_proto(message.requests),
+        trace=tracing.carrier(message.trace.traceparent, message.trace.tracestate)
+        if message.HasField("trace")
+        else "",
     )
 
 

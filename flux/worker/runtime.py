@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import contextvars
 import inspect
 import json
 import logging
@@ -23,7 +24,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TypeVar
 
-from flux import defaults
+from flux import defaults, tracing
 from flux.context import ExecutionContext
 from flux.domain.execution import ExecutionError
 from flux.domain.worker import WorkerResources
@@ -280,15 +281,21 @@ class WorkerRuntime:
 
     async def _execute(self, dispatch: Dispatch) -> None:
         execution_id = dispatch.execution_id
+        traced = tracing.ACTIVE and bool(dispatch.trace)
         try:
             streams = self._streams
-            if not await self._claim(dispatch):
+            if not await (self._traced_claim(dispatch) if traced else self._claim(dispatch)):
                 return
             running = self._running.get(execution_id)
             if running is not None and running.dispatch is dispatch:
                 running.claimed_in = streams
-            output_json, error = await self._invoke(dispatch)
-            await self._deliver(dispatch, output_json, error)
+            if traced:
+                output_json, error = await self._traced_invoke(dispatch)
+                with tracing.span("flux.complete", dispatch.trace, "CLIENT", **self._span_fields(dispatch)):
+                    await self._deliver(dispatch, output_json, error)
+            else:
+                output_json, error = await self._invoke(dispatch)
+                await self._deliver(dispatch, output_json, error)
         except asyncio.CancelledError:
             running = self._running.get(execution_id)
             if running is None or running.dispatch is dispatch and not running.cancelled_by_server:
@@ -318,6 +325,34 @@ class WorkerRuntime:
         except (FailedPrecondition, NotFound, PermissionDenied) as exc:
             log.info("claim of %s refused: %s", dispatch.execution_id, exc)
             return False
+
+    def _span_fields(self, dispatch: Dispatch) -> dict[str, object]:
+        return {
+            "flux.execution.id": dispatch.execution_id,
+            "flux.workflow.name": dispatch.workflow.name,
+            "flux.workflow.version": dispatch.workflow.version,
+            "flux.attempt": dispatch.attempt,
+            "flux.generation": dispatch.generation,
+            "flux.worker": self.config.name,
+        }
+
+    async def _traced_claim(self, dispatch: Dispatch) -> bool:
+        with tracing.span("flux.claim", dispatch.trace, "CLIENT", **self._span_fields(dispatch)) as span:
+            claimed = await self._claim(dispatch)
+            if not claimed:
+                span.set_attribute("error.type", "claim_refused")
+            return claimed
+
+    async def _traced_invoke(self, dispatch: Dispatch) -> tuple[str | None, ExecutionError | None]:
+        # Current while the workflow runs (also in its thread), so the user's own spans nest under it.
+        with tracing.span("flux.execute", dispatch.trace, "CONSUMER", **self._span_fields(dispatch)) as span:
+            output_json, error = await self._invoke(dispatch)
+            if error is not None:
+                from opentelemetry.trace import Status, StatusCode
+
+                span.set_attribute("error.type", error.type)
+                span.set_status(Status(StatusCode.ERROR, error.type))
+            return output_json, error
 
     async def _function(self, dispatch: Dispatch) -> Callable[..., object]:
         """The workflow's function, fetching its code while the control plane is unreachable.
@@ -354,7 +389,13 @@ class WorkerRuntime:
             if inspect.iscoroutinefunction(fn):
                 result = await fn(ctx)
             else:
-                result = await asyncio.get_running_loop().run_in_executor(self._threads, fn, ctx)
+                loop = asyncio.get_running_loop()
+                if tracing.ACTIVE:  # the span stays current in the thread
+                    result = await loop.run_in_executor(
+                        self._threads, contextvars.copy_context().run, fn, ctx
+                    )
+                else:
+                    result = await loop.run_in_executor(self._threads, fn, ctx)
             try:
                 return json.dumps(result, allow_nan=False), None
             except (TypeError, ValueError) as exc:

@@ -45,6 +45,8 @@ class Dispatch:
     workflow: WorkflowRef
     gpu_indices: tuple[int, ...]
     requests: ResourceRequest
+    # The dispatch's trace context (flux/tracing.py carrier); "" when not traced.
+    trace: str = ""
 
 
 @dataclass(frozen=True, slots=True)

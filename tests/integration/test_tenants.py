@@ -97,7 +97,8 @@ async def test_a_version_3_sqlite_file_puts_everything_in_tenant_default(tmp_pat
     await first.close()
     db = sqlite3.connect(path)
     db.executescript(
-        "ALTER TABLE executions DROP COLUMN tenant; DROP TABLE tenants; DROP TABLE tokens;"
+        "ALTER TABLE executions DROP COLUMN tenant; ALTER TABLE executions DROP COLUMN trace;"
+        "DROP TABLE tenants; DROP TABLE tokens;"
         "UPDATE meta SET value = '3' WHERE key = 'schema_version';"
         "INSERT INTO executions VALUES ('e1', 1, 'old', 1, 'h', 'old', 1, '', 1, 0, 3, 'null', '', NULL, "
         "'[]', 5.0, 5.0, 0);"
