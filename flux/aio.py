@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 from collections.abc import AsyncIterator, Callable, Iterable
 from pathlib import Path
 from typing import Any
@@ -37,7 +38,8 @@ from flux.client import (
 )
 from flux.errors import FluxError, InvalidArgument, Unavailable
 from flux.loader import WorkflowFile, load_workflow_file
-from flux.v1 import control_pb2, control_pb2_grpc
+from flux.tenant_admin import AsyncTenantAdmin
+from flux.v1 import control_pb2, control_pb2_grpc, tenants_pb2_grpc
 
 __all__ = ["FluxClient", "WaitTimedOut"]
 
@@ -57,6 +59,19 @@ class FluxClient:
         self._stub = control_pb2_grpc.ControlServiceStub(self._channel)
         # ``flux.submit`` spans where this process traces, as the blocking client (checked once).
         self._traced = tracing.adopt()
+
+    @functools.cached_property
+    def tenants(self) -> AsyncTenantAdmin:
+        """Tenants and their tokens (``flux.tenant_admin``; an admin token only)."""
+        stub = tenants_pb2_grpc.TenantServiceStub(self._channel)
+
+        async def call(method: str, request: Any) -> Any:
+            try:
+                return await getattr(stub, method)(request, timeout=self.timeout, metadata=self._metadata)
+            except grpc.RpcError as exc:
+                raise await self._error(exc) from None
+
+        return AsyncTenantAdmin(call)
 
     async def close(self) -> None:
         await self._channel.close()

@@ -22,6 +22,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from enum import Enum
 from pathlib import Path
+from typing import Protocol
 
 import grpc
 
@@ -123,6 +124,7 @@ REQUIRED = {
     "/flux.v1.WorkerService/": Role.WORKER,
     "/flux.v1.ControlService/": Role.CLIENT,
     "/flux.v1.PoolService/": Role.CLIENT,
+    "/flux.v1.TenantService/": Role.CLIENT,
 }
 # Methods of those services open to anyone, as health is: GetMetrics answers only
 # aggregate numbers (no names, labels or ids; pool names, which an operator chose, label
@@ -151,16 +153,28 @@ def check(tokens: Tokens, method: str, token: str) -> tuple[grpc.StatusCode, str
     return None
 
 
+class Refiner(Protocol):
+    """Tokens beyond the server's two (flux.server.callers: tenants' tokens and their roles)."""
+
+    async def refine(
+        self, refusal: tuple[grpc.StatusCode, str] | None, method: str, token: str
+    ) -> tuple[grpc.StatusCode, str] | None: ...
+
+
 class AuthInterceptor(grpc.aio.ServerInterceptor):
-    def __init__(self, tokens: Tokens):
+    def __init__(self, tokens: Tokens, refiner: Refiner | None = None):
         self.tokens = tokens
+        self.refiner = refiner
 
     async def intercept_service(
         self,
         continuation: Callable[[grpc.HandlerCallDetails], Awaitable[grpc.RpcMethodHandler]],
         details: grpc.HandlerCallDetails,
     ) -> grpc.RpcMethodHandler:
-        refusal = check(self.tokens, details.method, bearer(details.invocation_metadata))
+        token = bearer(details.invocation_metadata)
+        refusal = check(self.tokens, details.method, token)
+        if self.refiner is not None:
+            refusal = await self.refiner.refine(refusal, details.method, token)
         handler = await continuation(details)
         if refusal is None or handler is None:
             return handler

@@ -7,6 +7,7 @@ execution = client.run("hello", "World", wait=True)
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import queue
@@ -23,7 +24,8 @@ from flux import defaults, tracing
 from flux.auth import TLS_HINT, Credentials, Role, speaks_tls
 from flux.errors import FluxError, InvalidArgument, Unavailable, from_grpc_code
 from flux.loader import WorkflowFile, load_workflow_file
-from flux.v1 import control_pb2, control_pb2_grpc
+from flux.tenant_admin import TenantAdmin
+from flux.v1 import control_pb2, control_pb2_grpc, tenants_pb2_grpc
 
 DEFAULT_SERVER = defaults.SERVER
 
@@ -147,6 +149,19 @@ class FluxClient:
         # A client records ``flux.submit`` spans where this process traces (OTEL_* settings, or an
         # SDK provider the host set up before making the client); checked once, here.
         self._traced = tracing.adopt()
+
+    @functools.cached_property
+    def tenants(self) -> TenantAdmin:
+        """Tenants and their tokens (``flux.tenant_admin``; an admin token only)."""
+        stub = tenants_pb2_grpc.TenantServiceStub(self._channel)
+
+        def call(method: str, request: Any) -> Any:
+            try:
+                return getattr(stub, method)(request, timeout=self.timeout, metadata=self._metadata)
+            except grpc.RpcError as exc:
+                raise self._error(exc) from None
+
+        return TenantAdmin(call)
 
     def close(self) -> None:
         self._channel.close()

@@ -17,7 +17,7 @@ from fastapi import FastAPI
 
 from flux import defaults
 from flux.auth import Role
-from gateway import clients, cors, dashboard, docs, errors, events, health, metrics, tickets, workers
+from gateway import clients, cors, dashboard, docs, errors, events, health, metrics, tenants, tickets, workers
 from gateway.auth import Guard, HeaderAuth
 from gateway.browsers import CrossSiteCheck, HostCheck, NoFraming
 from gateway.core import Core
@@ -89,6 +89,7 @@ def create_app(settings: GatewaySettings | None = None, channel: grpc.aio.Channe
     docs.install(app)
     app.include_router(workers.router)
     app.include_router(clients.router)
+    app.include_router(tenants.router)
     app.include_router(tickets.router)
     app.include_router(events.router)
     app.include_router(health.router)
@@ -116,6 +117,7 @@ def _guards() -> list[tuple[object, Guard]]:
         stream = path.endswith("/connect")
         guards.append((route, Guard(Role.WORKER, session, ticket=stream)))
     guards += [(route, Guard(Role.CLIENT)) for route in clients.router.routes]
+    guards += [(route, Guard(Role.CLIENT)) for route in tenants.router.routes]
     guards += [(route, Guard(None)) for route in tickets.router.routes]
     # The observer streams: the API token in the header, or a ticket the route redeems.
     guards += [(route, Guard(Role.CLIENT, ticket=True)) for route in events.router.routes]

@@ -45,6 +45,7 @@ STATES = {
     control_pb2.EXECUTION_STATE_CANCELLED: "cancelled",
 }
 # Label values of flux_reservations and flux_allocatable; the unit is in the value.
+TENANT_RESOURCES = ("cpu", "memory", "gpu", "gpu_memory")
 RESOURCES = (("cpu_cores", "cpu"), ("memory_bytes", "memory"), ("disk_bytes", "disk"), ("gpus", "gpus"))
 
 
@@ -173,11 +174,40 @@ class StatusCollector(Collector):
         yield reservations
         yield allocatable
         yield from _pool_metrics(s)
+        yield from _tenant_metrics(s)
         yield GaugeMetricFamily(
             "flux_start_time_seconds",
             "When the core started, in seconds since the Unix epoch; counters count from then.",
             value=s.started_at_ms / 1000,
         )
+
+
+def _tenant_metrics(s: control_pb2.ClusterStatus) -> Iterator[Metric]:
+    """Per tenant, while any tenant has terms; the label values are tenant names, which only an
+    admin sets (flux tenant create), and the quota resources."""
+    usage = GaugeMetricFamily(
+        "flux_tenant_usage",
+        "What each tenant's scheduled and running executions hold, by resource "
+        "(cpu in cores, memory and gpu_memory in bytes, gpu in devices).",
+        labels=["tenant", "resource"],
+    )
+    quota = GaugeMetricFamily(
+        "flux_tenant_quota",
+        "Each tenant's nominal quota, by resource (absent: unlimited).",
+        labels=["tenant", "resource"],
+    )
+    pending = GaugeMetricFamily(
+        "flux_tenant_pending", "Pending executions of each tenant.", labels=["tenant"]
+    )
+    for tenant in s.tenants:
+        for resource in TENANT_RESOURCES:
+            usage.add_metric([tenant.name, resource], getattr(tenant.usage, resource))
+            if tenant.quota.HasField(resource):
+                quota.add_metric([tenant.name, resource], getattr(tenant.quota, resource))
+        pending.add_metric([tenant.name], tenant.pending)
+    yield usage
+    yield quota
+    yield pending
 
 
 def _pool_metrics(s: control_pb2.ClusterStatus) -> Iterator[Metric]:

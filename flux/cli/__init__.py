@@ -372,10 +372,11 @@ def build_parser() -> argparse.ArgumentParser:
     forget.add_argument("name", metavar="NAME", help="the worker's registered name")
     forget.set_defaults(run=_forget_worker)
 
-    from flux.cli import pools, tokens
+    from flux.cli import pools, tenants, tokens
 
-    tokens.add_command(commands)
+    tokens.add_command(commands, with_server)
     pools.add_command(commands, with_server)
+    tenants.add_command(commands, with_server)
 
     status = with_server(commands.add_parser("status", help="the fleet and the pending queue at a glance"))
     status.add_argument("--json", action="store_true", help="print one JSON object")

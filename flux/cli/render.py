@@ -41,6 +41,7 @@ def execution_dict(e: control_pb2.Execution) -> dict[str, Any]:
         "worker": e.worker or None,
         "attempt": e.attempt,
         "priority": e.priority,
+        "tenant": e.tenant,
         "generation": e.generation,
         "gpu_indices": list(e.gpu_indices),
         "input": _json_value(e.input_json),
@@ -63,6 +64,7 @@ def execution_text(e: control_pb2.Execution) -> str:
         f"worker     {d['worker'] or '-'}",
         f"attempt    {d['attempt']}",
         f"priority   {d['priority']}",
+        f"tenant     {d['tenant'] or '-'}",
     ]
     if d["gpu_indices"]:
         lines.append(f"gpus       {d['gpu_indices']}")

@@ -8,18 +8,23 @@ alone, for ``$(flux token show worker)``.
 from __future__ import annotations
 
 import argparse
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from flux.auth import STATE_DIR, Role
+from flux.cli.tenants import add_token_create
 
 _ROLES = {role.value: role for role in Role}
 
 
-def add_command(commands: Any) -> None:
-    token = commands.add_parser("token", help="the tokens the server generated in ./.flux/").add_subparsers(
-        dest="action", required=True, metavar="ACTION"
-    )
+def add_command(
+    commands: Any, with_server: Callable[[argparse.ArgumentParser], argparse.ArgumentParser]
+) -> None:
+    token = commands.add_parser(
+        "token", help="the tokens the server generated in ./.flux/, and tenants' tokens"
+    ).add_subparsers(dest="action", required=True, metavar="ACTION")
+    add_token_create(token, with_server)
     show = token.add_parser(
         "show",
         help="print a generated token (run it where the server runs: it reads ./.flux/)",

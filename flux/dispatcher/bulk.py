@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING
 
 from flux.dispatcher import limits
 from flux.domain.execution import Execution, State
+from flux.domain.tenant import DEFAULT_TENANT
 from flux.errors import InvalidArgument, Unavailable
 
 if TYPE_CHECKING:
@@ -32,6 +33,7 @@ async def submit_many(
     version: int = 0,
     priority: int | None = None,
     field: str = "input_json",
+    tenant: str = DEFAULT_TENANT,
     trace: str = "",
 ) -> list[Execution]:
     """Accept one execution per input (durable before this returns); answered in input order.
@@ -58,6 +60,7 @@ async def submit_many(
                 created_at=now,
                 updated_at=now,
                 priority=rank,
+                tenant=tenant,
                 trace=trace,
             )
             for input_json in checked

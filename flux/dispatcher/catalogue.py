@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from flux.dispatcher.limits import did_you_mean
 from flux.domain.execution import Execution
+from flux.domain.tenant import DEFAULT_TENANT
 from flux.domain.workflow import WorkflowRecord
 from flux.errors import InvalidArgument, NotFound
 from flux.matching import Shape
@@ -13,6 +14,8 @@ class Catalogue:
     def __init__(self) -> None:
         self._records: dict[tuple[str, int], WorkflowRecord] = {}
         self._shapes: dict[tuple[str, int], Shape] = {}
+        # Each tenant's shapes (one lane per tenant and requirement); the default tenant's are _shapes.
+        self._tenant_shapes: dict[tuple[str, int, str], Shape] = {}
         self._latest: dict[str, int] = {}
 
     def __len__(self) -> int:
@@ -53,4 +56,12 @@ class Catalogue:
         return self._records[(execution.workflow.name, execution.workflow.version)]
 
     def shape_of(self, execution: Execution) -> Shape:
-        return self._shapes[(execution.workflow.name, execution.workflow.version)]
+        key = (execution.workflow.name, execution.workflow.version)
+        if execution.tenant == DEFAULT_TENANT:
+            return self._shapes[key]
+        shape = self._tenant_shapes.get((*key, execution.tenant))
+        if shape is None:
+            base = self._shapes[key]
+            shape = Shape(base.requests, dict(base.affinity), base.runtime, execution.tenant)
+            self._tenant_shapes[(*key, execution.tenant)] = shape
+        return shape

@@ -41,14 +41,17 @@ from flux.dispatcher.lifecycle import Lifecycle
 from flux.dispatcher.modes import Modes, local
 from flux.dispatcher.pings import Pinger
 from flux.dispatcher.pools import PoolBook
+from flux.dispatcher.quotas import TenantUsage, governed
 from flux.dispatcher.reads import list_executions, list_workflows
 from flux.dispatcher.registry import WorkerRegistration, WorkerRegistry
 from flux.dispatcher.session import Cancelled, Scheduled, Session
 from flux.dispatcher.settings import Settings
 from flux.dispatcher.table import ExecutionTable
+from flux.dispatcher.tenants import TenantDirectory
 from flux.dispatcher.watchers import Watchers
 from flux.dispatcher.workers import WorkerEntry
 from flux.domain.execution import Execution, ExecutionError, State
+from flux.domain.tenant import DEFAULT_TENANT, Tenant
 from flux.domain.worker import WorkerResources, WorkerSoftware
 from flux.domain.workflow import WorkflowRecord
 from flux.errors import FailedPrecondition, InvalidArgument, NotFound, Unavailable
@@ -63,6 +66,7 @@ from flux.matching import (
     explain,
     schedule,
 )
+from flux.matching.tenancy import Vector, capacity_of
 from flux.store.base import ExecutionQuery, Store
 
 __all__ = ["Diagnosis", "Dispatcher", "Settings", "WorkerRegistration"]
@@ -97,6 +101,8 @@ class Dispatcher:
         self.watchers = Watchers()
         self.table = ExecutionTable(store, self.watchers, s)
         self.table.on_conflict = self.drop_stale
+        # Tenants' usage for quotas and fair share; no accounts until a tenant has terms.
+        self.usage = TenantUsage(self._tenant_of)
         self.registry = WorkerRegistry(
             store,
             s,
@@ -105,6 +111,7 @@ class Dispatcher:
             lambda entry, why: housekeeping.lose_worker(self, entry, why),
             self.place,
             self.table.generation_of,
+            self.usage,
         )
         self.queue = PendingQueue()
         # Nominated workers for executions waiting past --starvation-after (pure; kept across passes).
@@ -118,6 +125,9 @@ class Dispatcher:
         self.modes = modes or local()
         # Worker pools: declarations, learned shapes and the demand an autoscaler reads.
         self.pools = PoolBook(self)
+        self.tenants = TenantDirectory(store, on_change=self.apply_tenants)
+        # Replicas keep quotas only once usage is checked cluster-wide (not yet): see apply_tenants.
+        self.replicated = modes is not None
         self.binder, self.feed, self.fleet = self.modes.binder, self.modes.feed, self.modes.fleet
         for mode in (self.binder, self.feed, self.fleet):
             mode.attach(self)
@@ -141,6 +151,7 @@ class Dispatcher:
         self._next_seq = recovered.next_seq
         housekeeping.recover(self, recovered)
         await self.pools.load()
+        self.apply_tenants(await self.tenants.list())
         self.housekeeper.start()
         await self.feed.start()
         await self.fleet.start()
@@ -190,6 +201,7 @@ class Dispatcher:
         version: int = 0,
         priority: int | None = None,
         trace: str = "",
+        tenant: str = DEFAULT_TENANT,
     ) -> Execution:
         """``trace``: the caller's W3C context (flux/tracing.py carrier), stored with the execution."""
         if not workflow_name:
@@ -213,6 +225,7 @@ class Dispatcher:
             updated_at=now,
             priority=rank,
             trace=trace,
+            tenant=tenant,
         )
         if self.events.traces is not None:
             execution = self.events.traces.accepted(execution)
@@ -226,9 +239,12 @@ class Dispatcher:
         version: int = 0,
         priority: int | None = None,
         trace: str = "",
+        tenant: str = DEFAULT_TENANT,
     ) -> list[Execution]:
         """One execution per input, stored in one commit, in input order (bulk.py)."""
-        return await bulk.submit_many(self, workflow_name, inputs, version, priority, trace=trace)
+        return await bulk.submit_many(
+            self, workflow_name, inputs, version, priority, trace=trace, tenant=tenant
+        )
 
     def take_seq(self) -> int:
         """The sequence number of the next submission (it orders the queue within a priority)."""
@@ -384,7 +400,15 @@ class Dispatcher:
         # Paused workers are shown, with "is paused" as their reason; the fleet is every replica's.
         views = [w.view() for w in await self.fleet.entries() if w.accepting]
         shape = self.catalogue.shape_of(execution)
-        explanation = explain(shape, views, execution_id=execution_id, aging=self.aging, now=self.clock())
+        explanation = explain(
+            shape,
+            views,
+            execution_id=execution_id,
+            aging=self.aging,
+            now=self.clock(),
+            accounts=self.usage.accounts,
+            queue=self.queue if self.usage.accounts is not None else None,
+        )
         summary = explanation.summary
         if explanation.capable == 0:  # no connected worker can take it: say which pool could
             pools = self.pools.could_run(shape, await self.pools.demand(self))
@@ -395,6 +419,36 @@ class Dispatcher:
     async def list_executions(self, query: ExecutionQuery) -> tuple[list[Execution], ExecutionQuery | None]:
         """A page of executions from the store, each as this server knows it now, and the next page's query."""
         return await list_executions(self.store, self.current, query)
+
+    # ----------------------------------------------------------------- tenants
+
+    def _tenant_of(self, execution_id: str) -> str:
+        execution = self.table.get(execution_id)
+        return execution.tenant if execution is not None else DEFAULT_TENANT
+
+    def _fleet_capacity(self) -> Vector:
+        return capacity_of(e.resources for e in self.registry.values() if e.accepting)
+
+    def apply_tenants(self, tenants: list[Tenant]) -> None:
+        """Tenants' terms changed (or were loaded): quotas and fair share apply from the next pass."""
+        if self.replicated:
+            if governed(tenants):
+                log.warning(
+                    "tenants' quotas and weights are not enforced on PostgreSQL replicas yet: "
+                    "usage is not yet checked cluster-wide; run one server to enforce them"
+                )
+            return
+        holding = []
+        for entry in self.registry.values():
+            for execution_id in entry.holdings:
+                execution = self.table.get(execution_id)
+                if execution is not None:
+                    holding.append(
+                        (execution_id, execution.tenant, self.catalogue.shape_of(execution).demand)
+                    )
+        self.usage.configure(tenants, self._fleet_capacity(), holding)
+        if self.usage.accounts is not None:
+            self.place()
 
     # ----------------------------------------------------------------- placing
 
@@ -422,6 +476,15 @@ class Dispatcher:
             return []
         # The whole fleet is read through its index (kept per changed worker), so a pass touches
         # only the candidates of its shapes; a pass scoped to a few workers builds their views.
+        accounts = self.usage.accounts
+        if accounts is not None:
+            # The fleet's totals are the fair share's denominators: O(workers), only with tenants' terms.
+            accounts.capacity = self._fleet_capacity()
+            if self.usage.freed:
+                # A tenant gave back usage: what its quota held back may fit anywhere, not only
+                # on the worker that freed room. One pass over the whole queue and fleet.
+                self.usage.freed.clear()
+                shapes, workers = None, None
         fleet = self.registry.index() if workers is None else [w.view() for w in workers if w.dispatchable]
         if not fleet:
             return []
@@ -434,6 +497,7 @@ class Dispatcher:
             now=self.clock(),
             whole_fleet=workers is None,
             starving_first=starving_first,
+            accounts=accounts,
         )
         for placement in placements:
             self.queue.remove(placement.execution_id)

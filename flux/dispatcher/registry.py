@@ -29,6 +29,7 @@ if TYPE_CHECKING:
     from collections.abc import Mapping
 
     from flux.dispatcher.lifecycle import Lifecycle
+    from flux.dispatcher.quotas import TenantUsage
     from flux.dispatcher.settings import Settings
     from flux.store.base import Store
 
@@ -64,15 +65,18 @@ def placeholder(name: str, session_token: str, disconnected_at: float, last_seen
 class _Entries(dict[str, WorkerEntry]):
     """Workers by name; notes each name whose entry is added, replaced, removed or changed."""
 
-    def __init__(self, changed: set[str]):
+    def __init__(self, changed: set[str], usage: TenantUsage | None):
         super().__init__()
         self._changed = changed
+        self._usage = usage
 
     def _note(self, entry: WorkerEntry) -> None:
         self._changed.add(entry.name)
 
     def __setitem__(self, name: str, entry: WorkerEntry) -> None:
         entry.on_change = self._note
+        if self._usage is not None:
+            entry.on_hold, entry.on_release = self._usage.held, self._usage.released
         super().__setitem__(name, entry)
         self._changed.add(name)
 
@@ -95,6 +99,7 @@ class WorkerRegistry:
         lose: Callable[[WorkerEntry, str], list[Shape]],
         place: Callable[..., int],
         generation_of: Callable[[str], int],
+        usage: TenantUsage | None = None,
     ):
         self.store = store
         self.settings = settings
@@ -106,7 +111,7 @@ class WorkerRegistry:
         # The dispatchable workers' views, kept one changed entry at a time (``index``).
         self._index = FleetIndex()
         self._changed: set[str] = set()
-        self.entries: dict[str, WorkerEntry] = _Entries(self._changed)
+        self.entries: dict[str, WorkerEntry] = _Entries(self._changed, usage)
         # How an unknown name is refused; a replica says "not connected here" (the worker retries).
         self.unknown: Callable[[str], Exception] = lambda name: NotFound(
             f"worker {name!r} is not registered; call Register first"

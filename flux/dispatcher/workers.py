@@ -64,6 +64,9 @@ class WorkerEntry:
     _view: WorkerView | None = None
     # Told of every change to what ``view`` shows or to ``dispatchable`` (the registry's index).
     on_change: Callable[[WorkerEntry], None] | None = None
+    # Told of every reservation taken and given back (flux.dispatcher.quotas: tenants' usage).
+    on_hold: Callable[[str, ResourceRequest], None] | None = None
+    on_release: Callable[[str], None] | None = None
 
     @property
     def connected(self) -> bool:
@@ -111,6 +114,8 @@ class WorkerEntry:
         self.reserved = self.reserved + amounts
         self.unreported = self.unreported + amounts
         self.invalidate()
+        if self.on_hold is not None:
+            self.on_hold(execution_id, requests)
 
     def release(self, execution_id: str) -> bool:
         holding = self.holdings.pop(execution_id, None)
@@ -120,6 +125,8 @@ class WorkerEntry:
         if holding.since_report:
             self.unreported = self.unreported - holding.amounts
         self.invalidate()
+        if self.on_release is not None:
+            self.on_release(execution_id)
         return True
 
     def report(self, resources: WorkerResources, software: WorkerSoftware | None) -> None:

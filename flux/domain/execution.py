@@ -88,6 +88,8 @@ class Execution:
     updated_at: float = 0.0
     # Higher is dispatched first among executions competing for a worker (FIFO among equals).
     priority: int = 0
+    # The tenant that submitted it (flux.domain.tenant): who may see it, whose quota it counts on.
+    tenant: str = "default"
     # The W3C trace context its submission came with ("traceparent[ tracestate]"; flux/tracing.py),
     # stored with it so its trace survives a restart and a move between replicas; "" untraced.
     trace: str = ""

@@ -27,8 +27,10 @@ from typing import TYPE_CHECKING
 
 from flux.dispatcher.lifecycle import Counters, Histogram, Lifecycle
 from flux.domain.execution import State
+from flux.domain.tenant import Limits
 from flux.matching import Shape, WorkerView, explain
 from flux.matching.pools import PoolDemand
+from flux.matching.tenancy import Accounts, Vector
 
 if TYPE_CHECKING:
     from flux.dispatcher.core import Dispatcher
@@ -97,6 +99,8 @@ class Status:
     workers_omitted: int = 0
     # Worker pools with the demand on each, from the same fleet and queue as the rest.
     pools: tuple[PoolDemand, ...] = ()
+    # Each tenant (name, usage, quota, pending), while any tenant has terms (flux.dispatcher.quotas).
+    tenants: tuple[tuple[str, Vector, Limits, int], ...] = ()
 
 
 def reason_of(workers: int, infeasible: bool) -> str:
@@ -223,6 +227,7 @@ class StatusBoard:
         fleet = fleet_of(entries)
         demand = d.pools.demand_now(entries, list(counts.items()))
         pools = tuple(demand.values())
+        tenants = _tenants(d.usage.accounts, counts)
         listed = detail and len(entries) <= STATUS_WORKERS
         workers = tuple(entries) if listed else ()
 
@@ -271,4 +276,19 @@ class StatusBoard:
             latency=latency,
             workers_omitted=len(entries) if detail and not listed else 0,
             pools=pools,
+            tenants=tenants,
         )
+
+
+def _tenants(
+    accounts: Accounts | None, counts: dict[Shape, int]
+) -> tuple[tuple[str, Vector, Limits, int], ...]:
+    """Every tenant with terms or pending work: its usage, nominal quota and pending count."""
+    if accounts is None:
+        return ()
+    pending: dict[str, int] = dict.fromkeys(accounts.terms, 0)
+    for shape, count in counts.items():
+        pending[shape.tenant] = pending.get(shape.tenant, 0) + count
+    return tuple(
+        (name, accounts.used(name), accounts.tenant(name).quota, pending[name]) for name in sorted(pending)
+    )

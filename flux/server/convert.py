@@ -18,6 +18,7 @@ from flux.errors import InvalidArgument, status_of
 from flux.observe.fleet import Change
 from flux.observe.status import Allocation, Status
 from flux.server.pool_convert import pools_to_proto
+from flux.server.tenant_convert import tenant_statuses_to_proto
 from flux.v1 import control_pb2, trace_pb2, worker_pb2
 
 
@@ -112,6 +113,7 @@ def execution_to_proto(e: Execution) -> control_pb2.Execution:
         created_at_ms=int(e.created_at * 1000),
         updated_at_ms=int(e.updated_at * 1000),
         priority=e.priority,
+        tenant=e.tenant,
     )
 
 
@@ -306,6 +308,7 @@ def status_to_proto(status: Status) -> control_pb2.ClusterStatus:
         workers_omitted=status.workers_omitted,
         pending_by_reason=status.pending_by_reason,
         pools=pools_to_proto(status.pools),
+        tenants=tenant_statuses_to_proto(status.tenants),
         fleet=control_pb2.FleetTotals(
             connected_by_transport=fleet.connected_by_transport,
             disconnected=fleet.disconnected,

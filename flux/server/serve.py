@@ -18,12 +18,23 @@ from flux.auth import AuthInterceptor, Tokens, is_loopback, plaintext_warning
 from flux.dispatcher.core import Dispatcher, Settings
 from flux.dispatcher.freezing import freeze, unwatch, watch
 from flux.observe import logs, pauses
+from flux.server.callers import Callers
 from flux.server.interceptors import DecodeGuard
 from flux.server.introspection import Health, enable_reflection
 from flux.server.local import LocalChannel, LocalRegistry
 from flux.server.pools import PoolService
 from flux.server.servicers import ControlService, WorkerService
-from flux.v1 import control_pb2, control_pb2_grpc, pools_pb2, pools_pb2_grpc, worker_pb2, worker_pb2_grpc
+from flux.server.tenants import TenantService
+from flux.v1 import (
+    control_pb2,
+    control_pb2_grpc,
+    pools_pb2,
+    pools_pb2_grpc,
+    tenants_pb2,
+    tenants_pb2_grpc,
+    worker_pb2,
+    worker_pb2_grpc,
+)
 
 if TYPE_CHECKING:
     from gateway.connections import HttpLimits
@@ -110,9 +121,10 @@ async def start_server(config: ServerConfig) -> RunningServer:
         )
     dispatcher = build_dispatcher(config)
     await dispatcher.start()
+    callers = Callers(config.tokens, dispatcher.tenants)
     # Also applied to in-process calls (the gateway beside the core), so both paths pass the same checks.
     interceptors: tuple[grpc.aio.ServerInterceptor, ...] = (
-        *((AuthInterceptor(config.tokens),) if config.tokens is not None else ()),
+        *((AuthInterceptor(config.tokens, callers),) if config.tokens is not None else ()),
         DecodeGuard(),
     )
     server = grpc.aio.server(
@@ -132,7 +144,7 @@ async def start_server(config: ServerConfig) -> RunningServer:
     )
     workers, control, health_servicer = (
         WorkerService(dispatcher),
-        ControlService(dispatcher),
+        ControlService(dispatcher, callers),
         Health(),
     )
     local = LocalRegistry(interceptors)
@@ -141,11 +153,13 @@ async def start_server(config: ServerConfig) -> RunningServer:
         control_pb2_grpc.add_ControlServiceServicer_to_server(control, target)  # type: ignore[arg-type]
         health_pb2_grpc.add_HealthServicer_to_server(health_servicer, target)  # type: ignore[arg-type]
         pools_pb2_grpc.add_PoolServiceServicer_to_server(PoolService(dispatcher), target)  # type: ignore[arg-type]
+        tenants_pb2_grpc.add_TenantServiceServicer_to_server(TenantService(dispatcher), target)  # type: ignore[arg-type]
     services = (
         worker_pb2.DESCRIPTOR.services_by_name["WorkerService"].full_name,
         control_pb2.DESCRIPTOR.services_by_name["ControlService"].full_name,
         health_pb2.DESCRIPTOR.services_by_name["Health"].full_name,
         pools_pb2.DESCRIPTOR.services_by_name["PoolService"].full_name,
+        tenants_pb2.DESCRIPTOR.services_by_name["TenantService"].full_name,
     )
     enable_reflection(services, server)
     address = f"{config.host}:{config.grpc_port}"

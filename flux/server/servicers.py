@@ -8,6 +8,7 @@ they are, the store's "database unreachable" as UNAVAILABLE, anything else INTER
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import functools
 import itertools
 import logging
@@ -20,13 +21,15 @@ from flux import tracing
 from flux.dispatcher import waiting
 from flux.dispatcher.core import Dispatcher
 from flux.dispatcher.listing import execution_query, page_token
+from flux.dispatcher.tenants import OPERATOR, Caller
 from flux.dispatcher.worker_pages import worker_page
-from flux.domain.execution import ExecutionError
+from flux.domain.execution import Execution, ExecutionError
 from flux.domain.worker import WorkerSoftware
-from flux.errors import FluxError, Internal, InvalidArgument, refusal, status_of
+from flux.errors import FluxError, Internal, InvalidArgument, NotFound, refusal, status_of
 from flux.observe.fleet import Change
 from flux.observe.status import StatusBoard
 from flux.server import convert
+from flux.server.callers import Callers
 from flux.server.dispatch_stream import DispatchStream
 from flux.server.metadata import TRANSPORT_METADATA
 from flux.v1 import control_pb2, control_pb2_grpc, worker_pb2, worker_pb2_grpc
@@ -275,9 +278,27 @@ METRICS_MAX_AGE = 1.0
 
 
 class ControlService(control_pb2_grpc.ControlServiceServicer):
-    def __init__(self, dispatcher: Dispatcher):
+    """Each call speaks for a tenant (``callers``): a non-admin token sees and changes its tenant's only.
+
+    Another tenant's execution is answered as one that does not exist: an id tells nobody
+    whether it is in use.
+    """
+
+    def __init__(self, dispatcher: Dispatcher, callers: Callers | None = None):
         self.dispatcher = dispatcher
         self.status = StatusBoard(dispatcher)
+        self.callers = callers
+
+    async def _caller(self, context: grpc.aio.ServicerContext) -> Caller:
+        return OPERATOR if self.callers is None else await self.callers.of(context)
+
+    async def _visible(self, execution_id: str, context: grpc.aio.ServicerContext) -> Execution:
+        """The execution, when the caller may see it; NotFound otherwise."""
+        caller = await self._caller(context)
+        execution = await self.dispatcher.get(execution_id)
+        if not caller.sees(execution):
+            raise NotFound(f"execution {execution_id!r} does not exist")
+        return execution
 
     @_unary
     async def RegisterWorkflow(
@@ -298,24 +319,28 @@ class ControlService(control_pb2_grpc.ControlServiceServicer):
     @_unary
     async def RunWorkflow(self, request: control_pb2.RunWorkflowRequest, context: grpc.aio.ServicerContext):
         priority = request.priority if request.HasField("priority") else None
+        caller = await self._caller(context)
         execution = await self.dispatcher.submit(
             request.workflow_name,
             request.input_json,
             request.version,
             priority,
             tracing.from_pairs(context.invocation_metadata()),
+            tenant=caller.tenant,
         )
         return convert.execution_to_proto(execution)
 
     @_unary
     async def RunWorkflows(self, request: control_pb2.RunWorkflowsRequest, context: grpc.aio.ServicerContext):
         priority = request.priority if request.HasField("priority") else None
+        caller = await self._caller(context)
         executions = await self.dispatcher.submit_many(
             request.workflow_name,
             list(request.input_json),
             request.version,
             priority,
             tracing.from_pairs(context.invocation_metadata()),
+            tenant=caller.tenant,
         )
         # Without their inputs: the caller sent them, and echoing them could pass the message cap.
         return control_pb2.RunWorkflowsResponse(
@@ -324,12 +349,13 @@ class ControlService(control_pb2_grpc.ControlServiceServicer):
 
     @_unary
     async def GetExecution(self, request: control_pb2.GetExecutionRequest, context: grpc.aio.ServicerContext):
-        return convert.execution_to_proto(await self.dispatcher.get(request.execution_id))
+        return convert.execution_to_proto(await self._visible(request.execution_id, context))
 
     async def WatchExecution(
         self, request: control_pb2.WatchExecutionRequest, context: grpc.aio.ServicerContext
     ) -> AsyncIterator[control_pb2.Execution]:
         try:
+            await self._visible(request.execution_id, context)
             async for execution in self.dispatcher.watch(request.execution_id):
                 yield convert.execution_to_proto(execution)
         except Exception as exc:
@@ -341,12 +367,14 @@ class ControlService(control_pb2_grpc.ControlServiceServicer):
         run = request.run
         priority = run.priority if run.HasField("priority") else None
         try:
+            caller = await self._caller(context)
             accepted = await self.dispatcher.submit(
                 run.workflow_name,
                 run.input_json,
                 run.version,
                 priority,
                 tracing.from_pairs(context.invocation_metadata()),
+                tenant=caller.tenant,
             )
             yield convert.execution_to_proto(accepted)
             if request.every_state:
@@ -364,7 +392,11 @@ class ControlService(control_pb2_grpc.ControlServiceServicer):
         self, request: control_pb2.WaitExecutionsRequest, context: grpc.aio.ServicerContext
     ) -> AsyncIterator[control_pb2.FinishedExecutions]:
         try:
+            caller = await self._caller(context)
             executions = await waiting.known(self.dispatcher, request.execution_ids)
+            hidden = next((e for e in executions if not caller.sees(e)), None)
+            if hidden is not None:
+                raise NotFound(f"execution {hidden.execution_id!r} does not exist")
             # Headers now: a gateway relaying this as SSE answers 200 once the ids are accepted,
             # before the first execution finishes (a refusal has no headers, only its status).
             await context.send_initial_metadata(())
@@ -385,8 +417,12 @@ class ControlService(control_pb2_grpc.ControlServiceServicer):
         queued = [0]  # bytes of the events in ``events``
         behind = ""
 
+        caller = await self._caller(context)
+
         def listen(change: Change, subject: object) -> None:
             nonlocal behind
+            if not change.about_worker and not caller.sees(subject):  # type: ignore[arg-type]
+                return  # another tenant's execution: a non-admin token does not see it change
             if events.qsize() >= FLEET_BACKLOG or queued[0] >= FLEET_BACKLOG_BYTES:
                 behind = (
                     f"{FLEET_BACKLOG} events"
@@ -430,6 +466,7 @@ class ControlService(control_pb2_grpc.ControlServiceServicer):
     async def CancelExecution(
         self, request: control_pb2.CancelExecutionRequest, context: grpc.aio.ServicerContext
     ):
+        await self._visible(request.execution_id, context)
         return convert.execution_to_proto(await self.dispatcher.cancel(request.execution_id))
 
     @_unary
@@ -447,6 +484,7 @@ class ControlService(control_pb2_grpc.ControlServiceServicer):
     async def ExplainExecution(
         self, request: control_pb2.ExplainExecutionRequest, context: grpc.aio.ServicerContext
     ):
+        await self._visible(request.execution_id, context)
         return convert.why_to_proto(await self.dispatcher.why(request.execution_id))
 
     @_unary
@@ -456,7 +494,20 @@ class ControlService(control_pb2_grpc.ControlServiceServicer):
 
     @_unary
     async def GetStatus(self, request: control_pb2.GetStatusRequest, context: grpc.aio.ServicerContext):
-        return convert.status_to_proto(await self.status.snapshot(detail=True))
+        caller = await self._caller(context)
+        status = convert.status_to_proto(await self.status.snapshot(detail=True))
+        if not caller.admin:
+            # The fleet and the counts are everyone's to see; another tenant's execution ids are not.
+            for row in status.pending:
+                # The table's copy (a replica's mirror too): a tenant never changes, so any copy tells it.
+                oldest = (
+                    self.dispatcher.table.current(row.oldest_execution_id)
+                    if row.oldest_execution_id
+                    else None
+                )
+                if oldest is None or not caller.sees(oldest):
+                    row.oldest_execution_id = ""
+        return status
 
     @_unary
     async def ListExecutions(
@@ -466,6 +517,8 @@ class ControlService(control_pb2_grpc.ControlServiceServicer):
             request.states, request.workflow, request.worker, request.created_after_ms,
             request.page_size, request.page_token,
         )  # fmt: skip
+        caller = await self._caller(context)
+        query = dataclasses.replace(query, tenant=caller.scope)
         executions, following = await self.dispatcher.list_executions(query)
         token = page_token(*following.after) if following is not None and following.after else ""
         return control_pb2.ListExecutionsResponse(

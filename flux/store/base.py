@@ -39,10 +39,13 @@ class ExecutionQuery:
     # Also return every unfinished row, whatever its state and worker: the dispatcher
     # holds their live state (a dispatch is not written until claimed) and filters again.
     unfinished_too: bool = False
+    # Only this tenant's executions (a non-admin token's listing); "" means every tenant's.
+    tenant: str = ""
 
     def matches(self, execution: Execution) -> bool:
         return (
-            (not self.states or int(execution.state) in self.states)
+            (not self.tenant or execution.tenant == self.tenant)
+            and (not self.states or int(execution.state) in self.states)
             and (not self.workflow or execution.workflow.name == self.workflow)
             and (not self.worker or execution.worker == self.worker)
             and execution.created_at >= self.created_after
@@ -175,6 +178,26 @@ class Store(abc.ABC):
     @abc.abstractmethod
     async def list_pools(self) -> list[tuple[str, str]]:
         """Every stored pool declaration, (name, JSON document), by name."""
+
+    @abc.abstractmethod
+    async def save_tenants(self, tenants: list[tuple[str, str]]) -> None:
+        """Store tenants, (name, JSON document) each, replacing those of the same name, all or none."""
+
+    @abc.abstractmethod
+    async def delete_tenant(self, name: str) -> bool:
+        """Forget a tenant and its tokens; whether it was stored. Its executions keep their tenant."""
+
+    @abc.abstractmethod
+    async def list_tenants(self) -> list[tuple[str, str]]:
+        """Every stored tenant, (name, JSON document), by name."""
+
+    @abc.abstractmethod
+    async def save_token(self, digest: str, tenant: str, role: str) -> None:
+        """Store an API token by its digest (never the token itself) with its tenant and role."""
+
+    @abc.abstractmethod
+    async def find_token(self, digest: str) -> tuple[str, str] | None:
+        """(tenant, role) of the token with this digest, or None."""
 
     @abc.abstractmethod
     async def list_executions(self, query: ExecutionQuery) -> list[Execution]:

@@ -72,7 +72,8 @@ log = logging.getLogger("flux.store.postgres")
 # 2: workflows.runtime (added to a version 1 database on open).
 # 3: workflows.priority and executions.priority (added on open; older rows get 0).
 # 4: executions.trace (added on open; older rows get '', untraced).
-SCHEMA_VERSION = 4
+# 5: executions.tenant (older rows are tenant 'default'), tenants and tokens.
+SCHEMA_VERSION = 5
 # pg_advisory locks are keyed by a bigint; Flux's four are "FLUX" and the three after it
 # (the second, SWEEP_LOCK, is postgres_cluster.py's).
 MIGRATION_LOCK = 0x464C5558  # schema creation and migration, on open
@@ -102,6 +103,10 @@ CREATE TABLE IF NOT EXISTS executions (
     owner TEXT NOT NULL DEFAULT '');
 ALTER TABLE executions ADD COLUMN IF NOT EXISTS priority INTEGER NOT NULL DEFAULT 0;
 ALTER TABLE executions ADD COLUMN IF NOT EXISTS trace TEXT NOT NULL DEFAULT '';
+ALTER TABLE executions ADD COLUMN IF NOT EXISTS tenant TEXT NOT NULL DEFAULT 'default';
+CREATE TABLE IF NOT EXISTS tenants (name TEXT PRIMARY KEY, spec TEXT NOT NULL, updated_at DOUBLE PRECISION NOT NULL);
+CREATE TABLE IF NOT EXISTS tokens (
+    digest TEXT PRIMARY KEY, tenant TEXT NOT NULL, role TEXT NOT NULL, created_at DOUBLE PRECISION NOT NULL);
 CREATE INDEX IF NOT EXISTS executions_pending ON executions (seq) WHERE state = {CREATED};
 CREATE INDEX IF NOT EXISTS executions_held ON executions (worker) WHERE state IN ({SCHEDULED}, {RUNNING});
 CREATE INDEX IF NOT EXISTS executions_owned ON executions (owner) WHERE state IN ({SCHEDULED}, {RUNNING});
@@ -508,6 +513,39 @@ class PostgresStore(Store):
         async with self._pool.connection() as db:
             cursor = await db.execute("SELECT name, spec FROM pools ORDER BY name")
             return [(row[0], row[1]) for row in await cursor.fetchall()]
+
+    async def save_tenants(self, tenants: list[tuple[str, str]]) -> None:
+        now = time.time()
+        async with self._pool.connection() as db, db.transaction():
+            for name, spec in tenants:
+                await db.execute(
+                    "INSERT INTO tenants VALUES (%s, %s, %s) ON CONFLICT (name) DO UPDATE SET "
+                    "spec = excluded.spec, updated_at = excluded.updated_at",
+                    (name, spec, now),
+                )
+
+    async def delete_tenant(self, name: str) -> bool:
+        async with self._pool.connection() as db, db.transaction():
+            cursor = await db.execute("DELETE FROM tenants WHERE name = %s", (name,))
+            await db.execute("DELETE FROM tokens WHERE tenant = %s", (name,))
+            return cursor.rowcount > 0
+
+    async def list_tenants(self) -> list[tuple[str, str]]:
+        async with self._pool.connection() as db:
+            cursor = await db.execute("SELECT name, spec FROM tenants ORDER BY name")
+            return [(row[0], row[1]) for row in await cursor.fetchall()]
+
+    async def save_token(self, digest: str, tenant: str, role: str) -> None:
+        async with self._pool.connection() as db:
+            await db.execute(
+                "INSERT INTO tokens VALUES (%s, %s, %s, %s)", (digest, tenant, role, time.time())
+            )
+
+    async def find_token(self, digest: str) -> tuple[str, str] | None:
+        async with self._pool.connection() as db:
+            cursor = await db.execute("SELECT tenant, role FROM tokens WHERE digest = %s", (digest,))
+            row = await cursor.fetchone()
+            return (row[0], row[1]) if row else None
 
     # ----------------------------------------------------------------- reads
 

@@ -19,7 +19,7 @@ WORKFLOW_COLUMNS = (
 EXECUTION_COLUMNS = (
     "execution_id, seq, workflow_name, workflow_version, source_hash, entrypoint, state, worker, attempt, "
     "generation, max_attempts, input_json, output_json, error, gpu_indices, created_at, updated_at, priority, "
-    "trace"
+    "trace, tenant"
 )
 
 # Execution states as they appear in SQL, by name: no statement spells a bare number.
@@ -53,7 +53,7 @@ def execution_row(e: Execution) -> tuple[object, ...]:
         e.execution_id, e.seq, e.workflow.name, e.workflow.version, e.workflow.source_hash,
         e.workflow.entrypoint, int(e.state), e.worker, e.attempt, e.generation, e.max_attempts,
         e.input_json, e.output_json, error, json.dumps(list(e.gpu_indices)), e.created_at, e.updated_at,
-        e.priority, e.trace,
+        e.priority, e.trace, e.tenant,
     )  # fmt: skip
 
 
@@ -78,6 +78,7 @@ def execution_from_row(row: Mapping[str, Any]) -> Execution:
         updated_at=row["updated_at"],
         priority=row["priority"],
         trace=row["trace"],
+        tenant=row["tenant"],
     )
 
 
@@ -129,6 +130,9 @@ def executions_filter(query: ExecutionQuery, mark: str) -> tuple[str, list[objec
     if changing:
         clause = " AND ".join(changing)
         clauses.append(f"(({clause}) OR state < {FINISHED})" if query.unfinished_too else clause)
+    if query.tenant:
+        clauses.append(f"tenant = {mark}")
+        params.append(query.tenant)
     if query.workflow:
         clauses.append(f"workflow_name = {mark}")
         params.append(query.workflow)

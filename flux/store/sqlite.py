@@ -35,7 +35,8 @@ from flux.store.rows import (
 # 2: workflows.runtime (a version 1 file is migrated on open).
 # 3: workflows.priority and executions.priority (older files are migrated on open; rows get 0).
 # 4: executions.trace (migrated on open; older rows get '', untraced).
-SCHEMA_VERSION = 4
+# 5: executions.tenant (older rows are tenant 'default'), tenants and tokens.
+SCHEMA_VERSION = 5
 
 SCHEMA = f"""
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
@@ -51,12 +52,15 @@ CREATE TABLE IF NOT EXISTS executions (
     state INTEGER NOT NULL, worker TEXT NOT NULL, attempt INTEGER NOT NULL, generation INTEGER NOT NULL,
     max_attempts INTEGER NOT NULL, input_json TEXT NOT NULL, output_json TEXT NOT NULL, error TEXT,
     gpu_indices TEXT NOT NULL, created_at REAL NOT NULL, updated_at REAL NOT NULL,
-    priority INTEGER NOT NULL DEFAULT 0, trace TEXT NOT NULL DEFAULT '');
+    priority INTEGER NOT NULL DEFAULT 0, trace TEXT NOT NULL DEFAULT '', tenant TEXT NOT NULL DEFAULT 'default');
 CREATE INDEX IF NOT EXISTS executions_unfinished ON executions (state) WHERE state < {FINISHED};
 CREATE INDEX IF NOT EXISTS executions_recent ON executions (seq);
 CREATE INDEX IF NOT EXISTS executions_by_workflow ON executions (workflow_name, seq);
 CREATE TABLE IF NOT EXISTS workers (name TEXT PRIMARY KEY, session_token TEXT NOT NULL, updated_at REAL NOT NULL);
 CREATE TABLE IF NOT EXISTS pools (name TEXT PRIMARY KEY, spec TEXT NOT NULL, updated_at REAL NOT NULL);
+CREATE TABLE IF NOT EXISTS tenants (name TEXT PRIMARY KEY, spec TEXT NOT NULL, updated_at REAL NOT NULL);
+CREATE TABLE IF NOT EXISTS tokens (
+    digest TEXT PRIMARY KEY, tenant TEXT NOT NULL, role TEXT NOT NULL, created_at REAL NOT NULL);
 """
 
 _UPSERT = f"""
@@ -115,6 +119,8 @@ class SqliteStore(Store):
                 db.execute("ALTER TABLE executions ADD COLUMN priority INTEGER NOT NULL DEFAULT 0")
             if columns and "trace" not in columns:  # before version 4: nothing was traced
                 db.execute("ALTER TABLE executions ADD COLUMN trace TEXT NOT NULL DEFAULT ''")
+            if columns and "tenant" not in columns:  # before version 5: everything was tenant 'default'
+                db.execute("ALTER TABLE executions ADD COLUMN tenant TEXT NOT NULL DEFAULT 'default'")
             for statement in filter(str.strip, SCHEMA.split(";")):
                 db.execute(statement)
             db.execute(
@@ -300,6 +306,64 @@ class SqliteStore(Store):
                 (row["name"], row["spec"])
                 for row in self._db.execute("SELECT name, spec FROM pools ORDER BY name")
             ]
+
+        return await self._run(read)
+
+    async def save_tenants(self, tenants: list[tuple[str, str]]) -> None:
+        def write() -> None:
+            assert self._db is not None
+            now = time.time()
+            self._db.execute("BEGIN IMMEDIATE")  # one transaction: all of the file's tenants, or none
+            try:
+                self._db.executemany(
+                    "INSERT INTO tenants VALUES (?,?,?) ON CONFLICT (name) DO UPDATE SET "
+                    "spec=excluded.spec, updated_at=excluded.updated_at",
+                    [(name, spec, now) for name, spec in tenants],
+                )
+                self._db.execute("COMMIT")
+            except BaseException:
+                self._db.execute("ROLLBACK")
+                raise
+
+        await self._run(write)
+
+    async def delete_tenant(self, name: str) -> bool:
+        def write() -> bool:
+            assert self._db is not None
+            self._db.execute("BEGIN IMMEDIATE")
+            try:
+                gone = self._db.execute("DELETE FROM tenants WHERE name = ?", (name,)).rowcount
+                self._db.execute("DELETE FROM tokens WHERE tenant = ?", (name,))
+                self._db.execute("COMMIT")
+            except BaseException:
+                self._db.execute("ROLLBACK")
+                raise
+            return gone > 0
+
+        return await self._run(write)
+
+    async def list_tenants(self) -> list[tuple[str, str]]:
+        def read() -> list[tuple[str, str]]:
+            assert self._db is not None
+            return [
+                (row["name"], row["spec"])
+                for row in self._db.execute("SELECT name, spec FROM tenants ORDER BY name")
+            ]
+
+        return await self._run(read)
+
+    async def save_token(self, digest: str, tenant: str, role: str) -> None:
+        def write() -> None:
+            assert self._db is not None
+            self._db.execute("INSERT INTO tokens VALUES (?,?,?,?)", (digest, tenant, role, time.time()))
+
+        await self._run(write)
+
+    async def find_token(self, digest: str) -> tuple[str, str] | None:
+        def read() -> tuple[str, str] | None:
+            assert self._db is not None
+            row = self._db.execute("SELECT tenant, role FROM tokens WHERE digest = ?", (digest,)).fetchone()
+            return (row["tenant"], row["role"]) if row else None
 
         return await self._run(read)
 

@@ -6,6 +6,7 @@ isort:skip_file
 from collections import abc as _abc
 from flux.v1 import pools_pb2 as _pools_pb2
 from flux.v1 import resources_pb2 as _resources_pb2
+from flux.v1 import tenants_pb2 as _tenants_pb2
 from flux.v1 import trace_pb2 as _trace_pb2
 from flux.v1 import worker_pb2 as _worker_pb2
 from google.protobuf import descriptor as _descriptor
@@ -289,6 +290,7 @@ class Execution(_message.Message):
     CREATED_AT_MS_FIELD_NUMBER: _builtins.int
     UPDATED_AT_MS_FIELD_NUMBER: _builtins.int
     PRIORITY_FIELD_NUMBER: _builtins.int
+    TENANT_FIELD_NUMBER: _builtins.int
     execution_id: _builtins.str
     """Server-assigned id."""
     state: Global___ExecutionState.ValueType
@@ -309,6 +311,8 @@ class Execution(_message.Message):
     """Last state change, milliseconds since the Unix epoch."""
     priority: _builtins.int
     """Its priority: the run's, else its workflow's (higher first, FIFO within a priority)."""
+    tenant: _builtins.str
+    """The tenant whose token submitted it ("default" for the server's own token and older rows)."""
     @_builtins.property
     def workflow(self) -> _worker_pb2.WorkflowRef:
         """The workflow version it runs."""
@@ -337,10 +341,11 @@ class Execution(_message.Message):
         created_at_ms: _builtins.int = ...,
         updated_at_ms: _builtins.int = ...,
         priority: _builtins.int = ...,
+        tenant: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["error", b"error", "workflow", b"workflow"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["attempt", b"attempt", "created_at_ms", b"created_at_ms", "error", b"error", "execution_id", b"execution_id", "generation", b"generation", "gpu_indices", b"gpu_indices", "input_json", b"input_json", "output_json", b"output_json", "priority", b"priority", "state", b"state", "updated_at_ms", b"updated_at_ms", "worker", b"worker", "workflow", b"workflow"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["attempt", b"attempt", "created_at_ms", b"created_at_ms", "error", b"error", "execution_id", b"execution_id", "generation", b"generation", "gpu_indices", b"gpu_indices", "input_json", b"input_json", "output_json", b"output_json", "priority", b"priority", "state", b"state", "tenant", b"tenant", "updated_at_ms", b"updated_at_ms", "worker", b"worker", "workflow", b"workflow"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -880,6 +885,7 @@ class ClusterStatus(_message.Message):
     LATENCIES_FIELD_NUMBER: _builtins.int
     WORKERS_OMITTED_FIELD_NUMBER: _builtins.int
     POOLS_FIELD_NUMBER: _builtins.int
+    TENANTS_FIELD_NUMBER: _builtins.int
     now_ms: _builtins.int
     """When the core took the snapshot, in milliseconds since the Unix epoch."""
     started_at_ms: _builtins.int
@@ -936,6 +942,12 @@ class ClusterStatus(_message.Message):
         operator's declarations, what flux_pool_demand_workers is labelled by).
         """
 
+    @_builtins.property
+    def tenants(self) -> _containers.RepeatedCompositeFieldContainer[_tenants_pb2.TenantStatus]:
+        """Each tenant's usage, quota and pending work, while any tenant has terms (GetMetrics
+        too: tenant names are an operator's, what flux_tenant_usage is labelled by).
+        """
+
     def __init__(
         self,
         *,
@@ -951,10 +963,11 @@ class ClusterStatus(_message.Message):
         latencies: _abc.Iterable[Global___LatencyHistogram] | None = ...,
         workers_omitted: _builtins.int = ...,
         pools: _abc.Iterable[_pools_pb2.Pool] | None = ...,
+        tenants: _abc.Iterable[_tenants_pb2.TenantStatus] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["counters", b"counters", "fleet", b"fleet"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["counters", b"counters", "executions", b"executions", "fleet", b"fleet", "latencies", b"latencies", "now_ms", b"now_ms", "pending", b"pending", "pending_by_reason", b"pending_by_reason", "pending_shapes_omitted", b"pending_shapes_omitted", "pools", b"pools", "started_at_ms", b"started_at_ms", "workers", b"workers", "workers_omitted", b"workers_omitted"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["counters", b"counters", "executions", b"executions", "fleet", b"fleet", "latencies", b"latencies", "now_ms", b"now_ms", "pending", b"pending", "pending_by_reason", b"pending_by_reason", "pending_shapes_omitted", b"pending_shapes_omitted", "pools", b"pools", "started_at_ms", b"started_at_ms", "tenants", b"tenants", "workers", b"workers", "workers_omitted", b"workers_omitted"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

@@ -187,7 +187,8 @@ async def test_a_version_2_sqlite_file_gains_the_priority_columns(tmp_path: Path
     db = sqlite3.connect(path)
     db.executescript(
         "ALTER TABLE workflows DROP COLUMN priority; ALTER TABLE executions DROP COLUMN priority;"
-        "ALTER TABLE executions DROP COLUMN trace;"
+        "ALTER TABLE executions DROP COLUMN tenant; ALTER TABLE executions DROP COLUMN trace;"
+        "DROP TABLE tenants; DROP TABLE tokens;"
         "UPDATE meta SET value = '2' WHERE key = 'schema_version';"
         "INSERT INTO workflows VALUES ('old', 1, 'h', 'old', "
         '\'{"cpu": 0, "memory": 0, "gpu": 0, "disk": 0, "packages": []}\', \'{}\', 3, 5.0, \'python\');'

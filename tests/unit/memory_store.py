@@ -24,6 +24,8 @@ class MemoryStore(Store):
         self.executions: dict[str, Execution] = {}  # committed rows only
         self.workers: dict[str, WorkerIdentity] = {}
         self.pools: dict[str, str] = {}
+        self.tenants: dict[str, str] = {}
+        self.tokens: dict[str, tuple[str, str]] = {}
         self.fail_next_commit: Exception | None = None
         self._queued: dict[str, Execution] = {}
         self._batch: asyncio.Future[None] | None = None
@@ -67,6 +69,22 @@ class MemoryStore(Store):
 
     async def list_pools(self) -> list[tuple[str, str]]:
         return sorted(self.pools.items())
+
+    async def save_tenants(self, tenants: list[tuple[str, str]]) -> None:
+        self.tenants.update(tenants)
+
+    async def delete_tenant(self, name: str) -> bool:
+        self.tokens = {d: t for d, t in self.tokens.items() if t[0] != name}
+        return self.tenants.pop(name, None) is not None
+
+    async def list_tenants(self) -> list[tuple[str, str]]:
+        return sorted(self.tenants.items())
+
+    async def save_token(self, digest: str, tenant: str, role: str) -> None:
+        self.tokens[digest] = (tenant, role)
+
+    async def find_token(self, digest: str) -> tuple[str, str] | None:
+        return self.tokens.get(digest)
 
     async def get_source(self, source_hash: str) -> tuple[str, str] | None:
         return self.sources.get(source_hash)

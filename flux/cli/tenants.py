@@ -1,0 +1,318 @@
+"""``flux tenant create|list|show|set|delete NAME …``, ``flux tenant apply FILE``, ``flux token create``.
+
+A tenants file is YAML (when PyYAML is installed) or JSON, the fields of DESIGN §9::
+
+    tenants:
+      - name: ml
+        gpu: 4
+        cohort: research
+        borrowing_limit: {gpu: 2}
+        weight: 2
+      - name: web
+        cpu: 32
+        memory: 64Gi
+
+It is validated here first (every error names its field), then again by the server.
+Every command needs an admin API token (the server's own, ``./.flux/api.token``, is one).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import grpc
+
+from flux.domain.tenant import FIELDS, RESOURCES, Tenant, describe_amount
+from flux.errors import InvalidArgument, Unavailable, from_grpc_code
+
+DEFAULT_TIMEOUT = 30.0
+ROLES = ("submit", "read", "admin")
+
+
+def add_command(
+    commands: Any, with_server: Callable[[argparse.ArgumentParser], argparse.ArgumentParser]
+) -> None:
+    tenant = commands.add_parser(
+        "tenant", help="tenants: quotas, cohorts, fair-share weights"
+    ).add_subparsers(dest="action", required=True, metavar="ACTION")
+    create = with_server(tenant.add_parser("create", help="create a tenant"))
+    create.add_argument("name", metavar="NAME", help="the tenant's name")
+    _terms(create)
+    create.set_defaults(run=_create)
+    listing = with_server(tenant.add_parser("list", help="every tenant with its terms"))
+    listing.add_argument("--json", action="store_true", help="print one JSON object")
+    listing.set_defaults(run=_list)
+    show = with_server(tenant.add_parser("show", help="one tenant's terms"))
+    show.add_argument("name", metavar="NAME", help="the tenant's name")
+    show.add_argument("--json", action="store_true", help="print one JSON object")
+    show.set_defaults(run=_show)
+    change = with_server(tenant.add_parser("set", help="change some of a tenant's terms"))
+    change.add_argument("name", metavar="NAME", help="the tenant's name")
+    _terms(change)
+    change.add_argument(
+        "--unset", action="append", default=[], choices=FIELDS, metavar="FIELD",
+        help=f"clear a field (repeatable): {', '.join(FIELDS)}",
+    )  # fmt: skip
+    change.set_defaults(run=_set)
+    delete = with_server(tenant.add_parser("delete", help="delete a tenant and its tokens"))
+    delete.add_argument("name", metavar="NAME", help="the tenant's name")
+    delete.set_defaults(run=_delete)
+    apply = with_server(tenant.add_parser("apply", help="create or replace tenants from a YAML or JSON file"))
+    apply.add_argument("file", metavar="FILE", help="tenants file ('-' reads stdin)")
+    apply.set_defaults(run=_apply)
+
+
+def add_token_create(
+    token: Any, with_server: Callable[[argparse.ArgumentParser], argparse.ArgumentParser]
+) -> None:
+    create = with_server(
+        token.add_parser(
+            "create",
+            help="create an API token for a tenant (printed once; needs an admin token)",
+            description="Create an API token that speaks for one tenant: read sees its executions, "
+            "submit also runs and cancels them, admin manages everything. The token is printed once, "
+            "on stdout alone, for $(flux token create --tenant ml).",
+        )
+    )
+    create.add_argument("--tenant", required=True, metavar="NAME", help="the tenant the token speaks for")
+    create.add_argument("--role", default="submit", choices=ROLES, help="what it may do (default submit)")
+    create.set_defaults(run=_create_token)
+
+
+def _terms(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--cpu", metavar="N", help="nominal quota of cores")
+    p.add_argument("--memory", metavar="Q", help="nominal quota of memory, e.g. 64Gi")
+    p.add_argument("--gpu", metavar="N", help="nominal quota of GPUs")
+    p.add_argument("--gpu-memory", metavar="Q", help="nominal quota of VRAM (gpu x gpu_memory), e.g. 320Gi")
+    p.add_argument("--cohort", metavar="NAME", help="the cohort it borrows from and lends to")
+    p.add_argument(
+        "--borrowing-limit",
+        metavar="R=Q,…",
+        help="how far above its quota it may borrow, e.g. gpu=2,memory=8Gi",
+    )
+    p.add_argument("--lending-limit", metavar="R=Q,…", help="how much of its quota it lends, e.g. gpu=1")
+    p.add_argument("--weight", metavar="W", help="fair-share weight (> 0, default 1)")
+
+
+def _limits(value: str, flag: str) -> dict[str, str]:
+    amounts: dict[str, str] = {}
+    for part in filter(None, (p.strip() for p in value.split(","))):
+        key, eq, amount = part.partition("=")
+        if not eq or key.strip() not in RESOURCES or not amount.strip():
+            raise InvalidArgument(
+                f"{flag} {value!r} is invalid; use RESOURCE=AMOUNT pairs separated by commas, "
+                f"RESOURCE one of {', '.join(RESOURCES)} (e.g. gpu=2,memory=8Gi)"
+            )
+        amounts[key.strip()] = amount.strip()
+    return amounts
+
+
+def _changes(args: argparse.Namespace) -> dict[str, Any]:
+    changes: dict[str, Any] = {}
+    for resource in RESOURCES:
+        value = getattr(args, resource)
+        if value is not None:
+            changes[resource] = value
+    if args.cohort is not None:
+        changes["cohort"] = args.cohort
+    if args.borrowing_limit is not None:
+        changes["borrowing_limit"] = _limits(args.borrowing_limit, "--borrowing-limit")
+    if args.lending_limit is not None:
+        changes["lending_limit"] = _limits(args.lending_limit, "--lending-limit")
+    if args.weight is not None:
+        changes["weight"] = args.weight
+    return changes
+
+
+def read_document(path: str) -> Any:
+    """The document in ``path``: JSON, or YAML (PyYAML is a dependency of flux)."""
+    try:
+        text = sys.stdin.read() if path == "-" else Path(path).read_text(encoding="utf-8")
+    except OSError as exc:
+        raise InvalidArgument(f"cannot read tenants file {path}: {exc.strerror or exc}") from None
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError:
+        import yaml
+
+        try:
+            return yaml.safe_load(text)
+        except yaml.YAMLError as exc:
+            raise InvalidArgument(f"{path} is neither JSON nor YAML: {exc}") from None
+
+
+def _checked(data: dict[str, Any], where: str) -> Tenant:
+    try:
+        return Tenant.from_dict(data)
+    except (TypeError, ValueError) as exc:
+        raise InvalidArgument(f"{where}: {exc}") from None
+
+
+class _Tenants:
+    """The TenantService stub on the CLI's credentials; errors as the client's (``flux.errors``)."""
+
+    def __init__(self, args: argparse.Namespace):
+        from flux.auth import Credentials, Role
+        from flux.v1 import tenants_pb2_grpc
+
+        credentials = Credentials.for_role(Role.CLIENT, args.api_token, args.ca, args.api_token_file)
+        self.address = args.server
+        self._metadata = credentials.metadata
+        self._channel = credentials.channel(args.server)
+        self._stub = tenants_pb2_grpc.TenantServiceStub(self._channel)
+
+    def __enter__(self) -> _Tenants:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._channel.close()
+
+    def call(self, method: str, request: Any) -> Any:
+        try:
+            return getattr(self._stub, method)(request, timeout=DEFAULT_TIMEOUT, metadata=self._metadata)
+        except grpc.RpcError as exc:
+            code, details = exc.code(), exc.details() or ""  # type: ignore[attr-defined]
+            if code in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED):
+                raise Unavailable(
+                    f"cannot reach the Flux server at {self.address}: {details or code.name}"
+                ) from None
+            raise from_grpc_code(code, details) from None
+
+
+def _to_proto(tenant: Tenant) -> Any:
+    from flux.server.tenant_convert import tenant_to_proto
+
+    return tenant_to_proto(tenant)
+
+
+def _from_proto(message: Any) -> Tenant:
+    from flux.server.tenant_convert import tenant_from_proto
+
+    return tenant_from_proto(message)
+
+
+def _describe(tenant: Tenant) -> str:
+    quota = ", ".join(
+        describe_amount(r, v)
+        for r, v in zip(RESOURCES, tenant.quota.as_tuple(), strict=True)
+        if v is not None
+    )
+    return quota or "unlimited"
+
+
+def _limits_text(tenant: Tenant, name: str) -> str:
+    limits = getattr(tenant, name)
+    return ", ".join(f"{r}={v}" for r, v in limits.to_dict().items()) or "-"
+
+
+def _create(args: argparse.Namespace) -> int:
+    from flux.v1 import tenants_pb2
+
+    tenant = _checked({"name": args.name, **_changes(args)}, "flux tenant create")
+    with _Tenants(args) as tenants:
+        created = tenants.call("CreateTenant", tenants_pb2.CreateTenantRequest(tenant=_to_proto(tenant)))
+    print(f"tenant {created.tenant.name} created (quota: {_describe(_from_proto(created.tenant))})")
+    return 0
+
+
+def _set(args: argparse.Namespace) -> int:
+    from flux.v1 import tenants_pb2
+
+    changes: dict[str, Any] = {**_changes(args), **dict.fromkeys(args.unset)}
+    if not changes:
+        raise InvalidArgument(
+            "flux tenant set: give at least one field to change (e.g. --gpu 4) or --unset FIELD"
+        )
+    with _Tenants(args) as tenants:
+        answer = tenants.call(
+            "SetTenant", tenants_pb2.SetTenantRequest(name=args.name, changes_json=json.dumps(changes))
+        )
+    print(f"tenant {answer.tenant.name} updated (quota: {_describe(_from_proto(answer.tenant))})")
+    return 0
+
+
+def _delete(args: argparse.Namespace) -> int:
+    from flux.v1 import tenants_pb2
+
+    with _Tenants(args) as tenants:
+        tenants.call("DeleteTenant", tenants_pb2.DeleteTenantRequest(name=args.name))
+    print(f"tenant {args.name} deleted, with its tokens")
+    return 0
+
+
+def _apply(args: argparse.Namespace) -> int:
+    from flux.v1 import tenants_pb2
+
+    document = read_document(args.file)
+    entries = document.get("tenants") if isinstance(document, dict) else document
+    if not isinstance(entries, list):
+        raise InvalidArgument(
+            f"{args.file}: expected a list of tenants, or a mapping with key 'tenants' holding one"
+        )
+    checked = [_checked(entry, f"{args.file}: tenants[{i}]") for i, entry in enumerate(entries)]
+    with _Tenants(args) as tenants:
+        answer = tenants.call(
+            "ApplyTenants", tenants_pb2.ApplyTenantsRequest(tenants=[_to_proto(t) for t in checked])
+        )
+    for tenant in answer.tenants:
+        print(f"tenant {tenant.name} applied (quota: {_describe(_from_proto(tenant))})")
+    return 0
+
+
+def _list(args: argparse.Namespace) -> int:
+    from flux.cli.render import table
+    from flux.v1 import tenants_pb2
+
+    with _Tenants(args) as tenants:
+        answer = tenants.call("ListTenants", tenants_pb2.ListTenantsRequest())
+    found = [_from_proto(t) for t in answer.tenants]
+    if args.json:
+        print(json.dumps({"tenants": [t.to_dict() for t in found]}))
+        return 0
+    header = ("NAME", "QUOTA", "COHORT", "BORROWING LIMIT", "LENDING LIMIT", "WEIGHT")
+    rows = [
+        (
+            t.name,
+            _describe(t),
+            t.cohort or "-",
+            _limits_text(t, "borrowing_limit"),
+            _limits_text(t, "lending_limit"),
+            f"{t.weight:g}",
+        )
+        for t in found
+    ]
+    print(table(header, rows))
+    return 0
+
+
+def _show(args: argparse.Namespace) -> int:
+    from flux.v1 import tenants_pb2
+
+    with _Tenants(args) as tenants:
+        tenant = _from_proto(tenants.call("GetTenant", tenants_pb2.GetTenantRequest(name=args.name)).tenant)
+    if args.json:
+        print(json.dumps(tenant.to_dict()))
+        return 0
+    print(f"tenant {tenant.name}")
+    print(f"  quota            {_describe(tenant)}")
+    print(f"  cohort           {tenant.cohort or '-'}")
+    print(f"  borrowing limit  {_limits_text(tenant, 'borrowing_limit')}")
+    print(f"  lending limit    {_limits_text(tenant, 'lending_limit')}")
+    print(f"  weight           {tenant.weight:g}")
+    return 0
+
+
+def _create_token(args: argparse.Namespace) -> int:
+    from flux.v1 import tenants_pb2
+
+    with _Tenants(args) as tenants:
+        answer = tenants.call(
+            "CreateToken", tenants_pb2.CreateTokenRequest(tenant=args.tenant, role=args.role)
+        )
+    print(answer.token)
+    return 0

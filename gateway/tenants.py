@@ -1,0 +1,117 @@
+"""Tenant routes: the ``TenantService`` as REST (admin API tokens only; the core decides)."""
+
+from __future__ import annotations
+
+import json
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Body, Depends, Path, Request
+from fastapi.responses import JSONResponse
+
+from flux.v1 import tenants_pb2, tenants_pb2_grpc
+from gateway import protojson, schema
+from gateway.auth import API_BEARER
+from gateway.bodies import OffLoopJSONRoute, to_message
+
+router = APIRouter(tags=["tenants"], dependencies=[Depends(API_BEARER)], route_class=OffLoopJSONRoute)
+
+TenantName = Annotated[str, Path(description="the tenant's name, as in GET /tenants", max_length=63)]
+
+Tenant = schema.model_of(tenants_pb2.Tenant.DESCRIPTOR)
+ListTenantsResponse = schema.model_of(tenants_pb2.ListTenantsResponse.DESCRIPTOR)
+TenantAnswer = schema.model_of(tenants_pb2.GetTenantResponse.DESCRIPTOR)
+ApplyTenantsRequest = schema.model_of(tenants_pb2.ApplyTenantsRequest.DESCRIPTOR)
+ApplyTenantsResponse = schema.model_of(tenants_pb2.ApplyTenantsResponse.DESCRIPTOR)
+CreateTokenRequest = schema.model_of(tenants_pb2.CreateTokenRequest.DESCRIPTOR)
+CreateTokenResponse = schema.model_of(tenants_pb2.CreateTokenResponse.DESCRIPTOR)
+
+_WHY = {
+    401: "no API token, or not a valid one",
+    403: "not an admin API token (or the worker token)",
+    404: "no such tenant",
+    409: "a tenant of that name exists already, or (delete) it is tenant default",
+    422: "invalid body, path or query",
+    503: "the core is unreachable",
+}
+
+
+def _refusals(*statuses: int) -> dict[int | str, dict[str, object]]:
+    return schema.refusals({status: _WHY[status] for status in {401, 403, *statuses, 422, 503}})
+
+
+class _Tenants:
+    """The TenantService stub with the caller's ``authorization`` on every call."""
+
+    def __init__(self, request: Request):
+        self._stub = tenants_pb2_grpc.TenantServiceStub(request.app.state.core.channel)
+        authorization = request.headers.get("authorization")
+        self._metadata = (("authorization", authorization),) if authorization else ()
+        self._timeout = request.app.state.settings.unary_timeout
+
+    async def call(self, method: str, message: Any) -> JSONResponse:
+        answer = await getattr(self._stub, method)(message, timeout=self._timeout, metadata=self._metadata)
+        return JSONResponse(protojson.to_dict(answer))
+
+
+async def tenants(request: Request) -> _Tenants:
+    return _Tenants(request)
+
+
+TenantsDep = Annotated[_Tenants, Depends(tenants)]
+
+
+@router.get("/tenants", response_model=ListTenantsResponse, responses=_refusals())
+async def list_tenants(service: TenantsDep) -> JSONResponse:
+    """Every tenant with its quota, cohort, limits and weight, by name (`default` always exists)."""
+    return await service.call("ListTenants", tenants_pb2.ListTenantsRequest())
+
+
+@router.post("/tenants", response_model=TenantAnswer, responses=_refusals(409))
+async def create_tenant(body: Tenant, request: Request, service: TenantsDep) -> JSONResponse:  # type: ignore[valid-type]
+    """Create a tenant; 409 when the name is taken."""
+    tenant = await to_message(body.to_json_dict(), tenants_pb2.Tenant(), request)  # type: ignore[attr-defined]
+    return await service.call("CreateTenant", tenants_pb2.CreateTenantRequest(tenant=tenant))
+
+
+@router.put("/tenants", response_model=ApplyTenantsResponse, responses=_refusals())
+async def apply_tenants(body: ApplyTenantsRequest, request: Request, service: TenantsDep) -> JSONResponse:  # type: ignore[valid-type]
+    """Create or replace tenants by name, all of them or none (what `flux tenant apply FILE` sends)."""
+    message = await to_message(body.to_json_dict(), tenants_pb2.ApplyTenantsRequest(), request)  # type: ignore[attr-defined]
+    return await service.call("ApplyTenants", message)
+
+
+@router.get("/tenants/{name}", response_model=TenantAnswer, responses=_refusals(404))
+async def get_tenant(name: TenantName, service: TenantsDep) -> JSONResponse:
+    """One tenant's terms."""
+    return await service.call("GetTenant", tenants_pb2.GetTenantRequest(name=name))
+
+
+@router.patch("/tenants/{name}", response_model=TenantAnswer, responses=_refusals(404))
+async def set_tenant(
+    name: TenantName,
+    service: TenantsDep,
+    changes: Annotated[
+        dict[str, Any],
+        Body(
+            description='The fields to change, as in a tenants file ({"gpu": 4, "borrowing_limit": {"gpu": 2}}); '
+            "null clears one.",
+            examples=[{"gpu": 4, "weight": 2}],
+        ),
+    ],
+) -> JSONResponse:
+    """Change some of a tenant's terms."""
+    message = tenants_pb2.SetTenantRequest(name=name, changes_json=json.dumps(changes))
+    return await service.call("SetTenant", message)
+
+
+@router.delete("/tenants/{name}", responses=_refusals(404, 409))
+async def delete_tenant(name: TenantName, service: TenantsDep) -> JSONResponse:
+    """Delete a tenant and its tokens; its executions keep their tenant."""
+    return await service.call("DeleteTenant", tenants_pb2.DeleteTenantRequest(name=name))
+
+
+@router.post("/tokens", response_model=CreateTokenResponse, responses=_refusals(404))
+async def create_token(body: CreateTokenRequest, request: Request, service: TenantsDep) -> JSONResponse:  # type: ignore[valid-type]
+    """A new API token for a tenant (`role`: submit, the default, read or admin); shown only in this answer."""
+    message = await to_message(body.to_json_dict(), tenants_pb2.CreateTokenRequest(), request)  # type: ignore[attr-defined]
+    return await service.call("CreateToken", message)

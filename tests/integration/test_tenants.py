@@ -1,0 +1,421 @@
+"""Tenants and their tokens against real processes: what one tenant's token can see and do.
+
+Both stores keep tenants and token digests; a store from before tenants keeps working
+with everything in tenant ``default``, and the server's own API token is its admin token.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import sqlite3
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import httpx
+import pytest
+
+from flux.auth import Credentials
+from flux.client import FluxClient
+from flux.dispatcher.tenants import TenantDirectory, digest
+from flux.domain.execution import Execution, WorkflowRef
+from flux.domain.tenant import Tenant
+from flux.errors import AlreadyExists, FailedPrecondition, InvalidArgument, NotFound, PermissionDenied
+from flux.store.base import ExecutionQuery, Store
+from flux.store.postgres import PostgresStore
+from flux.store.sqlite import SqliteStore
+from flux.testing import Cluster
+from flux.v1 import control_pb2, control_pb2_grpc
+
+pytestmark = [pytest.mark.integration, pytest.mark.backends("sqlite", "postgres")]
+
+
+@pytest.fixture
+async def store(backend: str, tmp_path: Path, request: pytest.FixtureRequest) -> AsyncIterator[Store]:
+    opened: Store
+    if backend == "postgres":
+        opened = PostgresStore(request.getfixturevalue("pg_url"), "test-replica")
+    else:
+        opened = SqliteStore(tmp_path / "flux.db")
+    await opened.open()
+    try:
+        yield opened
+    finally:
+        await opened.close()
+
+
+def _execution(execution_id: str, tenant: str) -> Execution:
+    return Execution(
+        execution_id=execution_id,
+        workflow=WorkflowRef("echo", 1, "0" * 64, "echo"),
+        seq=int(execution_id[1:]),
+        input_json="null",
+        max_attempts=3,
+        created_at=1000.0,
+        updated_at=1000.0,
+        tenant=tenant,
+    )
+
+
+async def test_tenants_tokens_and_execution_tenants_are_stored(store: Store) -> None:
+    directory = TenantDirectory(store)
+    assert [t.name for t in await directory.list()] == ["default"]
+    await directory.create(Tenant.from_dict({"name": "ml", "gpu": 4, "cohort": "research", "weight": 2}))
+    with pytest.raises(AlreadyExists):
+        await directory.create(Tenant("ml"))
+    changed = await directory.update("ml", {"gpu": None, "memory": "8Gi"})
+    assert changed.to_dict() == {"name": "ml", "memory": "8Gi", "cohort": "research", "weight": 2}
+    assert (await TenantDirectory(store).get("ml")) == changed  # read back from the store
+    token = await directory.create_token("ml", "read")
+    assert await store.find_token(digest(token)) == ("ml", "read")
+    assert await store.find_token(token) is None  # only the digest is kept
+    assert (await TenantDirectory(store).caller(token)) is not None
+    with pytest.raises(NotFound):
+        await directory.create_token("nobody", "submit")
+    with pytest.raises(FailedPrecondition):
+        await directory.delete("default")
+
+    await store.save(_execution("e1", "ml"))
+    await store.save(_execution("e2", "default"))
+    stored = await store.get_execution("e1")
+    assert stored is not None and stored.tenant == "ml"
+    only_ml = await store.list_executions(ExecutionQuery(limit=10, tenant="ml"))
+    assert [e.execution_id for e in only_ml] == ["e1"]
+    assert len(await store.list_executions(ExecutionQuery(limit=10))) == 2
+
+    await directory.delete("ml")
+    assert await store.find_token(digest(token)) is None
+    assert await directory.caller(token) is None
+    assert [t.name for t in await directory.list()] == ["default"]
+
+
+@pytest.mark.backends("sqlite")
+async def test_a_version_3_sqlite_file_puts_everything_in_tenant_default(tmp_path: Path) -> None:
+    path = tmp_path / "v3.db"
+    first = SqliteStore(path)
+    await first.open()
+    await first.close()
+    db = sqlite3.connect(path)
+    db.executescript(
+        "ALTER TABLE executions DROP COLUMN tenant; ALTER TABLE executions DROP COLUMN trace;"
+        "DROP TABLE tenants; DROP TABLE tokens;"
+        "UPDATE meta SET value = '3' WHERE key = 'schema_version';"
+        "INSERT INTO executions VALUES ('e1', 1, 'old', 1, 'h', 'old', 1, '', 1, 0, 3, 'null', '', NULL, "
+        "'[]', 5.0, 5.0, 0);"
+    )
+    db.commit()
+    db.close()
+    store = SqliteStore(path)
+    recovered = await store.open()
+    try:
+        assert [(e.execution_id, e.tenant) for e in recovered.unfinished] == [("e1", "default")]
+        assert [t.name for t in await TenantDirectory(store).list()] == ["default"]
+    finally:
+        await store.close()
+
+
+def _client(cluster: Cluster, token: str) -> FluxClient:
+    return FluxClient(cluster.address, timeout=10, credentials=Credentials(token, cluster.ca))
+
+
+def _ok(result: object) -> str:
+    assert result.returncode == 0, result.stderr  # type: ignore[attr-defined]
+    return result.stdout  # type: ignore[attr-defined]
+
+
+@pytest.mark.transports("grpc")
+def test_a_tenant_sees_and_cancels_only_its_own_executions(cluster: Cluster, tmp_path: Path) -> None:
+    # The server's own token (./.flux/api.token) is the default tenant's admin: it manages tenants.
+    _ok(cluster.flux("tenant", "create", "ml", "--gpu", "4", "--cohort", "research"))
+    _ok(cluster.flux("tenant", "create", "web", "--cpu", "32", "--memory", "64Gi"))
+    listed = json.loads(_ok(cluster.flux("tenant", "list", "--json")))
+    assert [t["name"] for t in listed["tenants"]] == ["default", "ml", "web"]
+    ml = _ok(cluster.flux("token", "create", "--tenant", "ml")).strip()
+    web = _ok(cluster.flux("token", "create", "--tenant", "web")).strip()
+    web_reader = _ok(cluster.flux("token", "create", "--tenant", "web", "--role", "read")).strip()
+    refused = cluster.flux("token", "create", "--tenant", "nobody")
+    assert refused.returncode != 0 and "tenant 'nobody' does not exist" in refused.stderr
+
+    # No worker: the executions stay pending, so each one can still be cancelled.
+    with (
+        _client(cluster, ml) as as_ml,
+        _client(cluster, web) as as_web,
+        _client(cluster, web_reader) as reader,
+    ):
+        mine = as_ml.run("echo", "ml's")
+        theirs = as_web.run("echo", "web's")
+        legacy = cluster.client.run("echo", "operator's")  # the server's token: tenant default
+
+        # gRPC: another tenant's execution does not exist, whatever is asked of it.
+        for ask in (
+            lambda: as_web.get(mine.execution_id),
+            lambda: as_web.explain(mine.execution_id),
+            lambda: as_web.cancel(mine.execution_id),
+            lambda: next(iter(as_web.watch(mine.execution_id, timeout=5))),
+            lambda: as_web.wait(mine.execution_id, timeout=5),
+            lambda: reader.get(mine.execution_id),
+        ):
+            with pytest.raises(NotFound):
+                ask()
+        assert as_web.get(theirs.execution_id).tenant == "web"
+        assert (mine.tenant, legacy.tenant) == ("ml", "default")
+        assert reader.get(theirs.execution_id).execution_id == theirs.execution_id
+        assert {e.execution_id for e in as_web.list_executions().executions} == {theirs.execution_id}
+        assert {e.execution_id for e in reader.list_executions().executions} == {theirs.execution_id}
+        assert {e.execution_id for e in as_ml.list_executions().executions} == {mine.execution_id}
+
+        # Status shows everyone's pending rows (one per tenant's lane), but not another tenant's ids.
+        def oldest(client: FluxClient) -> list[str]:
+            return sorted(p.oldest_execution_id for p in client.status().pending)
+
+        # (A replica's status counts the cluster's queue by workflow alone: one row, ml's the oldest.)
+        everyone = {mine.execution_id, theirs.execution_id, legacy.execution_id}
+        assert mine.execution_id in oldest(cluster.client) and set(oldest(cluster.client)) <= everyone
+        assert set(oldest(as_web)) <= {"", theirs.execution_id} and "" in oldest(as_web)
+        assert set(oldest(as_ml)) <= {"", mine.execution_id} and mine.execution_id in oldest(as_ml)
+        everything = {e.execution_id for e in cluster.client.list_executions().executions}
+        assert everything == {mine.execution_id, theirs.execution_id, legacy.execution_id}
+
+        # Roles: a read token runs and cancels nothing; only admin tokens manage tenants or workflows.
+        with pytest.raises(PermissionDenied, match="read token of tenant web"):
+            reader.run("echo", 1)
+        with pytest.raises(PermissionDenied):
+            reader.cancel(theirs.execution_id)
+        with pytest.raises(PermissionDenied, match="needs an admin token"):
+            as_ml.register_file(Path(__file__).with_name("workflows.py"))
+        assert as_ml.get(mine.execution_id).state == control_pb2.EXECUTION_STATE_CREATED
+
+        # HTTP: the gateway passes each caller's token to the core, which decides.
+        def http(token: str, method: str, path: str) -> httpx.Response:
+            return httpx.request(
+                method,
+                f"{cluster.gateway_url}{path}",
+                headers={"Authorization": f"Bearer {token}"},
+                timeout=10,
+            )
+
+        assert http(web, "GET", f"/executions/{mine.execution_id}").status_code == 404
+        assert http(web, "POST", f"/executions/{mine.execution_id}/cancel").status_code == 404
+        assert http(web, "GET", f"/executions/{mine.execution_id}/explain").status_code == 404
+        listing = http(web, "GET", "/executions").json()
+        assert [e["execution_id"] for e in listing["executions"]] == [theirs.execution_id]
+        assert http(ml, "GET", f"/executions/{mine.execution_id}").status_code == 200
+
+        # CLI, with a tenant's token in the environment as a user would keep it.
+        token_file = tmp_path / "web.token"
+        token_file.write_text(web + "\n")
+        shown = cluster.flux("execution", "show", mine.execution_id, "--api-token-file", str(token_file))
+        assert shown.returncode != 0 and "does not exist" in shown.stderr
+        cancelled = cluster.flux("workflow", "cancel", mine.execution_id, "--api-token-file", str(token_file))
+        assert cancelled.returncode != 0 and "does not exist" in cancelled.stderr
+        mine_file = tmp_path / "ml.token"
+        mine_file.write_text(ml + "\n")
+        shown = cluster.flux("execution", "show", mine.execution_id, "--api-token-file", str(mine_file))
+        assert shown.returncode == 0 and "tenant     ml" in shown.stdout
+        denied = cluster.flux("tenant", "list", "--api-token-file", str(token_file))
+        assert denied.returncode != 0 and "admin token" in denied.stderr
+
+        # Its own tenant's execution is cancelled; the other tenant's was never touched.
+        assert as_web.cancel(theirs.execution_id).state == control_pb2.EXECUTION_STATE_CANCELLED
+        assert as_ml.get(mine.execution_id).state == control_pb2.EXECUTION_STATE_CREATED
+
+    # Deleting a tenant revokes its tokens at once on this server.
+    _ok(cluster.flux("tenant", "delete", "ml"))
+    with _client(cluster, ml) as revoked, pytest.raises(Exception, match="invalid"):
+        revoked.get(mine.execution_id)
+
+
+@pytest.mark.transports("grpc")
+def test_tenant_fields_are_refused_naming_the_field(cluster: Cluster, tmp_path: Path) -> None:
+    bad = cluster.flux("tenant", "create", "ml", "--gpu", "four")
+    assert bad.returncode != 0 and "gpu must be a whole number" in bad.stderr
+    bad = cluster.flux("tenant", "create", "Bad Name")
+    assert bad.returncode != 0 and "is invalid; a tenant name is" in bad.stderr
+    bad = cluster.flux("tenant", "create", "ml", "--borrowing-limit", "gpu=2")
+    assert bad.returncode != 0 and "borrowing_limit needs a cohort" in bad.stderr
+    tenants = tmp_path / "tenants.yaml"
+    tenants.write_text(
+        "tenants:\n"
+        "  - name: ml\n    gpu: 4\n    cohort: research\n    borrowing_limit: {gpu: 2}\n    weight: 2\n"
+        "  - name: web\n    cpu: 32\n    memory: 64Gi\n    cohort: research\n"
+    )
+    assert "tenant web applied" in _ok(cluster.flux("tenant", "apply", str(tenants)))
+    shown = json.loads(_ok(cluster.flux("tenant", "show", "ml", "--json")))
+    assert shown == {"name": "ml", "gpu": 4, "cohort": "research", "borrowing_limit": {"gpu": 2}, "weight": 2}
+    _ok(cluster.flux("tenant", "set", "ml", "--gpu", "6", "--unset", "borrowing_limit"))
+    shown = json.loads(_ok(cluster.flux("tenant", "show", "ml", "--json")))
+    assert shown == {"name": "ml", "gpu": 6, "cohort": "research", "weight": 2}
+    tenants.write_text('{"tenants": [{"name": "ml", "gpu": -1}]}')
+    bad = cluster.flux("tenant", "apply", str(tenants))
+    assert bad.returncode != 0 and "tenants[0]" in bad.stderr and "gpu" in bad.stderr
+    assert cluster.flux("tenant", "show", "nobody").returncode != 0
+
+
+@pytest.mark.transports("grpc")
+async def test_tenants_through_the_python_clients_and_http(cluster: Cluster) -> None:
+    from flux.aio import FluxClient as AsyncFluxClient
+
+    admin = cluster.client
+    created = admin.tenants.create("ml", gpu=4, cohort="research", borrowing_limit={"gpu": 2})
+    assert created.to_dict() == {
+        "name": "ml", "gpu": 4, "cohort": "research", "borrowing_limit": {"gpu": 2}, "weight": 1,
+    }  # fmt: skip
+    with pytest.raises(AlreadyExists):
+        admin.tenants.create("ml")
+    with pytest.raises(InvalidArgument, match="weight must be a number > 0"):
+        admin.tenants.create("web", weight=0)
+    assert admin.tenants.set("ml", weight=3).weight == 3
+    assert [t.name for t in admin.tenants.apply([{"name": "web", "cpu": 8}])] == ["web"]
+    token = admin.tenants.create_token("web", role="read")
+    with _client(cluster, token) as reader, pytest.raises(PermissionDenied, match="needs an admin token"):
+        reader.tenants.list()
+
+    async with AsyncFluxClient(cluster.address, timeout=10, credentials=cluster.client.credentials) as aio:
+        assert [t.name for t in await aio.tenants.list()] == ["default", "ml", "web"]
+        assert (await aio.tenants.get("ml")).weight == 3
+        await aio.tenants.delete("web")
+        with pytest.raises(NotFound):
+            await aio.tenants.get("web")
+
+    operator = cluster.client.credentials.token
+    async with httpx.AsyncClient(
+        base_url=cluster.gateway_url, headers={"Authorization": f"Bearer {operator}"}, timeout=10
+    ) as http:
+        answer = await http.post("/tenants", json={"name": "web", "quota": {"cpu": "32"}})
+        assert answer.status_code == 200, answer.text
+        assert answer.json()["tenant"]["quota"] == {"cpu": "32"}
+        assert (await http.post("/tenants", json={"name": "web"})).status_code == 409
+        bad = await http.post("/tenants", json={"name": "Web"})
+        assert bad.status_code == 422 and "tenant name is" in bad.json()["error"]["message"]
+        changed = await http.patch("/tenants/web", json={"cpu": None, "gpu": 2})
+        assert changed.status_code == 200 and changed.json()["tenant"]["quota"] == {"gpu": "2"}
+        names = [t["name"] for t in (await http.get("/tenants")).json()["tenants"]]
+        assert names == ["default", "ml", "web"]
+        minted = await http.post("/tokens", json={"tenant": "web"})
+        assert minted.status_code == 200 and minted.json()["role"] == "submit"
+        web = minted.json()["token"]
+        assert (await http.get("/tenants", headers={"Authorization": f"Bearer {web}"})).status_code == 403
+        assert (await http.delete("/tenants/default")).status_code == 409
+        assert (await http.delete("/tenants/web")).status_code == 200
+        assert (await http.get("/tenants/web")).status_code == 404
+
+
+@pytest.mark.transports("grpc")
+def test_a_tenant_watching_the_fleet_sees_only_its_own_executions_change(cluster: Cluster) -> None:
+    admin = cluster.client
+    admin.tenants.apply([{"name": "ml"}, {"name": "web"}])
+    ml, web = admin.tenants.create_token("ml"), admin.tenants.create_token("web", role="read")
+    credentials = Credentials(web, cluster.ca)
+    channel = credentials.channel(cluster.address)
+    stub = control_pb2_grpc.ControlServiceStub(channel)
+    watch = stub.WatchFleet(control_pb2.WatchFleetRequest(), timeout=60, metadata=credentials.metadata)
+    try:
+        events = iter(watch)
+        assert next(events).WhichOneof("event") == "workers"  # the snapshot: the watch is subscribed
+        with _client(cluster, ml) as as_ml, _client(cluster, cluster.client.credentials.token) as operator:
+            hidden = as_ml.run("echo", 1)  # first: its event would come first
+            seen = operator.run("echo", 2)  # tenant default: the operator's
+        # web's own tenant has no executions: a third, its own, is what the watch waits for.
+        with _client(cluster, admin.tenants.create_token("web")) as as_web:
+            own = as_web.run("echo", 3)
+        ids = []
+        for event in events:
+            kind = event.WhichOneof("event")
+            if kind.startswith("execution_"):
+                ids.append(getattr(event, kind).execution_id)
+                if ids[-1] == own.execution_id:
+                    break
+        assert ids == [own.execution_id], (hidden.execution_id, seen.execution_id)
+    finally:
+        watch.cancel()
+        channel.close()
+
+
+@pytest.mark.transports("grpc")
+@pytest.mark.backends("sqlite")
+def test_a_tenant_runs_within_its_quota_and_gets_it_back_when_work_ends(cluster: Cluster) -> None:
+    from flux.testing import eventually
+
+    RUNNING = (control_pb2.EXECUTION_STATE_SCHEDULED, control_pb2.EXECUTION_STATE_RUNNING)
+    cluster.start_worker("w1", "--cpus", "4")
+    _ok(cluster.flux("tenant", "create", "ml", "--cpu", "1"))
+    token = _ok(cluster.flux("token", "create", "--tenant", "ml")).strip()
+    with _client(cluster, token) as as_ml:
+        # Three of one core each on a four-core worker: ml's quota of one core lets one run at a time.
+        mine = [as_ml.run("slow_step", 120).execution_id for _ in range(3)]
+        # The default tenant has no quota: its work runs beside ml's, on the cores ml may not use.
+        other = cluster.client.run("slow_step", 120).execution_id
+        eventually(lambda: cluster.client.get(other).state in RUNNING, what="the default tenant's run")
+        eventually(lambda: sum(as_ml.get(i).state in RUNNING for i in mine) == 1, what="one of ml's running")
+        states = {i: as_ml.get(i).state for i in mine}
+        running = next(i for i, state in states.items() if state in RUNNING)
+        waiting = [i for i, state in states.items() if state == control_pb2.EXECUTION_STATE_CREATED]
+        assert len(waiting) == 2, states
+        assert "tenant ml at its cpu quota 1/1" in as_ml.explain(waiting[0]).summary
+
+        # Prometheus: usage against quota, and what waits, per tenant.
+        def scraped() -> str:
+            return httpx.get(f"{cluster.gateway_url}/metrics", timeout=10).text
+
+        expected = (
+            'flux_tenant_usage{resource="cpu",tenant="ml"} 1.0',
+            'flux_tenant_quota{resource="cpu",tenant="ml"} 1.0',
+            'flux_tenant_pending{tenant="ml"} 2.0',
+            'flux_tenant_usage{resource="cpu",tenant="default"} 1.0',
+        )
+        eventually(lambda: all(line in scraped() for line in expected), what="the tenant metrics")
+        assert 'flux_tenant_quota{resource="memory",tenant="ml"}' not in scraped()  # no memory quota
+        shown = cluster.client.status().tenants
+        assert [(t.name, t.usage.cpu, t.quota.cpu, t.pending) for t in shown if t.name == "ml"] == [
+            ("ml", 1, 1, 2)
+        ]
+
+        # Its running one ends: the quota it held goes to the next of ml's, on the same worker or any.
+        as_ml.cancel(running)
+        eventually(
+            lambda: sum(as_ml.get(i).state in RUNNING for i in waiting) == 1, what="the next of ml's running"
+        )
+        assert sum(as_ml.get(i).state == control_pb2.EXECUTION_STATE_CREATED for i in waiting) == 1
+        for execution_id in [*waiting, other]:
+            cluster.client.cancel(execution_id)
+
+
+@pytest.mark.transports("grpc")
+@pytest.mark.backends("sqlite")
+def test_two_teams_in_a_cohort_borrow_what_the_other_leaves_and_get_it_back(cluster: Cluster) -> None:
+    from flux.testing import eventually
+
+    RUNNING = (control_pb2.EXECUTION_STATE_SCHEDULED, control_pb2.EXECUTION_STATE_RUNNING)
+    cluster.start_worker("w1", "--cpus", "8")
+    _ok(cluster.flux("tenant", "create", "ml", "--cpu", "2", "--cohort", "research"))
+    _ok(cluster.flux("tenant", "create", "web", "--cpu", "2", "--cohort", "research"))
+    ml = _ok(cluster.flux("token", "create", "--tenant", "ml")).strip()
+    web = _ok(cluster.flux("token", "create", "--tenant", "web")).strip()
+    with _client(cluster, ml) as as_ml, _client(cluster, web) as as_web:
+
+        def running(client: FluxClient, ids: list[str]) -> list[str]:
+            return [i for i in ids if client.get(i).state in RUNNING]
+
+        # web is idle: ml runs its own 2 cores and borrows web's 2, on a worker with 8.
+        mine = [as_ml.run("slow_step", 120).execution_id for _ in range(6)]
+        eventually(lambda: len(running(as_ml, mine)) == 4, what="ml's four")
+        waiting = [i for i in mine if i not in running(as_ml, mine)]
+        assert len(waiting) == 2
+        summary = as_ml.explain(waiting[0]).summary
+        assert summary.startswith(
+            "tenant ml at its cpu quota 4/2, borrowing 2 of no limit in cohort research "
+            "(the cohort has no cpu left to lend)"
+        ), summary
+
+        # web comes back: without preemption it waits for ml's borrowed cores, then gets them
+        # first (its share is the lowest), before ml's own waiting work.
+        theirs = as_web.run("slow_step", 120).execution_id
+        summary = as_web.explain(theirs).summary
+        assert "tenant web using 0/2 of its cpu quota" in summary, summary
+        assert "fair share: tenant web is 1st of 2 tenants waiting" in summary, summary
+        as_ml.cancel(running(as_ml, mine)[0])
+        eventually(lambda: as_web.get(theirs).state in RUNNING, what="web's run on the returned core")
+        assert len(running(as_ml, mine)) == 3
+        for execution_id in [*mine, theirs]:
+            with contextlib.suppress(FailedPrecondition):
+                cluster.client.cancel(execution_id)
