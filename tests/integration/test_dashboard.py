@@ -189,7 +189,7 @@ def test_any_replica_page_shows_the_whole_fleet_and_queue(tmp_path, pg_url: str,
 
 def test_a_refused_action_stays_on_screen_across_refreshes(cluster: Cluster, browser) -> None:  # noqa: F811
     expect = _expect()
-    cluster.start_worker("gone")
+    gone = cluster.start_worker("gone")
     cluster.start_worker("other")  # its pauses make fleet events, so the page reads /workers again
     token = cluster.token(Role.CLIENT)
     page = _open(browser, cluster, [])
@@ -205,6 +205,9 @@ def test_a_refused_action_stays_on_screen_across_refreshes(cluster: Cluster, bro
         for action in ("pause", "resume"):
             with page.expect_response(lambda response: response.url.endswith("/workers")):
                 assert http.post(f"/workers/other/{action}", headers=headers).status_code == 200
+        # Stopped first: a live worker that is forgotten registers again, and its pause would succeed.
+        gone.kill()
+        gone.wait(timeout=10)
         assert http.post("/workers/gone/forget", headers=headers).status_code == 200
     page.get_by_role("button", name="Pause worker gone").click()
     problem = page.locator("#problem")

@@ -79,12 +79,14 @@ def test_executions_flow_through_either_replica_without_duplicate_dispatch(repli
             assert [(w.name, w.connected, w.resources.cpu_total) for w in listed] == [
                 ("wa1", True, 4), ("wa2", True, 4), ("wb1", True, 4), ("wb2", True, 4)
             ]  # fmt: skip
-    # Both replicas dispatched, each to its own workers only.
-    workers_of = {}
+    # Both replicas dispatched, each to its own workers only. How a replica's work splits between
+    # its two workers is the least-loaded rule's business: ties go by name, so a quick one may take all.
+    workers_of: dict[str, set[str]] = {}
     for _, worker, replica in dispatches:
         workers_of.setdefault(replica, set()).add(worker)
     assert len(workers_of) == 2
-    assert sorted(sorted(w) for w in workers_of.values()) == [["wa1", "wa2"], ["wb1", "wb2"]]
+    sides = sorted(",".join(sorted({worker[:2] for worker in workers})) for workers in workers_of.values())
+    assert sides == ["wa", "wb"]
     states = rows(replicas.db, "SELECT state, count(*) FROM executions GROUP BY state")
     assert states == [(4, total)]
     outputs = rows(replicas.db, "SELECT input_json, output_json FROM executions")
