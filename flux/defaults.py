@@ -24,6 +24,9 @@ SAFETY_TICK = 5.0  # seconds between full placement passes, besides the event-dr
 PING_INTERVAL = 15.0  # seconds an idle worker stream waits before a ping
 # Seconds the oldest execution of a shape waits before it gets a nominated worker (0: never).
 STARVATION_AFTER = 30.0
+# Seconds a preempted execution's worker has to stop it and hand it back before its room is
+# freed anyway (--preemption-grace).
+PREEMPTION_GRACE = 30.0
 # Seconds the PostgreSQL ``dispatches`` log keeps the rows of a finished execution (0: forever).
 DISPATCH_RETENTION = 7 * 86400.0
 

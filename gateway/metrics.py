@@ -121,12 +121,22 @@ class StatusCollector(Collector):
             "flux_requeues",
             "Executions sent back to CREATED, by reason: released (by their worker), worker_lost "
             "(grace period over), ack_deadline (dispatch not claimed in time), stream_overflowed "
-            "(unclaimed on a stream cut for falling behind).",
+            "(unclaimed on a stream cut for falling behind), preempted (stopped so a tenant could "
+            "reclaim its quota).",
             labels=["reason"],
         )
         for reason, count in sorted(counters.requeued.items()):
             requeues.add_metric([reason], count)
         yield requeues
+        preemptions = CounterMetricFamily(
+            "flux_preemptions",
+            "Executions preempted, by reason: reclaim (a tenant under its nominal quota took back what "
+            "its cohort had borrowed).",
+            labels=["reason"],
+        )
+        for reason, count in sorted(counters.preempted.items()):
+            preemptions.add_metric([reason], count)
+        yield preemptions
         yield CounterMetricFamily(
             "flux_ack_deadline_expiries",
             "Dispatches not claimed within the ack deadline.",

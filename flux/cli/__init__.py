@@ -168,6 +168,17 @@ def build_parser() -> argparse.ArgumentParser:
         f"work that fits beside it is placed (default {defaults.STARVATION_AFTER:g}; 0 turns aging off)",
     )  # fmt: skip
     server.add_argument(
+        "--preemption", choices=("on", "off"), default="on",
+        help="on (the default): a tenant under its nominal quota whose work fits only on what other tenants "
+        "of its cohort borrowed preempts their newest, lowest-priority executions; off: it waits for them",
+    )  # fmt: skip
+    server.add_argument(
+        "--preemption-grace", type=arguments.seconds("--preemption-grace"),
+        default=defaults.PREEMPTION_GRACE, metavar="S",
+        help="seconds a preempted execution's worker has to stop it and hand it back before its room is "
+        f"freed anyway (default {defaults.PREEMPTION_GRACE:g})",
+    )  # fmt: skip
+    server.add_argument(
         "--dispatch-retention", type=arguments.seconds("--dispatch-retention", zero_turns_off=True),
         default=defaults.DISPATCH_RETENTION, metavar="S",
         help="with --db postgresql://: seconds the dispatches log keeps the rows of a finished execution "
@@ -467,6 +478,8 @@ def _start_server(args: argparse.Namespace) -> int:
             grace_period=args.grace_period,
             safety_tick=args.safety_tick,
             starvation_after=args.starvation_after,
+            preemption=args.preemption == "on",
+            preemption_grace=args.preemption_grace,
             dispatch_retention=args.dispatch_retention,
             ping_interval=args.ping_interval,
             server_id=uuid.uuid4().hex[:12],

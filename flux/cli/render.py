@@ -378,6 +378,7 @@ def status_dict(s: control_pb2.ClusterStatus) -> dict[str, Any]:
             "completed": c.completed, "failed": c.failed, "cancelled": c.cancelled,
             "requeued": dict(sorted(c.requeued.items())),
             "ack_deadline_expiries": c.ack_deadline_expiries,
+            "preempted": dict(sorted(c.preempted.items())),
             "stream_connects": c.stream_connects, "stream_reconnects": c.stream_reconnects,
         },
         "latency_seconds": {h.stage: _histogram_dict(h) for h in s.latencies},

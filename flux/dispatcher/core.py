@@ -43,6 +43,7 @@ from flux.dispatcher.pings import Pinger
 from flux.dispatcher.pools import PoolBook
 from flux.dispatcher.quotas import TenantUsage, governed
 from flux.dispatcher.reads import list_executions, list_workflows
+from flux.dispatcher.reclaim import Reclaimer
 from flux.dispatcher.registry import WorkerRegistration, WorkerRegistry
 from flux.dispatcher.session import Cancelled, Scheduled, Session
 from flux.dispatcher.settings import Settings
@@ -128,6 +129,8 @@ class Dispatcher:
         self.tenants = TenantDirectory(store, on_change=self.apply_tenants)
         # Replicas keep quotas only once usage is checked cluster-wide (not yet): see apply_tenants.
         self.replicated = modes is not None
+        # Preemption: borrowed executions being stopped so a tenant gets its quota back.
+        self.reclaimer = Reclaimer(self)
         self.binder, self.feed, self.fleet = self.modes.binder, self.modes.feed, self.modes.fleet
         for mode in (self.binder, self.feed, self.fleet):
             mode.attach(self)
@@ -410,6 +413,9 @@ class Dispatcher:
             queue=self.queue if self.usage.accounts is not None else None,
         )
         summary = explanation.summary
+        preempting = self.reclaimer.preview(execution_id, shape)
+        if preempting:
+            summary = f"{summary}; {preempting}"
         if explanation.capable == 0:  # no connected worker can take it: say which pool could
             pools = self.pools.could_run(shape, await self.pools.demand(self))
             if pools:

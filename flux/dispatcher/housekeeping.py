@@ -99,9 +99,12 @@ def lose_worker(d: Dispatcher, entry: WorkerEntry, why: str) -> list[Shape]:
         if execution is None:
             entry.release(execution_id)
             continue
-        # A dispatch never claimed did not run: same attempt. Running work did.
-        requeued = requeue(d, execution, entry, next_attempt=execution.state is State.RUNNING)
-        d.events.requeued(execution, requeued, Requeue.WORKER_LOST)
+        if d.reclaimer.is_stopping(execution):  # preempted: its attempt does not count
+            requeued = d.reclaimer.stopped(execution)
+        else:
+            # A dispatch never claimed did not run: same attempt. Running work did.
+            requeued = requeue(d, execution, entry, next_attempt=execution.state is State.RUNNING)
+            d.events.requeued(execution, requeued, Requeue.WORKER_LOST)
         if requeued.state is State.CREATED:
             shapes[d.catalogue.shape_of(requeued)] = None
     d.registry.remove(entry)
@@ -186,11 +189,14 @@ class Housekeeper:
 
     def tick(self, now: float) -> None:
         d, s = self.d, self.d.settings
-        if expire(d, now) or now - self.last_full_pass >= s.safety_tick:
+        expired = expire(d, now)
+        if d.reclaimer.expire(now) or expired or now - self.last_full_pass >= s.safety_tick:
             self.last_full_pass = now
             d.place()
             if d.events.traces is not None:
                 d.trace_verdicts()
+        # After a pass: what is still pending does not fit, so what it reclaims is needed.
+        d.reclaimer.reclaim()
         if d.table.unsaved and now - self.last_save_retry >= s.safety_tick:
             self.last_save_retry = now
             log.info("writing %d executions whose last store write failed again", d.table.save_unsaved())

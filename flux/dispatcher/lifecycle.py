@@ -53,9 +53,16 @@ class Requeue(StrEnum):
     WORKER_LOST = "worker_lost"  # its worker's stream stayed gone past the grace period
     ACK_DEADLINE = "ack_deadline"  # a dispatch was not claimed within the ack deadline
     STREAM_OVERFLOWED = "stream_overflowed"  # unclaimed on a stream cut for falling behind
+    PREEMPTED = "preempted"  # stopped so a tenant could reclaim its quota (flux/dispatcher/reclaim.py)
 
 
 REQUEUE_REASONS = tuple(Requeue)
+
+
+class Preempt(StrEnum):
+    """Why an execution was preempted."""
+
+    RECLAIM = "reclaim"  # a tenant under its nominal quota took back what its cohort had borrowed
 
 
 @dataclass(frozen=True, slots=True)
@@ -102,6 +109,7 @@ class Counters:
     failed: int = 0
     cancelled: int = 0
     requeued: dict[Requeue, int] = field(default_factory=lambda: dict.fromkeys(Requeue, 0))
+    preempted: dict[Preempt, int] = field(default_factory=lambda: dict.fromkeys(Preempt, 0))
     ack_deadline_expiries: int = 0
     stream_connects: int = 0
     stream_reconnects: int = 0

@@ -35,6 +35,8 @@ class Cancelled:
     execution_id: str
     generation: int
     reason: str
+    # Preempted: the worker hands it back (Release) and it goes back in line.
+    preempted: bool = False
 
 
 @dataclass(frozen=True, slots=True)

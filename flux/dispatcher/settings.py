@@ -31,6 +31,10 @@ class Settings:
     # Aging (--starvation-after): seconds the oldest execution of a shape waits before it is
     # nominated a worker; 0 turns aging off.
     starvation_after: float = defaults.STARVATION_AFTER
+    # Reclaim (--preemption, --preemption-grace): a tenant under its nominal quota may preempt
+    # what its cohort borrowed; the victims' workers have this long to hand them back.
+    preemption: bool = True
+    preemption_grace: float = defaults.PREEMPTION_GRACE
     # Replicas on PostgreSQL (--dispatch-retention): seconds the dispatches log keeps the rows
     # of an execution after it finished; 0 keeps them all.
     dispatch_retention: float = defaults.DISPATCH_RETENTION

@@ -27,6 +27,8 @@ log = logging.getLogger("flux.dispatcher")
 def claim(d: Dispatcher, name: str, session_token: str, execution_id: str, generation: int) -> Execution:
     d.registry.authorize(name, session_token)
     execution = fenced(d, execution_id, name, generation)
+    if d.reclaimer.is_stopping(execution):
+        raise FailedPrecondition(_preempted(execution_id))
     if execution.state is State.RUNNING:
         return execution  # a retried claim
     if execution.state is not State.SCHEDULED:
@@ -64,6 +66,12 @@ async def complete(
             return done
         raise FailedPrecondition(f"execution {execution_id} is already {done.state.label}")
     execution = fenced(d, execution_id, name, generation)
+    if d.reclaimer.is_stopping(execution):
+        # Its worker is done with it: free the room now rather than at the grace's end.
+        requeued = d.reclaimer.stopped(execution)
+        d.place(shapes=[d.catalogue.shape_of(requeued)])
+        d.place(workers=[entry])
+        raise FailedPrecondition(_preempted(execution_id))
     if execution.state is not State.RUNNING:
         raise FailedPrecondition(
             f"execution {execution_id} is {execution.state.label}; claim it before completing"
@@ -91,8 +99,11 @@ def release(
     if execution.state not in (State.SCHEDULED, State.RUNNING):
         raise FailedPrecondition(f"execution {execution_id} is {execution.state.label}; nothing to release")
     log.debug("execution %s released by %s: %s", execution_id, name, reason or "no reason given")
-    requeued = housekeeping.requeue(d, execution, entry, next_attempt=False)
-    d.events.requeued(execution, requeued, Requeue.RELEASED)
+    if d.reclaimer.is_stopping(execution):
+        requeued = d.reclaimer.stopped(execution)
+    else:
+        requeued = housekeeping.requeue(d, execution, entry, next_attempt=False)
+        d.events.requeued(execution, requeued, Requeue.RELEASED)
     d.place(shapes=[d.catalogue.shape_of(requeued)])
     d.place(workers=[entry])
     return requeued
@@ -180,6 +191,13 @@ def fenced(d: Dispatcher, execution_id: str, name: str, generation: int) -> Exec
             f"stale generation {generation} for execution {execution_id}; the current dispatch is {execution.generation}"
         )
     return execution
+
+
+def _preempted(execution_id: str) -> str:
+    return (
+        f"execution {execution_id} was preempted (a tenant reclaimed its quota) and goes back in line; "
+        "this try's result is not recorded"
+    )
 
 
 def same_result(done: Execution, output_json: str | None, error: ExecutionError | None) -> bool:

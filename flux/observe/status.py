@@ -158,7 +158,8 @@ def fleet_of(entries: list[WorkerEntry]) -> Fleet:
 
 
 def _copy(lifecycle: Lifecycle) -> tuple[Counters, dict[str, Histogram]]:
-    counters = dataclasses.replace(lifecycle.counters, requeued=dict(lifecycle.counters.requeued))
+    c = lifecycle.counters
+    counters = dataclasses.replace(c, requeued=dict(c.requeued), preempted=dict(c.preempted))
     latency = {}
     for stage, histogram in lifecycle.latency.items():
         copy = Histogram(histogram.bounds)

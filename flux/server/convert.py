@@ -191,7 +191,10 @@ def event_to_proto(event: Event) -> worker_pb2.WorkerEvent:
     if isinstance(event, Cancelled):
         return worker_pb2.WorkerEvent(
             execution_cancelled=worker_pb2.ExecutionCancelled(
-                execution_id=event.execution_id, generation=event.generation, reason=event.reason
+                execution_id=event.execution_id,
+                generation=event.generation,
+                reason=event.reason,
+                preempted=event.preempted,
             )
         )
     if isinstance(event, Ping):
@@ -332,6 +335,7 @@ def status_to_proto(status: Status) -> control_pb2.ClusterStatus:
             cancelled=counters.cancelled,
             requeued={str(reason): n for reason, n in counters.requeued.items()},
             ack_deadline_expiries=counters.ack_deadline_expiries,
+            preempted={str(reason): n for reason, n in counters.preempted.items()},
             stream_reconnects=counters.stream_reconnects,
             stream_connects=counters.stream_connects,
         ),

@@ -1221,6 +1221,26 @@ class LifecycleCounters(_message.Message):
         def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
         def WhichOneof(self, oneof_group: _Never) -> None: ...
 
+    @_typing.final
+    class PreemptedEntry(_message.Message):
+        DESCRIPTOR: _descriptor.Descriptor
+
+        KEY_FIELD_NUMBER: _builtins.int
+        VALUE_FIELD_NUMBER: _builtins.int
+        key: _builtins.str
+        value: _builtins.int
+        def __init__(
+            self,
+            *,
+            key: _builtins.str = ...,
+            value: _builtins.int = ...,
+        ) -> None: ...
+        _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+        def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+        _ClearFieldArgType: _TypeAlias = _typing.Literal["key", b"key", "value", b"value"]  # noqa: Y015
+        def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+        def WhichOneof(self, oneof_group: _Never) -> None: ...
+
     SUBMITTED_FIELD_NUMBER: _builtins.int
     DISPATCHED_FIELD_NUMBER: _builtins.int
     CLAIMED_FIELD_NUMBER: _builtins.int
@@ -1231,6 +1251,7 @@ class LifecycleCounters(_message.Message):
     ACK_DEADLINE_EXPIRIES_FIELD_NUMBER: _builtins.int
     STREAM_RECONNECTS_FIELD_NUMBER: _builtins.int
     STREAM_CONNECTS_FIELD_NUMBER: _builtins.int
+    PREEMPTED_FIELD_NUMBER: _builtins.int
     submitted: _builtins.int
     """Executions accepted by RunWorkflow."""
     dispatched: _builtins.int
@@ -1254,8 +1275,16 @@ class LifecycleCounters(_message.Message):
         """Returns to CREATED by reason: "released" (the worker gave it back),
         "worker_lost" (its worker's grace period ran out), "ack_deadline" (a dispatch
         was not claimed in time), "stream_overflowed" (a dispatch not yet claimed on a
-        stream the server cut because its reader fell behind). Every reason is present,
+        stream the server cut because its reader fell behind), "preempted" (stopped so a
+        tenant could reclaim its quota). Every reason is present,
         zero when none.
+        """
+
+    @_builtins.property
+    def preempted(self) -> _containers.ScalarMap[_builtins.str, _builtins.int]:
+        """Executions preempted, by reason: "reclaim" (a tenant under its nominal quota
+        took back what a tenant of its cohort had borrowed). Every reason is present,
+        zero when none. Each is also counted in requeued["preempted"] once stopped.
         """
 
     def __init__(
@@ -1271,10 +1300,11 @@ class LifecycleCounters(_message.Message):
         ack_deadline_expiries: _builtins.int = ...,
         stream_reconnects: _builtins.int = ...,
         stream_connects: _builtins.int = ...,
+        preempted: _abc.Mapping[_builtins.str, _builtins.int] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["ack_deadline_expiries", b"ack_deadline_expiries", "cancelled", b"cancelled", "claimed", b"claimed", "completed", b"completed", "dispatched", b"dispatched", "failed", b"failed", "requeued", b"requeued", "stream_connects", b"stream_connects", "stream_reconnects", b"stream_reconnects", "submitted", b"submitted"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["ack_deadline_expiries", b"ack_deadline_expiries", "cancelled", b"cancelled", "claimed", b"claimed", "completed", b"completed", "dispatched", b"dispatched", "failed", b"failed", "preempted", b"preempted", "requeued", b"requeued", "stream_connects", b"stream_connects", "stream_reconnects", b"stream_reconnects", "submitted", b"submitted"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

@@ -26,7 +26,7 @@ from flux.v1 import resources_pb2 as flux_dot_v1_dot_resources__pb2
 from flux.v1 import trace_pb2 as flux_dot_v1_dot_trace__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x14\x66lux/v1/worker.proto\x12\x07\x66lux.v1\x1a\x17\x66lux/v1/resources.proto\x1a\x13\x66lux/v1/trace.proto\"\x85\x02\n\x0fRegisterRequest\x12\x0c\n\x04name\x18\x01 \x01(\t\x12+\n\tresources\x18\x02 \x01(\x0b\x32\x18.flux.v1.WorkerResources\x12)\n\x08software\x18\x03 \x01(\x0b\x32\x17.flux.v1.WorkerSoftware\x12\x34\n\x06labels\x18\x04 \x03(\x0b\x32$.flux.v1.RegisterRequest.LabelsEntry\x12\x10\n\x08\x63\x61pacity\x18\x05 \x01(\x05\x12\x15\n\rsession_token\x18\x06 \x01(\t\x1a-\n\x0bLabelsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\"<\n\x10RegisterResponse\x12\x15\n\rsession_token\x18\x01 \x01(\t\x12\x11\n\tserver_id\x18\x02 \x01(\t\"O\n\x0e\x43onnectRequest\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x15\n\rsession_token\x18\x02 \x01(\t\x12\x18\n\x10\x62\x61tched_dispatch\x18\x03 \x01(\x08\"\x94\x02\n\x0bWorkerEvent\x12\'\n\tconnected\x18\x01 \x01(\x0b\x32\x12.flux.v1.ConnectedH\x00\x12:\n\x13\x65xecution_scheduled\x18\x02 \x01(\x0b\x32\x1b.flux.v1.ExecutionScheduledH\x00\x12:\n\x13\x65xecution_cancelled\x18\x03 \x01(\x0b\x32\x1b.flux.v1.ExecutionCancelledH\x00\x12\x1d\n\x04ping\x18\x04 \x01(\x0b\x32\r.flux.v1.PingH\x00\x12<\n\x14\x65xecutions_scheduled\x18\x05 \x01(\x0b\x32\x1c.flux.v1.ExecutionsScheduledH\x00\x42\x07\n\x05\x65vent\"\x8f\x01\n\tConnected\x12\x13\n\x0bworker_name\x18\x01 \x01(\t\x12\x11\n\tserver_id\x18\x02 \x01(\t\x12\x18\n\x10ping_interval_ms\x18\x03 \x01(\x05\x12\x1a\n\x12held_execution_ids\x18\x04 \x03(\t\x12$\n\x04held\x18\x05 \x03(\x0b\x32\x16.flux.v1.HeldExecution\"9\n\rHeldExecution\x12\x14\n\x0c\x65xecution_id\x18\x01 \x01(\t\x12\x12\n\ngeneration\x18\x02 \x01(\x03\"U\n\x0bWorkflowRef\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x0f\n\x07version\x18\x02 \x01(\x05\x12\x13\n\x0bsource_hash\x18\x03 \x01(\t\x12\x12\n\nentrypoint\x18\x04 \x01(\t\"\xf2\x01\n\x12\x45xecutionScheduled\x12\x14\n\x0c\x65xecution_id\x18\x01 \x01(\t\x12\x0f\n\x07\x61ttempt\x18\x02 \x01(\x05\x12\x12\n\ngeneration\x18\x03 \x01(\x03\x12\x12\n\ninput_json\x18\x04 \x01(\t\x12&\n\x08workflow\x18\x05 \x01(\x0b\x32\x14.flux.v1.WorkflowRef\x12\x13\n\x0bgpu_indices\x18\x06 \x03(\x05\x12*\n\x08requests\x18\x07 \x01(\x0b\x32\x18.flux.v1.ResourceRequest\x12$\n\x05trace\x18\x0f \x01(\x0b\x32\x15.flux.v1.TraceContext\"F\n\x13\x45xecutionsScheduled\x12/\n\nexecutions\x18\x01 \x03(\x0b\x32\x1b.flux.v1.ExecutionScheduled\"N\n\x12\x45xecutionCancelled\x12\x14\n\x0c\x65xecution_id\x18\x01 \x01(\t\x12\x12\n\ngeneration\x18\x02 \x01(\x03\x12\x0e\n\x06reason\x18\x03 \x01(\t\"\x1a\n\x04Ping\x12\x12\n\nsent_at_ms\x18\x01 \x01(\x03\"\xa7\x01\n\x16ReportResourcesRequest\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x15\n\rsession_token\x18\x02 \x01(\t\x12+\n\tresources\x18\x03 \x01(\x0b\x32\x18.flux.v1.WorkerResources\x12)\n\x08software\x18\x04 \x01(\x0b\x32\x17.flux.v1.WorkerSoftware\x12\x10\n\x08\x64raining\x18\x05 \x01(\x08\"\x19\n\x17ReportResourcesResponse\"]\n\x0c\x43laimRequest\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x15\n\rsession_token\x18\x02 \x01(\t\x12\x14\n\x0c\x65xecution_id\x18\x03 \x01(\t\x12\x12\n\ngeneration\x18\x04 \x01(\x03\"\x0f\n\rClaimResponse\"B\n\x0e\x45xecutionError\x12\x0c\n\x04type\x18\x01 \x01(\t\x12\x0f\n\x07message\x18\x02 \x01(\t\x12\x11\n\ttraceback\x18\x03 \x01(\t\"\xd8\x01\n\x0f\x43ompleteRequest\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x15\n\rsession_token\x18\x02 \x01(\t\x12\x14\n\x0c\x65xecution_id\x18\x03 \x01(\t\x12\x12\n\ngeneration\x18\x04 \x01(\x03\x12\x15\n\x0boutput_json\x18\x05 \x01(\tH\x00\x12(\n\x05\x65rror\x18\x06 \x01(\x0b\x32\x17.flux.v1.ExecutionErrorH\x00\x12+\n\tresources\x18\x07 \x01(\x0b\x32\x18.flux.v1.WorkerResourcesB\x08\n\x06result\"\x12\n\x10\x43ompleteResponse\"o\n\x0eReleaseRequest\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x15\n\rsession_token\x18\x02 \x01(\t\x12\x14\n\x0c\x65xecution_id\x18\x03 \x01(\t\x12\x12\n\ngeneration\x18\x04 \x01(\x03\x12\x0e\n\x06reason\x18\x05 \x01(\t\"\x11\n\x0fReleaseResponse\"T\n\x18GetWorkflowSourceRequest\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x15\n\rsession_token\x18\x02 \x01(\t\x12\x13\n\x0bsource_hash\x18\x03 \x01(\t\"G\n\x0eWorkflowSource\x12\x13\n\x0bsource_hash\x18\x01 \x01(\t\x12\x10\n\x08\x66ilename\x18\x02 \x01(\t\x12\x0e\n\x06source\x18\x03 \x01(\t\"5\n\tClaimItem\x12\x14\n\x0c\x65xecution_id\x18\x01 \x01(\t\x12\x12\n\ngeneration\x18\x02 \x01(\x03\"[\n\x11\x43laimBatchRequest\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x15\n\rsession_token\x18\x02 \x01(\t\x12!\n\x05items\x18\x03 \x03(\x0b\x32\x12.flux.v1.ClaimItem\"M\n\nItemAnswer\x12\x14\n\x0c\x65xecution_id\x18\x01 \x01(\t\x12\n\n\x02ok\x18\x02 \x01(\x08\x12\x0c\n\x04\x63ode\x18\x03 \x01(\t\x12\x0f\n\x07message\x18\x04 \x01(\t\":\n\x12\x43laimBatchResponse\x12$\n\x07\x61nswers\x18\x01 \x03(\x0b\x32\x13.flux.v1.ItemAnswer\"\x83\x01\n\x0c\x43ompleteItem\x12\x14\n\x0c\x65xecution_id\x18\x01 \x01(\t\x12\x12\n\ngeneration\x18\x02 \x01(\x03\x12\x15\n\x0boutput_json\x18\x03 \x01(\tH\x00\x12(\n\x05\x65rror\x18\x04 \x01(\x0b\x32\x17.flux.v1.ExecutionErrorH\x00\x42\x08\n\x06result\"\x8e\x01\n\x14\x43ompleteBatchRequest\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x15\n\rsession_token\x18\x02 \x01(\t\x12$\n\x05items\x18\x03 \x03(\x0b\x32\x15.flux.v1.CompleteItem\x12+\n\tresources\x18\x04 \x01(\x0b\x32\x18.flux.v1.WorkerResources\"=\n\x15\x43ompleteBatchResponse\x12$\n\x07\x61nswers\x18\x01 \x03(\x0b\x32\x13.flux.v1.ItemAnswer\"\x91\x01\n\x12WorkerCallsRequest\x12\x0f\n\x07\x63\x61ll_id\x18\x01 \x01(\x04\x12,\n\x06\x63laims\x18\x02 \x01(\x0b\x32\x1a.flux.v1.ClaimBatchRequestH\x00\x12\x34\n\x0b\x63ompletions\x18\x03 \x01(\x0b\x32\x1d.flux.v1.CompleteBatchRequestH\x00\x42\x06\n\x04\x63\x61ll\"\xbf\x01\n\x13WorkerCallsResponse\x12\x0f\n\x07\x63\x61ll_id\x18\x01 \x01(\x04\x12-\n\x06\x63laims\x18\x02 \x01(\x0b\x32\x1b.flux.v1.ClaimBatchResponseH\x00\x12\x35\n\x0b\x63ompletions\x18\x03 \x01(\x0b\x32\x1e.flux.v1.CompleteBatchResponseH\x00\x12\'\n\x07refused\x18\x04 \x01(\x0b\x32\x14.flux.v1.CallRefusedH\x00\x42\x08\n\x06\x61nswer\",\n\x0b\x43\x61llRefused\x12\x0c\n\x04\x63ode\x18\x01 \x01(\t\x12\x0f\n\x07message\x18\x02 \x01(\t2\xcf\x05\n\rWorkerService\x12?\n\x08Register\x12\x18.flux.v1.RegisterRequest\x1a\x19.flux.v1.RegisterResponse\x12:\n\x07\x43onnect\x12\x17.flux.v1.ConnectRequest\x1a\x14.flux.v1.WorkerEvent0\x01\x12T\n\x0fReportResources\x12\x1f.flux.v1.ReportResourcesRequest\x1a .flux.v1.ReportResourcesResponse\x12\x36\n\x05\x43laim\x12\x15.flux.v1.ClaimRequest\x1a\x16.flux.v1.ClaimResponse\x12?\n\x08\x43omplete\x12\x18.flux.v1.CompleteRequest\x1a\x19.flux.v1.CompleteResponse\x12<\n\x07Release\x12\x17.flux.v1.ReleaseRequest\x1a\x18.flux.v1.ReleaseResponse\x12O\n\x11GetWorkflowSource\x12!.flux.v1.GetWorkflowSourceRequest\x1a\x17.flux.v1.WorkflowSource\x12\x45\n\nClaimBatch\x12\x1a.flux.v1.ClaimBatchRequest\x1a\x1b.flux.v1.ClaimBatchResponse\x12N\n\rCompleteBatch\x12\x1d.flux.v1.CompleteBatchRequest\x1a\x1e.flux.v1.CompleteBatchResponse\x12L\n\x0bWorkerCalls\x12\x1b.flux.v1.WorkerCallsRequest\x1a\x1c.flux.v1.WorkerCallsResponse(\x01\x30\x01\x62\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x14\x66lux/v1/worker.proto\x12\x07\x66lux.v1\x1a\x17\x66lux/v1/resources.proto\x1a\x13\x66lux/v1/trace.proto\"\x85\x02\n\x0fRegisterRequest\x12\x0c\n\x04name\x18\x01 \x01(\t\x12+\n\tresources\x18\x02 \x01(\x0b\x32\x18.flux.v1.WorkerResources\x12)\n\x08software\x18\x03 \x01(\x0b\x32\x17.flux.v1.WorkerSoftware\x12\x34\n\x06labels\x18\x04 \x03(\x0b\x32$.flux.v1.RegisterRequest.LabelsEntry\x12\x10\n\x08\x63\x61pacity\x18\x05 \x01(\x05\x12\x15\n\rsession_token\x18\x06 \x01(\t\x1a-\n\x0bLabelsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\"<\n\x10RegisterResponse\x12\x15\n\rsession_token\x18\x01 \x01(\t\x12\x11\n\tserver_id\x18\x02 \x01(\t\"O\n\x0e\x43onnectRequest\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x15\n\rsession_token\x18\x02 \x01(\t\x12\x18\n\x10\x62\x61tched_dispatch\x18\x03 \x01(\x08\"\x94\x02\n\x0bWorkerEvent\x12\'\n\tconnected\x18\x01 \x01(\x0b\x32\x12.flux.v1.ConnectedH\x00\x12:\n\x13\x65xecution_scheduled\x18\x02 \x01(\x0b\x32\x1b.flux.v1.ExecutionScheduledH\x00\x12:\n\x13\x65xecution_cancelled\x18\x03 \x01(\x0b\x32\x1b.flux.v1.ExecutionCancelledH\x00\x12\x1d\n\x04ping\x18\x04 \x01(\x0b\x32\r.flux.v1.PingH\x00\x12<\n\x14\x65xecutions_scheduled\x18\x05 \x01(\x0b\x32\x1c.flux.v1.ExecutionsScheduledH\x00\x42\x07\n\x05\x65vent\"\x8f\x01\n\tConnected\x12\x13\n\x0bworker_name\x18\x01 \x01(\t\x12\x11\n\tserver_id\x18\x02 \x01(\t\x12\x18\n\x10ping_interval_ms\x18\x03 \x01(\x05\x12\x1a\n\x12held_execution_ids\x18\x04 \x03(\t\x12$\n\x04held\x18\x05 \x03(\x0b\x32\x16.flux.v1.HeldExecution\"9\n\rHeldExecution\x12\x14\n\x0c\x65xecution_id\x18\x01 \x01(\t\x12\x12\n\ngeneration\x18\x02 \x01(\x03\"U\n\x0bWorkflowRef\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x0f\n\x07version\x18\x02 \x01(\x05\x12\x13\n\x0bsource_hash\x18\x03 \x01(\t\x12\x12\n\nentrypoint\x18\x04 \x01(\t\"\xf2\x01\n\x12\x45xecutionScheduled\x12\x14\n\x0c\x65xecution_id\x18\x01 \x01(\t\x12\x0f\n\x07\x61ttempt\x18\x02 \x01(\x05\x12\x12\n\ngeneration\x18\x03 \x01(\x03\x12\x12\n\ninput_json\x18\x04 \x01(\t\x12&\n\x08workflow\x18\x05 \x01(\x0b\x32\x14.flux.v1.WorkflowRef\x12\x13\n\x0bgpu_indices\x18\x06 \x03(\x05\x12*\n\x08requests\x18\x07 \x01(\x0b\x32\x18.flux.v1.ResourceRequest\x12$\n\x05trace\x18\x0f \x01(\x0b\x32\x15.flux.v1.TraceContext\"F\n\x13\x45xecutionsScheduled\x12/\n\nexecutions\x18\x01 \x03(\x0b\x32\x1b.flux.v1.ExecutionScheduled\"a\n\x12\x45xecutionCancelled\x12\x14\n\x0c\x65xecution_id\x18\x01 \x01(\t\x12\x12\n\ngeneration\x18\x02 \x01(\x03\x12\x0e\n\x06reason\x18\x03 \x01(\t\x12\x11\n\tpreempted\x18\x04 \x01(\x08\"\x1a\n\x04Ping\x12\x12\n\nsent_at_ms\x18\x01 \x01(\x03\"\xa7\x01\n\x16ReportResourcesRequest\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x15\n\rsession_token\x18\x02 \x01(\t\x12+\n\tresources\x18\x03 \x01(\x0b\x32\x18.flux.v1.WorkerResources\x12)\n\x08software\x18\x04 \x01(\x0b\x32\x17.flux.v1.WorkerSoftware\x12\x10\n\x08\x64raining\x18\x05 \x01(\x08\"\x19\n\x17ReportResourcesResponse\"]\n\x0c\x43laimRequest\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x15\n\rsession_token\x18\x02 \x01(\t\x12\x14\n\x0c\x65xecution_id\x18\x03 \x01(\t\x12\x12\n\ngeneration\x18\x04 \x01(\x03\"\x0f\n\rClaimResponse\"B\n\x0e\x45xecutionError\x12\x0c\n\x04type\x18\x01 \x01(\t\x12\x0f\n\x07message\x18\x02 \x01(\t\x12\x11\n\ttraceback\x18\x03 \x01(\t\"\xd8\x01\n\x0f\x43ompleteRequest\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x15\n\rsession_token\x18\x02 \x01(\t\x12\x14\n\x0c\x65xecution_id\x18\x03 \x01(\t\x12\x12\n\ngeneration\x18\x04 \x01(\x03\x12\x15\n\x0boutput_json\x18\x05 \x01(\tH\x00\x12(\n\x05\x65rror\x18\x06 \x01(\x0b\x32\x17.flux.v1.ExecutionErrorH\x00\x12+\n\tresources\x18\x07 \x01(\x0b\x32\x18.flux.v1.WorkerResourcesB\x08\n\x06result\"\x12\n\x10\x43ompleteResponse\"o\n\x0eReleaseRequest\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x15\n\rsession_token\x18\x02 \x01(\t\x12\x14\n\x0c\x65xecution_id\x18\x03 \x01(\t\x12\x12\n\ngeneration\x18\x04 \x01(\x03\x12\x0e\n\x06reason\x18\x05 \x01(\t\"\x11\n\x0fReleaseResponse\"T\n\x18GetWorkflowSourceRequest\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x15\n\rsession_token\x18\x02 \x01(\t\x12\x13\n\x0bsource_hash\x18\x03 \x01(\t\"G\n\x0eWorkflowSource\x12\x13\n\x0bsource_hash\x18\x01 \x01(\t\x12\x10\n\x08\x66ilename\x18\x02 \x01(\t\x12\x0e\n\x06source\x18\x03 \x01(\t\"5\n\tClaimItem\x12\x14\n\x0c\x65xecution_id\x18\x01 \x01(\t\x12\x12\n\ngeneration\x18\x02 \x01(\x03\"[\n\x11\x43laimBatchRequest\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x15\n\rsession_token\x18\x02 \x01(\t\x12!\n\x05items\x18\x03 \x03(\x0b\x32\x12.flux.v1.ClaimItem\"M\n\nItemAnswer\x12\x14\n\x0c\x65xecution_id\x18\x01 \x01(\t\x12\n\n\x02ok\x18\x02 \x01(\x08\x12\x0c\n\x04\x63ode\x18\x03 \x01(\t\x12\x0f\n\x07message\x18\x04 \x01(\t\":\n\x12\x43laimBatchResponse\x12$\n\x07\x61nswers\x18\x01 \x03(\x0b\x32\x13.flux.v1.ItemAnswer\"\x83\x01\n\x0c\x43ompleteItem\x12\x14\n\x0c\x65xecution_id\x18\x01 \x01(\t\x12\x12\n\ngeneration\x18\x02 \x01(\x03\x12\x15\n\x0boutput_json\x18\x03 \x01(\tH\x00\x12(\n\x05\x65rror\x18\x04 \x01(\x0b\x32\x17.flux.v1.ExecutionErrorH\x00\x42\x08\n\x06result\"\x8e\x01\n\x14\x43ompleteBatchRequest\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x15\n\rsession_token\x18\x02 \x01(\t\x12$\n\x05items\x18\x03 \x03(\x0b\x32\x15.flux.v1.CompleteItem\x12+\n\tresources\x18\x04 \x01(\x0b\x32\x18.flux.v1.WorkerResources\"=\n\x15\x43ompleteBatchResponse\x12$\n\x07\x61nswers\x18\x01 \x03(\x0b\x32\x13.flux.v1.ItemAnswer\"\x91\x01\n\x12WorkerCallsRequest\x12\x0f\n\x07\x63\x61ll_id\x18\x01 \x01(\x04\x12,\n\x06\x63laims\x18\x02 \x01(\x0b\x32\x1a.flux.v1.ClaimBatchRequestH\x00\x12\x34\n\x0b\x63ompletions\x18\x03 \x01(\x0b\x32\x1d.flux.v1.CompleteBatchRequestH\x00\x42\x06\n\x04\x63\x61ll\"\xbf\x01\n\x13WorkerCallsResponse\x12\x0f\n\x07\x63\x61ll_id\x18\x01 \x01(\x04\x12-\n\x06\x63laims\x18\x02 \x01(\x0b\x32\x1b.flux.v1.ClaimBatchResponseH\x00\x12\x35\n\x0b\x63ompletions\x18\x03 \x01(\x0b\x32\x1e.flux.v1.CompleteBatchResponseH\x00\x12\'\n\x07refused\x18\x04 \x01(\x0b\x32\x14.flux.v1.CallRefusedH\x00\x42\x08\n\x06\x61nswer\",\n\x0b\x43\x61llRefused\x12\x0c\n\x04\x63ode\x18\x01 \x01(\t\x12\x0f\n\x07message\x18\x02 \x01(\t2\xcf\x05\n\rWorkerService\x12?\n\x08Register\x12\x18.flux.v1.RegisterRequest\x1a\x19.flux.v1.RegisterResponse\x12:\n\x07\x43onnect\x12\x17.flux.v1.ConnectRequest\x1a\x14.flux.v1.WorkerEvent0\x01\x12T\n\x0fReportResources\x12\x1f.flux.v1.ReportResourcesRequest\x1a .flux.v1.ReportResourcesResponse\x12\x36\n\x05\x43laim\x12\x15.flux.v1.ClaimRequest\x1a\x16.flux.v1.ClaimResponse\x12?\n\x08\x43omplete\x12\x18.flux.v1.CompleteRequest\x1a\x19.flux.v1.CompleteResponse\x12<\n\x07Release\x12\x17.flux.v1.ReleaseRequest\x1a\x18.flux.v1.ReleaseResponse\x12O\n\x11GetWorkflowSource\x12!.flux.v1.GetWorkflowSourceRequest\x1a\x17.flux.v1.WorkflowSource\x12\x45\n\nClaimBatch\x12\x1a.flux.v1.ClaimBatchRequest\x1a\x1b.flux.v1.ClaimBatchResponse\x12N\n\rCompleteBatch\x12\x1d.flux.v1.CompleteBatchRequest\x1a\x1e.flux.v1.CompleteBatchResponse\x12L\n\x0bWorkerCalls\x12\x1b.flux.v1.WorkerCallsRequest\x1a\x1c.flux.v1.WorkerCallsResponse(\x01\x30\x01\x62\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -56,51 +56,51 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_EXECUTIONSSCHEDULED']._serialized_start=1302
   _globals['_EXECUTIONSSCHEDULED']._serialized_end=1372
   _globals['_EXECUTIONCANCELLED']._serialized_start=1374
-  _globals['_EXECUTIONCANCELLED']._serialized_end=1452
-  _globals['_PING']._serialized_start=1454
-  _globals['_PING']._serialized_end=1480
-  _globals['_REPORTRESOURCESREQUEST']._serialized_start=1483
-  _globals['_REPORTRESOURCESREQUEST']._serialized_end=1650
-  _globals['_REPORTRESOURCESRESPONSE']._serialized_start=1652
-  _globals['_REPORTRESOURCESRESPONSE']._serialized_end=1677
-  _globals['_CLAIMREQUEST']._serialized_start=1679
-  _globals['_CLAIMREQUEST']._serialized_end=1772
-  _globals['_CLAIMRESPONSE']._serialized_start=1774
-  _globals['_CLAIMRESPONSE']._serialized_end=1789
-  _globals['_EXECUTIONERROR']._serialized_start=1791
-  _globals['_EXECUTIONERROR']._serialized_end=1857
-  _globals['_COMPLETEREQUEST']._serialized_start=1860
-  _globals['_COMPLETEREQUEST']._serialized_end=2076
-  _globals['_COMPLETERESPONSE']._serialized_start=2078
-  _globals['_COMPLETERESPONSE']._serialized_end=2096
-  _globals['_RELEASEREQUEST']._serialized_start=2098
-  _globals['_RELEASEREQUEST']._serialized_end=2209
-  _globals['_RELEASERESPONSE']._serialized_start=2211
-  _globals['_RELEASERESPONSE']._serialized_end=2228
-  _globals['_GETWORKFLOWSOURCEREQUEST']._serialized_start=2230
-  _globals['_GETWORKFLOWSOURCEREQUEST']._serialized_end=2314
-  _globals['_WORKFLOWSOURCE']._serialized_start=2316
-  _globals['_WORKFLOWSOURCE']._serialized_end=2387
-  _globals['_CLAIMITEM']._serialized_start=2389
-  _globals['_CLAIMITEM']._serialized_end=2442
-  _globals['_CLAIMBATCHREQUEST']._serialized_start=2444
-  _globals['_CLAIMBATCHREQUEST']._serialized_end=2535
-  _globals['_ITEMANSWER']._serialized_start=2537
-  _globals['_ITEMANSWER']._serialized_end=2614
-  _globals['_CLAIMBATCHRESPONSE']._serialized_start=2616
-  _globals['_CLAIMBATCHRESPONSE']._serialized_end=2674
-  _globals['_COMPLETEITEM']._serialized_start=2677
-  _globals['_COMPLETEITEM']._serialized_end=2808
-  _globals['_COMPLETEBATCHREQUEST']._serialized_start=2811
-  _globals['_COMPLETEBATCHREQUEST']._serialized_end=2953
-  _globals['_COMPLETEBATCHRESPONSE']._serialized_start=2955
-  _globals['_COMPLETEBATCHRESPONSE']._serialized_end=3016
-  _globals['_WORKERCALLSREQUEST']._serialized_start=3019
-  _globals['_WORKERCALLSREQUEST']._serialized_end=3164
-  _globals['_WORKERCALLSRESPONSE']._serialized_start=3167
-  _globals['_WORKERCALLSRESPONSE']._serialized_end=3358
-  _globals['_CALLREFUSED']._serialized_start=3360
-  _globals['_CALLREFUSED']._serialized_end=3404
-  _globals['_WORKERSERVICE']._serialized_start=3407
-  _globals['_WORKERSERVICE']._serialized_end=4126
+  _globals['_EXECUTIONCANCELLED']._serialized_end=1471
+  _globals['_PING']._serialized_start=1473
+  _globals['_PING']._serialized_end=1499
+  _globals['_REPORTRESOURCESREQUEST']._serialized_start=1502
+  _globals['_REPORTRESOURCESREQUEST']._serialized_end=1669
+  _globals['_REPORTRESOURCESRESPONSE']._serialized_start=1671
+  _globals['_REPORTRESOURCESRESPONSE']._serialized_end=1696
+  _globals['_CLAIMREQUEST']._serialized_start=1698
+  _globals['_CLAIMREQUEST']._serialized_end=1791
+  _globals['_CLAIMRESPONSE']._serialized_start=1793
+  _globals['_CLAIMRESPONSE']._serialized_end=1808
+  _globals['_EXECUTIONERROR']._serialized_start=1810
+  _globals['_EXECUTIONERROR']._serialized_end=1876
+  _globals['_COMPLETEREQUEST']._serialized_start=1879
+  _globals['_COMPLETEREQUEST']._serialized_end=2095
+  _globals['_COMPLETERESPONSE']._serialized_start=2097
+  _globals['_COMPLETERESPONSE']._serialized_end=2115
+  _globals['_RELEASEREQUEST']._serialized_start=2117
+  _globals['_RELEASEREQUEST']._serialized_end=2228
+  _globals['_RELEASERESPONSE']._serialized_start=2230
+  _globals['_RELEASERESPONSE']._serialized_end=2247
+  _globals['_GETWORKFLOWSOURCEREQUEST']._serialized_start=2249
+  _globals['_GETWORKFLOWSOURCEREQUEST']._serialized_end=2333
+  _globals['_WORKFLOWSOURCE']._serialized_start=2335
+  _globals['_WORKFLOWSOURCE']._serialized_end=2406
+  _globals['_CLAIMITEM']._serialized_start=2408
+  _globals['_CLAIMITEM']._serialized_end=2461
+  _globals['_CLAIMBATCHREQUEST']._serialized_start=2463
+  _globals['_CLAIMBATCHREQUEST']._serialized_end=2554
+  _globals['_ITEMANSWER']._serialized_start=2556
+  _globals['_ITEMANSWER']._serialized_end=2633
+  _globals['_CLAIMBATCHRESPONSE']._serialized_start=2635
+  _globals['_CLAIMBATCHRESPONSE']._serialized_end=2693
+  _globals['_COMPLETEITEM']._serialized_start=2696
+  _globals['_COMPLETEITEM']._serialized_end=2827
+  _globals['_COMPLETEBATCHREQUEST']._serialized_start=2830
+  _globals['_COMPLETEBATCHREQUEST']._serialized_end=2972
+  _globals['_COMPLETEBATCHRESPONSE']._serialized_start=2974
+  _globals['_COMPLETEBATCHRESPONSE']._serialized_end=3035
+  _globals['_WORKERCALLSREQUEST']._serialized_start=3038
+  _globals['_WORKERCALLSREQUEST']._serialized_end=3183
+  _globals['_WORKERCALLSRESPONSE']._serialized_start=3186
+  _globals['_WORKERCALLSRESPONSE']._serialized_end=3377
+  _globals['_CALLREFUSED']._serialized_start=3379
+  _globals['_CALLREFUSED']._serialized_end=3423
+  _globals['_WORKERSERVICE']._serialized_start=3426
+  _globals['_WORKERSERVICE']._serialized_end=4145
 # @@protoc_insertion_point(module_scope)

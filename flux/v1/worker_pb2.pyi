@@ -401,22 +401,29 @@ class ExecutionCancelled(_message.Message):
     EXECUTION_ID_FIELD_NUMBER: _builtins.int
     GENERATION_FIELD_NUMBER: _builtins.int
     REASON_FIELD_NUMBER: _builtins.int
+    PREEMPTED_FIELD_NUMBER: _builtins.int
     execution_id: _builtins.str
     """Execution id."""
     generation: _builtins.int
     """Generation of the dispatch being cancelled."""
     reason: _builtins.str
     """Why, e.g. "cancelled by a client" or "ack deadline expired"."""
+    preempted: _builtins.bool
+    """The execution was preempted: it goes back in line, not to a final state. The
+    worker stops it and hands it back with Release; the server frees its room then,
+    or when the preemption grace (--preemption-grace) runs out, whichever is first.
+    """
     def __init__(
         self,
         *,
         execution_id: _builtins.str = ...,
         generation: _builtins.int = ...,
         reason: _builtins.str = ...,
+        preempted: _builtins.bool = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["execution_id", b"execution_id", "generation", b"generation", "reason", b"reason"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["execution_id", b"execution_id", "generation", b"generation", "preempted", b"preempted", "reason", b"reason"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

@@ -205,7 +205,7 @@ class GrpcTransport(WorkerTransport):
                         yield dispatch_from_proto(scheduled)
                 elif kind == "execution_cancelled":
                     c = event.execution_cancelled
-                    yield Cancel(c.execution_id, c.generation, c.reason)
+                    yield Cancel(c.execution_id, c.generation, c.reason, c.preempted)
                 elif kind == "connected":
                     yield connected_from_proto(event.connected)
                 elif kind == "ping":

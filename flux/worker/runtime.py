@@ -109,6 +109,8 @@ class Running:
     dispatch: Dispatch
     task: asyncio.Task[None]
     cancelled_by_server: bool = False
+    # Stopped so a tenant could reclaim its quota: handed back (Release), not dropped.
+    preempted: bool = False
     # The stream (count of Connected) during which the server last accepted our claim; None
     # before the first. A server reached on a later stream may not know of it: a replica that
     # adopted this dispatch holds it as unclaimed if the one that answered died before storing it.
@@ -253,6 +255,7 @@ class WorkerRuntime:
         if running is not None and running.dispatch.generation == cancel.generation:
             log.info("execution %s cancelled: %s", cancel.execution_id, cancel.reason)
             running.cancelled_by_server = True
+            running.preempted = cancel.preempted
             running.task.cancel()
 
     def _reconcile(self, held: Mapping[str, int]) -> None:
@@ -303,6 +306,9 @@ class WorkerRuntime:
                 await asyncio.shield(
                     self._release(execution_id, dispatch.generation, "worker stopped before finishing")
                 )
+            elif running.dispatch is dispatch and running.preempted:
+                # The server holds its room until we hand it back (or its grace runs out).
+                await asyncio.shield(self._release(execution_id, dispatch.generation, "preempted"))
         finally:
             running = self._running.get(execution_id)
             if running is not None and running.dispatch is dispatch:  # not a newer dispatch of it

@@ -106,7 +106,7 @@ def _event(kind: str, data: str) -> WorkerEvent | None:
         return dispatch_from_proto(_parse(data, worker_pb2.ExecutionScheduled()))
     if kind == "execution_cancelled":
         c = _parse(data, worker_pb2.ExecutionCancelled())
-        return Cancel(c.execution_id, c.generation, c.reason)
+        return Cancel(c.execution_id, c.generation, c.reason, c.preempted)
     if kind == "connected":
         return connected_from_proto(_parse(data, worker_pb2.Connected()))
     if kind == "ping":

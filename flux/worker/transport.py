@@ -54,6 +54,8 @@ class Cancel:
     execution_id: str
     generation: int
     reason: str
+    # Preempted: stop and hand it back (Release), it goes back in line; not a final state.
+    preempted: bool = False
 
 
 @dataclass(frozen=True, slots=True)

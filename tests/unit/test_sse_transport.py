@@ -75,7 +75,7 @@ def test_events_parse_from_their_json_data() -> None:
 
 def test_json_mapping_names_fields_as_the_proto_does_and_prints_defaults() -> None:
     out = protojson.to_dict(worker_pb2.ExecutionCancelled(execution_id="e", generation=3))
-    assert out == {"execution_id": "e", "generation": "3", "reason": ""}
+    assert out == {"execution_id": "e", "generation": "3", "reason": "", "preempted": False}
     with pytest.raises(InvalidArgument, match="cpu_total"):
         protojson.from_dict({"resources": {"cpu_total": "x"}}, worker_pb2.RegisterRequest())
     with pytest.raises(InvalidArgument, match="JSON object"):

@@ -1,0 +1,205 @@
+"""Preemption: stopping what a cohort borrowed so a tenant gets its nominal quota back.
+
+Who is preempted is decided by the pure planner (``flux.matching.preemption.plan``);
+this module carries it out, in three steps:
+
+1. ``reclaim`` (each housekeeping step, one server only): for each tenant's first
+   pending execution per shape that its quota allows but the fleet cannot place, ask
+   the planner for the smallest set of borrowed executions whose stop makes room. Each
+   victim's worker is told to stop it (``Cancelled`` with ``preempted``), and from
+   then on the victim is *stopping*: it keeps its room, so nothing else is placed in
+   it, and its generation is fenced (a claim or a late result is refused).
+2. ``stopped``: the worker hands it back (Release), its result arrives after all (and
+   is refused), its worker is lost, or ``--preemption-grace`` runs out, whichever is
+   first. The victim goes back in line with its attempt not counted as a failure
+   (requeued, reason "preempted") and its room is freed.
+3. The pass that follows places the tenant that reclaimed first: its usage, and so
+   its weighted share, is the lowest (fair share in ``flux.matching.scheduler``).
+
+A preemptor whose victims are still stopping is not planned for again, so one
+pending execution never preempts twice for the same room. On PostgreSQL replicas
+quotas are not enforced yet (usage is not checked cluster-wide), so nothing is
+preempted there.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from flux.dispatcher import housekeeping
+from flux.dispatcher.lifecycle import Preempt, Requeue
+from flux.dispatcher.session import Cancelled
+from flux.domain.execution import Execution, State
+from flux.matching.preemption import Running, plan, reclaimable
+
+if TYPE_CHECKING:
+    from flux.dispatcher.core import Dispatcher
+    from flux.matching import Shape
+    from flux.matching.tenancy import Accounts
+
+log = logging.getLogger("flux.dispatcher")
+
+
+@dataclass(frozen=True, slots=True)
+class Stopping:
+    """A preempted execution its worker has not handed back yet."""
+
+    generation: int
+    worker: str
+    deadline: float
+    # The pending execution it makes room for.
+    preemptor: str
+
+
+class Reclaimer:
+    def __init__(self, d: Dispatcher):
+        self.d = d
+        self.stopping: dict[str, Stopping] = {}
+        # Preemptor -> its victims still stopping.
+        self.waiting: dict[str, set[str]] = {}
+
+    # ----------------------------------------------------------------- deciding
+
+    def reclaim(self) -> int:
+        """Preempt for every tenant whose quota is taken by its cohort; returns how many were preempted."""
+        d = self.d
+        accounts = d.usage.accounts
+        if not d.settings.preemption or d.replicated or accounts is None or not d.queue:
+            return 0
+        if not _anyone_borrowing(accounts):
+            return 0
+        heads = [
+            (first.execution_id, shape)
+            for tenant, _ in list(d.queue.tenants())
+            for shape in d.queue.lanes(tenant)
+            if (first := d.queue.first(shape)) is not None
+            and first.execution_id not in self.waiting
+            and reclaimable(accounts, shape)
+        ]
+        if not heads:
+            return 0
+        workers = [entry.view() for entry in d.registry.values() if entry.dispatchable]
+        running = self._running()
+        count = 0
+        for execution_id, shape in heads:
+            preemption = plan(accounts, execution_id, shape, workers, running)
+            if preemption is None:
+                continue
+            log.info(
+                "execution %s of tenant %s %s on worker %s",
+                execution_id, shape.tenant, preemption.describe(), preemption.worker,
+            )  # fmt: skip
+            gone = {victim.execution_id for victim in preemption.victims}
+            for victim in preemption.victims:
+                self._preempt(victim.execution_id, execution_id, shape.tenant)
+            running = [r for r in running if r.execution_id not in gone]
+            count += len(gone)
+        return count
+
+    def _running(self) -> list[Running]:
+        """Every execution holding room here and not already stopping, as the planner sees it."""
+        d = self.d
+        running = []
+        for entry in d.registry.values():
+            for execution_id, holding in entry.holdings.items():
+                execution = d.table.get(execution_id)
+                if execution is None or execution_id in self.stopping:
+                    continue
+                running.append(
+                    Running(
+                        execution_id,
+                        d.catalogue.shape_of(execution),
+                        entry.name,
+                        holding.gpus,
+                        execution.priority,
+                        execution.seq,
+                    )
+                )
+        return running
+
+    def _preempt(self, execution_id: str, preemptor: str, tenant: str) -> None:
+        d = self.d
+        execution = d.table.get(execution_id)
+        assert execution is not None  # _running read it from the table in this same step
+        entry = d.registry.get(execution.worker)
+        reason = f"preempted: tenant {tenant} reclaims its quota"
+        if entry is not None and entry.session is not None:
+            entry.session.push(Cancelled(execution_id, execution.generation, reason, preempted=True))
+        d.events.counters.preempted[Preempt.RECLAIM] += 1
+        self.stopping[execution_id] = Stopping(
+            execution.generation, execution.worker, d.clock() + d.settings.preemption_grace, preemptor
+        )
+        self.waiting.setdefault(preemptor, set()).add(execution_id)
+
+    def preview(self, execution_id: str, shape: Shape) -> str:
+        """For explain: ``will preempt 2 executions of tenant web``, or what it waits for; "" if neither."""
+        d = self.d
+        victims = self.waiting.get(execution_id)
+        if victims:
+            return f"waiting for {len(victims)} preempted execution{'s' if len(victims) != 1 else ''} to stop"
+        accounts = d.usage.accounts
+        if not d.settings.preemption or d.replicated or accounts is None or not reclaimable(accounts, shape):
+            return ""
+        workers = [entry.view() for entry in d.registry.values() if entry.dispatchable]
+        preemption = plan(accounts, execution_id, shape, workers, self._running())
+        return preemption.describe() if preemption is not None else ""
+
+    # ----------------------------------------------------------------- stopping
+
+    def is_stopping(self, execution: Execution) -> bool:
+        """Whether ``execution`` (as the table holds it) was preempted and is not handed back yet."""
+        stop = self.stopping.get(execution.execution_id)
+        return (
+            stop is not None
+            and stop.generation == execution.generation
+            and stop.worker == execution.worker
+            and execution.state in (State.SCHEDULED, State.RUNNING)
+        )
+
+    def stopped(self, execution: Execution) -> Execution:
+        """``execution`` (stopping) is handed back, or will never be: requeue it, free its room."""
+        d = self.d
+        self._forget(execution.execution_id)
+        entry = d.registry.get(execution.worker)
+        requeued = housekeeping.requeue(d, execution, entry, next_attempt=False)
+        d.events.requeued(execution, requeued, Requeue.PREEMPTED)
+        return requeued
+
+    def expire(self, now: float) -> bool:
+        """Free the room of victims whose worker did not hand them back within the grace."""
+        changed = False
+        for execution_id, stop in list(self.stopping.items()):
+            if stop.deadline > now:
+                continue
+            execution = self.d.table.get(execution_id)
+            if execution is None or not self.is_stopping(execution):
+                self._forget(execution_id)  # finished, cancelled or requeued some other way
+                continue
+            log.warning(
+                "execution %s not handed back by %s within the preemption grace; its room is freed",
+                execution_id, stop.worker,
+            )  # fmt: skip
+            self.stopped(execution)
+            changed = True
+        return changed
+
+    def _forget(self, execution_id: str) -> None:
+        stop = self.stopping.pop(execution_id, None)
+        if stop is None:
+            return
+        victims = self.waiting.get(stop.preemptor)
+        if victims is not None:
+            victims.discard(execution_id)
+            if not victims:
+                del self.waiting[stop.preemptor]
+
+
+def _anyone_borrowing(accounts: Accounts) -> bool:
+    """Whether some tenant uses more than its nominal quota of something: else nothing is reclaimable."""
+    for name, terms in accounts.terms.items():
+        used = accounts.used(name)
+        if any(n is not None and used[i] > n for i, n in enumerate(terms.nominal)):
+            return True
+    return False

@@ -1,0 +1,158 @@
+"""Preemption through the dispatcher: who is stopped, the fence while it stops, and the requeue.
+
+The planner's choices are tested pure in test_preemption.py; here the dispatcher
+carries them out: the worker is told (``Cancelled`` with ``preempted``), the room
+stays held until the worker hands the execution back or the grace runs out, a
+claim or result of the stopped try is refused, and the execution goes back in
+line without an attempt counted.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+
+from flux.dispatcher.core import Dispatcher
+from flux.dispatcher.session import Cancelled
+from flux.domain.execution import State
+from flux.domain.tenant import Limits, Tenant
+from flux.errors import FailedPrecondition
+from tests.unit.test_dispatcher import SETTINGS, Flux, Worker, settled
+
+pytestmark = pytest.mark.timeout(10)
+
+CREATED, SCHEDULED, RUNNING, COMPLETED = State.CREATED, State.SCHEDULED, State.RUNNING, State.COMPLETED
+GRACE = 20.0
+
+
+async def cohort(preemption: bool = True) -> tuple[Flux, Worker, list[str]]:
+    """ml and web, 2 cores of quota each in cohort research, on one 8-core worker; web runs
+    four (two of them borrowed from ml) and ml has submitted nothing yet."""
+    flux = Flux()
+    settings = dataclasses.replace(SETTINGS, preemption=preemption, preemption_grace=GRACE)
+    flux.d = Dispatcher(flux.store, settings, clock=flux.clock)
+    await flux.start()
+    flux.d.apply_tenants(
+        [Tenant("ml", Limits(cpu=2), "research"), Tenant("web", Limits(cpu=2), "research")]
+    )
+    await flux.workflow("job", cpu=1)
+    w = await flux.worker(cpu=8)
+    web = [(await flux.d.submit("job", tenant="web")).execution_id for _ in range(5)]
+    assert w.scheduled() == web[:4]  # the fifth waits: the cohort's 4 cores are all in use
+    for execution_id in web[:4]:
+        w.claim(execution_id)
+    return flux, w, web
+
+
+async def step(flux: Flux, seconds: float = 1.0) -> None:
+    """One housekeeping step ``seconds`` later (well within the preemption grace)."""
+    flux.d.housekeeper.tick(flux.clock.advance(seconds))
+    await settled()
+
+
+def preempted(w: Worker) -> list[str]:
+    return [e.execution_id for e in w.events() if isinstance(e, Cancelled) and e.preempted]
+
+
+async def test_a_tenant_under_its_quota_preempts_the_newest_borrowed_execution():
+    flux, w, web = await cohort()
+    mine = (await flux.d.submit("job", tenant="ml")).execution_id
+    assert flux.state(mine) is CREATED
+    summary = (await flux.d.why(mine)).summary
+    assert "will preempt 1 execution of tenant web" in summary, summary
+
+    await step(flux)
+    assert preempted(w) == [web[3]]  # the newest of the two borrowed: one is enough for one core
+    assert flux.d.events.counters.preempted["reclaim"] == 1
+    # Until the worker hands it back its room stays held: nothing else is placed in it.
+    assert flux.state(web[3]) is RUNNING and flux.state(mine) is CREATED
+    assert "waiting for 1 preempted execution to stop" in (await flux.d.why(mine)).summary
+    await step(flux)
+    assert preempted(w) == []  # planned once: its victim is still stopping
+
+    w.release(web[3])
+    assert w.scheduled() == [mine]  # ml's share is the lowest: it goes first
+    victim = flux.get(web[3])
+    assert victim.state is CREATED and victim.attempt == 1  # its attempt did not count
+    assert flux.d.events.counters.requeued["preempted"] == 1
+    assert flux.d.events.counters.requeued["released"] == 0
+    # Back in line at its old place, ahead of web's fifth.
+    assert flux.d.queue.position(web[3]) == 0 and flux.d.queue.position(web[4]) == 1
+    await flux.d.stop()
+
+
+async def test_the_stopped_try_is_fenced_and_a_late_result_frees_the_room_at_once():
+    flux, w, web = await cohort()
+    mine = (await flux.d.submit("job", tenant="ml")).execution_id
+    await step(flux)
+    assert preempted(w) == [web[3]]
+    generation = w.generation(web[3])
+    with pytest.raises(FailedPrecondition, match="was preempted .* result is not recorded"):
+        await w.complete(web[3], '"late"', generation=generation)
+    victim = flux.get(web[3])
+    assert victim.state is CREATED and victim.output_json != '"late"'
+    assert w.scheduled() == [mine]
+    # The old generation stays fenced after the requeue, as for any requeued dispatch.
+    with pytest.raises(FailedPrecondition):
+        w.claim(web[3], generation=generation)
+    await flux.d.stop()
+
+
+async def test_a_worker_that_never_hands_it_back_loses_the_room_at_the_grace_end():
+    flux, w, web = await cohort()
+    mine = (await flux.d.submit("job", tenant="ml")).execution_id
+    await step(flux)
+    assert preempted(w) == [web[3]]
+    flux.d.housekeeper.tick(flux.clock.advance(GRACE - 1))
+    assert flux.state(web[3]) is RUNNING and w.scheduled() == []
+    flux.d.housekeeper.tick(flux.clock.advance(1))
+    assert flux.get(web[3]).state is CREATED and flux.get(web[3]).attempt == 1
+    assert w.scheduled() == [mine]
+    assert flux.d.events.counters.requeued["preempted"] == 1
+    await flux.d.stop()
+
+
+async def test_a_victim_whose_worker_is_lost_is_requeued_as_preempted_not_as_a_failed_attempt():
+    flux, w, web = await cohort()
+    await flux.d.submit("job", tenant="ml")
+    await step(flux)
+    assert preempted(w) == [web[3]]
+    w.disconnect()
+    flux.expire(SETTINGS.grace_period)
+    attempts = {i: flux.get(i).attempt for i in web[:4]}
+    assert attempts == {web[0]: 2, web[1]: 2, web[2]: 2, web[3]: 1}
+    assert flux.d.events.counters.requeued["preempted"] == 1
+    assert flux.d.events.counters.requeued["worker_lost"] == 3
+    await flux.d.stop()
+
+
+async def test_nothing_is_preempted_with_preemption_off_or_for_a_tenant_at_its_quota():
+    flux, w, web = await cohort(preemption=False)
+    mine = (await flux.d.submit("job", tenant="ml")).execution_id
+    await step(flux)
+    assert preempted(w) == [] and flux.state(mine) is CREATED
+    assert "will preempt" not in (await flux.d.why(mine)).summary
+    await flux.d.stop()
+
+    # web's fifth, above web's quota, may not reclaim anything: only ml may.
+    flux, w, web = await cohort()
+    await step(flux)
+    assert preempted(w) == []
+    assert flux.d.events.counters.preempted["reclaim"] == 0
+    await flux.d.stop()
+
+
+async def test_a_client_cancel_of_a_stopping_victim_ends_it_and_the_room_goes_to_the_preemptor():
+    flux, w, web = await cohort()
+    mine = (await flux.d.submit("job", tenant="ml")).execution_id
+    await step(flux)
+    assert preempted(w) == [web[3]]
+    await flux.d.cancel(web[3])
+    assert flux.state(web[3]) is State.CANCELLED
+    assert w.scheduled() == [mine]
+    flux.d.housekeeper.tick(flux.clock.advance(GRACE))  # its stop is forgotten, not requeued again
+    assert flux.state(web[3]) is State.CANCELLED
+    assert flux.d.events.counters.requeued["preempted"] == 0
+    assert flux.d.reclaimer.stopping == {} and flux.d.reclaimer.waiting == {}
+    await flux.d.stop()
