@@ -114,6 +114,9 @@ async def test_a_version_3_sqlite_file_puts_everything_in_tenant_default(tmp_pat
         await store.close()
 
 
+RUNNING = (control_pb2.EXECUTION_STATE_SCHEDULED, control_pb2.EXECUTION_STATE_RUNNING)
+
+
 def _client(cluster: Cluster, token: str) -> FluxClient:
     return FluxClient(cluster.address, timeout=10, credentials=Credentials(token, cluster.ca))
 
@@ -336,7 +339,6 @@ def test_a_tenant_watching_the_fleet_sees_only_its_own_executions_change(cluster
 def test_a_tenant_runs_within_its_quota_and_gets_it_back_when_work_ends(cluster: Cluster) -> None:
     from flux.testing import eventually
 
-    RUNNING = (control_pb2.EXECUTION_STATE_SCHEDULED, control_pb2.EXECUTION_STATE_RUNNING)
     cluster.start_worker("w1", "--cpus", "4")
     _ok(cluster.flux("tenant", "create", "ml", "--cpu", "1"))
     token = _ok(cluster.flux("token", "create", "--tenant", "ml")).strip()
@@ -380,26 +382,38 @@ def test_a_tenant_runs_within_its_quota_and_gets_it_back_when_work_ends(cluster:
             cluster.client.cancel(execution_id)
 
 
-@pytest.mark.transports("grpc")
-@pytest.mark.backends("sqlite")
-def test_two_teams_in_a_cohort_borrow_what_the_other_leaves_and_get_it_back(cluster: Cluster) -> None:
-    from flux.testing import eventually
-
-    RUNNING = (control_pb2.EXECUTION_STATE_SCHEDULED, control_pb2.EXECUTION_STATE_RUNNING)
-    cluster.start_worker("w1", "--cpus", "8")
+def _cohort(cluster: Cluster) -> tuple[str, str]:
+    """Tenants ml and web, 2 cores of quota each in cohort research; their tokens."""
     _ok(cluster.flux("tenant", "create", "ml", "--cpu", "2", "--cohort", "research"))
     _ok(cluster.flux("tenant", "create", "web", "--cpu", "2", "--cohort", "research"))
     ml = _ok(cluster.flux("token", "create", "--tenant", "ml")).strip()
     web = _ok(cluster.flux("token", "create", "--tenant", "web")).strip()
+    return ml, web
+
+
+def _running(client: FluxClient, ids: list[str]) -> list[str]:
+    return [i for i in ids if client.get(i).state in RUNNING]
+
+
+def _scraped(cluster: Cluster) -> str:
+    return httpx.get(f"{cluster.gateway_url}/metrics", timeout=10).text
+
+
+@pytest.mark.transports("grpc")
+@pytest.mark.backends("sqlite")
+def test_two_teams_in_a_cohort_borrow_what_the_other_leaves_and_reclaim_it_by_preemption(
+    cluster: Cluster,
+) -> None:
+    from flux.testing import eventually
+
+    cluster.start_worker("w1", "--cpus", "8")
+    ml, web = _cohort(cluster)
     with _client(cluster, ml) as as_ml, _client(cluster, web) as as_web:
-
-        def running(client: FluxClient, ids: list[str]) -> list[str]:
-            return [i for i in ids if client.get(i).state in RUNNING]
-
         # web is idle: ml runs its own 2 cores and borrows web's 2, on a worker with 8.
         mine = [as_ml.run("slow_step", 120).execution_id for _ in range(6)]
-        eventually(lambda: len(running(as_ml, mine)) == 4, what="ml's four")
-        waiting = [i for i in mine if i not in running(as_ml, mine)]
+        eventually(lambda: len(_running(as_ml, mine)) == 4, what="ml's four")
+        ran = _running(as_ml, mine)
+        waiting = [i for i in mine if i not in ran]
         assert len(waiting) == 2
         summary = as_ml.explain(waiting[0]).summary
         assert summary.startswith(
@@ -407,15 +421,58 @@ def test_two_teams_in_a_cohort_borrow_what_the_other_leaves_and_get_it_back(clus
             "(the cohort has no cpu left to lend)"
         ), summary
 
-        # web comes back: without preemption it waits for ml's borrowed cores, then gets them
-        # first (its share is the lowest), before ml's own waiting work.
+        # web comes back under its quota: ml's newest borrowed execution is preempted (slow_step
+        # stops at once, its worker hands it back) and web's runs on the core it frees.
         theirs = as_web.run("slow_step", 120).execution_id
-        summary = as_web.explain(theirs).summary
-        assert "tenant web using 0/2 of its cpu quota" in summary, summary
-        assert "fair share: tenant web is 1st of 2 tenants waiting" in summary, summary
-        as_ml.cancel(running(as_ml, mine)[0])
-        eventually(lambda: as_web.get(theirs).state in RUNNING, what="web's run on the returned core")
-        assert len(running(as_ml, mine)) == 3
+        eventually(lambda: as_web.get(theirs).state in RUNNING, what="web's run on the reclaimed core")
+        still = _running(as_ml, mine)
+        assert len(still) == 3
+        [victim] = [i for i in ran if i not in still]
+        assert victim == ran[-1]  # the newest of ml's (all of one priority)
+        stopped = as_ml.get(victim)
+        assert stopped.state == control_pb2.EXECUTION_STATE_CREATED and stopped.attempt == 1
+        counters = cluster.client.status().counters
+        assert counters.preempted["reclaim"] == 1 and counters.requeued["preempted"] == 1
+        assert counters.requeued["released"] == 0
+        assert 'flux_preemptions_total{reason="reclaim"} 1.0' in _scraped(cluster)
+        # Back in line at its old place: the first of ml's waiting.
+        assert as_ml.explain(victim).queued_ahead == 0
         for execution_id in [*mine, theirs]:
+            with contextlib.suppress(FailedPrecondition):
+                cluster.client.cancel(execution_id)
+
+
+@pytest.mark.transports("grpc", "sse")
+@pytest.mark.backends("sqlite")
+def test_a_preempted_execution_that_finishes_anyway_has_its_late_result_refused(cluster: Cluster) -> None:
+    from flux.testing import eventually
+
+    cluster.register(Path(__file__).with_name("stubborn_workflows.py"))
+    cluster.start_worker("w1", "--cpus", "4")
+    ml, web = _cohort(cluster)
+    with _client(cluster, ml) as as_ml, _client(cluster, web) as as_web:
+        theirs = [as_web.run("stubborn_step", 120).execution_id for _ in range(4)]
+        eventually(lambda: len(_running(as_web, theirs)) == 4, what="web's four, two of them borrowed")
+        mine = as_ml.run("slow_step", 120).execution_id
+        # web's newest is told to stop; stubborn_step returns anyway and its worker reports the
+        # result, which is refused: the execution goes back in line, its room to ml.
+        eventually(lambda: as_ml.get(mine).state in RUNNING, what="ml's run on the reclaimed core")
+        victim = as_web.get(theirs[3])
+        assert victim.state == control_pb2.EXECUTION_STATE_CREATED, victim
+        assert victim.attempt == 1 and not victim.output_json
+        log = cluster.workdir / "worker-w1.log"
+        eventually(
+            lambda: (
+                f"result of {theirs[3]} refused" in log.read_text() and "was preempted" in log.read_text()
+            ),
+            what="the worker's note of its refused result",
+        )
+        counters = cluster.client.status().counters
+        assert counters.preempted["reclaim"] == 1 and counters.requeued["preempted"] == 1
+        # When ml's work ends, the preempted execution is the next to run, as a fresh dispatch.
+        as_ml.cancel(mine)
+        eventually(lambda: as_web.get(theirs[3]).state in RUNNING, what="the preempted one back on w1")
+        assert as_web.get(theirs[3]).attempt == 1
+        for execution_id in theirs:
             with contextlib.suppress(FailedPrecondition):
                 cluster.client.cancel(execution_id)

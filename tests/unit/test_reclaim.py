@@ -33,9 +33,7 @@ async def cohort(preemption: bool = True) -> tuple[Flux, Worker, list[str]]:
     settings = dataclasses.replace(SETTINGS, preemption=preemption, preemption_grace=GRACE)
     flux.d = Dispatcher(flux.store, settings, clock=flux.clock)
     await flux.start()
-    flux.d.apply_tenants(
-        [Tenant("ml", Limits(cpu=2), "research"), Tenant("web", Limits(cpu=2), "research")]
-    )
+    flux.d.apply_tenants([Tenant("ml", Limits(cpu=2), "research"), Tenant("web", Limits(cpu=2), "research")])
     await flux.workflow("job", cpu=1)
     w = await flux.worker(cpu=8)
     web = [(await flux.d.submit("job", tenant="web")).execution_id for _ in range(5)]
