@@ -129,6 +129,8 @@ def test_dispatch_retention_defaults_to_a_week_and_names_itself_when_bad(
         ("--grace-period", "nan", "--grace-period must be > 0 seconds; got nan"),
         ("--starvation-after", "-1", "--starvation-after must be >= 0 seconds (0 turns it off); got -1"),
         ("--starvation-after", "inf", "--starvation-after must be >= 0 seconds (0 turns it off); got inf"),
+        ("--preemption-grace", "0", "--preemption-grace must be > 0 seconds; got 0"),
+        ("--preemption", "no", "argument --preemption: invalid choice: 'no' (choose from 'on', 'off')"),
     ],
 )
 def test_seconds_are_finite_and_zero_only_where_it_turns_something_off(
@@ -138,3 +140,13 @@ def test_seconds_are_finite_and_zero_only_where_it_turns_something_off(
         build_parser().parse_args(["start", "server", flag, value])
     assert error in capsys.readouterr().err
     assert build_parser().parse_args(["start", "server", "--starvation-after", "0"]).starvation_after == 0.0
+
+
+def test_preemption_is_on_with_a_30_second_grace_unless_told_otherwise() -> None:
+    from flux import defaults
+
+    parser = build_parser()
+    args = parser.parse_args(["start", "server"])
+    assert (args.preemption, args.preemption_grace) == ("on", defaults.PREEMPTION_GRACE) == ("on", 30.0)
+    args = parser.parse_args(["start", "server", "--preemption", "off", "--preemption-grace", "5"])
+    assert (args.preemption, args.preemption_grace) == ("off", 5.0)
