@@ -41,7 +41,7 @@ from flux.dispatcher.lifecycle import Lifecycle
 from flux.dispatcher.modes import Modes, local
 from flux.dispatcher.pings import Pinger
 from flux.dispatcher.pools import PoolBook
-from flux.dispatcher.quotas import TenantUsage, governed
+from flux.dispatcher.quotas import TenantUsage
 from flux.dispatcher.reads import list_executions, list_workflows
 from flux.dispatcher.reclaim import Reclaimer
 from flux.dispatcher.registry import WorkerRegistration, WorkerRegistry
@@ -127,7 +127,7 @@ class Dispatcher:
         # Worker pools: declarations, learned shapes and the demand an autoscaler reads.
         self.pools = PoolBook(self)
         self.tenants = TenantDirectory(store, on_change=self.apply_tenants)
-        # Replicas keep quotas only once usage is checked cluster-wide (not yet): see apply_tenants.
+        # Replicas check quotas in each claim (flux/store/postgres_quota.py) but do not preempt yet.
         self.replicated = modes is not None
         # Preemption: borrowed executions being stopped so a tenant gets its quota back.
         self.reclaimer = Reclaimer(self)
@@ -436,14 +436,10 @@ class Dispatcher:
         return capacity_of(e.resources for e in self.registry.values() if e.accepting)
 
     def apply_tenants(self, tenants: list[Tenant]) -> None:
-        """Tenants' terms changed (or were loaded): quotas and fair share apply from the next pass."""
-        if self.replicated:
-            if governed(tenants):
-                log.warning(
-                    "tenants' quotas and weights are not enforced on PostgreSQL replicas yet: "
-                    "usage is not yet checked cluster-wide; run one server to enforce them"
-                )
-            return
+        """Tenants' terms changed (or were loaded): quotas and fair share apply from the next pass.
+
+        On replicas each claim then checks quotas against the whole cluster's usage too.
+        """
         holding = []
         for entry in self.registry.values():
             for execution_id in entry.holdings:
@@ -453,6 +449,7 @@ class Dispatcher:
                         (execution_id, execution.tenant, self.catalogue.shape_of(execution).demand)
                     )
         self.usage.configure(tenants, self._fleet_capacity(), holding)
+        self.binder.quotas(self.usage.accounts is not None)
         if self.usage.accounts is not None:
             self.place()
 

@@ -52,6 +52,9 @@ class Binder(Protocol):
     async def cancel(self, execution_id: str) -> Execution:
         """Cancel an execution wherever it is; the final state is committed before the answer."""
 
+    def quotas(self, governed: bool) -> None:
+        """Tenants' terms now govern placement (or no longer do)."""
+
 
 class PendingFeed(Protocol):
     def attach(self, d: Dispatcher) -> None: ...
@@ -151,6 +154,9 @@ class LocalBinder:
 
     async def cancel(self, execution_id: str) -> Execution:
         return await self.d.cancel_here(execution_id)
+
+    def quotas(self, governed: bool) -> None:
+        pass  # one server holds all usage: the scheduler's own check is exact
 
 
 class NoFeed:

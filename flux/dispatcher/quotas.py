@@ -14,15 +14,22 @@ A tenant freeing usage can unblock work anywhere in the fleet (the quota was
 the limit, not the worker), so ``freed`` says which tenants did; the dispatcher
 then runs a pass over the whole queue and fleet instead of one over the worker
 that freed room.
+
+On PostgreSQL replicas each replica holds only what its own workers run, so the
+accounts also carry what the other replicas' workers hold (``elsewhere``), as
+last read from the database: by each claim, which is where quotas are enforced
+exactly (``guard``, flux/store/postgres_quota.py), and on each safety tick.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
 
+from flux.domain.execution import Execution
 from flux.domain.resource_request import ResourceRequest
 from flux.domain.tenant import Tenant
-from flux.matching.tenancy import Accounts, Vector, demand
+from flux.matching.tenancy import ZERO, Accounts, Vector, add, admit, demand
+from flux.store.base import Held
 
 
 def governed(tenants: Iterable[Tenant]) -> bool:
@@ -34,17 +41,24 @@ class TenantUsage:
     def __init__(self, tenant_of: Callable[[str], str]):
         self.tenant_of = tenant_of
         self.accounts: Accounts | None = None
+        self.tenants: list[Tenant] = []
         self._charged: dict[str, tuple[str, Vector]] = {}
         # Tenants that gave back usage since the last pass.
         self.freed: set[str] = set()
+        # Replicas: what the other replicas' workers hold, per tenant (charged in ``accounts`` too).
+        self.elsewhere: dict[str, Vector] = {}
+        # Replicas: dispatches a claim refused for quota; the binder puts them back in line.
+        self.refused: set[str] = set()
 
     def configure(
         self, tenants: list[Tenant], capacity: Vector, holding: Iterable[tuple[str, str, Vector]]
     ) -> None:
         """Apply tenants' terms; ``holding`` is every reservation now (execution id, tenant, demand)."""
+        self.tenants = list(tenants)
         if not governed(tenants):
             self.accounts = None
             self._charged.clear()
+            self.elsewhere = {}
             return
         if self.accounts is not None:
             self.accounts.configure(tenants)
@@ -52,6 +66,7 @@ class TenantUsage:
             return
         self.accounts = Accounts(tenants, capacity)
         self._charged.clear()
+        self.elsewhere = {}
         for execution_id, tenant, amount in holding:
             self._charge(execution_id, tenant, amount)
 
@@ -72,3 +87,45 @@ class TenantUsage:
         if found is not None:
             self.accounts.refund(*found)
             self.freed.add(found[0])
+
+    # ----------------------------------------------------------------- replicas
+
+    def observe(self, held: list[Held]) -> dict[str, Vector]:
+        """Take in the cluster's usage as the database has it; returns each tenant's total."""
+        total: dict[str, Vector] = {}
+        others: dict[str, Vector] = {}
+        for h in held:
+            amount = tuple(n * h.count for n in demand(h.requests))
+            total[h.tenant] = add(total.get(h.tenant, ZERO), amount)  # type: ignore[arg-type]
+            if not h.mine:
+                others[h.tenant] = add(others.get(h.tenant, ZERO), amount)  # type: ignore[arg-type]
+        self._elsewhere(others)
+        return total
+
+    def _elsewhere(self, others: dict[str, Vector]) -> None:
+        if self.accounts is None or others == self.elsewhere:
+            return
+        for name, amount in self.elsewhere.items():
+            self.accounts.refund(name, amount)
+            if others.get(name, ZERO) != amount:
+                self.freed.add(name)  # what it holds elsewhere changed: its work may fit now
+        for name, amount in others.items():
+            self.accounts.charge(name, amount)
+        self.elsewhere = others
+
+    def guard(
+        self, requests_of: Callable[[Execution], ResourceRequest]
+    ) -> Callable[[list[Held], list[Execution]], set[str]]:
+        """The check each claim of a replica runs inside its transaction (flux/store/postgres_quota.py)."""
+
+        def check(held: list[Held], wanted: list[Execution]) -> set[str]:
+            total = self.observe(held)
+            refused = admit(
+                self.tenants,
+                total,
+                ((e.execution_id, e.tenant, demand(requests_of(e))) for e in wanted),
+            )
+            self.refused |= refused
+            return refused
+
+        return check

@@ -74,8 +74,10 @@ class SharedBinder:
                 # Unreserve. After a failed claim the safety tick retries: no hot loop against a database that is down.
                 if entry is not None and entry.release(execution_id) and rows is not None:
                     freed[entry.name] = entry
+                refused = execution_id in d.usage.refused
+                d.usage.refused.discard(execution_id)
                 if current is not None and current.state is State.CREATED:
-                    if rows is None:  # the claim itself failed: nothing changed, back in line
+                    if rows is None or refused:  # the claim failed, or quotas refused it: back in line
                         d.queue_up(current, placement.shape)
                     else:  # another replica has it, or it was cancelled
                         d.table.drop(execution_id)
@@ -111,7 +113,8 @@ class SharedBinder:
         d, execution_id = self.d, execution.execution_id
         shape = d.catalogue.shape_of(execution)
         placement = None
-        if d.queue.count(shape) == 0:
+        # Not while quotas govern: the claim is where they are checked cluster-wide.
+        if d.queue.count(shape) == 0 and self.store.quota_guard is None:
             d.table.set(execution)
             d.queue_up(execution, shape)
             # Only this submission: aging's starving executions go through the claiming path.
@@ -179,6 +182,13 @@ class SharedBinder:
                 self.requeue(requeued)
 
         d.table.save(requeued, done=saved, failed=retry)
+
+    def quotas(self, governed: bool) -> None:
+        """While tenants have terms, each claim admits only what their quotas allow cluster-wide."""
+        d = self.d
+        self.store.quota_guard = (
+            d.usage.guard(lambda e: d.catalogue.record_of(e).requests) if governed else None
+        )
 
     def worker_lost(self, entry: WorkerEntry) -> None:
         for execution_id in list(entry.holdings):

@@ -3,6 +3,8 @@
 ``NOTIFY flux_pending`` (a typed ``notices.PendingAdded``) adds rows to the
 mirror; the safety tick rereads the queue for anything missed and drops rows
 another replica claimed. Watchers of executions held elsewhere poll the database.
+Tenants' terms changed through another replica apply on its ``NOTIFY
+flux_tenants``, and each safety tick rereads them and the cluster's usage.
 """
 
 from __future__ import annotations
@@ -109,6 +111,8 @@ class SharedFeed:
                 self.tasks.spawn(self.fleet.apply_pause(name))
             case notices.WorkflowsChanged(replica) if replica != self.store.replica_id:
                 self.tasks.spawn(self.learn_workflows())
+            case notices.TenantsChanged(replica) if replica != self.store.replica_id:
+                self.tasks.spawn(self._tenants())
 
     def mirror(self, refs: tuple[PendingRef, ...] | list[PendingRef]) -> None:
         """Queue pending executions announced by the database (ours echo back; they are skipped)."""
@@ -132,6 +136,7 @@ class SharedFeed:
                 # and aging counts from when this replica learned of it.
                 created_at=d.clock(),
                 priority=record.priority,
+                tenant=ref.tenant,  # its quota and fair share count from here
             )
             d.table.set(execution)
             shape = d.catalogue.shape_of(execution)
@@ -162,6 +167,18 @@ class SharedFeed:
                 d.table.drop(execution_id)
                 d.queue.remove(execution_id)
         self.mirror(pending)
+        await self._tenants()
+
+    async def _tenants(self) -> None:
+        """Tenants' terms changed through another replica, and what the others' workers hold now."""
+        d = self.d
+        tenants = await d.tenants.list()
+        if tenants != d.usage.tenants:
+            d.apply_tenants(tenants)
+        if self.store.quota_guard is not None:
+            d.usage.observe(await self.store.held())
+            if d.usage.freed:
+                d.place()
 
     async def _resync_loop(self) -> None:
         while True:

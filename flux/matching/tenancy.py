@@ -356,3 +356,23 @@ class Ledger:
             terms.cohort,
             exhausted,
         )
+
+
+def admit(
+    tenants: Iterable[Tenant], held: dict[str, Vector], wanted: Iterable[tuple[str, str, Vector]]
+) -> set[str]:
+    """The dispatches (id, tenant, demand) refused because they would take their tenant past its quota
+    or its cohort past what it has to lend, given what every tenant ``held`` (the whole cluster's, as
+    a replica reads it inside its claim), taking ``wanted`` in order. Pure; the quota guard of
+    PostgreSQL replicas (``flux.dispatcher.quotas.ClusterQuota``)."""
+    accounts = Accounts(tenants)
+    for name, amount in held.items():
+        accounts.charge(name, amount)
+    ledger = Ledger(accounts)
+    refused = set()
+    for execution_id, tenant, amount in wanted:
+        if ledger.fits(tenant, amount):
+            ledger.charge(tenant, amount)
+        else:
+            refused.add(execution_id)
+    return refused

@@ -15,6 +15,8 @@ import asyncio
 from dataclasses import dataclass, field
 
 from flux.domain.execution import Execution
+from flux.domain.resource_request import ResourceRequest
+from flux.domain.tenant import DEFAULT_TENANT
 from flux.domain.workflow import WorkflowRecord
 from flux.errors import Unavailable
 
@@ -86,6 +88,17 @@ class Conflict(Exception):
 
 
 @dataclass(frozen=True, slots=True)
+class Held:
+    """``count`` executions of ``tenant`` holding ``requests`` each (SCHEDULED or RUNNING), on
+    workers of this replica (``mine``) or of the others: what quotas count, cluster-wide."""
+
+    tenant: str
+    requests: ResourceRequest
+    mine: bool
+    count: int
+
+
+@dataclass(frozen=True, slots=True)
 class PendingRef:
     """A pending execution announced by another replica: enough to queue it by shape."""
 
@@ -93,6 +106,7 @@ class PendingRef:
     seq: int
     workflow_name: str
     workflow_version: int
+    tenant: str = DEFAULT_TENANT
 
 
 @dataclass(frozen=True, slots=True)

@@ -9,6 +9,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass
 
+from flux.domain.tenant import DEFAULT_TENANT
 from flux.store.base import PendingRef
 
 NOTIFY_LIMIT = 7000  # bytes per NOTIFY payload (PostgreSQL's limit is 8000)
@@ -52,7 +53,14 @@ class WorkflowsChanged:
     replica: str
 
 
-Notice = PendingAdded | Cancelled | Finished | WorkerMoved | PauseChanged | WorkflowsChanged
+@dataclass(frozen=True, slots=True)
+class TenantsChanged:
+    """A replica created, changed or deleted tenants: the others apply the terms at once."""
+
+    replica: str
+
+
+Notice = PendingAdded | Cancelled | Finished | WorkerMoved | PauseChanged | WorkflowsChanged | TenantsChanged
 
 # channel -> the notice its payload becomes
 CHANNELS = {
@@ -62,6 +70,7 @@ CHANNELS = {
     "flux_workers": lambda payload: _worker_moved(*payload.split(" ", 2)),
     "flux_paused": PauseChanged,
     "flux_workflows": WorkflowsChanged,
+    "flux_tenants": TenantsChanged,
 }
 
 
@@ -74,14 +83,16 @@ def _worker_moved(replica: str, epoch: str, name: str) -> WorkerMoved:
 
 
 def pending_line(ref: PendingRef) -> str:
-    return f"{ref.execution_id} {ref.seq} {ref.workflow_version} {ref.workflow_name}"
+    # The tenant after a tab: a line without one (from a replica before tenants) is tenant default.
+    return f"{ref.execution_id} {ref.seq} {ref.workflow_version} {ref.workflow_name}\t{ref.tenant}"
 
 
 def parse_pending(payload: str) -> list[PendingRef]:
     refs = []
     for line in payload.splitlines():
+        line, _, tenant = line.partition("\t")
         execution_id, seq, version, name = line.split(" ", 3)
-        refs.append(PendingRef(execution_id, int(seq), name, int(version)))
+        refs.append(PendingRef(execution_id, int(seq), name, int(version), tenant or DEFAULT_TENANT))
     return refs
 
 

@@ -40,10 +40,11 @@ from psycopg_pool import AsyncConnectionPool
 
 from flux.domain.execution import Execution, State
 from flux.domain.workflow import WorkflowRecord
-from flux.store import notices
+from flux.store import notices, postgres_quota
 from flux.store.base import (
     Conflict,
     ExecutionQuery,
+    Held,
     PendingRef,
     Recovered,
     Store,
@@ -74,8 +75,8 @@ log = logging.getLogger("flux.store.postgres")
 # 4: executions.trace (added on open; older rows get '', untraced).
 # 5: executions.tenant (older rows are tenant 'default'), tenants and tokens.
 SCHEMA_VERSION = 5
-# pg_advisory locks are keyed by a bigint; Flux's four are "FLUX" and the three after it
-# (the second, SWEEP_LOCK, is postgres_cluster.py's).
+# pg_advisory locks are keyed by a bigint; Flux's five are "FLUX" and the four after it
+# (the second, SWEEP_LOCK, is postgres_cluster.py's; the fifth, QUOTA_LOCK, postgres_quota.py's).
 MIGRATION_LOCK = 0x464C5558  # schema creation and migration, on open
 WORKFLOWS_LOCK = 0x464C555A  # registrations take the next version one at a time
 PRUNE_LOCK = 0x464C555B  # one replica at a time deletes old dispatches
@@ -178,7 +179,7 @@ def _row(e: Execution, owner: str) -> tuple[object, ...]:
 
 @dataclass(slots=True)
 class _Claim:
-    dispatches: list[tuple[str, str, tuple[int, ...]]]
+    dispatches: list[Execution]
     now: float
     future: asyncio.Future[dict[str, Execution]]
 
@@ -203,6 +204,8 @@ class PostgresStore(Store):
         self._flusher: asyncio.Task[None] | None = None
         # Heartbeats, the worker directory, adoption and the sweep: the cluster's side of the database.
         self.cluster = Membership(self._pool, replica_id)
+        # Set while tenants have terms: each claim then admits only what quotas allow cluster-wide.
+        self.quota_guard: postgres_quota.QuotaGuard | None = None
 
     # ----------------------------------------------------------------- lifecycle
 
@@ -361,8 +364,7 @@ class PostgresStore(Store):
 
     def claim(self, dispatches: list[Execution]) -> asyncio.Future[dict[str, Execution]]:
         future: asyncio.Future[dict[str, Execution]] = asyncio.get_running_loop().create_future()
-        wanted = [(e.execution_id, e.worker, e.gpu_indices) for e in dispatches]
-        self._claims.append(_Claim(wanted, max((e.updated_at for e in dispatches), default=0.0), future))
+        self._claims.append(_Claim(dispatches, max((e.updated_at for e in dispatches), default=0.0), future))
         self._kick()
         return future
 
@@ -422,16 +424,17 @@ class PostgresStore(Store):
         return applied
 
     async def _settle_claims(self, claims: list[_Claim]) -> None:
-        ids, workers, gpus = [], [], []
-        for claim in claims:
-            for execution_id, worker, indices in claim.dispatches:
-                ids.append(execution_id)
-                workers.append(worker)
-                gpus.append(json.dumps(list(indices)))
+        wanted = [e for claim in claims for e in claim.dispatches]
         try:
             writer = await self._writer_connection()
             async with writer.transaction():
                 await writer.execute(_RELAXED)
+                if self.quota_guard is not None:
+                    refused = await postgres_quota.guarded(writer, self.replica_id, self.quota_guard, wanted)
+                    wanted = [e for e in wanted if e.execution_id not in refused]
+                ids = [e.execution_id for e in wanted]
+                workers = [e.worker for e in wanted]
+                gpus = [json.dumps(list(e.gpu_indices)) for e in wanted]
                 cursor = writer.cursor(row_factory=dict_row)
                 await cursor.execute(
                     _CLAIM,
@@ -446,7 +449,13 @@ class PostgresStore(Store):
             return
         for claim in claims:
             if not claim.future.done():
-                claim.future.set_result({i: claimed[i] for i, _, _ in claim.dispatches if i in claimed})
+                claim.future.set_result(
+                    {
+                        e.execution_id: claimed[e.execution_id]
+                        for e in claim.dispatches
+                        if e.execution_id in claimed
+                    }
+                )
 
     async def prune_dispatches(self, before: float, batch: int = PRUNE_BATCH) -> int:
         """Delete the dispatch rows of executions finished before ``before`` (epoch seconds).
@@ -523,11 +532,13 @@ class PostgresStore(Store):
                     "spec = excluded.spec, updated_at = excluded.updated_at",
                     (name, spec, now),
                 )
+            await db.execute("SELECT pg_notify('flux_tenants', %s)", (self.replica_id,))
 
     async def delete_tenant(self, name: str) -> bool:
         async with self._pool.connection() as db, db.transaction():
             cursor = await db.execute("DELETE FROM tenants WHERE name = %s", (name,))
             await db.execute("DELETE FROM tokens WHERE tenant = %s", (name,))
+            await db.execute("SELECT pg_notify('flux_tenants', %s)", (self.replica_id,))
             return cursor.rowcount > 0
 
     async def list_tenants(self) -> list[tuple[str, str]]:
@@ -587,10 +598,15 @@ class PostgresStore(Store):
             await cursor.execute(f"SELECT {COLUMNS} FROM executions WHERE state = {CREATED} ORDER BY seq")
             return [execution_from_row(row) for row in await cursor.fetchall()]
 
+    async def held(self) -> list[Held]:
+        """What every tenant holds now (see postgres_quota.py)."""
+        async with self._pool.connection() as db:
+            return await postgres_quota.held(db, self.replica_id)
+
     async def pending_refs(self) -> list[PendingRef]:
         async with self._pool.connection() as db:
             cursor = await db.execute(
-                "SELECT execution_id, seq, workflow_name, workflow_version FROM executions "
+                "SELECT execution_id, seq, workflow_name, workflow_version, tenant FROM executions "
                 f"WHERE state = {CREATED} ORDER BY seq"
             )
             return [PendingRef(*row) for row in await cursor.fetchall()]

@@ -18,7 +18,7 @@ COLUMN_COUNT = COLUMNS.count(",") + 1
 
 
 def _pending_ref(e: Execution) -> PendingRef:
-    return PendingRef(e.execution_id, e.seq, e.workflow.name, e.workflow.version)
+    return PendingRef(e.execution_id, e.seq, e.workflow.name, e.workflow.version, e.tenant)
 
 
 async def announce(db: psycopg.AsyncConnection[Any], written: list[Execution]) -> None:

@@ -6,6 +6,7 @@ keyed by (execution, generation), and ``executions`` the one recorded result.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -312,3 +313,49 @@ def test_a_claim_its_replica_died_before_storing_is_claimed_again_not_rerun(repl
     assert final.state == COMPLETED
     assert (final.generation, final.attempt, final.worker) == (generation, 1, "w1")
     assert output(final)["attempt"] == 1
+
+
+def test_a_tenants_quota_holds_across_replicas_each_with_its_own_worker(replicas: Cluster) -> None:
+    from flux.auth import Credentials
+    from flux.client import FluxClient
+
+    a, b = replicas.address, replicas.replicas[0][1]
+    replicas.start_worker("wa", "--cpus", "4", servers=[a])
+    replicas.start_worker("wb", "--cpus", "4", servers=[b])
+    made = replicas.flux("tenant", "create", "ml", "--cpu", "3")
+    assert made.returncode == 0, made.stderr
+    token = replicas.flux("token", "create", "--tenant", "ml").stdout.strip()
+    with replicas.client_for(b) as admin_b:  # terms made through one replica apply on the other at once
+        eventually(
+            lambda: any(t.name == "ml" and t.quota.cpu == 3 for t in admin_b.status().tenants),
+            what="replica b to know ml's quota",
+        )
+
+    def held() -> list[tuple]:  # type: ignore[type-arg]
+        return rows(replicas.db, "SELECT worker FROM executions WHERE tenant = 'ml' AND state IN (2, 3)")
+
+    # Each replica alone holds only what its own worker runs, and would let 3 run there: the
+    # claim checks the tenant's usage in the database, so 3 run in all.
+    with (
+        FluxClient(a, timeout=10, credentials=Credentials(token, replicas.ca)) as ca,
+        FluxClient(b, timeout=10, credentials=Credentials(token, replicas.ca)) as cb,
+    ):
+        ids = [(ca if i % 2 else cb).run("slow_step", 120).execution_id for i in range(8)]
+        eventually(lambda: len(held()) == 3, what="three of ml's running")
+        for _ in range(10):  # and no more, whichever replica's safety tick comes next
+            time.sleep(0.2)
+            assert len(held()) == 3, held()
+        waiting = [i for i in ids if ca.get(i).state == control_pb2.EXECUTION_STATE_CREATED]
+        assert len(waiting) == 5
+        summary = cb.explain(waiting[0]).summary
+        assert "tenant ml at its cpu quota 3/3" in summary, summary
+
+        # What one replica's worker frees goes to ml's next, whichever replica places it.
+        running = [i for i in ids if i not in waiting]
+        ca.cancel(running[0])
+        eventually(lambda: sum(ca.get(i).state != control_pb2.EXECUTION_STATE_CREATED for i in waiting) == 1,
+                   what="the next of ml's running")  # fmt: skip
+        assert len(held()) == 3
+        for execution_id in ids:
+            with contextlib.suppress(FluxError):
+                ca.cancel(execution_id)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from types import MappingProxyType
 
 from flux.dispatcher.directory import info_of, load_of, view_of
@@ -28,6 +29,13 @@ def test_pending_lines_round_trip_even_with_spaces_in_names() -> None:
         PendingRef("a1", 17, "train model", 3),
         PendingRef("b2", 2, "x", 1),
     ]
+
+
+def test_pending_lines_carry_the_tenant_and_a_line_without_one_is_tenant_default() -> None:
+    ml = dataclasses.replace(execution("c3", "train model"), tenant="ml")
+    assert parse_pending(_pending_line_of(ml)) == [PendingRef("c3", 17, "train model", 3, "ml")]
+    # As a replica from before tenants announces it.
+    assert parse_pending("d4 5 2 train model") == [PendingRef("d4", 5, "train model", 2, "default")]
 
 
 def test_payloads_stay_under_the_notify_limit_and_lose_nothing() -> None:
@@ -66,4 +74,4 @@ def test_the_directory_describes_a_worker_as_its_own_replica_sees_it() -> None:
 
 
 def _pending_line_of(e: Execution) -> str:
-    return pending_line(PendingRef(e.execution_id, e.seq, e.workflow.name, e.workflow.version))
+    return pending_line(PendingRef(e.execution_id, e.seq, e.workflow.name, e.workflow.version, e.tenant))

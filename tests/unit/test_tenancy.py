@@ -14,6 +14,7 @@ from flux.domain.resource_request import ResourceRequest
 from flux.domain.tenant import Limits, Tenant
 from flux.matching import Accounts, Ledger, PendingQueue, Shape, capacity_of, demand, explain, schedule
 from flux.matching.index import FleetIndex
+from flux.matching.tenancy import admit
 from tests.unit.fleet import GiB, worker
 
 
@@ -404,3 +405,25 @@ def test_explain_names_the_fair_share_place():
     found = explain(gpus(1, "b"), [worker("w", gpus=0)], accounts=accounts, queue=queue)
     assert found.fair_share == (2, 3)
     assert found.summary.endswith("; fair share: tenant b is 2nd of 3 tenants waiting (share 0.10)")
+
+
+def test_admit_refuses_what_would_pass_a_quota_given_the_whole_clusters_usage_in_order() -> None:
+    """The check each replica's claim runs: usage as the database has it, dispatches in placement order."""
+    tenants = [
+        Tenant("ml", Limits(cpu=3), "research"),
+        Tenant("web", Limits(cpu=1), "research"),
+        Tenant("solo", Limits(cpu=2)),
+    ]
+    one = (1, 0, 0, 0)
+    # ml holds 3 (its quota) and may borrow web's idle core once; solo has no cohort: 2 at most.
+    held = {"ml": (3, 0, 0, 0), "solo": (1, 0, 0, 0)}
+    wanted = [
+        ("m1", "ml", one),
+        ("m2", "ml", one),
+        ("s1", "solo", one),
+        ("s2", "solo", one),
+        ("d1", "default", one),
+    ]
+    assert admit(tenants, held, wanted) == {"m2", "s2"}
+    # With web using its own core, ml has nothing left to borrow.
+    assert admit(tenants, {**held, "web": one}, wanted) == {"m1", "m2", "s2"}

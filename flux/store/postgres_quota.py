@@ -1,0 +1,51 @@
+"""Quotas across replicas: each claim checks the whole cluster's usage, one claim at a time.
+
+Every replica places from what it holds itself, so its own view of a tenant's
+usage misses what the other replicas' workers run. The claim transaction is
+where it is made exact: while tenants have terms, a claim first takes
+``QUOTA_LOCK`` (a transaction-scoped advisory lock), then reads what every
+tenant holds now (the SCHEDULED and RUNNING rows, by tenant and requests), and
+claims only the dispatches the quota guard admits. The lock is held until the
+claim commits, so the next claim (of any replica) reads usage with this one's
+rows in it: two replicas can never both take a tenant's last core.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import psycopg
+
+from flux.domain.execution import Execution
+from flux.store.base import Held
+from flux.store.rows import RUNNING, SCHEDULED, requests_from_json
+
+# "FLUX" + 4; see the other advisory locks in postgres.py.
+QUOTA_LOCK = 0x464C555C
+
+# The dispatches of one claim (their order is the placement order) -> the ids it must not claim.
+QuotaGuard = Callable[[list[Held], list[Execution]], set[str]]
+
+_HELD = f"""
+SELECT e.tenant, w.requests, e.owner = %s, count(*) FROM executions e
+JOIN workflows w ON w.name = e.workflow_name AND w.version = e.workflow_version
+WHERE e.state IN ({SCHEDULED}, {RUNNING}) GROUP BY 1, 2, 3
+"""
+
+
+async def held(db: psycopg.AsyncConnection[Any], replica_id: str) -> list[Held]:
+    """What every tenant holds now, by requests and by whether this replica's workers hold it."""
+    cursor = await db.execute(_HELD, (replica_id,))
+    return [
+        Held(tenant, requests_from_json(requests), bool(mine), int(count))
+        for tenant, requests, mine, count in await cursor.fetchall()
+    ]
+
+
+async def guarded(
+    db: psycopg.AsyncConnection[Any], replica_id: str, guard: QuotaGuard, wanted: list[Execution]
+) -> set[str]:
+    """Inside the claim's transaction: lock, read usage, and return what the guard refuses."""
+    await db.execute("SELECT pg_advisory_xact_lock(%s)", (QUOTA_LOCK,))
+    return guard(await held(db, replica_id), wanted)
