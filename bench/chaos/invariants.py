@@ -69,6 +69,23 @@ class Sample:
     capacity: int
 
 
+@dataclass(frozen=True)
+class TenantSample:
+    """The cores each tenant held at one instant, as the server (one) or the database (replicas) counts them."""
+
+    at: float
+    source: str
+    cpu: Mapping[str, int]
+
+
+@dataclass(frozen=True)
+class Quotas:
+    """The run's tenants: each one's cap (nominal + borrowing limit, in cores) and its cohort's pool."""
+
+    caps: Mapping[str, int] = field(default_factory=dict)
+    cohorts: Mapping[str, tuple[tuple[str, ...], int]] = field(default_factory=dict)  # name -> members, pool
+
+
 @dataclass
 class Observations:
     """Everything a run hands to ``check``."""
@@ -81,6 +98,8 @@ class Observations:
     cancelled: set[str] = field(default_factory=set)  # ids whose Cancel answered CANCELLED
     undrained: list[str] = field(default_factory=list)  # unfinished, not never-fits, at the drain's bound
     drain_bound_s: float = 0.0
+    tenant_samples: list[TenantSample] = field(default_factory=list)
+    quotas: Quotas = field(default_factory=Quotas)
 
 
 def lost(
@@ -215,6 +234,31 @@ def overcommit(samples: Iterable[Sample]) -> list[Violation]:
     ]
 
 
+def over_quota(samples: Iterable[TenantSample], quotas: Quotas) -> list[Violation]:
+    """No tenant ever holds more than its quota plus its borrowing limit; no cohort more than its pool."""
+    found = []
+    for sample in samples:
+        for tenant, cap in quotas.caps.items():
+            held = sample.cpu.get(tenant, 0)
+            if held > cap:
+                found.append(
+                    Violation(
+                        "quota", tenant, f"{sample.source} at t={sample.at:.1f}s: {held} cores, cap {cap}"
+                    )
+                )
+        for cohort, (members, pool) in quotas.cohorts.items():
+            held = sum(sample.cpu.get(member, 0) for member in members)
+            if held > pool:
+                found.append(
+                    Violation(
+                        "quota",
+                        f"cohort {cohort}",
+                        f"{sample.source} at t={sample.at:.1f}s: {held} cores, pool {pool}",
+                    )
+                )
+    return found
+
+
 def cancelled_completed(cancelled: Iterable[str], records: Mapping[str, Record]) -> list[Violation]:
     """An id whose Cancel answered CANCELLED ends CANCELLED."""
     found = []
@@ -244,4 +288,5 @@ def check(observed: Observations) -> dict[str, list[Violation]]:
         "overcommit": overcommit(observed.samples) + never_fits_ran(observed.accepted, observed.records),
         "cancelled_completed": cancelled_completed(observed.cancelled, observed.records),
         "drain": undrained(observed.undrained, observed.drain_bound_s),
+        "quota": over_quota(observed.tenant_samples, observed.quotas),
     }

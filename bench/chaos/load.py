@@ -2,7 +2,9 @@
 
 Each arrival is one of ``SHAPES``: a quick echo, a short sleep on one or two
 cores, a body that fails, a long sleep cancelled after a random delay, and a
-shape no worker can ever take. Submissions run in a bounded pool; an arrival
+shape no worker can ever take. With ``tenants`` (name -> that tenant's clients)
+each arrival is submitted, and later cancelled, as one of them, drawn evenly;
+without, as the run's own (admin) clients. Submissions run in a bounded pool; an arrival
 that finds the pool full is shed (counted, never owed). A submission that
 meets a server going away is retried with backoff on the next server; an id
 counts as accepted only when RunWorkflow answered it.
@@ -15,7 +17,7 @@ import random
 import threading
 import time
 from collections import Counter
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
@@ -52,10 +54,12 @@ class Load:
 
     def __init__(
         self, seed: int, clients: Sequence[FluxClient], markers: str, rate: float = 8.0,
-        clock: Callable[[], float] = time.monotonic,
+        clock: Callable[[], float] = time.monotonic, tenants: Mapping[str, Sequence[FluxClient]] | None = None,
     ):  # fmt: skip
         self.rng = random.Random(seed)
         self.clients = list(clients)
+        self.tenants = {name: list(c) for name, c in sorted((tenants or {}).items())}
+        self.owner: dict[str, str] = {}  # id -> the tenant that submitted it (absent: the run's clients)
         self.markers = markers
         self.rate = rate
         self.clock = clock
@@ -92,14 +96,16 @@ class Load:
     # ------------------------------------------------------------- submitting
 
     def submit(
-        self, workflow: str, value: object, shape: str, give_up_s: float = SUBMIT_GIVE_UP_S
+        self, workflow: str, value: object, shape: str, give_up_s: float = SUBMIT_GIVE_UP_S, tenant: str = ""
     ) -> str | None:
-        """Submit until a server accepts (returns the id) or ``give_up_s`` pass (None)."""
+        """Submit until a server accepts (returns the id) or ``give_up_s`` pass (None); as ``tenant``
+        when given, else with the run's own clients."""
         deadline = self.clock() + give_up_s
         backoff = 0.1
+        clients = self.tenants[tenant] if tenant else self.clients
         while True:
             with self._lock:
-                client = self.clients[self._turn % len(self.clients)]
+                client = clients[self._turn % len(clients)]
                 self._turn += 1
             try:
                 execution_id = client.run(workflow, value).execution_id
@@ -112,6 +118,8 @@ class Load:
             else:
                 with self._lock:
                     self.accepted[execution_id] = shape
+                    if tenant:
+                        self.owner[execution_id] = tenant
                 return execution_id
             if self.clock() + backoff > deadline:
                 self._count("given_up")
@@ -132,17 +140,18 @@ class Load:
             if shape.seconds[1]:
                 value["seconds"] = round(self.rng.uniform(*shape.seconds), 3)
             cancel_after = self.rng.uniform(*shape.cancel_after) if shape.cancel_after else None
+            tenant = self.rng.choice(list(self.tenants)) if self.tenants else ""
             with self._lock:
                 if self._in_flight >= IN_FLIGHT:
                     self._count("shed")
                     continue
                 self._in_flight += 1
             self._count("submitted")
-            self._pool.submit(self._one, shape, value, cancel_after)
+            self._pool.submit(self._one, shape, value, cancel_after, tenant)
 
-    def _one(self, shape: Shape, value: dict[str, object], cancel_after: float | None) -> None:
+    def _one(self, shape: Shape, value: dict[str, object], cancel_after: float | None, tenant: str) -> None:
         try:
-            execution_id = self.submit(shape.workflow, value, shape.name)
+            execution_id = self.submit(shape.workflow, value, shape.name, tenant=tenant)
             if execution_id is not None and cancel_after is not None:
                 with self._lock:
                     heapq.heappush(self._cancels, (self.clock() + cancel_after, execution_id))
@@ -169,8 +178,10 @@ class Load:
             time.sleep(0.05)
 
     def _cancel(self, execution_id: str) -> None:
+        tenant = self.owner.get(execution_id)
+        clients = self.tenants[tenant] if tenant else self.clients
         for attempt in range(20):
-            client = self.clients[attempt % len(self.clients)]
+            client = clients[attempt % len(clients)]
             try:
                 answer = client.cancel(execution_id)
             except Unavailable:

@@ -4,7 +4,9 @@
 (SQLite: one server; PostgreSQL: a TemporaryPostgres of its own and three
 replicas), puts a FaultProxy in front of every server port the workers use,
 starts workers on both transports through them, and for ``seconds`` lets the
-load and the fault scheduler run while the sampler watches. Then it undoes
+load and the fault scheduler run while the sampler watches. The load is
+submitted as two tenants of one cohort, with quotas (``TENANTS``), so the
+checks include "no tenant above its quota plus its borrowing limit". Then it undoes
 every fault, lets the fleet drain with no manual step, reads the store, the
 explanations and the servers' lifecycle logs back, and returns the result
 document (``violations`` empty when every invariant held).
@@ -27,12 +29,12 @@ from pathlib import Path
 
 from bench.chaos import faults, invariants
 from bench.chaos.faults import Scheduler, Step
-from bench.chaos.invariants import FINAL, NEVER_FITS, STATE_NAMES, Explained, Observations, Record
+from bench.chaos.invariants import FINAL, NEVER_FITS, STATE_NAMES, Explained, Observations, Quotas, Record
 from bench.chaos.load import Load
 from bench.chaos.proxy import FaultProxy
 from bench.chaos.sampler import Sampler
 from bench.common import percentiles
-from flux.auth import Role
+from flux.auth import Credentials, Role
 from flux.client import FluxClient
 from flux.errors import FluxError
 from flux.testing import Cluster, eventually
@@ -46,6 +48,14 @@ WORKFLOWS = Path(__file__).with_name("workflows.py")
 DRAIN_BOUND_S = 120.0
 PROBE_TIMEOUT_S = 120.0
 TRAIL_IDS = 20  # violating executions whose lifecycle lines go in the trail
+# Two tenants share the load, in one cohort of 12 cores (the fleet has 16 to 24, so the probes,
+# submitted as the unlimited default tenant, always find room): alpha may borrow 4 of beta's
+# cores, beta all that alpha leaves. Borrowing and reclaim (preemption, on one server) happen.
+TENANTS = {
+    "alpha": {"cpu": 6, "cohort": "chaos", "borrowing_limit": {"cpu": 4}},
+    "beta": {"cpu": 6, "cohort": "chaos"},
+}
+QUOTAS = Quotas(caps={"alpha": 10, "beta": 12}, cohorts={"chaos": (("alpha", "beta"), 12)})
 
 
 class ChaosFleet:
@@ -172,6 +182,47 @@ def _clients(fleet: ChaosFleet, timeout: float) -> list[FluxClient]:
     return [FluxClient(address, timeout=timeout, credentials=credentials) for address, _ in fleet.addresses()]
 
 
+def _tenants(fleet: ChaosFleet, timeout: float) -> dict[str, list[FluxClient]]:
+    """Create ``TENANTS`` and a token of each; every server knows their terms before this returns."""
+    admin = fleet.cluster.client
+    clients = {}
+    for name, terms in TENANTS.items():
+        admin.tenants.create(name, **terms)
+        credentials = Credentials(admin.tenants.create_token(name), fleet.cluster.ca)
+        clients[name] = [
+            FluxClient(address, timeout=timeout, credentials=credentials) for address, _ in fleet.addresses()
+        ]
+    for address in [fleet.cluster.address, *(r[1] for r in fleet.cluster.replicas)]:
+        with fleet.cluster.client_for(address) as server:
+            eventually(
+                lambda server=server: (
+                    {t.name for t in server.status().tenants if t.quota.cpu} >= set(TENANTS)
+                ),
+                timeout=30,
+                what=f"{address} to apply the tenants' quotas",
+            )
+    return clients
+
+
+def _tenant_cores(fleet: ChaosFleet, admin: FluxClient, store: str) -> tuple[str, dict[str, int]]:
+    """The cores each tenant holds now: the server's reservations (one server), or the database's
+    SCHEDULED and RUNNING rows (replicas: each server's own view is partly remote)."""
+    if store != "postgres":
+        return "server", {t.name: t.usage.cpu for t in admin.status().tenants}
+    import psycopg
+
+    held: Counter[str] = Counter()
+    with psycopg.connect(fleet.cluster.db, connect_timeout=2, options="-c statement_timeout=2000") as db:
+        for tenant, requests, count in db.execute(
+            "SELECT e.tenant, w.requests, count(*) FROM executions e JOIN workflows w "
+            "ON w.name = e.workflow_name AND w.version = e.workflow_version "
+            "WHERE e.state IN (%s, %s) GROUP BY 1, 2",
+            (invariants.SCHEDULED, invariants.RUNNING),
+        ).fetchall():
+            held[tenant] += json.loads(requests).get("cpu", 0) * count
+    return "database", dict(held)
+
+
 def _run(fleet: ChaosFleet, seconds: float, seed: int, store: str, markers: Path, rate: float) -> dict:
     cluster = fleet.cluster
     for name in fleet.workers:
@@ -189,9 +240,14 @@ def _run(fleet: ChaosFleet, seconds: float, seed: int, store: str, markers: Path
     )
     phase("workers_connect")
     clients, quick = _clients(fleet, 10), _clients(fleet, 2)
+    tenants = _tenants(fleet, 10)
+    phase("tenants")
     began = time.monotonic()
-    load = Load(seed + 1, clients, str(markers), rate)
-    sampler = Sampler(quick, markers, CPUS, CAPACITY, began)
+    load = Load(seed + 1, clients, str(markers), rate, tenants=tenants)
+    sampler = Sampler(
+        quick, markers, CPUS, CAPACITY, began,
+        tenants=lambda: _tenant_cores(fleet, quick[0], store),
+    )  # fmt: skip
     recovery: dict[str, list[float]] = {}
     unrecovered: Counter[str] = Counter()
     probes = ThreadPoolExecutor(max_workers=8, thread_name_prefix="chaos-probe")
@@ -241,6 +297,7 @@ def _run(fleet: ChaosFleet, seconds: float, seed: int, store: str, markers: Path
     observed = Observations(
         accepted=dict(load.accepted), records=records, explained=explained, lifecycle=lifecycle,
         samples=sampler.kept, cancelled=set(load.cancelled), undrained=remaining, drain_bound_s=DRAIN_BOUND_S,
+        tenant_samples=sampler.tenant_samples, quotas=QUOTAS,
     )  # fmt: skip
     found = invariants.check(observed)
     violations = [v for kind in found.values() for v in kind]
@@ -274,6 +331,17 @@ def _run(fleet: ChaosFleet, seconds: float, seed: int, store: str, markers: Path
         "duplicates": len(found["duplicates"]),
         "overcommit": len(found["overcommit"]),
         "cancelled_completed": len(found["cancelled_completed"]),
+        "quota": len(found["quota"]),
+        "tenants": {
+            "terms": TENANTS,
+            "samples": len(sampler.tenant_samples),
+            "peak_cores": sampler.tenant_peak,
+            "accepted": dict(Counter(load.owner.values())),
+            # Reclaimed by preemption (one server; replicas do not preempt yet).
+            "preempted": sum(
+                e.get("event") == "requeued" and e.get("reason") == "preempted" for e in lifecycle
+            ),
+        },
         "drain_s": round(drain_s, 2),
         "drained": not found["drain"],
         "samples": sampler.taken,
@@ -297,7 +365,7 @@ def _run(fleet: ChaosFleet, seconds: float, seed: int, store: str, markers: Path
             "lifecycle": {i: [e for e in lifecycle if e.get("execution_id") == i] for i in ids},
             "workdir": str(cluster.workdir),
         }
-    for client in clients + quick:
+    for client in clients + quick + [c for group in tenants.values() for c in group]:
         client.close()
     return document
 

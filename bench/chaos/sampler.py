@@ -1,4 +1,5 @@
-"""Every half second: what each server believes each worker holds, and what each worker really runs.
+"""Every half second: what each server believes each worker holds, and what each worker really runs;
+and the cores each tenant holds, as the run's ``tenants`` callable reads them.
 
 The server side is ``ListWorkers`` on every server that answers (reserved cores
 against advertised, active executions against capacity). The worker side is
@@ -18,7 +19,7 @@ from pathlib import Path
 
 import psutil
 
-from bench.chaos.invariants import Sample
+from bench.chaos.invariants import Sample, TenantSample
 from flux.client import FluxClient
 from flux.errors import FluxError
 
@@ -49,8 +50,13 @@ class Sampler:
     def __init__(
         self, clients: Sequence[FluxClient], markers: Path, cpus: int, capacity: int,
         began: float, clock: Callable[[], float] = time.monotonic,
+        tenants: Callable[[], tuple[str, dict[str, int]] | None] | None = None,
     ):  # fmt: skip
         self.clients, self.markers = list(clients), markers
+        # (source, cores per tenant) now, or None while nothing can answer; every answer is kept.
+        self.tenants = tenants
+        self.tenant_samples: list[TenantSample] = []
+        self.tenant_peak: dict[str, int] = {}
         self.cpus, self.capacity = cpus, capacity
         self.began, self.clock = began, clock
         self.kept: list[Sample] = []
@@ -102,3 +108,11 @@ class Sampler:
             self.peak[f"{side}_cpu"] = max(self.peak[f"{side}_cpu"], sample.cpu)
             self.peak[f"{side}_executions"] = max(self.peak[f"{side}_executions"], sample.count)
         self.kept += [s for s in samples if s.cpu > s.cpu_limit or s.count > s.capacity]
+        if self.tenants is not None:
+            with contextlib.suppress(Exception):  # a server or the database down just now
+                found = self.tenants()
+                if found is not None:
+                    source, cpu = found
+                    self.tenant_samples.append(TenantSample(at, source, cpu))
+                    for tenant, cores in cpu.items():
+                        self.tenant_peak[tenant] = max(self.tenant_peak.get(tenant, 0), cores)

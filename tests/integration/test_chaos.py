@@ -26,6 +26,11 @@ def test_a_short_seeded_chaos_run_on_sqlite_loses_nothing(tmp_path: Path) -> Non
     assert document["violations"] == [], json.dumps(document, indent=1)[:20000]
     assert (document["lost"], document["duplicates"], document["overcommit"]) == (0, 0, 0), summary
     assert document["cancelled_completed"] == 0 and document["drained"], summary
+    # Two tenants shared the load, and their quotas were sampled the whole run (none exceeded).
+    assert document["quota"] == 0, summary
+    tenants = document["tenants"]
+    assert set(tenants["accepted"]) == {"alpha", "beta"} and tenants["samples"] > 0, summary
+    assert max(tenants["peak_cores"].values()) >= 1, summary
     assert document["workers"]["transports"] == ["grpc", "sse"]
     # The checks had something to check: the sampler saw bodies running on both sides, and the
     # servers' JSON lifecycle lines were read.

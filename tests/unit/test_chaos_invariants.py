@@ -20,8 +20,10 @@ from bench.chaos.invariants import (
     SCHEDULED,
     Explained,
     Observations,
+    Quotas,
     Record,
     Sample,
+    TenantSample,
 )
 from bench.chaos.sampler import running
 
@@ -56,7 +58,12 @@ def _clean() -> Observations:
             Sample(1.0, "w1", "markers", 3, 4, 3, 4),
         ],
         cancelled={"c"},
+        tenant_samples=[TenantSample(1.0, "server", {"alpha": 10, "beta": 2, "default": 9})],
+        quotas=QUOTAS,
     )
+
+
+QUOTAS = Quotas(caps={"alpha": 10, "beta": 12}, cohorts={"chaos": (("alpha", "beta"), 12)})
 
 
 def test_a_clean_trail_has_no_violation() -> None:
@@ -66,7 +73,24 @@ def test_a_clean_trail_has_no_violation() -> None:
         "overcommit": [],
         "cancelled_completed": [],
         "drain": [],
+        "quota": [],
     }
+
+
+@pytest.mark.parametrize(
+    ("cpu", "subject", "detail"),
+    [
+        ({"alpha": 11}, "alpha", "database at t=2.0s: 11 cores, cap 10"),
+        ({"alpha": 5, "beta": 8}, "cohort chaos", "database at t=2.0s: 13 cores, pool 12"),
+    ],
+    ids=["tenant-over-its-cap", "cohort-over-its-pool"],
+)
+def test_a_tenant_or_cohort_over_its_quota_is_a_quota_violation(cpu, subject, detail) -> None:
+    observed = _clean()
+    observed.tenant_samples.append(TenantSample(2.0, "database", cpu))
+    assert [(v.kind, v.subject, v.detail) for v in invariants.check(observed)["quota"]] == [
+        ("quota", subject, detail)
+    ]
 
 
 @pytest.mark.parametrize(
