@@ -279,6 +279,8 @@ class Dispatcher:
         shape = self.catalogue.shape_of(execution)
         self.queue_up(execution, shape)
         self.place(shapes=[shape])
+        if execution.execution_id in self.queue and self.usage.accounts is not None:
+            self.reclaimer.reclaim([shape])  # a tenant back under its quota need not wait for the tick
         if self.events.traces is not None and execution.trace:
             self.trace_verdict(execution, shape)
 

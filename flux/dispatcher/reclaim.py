@@ -3,7 +3,8 @@
 Who is preempted is decided by the pure planner (``flux.matching.preemption.plan``);
 this module carries it out, in three steps:
 
-1. ``reclaim`` (each housekeeping step, one server only): for each tenant's first
+1. ``reclaim`` (each housekeeping step, and for its shape when a submission is not
+   placed at once; one server only): for each tenant's first
    pending execution per shape that its quota allows but the fleet cannot place, ask
    the planner for the smallest set of borrowed executions whose stop makes room. Each
    victim's worker is told to stop it (``Cancelled`` with ``preempted``), and from
@@ -62,18 +63,25 @@ class Reclaimer:
 
     # ----------------------------------------------------------------- deciding
 
-    def reclaim(self) -> int:
-        """Preempt for every tenant whose quota is taken by its cohort; returns how many were preempted."""
+    def reclaim(self, shapes: list[Shape] | None = None) -> int:
+        """Preempt for every tenant whose quota is taken by its cohort (for the first pending
+        execution of each of ``shapes``, or of every shape); returns how many were preempted."""
         d = self.d
         accounts = d.usage.accounts
         if not d.settings.preemption or d.replicated or accounts is None or not d.queue:
             return 0
+        if shapes is not None and not any(reclaimable(accounts, shape) for shape in shapes):
+            return 0  # the usual case of a submission that waits: its tenant is at its quota
         if not _anyone_borrowing(accounts):
             return 0
+        lanes = (
+            shapes
+            if shapes is not None
+            else [s for t, _ in list(d.queue.tenants()) for s in d.queue.lanes(t)]
+        )
         heads = [
             (first.execution_id, shape)
-            for tenant, _ in list(d.queue.tenants())
-            for shape in d.queue.lanes(tenant)
+            for shape in lanes
             if (first := d.queue.first(shape)) is not None
             and first.execution_id not in self.waiting
             and reclaimable(accounts, shape)

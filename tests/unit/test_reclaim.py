@@ -56,16 +56,16 @@ def preempted(w: Worker) -> list[str]:
 async def test_a_tenant_under_its_quota_preempts_the_newest_borrowed_execution():
     flux, w, web = await cohort()
     mine = (await flux.d.submit("job", tenant="ml")).execution_id
-    assert flux.state(mine) is CREATED
-    summary = (await flux.d.why(mine)).summary
-    assert "will preempt 1 execution of tenant web" in summary, summary
-
-    await step(flux)
-    assert preempted(w) == [web[3]]  # the newest of the two borrowed: one is enough for one core
+    # At once, on submission: the newest of the two borrowed (one is enough for one core).
+    assert preempted(w) == [web[3]]
     assert flux.d.events.counters.preempted["reclaim"] == 1
     # Until the worker hands it back its room stays held: nothing else is placed in it.
     assert flux.state(web[3]) is RUNNING and flux.state(mine) is CREATED
     assert "waiting for 1 preempted execution to stop" in (await flux.d.why(mine)).summary
+    # ml's next one waits behind it in its lane; explain tells what reclaiming its core would take.
+    second = (await flux.d.submit("job", tenant="ml")).execution_id
+    summary = (await flux.d.why(second)).summary
+    assert "will preempt 1 execution of tenant web" in summary, summary
     await step(flux)
     assert preempted(w) == []  # planned once: its victim is still stopping
 
@@ -77,6 +77,9 @@ async def test_a_tenant_under_its_quota_preempts_the_newest_borrowed_execution()
     assert flux.d.events.counters.requeued["released"] == 0
     # Back in line at its old place, ahead of web's fifth.
     assert flux.d.queue.position(web[3]) == 0 and flux.d.queue.position(web[4]) == 1
+    # ml's second is first in its lane now: the next housekeeping step reclaims web's other borrowed core.
+    await step(flux)
+    assert preempted(w) == [web[2]]
     await flux.d.stop()
 
 
@@ -100,7 +103,6 @@ async def test_the_stopped_try_is_fenced_and_a_late_result_frees_the_room_at_onc
 async def test_a_worker_that_never_hands_it_back_loses_the_room_at_the_grace_end():
     flux, w, web = await cohort()
     mine = (await flux.d.submit("job", tenant="ml")).execution_id
-    await step(flux)
     assert preempted(w) == [web[3]]
     flux.d.housekeeper.tick(flux.clock.advance(GRACE - 1))
     assert flux.state(web[3]) is RUNNING and w.scheduled() == []
