@@ -14,6 +14,7 @@ from bench import (
     memory,
     peers,
     pools,
+    reclaim,
     replicas,
     starvation,
     tenants,
@@ -32,6 +33,7 @@ BENCHES = {
     "peers": peers.main,
     "pools": pools.main,
     "tenants": tenants.main,
+    "reclaim": reclaim.main,
 }
 
 

@@ -1,5 +1,6 @@
 """Trivial workflows for the dispatch benchmarks."""
 
+import asyncio
 import time
 
 from flux import ExecutionContext, workflow
@@ -27,3 +28,16 @@ async def waits_for_pool(ctx: ExecutionContext[object]):
 async def waits_for_gpus(ctx: ExecutionContext[object]):
     # More GPUs than any simulated worker has: a second requirement shape in the queue.
     return ctx.input
+
+
+@workflow.with_options(name="holds_a_core", requests=ResourceRequest(cpu=1))
+async def holds_a_core(ctx: ExecutionContext[float]):
+    # Borrowed work in the reclaim bench: sleeps until preempted (or ``input`` seconds pass).
+    await asyncio.sleep(ctx.input or 0)
+    return ctx.input
+
+
+@workflow.with_options(name="stamp_a_core", requests=ResourceRequest(cpu=1))
+async def stamp_a_core(ctx: ExecutionContext[object]):
+    # The reclaiming tenant's work: when its body started, on the submitter's clock (same machine).
+    return time.time()
