@@ -9,6 +9,7 @@ module is injectable so the conversion code is tested without a GPU.
 from __future__ import annotations
 
 import math
+import shutil
 from typing import Any, Protocol
 
 from flux.domain.worker import Gpu
@@ -128,6 +129,10 @@ class GputilReader:
 
     def _load(self) -> Any:
         if self._module is None:
+            if shutil.which("nvidia-smi") is None:
+                # GPUtil only runs nvidia-smi; without it, importing GPUtil (which pulls in distutils
+                # and setuptools: about 15 MB and 0.1 s per worker) could only find nothing.
+                raise GpuUnavailable("GPUtil unavailable: nvidia-smi is not on PATH")
             try:
                 import GPUtil
             except ImportError as exc:

@@ -478,8 +478,18 @@ def test_gputil_reader_failures_become_gpu_unavailable(get_gpus: Any, reason: st
 
 def test_gputil_reader_without_gputil_installed(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setitem(sys.modules, "GPUtil", None)
-    with pytest.raises(GpuUnavailable, match="GPUtil unavailable"):
+    monkeypatch.setattr("shutil.which", lambda name: f"/usr/bin/{name}")
+    with pytest.raises(GpuUnavailable, match="GPUtil unavailable: .*GPUtil"):
         GputilReader().read()
+
+
+def test_gputil_is_not_imported_without_nvidia_smi(monkeypatch: pytest.MonkeyPatch) -> None:
+    # GPUtil pulls in distutils and setuptools (about 15 MB per worker) only to find no nvidia-smi.
+    monkeypatch.delitem(sys.modules, "GPUtil", raising=False)
+    monkeypatch.setattr("shutil.which", lambda name: None)
+    with pytest.raises(GpuUnavailable, match="GPUtil unavailable: nvidia-smi is not on PATH"):
+        GputilReader().read()
+    assert "GPUtil" not in sys.modules
 
 
 # --- software --------------------------------------------------------------------------------------
