@@ -493,7 +493,8 @@ def _start_server(args: argparse.Namespace) -> int:
         tls=_tls(args),
         cors_origins=tuple(args.cors_origin),
         allowed_hosts=tuple(args.allowed_host),
-        http_limits=_http_limits(args),
+        # Not with --no-http: the gateway's modules (FastAPI, pydantic, uvicorn) stay unimported.
+        http_limits=None if args.no_http else _http_limits(args),
         keda_port=args.keda_port,
         keda_client_ca=args.keda_client_ca,
     )
