@@ -289,7 +289,27 @@ def workers_text(workers: Sequence[control_pb2.WorkerInfo], now_ms: int, width: 
 # ---------------------------------------------------------------------- flux status
 
 REASON_ORDER = ("busy", "infeasible", "no_worker")
-REQUEUE_ORDER = ("released", "worker_lost", "ack_deadline", "stream_overflowed")
+REQUEUE_ORDER = ("released", "worker_lost", "ack_deadline", "stream_overflowed", "preempted")
+TENANT_RESOURCES = ("cpu", "memory", "gpu", "gpu_memory")
+
+
+def tenant_usage(t: Any) -> str:
+    """``3/4 cores, 1.0/2.0 GiB memory``: usage against quota where it has one, else what it uses."""
+    parts = []
+    for resource in TENANT_RESOURCES:
+        used = getattr(t.usage, resource)
+        limited = t.quota.HasField(resource)
+        if not used and not limited:
+            continue
+        if resource == "cpu":
+            parts.append(f"{used}/{t.quota.cpu if limited else '-'} cores")
+        elif resource == "gpu":
+            parts.append(f"{used}/{t.quota.gpu if limited else '-'} GPUs")
+        else:
+            what = "memory" if resource == "memory" else "VRAM"
+            pair = byte_pair(used, getattr(t.quota, resource)) if limited else f"{format_bytes(used)}/-"
+            parts.append(f"{pair} {what}")
+    return ", ".join(parts) or "nothing held"
 
 
 def requests_text(r: Any) -> str:
@@ -382,6 +402,12 @@ def status_dict(s: control_pb2.ClusterStatus) -> dict[str, Any]:
             "stream_connects": c.stream_connects, "stream_reconnects": c.stream_reconnects,
         },
         "latency_seconds": {h.stage: _histogram_dict(h) for h in s.latencies},
+        "tenants": [
+            {"name": t.name, "pending": t.pending,
+             "usage": {r: getattr(t.usage, r) for r in TENANT_RESOURCES},
+             "quota": {r: getattr(t.quota, r) for r in TENANT_RESOURCES if t.quota.HasField(r)}}
+            for t in s.tenants
+        ],
         "pools": [
             {"name": p.spec.name, "source": p.spec.source, "workers": p.workers, "busy_workers": p.busy_workers,
              "pending": p.pending, "running": p.running, "demand_workers": p.demand_workers, "active": p.active}
@@ -445,6 +471,12 @@ def status_text(s: control_pb2.ClusterStatus, width: int | None = None) -> str:
                 for stage, h in latency.items()
                 if stage != "claimed" and h["count"]
             )
+        )
+    if s.tenants:
+        lines.append(
+            "tenants     "
+            + "; ".join(f"{t.name} {tenant_usage(t)} ({t.pending} pending)" for t in s.tenants)
+            + "   (used/quota)"
         )
     if s.pools:
         lines.append(

@@ -174,8 +174,8 @@ def test_status_text_summarises_the_fleet_and_the_queue_by_shape() -> None:
     assert lines[3] == "pending     4 (1 busy, 3 infeasible, 0 no worker)"
     assert "120 completed" in lines[4] and "since the core started 1h00m ago" in lines[4]
     assert lines[5] == (
-        "activity    123 placements, 3 requeued (1 released, 0 worker lost, 2 ack deadline, 0 stream overflowed), "
-        "5 stream reconnects"
+        "activity    123 placements, 3 requeued (1 released, 0 worker lost, 2 ack deadline, 0 stream overflowed, "
+        "0 preempted), 5 stream reconnects"
     )
     assert "submit->dispatched p50 <=1 ms p99 <=10 ms" in lines[6]
     header = next(line for line in lines if line.startswith("COUNT"))
@@ -219,6 +219,32 @@ def test_status_shows_pools_with_their_demand() -> None:
     assert "pools       a100 0/3 workers (5 pending)" in render.status_text(message)
     (pool,) = render.status_dict(message)["pools"]
     assert (pool["name"], pool["demand_workers"], pool["active"]) == ("a100", 3, True)
+
+
+def test_status_shows_each_tenants_usage_against_its_quota() -> None:
+    from flux.v1 import tenants_pb2
+
+    message = control_pb2.ClusterStatus(now_ms=NOW_MS, started_at_ms=NOW_MS)
+    message.tenants.append(
+        tenants_pb2.TenantStatus(
+            name="ml",
+            usage=tenants_pb2.TenantLimits(cpu=3, memory=2 * GiB, gpu=1, gpu_memory=GiB),
+            quota=tenants_pb2.TenantLimits(cpu=4, gpu=2, gpu_memory=4 * GiB),
+            pending=5,
+        )
+    )
+    message.tenants.append(tenants_pb2.TenantStatus(name="default"))
+    assert (
+        "tenants     ml 3/4 cores, 2.0 GiB/- memory, 1/2 GPUs, 1.0/4.0 GiB VRAM (5 pending); "
+        "default nothing held (0 pending)   (used/quota)"
+    ) in render.status_text(message, width=400)
+    ml, _ = render.status_dict(message)["tenants"]
+    assert ml == {
+        "name": "ml",
+        "pending": 5,
+        "usage": {"cpu": 3, "memory": 2 * GiB, "gpu": 1, "gpu_memory": GiB},
+        "quota": {"cpu": 4, "gpu": 2, "gpu_memory": 4 * GiB},
+    }
 
 
 def test_quantile_is_the_bound_of_its_bucket() -> None:
