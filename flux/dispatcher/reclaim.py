@@ -42,6 +42,10 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("flux.dispatcher")
 
+# Seconds between two plans for one shape on submission: planning reads the fleet and every held
+# execution, and a burst from a tenant whose work nothing can make room for would do it each time.
+SUBMISSION_RETRY = 0.5
+
 
 @dataclass(frozen=True, slots=True)
 class Stopping:
@@ -60,6 +64,8 @@ class Reclaimer:
         self.stopping: dict[str, Stopping] = {}
         # Preemptor -> its victims still stopping.
         self.waiting: dict[str, set[str]] = {}
+        # When a submission of each shape last planned (see SUBMISSION_RETRY).
+        self._tried: dict[Shape, float] = {}
 
     # ----------------------------------------------------------------- deciding
 
@@ -70,8 +76,16 @@ class Reclaimer:
         accounts = d.usage.accounts
         if not d.settings.preemption or d.replicated or accounts is None or not d.queue:
             return 0
-        if shapes is not None and not any(reclaimable(accounts, shape) for shape in shapes):
-            return 0  # the usual case of a submission that waits: its tenant is at its quota
+        if shapes is not None:
+            if not any(reclaimable(accounts, shape) for shape in shapes):
+                return 0  # the usual case of a submission that waits: its tenant is at its quota
+            # A burst of one shape's submissions plans once per SUBMISSION_RETRY; the step does the rest.
+            now = d.clock()
+            shapes = [s for s in shapes if now - self._tried.get(s, -SUBMISSION_RETRY) >= SUBMISSION_RETRY]
+            if not shapes:
+                return 0
+            for shape in shapes:
+                self._tried[shape] = now
         if not _anyone_borrowing(accounts):
             return 0
         lanes = (
@@ -179,11 +193,12 @@ class Reclaimer:
         """Free the room of victims whose worker did not hand them back within the grace."""
         changed = False
         for execution_id, stop in list(self.stopping.items()):
-            if stop.deadline > now:
-                continue
             execution = self.d.table.get(execution_id)
             if execution is None or not self.is_stopping(execution):
-                self._forget(execution_id)  # finished, cancelled or requeued some other way
+                # Finished, cancelled or requeued some other way: its preemptor may plan again.
+                self._forget(execution_id)
+                continue
+            if stop.deadline > now:
                 continue
             log.warning(
                 "execution %s not handed back by %s within the preemption grace; its room is freed",

@@ -28,6 +28,8 @@ def claim(d: Dispatcher, name: str, session_token: str, execution_id: str, gener
     d.registry.authorize(name, session_token)
     execution = fenced(d, execution_id, name, generation)
     if d.reclaimer.is_stopping(execution):
+        # Refused, it will not run here: free the room now rather than at the grace's end.
+        _hand_back(d, execution)
         raise FailedPrecondition(_preempted(execution_id))
     if execution.state is State.RUNNING:
         return execution  # a retried claim
@@ -68,9 +70,7 @@ async def complete(
     execution = fenced(d, execution_id, name, generation)
     if d.reclaimer.is_stopping(execution):
         # Its worker is done with it: free the room now rather than at the grace's end.
-        requeued = d.reclaimer.stopped(execution)
-        d.place(shapes=[d.catalogue.shape_of(requeued)])
-        d.place(workers=[entry])
+        _hand_back(d, execution)
         raise FailedPrecondition(_preempted(execution_id))
     if execution.state is not State.RUNNING:
         raise FailedPrecondition(
@@ -191,6 +191,13 @@ def fenced(d: Dispatcher, execution_id: str, name: str, generation: int) -> Exec
             f"stale generation {generation} for execution {execution_id}; the current dispatch is {execution.generation}"
         )
     return execution
+
+
+def _hand_back(d: Dispatcher, execution: Execution) -> None:
+    """A preempted execution its worker is done with: back in line, and a pass over the whole queue
+    (its tenant's usage fell: the tenant that reclaimed goes first by fair share)."""
+    d.reclaimer.stopped(execution)
+    d.place()
 
 
 def _preempted(execution_id: str) -> str:

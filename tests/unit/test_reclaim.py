@@ -26,7 +26,7 @@ CREATED, SCHEDULED, RUNNING, COMPLETED = State.CREATED, State.SCHEDULED, State.R
 GRACE = 20.0
 
 
-async def cohort(preemption: bool = True) -> tuple[Flux, Worker, list[str]]:
+async def cohort(preemption: bool = True, claimed: int = 4) -> tuple[Flux, Worker, list[str]]:
     """ml and web, 2 cores of quota each in cohort research, on one 8-core worker; web runs
     four (two of them borrowed from ml) and ml has submitted nothing yet."""
     flux = Flux()
@@ -38,7 +38,7 @@ async def cohort(preemption: bool = True) -> tuple[Flux, Worker, list[str]]:
     w = await flux.worker(cpu=8)
     web = [(await flux.d.submit("job", tenant="web")).execution_id for _ in range(5)]
     assert w.scheduled() == web[:4]  # the fifth waits: the cohort's 4 cores are all in use
-    for execution_id in web[:4]:
+    for execution_id in web[:claimed]:
         w.claim(execution_id)
     return flux, w, web
 
@@ -155,4 +155,26 @@ async def test_a_client_cancel_of_a_stopping_victim_ends_it_and_the_room_goes_to
     assert flux.state(web[3]) is State.CANCELLED
     assert flux.d.events.counters.requeued["preempted"] == 0
     assert flux.d.reclaimer.stopping == {} and flux.d.reclaimer.waiting == {}
+    await flux.d.stop()
+
+
+async def test_a_dispatch_preempted_before_its_claim_is_refused_and_frees_the_room_at_once():
+    flux, w, web = await cohort(claimed=3)
+    mine = (await flux.d.submit("job", tenant="ml")).execution_id
+    assert preempted(w) == [web[3]] and flux.state(web[3]) is SCHEDULED
+    with pytest.raises(FailedPrecondition, match="was preempted"):
+        w.claim(web[3])
+    assert flux.get(web[3]).state is CREATED and w.scheduled() == [mine]
+    await flux.d.stop()
+
+
+async def test_a_victim_requeued_some_other_way_lets_its_preemptor_plan_again_at_the_next_step():
+    flux, w, web = await cohort(claimed=3)
+    mine = (await flux.d.submit("job", tenant="ml")).execution_id
+    assert preempted(w) == [web[3]]
+    # Its dispatch was never claimed: the ack deadline requeues it (as an expiry, not a preemption).
+    await step(flux, SETTINGS.ack_deadline)
+    assert flux.d.events.counters.requeued["ack_deadline"] == 1
+    assert flux.d.reclaimer.waiting == {} and flux.d.reclaimer.stopping == {}
+    assert w.scheduled() == [mine]  # the room it left goes to ml first (fair share)
     await flux.d.stop()
