@@ -127,8 +127,6 @@ class Dispatcher:
         # Worker pools: declarations, learned shapes and the demand an autoscaler reads.
         self.pools = PoolBook(self)
         self.tenants = TenantDirectory(store, on_change=self.apply_tenants)
-        # Replicas check quotas in each claim (flux/store/postgres_quota.py) but do not preempt yet.
-        self.replicated = modes is not None
         # Preemption: borrowed executions being stopped so a tenant gets its quota back.
         self.reclaimer = Reclaimer(self)
         self.binder, self.feed, self.fleet = self.modes.binder, self.modes.feed, self.modes.fleet

@@ -17,6 +17,7 @@ The local strategies are here; the shared ones are in replica.py.
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol
 
@@ -54,6 +55,13 @@ class Binder(Protocol):
 
     def quotas(self, governed: bool) -> None:
         """Tenants' terms now govern placement (or no longer do)."""
+
+    def preempt(self, preemptor: str, act: Callable[[], None]) -> None:
+        """Call ``act`` (stop the victims planned for ``preemptor``) once this server may: at once on
+        one server; on replicas once no other replica preempts for it (flux/store/postgres_quota.py)."""
+
+    def preempted(self, preemptor: str) -> None:
+        """The preemption for ``preemptor`` is over: its victims stopped, or it no longer waits."""
 
 
 class PendingFeed(Protocol):
@@ -157,6 +165,12 @@ class LocalBinder:
 
     def quotas(self, governed: bool) -> None:
         pass  # one server holds all usage: the scheduler's own check is exact
+
+    def preempt(self, preemptor: str, act: Callable[[], None]) -> None:
+        act()  # nobody else plans
+
+    def preempted(self, preemptor: str) -> None:
+        pass
 
 
 class NoFeed:

@@ -19,12 +19,15 @@ this module carries it out, in three steps:
 
 A preemptor whose victims are still stopping is not planned for again, so one
 pending execution never preempts twice for the same room. On PostgreSQL replicas
-quotas are not enforced yet (usage is not checked cluster-wide), so nothing is
-preempted there.
+every replica plans over the queue they all mirror, with the victims its own
+workers run and the cluster's usage as its last claim read it; one replica at a
+time acts for a pending execution (the binder's ``preempt``: a row in the
+``preemptions`` table), so two replicas never both preempt for it.
 """
 
 from __future__ import annotations
 
+import functools
 import logging
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
@@ -33,7 +36,7 @@ from flux.dispatcher import housekeeping
 from flux.dispatcher.lifecycle import Preempt, Requeue
 from flux.dispatcher.session import Cancelled
 from flux.domain.execution import Execution, State
-from flux.matching.preemption import Running, plan, reclaimable
+from flux.matching.preemption import Preemption, Running, plan, reclaimable
 
 if TYPE_CHECKING:
     from flux.dispatcher.core import Dispatcher
@@ -45,6 +48,8 @@ log = logging.getLogger("flux.dispatcher")
 # Seconds between two plans for one shape on submission: planning reads the fleet and every held
 # execution, and a burst from a tenant whose work nothing can make room for would do it each time.
 SUBMISSION_RETRY = 0.5
+# Replicas: seconds a replica leaves a preemptor to the replica that acts for it before planning again.
+ELSEWHERE_FOR = 5.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -66,6 +71,8 @@ class Reclaimer:
         self.waiting: dict[str, set[str]] = {}
         # When a submission of each shape last planned (see SUBMISSION_RETRY).
         self._tried: dict[Shape, float] = {}
+        # Replicas: preemptors another replica acts for, and until when we leave them to it.
+        self._elsewhere: dict[str, float] = {}
 
     # ----------------------------------------------------------------- deciding
 
@@ -74,7 +81,7 @@ class Reclaimer:
         execution of each of ``shapes``, or of every shape); returns how many were preempted."""
         d = self.d
         accounts = d.usage.accounts
-        if not d.settings.preemption or d.replicated or accounts is None or not d.queue:
+        if not d.settings.preemption or accounts is None or not d.queue:
             return 0
         if shapes is not None:
             if not any(reclaimable(accounts, shape) for shape in shapes):
@@ -93,11 +100,13 @@ class Reclaimer:
             if shapes is not None
             else [s for t, _ in list(d.queue.tenants()) for s in d.queue.lanes(t)]
         )
+        now = d.clock()
         heads = [
             (first.execution_id, shape)
             for shape in lanes
             if (first := d.queue.first(shape)) is not None
             and first.execution_id not in self.waiting
+            and self._elsewhere.get(first.execution_id, 0.0) <= now
             and reclaimable(accounts, shape)
         ]
         if not heads:
@@ -109,16 +118,47 @@ class Reclaimer:
             preemption = plan(accounts, execution_id, shape, workers, running)
             if preemption is None:
                 continue
-            log.info(
-                "execution %s of tenant %s %s on worker %s",
-                execution_id, shape.tenant, preemption.describe(), preemption.worker,
-            )  # fmt: skip
+            # Planned: not planned again while the binder decides, nor while its victims stop.
+            self.waiting[execution_id] = set()
             gone = {victim.execution_id for victim in preemption.victims}
-            for victim in preemption.victims:
-                self._preempt(victim.execution_id, execution_id, shape.tenant)
             running = [r for r in running if r.execution_id not in gone]
+            d.binder.preempt(execution_id, functools.partial(self._act, preemption, shape.tenant))
             count += len(gone)
         return count
+
+    def _act(self, preemption: Preemption, tenant: str) -> None:
+        """Stop the victims of ``preemption``, if the plan still holds now (on replicas it is a
+        database round trip older); else let its preemptor be planned again."""
+        d, preemptor = self.d, preemption.execution_id
+        if preemptor not in self.waiting:
+            return
+        held = [d.table.get(v.execution_id) for v in preemption.victims]
+        if preemptor not in d.queue or not all(
+            e is not None and e.worker == v.worker and e.state in (State.SCHEDULED, State.RUNNING)
+            and v.execution_id not in self.stopping
+            for e, v in zip(held, preemption.victims, strict=True)
+        ):  # fmt: skip
+            self._end(preemptor)
+            return
+        log.info(
+            "execution %s of tenant %s %s on worker %s",
+            preemptor, tenant, preemption.describe(), preemption.worker,
+        )  # fmt: skip
+        for victim in preemption.victims:
+            self._preempt(victim.execution_id, preemptor, tenant)
+
+    def lost(self, preemptor: str) -> None:
+        """Another replica acts for ``preemptor`` (or we could not ask): leave it for a while."""
+        if self.waiting.get(preemptor) == set():
+            del self.waiting[preemptor]
+        self._elsewhere[preemptor] = self.d.clock() + ELSEWHERE_FOR
+        if len(self._elsewhere) > 10_000:  # old entries of preemptors long placed
+            now = self.d.clock()
+            self._elsewhere = {k: v for k, v in self._elsewhere.items() if v > now}
+
+    def _end(self, preemptor: str) -> None:
+        self.waiting.pop(preemptor, None)
+        self.d.binder.preempted(preemptor)
 
     def _running(self) -> list[Running]:
         """Every execution holding room here and not already stopping, as the planner sees it."""
@@ -162,7 +202,7 @@ class Reclaimer:
         if victims:
             return f"waiting for {len(victims)} preempted execution{'s' if len(victims) != 1 else ''} to stop"
         accounts = d.usage.accounts
-        if not d.settings.preemption or d.replicated or accounts is None or not reclaimable(accounts, shape):
+        if not d.settings.preemption or accounts is None or not reclaimable(accounts, shape):
             return ""
         workers = [entry.view() for entry in d.registry.values() if entry.dispatchable]
         preemption = plan(accounts, execution_id, shape, workers, self._running())
@@ -216,7 +256,7 @@ class Reclaimer:
         if victims is not None:
             victims.discard(execution_id)
             if not victims:
-                del self.waiting[stop.preemptor]
+                self._end(stop.preemptor)
 
 
 def _anyone_borrowing(accounts: Accounts) -> bool:

@@ -46,7 +46,7 @@ log = logging.getLogger("flux.replica")
 def shared(store: PostgresStore) -> Modes:
     """The strategies of one replica among several on ``store``'s database."""
     tasks = Background()
-    binder = SharedBinder(store)
+    binder = SharedBinder(store, tasks)
     fleet = SharedFleet(store, tasks, binder)
     return Modes(binder, SharedFeed(store, tasks, binder, fleet), fleet)
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from flux.dispatcher import bulk, housekeeping
@@ -17,6 +18,7 @@ from flux.errors import FailedPrecondition, Unavailable
 
 if TYPE_CHECKING:
     from flux.dispatcher.core import Dispatcher
+    from flux.dispatcher.replica import Background
     from flux.matching import Placement
     from flux.store.postgres import PostgresStore
 
@@ -31,8 +33,9 @@ class SharedBinder:
 
     d: Dispatcher
 
-    def __init__(self, store: PostgresStore):
+    def __init__(self, store: PostgresStore, tasks: Background):
         self.store = store
+        self.tasks = tasks
         # Placed and reserved here, claim in flight: neither pending nor dispatched yet.
         self.claiming: set[str] = set()
 
@@ -189,6 +192,29 @@ class SharedBinder:
         self.store.quota_guard = (
             d.usage.guard(lambda e: d.catalogue.record_of(e).requests) if governed else None
         )
+
+    def preempt(self, preemptor: str, act: Callable[[], None]) -> None:
+        """Every replica plans over the queue they all mirror; the one that takes ``preemptor``'s row
+        in ``preemptions`` acts (a row older than the preemption grace is a gone replica's)."""
+        d = self.d
+
+        async def take() -> None:
+            now = d.clock()
+            stale = now - d.settings.preemption_grace - d.settings.grace_period
+            try:
+                taken = await self.store.take_preemption(preemptor, now, stale)
+            except Exception:
+                d.reclaimer.lost(preemptor)  # planned again at a later step
+                raise
+            if taken:
+                act()
+            else:
+                d.reclaimer.lost(preemptor)
+
+        self.tasks.spawn(take())
+
+    def preempted(self, preemptor: str) -> None:
+        self.tasks.spawn(self.store.end_preemption(preemptor))
 
     def worker_lost(self, entry: WorkerEntry) -> None:
         for execution_id in list(entry.holdings):

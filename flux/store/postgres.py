@@ -117,6 +117,8 @@ CREATE TABLE IF NOT EXISTS dispatches (
     execution_id TEXT NOT NULL, generation BIGINT NOT NULL, worker TEXT NOT NULL, replica TEXT NOT NULL,
     at DOUBLE PRECISION NOT NULL, PRIMARY KEY (execution_id, generation));
 CREATE INDEX IF NOT EXISTS dispatches_at ON dispatches (at);
+CREATE TABLE IF NOT EXISTS preemptions (
+    preemptor TEXT PRIMARY KEY, replica TEXT NOT NULL, at DOUBLE PRECISION NOT NULL);
 """
 
 
@@ -602,6 +604,15 @@ class PostgresStore(Store):
         """What every tenant holds now (see postgres_quota.py)."""
         async with self._pool.connection() as db:
             return await postgres_quota.held(db, self.replica_id)
+
+    async def take_preemption(self, preemptor: str, now: float, stale_before: float) -> bool:
+        """Whether this replica may preempt for ``preemptor`` (see postgres_quota.py)."""
+        async with self._pool.connection() as db:
+            return await postgres_quota.take_preemption(db, preemptor, self.replica_id, now, stale_before)
+
+    async def end_preemption(self, preemptor: str) -> None:
+        async with self._pool.connection() as db:
+            await postgres_quota.end_preemption(db, preemptor, self.replica_id)
 
     async def pending_refs(self) -> list[PendingRef]:
         async with self._pool.connection() as db:

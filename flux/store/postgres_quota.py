@@ -8,6 +8,12 @@ tenant holds now (the SCHEDULED and RUNNING rows, by tenant and requests), and
 claims only the dispatches the quota guard admits. The lock is held until the
 claim commits, so the next claim (of any replica) reads usage with this one's
 rows in it: two replicas can never both take a tenant's last core.
+
+Preemption is planned by every replica over the pending queue they all mirror,
+each with the victims its own workers run; ``preemptions`` lets one of them act
+for a pending execution: the replica whose row it is stops its victims, and the
+row goes when they are stopped (or, its replica gone, once it is older than the
+preemption grace).
 """
 
 from __future__ import annotations
@@ -49,3 +55,21 @@ async def guarded(
     """Inside the claim's transaction: lock, read usage, and return what the guard refuses."""
     await db.execute("SELECT pg_advisory_xact_lock(%s)", (QUOTA_LOCK,))
     return guard(await held(db, replica_id), wanted)
+
+
+async def take_preemption(
+    db: psycopg.AsyncConnection[Any], preemptor: str, replica: str, now: float, stale_before: float
+) -> bool:
+    """Whether ``replica`` may preempt for ``preemptor``: no other replica does now (its row is
+    absent, ours, or older than ``stale_before``)."""
+    cursor = await db.execute(
+        "INSERT INTO preemptions VALUES (%s, %s, %s) ON CONFLICT (preemptor) DO UPDATE "
+        "SET replica = excluded.replica, at = excluded.at "
+        "WHERE preemptions.replica = excluded.replica OR preemptions.at < %s RETURNING preemptor",
+        (preemptor, replica, now, stale_before),
+    )
+    return await cursor.fetchone() is not None
+
+
+async def end_preemption(db: psycopg.AsyncConnection[Any], preemptor: str, replica: str) -> None:
+    await db.execute("DELETE FROM preemptions WHERE preemptor = %s AND replica = %s", (preemptor, replica))

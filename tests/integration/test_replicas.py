@@ -359,3 +359,53 @@ def test_a_tenants_quota_holds_across_replicas_each_with_its_own_worker(replicas
         for execution_id in ids:
             with contextlib.suppress(FluxError):
                 ca.cancel(execution_id)
+
+
+def test_a_tenant_reclaims_across_replicas_one_victim_and_its_late_result_refused(replicas: Cluster) -> None:
+    from flux.auth import Credentials
+    from flux.client import FluxClient
+
+    a, b = replicas.address, replicas.replicas[0][1]
+    replicas.register(Path(__file__).with_name("stubborn_workflows.py"))
+    replicas.start_worker("wa", "--cpus", "4", servers=[a])
+    replicas.start_worker("wb", "--cpus", "4", servers=[b])
+    for name in ("ml", "web"):
+        made = replicas.flux("tenant", "create", name, "--cpu", "4", "--cohort", "research")
+        assert made.returncode == 0, made.stderr
+    ml, web = (replicas.flux("token", "create", "--tenant", n).stdout.strip() for n in ("ml", "web"))
+    with replicas.client_for(b) as admin_b:
+        eventually(lambda: {t.name for t in admin_b.status().tenants if t.quota.cpu} >= {"ml", "web"})
+
+    def held(tenant: str) -> int:
+        return rows(
+            replicas.db, f"SELECT count(*) FROM executions WHERE tenant = '{tenant}' AND state IN (2, 3)"
+        )[0][0]
+
+    with (
+        FluxClient(a, timeout=10, credentials=Credentials(web, replicas.ca)) as web_a,
+        FluxClient(b, timeout=10, credentials=Credentials(web, replicas.ca)) as web_b,
+        FluxClient(b, timeout=10, credentials=Credentials(ml, replicas.ca)) as ml_b,
+    ):
+        # web borrows all of ml's 4 cores: 8 running, on both replicas' workers.
+        theirs = [(web_a if i % 2 else web_b).run("stubborn_step", 120).execution_id for i in range(8)]
+        eventually(lambda: held("web") == 8, what="web's eight")
+        # ml submits one: every replica plans, one acts, one of web's is stopped. stubborn_step
+        # finishes anyway and its worker reports a result, which is refused: back in line.
+        mine = ml_b.run("slow_step", 120).execution_id
+        eventually(lambda: held("ml") == 1, what="ml's run on the reclaimed core")
+        assert held("web") == 7
+        for _ in range(10):  # and no second victim, whichever replica's next step comes
+            time.sleep(0.2)
+            assert held("web") == 7
+        [victim] = [i for i in theirs if web_a.get(i).state == control_pb2.EXECUTION_STATE_CREATED]
+        assert web_a.get(victim).attempt == 1 and not web_a.get(victim).output_json
+        preempted = []
+        for address in (a, b):
+            with replicas.client_for(address) as client:
+                preempted.append(client.status().counters.preempted["reclaim"])
+        assert sorted(preempted) == [0, 1]
+        eventually(lambda: rows(replicas.db, "SELECT count(*) FROM preemptions")[0][0] == 0,
+                   what="the preemption's row to go")  # fmt: skip
+        for execution_id in [*theirs, mine]:
+            with contextlib.suppress(FluxError):
+                web_a.cancel(execution_id) if execution_id != mine else ml_b.cancel(execution_id)
