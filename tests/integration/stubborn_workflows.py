@@ -16,3 +16,15 @@ async def stubborn_step(ctx: ExecutionContext[float]):
         await asyncio.sleep(0.2)
         return {"finished": "anyway", "attempt": ctx.attempt}
     return {"finished": "in time", "attempt": ctx.attempt}
+
+
+@workflow.with_options(name="lingering_step", requests=ResourceRequest(cpu=1))
+async def lingering_step(ctx: ExecutionContext[float]):
+    """Sleeps ``input`` seconds; stopped, it lingers 4 s more before it returns: a preemption
+    that takes that long to finish, for a test to kill a server in the middle of."""
+    try:
+        await asyncio.sleep(ctx.input or 0)
+    except asyncio.CancelledError:
+        await asyncio.sleep(4)
+        return {"finished": "after lingering", "attempt": ctx.attempt}
+    return {"finished": "in time", "attempt": ctx.attempt}

@@ -409,3 +409,42 @@ def test_a_tenant_reclaims_across_replicas_one_victim_and_its_late_result_refuse
         for execution_id in [*theirs, mine]:
             with contextlib.suppress(FluxError):
                 web_a.cancel(execution_id) if execution_id != mine else ml_b.cancel(execution_id)
+
+
+def test_a_replica_killed_mid_preemption_loses_nothing(replicas: Cluster) -> None:
+    from flux.auth import Credentials
+    from flux.client import FluxClient
+
+    a, b = replicas.address, replicas.replicas[0][1]
+    replicas.register(Path(__file__).with_name("stubborn_workflows.py"))
+    # One worker, on the first replica (the second is where it goes when the first dies).
+    replicas.start_worker("wa", "--cpus", "8", servers=[a, b])
+    for name in ("ml", "web"):
+        made = replicas.flux("tenant", "create", name, "--cpu", "4", "--cohort", "research")
+        assert made.returncode == 0, made.stderr
+    ml, web = (replicas.flux("token", "create", "--tenant", n).stdout.strip() for n in ("ml", "web"))
+    with replicas.client_for(b) as admin_b:
+        eventually(lambda: {t.name for t in admin_b.status().tenants if t.quota.cpu} >= {"ml", "web"})
+    with (
+        FluxClient(b, timeout=10, credentials=Credentials(web, replicas.ca)) as web_b,
+        FluxClient(b, timeout=10, credentials=Credentials(ml, replicas.ca)) as ml_b,
+        replicas.client_for(a) as admin_a,
+    ):
+        theirs = [web_b.run("lingering_step", 120).execution_id for _ in range(8)]
+        eventually(lambda: sum(web_b.get(i).state == control_pb2.EXECUTION_STATE_RUNNING for i in theirs) == 8,
+                   what="web's eight on wa")  # fmt: skip
+        mine = ml_b.run("slow_step", 120).execution_id
+        # The first replica, whose worker runs web's work, preempts one; its victim lingers 4 s.
+        eventually(lambda: admin_a.status().counters.preempted["reclaim"] == 1, what="the preemption")
+        assert replicas.server is not None
+        replicas.server.kill()
+        replicas.server.wait(timeout=10)
+        # The worker moves to the second replica; the victim finishes there (its result now
+        # accepted: the stop died with the first replica), and ml's run takes the core it frees.
+        eventually(lambda: ml_b.get(mine).state == control_pb2.EXECUTION_STATE_RUNNING, timeout=60,
+                   what="ml's run after the failover")  # fmt: skip
+        states = Counter(web_b.get(i).state for i in theirs)
+        assert states[control_pb2.EXECUTION_STATE_RUNNING] == 7, states
+        assert sum(states.values()) == 8  # every one of web's still known: none lost
+    dispatches = rows(replicas.db, "SELECT execution_id, generation FROM dispatches")
+    assert len(dispatches) == len(set(dispatches))
