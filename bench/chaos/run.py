@@ -50,7 +50,7 @@ PROBE_TIMEOUT_S = 120.0
 TRAIL_IDS = 20  # violating executions whose lifecycle lines go in the trail
 # Two tenants share the load, in one cohort of 12 cores (the fleet has 16 to 24, so the probes,
 # submitted as the unlimited default tenant, always find room): alpha may borrow 4 of beta's
-# cores, beta all that alpha leaves. Borrowing and reclaim (preemption, on one server) happen.
+# cores, beta all that alpha leaves. Borrowing and reclaim (preemption) happen.
 TENANTS = {
     "alpha": {"cpu": 6, "cohort": "chaos", "borrowing_limit": {"cpu": 4}},
     "beta": {"cpu": 6, "cohort": "chaos"},
@@ -337,7 +337,7 @@ def _run(fleet: ChaosFleet, seconds: float, seed: int, store: str, markers: Path
             "samples": len(sampler.tenant_samples),
             "peak_cores": sampler.tenant_peak,
             "accepted": dict(Counter(load.owner.values())),
-            # Reclaimed by preemption (one server; replicas do not preempt yet).
+            # Executions requeued by preemption, as the servers logged them.
             "preempted": sum(
                 e.get("event") == "requeued" and e.get("reason") == "preempted" for e in lifecycle
             ),
