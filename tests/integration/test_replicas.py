@@ -361,6 +361,17 @@ def test_a_tenants_quota_holds_across_replicas_each_with_its_own_worker(replicas
                 ca.cancel(execution_id)
 
 
+def _two_teams(replicas: Cluster) -> tuple[str, str]:
+    """Tenants ml and web, 4 cores of quota each in cohort research, known to both replicas; their tokens."""
+    for name in ("ml", "web"):
+        made = replicas.flux("tenant", "create", name, "--cpu", "4", "--cohort", "research")
+        assert made.returncode == 0, made.stderr
+    ml, web = (replicas.flux("token", "create", "--tenant", n).stdout.strip() for n in ("ml", "web"))
+    with replicas.client_for(replicas.replicas[0][1]) as admin_b:
+        eventually(lambda: {t.name for t in admin_b.status().tenants if t.quota.cpu} >= {"ml", "web"})
+    return ml, web
+
+
 def test_a_tenant_reclaims_across_replicas_one_victim_and_its_late_result_refused(replicas: Cluster) -> None:
     from flux.auth import Credentials
     from flux.client import FluxClient
@@ -369,12 +380,7 @@ def test_a_tenant_reclaims_across_replicas_one_victim_and_its_late_result_refuse
     replicas.register(Path(__file__).with_name("stubborn_workflows.py"))
     replicas.start_worker("wa", "--cpus", "4", servers=[a])
     replicas.start_worker("wb", "--cpus", "4", servers=[b])
-    for name in ("ml", "web"):
-        made = replicas.flux("tenant", "create", name, "--cpu", "4", "--cohort", "research")
-        assert made.returncode == 0, made.stderr
-    ml, web = (replicas.flux("token", "create", "--tenant", n).stdout.strip() for n in ("ml", "web"))
-    with replicas.client_for(b) as admin_b:
-        eventually(lambda: {t.name for t in admin_b.status().tenants if t.quota.cpu} >= {"ml", "web"})
+    ml, web = _two_teams(replicas)
 
     def held(tenant: str) -> int:
         return rows(
@@ -419,12 +425,7 @@ def test_a_replica_killed_mid_preemption_loses_nothing(replicas: Cluster) -> Non
     replicas.register(Path(__file__).with_name("stubborn_workflows.py"))
     # One worker, on the first replica (the second is where it goes when the first dies).
     replicas.start_worker("wa", "--cpus", "8", servers=[a, b])
-    for name in ("ml", "web"):
-        made = replicas.flux("tenant", "create", name, "--cpu", "4", "--cohort", "research")
-        assert made.returncode == 0, made.stderr
-    ml, web = (replicas.flux("token", "create", "--tenant", n).stdout.strip() for n in ("ml", "web"))
-    with replicas.client_for(b) as admin_b:
-        eventually(lambda: {t.name for t in admin_b.status().tenants if t.quota.cpu} >= {"ml", "web"})
+    ml, web = _two_teams(replicas)
     with (
         FluxClient(b, timeout=10, credentials=Credentials(web, replicas.ca)) as web_b,
         FluxClient(b, timeout=10, credentials=Credentials(ml, replicas.ca)) as ml_b,
