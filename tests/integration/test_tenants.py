@@ -476,3 +476,37 @@ def test_a_preempted_execution_that_finishes_anyway_has_its_late_result_refused(
         for execution_id in theirs:
             with contextlib.suppress(FailedPrecondition):
                 cluster.client.cancel(execution_id)
+
+
+@pytest.mark.transports("grpc")
+@pytest.mark.backends("sqlite")
+def test_with_preemption_off_a_returning_team_waits_for_borrowed_work_to_end(tmp_path: Path) -> None:
+    import time
+
+    from flux.testing import eventually
+
+    from .conftest import WORKFLOWS
+
+    cluster = Cluster(tmp_path)
+    try:
+        cluster.start_server("--preemption", "off", "--safety-tick", "0.5")
+        cluster.register(WORKFLOWS)
+        cluster.start_worker("w1", "--cpus", "4")
+        ml, web = _cohort(cluster)
+        with _client(cluster, ml) as as_ml, _client(cluster, web) as as_web:
+            theirs = [as_web.run("slow_step", 120).execution_id for _ in range(4)]
+            eventually(lambda: len(_running(as_web, theirs)) == 4, what="web's four, two borrowed")
+            mine = as_ml.run("slow_step", 120).execution_id
+            for _ in range(6):  # several housekeeping steps: nothing is preempted
+                time.sleep(0.5)
+                assert as_ml.get(mine).state == control_pb2.EXECUTION_STATE_CREATED
+            assert len(_running(as_web, theirs)) == 4
+            assert "will preempt" not in as_ml.explain(mine).summary
+            assert cluster.client.status().counters.preempted["reclaim"] == 0
+            # Borrowed work ends: its core goes to ml (the lower share), not to web's next.
+            as_web.cancel(theirs[0])
+            eventually(lambda: as_ml.get(mine).state in RUNNING, what="ml's run on the freed core")
+            for execution_id in [*theirs[1:], mine]:
+                cluster.client.cancel(execution_id)
+    finally:
+        cluster.close()
