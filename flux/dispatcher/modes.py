@@ -60,9 +60,6 @@ class Binder(Protocol):
         """Call ``act`` (stop the victims planned for ``preemptor``) once this server may: at once on
         one server; on replicas once no other replica preempts for it (flux/store/postgres_quota.py)."""
 
-    def preempted(self, preemptor: str) -> None:
-        """The preemption for ``preemptor`` is over: its victims stopped, or it no longer waits."""
-
 
 class PendingFeed(Protocol):
     def attach(self, d: Dispatcher) -> None: ...
@@ -168,9 +165,6 @@ class LocalBinder:
 
     def preempt(self, preemptor: str, act: Callable[[], None]) -> None:
         act()  # nobody else plans
-
-    def preempted(self, preemptor: str) -> None:
-        pass
 
 
 class NoFeed:

@@ -158,7 +158,6 @@ class Reclaimer:
 
     def _end(self, preemptor: str) -> None:
         self.waiting.pop(preemptor, None)
-        self.d.binder.preempted(preemptor)
 
     def _running(self) -> list[Running]:
         """Every execution holding room here and not already stopping, as the planner sees it."""

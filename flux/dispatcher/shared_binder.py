@@ -200,9 +200,8 @@ class SharedBinder:
 
         async def take() -> None:
             now = d.clock()
-            stale = now - d.settings.preemption_grace - d.settings.grace_period
             try:
-                taken = await self.store.take_preemption(preemptor, now, stale)
+                taken = await self.store.take_preemption(preemptor, now, self.stale_preemptions(now))
             except Exception:
                 d.reclaimer.lost(preemptor)  # planned again at a later step
                 raise
@@ -213,8 +212,9 @@ class SharedBinder:
 
         self.tasks.spawn(take())
 
-    def preempted(self, preemptor: str) -> None:
-        self.tasks.spawn(self.store.end_preemption(preemptor))
+    def stale_preemptions(self, now: float) -> float:
+        """Rows of ``preemptions`` taken before this belong to no live replica's preemption."""
+        return now - self.d.settings.preemption_grace - self.d.settings.grace_period
 
     def worker_lost(self, entry: WorkerEntry) -> None:
         for execution_id in list(entry.holdings):

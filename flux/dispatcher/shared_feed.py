@@ -179,6 +179,7 @@ class SharedFeed:
             d.usage.observe(await self.store.held())
             if d.usage.freed:
                 d.place()
+            await self.store.prune_preemptions(self.binder.stale_preemptions(d.clock()))
 
     async def _resync_loop(self) -> None:
         while True:

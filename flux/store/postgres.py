@@ -610,9 +610,9 @@ class PostgresStore(Store):
         async with self._pool.connection() as db:
             return await postgres_quota.take_preemption(db, preemptor, self.replica_id, now, stale_before)
 
-    async def end_preemption(self, preemptor: str) -> None:
+    async def prune_preemptions(self, stale_before: float) -> None:
         async with self._pool.connection() as db:
-            await postgres_quota.end_preemption(db, preemptor, self.replica_id)
+            await postgres_quota.prune_preemptions(db, stale_before)
 
     async def pending_refs(self) -> list[PendingRef]:
         async with self._pool.connection() as db:

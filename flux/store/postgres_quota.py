@@ -11,9 +11,11 @@ rows in it: two replicas can never both take a tenant's last core.
 
 Preemption is planned by every replica over the pending queue they all mirror,
 each with the victims its own workers run; ``preemptions`` lets one of them act
-for a pending execution: the replica whose row it is stops its victims, and the
-row goes when they are stopped (or, its replica gone, once it is older than the
-preemption grace).
+for a pending execution: the replica whose row it is stops its victims. The row
+stays while the execution is pending, so no other replica preempts for it once
+the first one's victims stopped (its mirror of the queue may not know yet that
+the execution was placed); it goes when the execution is no longer pending, or
+is taken over once older than the preemption grace (its replica gone).
 """
 
 from __future__ import annotations
@@ -25,7 +27,7 @@ import psycopg
 
 from flux.domain.execution import Execution
 from flux.store.base import Held
-from flux.store.rows import RUNNING, SCHEDULED, requests_from_json
+from flux.store.rows import CREATED, RUNNING, SCHEDULED, requests_from_json
 
 # "FLUX" + 4; see the other advisory locks in postgres.py.
 QUOTA_LOCK = 0x464C555C
@@ -60,16 +62,23 @@ async def guarded(
 async def take_preemption(
     db: psycopg.AsyncConnection[Any], preemptor: str, replica: str, now: float, stale_before: float
 ) -> bool:
-    """Whether ``replica`` may preempt for ``preemptor``: no other replica does now (its row is
-    absent, ours, or older than ``stale_before``)."""
+    """Whether ``replica`` may preempt for ``preemptor``: it is still pending (a replica's mirror of
+    the queue may lag), and no other replica acts for it (its row is absent, ours, or older than
+    ``stale_before``)."""
     cursor = await db.execute(
-        "INSERT INTO preemptions VALUES (%s, %s, %s) ON CONFLICT (preemptor) DO UPDATE "
-        "SET replica = excluded.replica, at = excluded.at "
+        "INSERT INTO preemptions SELECT %s, %s, %s WHERE EXISTS "
+        f"(SELECT 1 FROM executions WHERE execution_id = %s AND state = {CREATED}) "
+        "ON CONFLICT (preemptor) DO UPDATE SET replica = excluded.replica, at = excluded.at "
         "WHERE preemptions.replica = excluded.replica OR preemptions.at < %s RETURNING preemptor",
-        (preemptor, replica, now, stale_before),
+        (preemptor, replica, now, preemptor, stale_before),
     )
     return await cursor.fetchone() is not None
 
 
-async def end_preemption(db: psycopg.AsyncConnection[Any], preemptor: str, replica: str) -> None:
-    await db.execute("DELETE FROM preemptions WHERE preemptor = %s AND replica = %s", (preemptor, replica))
+async def prune_preemptions(db: psycopg.AsyncConnection[Any], stale_before: float) -> None:
+    """Forget the rows of executions no longer pending, and rows too old to hold anyone back."""
+    await db.execute(
+        "DELETE FROM preemptions p WHERE p.at < %s OR NOT EXISTS "
+        f"(SELECT 1 FROM executions e WHERE e.execution_id = p.preemptor AND e.state = {CREATED})",
+        (stale_before,),
+    )
