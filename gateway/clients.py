@@ -13,6 +13,7 @@ from sse_starlette import EventSourceResponse
 
 from flux.defaults import MAX_BATCH_INPUTS
 from flux.errors import InvalidArgument, ResourceExhausted
+from flux.server.metadata import CALLER_ROLE, CALLER_TENANT
 from flux.v1 import control_pb2
 from gateway import protojson, schema, tracing
 from gateway.auth import API_BEARER
@@ -318,7 +319,35 @@ async def forget_worker(
     return _answer(await core.control.ForgetWorker(message, timeout=_timeout(request)))
 
 
-@router.get("/status", response_model=schema.ClusterStatus, responses=_refusals())
+# The core's word on who a GetStatus caller is, answered as headers: the body stays ClusterStatus.
+CALLER_HEADERS = {CALLER_TENANT: "X-Flux-Tenant", CALLER_ROLE: "X-Flux-Role"}
+
+
+@router.get(
+    "/status",
+    response_model=schema.ClusterStatus,
+    responses={
+        200: {
+            "headers": {
+                "X-Flux-Tenant": {
+                    "description": "the tenant the caller's token speaks for",
+                    "schema": {"type": "string"},
+                },
+                "X-Flux-Role": {
+                    "description": "the token's role: read, submit or admin",
+                    "schema": {"type": "string"},
+                },
+            }
+        },
+        **_refusals(),
+    },
+)
 async def cluster_status(request: Request, core: CoreDep) -> JSONResponse:
-    """Workers, pending executions by requirement shape (with explain's summary), counters, latencies."""
-    return _answer(await core.control.GetStatus(control_pb2.GetStatusRequest(), timeout=_timeout(request)))
+    """Workers, pending executions by requirement shape (with explain's summary), counters, latencies,
+    each tenant's usage against its quota; the headers say which tenant and role the token has."""
+    call = core.control.GetStatus(control_pb2.GetStatusRequest(), timeout=_timeout(request))
+    response = _answer(await call)
+    for key, value in await call.trailing_metadata() or ():
+        if key in CALLER_HEADERS and isinstance(value, str):
+            response.headers[CALLER_HEADERS[key]] = value
+    return response

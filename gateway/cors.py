@@ -48,6 +48,8 @@ def install(app: FastAPI, origins: tuple[str, ...]) -> None:
         allow_origins=[origin(o) for o in origins],
         allow_methods=["GET", "POST"],
         allow_headers=list(ALLOWED_HEADERS),
+        # GET /status says whose token it is in these; a page elsewhere reads them too.
+        expose_headers=["X-Flux-Tenant", "X-Flux-Role"],
         allow_credentials=False,
         max_age=PREFLIGHT_MAX_AGE,
     )

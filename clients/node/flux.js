@@ -567,6 +567,249 @@ async function explain(args) {
   }
 }
 
+// ------------------------------------------------------------------ tenants (HTTP)
+//
+// Tenant administration over the gateway's HTTP API, mirroring the Python client's
+// `client.tenants` (flux/tenant_admin.py). Every call needs an admin API token.
+//
+//   const { FluxClient } = require("./flux.js");
+//   const client = new FluxClient({ gateway: "http://127.0.0.1:8080" });  // token: $FLUX_API_TOKEN
+//   await client.tenants.create("ml", { gpu: 4, memory: "64Gi", cohort: "research" });
+//   const token = await client.tenants.createToken("ml", "read");
+//
+// Terms are the fields of a tenants file (cpu, memory, gpu, gpu_memory, cohort,
+// borrowing_limit, lending_limit, weight), as `flux tenant apply` reads them; tenants
+// come back in the same form ({name, gpu: 4, memory: "64Gi", cohort, weight: 1}).
+// Quantities are converted here, since the wire carries bytes; everything else is
+// the server's to check. A refusal is a FluxError: "PATCH /tenants/ml failed:
+// INVALID_ARGUMENT: gpu must be a whole number >= 0; got 'four'", the server's message
+// naming the field, with .status (HTTP), .code (INVALID_ARGUMENT, NOT_FOUND, ...) and
+// .details (the server's message alone); one refused here, before sending, has status 0.
+
+const DEFAULT_GATEWAY = "http://127.0.0.1:8080";
+const TENANT_RESOURCES = ["cpu", "memory", "gpu", "gpu_memory"];
+const COUNTED = new Set(["cpu", "gpu"]);
+const TENANT_FIELDS = [...TENANT_RESOURCES, "cohort", "borrowing_limit", "lending_limit", "weight"];
+const FIELD_LIST = `name, ${TENANT_FIELDS.join(", ")}`;
+
+class FluxError extends Error {
+  constructor(message, { status = 0, code = "", details = message } = {}) {
+    super(message);
+    this.name = "FluxError";
+    this.status = status;
+    this.code = code;
+    this.details = details;
+  }
+}
+
+// Refused before anything is sent (status 0), worded as the server words it (flux/domain/tenant.py).
+function invalid(details) {
+  return new FluxError(details, { code: "INVALID_ARGUMENT", details });
+}
+
+// One quota amount on the wire: a count as is, bytes as a decimal string; null/undefined: no limit.
+function amount(field, value) {
+  if (value === null || value === undefined) return undefined;
+  const resource = field.split(".").pop();
+  if (COUNTED.has(resource)) {
+    const text = typeof value === "number" ? String(value) : typeof value === "string" ? value.trim() : null;
+    if (text === null || !/^[0-9]+$/.test(text)) {
+      throw invalid(`${field} must be a whole number >= 0; got ${JSON.stringify(value)}`);
+    }
+    return text;
+  }
+  try {
+    return bytes(field, typeof value === "number" ? String(value) : String(value).trim());
+  } catch (err) {
+    throw invalid(err.message);
+  }
+}
+
+function limits(field, value) {
+  if (value === null || value === undefined) return {};
+  if (typeof value !== "object" || Array.isArray(value)) {
+    throw invalid(`${field} must be a mapping of resource to amount, e.g. {gpu: 2, memory: '8Gi'}`);
+  }
+  const out = {};
+  for (const [resource, given] of Object.entries(value)) {
+    if (!TENANT_RESOURCES.includes(resource)) {
+      throw invalid(`${field}: unknown resource ${JSON.stringify(resource)}; use ${TENANT_RESOURCES.join(", ")}`);
+    }
+    const wire = amount(`${field}.${resource}`, given);
+    if (wire !== undefined) out[resource] = wire;
+  }
+  return out;
+}
+
+// A tenant in the tenants-file form -> flux.v1.Tenant as JSON (what POST and PUT /tenants take);
+// `where` names it in a refusal ("tenants[1]: ").
+function tenantToWire(name, terms, where = "") {
+  try {
+    return wireTenant(name, terms);
+  } catch (err) {
+    throw err instanceof FluxError && where ? invalid(`${where}${err.details}`) : err;
+  }
+}
+
+function wireTenant(name, terms) {
+  if (terms === null || typeof terms !== "object" || Array.isArray(terms)) {
+    throw invalid(`the terms must be an object of tenant fields (${FIELD_LIST})`);
+  }
+  for (const key of Object.keys(terms)) {
+    if (!TENANT_FIELDS.includes(key)) {
+      throw invalid(`unknown tenant field ${JSON.stringify(key)}; the fields are ${FIELD_LIST}`);
+    }
+  }
+  const quota = {};
+  for (const resource of TENANT_RESOURCES) {
+    const wire = amount(resource, terms[resource]);
+    if (wire !== undefined) quota[resource] = wire;
+  }
+  const tenant = {
+    name,
+    quota,
+    borrowing_limit: limits("borrowing_limit", terms.borrowing_limit),
+    lending_limit: limits("lending_limit", terms.lending_limit),
+  };
+  if (terms.cohort !== undefined && terms.cohort !== null) tenant.cohort = terms.cohort;
+  if (terms.weight !== undefined && terms.weight !== null) {
+    // Checked here: 0 on the wire means "the default, 1", so a weight of 0 would pass unnoticed.
+    const weight = typeof terms.weight === "string" && terms.weight.trim() ? Number(terms.weight) : terms.weight;
+    if (typeof weight !== "number" || !Number.isFinite(weight) || weight <= 0) {
+      throw invalid(`weight must be a number > 0 (default 1); got ${JSON.stringify(terms.weight)}`);
+    }
+    tenant.weight = weight;
+  }
+  return tenant;
+}
+
+// Bytes as the exact quantity a person wrote ("8Gi"), where one exists; counts as numbers.
+function showAmount(resource, wire) {
+  if (COUNTED.has(resource)) return Number(wire);
+  const value = BigInt(wire);
+  for (const [suffix, power] of [["Pi", 5n], ["Ti", 4n], ["Gi", 3n], ["Mi", 2n], ["Ki", 1n]]) {
+    const size = 1024n ** power;
+    if (value && value % size === 0n) return `${value / size}${suffix}`;
+  }
+  return value.toString();
+}
+
+function limitsFromWire(message) {
+  const out = {};
+  for (const resource of TENANT_RESOURCES) {
+    if (message && message[resource] !== undefined) out[resource] = showAmount(resource, message[resource]);
+  }
+  return out;
+}
+
+// flux.v1.Tenant as JSON -> the tenants-file form, as the Python Tenant.to_dict() gives it.
+function tenantFromWire(message) {
+  const out = { name: message.name, ...limitsFromWire(message.quota) };
+  if (message.cohort) out.cohort = message.cohort;
+  const borrowing = limitsFromWire(message.borrowing_limit);
+  if (Object.keys(borrowing).length) out.borrowing_limit = borrowing;
+  const lending = limitsFromWire(message.lending_limit);
+  if (Object.keys(lending).length) out.lending_limit = lending;
+  out.weight = message.weight || 1;
+  return out;
+}
+
+function tenantPath(name) {
+  if (typeof name !== "string" || !name) throw invalid(`a tenant name must be a non-empty string; got ${JSON.stringify(name)}`);
+  return `/tenants/${encodeURIComponent(name)}`;
+}
+
+class TenantAdmin {
+  constructor(client) {
+    this._client = client;
+  }
+
+  async create(name, terms = {}) {
+    const answer = await this._client.request("POST", "/tenants", tenantToWire(name, terms));
+    return tenantFromWire(answer.tenant);
+  }
+
+  async list() {
+    return (await this._client.request("GET", "/tenants")).tenants.map(tenantFromWire);
+  }
+
+  async get(name) {
+    return tenantFromWire((await this._client.request("GET", tenantPath(name))).tenant);
+  }
+
+  // Some terms changed, in the tenants-file form; null clears one. The server checks them.
+  async set(name, changes) {
+    return tenantFromWire((await this._client.request("PATCH", tenantPath(name), changes)).tenant);
+  }
+
+  async delete(name) {
+    await this._client.request("DELETE", tenantPath(name));
+  }
+
+  // Create or replace each tenant ({name, ...terms}) by name, all of them or none.
+  async apply(tenants) {
+    if (!Array.isArray(tenants)) throw invalid("apply takes an array of tenants ({name, ...terms})");
+    const wire = tenants.map((tenant, index) => {
+      if (tenant === null || typeof tenant !== "object") throw invalid(`tenants[${index}] must be an object`);
+      const { name, ...terms } = tenant;
+      return tenantToWire(name, terms, `tenants[${index}]: `);
+    });
+    return (await this._client.request("PUT", "/tenants", { tenants: wire })).tenants.map(tenantFromWire);
+  }
+
+  // A new API token for `tenant` ("submit", "read" or "admin"); the server keeps only its digest.
+  async createToken(tenant, role = "submit") {
+    return (await this._client.request("POST", "/tokens", { tenant, role })).token;
+  }
+}
+
+class FluxClient {
+  // gateway: the HTTP gateway's URL (else $FLUX_GATEWAY, else http://127.0.0.1:8080);
+  // token: an API token (else $FLUX_API_TOKEN, else ./.flux/api.token, read at the first call).
+  constructor({ gateway, token: apiToken, timeoutMs = UNARY_TIMEOUT_MS } = {}) {
+    this.gateway = new URL(gateway || process.env.FLUX_GATEWAY || DEFAULT_GATEWAY);
+    this._token = apiToken;
+    this.timeoutMs = timeoutMs;
+    this.tenants = new TenantAdmin(this);
+  }
+
+  // One call; its JSON answer, or a FluxError carrying the gateway's {"error": {code, message}}.
+  async request(method, route, body) {
+    const headers = { Accept: "application/json", Authorization: `Bearer ${this._token || token("api")}` };
+    if (body !== undefined) headers["Content-Type"] = "application/json";
+    const target = new URL(route.replace(/^\//, ""), this.gateway.href.endsWith("/") ? this.gateway : `${this.gateway.href}/`);
+    let response;
+    try {
+      response = await fetch(target, {
+        method,
+        headers,
+        body: body === undefined ? undefined : JSON.stringify(body),
+        signal: AbortSignal.timeout(this.timeoutMs),
+      });
+    } catch (err) {
+      const why = err.name === "TimeoutError" ? `no answer within ${this.timeoutMs / 1000}s` : (err.cause || err).message;
+      throw new FluxError(`${method} ${route} failed: UNAVAILABLE: the gateway at ${this.gateway.origin} did not answer (${why})`, {
+        code: "UNAVAILABLE",
+        details: why,
+      });
+    }
+    const text = await response.text();
+    let data = null;
+    try {
+      data = text ? JSON.parse(text) : null;
+    } catch {
+      data = null;
+    }
+    if (!response.ok) {
+      const error = (data && data.error) || {};
+      const code = error.code || String(response.status);
+      const details = error.message || text || response.statusText;
+      throw new FluxError(`${method} ${route} failed: ${code}: ${details}`, { status: response.status, code, details });
+    }
+    return data;
+  }
+}
+
 // ------------------------------------------------------------------ main
 
 const COMMANDS = { worker, register, run, wait, explain };
@@ -597,12 +840,17 @@ async function main(argv) {
   return (await COMMANDS[command](args)) || 0;
 }
 
-main(process.argv.slice(2)).then(
-  (code) => {
-    process.exitCode = code;
-  },
-  (err) => {
-    console.error(`flux-node: ${err.message}`);
-    process.exitCode = err instanceof UsageError ? 2 : 1;
-  },
-);
+module.exports = { FluxClient, FluxError, TenantAdmin };
+
+// Run as a program (node flux.js ..., or the flux-node bin); required as a module, only the exports.
+if (require.main === module) {
+  main(process.argv.slice(2)).then(
+    (code) => {
+      process.exitCode = code;
+    },
+    (err) => {
+      console.error(`flux-node: ${err.message}`);
+      process.exitCode = err instanceof UsageError ? 2 : 1;
+    },
+  );
+}

@@ -17,7 +17,7 @@ import asyncio
 import functools
 import inspect
 import logging
-from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Generator, Sequence
 from typing import Any, NoReturn
 
 import grpc
@@ -53,9 +53,13 @@ class _Context:
         # Set by a server-streaming call: done once the servicer sends its headers (or a message).
         self.headers: asyncio.Future[None] | None = None
         self._deadline = None if timeout is None else asyncio.get_running_loop().time() + timeout
+        self.trailing: tuple[tuple[str, str], ...] = ()
 
     def invocation_metadata(self) -> tuple[tuple[str, str], ...]:
         return self._metadata
+
+    def set_trailing_metadata(self, metadata: Metadata) -> None:
+        self.trailing = tuple(metadata)
 
     async def abort(
         self, code: grpc.StatusCode, details: str = "", trailing_metadata: Metadata = ()
@@ -118,6 +122,21 @@ class LocalRegistry:
         return LocalChannel(self.handlers, self.interceptors)
 
 
+class LocalUnaryCall:
+    """A unary call as ``grpc.aio`` gives one: awaited for its answer, then its trailing metadata."""
+
+    __slots__ = ("_answer", "_context")
+
+    def __init__(self, answer: Coroutine[Any, Any, Any], context: _Context):
+        self._answer, self._context = answer, context
+
+    def __await__(self) -> Generator[Any, None, Any]:
+        return self._answer.__await__()
+
+    async def trailing_metadata(self) -> grpc.aio.Metadata:
+        return grpc.aio.Metadata(*self._context.trailing)
+
+
 class LocalChannel:
     """Enough of ``grpc.aio.Channel`` for generated stubs: unary-unary and unary-stream calls.
 
@@ -152,10 +171,13 @@ class LocalChannel:
         response_deserializer: Callable[[bytes], Any] | None = None,
         _registered_method: bool = False,
     ) -> Callable[..., Any]:
-        async def call(
+        def call(
             request: Any, *, timeout: float | None = None, metadata: Metadata | None = None, **_: Any
-        ) -> Any:
+        ) -> LocalUnaryCall:
             context = _Context(metadata, timeout)
+            return LocalUnaryCall(answer(request, context, timeout), context)
+
+        async def answer(request: Any, context: _Context, timeout: float | None) -> Any:
             handler = self._handlers.get(method) if not self._interceptors else None
             if handler is None:
                 handler = await self._resolve(method, context.invocation_metadata())

@@ -31,7 +31,7 @@ from flux.observe.status import StatusBoard
 from flux.server import convert
 from flux.server.callers import Callers
 from flux.server.dispatch_stream import DispatchStream
-from flux.server.metadata import TRANSPORT_METADATA
+from flux.server.metadata import CALLER_ROLE, CALLER_TENANT, TRANSPORT_METADATA
 from flux.v1 import control_pb2, control_pb2_grpc, worker_pb2, worker_pb2_grpc
 
 log = logging.getLogger("flux.server")
@@ -495,6 +495,10 @@ class ControlService(control_pb2_grpc.ControlServiceServicer):
     @_unary
     async def GetStatus(self, request: control_pb2.GetStatusRequest, context: grpc.aio.ServicerContext):
         caller = await self._caller(context)
+        # Who the token speaks for, beside the answer (ClusterStatus is the same for every caller but
+        # for the ids below): the gateway passes it on as X-Flux-Tenant and X-Flux-Role, which is how
+        # the dashboard knows whether to show every tenant or the one it is signed in as.
+        context.set_trailing_metadata(((CALLER_TENANT, caller.tenant), (CALLER_ROLE, caller.role)))
         status = convert.status_to_proto(await self.status.snapshot(detail=True))
         if not caller.admin:
             # The fleet and the counts are everyone's to see; another tenant's execution ids are not.

@@ -14,6 +14,7 @@ import signal
 import subprocess
 from pathlib import Path
 
+import httpx
 import pytest
 
 from flux.auth import Role
@@ -329,3 +330,134 @@ def test_node_worker_leaves_cleanly_on_sigterm_and_fails_loudly_when_the_server_
     _, stderr = orphan.communicate(timeout=30)
     assert orphan.returncode == 1
     assert "flux-node: Connect failed: UNAVAILABLE" in stderr, stderr
+
+
+# Each step's answer, or its refusal as a FluxError carries it, as one JSON object.
+TENANT_SCRIPT = r"""
+const { FluxClient } = require(process.argv[2]);
+const steps = JSON.parse(process.argv[3]);
+(async () => {
+  const clients = { admin: new FluxClient({ gateway: process.env.FLUX_GATEWAY }) };
+  const out = {};
+  for (const [label, as, method, ...args] of steps) {
+    try {
+      const answer = await clients[as].tenants[method](...args);
+      out[label] = { ok: answer === undefined ? null : answer };
+      // A token minted here signs in a client of its own for the steps after it.
+      if (method === "createToken") clients[label] = new FluxClient({ gateway: process.env.FLUX_GATEWAY, token: answer });
+    } catch (err) {
+      out[label] = { error: err.message, code: err.code, status: err.status, name: err.name };
+    }
+  }
+  console.log(JSON.stringify(out));
+})();
+"""
+
+
+def _tenant_steps(node: str, cluster: Cluster, tmp_path: Path, steps: list[list[object]]) -> dict:
+    script = tmp_path / "tenants.js"
+    script.write_text(TENANT_SCRIPT)
+    env = {k: v for k, v in node_env(cluster).items() if k != "FLUX_SERVER"}
+    result = subprocess.run(
+        [node, str(script), str(FLUX_JS), json.dumps(steps)],
+        env={**env, "FLUX_GATEWAY": cluster.gateway_url}, capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    return json.loads(result.stdout)
+
+
+def test_node_client_administers_tenants_over_http(node: str, cluster: Cluster, tmp_path: Path) -> None:
+    out = _tenant_steps(node, cluster, tmp_path, [
+        ["create", "admin", "create", "ml",
+         {"gpu": 4, "memory": "8Gi", "cohort": "research", "borrowing_limit": {"gpu": 2}}],
+        ["set", "admin", "set", "ml", {"weight": 3, "memory": None, "gpu_memory": "40Gi"}],
+        ["apply", "admin", "apply", [{"name": "web", "cpu": 8}, {"name": "ops"}]],
+        ["list", "admin", "list"],
+        ["get", "admin", "get", "web"],
+        ["web_reader", "admin", "createToken", "web", "read"],
+        ["ml_token", "admin", "createToken", "ml"],
+        ["delete", "admin", "delete", "ops"],
+        ["after_delete", "admin", "list"],
+    ])  # fmt: skip
+    assert out["create"] == {"ok": {
+        "name": "ml", "gpu": 4, "memory": "8Gi", "cohort": "research", "borrowing_limit": {"gpu": 2}, "weight": 1,
+    }}  # fmt: skip
+    assert out["set"] == {"ok": {
+        "name": "ml", "gpu": 4, "gpu_memory": "40Gi", "cohort": "research", "borrowing_limit": {"gpu": 2},
+        "weight": 3,
+    }}  # fmt: skip
+    assert out["apply"] == {"ok": [{"name": "web", "cpu": 8, "weight": 1}, {"name": "ops", "weight": 1}]}
+    assert [t["name"] for t in out["list"]["ok"]] == ["default", "ml", "ops", "web"]
+    assert out["get"] == {"ok": {"name": "web", "cpu": 8, "weight": 1}}
+    assert out["delete"] == {"ok": None}
+    assert [t["name"] for t in out["after_delete"]["ok"]] == ["default", "ml", "web"]
+
+    # The Python client and the core agree on what Node stored, and on its tokens.
+    assert cluster.client.tenants.get("ml").to_dict() == out["set"]["ok"]
+    for token, tenant, role in (
+        (out["web_reader"]["ok"], "web", "read"),
+        (out["ml_token"]["ok"], "ml", "submit"),
+    ):
+        answer = httpx.get(
+            f"{cluster.gateway_url}/status", headers={"Authorization": f"Bearer {token}"}, timeout=10
+        )
+        assert (answer.headers["x-flux-tenant"], answer.headers["x-flux-role"]) == (tenant, role)
+
+
+def test_node_client_tenant_refusals_carry_the_message_naming_the_field(
+    node: str, cluster: Cluster, tmp_path: Path
+) -> None:
+    cluster.client.tenants.create("ml", gpu=1)
+    out = _tenant_steps(node, cluster, tmp_path, [
+        ["exists", "admin", "create", "ml"],
+        ["no_cohort", "admin", "create", "web", {"gpu": 2, "borrowing_limit": {"gpu": 1}}],
+        ["weight", "admin", "create", "web", {"weight": 2_000_000}],
+        # 0 on the wire is "the default, 1": refused here rather than stored as 1.
+        ["weight_zero", "admin", "create", "web", {"weight": 0}],
+        ["name", "admin", "create", "Web"],
+        ["set_gpu", "admin", "set", "ml", {"gpu": "four"}],
+        ["set_field", "admin", "set", "ml", {"gpus": 1}],
+        ["missing", "admin", "get", "nobody"],
+        ["default", "admin", "delete", "default"],
+        ["role", "admin", "createToken", "ml", "boss"],
+        ["token_for_nobody", "admin", "createToken", "nobody"],
+        ["apply_bad", "admin", "apply", [{"name": "web", "cpu": 2}, {"name": "db", "lending_limit": {"cpu": 1}}]],
+        # Refused here, before anything is sent: the wire carries bytes, so a quantity is read first.
+        ["quantity", "admin", "create", "web", {"memory": "lots"}],
+        ["unknown", "admin", "create", "web", {"gpus": 1}],
+        ["count", "admin", "apply", [{"name": "web", "cpu": 1.5}]],
+        ["reader", "admin", "createToken", "ml", "read"],
+        ["not_admin", "reader", "list"],
+    ])  # fmt: skip
+    expected = {
+        "exists": (409, "ALREADY_EXISTS", "POST /tenants failed: ALREADY_EXISTS: ", "'ml'"),
+        "no_cohort": (422, "INVALID_ARGUMENT", "POST /tenants failed: INVALID_ARGUMENT: ",
+                      "borrowing_limit needs a cohort"),
+        "weight": (422, "INVALID_ARGUMENT", "POST /tenants failed: INVALID_ARGUMENT: ", "weight must be a number > 0"),
+        "weight_zero": (0, "INVALID_ARGUMENT", "weight must be a number > 0 (default 1); got 0", ""),
+        "name": (422, "INVALID_ARGUMENT", "POST /tenants failed: INVALID_ARGUMENT: ", "a tenant name is"),
+        "set_gpu": (422, "INVALID_ARGUMENT", "PATCH /tenants/ml failed: INVALID_ARGUMENT: ",
+                    "gpu must be a whole number >= 0; got 'four'"),
+        "set_field": (422, "INVALID_ARGUMENT", "PATCH /tenants/ml failed: INVALID_ARGUMENT: ",
+                      "unknown tenant field 'gpus'"),
+        "missing": (404, "NOT_FOUND", "GET /tenants/nobody failed: NOT_FOUND: ", "tenant 'nobody' does not exist"),
+        "default": (409, "FAILED_PRECONDITION", "DELETE /tenants/default failed: FAILED_PRECONDITION: ", "default"),
+        "role": (422, "INVALID_ARGUMENT", "POST /tokens failed: INVALID_ARGUMENT: ", "role 'boss' is invalid"),
+        "token_for_nobody": (404, "NOT_FOUND", "POST /tokens failed: NOT_FOUND: ", "'nobody'"),
+        "apply_bad": (422, "INVALID_ARGUMENT", "PUT /tenants failed: INVALID_ARGUMENT: ", "lending_limit.cpu is set"),
+        "quantity": (0, "INVALID_ARGUMENT", "memory must be bytes or a quantity like", '"lots"'),
+        "unknown": (0, "INVALID_ARGUMENT", 'unknown tenant field "gpus"; the fields are name, cpu', "weight"),
+        "count": (0, "INVALID_ARGUMENT", "tenants[0]: cpu must be a whole number >= 0", "1.5"),
+        "not_admin": (403, "PERMISSION_DENIED", "GET /tenants failed: PERMISSION_DENIED: ",
+                      "a read token of tenant ml cannot call"),
+    }  # fmt: skip
+    for label, (status, code, start, part) in expected.items():
+        refusal = out[label]
+        assert "error" in refusal, (label, refusal)
+        assert (refusal["name"], refusal["status"], refusal["code"]) == ("FluxError", status, code), (
+            label,
+            refusal,
+        )
+        assert refusal["error"].startswith(start) and part in refusal["error"], (label, refusal)
+    # Nothing refused was stored: all or none.
+    assert [t.name for t in cluster.client.tenants.list()] == ["default", "ml"]

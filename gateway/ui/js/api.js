@@ -45,7 +45,12 @@ export function headers(extra) {
   return all;
 }
 
-export async function call(method, path, { params, body, signal } = {}) {
+export async function call(method, path, options) {
+  return (await exchange(method, path, options)).data;
+}
+
+// The answer's JSON and its headers (GET /status says whose token this is in X-Flux-Tenant and X-Flux-Role).
+async function exchange(method, path, { params, body, signal } = {}) {
   let response;
   try {
     response = await fetch(url(path, params), {
@@ -75,7 +80,13 @@ export async function call(method, path, { params, body, signal } = {}) {
       detail.message || `${method} ${path} answered ${response.status}`,
     );
   }
-  return data;
+  return { data, headers: response.headers };
+}
+
+// GET /status with who the page is signed in as ({tenant, role}; empty from a gateway without the headers).
+async function status(signal) {
+  const { data, headers } = await exchange("GET", "/status", { signal });
+  return { ...data, caller: { tenant: headers.get("X-Flux-Tenant") || "", role: headers.get("X-Flux-Role") || "" } };
 }
 
 export const get = (path, params, signal) => call("GET", path, { params, signal });
@@ -83,7 +94,7 @@ export const post = (path, body) => call("POST", path, { body: body === undefine
 
 // The routes the page reads, in one place so a renamed route is one edit.
 export const api = {
-  status: (signal) => get("/status", undefined, signal),
+  status,
   workers: (signal) => get("/workers", undefined, signal),
   workflows: (signal) => get("/workflows", undefined, signal),
   executions: (filters, signal) => get("/executions", filters, signal),

@@ -2,15 +2,16 @@
 // be bookmarked; the token never is), the header, and actions.
 
 import { api, setToken, token } from "./api.js";
-import { replace } from "./dom.js";
+import { h, replace } from "./dom.js";
 import * as detail from "./detail.js";
 import * as executions from "./executions.js";
 import * as fleet from "./fleet.js";
 import { Live, POLL_MS, Resource } from "./live.js";
 import * as queue from "./queue.js";
+import * as tenants from "./tenants.js";
 
 const $ = (id) => document.getElementById(id);
-const VIEWS = { fleet, queue, executions };
+const VIEWS = { fleet, queue, executions, tenants };
 
 const route = { view: "fleet", id: "", params: new URLSearchParams() };
 
@@ -93,6 +94,17 @@ function showSummary(resource) {
     ` · ${held}/${slots} slots busy`);
 }
 
+// Which tenant and role the token has, from every status read (the Tenants and Queue views, and once at sign-in).
+function showCaller(resource) {
+  if (!resource.data) return;
+  const who = tenants.caller(resource.data);
+  const node = $("caller");
+  node.hidden = !who.tenant;
+  node.dataset.tenant = who.tenant;
+  node.dataset.role = who.role;
+  replace(node, "Signed in as tenant ", h("b", {}, who.tenant), ` · ${who.role} token`);
+}
+
 function onRoute() {
   const [path, query] = (location.hash.replace(/^#\/?/, "") || "fleet").split("?");
   const [view, ...rest] = path.split("/");
@@ -123,6 +135,8 @@ function showApp() {
   $("signout").hidden = false;
   live.start();
   onRoute();
+  // The header's tenant: read once here, whatever the view (later status reads keep it current).
+  if (!live.active.has("status")) res.status.refresh();
   $("view").focus();
 }
 
@@ -135,6 +149,8 @@ function signOut(message) {
   $("nav").hidden = true;
   $("signout").hidden = true;
   $("summary").replaceChildren();
+  $("caller").replaceChildren();
+  $("caller").hidden = true;
   $("feed").textContent = "";
   problem("");
   $("signin").hidden = false;
@@ -166,6 +182,7 @@ async function signIn(event) {
 }
 
 res.workers.subscribe(showSummary);
+res.status.subscribe(showCaller);
 $("signin-form").addEventListener("submit", signIn);
 $("signout").addEventListener("click", () => signOut(""));
 window.addEventListener("hashchange", () => {
