@@ -501,7 +501,11 @@ class ControlService(control_pb2_grpc.ControlServiceServicer):
         context.set_trailing_metadata(((CALLER_TENANT, caller.tenant), (CALLER_ROLE, caller.role)))
         status = convert.status_to_proto(await self.status.snapshot(detail=True))
         if not caller.admin:
-            # The fleet and the counts are everyone's to see; another tenant's execution ids are not.
+            # The fleet and the counts are everyone's to see; another tenant's execution ids and
+            # usage are not (an admin sees every tenant's usage against its quota).
+            own = [t for t in status.tenants if t.name == caller.tenant]
+            del status.tenants[:]
+            status.tenants.extend(own)
             for row in status.pending:
                 # The table's copy (a replica's mirror too): a tenant never changes, so any copy tells it.
                 oldest = (

@@ -371,6 +371,8 @@ def test_a_tenant_runs_within_its_quota_and_gets_it_back_when_work_ends(cluster:
         assert [(t.name, t.usage.cpu, t.quota.cpu, t.pending) for t in shown if t.name == "ml"] == [
             ("ml", 1, 1, 2)
         ]
+        assert {t.name for t in shown} == {"default", "ml"}  # an admin sees every tenant
+        assert [t.name for t in as_ml.status().tenants] == ["ml"]  # a tenant, its own usage only
 
         # Its running one ends: the quota it held goes to the next of ml's, on the same worker or any.
         as_ml.cancel(running)
