@@ -460,15 +460,24 @@ class Dispatcher:
         shapes: list[Shape] | None = None,
         workers: Iterable[WorkerEntry] | None = None,
         starving_first: bool = True,
+        only: bool = False,
     ) -> int:
-        """One scheduling pass (scoped to ``shapes`` or ``workers`` when given): reserve, then bind."""
-        placements = self.reserve(shapes, workers, starving_first)
+        """One scheduling pass (scoped to ``shapes`` or ``workers`` when given): reserve, then bind.
+
+        ``only``: the pass stays scoped even when a tenant gave back usage (which otherwise makes it
+        a pass over everything): preemption gives what it reclaimed to whom it reclaimed it for first.
+        """
+        placements = self.reserve(shapes, workers, starving_first, only)
         if placements:
             self.binder.bind(placements)
         return len(placements)
 
     def reserve(
-        self, shapes: list[Shape] | None, workers: Iterable[WorkerEntry] | None, starving_first: bool = True
+        self,
+        shapes: list[Shape] | None,
+        workers: Iterable[WorkerEntry] | None,
+        starving_first: bool = True,
+        only: bool = False,
     ) -> list[Placement]:
         """Decide placements (the pure matcher decides) and reserve them on their workers.
 
@@ -483,7 +492,7 @@ class Dispatcher:
         if accounts is not None:
             # The fleet's totals are the fair share's denominators: O(workers), only with tenants' terms.
             accounts.capacity = self._fleet_capacity()
-            if self.usage.freed:
+            if self.usage.freed and not only:
                 # A tenant gave back usage: what its quota held back may fit anywhere, not only
                 # on the worker that freed room. One pass over the whole queue and fleet.
                 self.usage.freed.clear()

@@ -40,7 +40,7 @@ from flux.matching.preemption import Preemption, Running, plan, reclaimable
 
 if TYPE_CHECKING:
     from flux.dispatcher.core import Dispatcher
-    from flux.matching import Shape
+    from flux.matching import Shape, WorkerView
     from flux.matching.tenancy import Accounts
 
 log = logging.getLogger("flux.dispatcher")
@@ -50,6 +50,8 @@ log = logging.getLogger("flux.dispatcher")
 SUBMISSION_RETRY = 0.5
 # Replicas: seconds a replica leaves a preemptor to the replica that acts for it before planning again.
 ELSEWHERE_FOR = 5.0
+# Pending executions of one lane planned for in one step, at most: the rest wait for the next.
+PLANS_PER_LANE = 64
 
 
 @dataclass(frozen=True, slots=True)
@@ -59,8 +61,9 @@ class Stopping:
     generation: int
     worker: str
     deadline: float
-    # The pending execution it makes room for.
+    # The pending execution it makes room for, and that execution's lane (shape).
     preemptor: str
+    lane: Shape
 
 
 class Reclaimer:
@@ -100,33 +103,50 @@ class Reclaimer:
             if shapes is not None
             else [s for t, _ in list(d.queue.tenants()) for s in d.queue.lanes(t)]
         )
-        now = d.clock()
-        heads = [
-            (first.execution_id, shape)
-            for shape in lanes
-            if (first := d.queue.first(shape)) is not None
-            and first.execution_id not in self.waiting
-            and self._elsewhere.get(first.execution_id, 0.0) <= now
-            and reclaimable(accounts, shape)
-        ]
-        if not heads:
+        lanes = [shape for shape in lanes if reclaimable(accounts, shape)]
+        if not lanes:
             return 0
-        workers = [entry.view() for entry in d.registry.values() if entry.dispatchable]
-        running = self._running()
+        now = d.clock()
+        workers: list[WorkerView] | None = None
+        running: list[Running] = []
+        # What the plans of this step leave: their preemptors charged, their victims refunded, so
+        # the next pending execution of a lane is planned as if they had happened (and a tenant
+        # reclaims up to its nominal quota in one step, not one execution per grace).
+        after = accounts.copy()
         count = 0
-        for execution_id, shape in heads:
-            preemption = plan(accounts, execution_id, shape, workers, running)
-            if preemption is None:
-                continue
-            # Planned: not planned again while the binder decides, nor while its victims stop.
-            self.waiting[execution_id] = set()
-            gone = {victim.execution_id for victim in preemption.victims}
-            running = [r for r in running if r.execution_id not in gone]
-            d.binder.preempt(execution_id, functools.partial(self._act, preemption, shape.tenant))
-            count += len(gone)
+        for shape in lanes:
+            planned = 0
+            for item in d.queue.iter_shape(shape):
+                if planned >= PLANS_PER_LANE or not reclaimable(after, shape):
+                    break
+                if item.execution_id in self.waiting or self._elsewhere.get(item.execution_id, 0.0) > now:
+                    # Planned before, its victims still stopping (or another replica acts for it):
+                    # counted as if placed and its victims gone, so what follows is planned beside it.
+                    after.charge(shape.tenant, shape.demand)
+                    for victim_id in self.waiting.get(item.execution_id, ()):
+                        victim = d.table.get(victim_id)
+                        if victim is not None:
+                            after.refund(victim.tenant, d.catalogue.shape_of(victim).demand)
+                    continue
+                if workers is None:
+                    workers = [entry.view() for entry in d.registry.values() if entry.dispatchable]
+                    running = self._running()
+                preemption = plan(after, item.execution_id, shape, workers, running)
+                if preemption is None:
+                    break  # the rest of the lane is the same shape: nothing makes room for it either
+                planned += 1
+                # Planned: not planned again while the binder decides, nor while its victims stop.
+                self.waiting[item.execution_id] = set()
+                gone = {victim.execution_id for victim in preemption.victims}
+                running = [r for r in running if r.execution_id not in gone]
+                after.charge(shape.tenant, shape.demand)
+                for victim in preemption.victims:
+                    after.refund(victim.tenant, victim.shape.demand)
+                d.binder.preempt(item.execution_id, functools.partial(self._act, preemption, shape))
+                count += len(gone)
         return count
 
-    def _act(self, preemption: Preemption, tenant: str) -> None:
+    def _act(self, preemption: Preemption, lane: Shape) -> None:
         """Stop the victims of ``preemption``, if the plan still holds now (on replicas it is a
         database round trip older); else let its preemptor be planned again."""
         d, preemptor = self.d, preemption.execution_id
@@ -142,10 +162,10 @@ class Reclaimer:
             return
         log.info(
             "execution %s of tenant %s %s on worker %s",
-            preemptor, tenant, preemption.describe(), preemption.worker,
+            preemptor, lane.tenant, preemption.describe(), preemption.worker,
         )  # fmt: skip
         for victim in preemption.victims:
-            self._preempt(victim.execution_id, preemptor, tenant)
+            self._preempt(victim.execution_id, preemptor, lane)
 
     def lost(self, preemptor: str) -> None:
         """Another replica acts for ``preemptor`` (or we could not ask): leave it for a while."""
@@ -180,17 +200,17 @@ class Reclaimer:
                 )
         return running
 
-    def _preempt(self, execution_id: str, preemptor: str, tenant: str) -> None:
+    def _preempt(self, execution_id: str, preemptor: str, lane: Shape) -> None:
         d = self.d
         execution = d.table.get(execution_id)
-        assert execution is not None  # _running read it from the table in this same step
+        assert execution is not None  # _act read it from the table in this same step
         entry = d.registry.get(execution.worker)
-        reason = f"preempted: tenant {tenant} reclaims its quota"
+        reason = f"preempted: tenant {lane.tenant} reclaims its quota"
         if entry is not None and entry.session is not None:
             entry.session.push(Cancelled(execution_id, execution.generation, reason, preempted=True))
         d.events.counters.preempted[Preempt.RECLAIM] += 1
         self.stopping[execution_id] = Stopping(
-            execution.generation, execution.worker, d.clock() + d.settings.preemption_grace, preemptor
+            execution.generation, execution.worker, d.clock() + d.settings.preemption_grace, preemptor, lane
         )
         self.waiting.setdefault(preemptor, set()).add(execution_id)
 
@@ -222,10 +242,16 @@ class Reclaimer:
     def stopped(self, execution: Execution) -> Execution:
         """``execution`` (stopping) is handed back, or will never be: requeue it, free its room."""
         d = self.d
+        stop = self.stopping.get(execution.execution_id)
         self._forget(execution.execution_id)
         entry = d.registry.get(execution.worker)
         requeued = housekeeping.requeue(d, execution, entry, next_attempt=False)
         d.events.requeued(execution, requeued, Requeue.PREEMPTED)
+        if stop is not None and d.queue.first(stop.lane) is not None:
+            # The room goes to the lane it was reclaimed for (its preemptor, or the next of that
+            # lane if the preemptor took another victim's room) before the pass that follows,
+            # where fair share could give it back to the victim's tenant on a tie (both at nominal).
+            d.place(shapes=[stop.lane], only=True)
         return requeued
 
     def expire(self, now: float) -> bool:

@@ -179,10 +179,7 @@ def _quota_fits(accounts: Accounts, shape: Shape, victims: list[Running]) -> boo
     """Whether ``shape`` fits its tenant's quota once ``victims`` are refunded."""
     if not victims:
         return Ledger(accounts).fits(shape.tenant, shape.demand)
-    after = Accounts(accounts.tenant(name) for name in accounts.terms)
-    after.capacity = accounts.capacity
-    for name, used in accounts.usage.items():
-        after.charge(name, used)
+    after = accounts.copy()
     for victim in victims:
         after.refund(victim.tenant, victim.shape.demand)
     return Ledger(after).fits(shape.tenant, shape.demand)

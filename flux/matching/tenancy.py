@@ -205,6 +205,13 @@ class Accounts:
             ]
         self._reshare()
 
+    def copy(self) -> Accounts:
+        """The same terms and usage, to change without touching these."""
+        copied = Accounts((t.tenant for t in self.terms.values()), self._capacity)
+        for name, used in self.usage.items():
+            copied.charge(name, used)
+        return copied
+
     def tenant(self, name: str) -> Tenant:
         terms = self.terms.get(name)
         return terms.tenant if terms is not None else Tenant(name or DEFAULT_TENANT)

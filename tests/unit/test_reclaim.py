@@ -9,9 +9,12 @@ line without an attempt counted.
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from flux.dispatcher.core import Dispatcher
 from flux.dispatcher.session import Cancelled
@@ -66,8 +69,12 @@ async def test_a_tenant_under_its_quota_preempts_the_newest_borrowed_execution()
     second = (await flux.d.submit("job", tenant="ml")).execution_id
     summary = (await flux.d.why(second)).summary
     assert "will preempt 1 execution of tenant web" in summary, summary
+    # The step plans the rest of ml's lane beside the first (as if its victim were gone): web's
+    # other borrowed core, and no more (ml is then at its quota of 2).
     await step(flux)
-    assert preempted(w) == []  # planned once: its victim is still stopping
+    assert preempted(w) == [web[2]]
+    await step(flux)
+    assert preempted(w) == []  # planned once: their victims are still stopping
 
     w.release(web[3])
     assert w.scheduled() == [mine]  # ml's share is the lowest: it goes first
@@ -77,9 +84,9 @@ async def test_a_tenant_under_its_quota_preempts_the_newest_borrowed_execution()
     assert flux.d.events.counters.requeued["released"] == 0
     # Back in line at its old place, ahead of web's fifth.
     assert flux.d.queue.position(web[3]) == 0 and flux.d.queue.position(web[4]) == 1
-    # ml's second is first in its lane now: the next housekeeping step reclaims web's other borrowed core.
-    await step(flux)
-    assert preempted(w) == [web[2]]
+    w.release(web[2])
+    assert w.scheduled() == [second]
+    assert flux.d.events.counters.preempted["reclaim"] == 2
     await flux.d.stop()
 
 
@@ -177,4 +184,58 @@ async def test_a_victim_requeued_some_other_way_lets_its_preemptor_plan_again_at
     assert flux.d.events.counters.requeued["ack_deadline"] == 1
     assert flux.d.reclaimer.waiting == {} and flux.d.reclaimer.stopping == {}
     assert w.scheduled() == [mine]  # the room it left goes to ml first (fair share)
+    await flux.d.stop()
+
+
+@settings(max_examples=30, deadline=None)
+@given(
+    nominal=st.integers(1, 4),
+    gpus=st.lists(st.integers(1, 3), min_size=1, max_size=3),
+    hand_back=st.booleans(),
+)
+def test_through_the_dispatcher_a_returning_tenant_gets_its_quota_back_within_one_grace(
+    nominal: int, gpus: list[int], hand_back: bool
+) -> None:
+    """web borrowed every GPU of the fleet; ml (nominal GPUs of quota) submits that many 1-GPU
+    executions. Within one preemption grace, whether the workers hand the victims back or not,
+    ml runs its whole quota, and exactly as many of web's were preempted (none freed nothing)."""
+    asyncio.run(_reclaim_scenario(nominal, gpus, hand_back))
+
+
+async def _reclaim_scenario(nominal: int, gpus: list[int], hand_back: bool) -> None:
+    total = sum(gpus)
+    nominal = min(nominal, total)
+    flux = Flux()
+    flux.d = Dispatcher(flux.store, dataclasses.replace(SETTINGS, preemption_grace=GRACE), clock=flux.clock)
+    await flux.start()
+    flux.d.apply_tenants(
+        [
+            Tenant("ml", Limits(gpu=nominal), "research"),
+            Tenant("web", Limits(gpu=total - nominal), "research"),
+        ]
+    )
+    await flux.workflow("gpu_job", gpu=1)
+    workers = [await flux.worker(f"w{i}", cpu=8, gpus=n) for i, n in enumerate(gpus)]
+    web = [(await flux.d.submit("gpu_job", tenant="web")).execution_id for _ in range(total)]
+    for w in workers:
+        for execution_id in w.scheduled():
+            w.claim(execution_id)
+    ml = [(await flux.d.submit("gpu_job", tenant="ml")).execution_id for _ in range(nominal)]
+    stopped: list[str] = []
+    for _ in range(3):  # a few housekeeping steps, a second apart: well within the grace
+        await step(flux)
+        for w in workers:
+            for execution_id in preempted(w):
+                stopped.append(execution_id)
+                if hand_back:
+                    w.release(execution_id)
+    if not hand_back:
+        await step(flux, GRACE)  # the grace runs out: their room is freed anyway
+    held = {State.SCHEDULED, State.RUNNING}
+    assert sum(flux.state(i) in held for i in ml) == nominal
+    assert len(stopped) == len(set(stopped)) == nominal
+    assert sum(flux.state(i) in held for i in web) == total - nominal
+    for w in workers:  # nothing overcommitted: one GPU each
+        entry = flux.d.registry.entries[w.name]
+        assert len(entry.holdings) <= len(entry.resources.gpus)
     await flux.d.stop()
