@@ -45,8 +45,9 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("flux.dispatcher")
 
-# Seconds between two plans for one shape on submission: planning reads the fleet and every held
-# execution, and a burst from a tenant whose work nothing can make room for would do it each time.
+# Seconds a shape's submissions do not plan after a plan for it found nothing to preempt: planning
+# reads the fleet and every held execution, and a burst from a tenant whose work nothing can make
+# room for would do it each time.
 SUBMISSION_RETRY = 0.5
 # Replicas: seconds a replica leaves a preemptor to the replica that acts for it before planning again.
 ELSEWHERE_FOR = 5.0
@@ -72,8 +73,8 @@ class Reclaimer:
         self.stopping: dict[str, Stopping] = {}
         # Preemptor -> its victims still stopping.
         self.waiting: dict[str, set[str]] = {}
-        # When a submission of each shape last planned (see SUBMISSION_RETRY).
-        self._tried: dict[Shape, float] = {}
+        # When a plan for each shape last found nothing to preempt (see SUBMISSION_RETRY).
+        self._hopeless: dict[Shape, float] = {}
         # Replicas: preemptors another replica acts for, and until when we leave them to it.
         self._elsewhere: dict[str, float] = {}
 
@@ -89,13 +90,12 @@ class Reclaimer:
         if shapes is not None:
             if not any(reclaimable(accounts, shape) for shape in shapes):
                 return 0  # the usual case of a submission that waits: its tenant is at its quota
-            # A burst of one shape's submissions plans once per SUBMISSION_RETRY; the step does the rest.
+            # After a plan for a shape found nothing to preempt, its submissions do not plan again
+            # for SUBMISSION_RETRY (each plan reads the fleet and every held execution); the step does.
             now = d.clock()
-            shapes = [s for s in shapes if now - self._tried.get(s, -SUBMISSION_RETRY) >= SUBMISSION_RETRY]
+            shapes = [s for s in shapes if now - self._hopeless.get(s, -SUBMISSION_RETRY) >= SUBMISSION_RETRY]
             if not shapes:
                 return 0
-            for shape in shapes:
-                self._tried[shape] = now
         if not _anyone_borrowing(accounts):
             return 0
         lanes = (
@@ -133,6 +133,7 @@ class Reclaimer:
                     running = self._running()
                 preemption = plan(after, item.execution_id, shape, workers, running)
                 if preemption is None:
+                    self._hopeless[shape] = now
                     break  # the rest of the lane is the same shape: nothing makes room for it either
                 planned += 1
                 # Planned: not planned again while the binder decides, nor while its victims stop.

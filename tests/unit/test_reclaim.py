@@ -65,7 +65,10 @@ async def test_a_tenant_under_its_quota_preempts_the_newest_borrowed_execution()
     # Until the worker hands it back its room stays held: nothing else is placed in it.
     assert flux.state(web[3]) is RUNNING and flux.state(mine) is CREATED
     assert "waiting for 1 preempted execution to stop" in (await flux.d.why(mine)).summary
-    # ml's next one waits behind it in its lane; explain tells what reclaiming its core would take.
+    # ml's next one waits behind it in its lane. Were its submission not to plan (as for a while
+    # after a plan for its shape found nothing), explain tells what reclaiming its core would take.
+    shape = flux.d.catalogue.shape_of(flux.get(mine))
+    flux.d.reclaimer._hopeless[shape] = flux.clock()
     second = (await flux.d.submit("job", tenant="ml")).execution_id
     summary = (await flux.d.why(second)).summary
     assert "will preempt 1 execution of tenant web" in summary, summary
