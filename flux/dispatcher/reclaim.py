@@ -4,9 +4,10 @@ Who is preempted is decided by the pure planner (``flux.matching.preemption.plan
 this module carries it out, in three steps:
 
 1. ``reclaim`` (each housekeeping step, and for its shape when a submission is not
-   placed at once; one server only): for each tenant's first
-   pending execution per shape that its quota allows but the fleet cannot place, ask
-   the planner for the smallest set of borrowed executions whose stop makes room. Each
+   placed at once): for the pending executions of each lane (a tenant's shape), in
+   order and as many as keep the tenant within its nominal quota, that the fleet
+   cannot place, ask the planner for the smallest set of borrowed executions whose
+   stop makes room, each planned as if the plans before it had happened. Each
    victim's worker is told to stop it (``Cancelled`` with ``preempted``), and from
    then on the victim is *stopping*: it keeps its room, so nothing else is placed in
    it, and its generation is fenced (a claim or a late result is refused).
@@ -14,8 +15,8 @@ this module carries it out, in three steps:
    is refused), its worker is lost, or ``--preemption-grace`` runs out, whichever is
    first. The victim goes back in line with its attempt not counted as a failure
    (requeued, reason "preempted") and its room is freed.
-3. The pass that follows places the tenant that reclaimed first: its usage, and so
-   its weighted share, is the lowest (fair share in ``flux.matching.scheduler``).
+3. A pass over the lane it was reclaimed for places its work in the freed room first;
+   then the usual pass over everything (fair share in ``flux.matching.scheduler``).
 
 A preemptor whose victims are still stopping is not planned for again, so one
 pending execution never preempts twice for the same room. On PostgreSQL replicas
@@ -81,8 +82,8 @@ class Reclaimer:
     # ----------------------------------------------------------------- deciding
 
     def reclaim(self, shapes: list[Shape] | None = None) -> int:
-        """Preempt for every tenant whose quota is taken by its cohort (for the first pending
-        execution of each of ``shapes``, or of every shape); returns how many were preempted."""
+        """Preempt for every tenant whose quota is taken by its cohort (for the lanes of ``shapes``,
+        or every lane); returns how many executions were preempted."""
         d = self.d
         accounts = d.usage.accounts
         if not d.settings.preemption or accounts is None or not d.queue:
