@@ -217,6 +217,7 @@ def workflow_dict(w: control_pb2.WorkflowInfo) -> dict[str, Any]:
         "affinity": dict(w.affinity),
         "max_attempts": w.max_attempts,
         "priority": w.priority,
+        "tenant": w.tenant,
         "registered_at_ms": w.registered_at_ms,
     }
 
@@ -254,6 +255,7 @@ def workflow_text(w: control_pb2.WorkflowInfo) -> str:
             f"affinity     {_labels(w.affinity)}",
             f"max attempts {w.max_attempts}",
             f"priority     {w.priority}",
+            f"tenant       {w.tenant or 'default'}",
             f"registered   {_when(w.registered_at_ms)}",
         )
     )

@@ -35,6 +35,7 @@ async def submit_many(
     field: str = "input_json",
     tenant: str = DEFAULT_TENANT,
     trace: str = "",
+    every_workflow: bool = True,
 ) -> list[Execution]:
     """Accept one execution per input (durable before this returns); answered in input order.
 
@@ -46,7 +47,7 @@ async def submit_many(
     checked = limits.checked_inputs(inputs, field)
     if not d.catalogue.knows(workflow_name, max(version, 0)):
         await d.feed.learn_workflows()  # perhaps registered through another replica
-    record = d.catalogue.resolve(workflow_name, version)
+    record = d.catalogue.resolve(workflow_name, version, None if every_workflow else tenant)
     rank = record.priority if priority is None else limits.checked_priority(priority)
     now = d.clock()
     with d.table.storing(len(checked), sum(limits.utf8_bytes(text) for text in checked)):

@@ -38,12 +38,21 @@ class Catalogue:
     def get(self, name: str, version: int) -> WorkflowRecord | None:
         return self._records.get((name, version))
 
-    def resolve(self, name: str, version: int) -> WorkflowRecord:
-        """The record a submission names (version 0: the latest), or the error that says why not."""
+    def resolve(self, name: str, version: int, tenant: str | None = None) -> WorkflowRecord:
+        """The record a submission names (version 0: the latest), or the error that says why not.
+
+        ``tenant``: the submitter's, who may run its own workflows and ``default``'s (None: any,
+        an admin's call); another tenant's workflow answers as one that does not exist.
+        """
         latest = self._latest.get(name)
-        if latest is None:
+        if latest is None or (tenant is not None and not self.runs(self._records[(name, latest)], tenant)):
+            names = (
+                self._latest
+                if tenant is None
+                else [n for n, v in self._latest.items() if self.runs(self._records[(n, v)], tenant)]
+            )
             raise NotFound(
-                f"workflow {name!r} is not registered{did_you_mean(name, self._latest)}; register its file with 'flux workflow register FILE'"
+                f"workflow {name!r} is not registered{did_you_mean(name, names)}; register its file with 'flux workflow register FILE'"
             )
         if version < 0:
             raise InvalidArgument(f"version must be >= 0 (0 means latest); got {version}")
@@ -51,6 +60,11 @@ class Catalogue:
         if record is None:
             raise NotFound(f"workflow {name!r} has no version {version}; the latest is {latest}")
         return record
+
+    @staticmethod
+    def runs(record: WorkflowRecord, tenant: str) -> bool:
+        """Whether ``tenant`` may run and see ``record``: its own, or ``default``'s (shared)."""
+        return record.tenant in (DEFAULT_TENANT, tenant)
 
     def record_of(self, execution: Execution) -> WorkflowRecord:
         return self._records[(execution.workflow.name, execution.workflow.version)]

@@ -25,6 +25,7 @@ the pending feed and the fleet directory.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import functools
 import hashlib
 import logging
@@ -173,9 +174,12 @@ class Dispatcher:
     # ----------------------------------------------------------------- workflows
 
     async def register_workflows(
-        self, filename: str, source: str, workflows: list[WorkflowRecord]
+        self, filename: str, source: str, workflows: list[WorkflowRecord], tenant: str = DEFAULT_TENANT
     ) -> list[WorkflowRecord]:
+        """Store each workflow as the next version of its name, owned by ``tenant`` (whose admin
+        registers it; a name another tenant owns is refused)."""
         limits.check_workflow_file(filename, source, workflows)
+        workflows = [dataclasses.replace(w, tenant=tenant) for w in workflows]
         source_hash = hashlib.sha256(source.encode()).hexdigest()
         stored = await self.store.register_workflows(filename, source, source_hash, workflows)
         for record in stored:
@@ -189,9 +193,12 @@ class Dispatcher:
             raise NotFound(f"no workflow source with hash {source_hash}")
         return found
 
-    async def list_workflows(self, name: str = "", version: int = 0) -> list[tuple[WorkflowRecord, int]]:
-        """(version, versions of its name): the latest of every name, or every version of ``name``."""
-        return await list_workflows(self.store, name, version)
+    async def list_workflows(
+        self, name: str = "", version: int = 0, tenant: str | None = None
+    ) -> list[tuple[WorkflowRecord, int]]:
+        """(version, versions of its name): the latest of every name, or every version of ``name``;
+        with ``tenant``, only its own and ``default``'s."""
+        return await list_workflows(self.store, name, version, tenant)
 
     # ----------------------------------------------------------------- executions
 
@@ -203,13 +210,15 @@ class Dispatcher:
         priority: int | None = None,
         trace: str = "",
         tenant: str = DEFAULT_TENANT,
+        every_workflow: bool = True,
     ) -> Execution:
-        """``trace``: the caller's W3C context (flux/tracing.py carrier), stored with the execution."""
+        """``trace``: the caller's W3C context (flux/tracing.py carrier), stored with the execution.
+        ``every_workflow`` False: ``tenant`` may run only its own workflows and ``default``'s."""
         if not workflow_name:
             raise InvalidArgument("workflow_name is required: the name of a registered workflow")
         if not self.catalogue.knows(workflow_name, max(version, 0)):
             await self.feed.learn_workflows()  # perhaps registered through another replica
-        record = self.catalogue.resolve(workflow_name, version)
+        record = self.catalogue.resolve(workflow_name, version, None if every_workflow else tenant)
         input_json = limits.checked_json(input_json or "null", "input_json")
         rank = record.priority if priority is None else limits.checked_priority(priority)
         self.table.admit(limits.utf8_bytes(input_json))
@@ -241,10 +250,18 @@ class Dispatcher:
         priority: int | None = None,
         trace: str = "",
         tenant: str = DEFAULT_TENANT,
+        every_workflow: bool = True,
     ) -> list[Execution]:
         """One execution per input, stored in one commit, in input order (bulk.py)."""
         return await bulk.submit_many(
-            self, workflow_name, inputs, version, priority, trace=trace, tenant=tenant
+            self,
+            workflow_name,
+            inputs,
+            version,
+            priority,
+            trace=trace,
+            tenant=tenant,
+            every_workflow=every_workflow,
         )
 
     def take_seq(self) -> int:

@@ -6,6 +6,7 @@ from collections.abc import Callable
 
 from flux.dispatcher.listing import needs_live_state
 from flux.domain.execution import Execution
+from flux.domain.tenant import DEFAULT_TENANT
 from flux.domain.workflow import WorkflowRecord
 from flux.errors import InvalidArgument, NotFound
 from flux.store.base import ExecutionQuery, Store
@@ -48,13 +49,20 @@ async def list_executions(
         after = (rows[-1].seq, rows[-1].execution_id)
 
 
-async def list_workflows(store: Store, name: str = "", version: int = 0) -> list[tuple[WorkflowRecord, int]]:
-    """(version, versions of its name): the latest of every name, or every version of ``name``."""
+async def list_workflows(
+    store: Store, name: str = "", version: int = 0, tenant: str | None = None
+) -> list[tuple[WorkflowRecord, int]]:
+    """(version, versions of its name): the latest of every name, or every version of ``name``.
+
+    ``tenant``: only its own workflows and ``default``'s (None: every tenant's, for an admin).
+    """
     if version and not name:
         raise InvalidArgument("version needs name: the workflow whose version to show")
     if version < 0:
         raise InvalidArgument(f"version must be >= 0 (0 means every version); got {version}")
     records = await store.list_workflows(name)
+    if tenant is not None:
+        records = [r for r in records if r.tenant in (DEFAULT_TENANT, tenant)]
     if name:
         if not records:
             raise NotFound(

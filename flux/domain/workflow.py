@@ -7,6 +7,7 @@ from dataclasses import dataclass, field, replace
 
 from flux.domain.execution import WorkflowRef
 from flux.domain.resource_request import ResourceRequest
+from flux.domain.tenant import DEFAULT_TENANT
 
 
 @dataclass(frozen=True, slots=True)
@@ -25,6 +26,9 @@ class WorkflowRecord:
     registered_at: float = 0.0
     # Declared with ``with_options(priority=N)``; a run may override it.
     priority: int = 0
+    # The tenant whose admin registered it: only that tenant runs and lists it, unless it is
+    # ``default``'s, which every tenant shares. A name belongs to one tenant.
+    tenant: str = DEFAULT_TENANT
     # Set on a record register_workflows returned without storing a new version: the
     # latest version already had this source and metadata (registering is idempotent).
     unchanged: bool = field(default=False, compare=False)

@@ -247,6 +247,7 @@ def workflow_to_proto(record: WorkflowRecord, versions: int) -> control_pb2.Work
         registered_at_ms=int(record.registered_at * 1000),
         version_count=versions,
         priority=record.priority,
+        tenant=record.tenant,
     )
 
 

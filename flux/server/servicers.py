@@ -304,8 +304,9 @@ class ControlService(control_pb2_grpc.ControlServiceServicer):
     async def RegisterWorkflow(
         self, request: control_pb2.RegisterWorkflowRequest, context: grpc.aio.ServicerContext
     ):
+        caller = await self._caller(context)
         stored = await self.dispatcher.register_workflows(
-            request.filename, request.source, convert.workflows_from_proto(request)
+            request.filename, request.source, convert.workflows_from_proto(request), tenant=caller.tenant
         )
         return control_pb2.RegisterWorkflowResponse(
             workflows=[
@@ -327,6 +328,7 @@ class ControlService(control_pb2_grpc.ControlServiceServicer):
             priority,
             tracing.from_pairs(context.invocation_metadata()),
             tenant=caller.tenant,
+            every_workflow=caller.admin,
         )
         return convert.execution_to_proto(execution)
 
@@ -341,6 +343,7 @@ class ControlService(control_pb2_grpc.ControlServiceServicer):
             priority,
             tracing.from_pairs(context.invocation_metadata()),
             tenant=caller.tenant,
+            every_workflow=caller.admin,
         )
         # Without their inputs: the caller sent them, and echoing them could pass the message cap.
         return control_pb2.RunWorkflowsResponse(
@@ -375,6 +378,7 @@ class ControlService(control_pb2_grpc.ControlServiceServicer):
                 priority,
                 tracing.from_pairs(context.invocation_metadata()),
                 tenant=caller.tenant,
+                every_workflow=caller.admin,
             )
             yield convert.execution_to_proto(accepted)
             if request.every_state:
@@ -537,7 +541,10 @@ class ControlService(control_pb2_grpc.ControlServiceServicer):
     async def ListWorkflows(
         self, request: control_pb2.ListWorkflowsRequest, context: grpc.aio.ServicerContext
     ):
-        found = await self.dispatcher.list_workflows(request.name, request.version)
+        caller = await self._caller(context)
+        found = await self.dispatcher.list_workflows(
+            request.name, request.version, None if caller.admin else caller.tenant
+        )
         return control_pb2.ListWorkflowsResponse(
             workflows=[convert.workflow_to_proto(record, versions) for record, versions in found]
         )

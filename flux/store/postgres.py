@@ -59,7 +59,9 @@ from flux.store.rows import (
     FINISHED,
     RUNNING,
     SCHEDULED,
+    WORKFLOW_COLUMN_COUNT,
     WORKFLOW_COLUMNS,
+    check_owner,
     execution_from_row,
     execution_row,
     executions_filter,
@@ -74,7 +76,8 @@ log = logging.getLogger("flux.store.postgres")
 # 3: workflows.priority and executions.priority (added on open; older rows get 0).
 # 4: executions.trace (added on open; older rows get '', untraced).
 # 5: executions.tenant (older rows are tenant 'default'), tenants and tokens.
-SCHEMA_VERSION = 5
+# 6: workflows.tenant (older workflows are tenant 'default''s, shared by every tenant).
+SCHEMA_VERSION = 6
 # pg_advisory locks are keyed by a bigint; Flux's five are "FLUX" and the four after it
 # (the second, SWEEP_LOCK, is postgres_cluster.py's; the fifth, QUOTA_LOCK, postgres_quota.py's).
 MIGRATION_LOCK = 0x464C5558  # schema creation and migration, on open
@@ -95,6 +98,7 @@ CREATE TABLE IF NOT EXISTS workflows (
     created_at DOUBLE PRECISION NOT NULL, runtime TEXT NOT NULL DEFAULT 'python', PRIMARY KEY (name, version));
 ALTER TABLE workflows ADD COLUMN IF NOT EXISTS runtime TEXT NOT NULL DEFAULT 'python';
 ALTER TABLE workflows ADD COLUMN IF NOT EXISTS priority INTEGER NOT NULL DEFAULT 0;
+ALTER TABLE workflows ADD COLUMN IF NOT EXISTS tenant TEXT NOT NULL DEFAULT 'default';
 CREATE TABLE IF NOT EXISTS executions (
     execution_id TEXT PRIMARY KEY, seq BIGINT NOT NULL, workflow_name TEXT NOT NULL,
     workflow_version INTEGER NOT NULL, source_hash TEXT NOT NULL, entrypoint TEXT NOT NULL,
@@ -327,13 +331,14 @@ class PostgresStore(Store):
                 )
                 row = await cursor.fetchone()
                 latest = workflow_from_row(row) if row else None
+                check_owner(latest, wf)
                 version = (latest.version if latest else 0) + 1
                 record = replace(wf, version=version, source_hash=source_hash, filename=filename)
                 if latest is not None and latest.same_definition(record):
                     stored.append(replace(latest, filename=filename, unchanged=True))
                     continue
                 await db.execute(
-                    f"INSERT INTO workflows ({WORKFLOW_COLUMNS}) VALUES ({','.join(['%s'] * 10)})",
+                    f"INSERT INTO workflows ({WORKFLOW_COLUMNS}) VALUES ({','.join(['%s'] * WORKFLOW_COLUMN_COUNT)})",
                     workflow_row(record, now),
                 )
                 stored.append(replace(record, registered_at=now))

@@ -10,12 +10,12 @@ from typing import Any
 from flux.domain.execution import Execution, ExecutionError, State, WorkflowRef
 from flux.domain.resource_request import ResourceRequest
 from flux.domain.workflow import WorkflowRecord
+from flux.errors import FailedPrecondition
 from flux.store.base import ExecutionQuery
 
 # Named, so a table created before a column was added (and migrated) takes the same rows.
-WORKFLOW_COLUMNS = (
-    "name, version, source_hash, entrypoint, requests, affinity, max_attempts, created_at, runtime, priority"
-)
+WORKFLOW_COLUMNS = "name, version, source_hash, entrypoint, requests, affinity, max_attempts, created_at, runtime, priority, tenant"
+WORKFLOW_COLUMN_COUNT = WORKFLOW_COLUMNS.count(",") + 1
 EXECUTION_COLUMNS = (
     "execution_id, seq, workflow_name, workflow_version, source_hash, entrypoint, state, worker, attempt, "
     "generation, max_attempts, input_json, output_json, error, gpu_indices, created_at, updated_at, priority, "
@@ -96,6 +96,7 @@ def workflow_from_row(row: Mapping[str, Any]) -> WorkflowRecord:
         runtime=row["runtime"],
         registered_at=row["created_at"],
         priority=row["priority"],
+        tenant=row["tenant"],
     )
 
 
@@ -103,7 +104,16 @@ def workflow_row(record: WorkflowRecord, created_at: float) -> tuple[object, ...
     return (
         record.name, record.version, record.source_hash, record.entrypoint, requests_to_json(record.requests),
         json.dumps(dict(record.affinity)), record.max_attempts, created_at, record.runtime, record.priority,
+        record.tenant,
     )  # fmt: skip
+
+
+def check_owner(latest: WorkflowRecord | None, workflow: WorkflowRecord) -> None:
+    """A workflow name belongs to the tenant that registered it first."""
+    if latest is not None and latest.tenant != workflow.tenant:
+        raise FailedPrecondition(
+            f"workflow {workflow.name!r} belongs to tenant {latest.tenant!r}; register it under another name"
+        )
 
 
 def workflows_query(name: str, mark: str) -> tuple[str, tuple[object, ...]]:

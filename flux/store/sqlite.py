@@ -23,7 +23,9 @@ from flux.store.base import ExecutionQuery, Recovered, Store, StoreError, Worker
 from flux.store.rows import (
     EXECUTION_COLUMNS,
     FINISHED,
+    WORKFLOW_COLUMN_COUNT,
     WORKFLOW_COLUMNS,
+    check_owner,
     execution_from_row,
     execution_row,
     executions_filter,
@@ -36,7 +38,8 @@ from flux.store.rows import (
 # 3: workflows.priority and executions.priority (older files are migrated on open; rows get 0).
 # 4: executions.trace (migrated on open; older rows get '', untraced).
 # 5: executions.tenant (older rows are tenant 'default'), tenants and tokens.
-SCHEMA_VERSION = 5
+# 6: workflows.tenant (older workflows are tenant 'default''s, shared by every tenant).
+SCHEMA_VERSION = 6
 
 SCHEMA = f"""
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
@@ -45,7 +48,8 @@ CREATE TABLE IF NOT EXISTS sources (
 CREATE TABLE IF NOT EXISTS workflows (
     name TEXT NOT NULL, version INTEGER NOT NULL, source_hash TEXT NOT NULL, entrypoint TEXT NOT NULL,
     requests TEXT NOT NULL, affinity TEXT NOT NULL, max_attempts INTEGER NOT NULL, created_at REAL NOT NULL,
-    runtime TEXT NOT NULL DEFAULT 'python', priority INTEGER NOT NULL DEFAULT 0, PRIMARY KEY (name, version));
+    runtime TEXT NOT NULL DEFAULT 'python', priority INTEGER NOT NULL DEFAULT 0,
+    tenant TEXT NOT NULL DEFAULT 'default', PRIMARY KEY (name, version));
 CREATE TABLE IF NOT EXISTS executions (
     execution_id TEXT PRIMARY KEY, seq INTEGER NOT NULL, workflow_name TEXT NOT NULL,
     workflow_version INTEGER NOT NULL, source_hash TEXT NOT NULL, entrypoint TEXT NOT NULL,
@@ -114,6 +118,8 @@ class SqliteStore(Store):
                 db.execute("ALTER TABLE workflows ADD COLUMN runtime TEXT NOT NULL DEFAULT 'python'")
             if columns and "priority" not in columns:  # before version 3: every priority was 0
                 db.execute("ALTER TABLE workflows ADD COLUMN priority INTEGER NOT NULL DEFAULT 0")
+            if columns and "tenant" not in columns:  # before version 6: every workflow was default's
+                db.execute("ALTER TABLE workflows ADD COLUMN tenant TEXT NOT NULL DEFAULT 'default'")
             columns = {row["name"] for row in db.execute("PRAGMA table_info(executions)")}
             if columns and "priority" not in columns:
                 db.execute("ALTER TABLE executions ADD COLUMN priority INTEGER NOT NULL DEFAULT 0")
@@ -172,13 +178,14 @@ class SqliteStore(Store):
                     "SELECT * FROM workflows WHERE name=? ORDER BY version DESC LIMIT 1", (wf.name,)
                 ).fetchone()
                 latest = workflow_from_row(row) if row else None
+                check_owner(latest, wf)
                 version = (latest.version if latest else 0) + 1
                 record = replace(wf, version=version, source_hash=source_hash, filename=filename)
                 if latest is not None and latest.same_definition(record):
                     stored.append(replace(latest, filename=filename, unchanged=True))
                     continue
                 db.execute(
-                    f"INSERT INTO workflows ({WORKFLOW_COLUMNS}) VALUES (?,?,?,?,?,?,?,?,?,?)",
+                    f"INSERT INTO workflows ({WORKFLOW_COLUMNS}) VALUES ({','.join('?' * WORKFLOW_COLUMN_COUNT)})",
                     workflow_row(record, now),
                 )
                 record = replace(record, registered_at=now)

@@ -1504,6 +1504,7 @@ class WorkflowInfo(_message.Message):
     REGISTERED_AT_MS_FIELD_NUMBER: _builtins.int
     VERSION_COUNT_FIELD_NUMBER: _builtins.int
     PRIORITY_FIELD_NUMBER: _builtins.int
+    TENANT_FIELD_NUMBER: _builtins.int
     name: _builtins.str
     """Workflow name."""
     version: _builtins.int
@@ -1524,6 +1525,10 @@ class WorkflowInfo(_message.Message):
     """How many versions of this name are registered (the latest is the highest)."""
     priority: _builtins.int
     """Priority of its executions unless a run says otherwise (higher first)."""
+    tenant: _builtins.str
+    """The tenant whose admin registered it: only that tenant sees and runs it, unless it is
+    "default" (every tenant shares default's workflows). A name belongs to one tenant.
+    """
     @_builtins.property
     def requests(self) -> _resources_pb2.ResourceRequest:
         """What every execution of this version needs."""
@@ -1547,10 +1552,11 @@ class WorkflowInfo(_message.Message):
         registered_at_ms: _builtins.int = ...,
         version_count: _builtins.int = ...,
         priority: _builtins.int = ...,
+        tenant: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["requests", b"requests"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["affinity", b"affinity", "entrypoint", b"entrypoint", "filename", b"filename", "max_attempts", b"max_attempts", "name", b"name", "priority", b"priority", "registered_at_ms", b"registered_at_ms", "requests", b"requests", "runtime", b"runtime", "source_hash", b"source_hash", "version", b"version", "version_count", b"version_count"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["affinity", b"affinity", "entrypoint", b"entrypoint", "filename", b"filename", "max_attempts", b"max_attempts", "name", b"name", "priority", b"priority", "registered_at_ms", b"registered_at_ms", "requests", b"requests", "runtime", b"runtime", "source_hash", b"source_hash", "tenant", b"tenant", "version", b"version", "version_count", b"version_count"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

@@ -188,7 +188,7 @@ async def test_a_version_2_sqlite_file_gains_the_priority_columns(tmp_path: Path
     db.executescript(
         "ALTER TABLE workflows DROP COLUMN priority; ALTER TABLE executions DROP COLUMN priority;"
         "ALTER TABLE executions DROP COLUMN tenant; ALTER TABLE executions DROP COLUMN trace;"
-        "DROP TABLE tenants; DROP TABLE tokens;"
+        "ALTER TABLE workflows DROP COLUMN tenant; DROP TABLE tenants; DROP TABLE tokens;"
         "UPDATE meta SET value = '2' WHERE key = 'schema_version';"
         "INSERT INTO workflows VALUES ('old', 1, 'h', 'old', "
         '\'{"cpu": 0, "memory": 0, "gpu": 0, "disk": 0, "packages": []}\', \'{}\', 3, 5.0, \'python\');'
@@ -200,7 +200,8 @@ async def test_a_version_2_sqlite_file_gains_the_priority_columns(tmp_path: Path
     store = SqliteStore(path)
     recovered = await store.open()
     try:
-        assert [(w.name, w.priority) for w in recovered.workflows] == [("old", 0)]
+        # Migrated on open: priority 0, and the default tenant's (shared by every tenant).
+        assert [(w.name, w.priority, w.tenant) for w in recovered.workflows] == [("old", 0, "default")]
         assert [(e.execution_id, e.priority) for e in recovered.unfinished] == [("e1", 0)]
         await store.save(replace(recovered.unfinished[0], execution_id="e2", seq=2, priority=9))
         stored = await store.get_execution("e2")

@@ -98,7 +98,7 @@ async def test_a_version_3_sqlite_file_puts_everything_in_tenant_default(tmp_pat
     db = sqlite3.connect(path)
     db.executescript(
         "ALTER TABLE executions DROP COLUMN tenant; ALTER TABLE executions DROP COLUMN trace;"
-        "DROP TABLE tenants; DROP TABLE tokens;"
+        "ALTER TABLE workflows DROP COLUMN tenant; DROP TABLE tenants; DROP TABLE tokens;"
         "UPDATE meta SET value = '3' WHERE key = 'schema_version';"
         "INSERT INTO executions VALUES ('e1', 1, 'old', 1, 'h', 'old', 1, '', 1, 0, 3, 'null', '', NULL, "
         "'[]', 5.0, 5.0, 0);"
@@ -512,3 +512,50 @@ def test_with_preemption_off_a_returning_team_waits_for_borrowed_work_to_end(tmp
                 cluster.client.cancel(execution_id)
     finally:
         cluster.close()
+
+
+ML_WORKFLOWS = """
+from flux import ExecutionContext, workflow
+
+
+@workflow.with_options(name="ml_train")
+async def ml_train(ctx: ExecutionContext[int]):
+    return {"trained": ctx.input}
+"""
+
+
+@pytest.mark.transports("grpc")
+@pytest.mark.backends("sqlite", "postgres")
+def test_a_tenants_own_workflows_are_its_alone_and_defaults_are_shared(
+    cluster: Cluster, tmp_path: Path
+) -> None:
+    from flux.v1 import control_pb2 as pb
+
+    cluster.start_worker("w1")
+    for name in ("ml", "web"):
+        _ok(cluster.flux("tenant", "create", name))
+    ml_admin = _ok(cluster.flux("token", "create", "--tenant", "ml", "--role", "admin")).strip()
+    ml = _ok(cluster.flux("token", "create", "--tenant", "ml")).strip()
+    web = _ok(cluster.flux("token", "create", "--tenant", "web")).strip()
+    source = tmp_path / "ml_flows.py"
+    source.write_text(ML_WORKFLOWS)
+    with _client(cluster, ml_admin) as as_ml_admin:  # registered by ml's admin: ml's own
+        as_ml_admin.register_file(source)
+    with _client(cluster, ml) as as_ml, _client(cluster, web) as as_web:
+        seen = {
+            name: {w.name for w in c.workflows().workflows} for name, c in (("ml", as_ml), ("web", as_web))
+        }
+        assert "ml_train" in seen["ml"] and "ml_train" not in seen["web"]
+        assert "echo" in seen["ml"] and "echo" in seen["web"]  # the default tenant's: shared
+        with pytest.raises(NotFound, match="workflow 'ml_train' is not registered"):
+            as_web.run("ml_train", 1)
+        with pytest.raises(NotFound):
+            as_web.workflows("ml_train")
+        done = as_ml.run("ml_train", 7, wait=True, timeout=30)
+        assert done.state == pb.EXECUTION_STATE_COMPLETED and json.loads(done.output_json) == {"trained": 7}
+    # An admin of the default tenant sees every tenant's, with its owner; a name stays its tenant's.
+    [shown] = cluster.client.workflows("ml_train").workflows
+    assert shown.tenant == "ml"
+    assert "tenant       ml" in _ok(cluster.flux("workflow", "show", "ml_train"))
+    with pytest.raises(FailedPrecondition, match="workflow 'ml_train' belongs to tenant 'ml'"):
+        cluster.client.register_file(source)

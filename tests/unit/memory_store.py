@@ -15,6 +15,7 @@ from types import MappingProxyType
 from flux.domain.execution import Execution
 from flux.domain.workflow import WorkflowRecord
 from flux.store.base import ExecutionQuery, Recovered, Store, WorkerIdentity
+from flux.store.rows import check_owner
 
 
 class MemoryStore(Store):
@@ -49,6 +50,7 @@ class MemoryStore(Store):
         stored = []
         for wf in workflows:
             version = max((v for n, v in self.workflows if n == wf.name), default=0) + 1
+            check_owner(self.workflows.get((wf.name, version - 1)), wf)
             record = dataclasses.replace(
                 wf,
                 version=version,
