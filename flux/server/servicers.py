@@ -500,8 +500,8 @@ class ControlService(control_pb2_grpc.ControlServiceServicer):
     async def GetStatus(self, request: control_pb2.GetStatusRequest, context: grpc.aio.ServicerContext):
         caller = await self._caller(context)
         # Who the token speaks for, beside the answer (ClusterStatus is the same for every caller but
-        # for the ids below): the gateway passes it on as X-Flux-Tenant and X-Flux-Role, which is how
-        # the dashboard knows whether to show every tenant or the one it is signed in as.
+        # for what the block below leaves out): the gateway passes it on as X-Flux-Tenant and
+        # X-Flux-Role, which is how the dashboard knows whether it speaks for every tenant or one.
         context.set_trailing_metadata(((CALLER_TENANT, caller.tenant), (CALLER_ROLE, caller.role)))
         status = convert.status_to_proto(await self.status.snapshot(detail=True))
         if not caller.admin:
