@@ -49,6 +49,10 @@ class TenantUsage:
         self.elsewhere: dict[str, Vector] = {}
         # Replicas: dispatches a claim refused for quota; the binder puts them back in line.
         self.refused: set[str] = set()
+        # Pending executions whose preemption is under way: their demand is charged to their
+        # tenant until they are placed (or the plan is dropped), so what their victims free is not
+        # borrowed again by someone else before the last victim stops (flux/dispatcher/reclaim.py).
+        self.reserved: dict[str, tuple[str, Vector]] = {}
 
     def configure(
         self, tenants: list[Tenant], capacity: Vector, holding: Iterable[tuple[str, str, Vector]]
@@ -59,6 +63,7 @@ class TenantUsage:
             self.accounts = None
             self._charged.clear()
             self.elsewhere = {}
+            self.reserved.clear()
             return
         if self.accounts is not None:
             self.accounts.configure(tenants)
@@ -67,6 +72,7 @@ class TenantUsage:
         self.accounts = Accounts(tenants, capacity)
         self._charged.clear()
         self.elsewhere = {}
+        self.reserved.clear()
         for execution_id, tenant, amount in holding:
             self._charge(execution_id, tenant, amount)
 
@@ -78,7 +84,18 @@ class TenantUsage:
 
     def held(self, execution_id: str, requests: ResourceRequest) -> None:
         if self.accounts is not None:
+            self.unreserve(execution_id)  # placed: what it reserved becomes what it holds
             self._charge(execution_id, self.tenant_of(execution_id), demand(requests))
+
+    def reserve(self, execution_id: str, tenant: str, amount: Vector) -> None:
+        if self.accounts is not None and execution_id not in self.reserved:
+            self.reserved[execution_id] = (tenant, amount)
+            self.accounts.charge(tenant, amount)
+
+    def unreserve(self, execution_id: str) -> None:
+        found = self.reserved.pop(execution_id, None)
+        if found is not None and self.accounts is not None:
+            self.accounts.refund(*found)
 
     def released(self, execution_id: str) -> None:
         if self.accounts is None:

@@ -113,7 +113,7 @@ class Reclaimer:
         # What the plans of this step leave: their preemptors charged, their victims refunded, so
         # the next pending execution of a lane is planned as if they had happened (and a tenant
         # reclaims up to its nominal quota in one step, not one execution per grace).
-        after = accounts.copy()
+        after = self._after(accounts)
         count = 0
         for shape in lanes:
             planned = 0
@@ -122,12 +122,10 @@ class Reclaimer:
                     break
                 if item.execution_id in self.waiting or self._elsewhere.get(item.execution_id, 0.0) > now:
                     # Planned before, its victims still stopping (or another replica acts for it):
-                    # counted as if placed and its victims gone, so what follows is planned beside it.
-                    after.charge(shape.tenant, shape.demand)
-                    for victim_id in self.waiting.get(item.execution_id, ()):
-                        victim = d.table.get(victim_id)
-                        if victim is not None:
-                            after.refund(victim.tenant, d.catalogue.shape_of(victim).demand)
+                    # counted as if placed and its victims gone, so what follows is planned beside it
+                    # (its demand is in the accounts already while its preemption is under way).
+                    if item.execution_id not in d.usage.reserved:
+                        after.charge(shape.tenant, shape.demand)
                     continue
                 if workers is None:
                     workers = [entry.view() for entry in d.registry.values() if entry.dispatchable]
@@ -166,6 +164,9 @@ class Reclaimer:
             "execution %s of tenant %s %s on worker %s",
             preemptor, lane.tenant, preemption.describe(), preemption.worker,
         )  # fmt: skip
+        # Its demand counts as its tenant's from now: the cohort has nothing to lend out of the room
+        # its first victims free while the others still stop.
+        d.usage.reserve(preemptor, lane.tenant, lane.demand)
         for victim in preemption.victims:
             self._preempt(victim.execution_id, preemptor, lane)
 
@@ -178,8 +179,20 @@ class Reclaimer:
             now = self.d.clock()
             self._elsewhere = {k: v for k, v in self._elsewhere.items() if v > now}
 
+    def _after(self, accounts: Accounts) -> Accounts:
+        """The accounts as they will be once the preemptions under way are done: their victims
+        refunded (their preemptors are charged already, as reservations)."""
+        d = self.d
+        after = accounts.copy()
+        for victim_id in self.stopping:
+            victim = d.table.get(victim_id)
+            if victim is not None and self.is_stopping(victim):
+                after.refund(victim.tenant, d.catalogue.shape_of(victim).demand)
+        return after
+
     def _end(self, preemptor: str) -> None:
         self.waiting.pop(preemptor, None)
+        self.d.usage.unreserve(preemptor)
 
     def _running(self) -> list[Running]:
         """Every execution holding room here and not already stopping, as the planner sees it."""
@@ -226,7 +239,7 @@ class Reclaimer:
         if not d.settings.preemption or accounts is None or not reclaimable(accounts, shape):
             return ""
         workers = [entry.view() for entry in d.registry.values() if entry.dispatchable]
-        preemption = plan(accounts, execution_id, shape, workers, self._running())
+        preemption = plan(self._after(accounts), execution_id, shape, workers, self._running())
         return preemption.describe() if preemption is not None else ""
 
     # ----------------------------------------------------------------- stopping
@@ -250,11 +263,26 @@ class Reclaimer:
         requeued = housekeeping.requeue(d, execution, entry, next_attempt=False)
         d.events.requeued(execution, requeued, Requeue.PREEMPTED)
         if stop is not None and d.queue.first(stop.lane) is not None:
-            # The room goes to the lane it was reclaimed for (its preemptor, or the next of that
-            # lane if the preemptor took another victim's room) before the pass that follows,
-            # where fair share could give it back to the victim's tenant on a tie (both at nominal).
-            d.place(shapes=[stop.lane], only=True)
+            self._give_room(stop.lane)
         return requeued
+
+    def _give_room(self, lane: Shape) -> None:
+        """A pass over the lane the room was reclaimed for (its preemptor, or the next of that lane if
+        the preemptor took another victim's room), before the pass that follows, where the victim's
+        tenant could take it back on a fair-share tie. The lane's reservations are lifted for it (its
+        work must not be held back by its own reservations), and put back for what still waits."""
+        d = self.d
+        lifted = [
+            (execution_id, held)
+            for execution_id, held in d.usage.reserved.items()
+            if (pending := d.queue.get(execution_id)) is not None and pending.shape == lane
+        ]
+        for execution_id, _ in lifted:
+            d.usage.unreserve(execution_id)
+        d.place(shapes=[lane], only=True)
+        for execution_id, (tenant, amount) in lifted:
+            if execution_id in self.waiting and execution_id in d.queue:
+                d.usage.reserve(execution_id, tenant, amount)
 
     def expire(self, now: float) -> bool:
         """Free the room of victims whose worker did not hand them back within the grace."""
@@ -262,8 +290,10 @@ class Reclaimer:
         for execution_id, stop in list(self.stopping.items()):
             execution = self.d.table.get(execution_id)
             if execution is None or not self.is_stopping(execution):
-                # Finished, cancelled or requeued some other way: its preemptor may plan again.
+                # Finished, cancelled or requeued some other way: its preemptor may plan again (and
+                # its reservation is lifted once its last victim is gone: a pass is due).
                 self._forget(execution_id)
+                changed = True
                 continue
             if stop.deadline > now:
                 continue

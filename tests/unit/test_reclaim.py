@@ -160,6 +160,8 @@ async def test_a_client_cancel_of_a_stopping_victim_ends_it_and_the_room_goes_to
     assert preempted(w) == [web[3]]
     await flux.d.cancel(web[3])
     assert flux.state(web[3]) is State.CANCELLED
+    # The next step forgets the stop, lifts ml's reservation, and its pass places ml's run.
+    await step(flux)
     assert w.scheduled() == [mine]
     flux.d.housekeeper.tick(flux.clock.advance(GRACE))  # its stop is forgotten, not requeued again
     assert flux.state(web[3]) is State.CANCELLED
@@ -241,4 +243,28 @@ async def _reclaim_scenario(nominal: int, gpus: list[int], hand_back: bool) -> N
     for w in workers:  # nothing overcommitted: one GPU each
         entry = flux.d.registry.entries[w.name]
         assert len(entry.holdings) <= len(entry.resources.gpus)
+    await flux.d.stop()
+
+
+async def test_a_preemptor_that_needs_two_victims_keeps_the_room_of_the_first_until_the_second_stops():
+    flux = Flux()
+    flux.d = Dispatcher(flux.store, dataclasses.replace(SETTINGS, preemption_grace=GRACE), clock=flux.clock)
+    await flux.start()
+    flux.d.apply_tenants([Tenant("ml", Limits(gpu=2), "research"), Tenant("web", Limits(gpu=2), "research")])
+    await flux.workflow("one_gpu", gpu=1)
+    await flux.workflow("two_gpus", gpu=2)
+    w = await flux.worker("w1", cpu=8, gpus=4)
+    web = [(await flux.d.submit("one_gpu", tenant="web")).execution_id for _ in range(5)]
+    assert w.scheduled() == web[:4]  # two of ml's GPUs borrowed; the fifth waits
+    for execution_id in web[:4]:
+        w.claim(execution_id)
+    mine = (await flux.d.submit("two_gpus", tenant="ml")).execution_id
+    assert sorted(preempted(w)) == sorted(web[2:4])
+    w.release(web[3])
+    # One GPU free: not enough for ml's two, and web (back within what the cohort lends, were it
+    # not for ml's reservation) must not take it back.
+    assert w.scheduled() == [] and flux.state(mine) is CREATED
+    w.release(web[2])
+    assert w.scheduled() == [mine]
+    assert flux.d.usage.reserved == {}
     await flux.d.stop()
