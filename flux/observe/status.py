@@ -21,7 +21,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -30,7 +30,7 @@ from flux.domain.execution import State
 from flux.domain.tenant import Limits
 from flux.matching import Shape, WorkerView, explain
 from flux.matching.pools import PoolDemand
-from flux.matching.tenancy import Accounts, Vector
+from flux.matching.tenancy import Accounts, Vector, sub
 
 if TYPE_CHECKING:
     from flux.dispatcher.core import Dispatcher
@@ -228,7 +228,7 @@ class StatusBoard:
         fleet = fleet_of(entries)
         demand = d.pools.demand_now(entries, list(counts.items()))
         pools = tuple(demand.values())
-        tenants = _tenants(d.usage.accounts, counts)
+        tenants = _tenants(d.usage.accounts, counts, d.usage.reserved)
         listed = detail and len(entries) <= STATUS_WORKERS
         workers = tuple(entries) if listed else ()
 
@@ -282,14 +282,17 @@ class StatusBoard:
 
 
 def _tenants(
-    accounts: Accounts | None, counts: dict[Shape, int]
+    accounts: Accounts | None, counts: dict[Shape, int], reserved: Mapping[str, tuple[str, Vector]]
 ) -> tuple[tuple[str, Vector, Limits, int], ...]:
-    """Every tenant with terms or pending work: its usage, nominal quota and pending count."""
+    """Every tenant with terms or pending work: what its scheduled and running executions hold (not
+    what is reserved for a preemption under way), its nominal quota and pending count."""
     if accounts is None:
         return ()
     pending: dict[str, int] = dict.fromkeys(accounts.terms, 0)
     for shape, count in counts.items():
         pending[shape.tenant] = pending.get(shape.tenant, 0) + count
-    return tuple(
-        (name, accounts.used(name), accounts.tenant(name).quota, pending[name]) for name in sorted(pending)
-    )
+    held = {name: accounts.used(name) for name in pending}
+    for tenant, amount in reserved.values():
+        if tenant in held:
+            held[tenant] = sub(held[tenant], amount)
+    return tuple((name, held[name], accounts.tenant(name).quota, pending[name]) for name in sorted(pending))

@@ -21,6 +21,7 @@ from flux.dispatcher.session import Cancelled
 from flux.domain.execution import State
 from flux.domain.tenant import Limits, Tenant
 from flux.errors import FailedPrecondition
+from flux.observe.status import StatusBoard
 from tests.unit.test_dispatcher import SETTINGS, Flux, Worker, settled
 
 pytestmark = pytest.mark.timeout(10)
@@ -264,6 +265,9 @@ async def test_a_preemptor_that_needs_two_victims_keeps_the_room_of_the_first_un
     # One GPU free: not enough for ml's two, and web (back within what the cohort lends, were it
     # not for ml's reservation) must not take it back.
     assert w.scheduled() == [] and flux.state(mine) is CREATED
+    # Status shows what runs, not the reservation: ml holds nothing yet, web its three.
+    held = {name: used[2] for name, used, _, _ in (await StatusBoard(flux.d).snapshot()).tenants}
+    assert held == {"ml": 0, "web": 3}
     w.release(web[2])
     assert w.scheduled() == [mine]
     assert flux.d.usage.reserved == {}
