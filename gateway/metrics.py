@@ -14,7 +14,7 @@ second old, so scraping in a loop cannot make it redo them.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 
 from fastapi import APIRouter, Request
 from fastapi.responses import Response
@@ -73,16 +73,14 @@ class StatusCollector(Collector):
             value=fleet.disconnected,
         )
 
-        pending = GaugeMetricFamily(
+        yield _by_reason(
+            GaugeMetricFamily,
             "flux_pending_executions",
             "CREATED executions by why they wait, as `flux execution explain` says: busy (a connected "
             "worker could run it once others finish), infeasible (no connected worker ever could), "
             "no_worker (no worker connected and accepting work).",
-            labels=["reason"],
+            s.pending_by_reason,
         )
-        for reason, count in sorted(s.pending_by_reason.items()):
-            pending.add_metric([reason], count)
-        yield pending
 
         executions = GaugeMetricFamily(
             "flux_executions",
@@ -117,26 +115,22 @@ class StatusCollector(Collector):
         ):
             finished.add_metric([state], count)
         yield finished
-        requeues = CounterMetricFamily(
+        yield _by_reason(
+            CounterMetricFamily,
             "flux_requeues",
             "Executions sent back to CREATED, by reason: released (by their worker), worker_lost "
             "(grace period over), ack_deadline (dispatch not claimed in time), stream_overflowed "
             "(unclaimed on a stream cut for falling behind), preempted (stopped so a tenant could "
             "reclaim its quota).",
-            labels=["reason"],
+            counters.requeued,
         )
-        for reason, count in sorted(counters.requeued.items()):
-            requeues.add_metric([reason], count)
-        yield requeues
-        preemptions = CounterMetricFamily(
+        yield _by_reason(
+            CounterMetricFamily,
             "flux_preemptions",
             "Executions preempted, by reason: reclaim (a tenant under its nominal quota took back what "
             "its cohort had borrowed).",
-            labels=["reason"],
+            counters.preempted,
         )
-        for reason, count in sorted(counters.preempted.items()):
-            preemptions.add_metric([reason], count)
-        yield preemptions
         yield CounterMetricFamily(
             "flux_ack_deadline_expiries",
             "Dispatches not claimed within the ack deadline.",
@@ -190,6 +184,19 @@ class StatusCollector(Collector):
             "When the core started, in seconds since the Unix epoch; counters count from then.",
             value=s.started_at_ms / 1000,
         )
+
+
+def _by_reason(
+    family: type[GaugeMetricFamily] | type[CounterMetricFamily],
+    name: str,
+    help_text: str,
+    counts: Mapping[str, int],
+) -> Metric:
+    """One family labelled by ``reason``, a sample per reason in name order."""
+    metric = family(name, help_text, labels=["reason"])
+    for reason, count in sorted(counts.items()):
+        metric.add_metric([reason], count)
+    return metric
 
 
 def _tenant_metrics(s: control_pb2.ClusterStatus) -> Iterator[Metric]:
