@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import functools
 
 import pytest
 from hypothesis import given, settings
@@ -272,3 +273,33 @@ async def test_a_preemptor_that_needs_two_victims_keeps_the_room_of_the_first_un
     assert w.scheduled() == [mine]
     assert flux.d.usage.reserved == {}
     await flux.d.stop()
+
+
+async def test_on_replicas_a_preemption_the_database_cannot_take_is_left_and_planned_again_later():
+    """The replica binder asks the database whether it may act; when it may not (another replica
+    acts) or cannot ask (the database is down), nothing is stopped and the preemptor waits a while."""
+    from flux.dispatcher.replica import Background
+    from flux.dispatcher.shared_binder import SharedBinder
+
+    class Database:
+        def __init__(self, answer: bool | Exception) -> None:
+            self.answer = answer
+
+        async def take_preemption(self, preemptor: str, now: float, stale_before: float) -> bool:
+            if isinstance(self.answer, Exception):
+                raise self.answer
+            return self.answer
+
+    for answer in (False, OSError("database unavailable")):
+        flux = Flux()
+        await flux.start()
+        binder = SharedBinder(Database(answer), Background())  # type: ignore[arg-type]
+        binder.attach(flux.d)
+        acted: list[str] = []
+        flux.d.reclaimer.waiting["p1"] = set()  # planned, the binder deciding
+        binder.preempt("p1", functools.partial(acted.append, "p1"))
+        await settled()
+        assert acted == []
+        assert "p1" not in flux.d.reclaimer.waiting
+        assert flux.d.reclaimer._elsewhere["p1"] > flux.clock()
+        await flux.d.stop()
