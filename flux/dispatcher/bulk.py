@@ -16,7 +16,7 @@ import uuid
 from collections.abc import Container
 from typing import TYPE_CHECKING
 
-from flux.dispatcher import limits
+from flux.dispatcher import validation
 from flux.domain.execution import Execution, State
 from flux.domain.tenant import DEFAULT_TENANT
 from flux.errors import InvalidArgument, Unavailable
@@ -44,13 +44,13 @@ async def submit_many(
     """
     if not workflow_name:
         raise InvalidArgument("workflow_name is required: the name of a registered workflow")
-    checked = limits.checked_inputs(inputs, field)
+    checked = validation.checked_inputs(inputs, field)
     if not d.catalogue.knows(workflow_name, max(version, 0)):
         await d.feed.learn_workflows()  # perhaps registered through another replica
     record = d.catalogue.resolve(workflow_name, version, None if every_workflow else tenant)
-    rank = record.priority if priority is None else limits.checked_priority(priority)
+    rank = record.priority if priority is None else validation.checked_priority(priority)
     now = d.clock()
-    with d.table.storing(len(checked), sum(limits.utf8_bytes(text) for text in checked)):
+    with d.table.storing(len(checked), sum(validation.utf8_bytes(text) for text in checked)):
         executions = [
             Execution(
                 execution_id=uuid.uuid4().hex,

@@ -34,7 +34,7 @@ import uuid
 from collections.abc import AsyncIterator, Callable, Iterable, Sequence
 from dataclasses import dataclass
 
-from flux.dispatcher import bulk, housekeeping, limits, worker_calls
+from flux.dispatcher import bulk, housekeeping, validation, worker_calls
 from flux.dispatcher.catalogue import Catalogue
 from flux.dispatcher.deadlines import AckDeadlines
 from flux.dispatcher.freezing import Freezer
@@ -46,12 +46,12 @@ from flux.dispatcher.quotas import TenantUsage
 from flux.dispatcher.reads import list_executions, list_workflows
 from flux.dispatcher.reclaim import Reclaimer
 from flux.dispatcher.registry import WorkerRegistration, WorkerRegistry
-from flux.dispatcher.session import Cancelled, Scheduled, Session
+from flux.dispatcher.session import Scheduled, Session, Stop
 from flux.dispatcher.settings import Settings
 from flux.dispatcher.table import ExecutionTable
 from flux.dispatcher.tenants import TenantDirectory
 from flux.dispatcher.watchers import Watchers
-from flux.dispatcher.workers import WorkerEntry
+from flux.dispatcher.worker_entry import WorkerEntry
 from flux.domain.execution import Execution, ExecutionError, State
 from flux.domain.tenant import DEFAULT_TENANT, Tenant
 from flux.domain.worker import WorkerResources, WorkerSoftware
@@ -178,7 +178,7 @@ class Dispatcher:
     ) -> list[WorkflowRecord]:
         """Store each workflow as the next version of its name, owned by ``tenant`` (whose admin
         registers it; a name another tenant owns is refused)."""
-        limits.check_workflow_file(filename, source, workflows)
+        validation.check_workflow_file(filename, source, workflows)
         workflows = [dataclasses.replace(w, tenant=tenant) for w in workflows]
         source_hash = hashlib.sha256(source.encode()).hexdigest()
         stored = await self.store.register_workflows(filename, source, source_hash, workflows)
@@ -187,7 +187,7 @@ class Dispatcher:
         return stored
 
     async def get_source(self, source_hash: str) -> tuple[str, str]:
-        limits.check_source_hash(source_hash)
+        validation.check_source_hash(source_hash)
         found = await self.store.get_source(source_hash)
         if found is None:
             raise NotFound(f"no workflow source with hash {source_hash}")
@@ -219,9 +219,9 @@ class Dispatcher:
         if not self.catalogue.knows(workflow_name, max(version, 0)):
             await self.feed.learn_workflows()  # perhaps registered through another replica
         record = self.catalogue.resolve(workflow_name, version, None if every_workflow else tenant)
-        input_json = limits.checked_json(input_json or "null", "input_json")
-        rank = record.priority if priority is None else limits.checked_priority(priority)
-        self.table.admit(limits.utf8_bytes(input_json))
+        input_json = validation.checked_json(input_json or "null", "input_json")
+        rank = record.priority if priority is None else validation.checked_priority(priority)
+        self.table.admit(validation.utf8_bytes(input_json))
         now = self.clock()
         seq = self.feed.next_seq(self._next_seq)
         self._next_seq = seq + 1
@@ -343,7 +343,7 @@ class Dispatcher:
         return execution.evolve(input_json=stored or "null")
 
     async def get(self, execution_id: str) -> Execution:
-        limits.check_id(execution_id)
+        validation.check_id(execution_id)
         found = self.current(execution_id) or await self.store.get_execution(execution_id)
         if found is None:
             raise NotFound(f"execution {execution_id!r} does not exist")
@@ -370,7 +370,7 @@ class Dispatcher:
             self.watchers.unsubscribe(execution_id, updates)
 
     async def cancel(self, execution_id: str) -> Execution:
-        limits.check_id(execution_id)
+        validation.check_id(execution_id)
         return await self.binder.cancel(execution_id)
 
     async def cancel_here(self, execution_id: str) -> Execution:
@@ -398,7 +398,7 @@ class Dispatcher:
         if execution.state is State.CREATED:
             self.queue.remove(execution_id)
         elif entry is not None and entry.session is not None:
-            entry.session.push(Cancelled(execution_id, execution.generation, "cancelled by a client"))
+            entry.session.push(Stop(execution_id, execution.generation, "cancelled by a client"))
         self.table.finish(final)
         if entry is not None:
             entry.release(execution_id)
@@ -410,7 +410,7 @@ class Dispatcher:
             self.place(workers=[entry])
 
     async def why(self, execution_id: str) -> Diagnosis:
-        limits.check_id(execution_id)
+        validation.check_id(execution_id)
         execution = self.current(execution_id) or await self.get(execution_id)
         if execution.state is not State.CREATED:
             where = f" on worker {execution.worker}" if execution.worker else ""
@@ -644,11 +644,11 @@ class Dispatcher:
     ) -> Execution:
         return worker_calls.release(self, name, session_token, execution_id, generation, reason)
 
-    def workers(self) -> list[WorkerEntry]:
+    def local_workers(self) -> list[WorkerEntry]:
         """The workers whose streams this server holds (or awaits), by name."""
         return self.registry.sorted()
 
-    async def list_workers(self) -> list[WorkerEntry]:
+    async def fleet_workers(self) -> list[WorkerEntry]:
         """Every worker a client may see (with replicas, those connected to the others too)."""
         return await self.fleet.entries()
 

@@ -11,13 +11,13 @@ from typing import TYPE_CHECKING
 from flux.dispatcher import pings
 from flux.dispatcher.lifecycle import Requeue
 from flux.dispatcher.registry import placeholder
-from flux.dispatcher.session import Cancelled
+from flux.dispatcher.session import Stop
 from flux.domain.execution import Execution, ExecutionError, State
 from flux.store.base import Recovered
 
 if TYPE_CHECKING:
     from flux.dispatcher.core import Dispatcher
-    from flux.dispatcher.workers import WorkerEntry
+    from flux.dispatcher.worker_entry import WorkerEntry
     from flux.matching import Shape
 
 log = logging.getLogger("flux.dispatcher")
@@ -146,7 +146,7 @@ def expire(d: Dispatcher, now: float) -> bool:
         entry = d.registry.get(execution.worker)
         log.warning("execution %s not claimed by %s within the ack deadline", execution_id, execution.worker)
         if entry is not None and entry.session is not None:
-            entry.session.push(Cancelled(execution_id, generation, "ack deadline expired"))
+            entry.session.push(Stop(execution_id, generation, "ack deadline expired"))
         d.events.expired(execution)
         requeue(d, execution, entry, next_attempt=False)
         changed = True

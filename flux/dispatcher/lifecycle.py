@@ -30,7 +30,7 @@ from flux.domain.execution import Execution, State
 from flux.observe.fleet import Change, FleetFeed
 
 if TYPE_CHECKING:  # only the type: workers.py needs nothing from here
-    from flux.dispatcher.workers import WorkerEntry
+    from flux.dispatcher.worker_entry import WorkerEntry
 
 log = logging.getLogger("flux.lifecycle")
 

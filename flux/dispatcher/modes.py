@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol
 
 from flux.dispatcher import bulk
-from flux.dispatcher.workers import WorkerEntry
+from flux.dispatcher.worker_entry import WorkerEntry
 from flux.domain.execution import Execution, State
 from flux.errors import NotFound
 

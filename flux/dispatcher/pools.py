@@ -36,7 +36,7 @@ from flux.matching.pools import (
 
 if TYPE_CHECKING:
     from flux.dispatcher.core import Dispatcher
-    from flux.dispatcher.workers import WorkerEntry
+    from flux.dispatcher.worker_entry import WorkerEntry
     from flux.observe.fleet import Change
     from flux.store.base import Store
 
@@ -111,7 +111,7 @@ class PoolBook:
 
     async def demand(self, dispatcher: Dispatcher) -> dict[str, PoolDemand]:
         await self.refresh()
-        entries = await dispatcher.list_workers()
+        entries = await dispatcher.fleet_workers()
         queue = dispatcher.pending()
         return self.demand_now(entries, [(shape, queue.count(shape)) for shape in queue.shapes()])
 

@@ -8,7 +8,7 @@ this module carries it out, in three steps:
    order and as many as keep the tenant within its nominal quota, that the fleet
    cannot place, ask the planner for the smallest set of borrowed executions whose
    stop makes room, each planned as if the plans before it had happened. Each
-   victim's worker is told to stop it (``Cancelled`` with ``preempted``), and from
+   victim's worker is told to stop it (``Stop`` with ``preempted``), and from
    then on the victim is *stopping*: it keeps its room, so nothing else is placed in
    it, and its generation is fenced (a claim or a late result is refused).
 2. ``stopped``: the worker hands it back (Release), its result arrives after all (and
@@ -35,7 +35,7 @@ from typing import TYPE_CHECKING
 
 from flux.dispatcher import housekeeping
 from flux.dispatcher.lifecycle import Preempt, Requeue
-from flux.dispatcher.session import Cancelled
+from flux.dispatcher.session import Stop
 from flux.domain.execution import Execution, State
 from flux.matching.preemption import Preemption, Running, plan, reclaimable
 
@@ -222,7 +222,7 @@ class Reclaimer:
         entry = d.registry.get(execution.worker)
         reason = f"preempted: tenant {lane.tenant} reclaims its quota"
         if entry is not None and entry.session is not None:
-            entry.session.push(Cancelled(execution_id, execution.generation, reason, preempted=True))
+            entry.session.push(Stop(execution_id, execution.generation, reason, preempted=True))
         d.events.counters.preempted[Preempt.RECLAIM] += 1
         self.stopping[execution_id] = Stopping(
             execution.generation, execution.worker, d.clock() + d.settings.preemption_grace, preemptor, lane

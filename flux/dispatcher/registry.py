@@ -15,9 +15,9 @@ from dataclasses import dataclass
 from types import MappingProxyType
 from typing import TYPE_CHECKING
 
-from flux.dispatcher import limits
+from flux.dispatcher import validation
 from flux.dispatcher.session import Session
-from flux.dispatcher.workers import WorkerEntry
+from flux.dispatcher.worker_entry import WorkerEntry
 from flux.domain.labels import validate_labels
 from flux.domain.worker import WorkerResources, WorkerSoftware
 from flux.errors import AlreadyExists, InvalidArgument, NotFound, PermissionDenied, ResourceExhausted
@@ -151,7 +151,7 @@ class WorkerRegistry:
         entry = self.entries.get(name)
         if entry is None:
             raise self.unknown(name)
-        if not session_token or not limits.same_token(session_token, entry.session_token):
+        if not session_token or not validation.same_token(session_token, entry.session_token):
             raise PermissionDenied(
                 f"session_token does not match worker {name!r}; use the token Register returned"
             )
@@ -160,14 +160,14 @@ class WorkerRegistry:
 
     async def register(self, registration: WorkerRegistration) -> str:
         name = registration.name
-        limits.check_worker(name, registration.capacity, DEFAULT_CAPACITY)
+        validation.check_worker(name, registration.capacity, DEFAULT_CAPACITY)
         try:
             labels = MappingProxyType(validate_labels(dict(registration.labels), "labels"))
             registration.resources.validate()
         except (TypeError, ValueError) as exc:
             raise InvalidArgument(str(exc)) from None
-        limits.check_software(registration.software)
-        limits.check_metadata(
+        validation.check_software(registration.software)
+        validation.check_metadata(
             labels, registration.software, registration.resources, self.settings.max_worker_metadata
         )
         capacity = registration.capacity or DEFAULT_CAPACITY
@@ -175,7 +175,7 @@ class WorkerRegistry:
         same_worker = bool(
             entry
             and registration.session_token
-            and limits.same_token(registration.session_token, entry.session_token)
+            and validation.same_token(registration.session_token, entry.session_token)
         )
         if entry is not None and same_worker:
             entry.labels, entry.capacity, entry.transport = labels, capacity, registration.transport
@@ -190,7 +190,7 @@ class WorkerRegistry:
             # token takes the name back. Anyone else waits for it to end (or for an operator).
             frees_at = (entry.disconnected_at or self.clock()) + self.settings.grace_period
             if self.clock() < frees_at:
-                raise AlreadyExists(limits.name_held(name, frees_at))
+                raise AlreadyExists(validation.name_held(name, frees_at))
             # Its grace ended before the housekeeper noticed: recover its work now.
             requeued = self._lose(entry, f"no stream for {self.settings.grace_period:g}s")
             if requeued:
@@ -279,8 +279,8 @@ class WorkerRegistry:
             resources.validate()
         except ValueError as exc:
             raise InvalidArgument(str(exc)) from None
-        limits.check_software(software)
-        limits.check_metadata(
+        validation.check_software(software)
+        validation.check_metadata(
             entry.labels, software or entry.software, resources, self.settings.max_worker_metadata
         )
         entry.report(resources, software)

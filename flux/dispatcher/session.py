@@ -31,7 +31,11 @@ class Scheduled:
 
 
 @dataclass(frozen=True, slots=True)
-class Cancelled:
+class Stop:
+    """Tell the worker to stop this try (on the wire ``ExecutionCancelled``): a client cancelled it, its
+    ack deadline passed, or it is preempted. ``store.notices.Cancelled`` is another thing: a replica's
+    announcement that an execution was cancelled."""
+
     execution_id: str
     generation: int
     reason: str
@@ -44,7 +48,7 @@ class Ping:
     sent_at: float
 
 
-Event = Scheduled | Cancelled | Ping
+Event = Scheduled | Stop | Ping
 
 # Events one stream may have waiting. A reader that falls this far behind (a
 # stalled SSE client, a wedged worker) is cut off rather than growing server

@@ -12,7 +12,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from flux.dispatcher import bulk, housekeeping
-from flux.dispatcher.workers import WorkerEntry
+from flux.dispatcher.worker_entry import WorkerEntry
 from flux.domain.execution import Execution, State
 from flux.errors import FailedPrecondition, Unavailable
 

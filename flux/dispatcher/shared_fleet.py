@@ -13,10 +13,10 @@ import contextlib
 import logging
 from typing import TYPE_CHECKING
 
-from flux.dispatcher.directory import entry_of, info_of, load_of
-from flux.dispatcher.limits import name_held, same_token
 from flux.dispatcher.registry import WorkerRegistration, placeholder
-from flux.dispatcher.workers import WorkerEntry
+from flux.dispatcher.validation import name_held, same_token
+from flux.dispatcher.worker_documents import entry_of, info_of, load_of
+from flux.dispatcher.worker_entry import WorkerEntry
 from flux.domain.execution import ExecutionError, State
 from flux.errors import AlreadyExists, NotFound, Unavailable
 

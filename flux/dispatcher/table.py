@@ -23,9 +23,9 @@ import logging
 from collections import OrderedDict
 from collections.abc import Callable, Iterator
 
-from flux.dispatcher.limits import utf8_bytes
 from flux.dispatcher.settings import Settings
 from flux.dispatcher.unfinished import Unfinished
+from flux.dispatcher.validation import utf8_bytes
 from flux.dispatcher.watchers import Watchers
 from flux.domain.execution import Execution
 from flux.errors import FailedPrecondition, ResourceExhausted, Unavailable

@@ -17,14 +17,14 @@ import contextlib
 from collections.abc import AsyncIterator, Iterable
 from typing import TYPE_CHECKING
 
-from flux.dispatcher import limits
+from flux.dispatcher import validation
 from flux.domain.execution import Execution
 from flux.errors import InvalidArgument, NotFound
 
 if TYPE_CHECKING:
     from flux.dispatcher.core import Dispatcher
 
-MAX_WAITED = limits.MAX_BATCH_INPUTS
+MAX_WAITED = validation.MAX_BATCH_INPUTS
 
 
 def checked_ids(execution_ids: Iterable[str]) -> list[str]:
@@ -39,7 +39,7 @@ def checked_ids(execution_ids: Iterable[str]) -> list[str]:
         )
     for index, execution_id in enumerate(unique):
         try:
-            limits.check_id(execution_id)
+            validation.check_id(execution_id)
         except InvalidArgument as exc:
             raise InvalidArgument(f"execution_ids[{index}]: {exc}") from None
     return unique

@@ -12,7 +12,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from flux.dispatcher import housekeeping, limits
+from flux.dispatcher import housekeeping, validation
 from flux.dispatcher.lifecycle import Requeue
 from flux.domain.execution import Execution, ExecutionError, State
 from flux.domain.worker import WorkerResources
@@ -77,7 +77,7 @@ async def complete(
             f"execution {execution_id} is {execution.state.label}; claim it before completing"
         )
     if error is None:
-        output_json = limits.checked_json(output_json or "null", "output_json")
+        output_json = validation.checked_json(output_json or "null", "output_json")
         final = execution.evolve(state=State.COMPLETED, output_json=output_json, updated_at=d.clock())
     else:
         final = execution.evolve(state=State.FAILED, error=error, updated_at=d.clock())
@@ -126,7 +126,7 @@ Answers = list[FluxError | None]
 def claim_batch(d: Dispatcher, name: str, session_token: str, items: Sequence[tuple[str, int]]) -> Answers:
     """``claim`` for each (execution id, generation), in order; one refused item leaves the others be."""
     d.registry.authorize(name, session_token)  # a wrong token refuses the whole call, not each item
-    limits.check_batch(len(items), "items")
+    validation.check_batch(len(items), "items")
     answers: Answers = []
     for execution_id, generation in items:
         try:
@@ -150,7 +150,7 @@ async def complete_batch(
     The items' commits wait together, so the store writes them in one group commit.
     """
     entry = d.registry.authorize(name, session_token)
-    limits.check_batch(len(items), "items")
+    validation.check_batch(len(items), "items")
 
     async def one(item: Result) -> FluxError | None:
         try:
@@ -176,7 +176,7 @@ def _refused(d: Dispatcher, exc: Exception) -> FluxError:
 
 
 def fenced(d: Dispatcher, execution_id: str, name: str, generation: int) -> Execution:
-    limits.check_id(execution_id)
+    validation.check_id(execution_id)
     execution = d.table.get(execution_id)
     if execution is None:
         if execution_id in d.table.finished:

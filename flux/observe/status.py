@@ -34,7 +34,7 @@ from flux.matching.tenancy import Accounts, Vector, sub
 
 if TYPE_CHECKING:
     from flux.dispatcher.core import Dispatcher
-    from flux.dispatcher.workers import WorkerEntry
+    from flux.dispatcher.worker_entry import WorkerEntry
 
 BUSY, INFEASIBLE, NO_WORKER = "busy", "infeasible", "no_worker"
 REASONS = (BUSY, INFEASIBLE, NO_WORKER)
@@ -199,7 +199,7 @@ class StatusBoard:
     async def snapshot(self, detail: bool = True) -> Status:
         d = self.dispatcher
         # The fleet first (with replicas, a database read): the same one explain counts.
-        entries = await d.list_workers()
+        entries = await d.fleet_workers()
         await d.pools.refresh()  # with replicas, pools applied through another one
         # ---- one synchronous step: every number below describes the same moment
         now = d.clock()

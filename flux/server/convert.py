@@ -7,9 +7,9 @@ from types import MappingProxyType
 
 from flux import tracing
 from flux.dispatcher.core import Diagnosis, WorkerRegistration
-from flux.dispatcher.session import Cancelled, Event, Ping, Scheduled
+from flux.dispatcher.session import Event, Ping, Scheduled, Stop
 from flux.dispatcher.worker_calls import Answers, Result
-from flux.dispatcher.workers import WorkerEntry
+from flux.dispatcher.worker_entry import WorkerEntry
 from flux.domain.execution import Execution, ExecutionError
 from flux.domain.resource_request import ResourceRequest
 from flux.domain.worker import DEFAULT_RUNTIME, WorkerResources, WorkerSoftware
@@ -188,7 +188,7 @@ def events_to_proto(events: list[Event], batched: bool) -> list[worker_pb2.Worke
 def event_to_proto(event: Event) -> worker_pb2.WorkerEvent:
     if isinstance(event, Scheduled):
         return worker_pb2.WorkerEvent(execution_scheduled=scheduled_to_proto(event))
-    if isinstance(event, Cancelled):
+    if isinstance(event, Stop):
         return worker_pb2.WorkerEvent(
             execution_cancelled=worker_pb2.ExecutionCancelled(
                 execution_id=event.execution_id,

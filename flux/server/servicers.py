@@ -443,7 +443,7 @@ class ControlService(control_pb2_grpc.ControlServiceServicer):
 
         stop = self.dispatcher.events.fleet.subscribe(listen)
         # Built in the same step as the subscription: no change can fall between the two.
-        workers = [convert.worker_to_proto(w) for w in self.dispatcher.workers()]
+        workers = [convert.worker_to_proto(w) for w in self.dispatcher.local_workers()]
         events.put_nowait(
             (
                 0,
@@ -475,7 +475,7 @@ class ControlService(control_pb2_grpc.ControlServiceServicer):
 
     @_unary
     async def ListWorkers(self, request: control_pb2.ListWorkersRequest, context: grpc.aio.ServicerContext):
-        workers = sorted(await self.dispatcher.list_workers(), key=lambda w: w.name)
+        workers = sorted(await self.dispatcher.fleet_workers(), key=lambda w: w.name)
         page, following = worker_page(
             workers, [w.name for w in workers], request.page_size, request.page_token
         )

@@ -9,7 +9,7 @@ import pytest
 
 from flux.cli.many import parse_lines
 from flux.client import FluxClient, chunked
-from flux.dispatcher import limits
+from flux.dispatcher import validation
 from flux.domain.execution import State
 from flux.errors import InvalidArgument, NotFound, ResourceExhausted, Unavailable
 from flux.v1 import control_pb2
@@ -101,7 +101,7 @@ async def test_a_bad_input_refuses_the_whole_batch_naming_its_index(flux, batch,
 async def test_more_inputs_than_the_cap_are_refused_naming_the_limit(flux):
     await flux.workflow()
     with pytest.raises(ResourceExhausted, match=r"10001 inputs; the limit is 10000 per call"):
-        await flux.d.submit_many("job", ["1"] * (limits.MAX_BATCH_INPUTS + 1))
+        await flux.d.submit_many("job", ["1"] * (validation.MAX_BATCH_INPUTS + 1))
     assert flux.store.executions == {}
 
 

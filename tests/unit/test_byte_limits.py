@@ -11,7 +11,7 @@ import dataclasses
 import grpc
 import pytest
 
-from flux.dispatcher import limits
+from flux.dispatcher import validation
 from flux.dispatcher.core import WorkerRegistration
 from flux.domain.worker import Gpu, WorkerSoftware
 from flux.errors import ResourceExhausted
@@ -41,7 +41,7 @@ def limited(flux: Flux, **settings: int) -> None:
     ids=["empty", "ascii", "emoji", "two-byte", "mixed"],
 )
 def test_utf8_bytes(text, expected):
-    assert limits.utf8_bytes(text) == expected == len(text.encode())
+    assert validation.utf8_bytes(text) == expected == len(text.encode())
 
 
 async def test_worker_metadata_limit_counts_bytes_of_gpu_names(flux):
@@ -65,10 +65,10 @@ async def test_worker_metadata_limit_counts_bytes_of_packages(flux):
 
 
 def test_json_limit_counts_bytes(monkeypatch):
-    monkeypatch.setattr(limits, "MAX_JSON_BYTES", 10)
-    assert limits.checked_json('"abcdefgh"', "input_json")  # 10 bytes: at the limit
+    monkeypatch.setattr(validation, "MAX_JSON_BYTES", 10)
+    assert validation.checked_json('"abcdefgh"', "input_json")  # 10 bytes: at the limit
     with pytest.raises(ResourceExhausted, match="input_json is larger than the 10 byte limit"):
-        limits.checked_json(f'"{EMOJI * 3}"', "input_json")  # 5 characters, 14 bytes
+        validation.checked_json(f'"{EMOJI * 3}"', "input_json")  # 5 characters, 14 bytes
 
 
 async def test_pending_bytes_count_utf8_bytes(flux):

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from flux.dispatcher.session import Cancelled, Event, Ping, Scheduled, Session
+from flux.dispatcher.session import Event, Ping, Scheduled, Session, Stop
 from flux.domain.execution import Execution, WorkflowRef
 from flux.domain.resource_request import ResourceRequest
 from flux.server import convert
@@ -22,7 +22,7 @@ def scheduled(n: int, input_json: str = "1") -> Scheduled:
 
 def test_a_reader_takes_everything_waiting_in_order_up_to_its_limit() -> None:
     session = Session("w", "grpc", {})
-    events = [scheduled(1), scheduled(2), Cancelled("e1", 1, "cancelled"), scheduled(3), scheduled(4)]
+    events = [scheduled(1), scheduled(2), Stop("e1", 1, "cancelled"), scheduled(3), scheduled(4)]
     for event in events:
         session.push(event)
     assert session.take(4) == events[:4]
@@ -103,7 +103,7 @@ def test_consecutive_dispatches_share_one_message_and_other_events_keep_their_pl
     events = [
         scheduled(1),
         scheduled(2),
-        Cancelled("e1", 1, "x"),
+        Stop("e1", 1, "x"),
         scheduled(3),
         Ping(1.0),
         scheduled(4),

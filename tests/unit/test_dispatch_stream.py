@@ -11,7 +11,7 @@ from dataclasses import replace
 
 import pytest
 
-from flux.dispatcher.session import Cancelled, Ping, Scheduled, Session
+from flux.dispatcher.session import Ping, Scheduled, Session, Stop
 from flux.errors import Unavailable
 from flux.server.dispatch_stream import DispatchStream
 from tests.unit.test_dispatch_batches import scheduled
@@ -66,7 +66,7 @@ async def test_events_pushed_during_a_write_leave_in_the_next_one_in_order() -> 
     await asyncio.wait_for(context.holding.wait(), 5)  # that write is in flight
     session.push(scheduled(2))
     session.push(scheduled(3))
-    session.push(Cancelled("e1", 1, "cancelled"))
+    session.push(Stop("e1", 1, "cancelled"))
     session.push(Ping(1.0))
     await _settle()
     assert context.written == [("execution_scheduled", 1)]  # one write in flight at a time

@@ -16,7 +16,7 @@ import pytest
 from flux.dispatcher import housekeeping
 from flux.dispatcher.core import Dispatcher, Settings, WorkerRegistration
 from flux.dispatcher.modes import Modes
-from flux.dispatcher.session import MAX_BUFFERED_EVENTS, Cancelled, Event, Scheduled, Session
+from flux.dispatcher.session import MAX_BUFFERED_EVENTS, Event, Scheduled, Session, Stop
 from flux.domain.execution import Execution, ExecutionError, State, WorkflowRef
 from flux.domain.resource_request import ResourceRequest
 from flux.domain.worker import Gpu, WorkerResources, WorkerSoftware
@@ -459,7 +459,7 @@ async def test_unclaimed_dispatch_returns_to_created_after_the_ack_deadline(flux
     back = flux.get(execution_id)
     assert (back.state, back.attempt, back.worker, back.generation) == (CREATED, 1, "", 1)
     assert execution_id in flux.d.pending()
-    assert w.events() == [Cancelled(execution_id, 1, "ack deadline expired")]
+    assert w.events() == [Stop(execution_id, 1, "ack deadline expired")]
     entry = flux.d.registry.entries["w1"]
     assert (entry.holdings, entry.reserved) == ({}, Amounts())
     with pytest.raises(FailedPrecondition, match="not dispatched to worker 'w1'"):
@@ -708,7 +708,7 @@ async def test_cancel_unfinished(flux, state):
         assert flux.state(waiting) is CREATED
     else:
         events = w.events()
-        assert events[0] == Cancelled(execution_id, generation, "cancelled by a client")
+        assert events[0] == Stop(execution_id, generation, "cancelled by a client")
         # Its reservation is gone, so the next execution takes the cores.
         assert [e.execution.execution_id for e in events[1:] if isinstance(e, Scheduled)] == [waiting]
         with pytest.raises(FailedPrecondition, match="already CANCELLED"):
@@ -757,7 +757,7 @@ async def test_lost_worker_requeues_running_with_next_attempt_and_scheduled_with
     assert flux.expire(0.01) is True
     assert (flux.state(running), flux.get(running).attempt) == (CREATED, 2)
     assert (flux.state(scheduled), flux.get(scheduled).attempt) == (CREATED, 1)
-    assert "w1" not in {entry.name for entry in flux.d.workers()}
+    assert "w1" not in {entry.name for entry in flux.d.local_workers()}
     assert [flux.get(i).worker for i in (running, scheduled)] == ["", ""]
     await committed()
     assert flux.store.executions[running].attempt == 2
@@ -990,7 +990,7 @@ async def test_a_worker_reconnecting_replaces_its_own_stream(flux):
 async def test_a_worker_registered_but_never_connected_is_forgotten_after_grace(flux):
     await flux.worker(connect=False)
     flux.expire(GRACE)
-    assert flux.d.workers() == []
+    assert flux.d.local_workers() == []
 
 
 # ---- why -----------------------------------------------------------------------------------------
@@ -1103,7 +1103,7 @@ async def test_restart_forgets_unclaimed_dispatches(flux):
     try:
         assert again.state(execution_id) is CREATED
         assert execution_id in again.d.pending()
-        assert again.d.workers() == []
+        assert again.d.local_workers() == []
     finally:
         await again.d.stop()
 

@@ -1,7 +1,7 @@
 """Preemption through the dispatcher: who is stopped, the fence while it stops, and the requeue.
 
 The planner's choices are tested pure in test_preemption.py; here the dispatcher
-carries them out: the worker is told (``Cancelled`` with ``preempted``), the room
+carries them out: the worker is told (``Stop`` with ``preempted``), the room
 stays held until the worker hands the execution back or the grace runs out, a
 claim or result of the stopped try is refused, and the execution goes back in
 line without an attempt counted.
@@ -18,7 +18,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from flux.dispatcher.core import Dispatcher
-from flux.dispatcher.session import Cancelled
+from flux.dispatcher.session import Stop
 from flux.domain.execution import State
 from flux.domain.tenant import Limits, Tenant
 from flux.errors import FailedPrecondition
@@ -55,7 +55,7 @@ async def step(flux: Flux, seconds: float = 1.0) -> None:
 
 
 def preempted(w: Worker) -> list[str]:
-    return [e.execution_id for e in w.events() if isinstance(e, Cancelled) and e.preempted]
+    return [e.execution_id for e in w.events() if isinstance(e, Stop) and e.preempted]
 
 
 async def test_a_tenant_under_its_quota_preempts_the_newest_borrowed_execution():

@@ -15,10 +15,10 @@ from typing import Any
 
 import pytest
 
-from flux.dispatcher.directory import info_of, load_of
 from flux.dispatcher.replica import shared
-from flux.dispatcher.session import Cancelled, Scheduled
-from flux.dispatcher.workers import WorkerEntry
+from flux.dispatcher.session import Scheduled, Stop
+from flux.dispatcher.worker_documents import info_of, load_of
+from flux.dispatcher.worker_entry import WorkerEntry
 from flux.domain.execution import Execution, State, WorkflowRef
 from flux.domain.worker import WorkerSoftware
 from flux.domain.workflow import WorkflowRecord
@@ -197,7 +197,7 @@ async def test_status_explain_and_the_listing_count_the_workers_of_other_replica
     assert [w.name for w in status.workers] == ["here-small", "there-big"]
     assert status.fleet.connected_by_transport["grpc"] == 2
     assert status.pending_by_reason[BUSY] == 1  # as explain says: a connected worker could run it
-    assert [w.name for w in await replica.d.list_workers()] == ["here-small", "there-big"]
+    assert [w.name for w in await replica.d.fleet_workers()] == ["here-small", "there-big"]
 
 
 async def test_a_cancel_committed_through_another_replica_stops_the_dispatch_here(replica) -> None:
@@ -208,7 +208,7 @@ async def test_a_cancel_committed_through_another_replica_stops_the_dispatch_her
     w.events()
     store.notify(notices.Cancelled(execution_id))
     [event] = w.events()
-    assert isinstance(event, Cancelled) and event.execution_id == execution_id
+    assert isinstance(event, Stop) and event.execution_id == execution_id
     assert replica.holdings("w1") == set()
     assert replica.d.table.finished[execution_id].state is State.CANCELLED
 
