@@ -7,6 +7,7 @@ transport.
 
 from __future__ import annotations
 
+import logging
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:  # grpc loads only where a status code is built: domain code imports this module
@@ -134,3 +135,16 @@ def from_grpc_code(code: grpc.StatusCode, message: str) -> FluxError:
 def from_code_name(name: str, message: str) -> FluxError:
     """The same, from a status name as a batch's per-item answer carries it (an unknown one is retried)."""
     return _BY_GRPC_CODE.get(name, Unavailable)(message)
+
+
+def logged_refusal(
+    exc: Exception, unavailable: tuple[type[BaseException], ...], log: logging.Logger, what: str = "a request"
+) -> FluxError:
+    """``refusal``, logged as it deserves: a fault of the server's own with its traceback; the
+    store's unavailability as one line, not a traceback per request while it restarts."""
+    error = refusal(exc, unavailable)
+    if isinstance(error, Internal):
+        log.error("%s failed", what, exc_info=exc)
+    elif error is not exc:
+        log.warning("%s met an unavailable store: %s", what, error)
+    return error

@@ -223,12 +223,10 @@ class Dispatcher:
         rank = record.priority if priority is None else validation.checked_priority(priority)
         self.table.admit(validation.utf8_bytes(input_json))
         now = self.clock()
-        seq = self.feed.next_seq(self._next_seq)
-        self._next_seq = seq + 1
         execution = Execution(
             execution_id=uuid.uuid4().hex,
             workflow=record.ref,
-            seq=seq,
+            seq=self.take_seq(),
             input_json=input_json,
             max_attempts=record.max_attempts,
             created_at=now,

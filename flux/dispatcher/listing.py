@@ -18,36 +18,40 @@ from flux.store.base import ExecutionQuery
 
 DEFAULT_PAGE_SIZE = 50
 MAX_PAGE_SIZE = 1000
-STATE_NAMES = tuple(state.name for state in State)
 _UNFINISHED = frozenset(int(s) for s in State if not s.finished)
 
 
-def parse_state(text: str, field: str = "state") -> State:
-    """``"running"``, ``"RUNNING"`` or ``"EXECUTION_STATE_RUNNING"`` -> ``State.RUNNING``."""
-    name = text.strip().upper().removeprefix("EXECUTION_STATE_")
+def opaque_token(position: str) -> str:
+    """A page token: the position of a page's last item, in base64 safe in a URL as is."""
+    return base64.urlsafe_b64encode(position.encode()).decode().rstrip("=")
+
+
+def token_position(token: str, listing: str = "listing") -> str:
+    """The position an ``opaque_token`` holds; anything else is refused, naming the field."""
     try:
-        return State[name]
-    except KeyError:
-        raise InvalidArgument(
-            f"{field} {text!r} is not a state; use one of {', '.join(STATE_NAMES)}"
-        ) from None
+        position = base64.urlsafe_b64decode(token + "=" * (-len(token) % 4)).decode()
+    except (ValueError, UnicodeDecodeError, binascii.Error):
+        position = ""
+    if not position:
+        raise _not_a_token(listing)
+    return position
+
+
+def _not_a_token(listing: str) -> InvalidArgument:
+    return InvalidArgument(
+        f"page_token is not one a {listing} returned; pass next_page_token unchanged, or leave it empty"
+    )
 
 
 def page_token(seq: int, execution_id: str) -> str:
-    return base64.urlsafe_b64encode(f"{seq}:{execution_id}".encode()).decode().rstrip("=")
+    return opaque_token(f"{seq}:{execution_id}")
 
 
 def parse_page_token(token: str) -> tuple[int, str]:
-    try:
-        seq, execution_id = base64.urlsafe_b64decode(token + "=" * (-len(token) % 4)).decode().split(":", 1)
-        position = int(seq), execution_id
-    except (ValueError, UnicodeDecodeError, binascii.Error):
-        raise InvalidArgument(
-            "page_token is not one a listing returned; pass next_page_token unchanged, or leave it empty"
-        ) from None
-    if not execution_id:
-        raise InvalidArgument("page_token is not one a listing returned; pass next_page_token unchanged")
-    return position
+    seq, _, execution_id = token_position(token).partition(":")
+    if not (seq.isdigit() and execution_id):
+        raise _not_a_token("listing")
+    return int(seq), execution_id
 
 
 def execution_query(

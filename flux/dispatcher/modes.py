@@ -4,14 +4,15 @@ In the spirit of the Kubernetes scheduler's Reserve → Bind (Unreserve on failu
 
 - ``Binder``: turns reserved placements into dispatches. On one server a
   placement is this server's at once; replicas claim it in the database first
-  and unreserve on a miss (replica.py).
+  and unreserve on a miss (shared_binder.py).
 - ``PendingFeed``: where pending work comes from besides this server's own
   submissions. One server: nowhere. Replicas: the NOTIFY mirror plus resync.
 - ``FleetDirectory``: which workers exist. One server: its own. Replicas: its
   own plus those the database directory lists for the others. ``explain`` and
   ``status`` both read it, so they count the same fleet.
 
-The local strategies are here; the shared ones are in replica.py.
+The local strategies are here; the shared ones are in ``shared_binder.py``,
+``shared_feed.py`` and ``shared_fleet.py`` (``replica.py`` builds them).
 """
 
 from __future__ import annotations

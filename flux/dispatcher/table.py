@@ -5,8 +5,11 @@ callers (get, watch, listings) see the state before it, kept in ``committing``;
 ``committed`` then shows the final state and tells the watchers, so nobody sees
 a result that a crash could undo.
 
-One save path: ``save`` queues a row and handles the outcome the same way for
-every caller. A ``Conflict`` (only a shared store reports them: another replica
+One save path for the executions it holds: ``save`` queues a row and handles
+the outcome the same way for every caller. (A new submission is written before
+the table holds it, by the store directly: its caller waits for that commit and
+nothing is queued until it lands; see ``Dispatcher.store_submission``, ``bulk``
+and the shared binder's claimed insert.) A ``Conflict`` (only a shared store reports them: another replica
 changed the row) makes the dispatcher drop what it holds of the execution. Any
 other failure (the database away) runs the caller's ``failed``, or, when the
 caller gave none, marks the execution unsaved: the housekeeping tick writes its
@@ -25,9 +28,8 @@ from collections.abc import Callable, Iterator
 
 from flux.dispatcher.settings import Settings
 from flux.dispatcher.unfinished import Unfinished
-from flux.dispatcher.validation import utf8_bytes
 from flux.dispatcher.watchers import Watchers
-from flux.domain.execution import Execution
+from flux.domain.execution import Execution, result_bytes, utf8_bytes
 from flux.errors import FailedPrecondition, ResourceExhausted, Unavailable
 from flux.store.base import Conflict, Store
 
@@ -270,6 +272,4 @@ class ExecutionTable:
 
 
 def _payload_bytes(execution: Execution) -> int:
-    error = execution.error
-    size = utf8_bytes(execution.input_json) + utf8_bytes(execution.output_json or "")
-    return size + (utf8_bytes(error.message) + utf8_bytes(error.traceback) if error is not None else 0)
+    return utf8_bytes(execution.input_json) + result_bytes(execution.output_json, execution.error)

@@ -13,6 +13,7 @@ import time
 from collections.abc import Iterable, Mapping
 
 from flux import defaults
+from flux.domain.execution import utf8_bytes
 from flux.domain.labels import validate_labels
 from flux.domain.worker import WorkerResources, WorkerSoftware
 from flux.domain.workflow import WorkflowRecord
@@ -37,12 +38,6 @@ MAX_RUNTIMES = 16
 MAX_TEXT = 256
 RUNTIME_NAME = re.compile(r"[a-z][a-z0-9_.+-]{0,31}")
 RUNTIME_FORM = "1-32 lowercase letters, digits, '_', '.', '+' or '-', starting with a letter, e.g. python"
-
-
-def utf8_bytes(text: str) -> int:
-    """What ``text`` takes on the wire and in the store: its UTF-8 bytes, not its characters
-    (one emoji is 4 bytes). ``isascii`` is O(1) on CPython, so ASCII text costs no encoding."""
-    return len(text) if text.isascii() else len(text.encode("utf-8", "surrogatepass"))
 
 
 def check_workflow_file(filename: str, source: str, workflows: list[WorkflowRecord]) -> None:

@@ -16,7 +16,7 @@ from flux.dispatcher import housekeeping, validation
 from flux.dispatcher.lifecycle import Requeue
 from flux.domain.execution import Execution, ExecutionError, State
 from flux.domain.worker import WorkerResources
-from flux.errors import FailedPrecondition, FluxError, Internal, NotFound, refusal
+from flux.errors import FailedPrecondition, FluxError, NotFound, logged_refusal
 
 if TYPE_CHECKING:
     from flux.dispatcher.core import Dispatcher
@@ -169,10 +169,7 @@ async def complete_batch(
 
 
 def _refused(d: Dispatcher, exc: Exception) -> FluxError:
-    error = refusal(exc, d.store.unavailable)
-    if isinstance(error, Internal):
-        log.error("a batch item failed", exc_info=exc)
-    return error
+    return logged_refusal(exc, d.store.unavailable, log, "a batch item")
 
 
 def fenced(d: Dispatcher, execution_id: str, name: str, generation: int) -> Execution:

@@ -9,13 +9,12 @@ is today's answer for any fleet within the default --max-workers.
 
 from __future__ import annotations
 
-import base64
-import binascii
 from bisect import bisect_right
 from collections.abc import Sequence
 from typing import TypeVar
 
 from flux import defaults
+from flux.dispatcher.listing import opaque_token, token_position
 from flux.errors import InvalidArgument
 
 WHOLE_FLEET = defaults.MAX_WORKERS
@@ -26,19 +25,11 @@ Named = TypeVar("Named")
 
 
 def worker_page_token(name: str) -> str:
-    return base64.urlsafe_b64encode(name.encode()).decode().rstrip("=")
+    return opaque_token(name)
 
 
 def _after(token: str) -> str:
-    try:
-        name = base64.urlsafe_b64decode(token + "=" * (-len(token) % 4)).decode()
-    except (ValueError, UnicodeDecodeError, binascii.Error):
-        name = ""
-    if not name:
-        raise InvalidArgument(
-            "page_token is not one a worker listing returned; pass next_page_token unchanged, or leave it empty"
-        )
-    return name
+    return token_position(token, "worker listing")
 
 
 def worker_page(

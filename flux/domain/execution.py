@@ -51,6 +51,18 @@ class ExecutionError:
         return cls(message.type, message.message, message.traceback)
 
 
+def utf8_bytes(text: str) -> int:
+    """What ``text`` takes on the wire and in the store: its UTF-8 bytes, not its characters
+    (one emoji is 4 bytes). ``isascii`` is O(1) on CPython, so ASCII text costs no encoding."""
+    return len(text) if text.isascii() else len(text.encode("utf-8", "surrogatepass"))
+
+
+def result_bytes(output_json: str | None, error: ExecutionError | None) -> int:
+    """The bytes a result holds: its output, or its error's message and traceback."""
+    size = utf8_bytes(output_json or "")
+    return size + (utf8_bytes(error.message) + utf8_bytes(error.traceback) if error is not None else 0)
+
+
 @dataclass(frozen=True, slots=True)
 class WorkflowRef:
     name: str

@@ -77,13 +77,6 @@ def unmet(
             yield requirement, found
 
 
-def first_unmet(
-    requirements: tuple[Requirement, ...], software: WorkerSoftware
-) -> tuple[Requirement, str | None] | None:
-    """The first requirement the worker does not satisfy, with its installed version (or None)."""
-    return next(unmet(requirements, software), None)
-
-
 def _satisfies(specifier: SpecifierSet, installed: str) -> bool:
     if any(spec.operator == "===" for spec in specifier):
         # Arbitrary equality compares the installed string as written (PEP 440): it

@@ -1,8 +1,11 @@
 """One scheduling pass: place pending executions on workers, by priority then FIFO, least loaded first.
 
-This is where every dispatch decision is made. It is pure: given the pending
-queue and immutable worker views it returns placements and touches nothing.
-The dispatcher commits them (reservations, store, push) afterwards.
+This is where every dispatch decision is made. Given the pending queue and
+immutable worker views it returns placements; it does no I/O and changes
+nothing but the ``Aging`` it is handed (which starving executions it placed,
+nominated a worker, or dropped), and the tenant accounts it charges only in its
+own pass-local copy. The dispatcher commits the placements (reservations,
+store, push) afterwards.
 
 How a pass runs (Nomad's feasibility-then-rank, adapted to a queue):
 1. Workers are grouped by ``Profile``; each (shape, profile) pair is checked

@@ -2,15 +2,14 @@
 
 from __future__ import annotations
 
-import functools
 import logging
-from collections.abc import Awaitable, Callable
-from typing import Any, TypeVar
+from typing import TypeVar
 
 import grpc
 
 from flux.dispatcher.core import Dispatcher
-from flux.errors import Internal, InvalidArgument, refusal, status_of
+from flux.errors import InvalidArgument
+from flux.server.answers import unary
 from flux.server.pool_convert import pool_to_proto, pools_to_proto, spec_from_proto
 from flux.v1 import pools_pb2, pools_pb2_grpc
 
@@ -18,28 +17,11 @@ log = logging.getLogger("flux.server")
 R = TypeVar("R")
 
 
-def _unary(handler: Callable[..., Awaitable[R]]) -> Callable[..., Awaitable[R]]:
-    """Every error becomes a status through the one table (``flux.errors``), as in ``servicers``."""
-
-    @functools.wraps(handler)
-    async def wrapper(self: Any, request: Any, context: grpc.aio.ServicerContext) -> R:
-        try:
-            return await handler(self, request, context)
-        except Exception as exc:
-            error = refusal(exc, self.dispatcher.store.unavailable)
-            if isinstance(error, Internal):
-                log.error("a pool request failed", exc_info=exc)
-            await context.abort(status_of(error)[0], str(error))
-            raise  # unreachable: abort raises
-
-    return wrapper
-
-
 class PoolService(pools_pb2_grpc.PoolServiceServicer):
     def __init__(self, dispatcher: Dispatcher):
         self.dispatcher = dispatcher
 
-    @_unary
+    @unary("a pool request")
     async def ApplyPools(self, request: pools_pb2.ApplyPoolsRequest, context: grpc.aio.ServicerContext):
         specs = [spec_from_proto(p, f"pools[{i}]") for i, p in enumerate(request.pools)]
         pools = self.dispatcher.pools
@@ -47,12 +29,12 @@ class PoolService(pools_pb2_grpc.PoolServiceServicer):
         demand = await pools.demand(self.dispatcher)
         return pools_pb2.ApplyPoolsResponse(pools=[pool_to_proto(demand[s.name]) for s in specs])
 
-    @_unary
+    @unary("a pool request")
     async def ListPools(self, request: pools_pb2.ListPoolsRequest, context: grpc.aio.ServicerContext):
         demand = await self.dispatcher.pools.demand(self.dispatcher)
         return pools_pb2.ListPoolsResponse(pools=pools_to_proto(demand.values()))
 
-    @_unary
+    @unary("a pool request")
     async def GetPool(self, request: pools_pb2.GetPoolRequest, context: grpc.aio.ServicerContext):
         if not request.name:
             raise InvalidArgument("name must name a pool, e.g. 'a100'")

@@ -9,11 +9,10 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-import functools
 import itertools
 import logging
-from collections.abc import AsyncIterator, Awaitable, Callable
-from typing import Any, TypeVar
+from collections.abc import AsyncIterator
+from typing import TypeVar
 
 import grpc
 
@@ -25,10 +24,11 @@ from flux.dispatcher.tenants import OPERATOR, Caller
 from flux.dispatcher.worker_pages import worker_page
 from flux.domain.execution import Execution, ExecutionError
 from flux.domain.worker import WorkerSoftware
-from flux.errors import FluxError, Internal, InvalidArgument, NotFound, refusal, status_of
+from flux.errors import InvalidArgument, NotFound, status_of
 from flux.observe.fleet import Change
 from flux.observe.status import StatusBoard
 from flux.server import convert
+from flux.server.answers import abort, unary
 from flux.server.callers import Callers
 from flux.server.dispatch_stream import DispatchStream
 from flux.server.metadata import CALLER_ROLE, CALLER_TENANT, TRANSPORT_METADATA
@@ -42,35 +42,6 @@ R = TypeVar("R")
 CALLS_IN_FLIGHT = 16
 
 
-def _refused(dispatcher: Dispatcher, exc: Exception) -> FluxError:
-    """What a handler's error is answered with (``flux.errors.refusal``), logged as it deserves."""
-    error = refusal(exc, dispatcher.store.unavailable)
-    if isinstance(error, Internal):
-        log.error("a request failed", exc_info=exc)
-    elif error is not exc:  # the store's: one line, not a traceback per request while it restarts
-        log.warning("a request met an unavailable store: %s", error)
-    return error
-
-
-async def _abort(dispatcher: Dispatcher, context: grpc.aio.ServicerContext, exc: Exception) -> None:
-    error = _refused(dispatcher, exc)
-    await context.abort(status_of(error)[0], str(error))
-
-
-def _unary(handler: Callable[..., Awaitable[R]]) -> Callable[..., Awaitable[R]]:
-    # Every error becomes a status through the one table: never grpc's UNKNOWN, never a bare
-    # driver exception. The handlers themselves never abort, so nothing caught here is an abort.
-    @functools.wraps(handler)
-    async def wrapper(self: Any, request: Any, context: grpc.aio.ServicerContext) -> R:
-        try:
-            return await handler(self, request, context)
-        except Exception as exc:
-            await _abort(self.dispatcher, context, exc)
-            raise  # unreachable: abort raises
-
-    return wrapper
-
-
 def _transport(context: grpc.aio.ServicerContext) -> str:
     for key, value in context.invocation_metadata() or ():
         if key == TRANSPORT_METADATA and value in ("grpc", "sse"):
@@ -82,7 +53,7 @@ class WorkerService(worker_pb2_grpc.WorkerServiceServicer):
     def __init__(self, dispatcher: Dispatcher):
         self.dispatcher = dispatcher
 
-    @_unary
+    @unary()
     async def Register(self, request: worker_pb2.RegisterRequest, context: grpc.aio.ServicerContext):
         registration = convert.registration_from_proto(request, _transport(context))
         token = await self.dispatcher.register_worker(registration)
@@ -94,7 +65,7 @@ class WorkerService(worker_pb2_grpc.WorkerServiceServicer):
         try:
             session = self.dispatcher.connect(request.name, request.session_token, _transport(context))
         except Exception as exc:
-            await _abort(self.dispatcher, context, exc)
+            await abort(self.dispatcher, context, exc)
             return
         failed: Exception | None = None
         try:
@@ -120,9 +91,9 @@ class WorkerService(worker_pb2_grpc.WorkerServiceServicer):
             # Runs on client cancel, server shutdown, or takeover: the core learns the stream is gone.
             self.dispatcher.disconnect(session)
         if failed is not None:
-            await _abort(self.dispatcher, context, failed)
+            await abort(self.dispatcher, context, failed)
 
-    @_unary
+    @unary()
     async def ReportResources(
         self, request: worker_pb2.ReportResourcesRequest, context: grpc.aio.ServicerContext
     ):
@@ -136,12 +107,12 @@ class WorkerService(worker_pb2_grpc.WorkerServiceServicer):
         )
         return worker_pb2.ReportResourcesResponse()
 
-    @_unary
+    @unary()
     async def Claim(self, request: worker_pb2.ClaimRequest, context: grpc.aio.ServicerContext):
         self.dispatcher.claim(request.name, request.session_token, request.execution_id, request.generation)
         return worker_pb2.ClaimResponse()
 
-    @_unary
+    @unary()
     async def Complete(self, request: worker_pb2.CompleteRequest, context: grpc.aio.ServicerContext):
         result = request.WhichOneof("result")
         if result is None:
@@ -158,18 +129,18 @@ class WorkerService(worker_pb2_grpc.WorkerServiceServicer):
         )
         return worker_pb2.CompleteResponse()
 
-    @_unary
+    @unary()
     async def Release(self, request: worker_pb2.ReleaseRequest, context: grpc.aio.ServicerContext):
         self.dispatcher.release(
             request.name, request.session_token, request.execution_id, request.generation, request.reason
         )
         return worker_pb2.ReleaseResponse()
 
-    @_unary
+    @unary()
     async def ClaimBatch(self, request: worker_pb2.ClaimBatchRequest, context: grpc.aio.ServicerContext):
         return self._claims(request)
 
-    @_unary
+    @unary()
     async def CompleteBatch(
         self, request: worker_pb2.CompleteBatchRequest, context: grpc.aio.ServicerContext
     ):
@@ -205,7 +176,7 @@ class WorkerService(worker_pb2_grpc.WorkerServiceServicer):
         running: set[asyncio.Task[None]] = set()
 
         def refused(call: worker_pb2.WorkerCallsRequest, exc: Exception) -> worker_pb2.WorkerCallsResponse:
-            error = _refused(self.dispatcher, exc)
+            error = refused(self.dispatcher, exc)
             refusal = worker_pb2.CallRefused(code=status_of(error)[0].name, message=str(error))
             return worker_pb2.WorkerCallsResponse(call_id=call.call_id, refused=refusal)
 
@@ -257,7 +228,7 @@ class WorkerService(worker_pb2_grpc.WorkerServiceServicer):
             for task in list(running):
                 task.cancel()
 
-    @_unary
+    @unary()
     async def GetWorkflowSource(
         self, request: worker_pb2.GetWorkflowSourceRequest, context: grpc.aio.ServicerContext
     ):
@@ -300,7 +271,7 @@ class ControlService(control_pb2_grpc.ControlServiceServicer):
             raise NotFound(f"execution {execution_id!r} does not exist")
         return execution
 
-    @_unary
+    @unary()
     async def RegisterWorkflow(
         self, request: control_pb2.RegisterWorkflowRequest, context: grpc.aio.ServicerContext
     ):
@@ -317,7 +288,7 @@ class ControlService(control_pb2_grpc.ControlServiceServicer):
             ]
         )
 
-    @_unary
+    @unary()
     async def RunWorkflow(self, request: control_pb2.RunWorkflowRequest, context: grpc.aio.ServicerContext):
         priority = request.priority if request.HasField("priority") else None
         caller = await self._caller(context)
@@ -332,7 +303,7 @@ class ControlService(control_pb2_grpc.ControlServiceServicer):
         )
         return convert.execution_to_proto(execution)
 
-    @_unary
+    @unary()
     async def RunWorkflows(self, request: control_pb2.RunWorkflowsRequest, context: grpc.aio.ServicerContext):
         priority = request.priority if request.HasField("priority") else None
         caller = await self._caller(context)
@@ -350,7 +321,7 @@ class ControlService(control_pb2_grpc.ControlServiceServicer):
             executions=[convert.execution_to_proto(e.evolve(input_json="")) for e in executions]
         )
 
-    @_unary
+    @unary()
     async def GetExecution(self, request: control_pb2.GetExecutionRequest, context: grpc.aio.ServicerContext):
         return convert.execution_to_proto(await self._visible(request.execution_id, context))
 
@@ -362,7 +333,7 @@ class ControlService(control_pb2_grpc.ControlServiceServicer):
             async for execution in self.dispatcher.watch(request.execution_id):
                 yield convert.execution_to_proto(execution)
         except Exception as exc:
-            await _abort(self.dispatcher, context, exc)
+            await abort(self.dispatcher, context, exc)
 
     async def RunAndWait(
         self, request: control_pb2.RunAndWaitRequest, context: grpc.aio.ServicerContext
@@ -390,7 +361,7 @@ class ControlService(control_pb2_grpc.ControlServiceServicer):
                 done = await waiting.final(self.dispatcher, accepted.execution_id)
                 yield convert.execution_to_proto(done)
         except Exception as exc:
-            await _abort(self.dispatcher, context, exc)
+            await abort(self.dispatcher, context, exc)
 
     async def WaitExecutions(
         self, request: control_pb2.WaitExecutionsRequest, context: grpc.aio.ServicerContext
@@ -409,7 +380,7 @@ class ControlService(control_pb2_grpc.ControlServiceServicer):
                     executions=[convert.execution_to_proto(e) for e in batch]
                 )
         except Exception as exc:
-            await _abort(self.dispatcher, context, exc)
+            await abort(self.dispatcher, context, exc)
 
     async def WatchFleet(
         self, request: control_pb2.WatchFleetRequest, context: grpc.aio.ServicerContext
@@ -466,14 +437,14 @@ class ControlService(control_pb2_grpc.ControlServiceServicer):
             f"this fleet watch fell {behind} behind and was dropped; watch again",
         )
 
-    @_unary
+    @unary()
     async def CancelExecution(
         self, request: control_pb2.CancelExecutionRequest, context: grpc.aio.ServicerContext
     ):
         await self._visible(request.execution_id, context)
         return convert.execution_to_proto(await self.dispatcher.cancel(request.execution_id))
 
-    @_unary
+    @unary()
     async def ListWorkers(self, request: control_pb2.ListWorkersRequest, context: grpc.aio.ServicerContext):
         workers = sorted(await self.dispatcher.fleet_workers(), key=lambda w: w.name)
         page, following = worker_page(
@@ -484,19 +455,19 @@ class ControlService(control_pb2_grpc.ControlServiceServicer):
             workers=[convert.worker_to_proto(w) for w in page], next_page_token=following
         )
 
-    @_unary
+    @unary()
     async def ExplainExecution(
         self, request: control_pb2.ExplainExecutionRequest, context: grpc.aio.ServicerContext
     ):
         await self._visible(request.execution_id, context)
         return convert.why_to_proto(await self.dispatcher.why(request.execution_id))
 
-    @_unary
+    @unary()
     async def ForgetWorker(self, request: control_pb2.ForgetWorkerRequest, context: grpc.aio.ServicerContext):
         requeued = await self.dispatcher.forget_worker(request.name)
         return control_pb2.ForgetWorkerResponse(requeued=requeued)
 
-    @_unary
+    @unary()
     async def GetStatus(self, request: control_pb2.GetStatusRequest, context: grpc.aio.ServicerContext):
         caller = await self._caller(context)
         # Who the token speaks for, beside the answer (ClusterStatus is the same for every caller but
@@ -521,7 +492,7 @@ class ControlService(control_pb2_grpc.ControlServiceServicer):
                     row.oldest_execution_id = ""
         return status
 
-    @_unary
+    @unary()
     async def ListExecutions(
         self, request: control_pb2.ListExecutionsRequest, context: grpc.aio.ServicerContext
     ):
@@ -537,7 +508,7 @@ class ControlService(control_pb2_grpc.ControlServiceServicer):
             executions=[convert.execution_to_proto(e) for e in executions], next_page_token=token
         )
 
-    @_unary
+    @unary()
     async def ListWorkflows(
         self, request: control_pb2.ListWorkflowsRequest, context: grpc.aio.ServicerContext
     ):
@@ -549,15 +520,15 @@ class ControlService(control_pb2_grpc.ControlServiceServicer):
             workflows=[convert.workflow_to_proto(record, versions) for record, versions in found]
         )
 
-    @_unary
+    @unary()
     async def PauseWorker(self, request: control_pb2.PauseWorkerRequest, context: grpc.aio.ServicerContext):
         return convert.worker_to_proto(await self.dispatcher.set_paused(request.name, True))
 
-    @_unary
+    @unary()
     async def ResumeWorker(self, request: control_pb2.ResumeWorkerRequest, context: grpc.aio.ServicerContext):
         return convert.worker_to_proto(await self.dispatcher.set_paused(request.name, False))
 
-    @_unary
+    @unary()
     async def GetMetrics(self, request: control_pb2.GetMetricsRequest, context: grpc.aio.ServicerContext):
         # Open without a token (flux.auth.OPEN): aggregates only, nothing that names a worker or workflow.
         return convert.status_to_proto(await self.status.aggregate(METRICS_MAX_AGE))

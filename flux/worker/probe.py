@@ -188,10 +188,6 @@ class ResourceProbe:
             self._software = read_software()
         return self._software
 
-    def refresh_software(self) -> WorkerSoftware:
-        self._software = read_software()
-        return self._software
-
     def _cpu_limit(self, host_cores: int, container: CgroupLimits) -> Limit | None:
         affinity = self._affinity()
         mask = None if affinity is None else Limit(affinity, "sched_getaffinity")

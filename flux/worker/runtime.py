@@ -26,7 +26,7 @@ from typing import TypeVar
 
 from flux import defaults, tracing
 from flux.context import ExecutionContext
-from flux.domain.execution import ExecutionError
+from flux.domain.execution import ExecutionError, result_bytes
 from flux.domain.worker import WorkerResources
 from flux.errors import (
     FailedPrecondition,
@@ -542,6 +542,4 @@ async def _each(calls: Iterable[Awaitable[None]]) -> Answers:
 
 
 def _outcome_size(outcome: Outcome) -> int:
-    error = outcome.error
-    size = len(outcome.output_json or "")
-    return size + (len(error.message) + len(error.traceback) if error is not None else 0)
+    return result_bytes(outcome.output_json, outcome.error)

@@ -10,7 +10,6 @@ from flux.dispatcher.listing import (
     needs_live_state,
     page_token,
     parse_page_token,
-    parse_state,
 )
 from flux.domain.execution import State
 from flux.errors import InvalidArgument, NotFound
@@ -18,16 +17,6 @@ from flux.store.base import ExecutionQuery
 from tests.unit.test_dispatcher import GRACE, Flux, committed
 
 pytestmark = pytest.mark.timeout(10)
-
-
-@pytest.mark.parametrize("text", ["running", "RUNNING", " Running ", "EXECUTION_STATE_RUNNING"])
-def test_state_names_in_any_case(text: str) -> None:
-    assert parse_state(text) is State.RUNNING
-
-
-def test_unknown_state_names_the_field_and_the_accepted_states() -> None:
-    with pytest.raises(InvalidArgument, match=r"state 'DONE' is not a state; use one of CREATED, SCHEDULED"):
-        parse_state("DONE")
 
 
 @pytest.mark.parametrize(("seq", "execution_id"), [(1, "a"), (1733000000000000, "f" * 32), (0, "x:y")])

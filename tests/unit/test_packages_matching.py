@@ -12,7 +12,7 @@ from packaging.requirements import Requirement
 from flux.domain.worker import WorkerSoftware
 from flux.matching import FeasibilityCache, Reason, Room, permanent_rejection, rejections, schedule
 from flux.matching import filters as f
-from flux.matching.packages import applies, first_unmet
+from flux.matching.packages import applies, unmet
 from tests.unit.fleet import LINUX, WINDOWS, queue_of, shape, worker
 
 OK = None
@@ -85,6 +85,11 @@ VERSION_CASES = [
     # extras do not change what must be installed
     pytest.param("requests[socks]>=2", "2.31.0", OK, id="extras ignored"),
 ]
+
+
+def first_unmet(requirements, software):
+    """The first requirement ``unmet`` yields, with its installed version (or None)."""
+    return next(unmet(requirements, software), None)
 
 
 @pytest.mark.parametrize(("text", "installed", "expected"), VERSION_CASES)

@@ -512,11 +512,9 @@ def test_software_lists_installed_distributions_with_canonical_names() -> None:
     assert all(name == name.lower() and "_" not in name and "." not in name for name in software.packages)
 
 
-def test_software_is_cached_until_refreshed() -> None:
+def test_software_is_read_once() -> None:
     p = probe()
-    first = p.software()
-    assert p.software() is first
-    assert p.refresh_software() == first
+    assert p.software() is p.software()
 
 
 def test_read_software_normalises_skips_broken_and_first_wins() -> None:
