@@ -22,12 +22,12 @@ from flux.domain.tenant import DEFAULT_TENANT
 from flux.errors import InvalidArgument, Unavailable
 
 if TYPE_CHECKING:
-    from flux.dispatcher.core import Dispatcher
+    from flux.dispatcher.handle import Handle
     from flux.matching import Shape
 
 
 async def submit_many(
-    d: Dispatcher,
+    d: Handle,
     workflow_name: str,
     inputs: list[str],
     version: int = 0,
@@ -74,7 +74,7 @@ async def submit_many(
     return [d.table.get(e.execution_id) or e for e in executions]
 
 
-async def store_and_queue(d: Dispatcher, executions: list[Execution], claiming: Container[str] = ()) -> None:
+async def store_and_queue(d: Handle, executions: list[Execution], claiming: Container[str] = ()) -> None:
     """Store a batch of new executions in one commit, then queue them and place them in one pass.
 
     ``claiming``: ids a replica is claiming right now. A replica's own NOTIFY may come

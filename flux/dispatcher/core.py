@@ -38,8 +38,9 @@ from flux.dispatcher import bulk, housekeeping, validation, worker_calls
 from flux.dispatcher.catalogue import Catalogue
 from flux.dispatcher.deadlines import AckDeadlines
 from flux.dispatcher.freezing import Freezer
+from flux.dispatcher.handle import Modes
 from flux.dispatcher.lifecycle import Lifecycle
-from flux.dispatcher.modes import Modes, local
+from flux.dispatcher.modes import local
 from flux.dispatcher.pings import Pinger
 from flux.dispatcher.pools import PoolBook
 from flux.dispatcher.quotas import TenantUsage

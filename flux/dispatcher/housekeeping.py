@@ -16,14 +16,14 @@ from flux.domain.execution import Execution, ExecutionError, State
 from flux.store.base import Recovered
 
 if TYPE_CHECKING:
-    from flux.dispatcher.core import Dispatcher
+    from flux.dispatcher.handle import Handle
     from flux.dispatcher.worker_entry import WorkerEntry
     from flux.matching import Shape
 
 log = logging.getLogger("flux.dispatcher")
 
 
-def recover(d: Dispatcher, recovered: Recovered) -> None:
+def recover(d: Handle, recovered: Recovered) -> None:
     """Resume from what the store kept: running work waits for its worker, the rest is queued again."""
     for record in recovered.workflows:
         d.catalogue.learn(record)
@@ -57,7 +57,7 @@ def recover(d: Dispatcher, recovered: Recovered) -> None:
     )  # fmt: skip
 
 
-def requeue(d: Dispatcher, execution: Execution, entry: WorkerEntry | None, next_attempt: bool) -> Execution:
+def requeue(d: Handle, execution: Execution, entry: WorkerEntry | None, next_attempt: bool) -> Execution:
     """Back to CREATED (keeping its place in line), or FAILED when out of attempts."""
     if entry is not None:
         entry.release(execution.execution_id)
@@ -86,7 +86,7 @@ def requeue(d: Dispatcher, execution: Execution, entry: WorkerEntry | None, next
     return requeued
 
 
-def lose_worker(d: Dispatcher, entry: WorkerEntry, why: str) -> list[Shape]:
+def lose_worker(d: Handle, entry: WorkerEntry, why: str) -> list[Shape]:
     """Requeue (or fail) everything the worker holds; return the shapes put back in the queue."""
     if entry.ever_connected or entry.holdings:
         log.warning("worker %s lost (%s); requeueing %d executions", entry.name, why, len(entry.holdings))
@@ -111,7 +111,7 @@ def lose_worker(d: Dispatcher, entry: WorkerEntry, why: str) -> list[Shape]:
     return list(shapes)
 
 
-def requeue_unread(d: Dispatcher, entry: WorkerEntry) -> list[Shape]:
+def requeue_unread(d: Handle, entry: WorkerEntry) -> list[Shape]:
     """Requeue now what a worker holds unclaimed: its stream was cut for falling behind.
 
     The events it had not read were dropped with the stream, so waiting for the ack
@@ -136,7 +136,7 @@ def requeue_unread(d: Dispatcher, entry: WorkerEntry) -> list[Shape]:
     return list(shapes)
 
 
-def expire(d: Dispatcher, now: float) -> bool:
+def expire(d: Handle, now: float) -> bool:
     """Requeue dispatches past their ack deadline and the work of workers past their grace period."""
     changed = False
     for execution_id, generation in d.deadlines.due(now):
@@ -158,7 +158,7 @@ def expire(d: Dispatcher, now: float) -> bool:
     return changed
 
 
-def keep_alive(d: Dispatcher, now: float) -> None:
+def keep_alive(d: Handle, now: float) -> None:
     """A worker whose stream is open counts as seen now, not at its last call (pings: ``d.pinger``)."""
     for entry in d.registry.values():
         if entry.session is not None:
@@ -168,7 +168,7 @@ def keep_alive(d: Dispatcher, now: float) -> None:
 class Housekeeper:
     """The dispatcher's periodic tick, as one task."""
 
-    def __init__(self, d: Dispatcher):
+    def __init__(self, d: Handle):
         self.d = d
         self.last_full_pass = 0.0
         self.last_save_retry = 0.0

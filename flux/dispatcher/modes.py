@@ -11,111 +11,26 @@ In the spirit of the Kubernetes scheduler's Reserve → Bind (Unreserve on failu
   own plus those the database directory lists for the others. ``explain`` and
   ``status`` both read it, so they count the same fleet.
 
-The local strategies are here; the shared ones are in ``shared_binder.py``,
-``shared_feed.py`` and ``shared_fleet.py`` (``replica.py`` builds them).
+Their protocols are in ``handle.py``; the local strategies are here, the shared ones in
+``shared_binder.py``, ``shared_feed.py`` and ``shared_fleet.py`` (``replica.py`` builds them).
 """
 
 from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING
 
 from flux.dispatcher import bulk
+from flux.dispatcher.handle import Modes
 from flux.dispatcher.worker_entry import WorkerEntry
 from flux.domain.execution import Execution, State
 from flux.errors import NotFound
 
 if TYPE_CHECKING:
-    from flux.dispatcher.core import Dispatcher
+    from flux.dispatcher.handle import Handle
     from flux.dispatcher.registry import WorkerRegistration
     from flux.matching import Placement
-
-
-class Binder(Protocol):
-    def attach(self, d: Dispatcher) -> None: ...
-
-    async def submit(self, execution: Execution) -> None:
-        """Store a new execution (durable before the answer) and queue or dispatch it."""
-
-    async def submit_many(self, executions: list[Execution]) -> None:
-        """Store new executions in one commit (durable before the answer), then queue them and place them."""
-
-    def bind(self, placements: list[Placement]) -> None:
-        """Dispatch placements already reserved on their workers (or unreserve them)."""
-
-    def requeue(self, requeued: Execution) -> None:
-        """Put an execution that went back to CREATED in line again, and save it."""
-
-    def worker_lost(self, entry: WorkerEntry) -> None:
-        """``entry`` is about to be lost: let go of what is still in flight on it."""
-
-    async def cancel(self, execution_id: str) -> Execution:
-        """Cancel an execution wherever it is; the final state is committed before the answer."""
-
-    def quotas(self, governed: bool) -> None:
-        """Tenants' terms now govern placement (or no longer do)."""
-
-    def preempt(self, preemptor: str, act: Callable[[], None]) -> None:
-        """Call ``act`` (stop the victims planned for ``preemptor``) once this server may: at once on
-        one server; on replicas once no other replica preempts for it (flux/store/postgres_quota.py)."""
-
-
-class PendingFeed(Protocol):
-    def attach(self, d: Dispatcher) -> None: ...
-
-    async def before_start(self) -> None: ...
-
-    async def start(self) -> None: ...
-
-    async def stop(self) -> None: ...
-
-    def next_seq(self, next_seq: int) -> int:
-        """The sequence number of a new submission, at least ``next_seq`` (it orders the queue)."""
-
-    def authoritative(self, execution: Execution) -> bool:
-        """Whether what this server holds of ``execution`` may answer a read."""
-
-    async def learn_workflows(self) -> None:
-        """Reload workflows another server may have registered."""
-
-    async def next_change(
-        self, execution_id: str, updates: asyncio.Queue[Execution], current: Execution
-    ) -> Execution:
-        """The next state a watcher of ``execution_id`` should see (``current`` when none yet)."""
-
-
-class FleetDirectory(Protocol):
-    def attach(self, d: Dispatcher) -> None: ...
-
-    async def start(self) -> None: ...
-
-    async def stop(self) -> None: ...
-
-    async def serving(self, address: str) -> None: ...
-
-    async def entries(self) -> list[WorkerEntry]:
-        """Every worker of the fleet, by name: what ``explain``, ``status`` and listings count."""
-
-    async def before_register(self, registration: WorkerRegistration) -> None: ...
-
-    async def registered(self, name: str) -> None: ...
-
-    def connected(self, entry: WorkerEntry) -> None: ...
-
-    def disconnected(self, entry: WorkerEntry) -> None: ...
-
-    async def forget(self, name: str) -> int: ...
-
-    async def set_paused(self, name: str, paused: bool) -> WorkerEntry: ...
-
-
-@dataclass(frozen=True, slots=True)
-class Modes:
-    binder: Binder
-    feed: PendingFeed
-    fleet: FleetDirectory
 
 
 # ----------------------------------------------------------------- one server
@@ -124,9 +39,9 @@ class Modes:
 class LocalBinder:
     """One server owns every execution: a placement is bound the moment it is reserved."""
 
-    d: Dispatcher
+    d: Handle
 
-    def attach(self, d: Dispatcher) -> None:
+    def attach(self, d: Handle) -> None:
         self.d = d
 
     async def submit(self, execution: Execution) -> None:
@@ -171,7 +86,7 @@ class LocalBinder:
 class NoFeed:
     """One server: all pending work is its own."""
 
-    def attach(self, d: Dispatcher) -> None:
+    def attach(self, d: Handle) -> None:
         pass
 
     async def before_start(self) -> None:
@@ -201,9 +116,9 @@ class NoFeed:
 class LocalFleet:
     """The workers registered with this server are the whole fleet."""
 
-    d: Dispatcher
+    d: Handle
 
-    def attach(self, d: Dispatcher) -> None:
+    def attach(self, d: Handle) -> None:
         self.d = d
 
     async def start(self) -> None:

@@ -35,7 +35,7 @@ from flux.matching.pools import (
 )
 
 if TYPE_CHECKING:
-    from flux.dispatcher.core import Dispatcher
+    from flux.dispatcher.handle import Handle
     from flux.dispatcher.worker_entry import WorkerEntry
     from flux.observe.fleet import Change
     from flux.store.base import Store
@@ -51,7 +51,7 @@ RELOAD = 2.0
 
 
 class PoolBook:
-    def __init__(self, dispatcher: Dispatcher):
+    def __init__(self, dispatcher: Handle):
         self._dispatcher = dispatcher
         self.store: Store = dispatcher.store
         self.declared: dict[str, PoolSpec] = {}
@@ -109,13 +109,13 @@ class PoolBook:
         if asyncio.get_running_loop().time() - self._loaded_at > RELOAD:
             await self.load()
 
-    async def demand(self, dispatcher: Dispatcher) -> dict[str, PoolDemand]:
+    async def demand(self, dispatcher: Handle) -> dict[str, PoolDemand]:
         await self.refresh()
         entries = await dispatcher.fleet_workers()
         queue = dispatcher.pending()
         return self.demand_now(entries, [(shape, queue.count(shape)) for shape in queue.shapes()])
 
-    async def get(self, dispatcher: Dispatcher, name: str) -> PoolDemand:
+    async def get(self, dispatcher: Handle, name: str) -> PoolDemand:
         demand = await self.demand(dispatcher)
         found = demand.get(name)
         if found is None and name not in self.declared:  # applied through another replica just now?

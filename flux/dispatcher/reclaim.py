@@ -40,7 +40,7 @@ from flux.domain.execution import Execution, State
 from flux.matching.preemption import Preemption, Running, plan, reclaimable
 
 if TYPE_CHECKING:
-    from flux.dispatcher.core import Dispatcher
+    from flux.dispatcher.handle import Handle
     from flux.matching import Shape, WorkerView
     from flux.matching.tenancy import Accounts
 
@@ -69,7 +69,7 @@ class Stopping:
 
 
 class Reclaimer:
-    def __init__(self, d: Dispatcher):
+    def __init__(self, d: Handle):
         self.d = d
         self.stopping: dict[str, Stopping] = {}
         # Preemptor -> its victims still stopping.

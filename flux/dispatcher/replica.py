@@ -27,12 +27,11 @@ as the strategies of modes.py, in shared_binder.py, shared_feed.py and shared_fl
 
 from __future__ import annotations
 
-import asyncio
 import logging
-from collections.abc import Coroutine
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
-from flux.dispatcher.modes import Modes
+from flux.dispatcher.background import Background
+from flux.dispatcher.handle import Modes
 from flux.dispatcher.shared_binder import SharedBinder
 from flux.dispatcher.shared_feed import SharedFeed
 from flux.dispatcher.shared_fleet import SharedFleet
@@ -49,25 +48,3 @@ def shared(store: PostgresStore) -> Modes:
     binder = SharedBinder(store, tasks)
     fleet = SharedFleet(store, tasks, binder)
     return Modes(binder, SharedFeed(store, tasks, binder, fleet), fleet)
-
-
-class Background:
-    """Fire-and-forget database calls, logged when they fail and cancelled at stop."""
-
-    def __init__(self) -> None:
-        self._tasks: set[asyncio.Task[Any]] = set()
-
-    def spawn(self, coro: Coroutine[Any, Any, Any]) -> None:
-        task = asyncio.get_running_loop().create_task(coro)
-        self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
-        task.add_done_callback(_log_failure)
-
-    def cancel(self) -> None:
-        for task in list(self._tasks):
-            task.cancel()
-
-
-def _log_failure(task: asyncio.Task[Any]) -> None:
-    if not task.cancelled() and task.exception() is not None:
-        log.warning("replica background task failed: %s", task.exception())

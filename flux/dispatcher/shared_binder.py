@@ -17,8 +17,8 @@ from flux.domain.execution import Execution, State
 from flux.errors import FailedPrecondition, Unavailable
 
 if TYPE_CHECKING:
-    from flux.dispatcher.core import Dispatcher
-    from flux.dispatcher.replica import Background
+    from flux.dispatcher.background import Background
+    from flux.dispatcher.handle import Handle
     from flux.matching import Placement
     from flux.store.postgres import PostgresStore
 
@@ -31,7 +31,7 @@ REQUEUE_RETRY = 1.0
 class SharedBinder:
     """Reserve here, claim in the database, then push; unreserve on a miss."""
 
-    d: Dispatcher
+    d: Handle
 
     def __init__(self, store: PostgresStore, tasks: Background):
         self.store = store
@@ -39,7 +39,7 @@ class SharedBinder:
         # Placed and reserved here, claim in flight: neither pending nor dispatched yet.
         self.claiming: set[str] = set()
 
-    def attach(self, d: Dispatcher) -> None:
+    def attach(self, d: Handle) -> None:
         self.d = d
 
     def bind(self, placements: list[Placement]) -> None:

@@ -20,8 +20,8 @@ from flux.store import notices
 from flux.store.base import PendingRef
 
 if TYPE_CHECKING:
-    from flux.dispatcher.core import Dispatcher
-    from flux.dispatcher.replica import Background
+    from flux.dispatcher.background import Background
+    from flux.dispatcher.handle import Handle
     from flux.dispatcher.shared_binder import SharedBinder
     from flux.dispatcher.shared_fleet import SharedFleet
     from flux.store.postgres import PostgresStore
@@ -35,7 +35,7 @@ WATCH_POLL = 1.0
 class SharedFeed:
     """Pending work announced by the database (NOTIFY), reread on each safety tick."""
 
-    d: Dispatcher
+    d: Handle
 
     def __init__(self, store: PostgresStore, tasks: Background, binder: SharedBinder, fleet: SharedFleet):
         self.store = store
@@ -44,7 +44,7 @@ class SharedFeed:
         self.fleet = fleet
         self._loop: asyncio.Task[None] | None = None
 
-    def attach(self, d: Dispatcher) -> None:
+    def attach(self, d: Handle) -> None:
         self.d = d
 
     async def before_start(self) -> None:

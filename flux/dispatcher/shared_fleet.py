@@ -21,8 +21,8 @@ from flux.domain.execution import ExecutionError, State
 from flux.errors import AlreadyExists, NotFound, Unavailable
 
 if TYPE_CHECKING:
-    from flux.dispatcher.core import Dispatcher
-    from flux.dispatcher.replica import Background
+    from flux.dispatcher.background import Background
+    from flux.dispatcher.handle import Handle
     from flux.dispatcher.shared_binder import SharedBinder
     from flux.store.postgres import PostgresStore
 
@@ -38,7 +38,7 @@ PRUNE_EVERY = 300.0
 class SharedFleet:
     """This replica's workers, published to the database directory beside every other replica's."""
 
-    d: Dispatcher
+    d: Handle
 
     def __init__(self, store: PostgresStore, tasks: Background, binder: SharedBinder):
         self.store = store
@@ -47,7 +47,7 @@ class SharedFleet:
         self._loop: asyncio.Task[None] | None = None
         self._retention: asyncio.Task[None] | None = None
 
-    def attach(self, d: Dispatcher) -> None:
+    def attach(self, d: Handle) -> None:
         self.d = d
         # Its stream may be moving here from another replica: the worker retries until it registers.
         d.registry.unknown = lambda name: Unavailable(

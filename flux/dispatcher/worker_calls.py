@@ -19,12 +19,12 @@ from flux.domain.worker import WorkerResources
 from flux.errors import FailedPrecondition, FluxError, NotFound, logged_refusal
 
 if TYPE_CHECKING:
-    from flux.dispatcher.core import Dispatcher
+    from flux.dispatcher.handle import Handle
 
 log = logging.getLogger("flux.dispatcher")
 
 
-def claim(d: Dispatcher, name: str, session_token: str, execution_id: str, generation: int) -> Execution:
+def claim(d: Handle, name: str, session_token: str, execution_id: str, generation: int) -> Execution:
     d.registry.authorize(name, session_token)
     execution = fenced(d, execution_id, name, generation)
     if d.reclaimer.is_stopping(execution):
@@ -43,7 +43,7 @@ def claim(d: Dispatcher, name: str, session_token: str, execution_id: str, gener
 
 
 async def complete(
-    d: Dispatcher,
+    d: Handle,
     name: str,
     session_token: str,
     execution_id: str,
@@ -92,7 +92,7 @@ async def complete(
 
 
 def release(
-    d: Dispatcher, name: str, session_token: str, execution_id: str, generation: int, reason: str
+    d: Handle, name: str, session_token: str, execution_id: str, generation: int, reason: str
 ) -> Execution:
     entry = d.registry.authorize(name, session_token)
     execution = fenced(d, execution_id, name, generation)
@@ -123,7 +123,7 @@ class Result:
 Answers = list[FluxError | None]
 
 
-def claim_batch(d: Dispatcher, name: str, session_token: str, items: Sequence[tuple[str, int]]) -> Answers:
+def claim_batch(d: Handle, name: str, session_token: str, items: Sequence[tuple[str, int]]) -> Answers:
     """``claim`` for each (execution id, generation), in order; one refused item leaves the others be."""
     d.registry.authorize(name, session_token)  # a wrong token refuses the whole call, not each item
     validation.check_batch(len(items), "items")
@@ -139,7 +139,7 @@ def claim_batch(d: Dispatcher, name: str, session_token: str, items: Sequence[tu
 
 
 async def complete_batch(
-    d: Dispatcher,
+    d: Handle,
     name: str,
     session_token: str,
     items: Sequence[Result],
@@ -168,11 +168,11 @@ async def complete_batch(
     return answers
 
 
-def _refused(d: Dispatcher, exc: Exception) -> FluxError:
+def _refused(d: Handle, exc: Exception) -> FluxError:
     return logged_refusal(exc, d.store.unavailable, log, "a batch item")
 
 
-def fenced(d: Dispatcher, execution_id: str, name: str, generation: int) -> Execution:
+def fenced(d: Handle, execution_id: str, name: str, generation: int) -> Execution:
     validation.check_id(execution_id)
     execution = d.table.get(execution_id)
     if execution is None:
@@ -190,7 +190,7 @@ def fenced(d: Dispatcher, execution_id: str, name: str, generation: int) -> Exec
     return execution
 
 
-def _hand_back(d: Dispatcher, execution: Execution) -> None:
+def _hand_back(d: Handle, execution: Execution) -> None:
     """A preempted execution its worker is done with: back in line, and a pass over the whole queue
     (its tenant's usage fell: the tenant that reclaimed goes first by fair share)."""
     d.reclaimer.stopped(execution)

@@ -15,7 +15,7 @@ import pytest
 
 from flux.dispatcher import housekeeping
 from flux.dispatcher.core import Dispatcher, Settings, WorkerRegistration
-from flux.dispatcher.modes import Modes
+from flux.dispatcher.handle import Modes
 from flux.dispatcher.session import MAX_BUFFERED_EVENTS, Event, Scheduled, Session, Stop
 from flux.domain.execution import Execution, ExecutionError, State, WorkflowRef
 from flux.domain.resource_request import ResourceRequest

@@ -1,0 +1,211 @@
+"""The contract between the core and the parts it drives: what they may read and call of it.
+
+The transitions (``bulk``, ``housekeeping``, ``worker_calls``), the preemption planner's
+shell (``reclaim``), the pool book and the modes (``modes``, ``shared_*``) are handed the
+dispatcher as a ``Handle``, never the ``Dispatcher`` class: none of them imports the core,
+so the core is the only module that knows them all (no import cycle), and a mode can be
+read against this page rather than against the core's 600 lines.
+
+Also here, for the same reason: the three strategies a mode injects (``Binder``,
+``PendingFeed``, ``FleetDirectory``; their local forms are in ``modes.py``, the replicas'
+in ``shared_binder.py``, ``shared_feed.py`` and ``shared_fleet.py``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Protocol, runtime_checkable
+
+if TYPE_CHECKING:
+    from flux.dispatcher.catalogue import Catalogue
+    from flux.dispatcher.deadlines import AckDeadlines
+    from flux.dispatcher.freezing import Freezer
+    from flux.dispatcher.lifecycle import Lifecycle
+    from flux.dispatcher.pings import Pinger
+    from flux.dispatcher.quotas import TenantUsage
+    from flux.dispatcher.registry import WorkerRegistration, WorkerRegistry
+    from flux.dispatcher.settings import Settings
+    from flux.dispatcher.table import ExecutionTable
+    from flux.dispatcher.tenants import TenantDirectory
+    from flux.dispatcher.watchers import Watchers
+    from flux.dispatcher.worker_entry import WorkerEntry
+    from flux.domain.execution import Execution
+    from flux.domain.tenant import Tenant
+    from flux.matching import PendingQueue, Placement, Shape
+    from flux.store.base import Store
+
+
+@runtime_checkable
+class Reclaiming(Protocol):
+    """What the transitions ask of preemption (``reclaim.Reclaimer``)."""
+
+    def reclaim(self, shapes: list[Shape] | None = None) -> int: ...
+
+    def is_stopping(self, execution: Execution) -> bool: ...
+
+    def stopped(self, execution: Execution) -> Execution: ...
+
+    def lost(self, preemptor: str) -> None: ...
+
+    def expire(self, now: float) -> bool: ...
+
+
+@runtime_checkable
+class Handle(Protocol):
+    """The dispatcher as its parts see it (``core.Dispatcher`` is the one implementation)."""
+
+    # State: what is known of executions, workers, tenants and workflows.
+    store: Store
+    table: ExecutionTable
+    queue: PendingQueue
+    catalogue: Catalogue
+    registry: WorkerRegistry
+    deadlines: AckDeadlines
+    watchers: Watchers
+    usage: TenantUsage
+    tenants: TenantDirectory
+    events: Lifecycle
+    clock: Callable[[], float]
+    # The injected modes, and the services the housekeeping tick drives.
+    binder: Binder
+    feed: PendingFeed
+    reclaimer: Reclaiming
+    freezer: Freezer
+    pinger: Pinger
+
+    @property
+    def settings(self) -> Settings: ...
+
+    # Scheduling: a pass, or its reserve half (the shared binder's fast path binds on its own).
+    def place(
+        self,
+        shapes: list[Shape] | None = None,
+        workers: Iterable[WorkerEntry] | None = None,
+        starving_first: bool = True,
+        only: bool = False,
+    ) -> int: ...
+
+    def reserve(
+        self,
+        shapes: list[Shape] | None,
+        workers: Iterable[WorkerEntry] | None,
+        starving_first: bool = True,
+        only: bool = False,
+    ) -> list[Placement]: ...
+
+    def push(self, execution: Execution, entry: WorkerEntry, placement: Placement) -> None: ...
+
+    # Executions in and out of the queue.
+    def take_seq(self) -> int: ...
+
+    def queue_up(self, execution: Execution, shape: Shape) -> None: ...
+
+    def enqueue(self, execution: Execution) -> None: ...
+
+    async def store_submission(self, execution: Execution) -> None: ...
+
+    def current(self, execution_id: str) -> Execution | None: ...
+
+    async def get(self, execution_id: str) -> Execution: ...
+
+    async def cancel_here(self, execution_id: str) -> Execution: ...
+
+    def stop_here(self, execution: Execution, final: Execution, announce: bool = True) -> None: ...
+
+    def apply_tenants(self, tenants: list[Tenant]) -> None: ...
+
+    def trace_verdicts(self, most: int = 256) -> None: ...
+
+    def pending(self) -> PendingQueue: ...
+
+    async def fleet_workers(self) -> list[WorkerEntry]: ...
+
+
+@runtime_checkable
+class Binder(Protocol):
+    def attach(self, d: Handle) -> None: ...
+
+    async def submit(self, execution: Execution) -> None:
+        """Store a new execution (durable before the answer) and queue or dispatch it."""
+
+    async def submit_many(self, executions: list[Execution]) -> None:
+        """Store new executions in one commit (durable before the answer), then queue them and place them."""
+
+    def bind(self, placements: list[Placement]) -> None:
+        """Dispatch placements already reserved on their workers (or unreserve them)."""
+
+    def requeue(self, requeued: Execution) -> None:
+        """Put an execution that went back to CREATED in line again, and save it."""
+
+    def worker_lost(self, entry: WorkerEntry) -> None:
+        """``entry`` is about to be lost: let go of what is still in flight on it."""
+
+    async def cancel(self, execution_id: str) -> Execution:
+        """Cancel an execution wherever it is; the final state is committed before the answer."""
+
+    def quotas(self, governed: bool) -> None:
+        """Tenants' terms now govern placement (or no longer do)."""
+
+    def preempt(self, preemptor: str, act: Callable[[], None]) -> None:
+        """Call ``act`` (stop the victims planned for ``preemptor``) once this server may: at once on
+        one server; on replicas once no other replica preempts for it (flux/store/postgres_quota.py)."""
+
+
+@runtime_checkable
+class PendingFeed(Protocol):
+    def attach(self, d: Handle) -> None: ...
+
+    async def before_start(self) -> None: ...
+
+    async def start(self) -> None: ...
+
+    async def stop(self) -> None: ...
+
+    def next_seq(self, next_seq: int) -> int:
+        """The sequence number of a new submission, at least ``next_seq`` (it orders the queue)."""
+
+    def authoritative(self, execution: Execution) -> bool:
+        """Whether what this server holds of ``execution`` may answer a read."""
+
+    async def learn_workflows(self) -> None:
+        """Reload workflows another server may have registered."""
+
+    async def next_change(
+        self, execution_id: str, updates: asyncio.Queue[Execution], current: Execution
+    ) -> Execution:
+        """The next state a watcher of ``execution_id`` should see (``current`` when none yet)."""
+
+
+@runtime_checkable
+class FleetDirectory(Protocol):
+    def attach(self, d: Handle) -> None: ...
+
+    async def start(self) -> None: ...
+
+    async def stop(self) -> None: ...
+
+    async def serving(self, address: str) -> None: ...
+
+    async def entries(self) -> list[WorkerEntry]:
+        """Every worker of the fleet, by name: what ``explain``, ``status`` and listings count."""
+
+    async def before_register(self, registration: WorkerRegistration) -> None: ...
+
+    async def registered(self, name: str) -> None: ...
+
+    def connected(self, entry: WorkerEntry) -> None: ...
+
+    def disconnected(self, entry: WorkerEntry) -> None: ...
+
+    async def forget(self, name: str) -> int: ...
+
+    async def set_paused(self, name: str, paused: bool) -> WorkerEntry: ...
+
+
+@dataclass(frozen=True, slots=True)
+class Modes:
+    binder: Binder
+    feed: PendingFeed
+    fleet: FleetDirectory
