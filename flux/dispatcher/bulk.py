@@ -99,4 +99,4 @@ async def store_and_queue(d: Handle, executions: list[Execution], claiming: Cont
         elif known is not None and known.state is State.CREATED:
             d.table.add(execution)  # the full record replaces the placeholder, counted against the limits
     if shapes:
-        d.place(shapes=list(shapes))
+        d.passes.work_added(shapes)

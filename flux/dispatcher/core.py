@@ -41,6 +41,7 @@ from flux.dispatcher.freezing import Freezer
 from flux.dispatcher.handle import Modes
 from flux.dispatcher.lifecycle import Lifecycle
 from flux.dispatcher.modes import local
+from flux.dispatcher.passes import Passes
 from flux.dispatcher.pings import Pinger
 from flux.dispatcher.pools import PoolBook
 from flux.dispatcher.quotas import TenantUsage
@@ -106,13 +107,15 @@ class Dispatcher:
         self.table.on_conflict = self.drop_stale
         # Tenants' usage for quotas and fair share; no accounts until a tenant has terms.
         self.usage = TenantUsage(self._tenant_of)
+        # Every change that can let work run asks this for its pass (passes.py).
+        self.passes = Passes(lambda **scope: self.place(**scope))
         self.registry = WorkerRegistry(
             store,
             s,
             clock,
             self.events,
             lambda entry, why: housekeeping.lose_worker(self, entry, why),
-            self.place,
+            self.passes,
             self.table.generation_of,
             self.usage,
         )
@@ -292,7 +295,7 @@ class Dispatcher:
         execution = self.table.add(execution)
         shape = self.catalogue.shape_of(execution)
         self.queue_up(execution, shape)
-        self.place(shapes=[shape])
+        self.passes.work_added([shape])
         if execution.execution_id in self.queue and self.usage.accounts is not None:
             self.reclaimer.reclaim([shape])  # a tenant back under its quota need not wait for the tick
         if self.events.traces is not None and execution.trace:
@@ -406,7 +409,7 @@ class Dispatcher:
         else:
             self.events.finished_elsewhere(final)
         if entry is not None:
-            self.place(workers=[entry])
+            self.passes.room_freed([entry])
 
     async def why(self, execution_id: str) -> Diagnosis:
         validation.check_id(execution_id)
@@ -467,7 +470,7 @@ class Dispatcher:
         self.usage.configure(tenants, self._fleet_capacity(), holding)
         self.binder.quotas(self.usage.accounts is not None)
         if self.usage.accounts is not None:
-            self.place()
+            self.passes.everything()
 
     # ----------------------------------------------------------------- placing
 
@@ -554,7 +557,7 @@ class Dispatcher:
         if execution is not None and execution.worker:
             entry = self.registry.get(execution.worker)
             if entry is not None and entry.release(execution_id):
-                self.place(workers=[entry])
+                self.passes.room_freed([entry])
         self.watchers.wake(execution_id)
 
     # ----------------------------------------------------------------- workers
@@ -589,9 +592,7 @@ class Dispatcher:
         entry = self.registry.get(session.worker)
         if entry is not None and entry.session is None:
             if session.overflowed:  # what it never read is gone: back in line now, placed elsewhere
-                shapes = housekeeping.requeue_unread(self, entry)
-                if shapes:
-                    self.place(shapes)
+                self.passes.work_added(housekeeping.requeue_unread(self, entry))
             self.fleet.disconnected(entry)
 
     def report(

@@ -23,6 +23,7 @@ if TYPE_CHECKING:
     from flux.dispatcher.deadlines import AckDeadlines
     from flux.dispatcher.freezing import Freezer
     from flux.dispatcher.lifecycle import Lifecycle
+    from flux.dispatcher.passes import Passes
     from flux.dispatcher.pings import Pinger
     from flux.dispatcher.quotas import TenantUsage
     from flux.dispatcher.registry import WorkerRegistration, WorkerRegistry
@@ -72,13 +73,15 @@ class Handle(Protocol):
     binder: Binder
     feed: PendingFeed
     reclaimer: Reclaiming
+    passes: Passes
     freezer: Freezer
     pinger: Pinger
 
     @property
     def settings(self) -> Settings: ...
 
-    # Scheduling: a pass, or its reserve half (the shared binder's fast path binds on its own).
+    # Scheduling: a pass (``passes`` decides when; a direct call is for the passes it cannot
+    # name: preemption's scoped pass, the shared binder's fast path that binds on its own).
     def place(
         self,
         shapes: list[Shape] | None = None,

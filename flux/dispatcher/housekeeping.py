@@ -192,7 +192,7 @@ class Housekeeper:
         expired = expire(d, now)
         if d.reclaimer.expire(now) or expired or now - self.last_full_pass >= s.safety_tick:
             self.last_full_pass = now
-            d.place()
+            d.passes.everything()
             if d.events.traces is not None:
                 d.trace_verdicts()
         # After a pass: what is still pending does not fit, so what it reclaims is needed.

@@ -3,7 +3,8 @@
 A worker registers (name, token), opens its stream (``connect``), reports what
 it has, and may be paused or forgotten by an operator. Losing a worker and
 placing work are the dispatcher's: the registry calls back into it through
-``lose`` (requeue what a worker held) and ``place`` (a scoped dispatch pass).
+``lose`` (requeue what a worker held), and tells ``passes`` what changed (work
+back in line, a worker with room) for the pass that follows.
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ if TYPE_CHECKING:
     from collections.abc import Mapping
 
     from flux.dispatcher.lifecycle import Lifecycle
+    from flux.dispatcher.passes import Passes
     from flux.dispatcher.quotas import TenantUsage
     from flux.dispatcher.settings import Settings
     from flux.store.base import Store
@@ -97,7 +99,7 @@ class WorkerRegistry:
         clock: Callable[[], float],
         events: Lifecycle,
         lose: Callable[[WorkerEntry, str], list[Shape]],
-        place: Callable[..., int],
+        passes: Passes,
         generation_of: Callable[[str], int],
         usage: TenantUsage | None = None,
     ):
@@ -106,7 +108,7 @@ class WorkerRegistry:
         self.clock = clock
         self.events = events
         self._lose = lose
-        self._place = place
+        self._passes = passes
         self._generation_of = generation_of
         # The dispatchable workers' views, kept one changed entry at a time (``index``).
         self._index = FleetIndex()
@@ -194,7 +196,7 @@ class WorkerRegistry:
             # Its grace ended before the housekeeper noticed: recover its work now.
             requeued = self._lose(entry, f"no stream for {self.settings.grace_period:g}s")
             if requeued:
-                self._place(shapes=requeued)
+                self._passes.work_added(requeued)
         elif len(self.entries) >= self.settings.max_workers:
             raise ResourceExhausted(
                 f"{len(self.entries)} workers are registered; the limit is {self.settings.max_workers} "
@@ -221,7 +223,7 @@ class WorkerRegistry:
         held = len(entry.holdings)
         requeued = self._lose(entry, "forgotten by an operator")
         if requeued:
-            self._place(shapes=requeued)
+            self._passes.work_added(requeued)
         return held
 
     def pause(self, entry: WorkerEntry, paused: bool) -> None:
@@ -232,7 +234,7 @@ class WorkerRegistry:
         self.events.worker_paused(entry)
         log.info("worker %s %s", entry.name, "paused" if paused else "resumed")
         if not paused:
-            self._place(workers=[entry])
+            self._passes.room_freed([entry])
 
     def connect(self, name: str, session_token: str, transport: str) -> Session:
         entry = self.authorize(name, session_token)
@@ -249,7 +251,7 @@ class WorkerRegistry:
         self._changed.discard(name)
         self._reindex(name)
         self.events.worker_connected(entry)
-        self._place(workers=[entry])
+        self._passes.room_freed([entry])
         return session
 
     def disconnect(self, session: Session) -> None:
@@ -287,4 +289,4 @@ class WorkerRegistry:
         started_draining = draining and not entry.draining
         entry.draining = draining
         self.events.worker_reported(entry, started_draining)
-        self._place(workers=[entry])
+        self._passes.room_freed([entry])

@@ -97,7 +97,7 @@ class SharedBinder:
                 continue
             d.push(row, entry, placement)
         if freed:
-            d.place(workers=freed.values())
+            d.passes.room_freed(freed.values())
 
     async def submit(self, execution: Execution) -> None:
         """``_submit``, finished here even if the caller goes away meanwhile (its RPC cut): a row
@@ -151,7 +151,7 @@ class SharedBinder:
             d.table.drop(execution_id)
             entry = d.registry.get(placement.worker)
             if entry is not None and entry.release(execution_id):
-                d.place(workers=[entry])
+                d.passes.room_freed([entry])
             raise Unavailable(f"could not store the execution: {exc}") from exc
         d.events.submitted(execution)
         d.table.add(execution)  # counted against the pending limits like any other
@@ -175,7 +175,7 @@ class SharedBinder:
             if d.table.get(requeued.execution_id) is requeued:
                 shape = d.catalogue.shape_of(requeued)
                 d.queue_up(requeued, shape)
-                d.place(shapes=[shape])
+                d.passes.work_added([shape])
 
         def retry(_: BaseException) -> None:
             asyncio.get_running_loop().call_later(REQUEUE_RETRY, again)

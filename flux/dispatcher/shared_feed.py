@@ -143,7 +143,7 @@ class SharedFeed:
             d.queue_up(execution, shape)
             shapes[shape] = None
         if shapes:
-            d.place(shapes=list(shapes))
+            d.passes.work_added(shapes)
         if unknown:
             self.tasks.spawn(self._mirror_after_reload(unknown))
 
@@ -178,7 +178,7 @@ class SharedFeed:
         if self.store.quota_guard is not None:
             d.usage.observe(await self.store.held())
             if d.usage.freed:
-                d.place()
+                d.passes.everything()
             await self.store.prune_preemptions(self.binder.stale_preemptions(d.clock()))
 
     async def _resync_loop(self) -> None:

@@ -20,6 +20,7 @@ from flux.errors import FailedPrecondition, FluxError, NotFound, logged_refusal
 
 if TYPE_CHECKING:
     from flux.dispatcher.handle import Handle
+    from flux.dispatcher.worker_entry import WorkerEntry
 
 log = logging.getLogger("flux.dispatcher")
 
@@ -53,21 +54,32 @@ async def complete(
     resources: WorkerResources | None = None,
 ) -> Execution:
     entry = d.registry.authorize(name, session_token)
+    final = finish(d, entry, execution_id, generation, output_json, error)
+    if final is None:
+        return await _retried(d, name, execution_id, generation, output_json, error)
+    if resources is not None:
+        entry.report(resources, None)
+    d.passes.room_freed([entry])
+    await d.table.commit_final(final)
+    return final
+
+
+def finish(
+    d: Handle,
+    entry: WorkerEntry,
+    execution_id: str,
+    generation: int,
+    output_json: str | None,
+    error: ExecutionError | None,
+) -> Execution | None:
+    """A Complete up to its commit: the final state decided, shown to nobody yet, and its room freed.
+
+    None when the table no longer holds the execution: a retried Complete (``_retried``).
+    """
     execution = d.table.get(execution_id)
     if execution is None:
-        done = d.table.finished.get(execution_id) or await d.get(execution_id)
-        if (
-            done.worker == name
-            and done.generation == generation
-            and done.state in (State.COMPLETED, State.FAILED)
-            and same_result(done, output_json, error)
-        ):
-            # A retried Complete whose answer was lost: the first result stands. Store it
-            # again, as the answer may have been lost because its commit failed.
-            await d.table.commit_final(done)
-            return done
-        raise FailedPrecondition(f"execution {execution_id} is already {done.state.label}")
-    execution = fenced(d, execution_id, name, generation)
+        return None
+    execution = fenced(d, execution_id, entry.name, generation)
     if d.reclaimer.is_stopping(execution):
         # Its worker is done with it: free the room now rather than at the grace's end.
         _hand_back(d, execution)
@@ -84,11 +96,29 @@ async def complete(
     d.table.finish(final)
     entry.release(execution_id)
     d.events.finished(final)
-    if resources is not None:
-        entry.report(resources, None)
-    d.place(workers=[entry])
-    await d.table.commit_final(final)
     return final
+
+
+async def _retried(
+    d: Handle,
+    name: str,
+    execution_id: str,
+    generation: int,
+    output_json: str | None,
+    error: ExecutionError | None,
+) -> Execution:
+    done = d.table.finished.get(execution_id) or await d.get(execution_id)
+    if (
+        done.worker == name
+        and done.generation == generation
+        and done.state in (State.COMPLETED, State.FAILED)
+        and same_result(done, output_json, error)
+    ):
+        # A retried Complete whose answer was lost: the first result stands. Store it
+        # again, as the answer may have been lost because its commit failed.
+        await d.table.commit_final(done)
+        return done
+    raise FailedPrecondition(f"execution {execution_id} is already {done.state.label}")
 
 
 def release(
@@ -104,8 +134,9 @@ def release(
     else:
         requeued = housekeeping.requeue(d, execution, entry, next_attempt=False)
         d.events.requeued(execution, requeued, Requeue.RELEASED)
-    d.place(shapes=[d.catalogue.shape_of(requeued)])
-    d.place(workers=[entry])
+    with d.passes.together():  # one pass for the requeued execution and the worker's freed room
+        d.passes.work_added([d.catalogue.shape_of(requeued)])
+        d.passes.room_freed([entry])
     return requeued
 
 
@@ -147,25 +178,37 @@ async def complete_batch(
 ) -> Answers:
     """``complete`` for each result, in order; answered once every accepted final state is committed.
 
-    The items' commits wait together, so the store writes them in one group commit.
+    Every item is decided first and the freed room gets one pass; then the commits wait
+    together, so the store writes them in one group commit.
     """
-    entry = d.registry.authorize(name, session_token)
+    entry = d.registry.authorize(name, session_token)  # a wrong token refuses the whole call, not each item
     validation.check_batch(len(items), "items")
+    decided: list[Execution | FluxError | None] = []
+    with d.passes.together():
+        for item in items:
+            try:
+                decided.append(
+                    finish(d, entry, item.execution_id, item.generation, item.output_json, item.error)
+                )
+            except Exception as exc:
+                decided.append(_refused(d, exc))
+        if resources is not None:  # one report for the batch, after its executions released theirs
+            entry.report(resources, None)
+        d.passes.room_freed([entry])
 
-    async def one(item: Result) -> FluxError | None:
+    async def settle(item: Result, outcome: Execution | FluxError | None) -> FluxError | None:
+        if isinstance(outcome, FluxError):
+            return outcome
         try:
-            await complete(
-                d, name, session_token, item.execution_id, item.generation, item.output_json, item.error
-            )
+            if outcome is None:
+                await _retried(d, name, item.execution_id, item.generation, item.output_json, item.error)
+            else:
+                await d.table.commit_final(outcome)
         except Exception as exc:
             return _refused(d, exc)
         return None
 
-    answers = list(await asyncio.gather(*(one(item) for item in items)))
-    if resources is not None:  # one report for the batch, after its executions released theirs
-        entry.report(resources, None)
-        d.place(workers=[entry])
-    return answers
+    return list(await asyncio.gather(*(settle(i, o) for i, o in zip(items, decided, strict=True))))
 
 
 def _refused(d: Handle, exc: Exception) -> FluxError:
@@ -194,7 +237,7 @@ def _hand_back(d: Handle, execution: Execution) -> None:
     """A preempted execution its worker is done with: back in line, and a pass over the whole queue
     (its tenant's usage fell: the tenant that reclaimed goes first by fair share)."""
     d.reclaimer.stopped(execution)
-    d.place()
+    d.passes.everything()
 
 
 def _preempted(execution_id: str) -> str:

@@ -24,7 +24,7 @@ class _HasDispatcher:
     dispatcher: Any  # flux.dispatcher.core.Dispatcher; Any keeps this module free of the core
 
 
-def refused(dispatcher: Any, exc: Exception, what: str = "a request") -> FluxError:
+def refusal_for(dispatcher: Any, exc: Exception, what: str = "a request") -> FluxError:
     """The error ``exc`` is answered with, logged as it deserves."""
     return logged_refusal(exc, dispatcher.store.unavailable, log, what)
 
@@ -32,7 +32,7 @@ def refused(dispatcher: Any, exc: Exception, what: str = "a request") -> FluxErr
 async def abort(
     dispatcher: Any, context: grpc.aio.ServicerContext, exc: Exception, what: str = "a request"
 ) -> None:
-    error = refused(dispatcher, exc, what)
+    error = refusal_for(dispatcher, exc, what)
     await context.abort(status_of(error)[0], str(error))
 
 

@@ -28,7 +28,7 @@ from flux.errors import InvalidArgument, NotFound, status_of
 from flux.observe.fleet import Change
 from flux.observe.status import StatusBoard
 from flux.server import convert
-from flux.server.answers import abort, unary
+from flux.server.answers import abort, refusal_for, unary
 from flux.server.callers import Callers
 from flux.server.dispatch_stream import DispatchStream
 from flux.server.metadata import CALLER_ROLE, CALLER_TENANT, TRANSPORT_METADATA
@@ -176,7 +176,7 @@ class WorkerService(worker_pb2_grpc.WorkerServiceServicer):
         running: set[asyncio.Task[None]] = set()
 
         def refused(call: worker_pb2.WorkerCallsRequest, exc: Exception) -> worker_pb2.WorkerCallsResponse:
-            error = refused(self.dispatcher, exc)
+            error = refusal_for(self.dispatcher, exc)
             refusal = worker_pb2.CallRefused(code=status_of(error)[0].name, message=str(error))
             return worker_pb2.WorkerCallsResponse(call_id=call.call_id, refused=refusal)
 

@@ -1,0 +1,101 @@
+"""When passes run (flux/dispatcher/passes.py): at once, or gathered into one per kind by together()."""
+
+from __future__ import annotations
+
+import pytest
+
+from flux.dispatcher.passes import Passes
+from flux.dispatcher.worker_calls import Result
+from flux.domain.resource_request import ResourceRequest
+from flux.matching import Shape
+from tests.unit.test_dispatcher import Flux
+
+pytestmark = pytest.mark.timeout(10)
+
+SMALL, BIG = Shape(ResourceRequest(cpu=1)), Shape(ResourceRequest(cpu=2))
+
+
+class Worker:
+    def __init__(self, name: str):
+        self.name = name
+
+
+def recorder() -> tuple[Passes, list[dict]]:
+    runs: list[dict] = []
+
+    def run(**scope: object) -> int:
+        runs.append(scope)
+        return 0
+
+    return Passes(run), runs
+
+
+def test_a_trigger_outside_a_block_runs_its_pass_at_once() -> None:
+    passes, runs = recorder()
+    w = Worker("w1")
+    passes.work_added([SMALL])
+    passes.room_freed([w])
+    passes.everything()
+    assert runs == [{"shapes": [SMALL]}, {"workers": [w]}, {}]
+
+
+def test_nothing_added_or_freed_runs_no_pass() -> None:
+    passes, runs = recorder()
+    passes.work_added([])
+    passes.room_freed([])
+    with passes.together():
+        passes.work_added(iter(()))
+    assert runs == []
+
+
+def test_a_block_runs_one_pass_per_kind_with_each_shape_and_worker_once_in_trigger_order() -> None:
+    passes, runs = recorder()
+    a, b = Worker("a"), Worker("b")
+    with passes.together():
+        passes.room_freed([a])
+        passes.work_added([BIG, SMALL])
+        passes.room_freed([b, a])
+        passes.work_added([SMALL])
+        assert runs == []  # nothing runs inside the block
+    assert runs == [{"shapes": [BIG, SMALL]}, {"workers": [a, b]}]
+
+
+def test_everything_in_a_block_stands_for_the_rest() -> None:
+    passes, runs = recorder()
+    with passes.together():
+        passes.work_added([SMALL])
+        passes.everything()
+        passes.room_freed([Worker("a")])
+    assert runs == [{}]
+
+
+def test_nested_blocks_run_when_the_outermost_ends_and_an_error_still_runs_them() -> None:
+    passes, runs = recorder()
+    with pytest.raises(RuntimeError), passes.together():
+        with passes.together():
+            passes.work_added([SMALL])
+        assert runs == []
+        raise RuntimeError("a transition failed halfway")
+    assert runs == [{"shapes": [SMALL]}]
+    passes.work_added([BIG])  # the block is over: at once again
+    assert runs[-1] == {"shapes": [BIG]}
+
+
+async def test_a_batch_of_completions_runs_one_pass_and_the_freed_room_is_used(monkeypatch) -> None:
+    flux = await Flux().start()
+    try:
+        await flux.workflow(cpu=1)
+        w = await flux.worker(cpu=4)
+        first = [await flux.run() for _ in range(4)]
+        waiting = [await flux.run() for _ in range(3)]
+        assert w.scheduled() == first
+        flux.d.claim_batch("w1", w.token, [(e, 1) for e in first])
+        scopes: list[dict] = []
+        place = flux.d.place
+        monkeypatch.setattr(flux.d, "place", lambda **scope: scopes.append(scope) or place(**scope))
+        answers = await flux.d.complete_batch("w1", w.token, [Result(e, 1, "1", None) for e in first])
+        assert answers == [None] * 4
+        assert [list(s) for s in scopes] == [["workers"]]  # one pass for the four freed rooms
+        assert w.scheduled() == waiting  # what the pass dispatched into them
+    finally:
+        await flux.d.stop()
