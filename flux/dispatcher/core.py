@@ -114,7 +114,6 @@ class Dispatcher:
             s,
             clock,
             self.events,
-            lambda entry, why: housekeeping.lose_worker(self, entry, why),
             self.passes,
             self.table.generation_of,
             self.usage,
@@ -564,7 +563,12 @@ class Dispatcher:
 
     async def register_worker(self, registration: WorkerRegistration) -> str:
         await self.fleet.before_register(registration)
-        token = await self.registry.register(registration)
+        expired = self.registry.expired(registration)
+        if expired is not None:  # its grace ended before the housekeeper noticed: recover its work now
+            grace = self.settings.grace_period
+            self.passes.work_added(housekeeping.lose_worker(self, expired, f"no stream for {grace:g}s"))
+        # A pause is the operator's, by name (as a cordon is): a new process under it stays paused.
+        token = await self.registry.register(registration, paused=expired is not None and expired.paused)
         await self.fleet.registered(registration.name)
         return token
 

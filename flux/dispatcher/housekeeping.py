@@ -111,6 +111,14 @@ def lose_worker(d: Handle, entry: WorkerEntry, why: str) -> list[Shape]:
     return list(shapes)
 
 
+def forget_worker(d: Handle, name: str) -> int:
+    """An operator forgets a worker on this server: what it held goes back in line; how many."""
+    entry = d.registry.detach(name)
+    held = len(entry.holdings)
+    d.passes.work_added(lose_worker(d, entry, "forgotten by an operator"))
+    return held
+
+
 def requeue_unread(d: Handle, entry: WorkerEntry) -> list[Shape]:
     """Requeue now what a worker holds unclaimed: its stream was cut for falling behind.
 

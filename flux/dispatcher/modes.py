@@ -21,7 +21,7 @@ import asyncio
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
-from flux.dispatcher import bulk
+from flux.dispatcher import bulk, housekeeping
 from flux.dispatcher.handle import Modes
 from flux.dispatcher.worker_entry import WorkerEntry
 from flux.domain.execution import Execution, State
@@ -146,7 +146,7 @@ class LocalFleet:
         pass
 
     async def forget(self, name: str) -> int:
-        return self.d.registry.forget(name)
+        return housekeeping.forget_worker(self.d, name)
 
     async def set_paused(self, name: str, paused: bool) -> WorkerEntry:
         entry = self.d.registry.get(name)

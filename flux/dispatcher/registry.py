@@ -2,9 +2,8 @@
 
 A worker registers (name, token), opens its stream (``connect``), reports what
 it has, and may be paused or forgotten by an operator. Losing a worker and
-placing work are the dispatcher's: the registry calls back into it through
-``lose`` (requeue what a worker held), and tells ``passes`` what changed (work
-back in line, a worker with room) for the pass that follows.
+placing work are the dispatcher's (``housekeeping.lose_worker``): the registry
+only tells ``passes`` when a worker has room (connected, reported, resumed).
 """
 
 from __future__ import annotations
@@ -22,7 +21,7 @@ from flux.dispatcher.worker_entry import WorkerEntry
 from flux.domain.labels import validate_labels
 from flux.domain.worker import WorkerResources, WorkerSoftware
 from flux.errors import AlreadyExists, InvalidArgument, NotFound, PermissionDenied, ResourceExhausted
-from flux.matching import DEFAULT_CAPACITY, Shape
+from flux.matching import DEFAULT_CAPACITY
 from flux.matching.index import FleetIndex
 from flux.store.base import WorkerIdentity
 
@@ -98,7 +97,6 @@ class WorkerRegistry:
         settings: Settings,
         clock: Callable[[], float],
         events: Lifecycle,
-        lose: Callable[[WorkerEntry, str], list[Shape]],
         passes: Passes,
         generation_of: Callable[[str], int],
         usage: TenantUsage | None = None,
@@ -107,7 +105,6 @@ class WorkerRegistry:
         self.settings = settings
         self.clock = clock
         self.events = events
-        self._lose = lose
         self._passes = passes
         self._generation_of = generation_of
         # The dispatchable workers' views, kept one changed entry at a time (``index``).
@@ -160,7 +157,20 @@ class WorkerRegistry:
         entry.last_seen = self.clock()
         return entry
 
-    async def register(self, registration: WorkerRegistration) -> str:
+    def expired(self, registration: WorkerRegistration) -> WorkerEntry | None:
+        """The entry ``registration`` would take the name of once its worker is lost: a stream gone
+        past its grace period (the housekeeper had not noticed yet), registered by another process."""
+        entry = self.entries.get(registration.name)
+        if entry is None or entry.connected or self.clock() < self._frees_at(entry):
+            return None
+        token = registration.session_token
+        return None if token and validation.same_token(token, entry.session_token) else entry
+
+    def _frees_at(self, entry: WorkerEntry) -> float:
+        return (entry.disconnected_at or self.clock()) + self.settings.grace_period
+
+    async def register(self, registration: WorkerRegistration, paused: bool = False) -> str:
+        """``paused``: the name was paused under an entry lost just before (``expired``)."""
         name = registration.name
         validation.check_worker(name, registration.capacity, DEFAULT_CAPACITY)
         try:
@@ -190,13 +200,8 @@ class WorkerRegistry:
         if entry is not None:
             # The grace period belongs to the worker whose stream dropped: only its session
             # token takes the name back. Anyone else waits for it to end (or for an operator).
-            frees_at = (entry.disconnected_at or self.clock()) + self.settings.grace_period
-            if self.clock() < frees_at:
-                raise AlreadyExists(validation.name_held(name, frees_at))
-            # Its grace ended before the housekeeper noticed: recover its work now.
-            requeued = self._lose(entry, f"no stream for {self.settings.grace_period:g}s")
-            if requeued:
-                self._passes.work_added(requeued)
+            # (One whose grace has ended was lost before this call: ``expired``.)
+            raise AlreadyExists(validation.name_held(name, self._frees_at(entry)))
         elif len(self.entries) >= self.settings.max_workers:
             raise ResourceExhausted(
                 f"{len(self.entries)} workers are registered; the limit is {self.settings.max_workers} "
@@ -208,23 +213,19 @@ class WorkerRegistry:
         new.labels, new.capacity, new.transport = labels, capacity, registration.transport
         new.resources, new.software = registration.resources, registration.software
         # A pause is the operator's, by name (as a cordon is): a new process under the name stays paused.
-        new.paused = entry is not None and entry.paused
+        new.paused = paused or (entry is not None and entry.paused)
         self.entries[name] = new
         await self.store.save_worker(WorkerIdentity(name, token))
         return token
 
-    def forget(self, name: str) -> int:
-        """Drop a worker now (an operator's call): its work is requeued and its name is free."""
+    def detach(self, name: str) -> WorkerEntry:
+        """An operator forgets ``name``: its stream closes; losing what it holds is the caller's."""
         entry = self.entries.get(name)
         if entry is None:
             raise NotFound(f"worker {name!r} is not registered")
         if entry.session is not None:
             entry.session.close()
-        held = len(entry.holdings)
-        requeued = self._lose(entry, "forgotten by an operator")
-        if requeued:
-            self._passes.work_added(requeued)
-        return held
+        return entry
 
     def pause(self, entry: WorkerEntry, paused: bool) -> None:
         if entry.paused == paused:
