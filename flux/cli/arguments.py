@@ -3,9 +3,15 @@
 from __future__ import annotations
 
 import argparse
+import re
 
+from flux.cli.render.executions import STATES
 from flux.domain.labels import parse_label_argument
 from flux.domain.quantity import parse_bytes
+
+EXECUTION_STATES = {name: value for value, name in STATES.items()}
+_DURATION = re.compile(r"(\d+(?:\.\d+)?)([smhd])")
+_UNIT_SECONDS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
 
 
 def whole_number(flag: str):  # type: ignore[no-untyped-def]
@@ -87,3 +93,29 @@ def priority(text: str) -> int:
                 f"--priority must be a whole number between {MIN_PRIORITY} and {MAX_PRIORITY}; got {text!r}"
             ) from None
         raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def execution_state(text: str) -> int:
+    name = text.strip().upper().removeprefix("EXECUTION_STATE_")
+    if name not in EXECUTION_STATES:
+        raise argparse.ArgumentTypeError(
+            f"--state must be one of {', '.join(EXECUTION_STATES)} (any case); got {text!r}"
+        )
+    return EXECUTION_STATES[name]
+
+
+def parse_duration(text: str) -> float:
+    """``90s``, ``15m``, ``2h``, ``1d``, ``1h30m``, or plain seconds -> seconds."""
+    value = text.strip().lower()
+    try:
+        seconds = float(value)
+    except ValueError:
+        parts = _DURATION.findall(value)
+        if not parts or "".join(n + u for n, u in parts) != value:
+            raise argparse.ArgumentTypeError(
+                f"--since must be a duration such as 90s, 15m, 2h, 1d or 1h30m; got {text!r}"
+            ) from None
+        seconds = sum(float(n) * _UNIT_SECONDS[u] for n, u in parts)
+    if seconds <= 0:
+        raise argparse.ArgumentTypeError(f"--since must be a positive duration; got {text!r}")
+    return seconds

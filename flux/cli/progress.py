@@ -16,7 +16,8 @@ import threading
 import time
 from typing import TextIO
 
-from flux.cli import render
+from flux.cli.render.common import duration
+from flux.cli.render.executions import queued_ahead, state_name
 from flux.client import FluxClient
 from flux.errors import FluxError
 from flux.v1 import control_pb2
@@ -88,8 +89,8 @@ class Follower:
                     self._summary = self._queued(explanation)
         else:
             self._summary = f"on {latest.worker}" if latest.worker else ""
-        elapsed = render.duration(time.monotonic() - self._started)
-        parts = [latest.execution_id, render.state_name(state), elapsed, self._summary]
+        elapsed = duration(time.monotonic() - self._started)
+        parts = [latest.execution_id, state_name(state), elapsed, self._summary]
         line = " · ".join(p for p in parts if p)
         width = max(20, _columns(self.stream) - 1)
         if len(line) > width:
@@ -102,7 +103,7 @@ class Follower:
     def _queued(explanation: control_pb2.Explanation) -> str:
         if not explanation.HasField("queued_ahead"):
             return explanation.summary
-        return f"{render.queued_ahead(explanation.queued_ahead)} · {explanation.summary}"
+        return f"{queued_ahead(explanation.queued_ahead)} · {explanation.summary}"
 
     def _erase(self) -> None:
         if self.stream is not None and self._drawn:

@@ -19,7 +19,7 @@ from typing import Any
 
 import pytest
 
-from flux.cli import build_parser
+from flux.cli.parser import build_parser
 from flux.domain.quantity import parse_bytes
 from flux.matching.pools import parse_pools
 

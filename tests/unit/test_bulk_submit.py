@@ -7,7 +7,7 @@ import dataclasses
 
 import pytest
 
-from flux.cli.many import parse_lines
+from flux.cli.commands.many import parse_lines
 from flux.client import FluxClient, chunked
 from flux.dispatcher import validation
 from flux.domain.execution import State

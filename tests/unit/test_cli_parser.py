@@ -10,7 +10,7 @@ from importlib.metadata import version
 
 import pytest
 
-from flux.cli import build_parser, leaf_parsers
+from flux.cli.parser import build_parser, leaf_parsers
 from flux.observe import logs
 
 
@@ -90,22 +90,22 @@ def test_httpx_request_lines_only_at_debug(restore_logging: None, level: str, ht
 
 
 def test_explain_shows_how_many_are_queued_ahead() -> None:
-    from flux.cli import render
+    from flux.cli.render.executions import explanation_dict, explanation_text
     from flux.v1 import control_pb2
 
     queued = control_pb2.Explanation(
         execution_id="e1", state=control_pb2.EXECUTION_STATE_CREATED, summary="0/1 workers can run it",
         queued_ahead=2, priority=5,
     )  # fmt: skip
-    assert render.explanation_text(queued).splitlines()[1] == (
+    assert explanation_text(queued).splitlines()[1] == (
         "waiting for capacity; priority 5; 2 with the same requirements ahead"
     )
-    assert render.explanation_dict(queued)["queued_ahead"] == 2
-    assert render.explanation_dict(queued)["priority"] == 5
+    assert explanation_dict(queued)["queued_ahead"] == 2
+    assert explanation_dict(queued)["priority"] == 5
     queued.queued_ahead = 0
-    assert render.explanation_text(queued).splitlines()[1] == "waiting for capacity; priority 5; next in line"
+    assert explanation_text(queued).splitlines()[1] == "waiting for capacity; priority 5; next in line"
     placed = control_pb2.Explanation(execution_id="e1", state=control_pb2.EXECUTION_STATE_RUNNING)
-    assert render.explanation_dict(placed)["queued_ahead"] is None
+    assert explanation_dict(placed)["queued_ahead"] is None
 
 
 def test_dispatch_retention_defaults_to_a_week_and_names_itself_when_bad(

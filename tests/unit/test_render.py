@@ -6,7 +6,11 @@ import json
 
 import pytest
 
-from flux.cli import build_parser, main, render
+from flux.cli import main
+from flux.cli.parser import build_parser
+from flux.cli.render.common import byte_pair, duration, requests_text
+from flux.cli.render.status import PENDING_HEADER, quantile, status_dict, status_text
+from flux.cli.render.workers import WORKER_HEADER, worker_dict, workers_text
 from flux.v1 import control_pb2, resources_pb2
 
 GiB = 1024**3
@@ -66,7 +70,7 @@ def worker(
     ids=["nothing", "bytes", "gib", "fraction", "over-reserved uses the larger", "mib total"],
 )
 def test_byte_pairs_share_the_unit_of_the_larger(used: int, total: int, text: str) -> None:
-    assert render.byte_pair(used, total) == text
+    assert byte_pair(used, total) == text
 
 
 @pytest.mark.parametrize(
@@ -74,11 +78,11 @@ def test_byte_pairs_share_the_unit_of_the_larger(used: int, total: int, text: st
     [(0, "0s"), (59.9, "59s"), (60, "1m00s"), (185, "3m05s"), (7620, "2h07m"), (273600, "3d04h"), (-5, "0s")],
 )
 def test_durations_read_at_a_glance(seconds: float, text: str) -> None:
-    assert render.duration(seconds) == text
+    assert duration(seconds) == text
 
 
 def test_workers_table_aligns_free_over_advertised_beside_reserved() -> None:
-    text = render.workers_text(
+    text = workers_text(
         [
             worker("gpu-box", cpu=(6, 32), memory=(12 * GiB, 64 * GiB), gpus=(1, 2), load=(3, 16),
                    labels={"zone": "a", "role": "training"}),
@@ -88,7 +92,7 @@ def test_workers_table_aligns_free_over_advertised_beside_reserved() -> None:
         NOW_MS,
     )  # fmt: skip
     lines = text.splitlines()
-    assert lines[0].split() == list(render.WORKER_HEADER)
+    assert lines[0].split() == list(WORKER_HEADER)
     gpu, web, old = lines[1:]
     assert gpu.split()[:4] == ["gpu-box", "connected", "grpc", "3/16"]
     assert "free 26/32 (reserved 6)" in gpu and "free 52.0/64.0 GiB (reserved 12.0 GiB)" in gpu
@@ -108,14 +112,14 @@ def test_workers_table_aligns_free_over_advertised_beside_reserved() -> None:
 def test_a_loaded_host_shows_little_free_with_nothing_reserved() -> None:
     # The issue's case: explain says "0 of 2 cores free"; the table must say the same, and why.
     busy = worker("loaded", cpu=(0, 2), free=(0, 3 * GiB, 50 * GiB, 0))
-    row = render.workers_text([busy], NOW_MS).splitlines()[1]
+    row = workers_text([busy], NOW_MS).splitlines()[1]
     assert "free 0/2 (reserved 0)" in row and "free 3.0/16.0 GiB (reserved 0 B)" in row
-    assert render.worker_dict(busy)["free"] == {"cpu": 0, "memory": 3 * GiB, "disk": 50 * GiB, "gpus": 0}
-    assert render.worker_dict(busy)["reserved"]["cpu"] == 0
+    assert worker_dict(busy)["free"] == {"cpu": 0, "memory": 3 * GiB, "disk": 50 * GiB, "gpus": 0}
+    assert worker_dict(busy)["reserved"]["cpu"] == 0
 
 
 def test_no_workers() -> None:
-    assert render.workers_text([], NOW_MS) == "no workers registered"
+    assert workers_text([], NOW_MS) == "no workers registered"
 
 
 def status() -> control_pb2.ClusterStatus:
@@ -163,7 +167,7 @@ def status() -> control_pb2.ClusterStatus:
 
 
 def test_status_text_summarises_the_fleet_and_the_queue_by_shape() -> None:
-    text = render.status_text(status())
+    text = status_text(status())
     lines = text.splitlines()
     assert lines[0] == "workers     1 connected (1 grpc), 1 disconnected"
     assert lines[1].startswith("reserved    2/8 cores   1.0/16.0 GiB memory   0/0 GPUs")
@@ -179,7 +183,7 @@ def test_status_text_summarises_the_fleet_and_the_queue_by_shape() -> None:
     )
     assert "submit->dispatched p50 <=1 ms p99 <=10 ms" in lines[6]
     header = next(line for line in lines if line.startswith("COUNT"))
-    assert header.split() == list(render.PENDING_HEADER)
+    assert header.split() == list(PENDING_HEADER)
     row = lines[lines.index(header) + 1]
     assert row.split()[:3] == ["3", "2m05s", "train"]
     assert "memory=8.0 GiB gpu=2 torch>=2" in row and "role=training" in row
@@ -189,11 +193,11 @@ def test_status_text_summarises_the_fleet_and_the_queue_by_shape() -> None:
 
 def test_status_text_says_when_nothing_waits() -> None:
     message = control_pb2.ClusterStatus(now_ms=NOW_MS, started_at_ms=NOW_MS)
-    assert render.status_text(message).endswith("nothing pending")
+    assert status_text(message).endswith("nothing pending")
 
 
 def test_status_json_is_one_object_with_everything() -> None:
-    body = json.loads(json.dumps(render.status_dict(status())))
+    body = json.loads(json.dumps(status_dict(status())))
     assert body["fleet"]["connected"] == 1 and body["fleet"]["reserved"]["cpu"] == 2
     assert body["fleet"]["free"] == {"cpu": 1, "memory": 4 * GiB, "disk": 90 * GiB, "gpus": 0}
     assert body["pending_by_reason"] == {"busy": 1, "infeasible": 3, "no_worker": 0}
@@ -216,8 +220,8 @@ def test_status_shows_pools_with_their_demand() -> None:
             spec=pools_pb2.PoolSpec(name="a100", source="declared"), pending=5, demand_workers=3, active=True
         )
     )
-    assert "pools       a100 0/3 workers (5 pending)" in render.status_text(message)
-    (pool,) = render.status_dict(message)["pools"]
+    assert "pools       a100 0/3 workers (5 pending)" in status_text(message)
+    (pool,) = status_dict(message)["pools"]
     assert (pool["name"], pool["demand_workers"], pool["active"]) == ("a100", 3, True)
 
 
@@ -237,8 +241,8 @@ def test_status_shows_each_tenants_usage_against_its_quota() -> None:
     assert (
         "tenants     ml 3/4 cores, 2.0 GiB/- memory, 1/2 GPUs, 1.0/4.0 GiB VRAM (5 pending); "
         "default nothing held (0 pending)   (used/quota)"
-    ) in render.status_text(message, width=400)
-    ml, _ = render.status_dict(message)["tenants"]
+    ) in status_text(message, width=400)
+    ml, _ = status_dict(message)["tenants"]
     assert ml == {
         "name": "ml",
         "pending": 5,
@@ -249,9 +253,9 @@ def test_status_shows_each_tenants_usage_against_its_quota() -> None:
 
 def test_quantile_is_the_bound_of_its_bucket() -> None:
     h = control_pb2.LatencyHistogram(bounds=[0.1, 1.0], counts=[1, 0, 1], count=2)
-    assert render.quantile(h, 0.5) == 0.1
-    assert render.quantile(h, 0.99) is None  # above every bound
-    assert render.quantile(control_pb2.LatencyHistogram(bounds=[0.1], counts=[0, 0]), 0.5) is None
+    assert quantile(h, 0.5) == 0.1
+    assert quantile(h, 0.99) is None  # above every bound
+    assert quantile(control_pb2.LatencyHistogram(bounds=[0.1], counts=[0, 0]), 0.5) is None
 
 
 # ---- the commands' flags -------------------------------------------------------------------------
@@ -288,18 +292,18 @@ def test_workers_table_and_json_say_which_limit_applied() -> None:
         resources_pb2.ResourceLimit(resource="memory", source="cgroup memory.max", limit=4 * GiB, host=256 * GiB),
     ])  # fmt: skip
     plain = worker("bare-metal")
-    lines = render.workers_text([boxed, plain], NOW_MS).splitlines()
-    assert lines[0].split() == list(render.WORKER_HEADER)
+    lines = workers_text([boxed, plain], NOW_MS).splitlines()
+    assert lines[0].split() == list(WORKER_HEADER)
     limits_at = lines[0].index("LIMITS")
     assert lines[1][limits_at:].startswith("cpu=cpu.max,memory=memory.max")
     assert lines[2][limits_at:].startswith("- ")
-    assert render.worker_dict(boxed)["resources"]["limits"] == [
+    assert worker_dict(boxed)["resources"]["limits"] == [
         {"resource": "cpu", "source": "cgroup cpu.max", "limit": 2, "host": 64},
         {"resource": "memory", "source": "cgroup memory.max", "limit": 4 * GiB, "host": 256 * GiB},
     ]
-    assert render.worker_dict(plain)["resources"]["limits"] == []
+    assert worker_dict(plain)["resources"]["limits"] == []
 
 
 def test_requests_text_shows_gpu_memory() -> None:
     r = resources_pb2.ResourceRequest(gpu=2, gpu_memory=20 * GiB)
-    assert render.requests_text(r) == "gpu=2 gpu_memory=20.0 GiB"
+    assert requests_text(r) == "gpu=2 gpu_memory=20.0 GiB"

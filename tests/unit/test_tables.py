@@ -9,8 +9,10 @@ from __future__ import annotations
 
 import pytest
 
-from flux.cli import render, tables
-from flux.cli.listings import executions_text
+from flux.cli import tables
+from flux.cli.render.executions import executions_text
+from flux.cli.render.status import status_text
+from flux.cli.render.workers import WORKER_HEADER, workers_text
 from flux.v1 import control_pb2, worker_pb2
 from tests.unit.test_render import NOW_MS, GiB, status, worker
 
@@ -75,7 +77,7 @@ def fits(text: str, width: int) -> None:
 
 @pytest.mark.parametrize("width", [80, 200])
 def test_workers_list(width: int) -> None:
-    text = render.workers_text(WORKERS, NOW_MS, width)
+    text = workers_text(WORKERS, NOW_MS, width)
     fits(text, width)
     header = text.splitlines()[0].split()
     assert header[:3] == ["NAME", "STATE", "LOAD"] or header[:4] == ["NAME", "STATE", "TRANSPORT", "LOAD"]
@@ -88,8 +90,8 @@ def test_workers_list(width: int) -> None:
 
 
 def test_workers_list_is_whole_when_not_narrowed() -> None:
-    text = render.workers_text(WORKERS, NOW_MS)
-    assert text.splitlines()[0].split() == list(render.WORKER_HEADER)
+    text = workers_text(WORKERS, NOW_MS)
+    assert text.splitlines()[0].split() == list(WORKER_HEADER)
     assert "free 52.0/64.0 GiB (reserved 12.0 GiB)" in text
     assert_aligned(text, {"LOAD"})
 
@@ -123,7 +125,7 @@ def test_execution_list(width: int) -> None:
 def test_status(width: int) -> None:
     message = status()
     message.workers.extend(WORKERS)
-    text = render.status_text(message, width)
+    text = status_text(message, width)
     fits(text, width)
     lines = text.splitlines()
     assert lines[0] == "workers     1 connected (1 grpc), 1 disconnected"

@@ -21,82 +21,16 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import grpc
 
-from flux.domain.tenant import FIELDS, RESOURCES, Tenant, describe_amount
+from flux.domain.tenant import RESOURCES, Tenant, describe_amount
 from flux.errors import InvalidArgument, Unavailable, from_grpc_code
 
 DEFAULT_TIMEOUT = 30.0
-ROLES = ("submit", "read", "admin")
-
-
-def add_command(
-    commands: Any, with_server: Callable[[argparse.ArgumentParser], argparse.ArgumentParser]
-) -> None:
-    tenant = commands.add_parser(
-        "tenant", help="tenants: quotas, cohorts, fair-share weights"
-    ).add_subparsers(dest="action", required=True, metavar="ACTION")
-    create = with_server(tenant.add_parser("create", help="create a tenant"))
-    create.add_argument("name", metavar="NAME", help="the tenant's name")
-    _terms(create)
-    create.set_defaults(run=_create)
-    listing = with_server(tenant.add_parser("list", help="every tenant with its terms"))
-    listing.add_argument("--json", action="store_true", help="print one JSON object")
-    listing.set_defaults(run=_list)
-    show = with_server(tenant.add_parser("show", help="one tenant's terms"))
-    show.add_argument("name", metavar="NAME", help="the tenant's name")
-    show.add_argument("--json", action="store_true", help="print one JSON object")
-    show.set_defaults(run=_show)
-    change = with_server(tenant.add_parser("set", help="change some of a tenant's terms"))
-    change.add_argument("name", metavar="NAME", help="the tenant's name")
-    _terms(change)
-    change.add_argument(
-        "--unset", action="append", default=[], choices=FIELDS, metavar="FIELD",
-        help=f"clear a field (repeatable): {', '.join(FIELDS)}",
-    )  # fmt: skip
-    change.set_defaults(run=_set)
-    delete = with_server(tenant.add_parser("delete", help="delete a tenant and its tokens"))
-    delete.add_argument("name", metavar="NAME", help="the tenant's name")
-    delete.set_defaults(run=_delete)
-    apply = with_server(tenant.add_parser("apply", help="create or replace tenants from a YAML or JSON file"))
-    apply.add_argument("file", metavar="FILE", help="tenants file ('-' reads stdin)")
-    apply.set_defaults(run=_apply)
-
-
-def add_token_create(
-    token: Any, with_server: Callable[[argparse.ArgumentParser], argparse.ArgumentParser]
-) -> None:
-    create = with_server(
-        token.add_parser(
-            "create",
-            help="create an API token for a tenant (printed once; needs an admin token)",
-            description="Create an API token that speaks for one tenant: read sees its executions, "
-            "submit also runs and cancels them, admin manages everything. The token is printed once, "
-            "on stdout alone, for $(flux token create --tenant ml).",
-        )
-    )
-    create.add_argument("--tenant", required=True, metavar="NAME", help="the tenant the token speaks for")
-    create.add_argument("--role", default="submit", choices=ROLES, help="what it may do (default submit)")
-    create.set_defaults(run=_create_token)
-
-
-def _terms(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--cpu", metavar="N", help="nominal quota of cores")
-    p.add_argument("--memory", metavar="Q", help="nominal quota of memory, e.g. 64Gi")
-    p.add_argument("--gpu", metavar="N", help="nominal quota of GPUs")
-    p.add_argument("--gpu-memory", metavar="Q", help="nominal quota of VRAM (gpu x gpu_memory), e.g. 320Gi")
-    p.add_argument("--cohort", metavar="NAME", help="the cohort it borrows from and lends to")
-    p.add_argument(
-        "--borrowing-limit",
-        metavar="R=Q,…",
-        help="how far above its quota it may borrow, e.g. gpu=2,memory=8Gi",
-    )
-    p.add_argument("--lending-limit", metavar="R=Q,…", help="how much of its quota it lends, e.g. gpu=1")
-    p.add_argument("--weight", metavar="W", help="fair-share weight (> 0, default 1)")
+TENANT_ROLES = ("submit", "read", "admin")
 
 
 def _limits(value: str, flag: str) -> dict[str, str]:
@@ -210,7 +144,7 @@ def _limits_text(tenant: Tenant, name: str) -> str:
     return ", ".join(f"{r}={v}" for r, v in limits.to_dict().items()) or "-"
 
 
-def _create(args: argparse.Namespace) -> int:
+def create_tenant(args: argparse.Namespace) -> int:
     from flux.v1 import tenants_pb2
 
     tenant = _checked({"name": args.name, **_changes(args)}, "flux tenant create")
@@ -220,7 +154,7 @@ def _create(args: argparse.Namespace) -> int:
     return 0
 
 
-def _set(args: argparse.Namespace) -> int:
+def set_tenant(args: argparse.Namespace) -> int:
     from flux.v1 import tenants_pb2
 
     changes: dict[str, Any] = {**_changes(args), **dict.fromkeys(args.unset)}
@@ -236,7 +170,7 @@ def _set(args: argparse.Namespace) -> int:
     return 0
 
 
-def _delete(args: argparse.Namespace) -> int:
+def delete_tenant(args: argparse.Namespace) -> int:
     from flux.v1 import tenants_pb2
 
     with _Tenants(args) as tenants:
@@ -245,7 +179,7 @@ def _delete(args: argparse.Namespace) -> int:
     return 0
 
 
-def _apply(args: argparse.Namespace) -> int:
+def apply_tenants(args: argparse.Namespace) -> int:
     from flux.v1 import tenants_pb2
 
     document = read_document(args.file)
@@ -264,8 +198,8 @@ def _apply(args: argparse.Namespace) -> int:
     return 0
 
 
-def _list(args: argparse.Namespace) -> int:
-    from flux.cli.render import table
+def list_tenants(args: argparse.Namespace) -> int:
+    from flux.cli.render.common import table
     from flux.v1 import tenants_pb2
 
     with _Tenants(args) as tenants:
@@ -290,7 +224,7 @@ def _list(args: argparse.Namespace) -> int:
     return 0
 
 
-def _show(args: argparse.Namespace) -> int:
+def show_tenant(args: argparse.Namespace) -> int:
     from flux.v1 import tenants_pb2
 
     with _Tenants(args) as tenants:
@@ -307,7 +241,7 @@ def _show(args: argparse.Namespace) -> int:
     return 0
 
 
-def _create_token(args: argparse.Namespace) -> int:
+def create_token(args: argparse.Namespace) -> int:
     from flux.v1 import tenants_pb2
 
     with _Tenants(args) as tenants:

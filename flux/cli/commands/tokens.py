@@ -8,31 +8,11 @@ alone, for ``$(flux token show worker)``.
 from __future__ import annotations
 
 import argparse
-from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 from flux.auth import STATE_DIR, Role
-from flux.cli.tenants import add_token_create
 
-_ROLES = {role.value: role for role in Role}
-
-
-def add_command(
-    commands: Any, with_server: Callable[[argparse.ArgumentParser], argparse.ArgumentParser]
-) -> None:
-    token = commands.add_parser(
-        "token", help="the tokens the server generated in ./.flux/, and tenants' tokens"
-    ).add_subparsers(dest="action", required=True, metavar="ACTION")
-    add_token_create(token, with_server)
-    show = token.add_parser(
-        "show",
-        help="print a generated token (run it where the server runs: it reads ./.flux/)",
-        description="Print the token the server generated into ./.flux/ on its first start in this "
-        "directory: the worker join token, the client API token, or both (labelled) when none is named.",
-    )
-    show.add_argument("role", nargs="?", choices=tuple(_ROLES), help="which token (default: both, labelled)")
-    show.set_defaults(run=_show)
+GENERATED_ROLES = {role.value: role for role in Role}
 
 
 def generated_line(role: Role, path: Path) -> str:
@@ -59,9 +39,9 @@ def _read(role: Role, state_dir: Path) -> str:
     return token
 
 
-def _show(args: argparse.Namespace, state_dir: Path = STATE_DIR) -> int:
+def show_token(args: argparse.Namespace, state_dir: Path = STATE_DIR) -> int:
     if args.role is not None:
-        print(_read(_ROLES[args.role], state_dir))
+        print(_read(GENERATED_ROLES[args.role], state_dir))
         return 0
     tokens = [(role.value, _read(role, state_dir)) for role in Role]
     for name, token in tokens:

@@ -19,7 +19,6 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -31,24 +30,6 @@ from flux.errors import InvalidArgument, Unavailable, from_grpc_code
 from flux.matching.pools import parse_pools
 
 DEFAULT_TIMEOUT = 30.0
-
-
-def add_command(
-    commands: Any, with_server: Callable[[argparse.ArgumentParser], argparse.ArgumentParser]
-) -> None:
-    pool = commands.add_parser("pool", help="worker pools and the demand on them").add_subparsers(
-        dest="action", required=True, metavar="ACTION"
-    )
-    apply = with_server(pool.add_parser("apply", help="declare or replace pools from a YAML or JSON file"))
-    apply.add_argument("file", metavar="FILE", help="pools file ('-' reads stdin)")
-    apply.set_defaults(run=_apply)
-    listing = with_server(pool.add_parser("list", help="every pool with its workers and demand"))
-    listing.add_argument("--json", action="store_true", help="print one JSON object")
-    listing.set_defaults(run=_list)
-    show = with_server(pool.add_parser("show", help="one pool: its shape, workers and demand"))
-    show.add_argument("name", metavar="NAME", help="the pool's name")
-    show.add_argument("--json", action="store_true", help="print one JSON object")
-    show.set_defaults(run=_show)
 
 
 def read_pools_file(path: str) -> Any:
@@ -103,7 +84,7 @@ class _Pools:
             raise from_grpc_code(code, details) from None
 
 
-def _apply(args: argparse.Namespace) -> int:
+def apply_pools(args: argparse.Namespace) -> int:
     from flux.server.pool_convert import spec_to_proto
     from flux.v1 import pools_pb2
 
@@ -120,8 +101,8 @@ def _apply(args: argparse.Namespace) -> int:
     return 0
 
 
-def _list(args: argparse.Namespace) -> int:
-    from flux.cli.render import table
+def list_pools(args: argparse.Namespace) -> int:
+    from flux.cli.render.common import table
     from flux.v1 import pools_pb2
 
     with _Pools(args) as pools:
@@ -169,7 +150,7 @@ def _list(args: argparse.Namespace) -> int:
     return 0
 
 
-def _show(args: argparse.Namespace) -> int:
+def show_pool(args: argparse.Namespace) -> int:
     from flux.v1 import pools_pb2
 
     with _Pools(args) as pools:

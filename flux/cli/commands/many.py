@@ -14,7 +14,7 @@ import json
 import re
 import sys
 
-from flux.cli import render
+from flux.cli.render.executions import state_name
 from flux.client import FluxClient, WaitTimedOut
 from flux.errors import FluxError, InvalidArgument
 from flux.v1 import control_pb2
@@ -70,7 +70,7 @@ def run_many(client: FluxClient, args: argparse.Namespace, text: str, name: str)
         if final.HasField("error"):
             why = f"{final.error.type}: {final.error.message}"
         else:
-            why = render.state_name(final.state)
+            why = state_name(final.state)
         print(f"error: {name}:{number}: execution {final.execution_id}: {why}", file=sys.stderr)
     sys.stdout.write("".join(f"{line}\n" for line in lines))
     return status

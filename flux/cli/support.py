@@ -1,0 +1,37 @@
+"""What the entry point and the command handlers share: exit statuses, usage errors, the
+``error:`` line, and the client a command's ``--server``/``--api-token`` flags describe."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from flux.client import FluxClient
+from flux.observe import logs
+
+EXIT_TIMED_OUT = 3
+EXIT_INTERRUPTED = 130
+EXIT_STATUS = (
+    "exit status: 0 ok; 1 refused, or the execution failed or was cancelled; 2 usage error; "
+    f"{EXIT_TIMED_OUT} --wait --timeout expired (the execution goes on); "
+    f"{EXIT_INTERRUPTED} Ctrl-C while waiting (the execution is left as it is)"
+)
+
+
+class UsageError(Exception):
+    """A usage error found after parsing (exit 2), e.g. two input sources at once."""
+
+
+def error(text: str) -> None:
+    """``error: …`` on stderr; one JSON object instead where the process logs in json."""
+    if logs.current_format() == "json":
+        logs.emit(text, sys.stderr, "ERROR")
+    else:
+        print(f"error: {text}", file=sys.stderr)
+
+
+def connect(args: argparse.Namespace) -> FluxClient:
+    from flux.auth import Credentials, Role
+
+    credentials = Credentials.for_role(Role.CLIENT, args.api_token, args.ca, args.api_token_file)
+    return FluxClient(args.server, credentials=credentials)
