@@ -17,7 +17,7 @@ from flux.domain.worker import Gpu, WorkerSoftware
 from flux.errors import ResourceExhausted
 from flux.server import servicers
 from flux.v1 import control_pb2
-from tests.unit.test_dispatcher import SETTINGS, Flux, resources
+from tests.unit.harness import SETTINGS, Flux, resources
 
 pytestmark = pytest.mark.timeout(10)
 

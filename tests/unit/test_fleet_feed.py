@@ -6,7 +6,7 @@ import pytest
 
 from flux.domain.execution import State
 from flux.observe.fleet import Change, FleetFeed
-from tests.unit.test_dispatcher import Flux, committed, resources
+from tests.unit.harness import Flux, committed, resources
 
 pytestmark = pytest.mark.timeout(10)
 

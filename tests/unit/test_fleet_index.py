@@ -24,7 +24,7 @@ from flux.matching import Aging, FeasibilityCache, permanent_rejection, schedule
 from flux.matching.index import FleetIndex
 from flux.matching.view import load_key
 from tests.unit.fleet import shape, worker
-from tests.unit.test_dispatcher import Flux, resources
+from tests.unit.harness import Flux, resources
 from tests.unit.test_matching_properties import _as_tuples, scenarios
 
 SETTINGS = settings(max_examples=200, deadline=None)

@@ -15,7 +15,7 @@ from flux.dispatcher.listing import (
 from flux.domain.execution import State
 from flux.errors import InvalidArgument, NotFound
 from flux.store.base import ExecutionQuery
-from tests.unit.test_dispatcher import GRACE, Flux, committed
+from tests.unit.harness import GRACE, Flux, committed
 
 pytestmark = pytest.mark.timeout(10)
 

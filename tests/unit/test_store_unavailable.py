@@ -21,8 +21,8 @@ from flux.store.base import StoreError
 from flux.store.postgres import PostgresStore
 from flux.store.sqlite import SqliteStore
 from flux.v1 import control_pb2, control_pb2_grpc, worker_pb2_grpc
+from tests.unit.harness import Flux
 from tests.unit.memory_store import MemoryStore
-from tests.unit.test_dispatcher import Flux
 
 pytestmark = pytest.mark.timeout(20)
 

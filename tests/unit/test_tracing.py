@@ -21,7 +21,7 @@ from flux.domain.execution import State
 from flux.server import convert
 from flux.v1 import control_pb2, trace_pb2
 from gateway import metrics
-from tests.unit.test_dispatcher import GRACE, Flux
+from tests.unit.harness import GRACE, Flux
 
 pytestmark = pytest.mark.timeout(10)
 
