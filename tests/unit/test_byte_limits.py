@@ -24,13 +24,6 @@ pytestmark = pytest.mark.timeout(10)
 EMOJI = "\N{GRINNING FACE}"  # 1 character, 4 bytes
 
 
-@pytest.fixture
-async def flux():
-    f = await Flux().start()
-    yield f
-    await f.d.stop()
-
-
 def limited(flux: Flux, **settings: int) -> None:
     flux.d.settings = dataclasses.replace(SETTINGS, **settings)
 

@@ -11,13 +11,6 @@ from tests.unit.harness import Flux, committed, resources
 pytestmark = pytest.mark.timeout(10)
 
 
-@pytest.fixture
-async def flux():
-    f = await Flux().start()
-    yield f
-    await f.d.stop()
-
-
 def listen(flux: Flux) -> list[tuple[Change, str, object]]:
     heard: list[tuple[Change, str, object]] = []
 

@@ -103,13 +103,6 @@ def test_the_index_holds_the_latest_views_and_walks_candidates_in_load_order(cha
             assert walked == expected
 
 
-@pytest.fixture
-async def flux():
-    f = await Flux().start()
-    yield f
-    await f.d.stop()
-
-
 def _full_scan(flux: Flux) -> dict[str, object]:
     return {e.name: e.view() for e in flux.d.registry.values() if e.dispatchable}
 

@@ -70,13 +70,6 @@ def test_a_checked_query() -> None:
 # ---- the dispatcher --------------------------------------------------------------------------------
 
 
-@pytest.fixture
-async def flux():
-    f = await Flux().start()
-    yield f
-    await f.d.stop()
-
-
 async def test_a_dispatch_not_yet_written_is_listed_as_it_is(flux: Flux) -> None:
     await flux.workflow()
     worker = await flux.worker("w1")

@@ -24,16 +24,9 @@ from flux.observe.status import BUSY, INFEASIBLE, NO_WORKER, StatusBoard, reason
 from flux.server import convert
 from flux.v1 import control_pb2
 from gateway.metrics import render
-from tests.unit.harness import ACK, GRACE, Flux
+from tests.unit.harness import ACK, GRACE
 
 pytestmark = pytest.mark.timeout(10)
-
-
-@pytest.fixture
-async def flux():
-    f = await Flux().start()
-    yield f
-    await f.d.stop()
 
 
 @pytest.fixture

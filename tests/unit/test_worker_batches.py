@@ -19,13 +19,6 @@ pytestmark = pytest.mark.timeout(10)
 SCHEDULED, RUNNING, COMPLETED, FAILED = State.SCHEDULED, State.RUNNING, State.COMPLETED, State.FAILED
 
 
-@pytest.fixture
-async def flux():
-    f = await Flux().start()
-    yield f
-    await f.d.stop()
-
-
 async def _dispatched(flux: Flux, n: int) -> tuple[object, list[str]]:
     await flux.workflow(cpu=1)
     w = await flux.worker(cpu=8)
