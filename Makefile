@@ -55,6 +55,8 @@ release-proto:
 test: $(STAMP)
 	$(PY) -m pytest -q
 
+# The pure tests alone: nothing in tests/unit starts a server or a process, or listens on a
+# socket (those tests are in tests/integration).
 test-unit: $(STAMP)
 	$(PY) -m pytest -q tests/unit
 

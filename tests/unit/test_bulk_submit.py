@@ -13,8 +13,8 @@ from flux.dispatcher import validation
 from flux.domain.execution import State
 from flux.errors import InvalidArgument, NotFound, ResourceExhausted, Unavailable
 from flux.v1 import control_pb2
+from tests.unit.harness import SETTINGS, Flux
 from tests.unit.memory_store import MemoryStore
-from tests.unit.test_dispatcher import SETTINGS, Flux
 
 pytestmark = pytest.mark.timeout(10)
 

@@ -17,18 +17,11 @@ from flux.domain.worker import Gpu, WorkerSoftware
 from flux.errors import ResourceExhausted
 from flux.server import servicers
 from flux.v1 import control_pb2
-from tests.unit.test_dispatcher import SETTINGS, Flux, resources
+from tests.unit.harness import SETTINGS, Flux, resources
 
 pytestmark = pytest.mark.timeout(10)
 
 EMOJI = "\N{GRINNING FACE}"  # 1 character, 4 bytes
-
-
-@pytest.fixture
-async def flux():
-    f = await Flux().start()
-    yield f
-    await f.d.stop()
 
 
 def limited(flux: Flux, **settings: int) -> None:

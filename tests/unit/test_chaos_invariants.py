@@ -1,11 +1,12 @@
-"""The chaos run's invariants: each passes a clean trail and flags a crafted violation."""
+"""The chaos run's invariants: each passes a clean trail and flags a crafted violation.
+
+The test of the sampler's reading of the workers' markers starts a child for a dead pid, so it is
+in tests/integration/test_chaos_invariants.py.
+"""
 
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 
 import pytest
 
@@ -25,7 +26,6 @@ from bench.chaos.invariants import (
     Sample,
     TenantSample,
 )
-from bench.chaos.sampler import running
 
 
 def _done(execution_id: str, worker: str = "w1", attempt: int = 1) -> Record:
@@ -217,22 +217,3 @@ def test_lifecycle_lines_are_read_from_json_logs_and_others_skipped() -> None:
         {"ts": "t", "level": "INFO", "logger": "flux.lifecycle", "msg": "execution dispatched",
          "event": "dispatched", "execution_id": "a", "generation": 3}
     ]  # fmt: skip
-
-
-def test_markers_count_only_bodies_of_live_processes_older_than_their_marker(tmp_path) -> None:
-    live, gone = tmp_path / "w1", tmp_path / "w2"
-    live.mkdir()
-    gone.mkdir()
-    (live / "a").write_text(f"{os.getpid()} 2\n")
-    (live / "b").write_text(f"{os.getpid()} 1\n")
-    finished = subprocess.run(
-        [sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True
-    )
-    (gone / "c").write_text(f"{int(finished.stdout)} 4\n")  # a killed worker's marker: its pid is dead
-    reused = live / "d"
-    reused.write_text(f"{os.getpid()} 4\n")
-    os.utime(reused, (0, 0))  # written before this process started: the pid was reused since
-    (live / "e").write_text("garbage\n")
-    found = running(tmp_path)
-    assert {worker: sorted(cores) for worker, cores in found.items()} == {"w1": [1, 2], "w2": []}
-    assert running(tmp_path / "absent") == {}

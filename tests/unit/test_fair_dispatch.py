@@ -12,7 +12,7 @@ from flux.domain.resource_request import ResourceRequest
 from flux.errors import InvalidArgument
 from flux.observe.status import StatusBoard
 from flux.store.base import WorkflowRecord
-from tests.unit.test_dispatcher import SETTINGS, Flux
+from tests.unit.harness import SETTINGS, Flux
 
 pytestmark = pytest.mark.timeout(10)
 

@@ -6,16 +6,9 @@ import pytest
 
 from flux.domain.execution import State
 from flux.observe.fleet import Change, FleetFeed
-from tests.unit.test_dispatcher import Flux, committed, resources
+from tests.unit.harness import Flux, committed, resources
 
 pytestmark = pytest.mark.timeout(10)
-
-
-@pytest.fixture
-async def flux():
-    f = await Flux().start()
-    yield f
-    await f.d.stop()
 
 
 def listen(flux: Flux) -> list[tuple[Change, str, object]]:

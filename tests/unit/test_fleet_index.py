@@ -24,7 +24,7 @@ from flux.matching import Aging, FeasibilityCache, permanent_rejection, schedule
 from flux.matching.index import FleetIndex
 from flux.matching.view import load_key
 from tests.unit.fleet import shape, worker
-from tests.unit.test_dispatcher import Flux, resources
+from tests.unit.harness import Flux, resources
 from tests.unit.test_matching_properties import _as_tuples, scenarios
 
 SETTINGS = settings(max_examples=200, deadline=None)
@@ -101,13 +101,6 @@ def test_the_index_holds_the_latest_views_and_walks_candidates_in_load_order(cha
                 if not v.paused and v.active < v.capacity and permanent_rejection(wanted_shape, v) is None
             )
             assert walked == expected
-
-
-@pytest.fixture
-async def flux():
-    f = await Flux().start()
-    yield f
-    await f.d.stop()
 
 
 def _full_scan(flux: Flux) -> dict[str, object]:

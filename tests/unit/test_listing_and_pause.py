@@ -14,7 +14,7 @@ from flux.dispatcher.listing import (
 from flux.domain.execution import State
 from flux.errors import InvalidArgument, NotFound
 from flux.store.base import ExecutionQuery
-from tests.unit.test_dispatcher import GRACE, Flux, committed
+from tests.unit.harness import GRACE, Flux, committed
 
 pytestmark = pytest.mark.timeout(10)
 
@@ -57,13 +57,6 @@ def test_a_checked_query() -> None:
 
 
 # ---- the dispatcher --------------------------------------------------------------------------------
-
-
-@pytest.fixture
-async def flux():
-    f = await Flux().start()
-    yield f
-    await f.d.stop()
 
 
 async def test_a_dispatch_not_yet_written_is_listed_as_it_is(flux: Flux) -> None:

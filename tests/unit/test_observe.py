@@ -1,7 +1,7 @@
 """Lifecycle events, structured logs, and the status snapshot behind GetStatus and /metrics.
 
 The dispatcher runs with the in-memory store, fake sessions and a hand-driven
-clock (the helpers of test_dispatcher), so counts and latencies are exact.
+clock (tests/unit/harness.py), so counts and latencies are exact.
 """
 
 from __future__ import annotations
@@ -24,16 +24,9 @@ from flux.observe.status import BUSY, INFEASIBLE, NO_WORKER, StatusBoard, reason
 from flux.server import convert
 from flux.v1 import control_pb2
 from gateway.metrics import render
-from tests.unit.test_dispatcher import ACK, GRACE, Flux
+from tests.unit.harness import ACK, GRACE
 
 pytestmark = pytest.mark.timeout(10)
-
-
-@pytest.fixture
-async def flux():
-    f = await Flux().start()
-    yield f
-    await f.d.stop()
 
 
 @pytest.fixture

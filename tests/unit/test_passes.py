@@ -8,7 +8,7 @@ from flux.dispatcher.passes import Passes
 from flux.dispatcher.worker_calls import Result
 from flux.domain.resource_request import ResourceRequest
 from flux.matching import Shape
-from tests.unit.test_dispatcher import Flux
+from tests.unit.harness import Flux
 
 pytestmark = pytest.mark.timeout(10)
 

@@ -8,7 +8,7 @@ import pytest
 
 from flux.errors import InvalidArgument, NotFound
 from flux.matching.pools import POOL_LABEL, parse_pools
-from tests.unit.test_dispatcher import Flux
+from tests.unit.harness import Flux
 
 GPU = {"name": "gpu", "resources": {"cpu": 4, "gpu": 2}, "capacity": 2, "max": 5}
 

@@ -23,7 +23,7 @@ from flux.domain.execution import State
 from flux.domain.tenant import Limits, Tenant
 from flux.errors import FailedPrecondition
 from flux.observe.status import StatusBoard
-from tests.unit.test_dispatcher import SETTINGS, Flux, Worker, settled
+from tests.unit.harness import SETTINGS, Flux, Worker, settled
 
 pytestmark = pytest.mark.timeout(10)
 

@@ -25,8 +25,8 @@ from flux.domain.workflow import WorkflowRecord
 from flux.observe.status import BUSY, StatusBoard
 from flux.store import notices
 from flux.store.base import Conflict, PendingRef, WorkerRecord
+from tests.unit.harness import Flux, resources, settled
 from tests.unit.memory_store import MemoryStore
-from tests.unit.test_dispatcher import Flux, resources, settled
 
 pytestmark = pytest.mark.timeout(10)
 

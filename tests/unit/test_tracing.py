@@ -1,11 +1,11 @@
 """Tracing's pure parts (W3C carriers, when setup records) and the core's spans, read from the
-SDK's in-memory exporter over a dispatcher with an in-memory store and a hand-driven clock."""
+SDK's in-memory exporter over a dispatcher with an in-memory store and a hand-driven clock.
+
+What ``setup`` does in a fresh interpreter is tests/integration/test_tracing_setup.py."""
 
 from __future__ import annotations
 
 import os
-import subprocess
-import sys
 from collections.abc import Iterator
 
 import pytest
@@ -21,7 +21,7 @@ from flux.domain.execution import State
 from flux.server import convert
 from flux.v1 import control_pb2, trace_pb2
 from gateway import metrics
-from tests.unit.test_dispatcher import GRACE, Flux
+from tests.unit.harness import GRACE, Flux
 
 pytestmark = pytest.mark.timeout(10)
 
@@ -253,29 +253,3 @@ def test_openmetrics_exposition_carries_the_exemplars_and_the_text_format_does_n
     assert line.endswith(f'# {{trace_id="{"ab" * 16}"}} 2.0 1700000000.0'), line
     assert openmetrics.rstrip().endswith("# EOF")
     assert "trace_id" not in metrics.render(status).decode()
-
-
-def _setup_in_a_fresh_process(env: dict[str, str]) -> str:
-    """What ``setup`` decides in a process of its own (the tracer provider is process-global)."""
-    code = (
-        "import sys; from flux import tracing, cli, client, worker; "
-        "print(tracing.setup('flux-test'), tracing.ACTIVE, 'opentelemetry.sdk' in sys.modules)"
-    )
-    clean = {k: v for k, v in os.environ.items() if not k.startswith("OTEL_")}
-    done = subprocess.run(
-        [sys.executable, "-c", code], env={**clean, **env}, capture_output=True, text=True, timeout=60
-    )
-    assert done.returncode == 0, done.stderr
-    return done.stdout.strip()
-
-
-def test_without_settings_the_sdk_is_not_even_imported() -> None:
-    assert _setup_in_a_fresh_process({}) == "False False False"
-
-
-def test_a_console_exporter_setting_turns_recording_on() -> None:
-    assert _setup_in_a_fresh_process({"OTEL_TRACES_EXPORTER": "console"}) == "True True True"
-
-
-def test_an_unknown_exporter_alone_records_nothing() -> None:
-    assert _setup_in_a_fresh_process({"OTEL_TRACES_EXPORTER": "zipkin-ish"}) == "False False True"

@@ -1,6 +1,6 @@
 """ClaimBatch and CompleteBatch in the dispatcher: each item fenced and answered as its single call.
 
-The same in-memory store and hand-driven clock as test_dispatcher.py.
+The same in-memory store and hand-driven clock as test_dispatcher.py (tests/unit/harness.py).
 """
 
 from __future__ import annotations
@@ -12,18 +12,11 @@ from flux.domain.execution import ExecutionError, State
 from flux.errors import FailedPrecondition, InvalidArgument, NotFound, PermissionDenied, Unavailable
 from flux.server import convert
 from flux.v1 import worker_pb2
-from tests.unit.test_dispatcher import Flux, committed, resources
+from tests.unit.harness import Flux, committed, resources
 
 pytestmark = pytest.mark.timeout(10)
 
 SCHEDULED, RUNNING, COMPLETED, FAILED = State.SCHEDULED, State.RUNNING, State.COMPLETED, State.FAILED
-
-
-@pytest.fixture
-async def flux():
-    f = await Flux().start()
-    yield f
-    await f.d.stop()
 
 
 async def _dispatched(flux: Flux, n: int) -> tuple[object, list[str]]:

@@ -13,6 +13,8 @@ from pathlib import Path
 
 import pytest
 
+pytestmark = pytest.mark.integration
+
 ROOT = Path(__file__).resolve().parents[2]
 CHECK = ROOT / "tools" / "check_proto.sh"
 CONTROL = "flux/v1/control.proto"

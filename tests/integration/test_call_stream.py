@@ -14,7 +14,7 @@ from flux.errors import PermissionDenied, Unavailable
 from flux.v1 import worker_pb2, worker_pb2_grpc
 from flux.worker.call_stream import CallStream
 
-pytestmark = pytest.mark.timeout(30)
+pytestmark = [pytest.mark.integration, pytest.mark.timeout(30)]
 
 
 class Server(worker_pb2_grpc.WorkerServiceServicer):

@@ -15,6 +15,8 @@ import pytest
 
 from bench.chaos.proxy import FaultProxy
 
+pytestmark = pytest.mark.integration
+
 
 @pytest.fixture
 def echo() -> Iterator[int]:

@@ -11,6 +11,8 @@ import sys
 
 import pytest
 
+pytestmark = pytest.mark.integration
+
 
 def loaded_after(module: str) -> set[str]:
     code = f"import json, sys, {module}; print(json.dumps(sorted(sys.modules)))"
