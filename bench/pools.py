@@ -26,7 +26,7 @@ from types import SimpleNamespace
 import grpc
 
 from bench.common import percentiles, write
-from flux.dispatcher.pools import PoolBook
+from flux.dispatcher.state.pools import PoolBook
 from flux.domain.resource_request import ResourceRequest
 from flux.domain.worker import Gpu, WorkerResources, WorkerSoftware
 from flux.matching import Shape, WorkerView

@@ -21,7 +21,7 @@ STATE_NAMES = {CREATED: "CREATED", SCHEDULED: "SCHEDULED", RUNNING: "RUNNING", C
 
 # The shape no worker can ever take: it must stay CREATED, explained.
 NEVER_FITS = "never_fits"
-# Lifecycle events that decide a final state (flux.dispatcher.lifecycle.Lifecycle.finished).
+# Lifecycle events that decide a final state (flux.dispatcher.state.lifecycle.Lifecycle.finished).
 FINISHED_EVENTS = frozenset({"completed", "failed", "cancelled"})
 
 

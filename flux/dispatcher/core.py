@@ -18,7 +18,7 @@ This class orchestrates; the parts live beside it: ``limits`` (what is
 accepted), ``catalogue`` (workflows), ``table`` (executions, the one commit
 rule and save path), ``watchers``, ``registry`` (workers), ``deadlines``,
 ``housekeeping`` (recovery and the tick). What differs between one server and
-replicas sharing PostgreSQL is injected as ``Modes`` (modes.py): the binder,
+replicas sharing PostgreSQL is injected as ``Modes`` (modes/): the binder,
 the pending feed and the fleet directory.
 """
 
@@ -34,26 +34,27 @@ import uuid
 from collections.abc import AsyncIterator, Callable, Iterable, Sequence
 from dataclasses import dataclass
 
-from flux.dispatcher import bulk, housekeeping, validation, worker_calls
-from flux.dispatcher.catalogue import Catalogue
-from flux.dispatcher.deadlines import AckDeadlines
-from flux.dispatcher.freezing import Freezer
+from flux.dispatcher.cycle.passes import Passes
 from flux.dispatcher.handle import Modes
-from flux.dispatcher.lifecycle import Lifecycle
-from flux.dispatcher.modes import local
-from flux.dispatcher.passes import Passes
-from flux.dispatcher.pings import Pinger
-from flux.dispatcher.pools import PoolBook
-from flux.dispatcher.quotas import TenantUsage
-from flux.dispatcher.reads import list_executions, list_workflows
-from flux.dispatcher.reclaim import Reclaimer
-from flux.dispatcher.registry import WorkerRegistration, WorkerRegistry
-from flux.dispatcher.session import Scheduled, Session, Stop
-from flux.dispatcher.settings import Settings
-from flux.dispatcher.table import ExecutionTable
-from flux.dispatcher.tenants import TenantDirectory
-from flux.dispatcher.watchers import Watchers
-from flux.dispatcher.worker_entry import WorkerEntry
+from flux.dispatcher.modes.local import local
+from flux.dispatcher.reads.executions import list_executions, list_workflows
+from flux.dispatcher.state import validation
+from flux.dispatcher.state.catalogue import Catalogue
+from flux.dispatcher.state.deadlines import AckDeadlines
+from flux.dispatcher.state.freezing import Freezer
+from flux.dispatcher.state.lifecycle import Lifecycle
+from flux.dispatcher.state.pings import Pinger
+from flux.dispatcher.state.pools import PoolBook
+from flux.dispatcher.state.quotas import TenantUsage
+from flux.dispatcher.state.registry import WorkerRegistration, WorkerRegistry
+from flux.dispatcher.state.session import Scheduled, Session, Stop
+from flux.dispatcher.state.settings import Settings
+from flux.dispatcher.state.table import ExecutionTable
+from flux.dispatcher.state.tenants import TenantDirectory
+from flux.dispatcher.state.watchers import Watchers
+from flux.dispatcher.state.worker_entry import WorkerEntry
+from flux.dispatcher.transitions import bulk, housekeeping, worker_calls
+from flux.dispatcher.transitions.reclaim import Reclaimer
 from flux.domain.execution import Execution, ExecutionError, State
 from flux.domain.tenant import DEFAULT_TENANT, Tenant
 from flux.domain.worker import WorkerResources, WorkerSoftware
@@ -107,7 +108,7 @@ class Dispatcher:
         self.table.on_conflict = self.drop_stale
         # Tenants' usage for quotas and fair share; no accounts until a tenant has terms.
         self.usage = TenantUsage(self._tenant_of)
-        # Every change that can let work run asks this for its pass (passes.py).
+        # Every change that can let work run asks this for its pass (cycle/passes.py).
         self.passes = Passes(lambda **scope: self.place(**scope))
         self.registry = WorkerRegistry(
             store,
@@ -253,7 +254,7 @@ class Dispatcher:
         tenant: str = DEFAULT_TENANT,
         every_workflow: bool = True,
     ) -> list[Execution]:
-        """One execution per input, stored in one commit, in input order (bulk.py)."""
+        """One execution per input, stored in one commit, in input order (transitions/bulk.py)."""
         return await bulk.submit_many(
             self,
             workflow_name,

@@ -7,8 +7,8 @@ so the core is the only module that knows them all (no import cycle), and a mode
 read against this page rather than against the core's 600 lines.
 
 Also here, for the same reason: the three strategies a mode injects (``Binder``,
-``PendingFeed``, ``FleetDirectory``; their local forms are in ``modes.py``, the replicas'
-in ``shared_binder.py``, ``shared_feed.py`` and ``shared_fleet.py``).
+``PendingFeed``, ``FleetDirectory``; their local forms are in ``modes/local.py``, the replicas'
+in ``modes/shared/``).
 """
 
 from __future__ import annotations
@@ -19,19 +19,19 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
 if TYPE_CHECKING:
-    from flux.dispatcher.catalogue import Catalogue
-    from flux.dispatcher.deadlines import AckDeadlines
-    from flux.dispatcher.freezing import Freezer
-    from flux.dispatcher.lifecycle import Lifecycle
-    from flux.dispatcher.passes import Passes
-    from flux.dispatcher.pings import Pinger
-    from flux.dispatcher.quotas import TenantUsage
-    from flux.dispatcher.registry import WorkerRegistration, WorkerRegistry
-    from flux.dispatcher.settings import Settings
-    from flux.dispatcher.table import ExecutionTable
-    from flux.dispatcher.tenants import TenantDirectory
-    from flux.dispatcher.watchers import Watchers
-    from flux.dispatcher.worker_entry import WorkerEntry
+    from flux.dispatcher.cycle.passes import Passes
+    from flux.dispatcher.state.catalogue import Catalogue
+    from flux.dispatcher.state.deadlines import AckDeadlines
+    from flux.dispatcher.state.freezing import Freezer
+    from flux.dispatcher.state.lifecycle import Lifecycle
+    from flux.dispatcher.state.pings import Pinger
+    from flux.dispatcher.state.quotas import TenantUsage
+    from flux.dispatcher.state.registry import WorkerRegistration, WorkerRegistry
+    from flux.dispatcher.state.settings import Settings
+    from flux.dispatcher.state.table import ExecutionTable
+    from flux.dispatcher.state.tenants import TenantDirectory
+    from flux.dispatcher.state.watchers import Watchers
+    from flux.dispatcher.state.worker_entry import WorkerEntry
     from flux.domain.execution import Execution
     from flux.domain.tenant import Tenant
     from flux.matching import PendingQueue, Placement, Shape

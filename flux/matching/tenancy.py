@@ -371,7 +371,7 @@ def admit(
     """The dispatches (id, tenant, demand) refused because they would take their tenant past its quota
     or its cohort past what it has to lend, given what every tenant ``held`` (the whole cluster's, as
     a replica reads it inside its claim), taking ``wanted`` in order. Pure; the quota guard of
-    PostgreSQL replicas (``flux.dispatcher.quotas.ClusterQuota``)."""
+    PostgreSQL replicas (``flux.dispatcher.state.quotas.ClusterQuota``)."""
     accounts = Accounts(tenants)
     for name, amount in held.items():
         accounts.charge(name, amount)

@@ -1,6 +1,6 @@
 """Watching the control plane: the fleet feed, structured logs and the status snapshot.
 
-The lifecycle events themselves are the dispatcher's (``flux.dispatcher.lifecycle``); nothing
+The lifecycle events themselves are the dispatcher's (``flux.dispatcher.state.lifecycle``); nothing
 here imports the dispatcher, so the gateway can use these without loading it.
 
 - ``fleet``: the fan-out of fleet changes to ``WatchFleet`` and ``GET /events``.

@@ -9,7 +9,7 @@ json: one object per line, for log shippers: ``ts`` (RFC 3339, UTC), ``level``,
 query can filter on them without parsing the message.
 
 Lifecycle records carry their fields in ``record.fields`` (see
-``flux.dispatcher.lifecycle``); any other record is rendered as usual.
+``flux.dispatcher.state.lifecycle``); any other record is rendered as usual.
 """
 
 from __future__ import annotations

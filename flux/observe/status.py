@@ -25,7 +25,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from flux.dispatcher.lifecycle import Counters, Histogram, Lifecycle
+from flux.dispatcher.state.lifecycle import Counters, Histogram, Lifecycle
 from flux.domain.execution import State
 from flux.domain.tenant import Limits
 from flux.matching import Shape, WorkerView, explain
@@ -34,7 +34,7 @@ from flux.matching.tenancy import Accounts, Vector, sub
 
 if TYPE_CHECKING:
     from flux.dispatcher.core import Dispatcher
-    from flux.dispatcher.worker_entry import WorkerEntry
+    from flux.dispatcher.state.worker_entry import WorkerEntry
 
 BUSY, INFEASIBLE, NO_WORKER = "busy", "infeasible", "no_worker"
 REASONS = (BUSY, INFEASIBLE, NO_WORKER)
@@ -99,7 +99,7 @@ class Status:
     workers_omitted: int = 0
     # Worker pools with the demand on each, from the same fleet and queue as the rest.
     pools: tuple[PoolDemand, ...] = ()
-    # Each tenant (name, usage, quota, pending), while any tenant has terms (flux.dispatcher.quotas).
+    # Each tenant (name, usage, quota, pending), while any tenant has terms (flux.dispatcher.state.quotas).
     tenants: tuple[tuple[str, Vector, Limits, int], ...] = ()
 
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 import grpc
 
 from flux.auth import Role, Tokens, bearer
-from flux.dispatcher.tenants import OPERATOR, Caller, TenantDirectory
+from flux.dispatcher.state.tenants import OPERATOR, Caller, TenantDirectory
 from flux.errors import PermissionDenied, Unauthenticated
 
 # Methods only an admin token may call: they change what every tenant shares.

@@ -7,9 +7,9 @@ from types import MappingProxyType
 
 from flux import tracing
 from flux.dispatcher.core import Diagnosis, WorkerRegistration
-from flux.dispatcher.session import Event, Ping, Scheduled, Stop
-from flux.dispatcher.worker_calls import Answers, Result
-from flux.dispatcher.worker_entry import WorkerEntry
+from flux.dispatcher.state.session import Event, Ping, Scheduled, Stop
+from flux.dispatcher.state.worker_entry import WorkerEntry
+from flux.dispatcher.transitions.worker_calls import Answers, Result
 from flux.domain.execution import Execution, ExecutionError
 from flux.domain.resource_request import ResourceRequest
 from flux.domain.worker import DEFAULT_RUNTIME, WorkerResources, WorkerSoftware

@@ -3,7 +3,7 @@
 The call itself waits for the session to end. A writer task exists only while
 events wait (grpc.aio allows one write in flight per call), so an idle stream
 holds one future for its whole life and nothing per ping: see
-``flux.dispatcher.session`` for why that matters at 10,000 streams.
+``flux.dispatcher.state.session`` for why that matters at 10,000 streams.
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ import asyncio
 import grpc
 
 from flux.dispatcher.core import Dispatcher
-from flux.dispatcher.session import Scheduled, Session
+from flux.dispatcher.state.session import Scheduled, Session
 from flux.server import convert
 
 # Dispatches one stream message may carry to a worker that reads ExecutionsScheduled.

@@ -16,7 +16,7 @@ from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from flux import defaults
 from flux.auth import AuthInterceptor, Tokens, is_loopback, plaintext_warning
 from flux.dispatcher.core import Dispatcher, Settings
-from flux.dispatcher.freezing import freeze, unwatch, watch
+from flux.dispatcher.state.freezing import freeze, unwatch, watch
 from flux.observe import logs, pauses
 from flux.server.callers import Callers
 from flux.server.interceptors import DecodeGuard
@@ -80,7 +80,7 @@ def build_dispatcher(config: ServerConfig) -> Dispatcher:
     if not settings.server_id:
         settings = replace(settings, server_id=uuid.uuid4().hex[:12])
     if is_postgres(config.db):
-        from flux.dispatcher.replica import shared
+        from flux.dispatcher.modes.shared.replica import shared
         from flux.store.postgres import PostgresStore
 
         store = PostgresStore(config.db, settings.server_id)

@@ -17,11 +17,11 @@ from typing import TypeVar
 import grpc
 
 from flux import tracing
-from flux.dispatcher import waiting
 from flux.dispatcher.core import Dispatcher
-from flux.dispatcher.listing import execution_query, page_token
-from flux.dispatcher.tenants import OPERATOR, Caller
-from flux.dispatcher.worker_pages import worker_page
+from flux.dispatcher.reads import waiting
+from flux.dispatcher.reads.listing import execution_query, page_token
+from flux.dispatcher.reads.worker_pages import worker_page
+from flux.dispatcher.state.tenants import OPERATOR, Caller
 from flux.domain.execution import Execution, ExecutionError
 from flux.domain.worker import WorkerSoftware
 from flux.errors import InvalidArgument, NotFound, status_of

@@ -3,7 +3,7 @@
 The tables this owns (``workers``, ``replicas``) are defined here, beside the
 SQL that reads them. Each replica publishes its connected workers' ``info``
 (labels, capacity, software) and ``load`` (resources, reservations) as JSON;
-flux/dispatcher/worker_documents.py writes and reads those documents.
+flux/dispatcher/modes/shared/worker_documents.py writes and reads those documents.
 """
 
 from __future__ import annotations

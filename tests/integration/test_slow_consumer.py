@@ -26,7 +26,7 @@ import psutil
 import pytest
 
 from flux.auth import Role
-from flux.dispatcher.session import MAX_BUFFERED_EVENTS
+from flux.dispatcher.state.session import MAX_BUFFERED_EVENTS
 from flux.testing import Cluster
 from flux.v1 import control_pb2
 from gateway.app import GatewaySettings

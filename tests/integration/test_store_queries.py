@@ -14,7 +14,7 @@ from types import MappingProxyType
 
 import pytest
 
-from flux.dispatcher.listing import execution_query, page_token
+from flux.dispatcher.reads.listing import execution_query, page_token
 from flux.domain.execution import Execution, State, WorkflowRef
 from flux.domain.resource_request import ResourceRequest
 from flux.domain.workflow import WorkflowRecord

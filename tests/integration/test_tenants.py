@@ -17,7 +17,7 @@ import pytest
 
 from flux.auth import Credentials
 from flux.client import FluxClient
-from flux.dispatcher.tenants import TenantDirectory, digest
+from flux.dispatcher.state.tenants import TenantDirectory, digest
 from flux.domain.execution import Execution, WorkflowRef
 from flux.domain.tenant import Tenant
 from flux.errors import AlreadyExists, FailedPrecondition, InvalidArgument, NotFound, PermissionDenied

@@ -11,10 +11,10 @@ from __future__ import annotations
 import asyncio
 from dataclasses import dataclass
 
-from flux.dispatcher import housekeeping
 from flux.dispatcher.core import Dispatcher, Settings, WorkerRegistration
 from flux.dispatcher.handle import Modes
-from flux.dispatcher.session import MAX_BUFFERED_EVENTS, Event, Scheduled, Session
+from flux.dispatcher.state.session import MAX_BUFFERED_EVENTS, Event, Scheduled, Session
+from flux.dispatcher.transitions import housekeeping
 from flux.domain.execution import Execution, ExecutionError, State
 from flux.domain.resource_request import ResourceRequest
 from flux.domain.worker import WorkerResources, WorkerSoftware

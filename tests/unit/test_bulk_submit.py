@@ -9,7 +9,7 @@ import pytest
 
 from flux.cli.commands.many import parse_lines
 from flux.client import FluxClient, chunked
-from flux.dispatcher import validation
+from flux.dispatcher.state import validation
 from flux.domain.execution import State
 from flux.errors import InvalidArgument, NotFound, ResourceExhausted, Unavailable
 from flux.v1 import control_pb2

@@ -11,8 +11,8 @@ import dataclasses
 import grpc
 import pytest
 
-from flux.dispatcher import validation
 from flux.dispatcher.core import WorkerRegistration
+from flux.dispatcher.state import validation
 from flux.domain.worker import Gpu, WorkerSoftware
 from flux.errors import ResourceExhausted
 from flux.server import servicers

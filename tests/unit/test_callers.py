@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from flux.dispatcher.tenants import OPERATOR, Caller
+from flux.dispatcher.state.tenants import OPERATOR, Caller
 from flux.domain.execution import Execution, WorkflowRef
 from flux.server.callers import permitted
 

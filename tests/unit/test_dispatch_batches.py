@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from flux.dispatcher.session import Event, Ping, Scheduled, Session, Stop
+from flux.dispatcher.state.session import Event, Ping, Scheduled, Session, Stop
 from flux.domain.execution import Execution, WorkflowRef
 from flux.domain.resource_request import ResourceRequest
 from flux.server import convert

@@ -11,7 +11,7 @@ from dataclasses import replace
 
 import pytest
 
-from flux.dispatcher.session import Ping, Scheduled, Session, Stop
+from flux.dispatcher.state.session import Ping, Scheduled, Session, Stop
 from flux.errors import Unavailable
 from flux.server.dispatch_stream import DispatchStream
 from tests.unit.test_dispatch_batches import scheduled

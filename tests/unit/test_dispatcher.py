@@ -13,9 +13,9 @@ from collections.abc import Awaitable, Callable
 
 import pytest
 
-from flux.dispatcher import housekeeping
 from flux.dispatcher.core import WorkerRegistration
-from flux.dispatcher.session import Scheduled, Stop
+from flux.dispatcher.state.session import Scheduled, Stop
+from flux.dispatcher.transitions import housekeeping
 from flux.domain.execution import ExecutionError, State, WorkflowRef
 from flux.domain.resource_request import ResourceRequest
 from flux.domain.worker import Gpu, WorkerResources, WorkerSoftware
@@ -1003,7 +1003,7 @@ async def test_watch_of_a_finished_execution_yields_once(flux):
 
 
 async def test_a_stream_that_falls_behind_is_cut_off_and_its_unread_work_requeued_at_once(flux):
-    from flux.dispatcher import session as session_module
+    from flux.dispatcher.state import session as session_module
 
     await flux.workflow()
     w = await flux.worker(capacity=4096)

@@ -19,7 +19,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from flux.dispatcher.session import Scheduled
+from flux.dispatcher.state.session import Scheduled
 from flux.matching import Aging, FeasibilityCache, permanent_rejection, schedule
 from flux.matching.index import FleetIndex
 from flux.matching.view import load_key

@@ -1,4 +1,4 @@
-"""When the server freezes its heap out of full collections (flux/dispatcher/freezing.py). A fake clock; no sleeping."""
+"""When the server freezes its heap out of full collections (flux/dispatcher/state/freezing.py). A fake clock; no sleeping."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from flux.dispatcher.freezing import STORM, Freezer, unwatch, watch
+from flux.dispatcher.state.freezing import STORM, Freezer, unwatch, watch
 
 
 class Clock:

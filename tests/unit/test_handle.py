@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from flux.dispatcher.core import Dispatcher
 from flux.dispatcher.handle import Binder, FleetDirectory, Handle, PendingFeed, Reclaiming
-from flux.dispatcher.modes import local
-from flux.dispatcher.shared_binder import SharedBinder
-from flux.dispatcher.shared_feed import SharedFeed
-from flux.dispatcher.shared_fleet import SharedFleet
+from flux.dispatcher.modes.local import local
+from flux.dispatcher.modes.shared.binder import SharedBinder
+from flux.dispatcher.modes.shared.feed import SharedFeed
+from flux.dispatcher.modes.shared.fleet import SharedFleet
 from tests.unit.memory_store import MemoryStore
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from flux.dispatcher.listing import (
+from flux.dispatcher.reads.listing import (
     DEFAULT_PAGE_SIZE,
     execution_query,
     needs_live_state,

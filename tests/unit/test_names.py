@@ -26,9 +26,9 @@ HASH = "ab" * 32
 
 # Patterns that check a name or an identifier, with a value each accepts.
 NAME_PATTERNS = {
-    "flux.dispatcher.validation.WORKER_NAME": "w1",
-    "flux.dispatcher.validation.SOURCE_HASH": HASH,
-    "flux.dispatcher.validation.RUNTIME_NAME": "python",
+    "flux.dispatcher.state.validation.WORKER_NAME": "w1",
+    "flux.dispatcher.state.validation.SOURCE_HASH": HASH,
+    "flux.dispatcher.state.validation.RUNTIME_NAME": "python",
     "flux.worker.code_cache.SOURCE_HASH": HASH,
     "flux.workflow._NAME": "data_processing_workflow",
     "flux.domain.labels._KEY": "example.com/role",

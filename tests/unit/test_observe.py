@@ -17,7 +17,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from flux.auth import Tokens, check
-from flux.dispatcher.lifecycle import LATENCY_BOUNDS, Histogram, Requeue
+from flux.dispatcher.state.lifecycle import LATENCY_BOUNDS, Histogram, Requeue
 from flux.domain.execution import ExecutionError, State
 from flux.observe import logs
 from flux.observe.status import BUSY, INFEASIBLE, NO_WORKER, StatusBoard, reason_of

@@ -1,11 +1,11 @@
-"""When passes run (flux/dispatcher/passes.py): at once, or gathered into one per kind by together()."""
+"""When passes run (flux/dispatcher/cycle/passes.py): at once, or gathered into one per kind by together()."""
 
 from __future__ import annotations
 
 import pytest
 
-from flux.dispatcher.passes import Passes
-from flux.dispatcher.worker_calls import Result
+from flux.dispatcher.cycle.passes import Passes
+from flux.dispatcher.transitions.worker_calls import Result
 from flux.domain.resource_request import ResourceRequest
 from flux.matching import Shape
 from tests.unit.harness import Flux

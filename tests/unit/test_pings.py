@@ -1,12 +1,12 @@
-"""Keepalive pings follow each stream's own clock (flux/dispatcher/pings.py), and an SSE stream gets one ping per interval.
+"""Keepalive pings follow each stream's own clock (flux/dispatcher/state/pings.py), and an SSE stream gets one ping per interval.
 
 Times are passed in: nothing here sleeps.
 """
 
 from __future__ import annotations
 
-from flux.dispatcher.pings import Pinger
-from flux.dispatcher.session import Ping, Session
+from flux.dispatcher.state.pings import Pinger
+from flux.dispatcher.state.session import Ping, Session
 from gateway.stream import _own_ping_after
 
 INTERVAL = 10.0

@@ -18,7 +18,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from flux.dispatcher.core import Dispatcher
-from flux.dispatcher.session import Stop
+from flux.dispatcher.state.session import Stop
 from flux.domain.execution import State
 from flux.domain.tenant import Limits, Tenant
 from flux.errors import FailedPrecondition
@@ -278,8 +278,8 @@ async def test_a_preemptor_that_needs_two_victims_keeps_the_room_of_the_first_un
 async def test_on_replicas_a_preemption_the_database_cannot_take_is_left_and_planned_again_later():
     """The replica binder asks the database whether it may act; when it may not (another replica
     acts) or cannot ask (the database is down), nothing is stopped and the preemptor waits a while."""
-    from flux.dispatcher.replica import Background
-    from flux.dispatcher.shared_binder import SharedBinder
+    from flux.dispatcher.modes.shared.binder import SharedBinder
+    from flux.dispatcher.modes.shared.replica import Background
 
     class Database:
         def __init__(self, answer: bool | Exception) -> None:

@@ -5,8 +5,8 @@ from __future__ import annotations
 import dataclasses
 from types import MappingProxyType
 
-from flux.dispatcher.worker_documents import info_of, load_of, view_of
-from flux.dispatcher.worker_entry import WorkerEntry
+from flux.dispatcher.modes.shared.worker_documents import info_of, load_of, view_of
+from flux.dispatcher.state.worker_entry import WorkerEntry
 from flux.domain.execution import Execution, WorkflowRef
 from flux.domain.resource_request import ResourceRequest
 from flux.domain.worker import Gpu, WorkerResources, WorkerSoftware

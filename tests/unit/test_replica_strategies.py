@@ -1,4 +1,4 @@
-"""The replica's strategies (replica.py) driven through the dispatcher, on an in-memory shared store.
+"""The replica's strategies (flux/dispatcher/modes/shared/) driven through the dispatcher, on an in-memory shared store.
 
 ``SharedMemoryStore`` plays the PostgreSQL database of several replicas: rows
 another replica submitted are put in ``executions`` directly, its notices are
@@ -15,10 +15,10 @@ from typing import Any
 
 import pytest
 
-from flux.dispatcher.replica import shared
-from flux.dispatcher.session import Scheduled, Stop
-from flux.dispatcher.worker_documents import info_of, load_of
-from flux.dispatcher.worker_entry import WorkerEntry
+from flux.dispatcher.modes.shared.replica import shared
+from flux.dispatcher.modes.shared.worker_documents import info_of, load_of
+from flux.dispatcher.state.session import Scheduled, Stop
+from flux.dispatcher.state.worker_entry import WorkerEntry
 from flux.domain.execution import Execution, State, WorkflowRef
 from flux.domain.worker import WorkerSoftware
 from flux.domain.workflow import WorkflowRecord

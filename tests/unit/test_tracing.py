@@ -15,8 +15,8 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 from opentelemetry.trace import SpanKind
 
 from flux import tracing
-from flux.dispatcher.lifecycle import Histogram
-from flux.dispatcher.session import Scheduled
+from flux.dispatcher.state.lifecycle import Histogram
+from flux.dispatcher.state.session import Scheduled
 from flux.domain.execution import State
 from flux.server import convert
 from flux.v1 import control_pb2, trace_pb2

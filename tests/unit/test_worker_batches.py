@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import pytest
 
-from flux.dispatcher.worker_calls import Result
+from flux.dispatcher.transitions.worker_calls import Result
 from flux.domain.execution import ExecutionError, State
 from flux.errors import FailedPrecondition, InvalidArgument, NotFound, PermissionDenied, Unavailable
 from flux.server import convert

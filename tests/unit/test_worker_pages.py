@@ -1,10 +1,10 @@
-"""Pages of the worker listing (flux/dispatcher/worker_pages.py): by name, stable tokens, clear refusals."""
+"""Pages of the worker listing (flux/dispatcher/reads/worker_pages.py): by name, stable tokens, clear refusals."""
 
 from __future__ import annotations
 
 import pytest
 
-from flux.dispatcher.worker_pages import WHOLE_FLEET, worker_page
+from flux.dispatcher.reads.worker_pages import WHOLE_FLEET, worker_page
 from flux.errors import InvalidArgument
 
 

@@ -4,7 +4,7 @@ In the spirit of the Kubernetes scheduler's Reserve → Bind (Unreserve on failu
 
 - ``Binder``: turns reserved placements into dispatches. On one server a
   placement is this server's at once; replicas claim it in the database first
-  and unreserve on a miss (shared_binder.py).
+  and unreserve on a miss (shared/binder.py).
 - ``PendingFeed``: where pending work comes from besides this server's own
   submissions. One server: nowhere. Replicas: the NOTIFY mirror plus resync.
 - ``FleetDirectory``: which workers exist. One server: its own. Replicas: its
@@ -12,7 +12,7 @@ In the spirit of the Kubernetes scheduler's Reserve → Bind (Unreserve on failu
   ``status`` both read it, so they count the same fleet.
 
 Their protocols are in ``handle.py``; the local strategies are here, the shared ones in
-``shared_binder.py``, ``shared_feed.py`` and ``shared_fleet.py`` (``replica.py`` builds them).
+``shared/binder.py``, ``shared/feed.py`` and ``shared/fleet.py`` (``shared/replica.py`` builds them).
 """
 
 from __future__ import annotations
@@ -21,15 +21,15 @@ import asyncio
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
-from flux.dispatcher import bulk, housekeeping
 from flux.dispatcher.handle import Modes
-from flux.dispatcher.worker_entry import WorkerEntry
+from flux.dispatcher.state.worker_entry import WorkerEntry
+from flux.dispatcher.transitions import bulk, housekeeping
 from flux.domain.execution import Execution, State
 from flux.errors import NotFound
 
 if TYPE_CHECKING:
     from flux.dispatcher.handle import Handle
-    from flux.dispatcher.registry import WorkerRegistration
+    from flux.dispatcher.state.registry import WorkerRegistration
     from flux.matching import Placement
 
 

@@ -6,7 +6,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from types import MappingProxyType
 
-from flux.dispatcher.session import Session
+from flux.dispatcher.state.session import Session
 from flux.domain.resource_request import ResourceRequest
 from flux.domain.worker import WorkerResources, WorkerSoftware
 from flux.matching import Amounts, WorkerView
@@ -64,7 +64,7 @@ class WorkerEntry:
     _view: WorkerView | None = None
     # Told of every change to what ``view`` shows or to ``dispatchable`` (the registry's index).
     on_change: Callable[[WorkerEntry], None] | None = None
-    # Told of every reservation taken and given back (flux.dispatcher.quotas: tenants' usage).
+    # Told of every reservation taken and given back (flux.dispatcher.state.quotas: tenants' usage).
     on_hold: Callable[[str, ResourceRequest], None] | None = None
     on_release: Callable[[str], None] | None = None
 

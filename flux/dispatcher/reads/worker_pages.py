@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from typing import TypeVar
 
 from flux import defaults
-from flux.dispatcher.listing import opaque_token, token_position
+from flux.dispatcher.reads.listing import opaque_token, token_position
 from flux.errors import InvalidArgument
 
 WHOLE_FLEET = defaults.MAX_WORKERS

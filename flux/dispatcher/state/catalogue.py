@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from flux.dispatcher.validation import did_you_mean
+from flux.dispatcher.state.validation import did_you_mean
 from flux.domain.execution import Execution
 from flux.domain.tenant import DEFAULT_TENANT
 from flux.domain.workflow import WorkflowRecord

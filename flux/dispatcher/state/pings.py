@@ -16,7 +16,7 @@ import itertools
 import random
 from collections.abc import Callable
 
-from flux.dispatcher.session import Ping, Session
+from flux.dispatcher.state.session import Ping, Session
 
 # How often the due streams are pinged: the most a ping can come late. Each step has a fixed
 # cost besides its pings: at 10,000 idle workers the server used 5.5% of a core with 0.05 s

@@ -36,7 +36,7 @@ from flux.matching.pools import (
 
 if TYPE_CHECKING:
     from flux.dispatcher.handle import Handle
-    from flux.dispatcher.worker_entry import WorkerEntry
+    from flux.dispatcher.state.worker_entry import WorkerEntry
     from flux.observe.fleet import Change
     from flux.store.base import Store
 

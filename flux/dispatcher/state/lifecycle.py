@@ -25,12 +25,12 @@ from enum import StrEnum
 from typing import TYPE_CHECKING, Any
 
 from flux import tracing
-from flux.dispatcher.traces import CoreTraces
+from flux.dispatcher.state.traces import CoreTraces
 from flux.domain.execution import Execution, State
 from flux.observe.fleet import Change, FleetFeed
 
 if TYPE_CHECKING:  # only the type: workers.py needs nothing from here
-    from flux.dispatcher.worker_entry import WorkerEntry
+    from flux.dispatcher.state.worker_entry import WorkerEntry
 
 log = logging.getLogger("flux.lifecycle")
 
@@ -53,7 +53,9 @@ class Requeue(StrEnum):
     WORKER_LOST = "worker_lost"  # its worker's stream stayed gone past the grace period
     ACK_DEADLINE = "ack_deadline"  # a dispatch was not claimed within the ack deadline
     STREAM_OVERFLOWED = "stream_overflowed"  # unclaimed on a stream cut for falling behind
-    PREEMPTED = "preempted"  # stopped so a tenant could reclaim its quota (flux/dispatcher/reclaim.py)
+    PREEMPTED = (
+        "preempted"  # stopped so a tenant could reclaim its quota (flux/dispatcher/transitions/reclaim.py)
+    )
 
 
 REQUEUE_REASONS = tuple(Requeue)

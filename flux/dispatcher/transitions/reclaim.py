@@ -33,9 +33,9 @@ import logging
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from flux.dispatcher import housekeeping
-from flux.dispatcher.lifecycle import Preempt, Requeue
-from flux.dispatcher.session import Stop
+from flux.dispatcher.state.lifecycle import Preempt, Requeue
+from flux.dispatcher.state.session import Stop
+from flux.dispatcher.transitions import housekeeping
 from flux.domain.execution import Execution, State
 from flux.matching.preemption import Preemption, Running, plan, reclaimable
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from flux.dispatcher.listing import needs_live_state
+from flux.dispatcher.reads.listing import needs_live_state
 from flux.domain.execution import Execution
 from flux.domain.tenant import DEFAULT_TENANT
 from flux.domain.workflow import WorkflowRecord

@@ -17,7 +17,7 @@ import contextlib
 from collections.abc import AsyncIterator, Iterable
 from typing import TYPE_CHECKING
 
-from flux.dispatcher import validation
+from flux.dispatcher.state import validation
 from flux.domain.execution import Execution
 from flux.errors import InvalidArgument, NotFound
 

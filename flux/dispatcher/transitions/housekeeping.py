@@ -8,16 +8,16 @@ import logging
 import time
 from typing import TYPE_CHECKING
 
-from flux.dispatcher import pings
-from flux.dispatcher.lifecycle import Requeue
-from flux.dispatcher.registry import placeholder
-from flux.dispatcher.session import Stop
+from flux.dispatcher.state import pings
+from flux.dispatcher.state.lifecycle import Requeue
+from flux.dispatcher.state.registry import placeholder
+from flux.dispatcher.state.session import Stop
 from flux.domain.execution import Execution, ExecutionError, State
 from flux.store.base import Recovered
 
 if TYPE_CHECKING:
     from flux.dispatcher.handle import Handle
-    from flux.dispatcher.worker_entry import WorkerEntry
+    from flux.dispatcher.state.worker_entry import WorkerEntry
     from flux.matching import Shape
 
 log = logging.getLogger("flux.dispatcher")

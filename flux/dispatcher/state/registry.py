@@ -15,9 +15,9 @@ from dataclasses import dataclass
 from types import MappingProxyType
 from typing import TYPE_CHECKING
 
-from flux.dispatcher import validation
-from flux.dispatcher.session import Session
-from flux.dispatcher.worker_entry import WorkerEntry
+from flux.dispatcher.state import validation
+from flux.dispatcher.state.session import Session
+from flux.dispatcher.state.worker_entry import WorkerEntry
 from flux.domain.labels import validate_labels
 from flux.domain.worker import WorkerResources, WorkerSoftware
 from flux.errors import AlreadyExists, InvalidArgument, NotFound, PermissionDenied, ResourceExhausted
@@ -28,10 +28,10 @@ from flux.store.base import WorkerIdentity
 if TYPE_CHECKING:
     from collections.abc import Mapping
 
-    from flux.dispatcher.lifecycle import Lifecycle
-    from flux.dispatcher.passes import Passes
-    from flux.dispatcher.quotas import TenantUsage
-    from flux.dispatcher.settings import Settings
+    from flux.dispatcher.cycle.passes import Passes
+    from flux.dispatcher.state.lifecycle import Lifecycle
+    from flux.dispatcher.state.quotas import TenantUsage
+    from flux.dispatcher.state.settings import Settings
     from flux.store.base import Store
 
 log = logging.getLogger("flux.dispatcher")

@@ -24,7 +24,7 @@ from contextlib import contextmanager
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from flux.dispatcher.worker_entry import WorkerEntry
+    from flux.dispatcher.state.worker_entry import WorkerEntry
     from flux.matching import Shape
 
 # Dispatcher.place: one pass scoped to shapes or to workers (None: unscoped); how many placed.

@@ -12,15 +12,16 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from flux.dispatcher import housekeeping, validation
-from flux.dispatcher.lifecycle import Requeue
+from flux.dispatcher.state import validation
+from flux.dispatcher.state.lifecycle import Requeue
+from flux.dispatcher.transitions import housekeeping
 from flux.domain.execution import Execution, ExecutionError, State
 from flux.domain.worker import WorkerResources
 from flux.errors import FailedPrecondition, FluxError, NotFound, logged_refusal
 
 if TYPE_CHECKING:
     from flux.dispatcher.handle import Handle
-    from flux.dispatcher.worker_entry import WorkerEntry
+    from flux.dispatcher.state.worker_entry import WorkerEntry
 
 log = logging.getLogger("flux.dispatcher")
 

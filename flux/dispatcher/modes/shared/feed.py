@@ -20,10 +20,10 @@ from flux.store import notices
 from flux.store.base import PendingRef
 
 if TYPE_CHECKING:
-    from flux.dispatcher.background import Background
     from flux.dispatcher.handle import Handle
-    from flux.dispatcher.shared_binder import SharedBinder
-    from flux.dispatcher.shared_fleet import SharedFleet
+    from flux.dispatcher.modes.shared.background import Background
+    from flux.dispatcher.modes.shared.binder import SharedBinder
+    from flux.dispatcher.modes.shared.fleet import SharedFleet
     from flux.store.postgres import PostgresStore
 
 log = logging.getLogger("flux.replica")

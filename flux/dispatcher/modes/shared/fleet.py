@@ -13,17 +13,17 @@ import contextlib
 import logging
 from typing import TYPE_CHECKING
 
-from flux.dispatcher.registry import WorkerRegistration, placeholder
-from flux.dispatcher.validation import name_held, same_token
-from flux.dispatcher.worker_documents import entry_of, info_of, load_of
-from flux.dispatcher.worker_entry import WorkerEntry
+from flux.dispatcher.modes.shared.worker_documents import entry_of, info_of, load_of
+from flux.dispatcher.state.registry import WorkerRegistration, placeholder
+from flux.dispatcher.state.validation import name_held, same_token
+from flux.dispatcher.state.worker_entry import WorkerEntry
 from flux.domain.execution import ExecutionError, State
 from flux.errors import AlreadyExists, NotFound, Unavailable
 
 if TYPE_CHECKING:
-    from flux.dispatcher.background import Background
     from flux.dispatcher.handle import Handle
-    from flux.dispatcher.shared_binder import SharedBinder
+    from flux.dispatcher.modes.shared.background import Background
+    from flux.dispatcher.modes.shared.binder import SharedBinder
     from flux.store.postgres import PostgresStore
 
 log = logging.getLogger("flux.replica")

@@ -16,7 +16,7 @@ import uuid
 from collections.abc import Container
 from typing import TYPE_CHECKING
 
-from flux.dispatcher import validation
+from flux.dispatcher.state import validation
 from flux.domain.execution import Execution, State
 from flux.domain.tenant import DEFAULT_TENANT
 from flux.errors import InvalidArgument, Unavailable

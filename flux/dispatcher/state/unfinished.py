@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from flux.dispatcher.validation import utf8_bytes
+from flux.dispatcher.state.validation import utf8_bytes
 from flux.domain.execution import Execution
 
 

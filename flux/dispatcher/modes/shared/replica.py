@@ -2,7 +2,7 @@
 
 The matching is the same as on a single server (``Dispatcher``); what changes
 is who may act on an execution, and that is all injected (``shared(store)``),
-as the strategies of modes.py, in shared_binder.py, shared_feed.py and shared_fleet.py:
+as the strategies of modes/local.py, in binder.py, feed.py and fleet.py beside this module:
 
 - **Pending work is shared** (``SharedFeed``). Each replica mirrors the queue
   of CREATED rows (announced by ``NOTIFY flux_pending``, reread on every safety
@@ -30,11 +30,11 @@ from __future__ import annotations
 import logging
 from typing import TYPE_CHECKING
 
-from flux.dispatcher.background import Background
 from flux.dispatcher.handle import Modes
-from flux.dispatcher.shared_binder import SharedBinder
-from flux.dispatcher.shared_feed import SharedFeed
-from flux.dispatcher.shared_fleet import SharedFleet
+from flux.dispatcher.modes.shared.background import Background
+from flux.dispatcher.modes.shared.binder import SharedBinder
+from flux.dispatcher.modes.shared.feed import SharedFeed
+from flux.dispatcher.modes.shared.fleet import SharedFleet
 
 if TYPE_CHECKING:
     from flux.store.postgres import PostgresStore

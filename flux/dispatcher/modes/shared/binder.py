@@ -11,14 +11,14 @@ import logging
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
-from flux.dispatcher import bulk, housekeeping
-from flux.dispatcher.worker_entry import WorkerEntry
+from flux.dispatcher.state.worker_entry import WorkerEntry
+from flux.dispatcher.transitions import bulk, housekeeping
 from flux.domain.execution import Execution, State
 from flux.errors import FailedPrecondition, Unavailable
 
 if TYPE_CHECKING:
-    from flux.dispatcher.background import Background
     from flux.dispatcher.handle import Handle
+    from flux.dispatcher.modes.shared.background import Background
     from flux.matching import Placement
     from flux.store.postgres import PostgresStore
 

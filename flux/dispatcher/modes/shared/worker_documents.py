@@ -10,7 +10,7 @@ from __future__ import annotations
 from types import MappingProxyType
 from typing import Any
 
-from flux.dispatcher.worker_entry import Elsewhere, WorkerEntry
+from flux.dispatcher.state.worker_entry import Elsewhere, WorkerEntry
 from flux.domain.worker import Gpu, ResourceLimit, WorkerResources, WorkerSoftware
 from flux.matching import DEFAULT_CAPACITY, Amounts, WorkerView
 

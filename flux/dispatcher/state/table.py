@@ -26,9 +26,9 @@ import logging
 from collections import OrderedDict
 from collections.abc import Callable, Iterator
 
-from flux.dispatcher.settings import Settings
-from flux.dispatcher.unfinished import Unfinished
-from flux.dispatcher.watchers import Watchers
+from flux.dispatcher.state.settings import Settings
+from flux.dispatcher.state.unfinished import Unfinished
+from flux.dispatcher.state.watchers import Watchers
 from flux.domain.execution import Execution, result_bytes, utf8_bytes
 from flux.errors import FailedPrecondition, ResourceExhausted, Unavailable
 from flux.store.base import Conflict, Store

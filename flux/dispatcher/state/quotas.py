@@ -51,7 +51,7 @@ class TenantUsage:
         self.refused: set[str] = set()
         # Pending executions whose preemption is under way: their demand is charged to their
         # tenant until they are placed (or the plan is dropped), so what their victims free is not
-        # borrowed again by someone else before the last victim stops (flux/dispatcher/reclaim.py).
+        # borrowed again by someone else before the last victim stops (flux/dispatcher/transitions/reclaim.py).
         self.reserved: dict[str, tuple[str, Vector]] = {}
 
     def configure(
