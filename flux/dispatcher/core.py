@@ -24,9 +24,7 @@ the pending feed and the fleet directory.
 
 from __future__ import annotations
 
-import asyncio
 import dataclasses
-import functools
 import hashlib
 import logging
 import time
@@ -53,13 +51,13 @@ from flux.dispatcher.state.table import ExecutionTable
 from flux.dispatcher.state.tenants import TenantDirectory
 from flux.dispatcher.state.watchers import Watchers
 from flux.dispatcher.state.worker_entry import WorkerEntry
-from flux.dispatcher.transitions import bulk, housekeeping, worker_calls
+from flux.dispatcher.transitions import housekeeping, submission, worker_calls
 from flux.dispatcher.transitions.reclaim import Reclaimer
 from flux.domain.execution import Execution, ExecutionError, State
 from flux.domain.tenant import DEFAULT_TENANT, Tenant
 from flux.domain.worker import WorkerResources, WorkerSoftware
 from flux.domain.workflow import WorkflowRecord
-from flux.errors import FailedPrecondition, InvalidArgument, NotFound, Unavailable
+from flux.errors import FailedPrecondition, NotFound
 from flux.matching import (
     Aging,
     Explanation,
@@ -67,7 +65,6 @@ from flux.matching import (
     PendingQueue,
     Placement,
     Shape,
-    WorkerView,
     explain,
     schedule,
 )
@@ -218,31 +215,9 @@ class Dispatcher:
     ) -> Execution:
         """``trace``: the caller's W3C context (flux/tracing.py carrier), stored with the execution.
         ``every_workflow`` False: ``tenant`` may run only its own workflows and ``default``'s."""
-        if not workflow_name:
-            raise InvalidArgument("workflow_name is required: the name of a registered workflow")
-        if not self.catalogue.knows(workflow_name, max(version, 0)):
-            await self.feed.learn_workflows()  # perhaps registered through another replica
-        record = self.catalogue.resolve(workflow_name, version, None if every_workflow else tenant)
-        input_json = validation.checked_json(input_json or "null", "input_json")
-        rank = record.priority if priority is None else validation.checked_priority(priority)
-        self.table.admit(validation.utf8_bytes(input_json))
-        now = self.clock()
-        execution = Execution(
-            execution_id=uuid.uuid4().hex,
-            workflow=record.ref,
-            seq=self.take_seq(),
-            input_json=input_json,
-            max_attempts=record.max_attempts,
-            created_at=now,
-            updated_at=now,
-            priority=rank,
-            trace=trace,
-            tenant=tenant,
+        return await submission.submit(
+            self, workflow_name, input_json, version, priority, trace, tenant, every_workflow
         )
-        if self.events.traces is not None:
-            execution = self.events.traces.accepted(execution)
-        await self.binder.submit(execution)
-        return _with_input(self.table.get(execution.execution_id) or execution, input_json)
 
     async def submit_many(
         self,
@@ -254,15 +229,15 @@ class Dispatcher:
         tenant: str = DEFAULT_TENANT,
         every_workflow: bool = True,
     ) -> list[Execution]:
-        """One execution per input, stored in one commit, in input order (transitions/bulk.py)."""
-        return await bulk.submit_many(
+        """One execution per input, stored in one commit, in input order (transitions/submission.py)."""
+        return await submission.submit_many(
             self,
             workflow_name,
             inputs,
             version,
             priority,
-            trace=trace,
             tenant=tenant,
+            trace=trace,
             every_workflow=every_workflow,
         )
 
@@ -271,60 +246,6 @@ class Dispatcher:
         seq = self.feed.next_seq(self._next_seq)
         self._next_seq = seq + 1
         return seq
-
-    async def store_submission(self, execution: Execution) -> None:
-        """Store a submission (durable before we answer), then queue it and try to place it.
-
-        The queueing hangs on the write itself, not on the caller: a caller that goes away
-        meanwhile (its RPC cut) must not leave the row stored and never queued.
-        """
-        written = self.store.save(execution)
-        written.add_done_callback(functools.partial(self._stored, execution))
-        try:
-            await asyncio.shield(written)
-        except Exception as exc:
-            raise Unavailable(f"could not store the execution: {exc}") from exc
-
-    def _stored(self, execution: Execution, written: asyncio.Future[None]) -> None:
-        if not written.cancelled() and written.exception() is None:
-            self.events.submitted(execution)
-            self.enqueue(execution)
-
-    def enqueue(self, execution: Execution) -> None:
-        """Queue a stored, pending execution and try to place it right away."""
-        execution = self.table.add(execution)
-        shape = self.catalogue.shape_of(execution)
-        self.queue_up(execution, shape)
-        self.passes.work_added([shape])
-        if execution.execution_id in self.queue and self.usage.accounts is not None:
-            self.reclaimer.reclaim([shape])  # a tenant back under its quota need not wait for the tick
-        if self.events.traces is not None and execution.trace:
-            self.trace_verdict(execution, shape)
-
-    def trace_verdict(
-        self, execution: Execution, shape: Shape, views: list[WorkerView] | None = None
-    ) -> None:
-        """Record, for its ``flux.queued`` span, why a traced execution still waits (only while tracing)."""
-        if execution.execution_id not in self.queue or self.events.traces is None:
-            return  # placed already
-        # Executions of its shape ahead of it; O(queue), so not counted in a very long queue.
-        position = self.queue.position(execution.execution_id) if len(self.queue) <= 10_000 else None
-        if views is None:
-            views = [w.view() for w in self.registry.entries.values() if w.accepting]
-        why = explain(shape, views, execution_id=execution.execution_id, aging=self.aging, now=self.clock())
-        verdict = "infeasible" if why.infeasible else "nominated" if why.nominated else "busy"
-        self.events.traces.waiting(execution, position, verdict, why.summary)
-
-    def trace_verdicts(self, most: int = 256) -> None:
-        """After a full pass: a verdict event for each traced waiting execution whose verdict changed
-        (a worker gone busy, infeasible, a nomination), the ``most`` longest waiting."""
-        if self.events.traces is None:
-            return
-        views = [w.view() for w in self.registry.entries.values() if w.accepting]
-        for execution_id in self.events.traces.waiting_ids(most):
-            execution = self.table.unfinished.get(execution_id)
-            if execution is not None and execution.trace and execution.state is State.CREATED:
-                self.trace_verdict(execution, self.catalogue.shape_of(execution), views)
 
     def queue_up(self, execution: Execution, shape: Shape) -> None:
         """In line by priority, then submission; aging counts its wait from its submission."""

@@ -34,7 +34,7 @@ if TYPE_CHECKING:
     from flux.dispatcher.state.worker_entry import WorkerEntry
     from flux.domain.execution import Execution
     from flux.domain.tenant import Tenant
-    from flux.matching import PendingQueue, Placement, Shape
+    from flux.matching import Aging, PendingQueue, Placement, Shape
     from flux.store.base import Store
 
 
@@ -61,6 +61,7 @@ class Handle(Protocol):
     store: Store
     table: ExecutionTable
     queue: PendingQueue
+    aging: Aging
     catalogue: Catalogue
     registry: WorkerRegistry
     deadlines: AckDeadlines
@@ -105,10 +106,6 @@ class Handle(Protocol):
 
     def queue_up(self, execution: Execution, shape: Shape) -> None: ...
 
-    def enqueue(self, execution: Execution) -> None: ...
-
-    async def store_submission(self, execution: Execution) -> None: ...
-
     def current(self, execution_id: str) -> Execution | None: ...
 
     async def get(self, execution_id: str) -> Execution: ...
@@ -118,8 +115,6 @@ class Handle(Protocol):
     def stop_here(self, execution: Execution, final: Execution, announce: bool = True) -> None: ...
 
     def apply_tenants(self, tenants: list[Tenant]) -> None: ...
-
-    def trace_verdicts(self, most: int = 256) -> None: ...
 
     def pending(self) -> PendingQueue: ...
 

@@ -18,14 +18,15 @@ Their protocols are in ``handle.py``; the local strategies are here, the shared 
 from __future__ import annotations
 
 import asyncio
+import functools
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from flux.dispatcher.handle import Modes
 from flux.dispatcher.state.worker_entry import WorkerEntry
-from flux.dispatcher.transitions import bulk, housekeeping
+from flux.dispatcher.transitions import housekeeping, submission
 from flux.domain.execution import Execution, State
-from flux.errors import NotFound
+from flux.errors import NotFound, Unavailable
 
 if TYPE_CHECKING:
     from flux.dispatcher.handle import Handle
@@ -45,10 +46,25 @@ class LocalBinder:
         self.d = d
 
     async def submit(self, execution: Execution) -> None:
-        await self.d.store_submission(execution)
+        """Store a submission (durable before we answer), then queue it and try to place it.
+
+        The queueing hangs on the write itself, not on the caller: a caller that goes away
+        meanwhile (its RPC cut) must not leave the row stored and never queued.
+        """
+        written = self.d.store.save(execution)
+        written.add_done_callback(functools.partial(self._stored, execution))
+        try:
+            await asyncio.shield(written)
+        except Exception as exc:
+            raise Unavailable(f"could not store the execution: {exc}") from exc
+
+    def _stored(self, execution: Execution, written: asyncio.Future[None]) -> None:
+        if not written.cancelled() and written.exception() is None:
+            self.d.events.submitted(execution)
+            submission.enqueue(self.d, execution)
 
     async def submit_many(self, executions: list[Execution]) -> None:
-        await bulk.store_and_queue(self.d, executions)
+        await submission.store_and_queue(self.d, executions)
 
     def bind(self, placements: list[Placement]) -> None:
         d = self.d

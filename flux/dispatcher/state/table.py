@@ -8,7 +8,7 @@ a result that a crash could undo.
 One save path for the executions it holds: ``save`` queues a row and handles
 the outcome the same way for every caller. (A new submission is written before
 the table holds it, by the store directly: its caller waits for that commit and
-nothing is queued until it lands; see ``Dispatcher.store_submission``, ``bulk``
+nothing is queued until it lands; see ``LocalBinder.submit``, ``submission.store_and_queue``
 and the shared binder's claimed insert.) A ``Conflict`` (only a shared store reports them: another replica
 changed the row) makes the dispatcher drop what it holds of the execution. Any
 other failure (the database away) runs the caller's ``failed``, or, when the

@@ -12,6 +12,7 @@ from flux.dispatcher.state import pings
 from flux.dispatcher.state.lifecycle import Requeue
 from flux.dispatcher.state.registry import placeholder
 from flux.dispatcher.state.session import Stop
+from flux.dispatcher.transitions import submission
 from flux.domain.execution import Execution, ExecutionError, State
 from flux.store.base import Recovered
 
@@ -202,7 +203,7 @@ class Housekeeper:
             self.last_full_pass = now
             d.passes.everything()
             if d.events.traces is not None:
-                d.trace_verdicts()
+                submission.trace_verdicts(d)
         # After a pass: what is still pending does not fit, so what it reclaims is needed.
         d.reclaimer.reclaim()
         if d.table.unsaved and now - self.last_save_retry >= s.safety_tick:

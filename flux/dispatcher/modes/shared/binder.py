@@ -12,7 +12,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from flux.dispatcher.state.worker_entry import WorkerEntry
-from flux.dispatcher.transitions import bulk, housekeeping
+from flux.dispatcher.transitions import housekeeping, submission
 from flux.domain.execution import Execution, State
 from flux.errors import FailedPrecondition, Unavailable
 
@@ -135,7 +135,7 @@ class SharedBinder:
             d.events.submitted(execution)
             known = d.table.get(execution_id)
             if known is None and execution_id not in self.claiming:
-                d.enqueue(execution)
+                submission.enqueue(d, execution)
             elif known is not None and known.state is State.CREATED:
                 # Our own NOTIFY came back before this coroutine resumed and queued a placeholder.
                 d.table.add(execution)
@@ -165,7 +165,7 @@ class SharedBinder:
         No fast path as for one submission: one claim for the whole pass is as cheap, and
         the rows are announced to the other replicas at once.
         """
-        await bulk.store_and_queue(self.d, executions, self.claiming)
+        await submission.store_and_queue(self.d, executions, self.claiming)
 
     def requeue(self, requeued: Execution) -> None:
         # Queue it here only once the row is CREATED again: a claim before that would fail.

@@ -1,0 +1,186 @@
+"""Submission: new executions, durable before they are answered, then queued and placed.
+
+One submission (RunWorkflow) and a batch (RunWorkflows) take the same steps through the same
+helpers: the workflow resolved for the caller's tenant (``_record``), each input checked, the
+executions built (``_new``: id, sequence number, priority, trace), stored by the mode's binder,
+then queued (``enqueue``, or ``store_and_queue`` for a batch). What a batch shares is the cost:
+every input is checked before anything is stored (a bad one refuses the whole call, naming
+its index), the batch is admitted against the pending limits as a whole, every row is queued
+for the store in one event-loop step (the store's group commit then writes them in one
+transaction: all or none), and the scheduler runs one scoped pass for the workflow's shape
+instead of one per input.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from collections.abc import Container
+from typing import TYPE_CHECKING
+
+from flux.dispatcher.state import validation
+from flux.domain.execution import Execution, State
+from flux.domain.tenant import DEFAULT_TENANT
+from flux.errors import InvalidArgument, Unavailable
+from flux.matching import explain
+
+if TYPE_CHECKING:
+    from flux.dispatcher.handle import Handle
+    from flux.domain.workflow import WorkflowRecord
+    from flux.matching import Shape, WorkerView
+
+
+async def submit(
+    d: Handle,
+    workflow_name: str,
+    input_json: str = "",
+    version: int = 0,
+    priority: int | None = None,
+    trace: str = "",
+    tenant: str = DEFAULT_TENANT,
+    every_workflow: bool = True,
+) -> Execution:
+    """Accept one execution (durable before this returns), as this server holds it now."""
+    _named(workflow_name)
+    record = await _record(d, workflow_name, version, tenant, every_workflow)
+    input_json = validation.checked_json(input_json or "null", "input_json")
+    rank = record.priority if priority is None else validation.checked_priority(priority)
+    d.table.admit(validation.utf8_bytes(input_json))
+    [execution] = _new(d, record, [input_json], rank, trace, tenant)
+    await d.binder.submit(execution)
+    held = d.table.get(execution.execution_id) or execution
+    return held if held.input_json else held.evolve(input_json=input_json)
+
+
+async def submit_many(
+    d: Handle,
+    workflow_name: str,
+    inputs: list[str],
+    version: int = 0,
+    priority: int | None = None,
+    field: str = "input_json",
+    tenant: str = DEFAULT_TENANT,
+    trace: str = "",
+    every_workflow: bool = True,
+) -> list[Execution]:
+    """Accept one execution per input (durable before this returns); answered in input order.
+
+    The executions come back as this server holds them, some perhaps already
+    dispatched; a caller that answers with them may drop their inputs (it sent them).
+    """
+    _named(workflow_name)
+    checked = validation.checked_inputs(inputs, field)
+    record = await _record(d, workflow_name, version, tenant, every_workflow)
+    rank = record.priority if priority is None else validation.checked_priority(priority)
+    with d.table.storing(len(checked), sum(validation.utf8_bytes(text) for text in checked)):
+        executions = _new(d, record, checked, rank, trace, tenant)
+        # Finished here even if the caller goes away meanwhile, as a single submission is
+        # (LocalBinder.submit, SharedBinder.submit).
+        await asyncio.shield(d.binder.submit_many(executions))
+    return [d.table.get(e.execution_id) or e for e in executions]
+
+
+def _named(workflow_name: str) -> None:
+    if not workflow_name:
+        raise InvalidArgument("workflow_name is required: the name of a registered workflow")
+
+
+async def _record(
+    d: Handle, workflow_name: str, version: int, tenant: str, every_workflow: bool
+) -> WorkflowRecord:
+    """The workflow version a submission runs; ``every_workflow`` False: ``tenant``'s own or ``default``'s."""
+    if not d.catalogue.knows(workflow_name, max(version, 0)):
+        await d.feed.learn_workflows()  # perhaps registered through another replica
+    return d.catalogue.resolve(workflow_name, version, None if every_workflow else tenant)
+
+
+def _new(
+    d: Handle, record: WorkflowRecord, inputs: list[str], rank: int, trace: str, tenant: str
+) -> list[Execution]:
+    """One new execution per (checked) input, numbered in input order; ``trace``: the caller's
+    W3C context (flux/tracing.py carrier), its ``flux.submit`` span started here while tracing."""
+    now = d.clock()
+    executions = [
+        Execution(
+            execution_id=uuid.uuid4().hex,
+            workflow=record.ref,
+            seq=d.take_seq(),
+            input_json=input_json,
+            max_attempts=record.max_attempts,
+            created_at=now,
+            updated_at=now,
+            priority=rank,
+            tenant=tenant,
+            trace=trace,
+        )
+        for input_json in inputs
+    ]
+    traces = d.events.traces
+    return executions if traces is None else [traces.accepted(e) for e in executions]
+
+
+def enqueue(d: Handle, execution: Execution) -> None:
+    """Queue a stored, pending execution and try to place it right away."""
+    execution = d.table.add(execution)
+    shape = d.catalogue.shape_of(execution)
+    d.queue_up(execution, shape)
+    d.passes.work_added([shape])
+    if execution.execution_id in d.queue and d.usage.accounts is not None:
+        d.reclaimer.reclaim([shape])  # a tenant back under its quota need not wait for the tick
+    if d.events.traces is not None and execution.trace:
+        trace_verdict(d, execution, shape)
+
+
+def trace_verdict(
+    d: Handle, execution: Execution, shape: Shape, views: list[WorkerView] | None = None
+) -> None:
+    """Record, for its ``flux.queued`` span, why a traced execution still waits (only while tracing)."""
+    if execution.execution_id not in d.queue or d.events.traces is None:
+        return  # placed already
+    # Executions of its shape ahead of it; O(queue), so not counted in a very long queue.
+    position = d.queue.position(execution.execution_id) if len(d.queue) <= 10_000 else None
+    if views is None:
+        views = [w.view() for w in d.registry.entries.values() if w.accepting]
+    why = explain(shape, views, execution_id=execution.execution_id, aging=d.aging, now=d.clock())
+    verdict = "infeasible" if why.infeasible else "nominated" if why.nominated else "busy"
+    d.events.traces.waiting(execution, position, verdict, why.summary)
+
+
+def trace_verdicts(d: Handle, most: int = 256) -> None:
+    """After a full pass: a verdict event for each traced waiting execution whose verdict changed
+    (a worker gone busy, infeasible, a nomination), the ``most`` longest waiting."""
+    if d.events.traces is None:
+        return
+    views = [w.view() for w in d.registry.entries.values() if w.accepting]
+    for execution_id in d.events.traces.waiting_ids(most):
+        execution = d.table.unfinished.get(execution_id)
+        if execution is not None and execution.trace and execution.state is State.CREATED:
+            trace_verdict(d, execution, d.catalogue.shape_of(execution), views)
+
+
+async def store_and_queue(d: Handle, executions: list[Execution], claiming: Container[str] = ()) -> None:
+    """Store a batch of new executions in one commit, then queue them and place them in one pass.
+
+    ``claiming``: ids a replica is claiming right now. A replica's own NOTIFY may come
+    back before this resumes and queue (or even claim) a placeholder of a row; what it
+    already did stands, as for a single submission (SharedBinder.submit).
+    """
+    # All saves in one loop step: the store's next batch holds every row, so one transaction.
+    written = [d.store.save(e) for e in executions]
+    try:
+        await asyncio.gather(*written)
+    except Exception as exc:
+        raise Unavailable(f"could not store the {len(executions)} executions: {exc}") from exc
+    shapes: dict[Shape, None] = {}
+    for execution in executions:
+        d.events.submitted(execution)
+        known = d.table.get(execution.execution_id)
+        if known is None and execution.execution_id not in claiming:
+            execution = d.table.add(execution)
+            shape = d.catalogue.shape_of(execution)
+            d.queue_up(execution, shape)
+            shapes[shape] = None
+        elif known is not None and known.state is State.CREATED:
+            d.table.add(execution)  # the full record replaces the placeholder, counted against the limits
+    if shapes:
+        d.passes.work_added(shapes)
