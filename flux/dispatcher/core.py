@@ -30,11 +30,13 @@ import logging
 import time
 import uuid
 from collections.abc import AsyncIterator, Callable, Iterable, Sequence
-from dataclasses import dataclass
 
+from flux.dispatcher.cycle import placing
 from flux.dispatcher.cycle.passes import Passes
 from flux.dispatcher.handle import Modes
 from flux.dispatcher.modes.local import local
+from flux.dispatcher.reads import diagnosis
+from flux.dispatcher.reads.diagnosis import Diagnosis
 from flux.dispatcher.reads.executions import list_executions, list_workflows
 from flux.dispatcher.state import validation
 from flux.dispatcher.state.catalogue import Catalogue
@@ -45,45 +47,31 @@ from flux.dispatcher.state.pings import Pinger
 from flux.dispatcher.state.pools import PoolBook
 from flux.dispatcher.state.quotas import TenantUsage
 from flux.dispatcher.state.registry import WorkerRegistration, WorkerRegistry
-from flux.dispatcher.state.session import Scheduled, Session, Stop
+from flux.dispatcher.state.session import Session
 from flux.dispatcher.state.settings import Settings
 from flux.dispatcher.state.table import ExecutionTable
 from flux.dispatcher.state.tenants import TenantDirectory
 from flux.dispatcher.state.watchers import Watchers
 from flux.dispatcher.state.worker_entry import WorkerEntry
-from flux.dispatcher.transitions import housekeeping, submission, worker_calls
+from flux.dispatcher.transitions import cancel, housekeeping, submission, terms, worker_calls
 from flux.dispatcher.transitions.reclaim import Reclaimer
-from flux.domain.execution import Execution, ExecutionError, State
+from flux.domain.execution import Execution, ExecutionError
 from flux.domain.tenant import DEFAULT_TENANT, Tenant
 from flux.domain.worker import WorkerResources, WorkerSoftware
 from flux.domain.workflow import WorkflowRecord
-from flux.errors import FailedPrecondition, NotFound
+from flux.errors import NotFound
 from flux.matching import (
     Aging,
-    Explanation,
     FeasibilityCache,
     PendingQueue,
     Placement,
     Shape,
-    explain,
-    schedule,
 )
-from flux.matching.tenancy import Vector, capacity_of
 from flux.store.base import ExecutionQuery, Store
 
 __all__ = ["Diagnosis", "Dispatcher", "Settings", "WorkerRegistration"]
 
 log = logging.getLogger("flux.dispatcher")
-
-
-@dataclass(frozen=True, slots=True)
-class Diagnosis:
-    """Answer to "why is this execution where it is?" (``explanation`` when it is pending)."""
-
-    execution: Execution
-    summary: str
-    explanation: Explanation | None = None
-    queue_position: int | None = None
 
 
 class Dispatcher:
@@ -102,7 +90,7 @@ class Dispatcher:
         self.catalogue = Catalogue()
         self.watchers = Watchers()
         self.table = ExecutionTable(store, self.watchers, s)
-        self.table.on_conflict = self.drop_stale
+        self.table.on_conflict = lambda execution_id: cancel.drop_stale(self, execution_id)
         # Tenants' usage for quotas and fair share; no accounts until a tenant has terms.
         self.usage = TenantUsage(self._tenant_of)
         # Every change that can let work run asks this for its pass (cycle/passes.py).
@@ -123,7 +111,8 @@ class Dispatcher:
         self.housekeeper = housekeeping.Housekeeper(self)
         self.freezer = Freezer()
         self.pinger = Pinger(lambda: self.settings.ping_interval)
-        self._cache = FeasibilityCache()
+        # What every (shape, worker profile) pair can ever fit, kept across passes (cycle/placing.py).
+        self.feasibility = FeasibilityCache()
         self._next_seq = 1
         self.modes = modes or local()
         # Worker pools: declarations, learned shapes and the demand an autoscaler reads.
@@ -296,71 +285,9 @@ class Dispatcher:
         validation.check_id(execution_id)
         return await self.binder.cancel(execution_id)
 
-    async def cancel_here(self, execution_id: str) -> Execution:
-        """Cancel an execution this server holds, committing the final state before answering."""
-        execution = self.table.get(execution_id)
-        if execution is None:
-            finished = self.table.finished.get(execution_id) or await self.get(execution_id)
-            if finished.state is not State.CANCELLED:
-                raise FailedPrecondition(f"execution {execution_id} is already {finished.state.label}")
-            # A retried cancel (perhaps its commit failed): store it again, answer the same.
-            await self.table.commit_final(finished)
-            return finished
-        final = execution.evolve(state=State.CANCELLED, updated_at=self.clock())
-        self.stop_here(execution, final)
-        await self.table.commit_final(final)
-        return await self.with_input(final)
-
-    def stop_here(self, execution: Execution, final: Execution, announce: bool = True) -> None:
-        """End an execution held here as ``final``: unqueue it, or tell its worker and free its room.
-
-        ``announce=False``: another replica decided ``final`` and announces it (logs and counts it once).
-        """
-        execution_id = execution.execution_id
-        entry = self.registry.get(execution.worker) if execution.worker else None
-        if execution.state is State.CREATED:
-            self.queue.remove(execution_id)
-        elif entry is not None and entry.session is not None:
-            entry.session.push(Stop(execution_id, execution.generation, "cancelled by a client"))
-        self.table.finish(final)
-        if entry is not None:
-            entry.release(execution_id)
-        if announce:
-            self.events.finished(final)
-        else:
-            self.events.finished_elsewhere(final)
-        if entry is not None:
-            self.passes.room_freed([entry])
-
     async def why(self, execution_id: str) -> Diagnosis:
-        validation.check_id(execution_id)
-        execution = self.current(execution_id) or await self.get(execution_id)
-        if execution.state is not State.CREATED:
-            where = f" on worker {execution.worker}" if execution.worker else ""
-            return Diagnosis(execution, f"execution is {execution.state.label}{where}")
-        if not self.catalogue.knows(execution.workflow.name, execution.workflow.version):
-            await self.feed.learn_workflows()
-        # Paused workers are shown, with "is paused" as their reason; the fleet is every replica's.
-        views = [w.view() for w in await self.fleet.entries() if w.accepting]
-        shape = self.catalogue.shape_of(execution)
-        explanation = explain(
-            shape,
-            views,
-            execution_id=execution_id,
-            aging=self.aging,
-            now=self.clock(),
-            accounts=self.usage.accounts,
-            queue=self.queue if self.usage.accounts is not None else None,
-        )
-        summary = explanation.summary
-        preempting = self.reclaimer.preview(execution_id, shape)
-        if preempting:
-            summary = f"{summary}; {preempting}"
-        if explanation.capable == 0:  # no connected worker can take it: say which pool could
-            pools = self.pools.could_run(shape, await self.pools.demand(self))
-            if pools:
-                summary = f"{summary}; {pools}"
-        return Diagnosis(execution, summary, explanation, self.queue.position(execution_id))
+        """Where an execution is, or why it waits (reads/diagnosis.py)."""
+        return await diagnosis.why(self, execution_id)
 
     async def list_executions(self, query: ExecutionQuery) -> tuple[list[Execution], ExecutionQuery | None]:
         """A page of executions from the store, each as this server knows it now, and the next page's query."""
@@ -368,30 +295,14 @@ class Dispatcher:
 
     # ----------------------------------------------------------------- tenants
 
+    def apply_tenants(self, tenants: list[Tenant]) -> None:
+        """Tenants' terms changed (or were loaded): quotas and fair share apply from the next pass
+        (transitions/terms.py)."""
+        terms.apply(self, tenants)
+
     def _tenant_of(self, execution_id: str) -> str:
         execution = self.table.get(execution_id)
         return execution.tenant if execution is not None else DEFAULT_TENANT
-
-    def _fleet_capacity(self) -> Vector:
-        return capacity_of(e.resources for e in self.registry.values() if e.accepting)
-
-    def apply_tenants(self, tenants: list[Tenant]) -> None:
-        """Tenants' terms changed (or were loaded): quotas and fair share apply from the next pass.
-
-        On replicas each claim then checks quotas against the whole cluster's usage too.
-        """
-        holding = []
-        for entry in self.registry.values():
-            for execution_id in entry.holdings:
-                execution = self.table.get(execution_id)
-                if execution is not None:
-                    holding.append(
-                        (execution_id, execution.tenant, self.catalogue.shape_of(execution).demand)
-                    )
-        self.usage.configure(tenants, self._fleet_capacity(), holding)
-        self.binder.quotas(self.usage.accounts is not None)
-        if self.usage.accounts is not None:
-            self.passes.everything()
 
     # ----------------------------------------------------------------- placing
 
@@ -402,15 +313,8 @@ class Dispatcher:
         starving_first: bool = True,
         only: bool = False,
     ) -> int:
-        """One scheduling pass (scoped to ``shapes`` or ``workers`` when given): reserve, then bind.
-
-        ``only``: the pass stays scoped even when a tenant gave back usage (which otherwise makes it
-        a pass over everything): preemption gives what it reclaimed to whom it reclaimed it for first.
-        """
-        placements = self.reserve(shapes, workers, starving_first, only)
-        if placements:
-            self.binder.bind(placements)
-        return len(placements)
+        """One scheduling pass (cycle/placing.py); ``passes`` decides when."""
+        return placing.place(self, shapes, workers, starving_first, only)
 
     def reserve(
         self,
@@ -419,67 +323,10 @@ class Dispatcher:
         starving_first: bool = True,
         only: bool = False,
     ) -> list[Placement]:
-        """Decide placements (the pure matcher decides) and reserve them on their workers.
-
-        ``starving_first`` lets executions past ``--starvation-after`` go first wherever they
-        fit; a replica's submit fast path turns it off, as it binds only its own submission.
-        """
-        if not self.queue:
-            return []
-        # The whole fleet is read through its index (kept per changed worker), so a pass touches
-        # only the candidates of its shapes; a pass scoped to a few workers builds their views.
-        accounts = self.usage.accounts
-        if accounts is not None:
-            # The fleet's totals are the fair share's denominators: O(workers), only with tenants' terms.
-            accounts.capacity = self._fleet_capacity()
-            if self.usage.freed and not only:
-                # A tenant gave back usage: what its quota held back may fit anywhere, not only
-                # on the worker that freed room. One pass over the whole queue and fleet.
-                self.usage.freed.clear()
-                shapes, workers = None, None
-        fleet = self.registry.index() if workers is None else [w.view() for w in workers if w.dispatchable]
-        if not fleet:
-            return []
-        placements = schedule(
-            self.queue,
-            fleet,
-            shapes=shapes,
-            cache=self._cache,
-            aging=self.aging,
-            now=self.clock(),
-            whole_fleet=workers is None,
-            starving_first=starving_first,
-            accounts=accounts,
-        )
-        for placement in placements:
-            self.queue.remove(placement.execution_id)
-            self.registry.entries[placement.worker].hold(
-                placement.execution_id, placement.shape.requests, placement.gpu_indices
-            )
-        return placements
+        return placing.reserve(self, shapes, workers, starving_first, only)
 
     def push(self, execution: Execution, entry: WorkerEntry, placement: Placement) -> None:
-        """Send a bound dispatch (reserved on ``entry``) to its worker and start its ack deadline."""
-        assert entry.session is not None  # dispatchable implies connected
-        if self.events.traces is not None:
-            execution = self.events.traces.dispatched(execution, placement.shape)
-        self.table.set(execution)
-        entry.session.push(Scheduled(execution, placement.shape.requests))
-        self.events.dispatched(execution)
-        self.deadlines.start(
-            execution.execution_id, execution.generation, self.clock() + self.settings.ack_deadline
-        )
-        self.watchers.notify(execution)
-
-    def drop_stale(self, execution_id: str) -> None:
-        """Another replica changed this execution (a guarded write conflicted): what is held here is stale."""
-        execution = self.table.drop(execution_id)
-        self.queue.remove(execution_id)
-        if execution is not None and execution.worker:
-            entry = self.registry.get(execution.worker)
-            if entry is not None and entry.release(execution_id):
-                self.passes.room_freed([entry])
-        self.watchers.wake(execution_id)
+        placing.push(self, execution, entry, placement)
 
     # ----------------------------------------------------------------- workers
 

@@ -34,7 +34,8 @@ if TYPE_CHECKING:
     from flux.dispatcher.state.worker_entry import WorkerEntry
     from flux.domain.execution import Execution
     from flux.domain.tenant import Tenant
-    from flux.matching import Aging, PendingQueue, Placement, Shape
+    from flux.matching import Aging, FeasibilityCache, PendingQueue, Placement, Shape
+    from flux.matching.pools import PoolDemand
     from flux.store.base import Store
 
 
@@ -52,6 +53,17 @@ class Reclaiming(Protocol):
 
     def expire(self, now: float) -> bool: ...
 
+    def preview(self, execution_id: str, shape: Shape) -> str: ...
+
+
+@runtime_checkable
+class Pooling(Protocol):
+    """What explain asks of the pools (``state.pools.PoolBook``)."""
+
+    async def demand(self, dispatcher: Handle) -> dict[str, PoolDemand]: ...
+
+    def could_run(self, shape: Shape, demand: dict[str, PoolDemand]) -> str: ...
+
 
 @runtime_checkable
 class Handle(Protocol):
@@ -62,6 +74,7 @@ class Handle(Protocol):
     table: ExecutionTable
     queue: PendingQueue
     aging: Aging
+    feasibility: FeasibilityCache
     catalogue: Catalogue
     registry: WorkerRegistry
     deadlines: AckDeadlines
@@ -73,6 +86,8 @@ class Handle(Protocol):
     # The injected modes, and the services the housekeeping tick drives.
     binder: Binder
     feed: PendingFeed
+    fleet: FleetDirectory
+    pools: Pooling
     reclaimer: Reclaiming
     passes: Passes
     freezer: Freezer
@@ -109,10 +124,6 @@ class Handle(Protocol):
     def current(self, execution_id: str) -> Execution | None: ...
 
     async def get(self, execution_id: str) -> Execution: ...
-
-    async def cancel_here(self, execution_id: str) -> Execution: ...
-
-    def stop_here(self, execution: Execution, final: Execution, announce: bool = True) -> None: ...
 
     def apply_tenants(self, tenants: list[Tenant]) -> None: ...
 

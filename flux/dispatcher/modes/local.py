@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING
 
 from flux.dispatcher.handle import Modes
 from flux.dispatcher.state.worker_entry import WorkerEntry
-from flux.dispatcher.transitions import housekeeping, submission
+from flux.dispatcher.transitions import cancel, housekeeping, submission
 from flux.domain.execution import Execution, State
 from flux.errors import NotFound, Unavailable
 
@@ -90,7 +90,7 @@ class LocalBinder:
         pass  # nothing is in flight: binding is synchronous
 
     async def cancel(self, execution_id: str) -> Execution:
-        return await self.d.cancel_here(execution_id)
+        return await cancel.cancel_here(self.d, execution_id)
 
     def quotas(self, governed: bool) -> None:
         pass  # one server holds all usage: the scheduler's own check is exact

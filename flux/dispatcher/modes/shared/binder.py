@@ -12,7 +12,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from flux.dispatcher.state.worker_entry import WorkerEntry
-from flux.dispatcher.transitions import housekeeping, submission
+from flux.dispatcher.transitions import cancel, housekeeping, submission
 from flux.domain.execution import Execution, State
 from flux.errors import FailedPrecondition, Unavailable
 
@@ -245,6 +245,6 @@ class SharedBinder:
         if execution is None:
             return
         final = final or execution.evolve(state=State.CANCELLED, updated_at=d.clock())
-        d.stop_here(execution, final, announce=False)
+        cancel.stop_here(d, execution, final, announce=False)
         d.table.committed(final)  # the database has it already
         d.watchers.wake(execution_id)

@@ -20,7 +20,7 @@ as the strategies of modes/local.py, in binder.py, feed.py and fleet.py beside t
   status) the whole fleet.
 - **Writes are guarded.** A write to an owned row that someone else changed
   fails with ``Conflict``, and this replica drops the execution
-  (``Dispatcher.drop_stale``, through the table's one save path).
+  (``transitions.cancel.drop_stale``, through the table's one save path).
 - **Dead replicas are swept.** Replicas heartbeat; one live replica at a time
   requeues the work of replicas silent for longer than the grace period.
 """

@@ -1,0 +1,55 @@
+"""Why an execution is where it is: its state, or for a pending one the explanation over the
+fleet (every replica's), with preemption under way and the pools that could run it."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from flux.dispatcher.state import validation
+from flux.domain.execution import Execution, State
+from flux.matching import Explanation, explain
+
+if TYPE_CHECKING:
+    from flux.dispatcher.handle import Handle
+
+
+@dataclass(frozen=True, slots=True)
+class Diagnosis:
+    """Answer to "why is this execution where it is?" (``explanation`` when it is pending)."""
+
+    execution: Execution
+    summary: str
+    explanation: Explanation | None = None
+    queue_position: int | None = None
+
+
+async def why(d: Handle, execution_id: str) -> Diagnosis:
+    validation.check_id(execution_id)
+    execution = d.current(execution_id) or await d.get(execution_id)
+    if execution.state is not State.CREATED:
+        where = f" on worker {execution.worker}" if execution.worker else ""
+        return Diagnosis(execution, f"execution is {execution.state.label}{where}")
+    if not d.catalogue.knows(execution.workflow.name, execution.workflow.version):
+        await d.feed.learn_workflows()
+    # Paused workers are shown, with "is paused" as their reason; the fleet is every replica's.
+    views = [w.view() for w in await d.fleet.entries() if w.accepting]
+    shape = d.catalogue.shape_of(execution)
+    explanation = explain(
+        shape,
+        views,
+        execution_id=execution_id,
+        aging=d.aging,
+        now=d.clock(),
+        accounts=d.usage.accounts,
+        queue=d.queue if d.usage.accounts is not None else None,
+    )
+    summary = explanation.summary
+    preempting = d.reclaimer.preview(execution_id, shape)
+    if preempting:
+        summary = f"{summary}; {preempting}"
+    if explanation.capable == 0:  # no connected worker can take it: say which pool could
+        pools = d.pools.could_run(shape, await d.pools.demand(d))
+        if pools:
+            summary = f"{summary}; {pools}"
+    return Diagnosis(execution, summary, explanation, d.queue.position(execution_id))

@@ -1,0 +1,62 @@
+"""Ending an execution this server holds before its worker does: a client's cancel, another
+replica's final state, or a write another replica made first (``drop_stale``)."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from flux.dispatcher.state.session import Stop
+from flux.domain.execution import Execution, State
+from flux.errors import FailedPrecondition
+
+if TYPE_CHECKING:
+    from flux.dispatcher.handle import Handle
+
+
+async def cancel_here(d: Handle, execution_id: str) -> Execution:
+    """Cancel an execution this server holds, committing the final state before answering."""
+    execution = d.table.get(execution_id)
+    if execution is None:
+        finished = d.table.finished.get(execution_id) or await d.get(execution_id)
+        if finished.state is not State.CANCELLED:
+            raise FailedPrecondition(f"execution {execution_id} is already {finished.state.label}")
+        # A retried cancel (perhaps its commit failed): store it again, answer the same.
+        await d.table.commit_final(finished)
+        return finished
+    final = execution.evolve(state=State.CANCELLED, updated_at=d.clock())
+    stop_here(d, execution, final)
+    await d.table.commit_final(final)
+    return await d.with_input(final)
+
+
+def stop_here(d: Handle, execution: Execution, final: Execution, announce: bool = True) -> None:
+    """End an execution held here as ``final``: unqueue it, or tell its worker and free its room.
+
+    ``announce=False``: another replica decided ``final`` and announces it (logs and counts it once).
+    """
+    execution_id = execution.execution_id
+    entry = d.registry.get(execution.worker) if execution.worker else None
+    if execution.state is State.CREATED:
+        d.queue.remove(execution_id)
+    elif entry is not None and entry.session is not None:
+        entry.session.push(Stop(execution_id, execution.generation, "cancelled by a client"))
+    d.table.finish(final)
+    if entry is not None:
+        entry.release(execution_id)
+    if announce:
+        d.events.finished(final)
+    else:
+        d.events.finished_elsewhere(final)
+    if entry is not None:
+        d.passes.room_freed([entry])
+
+
+def drop_stale(d: Handle, execution_id: str) -> None:
+    """Another replica changed this execution (a guarded write conflicted): what is held here is stale."""
+    execution = d.table.drop(execution_id)
+    d.queue.remove(execution_id)
+    if execution is not None and execution.worker:
+        entry = d.registry.get(execution.worker)
+        if entry is not None and entry.release(execution_id):
+            d.passes.room_freed([entry])
+    d.watchers.wake(execution_id)
