@@ -1,31 +1,18 @@
-"""The dispatcher: the async shell around the pure matcher.
+"""The dispatcher: the one object the servers call, the async shell around the pure matcher.
 
-Every change that can make room or add work runs a *scoped* scheduling pass
-right away, inside the same event-loop step, so there is nothing to race:
-
-- a submission tests only its own shape, against every worker;
-- a worker that connects, reports, or frees space is the only worker where
-  something new can fit, so only it is tested, against every shape;
-- a slow safety tick runs a full pass for anything missed.
-
-That keeps the invariant "after each pass, no pending execution fits any
-worker", which is what makes scoped passes complete. A pass (``place``) is:
-the fleet's index (views kept per changed worker) or the scoped workers' views →
-``schedule`` (pure, flux/matching) → reserve on the workers →
-bind (``Binder``: claim, then push to the worker's stream, or unreserve).
-
-This class orchestrates; the parts live beside it: ``limits`` (what is
-accepted), ``catalogue`` (workflows), ``table`` (executions, the one commit
-rule and save path), ``watchers``, ``registry`` (workers), ``deadlines``,
-``housekeeping`` (recovery and the tick). What differs between one server and
-replicas sharing PostgreSQL is injected as ``Modes`` (modes/): the binder,
-the pending feed and the fleet directory.
+It holds the state (``state/``) and hands itself to its parts as a ``Handle`` (``handle.py``):
+submissions, worker calls, cancels, tenants' terms and the tick are ``transitions/``; a
+scheduling pass is ``cycle/placing.py`` (views → ``schedule``, pure → reserve → the mode's
+bind), and ``cycle/passes.py`` decides when one runs: at once and scoped (a submission tests
+its own shape against every worker; a worker that connects, reports or frees room is tested
+against every shape), with a full pass on the safety tick. That keeps "after each pass, no
+pending execution fits any worker", which is what makes scoped passes complete. Reads that
+change nothing are ``reads/``. What differs between one server and replicas sharing
+PostgreSQL is injected as ``Modes`` (``modes/``): the binder, the pending feed, the fleet.
 """
 
 from __future__ import annotations
 
-import dataclasses
-import hashlib
 import logging
 import time
 import uuid
@@ -35,7 +22,7 @@ from flux.dispatcher.cycle import placing
 from flux.dispatcher.cycle.passes import Passes
 from flux.dispatcher.handle import Modes
 from flux.dispatcher.modes.local import local
-from flux.dispatcher.reads import diagnosis
+from flux.dispatcher.reads import diagnosis, waiting
 from flux.dispatcher.reads.diagnosis import Diagnosis
 from flux.dispatcher.reads.executions import list_executions, list_workflows
 from flux.dispatcher.state import validation
@@ -54,6 +41,7 @@ from flux.dispatcher.state.tenants import TenantDirectory
 from flux.dispatcher.state.watchers import Watchers
 from flux.dispatcher.state.worker_entry import WorkerEntry
 from flux.dispatcher.transitions import cancel, housekeeping, submission, terms, worker_calls
+from flux.dispatcher.transitions import workflows as workflows_module
 from flux.dispatcher.transitions.reclaim import Reclaimer
 from flux.domain.execution import Execution, ExecutionError
 from flux.domain.tenant import DEFAULT_TENANT, Tenant
@@ -166,22 +154,11 @@ class Dispatcher:
     async def register_workflows(
         self, filename: str, source: str, workflows: list[WorkflowRecord], tenant: str = DEFAULT_TENANT
     ) -> list[WorkflowRecord]:
-        """Store each workflow as the next version of its name, owned by ``tenant`` (whose admin
-        registers it; a name another tenant owns is refused)."""
-        validation.check_workflow_file(filename, source, workflows)
-        workflows = [dataclasses.replace(w, tenant=tenant) for w in workflows]
-        source_hash = hashlib.sha256(source.encode()).hexdigest()
-        stored = await self.store.register_workflows(filename, source, source_hash, workflows)
-        for record in stored:
-            self.catalogue.learn(record)
-        return stored
+        """Store each workflow as the next version of its name, owned by ``tenant`` (transitions/workflows.py)."""
+        return await workflows_module.register(self, filename, source, workflows, tenant)
 
     async def get_source(self, source_hash: str) -> tuple[str, str]:
-        validation.check_source_hash(source_hash)
-        found = await self.store.get_source(source_hash)
-        if found is None:
-            raise NotFound(f"no workflow source with hash {source_hash}")
-        return found
+        return await workflows_module.source(self, source_hash)
 
     async def list_workflows(
         self, name: str = "", version: int = 0, tenant: str | None = None
@@ -261,25 +238,9 @@ class Dispatcher:
             raise NotFound(f"execution {execution_id!r} does not exist")
         return await self.with_input(found)
 
-    async def watch(self, execution_id: str) -> AsyncIterator[Execution]:
-        """The current state, then every change, ending after a final state."""
-        current = await self.get(execution_id)
-        if current.state.finished:
-            yield current
-            return
-        input_json = current.input_json  # read once: an input never changes
-        updates = self.watchers.subscribe(execution_id)
-        try:
-            # Re-read after subscribing: a change between get() and here is not lost.
-            current = _with_input(self.current(execution_id) or current, input_json)
-            yield current
-            while not current.state.finished:
-                latest = await self.feed.next_change(execution_id, updates, current)
-                if latest.moved_from(current):
-                    current = _with_input(latest, input_json)
-                    yield current
-        finally:
-            self.watchers.unsubscribe(execution_id, updates)
+    def watch(self, execution_id: str) -> AsyncIterator[Execution]:
+        """The current state, then every change, ending after a final state (reads/waiting.py)."""
+        return waiting.watch(self, execution_id)
 
     async def cancel(self, execution_id: str) -> Execution:
         validation.check_id(execution_id)
@@ -430,7 +391,3 @@ class Dispatcher:
 
     def unfinished(self) -> Iterable[Execution]:
         return self.table.values()
-
-
-def _with_input(execution: Execution, input_json: str) -> Execution:
-    return execution if execution.input_json or not input_json else execution.evolve(input_json=input_json)

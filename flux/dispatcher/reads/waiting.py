@@ -22,7 +22,7 @@ from flux.domain.execution import Execution
 from flux.errors import InvalidArgument, NotFound
 
 if TYPE_CHECKING:
-    from flux.dispatcher.core import Dispatcher
+    from flux.dispatcher.handle import Handle
 
 MAX_WAITED = validation.MAX_BATCH_INPUTS
 
@@ -49,14 +49,14 @@ def _bare(execution: Execution) -> Execution:
     return execution.evolve(input_json="") if execution.input_json else execution
 
 
-async def _known(d: Dispatcher, execution_id: str) -> Execution:
+async def _known(d: Handle, execution_id: str) -> Execution:
     found = d.current(execution_id) or await d.store.get_execution(execution_id)
     if found is None:
         raise NotFound(f"execution {execution_id!r} does not exist")
     return found
 
 
-async def final(d: Dispatcher, execution_id: str, known: Execution | None = None) -> Execution:
+async def final(d: Handle, execution_id: str, known: Execution | None = None) -> Execution:
     """The execution's final state, once it has one (``known``: its state already read)."""
     current = known or await _known(d, execution_id)
     if current.state.finished:
@@ -72,13 +72,13 @@ async def final(d: Dispatcher, execution_id: str, known: Execution | None = None
         d.watchers.unsubscribe(execution_id, updates)
 
 
-async def known(d: Dispatcher, execution_ids: Iterable[str]) -> list[Execution]:
+async def known(d: Handle, execution_ids: Iterable[str]) -> list[Execution]:
     """Each execution named (each once), as it is now: every id is checked before a wait begins,
     so an unknown one refuses the call (NotFound, naming it) instead of ending a stream half answered."""
     return [await _known(d, execution_id) for execution_id in checked_ids(execution_ids)]
 
 
-async def finals(d: Dispatcher, executions: list[Execution]) -> AsyncIterator[list[Execution]]:
+async def finals(d: Handle, executions: list[Execution]) -> AsyncIterator[list[Execution]]:
     """The final states of ``executions`` (from ``known``) as they finish: the finished ones first,
     then each batch that finished by the time the last one was taken."""
     waiting = [e for e in executions if not e.state.finished]
@@ -114,3 +114,28 @@ async def finals(d: Dispatcher, executions: list[Execution]) -> AsyncIterator[li
             follower.cancel()
         with contextlib.suppress(asyncio.CancelledError):
             await asyncio.gather(*followers, return_exceptions=True)
+
+
+async def watch(d: Handle, execution_id: str) -> AsyncIterator[Execution]:
+    """The current state, then every change, ending after a final state."""
+    current = await d.get(execution_id)
+    if current.state.finished:
+        yield current
+        return
+    input_json = current.input_json  # read once: an input never changes
+    updates = d.watchers.subscribe(execution_id)
+    try:
+        # Re-read after subscribing: a change between get() and here is not lost.
+        current = with_input(d.current(execution_id) or current, input_json)
+        yield current
+        while not current.state.finished:
+            latest = await d.feed.next_change(execution_id, updates, current)
+            if latest.moved_from(current):
+                current = with_input(latest, input_json)
+                yield current
+    finally:
+        d.watchers.unsubscribe(execution_id, updates)
+
+
+def with_input(execution: Execution, input_json: str) -> Execution:
+    return execution if execution.input_json or not input_json else execution.evolve(input_json=input_json)
