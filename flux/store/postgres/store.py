@@ -40,7 +40,7 @@ from psycopg_pool import AsyncConnectionPool
 
 from flux.domain.execution import Execution, State
 from flux.domain.workflow import WorkflowRecord
-from flux.store import notices, postgres_quota
+from flux.store import notices
 from flux.store.base import (
     Conflict,
     ExecutionQuery,
@@ -51,8 +51,9 @@ from flux.store.base import (
     StoreError,
     WorkerIdentity,
 )
-from flux.store.postgres_cluster import MEMBERSHIP_SCHEMA, Membership
-from flux.store.postgres_rows import COLUMN_COUNT, COLUMNS, announce
+from flux.store.postgres import quota
+from flux.store.postgres.cluster import MEMBERSHIP_SCHEMA, Membership
+from flux.store.postgres.rows import COLUMN_COUNT, COLUMNS, announce
 from flux.store.rows import (
     CANCELLED,
     CREATED,
@@ -79,7 +80,7 @@ log = logging.getLogger("flux.store.postgres")
 # 6: workflows.tenant (older workflows are tenant 'default''s, shared by every tenant).
 SCHEMA_VERSION = 6
 # pg_advisory locks are keyed by a bigint; Flux's five are "FLUX" and the four after it
-# (the second, SWEEP_LOCK, is postgres_cluster.py's; the fifth, QUOTA_LOCK, postgres_quota.py's).
+# (the second, SWEEP_LOCK, is cluster.py's; the fifth, QUOTA_LOCK, quota.py's).
 MIGRATION_LOCK = 0x464C5558  # schema creation and migration, on open
 WORKFLOWS_LOCK = 0x464C555A  # registrations take the next version one at a time
 PRUNE_LOCK = 0x464C555B  # one replica at a time deletes old dispatches
@@ -211,7 +212,7 @@ class PostgresStore(Store):
         # Heartbeats, the worker directory, adoption and the sweep: the cluster's side of the database.
         self.cluster = Membership(self._pool, replica_id)
         # Set while tenants have terms: each claim then admits only what quotas allow cluster-wide.
-        self.quota_guard: postgres_quota.QuotaGuard | None = None
+        self.quota_guard: quota.QuotaGuard | None = None
 
     # ----------------------------------------------------------------- lifecycle
 
@@ -437,7 +438,7 @@ class PostgresStore(Store):
             async with writer.transaction():
                 await writer.execute(_RELAXED)
                 if self.quota_guard is not None:
-                    refused = await postgres_quota.guarded(writer, self.replica_id, self.quota_guard, wanted)
+                    refused = await quota.guarded(writer, self.replica_id, self.quota_guard, wanted)
                     wanted = [e for e in wanted if e.execution_id not in refused]
                 ids = [e.execution_id for e in wanted]
                 workers = [e.worker for e in wanted]
@@ -606,18 +607,18 @@ class PostgresStore(Store):
             return [execution_from_row(row) for row in await cursor.fetchall()]
 
     async def held(self) -> list[Held]:
-        """What every tenant holds now (see postgres_quota.py)."""
+        """What every tenant holds now (see quota.py)."""
         async with self._pool.connection() as db:
-            return await postgres_quota.held(db, self.replica_id)
+            return await quota.held(db, self.replica_id)
 
     async def take_preemption(self, preemptor: str, now: float, stale_before: float) -> bool:
-        """Whether this replica may preempt for ``preemptor`` (see postgres_quota.py)."""
+        """Whether this replica may preempt for ``preemptor`` (see quota.py)."""
         async with self._pool.connection() as db:
-            return await postgres_quota.take_preemption(db, preemptor, self.replica_id, now, stale_before)
+            return await quota.take_preemption(db, preemptor, self.replica_id, now, stale_before)
 
     async def prune_preemptions(self, stale_before: float) -> None:
         async with self._pool.connection() as db:
-            await postgres_quota.prune_preemptions(db, stale_before)
+            await quota.prune_preemptions(db, stale_before)
 
     async def pending_refs(self) -> list[PendingRef]:
         async with self._pool.connection() as db:
