@@ -159,7 +159,7 @@ class Binder(Protocol):
 
     def preempt(self, preemptor: str, act: Callable[[], None]) -> None:
         """Call ``act`` (stop the victims planned for ``preemptor``) once this server may: at once on
-        one server; on replicas once no other replica preempts for it (flux/store/postgres_quota.py)."""
+        one server; on replicas once no other replica preempts for it (flux/store/postgres/quota.py)."""
 
 
 @runtime_checkable

@@ -5,7 +5,7 @@ calls for several replicas (claiming with ``SELECT … FOR UPDATE SKIP LOCKED``
 and waking peers with ``LISTEN/NOTIFY``). Writes are *batched*: ``save``
 returns a future that resolves when the row is committed, and every save made
 while a commit is in flight rides the next one, so many concurrent callers
-share one transaction instead of paying one each.
+share one transaction instead of paying one each (group_commit.py, used by both).
 """
 
 from __future__ import annotations
@@ -157,18 +157,6 @@ class Store(abc.ABC):
         The future is the caller's own: cancelling it (its caller went away) cancels neither the
         write nor the wait of anyone else whose row is in the same batch.
         """
-
-    def claim(self, dispatches: list[Execution]) -> asyncio.Future[dict[str, Execution]]:
-        """Claim pending rows for these dispatches (SCHEDULED, on one of this server's workers).
-
-        Resolves with the rows won, by id, as stored; a row missing from the answer
-        went to another server or was cancelled. A store no other server shares
-        resolves at once with every dispatch as given: nobody else can take them, and
-        dispatches are not written (after a restart an unclaimed one is pending again).
-        """
-        future: asyncio.Future[dict[str, Execution]] = asyncio.get_running_loop().create_future()
-        future.set_result({e.execution_id: e for e in dispatches})
-        return future
 
     @abc.abstractmethod
     async def get_execution(self, execution_id: str) -> Execution | None:

@@ -20,6 +20,7 @@ from pathlib import Path
 from flux.domain.execution import Execution
 from flux.domain.workflow import WorkflowRecord
 from flux.store.base import ExecutionQuery, Recovered, Store, StoreError, WorkerIdentity
+from flux.store.group_commit import GroupCommit
 from flux.store.rows import (
     EXECUTION_COLUMNS,
     FINISHED,
@@ -84,10 +85,7 @@ class SqliteStore(Store):
         self.path = Path(path)
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="flux-sqlite")
         self._db: sqlite3.Connection | None = None
-        self._queued: dict[str, Execution] = {}
-        # One future per save, each the caller's own (Store.save), answered together with the batch.
-        self._waiting: list[asyncio.Future[None]] = []
-        self._flusher: asyncio.Task[None] | None = None
+        self._commits = GroupCommit(self._write_batch)
 
     async def _run(self, fn, *args):  # type: ignore[no-untyped-def]
         return await asyncio.get_running_loop().run_in_executor(self._executor, fn, *args)
@@ -153,8 +151,7 @@ class SqliteStore(Store):
         return recovered
 
     async def close(self) -> None:
-        if self._flusher is not None:
-            await asyncio.shield(self._flusher)
+        await self._commits.drain()
         if self._db is not None:
             await self._run(self._db.close)
             self._db = None
@@ -207,34 +204,11 @@ class SqliteStore(Store):
         return await self._run(read)
 
     def save(self, execution: Execution) -> asyncio.Future[None]:
-        # The latest row of an execution wins within a batch: rows are whole records.
-        self._queued[execution.execution_id] = execution
-        loop = asyncio.get_running_loop()
-        # Not one future shared by the batch: a caller cancelled while waiting cancels what it
-        # awaits, and that cancelled every other wait in the batch (a worker dying mid-commit
-        # left other clients' submissions unanswered).
-        waiting = loop.create_future()
-        self._waiting.append(waiting)
-        if self._flusher is None or self._flusher.done():
-            self._flusher = loop.create_task(self._flush())
-        return waiting
+        return self._commits.save(execution)
 
-    async def _flush(self) -> None:
-        while self._queued:
-            rows, waiting = [execution_row(e) for e in self._queued.values()], self._waiting
-            self._queued, self._waiting = {}, []
-            try:
-                await self._run(self._write, rows)
-            except BaseException as exc:  # the callers learn of it; nothing is silently dropped
-                for future in waiting:
-                    if not future.done():
-                        future.set_exception(exc)
-                if not isinstance(exc, Exception):
-                    raise
-            else:
-                for future in waiting:
-                    if not future.done():
-                        future.set_result(None)
+    async def _write_batch(self, batch: list[Execution]) -> tuple[str, ...]:
+        await self._run(self._write, [execution_row(e) for e in batch])
+        return ()  # one writer, no guard: SQLite refuses no row
 
     def _write(self, rows: list[tuple[object, ...]]) -> None:
         assert self._db is not None
@@ -247,7 +221,7 @@ class SqliteStore(Store):
             raise
 
     async def get_execution(self, execution_id: str) -> Execution | None:
-        queued = self._queued.get(execution_id)
+        queued = self._commits.queued(execution_id)
         if queued is not None:
             return queued
 

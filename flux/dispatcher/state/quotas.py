@@ -18,7 +18,7 @@ that freed room.
 On PostgreSQL replicas each replica holds only what its own workers run, so the
 accounts also carry what the other replicas' workers hold (``elsewhere``), as
 last read from the database: by each claim, which is where quotas are enforced
-exactly (``guard``, flux/store/postgres_quota.py), and on each safety tick.
+exactly (``guard``, flux/store/postgres/quota.py), and on each safety tick.
 """
 
 from __future__ import annotations
@@ -133,7 +133,7 @@ class TenantUsage:
     def guard(
         self, requests_of: Callable[[Execution], ResourceRequest]
     ) -> Callable[[list[Held], list[Execution]], set[str]]:
-        """The check each claim of a replica runs inside its transaction (flux/store/postgres_quota.py)."""
+        """The check each claim of a replica runs inside its transaction (flux/store/postgres/quota.py)."""
 
         def check(held: list[Held], wanted: list[Execution]) -> set[str]:
             total = self.observe(held)

@@ -51,11 +51,7 @@ class SharedBinder:
             )
             for p in placements
         ]
-        claim = self.store.claim(wanted)
-        if claim.done():  # a store nobody shares answers at once: no extra loop step
-            self.claimed(placements, claim)
-        else:
-            claim.add_done_callback(lambda future: self.claimed(placements, future))
+        self.store.claim(wanted).add_done_callback(lambda future: self.claimed(placements, future))
 
     def claimed(self, placements: list[Placement], future: asyncio.Future[dict[str, Execution]]) -> None:
         d = self.d

@@ -29,7 +29,7 @@ from flux.domain.execution import Execution
 from flux.store.base import Held
 from flux.store.rows import CREATED, RUNNING, SCHEDULED, requests_from_json
 
-# "FLUX" + 4; see the other advisory locks in postgres.py.
+# "FLUX" + 4; see the other advisory locks in store.py.
 QUOTA_LOCK = 0x464C555C
 
 # The dispatches of one claim (their order is the placement order) -> the ids it must not claim.

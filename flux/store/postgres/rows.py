@@ -10,11 +10,17 @@ import psycopg
 from flux.domain.execution import Execution, ExecutionError, State
 from flux.store import notices
 from flux.store.base import PendingRef
-from flux.store.rows import EXECUTION_COLUMNS
+from flux.store.rows import EXECUTION_COLUMNS, execution_row
 
 # An execution's row as ``rows`` writes it, and the replica that holds it.
 COLUMNS = f"{EXECUTION_COLUMNS}, owner"
 COLUMN_COUNT = COLUMNS.count(",") + 1
+
+
+def owned_row(e: Execution, replica_id: str) -> tuple[object, ...]:
+    """The row in ``COLUMNS``: a dispatched or running execution is held by ``replica_id``, others by none."""
+    held = e.state in (State.SCHEDULED, State.RUNNING)
+    return (*execution_row(e), replica_id if held else "")
 
 
 def _pending_ref(e: Execution) -> PendingRef:

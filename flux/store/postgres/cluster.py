@@ -18,7 +18,7 @@ from psycopg_pool import AsyncConnectionPool
 
 from flux.domain.execution import Execution, ExecutionError
 from flux.store.base import WorkerIdentity, WorkerRecord
-from flux.store.postgres_rows import COLUMNS, announce, error_json
+from flux.store.postgres.rows import COLUMNS, announce, error_json
 from flux.store.rows import CREATED, FAILED, RUNNING, SCHEDULED, execution_from_row
 
 SWEEP_LOCK = 0x464C5559  # "FLUX"+1: one replica at a time sweeps the work of dead ones

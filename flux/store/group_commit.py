@@ -1,0 +1,121 @@
+"""Group commit: the execution rows saved while one transaction is in flight share the next one.
+
+Both stores batch ``save`` through this: it queues the execution's full row and
+returns a future; one flush at a time hands the queued rows to the store's
+``write`` (one transaction), and every save made meanwhile waits for the next
+batch. Rows are whole records, so the latest row of an execution wins within a
+batch: it says everything the earlier ones did.
+
+SQLite and PostgreSQL each had a copy of this, and where they differed this keeps:
+
+- **One future per caller** (``Store.save``): a caller that goes away cancels
+  its own wait, never the write nor anyone else's wait in the batch. A future
+  shared by a batch did: cancelling it cancelled every wait (a worker dying
+  mid-commit left other clients' submissions unanswered). PostgreSQL shared one
+  future per execution behind a shield for each caller; a fresh future per save
+  isolates callers as well, with no shared future to reason about.
+- **A failed batch fails each waiting future with its exception**, and the
+  flusher re-raises one that is not an ``Exception`` (cancelled at shutdown, an
+  interrupt) after answering everyone, so nobody waits forever and nothing is
+  hidden. PostgreSQL turned such a one into a ``RuntimeError`` for its waiters,
+  which a server reports as a fault of its own; the write was interrupted, not
+  broken, and the waiters are told so.
+- **Refused rows.** ``write`` returns the ids of rows the database refused (a
+  guarded PostgreSQL upsert found the row changed by another replica); their
+  callers get ``Conflict`` and the rest of the batch succeeds. SQLite refuses none.
+
+PostgreSQL also claims on the same connection: ``then`` is flushed by the same
+loop, which alternates between the rows queued and the follow-up work queued,
+so neither waits behind more than one batch of the other. Rows and claims
+queued together land rows first; a row saved while a batch is in flight may
+land after a claim queued meanwhile. The dispatcher relies on no more: it
+places a requeued execution only once its row is committed (shared_binder.py).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable, Collection, Iterable
+from typing import Any, Protocol
+
+from flux.domain.execution import Execution
+from flux.store.base import Conflict
+
+__all__ = ["FollowUp", "GroupCommit", "Write", "fail"]
+
+# Writes one batch in one transaction; returns the ids of the rows refused (their callers get
+# ``Conflict``). Raising fails every caller in the batch.
+Write = Callable[[list[Execution]], Awaitable[Collection[str]]]
+
+
+class FollowUp(Protocol):
+    """Other queued work the flusher runs after each batch of rows, one flush at a time."""
+
+    @property
+    def queued(self) -> bool: ...
+
+    async def flush(self) -> None: ...
+
+
+class GroupCommit:
+    def __init__(self, write: Write, then: FollowUp | None = None):
+        self._write = write
+        self._then = then
+        self._rows: dict[str, Execution] = {}
+        self._waiting: list[tuple[str, asyncio.Future[None]]] = []
+        self._flusher: asyncio.Task[None] | None = None
+
+    def save(self, execution: Execution) -> asyncio.Future[None]:
+        """Queue the execution's row; the future (this caller's own) resolves once it is committed."""
+        self._rows[execution.execution_id] = execution
+        waiting: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._waiting.append((execution.execution_id, waiting))
+        self.kick()
+        return waiting
+
+    def queued(self, execution_id: str) -> Execution | None:
+        """The row waiting for the next batch, if any (not one in the batch being written)."""
+        return self._rows.get(execution_id)
+
+    def kick(self) -> None:
+        """Start a flush unless one is running: it picks up whatever was queued before it ends."""
+        if self._flusher is None or self._flusher.done():
+            self._flusher = asyncio.get_running_loop().create_task(self._flush())
+
+    async def drain(self) -> None:
+        """Wait for the flush in progress, which writes everything queued so far."""
+        if self._flusher is not None:
+            # Shielded: a close that is cancelled must not cancel the write it waited for.
+            await asyncio.shield(self._flusher)
+
+    async def _flush(self) -> None:
+        while self._rows or (self._then is not None and self._then.queued):
+            if self._rows:
+                await self._commit()
+            if self._then is not None and self._then.queued:
+                await self._then.flush()
+
+    async def _commit(self) -> None:
+        batch, waiting = list(self._rows.values()), self._waiting
+        self._rows, self._waiting = {}, []
+        try:
+            refused = await self._write(batch)
+        except BaseException as exc:
+            fail((future for _, future in waiting), exc)
+            if not isinstance(exc, Exception):
+                raise
+            return
+        for execution_id, future in waiting:
+            if future.done():  # its caller went away
+                continue
+            if execution_id in refused:
+                future.set_exception(Conflict(execution_id))
+            else:
+                future.set_result(None)
+
+
+def fail(waiting: Iterable[asyncio.Future[Any]], exc: BaseException) -> None:
+    """Fail every wait still open with ``exc`` (the caller re-raises one that is not an ``Exception``)."""
+    for future in waiting:
+        if not future.done():
+            future.set_exception(exc)

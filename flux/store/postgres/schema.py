@@ -1,0 +1,83 @@
+"""The PostgreSQL schema: its tables, and the migration every replica runs on open.
+
+Migrations only add (``IF NOT EXISTS``, with column defaults that give older
+rows their old meaning), so running them again, or after another replica did,
+changes nothing.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import psycopg
+
+from flux.store.base import StoreError
+from flux.store.postgres.cluster import MEMBERSHIP_SCHEMA
+from flux.store.rows import CREATED, RUNNING, SCHEDULED
+
+# 2: workflows.runtime (added to a version 1 database on open).
+# 3: workflows.priority and executions.priority (added on open; older rows get 0).
+# 4: executions.trace (added on open; older rows get '', untraced).
+# 5: executions.tenant (older rows are tenant 'default'), tenants and tokens.
+# 6: workflows.tenant (older workflows are tenant 'default''s, shared by every tenant).
+SCHEMA_VERSION = 6
+
+# pg_advisory locks are keyed by a bigint; Flux's five are "FLUX" and the four after it:
+# this one, cluster.py's SWEEP_LOCK, store.py's WORKFLOWS_LOCK and PRUNE_LOCK, quota.py's QUOTA_LOCK.
+MIGRATION_LOCK = 0x464C5558  # schema creation and migration, on open
+
+SCHEMA = f"""
+CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS pools (name TEXT PRIMARY KEY, spec TEXT NOT NULL, updated_at DOUBLE PRECISION NOT NULL);
+CREATE TABLE IF NOT EXISTS sources (
+    source_hash TEXT PRIMARY KEY, filename TEXT NOT NULL, source TEXT NOT NULL,
+    created_at DOUBLE PRECISION NOT NULL);
+CREATE TABLE IF NOT EXISTS workflows (
+    name TEXT NOT NULL, version INTEGER NOT NULL, source_hash TEXT NOT NULL, entrypoint TEXT NOT NULL,
+    requests TEXT NOT NULL, affinity TEXT NOT NULL, max_attempts INTEGER NOT NULL,
+    created_at DOUBLE PRECISION NOT NULL, runtime TEXT NOT NULL DEFAULT 'python', PRIMARY KEY (name, version));
+ALTER TABLE workflows ADD COLUMN IF NOT EXISTS runtime TEXT NOT NULL DEFAULT 'python';
+ALTER TABLE workflows ADD COLUMN IF NOT EXISTS priority INTEGER NOT NULL DEFAULT 0;
+ALTER TABLE workflows ADD COLUMN IF NOT EXISTS tenant TEXT NOT NULL DEFAULT 'default';
+CREATE TABLE IF NOT EXISTS executions (
+    execution_id TEXT PRIMARY KEY, seq BIGINT NOT NULL, workflow_name TEXT NOT NULL,
+    workflow_version INTEGER NOT NULL, source_hash TEXT NOT NULL, entrypoint TEXT NOT NULL,
+    state SMALLINT NOT NULL, worker TEXT NOT NULL, attempt INTEGER NOT NULL, generation BIGINT NOT NULL,
+    max_attempts INTEGER NOT NULL, input_json TEXT NOT NULL, output_json TEXT NOT NULL, error TEXT,
+    gpu_indices TEXT NOT NULL, created_at DOUBLE PRECISION NOT NULL, updated_at DOUBLE PRECISION NOT NULL,
+    owner TEXT NOT NULL DEFAULT '');
+ALTER TABLE executions ADD COLUMN IF NOT EXISTS priority INTEGER NOT NULL DEFAULT 0;
+ALTER TABLE executions ADD COLUMN IF NOT EXISTS trace TEXT NOT NULL DEFAULT '';
+ALTER TABLE executions ADD COLUMN IF NOT EXISTS tenant TEXT NOT NULL DEFAULT 'default';
+CREATE TABLE IF NOT EXISTS tenants (name TEXT PRIMARY KEY, spec TEXT NOT NULL, updated_at DOUBLE PRECISION NOT NULL);
+CREATE TABLE IF NOT EXISTS tokens (
+    digest TEXT PRIMARY KEY, tenant TEXT NOT NULL, role TEXT NOT NULL, created_at DOUBLE PRECISION NOT NULL);
+CREATE INDEX IF NOT EXISTS executions_pending ON executions (seq) WHERE state = {CREATED};
+CREATE INDEX IF NOT EXISTS executions_held ON executions (worker) WHERE state IN ({SCHEDULED}, {RUNNING});
+CREATE INDEX IF NOT EXISTS executions_owned ON executions (owner) WHERE state IN ({SCHEDULED}, {RUNNING});
+CREATE INDEX IF NOT EXISTS executions_recent ON executions (seq);
+CREATE INDEX IF NOT EXISTS executions_by_workflow ON executions (workflow_name, seq);
+CREATE TABLE IF NOT EXISTS dispatches (
+    execution_id TEXT NOT NULL, generation BIGINT NOT NULL, worker TEXT NOT NULL, replica TEXT NOT NULL,
+    at DOUBLE PRECISION NOT NULL, PRIMARY KEY (execution_id, generation));
+CREATE INDEX IF NOT EXISTS dispatches_at ON dispatches (at);
+CREATE TABLE IF NOT EXISTS preemptions (
+    preemptor TEXT PRIMARY KEY, replica TEXT NOT NULL, at DOUBLE PRECISION NOT NULL);
+"""
+
+
+async def migrate(db: psycopg.AsyncConnection[Any]) -> None:
+    """Create or migrate the schema, inside the caller's transaction; refuse a newer database."""
+    # Replicas starting together would otherwise race to create the same tables.
+    await db.execute("SELECT pg_advisory_xact_lock(%s)", (MIGRATION_LOCK,))
+    await db.execute(SCHEMA)
+    await db.execute(MEMBERSHIP_SCHEMA)
+    found = await (await db.execute("SELECT value FROM meta WHERE key='schema_version'")).fetchone()
+    if found is not None and int(found[0]) > SCHEMA_VERSION:
+        raise StoreError(
+            f"the database has schema version {found[0]}, newer than this Flux ({SCHEMA_VERSION})"
+        )
+    await db.execute(
+        "INSERT INTO meta VALUES ('schema_version', %s) ON CONFLICT (key) DO UPDATE SET value = excluded.value",
+        (str(SCHEMA_VERSION),),
+    )

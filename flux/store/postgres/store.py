@@ -1,0 +1,377 @@
+"""``PostgresStore``: the ``Store`` for replicas, and the calls only a shared database has.
+
+The design is in this package's docstring (__init__.py); this class opens and
+closes the database and does the one-off reads and writes. Execution rows and
+claims go through the writer (writer.py), notices arrive through listener.py.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from collections.abc import Callable
+from dataclasses import replace
+
+import psycopg
+from psycopg.rows import dict_row
+from psycopg_pool import AsyncConnectionPool
+
+from flux.domain.execution import Execution
+from flux.domain.workflow import WorkflowRecord
+from flux.store import notices
+from flux.store.base import (
+    ExecutionQuery,
+    Held,
+    PendingRef,
+    Recovered,
+    Store,
+    StoreError,
+    WorkerIdentity,
+)
+from flux.store.postgres.cluster import Membership
+from flux.store.postgres.listener import Listener
+from flux.store.postgres.quota import QuotaGuard, prune_preemptions, take_preemption
+from flux.store.postgres.quota import held as held_by_tenant
+from flux.store.postgres.rows import COLUMN_COUNT, COLUMNS, owned_row
+from flux.store.postgres.schema import migrate
+from flux.store.postgres.writer import Writer
+from flux.store.rows import (
+    CANCELLED,
+    CREATED,
+    FINISHED,
+    WORKFLOW_COLUMN_COUNT,
+    WORKFLOW_COLUMNS,
+    check_owner,
+    execution_from_row,
+    executions_filter,
+    workflow_from_row,
+    workflow_row,
+    workflows_query,
+)
+
+# Advisory lock keys: see schema.py for the others, which must not collide with these.
+WORKFLOWS_LOCK = 0x464C555A  # registrations take the next version one at a time
+PRUNE_LOCK = 0x464C555B  # one replica at a time deletes old dispatches
+# Dispatch rows one pruning transaction deletes at most: short transactions, short locks.
+PRUNE_BATCH = 5000
+
+# Retention: the dispatches of executions that finished before a cutoff. A finished execution
+# was last written when it finished, after each of its dispatches, so the rows are old too:
+# the index on ``at`` finds the candidates without reading the whole log.
+_PRUNE = f"""
+DELETE FROM dispatches WHERE (execution_id, generation) IN (
+    SELECT d.execution_id, d.generation FROM dispatches d JOIN executions e USING (execution_id)
+    WHERE d.at < %(before)s AND e.state >= {FINISHED} AND e.updated_at < %(before)s
+    LIMIT %(batch)s)
+"""
+
+# How long a request waits for a pooled connection (seconds; psycopg_pool's default is 30).
+# Past it the request is answered UNAVAILABLE, which callers retry: while PostgreSQL restarts
+# they hear so in seconds, instead of their own deadline passing first.
+POOL_WAIT = 5.0
+
+
+class PostgresStore(Store):
+    # AdminShutdown (a restart), a connection dropped or refused, the pool's PoolTimeout.
+    unavailable = (psycopg.OperationalError,)
+
+    def __init__(self, url: str, replica_id: str, address: str = "", pool_size: int = 8):
+        self.url = url
+        self.replica_id = replica_id
+        self.address = address
+        self._pool = AsyncConnectionPool(
+            url, min_size=2, max_size=pool_size, open=False, kwargs={"autocommit": True}, timeout=POOL_WAIT
+        )
+        self._writes = Writer(url, replica_id)
+        self._listener = Listener(url)
+        # Heartbeats, the worker directory, adoption and the sweep: the cluster's side of the database.
+        self.cluster = Membership(self._pool, replica_id)
+
+    # ----------------------------------------------------------------- lifecycle
+
+    async def open(self) -> Recovered:
+        try:
+            psycopg.conninfo.conninfo_to_dict(self.url)
+        except psycopg.Error as exc:
+            raise StoreError(f"--db {redacted(self.url)} is not a PostgreSQL URL: {exc}") from None
+        try:
+            # One plain connection first: its error says why (the pool's only says it timed out).
+            probe = await psycopg.AsyncConnection.connect(self.url, connect_timeout=10)
+            await probe.close()
+            await self._pool.open(wait=True, timeout=10)
+        except Exception as exc:
+            reason = str(exc).strip().replace("\n", " ")
+            raise StoreError(f"could not connect to PostgreSQL at {redacted(self.url)}: {reason}") from None
+        async with self._pool.connection() as db, db.transaction():
+            await migrate(db)
+            await db.execute(
+                "INSERT INTO replicas (id, address) VALUES (%s, %s) ON CONFLICT (id) DO UPDATE "
+                "SET heartbeat_at = now(), address = excluded.address",
+                (self.replica_id, self.address),
+            )
+        await self._writes.connect()
+        await self._listener.start()
+        recovered = Recovered(workflows=await self.load_workflows())
+        recovered.unfinished = await self.pending_executions()
+        # Sequence numbers order the shared queue: time-based, so replicas interleave fairly.
+        recovered.next_seq = time.time_ns() // 1000
+        return recovered
+
+    async def close(self) -> None:
+        await self._writes.drain()
+        await self._listener.stop()
+        with contextlib.suppress(Exception):
+            async with self._pool.connection() as db:
+                # The heartbeat is left to age: our workers get the grace period to move to
+                # another replica and be adopted there before the sweep requeues their work.
+                await db.execute(
+                    "UPDATE workers SET connected = FALSE WHERE replica = %s", (self.replica_id,)
+                )
+        await self._writes.close()
+        await self._listener.close()
+        await self._pool.close()
+
+    def subscribe(self, callback: Callable[[notices.Notice], None]) -> None:
+        """Call ``callback`` with each notice another replica (or this one) sends."""
+        self._listener.on_notify = callback
+
+    # ----------------------------------------------------------------- workflows
+
+    async def register_workflows(
+        self, filename: str, source: str, source_hash: str, workflows: list[WorkflowRecord]
+    ) -> list[WorkflowRecord]:
+        now, stored = time.time(), []
+        async with self._pool.connection() as db, db.transaction():
+            await db.execute("SELECT pg_advisory_xact_lock(%s)", (WORKFLOWS_LOCK,))
+            await db.execute(
+                "INSERT INTO sources VALUES (%s,%s,%s,%s) ON CONFLICT DO NOTHING",
+                (source_hash, filename, source, now),
+            )
+            cursor = db.cursor(row_factory=dict_row)
+            for wf in workflows:
+                await cursor.execute(
+                    "SELECT * FROM workflows WHERE name=%s ORDER BY version DESC LIMIT 1", (wf.name,)
+                )
+                row = await cursor.fetchone()
+                latest = workflow_from_row(row) if row else None
+                check_owner(latest, wf)
+                version = (latest.version if latest else 0) + 1
+                record = replace(wf, version=version, source_hash=source_hash, filename=filename)
+                if latest is not None and latest.same_definition(record):
+                    stored.append(replace(latest, filename=filename, unchanged=True))
+                    continue
+                await db.execute(
+                    f"INSERT INTO workflows ({WORKFLOW_COLUMNS}) VALUES ({','.join(['%s'] * WORKFLOW_COLUMN_COUNT)})",
+                    workflow_row(record, now),
+                )
+                stored.append(replace(record, registered_at=now))
+            await db.execute("SELECT pg_notify('flux_workflows', %s)", (self.replica_id,))
+        return stored
+
+    async def load_workflows(self) -> list[WorkflowRecord]:
+        async with self._pool.connection() as db:
+            cursor = db.cursor(row_factory=dict_row)
+            await cursor.execute("SELECT * FROM workflows ORDER BY name, version")
+            return [workflow_from_row(row) for row in await cursor.fetchall()]
+
+    async def get_source(self, source_hash: str) -> tuple[str, str] | None:
+        async with self._pool.connection() as db:
+            row = await (
+                await db.execute("SELECT filename, source FROM sources WHERE source_hash=%s", (source_hash,))
+            ).fetchone()
+            return (row[0], row[1]) if row else None
+
+    # ----------------------------------------------------------------- writes
+
+    def save(self, execution: Execution) -> asyncio.Future[None]:
+        return self._writes.save(execution)
+
+    def claim(self, dispatches: list[Execution]) -> asyncio.Future[dict[str, Execution]]:
+        """Claim pending rows for these dispatches (SCHEDULED, on one of this replica's workers).
+
+        Resolves with the rows won, by id, as stored; a row missing from the answer went to
+        another replica or was cancelled. Claims ride the writer after the rows saved before them.
+        """
+        return self._writes.claim(dispatches)
+
+    @property
+    def quota_guard(self) -> QuotaGuard | None:
+        """Set while tenants have terms: each claim then admits only what quotas allow cluster-wide."""
+        return self._writes.quota_guard
+
+    @quota_guard.setter
+    def quota_guard(self, guard: QuotaGuard | None) -> None:
+        self._writes.quota_guard = guard
+
+    async def prune_dispatches(self, before: float, batch: int = PRUNE_BATCH) -> int:
+        """Delete the dispatch rows of executions finished before ``before`` (epoch seconds).
+
+        In transactions of at most ``batch`` rows; returns how many went, 0 also when another
+        replica is pruning right now.
+        """
+        pruned = 0
+        while True:
+            async with self._pool.connection() as db, db.transaction():
+                locked = await (
+                    await db.execute("SELECT pg_try_advisory_xact_lock(%s)", (PRUNE_LOCK,))
+                ).fetchone()
+                if not locked or not locked[0]:
+                    return pruned
+                deleted = max((await db.execute(_PRUNE, {"before": before, "batch": batch})).rowcount, 0)
+            pruned += deleted
+            if deleted < batch:
+                return pruned
+
+    async def insert_dispatched(self, execution: Execution) -> None:
+        """Store a new execution already claimed by this replica (it was never pending)."""
+        async with self._pool.connection() as db, db.transaction():
+            await db.execute(
+                f"INSERT INTO executions ({COLUMNS}) VALUES ({','.join(['%s'] * COLUMN_COUNT)})",
+                owned_row(execution, self.replica_id),
+            )
+            await db.execute(
+                "INSERT INTO dispatches VALUES (%s,%s,%s,%s,%s)",
+                (execution.execution_id, execution.generation, execution.worker, self.replica_id,
+                 execution.updated_at),
+            )  # fmt: skip
+
+    async def cancel(self, execution_id: str, now: float) -> Execution | None:
+        """Cancel an unfinished execution wherever it is; None when it is finished or unknown."""
+        async with self._pool.connection() as db, db.transaction():
+            cursor = db.cursor(row_factory=dict_row)
+            await cursor.execute(
+                f"UPDATE executions SET state = {CANCELLED}, updated_at = %s WHERE execution_id = %s AND state < {FINISHED} "
+                f"RETURNING {COLUMNS}",
+                (now, execution_id),
+            )
+            row = await cursor.fetchone()
+            if row is None:
+                return None
+            await db.execute("SELECT pg_notify('flux_cancel', %s)", (execution_id,))
+            await db.execute("SELECT pg_notify('flux_done', %s)", (execution_id,))
+            return execution_from_row(row)
+
+    async def save_worker(self, identity: WorkerIdentity) -> None:
+        await self.cluster.save_worker(identity)
+
+    async def save_pools(self, pools: list[tuple[str, str]]) -> None:
+        now = time.time()
+        async with self._pool.connection() as db, db.transaction():
+            for name, spec in pools:
+                await db.execute(
+                    "INSERT INTO pools VALUES (%s, %s, %s) ON CONFLICT (name) DO UPDATE SET "
+                    "spec = excluded.spec, updated_at = excluded.updated_at",
+                    (name, spec, now),
+                )
+
+    async def list_pools(self) -> list[tuple[str, str]]:
+        async with self._pool.connection() as db:
+            cursor = await db.execute("SELECT name, spec FROM pools ORDER BY name")
+            return [(row[0], row[1]) for row in await cursor.fetchall()]
+
+    async def save_tenants(self, tenants: list[tuple[str, str]]) -> None:
+        now = time.time()
+        async with self._pool.connection() as db, db.transaction():
+            for name, spec in tenants:
+                await db.execute(
+                    "INSERT INTO tenants VALUES (%s, %s, %s) ON CONFLICT (name) DO UPDATE SET "
+                    "spec = excluded.spec, updated_at = excluded.updated_at",
+                    (name, spec, now),
+                )
+            await db.execute("SELECT pg_notify('flux_tenants', %s)", (self.replica_id,))
+
+    async def delete_tenant(self, name: str) -> bool:
+        async with self._pool.connection() as db, db.transaction():
+            cursor = await db.execute("DELETE FROM tenants WHERE name = %s", (name,))
+            await db.execute("DELETE FROM tokens WHERE tenant = %s", (name,))
+            await db.execute("SELECT pg_notify('flux_tenants', %s)", (self.replica_id,))
+            return cursor.rowcount > 0
+
+    async def list_tenants(self) -> list[tuple[str, str]]:
+        async with self._pool.connection() as db:
+            cursor = await db.execute("SELECT name, spec FROM tenants ORDER BY name")
+            return [(row[0], row[1]) for row in await cursor.fetchall()]
+
+    async def save_token(self, digest: str, tenant: str, role: str) -> None:
+        async with self._pool.connection() as db:
+            await db.execute(
+                "INSERT INTO tokens VALUES (%s, %s, %s, %s)", (digest, tenant, role, time.time())
+            )
+
+    async def find_token(self, digest: str) -> tuple[str, str] | None:
+        async with self._pool.connection() as db:
+            cursor = await db.execute("SELECT tenant, role FROM tokens WHERE digest = %s", (digest,))
+            row = await cursor.fetchone()
+            return (row[0], row[1]) if row else None
+
+    # ----------------------------------------------------------------- reads
+
+    async def get_execution(self, execution_id: str) -> Execution | None:
+        async with self._pool.connection() as db:
+            cursor = db.cursor(row_factory=dict_row)
+            await cursor.execute(f"SELECT {COLUMNS} FROM executions WHERE execution_id=%s", (execution_id,))
+            row = await cursor.fetchone()
+            return execution_from_row(row) if row else None
+
+    async def get_input(self, execution_id: str) -> str | None:
+        async with self._pool.connection() as db:
+            cursor = await db.execute(
+                "SELECT input_json FROM executions WHERE execution_id=%s", (execution_id,)
+            )
+            row = await cursor.fetchone()
+            return row[0] if row else None
+
+    async def list_executions(self, query: ExecutionQuery) -> list[Execution]:
+        where, params = executions_filter(query, "%s")
+        async with self._pool.connection() as db:
+            cursor = db.cursor(row_factory=dict_row)
+            # The page token's "execution_id <" uses the column's collation, as this ORDER BY does.
+            await cursor.execute(
+                f"SELECT {COLUMNS} FROM executions {where} ORDER BY seq DESC, execution_id DESC LIMIT %s",
+                (*params, query.limit),
+            )
+            return [execution_from_row(row) for row in await cursor.fetchall()]
+
+    async def list_workflows(self, name: str = "") -> list[WorkflowRecord]:
+        async with self._pool.connection() as db:
+            cursor = db.cursor(row_factory=dict_row)
+            await cursor.execute(*workflows_query(name, "%s"))
+            return [workflow_from_row(row) for row in await cursor.fetchall()]
+
+    async def pending_executions(self) -> list[Execution]:
+        async with self._pool.connection() as db:
+            cursor = db.cursor(row_factory=dict_row)
+            await cursor.execute(f"SELECT {COLUMNS} FROM executions WHERE state = {CREATED} ORDER BY seq")
+            return [execution_from_row(row) for row in await cursor.fetchall()]
+
+    async def held(self) -> list[Held]:
+        """What every tenant holds now (see quota.py)."""
+        async with self._pool.connection() as db:
+            return await held_by_tenant(db, self.replica_id)
+
+    async def take_preemption(self, preemptor: str, now: float, stale_before: float) -> bool:
+        """Whether this replica may preempt for ``preemptor`` (see quota.py)."""
+        async with self._pool.connection() as db:
+            return await take_preemption(db, preemptor, self.replica_id, now, stale_before)
+
+    async def prune_preemptions(self, stale_before: float) -> None:
+        async with self._pool.connection() as db:
+            await prune_preemptions(db, stale_before)
+
+    async def pending_refs(self) -> list[PendingRef]:
+        async with self._pool.connection() as db:
+            cursor = await db.execute(
+                "SELECT execution_id, seq, workflow_name, workflow_version, tenant FROM executions "
+                f"WHERE state = {CREATED} ORDER BY seq"
+            )
+            return [PendingRef(*row) for row in await cursor.fetchall()]
+
+
+def redacted(url: str) -> str:
+    """A database URL without its password, for logs and errors."""
+    scheme, sep, rest = url.partition("://")
+    credentials, at, host = rest.rpartition("@")
+    if not at or ":" not in credentials:
+        return url
+    return f"{scheme}{sep}{credentials.split(':', 1)[0]}:***@{host}"

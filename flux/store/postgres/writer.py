@@ -1,0 +1,169 @@
+"""The replica's one writer connection: execution rows in group commits, then the claims queued meanwhile.
+
+Saves go through the shared ``GroupCommit``; what is PostgreSQL's own is here:
+each row is written by a guarded upsert (``Conflict`` for a row another replica
+or a client changed first), the rows that became pending or finished are
+announced in the same transaction, and claims ride the same connection,
+between the batches of rows (see group_commit.py for their order).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from dataclasses import dataclass
+from typing import Any
+
+import psycopg
+from psycopg.rows import dict_row
+
+from flux.domain.execution import Execution, State
+from flux.store.group_commit import GroupCommit, fail
+from flux.store.postgres.quota import QuotaGuard, guarded
+from flux.store.postgres.rows import COLUMN_COUNT, COLUMNS, announce, owned_row
+from flux.store.rows import CREATED, FINISHED, SCHEDULED, execution_from_row
+
+# Insert a new execution, or update one this replica may write: the same
+# generation, not finished, and either pending (shared) or owned by us.
+_UPSERT = f"""
+INSERT INTO executions ({COLUMNS}) VALUES ({",".join(["%s"] * COLUMN_COUNT)})
+ON CONFLICT (execution_id) DO UPDATE SET
+    state=excluded.state, worker=excluded.worker, attempt=excluded.attempt, output_json=excluded.output_json,
+    error=excluded.error, gpu_indices=excluded.gpu_indices, updated_at=excluded.updated_at, owner=excluded.owner
+WHERE executions.generation = excluded.generation AND executions.state < {FINISHED}
+    AND (executions.state = {CREATED} OR executions.owner = %s)
+RETURNING execution_id
+"""
+
+_CLAIM = f"""
+WITH wanted AS (
+    SELECT * FROM unnest(%(ids)s::text[], %(workers)s::text[], %(gpus)s::text[]) AS w(execution_id, worker, gpus)
+), picked AS (
+    SELECT e.execution_id, w.worker, w.gpus FROM executions e JOIN wanted w USING (execution_id)
+    WHERE e.state = {CREATED} ORDER BY e.execution_id FOR UPDATE OF e SKIP LOCKED
+), claimed AS (
+    UPDATE executions e SET state = {SCHEDULED}, worker = p.worker, gpu_indices = p.gpus, owner = %(owner)s,
+        generation = e.generation + 1, updated_at = %(now)s
+    FROM picked p WHERE e.execution_id = p.execution_id
+    RETURNING {", ".join("e." + c.strip() for c in COLUMNS.split(","))}
+), logged AS (
+    INSERT INTO dispatches SELECT execution_id, generation, worker, %(owner)s, %(now)s FROM claimed
+)
+SELECT * FROM claimed
+"""
+
+# Claims and claim marks (RUNNING) commit without waiting for the WAL flush. If
+# PostgreSQL itself crashes, such a commit can be lost, which is as if it never
+# happened: the row is still pending, or still SCHEDULED, and the worker's result
+# is refused by generation or redispatched, which at-least-once execution allows.
+# Submissions, requeues and results always wait for the flush: they are promises.
+_RELAXED = "SET LOCAL synchronous_commit = off"
+
+
+@dataclass(slots=True)
+class _Claim:
+    dispatches: list[Execution]
+    now: float
+    future: asyncio.Future[dict[str, Execution]]
+
+
+class Writer:
+    def __init__(self, url: str, replica_id: str):
+        self.url = url
+        self.replica_id = replica_id
+        # Set while tenants have terms: each claim then admits only what quotas allow cluster-wide.
+        self.quota_guard: QuotaGuard | None = None
+        self._conn: psycopg.AsyncConnection[Any] | None = None
+        self._claims: list[_Claim] = []
+        self._commits = GroupCommit(self._write, then=self)
+
+    async def connect(self) -> None:
+        self._conn = await psycopg.AsyncConnection.connect(self.url, autocommit=True)
+
+    async def drain(self) -> None:
+        """Wait until what is queued (rows and claims) is written."""
+        await self._commits.drain()
+
+    async def close(self) -> None:
+        if self._conn is not None:
+            await self._conn.close()
+
+    def save(self, execution: Execution) -> asyncio.Future[None]:
+        return self._commits.save(execution)
+
+    def claim(self, dispatches: list[Execution]) -> asyncio.Future[dict[str, Execution]]:
+        future: asyncio.Future[dict[str, Execution]] = asyncio.get_running_loop().create_future()
+        self._claims.append(_Claim(dispatches, max((e.updated_at for e in dispatches), default=0.0), future))
+        self._commits.kick()
+        return future
+
+    async def _connection(self) -> psycopg.AsyncConnection[Any]:
+        """The writer, reconnected if the database dropped it (a failed batch has told its callers)."""
+        if self._conn is None or self._conn.closed or self._conn.broken:
+            if self._conn is not None:
+                await self._conn.close()
+            self._conn = await psycopg.AsyncConnection.connect(self.url, autocommit=True)
+        return self._conn
+
+    async def _write(self, batch: list[Execution]) -> set[str]:
+        """One group commit: upsert every row, announce what was written; return the ids refused."""
+        writer = await self._connection()
+        applied: set[str] = set()
+        async with writer.transaction():
+            if all(e.state is State.RUNNING for e in batch):
+                await writer.execute(_RELAXED)
+            async with writer.cursor() as cursor:
+                await cursor.executemany(
+                    _UPSERT,
+                    [(*owned_row(e, self.replica_id), self.replica_id) for e in batch],
+                    returning=True,
+                )
+                while True:
+                    for row in await cursor.fetchall():
+                        applied.add(row[0])
+                    if not cursor.nextset():
+                        break
+            await announce(writer, [e for e in batch if e.execution_id in applied])
+        return {e.execution_id for e in batch} - applied
+
+    # The claims are the group commit's follow-up (group_commit.FollowUp): flushed after each batch.
+
+    @property
+    def queued(self) -> bool:
+        return bool(self._claims)
+
+    async def flush(self) -> None:
+        """Every claim queued so far, in one transaction; each caller gets the rows it won."""
+        claims, self._claims = self._claims, []
+        wanted = [e for claim in claims for e in claim.dispatches]
+        try:
+            writer = await self._connection()
+            async with writer.transaction():
+                await writer.execute(_RELAXED)
+                if self.quota_guard is not None:
+                    refused = await guarded(writer, self.replica_id, self.quota_guard, wanted)
+                    wanted = [e for e in wanted if e.execution_id not in refused]
+                ids = [e.execution_id for e in wanted]
+                workers = [e.worker for e in wanted]
+                gpus = [json.dumps(list(e.gpu_indices)) for e in wanted]
+                cursor = writer.cursor(row_factory=dict_row)
+                await cursor.execute(
+                    _CLAIM,
+                    {"ids": ids, "workers": workers, "gpus": gpus, "owner": self.replica_id,
+                     "now": claims[-1].now},
+                )  # fmt: skip
+                claimed = {row["execution_id"]: execution_from_row(row) for row in await cursor.fetchall()}
+        except BaseException as exc:
+            fail((claim.future for claim in claims), exc)
+            if not isinstance(exc, Exception):
+                raise
+            return
+        for claim in claims:
+            if not claim.future.done():
+                claim.future.set_result(
+                    {
+                        e.execution_id: claimed[e.execution_id]
+                        for e in claim.dispatches
+                        if e.execution_id in claimed
+                    }
+                )

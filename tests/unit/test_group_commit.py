@@ -1,0 +1,150 @@
+"""The group commit both stores write execution rows through (flux/store/group_commit.py)."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from flux.domain.execution import Execution, State, WorkflowRef
+from flux.store.base import Conflict
+from flux.store.group_commit import GroupCommit
+
+pytestmark = pytest.mark.timeout(10)
+
+
+def row(execution_id: str, state: State = State.CREATED) -> Execution:
+    job = WorkflowRef("job", 1, "h", "job")
+    execution = Execution(execution_id=execution_id, workflow=job, seq=1, input_json="null", max_attempts=1)
+    return execution.evolve(state=state)
+
+
+class Database:
+    """Records each batch; a batch waits for ``release`` while ``hold`` is set, as a slow commit does."""
+
+    def __init__(self) -> None:
+        self.batches: list[list[Execution]] = []
+        self.hold = False
+        self.release = asyncio.Event()
+        self.refuse: set[str] = set()
+        self.failure: BaseException | None = None
+
+    async def write(self, batch: list[Execution]) -> set[str]:
+        self.batches.append(batch)
+        if self.hold:
+            await self.release.wait()
+        if self.failure is not None:
+            raise self.failure
+        return {e.execution_id for e in batch} & self.refuse
+
+
+async def test_saves_made_during_a_commit_share_the_next_one_and_the_latest_row_wins() -> None:
+    db = Database()
+    commits = GroupCommit(db.write)
+    db.hold = True
+    first = commits.save(row("a"))
+    await asyncio.sleep(0)  # the first batch is in flight
+    waits = [commits.save(row("b")), commits.save(row("c")), commits.save(row("b", State.CANCELLED))]
+    assert commits.queued("b") is not None and commits.queued("b").state is State.CANCELLED
+    db.release.set()
+    await asyncio.gather(first, *waits)
+    assert [[(e.execution_id, e.state) for e in batch] for batch in db.batches] == [
+        [("a", State.CREATED)],
+        [("b", State.CANCELLED), ("c", State.CREATED)],
+    ]
+    assert commits.queued("b") is None
+
+
+async def test_a_caller_that_goes_away_cancels_only_its_own_wait() -> None:
+    db = Database()
+    commits = GroupCommit(db.write)
+    db.hold = True
+    mine, same_row, other = commits.save(row("a")), commits.save(row("a")), commits.save(row("b"))
+    await asyncio.sleep(0)
+    mine.cancel()
+    db.release.set()
+    assert await same_row is None and await other is None
+    assert [e.execution_id for e in db.batches[0]] == ["a", "b"]  # the write went ahead
+
+
+async def test_a_refused_row_fails_its_callers_with_conflict_and_the_rest_succeed() -> None:
+    db = Database()
+    db.refuse = {"a"}
+    commits = GroupCommit(db.write)
+    a1, b, a2 = commits.save(row("a")), commits.save(row("b")), commits.save(row("a"))
+    for refused in (a1, a2):
+        with pytest.raises(Conflict) as caught:
+            await refused
+        assert caught.value.execution_id == "a"
+    assert await b is None
+
+
+async def test_a_failed_batch_fails_every_wait_and_the_next_batch_is_written() -> None:
+    db = Database()
+    db.failure = OSError("disk full")
+    commits = GroupCommit(db.write)
+    waits = [commits.save(row("a")), commits.save(row("b"))]
+    for wait in waits:
+        with pytest.raises(OSError, match="disk full"):
+            await wait
+    db.failure = None
+    assert await commits.save(row("a")) is None
+    assert len(db.batches) == 2
+
+
+async def test_an_interrupted_batch_answers_every_wait_then_stops_the_flusher() -> None:
+    class Interrupt(BaseException):
+        pass
+
+    db = Database()
+    db.failure = Interrupt()
+    commits = GroupCommit(db.write)
+    wait = commits.save(row("a"))
+    with pytest.raises(Interrupt):
+        await commits.drain()
+    assert isinstance(wait.exception(), Interrupt)
+    db.failure = None
+    assert await commits.save(row("b")) is None  # a later save starts a new flusher
+
+
+async def test_the_flusher_alternates_rows_and_the_follow_up() -> None:
+    db = Database()
+    order: list[str] = []
+
+    class Claims:
+        def __init__(self) -> None:
+            self.waiting: list[str] = []
+
+        @property
+        def queued(self) -> bool:
+            return bool(self.waiting)
+
+        async def flush(self) -> None:
+            order.extend(self.waiting)
+            self.waiting = []
+
+    async def write(batch: list[Execution]) -> set[str]:
+        order.extend(f"row {e.execution_id}" for e in batch)
+        return await db.write(batch)
+
+    claims = Claims()
+    commits = GroupCommit(write, then=claims)
+    saved = [commits.save(row("a"))]
+    claims.waiting.append("claim a")
+    commits.kick()
+    await asyncio.gather(*saved)
+    await commits.drain()
+    assert order == ["row a", "claim a"]  # queued together: the row lands first
+
+    # Queued while a batch is in flight: the claims queued by its end go next, then the rows.
+    order.clear()
+    db.hold = True
+    saved = [commits.save(row("b"))]
+    await asyncio.sleep(0)
+    saved.append(commits.save(row("c")))
+    claims.waiting.append("claim b")
+    commits.kick()
+    db.release.set()
+    await asyncio.gather(*saved)
+    await commits.drain()
+    assert order == ["row b", "claim b", "row c"]
