@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from flux.matching import FeasibilityCache, PendingQueue, schedule, scheduler
+from flux.matching import FeasibilityCache, PendingQueue, candidates, schedule
 from tests.unit.fleet import queue_of, repeat, shape, worker
 
 
@@ -279,13 +279,13 @@ def test_feasibility_cache_bounded_reset_keeps_answers_right():
 
 def test_identical_profiles_share_one_verdict(monkeypatch):
     calls = []
-    real = scheduler.permanent_rejection
+    real = candidates.permanent_rejection
 
     def counting(shp, view):
         calls.append(view.name)
         return real(shp, view)
 
-    monkeypatch.setattr(scheduler, "permanent_rejection", counting)
+    monkeypatch.setattr(candidates, "permanent_rejection", counting)
     cache = FeasibilityCache()
     # Twenty workers differing only in load: one profile, so one static check per shape.
     fleet = [worker(f"w{i}", active=i % 3, cpu_available=i % 4) for i in range(20)]

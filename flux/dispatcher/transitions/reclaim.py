@@ -16,7 +16,7 @@ this module carries it out, in three steps:
    first. The victim goes back in line with its attempt not counted as a failure
    (requeued, reason "preempted") and its room is freed.
 3. A pass over the lane it was reclaimed for places its work in the freed room first;
-   then the usual pass over everything (fair share in ``flux.matching.scheduler``).
+   then the usual pass over everything (fair share in ``flux.matching.fairshare``).
 
 A preemptor whose victims are still stopping is not planned for again, so one
 pending execution never preempts twice for the same room. On PostgreSQL replicas

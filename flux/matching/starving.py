@@ -1,0 +1,199 @@
+"""The starving executions' part of a pass (see ``flux.matching.aging``): placed first, or
+nominated a worker that is then guarded, before ``flux.matching.scheduler`` places the rest.
+"""
+
+from __future__ import annotations
+
+from flux.matching.aging import Aging, Nomination, shortfall, slack_beside
+from flux.matching.candidates import FeasibilityCache, Placement
+from flux.matching.filters import fits_now
+from flux.matching.queue import Pending, PendingQueue
+from flux.matching.tenancy import Ledger
+from flux.matching.view import Profile, Room, WorkerView
+
+
+def place_starving(
+    queue: PendingQueue,
+    by_profile: dict[Profile, list[WorkerView]],
+    cache: FeasibilityCache,
+    rooms: dict[str, Room],
+    placements: list[Placement],
+    aging: Aging,
+    now: float,
+    whole_fleet: bool,
+    limit: int | None,
+    ledger: Ledger | None = None,
+) -> set[str]:
+    """Place or nominate the starving executions, oldest first; return the ids the main pass skips.
+
+    Guards each nominated worker present in this pass by giving its room a
+    ``slack``: what is left beside the nominee, which every later placement
+    there must fit too. A starving execution its tenant's quota cannot take
+    now is neither placed nor nominated: no worker's room would help it, and
+    guarding one would only hold back others.
+    """
+    starving = sorted(
+        (item for shape in queue.shapes() if (item := queue.oldest(shape)) and aging.starving(item, now)),
+        key=lambda item: item.seq,
+    )
+    keep = {item.execution_id for item in starving}
+    for execution_id in [e for e in aging.by_execution if e not in keep]:
+        aging.drop(execution_id)  # placed, cancelled, or no longer the oldest of its shape
+    present = {view.name: view for views in by_profile.values() for view in views}
+    claimed: set[str] = set()
+    skip: set[str] = set()
+    if len(present) > Aging.SMALL_PASS and now < aging.next_search:
+        _keep_nominations(starving, aging, present, rooms, placements, claimed, skip, limit, ledger)
+        return skip
+    if len(present) > Aging.SMALL_PASS:
+        aging.next_search = now + aging.search_every
+    for item in starving:
+        shape = item.shape
+        if ledger is not None and not ledger.fits(shape.tenant, shape.demand):
+            aging.drop(item.execution_id)
+            continue
+        candidates = [
+            view
+            for views in by_profile.values()
+            if cache.permanent(shape, views[0]) is None
+            for view in views
+        ]
+        previous = aging.by_execution.get(item.execution_id)
+        if not candidates:
+            aging.drop(item.execution_id)  # nothing here could ever run it: explain calls it infeasible
+            continue
+        skip.add(item.execution_id)
+        for view in candidates:
+            if view.name not in rooms:
+                rooms[view.name] = Room(view)
+        room = _starving_fit(item, previous, candidates, rooms, claimed)
+        if room is not None and (limit is None or len(placements) < limit):
+            r = shape.requests
+            # Its own nominated worker has no slack yet: the nominee itself is what it was kept for.
+            gpus = room.take(r.cpu, r.memory, r.disk, r.gpu, r.gpu_memory)
+            placements.append(Placement(item.execution_id, room.view.name, gpus, shape))
+            if ledger is not None:
+                ledger.charge(shape.tenant, shape.demand)
+            aging.drop(item.execution_id)
+            continue
+        if previous is not None and previous.worker not in claimed:
+            if previous.worker in present:
+                _guard(rooms, present[previous.worker], item, claimed)
+                continue
+            if not whole_fleet:
+                claimed.add(previous.worker)  # not in this pass: kept until a whole-fleet pass says otherwise
+                continue
+        free = [rooms[v.name] for v in candidates if v.name not in claimed]
+        if not free:
+            aging.drop(item.execution_id)  # every capable worker guards an older one; next pass
+            continue
+        best = min(free, key=lambda room: shortfall(shape, room))
+        aging.nominate(
+            Nomination(
+                item.execution_id,
+                best.view.name,
+                shape,
+                item.since,
+                previous.nominated_at if previous and previous.worker == best.view.name else now,
+            )
+        )
+        _guard(rooms, best.view, item, claimed)
+    return skip
+
+
+def aging_needs_fleet(
+    queue: PendingQueue, aging: Aging | None, now: float, starving_first: bool, fleet: int
+) -> bool:
+    """Whether aging has work in this pass (it then needs every view); if not, what it would have
+    done with none (advance its search clock, see ``place_starving``) is done here."""
+    if aging is None or not aging.enabled:
+        return False
+    if aging.by_execution:
+        return True
+    if not starving_first:
+        return False
+    for shape in queue.shapes():
+        item = queue.oldest(shape)
+        if item is not None and aging.starving(item, now):
+            return True
+    if fleet > Aging.SMALL_PASS and now >= aging.next_search:
+        aging.next_search = now + aging.search_every
+    return False
+
+
+def guard_standing(
+    aging: Aging, by_profile: dict[Profile, list[WorkerView]], rooms: dict[str, Room], queue: PendingQueue
+) -> set[str]:
+    """Guard the nominated workers of this pass and skip their nominees; place and nominate nothing."""
+    present = {view.name: view for views in by_profile.values() for view in views}
+    claimed: set[str] = set()
+    skip: set[str] = set()
+    for nomination in aging.by_execution.values():
+        item = queue.get(nomination.execution_id)
+        view = present.get(nomination.worker)
+        if item is not None and view is not None:
+            skip.add(item.execution_id)
+            _guard(rooms, view, item, claimed)
+    return skip
+
+
+def _keep_nominations(
+    starving: list[Pending],
+    aging: Aging,
+    present: dict[str, WorkerView],
+    rooms: dict[str, Room],
+    placements: list[Placement],
+    claimed: set[str],
+    skip: set[str],
+    limit: int | None,
+    ledger: Ledger | None = None,
+) -> None:
+    """Between full searches: place each nominee on its worker if it fits now, else keep guarding it."""
+    for item in starving:
+        nomination = aging.by_execution.get(item.execution_id)
+        if nomination is None or nomination.worker not in present:
+            continue
+        if ledger is not None and not ledger.fits(item.shape.tenant, item.shape.demand):
+            aging.drop(item.execution_id)
+            continue
+        skip.add(item.execution_id)
+        view = present[nomination.worker]
+        room = rooms.get(view.name)
+        if room is None:
+            room = rooms[view.name] = Room(view)
+        if fits_now(item.shape, room) and (limit is None or len(placements) < limit):
+            r = item.shape.requests
+            gpus = room.take(r.cpu, r.memory, r.disk, r.gpu, r.gpu_memory)
+            placements.append(Placement(item.execution_id, view.name, gpus, item.shape))
+            if ledger is not None:
+                ledger.charge(item.shape.tenant, item.shape.demand)
+            aging.drop(item.execution_id)
+        else:
+            _guard(rooms, view, item, claimed)
+
+
+def _starving_fit(
+    item: Pending,
+    previous: Nomination | None,
+    candidates: list[WorkerView],
+    rooms: dict[str, Room],
+    claimed: set[str],
+) -> Room | None:
+    """Where a starving execution fits now: its nominated worker first, else the least loaded.
+
+    A worker guarded for an older nominee takes it only beside that one (its slack).
+    """
+    if previous is not None:
+        own = rooms.get(previous.worker)
+        if own is not None and previous.worker not in claimed and fits_now(item.shape, own):
+            return own
+    fitting = [rooms[v.name] for v in candidates if fits_now(item.shape, rooms[v.name])]
+    return min(fitting, key=lambda room: room.key, default=None)
+
+
+def _guard(rooms: dict[str, Room], view: WorkerView, item: Pending, claimed: set[str]) -> None:
+    room = rooms.get(view.name)
+    if room is None:
+        room = rooms[view.name] = Room(view)
+    room.slack = slack_beside(view, item.shape, room)
+    claimed.add(view.name)
