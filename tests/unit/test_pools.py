@@ -1,4 +1,4 @@
-"""Worker pools: declarations, learned shapes and demand per pool (flux/matching/pools.py)."""
+"""Worker pools: declarations, learned shapes and demand per pool (flux/matching/pools/)."""
 
 from __future__ import annotations
 
