@@ -23,9 +23,7 @@ free port. Workers reach the server over ``transport``: "grpc" dials the core,
 from __future__ import annotations
 
 import contextlib
-import json
 import os
-import re
 import signal
 import subprocess
 import sys
@@ -38,24 +36,16 @@ import grpc
 
 from flux.auth import Credentials, Role, caller_token
 from flux.client import FluxClient
+
+# Spawning processes and reading their output lives in testing_processes (private); its public
+# names are re-exported here, where users import them. GATEWAY is only re-exported (hence "as").
+from flux.testing_processes import GATEWAY as GATEWAY
+from flux.testing_processes import LISTENING, fake_site_packages, plain, read_gateway_line, spawn
 from flux.v1 import control_pb2
 
 T = TypeVar("T")
 
-LISTENING = re.compile(r"listening on (\S+):(\d+) \(grpc\)")
-GATEWAY = re.compile(r"^flux gateway listening on (https?://\S+)$")
 TRANSPORTS = ("grpc", "sse")
-
-
-def plain(line: str) -> str:
-    """A line a server printed, as text: in --log-format json it is an object whose ``msg`` is the text."""
-    line = line.strip()
-    if line.startswith("{"):
-        try:
-            return str(json.loads(line).get("msg", line))
-        except ValueError:
-            pass
-    return line
 
 
 def eventually(
@@ -77,16 +67,6 @@ def eventually(
             described = what() if callable(what) else what
             raise AssertionError(f"timed out after {timeout}s waiting for {described or check}")
         time.sleep(interval)
-
-
-def fake_site_packages(directory: Path, packages: dict[str, str]) -> Path:
-    """A folder of ``*.dist-info`` stubs: on PYTHONPATH, importlib.metadata sees these versions."""
-    directory.mkdir(parents=True, exist_ok=True)
-    for name, version in packages.items():
-        info = directory / f"{name.replace('-', '_')}-{version}.dist-info"
-        info.mkdir(exist_ok=True)
-        (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n")
-    return directory
 
 
 class Cluster:
@@ -121,28 +101,12 @@ class Cluster:
     def _spawn(
         self, args: list[str], env: dict[str, str] | None = None, log: str = "proc"
     ) -> subprocess.Popen[str]:
-        environment = {**os.environ, "PYTHONUNBUFFERED": "1", **(env or {})}
-        handle = open(self.workdir / f"{log}.log", "a")  # noqa: SIM115 - lives as long as the process
-        process = subprocess.Popen(
-            [sys.executable, "-m", "flux", *args],
-            cwd=self.workdir,
-            env=environment,
-            stdout=subprocess.PIPE if log.startswith(("server", "replica", "gateway")) else handle,
-            stderr=handle,
-            text=True,
-            preexec_fn=self.server_preexec if log.startswith(("server", "replica")) else None,
-        )
-        self.processes.append(process)
+        process = spawn(self.workdir, args, env, log, self.server_preexec)
+        self.processes.append(process)  # for close()
         return process
 
     def _read_gateway_line(self, process: subprocess.Popen[str], what: str) -> str:
-        assert process.stdout is not None
-        line = process.stdout.readline()
-        match = GATEWAY.match(plain(line))
-        if not match:
-            process.kill()
-            raise AssertionError(f"{what} did not start: {line!r}; see the logs in {self.workdir}")
-        return match.group(1)
+        return read_gateway_line(process, what, self.workdir)
 
     def _db_arg(self, db: str | None) -> str:
         db = db or self.db

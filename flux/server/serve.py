@@ -19,12 +19,13 @@ from flux.dispatcher.core import Dispatcher, Settings
 from flux.dispatcher.state.freezing import freeze, unwatch, watch
 from flux.observe import logs, pauses
 from flux.server.callers import Callers
+from flux.server.control_service import ControlService
 from flux.server.interceptors import DecodeGuard
 from flux.server.introspection import Health, enable_reflection
 from flux.server.local import LocalChannel, LocalRegistry
 from flux.server.pools import PoolService
-from flux.server.servicers import ControlService, WorkerService
 from flux.server.tenants import TenantService
+from flux.server.worker_service import WorkerService
 from flux.v1 import (
     control_pb2,
     control_pb2_grpc,

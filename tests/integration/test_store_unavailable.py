@@ -15,7 +15,8 @@ import grpc
 import psycopg
 import pytest
 
-from flux.server.servicers import ControlService, WorkerService
+from flux.server.control_service import ControlService
+from flux.server.worker_service import WorkerService
 from flux.store.base import StoreError
 from flux.store.postgres import PostgresStore
 from flux.v1 import control_pb2, control_pb2_grpc, worker_pb2_grpc

@@ -15,7 +15,7 @@ from flux.dispatcher.core import WorkerRegistration
 from flux.dispatcher.state import validation
 from flux.domain.worker import Gpu, WorkerSoftware
 from flux.errors import ResourceExhausted
-from flux.server import servicers
+from flux.server import control_service
 from flux.v1 import control_pb2
 from tests.unit.harness import SETTINGS, Flux, resources
 
@@ -87,10 +87,10 @@ class _Context:
 
 async def test_a_fleet_watch_is_dropped_past_its_byte_backlog(flux, monkeypatch):
     # Few events, far under the count limit, but over the byte limit: dropped all the same.
-    monkeypatch.setattr(servicers, "FLEET_BACKLOG_BYTES", 1)
+    monkeypatch.setattr(control_service, "FLEET_BACKLOG_BYTES", 1)
     await flux.workflow()
     context = _Context()
-    watch = servicers.ControlService(flux.d).WatchFleet(control_pb2.WatchFleetRequest(), context)
+    watch = control_service.ControlService(flux.d).WatchFleet(control_pb2.WatchFleetRequest(), context)
     first = await anext(watch)
     assert first.WhichOneof("event") == "workers"  # the snapshot does not count
     for _ in range(3):  # nobody reads: the first unread event holds the one byte allowed
@@ -106,10 +106,10 @@ async def test_a_fleet_watch_is_dropped_past_its_byte_backlog(flux, monkeypatch)
 
 
 async def test_a_fleet_watch_that_reads_frees_its_byte_backlog(flux, monkeypatch):
-    monkeypatch.setattr(servicers, "FLEET_BACKLOG_BYTES", 1)
+    monkeypatch.setattr(control_service, "FLEET_BACKLOG_BYTES", 1)
     await flux.workflow()
     context = _Context()
-    watch = servicers.ControlService(flux.d).WatchFleet(control_pb2.WatchFleetRequest(), context)
+    watch = control_service.ControlService(flux.d).WatchFleet(control_pb2.WatchFleetRequest(), context)
     await anext(watch)
     for sequence in range(2, 6):  # one at a time, each read before the next: never behind
         await flux.run()

@@ -97,13 +97,13 @@ async def test_a_fleet_watch_that_falls_behind_is_dropped(
 ) -> None:
     import grpc
 
-    from flux.server import servicers
+    from flux.server import control_service
     from flux.v1 import control_pb2
 
-    monkeypatch.setattr(servicers, "FLEET_BACKLOG", 3)
+    monkeypatch.setattr(control_service, "FLEET_BACKLOG", 3)
     await flux.workflow()
     context = _Context()
-    watch = servicers.ControlService(flux.d).WatchFleet(control_pb2.WatchFleetRequest(), context)
+    watch = control_service.ControlService(flux.d).WatchFleet(control_pb2.WatchFleetRequest(), context)
     first = await anext(watch)
     assert first.sequence == 1 and first.WhichOneof("event") == "workers"
     for _ in range(5):  # nobody reads: the third unread event is the limit

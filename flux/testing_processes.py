@@ -1,0 +1,76 @@
+"""The process side of ``flux.testing``: starting a ``python -m flux`` process and reading what it prints.
+
+Private: ``flux.testing`` re-exports the public names (``plain``, ``fake_site_packages``,
+``LISTENING``, ``GATEWAY``), and users import them from there. Nothing here knows of
+``Cluster``, so this module imports no other part of the harness.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+from collections.abc import Callable
+from pathlib import Path
+
+LISTENING = re.compile(r"listening on (\S+):(\d+) \(grpc\)")
+GATEWAY = re.compile(r"^flux gateway listening on (https?://\S+)$")
+
+
+def plain(line: str) -> str:
+    """A line a server printed, as text: in --log-format json it is an object whose ``msg`` is the text."""
+    line = line.strip()
+    if line.startswith("{"):
+        try:
+            return str(json.loads(line).get("msg", line))
+        except ValueError:
+            pass
+    return line
+
+
+def fake_site_packages(directory: Path, packages: dict[str, str]) -> Path:
+    """A folder of ``*.dist-info`` stubs: on PYTHONPATH, importlib.metadata sees these versions."""
+    directory.mkdir(parents=True, exist_ok=True)
+    for name, version in packages.items():
+        info = directory / f"{name.replace('-', '_')}-{version}.dist-info"
+        info.mkdir(exist_ok=True)
+        (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n")
+    return directory
+
+
+def spawn(
+    workdir: Path,
+    args: list[str],
+    env: dict[str, str] | None,
+    log: str,
+    server_preexec: Callable[[], None] | None,
+) -> subprocess.Popen[str]:
+    """``python -m flux *args`` in ``workdir``, its stderr appended to ``workdir/<log>.log``.
+
+    A server, replica or gateway (by ``log``'s prefix) keeps stdout as a pipe, where it prints
+    the ports it bound; a server or replica runs ``server_preexec`` before it starts.
+    """
+    environment = {**os.environ, "PYTHONUNBUFFERED": "1", **(env or {})}
+    handle = open(workdir / f"{log}.log", "a")  # noqa: SIM115 - lives as long as the process
+    return subprocess.Popen(
+        [sys.executable, "-m", "flux", *args],
+        cwd=workdir,
+        env=environment,
+        stdout=subprocess.PIPE if log.startswith(("server", "replica", "gateway")) else handle,
+        stderr=handle,
+        text=True,
+        preexec_fn=server_preexec if log.startswith(("server", "replica")) else None,
+    )
+
+
+def read_gateway_line(process: subprocess.Popen[str], what: str, workdir: Path) -> str:
+    """The gateway URL ``process`` printed next on stdout; kill it and fail if it printed something else."""
+    assert process.stdout is not None
+    line = process.stdout.readline()
+    match = GATEWAY.match(plain(line))
+    if not match:
+        process.kill()
+        raise AssertionError(f"{what} did not start: {line!r}; see the logs in {workdir}")
+    return match.group(1)
