@@ -21,7 +21,7 @@ import grpc.experimental
 from flux import tracing
 from flux.auth import Credentials, Role
 
-# ``chunked``, ``default_server`` and ``WaitTimedOut`` are imported from here outside flux.
+# ``chunked`` and ``WaitTimedOut`` are imported from here outside flux (tests, bench, scripts).
 from flux.client_requests import (
     WaitTimedOut,
     chunked,
@@ -44,7 +44,7 @@ from flux.loader import WorkflowFile, load_workflow_file
 from flux.tenant_admin import TenantAdmin
 from flux.v1 import control_pb2, control_pb2_grpc, tenants_pb2_grpc
 
-__all__ = ["FluxClient", "WaitTimedOut", "chunked", "default_server"]
+__all__ = ["FluxClient", "WaitTimedOut", "chunked"]
 
 SINGLE_THREADED_STREAMS = grpc.experimental.ChannelOptions.SingleThreadedUnaryStream
 
