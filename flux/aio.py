@@ -13,7 +13,6 @@ One client holds one channel; share it between tasks rather than opening one per
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import functools
 from collections.abc import AsyncIterator, Callable, Iterable
 from pathlib import Path
@@ -21,21 +20,25 @@ from typing import Any
 
 import grpc
 
-from flux import defaults, tracing
+from flux import tracing
 from flux.auth import Credentials, Role
-from flux.client import (
+from flux.client_requests import (
     WaitTimedOut,
     chunked,
     default_server,
     encode_inputs,
     execution_ids,
     finished,
+    id_chunks,
     in_order,
+    list_executions_request,
     rpc_error,
+    run_many_request,
     run_request,
     shift_index,
     workflow_request,
 )
+from flux.client_streams import tasks
 from flux.errors import FluxError, InvalidArgument, Unavailable
 from flux.loader import WorkflowFile, load_workflow_file
 from flux.tenant_admin import AsyncTenantAdmin
@@ -236,11 +239,7 @@ class FluxClient:
     ) -> list[control_pb2.Execution]:
         executions: list[control_pb2.Execution] = []
         for chunk in chunked(inputs_json):
-            request = control_pb2.RunWorkflowsRequest(
-                workflow_name=workflow, input_json=chunk, version=version
-            )
-            if priority is not None:
-                request.priority = priority
+            request = run_many_request(workflow, chunk, version, priority)
             try:
                 answer = await self._submit("RunWorkflows", request, workflow)
             except InvalidArgument as exc:
@@ -278,44 +277,17 @@ class FluxClient:
         assert timeout is not None
         raise WaitTimedOut(await self.get(next(iter(pending)), timeout=5.0), timeout)
 
-    async def _finals(self, ids: list[str], timeout: float | None) -> AsyncIterator[control_pb2.Execution]:
-        size = defaults.MAX_BATCH_INPUTS
+    def _finals(self, ids: list[str], timeout: float | None) -> AsyncIterator[control_pb2.Execution]:
+        # The merge itself, not a generator around it, so the caller's loop drives it directly.
         calls = [
             self._stub.WaitExecutions(
-                control_pb2.WaitExecutionsRequest(execution_ids=ids[i : i + size]),
+                control_pb2.WaitExecutionsRequest(execution_ids=chunk),
                 timeout=timeout,
                 metadata=self._metadata,
             )
-            for i in range(0, len(ids), size)
+            for chunk in id_chunks(ids)
         ]
-        merged: asyncio.Queue[control_pb2.Execution | BaseException | None] = asyncio.Queue()
-
-        async def read(call: Any) -> None:
-            try:
-                async for batch in call:
-                    for execution in batch.executions:
-                        merged.put_nowait(execution)
-            except grpc.RpcError as exc:
-                merged.put_nowait(await self._error(exc))
-            merged.put_nowait(None)
-
-        readers = [asyncio.ensure_future(read(call)) for call in calls]
-        try:
-            open_calls = len(calls)
-            while open_calls:
-                item = await merged.get()
-                if item is None:
-                    open_calls -= 1
-                elif isinstance(item, BaseException):
-                    raise item
-                else:
-                    yield item
-        finally:
-            for call, reader in zip(calls, readers, strict=True):
-                call.cancel()
-                reader.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await asyncio.gather(*readers, return_exceptions=True)
+        return tasks(calls, lambda batch: batch.executions, self._error)
 
     async def get(self, execution_id: str, timeout: float | None = None) -> control_pb2.Execution:
         return await self._call(
@@ -399,14 +371,7 @@ class FluxClient:
         page_token: str = "",
     ) -> control_pb2.ListExecutionsResponse:
         """One page of executions, newest first; pass ``next_page_token`` back for the next."""
-        request = control_pb2.ListExecutionsRequest(
-            states=states,
-            workflow=workflow,
-            worker=worker,
-            created_after_ms=created_after_ms,
-            page_size=page_size,
-            page_token=page_token,
-        )
+        request = list_executions_request(states, workflow, worker, created_after_ms, page_size, page_token)
         return await self._call("ListExecutions", request)
 
     async def workflows(self, name: str = "", version: int = 0) -> control_pb2.ListWorkflowsResponse:

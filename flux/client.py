@@ -9,9 +9,6 @@ from __future__ import annotations
 
 import functools
 import json
-import os
-import queue
-import re
 import threading
 import time
 from collections.abc import Callable, Iterable, Iterator
@@ -21,120 +18,35 @@ from typing import Any
 import grpc
 import grpc.experimental
 
-from flux import defaults, tracing
-from flux.auth import TLS_HINT, Credentials, Role, speaks_tls
-from flux.errors import FluxError, InvalidArgument, Unavailable, from_grpc_code
+from flux import tracing
+from flux.auth import Credentials, Role
+
+# ``chunked`` and ``WaitTimedOut`` are imported from here outside flux (tests, bench, scripts).
+from flux.client_requests import (
+    WaitTimedOut,
+    chunked,
+    default_server,
+    encode_inputs,
+    execution_ids,
+    finished,
+    id_chunks,
+    in_order,
+    list_executions_request,
+    rpc_error,
+    run_many_request,
+    run_request,
+    shift_index,
+    workflow_request,
+)
+from flux.client_streams import threaded
+from flux.errors import FluxError, InvalidArgument, Unavailable
 from flux.loader import WorkflowFile, load_workflow_file
 from flux.tenant_admin import TenantAdmin
 from flux.v1 import control_pb2, control_pb2_grpc, tenants_pb2_grpc
 
-DEFAULT_SERVER = defaults.SERVER
+__all__ = ["FluxClient", "WaitTimedOut", "chunked"]
+
 SINGLE_THREADED_STREAMS = grpc.experimental.ChannelOptions.SingleThreadedUnaryStream
-
-
-def default_server() -> str:
-    return os.environ.get("FLUX_SERVER", DEFAULT_SERVER)
-
-
-class WaitTimedOut(FluxError, TimeoutError):
-    """``wait`` gave up at its timeout while the server was answering: the execution is not finished.
-
-    ``execution`` is its state when the wait ended, read from the server then.
-    """
-
-    def __init__(self, execution: control_pb2.Execution, timeout: float):
-        self.execution, self.timeout = execution, timeout
-        state = control_pb2.ExecutionState.Name(execution.state).removeprefix("EXECUTION_STATE_")
-        super().__init__(f"timed out after {timeout:g}s; execution {execution.execution_id} is still {state}")
-
-
-def chunked(
-    inputs_json: Iterable[str],
-    size: int = defaults.MAX_BATCH_INPUTS,
-    max_bytes: int = defaults.RUN_MANY_CHUNK_BYTES,
-) -> Iterator[list[str]]:
-    """Inputs in RunWorkflows-sized calls: at most ``size`` inputs and (unless one alone is larger) ``max_bytes``."""
-    chunk: list[str] = []
-    held = 0
-    for text in inputs_json:
-        if chunk and (len(chunk) >= size or held + len(text) > max_bytes):
-            yield chunk
-            chunk, held = [], 0
-        chunk.append(text)
-        held += len(text)
-    if chunk:
-        yield chunk
-
-
-def shift_index(message: str, offset: int) -> str:
-    # A later call's refusal names the index within its chunk: name it within all the inputs.
-    if not offset:
-        return message
-    return re.sub(
-        r"input_json\[(\d+)\]", lambda m: f"input_json[{int(m.group(1)) + offset}]", message, count=1
-    )
-
-
-def rpc_error(exc: grpc.RpcError, address: str, credentials: Credentials) -> FluxError:
-    """The domain error a failed call means (``Unavailable`` for an unreachable or silent server)."""
-    code, details = exc.code(), exc.details() or ""  # type: ignore[attr-defined]
-    if code == grpc.StatusCode.DEADLINE_EXCEEDED:
-        return Unavailable(f"the Flux server at {address} did not answer in time")
-    if code == grpc.StatusCode.UNAVAILABLE:
-        hint = ""
-        if credentials.ca is None and speaks_tls(address):
-            hint = f"; {TLS_HINT}"
-        return Unavailable(f"cannot reach the Flux server at {address}: {details or code.name}{hint}")
-    return from_grpc_code(code, details)
-
-
-def workflow_request(loaded: WorkflowFile) -> control_pb2.RegisterWorkflowRequest:
-    request = control_pb2.RegisterWorkflowRequest(filename=loaded.path.name, source=loaded.source)
-    for wf in loaded.workflows:
-        request.workflows.append(
-            control_pb2.WorkflowMetadata(
-                name=wf.name,
-                entrypoint=wf.entrypoint,
-                requests=wf.requests.to_proto(),
-                affinity=dict(wf.affinity),
-                max_attempts=wf.max_attempts,
-                priority=wf.priority,
-            )
-        )
-    return request
-
-
-def execution_ids(executions: Iterable[control_pb2.Execution | str]) -> list[str]:
-    """The ids of ``executions`` (executions or ids), in order."""
-    return [e if isinstance(e, str) else e.execution_id for e in executions]
-
-
-def run_request(
-    workflow: str, input_json: str, version: int, priority: int | None
-) -> control_pb2.RunWorkflowRequest:
-    request = control_pb2.RunWorkflowRequest(workflow_name=workflow, input_json=input_json, version=version)
-    if priority is not None:
-        request.priority = priority
-    return request
-
-
-def encode_inputs(inputs: Iterable[Any]) -> list[str]:
-    """Each input as JSON, or ``InvalidArgument`` naming the first that cannot be sent."""
-    encoded = []
-    for index, value in enumerate(inputs):
-        try:
-            encoded.append(json.dumps(value, allow_nan=False))
-        except (TypeError, ValueError) as exc:
-            raise InvalidArgument(f"inputs[{index}] cannot be sent as JSON: {exc}") from None
-    return encoded
-
-
-def finished(execution: control_pb2.Execution) -> bool:
-    return execution.state >= control_pb2.EXECUTION_STATE_COMPLETED
-
-
-def in_order(ids: list[str], finals: dict[str, control_pb2.Execution]) -> list[control_pb2.Execution]:
-    return [finals[execution_id] for execution_id in ids]
 
 
 class FluxClient:
@@ -345,11 +257,7 @@ class FluxClient:
         """Submit one execution per JSON-encoded input, in calls of the per-call cap; in input order."""
         executions: list[control_pb2.Execution] = []
         for chunk in chunked(inputs_json):
-            request = control_pb2.RunWorkflowsRequest(
-                workflow_name=workflow, input_json=chunk, version=version
-            )
-            if priority is not None:
-                request.priority = priority
+            request = run_many_request(workflow, chunk, version, priority)
             try:
                 answer = self._submit("RunWorkflows", request, workflow)
             except InvalidArgument as exc:
@@ -397,34 +305,12 @@ class FluxClient:
         raise WaitTimedOut(current, timeout)
 
     def _finals(self, ids: list[str], timeout: float | None) -> Iterator[control_pb2.Execution]:
-        chunks = [
-            ids[i : i + defaults.MAX_BATCH_INPUTS] for i in range(0, len(ids), defaults.MAX_BATCH_INPUTS)
-        ]
+        chunks = id_chunks(ids)
         if len(chunks) == 1:
             yield from self._final_stream(chunks[0], timeout)
             return
         # Several streams read side by side, so completion order holds across all of them.
-        merged: queue.Queue[control_pb2.Execution | BaseException | None] = queue.Queue()
-
-        def read(chunk: list[str]) -> None:
-            try:
-                for execution in self._final_stream(chunk, timeout):
-                    merged.put(execution)
-            except BaseException as exc:
-                merged.put(exc)
-            merged.put(None)
-
-        for chunk in chunks:
-            threading.Thread(target=read, args=(chunk,), name="flux-wait", daemon=True).start()
-        open_streams = len(chunks)
-        while open_streams:
-            item = merged.get()
-            if item is None:
-                open_streams -= 1
-            elif isinstance(item, BaseException):
-                raise item
-            else:
-                yield item
+        yield from threaded([self._final_stream(chunk, timeout) for chunk in chunks], "flux-wait")
 
     def _final_stream(self, ids: list[str], timeout: float | None) -> Iterator[control_pb2.Execution]:
         stream = self._stub.WaitExecutions(
@@ -518,17 +404,8 @@ class FluxClient:
         page_token: str = "",
     ) -> control_pb2.ListExecutionsResponse:
         """One page of executions, newest first; pass ``next_page_token`` back for the next."""
-        return self._call(
-            "ListExecutions",
-            control_pb2.ListExecutionsRequest(
-                states=states,
-                workflow=workflow,
-                worker=worker,
-                created_after_ms=created_after_ms,
-                page_size=page_size,
-                page_token=page_token,
-            ),  # fmt: skip
-        )
+        request = list_executions_request(states, workflow, worker, created_after_ms, page_size, page_token)
+        return self._call("ListExecutions", request)
 
     def workflows(self, name: str = "", version: int = 0) -> control_pb2.ListWorkflowsResponse:
         """The latest version of every workflow, or the versions of ``name`` (only ``version``, if given)."""

@@ -46,7 +46,7 @@ from flux.cli.commands.workflow import (
 )
 from flux.cli.parser_start import add_start
 from flux.cli.support import EXIT_STATUS, EXIT_TIMED_OUT
-from flux.client import default_server
+from flux.client_requests import default_server
 from flux.domain.tenant import FIELDS
 
 LOG_LEVEL_HELP = "DEBUG, INFO, WARNING or ERROR (default $FLUX_LOG_LEVEL or INFO)"

@@ -11,36 +11,27 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import contextvars
-import inspect
-import json
 import logging
-import random
 import time
-import traceback
-from collections.abc import Awaitable, Callable, Iterable, Mapping
+from collections.abc import Awaitable, Iterable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TypeVar
 
-from flux import defaults, tracing
-from flux.context import ExecutionContext
-from flux.domain.execution import ExecutionError, result_bytes
+from flux import defaults
+from flux.domain.execution import result_bytes
 from flux.domain.worker import WorkerResources
 from flux.errors import (
-    FailedPrecondition,
     FluxError,
     InvalidArgument,
-    NotFound,
     PermissionDenied,
-    ResourceExhausted,
     Unauthenticated,
     Unavailable,
     Unimplemented,
 )
 from flux.worker.batching import Batcher
 from flux.worker.code_cache import CodeCache
+from flux.worker.executions import Backoff, Executions, Running
 from flux.worker.probe import ResourceProbe, changed_materially
 from flux.worker.transport import (
     Answers,
@@ -51,8 +42,6 @@ from flux.worker.transport import (
     Registration,
     WorkerTransport,
 )
-
-T = TypeVar("T")
 
 log = logging.getLogger("flux.worker")
 
@@ -89,35 +78,7 @@ class WorkerConfig:
     backoff_max: float = 5.0
 
 
-class Backoff:
-    """Exponential backoff with full jitter, so a fleet does not reconnect in lockstep."""
-
-    def __init__(self, initial: float, maximum: float):
-        self.initial, self.maximum, self.attempt = initial, maximum, 0
-
-    def next(self) -> float:
-        delay = min(self.maximum, self.initial * 2**self.attempt)
-        self.attempt += 1
-        return random.uniform(delay / 2, delay)
-
-    def reset(self) -> None:
-        self.attempt = 0
-
-
-@dataclass(slots=True)
-class Running:
-    dispatch: Dispatch
-    task: asyncio.Task[None]
-    cancelled_by_server: bool = False
-    # Stopped so a tenant could reclaim its quota: handed back (Release), not dropped.
-    preempted: bool = False
-    # The stream (count of Connected) during which the server last accepted our claim; None
-    # before the first. A server reached on a later stream may not know of it: a replica that
-    # adopted this dispatch holds it as unclaimed if the one that answered died before storing it.
-    claimed_in: int | None = None
-
-
-class WorkerRuntime:
+class WorkerRuntime(Executions):
     def __init__(self, config: WorkerConfig, transport: WorkerTransport, probe: ResourceProbe):
         self.config = config
         self.transport = transport
@@ -279,184 +240,6 @@ class WorkerRuntime:
                 asyncio.create_task(
                     self._release(execution_id, generation, "not running on this worker after a reconnect")
                 )
-
-    # ----------------------------------------------------------------- executions
-
-    async def _execute(self, dispatch: Dispatch) -> None:
-        execution_id = dispatch.execution_id
-        traced = tracing.ACTIVE and bool(dispatch.trace)
-        try:
-            streams = self._streams
-            if not await (self._traced_claim(dispatch) if traced else self._claim(dispatch)):
-                return
-            running = self._running.get(execution_id)
-            if running is not None and running.dispatch is dispatch:
-                running.claimed_in = streams
-            if traced:
-                output_json, error = await self._traced_invoke(dispatch)
-                with tracing.span("flux.complete", dispatch.trace, "CLIENT", **self._span_fields(dispatch)):
-                    await self._deliver(dispatch, output_json, error)
-            else:
-                output_json, error = await self._invoke(dispatch)
-                await self._deliver(dispatch, output_json, error)
-        except asyncio.CancelledError:
-            running = self._running.get(execution_id)
-            if running is None or running.dispatch is dispatch and not running.cancelled_by_server:
-                # Drain timed out: hand the execution back so another worker runs it.
-                await asyncio.shield(
-                    self._release(execution_id, dispatch.generation, "worker stopped before finishing")
-                )
-            elif running.dispatch is dispatch and running.preempted:
-                # The server holds its room until we hand it back (or its grace runs out).
-                await asyncio.shield(self._release(execution_id, dispatch.generation, "preempted"))
-        finally:
-            running = self._running.get(execution_id)
-            if running is not None and running.dispatch is dispatch:  # not a newer dispatch of it
-                del self._running[execution_id]
-
-    async def _claim(self, dispatch: Dispatch) -> bool:
-        """Claim, retrying while the control plane is unreachable; False when refused.
-
-        Giving up on an unreachable server would drop work the server may already have
-        recorded as claimed (its answer lost as it died). A retried claim of a RUNNING
-        execution is accepted, and a reconnect's Connected cancels the try if the server
-        no longer holds it for us.
-        """
-        try:
-            await self._while_unreachable(
-                f"claim {dispatch.execution_id}",
-                lambda: self._claims.submit((dispatch.execution_id, dispatch.generation)),
-            )
-            return True
-        except (FailedPrecondition, NotFound, PermissionDenied) as exc:
-            log.info("claim of %s refused: %s", dispatch.execution_id, exc)
-            return False
-
-    def _span_fields(self, dispatch: Dispatch) -> dict[str, object]:
-        return {
-            "flux.execution.id": dispatch.execution_id,
-            "flux.workflow.name": dispatch.workflow.name,
-            "flux.workflow.version": dispatch.workflow.version,
-            "flux.attempt": dispatch.attempt,
-            "flux.generation": dispatch.generation,
-            "flux.worker": self.config.name,
-        }
-
-    async def _traced_claim(self, dispatch: Dispatch) -> bool:
-        with tracing.span("flux.claim", dispatch.trace, "CLIENT", **self._span_fields(dispatch)) as span:
-            claimed = await self._claim(dispatch)
-            if not claimed:
-                span.set_attribute("error.type", "claim_refused")
-            return claimed
-
-    async def _traced_invoke(self, dispatch: Dispatch) -> tuple[str | None, ExecutionError | None]:
-        # Current while the workflow runs (also in its thread), so the user's own spans nest under it.
-        with tracing.span("flux.execute", dispatch.trace, "CONSUMER", **self._span_fields(dispatch)) as span:
-            output_json, error = await self._invoke(dispatch)
-            if error is not None:
-                from opentelemetry.trace import Status, StatusCode
-
-                span.set_attribute("error.type", error.type)
-                span.set_status(Status(StatusCode.ERROR, error.type))
-            return output_json, error
-
-    async def _function(self, dispatch: Dispatch) -> Callable[..., object]:
-        """The workflow's function, fetching its code while the control plane is unreachable.
-
-        An unreachable server (a replica that died just after our claim) says nothing about the
-        workflow: failing the execution for it would record a failure the code never had.
-        """
-        return await self._while_unreachable(
-            f"fetch the code of {dispatch.workflow.name}", lambda: self._code.function(dispatch.workflow)
-        )
-
-    async def _while_unreachable(self, what: str, call: Callable[[], Awaitable[T]]) -> T:
-        """``call()``, again after a backoff each time the control plane is unreachable."""
-        backoff = Backoff(self.config.backoff_initial, self.config.backoff_max)
-        while True:
-            try:
-                return await call()
-            except Unavailable as exc:
-                delay = backoff.next()
-                log.warning("could not %s (%s); retrying in %.2fs", what, exc, delay)
-                await asyncio.sleep(delay)
-
-    async def _invoke(self, dispatch: Dispatch) -> tuple[str | None, ExecutionError | None]:
-        try:
-            fn = await self._function(dispatch)
-            ctx = ExecutionContext(
-                input=json.loads(dispatch.input_json or "null"),
-                execution_id=dispatch.execution_id,
-                workflow_name=dispatch.workflow.name,
-                worker_name=self.config.name,
-                attempt=dispatch.attempt,
-                assigned_gpus=dispatch.gpu_indices,
-            )
-            if inspect.iscoroutinefunction(fn):
-                result = await fn(ctx)
-            else:
-                loop = asyncio.get_running_loop()
-                if tracing.ACTIVE:  # the span stays current in the thread
-                    result = await loop.run_in_executor(
-                        self._threads, contextvars.copy_context().run, fn, ctx
-                    )
-                else:
-                    result = await loop.run_in_executor(self._threads, fn, ctx)
-            try:
-                return json.dumps(result, allow_nan=False), None
-            except (TypeError, ValueError) as exc:
-                return None, ExecutionError("TypeError", f"workflow output is not JSON-serialisable: {exc}")
-        except asyncio.CancelledError:
-            raise
-        except Exception as exc:
-            return None, ExecutionError(type(exc).__qualname__, str(exc), traceback.format_exc())
-
-    async def _deliver(
-        self, dispatch: Dispatch, output_json: str | None, error: ExecutionError | None
-    ) -> None:
-        """Complete, retrying while the control plane is unreachable: the result exists only here."""
-        backoff = Backoff(self.config.backoff_initial, self.config.backoff_max)
-        while True:
-            running = self._running.get(dispatch.execution_id)
-            if running is not None and running.dispatch is dispatch and running.claimed_in != self._streams:
-                await self._reclaim(running)  # a result for a dispatch held as unclaimed is refused
-            try:
-                await self._results.submit(
-                    Outcome(dispatch.execution_id, dispatch.generation, output_json, error)
-                )
-                return
-            except Unavailable as exc:
-                delay = backoff.next()
-                log.warning(
-                    "could not deliver the result of %s (%s); retrying in %.2fs",
-                    dispatch.execution_id,
-                    exc,
-                    delay,
-                )
-                await asyncio.sleep(delay)
-            except (InvalidArgument, ResourceExhausted) as exc:
-                if error is not None:
-                    log.warning("error report for %s refused: %s", dispatch.execution_id, exc)
-                    return
-                # The output itself was refused (too large, not JSON): report that as the failure,
-                # or the execution would stay RUNNING with nobody left to finish it.
-                output_json, error = (
-                    None,
-                    ExecutionError(type(exc).__name__, f"the workflow's output was refused: {exc}"),
-                )
-            except FluxError as exc:
-                log.warning("result of %s refused: %s", dispatch.execution_id, exc)
-                return
-
-    async def _reclaim(self, running: Running) -> None:
-        """Claim again on a new stream (a repeated claim is accepted; a stale one refused)."""
-        streams, dispatch = self._streams, running.dispatch
-        try:
-            await self._claims.submit((dispatch.execution_id, dispatch.generation))
-        except FluxError as exc:  # the result is still delivered, and fenced, as usual
-            log.debug("repeated claim of %s not accepted: %s", dispatch.execution_id, exc)
-        else:
-            running.claimed_in = streams
 
     async def _send_claims(self, items: list[tuple[str, int]]) -> Answers:
         if self._batched:

@@ -65,7 +65,7 @@ def run_workflow(args: argparse.Namespace) -> int:
         print(f"error: {where} is not valid JSON ({exc}); quote strings, e.g. '\"World\"'", file=sys.stderr)
         return 1
     from flux.cli.progress import Follower
-    from flux.client import WaitTimedOut
+    from flux.client_requests import WaitTimedOut
 
     with connect(args) as client:
         if not args.wait:
