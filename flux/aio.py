@@ -36,6 +36,7 @@ from flux.client_requests import (
     run_many_request,
     run_request,
     shift_index,
+    submit_span,
     workflow_request,
 )
 from flux.client_streams import tasks
@@ -161,12 +162,10 @@ class FluxClient:
     ) -> control_pb2.Execution:
         loop = asyncio.get_running_loop()
         deadline = None if timeout is None else loop.time() + timeout
-        span = None
-        metadata = self._metadata
-        if self._traced:  # the submission (to the receipt) is a flux.submit span
-            attributes = tracing.submit_attributes(self.address, "RunAndWait", request.workflow_name)
-            span = tracing.start("flux.submit", kind="CLIENT", **attributes)
-            metadata = (*metadata, *tracing.metadata(tracing.carrier_of(span)))
+        # Traced, the submission (to the receipt) is a flux.submit span.
+        span, metadata = submit_span(
+            self.address, "RunAndWait", request.workflow_name, self._metadata, self._traced
+        )
         call = self._stub.RunAndWait(
             control_pb2.RunAndWaitRequest(run=request, every_state=on_update is not None),
             timeout=None if timeout is None else max(timeout, self.timeout),

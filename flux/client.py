@@ -36,6 +36,7 @@ from flux.client_requests import (
     run_many_request,
     run_request,
     shift_index,
+    submit_span,
     workflow_request,
 )
 from flux.client_streams import threaded
@@ -71,14 +72,7 @@ class FluxClient:
     def tenants(self) -> TenantAdmin:
         """Tenants and their tokens (``flux.tenant_admin``; an admin token only)."""
         stub = tenants_pb2_grpc.TenantServiceStub(self._channel)
-
-        def call(method: str, request: Any) -> Any:
-            try:
-                return getattr(stub, method)(request, timeout=self.timeout, metadata=self._metadata)
-            except grpc.RpcError as exc:
-                raise self._error(exc) from None
-
-        return TenantAdmin(call)
+        return TenantAdmin(lambda method, request: self._call(method, request, stub=stub))
 
     def close(self) -> None:
         self._channel.close()
@@ -89,32 +83,34 @@ class FluxClient:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
-    def _call(self, method: str, request: Any, timeout: float | None = None) -> Any:
+    def _call(self, method: str, request: Any, timeout: float | None = None, stub: Any = None) -> Any:
         try:
-            return getattr(self._stub, method)(
+            return getattr(stub or self._stub, method)(
                 request, timeout=timeout or self.timeout, metadata=self._metadata
             )
         except grpc.RpcError as exc:
             raise self._error(exc) from None
 
-    def _submit_span(self, method: str, workflow: str) -> Any:
-        """A started ``flux.submit`` span (not current), for a streamed submission that ends it."""
-        return tracing.start(
-            "flux.submit", kind="CLIENT", **tracing.submit_attributes(self.address, method, workflow)
-        )
+    def _read(self, method: str, request: Any, timeout: float | None) -> Iterator[Any]:
+        """A server stream's messages, its errors as ``FluxError``; the call ends when the reader stops."""
+        stream = getattr(self._stub, method)(request, timeout=timeout, metadata=self._metadata)
+        try:
+            yield from stream
+        except grpc.RpcError as exc:
+            raise self._error(exc) from None
+        finally:
+            stream.cancel()
 
     def _submit(self, method: str, request: Any, workflow: str) -> Any:
         """A submission, in a ``flux.submit`` span whose context the server stores with the executions."""
         if not self._traced:
             return self._call(method, request)
-        attributes = tracing.submit_attributes(self.address, method, workflow)
-        with tracing.span("flux.submit", kind="CLIENT", **attributes) as span:
+        with tracing.span(
+            "flux.submit", kind="CLIENT", **tracing.submit_attributes(self.address, method, workflow)
+        ) as span:
+            metadata = (*self._metadata, *tracing.metadata(tracing.carrier_of(span)))
             try:
-                answer = getattr(self._stub, method)(
-                    request,
-                    timeout=self.timeout,
-                    metadata=(*self._metadata, *tracing.metadata(tracing.carrier_of(span))),
-                )
+                answer = getattr(self._stub, method)(request, timeout=self.timeout, metadata=metadata)
             except grpc.RpcError as exc:
                 span.set_attribute("rpc.grpc.status_code", exc.code().value[0])  # type: ignore[attr-defined]
                 raise self._error(exc) from None
@@ -183,9 +179,8 @@ class FluxClient:
         # call (self.timeout); the wait's own timeout cuts the stream only once it is accepted.
         deadline = None if timeout is None else time.monotonic() + timeout
         # Traced, the submission (to the receipt) is a flux.submit span, as a run without wait is.
-        span = self._submit_span("RunAndWait", request.workflow_name) if self._traced else None
-        metadata = (
-            self._metadata if span is None else (*self._metadata, *tracing.metadata(tracing.carrier_of(span)))
+        span, metadata = submit_span(
+            self.address, "RunAndWait", request.workflow_name, self._metadata, self._traced
         )
         stream = self._stub.RunAndWait(
             control_pb2.RunAndWaitRequest(run=request, every_state=on_update is not None),
@@ -305,38 +300,21 @@ class FluxClient:
         raise WaitTimedOut(current, timeout)
 
     def _finals(self, ids: list[str], timeout: float | None) -> Iterator[control_pb2.Execution]:
-        chunks = id_chunks(ids)
-        if len(chunks) == 1:
-            yield from self._final_stream(chunks[0], timeout)
-            return
-        # Several streams read side by side, so completion order holds across all of them.
-        yield from threaded([self._final_stream(chunk, timeout) for chunk in chunks], "flux-wait")
+        return threaded([self._final_stream(chunk, timeout) for chunk in id_chunks(ids)], "flux-wait")
 
     def _final_stream(self, ids: list[str], timeout: float | None) -> Iterator[control_pb2.Execution]:
-        stream = self._stub.WaitExecutions(
-            control_pb2.WaitExecutionsRequest(execution_ids=ids), timeout=timeout, metadata=self._metadata
-        )
-        try:
-            for batch in stream:
-                yield from batch.executions
-        except grpc.RpcError as exc:
-            raise self._error(exc) from None
-        finally:
-            stream.cancel()
+        for batch in self._read(
+            "WaitExecutions", control_pb2.WaitExecutionsRequest(execution_ids=ids), timeout
+        ):
+            yield from batch.executions
 
     def get(self, execution_id: str, timeout: float | None = None) -> control_pb2.Execution:
         return self._call("GetExecution", control_pb2.GetExecutionRequest(execution_id=execution_id), timeout)
 
     def watch(self, execution_id: str, timeout: float | None = None) -> Iterator[control_pb2.Execution]:
-        stream = self._stub.WatchExecution(
-            control_pb2.WatchExecutionRequest(execution_id=execution_id),
-            timeout=timeout,
-            metadata=self._metadata,
+        return self._read(
+            "WatchExecution", control_pb2.WatchExecutionRequest(execution_id=execution_id), timeout
         )
-        try:
-            yield from stream
-        except grpc.RpcError as exc:
-            raise self._error(exc) from None
 
     def wait(
         self,

@@ -10,12 +10,12 @@ from __future__ import annotations
 import json
 import os
 import re
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from typing import Any
 
 import grpc
 
-from flux import defaults
+from flux import defaults, tracing
 from flux.auth import TLS_HINT, Credentials, speaks_tls
 from flux.errors import FluxError, InvalidArgument, Unavailable, from_grpc_code
 from flux.loader import WorkflowFile
@@ -160,3 +160,14 @@ def id_chunks(ids: list[str]) -> list[list[str]]:
     """The ids in ``WaitExecutions``-sized pieces (one stream each)."""
     size = defaults.MAX_BATCH_INPUTS
     return [ids[i : i + size] for i in range(0, len(ids), size)]
+
+
+def submit_span(
+    address: str, method: str, workflow: str, metadata: Sequence[tuple[str, str]], traced: bool
+) -> tuple[Any, tuple[tuple[str, str], ...]]:
+    """For a streamed submission, traced: a started ``flux.submit`` span (not current; the caller
+    ends it at the receipt) and the call's metadata carrying its context; else (None, metadata)."""
+    if not traced:
+        return None, tuple(metadata)
+    span = tracing.start("flux.submit", kind="CLIENT", **tracing.submit_attributes(address, method, workflow))
+    return span, (*metadata, *tracing.metadata(tracing.carrier_of(span)))

@@ -19,7 +19,11 @@ T = TypeVar("T")
 
 def threaded(streams: list[Iterator[T]], name: str) -> Iterator[T]:
     """Every item of ``streams``, each read in its own daemon thread (named ``name``); a stream's
-    exception is raised here."""
+    exception is raised here, so completion order holds across them all. A lone stream is read
+    here, in the caller's thread."""
+    if len(streams) == 1:
+        yield from streams[0]
+        return
     merged: queue.Queue[T | BaseException | None] = queue.Queue()
 
     def read(stream: Iterator[T]) -> None:
