@@ -1,10 +1,10 @@
 """The contract between the core and the parts it drives: what they may read and call of it.
 
-The transitions (``bulk``, ``housekeeping``, ``worker_calls``), the preemption planner's
-shell (``reclaim``), the pool book and the modes (``modes``, ``shared_*``) are handed the
-dispatcher as a ``Handle``, never the ``Dispatcher`` class: none of them imports the core,
-so the core is the only module that knows them all (no import cycle), and a mode can be
-read against this page rather than against the core's 600 lines.
+The transitions (``transitions/``), the pass (``cycle/placing.py``), the reads that need more
+than the store (``reads/``), the pool book and the modes (``modes/``) are handed the dispatcher
+as a ``Handle``, never the ``Dispatcher`` class: none of them imports the core, so the core is
+the only module that knows them all (no import cycle), and a mode can be read against this
+page rather than against the core.
 
 Also here, for the same reason: the three strategies a mode injects (``Binder``,
 ``PendingFeed``, ``FleetDirectory``; their local forms are in ``modes/local.py``, the replicas'
