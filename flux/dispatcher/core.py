@@ -20,7 +20,7 @@ from collections.abc import AsyncIterator, Callable, Iterable, Sequence
 
 from flux.dispatcher.cycle import placing
 from flux.dispatcher.cycle.passes import Passes
-from flux.dispatcher.handle import Modes
+from flux.dispatcher.handle import Bound, Modes
 from flux.dispatcher.modes.local import local
 from flux.dispatcher.reads import diagnosis, waiting
 from flux.dispatcher.reads.diagnosis import Diagnosis
@@ -286,8 +286,9 @@ class Dispatcher:
     ) -> list[Placement]:
         return placing.reserve(self, shapes, workers, starving_first, only)
 
-    def push(self, execution: Execution, entry: WorkerEntry, placement: Placement) -> None:
-        placing.push(self, execution, entry, placement)
+    def apply(self, results: list[Bound]) -> None:
+        """What a bind said, placement by placement (cycle/placing.py): push, or unreserve."""
+        placing.apply(self, results)
 
     # ----------------------------------------------------------------- workers
 

@@ -14,6 +14,7 @@ in ``modes/shared/``).
 from __future__ import annotations
 
 import asyncio
+import enum
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol, runtime_checkable
@@ -114,7 +115,7 @@ class Handle(Protocol):
         only: bool = False,
     ) -> list[Placement]: ...
 
-    def push(self, execution: Execution, entry: WorkerEntry, placement: Placement) -> None: ...
+    def apply(self, results: list[Bound]) -> None: ...
 
     # Executions in and out of the queue.
     def take_seq(self) -> int: ...
@@ -142,8 +143,9 @@ class Binder(Protocol):
     async def submit_many(self, executions: list[Execution]) -> None:
         """Store new executions in one commit (durable before the answer), then queue them and place them."""
 
-    def bind(self, placements: list[Placement]) -> None:
-        """Dispatch placements already reserved on their workers (or unreserve them)."""
+    def bind(self, placements: list[Placement]) -> Binding:
+        """Make placements reserved on their workers this server's to dispatch: one ``Bound`` per
+        placement, in order; the cycle applies them (pushes, or unreserves and drops or requeues)."""
 
     def requeue(self, requeued: Execution) -> None:
         """Put an execution that went back to CREATED in line again, and save it."""
@@ -160,6 +162,26 @@ class Binder(Protocol):
     def preempt(self, preemptor: str, act: Callable[[], None]) -> None:
         """Call ``act`` (stop the victims planned for ``preemptor``) once this server may: at once on
         one server; on replicas once no other replica preempts for it (flux/store/postgres/quota.py)."""
+
+
+class Outcome(enum.Enum):
+    """What became of one placement the binder was given."""
+
+    BOUND = "bound"  # this server's to dispatch: ``Bound.row`` is the SCHEDULED row to push
+    LOST = "lost"  # another replica has it, or it was cancelled: unreserve, forget it here
+    REFUSED = "refused"  # the tenant's quota refused it cluster-wide: unreserve, back in line
+    FAILED = "failed"  # the bind itself failed (the database): unreserve, back in line, no pass now
+
+
+@dataclass(frozen=True, slots=True)
+class Bound:
+    placement: Placement
+    outcome: Outcome
+    row: Execution | None = None  # the SCHEDULED row, when BOUND
+
+
+# Bound at once (one server), or when the claim lands (replicas).
+Binding = list[Bound] | asyncio.Future[list[Bound]]
 
 
 @runtime_checkable

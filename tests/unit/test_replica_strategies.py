@@ -147,12 +147,12 @@ async def test_a_placement_reaches_the_worker_only_once_claimed_and_a_lost_claim
     assert [d.execution_id for d in dispatches] == ["x1"] and w.events() == []
     assert replica.holdings("w1") == {"x1"}
     store.settle(won=set())  # another replica claimed x1 first
-    await asyncio.sleep(0)  # the claim's answer arrives
+    await settled()  # the claim's answer arrives, then the cycle applies it
     assert "x1" not in replica.d.table
     # The freed worker took the next in line at once; that claim is won.
     assert replica.holdings("w1") == {"x2"}
     store.settle(won={"x2"})
-    await asyncio.sleep(0)
+    await settled()
     [event] = w.events()
     assert isinstance(event, Scheduled) and event.execution.execution_id == "x2"
     assert (event.execution.generation, event.execution.input_json) == (1, '"from elsewhere"')
@@ -167,7 +167,7 @@ async def test_a_failed_claim_puts_the_work_back_in_line_and_sends_nothing(repli
     store.notify(notices.PendingAdded((store.submitted_elsewhere("x1", record, 10),)))
     _, future = store.claims.pop()
     future.set_exception(OSError("the database is down"))
-    await asyncio.sleep(0)
+    await settled()
     assert w.events() == [] and replica.holdings("w1") == set()
     shape = replica.d.catalogue.shape_of(replica.d.table.get("x1"))
     assert [p.execution_id for p in replica.d.pending().iter_shape(shape)] == ["x1"]

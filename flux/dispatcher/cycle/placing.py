@@ -1,12 +1,17 @@
 """One scheduling pass: the fleet's views → the pure ``schedule`` → reserve on the workers → the
-mode's bind → push to the workers' streams. ``passes.py`` decides when a pass runs."""
+mode's bind → apply what the bind says (push, or unreserve and drop or requeue). ``passes.py``
+decides when a pass runs."""
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Iterable
 from typing import TYPE_CHECKING
 
+from flux.dispatcher.handle import Bound, Outcome
 from flux.dispatcher.state.session import Scheduled
+from flux.dispatcher.transitions import housekeeping
+from flux.domain.execution import State
 from flux.matching import schedule
 from flux.matching.tenancy import Vector, capacity_of
 
@@ -31,7 +36,11 @@ def place(
     """
     placements = reserve(d, shapes, workers, starving_first, only)
     if placements:
-        d.binder.bind(placements)
+        binding = d.binder.bind(placements)
+        if isinstance(binding, asyncio.Future):
+            binding.add_done_callback(lambda bound: apply(d, bound.result()))
+        else:
+            apply(d, binding)
     return len(placements)
 
 
@@ -80,6 +89,56 @@ def reserve(
             placement.execution_id, placement.shape.requests, placement.gpu_indices
         )
     return placements
+
+
+def scheduled_row(execution: Execution, placement: Placement, now: float) -> Execution:
+    """The one way an execution becomes SCHEDULED: on its placement's worker, one generation on.
+
+    One server pushes it as it is (not stored: an unclaimed dispatch goes back to CREATED after
+    a restart anyway); replicas claim it in PostgreSQL, which takes it only from the generation
+    before (flux/store/postgres/writer.py), so a replica never claims a row it saw out of date.
+    """
+    return execution.evolve(
+        state=State.SCHEDULED,
+        worker=placement.worker,
+        generation=execution.generation + 1,
+        gpu_indices=placement.gpu_indices,
+        updated_at=now,
+    )
+
+
+def apply(d: Handle, results: list[Bound]) -> None:
+    """What the bind said, placement by placement (Kubernetes runs Unreserve the same way).
+
+    BOUND: pushed to its worker, unless it was cancelled meanwhile (unreserve) or its worker
+    left or moved (the row goes back in line). LOST: unreserved and forgotten here. REFUSED,
+    FAILED: unreserved and back in line; after FAILED no pass runs now (the safety tick tries
+    again: no hot loop against a database that is down).
+    """
+    freed: dict[str, WorkerEntry] = {}
+    for result in results:
+        placement, row = result.placement, result.row
+        execution_id = placement.execution_id
+        entry = d.registry.get(placement.worker)
+        current = d.table.get(execution_id)
+        if result.outcome is Outcome.BOUND and row is not None and current is not None:
+            if entry is not None and entry.dispatchable and execution_id in entry.holdings:
+                push(d, row, entry, placement)
+            else:  # the worker left or moved while the bind was in flight: give the row back
+                d.table.set(row)
+                housekeeping.requeue(d, row, entry, next_attempt=False)
+            continue
+        # Unreserve.
+        if entry is not None and entry.release(execution_id) and result.outcome is not Outcome.FAILED:
+            freed[entry.name] = entry
+        if current is None or current.state is not State.CREATED:
+            continue  # cancelled while the bind was in flight
+        if result.outcome is Outcome.LOST:
+            d.table.drop(execution_id)
+        elif result.outcome is not Outcome.BOUND:
+            d.queue_up(current, placement.shape)
+    if freed:
+        d.passes.room_freed(freed.values())
 
 
 def push(d: Handle, execution: Execution, entry: WorkerEntry, placement: Placement) -> None:

@@ -22,10 +22,11 @@ import functools
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
-from flux.dispatcher.handle import Modes
+from flux.dispatcher.cycle.placing import scheduled_row
+from flux.dispatcher.handle import Bound, Modes, Outcome
 from flux.dispatcher.state.worker_entry import WorkerEntry
 from flux.dispatcher.transitions import cancel, housekeeping, submission
-from flux.domain.execution import Execution, State
+from flux.domain.execution import Execution
 from flux.errors import NotFound, Unavailable
 
 if TYPE_CHECKING:
@@ -66,21 +67,13 @@ class LocalBinder:
     async def submit_many(self, executions: list[Execution]) -> None:
         await submission.store_and_queue(self.d, executions)
 
-    def bind(self, placements: list[Placement]) -> None:
-        d = self.d
-        now = d.clock()
-        for placement in placements:
-            execution = d.table.unfinished[placement.execution_id]
-            # Not written to the store: after a restart an unclaimed dispatch goes
-            # back to CREATED anyway, so the row stays CREATED until the claim.
-            dispatched = execution.evolve(
-                state=State.SCHEDULED,
-                worker=placement.worker,
-                generation=execution.generation + 1,
-                gpu_indices=placement.gpu_indices,
-                updated_at=now,
-            )
-            d.push(dispatched, d.registry.entries[placement.worker], placement)
+    def bind(self, placements: list[Placement]) -> list[Bound]:
+        # Not written to the store: after a restart an unclaimed dispatch goes back to
+        # CREATED anyway, so the row stays CREATED until the claim.
+        unfinished, now = self.d.table.unfinished, self.d.clock()
+        return [
+            Bound(p, Outcome.BOUND, scheduled_row(unfinished[p.execution_id], p, now)) for p in placements
+        ]
 
     def requeue(self, requeued: Execution) -> None:
         self.d.queue_up(requeued, self.d.catalogue.shape_of(requeued))

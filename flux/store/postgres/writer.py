@@ -35,6 +35,8 @@ WHERE executions.generation = excluded.generation AND executions.state < {FINISH
 RETURNING execution_id
 """
 
+# The SCHEDULED row as cycle/placing.py's ``scheduled_row`` builds it, one generation on from the
+# row as stored: a replica's mirror of a pending row does not know its generation.
 _CLAIM = f"""
 WITH wanted AS (
     SELECT * FROM unnest(%(ids)s::text[], %(workers)s::text[], %(gpus)s::text[]) AS w(execution_id, worker, gpus)

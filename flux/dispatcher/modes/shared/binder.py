@@ -1,7 +1,8 @@
 """Replicas bind by claiming: reserve here, claim the row in PostgreSQL, push only what was won.
 
-A miss (another replica claimed it first, or it was cancelled) unreserves the
-worker and drops the mirrored execution; a failed claim puts it back in line.
+``bind`` answers, once the claim lands, one ``Bound`` per placement: won, lost (another
+replica claimed it first, or it was cancelled), refused by a tenant's quota, or failed with
+the claim. The cycle applies them (cycle/placing.py: push, or unreserve and drop or requeue).
 """
 
 from __future__ import annotations
@@ -11,8 +12,10 @@ import logging
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
+from flux.dispatcher.cycle.placing import scheduled_row
+from flux.dispatcher.handle import Bound, Outcome
 from flux.dispatcher.state.worker_entry import WorkerEntry
-from flux.dispatcher.transitions import cancel, housekeeping, submission
+from flux.dispatcher.transitions import cancel, submission
 from flux.domain.execution import Execution, State
 from flux.errors import FailedPrecondition, Unavailable
 
@@ -42,58 +45,44 @@ class SharedBinder:
     def attach(self, d: Handle) -> None:
         self.d = d
 
-    def bind(self, placements: list[Placement]) -> None:
+    def bind(self, placements: list[Placement]) -> asyncio.Future[list[Bound]]:
         d, now = self.d, self.d.clock()
         self.claiming.update(p.execution_id for p in placements)
-        wanted = [
-            d.table.unfinished[p.execution_id].evolve(
-                state=State.SCHEDULED, worker=p.worker, gpu_indices=p.gpu_indices, updated_at=now
-            )
-            for p in placements
-        ]
-        self.store.claim(wanted).add_done_callback(lambda future: self.claimed(placements, future))
+        wanted = [scheduled_row(d.table.unfinished[p.execution_id], p, now) for p in placements]
+        bound: asyncio.Future[list[Bound]] = asyncio.get_running_loop().create_future()
+        self.store.claim(wanted).add_done_callback(
+            lambda claim: bound.set_result(self.claimed(placements, claim))
+        )
+        return bound
 
-    def claimed(self, placements: list[Placement], future: asyncio.Future[dict[str, Execution]]) -> None:
-        d = self.d
+    def claimed(
+        self, placements: list[Placement], claim: asyncio.Future[dict[str, Execution]]
+    ) -> list[Bound]:
+        """The claim's answer, placement by placement: won (BOUND with the row as stored), lost,
+        refused by a quota, or failed with the claim."""
         rows: dict[str, Execution] | None = None
-        if future.cancelled():
+        if claim.cancelled():
             pass
-        elif future.exception() is not None:
-            log.error("claiming %d executions failed: %s", len(placements), future.exception())
+        elif claim.exception() is not None:
+            log.error("claiming %d executions failed: %s", len(placements), claim.exception())
         else:
-            rows = future.result()
-        freed: dict[str, WorkerEntry] = {}
+            rows = claim.result()
+        refused = self.d.usage.refused
+        results = []
         for placement in placements:
             execution_id = placement.execution_id
             self.claiming.discard(execution_id)
-            entry = d.registry.get(placement.worker)
-            current = d.table.get(execution_id)
             row = rows.get(execution_id) if rows is not None else None
-            if row is None:
-                # Unreserve. After a failed claim the safety tick retries: no hot loop against a database that is down.
-                if entry is not None and entry.release(execution_id) and rows is not None:
-                    freed[entry.name] = entry
-                refused = execution_id in d.usage.refused
-                d.usage.refused.discard(execution_id)
-                if current is not None and current.state is State.CREATED:
-                    if rows is None or refused:  # the claim failed, or quotas refused it: back in line
-                        d.queue_up(current, placement.shape)
-                    else:  # another replica has it, or it was cancelled
-                        d.table.drop(execution_id)
-                continue
-            if current is None:
-                # Cancelled while the claim was in flight (the cancel committed after it).
-                if entry is not None and entry.release(execution_id):
-                    freed[entry.name] = entry
-                continue
-            if entry is None or not entry.dispatchable or execution_id not in entry.holdings:
-                # The worker left or moved while the claim was in flight: give the row back.
-                d.table.set(row)
-                housekeeping.requeue(d, row, entry, next_attempt=False)
-                continue
-            d.push(row, entry, placement)
-        if freed:
-            d.passes.room_freed(freed.values())
+            if row is not None:
+                results.append(Bound(placement, Outcome.BOUND, row))
+            elif rows is None:
+                results.append(Bound(placement, Outcome.FAILED))
+            elif execution_id in refused:
+                refused.discard(execution_id)
+                results.append(Bound(placement, Outcome.REFUSED))
+            else:
+                results.append(Bound(placement, Outcome.LOST))
+        return results
 
     async def submit(self, execution: Execution) -> None:
         """``_submit``, finished here even if the caller goes away meanwhile (its RPC cut): a row
@@ -137,9 +126,7 @@ class SharedBinder:
                 d.table.add(execution)
             return
         self.claiming.add(execution_id)
-        dispatched = execution.evolve(
-            state=State.SCHEDULED, worker=placement.worker, generation=1, gpu_indices=placement.gpu_indices
-        )
+        dispatched = scheduled_row(execution, placement, execution.updated_at)
         try:
             await self.store.insert_dispatched(dispatched)
         except Exception as exc:
@@ -151,9 +138,8 @@ class SharedBinder:
             raise Unavailable(f"could not store the execution: {exc}") from exc
         d.events.submitted(execution)
         d.table.add(execution)  # counted against the pending limits like any other
-        won: asyncio.Future[dict[str, Execution]] = asyncio.get_running_loop().create_future()
-        won.set_result({execution_id: dispatched})
-        self.claimed([placement], won)
+        self.claiming.discard(execution_id)
+        d.apply([Bound(placement, Outcome.BOUND, dispatched)])
 
     async def submit_many(self, executions: list[Execution]) -> None:
         """Store a batch as pending rows in one transaction; whichever replica fits them claims them.
