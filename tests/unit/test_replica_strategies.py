@@ -1,10 +1,11 @@
 """The replica's strategies (flux/dispatcher/modes/shared/) driven through the dispatcher, on an in-memory shared store.
 
-``SharedMemoryStore`` plays the PostgreSQL database of several replicas: rows
-another replica submitted are put in ``executions`` directly, its notices are
-sent with ``notify``, and each claim waits until the test settles it, as a
-claim in flight does. Every call here is a public entry point of the dispatcher
-(submit, connect, claim, why, list_workers, the status snapshot).
+``SharedMemoryStore`` (shared_memory_store.py) plays the PostgreSQL database of
+several replicas: rows another replica submitted are put in ``executions``
+directly, its notices are sent with ``notify``, and each claim waits until the
+test settles it, as a claim in flight does. Every call here is a public entry
+point of the dispatcher (submit, connect, claim, why, list_workers, the status
+snapshot).
 """
 
 from __future__ import annotations
@@ -19,114 +20,21 @@ from flux.dispatcher.modes.shared.replica import shared
 from flux.dispatcher.modes.shared.worker_documents import info_of, load_of
 from flux.dispatcher.state.session import Scheduled, Stop
 from flux.dispatcher.state.worker_entry import WorkerEntry
-from flux.domain.execution import Execution, State, WorkflowRef
+from flux.domain.execution import State
 from flux.domain.worker import WorkerSoftware
-from flux.domain.workflow import WorkflowRecord
 from flux.observe.status import BUSY, StatusBoard
 from flux.store import notices
-from flux.store.base import Conflict, PendingRef, WorkerRecord
+from flux.store.base import Conflict
 from tests.unit.harness import Flux, resources, settled
-from tests.unit.memory_store import MemoryStore
+from tests.unit.shared_memory_store import SharedMemoryStore
 
 pytestmark = pytest.mark.timeout(10)
-
-
-class SharedMemoryStore(MemoryStore):
-    replica_id = "here"
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.epochs: dict[str, int] = {}
-        self.claims: list[tuple[list[Execution], asyncio.Future[dict[str, Execution]]]] = []
-        self.remote: list[tuple[str, dict[str, Any]]] = []  # the directory: other replicas' workers
-        self.inserted: list[Execution] = []
-        self._listener: Any = None
-        self.cluster = self  # the membership calls (heartbeat, directory, ...) are answered here too
-
-    # ---- what the test does as "another replica"
-
-    def notify(self, notice: notices.Notice) -> None:
-        self._listener(notice)
-
-    def submitted_elsewhere(self, execution_id: str, record: WorkflowRecord, seq: int) -> PendingRef:
-        self.executions[execution_id] = Execution(
-            execution_id=execution_id,
-            workflow=WorkflowRef(record.name, record.version, record.source_hash, record.entrypoint),
-            seq=seq,
-            input_json='"from elsewhere"',
-            max_attempts=record.max_attempts,
-        )
-        return PendingRef(execution_id, seq, record.name, record.version)
-
-    def settle(self, won: set[str]) -> None:
-        """Answer the oldest claim in flight: the rows in ``won`` are ours, the rest went elsewhere."""
-        dispatches, future = self.claims.pop(0)
-        rows = {}
-        for d in dispatches:
-            if d.execution_id in won:
-                row = self.executions[d.execution_id]
-                rows[d.execution_id] = self.executions[d.execution_id] = row.evolve(
-                    state=State.SCHEDULED,
-                    worker=d.worker,
-                    gpu_indices=d.gpu_indices,
-                    generation=row.generation + 1,
-                )
-        future.set_result(rows)
-
-    # ---- the shared store's calls
-
-    def subscribe(self, callback: Any) -> None:
-        self._listener = callback
-
-    def claim(self, dispatches: list[Execution]) -> asyncio.Future[dict[str, Execution]]:
-        future: asyncio.Future[dict[str, Execution]] = asyncio.get_running_loop().create_future()
-        self.claims.append((dispatches, future))
-        return future
-
-    async def insert_dispatched(self, execution: Execution) -> None:
-        self.inserted.append(execution)
-        self.executions[execution.execution_id] = execution
-
-    async def cancel(self, execution_id: str, now: float) -> Execution | None:
-        row = self.executions.get(execution_id)
-        if row is None or row.state.finished:
-            return None
-        self.executions[execution_id] = row = row.evolve(state=State.CANCELLED, updated_at=now)
-        return row
-
-    async def load_workflows(self) -> list[WorkflowRecord]:
-        return await self.list_workflows()
-
-    async def pending_refs(self) -> list[PendingRef]:
-        rows = sorted((e for e in self.executions.values() if e.state is State.CREATED), key=lambda e: e.seq)
-        return [PendingRef(e.execution_id, e.seq, e.workflow.name, e.workflow.version) for e in rows]
-
-    async def directory(self, replica_timeout: float) -> list[tuple[str, dict[str, Any]]]:
-        return self.remote
-
-    async def get_worker(self, name: str, replica_timeout: float) -> WorkerRecord | None:
-        return None
-
-    async def set_worker_connected(self, *args: Any) -> None:
-        pass
-
-    async def worker_paused(self, name: str) -> bool:
-        return False
-
-    async def heartbeat(self, load: dict[str, Any]) -> None:
-        pass
-
-    async def sweep(self, dead_after: float, now: float) -> list[Execution]:
-        return []
-
-    async def announce(self, address: str) -> None:
-        pass
 
 
 @pytest.fixture
 async def replica():
     store = SharedMemoryStore()
-    f = await Flux(store, modes=shared(store)).start()  # type: ignore[arg-type]
+    f = await Flux(store, modes=shared(store)).start()
     yield f
     await f.d.stop()
 
@@ -187,7 +95,7 @@ async def test_status_explain_and_the_listing_count_the_workers_of_other_replica
     store: SharedMemoryStore = replica.store
     await replica.workflow(cpu=8)
     await replica.worker("here-small", cpu=2)
-    store.remote = [remote_worker("there-big", 8)]
+    store.cluster.remote = [remote_worker("there-big", 8)]
     execution_id = await replica.run()  # fits only the other replica's worker: pending here
     why = await replica.d.why(execution_id)
     assert why.explanation is not None

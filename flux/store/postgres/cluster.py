@@ -51,12 +51,17 @@ RETURNING {COLUMNS}
 
 
 class Membership:
+    """The ``ClusterMembership`` of flux/store/shared.py, in this database."""
+
+    # The ownership epoch of each worker as this replica last took it: a move announced
+    # with an older epoch is stale (the worker has come back here since). Declared on the
+    # class, so the members of ClusterMembership can be checked without a database.
+    epochs: dict[str, int]
+
     def __init__(self, pool: AsyncConnectionPool[Any], replica_id: str):
         self._pool = pool
         self.replica_id = replica_id
-        # The ownership epoch of each worker as this replica last took it: a move announced
-        # with an older epoch is stale (the worker has come back here since).
-        self.epochs: dict[str, int] = {}
+        self.epochs = {}
 
     async def announce(self, address: str) -> None:
         """Record the address this replica serves on (known once its port is bound)."""

@@ -20,7 +20,6 @@ is taken over once older than the preemption grace (its replica gone).
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from typing import Any
 
 import psycopg
@@ -28,12 +27,10 @@ import psycopg
 from flux.domain.execution import Execution
 from flux.store.base import Held
 from flux.store.rows import CREATED, RUNNING, SCHEDULED, requests_from_json
+from flux.store.shared import QuotaGuard
 
 # "FLUX" + 4; see the other advisory locks in store.py.
 QUOTA_LOCK = 0x464C555C
-
-# The dispatches of one claim (their order is the placement order) -> the ids it must not claim.
-QuotaGuard = Callable[[list[Held], list[Execution]], set[str]]
 
 _HELD = f"""
 SELECT e.tenant, w.requests, e.owner = %s, count(*) FROM executions e

@@ -31,8 +31,8 @@ from flux.store.base import (
 )
 from flux.store.postgres.cluster import Membership
 from flux.store.postgres.listener import Listener
-from flux.store.postgres.quota import QuotaGuard, prune_preemptions, take_preemption
 from flux.store.postgres.quota import held as held_by_tenant
+from flux.store.postgres.quota import prune_preemptions, take_preemption
 from flux.store.postgres.rows import COLUMN_COUNT, COLUMNS, owned_row
 from flux.store.postgres.schema import migrate
 from flux.store.postgres.writer import Writer
@@ -49,6 +49,7 @@ from flux.store.rows import (
     workflow_row,
     workflows_query,
 )
+from flux.store.shared import QuotaGuard
 
 # Advisory lock keys: see schema.py for the others, which must not collide with these.
 WORKFLOWS_LOCK = 0x464C555A  # registrations take the next version one at a time
@@ -73,8 +74,13 @@ POOL_WAIT = 5.0
 
 
 class PostgresStore(Store):
+    """The ``Store`` of replicas, and the ``SharedStore`` their strategies use (flux/store/shared.py)."""
+
     # AdminShutdown (a restart), a connection dropped or refused, the pool's PoolTimeout.
     unavailable = (psycopg.OperationalError,)
+    # Declared on the class, so the members of SharedStore can be checked without a database.
+    replica_id: str
+    cluster: Membership
 
     def __init__(self, url: str, replica_id: str, address: str = "", pool_size: int = 8):
         self.url = url

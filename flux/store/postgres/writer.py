@@ -19,9 +19,10 @@ from psycopg.rows import dict_row
 
 from flux.domain.execution import Execution, State
 from flux.store.group_commit import GroupCommit, fail
-from flux.store.postgres.quota import QuotaGuard, guarded
+from flux.store.postgres.quota import guarded
 from flux.store.postgres.rows import COLUMN_COUNT, COLUMNS, announce, owned_row
 from flux.store.rows import CREATED, FINISHED, SCHEDULED, execution_from_row
+from flux.store.shared import QuotaGuard
 
 # Insert a new execution, or update one this replica may write: the same
 # generation, not finished, and either pending (shared) or owned by us.

@@ -23,7 +23,7 @@ if TYPE_CHECKING:
     from flux.dispatcher.handle import Handle
     from flux.dispatcher.modes.shared.background import Background
     from flux.matching import Placement
-    from flux.store.postgres import PostgresStore
+    from flux.store.shared import SharedStore
 
 log = logging.getLogger("flux.replica")
 
@@ -36,7 +36,7 @@ class SharedBinder:
 
     d: Handle
 
-    def __init__(self, store: PostgresStore, tasks: Background):
+    def __init__(self, store: SharedStore, tasks: Background):
         self.store = store
         self.tasks = tasks
         # Placed and reserved here, claim in flight: neither pending nor dispatched yet.

@@ -24,7 +24,7 @@ if TYPE_CHECKING:
     from flux.dispatcher.modes.shared.background import Background
     from flux.dispatcher.modes.shared.binder import SharedBinder
     from flux.dispatcher.modes.shared.fleet import SharedFleet
-    from flux.store.postgres import PostgresStore
+    from flux.store.shared import SharedStore
 
 log = logging.getLogger("flux.replica")
 
@@ -37,7 +37,7 @@ class SharedFeed:
 
     d: Handle
 
-    def __init__(self, store: PostgresStore, tasks: Background, binder: SharedBinder, fleet: SharedFleet):
+    def __init__(self, store: SharedStore, tasks: Background, binder: SharedBinder, fleet: SharedFleet):
         self.store = store
         self.tasks = tasks
         self.binder = binder

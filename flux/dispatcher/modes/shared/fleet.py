@@ -24,7 +24,7 @@ if TYPE_CHECKING:
     from flux.dispatcher.handle import Handle
     from flux.dispatcher.modes.shared.background import Background
     from flux.dispatcher.modes.shared.binder import SharedBinder
-    from flux.store.postgres import PostgresStore
+    from flux.store.shared import SharedStore
 
 log = logging.getLogger("flux.replica")
 
@@ -40,7 +40,7 @@ class SharedFleet:
 
     d: Handle
 
-    def __init__(self, store: PostgresStore, tasks: Background, binder: SharedBinder):
+    def __init__(self, store: SharedStore, tasks: Background, binder: SharedBinder):
         self.store = store
         self.tasks = tasks
         self.binder = binder

@@ -37,13 +37,16 @@ from flux.dispatcher.modes.shared.feed import SharedFeed
 from flux.dispatcher.modes.shared.fleet import SharedFleet
 
 if TYPE_CHECKING:
-    from flux.store.postgres import PostgresStore
+    from flux.store.shared import SharedStore
 
 log = logging.getLogger("flux.replica")
 
 
-def shared(store: PostgresStore) -> Modes:
-    """The strategies of one replica among several on ``store``'s database."""
+def shared(store: SharedStore) -> Modes:
+    """The strategies of one replica among several on ``store``'s database.
+
+    Any ``SharedStore`` (flux/store/shared.py): PostgreSQL when serving, an in-memory one in unit tests.
+    """
     tasks = Background()
     binder = SharedBinder(store, tasks)
     fleet = SharedFleet(store, tasks, binder)

@@ -1,0 +1,130 @@
+"""What the replicas' strategies (flux/dispatcher/modes/shared/) ask of a store shared by replicas.
+
+``SharedStore`` is the store they are given, ``ClusterMembership`` its ``cluster``:
+exactly the calls those modes make, with the signatures of the PostgreSQL
+implementation (flux/store/postgres/), which is one of them; the unit tests
+drive the modes on an in-memory one (tests/unit/shared_memory_store.py).
+tests/unit/test_handle.py compares both, member by member, with these.
+
+Beside base.py rather than in it: ``subscribe`` hands out ``notices.Notice``,
+and notices.py imports ``PendingRef`` from base.py, so naming it there would
+be an import cycle.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+from typing import Any, Protocol, runtime_checkable
+
+from flux.domain.execution import Execution, ExecutionError
+from flux.domain.workflow import WorkflowRecord
+from flux.store import notices
+from flux.store.base import Held, PendingRef, WorkerRecord
+
+__all__ = ["ClusterMembership", "QuotaGuard", "SharedStore"]
+
+# Given what every tenant holds and the dispatches of one claim (in placement order), the ids
+# that claim must not take. The dispatcher's quotas make it; the store applies it in the claim.
+QuotaGuard = Callable[[list[Held], list[Execution]], set[str]]
+
+
+@runtime_checkable
+class ClusterMembership(Protocol):
+    """The replicas and the workers they hold, as every replica sees them (``SharedStore.cluster``)."""
+
+    # The ownership epoch of each worker as this replica last took it: a move announced with
+    # an older one is stale. Read by the modes, written by the membership's own calls.
+    epochs: dict[str, int]
+
+    async def announce(self, address: str) -> None:
+        """Publish the address this replica serves on, for the other replicas to see."""
+
+    async def get_worker(self, name: str, replica_timeout: float) -> WorkerRecord | None:
+        """A worker as the cluster knows it (which replica holds it, whether that one is alive)."""
+
+    async def adopt_worker(self, name: str, session_token: str) -> list[Execution]:
+        """Take over, for this replica, a worker another one held, with the executions it holds."""
+
+    async def give_back_worker(self, name: str, now: float, error: ExecutionError) -> list[Execution]:
+        """Requeue, for any replica to place, what a replaced worker held wherever it was connected."""
+
+    async def forget_worker(self, name: str, now: float, error: ExecutionError) -> list[Execution] | None:
+        """Drop a worker from the whole cluster and requeue what it held; None when no replica knows it."""
+
+    async def set_worker_connected(
+        self, name: str, connected: bool, info: dict[str, Any] | None, load: dict[str, Any] | None
+    ) -> None:
+        """Publish whether this replica's worker is connected, with what it advertises (None: keep it)."""
+
+    async def set_worker_paused(self, name: str, paused: bool) -> bool:
+        """Record an operator's pause for whichever replica holds the worker; False when none knows it."""
+
+    async def worker_paused(self, name: str) -> bool:
+        """Whether the worker is paused, through any replica."""
+
+    async def directory(self, replica_timeout: float) -> list[tuple[str, dict[str, Any]]]:
+        """Workers connected to the other live replicas, with what each last advertised."""
+
+    async def heartbeat(self, load: dict[str, dict[str, Any]]) -> None:
+        """Prove this replica alive to the others and publish its workers' load."""
+
+    async def sweep(self, dead_after: float, now: float) -> list[Execution]:
+        """Requeue the work of replicas silent for ``dead_after``, unless another replica is sweeping."""
+
+
+@runtime_checkable
+class SharedStore(Protocol):
+    """A store several replicas share: the calls the replicas' strategies make on their ``store``.
+
+    The dispatcher's own ``Store`` calls (``save`` and the rest) go through ``Handle.store``;
+    here are only those the modes make on the store they were built with.
+    """
+
+    # Settable: the binder sets it while tenants have terms, and clears it.
+    quota_guard: QuotaGuard | None
+
+    @property
+    def replica_id(self) -> str:
+        """This replica's name in the cluster: what its notices and its rows' owner say."""
+
+    @property
+    def cluster(self) -> ClusterMembership:
+        """Membership: the replicas and their workers, cluster-wide."""
+
+    @property
+    def unavailable(self) -> tuple[type[BaseException], ...]:
+        """The errors that mean the shared database cannot be reached right now (``Store.unavailable``)."""
+
+    def subscribe(self, callback: Callable[[notices.Notice], None]) -> None:
+        """Call ``callback`` with each notice any replica (this one too) sends."""
+
+    def claim(self, dispatches: list[Execution]) -> asyncio.Future[dict[str, Execution]]:
+        """Claim pending rows for this replica's dispatches; resolves with the rows won, by id."""
+
+    async def insert_dispatched(self, execution: Execution) -> None:
+        """Store a new execution already claimed by this replica, so no other replica sees it pending."""
+
+    async def cancel(self, execution_id: str, now: float) -> Execution | None:
+        """Cancel an unfinished execution whichever replica holds it; None when finished or unknown."""
+
+    async def load_workflows(self) -> list[WorkflowRecord]:
+        """Every workflow version registered through any replica."""
+
+    async def get_execution(self, execution_id: str) -> Execution | None:
+        """One execution's row as committed by any replica."""
+
+    async def pending_refs(self) -> list[PendingRef]:
+        """Every pending execution of the cluster, oldest first: the queue all replicas mirror."""
+
+    async def held(self) -> list[Held]:
+        """What every tenant holds now on every replica's workers (what quotas count)."""
+
+    async def take_preemption(self, preemptor: str, now: float, stale_before: float) -> bool:
+        """Whether this replica, and no other, may preempt for ``preemptor`` (still pending)."""
+
+    async def prune_preemptions(self, stale_before: float) -> None:
+        """Forget the preemptions of executions no longer pending, and those older than ``stale_before``."""
+
+    async def prune_dispatches(self, before: float, batch: int = ...) -> int:
+        """Delete the dispatch log of executions finished before ``before``; how many rows went."""
