@@ -10,7 +10,6 @@ snapshot).
 
 from __future__ import annotations
 
-import asyncio
 from types import MappingProxyType
 from typing import Any
 
