@@ -25,7 +25,6 @@ from flux.auth import Credentials, Role
 from flux.client_requests import (
     WaitTimedOut,
     chunked,
-    default_server,
     encode_inputs,
     execution_ids,
     finished,
@@ -40,6 +39,7 @@ from flux.client_requests import (
     workflow_request,
 )
 from flux.client_streams import tasks
+from flux.defaults import default_server
 from flux.errors import FluxError, InvalidArgument, Unavailable
 from flux.loader import WorkflowFile, load_workflow_file
 from flux.tenant_admin import AsyncTenantAdmin

@@ -8,7 +8,6 @@ Kept apart so the blocking and the asyncio client share one definition of each.
 from __future__ import annotations
 
 import json
-import os
 import re
 from collections.abc import Iterable, Iterator, Sequence
 from typing import Any
@@ -22,10 +21,6 @@ from flux.loader import WorkflowFile
 from flux.v1 import control_pb2
 
 DEFAULT_SERVER = defaults.SERVER
-
-
-def default_server() -> str:
-    return os.environ.get("FLUX_SERVER", DEFAULT_SERVER)
 
 
 class WaitTimedOut(FluxError, TimeoutError):

@@ -9,6 +9,8 @@ nothing else, so building the CLI's parser stays cheap.
 
 from __future__ import annotations
 
+import os
+
 KiB, MiB, GiB = 1024, 1024**2, 1024**3
 
 # Where things listen.
@@ -16,6 +18,12 @@ HOST = "127.0.0.1"
 GRPC_PORT = 50051
 HTTP_PORT = 8080
 SERVER = f"{HOST}:{GRPC_PORT}"
+
+
+def default_server() -> str:
+    """Where clients and workers find the server: ``$FLUX_SERVER``, else ``SERVER``."""
+    return os.environ.get("FLUX_SERVER", SERVER)
+
 
 # The dispatcher's timing.
 ACK_DEADLINE = 10.0  # seconds a dispatch may wait for its claim before it is requeued

@@ -12,6 +12,7 @@ import argparse
 import os
 from collections.abc import Iterator
 
+from flux.auth import Role
 from flux.cli.arguments import (
     EXECUTION_STATES,
     count,
@@ -21,44 +22,33 @@ from flux.cli.arguments import (
     seconds,
     whole_number,
 )
-from flux.cli.commands.execution import DEFAULT_LIMIT, explain_execution, list_executions, show_execution
-from flux.cli.commands.pools import apply_pools, list_pools, show_pool
-from flux.cli.commands.status import cluster_status
-from flux.cli.commands.tenants import (
-    TENANT_ROLES,
-    apply_tenants,
-    create_tenant,
-    create_token,
-    delete_tenant,
-    list_tenants,
-    set_tenant,
-    show_tenant,
-)
-from flux.cli.commands.tokens import GENERATED_ROLES, show_token
-from flux.cli.commands.workers import forget_worker, list_workers, pause_or_resume
-from flux.cli.commands.workflow import (
-    cancel_execution,
-    execution_status,
-    list_workflows,
-    register_file,
-    run_workflow,
-    show_workflow,
-)
+from flux.cli.commands.lazy import command
 from flux.cli.parser_start import add_start
-from flux.cli.support import EXIT_STATUS, EXIT_TIMED_OUT
-from flux.client_requests import default_server
+from flux.cli.support import DEFAULT_LIMIT, EXIT_STATUS, EXIT_TIMED_OUT
+from flux.defaults import default_server
 from flux.domain.tenant import FIELDS
+
+TENANT_ROLES = ("submit", "read", "admin")
 
 LOG_LEVEL_HELP = "DEBUG, INFO, WARNING or ERROR (default $FLUX_LOG_LEVEL or INFO)"
 
 
-def _version() -> str:
-    from importlib.metadata import PackageNotFoundError, version
+class _Version(argparse.Action):
+    """``--version``: the installed version, looked up only when asked (the lookup reads every
+    distribution's metadata: 25 ms that every other command, and each worker's start, would pay)."""
 
-    try:
-        return version("flux-dispatch")
-    except PackageNotFoundError:  # running from a tree that was never installed
-        return "unknown"
+    def __init__(self, option_strings: list[str], dest: str = argparse.SUPPRESS, **kwargs: object) -> None:
+        super().__init__(option_strings, dest, nargs=0, help="show program's version number and exit")
+
+    def __call__(self, parser: argparse.ArgumentParser, *_: object) -> None:
+        from importlib.metadata import PackageNotFoundError, version
+
+        try:
+            found = version("flux-dispatch")
+        except PackageNotFoundError:  # running from a tree that was never installed
+            found = "unknown"
+        print(f"flux {found}")  # on stdout, as argparse's own version action prints it
+        parser.exit()
 
 
 def leaf_parsers(parser: argparse.ArgumentParser) -> Iterator[argparse.ArgumentParser]:
@@ -102,7 +92,7 @@ def _tenant_terms(p: argparse.ArgumentParser) -> None:
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="flux", description="Resource-aware dispatch of Python workflows.")
     parser.add_argument("--log-level", default=os.environ.get("FLUX_LOG_LEVEL", "INFO"), help=LOG_LEVEL_HELP)
-    parser.add_argument("--version", action="version", version=f"flux {_version()}")
+    parser.add_argument("--version", action=_Version)
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     add_start(commands)
@@ -116,7 +106,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--allow-import", action="store_true",
         help="import the file (running its code) when a decorator value is not a literal",
     )  # fmt: skip
-    register.set_defaults(run=register_file)
+    register.set_defaults(run=command("workflow", "register_file"))
     run = with_server(workflow.add_parser("run", help="run a workflow", epilog=EXIT_STATUS))
     run.add_argument("name", metavar="NAME", help="registered workflow name")
     run.add_argument(
@@ -147,14 +137,14 @@ def build_parser() -> argparse.ArgumentParser:
         help="one execution per line of --input-file (JSON Lines; blank lines skipped), submitted in bulk; "
         "prints one id per line, or with --wait one output per line, in input order",
     )  # fmt: skip
-    run.set_defaults(run=run_workflow)
+    run.set_defaults(run=command("workflow", "run_workflow"))
     status = with_server(workflow.add_parser("status", help="an execution's state"))
     status.add_argument("execution_id", metavar="EXECUTION_ID", help="the id `flux workflow run` printed")
     status.add_argument("--json", action="store_true", help="print one JSON object")
-    status.set_defaults(run=execution_status)
+    status.set_defaults(run=command("workflow", "execution_status"))
     cancel = with_server(workflow.add_parser("cancel", help="cancel an execution"))
     cancel.add_argument("execution_id", metavar="EXECUTION_ID", help="the execution to cancel")
-    cancel.set_defaults(run=cancel_execution)
+    cancel.set_defaults(run=command("workflow", "cancel_execution"))
 
     execution = commands.add_parser("execution", help="inspect executions").add_subparsers(
         dest="action", required=True, metavar="ACTION"
@@ -162,7 +152,7 @@ def build_parser() -> argparse.ArgumentParser:
     explain = with_server(execution.add_parser("explain", help="why an execution is pending"))
     explain.add_argument("execution_id", metavar="EXECUTION_ID", help="the execution to explain")
     explain.add_argument("--json", action="store_true", help="print one JSON object")
-    explain.set_defaults(run=explain_execution)
+    explain.set_defaults(run=command("execution", "explain_execution"))
 
     executions = with_server(execution.add_parser("list", help="executions, newest first, with filters"))
     executions.add_argument(
@@ -187,16 +177,16 @@ def build_parser() -> argparse.ArgumentParser:
     executions.add_argument(
         "--json", action="store_true", help="one JSON object with executions and next_page_token"
     )
-    executions.set_defaults(run=list_executions)
+    executions.set_defaults(run=command("execution", "list_executions"))
 
     show = with_server(execution.add_parser("show", help="one execution's full record"))
     show.add_argument("execution_id", metavar="EXECUTION_ID", help="the id `flux workflow run` printed")
     show.add_argument("--json", action="store_true", help="print one JSON object")
-    show.set_defaults(run=show_execution)
+    show.set_defaults(run=command("execution", "show_execution"))
 
     workflows = with_server(workflow.add_parser("list", help="registered workflows (latest version of each)"))
     workflows.add_argument("--json", action="store_true", help="print one JSON object")
-    workflows.set_defaults(run=list_workflows)
+    workflows.set_defaults(run=command("workflow", "list_workflows"))
 
     described = with_server(workflow.add_parser("show", help="a workflow's versions and options"))
     described.add_argument("name", metavar="NAME", help="registered workflow name")
@@ -207,7 +197,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="only this version (default: every version)",
     )
     described.add_argument("--json", action="store_true", help="print one JSON object")
-    described.set_defaults(run=show_workflow)
+    described.set_defaults(run=command("workflow", "show_workflow"))
 
     worker_actions = commands.add_parser("worker", help="operate on one worker").add_subparsers(
         dest="action", required=True, metavar="ACTION"
@@ -217,18 +207,18 @@ def build_parser() -> argparse.ArgumentParser:
     )
     pause.add_argument("name", metavar="NAME", help="worker name, as in `flux workers list`")
     pause.add_argument("--json", action="store_true", help="print the worker as one JSON object")
-    pause.set_defaults(run=pause_or_resume, paused=True)
+    pause.set_defaults(run=command("workers", "pause_or_resume"), paused=True)
     resume = with_server(worker_actions.add_parser("resume", help="take new executions again after a pause"))
     resume.add_argument("name", metavar="NAME", help="worker name, as in `flux workers list`")
     resume.add_argument("--json", action="store_true", help="print the worker as one JSON object")
-    resume.set_defaults(run=pause_or_resume, paused=False)
+    resume.set_defaults(run=command("workers", "pause_or_resume"), paused=False)
 
     workers = commands.add_parser("workers", help="the fleet").add_subparsers(
         dest="action", required=True, metavar="ACTION"
     )
     listing = with_server(workers.add_parser("list", help="workers and their resources"))
     listing.add_argument("--json", action="store_true", help="print one JSON object")
-    listing.set_defaults(run=list_workers)
+    listing.set_defaults(run=command("workers", "list_workers"))
 
     forget = with_server(
         worker_actions.add_parser(
@@ -236,7 +226,7 @@ def build_parser() -> argparse.ArgumentParser:
         )
     )
     forget.add_argument("name", metavar="NAME", help="the worker's registered name")
-    forget.set_defaults(run=forget_worker)
+    forget.set_defaults(run=command("workers", "forget_worker"))
 
     token = commands.add_parser(
         "token", help="the tokens the server generated in ./.flux/, and tenants' tokens"
@@ -254,7 +244,7 @@ def build_parser() -> argparse.ArgumentParser:
     create.add_argument(
         "--role", default="submit", choices=TENANT_ROLES, help="what it may do (default submit)"
     )
-    create.set_defaults(run=create_token)
+    create.set_defaults(run=command("tenants", "create_token"))
     show = token.add_parser(
         "show",
         help="print a generated token (run it where the server runs: it reads ./.flux/)",
@@ -262,23 +252,26 @@ def build_parser() -> argparse.ArgumentParser:
         "directory: the worker join token, the client API token, or both (labelled) when none is named.",
     )
     show.add_argument(
-        "role", nargs="?", choices=tuple(GENERATED_ROLES), help="which token (default: both, labelled)"
+        "role",
+        nargs="?",
+        choices=tuple(role.value for role in Role),
+        help="which token (default: both, labelled)",
     )
-    show.set_defaults(run=show_token)
+    show.set_defaults(run=command("tokens", "show_token"))
 
     pool = commands.add_parser("pool", help="worker pools and the demand on them").add_subparsers(
         dest="action", required=True, metavar="ACTION"
     )
     apply = with_server(pool.add_parser("apply", help="declare or replace pools from a YAML or JSON file"))
     apply.add_argument("file", metavar="FILE", help="pools file ('-' reads stdin)")
-    apply.set_defaults(run=apply_pools)
+    apply.set_defaults(run=command("pools", "apply_pools"))
     listing = with_server(pool.add_parser("list", help="every pool with its workers and demand"))
     listing.add_argument("--json", action="store_true", help="print one JSON object")
-    listing.set_defaults(run=list_pools)
+    listing.set_defaults(run=command("pools", "list_pools"))
     show = with_server(pool.add_parser("show", help="one pool: its shape, workers and demand"))
     show.add_argument("name", metavar="NAME", help="the pool's name")
     show.add_argument("--json", action="store_true", help="print one JSON object")
-    show.set_defaults(run=show_pool)
+    show.set_defaults(run=command("pools", "show_pool"))
 
     tenant = commands.add_parser(
         "tenant", help="tenants: quotas, cohorts, fair-share weights"
@@ -286,14 +279,14 @@ def build_parser() -> argparse.ArgumentParser:
     create = with_server(tenant.add_parser("create", help="create a tenant"))
     create.add_argument("name", metavar="NAME", help="the tenant's name")
     _tenant_terms(create)
-    create.set_defaults(run=create_tenant)
+    create.set_defaults(run=command("tenants", "create_tenant"))
     listing = with_server(tenant.add_parser("list", help="every tenant with its terms"))
     listing.add_argument("--json", action="store_true", help="print one JSON object")
-    listing.set_defaults(run=list_tenants)
+    listing.set_defaults(run=command("tenants", "list_tenants"))
     show = with_server(tenant.add_parser("show", help="one tenant's terms"))
     show.add_argument("name", metavar="NAME", help="the tenant's name")
     show.add_argument("--json", action="store_true", help="print one JSON object")
-    show.set_defaults(run=show_tenant)
+    show.set_defaults(run=command("tenants", "show_tenant"))
     change = with_server(tenant.add_parser("set", help="change some of a tenant's terms"))
     change.add_argument("name", metavar="NAME", help="the tenant's name")
     _tenant_terms(change)
@@ -301,17 +294,17 @@ def build_parser() -> argparse.ArgumentParser:
         "--unset", action="append", default=[], choices=FIELDS, metavar="FIELD",
         help=f"clear a field (repeatable): {', '.join(FIELDS)}",
     )  # fmt: skip
-    change.set_defaults(run=set_tenant)
+    change.set_defaults(run=command("tenants", "set_tenant"))
     delete = with_server(tenant.add_parser("delete", help="delete a tenant and its tokens"))
     delete.add_argument("name", metavar="NAME", help="the tenant's name")
-    delete.set_defaults(run=delete_tenant)
+    delete.set_defaults(run=command("tenants", "delete_tenant"))
     apply = with_server(tenant.add_parser("apply", help="create or replace tenants from a YAML or JSON file"))
     apply.add_argument("file", metavar="FILE", help="tenants file ('-' reads stdin)")
-    apply.set_defaults(run=apply_tenants)
+    apply.set_defaults(run=command("tenants", "apply_tenants"))
 
     status = with_server(commands.add_parser("status", help="the fleet and the pending queue at a glance"))
     status.add_argument("--json", action="store_true", help="print one JSON object")
-    status.set_defaults(run=cluster_status)
+    status.set_defaults(run=command("status", "cluster_status"))
 
     # Also after the subcommand (`flux start worker w1 --log-level DEBUG`); SUPPRESS leaves the
     # value given before it (or the default) in place when the subcommand does not repeat it.

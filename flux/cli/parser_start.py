@@ -11,7 +11,7 @@ import os
 
 from flux import defaults
 from flux.cli.arguments import count, label, origin, quantity, seconds, whole_number
-from flux.cli.commands.start import start_gateway, start_server, start_worker
+from flux.cli.commands.lazy import command
 from flux.domain.quantity import format_bytes
 from flux.observe import logs
 
@@ -183,7 +183,7 @@ def add_start(commands: argparse._SubParsersAction) -> None:
         help="require KEDA to present a client certificate signed by this CA (its tlsClientCert); needs --tls-cert",
     )  # fmt: skip
     with_log_format(server)
-    server.set_defaults(run=start_server)
+    server.set_defaults(run=command("start", "start_server"))
 
     gateway = start.add_parser("gateway", help="run an extra HTTP/SSE gateway in front of a core")
     gateway.add_argument("--core", required=True, metavar="HOST:PORT", help="gRPC address of the core")
@@ -199,7 +199,7 @@ def add_start(commands: argparse._SubParsersAction) -> None:
     with_http_limits(gateway)
     with_tls(gateway)
     with_log_format(gateway)
-    gateway.set_defaults(run=start_gateway)
+    gateway.set_defaults(run=command("start", "start_gateway"))
 
     worker = start.add_parser("worker", help="run a worker")
     worker.add_argument("name", metavar="NAME", help="this worker's name, unique in the fleet")
@@ -251,4 +251,4 @@ def add_start(commands: argparse._SubParsersAction) -> None:
         f"Kubernetes' terminationGracePeriodSeconds (default {defaults.DRAIN_TIMEOUT:g})",
     )  # fmt: skip
     with_log_format(worker)
-    worker.set_defaults(run=start_worker)
+    worker.set_defaults(run=command("start", "start_worker"))

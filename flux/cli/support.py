@@ -5,9 +5,15 @@ from __future__ import annotations
 
 import argparse
 import sys
+from typing import TYPE_CHECKING
 
-from flux.client import FluxClient
 from flux.observe import logs
+
+if TYPE_CHECKING:
+    from flux.client import FluxClient
+
+# Listings show this many rows unless --limit says otherwise.
+DEFAULT_LIMIT = 50
 
 EXIT_TIMED_OUT = 3
 EXIT_INTERRUPTED = 130
@@ -32,6 +38,7 @@ def error(text: str) -> None:
 
 def connect(args: argparse.Namespace) -> FluxClient:
     from flux.auth import Credentials, Role
+    from flux.client import FluxClient
 
     credentials = Credentials.for_role(Role.CLIENT, args.api_token, args.ca, args.api_token_file)
     return FluxClient(args.server, credentials=credentials)

@@ -247,8 +247,7 @@ def read_software(
         distributions = importlib.metadata.distributions()
     packages: dict[str, str] = {}
     for dist in distributions:
-        name = dist.metadata["Name"]
-        version = dist.version
+        name, version = _name_and_version(dist)
         # Broken or half-uninstalled dists leave metadata without a name or version.
         if not name or not version:
             continue
@@ -257,6 +256,26 @@ def read_software(
     if marker_environment is None:
         marker_environment = default_environment()
     return WorkerSoftware(packages, dict(marker_environment), (f"python {platform.python_version()}",))
+
+
+def _name_and_version(dist: importlib.metadata.Distribution) -> tuple[str | None, str | None]:
+    """A distribution's name and version, from its metadata's headers alone.
+
+    ``dist.metadata`` parses the whole file as an email message, long description included,
+    and ``dist.version`` parses it again: with this project's dependencies that was 80 ms of
+    a worker's start, most of it. The headers end at the first blank line.
+    """
+    text = dist.read_text("METADATA") or dist.read_text("PKG-INFO")
+    name = version = None
+    for line in (text or "").splitlines():
+        if not line:
+            break
+        key, _, value = line.partition(":")
+        if key == "Name" and name is None:
+            name = value.strip()
+        elif key == "Version" and version is None:
+            version = value.strip()
+    return name, version
 
 
 def _moved(old: int, new: int, total: int) -> bool:

@@ -34,3 +34,29 @@ def test_the_gateway_loads_no_dispatcher_matcher_or_store() -> None:
     assert not {
         name for name in loaded if name.startswith(("flux.dispatcher", "flux.matching", "flux.store"))
     }
+
+
+def test_the_cli_loads_no_command_until_one_runs() -> None:
+    """``flux start worker`` pays for the worker only (flux/cli/commands/lazy.py): building the
+    parser loads no command module, client, server, dispatcher or worker."""
+    code = (
+        "import json, sys; from flux.cli.parser import build_parser; build_parser(); "
+        "print(json.dumps(sorted(sys.modules)))"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True
+    )
+    heavy = (
+        "flux.client",
+        "flux.aio",
+        "flux.server",
+        "flux.dispatcher",
+        "flux.worker",
+        "flux.store",
+        "gateway",
+    )
+    loaded = set(json.loads(done.stdout))
+    assert not {name for name in loaded if name.startswith(heavy)}
+    assert not {
+        name for name in loaded if name.startswith("flux.cli.commands.") and name != "flux.cli.commands.lazy"
+    }

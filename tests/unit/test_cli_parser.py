@@ -59,6 +59,17 @@ def test_log_level_is_taken_before_or_after_the_subcommand(argv: list[str], leve
     assert build_parser().parse_args(argv).log_level == level
 
 
+def test_every_command_names_a_handler_that_exists() -> None:
+    """Handlers load when their command runs (flux/cli/commands/lazy.py): a misspelt one would
+    only fail then, so each is loaded here, and named as the command's module defines it."""
+    leaves = list(leaf_parsers(build_parser()))
+    assert len(leaves) >= 20
+    for leaf in leaves:
+        run = leaf.get_default("run")
+        handler = run.load()
+        assert callable(handler) and handler.__name__ == run.__name__, leaf.prog
+
+
 def test_every_command_takes_log_level() -> None:
     for leaf in leaf_parsers(build_parser()):
         assert "--log-level" in leaf._option_string_actions, leaf.prog

@@ -499,10 +499,15 @@ def test_gputil_is_not_imported_without_nvidia_smi(monkeypatch: pytest.MonkeyPat
 class FakeDist:
     name: str | None
     version: str | None
+    file: str = "METADATA"  # PKG-INFO for an egg-info install
 
-    @property
-    def metadata(self) -> dict[str, str | None]:
-        return {"Name": self.name}
+    def read_text(self, filename: str) -> str | None:
+        """Its metadata file: headers, a blank line, then a description that must not be read as headers."""
+        if filename != self.file or (self.name, self.version) == (None, None):
+            return None  # no metadata file at all: a half-uninstalled distribution
+        headers = [("Metadata-Version", "2.1"), ("Name", self.name), ("Version", self.version)]
+        lines = [f"{key}: {value}" for key, value in headers if value is not None]
+        return "\n".join([*lines, "Summary: a: colon", "", "Name: not-this", "Version: 0"]) + "\n"
 
 
 def test_software_lists_installed_distributions_with_canonical_names() -> None:
@@ -524,9 +529,11 @@ def test_read_software_normalises_skips_broken_and_first_wins() -> None:
         FakeDist(None, "1.0"),
         FakeDist("no-version", None),
         FakeDist("", "1.0"),
+        FakeDist(None, None),
+        FakeDist("Egg.Style", "2.0", file="PKG-INFO"),
     ]
     software = read_software(dists, {"python_version": "3.11"})  # type: ignore[arg-type]
-    assert dict(software.packages) == {"zope-interface": "6.0"}
+    assert dict(software.packages) == {"zope-interface": "6.0", "egg-style": "2.0"}
     assert dict(software.marker_environment) == {"python_version": "3.11"}
 
 

@@ -25,7 +25,6 @@ from flux.v1 import control_pb2
 
 # What one ListExecutions call may return (the server's bound); --limit pages past it.
 SERVER_PAGE_MAX = 1000
-DEFAULT_LIMIT = 50
 
 
 def list_executions(args: argparse.Namespace) -> int:

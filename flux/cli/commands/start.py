@@ -13,7 +13,7 @@ from pathlib import Path
 
 from flux import event_loop
 from flux.cli.support import error
-from flux.client_requests import default_server
+from flux.defaults import default_server
 from flux.observe import logs
 
 

@@ -30,7 +30,6 @@ from flux.domain.tenant import RESOURCES, Tenant, describe_amount
 from flux.errors import InvalidArgument, Unavailable, from_grpc_code
 
 DEFAULT_TIMEOUT = 30.0
-TENANT_ROLES = ("submit", "read", "admin")
 
 
 def _limits(value: str, flag: str) -> dict[str, str]:
