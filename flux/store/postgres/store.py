@@ -33,7 +33,7 @@ from flux.store.postgres.cluster import Membership
 from flux.store.postgres.listener import Listener
 from flux.store.postgres.quota import held as held_by_tenant
 from flux.store.postgres.quota import prune_preemptions, take_preemption
-from flux.store.postgres.rows import COLUMN_COUNT, COLUMNS, owned_row
+from flux.store.postgres.rows import COLUMNS
 from flux.store.postgres.schema import migrate
 from flux.store.postgres.writer import Writer
 from flux.store.rows import (
@@ -230,17 +230,8 @@ class PostgresStore(Store):
                 return pruned
 
     async def insert_dispatched(self, execution: Execution) -> None:
-        """Store a new execution already claimed by this replica (it was never pending)."""
-        async with self._pool.connection() as db, db.transaction():
-            await db.execute(
-                f"INSERT INTO executions ({COLUMNS}) VALUES ({','.join(['%s'] * COLUMN_COUNT)})",
-                owned_row(execution, self.replica_id),
-            )
-            await db.execute(
-                "INSERT INTO dispatches VALUES (%s,%s,%s,%s,%s)",
-                (execution.execution_id, execution.generation, execution.worker, self.replica_id,
-                 execution.updated_at),
-            )  # fmt: skip
+        """Store a new execution already claimed by this replica (it was never pending); group-committed."""
+        await self._writes.insert_dispatched(execution)
 
     async def cancel(self, execution_id: str, now: float) -> Execution | None:
         """Cancel an unfinished execution wherever it is; None when it is finished or unknown."""
