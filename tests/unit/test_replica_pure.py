@@ -14,6 +14,7 @@ from flux.matching import Shape, explain
 from flux.store.base import PendingRef
 from flux.store.notices import NOTIFY_LIMIT, chunks, parse_pending, pending_line
 from flux.store.postgres import redacted
+from flux.store.postgres.rows import COLUMN_TYPES, COLUMNS, owned_row, unnested
 
 
 def execution(execution_id: str, name: str = "train model", version: int = 3, seq: int = 17) -> Execution:
@@ -45,6 +46,18 @@ def test_payloads_stay_under_the_notify_limit_and_lose_nothing() -> None:
     assert all(len(p) <= NOTIFY_LIMIT for p in payloads)
     assert [line for p in payloads for line in p.splitlines()] == lines
     assert list(chunks([])) == []
+
+
+def test_a_batch_of_rows_is_sent_as_one_array_per_column_in_column_order() -> None:
+    first, second = execution("a1"), execution("b2", seq=18).evolve(worker="w1")
+    rows = [owned_row(first, "r1"), owned_row(second, "r1")]
+    columns = unnested(rows)
+    names = [name.strip() for name in COLUMNS.split(",")]
+    assert len(columns) == len(names) == len(COLUMN_TYPES)
+    by_name = dict(zip(names, columns, strict=True))
+    assert by_name["execution_id"] == ["a1", "b2"] and by_name["seq"] == [17, 18]
+    assert by_name["worker"] == ["", "w1"] and by_name["error"] == [None, None]
+    assert unnested([]) == [[] for _ in names]  # an empty batch is still one (empty) array per column
 
 
 def test_urls_are_redacted_for_logs() -> None:

@@ -15,6 +15,20 @@ from flux.store.rows import EXECUTION_COLUMNS, execution_row
 # An execution's row as ``rows`` writes it, and the replica that holds it.
 COLUMNS = f"{EXECUTION_COLUMNS}, owner"
 COLUMN_COUNT = COLUMNS.count(",") + 1
+# Each column's type, in ``COLUMNS`` order (schema.py): a batch of rows is sent as one array per
+# column and unnested, one statement for the batch, where a statement per row costs psycopg
+# about as much CPU as the rest of an execution's writes.
+COLUMN_TYPES = (
+    "text", "bigint", "text", "integer", "text", "text", "smallint", "text", "integer", "bigint", "integer",
+    "text", "text", "text", "text", "double precision", "double precision", "integer", "text", "text", "text",
+)  # fmt: skip
+assert len(COLUMN_TYPES) == COLUMN_COUNT
+UNNESTED = "SELECT * FROM unnest(" + ", ".join(f"%s::{t}[]" for t in COLUMN_TYPES) + ")"
+
+
+def unnested(rows: list[tuple[object, ...]]) -> list[list[object]]:
+    """``rows`` (each in ``COLUMNS`` order) as the arrays ``UNNESTED`` takes: one per column."""
+    return [list(column) for column in zip(*rows, strict=True)] if rows else [[] for _ in COLUMN_TYPES]
 
 
 def owned_row(e: Execution, replica_id: str) -> tuple[object, ...]:

@@ -20,14 +20,14 @@ from psycopg.rows import dict_row
 from flux.domain.execution import Execution, State
 from flux.store.group_commit import GroupCommit, fail
 from flux.store.postgres.quota import guarded
-from flux.store.postgres.rows import COLUMN_COUNT, COLUMNS, announce, owned_row
+from flux.store.postgres.rows import COLUMNS, UNNESTED, announce, owned_row, unnested
 from flux.store.rows import CREATED, FINISHED, SCHEDULED, execution_from_row
 from flux.store.shared import QuotaGuard
 
 # Insert a new execution, or update one this replica may write: the same
 # generation, not finished, and either pending (shared) or owned by us.
 _UPSERT = f"""
-INSERT INTO executions ({COLUMNS}) VALUES ({",".join(["%s"] * COLUMN_COUNT)})
+INSERT INTO executions ({COLUMNS}) {UNNESTED}
 ON CONFLICT (execution_id) DO UPDATE SET
     state=excluded.state, worker=excluded.worker, attempt=excluded.attempt, output_json=excluded.output_json,
     error=excluded.error, gpu_indices=excluded.gpu_indices, updated_at=excluded.updated_at, owner=excluded.owner
@@ -37,8 +37,8 @@ RETURNING execution_id
 """
 
 # A new execution this replica dispatches at once (never pending), and its dispatch's log row.
-_INSERT = f"INSERT INTO executions ({COLUMNS}) VALUES ({','.join(['%s'] * COLUMN_COUNT)})"
-_LOG_DISPATCH = "INSERT INTO dispatches VALUES (%s,%s,%s,%s,%s)"
+_INSERT = f"INSERT INTO executions ({COLUMNS}) {UNNESTED}"
+_LOG_DISPATCH = "INSERT INTO dispatches SELECT * FROM unnest(%s::text[], %s::bigint[], %s::text[], %s::text[], %s::float8[])"
 
 # The SCHEDULED row as cycle/placing.py's ``scheduled_row`` builds it, one generation on from the
 # row as stored: a replica's mirror of a pending row does not know its generation.
@@ -127,21 +127,13 @@ class Writer:
     async def _write(self, batch: list[Execution]) -> set[str]:
         """One group commit: upsert every row, announce what was written; return the ids refused."""
         writer = await self._connection()
-        applied: set[str] = set()
         async with writer.transaction():
             if all(e.state is State.RUNNING for e in batch):
                 await writer.execute(_RELAXED)
-            async with writer.cursor() as cursor:
-                await cursor.executemany(
-                    _UPSERT,
-                    [(*owned_row(e, self.replica_id), self.replica_id) for e in batch],
-                    returning=True,
-                )
-                while True:
-                    for row in await cursor.fetchall():
-                        applied.add(row[0])
-                    if not cursor.nextset():
-                        break
+            cursor = await writer.execute(
+                _UPSERT, [*unnested([owned_row(e, self.replica_id) for e in batch]), self.replica_id]
+            )
+            applied = {row[0] for row in await cursor.fetchall()}
             await announce(writer, [e for e in batch if e.execution_id in applied])
         return {e.execution_id for e in batch} - applied
 
@@ -163,15 +155,16 @@ class Writer:
         inserts, self._inserts = self._inserts, []
         try:
             writer = await self._connection()
-            async with writer.transaction(), writer.cursor() as cursor:
-                await cursor.executemany(_INSERT, [owned_row(e, self.replica_id) for e, _ in inserts])
-                await cursor.executemany(
+            rows = [e for e, _ in inserts]
+            async with writer.transaction():
+                await writer.execute(_INSERT, unnested([owned_row(e, self.replica_id) for e in rows]))
+                await writer.execute(
                     _LOG_DISPATCH,
                     [
-                        (e.execution_id, e.generation, e.worker, self.replica_id, e.updated_at)
-                        for e, _ in inserts
+                        [e.execution_id for e in rows], [e.generation for e in rows], [e.worker for e in rows],
+                        [self.replica_id] * len(rows), [e.updated_at for e in rows],
                     ],
-                )
+                )  # fmt: skip
         except BaseException as exc:
             fail((future for _, future in inserts), exc)
             if not isinstance(exc, Exception):
