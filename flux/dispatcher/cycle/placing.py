@@ -95,8 +95,9 @@ def scheduled_row(execution: Execution, placement: Placement, now: float) -> Exe
     """The one way an execution becomes SCHEDULED: on its placement's worker, one generation on.
 
     One server pushes it as it is (not stored: an unclaimed dispatch goes back to CREATED after
-    a restart anyway); replicas claim it in PostgreSQL, which takes it only from the generation
-    before (flux/store/postgres/writer.py), so a replica never claims a row it saw out of date.
+    a restart anyway). Replicas send it as their claim, and PostgreSQL applies the same rule to
+    the row as stored (flux/store/postgres/writer.py): a replica's mirror of a pending row does
+    not know its generation; the row the claim returns is the one pushed.
     """
     return execution.evolve(
         state=State.SCHEDULED,

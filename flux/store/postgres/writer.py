@@ -109,7 +109,7 @@ class Writer:
         """Queue a new execution already claimed by this replica; resolves once it is committed.
 
         Submissions that one of this replica's workers takes at once come in bursts: one
-        transaction each was a third of a replica's CPU in a burst of single submissions.
+        transaction each was a fifth of a replica's main-thread CPU in a burst of single submissions.
         """
         future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         self._inserts.append((execution, future))
