@@ -75,13 +75,14 @@ class SharedBinder:
             row = rows.get(execution_id) if rows is not None else None
             if row is not None:
                 results.append(Bound(placement, Outcome.BOUND, row))
-            elif rows is None:
+                continue
+            # A quota's refusal is the claim's, whatever became of it: never left for a later claim.
+            was_refused = execution_id in refused
+            refused.discard(execution_id)
+            if rows is None:
                 results.append(Bound(placement, Outcome.FAILED))
-            elif execution_id in refused:
-                refused.discard(execution_id)
-                results.append(Bound(placement, Outcome.REFUSED))
             else:
-                results.append(Bound(placement, Outcome.LOST))
+                results.append(Bound(placement, Outcome.REFUSED if was_refused else Outcome.LOST))
         return results
 
     async def submit(self, execution: Execution) -> None:
