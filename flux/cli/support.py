@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import argparse
 import sys
-from typing import TYPE_CHECKING
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
 
 from flux.observe import logs
 
@@ -42,3 +43,36 @@ def connect(args: argparse.Namespace) -> FluxClient:
 
     credentials = Credentials.for_role(Role.CLIENT, args.api_token, args.ca, args.api_token_file)
     return FluxClient(args.server, credentials=credentials)
+
+
+class ServiceCalls:
+    """A gRPC service's stub on the command's ``--server``/``--api-token`` flags (pools, tenants), its
+    failures turned into the client's errors (``client_requests.rpc_error``: the same messages)."""
+
+    TIMEOUT = 30.0
+
+    def __init__(self, args: argparse.Namespace, stub: Callable[[Any], Any]):
+        from flux.auth import Credentials, Role
+
+        self.address = args.server
+        self._credentials = Credentials.for_role(Role.CLIENT, args.api_token, args.ca, args.api_token_file)
+        self._channel = self._credentials.channel(args.server)
+        self._stub = stub(self._channel)
+
+    def __enter__(self) -> ServiceCalls:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._channel.close()
+
+    def call(self, method: str, request: Any) -> Any:
+        import grpc
+
+        from flux.client_requests import rpc_error
+
+        try:
+            return getattr(self._stub, method)(
+                request, timeout=self.TIMEOUT, metadata=self._credentials.metadata
+            )
+        except grpc.RpcError as exc:
+            raise rpc_error(exc, self.address, self._credentials) from None

@@ -407,3 +407,12 @@ def test_a_bad_simulated_cpu_load_ends_the_worker_in_one_line(tmp_path: Path) ->
     assert result.returncode == 1
     assert result.stderr.startswith("error: FLUX_SIMULATED_CPU_BUSY must be a fraction from 0 to 1")
     assert "Traceback" not in result.stderr
+
+
+@pytest.mark.transports("grpc")
+@pytest.mark.parametrize("group", ["pool", "tenant"])
+def test_an_unreachable_server_is_named_by_the_pool_and_tenant_commands(cluster: Cluster, group: str) -> None:
+    # Port 1 on loopback: nothing listens there. The same message as every other command's (client_requests).
+    result = cluster.flux(group, "list", "--server", "127.0.0.1:1")
+    assert result.returncode == 1, result.stderr
+    assert result.stderr.startswith("error: cannot reach the Flux server at 127.0.0.1:1"), result.stderr

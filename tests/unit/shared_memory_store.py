@@ -39,6 +39,7 @@ class SharedMemoryStore(MemoryStore):
         self.quota_guard = None
         self.claims: list[tuple[list[Execution], asyncio.Future[dict[str, Execution]]]] = []
         self.inserted: list[Execution] = []
+        self.fail_next_insert: Exception | None = None  # the next insert_dispatched raises it
         self.owners: dict[str, str] = {}  # execution id -> the replica whose worker holds it
         self.dispatches: dict[tuple[str, int], float] = {}  # (execution id, generation) -> when
         self.preemptions: dict[str, tuple[str, float]] = {}  # preemptor -> (replica, when)
@@ -113,6 +114,9 @@ class SharedMemoryStore(MemoryStore):
         return future
 
     async def insert_dispatched(self, execution: Execution) -> None:
+        if self.fail_next_insert is not None:
+            error, self.fail_next_insert = self.fail_next_insert, None
+            raise error
         self.inserted.append(execution)
         self._owned(execution)
 

@@ -21,6 +21,7 @@ from flux.dispatcher.state.session import Scheduled, Stop
 from flux.dispatcher.state.worker_entry import WorkerEntry
 from flux.domain.execution import State
 from flux.domain.worker import WorkerSoftware
+from flux.errors import Unavailable
 from flux.observe.status import BUSY, StatusBoard
 from flux.store import notices
 from flux.store.base import Conflict
@@ -88,6 +89,20 @@ async def test_a_submission_one_of_our_workers_fits_is_stored_already_dispatched
     assert [e.execution_id for e in store.inserted] == [execution_id] and store.claims == []
     [event] = w.events()
     assert isinstance(event, Scheduled) and event.execution.generation == 1
+
+
+async def test_a_submission_whose_dispatched_insert_fails_is_refused_and_frees_the_worker(replica) -> None:
+    store: SharedMemoryStore = replica.store
+    await replica.workflow(cpu=4)
+    w = await replica.worker(cpu=4)
+    store.fail_next_insert = OSError("the database is down")
+    with pytest.raises(Unavailable, match="could not store the execution"):
+        await replica.run()
+    assert w.events() == [] and replica.holdings("w1") == set() and len(replica.d.table) == 0
+    execution_id = await replica.run()  # the worker took the next one at once
+    assert [e.execution_id for e in store.inserted] == [execution_id] and replica.holdings("w1") == {
+        execution_id
+    }
 
 
 async def test_status_explain_and_the_listing_count_the_workers_of_other_replicas(replica) -> None:

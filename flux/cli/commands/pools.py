@@ -22,14 +22,12 @@ import sys
 from pathlib import Path
 from typing import Any
 
-import grpc
 from google.protobuf import json_format
 
+from flux.cli.support import ServiceCalls
 from flux.domain.quantity import format_bytes
-from flux.errors import InvalidArgument, Unavailable, from_grpc_code
+from flux.errors import InvalidArgument
 from flux.matching.pools import parse_pools
-
-DEFAULT_TIMEOUT = 30.0
 
 
 def read_pools_file(path: str) -> Any:
@@ -53,35 +51,10 @@ def read_pools_file(path: str) -> Any:
             raise InvalidArgument(f"{path} is neither JSON nor YAML: {exc}") from None
 
 
-class _Pools:
-    """The PoolService stub on the CLI's credentials; errors as the client's (``flux.errors``)."""
+def _pools(args: argparse.Namespace) -> ServiceCalls:
+    from flux.v1 import pools_pb2_grpc
 
-    def __init__(self, args: argparse.Namespace):
-        from flux.auth import Credentials, Role
-        from flux.v1 import pools_pb2_grpc
-
-        credentials = Credentials.for_role(Role.CLIENT, args.api_token, args.ca, args.api_token_file)
-        self.address = args.server
-        self._metadata = credentials.metadata
-        self._channel = credentials.channel(args.server)
-        self._stub = pools_pb2_grpc.PoolServiceStub(self._channel)
-
-    def __enter__(self) -> _Pools:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._channel.close()
-
-    def call(self, method: str, request: Any) -> Any:
-        try:
-            return getattr(self._stub, method)(request, timeout=DEFAULT_TIMEOUT, metadata=self._metadata)
-        except grpc.RpcError as exc:
-            code, details = exc.code(), exc.details() or ""  # type: ignore[attr-defined]
-            if code in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED):
-                raise Unavailable(
-                    f"cannot reach the Flux server at {self.address}: {details or code.name}"
-                ) from None
-            raise from_grpc_code(code, details) from None
+    return ServiceCalls(args, pools_pb2_grpc.PoolServiceStub)
 
 
 def apply_pools(args: argparse.Namespace) -> int:
@@ -92,7 +65,7 @@ def apply_pools(args: argparse.Namespace) -> int:
         specs = parse_pools(read_pools_file(args.file))
     except (ValueError, TypeError) as exc:
         raise InvalidArgument(f"{args.file}: {exc}") from None
-    with _Pools(args) as pools:
+    with _pools(args) as pools:
         answer = pools.call(
             "ApplyPools", pools_pb2.ApplyPoolsRequest(pools=[spec_to_proto(s) for s in specs])
         )
@@ -105,7 +78,7 @@ def list_pools(args: argparse.Namespace) -> int:
     from flux.cli.render.common import table
     from flux.v1 import pools_pb2
 
-    with _Pools(args) as pools:
+    with _pools(args) as pools:
         answer = pools.call("ListPools", pools_pb2.ListPoolsRequest())
     if args.json:
         print(
@@ -153,7 +126,7 @@ def list_pools(args: argparse.Namespace) -> int:
 def show_pool(args: argparse.Namespace) -> int:
     from flux.v1 import pools_pb2
 
-    with _Pools(args) as pools:
+    with _pools(args) as pools:
         pool = pools.call("GetPool", pools_pb2.GetPoolRequest(name=args.name)).pool
     if args.json:
         print(

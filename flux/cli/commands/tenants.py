@@ -24,12 +24,9 @@ import sys
 from pathlib import Path
 from typing import Any
 
-import grpc
-
+from flux.cli.support import ServiceCalls
 from flux.domain.tenant import RESOURCES, Tenant, describe_amount
-from flux.errors import InvalidArgument, Unavailable, from_grpc_code
-
-DEFAULT_TIMEOUT = 30.0
+from flux.errors import InvalidArgument
 
 
 def _limits(value: str, flag: str) -> dict[str, str]:
@@ -86,35 +83,10 @@ def _checked(data: dict[str, Any], where: str) -> Tenant:
         raise InvalidArgument(f"{where}: {exc}") from None
 
 
-class _Tenants:
-    """The TenantService stub on the CLI's credentials; errors as the client's (``flux.errors``)."""
+def _tenants(args: argparse.Namespace) -> ServiceCalls:
+    from flux.v1 import tenants_pb2_grpc
 
-    def __init__(self, args: argparse.Namespace):
-        from flux.auth import Credentials, Role
-        from flux.v1 import tenants_pb2_grpc
-
-        credentials = Credentials.for_role(Role.CLIENT, args.api_token, args.ca, args.api_token_file)
-        self.address = args.server
-        self._metadata = credentials.metadata
-        self._channel = credentials.channel(args.server)
-        self._stub = tenants_pb2_grpc.TenantServiceStub(self._channel)
-
-    def __enter__(self) -> _Tenants:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._channel.close()
-
-    def call(self, method: str, request: Any) -> Any:
-        try:
-            return getattr(self._stub, method)(request, timeout=DEFAULT_TIMEOUT, metadata=self._metadata)
-        except grpc.RpcError as exc:
-            code, details = exc.code(), exc.details() or ""  # type: ignore[attr-defined]
-            if code in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED):
-                raise Unavailable(
-                    f"cannot reach the Flux server at {self.address}: {details or code.name}"
-                ) from None
-            raise from_grpc_code(code, details) from None
+    return ServiceCalls(args, tenants_pb2_grpc.TenantServiceStub)
 
 
 def _to_proto(tenant: Tenant) -> Any:
@@ -147,7 +119,7 @@ def create_tenant(args: argparse.Namespace) -> int:
     from flux.v1 import tenants_pb2
 
     tenant = _checked({"name": args.name, **_changes(args)}, "flux tenant create")
-    with _Tenants(args) as tenants:
+    with _tenants(args) as tenants:
         created = tenants.call("CreateTenant", tenants_pb2.CreateTenantRequest(tenant=_to_proto(tenant)))
     print(f"tenant {created.tenant.name} created (quota: {_describe(_from_proto(created.tenant))})")
     return 0
@@ -161,7 +133,7 @@ def set_tenant(args: argparse.Namespace) -> int:
         raise InvalidArgument(
             "flux tenant set: give at least one field to change (e.g. --gpu 4) or --unset FIELD"
         )
-    with _Tenants(args) as tenants:
+    with _tenants(args) as tenants:
         answer = tenants.call(
             "SetTenant", tenants_pb2.SetTenantRequest(name=args.name, changes_json=json.dumps(changes))
         )
@@ -172,7 +144,7 @@ def set_tenant(args: argparse.Namespace) -> int:
 def delete_tenant(args: argparse.Namespace) -> int:
     from flux.v1 import tenants_pb2
 
-    with _Tenants(args) as tenants:
+    with _tenants(args) as tenants:
         tenants.call("DeleteTenant", tenants_pb2.DeleteTenantRequest(name=args.name))
     print(f"tenant {args.name} deleted, with its tokens")
     return 0
@@ -188,7 +160,7 @@ def apply_tenants(args: argparse.Namespace) -> int:
             f"{args.file}: expected a list of tenants, or a mapping with key 'tenants' holding one"
         )
     checked = [_checked(entry, f"{args.file}: tenants[{i}]") for i, entry in enumerate(entries)]
-    with _Tenants(args) as tenants:
+    with _tenants(args) as tenants:
         answer = tenants.call(
             "ApplyTenants", tenants_pb2.ApplyTenantsRequest(tenants=[_to_proto(t) for t in checked])
         )
@@ -201,7 +173,7 @@ def list_tenants(args: argparse.Namespace) -> int:
     from flux.cli.render.common import table
     from flux.v1 import tenants_pb2
 
-    with _Tenants(args) as tenants:
+    with _tenants(args) as tenants:
         answer = tenants.call("ListTenants", tenants_pb2.ListTenantsRequest())
     found = [_from_proto(t) for t in answer.tenants]
     if args.json:
@@ -226,7 +198,7 @@ def list_tenants(args: argparse.Namespace) -> int:
 def show_tenant(args: argparse.Namespace) -> int:
     from flux.v1 import tenants_pb2
 
-    with _Tenants(args) as tenants:
+    with _tenants(args) as tenants:
         tenant = _from_proto(tenants.call("GetTenant", tenants_pb2.GetTenantRequest(name=args.name)).tenant)
     if args.json:
         print(json.dumps(tenant.to_dict()))
@@ -243,7 +215,7 @@ def show_tenant(args: argparse.Namespace) -> int:
 def create_token(args: argparse.Namespace) -> int:
     from flux.v1 import tenants_pb2
 
-    with _Tenants(args) as tenants:
+    with _tenants(args) as tenants:
         answer = tenants.call(
             "CreateToken", tenants_pb2.CreateTokenRequest(tenant=args.tenant, role=args.role)
         )
