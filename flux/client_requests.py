@@ -20,8 +20,6 @@ from flux.errors import FluxError, InvalidArgument, Unavailable, from_grpc_code
 from flux.loader import WorkflowFile
 from flux.v1 import control_pb2
 
-DEFAULT_SERVER = defaults.SERVER
-
 
 class WaitTimedOut(FluxError, TimeoutError):
     """``wait`` gave up at its timeout while the server was answering: the execution is not finished.

@@ -12,8 +12,6 @@ from pathlib import Path
 
 from flux.auth import STATE_DIR, Role
 
-GENERATED_ROLES = {role.value: role for role in Role}
-
 
 def generated_line(role: Role, path: Path) -> str:
     """What the server prints when it generated ``role``'s token at ``path``: where, never what."""
@@ -41,7 +39,7 @@ def _read(role: Role, state_dir: Path) -> str:
 
 def show_token(args: argparse.Namespace, state_dir: Path = STATE_DIR) -> int:
     if args.role is not None:
-        print(_read(GENERATED_ROLES[args.role], state_dir))
+        print(_read(Role(args.role), state_dir))  # the parser's choices are Role's values
         return 0
     tokens = [(role.value, _read(role, state_dir)) for role in Role]
     for name, token in tokens:
