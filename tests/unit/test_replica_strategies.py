@@ -10,6 +10,7 @@ snapshot).
 
 from __future__ import annotations
 
+import asyncio
 from types import MappingProxyType
 from typing import Any
 
@@ -145,3 +146,22 @@ async def test_a_write_that_conflicts_drops_what_this_replica_holds(replica) -> 
     await settled()  # the write fails, and its answer arrives
     assert execution_id not in replica.d.table
     assert replica.holdings("w1") == set()
+
+
+async def test_a_resync_between_a_won_claim_and_its_push_leaves_the_dispatch_alone(replica) -> None:
+    # The claim's answer and the cycle's apply are two loop steps; a resync of the shared queue
+    # between them sees x1 CREATED here and no longer pending in the database. Dropping it as
+    # claimed elsewhere left its row SCHEDULED, owned here, on a worker never told (found
+    # under load: a replica-kill run ended with two such rows).
+    store: SharedMemoryStore = replica.store
+    record = await replica.workflow(cpu=4)
+    w = await replica.worker(cpu=4)
+    store.notify(notices.PendingAdded((store.submitted_elsewhere("x1", record, 10),)))
+    store.settle(won={"x1"})
+    resync = asyncio.ensure_future(replica.d.feed.resync())  # runs right after the claim's answer
+    await settled()
+    await resync
+    [event] = w.events()
+    assert isinstance(event, Scheduled) and event.execution.execution_id == "x1"
+    assert replica.holdings("w1") == {"x1"} and replica.d.table.get("x1").state is State.SCHEDULED
+    assert not replica.d.binder.claiming

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections import Counter
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
@@ -39,20 +40,30 @@ class SharedBinder:
     def __init__(self, store: SharedStore, tasks: Background):
         self.store = store
         self.tasks = tasks
-        # Placed and reserved here, claim in flight: neither pending nor dispatched yet.
-        self.claiming: set[str] = set()
+        # Placed and reserved here, claim in flight: neither pending nor dispatched yet. Counted:
+        # a placement refused is placed and claimed again before its first claim is let go.
+        self.claiming: Counter[str] = Counter()
 
     def attach(self, d: Handle) -> None:
         self.d = d
 
     def bind(self, placements: list[Placement]) -> asyncio.Future[list[Bound]]:
         d, now = self.d, self.d.clock()
-        self.claiming.update(p.execution_id for p in placements)
+        ids = [p.execution_id for p in placements]
+        self.claiming.update(ids)
         wanted = [scheduled_row(d.table.unfinished[p.execution_id], p, now) for p in placements]
-        bound: asyncio.Future[list[Bound]] = asyncio.get_running_loop().create_future()
-        self.store.claim(wanted).add_done_callback(
-            lambda claim: bound.set_result(self.claimed(placements, claim))
-        )
+        loop = asyncio.get_running_loop()
+        bound: asyncio.Future[list[Bound]] = loop.create_future()
+
+        def answered(claim: asyncio.Future[dict[str, Execution]]) -> None:
+            bound.set_result(self.claimed(placements, claim))
+            # Claiming until the cycle has applied the answer: its callback on ``bound``, queued
+            # just now, runs first (callbacks run in order). In between, a won row is CREATED
+            # in the table and no longer pending in the database: the resync would drop it as
+            # claimed elsewhere, and the row would stay SCHEDULED here with nobody to push it.
+            loop.call_soon(self._settled, ids)
+
+        self.store.claim(wanted).add_done_callback(answered)
         return bound
 
     def claimed(
@@ -71,7 +82,6 @@ class SharedBinder:
         results = []
         for placement in placements:
             execution_id = placement.execution_id
-            self.claiming.discard(execution_id)
             row = rows.get(execution_id) if rows is not None else None
             if row is not None:
                 results.append(Bound(placement, Outcome.BOUND, row))
@@ -126,12 +136,12 @@ class SharedBinder:
                 # Our own NOTIFY came back before this coroutine resumed and queued a placeholder.
                 d.table.add(execution)
             return
-        self.claiming.add(execution_id)
+        self.claiming[execution_id] += 1
         dispatched = scheduled_row(execution, placement, execution.updated_at)
         try:
             await self.store.insert_dispatched(dispatched)
         except Exception as exc:
-            self.claiming.discard(execution_id)
+            self._settled([execution_id])
             d.table.drop(execution_id)
             entry = d.registry.get(placement.worker)
             if entry is not None and entry.release(execution_id):
@@ -139,8 +149,17 @@ class SharedBinder:
             raise Unavailable(f"could not store the execution: {exc}") from exc
         d.events.submitted(execution)
         d.table.add(execution)  # counted against the pending limits like any other
-        self.claiming.discard(execution_id)
+        self._settled([execution_id])
         d.apply([Bound(placement, Outcome.BOUND, dispatched)])
+
+    def _settled(self, execution_ids: list[str]) -> None:
+        """A claim of these has been answered and applied."""
+        claiming = self.claiming
+        for execution_id in execution_ids:
+            if claiming[execution_id] > 1:
+                claiming[execution_id] -= 1
+            else:
+                del claiming[execution_id]
 
     async def submit_many(self, executions: list[Execution]) -> None:
         """Store a batch as pending rows in one transaction; whichever replica fits them claims them.
@@ -202,7 +221,7 @@ class SharedBinder:
     def worker_lost(self, entry: WorkerEntry) -> None:
         for execution_id in list(entry.holdings):
             if execution_id in self.claiming:
-                entry.release(execution_id)  # claimed() gives the row back when its claim lands
+                entry.release(execution_id)  # the cycle gives the row back when its claim lands
 
     async def cancel(self, execution_id: str) -> Execution:
         try:
