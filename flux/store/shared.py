@@ -52,6 +52,14 @@ class ClusterMembership(Protocol):
     async def forget_worker(self, name: str, now: float, error: ExecutionError) -> list[Execution] | None:
         """Drop a worker from the whole cluster and requeue what it held; None when no replica knows it."""
 
+    async def owned(self) -> list[tuple[str, int]]:
+        """(execution id, generation) of every dispatched or running row this replica owns."""
+
+    async def give_back_owned(
+        self, rows: list[tuple[str, int]], now: float, error: ExecutionError
+    ) -> list[Execution]:
+        """Requeue, for any replica to place, those of ``rows`` this replica still owns at that generation."""
+
     async def set_worker_connected(
         self, name: str, connected: bool, info: dict[str, Any] | None, load: dict[str, Any] | None
     ) -> None:

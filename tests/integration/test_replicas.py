@@ -174,6 +174,30 @@ def test_replica_killed_under_load_loses_nothing_and_records_once(replicas: Clus
     assert len(generations) == len(set(generations))  # a dispatch per generation, never two
 
 
+def test_a_row_a_live_replica_owns_but_no_longer_tracks_is_requeued_and_runs(replicas: Cluster) -> None:
+    # As a race between a replica's own steps once left it: the database says a live replica
+    # dispatched the execution; that replica holds nothing of it. Its audit gives the row back.
+    execution_id = replicas.client.run("echo", "orphan", wait=False).execution_id  # no worker yet
+    owner = rows(replicas.db, "SELECT id FROM replicas ORDER BY id LIMIT 1")[0][0]
+    changed = rows(
+        replicas.db,
+        f"UPDATE executions SET state = 2, worker = 'gone', owner = '{owner}', generation = generation + 1 "
+        f"WHERE execution_id = '{execution_id}' AND state = 1 RETURNING generation",
+    )
+    assert changed == [(1,)]
+    eventually(
+        lambda: (
+            rows(replicas.db, f"SELECT state, owner FROM executions WHERE execution_id = '{execution_id}'")
+            == [(1, "")]
+        ),
+        timeout=30,
+        what="the orphaned row back in line",
+    )
+    replicas.start_worker("w1")
+    final = replicas.client.wait(execution_id, 30)
+    assert (final.state, final.worker, final.attempt) == (COMPLETED, "w1", 1)
+
+
 def test_a_replica_restarted_on_its_ports_gets_its_workers_back(replicas: Cluster) -> None:
     # Cluster.restart_replica (the chaos run's replica_kill): same gRPC and HTTP ports, so a
     # worker that knows only that replica, over either transport, returns to it on its own.

@@ -232,12 +232,38 @@ class MemoryCluster:
             self.take(name)  # tells the replica that held it to let go
         return rows
 
+    async def owned(self) -> list[tuple[str, int]]:
+        store = self.store
+        return [
+            (e.execution_id, e.generation)
+            for e in store.executions.values()
+            if e.state in HELD and store.owners.get(e.execution_id) == store.replica_id
+        ]
+
+    async def give_back_owned(
+        self, rows: list[tuple[str, int]], now: float, error: ExecutionError
+    ) -> list[Execution]:
+        store, wanted = self.store, set(rows)
+        return self._give_back(
+            lambda e: (
+                (e.execution_id, e.generation) in wanted
+                and store.owners.get(e.execution_id) == store.replica_id
+            ),
+            now,
+            error,
+        )
+
     def _requeue(self, name: str, now: float, error: ExecutionError) -> list[Execution]:
-        """As the SQL gives back a worker's rows: an unclaimed dispatch did not run (same attempt);
-        running work did (the next attempt, or FAILED when none is left)."""
+        return self._give_back(lambda e: e.worker == name, now, error)
+
+    def _give_back(
+        self, which: Callable[[Execution], bool], now: float, error: ExecutionError
+    ) -> list[Execution]:
+        """As the SQL gives back rows: an unclaimed dispatch did not run (same attempt); running
+        work did (the next attempt, or FAILED when none is left)."""
         rows = []
         for e in list(self.store.executions.values()):
-            if e.worker != name or e.state not in HELD:
+            if e.state not in HELD or not which(e):
                 continue
             if e.state is State.RUNNING and e.attempt >= e.max_attempts:
                 row = e.evolve(state=State.FAILED, error=error, gpu_indices=(), updated_at=now)

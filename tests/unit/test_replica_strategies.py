@@ -165,3 +165,24 @@ async def test_a_resync_between_a_won_claim_and_its_push_leaves_the_dispatch_alo
     assert isinstance(event, Scheduled) and event.execution.execution_id == "x1"
     assert replica.holdings("w1") == {"x1"} and replica.d.table.get("x1").state is State.SCHEDULED
     assert not replica.d.binder.claiming
+
+
+async def test_a_row_owned_here_but_held_nowhere_here_goes_back_on_the_second_audit(replica) -> None:
+    store: SharedMemoryStore = replica.store
+    record = await replica.workflow(cpu=2)
+    await replica.worker(cpu=4)
+    store.notify(notices.PendingAdded((store.submitted_elsewhere("x1", record, 10),)))
+    store.settle(won={"x1"})
+    await settled()
+    # x2's row says this replica dispatched it to w1, but the replica holds nothing of it.
+    store.submitted_elsewhere("x2", record, 11)
+    store._owned(store.executions["x2"].evolve(state=State.SCHEDULED, worker="w1", generation=1))
+    fleet, now = replica.d.fleet, replica.d.clock()
+    await fleet.audit(now)
+    # Once is not enough: a claim answered but not yet applied looks the same for a moment.
+    assert store.executions["x2"].state is State.SCHEDULED
+    await fleet.audit(now)
+    x2 = store.executions["x2"]
+    assert (x2.state, x2.worker, x2.attempt, "x2" in store.owners) == (State.CREATED, "", 1, False)
+    # What this replica holds is left alone, however often it is audited.
+    assert store.executions["x1"].state is State.SCHEDULED and replica.holdings("w1") == {"x1"}

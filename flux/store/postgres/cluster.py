@@ -159,6 +159,34 @@ class Membership:
                 await self._moved(db, name, row)
             return rows
 
+    async def owned(self) -> list[tuple[str, int]]:
+        """(execution id, generation) of every dispatched or running row this replica owns."""
+        async with self._pool.connection() as db:
+            cursor = await db.execute(
+                f"SELECT execution_id, generation FROM executions "
+                f"WHERE owner = %s AND state IN ({SCHEDULED}, {RUNNING})",
+                (self.replica_id,),
+            )
+            return [(row[0], int(row[1])) for row in await cursor.fetchall()]
+
+    async def give_back_owned(
+        self, rows: list[tuple[str, int]], now: float, error: ExecutionError
+    ) -> list[Execution]:
+        """Requeue those of ``rows`` this replica still owns at that generation."""
+        async with self._pool.connection() as db, db.transaction():
+            cursor = db.cursor(row_factory=dict_row)
+            await cursor.execute(
+                _GIVE_BACK.format(
+                    where="owner = %(me)s AND (execution_id, generation) IN "
+                    "(SELECT * FROM unnest(%(ids)s::text[], %(generations)s::bigint[]))"
+                ),
+                {"me": self.replica_id, "ids": [i for i, _ in rows], "generations": [g for _, g in rows],
+                 "now": now, "error": error_json(error)},
+            )  # fmt: skip
+            given = [execution_from_row(row) for row in await cursor.fetchall()]
+            await announce(db, given)
+            return given
+
     async def set_worker_connected(
         self, name: str, connected: bool, info: dict[str, Any] | None, load: dict[str, Any] | None
     ) -> None:

@@ -46,6 +46,8 @@ class SharedFleet:
         self.binder = binder
         self._loop: asyncio.Task[None] | None = None
         self._retention: asyncio.Task[None] | None = None
+        # Owned in the database, not held here, at the last audit: (execution id, generation).
+        self._untracked: set[tuple[str, int]] = set()
 
     def attach(self, d: Handle) -> None:
         self.d = d
@@ -195,6 +197,7 @@ class SharedFleet:
                     swept = await self.store.cluster.sweep(REPLICA_TIMEOUT + d.settings.grace_period, now)
                     if swept:
                         log.warning("requeued %d executions of stopped replicas", len(swept))
+                    await self.audit(now)
             except self.store.unavailable as exc:  # the database away: the next heartbeat tries again
                 log.warning(
                     "replica heartbeat failed, the database is unavailable (%s); retrying in %gs",
@@ -203,6 +206,33 @@ class SharedFleet:
                 )
             except Exception:  # a missed heartbeat only ages us
                 log.exception("replica heartbeat failed")
+
+    async def audit(self, now: float) -> None:
+        """Requeue the rows this replica owns in the database but holds nowhere here.
+
+        The sweep covers dead replicas; this covers a live one whose memory lost a row (a
+        race between its own steps): a controller's reconcile, from what is stored. A row
+        counts only when found on two audits in a row, a safety tick apart, so a write
+        still in flight (a claim answered but not applied, a result not yet stored) is not
+        taken for one; it goes back only at the generation seen, and only if still owned here.
+        """
+        d = self.d
+        untracked = {
+            (execution_id, generation)
+            for execution_id, generation in await self.store.cluster.owned()
+            if execution_id not in d.table and execution_id not in self.binder.claiming
+        }
+        stale, self._untracked = sorted(untracked & self._untracked), untracked
+        if stale:
+            error = ExecutionError("WorkerLost", "its replica no longer tracked it")
+            given = await self.store.cluster.give_back_owned(stale, now, error)
+            self._untracked -= set(stale)
+            if given:
+                log.warning(
+                    "requeued %d executions this replica owned but no longer tracked: %s",
+                    len(given),
+                    ", ".join(e.execution_id for e in given),
+                )
 
     async def _retention_loop(self, retention: float) -> None:
         """Keep the dispatches log bounded: drop the rows of executions finished ``retention`` ago.
