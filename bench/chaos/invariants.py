@@ -67,6 +67,7 @@ class Sample:
     cpu_limit: int
     count: int
     capacity: int
+    ids: tuple[str, ...] = ()  # the executions whose bodies the markers showed (markers only)
 
 
 @dataclass(frozen=True)
@@ -227,7 +228,8 @@ def overcommit(samples: Iterable[Sample]) -> list[Violation]:
             "overcommit",
             sample.worker,
             f"{sample.source} at t={sample.at:.1f}s: cpu {sample.cpu}/{sample.cpu_limit}, "
-            f"executions {sample.count}/{sample.capacity}",
+            f"executions {sample.count}/{sample.capacity}"
+            + (f" ({', '.join(sample.ids)})" if sample.ids else ""),
         )  # fmt: skip
         for sample in samples
         if sample.cpu > sample.cpu_limit or sample.count > sample.capacity

@@ -28,19 +28,24 @@ INTERVAL_S = 0.5
 
 def running(markers: Path) -> dict[str, list[int]]:
     """Worker name -> requested cores of each body its live process runs now."""
-    found: dict[str, list[int]] = {}
+    return {worker: [cpu for _, cpu in found] for worker, found in bodies(markers).items()}
+
+
+def bodies(markers: Path) -> dict[str, list[tuple[str, int]]]:
+    """Worker name -> (execution id, requested cores) of each body its live process runs now."""
+    found: dict[str, list[tuple[str, int]]] = {}
     if not markers.is_dir():
         return found
     for folder in markers.iterdir():
-        cores: list[int] = []
+        live: list[tuple[str, int]] = []
         for marker in folder.iterdir() if folder.is_dir() else ():
             with contextlib.suppress(OSError, ValueError, psutil.Error):
                 written = marker.stat().st_mtime
                 pid, cpu = (int(part) for part in marker.read_text().split())
                 process = psutil.Process(pid)
                 if process.status() != psutil.STATUS_ZOMBIE and process.create_time() <= written + 1:
-                    cores.append(cpu)
-        found[folder.name] = cores
+                    live.append((marker.name, cpu))
+        found[folder.name] = live
     return found
 
 
@@ -99,9 +104,10 @@ class Sampler:
                 if w.resources.cpu_total
             ]
         samples += [
-            Sample(at, worker, "markers", sum(cores), self.cpus, len(cores), self.capacity)
-            for worker, cores in running(self.markers).items()
-        ]
+            Sample(at, worker, "markers", sum(cpu for _, cpu in live), self.cpus, len(live), self.capacity,
+                   tuple(sorted(execution_id for execution_id, _ in live)))
+            for worker, live in bodies(self.markers).items()
+        ]  # fmt: skip
         self.taken += len(samples)
         for sample in samples:
             side = "markers" if sample.source == "markers" else "server"

@@ -319,7 +319,9 @@ class Dispatcher:
         session = self.registry.connect(name, session_token, transport)
         self.freezer.connected()
         self.pinger.watch(session)
-        self.fleet.connected(self.registry.entries[name])
+        entry = self.registry.entries[name]
+        self.reclaimer.connected(entry)
+        self.fleet.connected(entry)
         return session
 
     def disconnect(self, session: Session) -> None:

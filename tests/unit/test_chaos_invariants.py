@@ -172,7 +172,7 @@ def test_finishing_under_two_generations_is_a_duplicate() -> None:
         Sample(2.0, "w1", "server", 5, 4, 2, 4),
         Sample(2.0, "w1", "server", 2, 4, 5, 4),
         Sample(2.0, "w2", "markers", 6, 4, 3, 4),
-        Sample(2.0, "w2", "markers", 4, 4, 5, 4),
+        Sample(2.0, "w2", "markers", 4, 4, 5, 4, ("a", "b", "c", "d", "e")),
     ],
     ids=["server-cpu", "server-count", "markers-cpu", "markers-count"],
 )
@@ -182,6 +182,8 @@ def test_a_sample_over_cores_or_capacity_is_overcommit(sample: Sample) -> None:
     found = invariants.check(observed)["overcommit"]
     assert [(v.kind, v.subject) for v in found] == [("overcommit", sample.worker)]
     assert sample.source in found[0].detail
+    # The markers name the bodies they counted, to follow each in the servers' lifecycle logs.
+    assert all(execution_id in found[0].detail for execution_id in sample.ids)
 
 
 @pytest.mark.parametrize(

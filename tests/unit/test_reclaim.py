@@ -125,6 +125,37 @@ async def test_a_worker_that_never_hands_it_back_loses_the_room_at_the_grace_end
     await flux.d.stop()
 
 
+async def test_a_stop_lost_with_the_stream_is_repeated_on_the_next_one():
+    # Found by the chaos run: a worker whose stream was cut before it read the Stop came back
+    # within the grace and kept running the victim; at the grace end its room went to the
+    # preemptor while the victim's body still ran beside it.
+    flux, w, web = await cohort()
+    mine = (await flux.d.submit("job", tenant="ml")).execution_id
+    assert web[3] in flux.d.reclaimer.stopping  # the Stop waits in the stream, unread...
+    w.disconnect()  # ...and goes with it
+    w.connect()
+    events = w.events()
+    assert [(e.execution_id, e.preempted) for e in events if isinstance(e, Stop)] == [(web[3], True)]
+    w.release(web[3])
+    assert w.scheduled() == [mine]
+    await flux.d.stop()
+
+
+async def test_at_the_grace_end_the_victim_is_stopped_before_its_room_is_given_away():
+    flux, w, web = await cohort()
+    mine = (await flux.d.submit("job", tenant="ml")).execution_id
+    assert preempted(w) == [web[3]]  # and suppose this Stop never reached the worker
+    flux.d.housekeeper.tick(flux.clock.advance(GRACE))
+    events = w.events()
+    stops = [i for i, e in enumerate(events) if isinstance(e, Stop) and e.execution_id == web[3]]
+    dispatched = [
+        i for i, e in enumerate(events) if not isinstance(e, Stop) and e.execution.execution_id == mine
+    ]
+    # Stopped again (nothing left to hand back: not as preempted), ahead of the preemptor's dispatch.
+    assert len(stops) == 1 and not events[stops[0]].preempted and stops[0] < dispatched[0]
+    await flux.d.stop()
+
+
 async def test_a_victim_whose_worker_is_lost_is_requeued_as_preempted_not_as_a_failed_attempt():
     flux, w, web = await cohort()
     await flux.d.submit("job", tenant="ml")

@@ -41,6 +41,7 @@ from flux.matching.preemption import Preemption, Running, plan, reclaimable
 
 if TYPE_CHECKING:
     from flux.dispatcher.handle import Handle
+    from flux.dispatcher.state.worker_entry import WorkerEntry
     from flux.matching import Shape, WorkerView
     from flux.matching.tenancy import Accounts
 
@@ -220,7 +221,7 @@ class Reclaimer:
         execution = d.table.get(execution_id)
         assert execution is not None  # _act read it from the table in this same step
         entry = d.registry.get(execution.worker)
-        reason = f"preempted: tenant {lane.tenant} reclaims its quota"
+        reason = _why(lane)
         if entry is not None and entry.session is not None:
             entry.session.push(Stop(execution_id, execution.generation, reason, preempted=True))
         d.events.counters.preempted[Preempt.RECLAIM] += 1
@@ -301,9 +302,25 @@ class Reclaimer:
                 "execution %s not handed back by %s within the preemption grace; its room is freed",
                 execution_id, stop.worker,
             )  # fmt: skip
+            entry = self.d.registry.get(stop.worker)
+            if entry is not None and entry.session is not None:
+                # It may never have heard the first Stop (lost with a stream): its room goes to
+                # others now, so its body must not keep running beside theirs. Ahead of their
+                # dispatches on the same stream; not preempted, as there is nothing left to hand back.
+                entry.session.push(Stop(execution_id, stop.generation, "preemption grace expired"))
             self.stopped(execution)
             changed = True
         return changed
+
+    def connected(self, entry: WorkerEntry) -> None:
+        """Repeat the Stop of each victim ``entry`` still runs on its new stream: the first may
+        have been lost with the old one (or never sent, the worker away when it was preempted)."""
+        assert entry.session is not None
+        for execution_id in entry.holdings:
+            stop = self.stopping.get(execution_id)
+            execution = self.d.table.get(execution_id)
+            if stop is not None and execution is not None and self.is_stopping(execution):
+                entry.session.push(Stop(execution_id, stop.generation, _why(stop.lane), preempted=True))
 
     def _forget(self, execution_id: str) -> None:
         stop = self.stopping.pop(execution_id, None)
@@ -323,3 +340,7 @@ def _anyone_borrowing(accounts: Accounts) -> bool:
         if any(n is not None and used[i] > n for i, n in enumerate(terms.nominal)):
             return True
     return False
+
+
+def _why(lane: Shape) -> str:
+    return f"preempted: tenant {lane.tenant} reclaims its quota"
