@@ -34,6 +34,33 @@ class _Open:
         # grpc.aio allows one write in flight per call; claims and results are written from two tasks.
         self.writing = asyncio.Lock()
         self.reader = asyncio.get_running_loop().create_task(self._read())
+        self.started = False  # the call has sent its metadata: writes no longer wait for it
+
+    async def start(self, timeout: float) -> None:
+        """Wait until the call has started; if it ends first, fail the stream as it ended.
+
+        grpc.aio's first write waits for the call's metadata to be sent, on an event nothing
+        sets when the call ends first (closed as the worker moved to another server, or its
+        server died as it opened): that write would wait forever, and with it every claim or
+        result behind it. Seen when a replica was killed under load: a worker's four results
+        never left it. So the first writer waits for the start against the reader, which ends
+        as the call does.
+        """
+        started = asyncio.ensure_future(self.call.wait_for_connection())
+        await asyncio.wait({started, self.reader}, timeout=timeout, return_when=asyncio.FIRST_COMPLETED)
+        if not started.done():  # the call ended first, or never started in time
+            started.cancel()
+            self.fail(self.failed or Unavailable(f"the call stream did not start within {timeout:g}s"))
+        elif started.cancelled():  # cancelled locally (closed) as it started
+            self.fail(self.failed or Unavailable("the call stream was closed"))
+        elif isinstance(error := started.exception(), grpc.aio.AioRpcError):
+            self.fail(from_grpc_code(error.code(), error.details() or error.code().name))
+        elif error is not None:
+            self.fail(Unavailable(f"the call stream failed to start: {error!r}"))
+        else:
+            self.started = True
+            return
+        self.close()
 
     async def _read(self) -> None:
         try:
@@ -79,7 +106,10 @@ class CallStream:
         try:
             try:
                 async with stream.writing:
-                    await stream.call.write(request)
+                    if not stream.started:
+                        await stream.start(timeout)  # failed: the answer below is the failure
+                    if stream.failed is None:
+                        await stream.call.write(request)
             except grpc.aio.AioRpcError as exc:
                 stream.fail(from_grpc_code(exc.code(), exc.details() or exc.code().name))
                 stream.close()

@@ -98,3 +98,28 @@ async def test_calls_in_flight_together_each_get_their_own_answer() -> None:
     async for stream, _ in with_stream({}):
         answers = await asyncio.gather(*(stream.call(claim(f"e{i}"), timeout=5) for i in range(20)))
         assert [a.claims.answers[0].execution_id for a in answers] == [f"e{i}" for i in range(20)]
+
+
+async def test_a_stream_closed_before_it_started_fails_its_call_instead_of_waiting_forever() -> None:
+    # grpc.aio's first write waits for the call to start, on an event nothing sets when the call
+    # ends first. A worker whose replica was killed under load moved to the other replica (which
+    # closes the old call stream) while its first write there waited: its results never left it.
+    async def mute(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await reader.read()  # accepts the connection, never speaks HTTP/2: the call never starts
+
+    listener = await asyncio.start_server(mute, "127.0.0.1", 0)
+    address = f"127.0.0.1:{listener.sockets[0].getsockname()[1]}"
+    channel = grpc.aio.insecure_channel(address)
+    stub = worker_pb2_grpc.WorkerServiceStub(channel)
+    stream = CallStream(lambda: stub.WorkerCalls())
+    try:
+        call = asyncio.ensure_future(stream.call(claim("e1"), timeout=20))
+        await asyncio.sleep(0.5)
+        assert not call.done()  # waiting for the call to start
+        stream.close()  # as the worker does when it moves to another server
+        with pytest.raises(Unavailable):
+            await asyncio.wait_for(call, 5)
+    finally:
+        stream.close()
+        await channel.close()
+        listener.close()
