@@ -132,6 +132,11 @@ def from_grpc_code(code: grpc.StatusCode, message: str) -> FluxError:
     return from_code_name(code.name, message)
 
 
+def from_rpc_error(exc: grpc.aio.AioRpcError) -> FluxError:
+    """``from_grpc_code`` for a failed call: its details, or its code's name when it sent none."""
+    return from_grpc_code(exc.code(), exc.details() or exc.code().name)
+
+
 def from_code_name(name: str, message: str) -> FluxError:
     """The same, from a status name as a batch's per-item answer carries it (an unknown one is retried)."""
     return _BY_GRPC_CODE.get(name, Unavailable)(message)

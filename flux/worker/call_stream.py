@@ -17,7 +17,7 @@ from collections.abc import Callable
 
 import grpc
 
-from flux.errors import FluxError, Unavailable, from_grpc_code
+from flux.errors import FluxError, Unavailable, from_rpc_error
 from flux.v1 import worker_pb2
 
 Request = worker_pb2.WorkerCallsRequest
@@ -54,7 +54,7 @@ class _Open:
         elif started.cancelled():  # cancelled locally (closed) as it started
             self.fail(self.failed or Unavailable("the call stream was closed"))
         elif isinstance(error := started.exception(), grpc.aio.AioRpcError):
-            self.fail(from_grpc_code(error.code(), error.details() or error.code().name))
+            self.fail(from_rpc_error(error))
         elif error is not None:
             self.fail(Unavailable(f"the call stream failed to start: {error!r}"))
         else:
@@ -70,7 +70,7 @@ class _Open:
                     future.set_result(answer)
             self.fail(Unavailable("the server ended the call stream"))
         except grpc.aio.AioRpcError as exc:
-            self.fail(from_grpc_code(exc.code(), exc.details() or exc.code().name))
+            self.fail(from_rpc_error(exc))
         except asyncio.CancelledError:
             self.fail(Unavailable("the call stream was closed"))
             raise
@@ -111,7 +111,7 @@ class CallStream:
                     if stream.failed is None:
                         await stream.call.write(request)
             except grpc.aio.AioRpcError as exc:
-                stream.fail(from_grpc_code(exc.code(), exc.details() or exc.code().name))
+                stream.fail(from_rpc_error(exc))
                 stream.close()
             except asyncio.InvalidStateError:  # the call ended before this write; its reader says why
                 await asyncio.wait({stream.reader}, timeout=timeout)

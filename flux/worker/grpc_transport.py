@@ -15,7 +15,7 @@ from flux.auth import TLS_HINT, Credentials, speaks_tls
 from flux.domain.execution import ExecutionError, WorkflowRef
 from flux.domain.resource_request import ResourceRequest
 from flux.domain.worker import WorkerResources, WorkerSoftware
-from flux.errors import InvalidArgument, Unavailable, Unimplemented, from_code_name, from_grpc_code
+from flux.errors import InvalidArgument, Unavailable, Unimplemented, from_code_name, from_rpc_error
 from flux.v1 import worker_pb2, worker_pb2_grpc
 from flux.worker.call_stream import CallStream
 from flux.worker.transport import (
@@ -50,7 +50,7 @@ def _mapped(call: Callable[..., Awaitable[T]]) -> Callable[..., Awaitable[T]]:
         try:
             return await call(*args, **kwargs)
         except grpc.aio.AioRpcError as exc:
-            raise from_grpc_code(exc.code(), exc.details() or exc.code().name) from exc
+            raise from_rpc_error(exc) from exc
         except asyncio.CancelledError:
             task = asyncio.current_task()
             if task is not None and task.cancelling():
@@ -211,7 +211,7 @@ class GrpcTransport(WorkerTransport):
                 elif kind == "ping":
                     yield Heartbeat()
         except grpc.aio.AioRpcError as exc:
-            raise from_grpc_code(exc.code(), exc.details() or exc.code().name) from exc
+            raise from_rpc_error(exc) from exc
         finally:
             call.cancel()
 

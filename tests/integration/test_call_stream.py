@@ -123,3 +123,26 @@ async def test_a_stream_closed_before_it_started_fails_its_call_instead_of_waiti
         stream.close()
         await channel.close()
         listener.close()
+
+
+async def test_a_stream_to_a_server_that_is_gone_fails_each_call_and_opens_a_new_stream_each_time() -> None:
+    server, _, address = await serve({})
+    await server.stop(None)  # nothing listens there now: each call fails as it starts
+    channel = grpc.aio.insecure_channel(address)
+    stub = worker_pb2_grpc.WorkerServiceStub(channel)
+    opened = 0
+
+    def open_call() -> grpc.aio.StreamStreamCall:
+        nonlocal opened
+        opened += 1
+        return stub.WorkerCalls()
+
+    stream = CallStream(open_call)
+    try:
+        for execution_id in ("e1", "e2"):
+            with pytest.raises(Unavailable):
+                await asyncio.wait_for(stream.call(claim(execution_id), timeout=5), 10)
+        assert opened == 2  # the failed stream was not reused
+    finally:
+        stream.close()
+        await channel.close()
