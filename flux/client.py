@@ -202,6 +202,9 @@ class FluxClient:
                 if on_update is not None:
                     on_update(update)
                 if finished(update):
+                    # Read the call's end too (it follows at once): a call dropped unfinished is
+                    # cancelled as it is collected, a reset that costs both sides more than the read.
+                    next(stream, None)
                     return update
         except grpc.RpcError as exc:
             error = self._error(exc)
