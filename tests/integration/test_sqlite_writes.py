@@ -1,0 +1,113 @@
+"""Where the SQLite store writes, against a real file: a small batch of rows on the event loop,
+a large one (or one while the thread holds the writer) on the thread, and the WAL checkpointed
+on the thread, so the rows reach the database file itself.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import sqlite3
+import threading
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import pytest
+
+from flux.domain.execution import Execution, State, WorkflowRef
+from flux.store import sqlite as sqlite_store
+from flux.store.sqlite import SqliteStore
+
+pytestmark = [pytest.mark.integration, pytest.mark.timeout(30)]
+
+
+def _execution(n: int) -> Execution:
+    return Execution(
+        execution_id=f"e{n:04d}",
+        workflow=WorkflowRef("echo", 1, "0" * 64, "echo"),
+        seq=n,
+        input_json=str(n),
+        max_attempts=3,
+        state=State.CREATED,
+        created_at=1000.0 + n,
+        updated_at=1000.0 + n,
+    )
+
+
+@pytest.fixture
+async def store(tmp_path: Path) -> AsyncIterator[SqliteStore]:
+    opened = SqliteStore(tmp_path / "flux.db")
+    await opened.open()
+    try:
+        yield opened
+    finally:
+        await opened.close()
+
+
+@pytest.fixture
+def writers(monkeypatch: pytest.MonkeyPatch) -> list[tuple[str, int]]:
+    """(thread name, rows) of each upsert the store runs."""
+    seen: list[tuple[str, int]] = []
+    upsert = sqlite_store._upsert
+
+    def recorded(db: sqlite3.Connection, rows: list[tuple[object, ...]]) -> None:
+        seen.append((threading.current_thread().name, len(rows)))
+        upsert(db, rows)
+
+    monkeypatch.setattr(sqlite_store, "_upsert", recorded)
+    return seen
+
+
+def _stored(path: Path, only_the_database_file: bool = False) -> int:
+    # immutable=1 reads the database file alone, ignoring the WAL: what a checkpoint copied.
+    uri = f"file:{path}?immutable=1" if only_the_database_file else f"file:{path}"
+    db = sqlite3.connect(uri, uri=True)
+    try:
+        if not db.execute("SELECT 1 FROM sqlite_master WHERE name = 'executions'").fetchone():
+            return 0  # the schema itself is still in the WAL
+        return int(db.execute("SELECT COUNT(*) FROM executions").fetchone()[0])
+    finally:
+        db.close()
+
+
+async def test_a_small_batch_commits_on_the_loop_and_a_large_one_on_the_thread(
+    store: SqliteStore, writers: list[tuple[str, int]]
+) -> None:
+    await store.save(_execution(1))
+    large = sqlite_store.INLINE_ROWS + 1
+    await asyncio.gather(*(store.save(_execution(n)) for n in range(2, 2 + large)))
+    assert writers == [
+        (threading.current_thread().name, 1),
+        (writers[1][0], large),
+    ] and writers[1][0].startswith("flux-sqlite")
+    assert _stored(store.path) == 1 + large
+    assert (await store.get_execution("e0002")) == _execution(2)
+
+
+async def test_a_small_batch_goes_to_the_thread_while_a_write_there_holds_the_writer(
+    store: SqliteStore, writers: list[tuple[str, int]]
+) -> None:
+    store._writing.acquire()  # as a long write on the thread would
+    try:
+        saved = store.save(_execution(1))
+        for _ in range(20):  # the loop runs on: the save waits on the thread, not here
+            await asyncio.sleep(0.005)
+        assert not saved.done() and writers == []
+    finally:
+        store._writing.release()
+    await saved
+    assert writers[0][0].startswith("flux-sqlite") and _stored(store.path) == 1
+
+
+async def test_the_wal_is_checkpointed_on_the_thread_every_so_many_commits(
+    store: SqliteStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(sqlite_store, "CHECKPOINT_EVERY", 4)
+    for n in range(3):
+        await store.save(_execution(n))
+    assert store._checkpoint is None
+    assert _stored(store.path, only_the_database_file=True) == 0  # all still in the WAL only
+    await store.save(_execution(3))
+    checkpoint = store._checkpoint
+    assert checkpoint is not None
+    await checkpoint
+    assert _stored(store.path, only_the_database_file=True) == 4
