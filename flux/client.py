@@ -11,6 +11,7 @@ import functools
 import json
 import threading
 import time
+import weakref
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Any
@@ -38,6 +39,7 @@ from flux.client_requests import (
     submit_span,
     workflow_request,
 )
+from flux.client_runs import RunStream
 from flux.client_streams import threaded
 from flux.defaults import default_server
 from flux.errors import FluxError, InvalidArgument, Unavailable
@@ -64,6 +66,9 @@ class FluxClient:
         # (so once per run(wait=True) called in a loop): a third of the client's CPU per run.
         self._channel = self.credentials.channel(self.address, [(SINGLE_THREADED_STREAMS, 1)])
         self._stub = control_pb2_grpc.ControlServiceStub(self._channel)
+        stub, metadata = self._stub, self._metadata  # not self: a client dropped unclosed is collected
+        self._runs = RunStream(lambda requests: stub.RunAndWaitStream(requests, metadata=metadata))
+        weakref.finalize(self, self._runs.close)  # and ends its call (the reader thread holds that)
         # A client records ``flux.submit`` spans where this process traces (OTEL_* settings, or an
         # SDK provider the host set up before making the client); checked once, here.
         self._traced = tracing.adopt()
@@ -75,6 +80,7 @@ class FluxClient:
         return TenantAdmin(lambda method, request: self._call(method, request, stub=stub))
 
     def close(self) -> None:
+        self._runs.close()
         self._channel.close()
 
     def __enter__(self) -> FluxClient:
@@ -178,6 +184,11 @@ class FluxClient:
         # One call: the receipt, then the final state. The receipt may take as long as any
         # call (self.timeout); the wait's own timeout cuts the stream only once it is accepted.
         deadline = None if timeout is None else time.monotonic() + timeout
+        if timeout is None and on_update is None and not self._traced:
+            # A message on the client's RunAndWaitStream call (a trace or a timeout is per call).
+            receipt, final = self._runs.run(request, self._error)
+            # None: accepted, then the call broke (a restart): follow it as ``wait`` does.
+            return final if final is not None else self.wait(receipt.execution_id)
         # Traced, the submission (to the receipt) is a flux.submit span, as a run without wait is.
         span, metadata = submit_span(
             self.address, "RunAndWait", request.workflow_name, self._metadata, self._traced

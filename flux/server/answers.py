@@ -15,6 +15,7 @@ from typing import Any, TypeVar
 import grpc
 
 from flux.errors import FluxError, InvalidArgument, logged_refusal, status_of
+from flux.v1 import worker_pb2
 
 log = logging.getLogger("flux.server")
 R = TypeVar("R")
@@ -61,3 +62,9 @@ def unary(
         return wrapper
 
     return decorate
+
+
+def call_refused(dispatcher: Any, exc: Exception, what: str = "a request") -> worker_pb2.CallRefused:
+    """One call among many on a stream refused, with the status it would end with alone."""
+    error = refusal_for(dispatcher, exc, what)
+    return worker_pb2.CallRefused(code=status_of(error)[0].name, message=str(error))

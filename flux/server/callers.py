@@ -32,6 +32,7 @@ WRITES = frozenset(
         "/flux.v1.ControlService/RunWorkflow",
         "/flux.v1.ControlService/RunWorkflows",
         "/flux.v1.ControlService/RunAndWait",
+        "/flux.v1.ControlService/RunAndWaitStream",
         "/flux.v1.ControlService/CancelExecution",
     }
 )

@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import itertools
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 
 import grpc
 
@@ -26,9 +26,10 @@ from flux.errors import NotFound
 from flux.observe.fleet import Change
 from flux.observe.status import StatusBoard
 from flux.server import convert
-from flux.server.answers import abort, unary
+from flux.server.answers import abort, call_refused, unary
 from flux.server.callers import Callers
 from flux.server.metadata import CALLER_ROLE, CALLER_TENANT
+from flux.server.multiplexed import multiplexed
 from flux.v1 import control_pb2, control_pb2_grpc
 
 # Fleet events one WatchFleet may have queued, unread, before it is dropped; and their bytes
@@ -40,6 +41,10 @@ FLEET_BACKLOG_BYTES = 64 * 1024 * 1024
 # GetMetrics may answer from a snapshot up to this old (seconds): it is open to
 # callers without a token, and a snapshot is O(unfinished + shapes x workers).
 METRICS_MAX_AGE = 1.0
+
+# Runs one RunAndWaitStream call may have waiting at once (as many ids as one WaitExecutions);
+# reading the next waits for one to finish.
+RUNS_IN_FLIGHT = 10_000
 
 
 class ControlService(control_pb2_grpc.ControlServiceServicer):
@@ -152,10 +157,45 @@ class ControlService(control_pb2_grpc.ControlServiceServicer):
                         accepted = execution
                         yield convert.execution_to_proto(execution.evolve(input_json=""))
             else:
-                done = await waiting.final(self.dispatcher, accepted.execution_id)
+                done = await waiting.final(self.dispatcher, accepted.execution_id, accepted)
                 yield convert.execution_to_proto(done)
         except Exception as exc:
             await abort(self.dispatcher, context, exc)
+
+    async def RunAndWaitStream(
+        self, requests: AsyncIterator[control_pb2.RunAndWaitStreamRequest], context: grpc.aio.ServicerContext
+    ) -> AsyncIterator[control_pb2.RunAndWaitStreamResponse]:
+        """RunAndWait for each request message, answered under its run_id; a run's refusal is an
+        answer, and only a refusal of the whole call (its token) ends the stream."""
+        try:
+            caller = await self._caller(context)
+        except Exception as exc:
+            await abort(self.dispatcher, context, exc)
+        trace = tracing.from_pairs(context.invocation_metadata())
+        Answer = control_pb2.RunAndWaitStreamResponse
+
+        async def run_and_wait(
+            request: control_pb2.RunAndWaitStreamRequest, answer: Callable[[Answer], None]
+        ):
+            run, run_id = request.run, request.run_id
+            try:
+                accepted = await self.dispatcher.submit(
+                    run.workflow_name,
+                    run.input_json,
+                    run.version,
+                    run.priority if run.HasField("priority") else None,
+                    trace,
+                    tenant=caller.tenant,
+                    every_workflow=caller.admin,
+                )
+                answer(Answer(run_id=run_id, accepted=convert.execution_to_proto(accepted)))
+                done = await waiting.final(self.dispatcher, accepted.execution_id, accepted)
+                answer(Answer(run_id=run_id, finished=convert.execution_to_proto(done)))
+            except Exception as exc:
+                answer(Answer(run_id=run_id, refused=call_refused(self.dispatcher, exc)))
+
+        async for answer in multiplexed(requests, run_and_wait, RUNS_IN_FLIGHT):
+            yield answer
 
     async def WaitExecutions(
         self, request: control_pb2.WaitExecutionsRequest, context: grpc.aio.ServicerContext

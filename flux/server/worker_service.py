@@ -15,9 +15,9 @@ import grpc
 from flux.dispatcher.core import Dispatcher
 from flux.domain.execution import ExecutionError
 from flux.domain.worker import WorkerSoftware
-from flux.errors import InvalidArgument, status_of
+from flux.errors import InvalidArgument
 from flux.server import convert
-from flux.server.answers import abort, refusal_for, unary
+from flux.server.answers import abort, call_refused, unary
 from flux.server.dispatch_stream import DispatchStream
 from flux.server.metadata import TRANSPORT_METADATA
 from flux.v1 import worker_pb2, worker_pb2_grpc
@@ -160,9 +160,9 @@ class WorkerService(worker_pb2_grpc.WorkerServiceServicer):
         running: set[asyncio.Task[None]] = set()
 
         def refused(call: worker_pb2.WorkerCallsRequest, exc: Exception) -> worker_pb2.WorkerCallsResponse:
-            error = refusal_for(self.dispatcher, exc)
-            refusal = worker_pb2.CallRefused(code=status_of(error)[0].name, message=str(error))
-            return worker_pb2.WorkerCallsResponse(call_id=call.call_id, refused=refusal)
+            return worker_pb2.WorkerCallsResponse(
+                call_id=call.call_id, refused=call_refused(self.dispatcher, exc)
+            )
 
         def claim(call: worker_pb2.WorkerCallsRequest) -> None:
             try:

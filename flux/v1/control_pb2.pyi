@@ -1836,6 +1836,76 @@ class RunAndWaitRequest(_message.Message):
 Global___RunAndWaitRequest: _TypeAlias = RunAndWaitRequest  # noqa: Y015
 
 @_typing.final
+class RunAndWaitStreamRequest(_message.Message):
+    """One run on a RunAndWaitStream call."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    RUN_ID_FIELD_NUMBER: _builtins.int
+    RUN_FIELD_NUMBER: _builtins.int
+    run_id: _builtins.int
+    """Chosen by the client, unique among its runs in flight on this call; the answers echo it."""
+    @_builtins.property
+    def run(self) -> Global___RunWorkflowRequest:
+        """What to run, as for RunWorkflow."""
+
+    def __init__(
+        self,
+        *,
+        run_id: _builtins.int = ...,
+        run: Global___RunWorkflowRequest | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["run", b"run"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["run", b"run", "run_id", b"run_id"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___RunAndWaitStreamRequest: _TypeAlias = RunAndWaitStreamRequest  # noqa: Y015
+
+@_typing.final
+class RunAndWaitStreamResponse(_message.Message):
+    """One answer on a RunAndWaitStream call: a run's receipt, then its final state or its refusal."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    RUN_ID_FIELD_NUMBER: _builtins.int
+    ACCEPTED_FIELD_NUMBER: _builtins.int
+    FINISHED_FIELD_NUMBER: _builtins.int
+    REFUSED_FIELD_NUMBER: _builtins.int
+    run_id: _builtins.int
+    """The run's run_id."""
+    @_builtins.property
+    def accepted(self) -> Global___Execution:
+        """The execution as accepted (durable), as RunWorkflow answers it: first."""
+
+    @_builtins.property
+    def finished(self) -> Global___Execution:
+        """Its final state (COMPLETED, FAILED or CANCELLED): the run's last answer."""
+
+    @_builtins.property
+    def refused(self) -> _worker_pb2.CallRefused:
+        """The run refused, with the status RunAndWait would end with: the run's last answer."""
+
+    def __init__(
+        self,
+        *,
+        run_id: _builtins.int = ...,
+        accepted: Global___Execution | None = ...,
+        finished: Global___Execution | None = ...,
+        refused: _worker_pb2.CallRefused | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["accepted", b"accepted", "answer", b"answer", "finished", b"finished", "refused", b"refused"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["accepted", b"accepted", "answer", b"answer", "finished", b"finished", "refused", b"refused", "run_id", b"run_id"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    _WhichOneofReturnType_answer: _TypeAlias = _typing.Literal["accepted", "finished", "refused"]  # noqa: Y015
+    _WhichOneofArgType_answer: _TypeAlias = _typing.Literal["answer", b"answer"]  # noqa: Y015
+    def WhichOneof(self, oneof_group: _WhichOneofArgType_answer) -> _WhichOneofReturnType_answer | None: ...
+
+Global___RunAndWaitStreamResponse: _TypeAlias = RunAndWaitStreamResponse  # noqa: Y015
+
+@_typing.final
 class WaitExecutionsRequest(_message.Message):
     """The executions to wait for."""
 

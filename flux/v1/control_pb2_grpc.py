@@ -126,6 +126,11 @@ class ControlServiceStub:
                 request_serializer=flux_dot_v1_dot_control__pb2.WaitExecutionsRequest.SerializeToString,
                 response_deserializer=flux_dot_v1_dot_control__pb2.FinishedExecutions.FromString,
                 _registered_method=True)
+        self.RunAndWaitStream = channel.stream_stream(
+                '/flux.v1.ControlService/RunAndWaitStream',
+                request_serializer=flux_dot_v1_dot_control__pb2.RunAndWaitStreamRequest.SerializeToString,
+                response_deserializer=flux_dot_v1_dot_control__pb2.RunAndWaitStreamResponse.FromString,
+                _registered_method=True)
 
 
 class ControlServiceServicer:
@@ -276,6 +281,19 @@ class ControlServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def RunAndWaitStream(self, request_iterator, context):
+        """RunAndWait, many times over one call: each request message is one run, answered
+        under its run_id by the execution as accepted (durable) and then by its final
+        state, or by its refusal; runs in flight finish in any order. A client that runs
+        one execution after another keeps this call open rather than starting a call per
+        run, which costs the client and the server several times what a message does.
+        The call's token speaks for every run on it, as for RunAndWait. A caller whose
+        stream breaks after a receipt follows that execution with WatchExecution.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_ControlServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -368,6 +386,11 @@ def add_ControlServiceServicer_to_server(servicer, server):
                     servicer.WaitExecutions,
                     request_deserializer=flux_dot_v1_dot_control__pb2.WaitExecutionsRequest.FromString,
                     response_serializer=flux_dot_v1_dot_control__pb2.FinishedExecutions.SerializeToString,
+            ),
+            'RunAndWaitStream': grpc.stream_stream_rpc_method_handler(
+                    servicer.RunAndWaitStream,
+                    request_deserializer=flux_dot_v1_dot_control__pb2.RunAndWaitStreamRequest.FromString,
+                    response_serializer=flux_dot_v1_dot_control__pb2.RunAndWaitStreamResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -858,6 +881,33 @@ class ControlService:
             '/flux.v1.ControlService/WaitExecutions',
             flux_dot_v1_dot_control__pb2.WaitExecutionsRequest.SerializeToString,
             flux_dot_v1_dot_control__pb2.FinishedExecutions.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def RunAndWaitStream(request_iterator,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.stream_stream(
+            request_iterator,
+            target,
+            '/flux.v1.ControlService/RunAndWaitStream',
+            flux_dot_v1_dot_control__pb2.RunAndWaitStreamRequest.SerializeToString,
+            flux_dot_v1_dot_control__pb2.RunAndWaitStreamResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -97,6 +97,15 @@ class ControlServiceStub:
     finish (those already finished first), each id once; the stream ends after the
     last. Executions that finish together come in one message. At most 10,000 ids per call.
     """
+    RunAndWaitStream: _grpc.StreamStreamMultiCallable[_control_pb2.RunAndWaitStreamRequest, _control_pb2.RunAndWaitStreamResponse]
+    """RunAndWait, many times over one call: each request message is one run, answered
+    under its run_id by the execution as accepted (durable) and then by its final
+    state, or by its refusal; runs in flight finish in any order. A client that runs
+    one execution after another keeps this call open rather than starting a call per
+    run, which costs the client and the server several times what a message does.
+    The call's token speaks for every run on it, as for RunAndWait. A caller whose
+    stream breaks after a receipt follows that execution with WatchExecution.
+    """
 
 @_typing.type_check_only
 class ControlServiceAsyncStub(ControlServiceStub):
@@ -166,6 +175,15 @@ class ControlServiceAsyncStub(ControlServiceStub):
     """Waits for many executions at once: the final state of each, in the order they
     finish (those already finished first), each id once; the stream ends after the
     last. Executions that finish together come in one message. At most 10,000 ids per call.
+    """
+    RunAndWaitStream: _aio.StreamStreamMultiCallable[_control_pb2.RunAndWaitStreamRequest, _control_pb2.RunAndWaitStreamResponse]  # type: ignore[assignment]
+    """RunAndWait, many times over one call: each request message is one run, answered
+    under its run_id by the execution as accepted (durable) and then by its final
+    state, or by its refusal; runs in flight finish in any order. A client that runs
+    one execution after another keeps this call open rather than starting a call per
+    run, which costs the client and the server several times what a message does.
+    The call's token speaks for every run on it, as for RunAndWait. A caller whose
+    stream breaks after a receipt follows that execution with WatchExecution.
     """
 
 class ControlServiceServicer(metaclass=_abc_1.ABCMeta):
@@ -341,6 +359,21 @@ class ControlServiceServicer(metaclass=_abc_1.ABCMeta):
         """Waits for many executions at once: the final state of each, in the order they
         finish (those already finished first), each id once; the stream ends after the
         last. Executions that finish together come in one message. At most 10,000 ids per call.
+        """
+
+    @_abc_1.abstractmethod
+    def RunAndWaitStream(
+        self,
+        request_iterator: _MaybeAsyncIterator[_control_pb2.RunAndWaitStreamRequest],
+        context: _ServicerContext,
+    ) -> _typing.Union[_abc.Iterator[_control_pb2.RunAndWaitStreamResponse], _abc.AsyncIterator[_control_pb2.RunAndWaitStreamResponse]]:
+        """RunAndWait, many times over one call: each request message is one run, answered
+        under its run_id by the execution as accepted (durable) and then by its final
+        state, or by its refusal; runs in flight finish in any order. A client that runs
+        one execution after another keeps this call open rather than starting a call per
+        run, which costs the client and the server several times what a message does.
+        The call's token speaks for every run on it, as for RunAndWait. A caller whose
+        stream breaks after a receipt follows that execution with WatchExecution.
         """
 
 def add_ControlServiceServicer_to_server(servicer: ControlServiceServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...

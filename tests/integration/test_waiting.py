@@ -70,6 +70,114 @@ def test_run_and_wait_refuses_bad_runs_with_the_field_named(cluster: Cluster):
     assert cluster.query("SELECT count(*) FROM executions")[0][0] == 0
 
 
+def _answers_by_run(answers: object, runs: int) -> dict[int, list[S.RunAndWaitStreamResponse]]:
+    """Each run's answers, read until every run has its last one (finished or refused)."""
+    by_run: dict[int, list[S.RunAndWaitStreamResponse]] = {}
+    done = 0
+    for answer in answers:  # type: ignore[attr-defined]
+        by_run.setdefault(answer.run_id, []).append(answer)
+        done += answer.WhichOneof("answer") != "accepted"
+        if done == runs:
+            break
+    return by_run
+
+
+def test_run_and_wait_stream_answers_each_run_under_its_id_and_a_refusal_ends_only_that_run(
+    cluster: Cluster,
+):
+    stub = control(cluster)
+    requests: queue.Queue[S.RunAndWaitStreamRequest | None] = queue.Queue()
+    call = stub.RunAndWaitStream(iter(requests.get, None), timeout=60)
+    # The slow one first: its final state comes after the others' (runs finish in any order).
+    runs = {
+        7: S.RunWorkflowRequest(workflow_name="sleepy", input_json="1.0"),
+        8: S.RunWorkflowRequest(workflow_name="nope"),
+        9: S.RunWorkflowRequest(workflow_name="echo", input_json="{not json"),
+        10: S.RunWorkflowRequest(workflow_name="echo", input_json='"hi"'),
+    }
+    for run_id, run in runs.items():
+        requests.put(S.RunAndWaitStreamRequest(run_id=run_id, run=run))
+    refused = _answers_by_run(call, 2)  # no worker yet: only the refusals are last answers
+    assert refused[8][-1].refused.code == "NOT_FOUND" and "nope" in refused[8][-1].refused.message
+    assert (
+        refused[9][-1].refused.code == "INVALID_ARGUMENT" and "input_json" in refused[9][-1].refused.message
+    )
+    cluster.start_worker("w1", "--capacity", "2")
+    answered = _answers_by_run(call, 2)
+    for run_id in (7, 10):
+        kinds = [a.WhichOneof("answer") for a in refused.get(run_id, []) + answered[run_id]]
+        assert kinds == ["accepted", "finished"], (run_id, kinds)
+        receipt, final = (
+            (refused.get(run_id, []) + answered[run_id])[0].accepted,
+            answered[run_id][-1].finished,
+        )
+        assert receipt.execution_id == final.execution_id and final.state == S.EXECUTION_STATE_COMPLETED
+    assert json.loads(answered[10][-1].finished.output_json)["input"] == "hi"
+    # The call is still open for the next run; closing our side ends it once all are answered.
+    requests.put(S.RunAndWaitStreamRequest(run_id=11, run=runs[10]))
+    requests.put(None)
+    rest = list(call)
+    assert [a.WhichOneof("answer") for a in rest] == ["accepted", "finished"] and rest[0].run_id == 11
+    # Refused means not stored: the three accepted runs only.
+    assert cluster.query("SELECT count(*) FROM executions")[0][0] == 3
+
+
+def test_run_and_wait_stream_refuses_a_read_token_for_the_whole_call(cluster: Cluster):
+    token = cluster.client.tenants.create_token("default", "read")
+    channel = grpc.insecure_channel(cluster.address)
+    stub = control_pb2_grpc.ControlServiceStub(channel)
+    run = S.RunAndWaitStreamRequest(run_id=1, run=S.RunWorkflowRequest(workflow_name="echo"))
+    with pytest.raises(grpc.RpcError) as refused:
+        list(stub.RunAndWaitStream(iter([run]), metadata=[("authorization", f"Bearer {token}")], timeout=10))
+    assert refused.value.code() == grpc.StatusCode.PERMISSION_DENIED
+    assert "RunAndWaitStream" in refused.value.details()
+    channel.close()
+
+
+def test_runs_waited_from_many_threads_share_one_call_and_each_gets_its_own_result(cluster: Cluster):
+    cluster.start_worker("w1", "--capacity", "4")
+    client = cluster.client
+    results: queue.Queue[object] = queue.Queue()
+
+    def run(n: int) -> None:
+        try:
+            results.put((n, json.loads(client.run("echo", n, wait=True).output_json)["input"]))
+        except BaseException as exc:
+            results.put(exc)
+
+    threads = [threading.Thread(target=run, args=(n,)) for n in range(8)]
+    for thread in threads:
+        thread.start()
+    got = [results.get(timeout=60) for _ in threads]
+    assert sorted(got) == [(n, n) for n in range(8)]  # type: ignore[type-var]
+    with pytest.raises(NotFound, match="nope"):
+        client.run("nope", 1, wait=True)  # a refusal raises its error; the call stays usable
+    assert json.loads(client.run("echo", "again", wait=True).output_json)["input"] == "again"
+
+
+def test_a_run_waited_on_the_stream_rides_out_a_server_restart(cluster: Cluster):
+    client = cluster.client
+    client.run("echo", 0, wait=False)
+    outcome: queue.Queue[object] = queue.Queue()
+
+    def run() -> None:
+        try:
+            outcome.put(client.run("echo", "through", wait=True))  # no worker: it waits
+        except BaseException as exc:
+            outcome.put(exc)
+
+    threading.Thread(target=run, daemon=True).start()
+    eventually(lambda: cluster.query("SELECT count(*) FROM executions")[0][0] == 2)
+    cluster.kill_server()
+    cluster.restart_server("--ack-deadline", "2", "--grace-period", "2", "--safety-tick", "1")
+    cluster.start_worker("w1", wait=False)
+    final = outcome.get(timeout=90)
+    assert not isinstance(final, BaseException), final
+    assert final.state == S.EXECUTION_STATE_COMPLETED and json.loads(final.output_json)["input"] == "through"
+    # And the next run opens a new call to the restarted server.
+    assert client.run("echo", 2, wait=True).state == S.EXECUTION_STATE_COMPLETED
+
+
 def test_a_run_wait_that_times_out_names_the_accepted_execution(cluster: Cluster):
     with pytest.raises(WaitTimedOut) as timed_out:
         cluster.client.run("echo", 1, wait=True, timeout=0.5)  # no worker: it stays queued

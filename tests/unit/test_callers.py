@@ -19,6 +19,7 @@ CONTROL = "/flux.v1.ControlService/"
         pytest.param("read", CONTROL + "RunWorkflow", False, id="read cannot run"),
         pytest.param("read", CONTROL + "RunWorkflows", False, id="read cannot run many"),
         pytest.param("read", CONTROL + "RunAndWait", False, id="read cannot run and wait"),
+        pytest.param("read", CONTROL + "RunAndWaitStream", False, id="read cannot run and wait on a stream"),
         pytest.param("read", CONTROL + "CancelExecution", False, id="read cannot cancel"),
         pytest.param("submit", CONTROL + "RunWorkflow", True, id="submit runs"),
         pytest.param("submit", CONTROL + "CancelExecution", True, id="submit cancels"),
