@@ -38,6 +38,7 @@ from flux.client_requests import (
     submit_span,
     workflow_request,
 )
+from flux.client_runs import ENDED, AsyncRunStream, CallEnded
 from flux.client_streams import tasks
 from flux.defaults import default_server
 from flux.errors import FluxError, InvalidArgument, Unavailable
@@ -61,6 +62,7 @@ class FluxClient:
         self._metadata = self.credentials.metadata
         self._channel = self.credentials.aio_channel(self.address)
         self._stub = control_pb2_grpc.ControlServiceStub(self._channel)
+        self._runs = AsyncRunStream(lambda: self._stub.RunAndWaitStream(metadata=self._metadata))
         # ``flux.submit`` spans where this process traces, as the blocking client (checked once).
         self._traced = tracing.adopt()
 
@@ -78,6 +80,7 @@ class FluxClient:
         return AsyncTenantAdmin(call)
 
     async def close(self) -> None:
+        await self._runs.close()
         await self._channel.close()
 
     async def __aenter__(self) -> FluxClient:
@@ -160,6 +163,16 @@ class FluxClient:
     async def _run_and_wait(
         self, request: control_pb2.RunWorkflowRequest, timeout: float | None, on_update: Update | None
     ) -> control_pb2.Execution:
+        if timeout is None and on_update is None and not self._traced:
+            # A message on the client's RunAndWaitStream call (a trace or a timeout is per call).
+            try:
+                execution_id, final = await self._runs.run(request)
+            except CallEnded as ended:
+                raise (
+                    await self._error(ended.error) if ended.error else Unavailable(ENDED.format(self.address))
+                ) from None
+            # None: accepted, then the call broke (a restart): follow it as ``wait`` does.
+            return final if final is not None else await self.wait(execution_id)
         loop = asyncio.get_running_loop()
         deadline = None if timeout is None else loop.time() + timeout
         # Traced, the submission (to the receipt) is a flux.submit span.
@@ -210,7 +223,7 @@ class FluxClient:
                 cut.cancel()
             call.cancel()
         if receipt is None:
-            raise Unavailable(f"the Flux server at {self.address} ended the run without an answer")
+            raise Unavailable(ENDED.format(self.address))
         remaining = None if deadline is None else max(0.0, deadline - loop.time())
         try:
             return await self.wait(receipt.execution_id, remaining, on_update)

@@ -39,7 +39,7 @@ from flux.client_requests import (
     submit_span,
     workflow_request,
 )
-from flux.client_runs import RunStream
+from flux.client_runs import ENDED, CallEnded, RunStream
 from flux.client_streams import threaded
 from flux.defaults import default_server
 from flux.errors import FluxError, InvalidArgument, Unavailable
@@ -186,9 +186,14 @@ class FluxClient:
         deadline = None if timeout is None else time.monotonic() + timeout
         if timeout is None and on_update is None and not self._traced:
             # A message on the client's RunAndWaitStream call (a trace or a timeout is per call).
-            receipt, final = self._runs.run(request, self._error)
+            try:
+                execution_id, final = self._runs.run(request)
+            except CallEnded as ended:
+                raise (
+                    self._error(ended.error) if ended.error else Unavailable(ENDED.format(self.address))
+                ) from None
             # None: accepted, then the call broke (a restart): follow it as ``wait`` does.
-            return final if final is not None else self.wait(receipt.execution_id)
+            return final if final is not None else self.wait(execution_id)
         # Traced, the submission (to the receipt) is a flux.submit span, as a run without wait is.
         span, metadata = submit_span(
             self.address, "RunAndWait", request.workflow_name, self._metadata, self._traced
@@ -229,7 +234,7 @@ class FluxClient:
             if timer is not None:
                 timer.cancel()
         if receipt is None:
-            raise Unavailable(f"the Flux server at {self.address} ended the run without an answer")
+            raise Unavailable(ENDED.format(self.address))
         # Accepted, then the stream broke (a restart, or the timeout): follow it as ``wait`` does.
         remaining = None if deadline is None else max(0.0, deadline - time.monotonic())
         try:

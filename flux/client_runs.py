@@ -11,6 +11,7 @@ one. A run that had its receipt when that happened is followed by ``wait``, as a
 
 from __future__ import annotations
 
+import asyncio
 import itertools
 import queue
 import threading
@@ -18,11 +19,13 @@ from collections.abc import Callable, Iterator
 
 import grpc
 
-from flux.errors import FluxError, Unavailable, from_code_name
+from flux.errors import from_code_name
 from flux.v1 import control_pb2
 
 Request = control_pb2.RunAndWaitStreamRequest
 Answer = control_pb2.RunAndWaitStreamResponse
+# A run's call that ended without a word about it (``format`` with the server's address).
+ENDED = "the Flux server at {} ended the run without an answer"
 # What the reader hands a run: an answer, or the call's end (its error, or None: ended cleanly).
 Handed = Answer | grpc.RpcError | None
 
@@ -72,8 +75,41 @@ class _Call:
             self.close()  # ends the request iterator's thread, should the server have ended first
 
 
+class CallEnded(Exception):
+    """The call ended before the run's receipt: ``error`` says why (None: the server ended it)."""
+
+    def __init__(self, error: grpc.RpcError | None):
+        super().__init__(error)
+        self.error = error
+
+
+class _Run:
+    """What one run has been answered so far."""
+
+    MORE = object()
+
+    def __init__(self) -> None:
+        self.receipt: control_pb2.Execution | None = None
+
+    def take(self, handed: Handed) -> object:
+        """The final state when ``handed`` is the run's last answer, ``MORE`` while more is to come,
+        and None where the call ended after the receipt (the caller follows it with ``wait``).
+        A refusal raises its domain error; a call that ended before the receipt, ``CallEnded``."""
+        if not isinstance(handed, Answer):  # the call ended
+            if self.receipt is None:
+                raise CallEnded(handed)
+            return None
+        kind = handed.WhichOneof("answer")
+        if kind == "accepted":
+            self.receipt = handed.accepted
+            return self.MORE
+        if kind == "finished":
+            return handed.finished
+        raise from_code_name(handed.refused.code, handed.refused.message)
+
+
 class RunStream:
-    """The client's runs on its ``RunAndWaitStream`` call, opened when first needed."""
+    """The blocking client's runs on its ``RunAndWaitStream`` call, opened when first needed."""
 
     def __init__(self, open_call: Callable[[Iterator[Request]], Iterator[Answer]]):
         self._open_call = open_call
@@ -81,11 +117,9 @@ class RunStream:
         self._call: _Call | None = None
         self._ids = itertools.count(1)
 
-    def run(
-        self, request: control_pb2.RunWorkflowRequest, error: Callable[[grpc.RpcError], FluxError]
-    ) -> tuple[control_pb2.Execution, control_pb2.Execution | None]:
-        """The run's receipt and final state; the final state is None where the call ended after
-        the receipt. A refusal raises its domain error, a call that ended first ``error(its error)``."""
+    def run(self, request: control_pb2.RunWorkflowRequest) -> tuple[str, control_pb2.Execution | None]:
+        """The execution's id and its final state (None: the call ended after the receipt).
+        A refusal raises its domain error; a call that ended before the receipt, ``CallEnded``."""
         answers = None
         while answers is None:  # at most twice: a call found ended is replaced
             with self._lock:
@@ -93,24 +127,68 @@ class RunStream:
                     self._call = _Call(self._open_call)
                 call, run_id = self._call, next(self._ids)
             answers = call.send(run_id, request)
-        receipt = None
-        while True:
-            handed = answers.get()
-            if not isinstance(handed, Answer):  # the call ended
-                if receipt is not None:
-                    return receipt, None
-                if handed is None:
-                    raise Unavailable("the Flux server ended the call without answering the run")
-                raise error(handed)
-            kind = handed.WhichOneof("answer")
-            if kind == "accepted":
-                receipt = handed.accepted
-            elif kind == "finished":
-                return receipt or handed.finished, handed.finished
-            else:
-                raise from_code_name(handed.refused.code, handed.refused.message)
+        run = _Run()
+        while (outcome := run.take(answers.get())) is _Run.MORE:
+            pass
+        assert run.receipt is not None
+        return run.receipt.execution_id, outcome  # type: ignore[return-value]
 
     def close(self) -> None:
         with self._lock:
             if self._call is not None:
                 self._call.close()
+
+
+class AsyncRunStream:
+    """The same for ``flux.aio``: the call read by a task, its writes one at a time (grpc.aio)."""
+
+    def __init__(self, open_call: Callable[[], grpc.aio.StreamStreamCall]):
+        self._open_call = open_call
+        self._call: grpc.aio.StreamStreamCall | None = None
+        self._reader: asyncio.Task[None] | None = None
+        self._writing = asyncio.Lock()
+        self._waiting: dict[int, asyncio.Queue[Handed]] = {}
+        self._ids = itertools.count(1)
+
+    async def run(self, request: control_pb2.RunWorkflowRequest) -> tuple[str, control_pb2.Execution | None]:
+        """As ``RunStream.run``. Cancelled, the run is only no longer waited for."""
+        if self._call is None or self._reader is None or self._reader.done():
+            self._call = call = self._open_call()
+            self._reader = asyncio.create_task(self._read(call, self._waiting))
+        call, waiting, run_id = self._call, self._waiting, next(self._ids)
+        answers: asyncio.Queue[Handed] = asyncio.Queue()
+        waiting[run_id] = answers
+        try:
+            async with self._writing:
+                try:
+                    await call.write(Request(run_id=run_id, run=request))
+                except grpc.RpcError as exc:
+                    raise CallEnded(exc) from None
+                except asyncio.InvalidStateError:  # the call ended as we wrote: the reader tells why
+                    pass
+            run = _Run()
+            while (outcome := run.take(await answers.get())) is _Run.MORE:
+                pass
+        finally:
+            waiting.pop(run_id, None)
+        assert run.receipt is not None
+        return run.receipt.execution_id, outcome  # type: ignore[return-value]
+
+    async def _read(self, call: grpc.aio.StreamStreamCall, waiting: dict[int, asyncio.Queue[Handed]]) -> None:
+        error: grpc.RpcError | None = None
+        try:
+            async for answer in call:
+                answers = waiting.get(answer.run_id)
+                if answers is not None:
+                    answers.put_nowait(answer)
+        except grpc.RpcError as exc:
+            error = exc
+        finally:
+            self._waiting = {}  # the next run opens a new call, with a table of its own
+            for answers in waiting.values():
+                answers.put_nowait(error)
+
+    async def close(self) -> None:
+        if self._call is not None and self._reader is not None and not self._reader.done():
+            self._call.cancel()
+            await asyncio.gather(self._reader, return_exceptions=True)

@@ -178,6 +178,27 @@ def test_a_run_waited_on_the_stream_rides_out_a_server_restart(cluster: Cluster)
     assert client.run("echo", 2, wait=True).state == S.EXECUTION_STATE_COMPLETED
 
 
+def test_an_asyncio_run_waited_on_the_stream_rides_out_a_server_restart(cluster: Cluster):
+    async def main() -> None:
+        async with aio.FluxClient(
+            cluster.address, timeout=10, credentials=cluster.credentials(Role.CLIENT)
+        ) as c:
+            waiting = asyncio.create_task(c.run("echo", "through", wait=True))  # no worker: it waits
+            while not cluster.query("SELECT count(*) FROM executions")[0][0]:
+                await asyncio.sleep(0.05)
+            await asyncio.to_thread(cluster.kill_server)
+            await asyncio.to_thread(
+                cluster.restart_server, "--ack-deadline", "2", "--grace-period", "2", "--safety-tick", "1"
+            )
+            await asyncio.to_thread(cluster.start_worker, "w1", wait=False)
+            final = await asyncio.wait_for(waiting, 90)
+            assert final.state == S.EXECUTION_STATE_COMPLETED
+            assert json.loads(final.output_json)["input"] == "through"
+            assert (await c.run("echo", 2, wait=True)).state == S.EXECUTION_STATE_COMPLETED  # a new call
+
+    asyncio.run(main())
+
+
 def test_a_run_wait_that_times_out_names_the_accepted_execution(cluster: Cluster):
     with pytest.raises(WaitTimedOut) as timed_out:
         cluster.client.run("echo", 1, wait=True, timeout=0.5)  # no worker: it stays queued
@@ -265,6 +286,32 @@ def test_as_completed_rides_out_a_server_restart(cluster: Cluster):
     result = seen.get(timeout=90)
     assert not isinstance(result, BaseException), result
     assert sorted(result) == sorted(ids)
+
+
+def test_the_asyncio_client_runs_and_waits_on_one_call_from_many_tasks(cluster: Cluster):
+    cluster.start_worker("w1", "--capacity", "4")
+
+    async def main() -> None:
+        async with aio.FluxClient(
+            cluster.address, timeout=10, credentials=cluster.credentials(Role.CLIENT)
+        ) as c:
+            finals = await asyncio.gather(*(c.run("echo", n, wait=True) for n in range(8)))
+            assert [json.loads(f.output_json)["input"] for f in finals] == list(range(8))
+            assert all(f.state == S.EXECUTION_STATE_COMPLETED for f in finals)
+            with pytest.raises(NotFound, match="nope"):
+                await c.run("nope", 1, wait=True)
+            # A run cancelled while it waits is only no longer waited for: the call serves the next.
+            waiting = asyncio.create_task(c.run("sleepy", 30.0, wait=True))
+            await asyncio.sleep(0.5)
+            waiting.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await waiting
+            again = await c.run("echo", "again", wait=True)
+            assert json.loads(again.output_json)["input"] == "again"
+            calls = c._runs._call
+            assert calls is not None and (await c.run("echo", 1, wait=True)) and c._runs._call is calls
+
+    asyncio.run(main())
 
 
 def test_the_asyncio_client_has_the_same_surface(cluster: Cluster):
