@@ -147,6 +147,7 @@ class AsyncRunStream:
         self._call: grpc.aio.StreamStreamCall | None = None
         self._reader: asyncio.Task[None] | None = None
         self._writing = asyncio.Lock()
+        self._started: grpc.aio.StreamStreamCall | None = None  # the call a write went through
         self._waiting: dict[int, asyncio.Queue[Handed]] = {}
         self._ids = itertools.count(1)
 
@@ -155,17 +156,28 @@ class AsyncRunStream:
         if self._call is None or self._reader is None or self._reader.done():
             self._call = call = self._open_call()
             self._reader = asyncio.create_task(self._read(call, self._waiting))
-        call, waiting, run_id = self._call, self._waiting, next(self._ids)
+        call, reader, waiting, run_id = self._call, self._reader, self._waiting, next(self._ids)
         answers: asyncio.Queue[Handed] = asyncio.Queue()
         waiting[run_id] = answers
         try:
             async with self._writing:
+                write = asyncio.ensure_future(call.write(Request(run_id=run_id, run=request)))
+                if call is not self._started:
+                    # Raced against the reader: grpc.aio's first write waits for the call to start,
+                    # forever where the call ends first; the reader then tells us why.
+                    await asyncio.wait({write, reader}, return_when=asyncio.FIRST_COMPLETED)
+                    if not write.done():
+                        write.cancel()
                 try:
-                    await call.write(Request(run_id=run_id, run=request))
+                    await write
+                    self._started = call
                 except grpc.RpcError as exc:
                     raise CallEnded(exc) from None
-                except asyncio.InvalidStateError:  # the call ended as we wrote: the reader tells why
-                    pass
+                except asyncio.InvalidStateError:
+                    pass  # the call ended as we wrote: the reader hands us why
+                except asyncio.CancelledError:
+                    if not reader.done():
+                        raise  # we were cancelled, not the write by the call's end
             run = _Run()
             while (outcome := run.take(await answers.get())) is _Run.MORE:
                 pass

@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import json
 import queue
+import socket
 import threading
 from pathlib import Path
 
@@ -18,8 +19,8 @@ import pytest
 
 from flux import aio
 from flux.auth import Role
-from flux.client import WaitTimedOut
-from flux.errors import InvalidArgument, NotFound
+from flux.client import FluxClient, WaitTimedOut
+from flux.errors import InvalidArgument, NotFound, Unavailable
 from flux.testing import Cluster, eventually
 from flux.v1 import control_pb2, control_pb2_grpc
 
@@ -195,6 +196,21 @@ def test_an_asyncio_run_waited_on_the_stream_rides_out_a_server_restart(cluster:
             assert final.state == S.EXECUTION_STATE_COMPLETED
             assert json.loads(final.output_json)["input"] == "through"
             assert (await c.run("echo", 2, wait=True)).state == S.EXECUTION_STATE_COMPLETED  # a new call
+
+    asyncio.run(main())
+
+
+def test_a_run_waited_with_no_server_there_is_unavailable_at_once_from_both_clients():
+    with socket.socket() as probe:  # a port nobody listens on
+        probe.bind(("127.0.0.1", 0))
+        address = f"127.0.0.1:{probe.getsockname()[1]}"
+    with FluxClient(address, timeout=5) as client, pytest.raises(Unavailable, match="cannot reach"):
+        client.run("echo", 1, wait=True)
+
+    async def main() -> None:
+        async with aio.FluxClient(address, timeout=5) as c:
+            with pytest.raises(Unavailable, match="cannot reach"):
+                await asyncio.wait_for(c.run("echo", 1, wait=True), 20)  # not a hang
 
     asyncio.run(main())
 
