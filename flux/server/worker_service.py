@@ -7,8 +7,7 @@ as UNAVAILABLE, anything else INTERNAL (``flux.errors.refusal``).
 
 from __future__ import annotations
 
-import asyncio
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 
 import grpc
 
@@ -20,6 +19,7 @@ from flux.server import convert
 from flux.server.answers import abort, call_refused, unary
 from flux.server.dispatch_stream import DispatchStream
 from flux.server.metadata import TRANSPORT_METADATA
+from flux.server.multiplexed import multiplexed
 from flux.v1 import worker_pb2, worker_pb2_grpc
 
 # Calls one WorkerCalls stream may have running at once; a worker keeps one per kind in flight.
@@ -155,62 +155,34 @@ class WorkerService(worker_pb2_grpc.WorkerServiceServicer):
         ``CALLS_IN_FLIGHT`` run at once per stream (reading waits for a free slot). The stream
         ends once the worker has stopped writing and every call is answered.
         """
-        answers: asyncio.Queue[worker_pb2.WorkerCallsResponse | None] = asyncio.Queue()
-        slots = asyncio.Semaphore(CALLS_IN_FLIGHT)
-        running: set[asyncio.Task[None]] = set()
+        Answer = worker_pb2.WorkerCallsResponse
 
         def refused(call: worker_pb2.WorkerCallsRequest, exc: Exception) -> worker_pb2.WorkerCallsResponse:
-            return worker_pb2.WorkerCallsResponse(
-                call_id=call.call_id, refused=call_refused(self.dispatcher, exc)
-            )
+            return Answer(call_id=call.call_id, refused=call_refused(self.dispatcher, exc))
 
-        def claim(call: worker_pb2.WorkerCallsRequest) -> None:
+        async def complete(call: worker_pb2.WorkerCallsRequest, answer: Callable[[Answer], None]) -> None:
             try:
-                reply = worker_pb2.WorkerCallsResponse(call_id=call.call_id, claims=self._claims(call.claims))
+                answer(Answer(call_id=call.call_id, completions=await self._completions(call.completions)))
             except Exception as exc:
-                reply = refused(call, exc)
-            answers.put_nowait(reply)
+                answer(refused(call, exc))
 
-        async def complete(call: worker_pb2.WorkerCallsRequest) -> None:
-            try:
-                completed = await self._completions(call.completions)
-                reply = worker_pb2.WorkerCallsResponse(call_id=call.call_id, completions=completed)
-            except Exception as exc:
-                reply = refused(call, exc)
-            finally:
-                slots.release()
-            answers.put_nowait(reply)
+        def handle(
+            call: worker_pb2.WorkerCallsRequest, answer: Callable[[Answer], None]
+        ) -> Awaitable[None] | None:
+            kind = call.WhichOneof("call")
+            if kind == "completions":
+                return complete(call, answer)
+            if kind == "claims":
+                try:
+                    answer(Answer(call_id=call.call_id, claims=self._claims(call.claims)))
+                except Exception as exc:
+                    answer(refused(call, exc))
+            else:
+                answer(refused(call, InvalidArgument("call is empty: set claims or completions")))
+            return None
 
-        async def read() -> None:
-            try:
-                async for call in requests:
-                    kind = call.WhichOneof("call")
-                    if kind == "claims":
-                        claim(call)
-                        continue
-                    if kind != "completions":
-                        answers.put_nowait(
-                            refused(call, InvalidArgument("call is empty: set claims or completions"))
-                        )
-                        continue
-                    await slots.acquire()
-                    task = asyncio.create_task(complete(call))
-                    running.add(task)
-                    task.add_done_callback(running.discard)
-                if running:
-                    await asyncio.wait(set(running))
-            finally:
-                answers.put_nowait(None)
-
-        reader = asyncio.create_task(read())
-        try:
-            while (reply := await answers.get()) is not None:
-                yield reply
-            await reader  # the worker's stream failing (a malformed message) ends this one the same way
-        finally:
-            reader.cancel()
-            for task in list(running):
-                task.cancel()
+        async for reply in multiplexed(requests, handle, CALLS_IN_FLIGHT):
+            yield reply
 
     @unary()
     async def GetWorkflowSource(
