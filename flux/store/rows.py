@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping
+from dataclasses import replace
 from types import MappingProxyType
 from typing import Any
 
@@ -114,6 +115,19 @@ def check_owner(latest: WorkflowRecord | None, workflow: WorkflowRecord) -> None
         raise FailedPrecondition(
             f"workflow {workflow.name!r} belongs to tenant {latest.tenant!r}; register it under another name"
         )
+
+
+def next_version(
+    latest: WorkflowRecord | None, workflow: WorkflowRecord, source_hash: str, filename: str
+) -> WorkflowRecord:
+    """What registering ``workflow`` stores after ``latest`` (its newest version, if any): the next
+    version, or ``latest`` itself marked ``unchanged`` when the definition is the same."""
+    check_owner(latest, workflow)
+    version = (latest.version if latest else 0) + 1
+    record = replace(workflow, version=version, source_hash=source_hash, filename=filename)
+    if latest is not None and latest.same_definition(record):
+        return replace(latest, filename=filename, unchanged=True)
+    return record
 
 
 def workflows_query(name: str, mark: str) -> tuple[str, tuple[object, ...]]:

@@ -42,9 +42,9 @@ from flux.store.rows import (
     FINISHED,
     WORKFLOW_COLUMN_COUNT,
     WORKFLOW_COLUMNS,
-    check_owner,
     execution_from_row,
     executions_filter,
+    next_version,
     workflow_from_row,
     workflow_row,
     workflows_query,
@@ -160,12 +160,9 @@ class PostgresStore(Store):
                     "SELECT * FROM workflows WHERE name=%s ORDER BY version DESC LIMIT 1", (wf.name,)
                 )
                 row = await cursor.fetchone()
-                latest = workflow_from_row(row) if row else None
-                check_owner(latest, wf)
-                version = (latest.version if latest else 0) + 1
-                record = replace(wf, version=version, source_hash=source_hash, filename=filename)
-                if latest is not None and latest.same_definition(record):
-                    stored.append(replace(latest, filename=filename, unchanged=True))
+                record = next_version(workflow_from_row(row) if row else None, wf, source_hash, filename)
+                if record.unchanged:
+                    stored.append(record)
                     continue
                 await db.execute(
                     f"INSERT INTO workflows ({WORKFLOW_COLUMNS}) VALUES ({','.join(['%s'] * WORKFLOW_COLUMN_COUNT)})",
