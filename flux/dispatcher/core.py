@@ -129,7 +129,7 @@ class Dispatcher:
         await self.feed.before_start()
         recovered = await self.store.open()
         self._next_seq = recovered.next_seq
-        housekeeping.recover(self, recovered)
+        await housekeeping.recover(self, recovered)
         await self.pools.load()
         self.apply_tenants(await self.tenants.list())
         self.housekeeper.start()

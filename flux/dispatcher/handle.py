@@ -147,8 +147,9 @@ class Binder(Protocol):
         """Make placements reserved on their workers this server's to dispatch: one ``Bound`` per
         placement, in order; the cycle applies them (pushes, or unreserves and drops or requeues)."""
 
-    def requeue(self, requeued: Execution) -> None:
-        """Put an execution that went back to CREATED in line again, and save it."""
+    async def recovered(self, pending: list[Execution]) -> None:
+        """Executions found pending at start, each a generation past any dispatch before the
+        restart, are about to be queued: make that generation durable where dispatches are not."""
 
     def worker_lost(self, entry: WorkerEntry) -> None:
         """``entry`` is about to be lost: let go of what is still in flight on it."""

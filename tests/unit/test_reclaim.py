@@ -87,7 +87,8 @@ async def test_a_tenant_under_its_quota_preempts_the_newest_borrowed_execution()
     assert victim.state is CREATED and victim.attempt == 1  # its attempt did not count
     assert flux.d.events.counters.requeued["preempted"] == 1
     assert flux.d.events.counters.requeued["released"] == 0
-    # Back in line at its old place, ahead of web's fifth.
+    # Back in line at its old place, ahead of web's fifth, once stored.
+    await settled()
     assert flux.d.queue.position(web[3]) == 0 and flux.d.queue.position(web[4]) == 1
     w.release(web[2])
     assert w.scheduled() == [second]

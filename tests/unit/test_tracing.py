@@ -21,7 +21,7 @@ from flux.domain.execution import State
 from flux.server import convert
 from flux.v1 import control_pb2, trace_pb2
 from gateway import metrics
-from tests.unit.harness import GRACE, Flux
+from tests.unit.harness import GRACE, Flux, settled
 
 pytestmark = pytest.mark.timeout(10)
 
@@ -176,7 +176,8 @@ async def test_a_requeued_execution_is_a_new_attempt_linked_to_the_previous_disp
     execution = await flux.d.submit("job", trace=PARENT)
     w1.claim(execution.execution_id)
     w1.disconnect()
-    flux.expire(GRACE)  # lost: back in line for attempt 2
+    flux.expire(GRACE)  # lost: back in line for attempt 2, once stored
+    await settled()
     requeued_at = flux.clock.now
     flux.clock.advance(3.0)
     await flux.worker("w2", cpu=1)

@@ -75,9 +75,13 @@ class LocalBinder:
             Bound(p, Outcome.BOUND, scheduled_row(unfinished[p.execution_id], p, now)) for p in placements
         ]
 
-    def requeue(self, requeued: Execution) -> None:
-        self.d.queue_up(requeued, self.d.catalogue.shape_of(requeued))
-        self.d.table.save(requeued)
+    async def recovered(self, pending: list[Execution]) -> None:
+        # Their generations were bumped past an unwritten dispatch (housekeeping.recover): store
+        # that before any is dispatched, or a second restart would bump from the old value again.
+        try:
+            await asyncio.gather(*(self.d.store.save(execution) for execution in pending))
+        except Exception as exc:
+            raise Unavailable(f"could not store the recovered executions: {exc}") from exc
 
     def worker_lost(self, entry: WorkerEntry) -> None:
         pass  # nothing is in flight: binding is synchronous

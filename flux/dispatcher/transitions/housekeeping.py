@@ -23,13 +23,17 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("flux.dispatcher")
 
+# After a failed write of a requeued row, try again this much later.
+REQUEUE_RETRY = 1.0
 
-def recover(d: Handle, recovered: Recovered) -> None:
+
+async def recover(d: Handle, recovered: Recovered) -> None:
     """Resume from what the store kept: running work waits for its worker, the rest is queued again."""
     for record in recovered.workflows:
         d.catalogue.learn(record)
     tokens = {w.name: w.session_token for w in recovered.workers}
     now = d.clock()
+    pending = []
     for execution in recovered.unfinished:
         if execution.state is State.RUNNING:
             # Running work waits for its worker's grace period, as if its stream had just dropped.
@@ -44,13 +48,16 @@ def recover(d: Handle, recovered: Recovered) -> None:
             d.table.add(execution)
             continue
         if execution.state is State.SCHEDULED:
-            # An unclaimed dispatch from before the restart returns to CREATED. Reached only
-            # with rows written by versions that stored dispatches; this one does not.
+            # An unclaimed dispatch from before the restart returns to CREATED. One server
+            # reaches this only with rows written by versions that stored dispatches.
             execution = execution.evolve(state=State.CREATED, worker="", gpu_indices=(), updated_at=now)
-            d.table.save(execution)
-        # Dispatches are not written, so one from before the restart may have used
-        # generation + 1; skip past it so fencing never sees a generation twice.
-        execution = d.table.add(execution.evolve(generation=execution.generation + 1))
+        # One server does not write dispatches, so one from before the restart may have used
+        # generation + 1 (never more: requeue_saved); skip past it so fencing never sees a
+        # generation twice. The binder makes the skip durable before anything is dispatched.
+        pending.append(execution.evolve(generation=execution.generation + 1))
+    await d.binder.recovered(pending)
+    for execution in pending:
+        execution = d.table.add(execution)
         d.queue_up(execution, d.catalogue.shape_of(execution))
     log.info(
         "recovered %d workflows, %d unfinished executions (%d queued)",
@@ -83,8 +90,33 @@ def requeue(d: Handle, execution: Execution, entry: WorkerEntry | None, next_att
     if len(requeued.input_json) > d.settings.inline_input_bytes:
         requeued = requeued.evolve(input_json="")  # back to waiting: its input waits in the store
     d.table.update(requeued)
-    d.binder.requeue(requeued)
+    requeue_saved(d, requeued)
     return requeued
+
+
+def requeue_saved(d: Handle, requeued: Execution) -> None:
+    """Save a row that went back to CREATED, and put it back in line only once that is committed.
+
+    Replicas: a claim of a row still SCHEDULED in the database would fail. One server: it
+    does not write dispatches, so the stored generation must catch up with the dispatch just
+    ended before the next is handed out; then a restart skips past at most one unwritten
+    dispatch (recover), and two restarts in a row never hand out one generation twice.
+    """
+
+    def saved() -> None:
+        if d.table.get(requeued.execution_id) is requeued:
+            shape = d.catalogue.shape_of(requeued)
+            d.queue_up(requeued, shape)
+            d.passes.work_added([shape])
+
+    def retry(_: BaseException) -> None:
+        asyncio.get_running_loop().call_later(REQUEUE_RETRY, again)
+
+    def again() -> None:
+        if d.table.get(requeued.execution_id) is requeued:
+            requeue_saved(d, requeued)
+
+    d.table.save(requeued, done=saved, failed=retry)
 
 
 def lose_worker(d: Handle, entry: WorkerEntry, why: str) -> list[Shape]:

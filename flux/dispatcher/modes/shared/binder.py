@@ -28,9 +28,6 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("flux.replica")
 
-# After a failed requeue write, try again this much later.
-REQUEUE_RETRY = 1.0
-
 
 class SharedBinder:
     """Reserve here, claim in the database, then push; unreserve on a miss."""
@@ -169,24 +166,8 @@ class SharedBinder:
         """
         await submission.store_and_queue(self.d, executions, self.claiming)
 
-    def requeue(self, requeued: Execution) -> None:
-        # Queue it here only once the row is CREATED again: a claim before that would fail.
-        d = self.d
-
-        def saved() -> None:
-            if d.table.get(requeued.execution_id) is requeued:
-                shape = d.catalogue.shape_of(requeued)
-                d.queue_up(requeued, shape)
-                d.passes.work_added([shape])
-
-        def retry(_: BaseException) -> None:
-            asyncio.get_running_loop().call_later(REQUEUE_RETRY, again)
-
-        def again() -> None:
-            if d.table.get(requeued.execution_id) is requeued:
-                self.requeue(requeued)
-
-        d.table.save(requeued, done=saved, failed=retry)
+    async def recovered(self, pending: list[Execution]) -> None:
+        pass  # a claim's generation is in the database before its dispatch is pushed
 
     def quotas(self, governed: bool) -> None:
         """While tenants have terms, each claim admits only what their quotas allow cluster-wide."""
