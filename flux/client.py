@@ -183,7 +183,6 @@ class FluxClient:
     ) -> control_pb2.Execution:
         # One call: the receipt, then the final state. The receipt may take as long as any
         # call (self.timeout); the wait's own timeout cuts the stream only once it is accepted.
-        deadline = None if timeout is None else time.monotonic() + timeout
         if timeout is None and on_update is None and not self._traced:
             # A message on the client's RunAndWaitStream call (a trace or a timeout is per call).
             try:
@@ -194,6 +193,7 @@ class FluxClient:
                 ) from None
             # None: accepted, then the call broke (a restart): follow it as ``wait`` does.
             return final if final is not None else self.wait(execution_id)
+        deadline = None if timeout is None else time.monotonic() + timeout
         # Traced, the submission (to the receipt) is a flux.submit span, as a run without wait is.
         span, metadata = submit_span(
             self.address, "RunAndWait", request.workflow_name, self._metadata, self._traced

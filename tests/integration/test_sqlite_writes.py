@@ -8,7 +8,7 @@ from __future__ import annotations
 import asyncio
 import sqlite3
 import threading
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 
 import pytest
@@ -110,4 +110,36 @@ async def test_the_wal_is_checkpointed_on_the_thread_every_so_many_commits(
     checkpoint = store._checkpoint
     assert checkpoint is not None
     await checkpoint
+    assert _stored(store.path, only_the_database_file=True) == 4
+
+
+async def test_a_failed_checkpoint_is_logged_and_the_next_one_tries_again(
+    store: SqliteStore, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    monkeypatch.setattr(sqlite_store, "CHECKPOINT_EVERY", 2)
+    read = store._read
+    failures = iter([sqlite3.OperationalError("disk I/O error")])
+
+    async def failing_once(fn: Callable[[sqlite3.Connection], object]) -> object:
+        failure = next(failures, None)
+        if failure is not None:
+            raise failure
+        return await read(fn)
+
+    monkeypatch.setattr(store, "_read", failing_once)
+    for n in range(2):
+        await store.save(_execution(n))
+    failed = store._checkpoint
+    assert failed is not None
+    with pytest.raises(sqlite3.OperationalError):
+        await failed
+    await asyncio.sleep(0)  # its done callback
+    assert store._checkpoint is None
+    assert "checkpointing" in caplog.text and "disk I/O error" in caplog.text
+    assert _stored(store.path, only_the_database_file=True) == 0  # commits went on meanwhile
+    for n in range(2, 4):
+        await store.save(_execution(n))
+    again = store._checkpoint
+    assert again is not None
+    await again
     assert _stored(store.path, only_the_database_file=True) == 4
