@@ -5,6 +5,8 @@ The same in-memory store and hand-driven clock as test_dispatcher.py (tests/unit
 
 from __future__ import annotations
 
+import asyncio
+
 import pytest
 
 from flux.dispatcher.transitions.worker_calls import Result
@@ -12,7 +14,7 @@ from flux.domain.execution import ExecutionError, State
 from flux.errors import FailedPrecondition, InvalidArgument, NotFound, PermissionDenied, Unavailable
 from flux.server import convert
 from flux.v1 import worker_pb2
-from tests.unit.harness import Flux, committed, resources
+from tests.unit.harness import Flux, committed, resources, settled
 
 pytestmark = pytest.mark.timeout(10)
 
@@ -105,6 +107,24 @@ async def test_complete_batch_answers_each_item_after_one_group_commit(flux):
     assert flux.store.executions[b].state is FAILED
     assert (flux.state(c), flux.state(d)) == (RUNNING, SCHEDULED)
     assert flux.holdings("w1") == {c, d}
+
+
+async def test_a_complete_batch_cut_off_as_it_is_decided_still_stores_and_shows_its_results(flux):
+    # A worker that dies mid-call cancels its CompleteBatch. Once the results are decided the
+    # writes must go on: a final state decided but never written stays shown as RUNNING forever
+    # (a client waiting for it never hears). The cut lands before the commits' waits start.
+    w, [a, b] = await _dispatched(flux, 2)
+    flux.d.claim_batch("w1", w.token, [(a, 1), (b, 1)])
+    await committed()
+    items = [Result(a, 1, '"a"', None), Result(b, 1, '"b"', None)]
+    call = asyncio.ensure_future(flux.d.complete_batch("w1", w.token, items))
+    await asyncio.sleep(0)  # decided; its commits' waits gathered, not yet started
+    call.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await call
+    await settled()
+    assert [flux.store.executions[i].output_json for i in (a, b)] == ['"a"', '"b"']
+    assert (flux.state(a), flux.state(b)) == (COMPLETED, COMPLETED)
 
 
 async def test_complete_batch_retried_after_a_failed_commit_stores_the_results(flux):

@@ -253,8 +253,9 @@ class ExecutionTable:
             again += 1
         return again
 
-    async def commit_final(self, final: Execution) -> None:
+    async def commit_final(self, final: Execution, written: asyncio.Future[None] | None = None) -> None:
         """Commit a final state and wait for it, then show it (the answer to a client or worker waits too).
+        ``written``: its write (``save``), when the caller started it already.
 
         The worker forgets the result once we answer, so a failed commit reaches it
         as Unavailable: it retries, and the retry stores the recorded result again.
@@ -262,7 +263,7 @@ class ExecutionTable:
         (its stream cut) does not leave the final state stored and never shown.
         """
         try:
-            await asyncio.shield(self.save(final))
+            await asyncio.shield(self.save(final) if written is None else written)
         except Conflict:
             raise FailedPrecondition(
                 f"execution {final.execution_id} was cancelled or reassigned meanwhile; this result is not recorded"

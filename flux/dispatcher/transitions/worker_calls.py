@@ -179,20 +179,26 @@ async def complete_batch(
 ) -> Answers:
     """``complete`` for each result, in order; answered once every accepted final state is committed.
 
-    Every item is decided first and the freed room gets one pass; then the commits wait
-    together, so the store writes them in one group commit.
+    Every item is decided first, its write started with it, and the freed room gets one
+    pass; then the commits are waited for together, written in one group commit.
     """
     entry = d.registry.authorize(name, session_token)  # a wrong token refuses the whole call, not each item
     validation.check_batch(len(items), "items")
     decided: list[Execution | FluxError | None] = []
+    written: dict[str, asyncio.Future[None]] = {}
     with d.passes.together():
         for item in items:
             try:
-                decided.append(
-                    finish(d, entry, item.execution_id, item.generation, item.output_json, item.error)
-                )
+                final = finish(d, entry, item.execution_id, item.generation, item.output_json, item.error)
             except Exception as exc:
                 decided.append(_refused(d, exc))
+                continue
+            decided.append(final)
+            if final is not None:
+                # Now, not in ``settle``: a worker that dies cancels this call, and the tasks
+                # gathered below with it, maybe before they start. A final state decided but
+                # never written would be shown as RUNNING forever.
+                written[final.execution_id] = d.table.save(final)
         if resources is not None:  # one report for the batch, after its executions released theirs
             entry.report(resources, None)
         d.passes.room_freed([entry])
@@ -204,7 +210,7 @@ async def complete_batch(
             if outcome is None:
                 await _retried(d, name, item.execution_id, item.generation, item.output_json, item.error)
             else:
-                await d.table.commit_final(outcome)
+                await d.table.commit_final(outcome, written[outcome.execution_id])
         except Exception as exc:
             return _refused(d, exc)
         return None
