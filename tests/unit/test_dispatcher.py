@@ -966,6 +966,40 @@ async def test_restarts_in_a_row_never_dispatch_one_generation_twice(flux):
     assert dispatched == [1, 2, 3, 4]
 
 
+async def test_a_restart_that_cannot_store_its_generation_skip_refuses_to_start(flux):
+    await flux.workflow()
+    await flux.worker("w0")
+    execution_id = await flux.run()
+    await flux.d.stop()
+    flux.store.fail_next_commit = OSError("disk full")
+    with pytest.raises(Unavailable, match="could not store the recovered executions: disk full"):
+        await Flux(flux.store, flux.clock).start()
+    assert flux.store.executions[execution_id].generation == 0  # nothing dispatched, nothing stored
+    again = await Flux(flux.store, flux.clock).start()
+    try:
+        assert flux.store.executions[execution_id].generation == 1
+        await again.worker("w1")
+        assert again.get(execution_id).generation == 2
+    finally:
+        await again.d.stop()
+
+
+async def test_a_requeued_row_whose_write_fails_is_queued_once_a_retry_stores_it(flux, monkeypatch):
+    monkeypatch.setattr(housekeeping, "REQUEUE_RETRY", 0.0)
+    await flux.workflow(cpu=4)
+    w = await flux.worker(cpu=4)
+    execution_id = await flux.run()
+    w.events()
+    flux.store.fail_next_commit = OSError("disk full")
+    assert flux.expire(ACK) is True
+    await committed()  # the failed write
+    assert execution_id not in flux.d.pending() and flux.store.executions[execution_id].generation == 0
+    await settled()  # the retry and its write
+    await settled()  # and the pass its return starts
+    assert flux.store.executions[execution_id].generation == 1
+    assert (flux.state(execution_id), w.generation(execution_id)) == (SCHEDULED, 2)
+
+
 # ---- watch ---------------------------------------------------------------------------------------
 
 
