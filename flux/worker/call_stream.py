@@ -95,8 +95,14 @@ class CallStream:
         self._open: _Open | None = None
         self._ids = itertools.count(1)
 
-    async def call(self, request: Request, timeout: float) -> Response:
-        """The answer to ``request``, or the stream's failure as a ``FluxError``."""
+    async def call(
+        self, request: Request, timeout: float, on_written: Callable[[], None] | None = None
+    ) -> Response:
+        """The answer to ``request``, or the stream's failure as a ``FluxError``.
+
+        ``on_written()`` runs once the request is written: the server reads it before any call
+        written after it on this stream.
+        """
         if self._open is None or self._open.failed is not None:
             self._open = _Open(self._open_call())
         stream = self._open
@@ -110,6 +116,8 @@ class CallStream:
                         await stream.start(timeout)  # failed: the answer below is the failure
                     if stream.failed is None:
                         await stream.call.write(request)
+                        if on_written is not None:
+                            on_written()
             except grpc.aio.AioRpcError as exc:
                 stream.fail(from_rpc_error(exc))
                 stream.close()

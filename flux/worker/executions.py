@@ -1,5 +1,5 @@
-"""One execution on the worker once its dispatch arrives: claim it, call the workflow's function
-(fetching its code), deliver the result, each retried while the control plane is unreachable,
+"""One execution on the worker once its dispatch arrives: claim it and, meanwhile, call the workflow's
+function (fetching its code), deliver the result, each retried while the control plane is unreachable,
 and the spans around them. ``WorkerRuntime`` holds the state these read; ``Running`` is its
 record of an execution that runs, ``Backoff`` the delay between tries.
 """
@@ -67,6 +67,23 @@ class Running:
     claimed_in: int | None = None
 
 
+@dataclass(frozen=True, slots=True)
+class ClaimCall:
+    """One claim for the claims batcher."""
+
+    execution_id: str
+    generation: int
+    # Set once the claim is on a stream the server reads in order: a result sent after it is read
+    # after it, so it need not wait for the claim's answer. Never set where calls are not ordered.
+    written: asyncio.Future[None] | None = None
+
+    @staticmethod
+    def all_written(calls: list[ClaimCall]) -> None:
+        for call in calls:
+            if call.written is not None and not call.written.done():
+                call.written.set_result(None)
+
+
 class _Config(Protocol):
     """What of ``WorkerConfig`` an execution reads (that module imports this one)."""
 
@@ -87,29 +104,50 @@ class Executions:
     _running: dict[str, Running]
     _threads: ThreadPoolExecutor
     _code: CodeCache
-    _claims: Batcher[tuple[str, int]]
+    _claims: Batcher[ClaimCall]
     _results: Batcher[Outcome]
 
     async def _release(self, execution_id: str, generation: int, reason: str) -> None:
         raise NotImplementedError
 
     async def _execute(self, dispatch: Dispatch) -> None:
+        """Claim and run at once: the body starts while the claim is on its way (execution is
+        at-least-once), and its result follows the claim without waiting for the claim's answer
+        where the server reads the two in order. A refused claim stops the body and drops its
+        result; the server shows the execution RUNNING only once it has the claim.
+        """
         execution_id = dispatch.execution_id
         traced = tracing.ACTIVE and bool(dispatch.trace)
-        try:
-            streams = self._streams
-            if not await (self._traced_claim(dispatch) if traced else self._claim(dispatch)):
-                return
+        streams = self._streams
+        written: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        claim = asyncio.create_task(
+            self._traced_claim(dispatch, written) if traced else self._claim(dispatch, written)
+        )
+        invoking = True
+
+        def answered(claim: asyncio.Task[bool]) -> None:
             running = self._running.get(execution_id)
-            if running is not None and running.dispatch is dispatch:
-                running.claimed_in = streams
+            if claim.cancelled() or claim.exception() is not None:
+                return
+            if running is None or running.dispatch is not dispatch:
+                return
+            if claim.result():
+                running.claimed_in = streams  # now, not when the body ends: a reconnect claims it again
+            elif invoking:
+                running.cancelled_by_server = True  # nothing to hand back: it was never ours
+                running.task.cancel()
+
+        claim.add_done_callback(answered)
+        try:
             if traced:
                 output_json, error = await self._traced_invoke(dispatch)
+                invoking = False
                 with tracing.span("flux.complete", dispatch.trace, "CLIENT", **self._span_fields(dispatch)):
-                    await self._deliver(dispatch, output_json, error)
+                    await self._complete(dispatch, claim, written, output_json, error)
             else:
                 output_json, error = await self._invoke(dispatch)
-                await self._deliver(dispatch, output_json, error)
+                invoking = False
+                await self._complete(dispatch, claim, written, output_json, error)
         except asyncio.CancelledError:
             running = self._running.get(execution_id)
             if running is None or running.dispatch is dispatch and not running.cancelled_by_server:
@@ -121,11 +159,49 @@ class Executions:
                 # The server holds its room until we hand it back (or its grace runs out).
                 await asyncio.shield(self._release(execution_id, dispatch.generation, "preempted"))
         finally:
+            invoking = False
+            claim.cancel()  # done by now, unless this execution was stopped
             running = self._running.get(execution_id)
             if running is not None and running.dispatch is dispatch:  # not a newer dispatch of it
                 del self._running[execution_id]
 
-    async def _claim(self, dispatch: Dispatch) -> bool:
+    async def _complete(
+        self,
+        dispatch: Dispatch,
+        claim: asyncio.Task[bool],
+        written: asyncio.Future[None],
+        output_json: str | None,
+        error: ExecutionError | None,
+    ) -> None:
+        """Deliver the result once the claim is accepted, or sooner: right behind the written claim.
+
+        That first try is one try. The server refuses a result for an execution it has not seen
+        claimed, so a claim lost with its stream costs only the wait for the claim's retry and a
+        second delivery; a result accepted is recorded once whatever its claim's answer said.
+        """
+        delivered = False
+        if not claim.done():
+            await asyncio.wait({claim, written}, return_when=asyncio.FIRST_COMPLETED)
+            if not claim.done():
+                delivered = await self._deliver_once(dispatch, output_json, error)
+        if not await claim:
+            return
+        if not delivered:
+            await self._deliver(dispatch, output_json, error)
+
+    async def _deliver_once(
+        self, dispatch: Dispatch, output_json: str | None, error: ExecutionError | None
+    ) -> bool:
+        try:
+            await self._results.submit(
+                Outcome(dispatch.execution_id, dispatch.generation, output_json, error)
+            )
+            return True
+        except FluxError as exc:  # delivered again, with all of _deliver's care, once the claim is answered
+            log.debug("result of %s sent behind its claim not taken: %s", dispatch.execution_id, exc)
+            return False
+
+    async def _claim(self, dispatch: Dispatch, written: asyncio.Future[None] | None = None) -> bool:
         """Claim, retrying while the control plane is unreachable; False when refused.
 
         Giving up on an unreachable server would drop work the server may already have
@@ -133,11 +209,9 @@ class Executions:
         execution is accepted, and a reconnect's Connected cancels the try if the server
         no longer holds it for us.
         """
+        call = ClaimCall(dispatch.execution_id, dispatch.generation, written)
         try:
-            await self._while_unreachable(
-                f"claim {dispatch.execution_id}",
-                lambda: self._claims.submit((dispatch.execution_id, dispatch.generation)),
-            )
+            await self._while_unreachable(f"claim {dispatch.execution_id}", lambda: self._claims.submit(call))
             return True
         except (FailedPrecondition, NotFound, PermissionDenied) as exc:
             log.info("claim of %s refused: %s", dispatch.execution_id, exc)
@@ -153,9 +227,9 @@ class Executions:
             "flux.worker": self.config.name,
         }
 
-    async def _traced_claim(self, dispatch: Dispatch) -> bool:
+    async def _traced_claim(self, dispatch: Dispatch, written: asyncio.Future[None]) -> bool:
         with tracing.span("flux.claim", dispatch.trace, "CLIENT", **self._span_fields(dispatch)) as span:
-            claimed = await self._claim(dispatch)
+            claimed = await self._claim(dispatch, written)
             if not claimed:
                 span.set_attribute("error.type", "claim_refused")
             return claimed
@@ -263,7 +337,7 @@ class Executions:
         """Claim again on a new stream (a repeated claim is accepted; a stale one refused)."""
         streams, dispatch = self._streams, running.dispatch
         try:
-            await self._claims.submit((dispatch.execution_id, dispatch.generation))
+            await self._claims.submit(ClaimCall(dispatch.execution_id, dispatch.generation))
         except FluxError as exc:  # the result is still delivered, and fenced, as usual
             log.debug("repeated claim of %s not accepted: %s", dispatch.execution_id, exc)
         else:

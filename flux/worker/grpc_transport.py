@@ -262,13 +262,20 @@ class GrpcTransport(WorkerTransport):
         await self.stub.Complete(request, timeout=UNARY_TIMEOUT, metadata=self._md)
 
     @_mapped
-    async def claim_batch(self, name: str, token: str, items: Sequence[tuple[str, int]]) -> Answers:
+    async def claim_batch(
+        self,
+        name: str,
+        token: str,
+        items: Sequence[tuple[str, int]],
+        on_written: Callable[[], None] | None = None,
+    ) -> Answers:
         request = worker_pb2.ClaimBatchRequest(
             name=name,
             session_token=token,
             items=[worker_pb2.ClaimItem(execution_id=i, generation=g) for i, g in items],
         )
-        answer = await self._on_stream(worker_pb2.WorkerCallsRequest(claims=request))
+        # On the stream only: the server reads its messages in order. Unary calls race each other.
+        answer = await self._on_stream(worker_pb2.WorkerCallsRequest(claims=request), on_written)
         if answer is not None:
             return batch_answers(len(items), answer.claims)
         response = await self.stub.ClaimBatch(request, timeout=UNARY_TIMEOUT, metadata=self._md)
@@ -287,7 +294,7 @@ class GrpcTransport(WorkerTransport):
         return batch_answers(len(items), response)
 
     async def _on_stream(
-        self, request: worker_pb2.WorkerCallsRequest
+        self, request: worker_pb2.WorkerCallsRequest, on_written: Callable[[], None] | None = None
     ) -> worker_pb2.WorkerCallsResponse | None:
         """The call's answer over the WorkerCalls stream; None when this server has no such stream."""
         if self._streamed is False:
@@ -296,7 +303,7 @@ class GrpcTransport(WorkerTransport):
             stub = self.stub
             self._calls = CallStream(lambda: stub.WorkerCalls(metadata=self._md))
         try:
-            answer = await self._calls.call(request, UNARY_TIMEOUT)
+            answer = await self._calls.call(request, UNARY_TIMEOUT, on_written)
         except Unimplemented as exc:
             log.info("the server has no WorkerCalls stream (%s); using the unary batched calls", exc)
             self._close_calls()

@@ -31,7 +31,7 @@ from flux.errors import (
 )
 from flux.worker.batching import Batcher
 from flux.worker.code_cache import CodeCache
-from flux.worker.executions import Backoff, Executions, Running
+from flux.worker.executions import Backoff, ClaimCall, Executions, Running
 from flux.worker.probe import ResourceProbe, changed_materially
 from flux.worker.transport import (
     Answers,
@@ -98,7 +98,7 @@ class WorkerRuntime(Executions):
         # Claims and results that are ready together go in one call (ClaimBatch, CompleteBatch),
         # while the server has them; one that answers UNIMPLEMENTED gets single calls.
         self._batched = True
-        self._claims: Batcher[tuple[str, int]] = Batcher(self._send_claims)
+        self._claims: Batcher[ClaimCall] = Batcher(self._send_claims)
         self._results: Batcher[Outcome] = Batcher(self._send_results, _outcome_size)
 
     # ----------------------------------------------------------------- lifecycle
@@ -241,10 +241,13 @@ class WorkerRuntime(Executions):
                     self._release(execution_id, generation, "not running on this worker after a reconnect")
                 )
 
-    async def _send_claims(self, items: list[tuple[str, int]]) -> Answers:
+    async def _send_claims(self, calls: list[ClaimCall]) -> Answers:
+        items = [(call.execution_id, call.generation) for call in calls]
         if self._batched:
             try:
-                return await self.transport.claim_batch(self.config.name, self.token, items)
+                return await self.transport.claim_batch(
+                    self.config.name, self.token, items, on_written=lambda: ClaimCall.all_written(calls)
+                )
             except Unimplemented as exc:
                 self._unbatched(exc)
         return await _each(

@@ -13,7 +13,7 @@ import asyncio
 import json
 import logging
 import ssl
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
 from typing import Any, TypeVar
 from urllib.parse import quote
 
@@ -281,7 +281,14 @@ class SseTransport(WorkerTransport):
             ],
         )
 
-    async def claim_batch(self, name: str, token: str, items: Sequence[tuple[str, int]]) -> Answers:
+    async def claim_batch(
+        self,
+        name: str,
+        token: str,
+        items: Sequence[tuple[str, int]],
+        on_written: Callable[[], None] | None = None,
+    ) -> Answers:
+        # Never ``on_written``: each POST is its own request, and the gateway may answer them in any order.
         body = [{"execution_id": i, "generation": g} for i, g in items]
         return await self._batch(f"{self._worker(name)}/claims", body, token)
 

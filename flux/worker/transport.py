@@ -9,7 +9,7 @@ again later", the others for refusals.
 from __future__ import annotations
 
 import abc
-from collections.abc import AsyncIterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 from flux.domain.execution import ExecutionError, WorkflowRef
@@ -125,8 +125,18 @@ class WorkerTransport(abc.ABC):
         resources: WorkerResources | None,
     ) -> None: ...
 
-    async def claim_batch(self, name: str, token: str, items: Sequence[tuple[str, int]]) -> Answers:
-        """Claims (execution id, generation) items in one call; Unimplemented where the server lacks it."""
+    async def claim_batch(
+        self,
+        name: str,
+        token: str,
+        items: Sequence[tuple[str, int]],
+        on_written: Callable[[], None] | None = None,
+    ) -> Answers:
+        """Claims (execution id, generation) items in one call; Unimplemented where the server lacks it.
+
+        ``on_written`` is called once the claims are on a stream the server reads in order, so
+        that a call made after it is read after them; never where calls are not ordered so.
+        """
         raise Unimplemented(f"the {self.name} transport has no batched claims")
 
     async def complete_batch(

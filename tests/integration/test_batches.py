@@ -55,10 +55,10 @@ def counting(base: type[WorkerTransport]) -> type[WorkerTransport]:
             self.calls["complete"] += 1
             await super().complete(*args)
 
-        async def claim_batch(self, name: str, token: str, items: Sequence[Any]) -> Any:
+        async def claim_batch(self, name: str, token: str, items: Sequence[Any], **kwargs: Any) -> Any:
             if self.single_calls:
                 raise Unimplemented("a worker from before the batched calls")
-            answers = await super().claim_batch(name, token, items)
+            answers = await super().claim_batch(name, token, items, **kwargs)
             self.calls["claim_batch"] += 1
             self.calls["claimed in batches"] += len(items)
             return answers
