@@ -149,6 +149,7 @@ class Executions:
                 invoking = False
                 await self._complete(dispatch, claim, written, output_json, error)
         except asyncio.CancelledError:
+            claim.cancel()  # a claim not yet sent stays unsent: it would land after the release below
             running = self._running.get(execution_id)
             if running is None or running.dispatch is dispatch and not running.cancelled_by_server:
                 # Drain timed out: hand the execution back so another worker runs it.
