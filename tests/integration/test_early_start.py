@@ -24,7 +24,8 @@ from tests.integration.test_batches import in_process_worker
 pytestmark = pytest.mark.timeout(120)
 
 COMPLETED = control_pb2.ExecutionState.Value("EXECUTION_STATE_COMPLETED")
-CANCELLED = control_pb2.ExecutionState.Value("EXECUTION_STATE_CANCELLED")
+SCHEDULED = control_pb2.ExecutionState.Value("EXECUTION_STATE_SCHEDULED")
+CREATED = control_pb2.ExecutionState.Value("EXECUTION_STATE_CREATED")
 # How long a claim's answer is held back for a result to overtake it: a bound, so a worker that
 # waits for the answer (the behaviour under test's opposite) fails the order below, not the run.
 HOLD = 10.0
@@ -77,18 +78,22 @@ def test_a_result_follows_its_claim_on_the_stream_without_waiting_for_the_claims
 
 
 def refusing(base: type[Any]) -> type[Any]:
-    """``base`` that cancels each execution just before claiming it, so the server refuses the claim."""
+    """``base`` whose claims name a generation the server never dispatched, so each is refused as stale.
+
+    The server sends no cancel for such a claim (the dispatch is still the worker's): only the
+    refusal can stop the body that started with it.
+    """
 
     class Refusing(base):  # type: ignore[valid-type, misc]
-        def __init__(self, cluster: Cluster, *args: Any, **kwargs: Any):
+        def __init__(self, *args: Any, **kwargs: Any):
             super().__init__(*args, **kwargs)
-            self.cluster = cluster
+            self.refused: list[str] = []
             self.completions = 0
 
         async def claim_batch(self, name: str, token: str, items: Sequence[Any], **kwargs: Any) -> Any:
-            for execution_id, _ in items:
-                await asyncio.to_thread(self.cluster.client.cancel, execution_id)
-            return await super().claim_batch(name, token, items, **kwargs)
+            answers = await super().claim_batch(name, token, [(i, g + 1000) for i, g in items], **kwargs)
+            self.refused += [str(answer) for answer in answers if answer is not None]
+            return answers
 
         async def complete_batch(self, *args: Any) -> Any:
             self.completions += 1
@@ -97,16 +102,24 @@ def refusing(base: type[Any]) -> type[Any]:
     return Refusing
 
 
-def test_a_refused_claim_stops_the_body_that_started_with_it(cluster: Cluster) -> None:
+@pytest.mark.parametrize("body", ["async", "sync"])
+def test_a_refused_claim_stops_the_body_that_started_with_it(cluster: Cluster, body: str) -> None:
     credentials = cluster.credentials(Role.WORKER)
     if cluster.transport == "sse":
-        transport = refusing(SseTransport)(cluster, [cluster.gateway_url], credentials=credentials)
+        transport = refusing(SseTransport)([cluster.gateway_url], credentials=credentials)
     else:
-        transport = refusing(GrpcTransport)(cluster, [cluster.address], credentials)
+        transport = refusing(GrpcTransport)([cluster.address], credentials)
     with in_process_worker(cluster, "refused", transport) as runtime:
-        started = cluster.run("sleepy", 60.0, wait=False)  # sleeps a minute unless stopped
-        eventually(lambda: cluster.client.get(started.execution_id).state == CANCELLED, what="cancelled")
-        # The body started with the claim; the refusal stopped it long before its minute was up.
-        eventually(lambda: not runtime._running, timeout=20, what="the body stopped")
+        if body == "async":
+            started = cluster.run("sleepy", 60.0, wait=False)  # sleeps a minute unless stopped
+        else:
+            started = cluster.run("blocking", 8.0, wait=False)  # a thread nothing can stop
+        eventually(lambda: transport.refused, what="the claim refused")
+        assert "stale generation" in transport.refused[0]
+        # The body started with the claim; the refusal stopped it (a thread: stopped waiting for
+        # it) long before it was done.
+        eventually(lambda: not runtime._running, timeout=5, what="the body stopped")
         assert transport.completions == 0  # and nothing was sent for it
-    assert cluster.client.get(started.execution_id).state == CANCELLED
+        # Never claimed, never finished: the server holds the dispatch until the ack deadline
+        # takes it back (CREATED), as for any dispatch a worker did not claim, then dispatches again.
+        assert cluster.client.get(started.execution_id).state in (SCHEDULED, CREATED)
