@@ -123,9 +123,10 @@ class Executions:
         claim = asyncio.create_task(
             self._traced_claim(dispatch, written) if traced else self._claim(dispatch, written)
         )
-        invoking = True
 
         def answered(claim: asyncio.Task[bool]) -> None:
+            if not written.done():  # answered before it was seen written (calls not ordered): go on
+                written.set_result(None)
             running = self._running.get(execution_id)
             if claim.cancelled() or claim.exception() is not None:
                 return
@@ -133,20 +134,19 @@ class Executions:
                 return
             if claim.result():
                 running.claimed_in = streams  # now, not when the body ends: a reconnect claims it again
-            elif invoking:
-                running.cancelled_by_server = True  # nothing to hand back: it was never ours
+            else:
+                # Stop the body, or the delivery of its result: it was never ours to hand back.
+                running.cancelled_by_server = True
                 running.task.cancel()
 
         claim.add_done_callback(answered)
         try:
             if traced:
                 output_json, error = await self._traced_invoke(dispatch)
-                invoking = False
                 with tracing.span("flux.complete", dispatch.trace, "CLIENT", **self._span_fields(dispatch)):
                     await self._complete(dispatch, claim, written, output_json, error)
             else:
                 output_json, error = await self._invoke(dispatch)
-                invoking = False
                 await self._complete(dispatch, claim, written, output_json, error)
         except asyncio.CancelledError:
             claim.cancel()  # a claim not yet sent stays unsent: it would land after the release below
@@ -160,7 +160,6 @@ class Executions:
                 # The server holds its room until we hand it back (or its grace runs out).
                 await asyncio.shield(self._release(execution_id, dispatch.generation, "preempted"))
         finally:
-            invoking = False
             claim.cancel()  # done by now, unless this execution was stopped
             running = self._running.get(execution_id)
             if running is not None and running.dispatch is dispatch:  # not a newer dispatch of it
@@ -182,11 +181,11 @@ class Executions:
         """
         delivered = False
         if not claim.done():
-            await asyncio.wait({claim, written}, return_when=asyncio.FIRST_COMPLETED)
+            await written  # set by the claim's answer too
             if not claim.done():
                 delivered = await self._deliver_once(dispatch, output_json, error)
         if not await claim:
-            return
+            return  # the refusal has stopped this task already; here only if it raced the answer
         if not delivered:
             await self._deliver(dispatch, output_json, error)
 

@@ -15,6 +15,7 @@ from typing import Any
 import pytest
 
 from flux.auth import Role
+from flux.errors import Unavailable
 from flux.testing import Cluster, eventually
 from flux.v1 import control_pb2
 from flux.worker.grpc_transport import GrpcTransport
@@ -75,6 +76,33 @@ def test_a_result_follows_its_claim_on_the_stream_without_waiting_for_the_claims
     # The server read the claim first: the result was taken, and recorded once.
     assert done.state == COMPLETED
     assert json.loads(done.output_json) == {"input": 7, "worker": "eager"}
+
+
+class FirstResultLost(GrpcTransport):
+    """Its first result call fails as if the stream dropped as the result left, and is never sent."""
+
+    def __init__(self, *args: Any, **kwargs: Any):
+        super().__init__(*args, **kwargs)
+        self.result_calls = 0
+
+    async def complete_batch(self, name: str, token: str, items: Sequence[Any], resources: Any) -> Any:
+        self.result_calls += 1
+        if self.result_calls == 1:
+            raise Unavailable("the call stream was closed")
+        return await super().complete_batch(name, token, items, resources)
+
+
+@pytest.mark.transports("grpc")
+def test_a_result_sent_behind_its_claim_and_lost_is_delivered_again_once_the_claim_is_answered(
+    cluster: Cluster,
+) -> None:
+    transport = FirstResultLost([cluster.address], cluster.credentials(Role.WORKER))
+    with in_process_worker(cluster, "lossy", transport):
+        done = cluster.run("echo", 3, timeout=60)
+    # The try behind the claim was lost; the worker waited for the claim and delivered again.
+    assert transport.result_calls == 2
+    assert done.state == COMPLETED
+    assert json.loads(done.output_json) == {"input": 3, "worker": "lossy"}
 
 
 def refusing(base: type[Any]) -> type[Any]:
