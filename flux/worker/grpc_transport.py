@@ -303,7 +303,9 @@ class GrpcTransport(WorkerTransport):
             stub = self.stub
             self._calls = CallStream(lambda: stub.WorkerCalls(metadata=self._md))
         try:
-            answer = await self._calls.call(request, UNARY_TIMEOUT, on_written)
+            # Written is read in order only by a server known to serve the stream: to one that
+            # answers it UNIMPLEMENTED, a request is written and never read.
+            answer = await self._calls.call(request, UNARY_TIMEOUT, on_written if self._streamed else None)
         except Unimplemented as exc:
             log.info("the server has no WorkerCalls stream (%s); using the unary batched calls", exc)
             self._close_calls()

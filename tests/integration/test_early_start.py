@@ -38,6 +38,7 @@ class HeldClaimAnswers(GrpcTransport):
     def __init__(self, *args: Any, **kwargs: Any):
         super().__init__(*args, **kwargs)
         self.order: list[str] = []
+        self.holding = False  # from the second run: the first shows the server serves the stream
         self._result_sent: asyncio.Event | None = None
 
     def _sent(self) -> asyncio.Event:
@@ -46,22 +47,27 @@ class HeldClaimAnswers(GrpcTransport):
         return self._result_sent
 
     async def claim_batch(self, name: str, token: str, items: Sequence[Any], **kwargs: Any) -> Any:
+        if not self.holding:
+            return await super().claim_batch(name, token, items, **kwargs)
         on_written = kwargs.pop("on_written", None)
 
         def written() -> None:
             self.order.append("claim written")
-            if on_written is not None:
-                on_written()
+            on_written()
 
-        answers = await super().claim_batch(name, token, items, on_written=written, **kwargs)
+        # Passed on only where the transport gives one (a stream the server serves): the order
+        # below then shows it missing rather than hiding it.
+        kwargs["on_written"] = written if on_written is not None else None
+        answers = await super().claim_batch(name, token, items, **kwargs)
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(self._sent().wait(), HOLD)
         self.order.append("claim answered")
         return answers
 
     async def complete_batch(self, name: str, token: str, items: Sequence[Any], resources: Any) -> Any:
-        self.order.append("result sent")
-        self._sent().set()
+        if self.holding:
+            self.order.append("result sent")
+            self._sent().set()
         return await super().complete_batch(name, token, items, resources)
 
 
@@ -71,6 +77,10 @@ def test_a_result_follows_its_claim_on_the_stream_without_waiting_for_the_claims
 ) -> None:
     transport = HeldClaimAnswers([cluster.address], cluster.credentials(Role.WORKER))
     with in_process_worker(cluster, "eager", transport):
+        # Until the server has answered on the stream, nothing is sent ahead of an answer: a
+        # server without the stream would never read the claim the result relies on.
+        assert cluster.run("echo", 6, timeout=60).state == COMPLETED
+        transport.holding = True
         done = cluster.run("echo", 7, timeout=60)
     assert transport.order == ["claim written", "result sent", "claim answered"]
     # The server read the claim first: the result was taken, and recorded once.
