@@ -131,6 +131,8 @@ async def relay(
     if core_ms > 0:
         advertised = min(advertised, core_ms)
     connected.connected.ping_interval_ms = advertised
+    # The HTTP routes take no claim inside a result (CompleteItem.claim): a worker here claims on its own.
+    connected.connected.claims_with_results = False
     # One ping per interval: where the core pings at least as often as this gateway would, its pings
     # are relayed and the gateway adds its own only when one is late (a wait of 1.5 intervals).
     wait = _own_ping_after(ping_interval, core_ms)

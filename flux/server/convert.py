@@ -63,6 +63,7 @@ def result_from_proto(item: worker_pb2.CompleteItem, field: str) -> Result:
         item.generation,
         item.output_json if result == "output_json" else None,
         ExecutionError.from_proto(item.error) if result == "error" else None,
+        item.claim,
     )
 
 

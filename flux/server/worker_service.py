@@ -65,6 +65,7 @@ class WorkerService(worker_pb2_grpc.WorkerServiceServicer):
                             worker_pb2.HeldExecution(execution_id=i, generation=g)
                             for i, g in session.held.items()
                         ],
+                        claims_with_results=True,
                     )
                 )
             )

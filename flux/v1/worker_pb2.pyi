@@ -210,12 +210,17 @@ class Connected(_message.Message):
     PING_INTERVAL_MS_FIELD_NUMBER: _builtins.int
     HELD_EXECUTION_IDS_FIELD_NUMBER: _builtins.int
     HELD_FIELD_NUMBER: _builtins.int
+    CLAIMS_WITH_RESULTS_FIELD_NUMBER: _builtins.int
     worker_name: _builtins.str
     """The worker's registered name."""
     server_id: _builtins.str
     """Identity of the control plane that holds the stream."""
     ping_interval_ms: _builtins.int
     """How often the server pings an idle stream, in milliseconds."""
+    claims_with_results: _builtins.bool
+    """This server takes a claim inside a result (CompleteItem.claim), so a
+    worker whose body ends quickly sends one message for both.
+    """
     @_builtins.property
     def held_execution_ids(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
         """Executions the server still believes this worker holds (after a
@@ -237,10 +242,11 @@ class Connected(_message.Message):
         ping_interval_ms: _builtins.int = ...,
         held_execution_ids: _abc.Iterable[_builtins.str] | None = ...,
         held: _abc.Iterable[Global___HeldExecution] | None = ...,
+        claims_with_results: _builtins.bool = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["held", b"held", "held_execution_ids", b"held_execution_ids", "ping_interval_ms", b"ping_interval_ms", "server_id", b"server_id", "worker_name", b"worker_name"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["claims_with_results", b"claims_with_results", "held", b"held", "held_execution_ids", b"held_execution_ids", "ping_interval_ms", b"ping_interval_ms", "server_id", b"server_id", "worker_name", b"worker_name"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -908,12 +914,17 @@ class CompleteItem(_message.Message):
     GENERATION_FIELD_NUMBER: _builtins.int
     OUTPUT_JSON_FIELD_NUMBER: _builtins.int
     ERROR_FIELD_NUMBER: _builtins.int
+    CLAIM_FIELD_NUMBER: _builtins.int
     execution_id: _builtins.str
     """Execution being completed."""
     generation: _builtins.int
     """Generation from its ExecutionScheduled event."""
     output_json: _builtins.str
     """The workflow's return value, JSON-encoded."""
+    claim: _builtins.bool
+    """Claims the execution too, as a Claim just before it would: set by a worker
+    whose body ended before its claim was sent (Connected.claims_with_results).
+    """
     @_builtins.property
     def error(self) -> Global___ExecutionError:
         """The exception the workflow raised."""
@@ -925,10 +936,11 @@ class CompleteItem(_message.Message):
         generation: _builtins.int = ...,
         output_json: _builtins.str = ...,
         error: Global___ExecutionError | None = ...,
+        claim: _builtins.bool = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["error", b"error", "output_json", b"output_json", "result", b"result"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["error", b"error", "execution_id", b"execution_id", "generation", b"generation", "output_json", b"output_json", "result", b"result"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["claim", b"claim", "error", b"error", "execution_id", b"execution_id", "generation", b"generation", "output_json", b"output_json", "result", b"result"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     _WhichOneofReturnType_result: _TypeAlias = _typing.Literal["output_json", "error"]  # noqa: Y015
     _WhichOneofArgType_result: _TypeAlias = _typing.Literal["result", b"result"]  # noqa: Y015

@@ -67,6 +67,42 @@ class Running:
     claimed_in: int | None = None
 
 
+# A body that ends within this sends its claim inside its result's call, where the server takes that:
+# one message each way instead of two. A longer one is claimed once this has passed, so the server
+# shows it RUNNING; the body does not wait for it either way (it started with the dispatch).
+CLAIM_DELAY = 0.02
+
+
+class PendingClaim:
+    """An execution's claim: sent now, or held back ``delay`` seconds in case its result can carry it."""
+
+    def __init__(self, send: Callable[[], asyncio.Task[bool]], delay: float | None):
+        self._send = send
+        self._task: asyncio.Task[bool] | None = None
+        self._timer: asyncio.TimerHandle | None = None
+        if delay is None:
+            self._start()
+        else:
+            self._timer = asyncio.get_running_loop().call_later(delay, self._start)
+
+    def _start(self) -> None:
+        self._timer = None
+        self._task = self._send()
+
+    def settle(self) -> asyncio.Task[bool] | None:
+        """The claim's call; None when it was still held back, and then it is never sent: the result
+        carries it."""
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+        return self._task
+
+    def cancel(self) -> None:
+        task = self.settle()
+        if task is not None:
+            task.cancel()
+
+
 @dataclass(frozen=True, slots=True)
 class ClaimCall:
     """One claim for the claims batcher."""
@@ -106,6 +142,7 @@ class Executions:
     _code: CodeCache
     _claims: Batcher[ClaimCall]
     _results: Batcher[Outcome]
+    _claims_with_results: bool
 
     async def _release(self, execution_id: str, generation: int, reason: str) -> None:
         raise NotImplementedError
@@ -115,14 +152,22 @@ class Executions:
         at-least-once), and its result follows the claim without waiting for the claim's answer
         where the server reads the two in order. A refused claim stops the body and drops its
         result; the server shows the execution RUNNING only once it has the claim.
+
+        Where the server takes a claim inside a result, the claim waits ``CLAIM_DELAY`` first: a
+        body that ends sooner sends its claim with its result, one call instead of two. A traced
+        execution claims at once, so its trace shows the claim as the call it documents.
         """
         execution_id = dispatch.execution_id
         traced = tracing.ACTIVE and bool(dispatch.trace)
         streams = self._streams
         written: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        claim = asyncio.create_task(
-            self._traced_claim(dispatch, written) if traced else self._claim(dispatch, written)
-        )
+
+        def send() -> asyncio.Task[bool]:
+            task = asyncio.create_task(
+                self._traced_claim(dispatch, written) if traced else self._claim(dispatch, written)
+            )
+            task.add_done_callback(answered)
+            return task
 
         def answered(claim: asyncio.Task[bool]) -> None:
             if not written.done():  # answered before it was seen written (calls not ordered): go on
@@ -139,15 +184,15 @@ class Executions:
                 running.cancelled_by_server = True
                 running.task.cancel()
 
-        claim.add_done_callback(answered)
+        claim = PendingClaim(send, None if traced or not self._claims_with_results else CLAIM_DELAY)
         try:
             if traced:
                 output_json, error = await self._traced_invoke(dispatch)
                 with tracing.span("flux.complete", dispatch.trace, "CLIENT", **self._span_fields(dispatch)):
-                    await self._complete(dispatch, claim, written, output_json, error)
+                    await self._complete(dispatch, claim.settle(), written, output_json, error)
             else:
                 output_json, error = await self._invoke(dispatch)
-                await self._complete(dispatch, claim, written, output_json, error)
+                await self._complete(dispatch, claim.settle(), written, output_json, error)
         except asyncio.CancelledError:
             claim.cancel()  # a claim not yet sent stays unsent: it would land after the release below
             running = self._running.get(execution_id)
@@ -168,17 +213,21 @@ class Executions:
     async def _complete(
         self,
         dispatch: Dispatch,
-        claim: asyncio.Task[bool],
+        claim: asyncio.Task[bool] | None,
         written: asyncio.Future[None],
         output_json: str | None,
         error: ExecutionError | None,
     ) -> None:
-        """Deliver the result once the claim is accepted, or sooner: right behind the written claim.
+        """Deliver the result once the claim is accepted, or sooner: right behind the written claim,
+        or carrying the claim itself where it was never sent (``claim`` None).
 
         That first try is one try. The server refuses a result for an execution it has not seen
         claimed, so a claim lost with its stream costs only the wait for the claim's retry and a
         second delivery; a result accepted is recorded once whatever its claim's answer said.
         """
+        if claim is None:
+            await self._deliver_claiming(dispatch, output_json, error)
+            return
         delivered = False
         if not claim.done():
             await written  # set by the claim's answer too
@@ -200,6 +249,23 @@ class Executions:
         except FluxError as exc:  # delivered again, with all of _deliver's care, once the claim is answered
             log.debug("result of %s sent behind its claim not taken: %s", dispatch.execution_id, exc)
             return False
+
+    async def _deliver_claiming(
+        self, dispatch: Dispatch, output_json: str | None, error: ExecutionError | None
+    ) -> None:
+        """Deliver a result that carries its execution's claim (the claim was never sent).
+
+        A refusal may be the claim's alone: a server reached after a reconnect that takes no claim
+        inside a result says "claim it before completing". So a refused result claims on its own
+        and, if that is accepted, is delivered again; a claim refused too means it was never ours.
+        """
+        if await self._deliver(dispatch, output_json, error, claiming=True):
+            return
+        if await self._claim(dispatch):
+            running = self._running.get(dispatch.execution_id)
+            if running is not None and running.dispatch is dispatch:
+                running.claimed_in = self._streams
+            await self._deliver(dispatch, output_json, error)
 
     async def _claim(self, dispatch: Dispatch, written: asyncio.Future[None] | None = None) -> bool:
         """Claim, retrying while the control plane is unreachable; False when refused.
@@ -297,19 +363,33 @@ class Executions:
             return None, ExecutionError(type(exc).__qualname__, str(exc), traceback.format_exc())
 
     async def _deliver(
-        self, dispatch: Dispatch, output_json: str | None, error: ExecutionError | None
-    ) -> None:
-        """Complete, retrying while the control plane is unreachable: the result exists only here."""
+        self,
+        dispatch: Dispatch,
+        output_json: str | None,
+        error: ExecutionError | None,
+        claiming: bool = False,
+    ) -> bool:
+        """Complete, retrying while the control plane is unreachable: the result exists only here.
+
+        ``claiming``: the result carries the claim, while the server reached takes one so. False
+        when the result is refused.
+        """
         backoff = Backoff(self.config.backoff_initial, self.config.backoff_max)
         while True:
+            claim = claiming and self._claims_with_results  # a retry may reach another server
             running = self._running.get(dispatch.execution_id)
-            if running is not None and running.dispatch is dispatch and running.claimed_in != self._streams:
+            if (
+                not claim
+                and running is not None
+                and running.dispatch is dispatch
+                and running.claimed_in != self._streams
+            ):
                 await self._reclaim(running)  # a result for a dispatch held as unclaimed is refused
             try:
                 await self._results.submit(
-                    Outcome(dispatch.execution_id, dispatch.generation, output_json, error)
+                    Outcome(dispatch.execution_id, dispatch.generation, output_json, error, claim)
                 )
-                return
+                return True
             except Unavailable as exc:
                 delay = backoff.next()
                 log.warning(
@@ -322,7 +402,7 @@ class Executions:
             except (InvalidArgument, ResourceExhausted) as exc:
                 if error is not None:
                     log.warning("error report for %s refused: %s", dispatch.execution_id, exc)
-                    return
+                    return False
                 # The output itself was refused (too large, not JSON): report that as the failure,
                 # or the execution would stay RUNNING with nobody left to finish it.
                 output_json, error = (
@@ -330,8 +410,13 @@ class Executions:
                     ExecutionError(type(exc).__name__, f"the workflow's output was refused: {exc}"),
                 )
             except FluxError as exc:
-                log.warning("result of %s refused: %s", dispatch.execution_id, exc)
-                return
+                log.log(
+                    logging.INFO if claiming else logging.WARNING,
+                    "result of %s refused: %s",
+                    dispatch.execution_id,
+                    exc,
+                )
+                return False
 
     async def _reclaim(self, running: Running) -> None:
         """Claim again on a new stream (a repeated claim is accepted; a stale one refused)."""

@@ -80,7 +80,7 @@ def dispatch_from_proto(message: worker_pb2.ExecutionScheduled) -> Dispatch:
 def connected_from_proto(message: worker_pb2.Connected) -> Connected:
     held = dict.fromkeys(message.held_execution_ids, 0)
     held.update((h.execution_id, h.generation) for h in message.held)
-    return Connected(message.server_id, held)
+    return Connected(message.server_id, held, message.claims_with_results)
 
 
 def complete_request(
@@ -103,7 +103,9 @@ def complete_batch_request(
     """Results as a CompleteBatch carries them; both transports send this message."""
     request = worker_pb2.CompleteBatchRequest()
     for outcome in items:
-        item = request.items.add(execution_id=outcome.execution_id, generation=outcome.generation)
+        item = request.items.add(
+            execution_id=outcome.execution_id, generation=outcome.generation, claim=outcome.claim
+        )
         if outcome.error is not None:
             item.error.CopyFrom(outcome.error.to_proto())
         else:

@@ -98,6 +98,8 @@ class WorkerRuntime(Executions):
         # Claims and results that are ready together go in one call (ClaimBatch, CompleteBatch),
         # while the server has them; one that answers UNIMPLEMENTED gets single calls.
         self._batched = True
+        # Whether the server we are connected to takes a claim inside a result (Connected says).
+        self._claims_with_results = False
         self._claims: Batcher[ClaimCall] = Batcher(self._send_claims)
         self._results: Batcher[Outcome] = Batcher(self._send_results, _outcome_size)
 
@@ -177,6 +179,7 @@ class WorkerRuntime(Executions):
                 backoff.reset()
                 self._streams += 1
                 self._batched = True  # perhaps another server: ask it for batches again
+                self._claims_with_results = event.claims_with_results
                 self._reconcile(event.held)
                 self.connected.set()
                 log.info("connected to %s as %s", event.server_id, self.config.name)
@@ -264,16 +267,17 @@ class WorkerRuntime(Executions):
             except Unimplemented as exc:
                 self._unbatched(exc)
         if answers is None:
-            answers = await _each(
-                self.transport.complete(
-                    self.config.name, self.token, o.execution_id, o.generation, o.output_json, o.error,
-                    resources,
-                )
-                for o in items
-            )  # fmt: skip
+            answers = await _each(self._complete_one(o, resources) for o in items)
         if any(answer is None for answer in answers):
             self._reported = resources
         return answers
+
+    async def _complete_one(self, o: Outcome, resources: WorkerResources) -> None:
+        if o.claim:  # a single Complete carries no claim: the claim goes first, on its own
+            await self.transport.claim(self.config.name, self.token, o.execution_id, o.generation)
+        await self.transport.complete(
+            self.config.name, self.token, o.execution_id, o.generation, o.output_json, o.error, resources
+        )
 
     def _sample_for_results(self) -> WorkerResources:
         """One observation for a batch (its executions have all ended), shared by a burst of batches."""
@@ -286,6 +290,7 @@ class WorkerRuntime(Executions):
         if self._batched:
             log.info("the server has no batched calls (%s); claiming and completing one at a time", exc)
             self._batched = False
+            self._claims_with_results = False  # a single Complete carries no claim
 
     async def _release(self, execution_id: str, generation: int, reason: str) -> None:
         try:

@@ -14,6 +14,7 @@ import json
 import logging
 import ssl
 from collections.abc import AsyncIterator, Callable, Sequence
+from dataclasses import replace
 from typing import Any, TypeVar
 from urllib.parse import quote
 
@@ -108,7 +109,8 @@ def _event(kind: str, data: str) -> WorkerEvent | None:
         c = _parse(data, worker_pb2.ExecutionCancelled())
         return Cancel(c.execution_id, c.generation, c.reason, c.preempted)
     if kind == "connected":
-        return connected_from_proto(_parse(data, worker_pb2.Connected()))
+        # The HTTP routes take no claim inside a result, whatever the core behind the gateway does.
+        return replace(connected_from_proto(_parse(data, worker_pb2.Connected())), claims_with_results=False)
     if kind == "ping":
         return Heartbeat()
     return None  # an event this worker does not know yet

@@ -34,6 +34,8 @@ class Connected:
     # What the server believes this worker holds: execution id -> generation (0 when an older
     # server sent only the ids, so the worker can abandon the rest but release none of them).
     held: Mapping[str, int]
+    # The server takes a claim inside a result: a body that ends before its claim is due sends one call.
+    claims_with_results: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -71,6 +73,8 @@ class Outcome:
     generation: int
     output_json: str | None
     error: ExecutionError | None
+    # Claims the execution too (Connected.claims_with_results): its claim was never sent.
+    claim: bool = False
 
 
 WorkerEvent = Connected | Dispatch | Cancel | Heartbeat

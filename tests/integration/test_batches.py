@@ -69,6 +69,7 @@ def counting(base: type[WorkerTransport]) -> type[WorkerTransport]:
             answers = await super().complete_batch(name, token, items, resources)
             self.calls["complete_batch"] += 1
             self.calls["completed in batches"] += len(items)
+            self.calls["claimed with results"] += sum(item.claim for item in items)
             return answers
 
     return Counting
@@ -123,6 +124,8 @@ class OldServer(worker_pb2_grpc.WorkerServiceServicer):
 
     async def Connect(self, request, context):  # type: ignore[no-untyped-def]
         async for event in self.stub.Connect(request, metadata=self.metadata):
+            if event.WhichOneof("event") == "connected":  # nor does it take a claim inside a result
+                event.connected.claims_with_results = False
             yield event
 
 
@@ -188,10 +191,14 @@ def test_a_burst_is_claimed_and_completed_in_batched_calls(cluster: Cluster) -> 
     assert_all_completed(done, "batcher")
     calls = transport.calls
     assert (calls["claim"], calls["complete"]) == (0, 0)  # everything went in batches
-    assert calls["claimed in batches"] >= BURST and calls["completed in batches"] >= BURST
-    assert calls["claim_batch"] >= 1 and calls["complete_batch"] >= 1
+    # Over gRPC a claim may travel inside its result (a body that ended before its claim was due);
+    # the HTTP routes take none so.
+    assert calls["claimed in batches"] + calls["claimed with results"] >= BURST
+    assert calls["completed in batches"] >= BURST and calls["complete_batch"] >= 1
     if isinstance(transport, GrpcTransport):  # and they went as messages on the WorkerCalls stream
         assert streamed is True
+    else:
+        assert calls["claimed with results"] == 0 and calls["claim_batch"] >= 1
 
 
 def test_a_worker_with_single_calls_still_works_beside_a_batching_one(cluster: Cluster) -> None:

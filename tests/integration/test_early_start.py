@@ -10,6 +10,7 @@ import asyncio
 import contextlib
 import json
 from collections.abc import Sequence
+from dataclasses import replace
 from typing import Any
 
 import pytest
@@ -18,15 +19,19 @@ from flux.auth import Role
 from flux.errors import Unavailable
 from flux.testing import Cluster, eventually
 from flux.v1 import control_pb2
+from flux.worker import executions
 from flux.worker.grpc_transport import GrpcTransport
 from flux.worker.sse_transport import SseTransport
-from tests.integration.test_batches import in_process_worker
+from tests.integration.test_batches import in_process_worker, transport_for
 
 pytestmark = pytest.mark.timeout(120)
 
 COMPLETED = control_pb2.ExecutionState.Value("EXECUTION_STATE_COMPLETED")
 SCHEDULED = control_pb2.ExecutionState.Value("EXECUTION_STATE_SCHEDULED")
 CREATED = control_pb2.ExecutionState.Value("EXECUTION_STATE_CREATED")
+RUNNING = control_pb2.ExecutionState.Value("EXECUTION_STATE_RUNNING")
+# A body this long is claimed while it runs (flux.worker.executions.CLAIM_DELAY is far shorter).
+PAST_CLAIM_DELAY = 0.3
 # How long a claim's answer is held back for a result to overtake it: a bound, so a worker that
 # waits for the answer (the behaviour under test's opposite) fails the order below, not the run.
 HOLD = 10.0
@@ -81,11 +86,11 @@ def test_a_result_follows_its_claim_on_the_stream_without_waiting_for_the_claims
         # server without the stream would never read the claim the result relies on.
         assert cluster.run("echo", 6, timeout=60).state == COMPLETED
         transport.holding = True
-        done = cluster.run("echo", 7, timeout=60)
+        done = cluster.run("sleepy", PAST_CLAIM_DELAY, timeout=60)  # claimed before it ends
     assert transport.order == ["claim written", "result sent", "claim answered"]
     # The server read the claim first: the result was taken, and recorded once.
     assert done.state == COMPLETED
-    assert json.loads(done.output_json) == {"input": 7, "worker": "eager"}
+    assert json.loads(done.output_json)["worker"] == "eager"
 
 
 class FirstResultLost(GrpcTransport):
@@ -108,11 +113,11 @@ def test_a_result_sent_behind_its_claim_and_lost_is_delivered_again_once_the_cla
 ) -> None:
     transport = FirstResultLost([cluster.address], cluster.credentials(Role.WORKER))
     with in_process_worker(cluster, "lossy", transport):
-        done = cluster.run("echo", 3, timeout=60)
+        done = cluster.run("sleepy", PAST_CLAIM_DELAY, timeout=60)  # claimed before it ends
     # The try behind the claim was lost; the worker waited for the claim and delivered again.
     assert transport.result_calls == 2
     assert done.state == COMPLETED
-    assert json.loads(done.output_json) == {"input": 3, "worker": "lossy"}
+    assert json.loads(done.output_json)["worker"] == "lossy"
 
 
 def refusing(base: type[Any]) -> type[Any]:
@@ -161,3 +166,67 @@ def test_a_refused_claim_stops_the_body_that_started_with_it(cluster: Cluster, b
         # Never claimed, never finished: the server holds the dispatch until the ack deadline
         # takes it back (CREATED), as for any dispatch a worker did not claim, then dispatches again.
         assert cluster.client.get(started.execution_id).state in (SCHEDULED, CREATED)
+
+
+@pytest.fixture
+def slow_claims(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Claims held back far longer than any body here runs: each result must carry its claim."""
+    monkeypatch.setattr(executions, "CLAIM_DELAY", 60.0)
+
+
+@pytest.mark.transports("grpc")
+def test_a_body_that_ends_before_its_claim_is_due_sends_the_claim_inside_its_result(
+    cluster: Cluster, slow_claims: None
+) -> None:
+    transport = transport_for(cluster)
+    with in_process_worker(cluster, "brief", transport):
+        done = [cluster.run("echo", i, timeout=60) for i in range(3)]
+    assert [e.state for e in done] == [COMPLETED] * 3
+    assert [json.loads(e.output_json) for e in done] == [{"input": i, "worker": "brief"} for i in range(3)]
+    # One call per execution: no claim of its own, the claim inside each result.
+    calls = transport.calls
+    assert (calls["claim"], calls["claim_batch"]) == (0, 0)
+    assert calls["claimed with results"] == calls["completed in batches"] == 3
+
+
+@pytest.mark.transports("grpc")
+def test_a_body_that_outlasts_the_claim_delay_is_claimed_while_it_runs(cluster: Cluster) -> None:
+    transport = transport_for(cluster)
+    with in_process_worker(cluster, "patient", transport):
+        started = cluster.run("sleepy", 3.0, wait=False)
+        # Shown RUNNING long before the body ends: the claim went on its own once it was due.
+        eventually(
+            lambda: cluster.client.get(started.execution_id).state == RUNNING, timeout=2.5, what="RUNNING"
+        )
+        done = cluster.client.wait(started.execution_id, timeout=60)
+    assert done.state == COMPLETED
+    assert (transport.calls["claimed in batches"], transport.calls["claimed with results"]) == (1, 0)
+
+
+class ClaimDropped(GrpcTransport):
+    """Drops the claim from each result it sends, as a server or proxy that takes none there would."""
+
+    def __init__(self, *args: Any, **kwargs: Any):
+        super().__init__(*args, **kwargs)
+        self.result_calls = self.claim_calls = 0
+
+    async def claim_batch(self, name: str, token: str, items: Sequence[Any], **kwargs: Any) -> Any:
+        self.claim_calls += 1
+        return await super().claim_batch(name, token, items, **kwargs)
+
+    async def complete_batch(self, name: str, token: str, items: Sequence[Any], resources: Any) -> Any:
+        self.result_calls += 1
+        return await super().complete_batch(name, token, [replace(i, claim=False) for i in items], resources)
+
+
+@pytest.mark.transports("grpc")
+def test_a_result_whose_claim_was_dropped_on_the_way_claims_on_its_own_and_is_recorded(
+    cluster: Cluster, slow_claims: None
+) -> None:
+    transport = ClaimDropped([cluster.address], cluster.credentials(Role.WORKER))
+    with in_process_worker(cluster, "dropped", transport):
+        done = cluster.run("echo", 5, timeout=60)
+    # Refused ("claim it before completing"), then claimed on its own and delivered again.
+    assert (transport.result_calls, transport.claim_calls) == (2, 1)
+    assert done.state == COMPLETED
+    assert json.loads(done.output_json) == {"input": 5, "worker": "dropped"}

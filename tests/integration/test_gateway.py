@@ -129,6 +129,8 @@ def test_unclaimed_sse_dispatch_is_cancelled_then_dispatched_again(cluster: Clus
         hello = stream.next()
         assert hello.event == "connected" and hello.id == "1"
         assert data(hello)["worker_name"] == "silent" and data(hello)["held_execution_ids"] == []
+        # The HTTP routes take no claim inside a result, whatever the core does: a worker here claims.
+        assert not data(hello).get("claims_with_results")
         execution = http.post("/workflows/echo/run", json={"input": {"n": 1}}).json()
         assert execution["state"] in ("EXECUTION_STATE_CREATED", "EXECUTION_STATE_SCHEDULED")
         first = stream.next()

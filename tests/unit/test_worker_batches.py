@@ -167,3 +167,43 @@ def test_item_answers_carry_the_status_name_the_single_call_would():
 def test_a_complete_item_without_a_result_names_its_field():
     with pytest.raises(InvalidArgument, match=r"items\[3\]\.result is missing"):
         convert.result_from_proto(worker_pb2.CompleteItem(execution_id="a", generation=1), "items[3]")
+
+
+async def test_a_result_that_carries_its_claim_claims_then_completes_in_one_item(flux):
+    # A worker whose body ended before its claim was due sends the claim inside the result.
+    w, [a, b, c] = await _dispatched(flux, 3)
+    items = [
+        Result(a, 1, '"a"', None, claim=True),
+        Result(b, 7, '"b"', None, claim=True),  # a stale generation: refused as its claim would be
+        Result(c, 1, '"c"', None),  # no claim with it: refused as before
+    ]
+    answers = await flux.d.complete_batch("w1", w.token, items)
+    assert _kinds(answers) == [None, FailedPrecondition, FailedPrecondition]
+    assert "stale generation 7" in str(answers[1]) and "claim it before completing" in str(answers[2])
+    assert (flux.store.executions[a].state, flux.store.executions[a].output_json) == (COMPLETED, '"a"')
+    assert (flux.state(b), flux.state(c)) == (SCHEDULED, SCHEDULED)
+    # Claimed and finished as if the two calls had come one after the other.
+    counters = flux.d.events.counters
+    assert (counters.claimed, counters.completed) == (1, 1)
+    assert flux.holdings("w1") == {b, c}
+
+
+async def test_a_result_carrying_its_claim_is_accepted_again_once_claimed_or_recorded(flux):
+    w, [a, b] = await _dispatched(flux, 2)
+    flux.d.claim_batch("w1", w.token, [(a, 1)])  # claimed already: the claim inside is a retried one
+    first = [Result(a, 1, '"a"', None, claim=True), Result(b, 1, '"b"', None, claim=True)]
+    assert await flux.d.complete_batch("w1", w.token, first) == [None, None]
+    # The answer lost, the worker sends the same again: the results recorded stand, once each.
+    assert await flux.d.complete_batch("w1", w.token, first) == [None, None]
+    assert [flux.store.executions[i].output_json for i in (a, b)] == ['"a"', '"b"']
+    assert flux.d.events.counters.completed == 2
+    # A different result for one recorded is still refused, claim or not.
+    other = [Result(b, 1, '"other"', None, claim=True)]
+    assert _kinds(await flux.d.complete_batch("w1", w.token, other)) == [FailedPrecondition]
+
+
+def test_a_complete_item_carries_its_claim_from_the_wire():
+    item = worker_pb2.CompleteItem(execution_id="a", generation=3, output_json="1", claim=True)
+    assert convert.result_from_proto(item, "items[0]") == Result("a", 3, "1", None, claim=True)
+    item.claim = False
+    assert convert.result_from_proto(item, "items[0]").claim is False

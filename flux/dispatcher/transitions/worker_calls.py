@@ -28,6 +28,10 @@ log = logging.getLogger("flux.dispatcher")
 
 def claim(d: Handle, name: str, session_token: str, execution_id: str, generation: int) -> Execution:
     d.registry.authorize(name, session_token)
+    return _claim(d, name, execution_id, generation)
+
+
+def _claim(d: Handle, name: str, execution_id: str, generation: int) -> Execution:
     execution = fenced(d, execution_id, name, generation)
     if d.reclaimer.is_stopping(execution):
         # Refused, it will not run here: free the room now rather than at the grace's end.
@@ -149,6 +153,8 @@ class Result:
     generation: int
     output_json: str | None
     error: ExecutionError | None
+    # Claims it first: the worker's body ended before its claim was sent, so the claim came with this.
+    claim: bool = False
 
 
 # Per item of a batch: None when accepted, else the refusal the single call would have raised.
@@ -189,6 +195,9 @@ async def complete_batch(
     with d.passes.together():
         for item in items:
             try:
+                if item.claim and d.table.get(item.execution_id) is not None:
+                    # Not for one already finished: that is a retry, answered as any retried result.
+                    _claim(d, name, item.execution_id, item.generation)
                 final = finish(d, entry, item.execution_id, item.generation, item.output_json, item.error)
             except Exception as exc:
                 decided.append(_refused(d, exc))
