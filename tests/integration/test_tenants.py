@@ -454,7 +454,12 @@ def test_a_preempted_execution_that_finishes_anyway_has_its_late_result_refused(
     ml, web = _cohort(cluster)
     with _client(cluster, ml) as as_ml, _client(cluster, web) as as_web:
         theirs = [as_web.run("stubborn_step", 120).execution_id for _ in range(4)]
-        eventually(lambda: len(_running(as_web, theirs)) == 4, what="web's four, two of them borrowed")
+        # Claimed, not only dispatched: preempted before its claim, an execution is handed back
+        # unrun (the claim is refused), and there is no late result to refuse.
+        eventually(
+            lambda: [as_web.get(i).state for i in theirs] == [control_pb2.EXECUTION_STATE_RUNNING] * 4,
+            what="web's four claimed, two of them borrowed",
+        )
         mine = as_ml.run("slow_step", 120).execution_id
         # web's newest is told to stop; stubborn_step returns anyway and its worker reports the
         # result, which is refused: the execution goes back in line, its room to ml.
