@@ -39,6 +39,11 @@ _NEEDS_QUOTES = re.compile(r'[\s="]')
 
 
 def _text(value: object) -> str:
+    kind = type(value)  # the common cases first: a lifecycle line has six fields, four lines an execution
+    if kind is str:
+        return value if value and not _NEEDS_QUOTES.search(value) else json.dumps(value)  # type: ignore[return-value]
+    if kind is int:
+        return str(value)
     if value is None:
         return "-"
     if isinstance(value, bool):
@@ -54,12 +59,22 @@ class TextFormatter(logging.Formatter):
 
     def __init__(self) -> None:
         super().__init__(TEXT_FORMAT)
+        self._second: tuple[int, str] = (-1, "")  # the last whole second formatted, and its text
+
+    def formatTime(self, record: logging.LogRecord, datefmt: str | None = None) -> str:
+        # What logging.Formatter writes, with the date and time part formatted once a second.
+        if datefmt is not None:
+            return super().formatTime(record, datefmt)
+        second, cached = int(record.created), self._second
+        if cached[0] != second:
+            cached = self._second = (second, time.strftime(self.default_time_format, self.converter(second)))
+        return f"{cached[1]},{int(record.msecs):03d}"
 
     def formatMessage(self, record: logging.LogRecord) -> str:
-        line = super().formatMessage(record)
+        line = f"{record.asctime} {record.levelname} {record.name}: {record.message}"  # TEXT_FORMAT
         fields = getattr(record, "fields", None)
         if isinstance(fields, dict) and fields:
-            line += " " + " ".join(f"{key}={_text(value)}" for key, value in fields.items())
+            line += " " + " ".join([f"{key}={_text(value)}" for key, value in fields.items()])
         return line
 
 
