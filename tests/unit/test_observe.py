@@ -322,6 +322,23 @@ def test_text_lines_append_fields_as_key_value_pairs() -> None:
     )
 
 
+def test_text_lines_read_as_the_stock_formatter_writes_them() -> None:
+    # The text formatter builds its line itself, the date and time cached per second: same text.
+    stock, ours = logging.Formatter(logs.TEXT_FORMAT), logs.TextFormatter()
+    try:
+        raise ValueError("late")
+    except ValueError:
+        failed = logging.LogRecord("flux.x", logging.ERROR, __file__, 1, "oops %d", (7,), sys.exc_info())
+    records = [logging.LogRecord("flux.x", logging.WARNING, __file__, 1, "hi %s", ("you",), None), failed]
+    for created in (1_700_000_000.0, 1_700_000_000.999, 1_700_000_001.5, 1_699_999_999.25):
+        record = logging.LogRecord("flux.y", logging.INFO, __file__, 1, "at %s", (created,), None)
+        record.created, record.msecs = created, int((created - int(created)) * 1000) + 0.0
+        records.append(record)
+    for record in records:
+        assert ours.format(record) == stock.format(record)
+    assert ours.formatTime(records[0], "%H") == stock.formatTime(records[0], "%H")
+
+
 def test_configure_replaces_handlers_and_refuses_unknown_formats() -> None:
     root = logging.getLogger()
     handlers, level = list(root.handlers), root.level
