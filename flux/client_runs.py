@@ -35,22 +35,19 @@ class _Call:
 
     def __init__(self, open_call: Callable[[Iterator[Request]], Iterator[Answer]]):
         self._requests: queue.SimpleQueue[Request | None] = queue.SimpleQueue()
-        self._waiting: dict[int, tuple[queue.SimpleQueue[Handed], _Run]] = {}
+        self._waiting: dict[int, queue.SimpleQueue[Handed]] = {}
         self._lock = threading.Lock()
         self.ended = False
         self._call = open_call(iter(self._requests.get, None))
         threading.Thread(target=self._read, name="flux-runs", daemon=True).start()
 
-    def send(
-        self, run_id: int, request: control_pb2.RunWorkflowRequest, run: _Run
-    ) -> queue.SimpleQueue[Handed] | None:
-        """Queue the run; its last answer, or the call's end, arrives on the queue returned (None:
-        the call has ended), its receipt in ``run`` before that."""
+    def send(self, run_id: int, request: control_pb2.RunWorkflowRequest) -> queue.SimpleQueue[Handed] | None:
+        """Queue the run; its answers arrive on the queue returned (None: the call has ended)."""
         answers: queue.SimpleQueue[Handed] = queue.SimpleQueue()
         with self._lock:
             if self.ended:
                 return None
-            self._waiting[run_id] = (answers, run)
+            self._waiting[run_id] = answers
         self._requests.put(Request(run_id=run_id, run=request))
         return answers
 
@@ -62,23 +59,18 @@ class _Call:
         error: grpc.RpcError | None = None
         try:
             for answer in self._call:
+                last = answer.WhichOneof("answer") != "accepted"
                 with self._lock:
-                    if answer.WhichOneof("answer") == "accepted":
-                        # Kept, not handed: the waiting thread wakes once, for the run's last answer.
-                        waiting = self._waiting.get(answer.run_id)
-                        if waiting is not None:
-                            waiting[1].receipt = answer.accepted
-                        continue
-                    waiting = self._waiting.pop(answer.run_id, None)
-                if waiting is not None:  # else not a run of ours: nobody to hand it to
-                    waiting[0].put(answer)
+                    answers = (self._waiting.pop if last else self._waiting.get)(answer.run_id, None)
+                if answers is not None:  # else not a run of ours: nobody to hand it to
+                    answers.put(answer)
         except grpc.RpcError as exc:  # also the channel closed under it: CANCELLED
             error = exc
         finally:
             with self._lock:
                 self.ended = True
                 waiting, self._waiting = list(self._waiting.values()), {}
-            for answers, _ in waiting:
+            for answers in waiting:
                 answers.put(error)
             self.close()  # ends the request iterator's thread, should the server have ended first
 
@@ -128,14 +120,16 @@ class RunStream:
     def run(self, request: control_pb2.RunWorkflowRequest) -> tuple[str, control_pb2.Execution | None]:
         """The execution's id and its final state (None: the call ended after the receipt).
         A refusal raises its domain error; a call that ended before the receipt, ``CallEnded``."""
-        answers, run = None, _Run()
+        answers = None
         while answers is None:  # at most twice: a call found ended is replaced
             with self._lock:
                 if self._call is None or self._call.ended:
                     self._call = _Call(self._open_call)
                 call, run_id = self._call, next(self._ids)
-            answers = call.send(run_id, request, run)
-        outcome = run.take(answers.get())  # the reader keeps the receipt in ``run``: no MORE here
+            answers = call.send(run_id, request)
+        run = _Run()
+        while (outcome := run.take(answers.get())) is _Run.MORE:
+            pass
         assert run.receipt is not None
         return run.receipt.execution_id, outcome  # type: ignore[return-value]
 
