@@ -20,6 +20,7 @@ import os
 import re
 import sys
 import time
+from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any, TextIO
 
@@ -54,21 +55,35 @@ def _text(value: object) -> str:
     return json.dumps(text) if not text or _NEEDS_QUOTES.search(text) else text
 
 
+class _Seconds:
+    """A log line's date and time part, rendered once per whole second."""
+
+    def __init__(self, render: Callable[[int], str]):
+        self._render = render
+        # The last whole second formatted, and its text: one tuple, read and replaced atomically.
+        self._last: tuple[int, str] = (-1, "")
+
+    def __call__(self, second: int) -> str:
+        last = self._last
+        if last[0] != second:
+            last = self._last = (second, self._render(second))
+        return last[1]
+
+
 class TextFormatter(logging.Formatter):
     """The classic one-line format, with a lifecycle record's fields appended as key=value."""
 
     def __init__(self) -> None:
         super().__init__(TEXT_FORMAT)
-        self._second: tuple[int, str] = (-1, "")  # the last whole second formatted, and its text
+        self._seconds = _Seconds(
+            lambda second: time.strftime(self.default_time_format, self.converter(second))
+        )
 
     def formatTime(self, record: logging.LogRecord, datefmt: str | None = None) -> str:
         # What logging.Formatter writes, with the date and time part formatted once a second.
         if datefmt is not None:
             return super().formatTime(record, datefmt)
-        second, cached = int(record.created), self._second
-        if cached[0] != second:
-            cached = self._second = (second, time.strftime(self.default_time_format, self.converter(second)))
-        return f"{cached[1]},{int(record.msecs):03d}"
+        return f"{self._seconds(int(record.created))},{int(record.msecs):03d}"
 
     def formatMessage(self, record: logging.LogRecord) -> str:
         line = f"{record.asctime} {record.levelname} {record.name}: {record.message}"  # TEXT_FORMAT
@@ -78,17 +93,13 @@ class TextFormatter(logging.Formatter):
         return line
 
 
-# The last whole second formatted, and its text: one tuple, read and replaced atomically.
-_second: tuple[int, str] = (-1, "")
+_utc_seconds = _Seconds(lambda second: datetime.fromtimestamp(second, UTC).strftime("%Y-%m-%dT%H:%M:%S"))
 
 
 def _timestamp(created: float) -> str:
     """RFC 3339 in UTC with milliseconds; the date and time part is formatted once a second."""
-    global _second
-    second, cached = int(created), _second
-    if cached[0] != second:
-        cached = _second = (second, datetime.fromtimestamp(second, UTC).strftime("%Y-%m-%dT%H:%M:%S"))
-    return f"{cached[1]}.{int((created - second) * 1000):03d}Z"
+    second = int(created)
+    return f"{_utc_seconds(second)}.{int((created - second) * 1000):03d}Z"
 
 
 class JsonFormatter(logging.Formatter):

@@ -339,6 +339,19 @@ def test_text_lines_read_as_the_stock_formatter_writes_them() -> None:
     assert ours.formatTime(records[0], "%H") == stock.formatTime(records[0], "%H")
 
 
+def test_json_timestamps_are_utc_with_milliseconds_across_seconds() -> None:
+    # The date and time part is cached per second: a new second, or an earlier one, is formatted anew.
+    stamps = [
+        logs._timestamp(t) for t in (1_700_000_000.5, 1_700_000_000.999, 1_700_000_001.0, 1_699_999_999.25)
+    ]
+    assert stamps == [
+        "2023-11-14T22:13:20.500Z",
+        "2023-11-14T22:13:20.999Z",
+        "2023-11-14T22:13:21.000Z",
+        "2023-11-14T22:13:19.250Z",
+    ]
+
+
 def test_configure_replaces_handlers_and_refuses_unknown_formats() -> None:
     root = logging.getLogger()
     handlers, level = list(root.handlers), root.level
