@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import time
 from collections.abc import Sequence
 from dataclasses import replace
 from typing import Any
@@ -30,6 +31,9 @@ COMPLETED = control_pb2.ExecutionState.Value("EXECUTION_STATE_COMPLETED")
 SCHEDULED = control_pb2.ExecutionState.Value("EXECUTION_STATE_SCHEDULED")
 CREATED = control_pb2.ExecutionState.Value("EXECUTION_STATE_CREATED")
 RUNNING = control_pb2.ExecutionState.Value("EXECUTION_STATE_RUNNING")
+CANCELLED = control_pb2.ExecutionState.Value("EXECUTION_STATE_CANCELLED")
+# How long the cancel test holds a claim back: longer than a cancel takes to arrive, short to wait out.
+HELD_FOR = 4.0
 # A body this long is claimed while it runs (flux.worker.executions.CLAIM_DELAY is far shorter).
 PAST_CLAIM_DELAY = 0.3
 # How long a claim's answer is held back for a result to overtake it: a bound, so a worker that
@@ -230,3 +234,55 @@ def test_a_result_whose_claim_was_dropped_on_the_way_claims_on_its_own_and_is_re
     assert (transport.result_calls, transport.claim_calls) == (2, 1)
     assert done.state == COMPLETED
     assert json.loads(done.output_json) == {"input": 5, "worker": "dropped"}
+
+
+class StaleEverywhere(GrpcTransport):
+    """Quotes a generation the server never dispatched in every claim and result: each is refused."""
+
+    def __init__(self, *args: Any, **kwargs: Any):
+        super().__init__(*args, **kwargs)
+        self.results: list[Any] = []
+        self.claims = 0
+
+    async def claim_batch(self, name: str, token: str, items: Sequence[Any], **kwargs: Any) -> Any:
+        self.claims += 1
+        return await super().claim_batch(name, token, [(i, g + 1000) for i, g in items], **kwargs)
+
+    async def complete_batch(self, name: str, token: str, items: Sequence[Any], resources: Any) -> Any:
+        self.results += items
+        stale = [replace(i, generation=i.generation + 1000) for i in items]
+        return await super().complete_batch(name, token, stale, resources)
+
+
+@pytest.mark.transports("grpc")
+def test_a_result_refused_with_its_claim_and_then_its_claim_alone_is_dropped(
+    cluster: Cluster, slow_claims: None
+) -> None:
+    transport = StaleEverywhere([cluster.address], cluster.credentials(Role.WORKER))
+    with in_process_worker(cluster, "stale", transport) as runtime:
+        started = cluster.run("echo", 1, wait=False)
+        eventually(
+            lambda: transport.claims == 1 and not runtime._running, what="the claim on its own refused"
+        )
+        # One result carrying its claim, one claim on its own; both refused, and nothing after them.
+        assert [item.claim for item in transport.results] == [True]
+        assert cluster.client.get(started.execution_id).state in (SCHEDULED, CREATED)
+
+
+@pytest.mark.transports("grpc")
+def test_an_execution_cancelled_before_its_claim_was_due_sends_neither_claim_nor_result(
+    cluster: Cluster, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(executions, "CLAIM_DELAY", HELD_FOR)
+    transport = transport_for(cluster)
+    with in_process_worker(cluster, "held", transport) as runtime:
+        started = cluster.run("sleepy", 60.0, wait=False)
+        eventually(lambda: bool(runtime._running), what="the body running, its claim held back")
+        body_seen = time.monotonic()
+        cluster.client.cancel(started.execution_id)
+        eventually(lambda: not runtime._running, timeout=5, what="the body stopped")
+        assert cluster.client.get(started.execution_id).state == CANCELLED
+        # Past the time the claim would have been due: the stop took its timer with it.
+        time.sleep(max(0.0, body_seen + HELD_FOR + 0.5 - time.monotonic()))
+    calls = transport.calls
+    assert (calls["claim_batch"], calls["claim"], calls["complete_batch"], calls["complete"]) == (0, 0, 0, 0)
