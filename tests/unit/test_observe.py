@@ -368,6 +368,106 @@ def test_configure_replaces_handlers_and_refuses_unknown_formats() -> None:
         root.setLevel(level)
 
 
+@pytest.fixture
+def configured() -> Iterator[None]:
+    """Lets a test call logs.configure; the logging set-up is put back afterwards."""
+    root = logging.getLogger()
+    handlers, level = list(root.handlers), root.level
+    saved = logs._format, logs._handler, logs._formatter
+    try:
+        yield
+    finally:
+        root.handlers[:] = handlers
+        root.setLevel(level)
+        logs._format, logs._handler, logs._formatter = saved
+
+
+LIFECYCLE_FIELDS = {
+    "execution_id": "e1",
+    "workflow": "hello",
+    "worker": None,
+    "generation": 3,
+    "reason": "a b",
+}
+
+
+@pytest.mark.parametrize("fmt", logs.FORMATS)
+def test_an_event_line_is_what_its_record_would_format_to(fmt: str) -> None:
+    # The line written without a record, at the same instant, is the record's line to the character.
+    formatter = logs.formatter(fmt)
+    for created in (1_700_000_000.0, 1_700_000_000.999, 1_700_000_001.5, 1_699_999_999.25):
+        record = logging.LogRecord(
+            "flux.lifecycle", logging.INFO, __file__, 1, "execution requeued", (), None
+        )
+        record.created, record.msecs = created, int((created - int(created)) * 1000) + 0.0
+        record.event, record.fields = "requeued", LIFECYCLE_FIELDS
+        line = formatter.event_line(
+            created, "flux.lifecycle", "execution requeued", "requeued", LIFECYCLE_FIELDS
+        )
+        assert line == formatter.format(record)
+
+
+@pytest.mark.parametrize("fmt", logs.FORMATS)
+def test_event_lines_go_straight_to_the_configured_stream(configured: None, fmt: str) -> None:
+    stream = io.StringIO()
+    logs.configure("INFO", fmt, stream)
+    made = []
+    real = logging.Logger.makeRecord
+    logger = logging.getLogger("flux.lifecycle")
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(logging.Logger, "makeRecord", lambda *a, **k: made.append(a) or real(*a, **k))
+        logs.event(logger, "requeued", "execution requeued", LIFECYCLE_FIELDS)
+    assert made == []  # no record: the configured handler is the only place the line could go
+    (line,) = stream.getvalue().splitlines()
+    if fmt == "json":
+        entry = json.loads(line)
+        assert (entry["logger"], entry["event"], entry["reason"], entry["worker"]) == (
+            "flux.lifecycle", "requeued", "a b", None,
+        )  # fmt: skip
+    else:
+        assert line.endswith(
+            'INFO flux.lifecycle: execution requeued execution_id=e1 workflow=hello worker=- generation=3 reason="a b"'
+        )
+
+
+def test_event_lines_reach_every_other_listener_as_records(configured: None) -> None:
+    stream, elsewhere = io.StringIO(), io.StringIO()
+    logs.configure("INFO", "json", stream)
+    logger = logging.getLogger("flux.lifecycle")
+    listener = logging.StreamHandler(elsewhere)  # an application's own handler, or a test's caplog
+    listener.setFormatter(logs.JsonFormatter())
+    logger.addHandler(listener)
+    try:
+        logs.event(logger, "claimed", "execution claimed", {"execution_id": "e1"})
+    finally:
+        logger.removeHandler(listener)
+    assert json.loads(elsewhere.getvalue())["event"] == "claimed"
+    assert json.loads(stream.getvalue())["execution_id"] == "e1"  # still on the configured stream too
+
+    # A filter on the configured handler is honoured: the record path runs it, and it drops the line.
+    logs._handler.addFilter(lambda record: record.fields.get("execution_id") != "secret")  # type: ignore[union-attr]
+    logs.event(logger, "claimed", "execution claimed", {"execution_id": "secret"})
+    logs.event(logger, "claimed", "execution claimed", {"execution_id": "e2"})
+    assert [json.loads(line)["execution_id"] for line in stream.getvalue().splitlines()] == ["e1", "e2"]
+
+
+def test_an_event_line_that_cannot_be_written_is_reported_as_logging_reports_it(configured: None) -> None:
+    class Full(io.StringIO):
+        def write(self, text: str) -> int:
+            raise OSError(28, "No space left on device")
+
+    logs.configure("INFO", "text", Full())
+    reported: list[logging.LogRecord] = []
+    logs._handler.handleError = reported.append  # type: ignore[union-attr, method-assign]
+    logs.event(logging.getLogger("flux.lifecycle"), "claimed", "execution claimed", {"execution_id": "e1"})
+    (record,) = reported  # reported, never raised into the dispatcher
+    assert (record.event, record.fields, record.getMessage()) == (
+        "claimed",
+        {"execution_id": "e1"},
+        "execution claimed",
+    )
+
+
 def test_empty_status_converts() -> None:
     message = control_pb2.ClusterStatus()
     assert b"flux_workers_connected" in render(message)

@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING, Any
 from flux import tracing
 from flux.dispatcher.state.traces import CoreTraces
 from flux.domain.execution import Execution, State
+from flux.observe import logs
 from flux.observe.fleet import Change, FleetFeed
 
 if TYPE_CHECKING:  # only the type: workers.py needs nothing from here
@@ -265,11 +266,5 @@ class Lifecycle:
 
 
 def _emit(event: str, message: str, fields: dict[str, Any]) -> None:
-    # log.info(), less its walk up the stack for the caller's file and line, which no
-    # format prints: a quarter of the cost of a line, four lines per execution.
     # The formatters (flux.observe.logs) render `fields`: key=value in text, members in JSON.
-    log.handle(
-        log.makeRecord(
-            log.name, logging.INFO, __file__, 0, message, (), None, extra={"event": event, "fields": fields}
-        )
-    )
+    logs.event(log, event, message, fields)
