@@ -13,8 +13,9 @@ Lifecycle records carry their fields in ``record.fields`` (see
 
 The dispatcher writes four lifecycle lines per execution, thousands a second. ``event`` writes
 one without a ``LogRecord`` while the handler ``configure`` installed is the only place an INFO
-record could go: the same line, at less than half the cost (16 against 37 µs here). Any other handler, filter or formatter
-(a test's ``caplog``, an embedding application's own) puts every line back on the record path.
+record could go: the same line, at less than half the cost (16 against 37 µs here). Any other
+handler, filter or formatter (a test's ``caplog``, an embedding application's own) puts every
+line back on the record path.
 """
 
 from __future__ import annotations
