@@ -10,6 +10,7 @@ import asyncio
 import io
 import json
 import logging
+import subprocess
 import sys
 from collections.abc import Iterator
 
@@ -373,13 +374,14 @@ def configured() -> Iterator[None]:
     """Lets a test call logs.configure; the logging set-up is put back afterwards."""
     root = logging.getLogger()
     handlers, level = list(root.handlers), root.level
-    saved = logs._format, logs._handler, logs._formatter
+    fmt = logs._format
     try:
         yield
     finally:
+        logs._stop_writer()
         root.handlers[:] = handlers
         root.setLevel(level)
-        logs._format, logs._handler, logs._formatter = saved
+        logs._format, logs._writer = fmt, None  # event lines take the record path, as without configure
 
 
 LIFECYCLE_FIELDS = {
@@ -408,7 +410,7 @@ def test_an_event_line_is_what_its_record_would_format_to(fmt: str) -> None:
 
 
 @pytest.mark.parametrize("fmt", logs.FORMATS)
-def test_event_lines_go_straight_to_the_configured_stream(configured: None, fmt: str) -> None:
+def test_event_lines_are_written_by_the_writer_thread_without_records(configured: None, fmt: str) -> None:
     stream = io.StringIO()
     logs.configure("INFO", fmt, stream)
     made = []
@@ -417,6 +419,7 @@ def test_event_lines_go_straight_to_the_configured_stream(configured: None, fmt:
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(logging.Logger, "makeRecord", lambda *a, **k: made.append(a) or real(*a, **k))
         logs.event(logger, "requeued", "execution requeued", LIFECYCLE_FIELDS)
+        logs.flush()
     assert made == []  # no record: the configured handler is the only place the line could go
     (line,) = stream.getvalue().splitlines()
     if fmt == "json":
@@ -445,7 +448,7 @@ def test_event_lines_reach_every_other_listener_as_records(configured: None) -> 
     assert json.loads(stream.getvalue())["execution_id"] == "e1"  # still on the configured stream too
 
     # A filter on the configured handler is honoured: the record path runs it, and it drops the line.
-    logs._handler.addFilter(lambda record: record.fields.get("execution_id") != "secret")  # type: ignore[union-attr]
+    logs._writer.handler.addFilter(lambda record: record.fields.get("execution_id") != "secret")  # type: ignore[union-attr]
     logs.event(logger, "claimed", "execution claimed", {"execution_id": "secret"})
     logs.event(logger, "claimed", "execution claimed", {"execution_id": "e2"})
     assert [json.loads(line)["execution_id"] for line in stream.getvalue().splitlines()] == ["e1", "e2"]
@@ -458,14 +461,49 @@ def test_an_event_line_that_cannot_be_written_is_reported_as_logging_reports_it(
 
     logs.configure("INFO", "text", Full())
     reported: list[logging.LogRecord] = []
-    logs._handler.handleError = reported.append  # type: ignore[union-attr, method-assign]
+    logs._writer.handler.handleError = reported.append  # type: ignore[union-attr, method-assign]
     logs.event(logging.getLogger("flux.lifecycle"), "claimed", "execution claimed", {"execution_id": "e1"})
+    logs.flush()
     (record,) = reported  # reported, never raised into the dispatcher
     assert (record.event, record.fields, record.getMessage()) == (
         "claimed",
         {"execution_id": "e1"},
         "execution claimed",
     )
+
+
+def test_a_line_that_cannot_be_formatted_is_reported_and_the_next_is_written(configured: None) -> None:
+    class Unprintable:
+        def __str__(self) -> str:
+            raise ValueError("no text")
+
+    stream = io.StringIO()
+    logs.configure("INFO", "text", stream)
+    reported: list[logging.LogRecord] = []
+    logs._writer.handler.handleError = reported.append  # type: ignore[union-attr, method-assign]
+    logger = logging.getLogger("flux.lifecycle")
+    logs.event(logger, "claimed", "execution claimed", {"execution_id": Unprintable()})
+    logs.flush()
+    logs.event(logger, "claimed", "execution claimed", {"execution_id": "e2"})
+    logs.flush()
+    assert [r.getMessage() for r in reported] == ["execution claimed"]
+    assert stream.getvalue().endswith("execution claimed execution_id=e2\n")  # the writer went on
+
+
+def test_event_lines_keep_their_order_and_are_all_written_when_the_process_exits(tmp_path) -> None:
+    # The writer thread is a daemon: what it has not written yet is written at exit (atexit).
+    script = """
+import logging, sys
+from flux.observe import logs
+logs.configure("INFO", "json", sys.stdout)
+log = logging.getLogger("flux.lifecycle")
+for n in range(5000):
+    logs.event(log, "submitted", "execution submitted", {"execution_id": f"e{n}"})
+"""
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    ids = [json.loads(line)["execution_id"] for line in done.stdout.splitlines()]
+    assert ids == [f"e{n}" for n in range(5000)]
 
 
 def test_empty_status_converts() -> None:

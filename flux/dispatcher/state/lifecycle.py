@@ -10,7 +10,8 @@ the execution id, workflow, worker and generation as structured fields (see
 those can hold user data.
 
 The dispatch path runs thousands of these a second, so each call is a few
-integer updates, a bisect, and a log line built only when INFO is enabled.
+integer updates, a bisect, and, only when INFO is enabled, a log line queued for
+the thread that writes them (``flux.observe.logs.event``).
 Counters are plain ints owned by the event loop: no locks.
 """
 
