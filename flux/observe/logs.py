@@ -253,22 +253,25 @@ class _Writer:
                 return
 
     def _write(self, batch: list[_Line]) -> None:
-        if not batch:
-            return
         handler, line_formatter, terminator = self.handler, self.formatter, self.handler.terminator
+        text, written = [], []
+        for line in batch:
+            created, logger, event, message, fields = line
+            try:
+                text.append(
+                    line_formatter.event_line(created, logger.name, message, event, fields) + terminator
+                )
+                written.append(line)
+            except Exception:  # as StreamHandler.emit would: reported; the other lines are written
+                handler.handleError(_record(logger, event, message, fields))
+        if not text:
+            return
         handler.acquire()
         try:
-            handler.stream.write(
-                "".join(
-                    [
-                        line_formatter.event_line(created, logger.name, message, event, fields) + terminator
-                        for created, logger, event, message, fields in batch
-                    ]
-                )
-            )
+            handler.stream.write("".join(text))
             handler.flush()
-        except Exception:  # as StreamHandler.emit would for each line: reported; the thread goes on
-            for _, logger, event, message, fields in batch:
+        except Exception:
+            for _, logger, event, message, fields in written:
                 handler.handleError(_record(logger, event, message, fields))
         finally:
             handler.release()
