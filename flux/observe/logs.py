@@ -215,9 +215,10 @@ class _Writer:
 
     The dispatcher's thread only queues a line (a fraction of a microsecond); the formatting and
     the write, 30 µs a line there, happen while that thread waits for its next message, so they
-    delay no answer. Lines keep their order and their time (taken when queued). The queue is
-    written out at exit (``atexit``) and whenever ``flush`` is called; a process killed outright
-    loses at most the lines of its last moments, as a crash loses a buffered stream's.
+    delay no answer. After each write the writer lets lines gather for ``GATHER_SECONDS``. Lines
+    keep their order and their time (taken when queued). The queue is written out at exit
+    (``atexit``) and whenever ``flush`` is called; a process killed outright loses at most the
+    lines of its last few milliseconds, as a crash loses a buffered stream's.
     """
 
     def __init__(self, handler: logging.StreamHandler[TextIO], line_formatter: TextFormatter | JsonFormatter):
@@ -251,6 +252,8 @@ class _Writer:
                     item.set()
             if None in batch:
                 return
+            # Let lines gather: meanwhile nobody waits on the queue, so queuing one wakes no thread.
+            time.sleep(GATHER_SECONDS)
 
     def _write(self, batch: list[_Line]) -> None:
         handler, line_formatter, terminator = self.handler, self.formatter, self.handler.terminator
@@ -277,6 +280,9 @@ class _Writer:
             handler.release()
 
 
+# How long the writer lets lines gather after a write: a few writes a second under load, and in
+# between, queuing a line wakes no thread (one line at a time costs it 80 µs of CPU a line here).
+GATHER_SECONDS = 0.005
 # A queued event line: when, on which logger, the event, its message and its fields.
 _Line = tuple[float, logging.Logger, str, str, dict[str, Any]]
 _writer: _Writer | None = None
