@@ -491,7 +491,7 @@ def test_a_line_that_cannot_be_formatted_is_reported_and_the_next_is_written(con
     assert written == ["execution_id=e1", "execution_id=e2"]  # the lines around it, and the writer goes on
 
 
-def test_event_lines_keep_their_order_and_are_all_written_when_the_process_exits(tmp_path) -> None:
+def test_event_lines_keep_their_order_and_are_all_written_when_the_process_exits() -> None:
     # The writer thread is a daemon: what it has not written yet is written at exit (atexit).
     script = """
 import logging, sys
