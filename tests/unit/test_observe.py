@@ -10,6 +10,7 @@ import asyncio
 import io
 import json
 import logging
+import os
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -489,6 +490,32 @@ def test_a_line_that_cannot_be_formatted_is_reported_and_the_next_is_written(con
     assert [r.getMessage() for r in reported] == ["execution claimed"]
     written = [line.rsplit(" ", 1)[-1] for line in stream.getvalue().splitlines()]
     assert written == ["execution_id=e1", "execution_id=e2"]  # the lines around it, and the writer goes on
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs fork")
+def test_a_forked_child_writes_its_event_lines_through_records(configured: None) -> None:
+    # The child has no writer thread: a line queued for one would never be written.
+    read_end, write_end = os.pipe()
+    with os.fdopen(write_end, "w") as stream:
+        logs.configure("INFO", "json", stream)
+        child = os.fork()
+        if child == 0:  # the child: one line, then out without running the parent's atexit
+            try:
+                logs.event(
+                    logging.getLogger("flux.lifecycle"),
+                    "claimed",
+                    "execution claimed",
+                    {"execution_id": "child"},
+                )
+                os._exit(0 if logs._writer is None else 1)
+            finally:
+                os._exit(2)
+        _, status = os.waitpid(child, 0)
+        logs._stop_writer()
+    with os.fdopen(read_end) as lines:
+        written = [json.loads(line)["execution_id"] for line in lines.read().splitlines()]
+    assert os.waitstatus_to_exitcode(status) == 0
+    assert written == ["child"]
 
 
 def test_event_lines_keep_their_order_and_are_all_written_when_the_process_exits() -> None:
