@@ -9,6 +9,7 @@ from bench import (
     dashboard,
     dispatch,
     fleet,
+    limits,
     loaded,
     matching,
     memory,
@@ -18,6 +19,7 @@ from bench import (
     replicas,
     starvation,
     tenants,
+    tracing,
 )
 
 BENCHES = {
@@ -31,9 +33,11 @@ BENCHES = {
     "starvation": starvation.main,
     "fleet": fleet.main,
     "peers": peers.main,
+    "limits": limits.main,
     "pools": pools.main,
     "tenants": tenants.main,
     "reclaim": reclaim.main,
+    "tracing": tracing.main,
 }
 
 
