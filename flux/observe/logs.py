@@ -210,6 +210,13 @@ def flush() -> None:
         _writer.flush()
 
 
+# How long the writer lets lines gather after a write: at most 200 writes a second, and in
+# between, queuing a line wakes no thread (woken for each line, it spent 80 µs of CPU a line here).
+GATHER_SECONDS = 0.005
+# Lines to a write at most; a full batch is followed by the next at once, so no backlog builds.
+BATCH_LINES = 512
+
+
 class _Writer:
     """Formats and writes event lines on a thread of its own, several to a write.
 
@@ -281,11 +288,6 @@ class _Writer:
             handler.release()
 
 
-# How long the writer lets lines gather after a write: at most 200 writes a second, and in
-# between, queuing a line wakes no thread (woken for each line, it spent 80 µs of CPU a line here).
-GATHER_SECONDS = 0.005
-# Lines to a write at most; a full batch is followed by the next at once, so no backlog builds.
-BATCH_LINES = 512
 # A queued event line: when, on which logger, the event, its message and its fields.
 _Line = tuple[float, logging.Logger, str, str, dict[str, Any]]
 _writer: _Writer | None = None
