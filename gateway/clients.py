@@ -334,7 +334,7 @@ CALLER_HEADERS = {CALLER_TENANT: "X-Flux-Tenant", CALLER_ROLE: "X-Flux-Role"}
                     "schema": {"type": "string"},
                 },
                 "X-Flux-Role": {
-                    "description": "the token's role: read, submit or admin",
+                    "description": "the token's role: read, submit, admin or cluster-admin",
                     "schema": {"type": "string"},
                 },
             }

@@ -1,4 +1,4 @@
-"""Tenant routes: the ``TenantService`` as REST (admin API tokens only; the core decides)."""
+"""Tenant routes: the ``TenantService`` as REST (admin API tokens; the core decides which)."""
 
 from __future__ import annotations
 
@@ -27,7 +27,7 @@ CreateTokenResponse = schema.model_of(tenants_pb2.CreateTokenResponse.DESCRIPTOR
 
 _WHY = {
     401: "no API token, or not a valid one",
-    403: "not an admin API token (or the worker token)",
+    403: "a token whose role or tenant may not do this (or the worker token)",
     404: "no such tenant",
     409: "a tenant of that name exists already, or (delete) it is tenant default",
     422: "invalid body, path or query",
@@ -112,6 +112,9 @@ async def delete_tenant(name: TenantName, service: TenantsDep) -> JSONResponse:
 
 @router.post("/tokens", response_model=CreateTokenResponse, responses=_refusals(404))
 async def create_token(body: CreateTokenRequest, request: Request, service: TenantsDep) -> JSONResponse:  # type: ignore[valid-type]
-    """A new API token for a tenant (`role`: submit, the default, read or admin); shown only in this answer."""
+    """A new API token for a tenant, shown only in this answer.
+
+    `role`: submit (the default), read, admin or cluster-admin, up to the caller's own; a tenant's
+    admin mints tokens of its own tenant only."""
     message = await to_message(body.to_json_dict(), tenants_pb2.CreateTokenRequest(), request)  # type: ignore[attr-defined]
     return await service.call("CreateToken", message)

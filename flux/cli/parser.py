@@ -28,7 +28,7 @@ from flux.cli.support import DEFAULT_LIMIT, EXIT_STATUS, EXIT_TIMED_OUT
 from flux.defaults import default_server
 from flux.domain.tenant import FIELDS
 
-TENANT_ROLES = ("submit", "read", "admin")
+TENANT_ROLES = ("read", "submit", "admin", "cluster-admin")
 
 LOG_LEVEL_HELP = "DEBUG, INFO, WARNING or ERROR (default $FLUX_LOG_LEVEL or INFO)"
 
@@ -236,8 +236,11 @@ def build_parser() -> argparse.ArgumentParser:
             "create",
             help="create an API token for a tenant (printed once; needs an admin token)",
             description="Create an API token that speaks for one tenant: read sees its executions, "
-            "submit also runs and cancels them, admin manages everything. The token is printed once, "
-            "on stdout alone, for $(flux token create --tenant ml).",
+            "submit also runs and cancels them, admin also registers the tenant's workflows and mints "
+            "and revokes its tokens (its own tenant only, never a quota), cluster-admin administers "
+            "the whole cluster (tenants, quotas, pools, workers; only a cluster-admin token may mint "
+            "one). A tenant admin mints tokens of its own tenant, with roles up to its own. The token "
+            "is printed once, on stdout alone, for $(flux token create --tenant ml).",
         )
     )
     create.add_argument("--tenant", required=True, metavar="NAME", help="the tenant the token speaks for")

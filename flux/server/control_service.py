@@ -48,7 +48,7 @@ RUNS_IN_FLIGHT = 10_000
 
 
 class ControlService(control_pb2_grpc.ControlServiceServicer):
-    """Each call speaks for a tenant (``callers``): a non-admin token sees and changes its tenant's only.
+    """Each call speaks for a tenant (``callers``): a token other than a cluster admin's sees and changes its tenant's only.
 
     Another tenant's execution is answered as one that does not exist: an id tells nobody
     whether it is in use.
@@ -98,7 +98,7 @@ class ControlService(control_pb2_grpc.ControlServiceServicer):
             priority,
             tracing.from_pairs(context.invocation_metadata()),
             tenant=caller.tenant,
-            every_workflow=caller.admin,
+            every_workflow=caller.cluster_admin,
         )
         return convert.execution_to_proto(execution)
 
@@ -113,7 +113,7 @@ class ControlService(control_pb2_grpc.ControlServiceServicer):
             priority,
             tracing.from_pairs(context.invocation_metadata()),
             tenant=caller.tenant,
-            every_workflow=caller.admin,
+            every_workflow=caller.cluster_admin,
         )
         # Without their inputs: the caller sent them, and echoing them could pass the message cap.
         return control_pb2.RunWorkflowsResponse(
@@ -148,7 +148,7 @@ class ControlService(control_pb2_grpc.ControlServiceServicer):
                 priority,
                 tracing.from_pairs(context.invocation_metadata()),
                 tenant=caller.tenant,
-                every_workflow=caller.admin,
+                every_workflow=caller.cluster_admin,
             )
             yield convert.execution_to_proto(accepted)
             if request.every_state:
@@ -186,7 +186,7 @@ class ControlService(control_pb2_grpc.ControlServiceServicer):
                     run.priority if run.HasField("priority") else None,
                     trace,
                     tenant=caller.tenant,
-                    every_workflow=caller.admin,
+                    every_workflow=caller.cluster_admin,
                 )
                 answer(Answer(run_id=run_id, accepted=convert.execution_to_proto(accepted)))
                 done = await waiting.final(self.dispatcher, accepted.execution_id, accepted)
@@ -309,7 +309,7 @@ class ControlService(control_pb2_grpc.ControlServiceServicer):
         # X-Flux-Role, which is how the dashboard knows whether it speaks for every tenant or one.
         context.set_trailing_metadata(((CALLER_TENANT, caller.tenant), (CALLER_ROLE, caller.role)))
         status = convert.status_to_proto(await self.status.snapshot(detail=True))
-        if not caller.admin:
+        if not caller.cluster_admin:
             # The fleet and the counts are everyone's to see; another tenant's execution ids and
             # usage are not (an admin sees every tenant's usage against its quota).
             own = [t for t in status.tenants if t.name == caller.tenant]
@@ -348,7 +348,7 @@ class ControlService(control_pb2_grpc.ControlServiceServicer):
     ):
         caller = await self._caller(context)
         found = await self.dispatcher.list_workflows(
-            request.name, request.version, None if caller.admin else caller.tenant
+            request.name, request.version, None if caller.cluster_admin else caller.tenant
         )
         return control_pb2.ListWorkflowsResponse(
             workflows=[convert.workflow_to_proto(record, versions) for record, versions in found]

@@ -1,7 +1,7 @@
 """The dashboard's Tenants view, in a real headless chromium against a real cluster.
 
 Tenants and their quotas are made with the CLI, work runs with a tenant's own
-token, and the page is read through its DOM: an admin token sees every tenant
+token, and the page is read through its DOM: a cluster-admin token sees every tenant
 that status reports, a tenant's token the tenant it is signed in as. GET /status
 says whose token it is in its X-Flux-Tenant and X-Flux-Role headers, from the
 in-process gateway and from one started on its own alike. Every wait is bounded
@@ -73,7 +73,7 @@ def test_the_tenants_view_shows_usage_against_quota_for_an_admin_and_for_a_tenan
         page = browser.new_page(viewport={"width": 1440, "height": 900})
         page.goto(f"{cluster.gateway_url}/ui")
         _sign_in(page, cluster.token(Role.CLIENT))
-        expect(page.locator("#caller")).to_have_text("Signed in as tenant default · admin token")
+        expect(page.locator("#caller")).to_have_text("Signed in as tenant default · cluster-admin token")
         page.get_by_role("link", name="Tenants").click()
         table = page.locator("table#tenants")
         expect(table.locator("tbody tr")).to_have_count(4)
@@ -146,9 +146,9 @@ def test_status_names_the_callers_tenant_and_role_in_headers(cluster: Cluster) -
         for url in (cluster.gateway_url, standalone):
             with httpx.Client(base_url=url, trust_env=False, timeout=10) as http:
                 for token, tenant, role, shown in (
-                    (cluster.token(Role.CLIENT), "default", "admin", ["default", "ml"]),
+                    (cluster.token(Role.CLIENT), "default", "cluster-admin", ["default", "ml"]),
                     (reader, "ml", "read", ["ml"]),  # a tenant's token: its own usage only
-                    (admin, "ml", "admin", ["default", "ml"]),
+                    (admin, "ml", "admin", ["ml"]),  # a tenant's admin too: it is no cluster admin
                 ):
                     answer = http.get("/status", headers={"Authorization": f"Bearer {token}"})
                     assert answer.status_code == 200, answer.text

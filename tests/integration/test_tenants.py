@@ -1,7 +1,7 @@
 """Tenants and their tokens against real processes: what one tenant's token can see and do.
 
 Both stores keep tenants and token digests; a store from before tenants keeps working
-with everything in tenant ``default``, and the server's own API token is its admin token.
+with everything in tenant ``default``, and the server's own API token is a cluster-admin token of it.
 """
 
 from __future__ import annotations
@@ -128,7 +128,7 @@ def _ok(result: object) -> str:
 
 @pytest.mark.transports("grpc")
 def test_a_tenant_sees_and_cancels_only_its_own_executions(cluster: Cluster, tmp_path: Path) -> None:
-    # The server's own token (./.flux/api.token) is the default tenant's admin: it manages tenants.
+    # The server's own token (./.flux/api.token) is a cluster admin: it manages tenants.
     _ok(cluster.flux("tenant", "create", "ml", "--gpu", "4", "--cohort", "research"))
     _ok(cluster.flux("tenant", "create", "web", "--cpu", "32", "--memory", "64Gi"))
     listed = json.loads(_ok(cluster.flux("tenant", "list", "--json")))
@@ -371,7 +371,7 @@ def test_a_tenant_runs_within_its_quota_and_gets_it_back_when_work_ends(cluster:
         assert [(t.name, t.usage.cpu, t.quota.cpu, t.pending) for t in shown if t.name == "ml"] == [
             ("ml", 1, 1, 2)
         ]
-        assert {t.name for t in shown} == {"default", "ml"}  # an admin sees every tenant
+        assert {t.name for t in shown} == {"default", "ml"}  # a cluster admin sees every tenant
         assert [t.name for t in as_ml.status().tenants] == ["ml"]  # a tenant, its own usage only
 
         # Its running one ends: the quota it held goes to the next of ml's, on the same worker or any.
@@ -558,7 +558,7 @@ def test_a_tenants_own_workflows_are_its_alone_and_defaults_are_shared(
             as_web.workflows("ml_train")
         done = as_ml.run("ml_train", 7, wait=True, timeout=30)
         assert done.state == pb.EXECUTION_STATE_COMPLETED and json.loads(done.output_json) == {"trained": 7}
-    # An admin of the default tenant sees every tenant's, with its owner; a name stays its tenant's.
+    # The cluster admin sees every tenant's, with its owner; a name stays its tenant's.
     [shown] = cluster.client.workflows("ml_train").workflows
     assert shown.tenant == "ml"
     assert "tenant       ml" in _ok(cluster.flux("workflow", "show", "ml_train"))

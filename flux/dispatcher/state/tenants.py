@@ -1,10 +1,13 @@
 """Tenants and their API tokens, as the store keeps them, and who a token speaks for.
 
-A token belongs to one tenant with one role: ``read`` (see the tenant's
-executions), ``submit`` (also run and cancel them) or ``admin`` (everything,
-every tenant's). The server's own API token (``--api-token``, ``./.flux/api.token``)
-is the ``default`` tenant's admin token, so a store and a token directory from
-before tenants keep working: everything in them is tenant ``default``.
+A token belongs to one tenant with one role, each allowed what the one before it is:
+``read`` (see the tenant's executions), ``submit`` (also run and cancel them),
+``admin`` (also register the tenant's workflows and mint and revoke its tokens, up
+to its own role: its own tenant only, never a quota) and ``cluster-admin``
+(everything, every tenant's: tenants, quotas, pools, the fleet). The server's own
+API token (``--api-token``, ``./.flux/api.token``) is a cluster-admin token of
+tenant ``default``, so a store and a token directory from before tenants keep
+working: everything in them is tenant ``default``.
 
 Tokens are stored by their SHA-256 digest only: a copy of the database does not
 hold a usable token. A token is shown once, when it is created. Each replica
@@ -33,8 +36,10 @@ from flux.domain.tenant import DEFAULT_TENANT, Tenant, check_name
 from flux.errors import AlreadyExists, FailedPrecondition, InvalidArgument, NotFound
 from flux.store.base import Store
 
-ROLES = ("submit", "read", "admin")
-ROLE_FORM = "one of submit, read, admin"
+# Ordered: each role may do what the ones before it may.
+ROLES = ("read", "submit", "admin", "cluster-admin")
+RANK = {role: rank for rank, role in enumerate(ROLES)}
+ROLE_FORM = "one of read, submit, admin, cluster-admin"
 # How long a resolved token is trusted without asking the store again (see the module docstring).
 REMEMBERED_FOR = 30.0
 # Resolved tokens kept at most; the oldest is forgotten first.
@@ -57,22 +62,37 @@ class Caller:
 
     tenant: str
     role: str
+    # The stored token's id (flux token list), "" for the server's own token: who, in the audit trail.
+    token_id: str = ""
+
+    @property
+    def cluster_admin(self) -> bool:
+        """Administers the cluster: every tenant, quotas, pools, the fleet."""
+        return self.role == "cluster-admin"
 
     @property
     def admin(self) -> bool:
-        return self.role == "admin"
+        """Administers its own tenant at least (a cluster admin is one too)."""
+        return RANK[self.role] >= RANK["admin"]
+
+    def may_grant(self, role: str) -> bool:
+        """Whether this caller may mint a token with ``role``: up to its own, never above."""
+        return RANK[role] <= RANK[self.role]
+
+    def sees_tenant(self, tenant: str) -> bool:
+        return self.cluster_admin or tenant == self.tenant
 
     def sees(self, execution: Execution) -> bool:
-        return self.admin or execution.tenant == self.tenant
+        return self.sees_tenant(execution.tenant)
 
     @property
     def scope(self) -> str:
-        """The tenant a listing is limited to; "" (every tenant) for an admin."""
-        return "" if self.admin else self.tenant
+        """The tenant a listing is limited to; "" (every tenant) for a cluster admin."""
+        return "" if self.cluster_admin else self.tenant
 
 
 # The server's own API token, and every call when authentication is off (--insecure).
-OPERATOR = Caller(DEFAULT_TENANT, "admin")
+OPERATOR = Caller(DEFAULT_TENANT, "cluster-admin")
 
 
 class TenantDirectory:

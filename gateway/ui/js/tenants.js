@@ -1,8 +1,8 @@
 // Tenants: what each tenant's scheduled and running work holds against its
 // nominal quota, per resource, and how much of its work waits. Read from
 // GET /status (its `tenants`: every tenant, while any has terms), whose
-// X-Flux-Tenant and X-Flux-Role headers say whose token the page holds: an
-// admin sees every tenant status reports, any other token its own tenant only.
+// X-Flux-Tenant and X-Flux-Role headers say whose token the page holds: a
+// cluster admin sees every tenant status reports, any other token its own tenant only.
 
 import { h, replace } from "./dom.js";
 import { bytes, num } from "./format.js";
@@ -69,7 +69,7 @@ export function mount(container, ctx) {
       h("span", { class: "l-over" }, "above quota (borrowed from its cohort)"),
       h("span", { class: "l-free" }, "quota left"));
     // Without the headers (a gateway that does not send them) the page cannot tell, and shows what status has.
-    if (who.role === "admin" || !who.tenant) {
+    if (who.role === "cluster-admin" || !who.tenant) {
       replace(body,
         h("p", { class: "muted", id: "tenants-scope" }, "Every tenant, while any has terms (a quota, a cohort or a weight)."),
         legend,
