@@ -110,10 +110,14 @@ def workflow_row(record: WorkflowRecord, created_at: float) -> tuple[object, ...
 
 
 def check_owner(latest: WorkflowRecord | None, workflow: WorkflowRecord) -> None:
-    """A workflow name belongs to the tenant that registered it first."""
+    """A workflow name belongs to the tenant that registered it first.
+
+    The refusal does not name that tenant: a tenant's admin registering must not learn who
+    else uses the fleet (a cluster admin reads the owner with flux workflow show).
+    """
     if latest is not None and latest.tenant != workflow.tenant:
         raise FailedPrecondition(
-            f"workflow {workflow.name!r} belongs to tenant {latest.tenant!r}; register it under another name"
+            f"workflow {workflow.name!r} belongs to another tenant; register it under another name"
         )
 
 
