@@ -85,10 +85,15 @@ def add_start(commands: argparse._SubParsersAction) -> None:
         help=f"gRPC port (default {defaults.GRPC_PORT}; 0 picks one)",
     )
     server.add_argument(
-        "--db",
-        default=None,
-        help="SQLite path, or postgresql://… to run as one of several replicas (default ./.flux/flux.db)",
-    )
+        "--db", default=None, metavar="URL",
+        help="SQLite path, or postgresql://… to run as one of several replicas (default --db-file, "
+        "$FLUX_DB_URL, or ./.flux/flux.db). A URL with a password is readable by every local user in "
+        "/proc/<pid>/cmdline: give it with --db-file or $FLUX_DB_URL instead",
+    )  # fmt: skip
+    server.add_argument(
+        "--db-file", default=None, metavar="PATH",
+        help="read --db from this file (its whole content, trailing newline stripped), e.g. a mounted Secret",
+    )  # fmt: skip
     server.add_argument(
         "--ack-deadline",
         type=seconds("--ack-deadline"),

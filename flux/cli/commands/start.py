@@ -22,17 +22,22 @@ def start_server(args: argparse.Namespace) -> int:
 
     from flux.auth import is_loopback
     from flux.dispatcher.core import Settings
-    from flux.server.serve import DEFAULT_DB, ServerConfig, serve
+    from flux.server.serve import ServerConfig, resolve_db, serve
 
     if args.insecure and not is_loopback(args.host):
         # Before anything is created: no token, database or ./.flux/ left behind by a refused start.
         error(f"--insecure is refused on {args.host}: without auth the server binds to loopback only")
         return 1
 
+    try:
+        db = resolve_db(args.db, args.db_file, os.environ)
+    except ValueError as exc:
+        error(str(exc))
+        return 2
     config = ServerConfig(
         host=args.host,
         grpc_port=args.grpc_port,
-        db=args.db or str(DEFAULT_DB),
+        db=db,
         dispatcher=Settings(
             ack_deadline=args.ack_deadline,
             grace_period=args.grace_period,
