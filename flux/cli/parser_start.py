@@ -145,10 +145,13 @@ def add_start(commands: argparse._SubParsersAction) -> None:
     with_ping_interval(server)
     server.add_argument(
         "--worker-token",
-        help="worker join token (default $FLUX_WORKER_TOKEN, ./.flux/worker.token, or generated)",
+        help="worker join token (default $FLUX_WORKER_TOKEN, the file $FLUX_WORKER_TOKEN_FILE names, "
+        "./.flux/worker.token, or generated)",
     )
     server.add_argument(
-        "--api-token", help="client API token (default $FLUX_API_TOKEN, ./.flux/api.token, or generated)"
+        "--api-token",
+        help="client API token (default $FLUX_API_TOKEN, the file $FLUX_API_TOKEN_FILE names, "
+        "./.flux/api.token, or generated)",
     )
     server.add_argument("--worker-token-file", help="read the worker join token from this file")
     server.add_argument("--api-token-file", help="read the client API token from this file")
@@ -218,7 +221,9 @@ def add_start(commands: argparse._SubParsersAction) -> None:
         help="work over HTTP/SSE through a gateway, e.g. http://127.0.0.1:8080; repeat to give fallbacks",
     )  # fmt: skip
     worker.add_argument(
-        "--worker-token", help="join token (default $FLUX_WORKER_TOKEN or ./.flux/worker.token)"
+        "--worker-token",
+        help="join token (default $FLUX_WORKER_TOKEN, the file $FLUX_WORKER_TOKEN_FILE names, or "
+        "./.flux/worker.token)",
     )
     worker.add_argument("--worker-token-file", help="read the join token from this file")
     worker.add_argument("--ca", help="CA bundle (PEM) to verify a TLS server (default $FLUX_CA)")
