@@ -260,5 +260,16 @@ def add_start(commands: argparse._SubParsersAction) -> None:
         help="on SIGTERM, seconds to finish running executions before handing the rest back; keep it under "
         f"Kubernetes' terminationGracePeriodSeconds (default {defaults.DRAIN_TIMEOUT:g})",
     )  # fmt: skip
+    worker.add_argument(
+        "--health-port", type=whole_number("--health-port"), default=None, metavar="PORT",
+        help="serve GET /healthz (200 while the worker answers) and GET /readyz (200 only while its dispatch "
+        "stream is connected and it is not draining, else 503) on this port, for Kubernetes liveness and "
+        "readiness probes (default: not served; 0 picks one)",
+    )  # fmt: skip
+    worker.add_argument(
+        "--health-host", default=defaults.HOST, metavar="HOST",
+        help=f"address --health-port binds (default {defaults.HOST}; in a pod 0.0.0.0, since the kubelet "
+        "dials the pod's IP)",
+    )  # fmt: skip
     with_log_format(worker)
     worker.set_defaults(run=command("start", "start_worker"))

@@ -141,6 +141,7 @@ def start_gateway(args: argparse.Namespace) -> int:
 def start_worker(args: argparse.Namespace) -> int:
     from flux.auth import Credentials, Role
     from flux.worker.cpu_usage import SimulatedCpu
+    from flux.worker.health import HealthBindError
     from flux.worker.probe import Caps
     from flux.worker.process import WorkerProcess, run
     from flux.worker.runtime import Refused, WorkerConfig
@@ -171,11 +172,15 @@ def start_worker(args: argparse.Namespace) -> int:
         caps=Caps(cpus=args.cpus, memory=args.memory, gpus=args.gpus, disk=args.disk),
         disk_path=args.disk_path,
         cpu_observer=simulated_cpu,
+        health=None if args.health_port is None else (args.health_host, args.health_port),
     )
     try:
         event_loop.run(run(config))
     except Refused as refused:
         error(_refusal_advice(refused))
+        return 1
+    except HealthBindError as exc:
+        error(str(exc))
         return 1
     return 0
 
