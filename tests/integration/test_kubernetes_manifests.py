@@ -335,6 +335,24 @@ def test_cert_manager_issues_every_name_the_pods_dial() -> None:
     assert {r["name"] for r in auth["spec"]["secretTargetRef"]} == {"flux-keda-client"}
 
 
+def test_the_readmes_certificates_are_those_of_deploy_kubernetes_cert_manager() -> None:
+    """README shows the two leaf Certificates, shortened: every field it shows is the file's."""
+    from tests.integration.test_readme import parse_blocks
+
+    shown = [
+        doc
+        for block in parse_blocks((ROOT / "README.md").read_text())
+        if block.language == "yaml" and "cert-manager.io" in block.text
+        for doc in yaml.safe_load_all(block.text)
+        if doc
+    ]
+    real = {d["metadata"]["name"]: d for d in yaml.safe_load_all((DEPLOY / "cert-manager" / "tls.yaml").read_text()) if d}
+    assert {d["metadata"]["name"] for d in shown} == {"flux-server-tls", "flux-keda-client"}
+    for doc in shown:
+        spec = real[doc["metadata"]["name"]]["spec"]
+        assert doc["kind"] == "Certificate" and doc["spec"].items() <= spec.items(), doc["metadata"]["name"]
+
+
 IMAGE_OVERLAY = """\
 apiVersion: kustomize.config.k8s.io/v1beta1
 kind: Kustomization
