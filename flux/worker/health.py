@@ -22,7 +22,13 @@ from collections.abc import Callable
 HEAD_LIMIT = 8 * 1024
 HEAD_TIMEOUT = 5.0
 
-_REASONS = {200: "OK", 404: "Not Found", 405: "Method Not Allowed", 400: "Bad Request", 503: "Service Unavailable"}
+_REASONS = {
+    200: "OK",
+    404: "Not Found",
+    405: "Method Not Allowed",
+    400: "Bad Request",
+    503: "Service Unavailable",
+}
 
 
 class HealthBindError(OSError):

@@ -69,7 +69,9 @@ async def run(config: WorkerProcess) -> None:
         bound = await health.start(host, port)
         # Tests and scripts read the bound port from this line (--health-port 0 picks one).
         address = f"[{host}]:{bound}" if ":" in host else f"{host}:{bound}"
-        logs.emit(f"flux worker health on {address} (/healthz, /readyz)", logger="flux.worker", health=address)
+        logs.emit(
+            f"flux worker health on {address} (/healthz, /readyz)", logger="flux.worker", health=address
+        )
     where = ", ".join(config.addresses)
     logs.emit(f"flux worker {config.worker.name} connecting to {where}", logger="flux.worker")
     try:

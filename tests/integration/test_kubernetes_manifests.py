@@ -263,16 +263,25 @@ def test_every_connection_is_tls_verified_with_the_servers_ca(overlay: str) -> N
     objects = render(overlay)
     server = one(objects, "Deployment", "flux-server")
     args = build_parser().parse_args(container(server)["args"])
-    assert secret_behind(server, args.tls_cert) == secret_behind(server, args.tls_key) == ("flux-server-tls", None)
+    assert (
+        secret_behind(server, args.tls_cert)
+        == secret_behind(server, args.tls_key)
+        == ("flux-server-tls", None)
+    )
     assert args.tls_cert.endswith("/tls.crt") and args.tls_key.endswith("/tls.key")
     # KEDA's client certificates are checked against the same CA (the parallel rule: a KEDA port
     # beyond loopback needs --keda-client-ca).
-    assert args.keda_client_ca.endswith("/ca.crt") and secret_behind(server, args.keda_client_ca)[0] == "flux-server-tls"
+    assert (
+        args.keda_client_ca.endswith("/ca.crt")
+        and secret_behind(server, args.keda_client_ca)[0] == "flux-server-tls"
+    )
     assert env_of(container(server))["FLUX_CA"] == args.keda_client_ca  # in-pod `flux` verifies with it
     for worker in deployments(objects):
         if worker is server:
             continue
-        worker_args = build_parser().parse_args([a.replace("$(POD_NAME)", "pod-0") for a in container(worker)["args"]])
+        worker_args = build_parser().parse_args(
+            [a.replace("$(POD_NAME)", "pod-0") for a in container(worker)["args"]]
+        )
         assert worker_args.ca.endswith("/ca.crt")
         # The CA alone: a worker pod never holds the server's private key.
         assert secret_behind(worker, worker_args.ca) == ("flux-server-tls", ["ca.crt"])
@@ -309,7 +318,11 @@ def test_workers_say_whether_their_stream_is_connected(overlay: str) -> None:
 
 def test_cert_manager_issues_every_name_the_pods_dial() -> None:
     out = subprocess.run(
-        ["kubectl", "kustomize", str(DEPLOY / "cert-manager")], capture_output=True, text=True, timeout=60, check=False
+        ["kubectl", "kustomize", str(DEPLOY / "cert-manager")],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
     )
     assert out.returncode == 0, out.stderr
     issued = [d for d in yaml.safe_load_all(out.stdout) if d]
@@ -321,7 +334,10 @@ def test_cert_manager_issues_every_name_the_pods_dial() -> None:
     server = certificates["flux-server-tls"]
     scaled = one(objects, "ScaledObject", "flux-worker-gpu")
     worker = build_parser().parse_args(
-        [a.replace("$(POD_NAME)", "pod-0") for a in container(one(objects, "Deployment", "flux-worker-gpu"))["args"]]
+        [
+            a.replace("$(POD_NAME)", "pod-0")
+            for a in container(one(objects, "Deployment", "flux-worker-gpu"))["args"]
+        ]
     )
     dialled = {scaled["spec"]["triggers"][0]["metadata"]["scalerAddress"].rsplit(":", 1)[0]}
     dialled |= {address.rsplit(":", 1)[0] for address in worker.server}
@@ -346,7 +362,11 @@ def test_the_readmes_certificates_are_those_of_deploy_kubernetes_cert_manager() 
         for doc in yaml.safe_load_all(block.text)
         if doc
     ]
-    real = {d["metadata"]["name"]: d for d in yaml.safe_load_all((DEPLOY / "cert-manager" / "tls.yaml").read_text()) if d}
+    real = {
+        d["metadata"]["name"]: d
+        for d in yaml.safe_load_all((DEPLOY / "cert-manager" / "tls.yaml").read_text())
+        if d
+    }
     assert {d["metadata"]["name"] for d in shown} == {"flux-server-tls", "flux-keda-client"}
     for doc in shown:
         spec = real[doc["metadata"]["name"]]["spec"]
@@ -368,12 +388,17 @@ images:
 def test_an_overlay_of_your_own_points_every_container_at_your_registry(tmp_path: Path) -> None:
     """What README "Your own image" shows: kustomize's images: in an overlay over one of ours."""
     readme = (ROOT / "README.md").read_text()
-    assert "name: ghcr.io/flux-dispatch/flux" in readme and "newName: registry.example.com/platform/flux" in readme
+    assert (
+        "name: ghcr.io/flux-dispatch/flux" in readme
+        and "newName: registry.example.com/platform/flux" in readme
+    )
     mine = tmp_path / "my-flux"
     mine.mkdir()
     base = os.path.relpath(DEPLOY / "overlays" / "sqlite", mine)  # kustomize takes relative bases
     (mine / "kustomization.yaml").write_text(IMAGE_OVERLAY.format(base=base))
-    out = subprocess.run(["kubectl", "kustomize", str(mine)], capture_output=True, text=True, timeout=60, check=False)
+    out = subprocess.run(
+        ["kubectl", "kustomize", str(mine)], capture_output=True, text=True, timeout=60, check=False
+    )
     assert out.returncode == 0, out.stderr
     images = {
         c["image"]
@@ -401,7 +426,9 @@ def in_pod_commands() -> list[list[str]]:
 
 @pytest.mark.integration
 @pytest.mark.timeout(120)
-def test_the_readmes_in_pod_commands_run_against_a_server_started_as_the_pod_starts_it(tmp_path: Path) -> None:
+def test_the_readmes_in_pod_commands_run_against_a_server_started_as_the_pod_starts_it(
+    tmp_path: Path,
+) -> None:
     """The server container's args, env and mounts from the rendered manifest, its files laid out
     under a temporary root: the README's `flux …` line, run in the pod's working directory with the
     pod's environment, finds the API token and the CA without a flag and succeeds.

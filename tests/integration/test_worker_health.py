@@ -48,6 +48,8 @@ def test_ready_while_connected_not_ready_while_the_server_is_gone(tmp_path: Path
         assert _status(base + "/healthz") == 200 and worker.poll() is None
 
         cluster.restart_server("--grace-period", "2")
-        eventually(lambda: _status(base + "/readyz") == 200, timeout=30, what="/readyz 200 after reconnecting")
+        eventually(
+            lambda: _status(base + "/readyz") == 200, timeout=30, what="/readyz 200 after reconnecting"
+        )
     finally:
         cluster.close()

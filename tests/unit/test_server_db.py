@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from flux.cli.parser import build_parser
+from flux.cli.parser import build_parser, leaf_parsers
 from flux.server.serve import DB_ENV, DEFAULT_DB, resolve_db
 
 URL = "postgresql://flux:s3cret@db:5432/flux"
@@ -20,13 +20,17 @@ URL = "postgresql://flux:s3cret@db:5432/flux"
     ("flag", "file", "env", "expected"),
     [
         pytest.param("a.db", "from-file", URL, "a.db", id="--db wins over everything"),
-        pytest.param(None, "from-file", "postgresql://env/flux", URL, id="--db-file wins over the environment"),
+        pytest.param(
+            None, "from-file", "postgresql://env/flux", URL, id="--db-file wins over the environment"
+        ),
         pytest.param(None, None, URL, URL, id="environment"),
         pytest.param(None, None, "", str(DEFAULT_DB), id="empty environment is unset"),
         pytest.param(None, None, None, str(DEFAULT_DB), id="default SQLite under ./.flux"),
     ],
 )
-def test_precedence(tmp_path: Path, flag: str | None, file: str | None, env: str | None, expected: str) -> None:
+def test_precedence(
+    tmp_path: Path, flag: str | None, file: str | None, env: str | None, expected: str
+) -> None:
     path = None
     if file is not None:
         path = tmp_path / "url"
@@ -51,6 +55,6 @@ def test_only_the_trailing_newline_is_stripped(tmp_path: Path) -> None:
 def test_the_parser_takes_db_file_and_its_help_names_the_environment() -> None:
     args = build_parser().parse_args(["start", "server", "--db-file", "/etc/flux/db/url"])
     assert args.db_file == "/etc/flux/db/url" and args.db is None
-    server = build_parser()._subparsers._group_actions[0].choices["start"]  # type: ignore[union-attr]
-    text = " ".join(server._subparsers._group_actions[0].choices["server"].format_help().split())  # type: ignore[union-attr]
+    server = next(p for p in leaf_parsers(build_parser()) if p.prog.endswith("start server"))
+    text = " ".join(server.format_help().split())
     assert "--db-file PATH" in text and "$FLUX_DB_URL" in text and "/proc/<pid>/cmdline" in text
