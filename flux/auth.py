@@ -3,7 +3,9 @@
 Workers present the worker token, clients the API token, both as
 ``authorization: Bearer <token>`` (gRPC metadata or HTTP header). Tokens come
 from a flag, the environment (``FLUX_WORKER_TOKEN``, ``FLUX_API_TOKEN``) or a
-file; a server with none generates both on first start and keeps them under
+file (``--worker-token-file``, ``--api-token-file``, or the path in
+``FLUX_WORKER_TOKEN_FILE``, ``FLUX_API_TOKEN_FILE``: a mounted Secret that
+``flux`` run in the pod finds without a flag); a server with none generates both on first start and keeps them under
 ``./.flux/`` readable by its owner only (it prints where, not what; ``flux
 token show`` prints them), where clients and workers started in the same
 directory find them. Comparisons are constant-time
@@ -38,6 +40,11 @@ class Role(Enum):
         return f"FLUX_{self.value.upper()}_TOKEN"
 
     @property
+    def file_env(self) -> str:
+        """The variable naming a file that holds the token (a mounted Secret), e.g. FLUX_API_TOKEN_FILE."""
+        return f"{self.env}_FILE"
+
+    @property
     def filename(self) -> str:
         return f"{self.value}.token"
 
@@ -64,6 +71,14 @@ def _read(path: Path) -> str:
     return token
 
 
+def _read_named(role: Role) -> str:
+    """The token in the file ``$FLUX_<ROLE>_TOKEN_FILE`` names; an error says which variable pointed there."""
+    try:
+        return _read(Path(os.environ[role.file_env]))
+    except ValueError as exc:
+        raise ValueError(f"{role.file_env}: {exc}") from None
+
+
 def _write_private(path: Path, token: str) -> None:
     path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
@@ -82,6 +97,8 @@ def server_token(
         return _read(Path(file)), False
     if os.environ.get(role.env):
         return os.environ[role.env], False
+    if os.environ.get(role.file_env):
+        return _read_named(role), False
     stored = state_dir / role.filename
     if stored.exists():
         return _read(stored), False
@@ -98,13 +115,15 @@ def new_token() -> str:
 def caller_token(
     role: Role, flag: str | None = None, file: str | None = None, state_dir: Path = STATE_DIR
 ) -> str:
-    """What a worker or client presents: flag, file, environment, then ``./.flux/``; "" if none."""
+    """What a worker or client presents: flag, file, environment (token, then file), then ``./.flux/``; "" if none."""
     if flag:
         return flag
     if file:
         return _read(Path(file))
     if os.environ.get(role.env):
         return os.environ[role.env]
+    if os.environ.get(role.file_env):
+        return _read_named(role)
     stored = state_dir / role.filename
     return _read(stored) if stored.exists() else ""
 
@@ -140,7 +159,8 @@ def check(tokens: Tokens, method: str, token: str) -> tuple[grpc.StatusCode, str
     if not token:
         return grpc.StatusCode.UNAUTHENTICATED, (
             f"missing credentials: send 'authorization: Bearer <{required.value} token>' "
-            f"(set {required.env} or run where ./.flux/{required.filename} exists)"
+            f"(set {required.env}, or {required.file_env} to a file holding it, or run where "
+            f"./.flux/{required.filename} exists)"
         )
     role = tokens.role_of(token)
     if role is None:

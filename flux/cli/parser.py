@@ -66,7 +66,10 @@ def with_server(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
         "--server", default=default_server(), metavar="HOST:PORT",
         help="control plane address (default $FLUX_SERVER or 127.0.0.1:50051)",
     )  # fmt: skip
-    p.add_argument("--api-token", help="client token (default $FLUX_API_TOKEN or ./.flux/api.token)")
+    p.add_argument(
+        "--api-token",
+        help="client token (default $FLUX_API_TOKEN, the file $FLUX_API_TOKEN_FILE names, or ./.flux/api.token)",
+    )
     p.add_argument("--api-token-file", help="read the client token from this file")
     p.add_argument(
         "--ca", help="CA bundle (PEM) to verify a TLS server (default $FLUX_CA; plaintext if unset)"

@@ -85,10 +85,15 @@ def add_start(commands: argparse._SubParsersAction) -> None:
         help=f"gRPC port (default {defaults.GRPC_PORT}; 0 picks one)",
     )
     server.add_argument(
-        "--db",
-        default=None,
-        help="SQLite path, or postgresql://… to run as one of several replicas (default ./.flux/flux.db)",
-    )
+        "--db", default=None, metavar="URL",
+        help="SQLite path, or postgresql://… to run as one of several replicas (default --db-file, "
+        "$FLUX_DB_URL, or ./.flux/flux.db). A URL with a password is readable by every local user in "
+        "/proc/<pid>/cmdline: give it with --db-file or $FLUX_DB_URL instead",
+    )  # fmt: skip
+    server.add_argument(
+        "--db-file", default=None, metavar="PATH",
+        help="read --db from this file (its whole content, trailing newline stripped), e.g. a mounted Secret",
+    )  # fmt: skip
     server.add_argument(
         "--ack-deadline",
         type=seconds("--ack-deadline"),
@@ -140,10 +145,13 @@ def add_start(commands: argparse._SubParsersAction) -> None:
     with_ping_interval(server)
     server.add_argument(
         "--worker-token",
-        help="worker join token (default $FLUX_WORKER_TOKEN, ./.flux/worker.token, or generated)",
+        help="worker join token (default $FLUX_WORKER_TOKEN, the file $FLUX_WORKER_TOKEN_FILE names, "
+        "./.flux/worker.token, or generated)",
     )
     server.add_argument(
-        "--api-token", help="client API token (default $FLUX_API_TOKEN, ./.flux/api.token, or generated)"
+        "--api-token",
+        help="client API token (default $FLUX_API_TOKEN, the file $FLUX_API_TOKEN_FILE names, "
+        "./.flux/api.token, or generated)",
     )
     server.add_argument("--worker-token-file", help="read the worker join token from this file")
     server.add_argument("--api-token-file", help="read the client API token from this file")
@@ -213,7 +221,9 @@ def add_start(commands: argparse._SubParsersAction) -> None:
         help="work over HTTP/SSE through a gateway, e.g. http://127.0.0.1:8080; repeat to give fallbacks",
     )  # fmt: skip
     worker.add_argument(
-        "--worker-token", help="join token (default $FLUX_WORKER_TOKEN or ./.flux/worker.token)"
+        "--worker-token",
+        help="join token (default $FLUX_WORKER_TOKEN, the file $FLUX_WORKER_TOKEN_FILE names, or "
+        "./.flux/worker.token)",
     )
     worker.add_argument("--worker-token-file", help="read the join token from this file")
     worker.add_argument("--ca", help="CA bundle (PEM) to verify a TLS server (default $FLUX_CA)")
@@ -249,6 +259,17 @@ def add_start(commands: argparse._SubParsersAction) -> None:
         "--drain-timeout", type=seconds("--drain-timeout"), default=defaults.DRAIN_TIMEOUT, metavar="S",
         help="on SIGTERM, seconds to finish running executions before handing the rest back; keep it under "
         f"Kubernetes' terminationGracePeriodSeconds (default {defaults.DRAIN_TIMEOUT:g})",
+    )  # fmt: skip
+    worker.add_argument(
+        "--health-port", type=whole_number("--health-port"), default=None, metavar="PORT",
+        help="serve GET /healthz (200 while the worker answers) and GET /readyz (200 only while its dispatch "
+        "stream is connected and it is not draining, else 503) on this port, for Kubernetes liveness and "
+        "readiness probes (default: not served; 0 picks one)",
+    )  # fmt: skip
+    worker.add_argument(
+        "--health-host", default=defaults.HOST, metavar="HOST",
+        help=f"address --health-port binds (default {defaults.HOST}; in a pod 0.0.0.0, since the kubelet "
+        "dials the pod's IP)",
     )  # fmt: skip
     with_log_format(worker)
     worker.set_defaults(run=command("start", "start_worker"))

@@ -6,6 +6,7 @@ import asyncio
 import logging
 import signal
 import uuid
+from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -69,6 +70,30 @@ class ServerConfig:
     keda_port: int | None = None
     # CA (PEM) whose client certificates the KEDA port requires (KEDA's tlsClientCert); needs tls.
     keda_client_ca: str | None = None
+
+
+DB_ENV = "FLUX_DB_URL"
+
+
+def resolve_db(flag: str | None, file: str | None, environ: Mapping[str, str]) -> str:
+    """Where the state lives: ``--db``, then ``--db-file``, then ``$FLUX_DB_URL``, then SQLite under ./.flux/.
+
+    A PostgreSQL URL carries its password; on the command line every local user reads it in
+    /proc/<pid>/cmdline, so the file (a mounted Secret) and the environment are the forms to use.
+    """
+    if flag:
+        return flag
+    if file:
+        try:
+            url = Path(file).read_text().rstrip("\r\n")
+        except OSError as exc:
+            raise ValueError(f"--db-file {file!r} cannot be read: {exc.strerror or exc}") from None
+        if not url.strip():
+            raise ValueError(
+                f"--db-file {file!r} is empty: it holds the database URL (postgresql://… or a SQLite path)"
+            )
+        return url
+    return environ.get(DB_ENV) or str(DEFAULT_DB)
 
 
 def is_postgres(url: str) -> bool:

@@ -33,6 +33,8 @@ class WorkerProcess:
     disk_path: str = defaults.DISK_PATH
     # How busy the host is with foreign load; None measures it (FLUX_SIMULATED_CPU_BUSY describes it).
     cpu_observer: CpuObserver | None = None
+    # (host, port) of the /healthz and /readyz endpoint for kubelet probes (--health-port); None: not served.
+    health: tuple[str, int] | None = None
 
 
 def _transport(config: WorkerProcess) -> WorkerTransport:
@@ -58,6 +60,22 @@ async def run(config: WorkerProcess) -> None:
     loop = asyncio.get_running_loop()
     for signum in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(signum, runtime.stop)
+    health = None
+    if config.health is not None:
+        from flux.worker.health import HealthServer
+
+        health = HealthServer(lambda: runtime.ready)
+        host, port = config.health
+        bound = await health.start(host, port)
+        # Tests and scripts read the bound port from this line (--health-port 0 picks one).
+        address = f"[{host}]:{bound}" if ":" in host else f"{host}:{bound}"
+        logs.emit(
+            f"flux worker health on {address} (/healthz, /readyz)", logger="flux.worker", health=address
+        )
     where = ", ".join(config.addresses)
     logs.emit(f"flux worker {config.worker.name} connecting to {where}", logger="flux.worker")
-    await runtime.run()
+    try:
+        await runtime.run()
+    finally:
+        if health is not None:
+            await health.close()

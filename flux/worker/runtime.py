@@ -105,6 +105,11 @@ class WorkerRuntime(Executions):
 
     # ----------------------------------------------------------------- lifecycle
 
+    @property
+    def ready(self) -> bool:
+        """Whether work can reach this worker now: its dispatch stream is up and it is not draining."""
+        return self.connected.is_set() and not self._stopping.is_set()
+
     def stop(self) -> None:
         """Begin draining: take no new work, finish what runs, then exit ``run``."""
         if not self._stopping.is_set():

@@ -37,6 +37,7 @@ def test_token_sources_in_order(
 ) -> None:
     (tmp_path / "f").write_text("from-file\n")
     (tmp_path / "api.token").write_text("stored\n")
+    monkeypatch.delenv("FLUX_API_TOKEN_FILE", raising=False)
     if env:
         monkeypatch.setenv("FLUX_API_TOKEN", env)
     else:
@@ -44,6 +45,26 @@ def test_token_sources_in_order(
     path = str(tmp_path / file) if file else None
     assert caller_token(Role.CLIENT, flag, path, tmp_path) == expected
     assert server_token(Role.CLIENT, flag, path, tmp_path) == (expected, False)
+
+
+@pytest.mark.parametrize("role", list(Role), ids=lambda r: r.value)
+def test_the_token_file_variable_comes_after_the_token_variable_and_before_dot_flux(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, role: Role
+) -> None:
+    """FLUX_<ROLE>_TOKEN_FILE: a mounted Secret found by `flux` run in a pod (`kubectl exec`) with no flag."""
+    (tmp_path / "secret").write_text("from-named-file\n")
+    (tmp_path / role.filename).write_text("stored\n")
+    monkeypatch.delenv(role.env, raising=False)
+    monkeypatch.setenv(role.file_env, str(tmp_path / "secret"))
+    assert role.file_env == f"FLUX_{role.value.upper()}_TOKEN_FILE"
+    assert caller_token(role, state_dir=tmp_path) == "from-named-file"
+    assert server_token(role, None, None, tmp_path) == ("from-named-file", False)
+    monkeypatch.setenv(role.env, "from-env")
+    assert caller_token(role, state_dir=tmp_path) == "from-env"
+    monkeypatch.delenv(role.env)
+    monkeypatch.setenv(role.file_env, str(tmp_path / "missing"))
+    with pytest.raises(ValueError, match=rf"{role.file_env}: cannot read token file"):
+        caller_token(role, state_dir=tmp_path)
 
 
 def test_empty_token_file_is_refused(tmp_path: Path) -> None:

@@ -22,17 +22,22 @@ def start_server(args: argparse.Namespace) -> int:
 
     from flux.auth import is_loopback
     from flux.dispatcher.core import Settings
-    from flux.server.serve import DEFAULT_DB, ServerConfig, serve
+    from flux.server.serve import ServerConfig, resolve_db, serve
 
     if args.insecure and not is_loopback(args.host):
         # Before anything is created: no token, database or ./.flux/ left behind by a refused start.
         error(f"--insecure is refused on {args.host}: without auth the server binds to loopback only")
         return 1
 
+    try:
+        db = resolve_db(args.db, args.db_file, os.environ)
+    except ValueError as exc:
+        error(str(exc))
+        return 2
     config = ServerConfig(
         host=args.host,
         grpc_port=args.grpc_port,
-        db=args.db or str(DEFAULT_DB),
+        db=db,
         dispatcher=Settings(
             ack_deadline=args.ack_deadline,
             grace_period=args.grace_period,
@@ -136,6 +141,7 @@ def start_gateway(args: argparse.Namespace) -> int:
 def start_worker(args: argparse.Namespace) -> int:
     from flux.auth import Credentials, Role
     from flux.worker.cpu_usage import SimulatedCpu
+    from flux.worker.health import HealthBindError
     from flux.worker.probe import Caps
     from flux.worker.process import WorkerProcess, run
     from flux.worker.runtime import Refused, WorkerConfig
@@ -166,11 +172,15 @@ def start_worker(args: argparse.Namespace) -> int:
         caps=Caps(cpus=args.cpus, memory=args.memory, gpus=args.gpus, disk=args.disk),
         disk_path=args.disk_path,
         cpu_observer=simulated_cpu,
+        health=None if args.health_port is None else (args.health_host, args.health_port),
     )
     try:
         event_loop.run(run(config))
     except Refused as refused:
         error(_refusal_advice(refused))
+        return 1
+    except HealthBindError as exc:
+        error(str(exc))
         return 1
     return 0
 
