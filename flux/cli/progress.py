@@ -1,8 +1,11 @@
 """``flux workflow run --wait``: run and follow an execution in one call, with one live line on a terminal.
 
-The call runs in a thread so the main thread stays free to redraw the line
-(the elapsed time moves even when the state does not) and to take Ctrl-C at
-once. On a terminal the line shows the state, the time waited and, while
+The call runs in a thread, and so do the explain calls behind the line, so the
+main thread makes no call at all: it only redraws (the elapsed time moves even
+when the state does not) and waits on a join, where Ctrl-C always lands as
+KeyboardInterrupt. A signal that arrives during a gRPC call on the main thread
+may come back as that call's error instead, and a line that keeps its last
+summary when explain fails would then swallow it. On a terminal the line shows the state, the time waited and, while
 the execution is queued, its place in the queue and the explain summary; it
 is erased before anything else is printed. When stderr is not a terminal nothing extra is written, so
 scripts see only the output and the errors.
@@ -35,7 +38,6 @@ class Follower:
         self.latest: control_pb2.Execution | None = None  # until the server accepts the run
         self._started = time.monotonic()
         self._summary = ""
-        self._explained_at = float("-inf")
         self._drawn = False
 
     def run(
@@ -61,11 +63,17 @@ class Follower:
 
         thread = threading.Thread(target=follow, name="flux-wait", daemon=True)
         thread.start()
+        done = threading.Event()
+        if self.stream is not None:
+            threading.Thread(
+                target=self._explain_while_queued, args=(done,), name="flux-explain", daemon=True
+            ).start()
         try:
             while thread.is_alive():
                 self._draw()
                 thread.join(REDRAW)
         finally:
+            done.set()
             self._erase()
         if "error" in outcome:
             raise outcome["error"]  # type: ignore[misc]
@@ -79,15 +87,7 @@ class Follower:
         if self.stream is None or latest is None:
             return
         state = latest.state
-        if state == control_pb2.EXECUTION_STATE_CREATED:
-            now = time.monotonic()
-            if now - self._explained_at >= EXPLAIN_EVERY:
-                self._explained_at = now
-                # On failure keep the last summary: the line is a courtesy, the wait goes on.
-                with contextlib.suppress(FluxError):
-                    explanation = self.client.explain(latest.execution_id, timeout=REDRAW * 4)
-                    self._summary = self._queued(explanation)
-        else:
+        if state != control_pb2.EXECUTION_STATE_CREATED:
             self._summary = f"on {latest.worker}" if latest.worker else ""
         elapsed = duration(time.monotonic() - self._started)
         parts = [latest.execution_id, state_name(state), elapsed, self._summary]
@@ -98,6 +98,20 @@ class Follower:
         self.stream.write(ERASE + line)
         self.stream.flush()
         self._drawn = True
+
+    def _explain_while_queued(self, done: threading.Event) -> None:
+        """Every EXPLAIN_EVERY seconds while the execution is queued, its summary for the line."""
+        while not done.is_set():
+            latest = self.latest
+            if latest is not None and latest.state == control_pb2.EXECUTION_STATE_CREATED:
+                # On failure keep the last summary: the line is a courtesy, the wait goes on.
+                with contextlib.suppress(FluxError):
+                    explanation = self.client.explain(latest.execution_id, timeout=REDRAW * 4)
+                    if not done.is_set() and self.latest is latest:
+                        self._summary = self._queued(explanation)
+                done.wait(EXPLAIN_EVERY)
+            else:
+                done.wait(REDRAW)
 
     @staticmethod
     def _queued(explanation: control_pb2.Explanation) -> str:
