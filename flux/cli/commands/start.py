@@ -22,7 +22,7 @@ def start_server(args: argparse.Namespace) -> int:
 
     from flux.auth import is_loopback
     from flux.dispatcher.core import Settings
-    from flux.server.serve import DEFAULT_DB, ServerConfig, serve
+    from flux.server.serve import DEFAULT_DB, ServerConfig, keda_refusal, serve
 
     if args.insecure and not is_loopback(args.host):
         # Before anything is created: no token, database or ./.flux/ left behind by a refused start.
@@ -57,9 +57,12 @@ def start_server(args: argparse.Namespace) -> int:
         http_limits=None if args.no_http else _http_limits(args),
         keda_port=args.keda_port,
         keda_client_ca=args.keda_client_ca,
+        keda_insecure=args.keda_insecure,
+        keda_max_streams=args.keda_max_streams,
+        keda_max_streams_per_peer=args.keda_max_streams_per_peer,
     )
-    if args.keda_client_ca and config.tls is None:
-        error("--keda-client-ca needs --tls-cert and --tls-key: client certificates need TLS")
+    if refused := keda_refusal(config):
+        error(refused)
         return 2
     from flux.store.base import StoreError
 
