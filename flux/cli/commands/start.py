@@ -28,6 +28,13 @@ def start_server(args: argparse.Namespace) -> int:
         # Before anything is created: no token, database or ./.flux/ left behind by a refused start.
         error(f"--insecure is refused on {args.host}: without auth the server binds to loopback only")
         return 1
+    keda = ServerConfig(
+        host=args.host, tls=_tls(args), keda_port=args.keda_port, keda_client_ca=args.keda_client_ca,
+        keda_insecure=args.keda_insecure,
+    )  # fmt: skip
+    if refused := keda_refusal(keda):  # also before any token is generated
+        error(refused)
+        return 2
 
     config = ServerConfig(
         host=args.host,
@@ -61,9 +68,6 @@ def start_server(args: argparse.Namespace) -> int:
         keda_max_streams=args.keda_max_streams,
         keda_max_streams_per_peer=args.keda_max_streams_per_peer,
     )
-    if refused := keda_refusal(config):
-        error(refused)
-        return 2
     from flux.store.base import StoreError
 
     try:
