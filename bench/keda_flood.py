@@ -77,7 +77,11 @@ def _hold(address: str, count: int, ready: Any, stop: Any, opened: Any) -> None:
                 for i in range(min(BATCH, count - len(calls)))
             ]
             firsts = await asyncio.gather(*(call.read() for call in batch), return_exceptions=True)
-            calls += [call for call, first in zip(batch, firsts) if isinstance(first, pb.IsActiveResponse)]
+            calls += [
+                call
+                for call, first in zip(batch, firsts, strict=True)
+                if isinstance(first, pb.IsActiveResponse)
+            ]
             failures |= {repr(f)[:300] for f in firsts if not isinstance(f, pb.IsActiveResponse)}
             if len(failures) > 0 and len(calls) == 0:
                 break
