@@ -9,6 +9,7 @@ from bench import (
     dashboard,
     dispatch,
     fleet,
+    keda_flood,
     limits,
     loaded,
     matching,
@@ -38,6 +39,7 @@ BENCHES = {
     "tenants": tenants.main,
     "reclaim": reclaim.main,
     "tracing": tracing.main,
+    "keda-flood": keda_flood.main,
 }
 
 

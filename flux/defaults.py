@@ -63,3 +63,8 @@ CAPACITY = 16  # concurrent executions
 DRAIN_TIMEOUT = 60.0
 WORK_DIR = ".flux/worker"
 DISK_PATH = "/"
+
+# KEDA's StreamIsActive streams (--keda-max-streams, --keda-max-streams-per-peer): KEDA opens one
+# per ScaledObject, from its operator's pod; each open stream is held memory on the server.
+KEDA_MAX_STREAMS = 256
+KEDA_MAX_STREAMS_PER_PEER = 16

@@ -188,7 +188,25 @@ def add_start(commands: argparse._SubParsersAction) -> None:
     )  # fmt: skip
     server.add_argument(
         "--keda-client-ca", metavar="PEM",
-        help="require KEDA to present a client certificate signed by this CA (its tlsClientCert); needs --tls-cert",
+        help="require KEDA to present a client certificate signed by this CA (its tlsClientCert); needs "
+        "--tls-cert. With --keda-port beyond a loopback --host, this or --keda-insecure is required",
+    )  # fmt: skip
+    server.add_argument(
+        "--keda-insecure", action="store_true",
+        help="serve --keda-port beyond a loopback --host without client certificates (anyone who reaches "
+        "the port may call it, e.g. behind a NetworkPolicy); refused with --keda-client-ca",
+    )  # fmt: skip
+    server.add_argument(
+        "--keda-max-streams", type=count("--keda-max-streams"), default=defaults.KEDA_MAX_STREAMS,
+        metavar="N",
+        help="open StreamIsActive streams (KEDA opens one per ScaledObject) before new ones get "
+        f"RESOURCE_EXHAUSTED (default {defaults.KEDA_MAX_STREAMS})",
+    )  # fmt: skip
+    server.add_argument(
+        "--keda-max-streams-per-peer", type=count("--keda-max-streams-per-peer"),
+        default=defaults.KEDA_MAX_STREAMS_PER_PEER, metavar="N",
+        help="open StreamIsActive streams from one client address before its new ones get "
+        f"RESOURCE_EXHAUSTED (default {defaults.KEDA_MAX_STREAMS_PER_PEER})",
     )  # fmt: skip
     with_log_format(server)
     server.set_defaults(run=command("start", "start_server"))

@@ -10,17 +10,29 @@ A ``ScaledObject`` per pool names the pool in its trigger's metadata
 - ``IsActive`` every polling interval (the ``external`` trigger): whether the
   pool has work at all, which scales it from and back to zero;
 - ``StreamIsActive`` (the ``external-push`` trigger): the answer now, then
-  each change of it as it happens. The pool book recomputes demand once per
-  event-loop turn after any queue or fleet change, so a submission to an idle
-  pool is pushed at once, not at the next poll; a slow re-read covers changes
-  made on other replicas.
+  each change of it as it happens. The pool book recomputes demand at most
+  once per 10 ms after any queue or fleet change, for all streams together,
+  and wakes only the streams whose pool's answer flipped, so a submission to
+  an idle pool is pushed at once and an open stream costs nothing while its
+  answer holds; the book's one slow refresh covers changes made on other
+  replicas.
 
 ``StreamMetricSpec`` is left unimplemented (UNIMPLEMENTED): the target never
 changes, and KEDA falls back to ``GetMetricSpec`` as its proto says.
 
 No bearer token here: KEDA authenticates with a client certificate
-(``tlsClientCert``), which the port requires when ``--keda-client-ca`` is set.
-The answers are pool names and worker counts only.
+(``tlsClientCert``), which the port requires when ``--keda-client-ca`` is set;
+beyond loopback the server refuses to start without it unless
+``--keda-insecure`` says so. The answers are pool names and worker counts
+only, and what a caller without a certificate can cost is bounded (issue 40):
+
+- open ``StreamIsActive`` streams are capped per peer host and in all
+  (``--keda-max-streams-per-peer``, ``--keda-max-streams``; RESOURCE_EXHAUSTED
+  names the cap and its flag);
+- an unknown pool is refused from the pool book's memory: no demand
+  computation and no store read of its own (the declarations come from the
+  book's shared re-read, at most one per 2 s), and NOT_FOUND names only the
+  pool asked for, never the others.
 """
 
 from __future__ import annotations
@@ -32,18 +44,16 @@ from collections.abc import AsyncIterator
 import grpc
 
 from flux.dispatcher.core import Dispatcher
-from flux.errors import FluxError, InvalidArgument, NotFound, refusal, status_of
+from flux.errors import InvalidArgument, NotFound, ResourceExhausted, refusal, status_of
 from flux.keda import externalscaler_pb2 as pb
 from flux.keda import externalscaler_pb2_grpc as pb_grpc
 from flux.matching.pools import PoolDemand
+from flux.server.keda_streams import StreamLimits
 
 log = logging.getLogger("flux.keda")
 
 POOL_KEY = "pool"
 METRIC_PREFIX = "flux-pool-"
-# Seconds between re-reads on an open StreamIsActive when nothing changed here (another
-# replica's submissions reach this one's queue through the shared feed, not its fleet feed).
-REFRESH = 5.0
 
 
 def pool_of(ref: pb.ScaledObjectRef) -> str:
@@ -62,15 +72,17 @@ def metric_name(pool: str) -> str:
 
 
 class KedaScaler(pb_grpc.ExternalScalerServicer):
-    def __init__(self, dispatcher: Dispatcher):
+    def __init__(self, dispatcher: Dispatcher, limits: StreamLimits | None = None):
         self.dispatcher = dispatcher
+        self.limits = limits if limits is not None else StreamLimits()
 
     async def _demand(self, pool: str) -> PoolDemand:
         return await self.dispatcher.pools.get(self.dispatcher, pool)
 
     async def _fail(self, context: grpc.aio.ServicerContext, exc: Exception) -> None:
         error = refusal(exc, self.dispatcher.store.unavailable)
-        if not isinstance(error, InvalidArgument | NotFound):
+        # A caller's mistake or a cap it hit is its own to read in the answer, not a line per call here.
+        if not isinstance(error, InvalidArgument | NotFound | ResourceExhausted):
             log.warning("a KEDA call failed: %s", error)
         await context.abort(status_of(error)[0], str(error))
 
@@ -88,7 +100,9 @@ class KedaScaler(pb_grpc.ExternalScalerServicer):
     ) -> pb.GetMetricSpecResponse:
         try:
             pool = pool_of(request)
-            await self._demand(pool)  # an unknown pool is refused here, at setup, not at every poll
+            # An unknown pool is refused here, at setup, not at every poll; a known one needs no demand.
+            await self.dispatcher.pools.refresh()
+            self.dispatcher.pools.require(pool)
             spec = pb.MetricSpec(metricName=metric_name(pool), targetSize=1, targetSizeFloat=1.0)
             return pb.GetMetricSpecResponse(metricSpecs=[spec])
         except Exception as exc:
@@ -114,38 +128,36 @@ class KedaScaler(pb_grpc.ExternalScalerServicer):
     async def StreamIsActive(
         self, request: pb.ScaledObjectRef, context: grpc.aio.ServicerContext
     ) -> AsyncIterator[pb.IsActiveResponse]:
+        # Counted before anything else: a refused stream costs a dictionary lookup.
         try:
-            pool = pool_of(request)
-            first = await self._demand(pool)
+            release = self.limits.admit(context.peer())
         except Exception as exc:
             await self._fail(context, exc)
             return
-        changes: asyncio.Queue[PoolDemand | None] = asyncio.Queue()
-
-        def on_demand(demand: dict[str, PoolDemand]) -> None:
-            changes.put_nowait(demand.get(pool))
-
-        stop = self.dispatcher.pools.watch(on_demand)
+        stop = None
         try:
-            active = first.active
+            # Only the latest flip matters; the pool book calls this once per flip, never per change.
+            flipped: asyncio.Queue[bool] = asyncio.Queue()
+            try:
+                active, stop = await self.dispatcher.pools.subscribe(pool_of(request), flipped.put_nowait)
+            except Exception as exc:
+                await self._fail(context, exc)
+                return
             yield pb.IsActiveResponse(result=active)
             while True:
-                try:
-                    current = await asyncio.wait_for(changes.get(), REFRESH)
-                except TimeoutError:
-                    try:
-                        current = await self._demand(pool)
-                    except FluxError:
-                        current = None  # undeclared and gone: no work for it
-                while not changes.empty():  # only the latest of a burst matters
-                    current = changes.get_nowait()
-                now = current.active if current is not None else False
+                now = await flipped.get()
+                while not flipped.empty():  # a burst of flips while this stream was not scheduled
+                    now = flipped.get_nowait()
                 if now != active:
                     active = now
                     yield pb.IsActiveResponse(result=active)
         finally:
-            stop()
+            if stop is not None:
+                stop()
+            release()
 
 
-def add_to_server(dispatcher: Dispatcher, server: grpc.aio.Server) -> None:
-    pb_grpc.add_ExternalScalerServicer_to_server(KedaScaler(dispatcher), server)  # type: ignore[arg-type]
+def add_to_server(
+    dispatcher: Dispatcher, server: grpc.aio.Server, limits: StreamLimits | None = None
+) -> None:
+    pb_grpc.add_ExternalScalerServicer_to_server(KedaScaler(dispatcher, limits), server)  # type: ignore[arg-type]

@@ -70,6 +70,31 @@ class ServerConfig:
     keda_port: int | None = None
     # CA (PEM) whose client certificates the KEDA port requires (KEDA's tlsClientCert); needs tls.
     keda_client_ca: str | None = None
+    # Serve the KEDA port beyond loopback without client certificates (--keda-insecure).
+    keda_insecure: bool = False
+    # Open StreamIsActive streams, in all and per peer host, before new ones get RESOURCE_EXHAUSTED.
+    keda_max_streams: int = defaults.KEDA_MAX_STREAMS
+    keda_max_streams_per_peer: int = defaults.KEDA_MAX_STREAMS_PER_PEER
+
+
+def keda_refusal(config: ServerConfig) -> str:
+    """Why this configuration of the KEDA port is refused, or "" when it is not.
+
+    The port has no bearer token: beyond loopback, anyone who reaches it may call it unless it
+    requires a client certificate. Serving it so anyway is a choice said out loud (--keda-insecure),
+    e.g. where a NetworkPolicy alone admits KEDA's namespace.
+    """
+    if config.keda_client_ca and config.keda_insecure:
+        return "--keda-client-ca and --keda-insecure contradict each other: give one of them"
+    if config.keda_client_ca and config.tls is None:
+        return "--keda-client-ca needs --tls-cert and --tls-key: client certificates need TLS"
+    if config.keda_port is None or config.keda_client_ca or config.keda_insecure or is_loopback(config.host):
+        return ""
+    return (
+        f"--keda-port on {config.host or 'every address'} would answer anyone who reaches it: give "
+        "--keda-client-ca CA.pem (with --tls-cert/--tls-key) so only KEDA's client certificate is "
+        "accepted, or --keda-insecure to serve it without one (e.g. behind a NetworkPolicy)"
+    )
 
 
 DB_ENV = "FLUX_DB_URL"
@@ -145,6 +170,8 @@ async def start_server(config: ServerConfig) -> RunningServer:
         raise ValueError(
             f"--insecure is refused on {config.host}: without auth the server binds to loopback only"
         )
+    if refused := keda_refusal(config):
+        raise ValueError(refused)
     dispatcher = build_dispatcher(config)
     await dispatcher.start()
     callers = Callers(config.tokens, dispatcher.tenants)
@@ -222,12 +249,11 @@ async def _start_keda(
 ) -> tuple[grpc.aio.Server, int]:
     """KEDA's external scaler on its own port, with the health service for its probes."""
     from flux.server.keda import add_to_server
+    from flux.server.keda_streams import StreamLimits
 
     assert config.keda_port is not None
-    if config.keda_client_ca and config.tls is None:
-        raise ValueError("--keda-client-ca needs --tls-cert and --tls-key: client certificates need TLS")
     server = grpc.aio.server(options=[("grpc.so_reuseport", 0)])
-    add_to_server(dispatcher, server)
+    add_to_server(dispatcher, server, StreamLimits(config.keda_max_streams, config.keda_max_streams_per_peer))
     health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)  # type: ignore[arg-type]
     address = f"{config.host}:{config.keda_port}"
     try:

@@ -54,19 +54,68 @@ async def test_a_pool_is_learned_from_its_worker_and_its_running_work_counts():
     assert (demand.workers, demand.busy_workers, demand.running, demand.desired) == (1, 1, 1, 1)
 
 
-async def test_watchers_get_one_recomputation_per_burst():
+async def test_subscribers_get_one_recomputation_per_burst():
     flux = await Flux().start()
     await flux.d.pools.apply(parse_pools([GPU]))
     await flux.workflow("train", gpu=1)
-    seen: list[int] = []
-    stop = flux.d.pools.watch(lambda demand: seen.append(demand["gpu"].pending))
+    seen: list[bool] = []
+    first, stop = await flux.d.pools.subscribe("gpu", seen.append)
+    assert first is False
     try:
+        before = flux.d.pools.recomputations
         # Twenty submissions committed in one batch (one event-loop turn): one recomputation, after all.
         await asyncio.gather(*(flux.d.submit("train", "") for _ in range(20)))
         await asyncio.wait_for(_until(lambda: seen), 5)
-        assert seen == [20]
+        assert seen == [True] and flux.d.pools.recomputations == before + 1
     finally:
         stop()
+
+
+async def test_a_change_wakes_only_the_subscribers_whose_pool_flipped():
+    """Issue 40: many streams on a busy pool cost nothing when more work arrives; the one on the
+    pool that flipped is called once; the demand is computed once for all of them."""
+    flux = await Flux().start()
+    await flux.d.pools.apply(
+        parse_pools([GPU, {"name": "cpu", "labels": {"kind": "cpu"}, "resources": {"cpu": 4}}])
+    )
+    await flux.workflow("train", gpu=1)
+    await flux.d.submit("train", "")
+    pools = flux.d.pools
+    busy: list[bool] = []
+    idle: list[bool] = []
+    stops = []
+    for _ in range(500):
+        active, stop = await pools.subscribe("gpu", busy.append)
+        assert active is True
+        stops.append(stop)
+    active, stop = await pools.subscribe("cpu", idle.append)
+    stops.append(stop)
+    try:
+        assert active is False
+        before = (pools.computations, pools.recomputations)
+        await asyncio.gather(*(flux.d.submit("train", "") for _ in range(20)))
+        await asyncio.wait_for(_until(lambda: pools.recomputations > before[1]), 5)
+        await asyncio.sleep(0.05)  # room for a second, wrong, round of wake-ups
+        assert busy == [] and idle == []  # gpu was active already; cpu got nothing
+        assert pools.computations - before[0] == pools.recomputations - before[1] == 1
+    finally:
+        for stop in stops:
+            stop()
+
+
+async def test_an_unknown_pool_is_refused_from_memory():
+    flux = await Flux().start()
+    await flux.d.pools.apply(parse_pools([GPU]))
+    await flux.d.pools.load()  # fresh: the slow re-read is not due
+    pools = flux.d.pools
+    reads, computations = pools.reads, pools.computations
+    for _ in range(50):
+        with pytest.raises(NotFound) as caught:
+            await pools.get(flux.d, "ghost")
+        assert "gpu" not in str(caught.value)  # the other pools are not the caller's to learn
+        with pytest.raises(NotFound):
+            await pools.subscribe("ghost", lambda active: None)
+    assert (pools.reads, pools.computations) == (reads, computations)
 
 
 async def _until(check) -> None:  # type: ignore[no-untyped-def]

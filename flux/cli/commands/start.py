@@ -22,12 +22,19 @@ def start_server(args: argparse.Namespace) -> int:
 
     from flux.auth import is_loopback
     from flux.dispatcher.core import Settings
-    from flux.server.serve import ServerConfig, resolve_db, serve
+    from flux.server.serve import ServerConfig, keda_refusal, resolve_db, serve
 
     if args.insecure and not is_loopback(args.host):
         # Before anything is created: no token, database or ./.flux/ left behind by a refused start.
         error(f"--insecure is refused on {args.host}: without auth the server binds to loopback only")
         return 1
+    keda = ServerConfig(
+        host=args.host, tls=_tls(args), keda_port=args.keda_port, keda_client_ca=args.keda_client_ca,
+        keda_insecure=args.keda_insecure,
+    )  # fmt: skip
+    if refused := keda_refusal(keda):  # also before any token is generated
+        error(refused)
+        return 2
 
     try:
         db = resolve_db(args.db, args.db_file, os.environ)
@@ -62,10 +69,10 @@ def start_server(args: argparse.Namespace) -> int:
         http_limits=None if args.no_http else _http_limits(args),
         keda_port=args.keda_port,
         keda_client_ca=args.keda_client_ca,
+        keda_insecure=args.keda_insecure,
+        keda_max_streams=args.keda_max_streams,
+        keda_max_streams_per_peer=args.keda_max_streams_per_peer,
     )
-    if args.keda_client_ca and config.tls is None:
-        error("--keda-client-ca needs --tls-cert and --tls-key: client certificates need TLS")
-        return 2
     from flux.store.base import StoreError
 
     try:

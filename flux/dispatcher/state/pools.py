@@ -7,9 +7,19 @@ while it has no worker, for as long as this server runs). ``demand`` reads the
 fleet and the pending queue in one synchronous step and hands them to the
 pure ``compute_demand``.
 
-``watch`` is for KEDA's ``StreamIsActive``: a listener on the fleet feed marks
-demand stale on any queue or fleet change, and one recomputation per event
-loop turn (however many submissions arrived in it) wakes the watchers.
+``subscribe`` is for KEDA's ``StreamIsActive``: a listener on the fleet feed
+marks demand stale on any queue or fleet change, and one recomputation per
+``MIN_INTERVAL`` (however many submissions arrived in it, however many streams
+are open) updates the last ``active`` of each subscribed pool and calls only
+the subscribers of the pools whose ``active`` flipped. A stream costs nothing
+while its pool's answer holds: 3,000 open streams on busy pools are not 3,000
+wake-ups per submission burst (issue 40). One timer per book, not per stream,
+recomputes every ``REFRESH`` seconds for what no local event announces (work
+submitted through another replica), and that recomputation is also the slow
+re-read of the declarations (at most one per ``RELOAD`` seconds, shared).
+
+``known`` answers whether a pool exists from memory only: an unknown name
+costs neither a store read nor a demand computation, however often it is asked.
 """
 
 from __future__ import annotations
@@ -23,6 +33,7 @@ from typing import TYPE_CHECKING, Any
 from flux.errors import InvalidArgument, NotFound
 from flux.matching import FeasibilityCache, Shape
 from flux.matching.pools import (
+    POOL_LABEL,
     PoolDemand,
     PoolSpec,
     compute_demand,
@@ -48,6 +59,9 @@ MIN_INTERVAL = 0.01
 # Seconds a server trusts the declarations it read: with replicas, one applied on another is
 # seen within this (a single server has them all in memory already; the read is cheap).
 RELOAD = 2.0
+# Seconds between recomputations for the subscribers when nothing changed here (another
+# replica's submissions reach this one's queue through the shared feed, not its fleet feed).
+REFRESH = 5.0
 
 
 class PoolBook:
@@ -57,18 +71,27 @@ class PoolBook:
         self.declared: dict[str, PoolSpec] = {}
         self.learned: dict[str, PoolSpec] = {}
         self._cache = FeasibilityCache()
-        # StreamIsActive watchers: each is called with the fresh demand once per recomputation.
-        self._watchers: list[Callable[[dict[str, PoolDemand]], None]] = []
+        # StreamIsActive subscribers per pool, and the pool's ``active`` they were last told.
+        self._subscribers: dict[str, set[Callable[[bool], None]]] = {}
+        self._active: dict[str, bool] = {}
         self._unsubscribe: Callable[[], None] | None = None
         self._scheduled = False
         self._task: asyncio.Task[None] | None = None
+        self._refresher: asyncio.TimerHandle | None = None
         self._last = float("-inf")  # loop time of the last recomputation
         self._loaded_at = float("-inf")  # loop time of the last read of the declarations
+        self._loading: asyncio.Future[None] | None = None  # the re-read in flight, shared by its callers
+        # Counters for tests and the bench: store reads of the declarations, demand computations
+        # (any caller), and the recomputations done for subscribers.
+        self.reads = 0
+        self.computations = 0
+        self.recomputations = 0
 
     async def load(self) -> None:
         """Read the declarations from the store (at start, and every ``RELOAD`` seconds after:
         with replicas, another one may have applied some)."""
         self._loaded_at = asyncio.get_running_loop().time()
+        self.reads += 1
         for name, document in await self.store.list_pools():
             try:
                 self.declared[name] = parse_pool(json.loads(document), f"stored pool {name!r}")
@@ -96,6 +119,7 @@ class PoolBook:
         self, entries: Sequence[WorkerEntry], pending: Sequence[tuple[Shape, int]]
     ) -> dict[str, PoolDemand]:
         """Demand per pool over these workers and pending shapes (one synchronous step)."""
+        self.computations += 1
         views = [entry.view() for entry in entries if entry.accepting]
         for view in sorted(views, key=lambda v: v.name, reverse=True):  # the first by name wins
             pool = pool_of(view)
@@ -105,9 +129,31 @@ class PoolBook:
         return compute_demand(specs, views, pending, self._cache)
 
     async def refresh(self) -> None:
-        """Re-read the declarations when they are older than ``RELOAD`` seconds."""
-        if asyncio.get_running_loop().time() - self._loaded_at > RELOAD:
-            await self.load()
+        """Re-read the declarations when they are older than ``RELOAD`` seconds.
+
+        Callers arriving while a re-read is in flight wait for that one: many concurrent KEDA
+        calls on a replica make one query, not one each."""
+        if self._loading is not None:
+            await asyncio.shield(self._loading)
+            return
+        if asyncio.get_running_loop().time() - self._loaded_at <= RELOAD:
+            return
+        self._loading = asyncio.ensure_future(self.load())
+        try:
+            await asyncio.shield(self._loading)
+        finally:
+            self._loading = None
+
+    def known(self, name: str) -> bool:
+        """Whether ``name`` is a pool here, from memory: declared, learned from a worker, or the
+        pool of a worker connected here (O(workers) on a miss; no store, no demand computation).
+        A pool only another replica's workers are in is learned by this one's next computation."""
+        if name in self.declared or name in self.learned:
+            return True
+        return any(
+            entry.accepting and entry.labels.get(POOL_LABEL) == name
+            for entry in self._dispatcher.registry.values()
+        )
 
     async def demand(self, dispatcher: Handle) -> dict[str, PoolDemand]:
         await self.refresh()
@@ -116,37 +162,76 @@ class PoolBook:
         return self.demand_now(entries, [(shape, queue.count(shape)) for shape in queue.shapes()])
 
     async def get(self, dispatcher: Handle, name: str) -> PoolDemand:
-        demand = await self.demand(dispatcher)
-        found = demand.get(name)
-        if found is None and name not in self.declared:  # applied through another replica just now?
-            await self.load()
-            demand = await self.demand(dispatcher)
-            found = demand.get(name)
-        if found is None:
-            known = ", ".join(sorted(demand)) or "none yet"
-            raise NotFound(f"pool {name!r} is neither declared nor has a worker (pools: {known})")
+        """One pool's demand. An unknown name is refused from memory, before any computation: the
+        declarations come from the slow re-read (``refresh``), never from a read per miss."""
+        await self.refresh()
+        self.require(name)
+        found = (await self.demand(dispatcher)).get(name)
+        if found is None:  # its last worker left between the check and the computation
+            raise self._unknown(name)
         return found
+
+    def require(self, name: str) -> None:
+        if not self.known(name):
+            raise self._unknown(name)
+
+    @staticmethod
+    def _unknown(name: str) -> NotFound:
+        # Only the name asked for: the KEDA port answers without a token, so no list of pools.
+        return NotFound(
+            f"pool {name!r} is neither declared nor has a worker (flux pool list shows the pools)"
+        )
 
     def could_run(self, shape: Shape, demand: dict[str, PoolDemand]) -> str:
         """Explain's addition for work no connected worker can run: ``pool a100 could run it (0 workers)``."""
         return could_run_text(could_run(shape, demand.values(), self._cache))
 
-    # ----------------------------------------------------------------- watching
+    # ----------------------------------------------------------------- subscribing
 
-    def watch(self, listener: Callable[[dict[str, PoolDemand]], None]) -> Callable[[], None]:
-        """Call ``listener`` with fresh demand whenever the queue or fleet changed; returns stop."""
-        self._watchers.append(listener)
+    async def subscribe(self, name: str, listener: Callable[[bool], None]) -> tuple[bool, Callable[[], None]]:
+        """``name``'s ``active`` now, and a stop; ``listener`` is then called with each flip of it.
+
+        The answer now is the one the book last computed for the pool when it already has
+        subscribers (any change since is on its way to them, and so to this one), and one
+        computation otherwise. Unknown pools are refused (``NotFound``) before anything is kept.
+        """
+        await self.refresh()
+        self.require(name)
+        subscribers = self._subscribers.setdefault(name, set())
+        subscribers.add(listener)
         if self._unsubscribe is None:
             self._unsubscribe = self._dispatcher.events.fleet.subscribe(self._on_change)
+            self._schedule_refresh()
 
         def stop() -> None:
-            if listener in self._watchers:
-                self._watchers.remove(listener)
-            if not self._watchers and self._unsubscribe is not None:
+            subscribers.discard(listener)
+            if not subscribers and self._subscribers.get(name) is subscribers:
+                del self._subscribers[name]
+                self._active.pop(name, None)
+            if not self._subscribers and self._unsubscribe is not None:
                 self._unsubscribe()
                 self._unsubscribe = None
+                if self._refresher is not None:
+                    self._refresher.cancel()
+                    self._refresher = None
 
-        return stop
+        if name not in self._active:
+            try:
+                found = (await self.demand(self._dispatcher)).get(name)
+            except BaseException:
+                stop()
+                raise
+            self._active.setdefault(name, found is not None and found.active)
+        return self._active[name], stop
+
+    def _schedule_refresh(self) -> None:
+        self._refresher = asyncio.get_running_loop().call_later(REFRESH, self._refresh_tick)
+
+    def _refresh_tick(self) -> None:
+        if self._unsubscribe is None:  # the last subscriber left
+            return
+        self._schedule_refresh()
+        self.changed()
 
     def _on_change(self, change: Change, subject: Any) -> None:
         self.changed()
@@ -155,9 +240,10 @@ class PoolBook:
         """Demand may differ: recompute once, after whatever else this event-loop turn does.
 
         At most once per ``MIN_INTERVAL``: a burst of submissions costs one computation
-        (3 ms at 10,000 pending over 100 pools, bench/pools.py) per interval, not one per turn.
+        (3 ms at 10,000 pending over 100 pools, bench/pools.py) per interval, not one per turn
+        nor one per stream.
         """
-        if self._scheduled or not self._watchers:
+        if self._scheduled or not self._subscribers:
             return
         self._scheduled = True
         loop = asyncio.get_running_loop()
@@ -173,10 +259,18 @@ class PoolBook:
     async def _recompute(self) -> None:
         self._scheduled = False
         self._last = asyncio.get_running_loop().time()
+        self.recomputations += 1
         try:
             demand = await self.demand(self._dispatcher)
-        except Exception:  # a replica's database hiccup: the next change or poll tries again
+        except Exception:  # a replica's database hiccup: the next change or refresh tries again
             log.exception("pool demand could not be computed")
             return
-        for listener in tuple(self._watchers):
-            listener(demand)
+        # O(subscribed pools) to compare, then only the subscribers of the pools that flipped.
+        for name, subscribers in tuple(self._subscribers.items()):
+            found = demand.get(name)
+            active = found is not None and found.active  # a pool gone (undeclared, no worker) has no work
+            if self._active.get(name) is active:
+                continue
+            self._active[name] = active
+            for listener in tuple(subscribers):
+                listener(active)
