@@ -427,3 +427,128 @@ def test_admit_refuses_what_would_pass_a_quota_given_the_whole_clusters_usage_in
     assert admit(tenants, held, wanted) == {"m2", "s2"}
     # With web using its own core, ml has nothing left to borrow.
     assert admit(tenants, {**held, "web": one}, wanted) == {"m1", "m2", "s2"}
+
+
+# ---- the executions quota: every execution holds one slot, requests or not -------------------
+
+NOTHING = ResourceRequest()
+
+SLOT_CASES = [
+    # (id, tenants, executions each already runs, who asks, what it asks, fits, reason shown)
+    ("request-less under quota", [tenant("solo", executions=2)], {"solo": 1}, "solo", NOTHING, True, None),
+    (
+        "request-less at quota",
+        [tenant("solo", cpu=1, executions=1)],
+        {"solo": 1},
+        "solo",
+        NOTHING,
+        False,
+        "tenant solo at its executions quota 1/1",
+    ),
+    (
+        "cpu work at the executions quota though under the cpu one",
+        [tenant("solo", cpu=4, executions=1)],
+        {"solo": 1},
+        "solo",
+        ResourceRequest(cpu=1),
+        False,
+        "tenant solo at its executions quota 1/1",
+    ),
+    (
+        "no executions quota: request-less is unlimited",
+        [tenant("solo", cpu=1)],
+        {"solo": 7},
+        "solo",
+        NOTHING,
+        True,
+        None,
+    ),
+    (
+        "borrows the cohort's unused slots",
+        [tenant("solo", "team", executions=1), tenant("ml", "team", executions=6)],
+        {"solo": 6},
+        "solo",
+        NOTHING,
+        True,
+        None,
+    ),
+    (
+        "the cohort has no slot left to lend",
+        [tenant("solo", "team", executions=1), tenant("ml", "team", executions=6)],
+        {"solo": 7},
+        "solo",
+        NOTHING,
+        False,
+        "tenant solo at its executions quota 7/1, borrowing 6 of no limit in cohort team "
+        "(the cohort has no executions left to lend)",
+    ),
+    (
+        "borrowing limit on slots",
+        [tenant("solo", "team", {"executions": 2}, executions=1), tenant("ml", "team", executions=6)],
+        {"solo": 3},
+        "solo",
+        NOTHING,
+        False,
+        "tenant solo at its executions quota 3/1, borrowing 2 of 2 in cohort team",
+    ),
+    (
+        "lending limit keeps slots back",
+        [tenant("solo", "team", executions=1), tenant("ml", "team", lend={"executions": 1}, executions=6)],
+        {"solo": 2},
+        "solo",
+        NOTHING,
+        False,
+        "tenant solo at its executions quota 2/1, borrowing 1 of no limit in cohort team "
+        "(the cohort has no executions left to lend)",
+    ),
+]
+
+
+@pytest.mark.parametrize(
+    ("tenants", "running", "who", "asked", "fits", "reason"),
+    [c[1:] for c in SLOT_CASES],
+    ids=[c[0] for c in SLOT_CASES],
+)
+def test_executions_quota_rule(tenants, running, who, asked, fits, reason):
+    accounts = Accounts(tenants, capacity=(8, 0, 0, 0, 8))
+    for name, count in running.items():
+        for _ in range(count):
+            accounts.charge(name, demand(NOTHING))
+    block = Ledger(accounts).blocked(who, demand(asked))
+    assert (block is None) == fits
+    assert (block.describe() if block else None) == reason
+
+
+def test_request_less_work_counts_in_the_fair_share():
+    # Over 8 slots, 4 request-less executions above a nominal of 0 are half the fleet.
+    accounts = Accounts([tenant("solo", executions=0), tenant("ml")], capacity=(8, 0, 0, 0, 8))
+    assert accounts.share("solo", (0, 0, 0, 0, 4)) == 0.5
+    assert accounts.share("ml", (0, 0, 0, 0, 2)) == 0.25  # no quota: measured from 0
+
+
+def test_solo_cannot_crowd_out_ml_with_request_less_work():
+    """Issue 40: solo (1 core) ran 6 request-less executions and a cpu=1 one, holding 7 of 8 slots.
+    With an executions quota it holds at most that many; ml's work is placed beside it."""
+    fleet = [worker("w", cpu=8, capacity=8)]
+    accounts = Accounts(
+        [tenant("solo", cpu=1, executions=2), tenant("ml", cpu=2)],
+        capacity=capacity_of((w.resources for w in fleet), 8),
+    )
+    queue = PendingQueue()
+    for seq in range(6):
+        queue.add(f"solo-{seq}", Shape(NOTHING, tenant="solo"), seq)
+    queue.add("solo-cpu", Shape(ResourceRequest(cpu=1), tenant="solo"), 6)
+    queue.add("ml-0", Shape(ResourceRequest(cpu=1), tenant="ml"), 7)
+    placed = {p.execution_id for p in schedule(queue, fleet, accounts=accounts)}
+    assert "ml-0" in placed
+    assert sum(name.startswith("solo") for name in placed) == 2
+    why = explain(Shape(NOTHING, tenant="solo"), fleet, accounts=_charged(accounts, placed))
+    assert why.summary.startswith("tenant solo at its executions quota 2/2")
+
+
+def _charged(accounts: Accounts, placed: set[str]) -> Accounts:
+    after = accounts.copy()
+    for execution_id in placed:
+        name = execution_id.split("-")[0]
+        after.charge(name, demand(ResourceRequest(cpu=1) if execution_id.endswith("cpu") else NOTHING))
+    return after
