@@ -16,7 +16,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from flux.auth import Credentials
+from flux.auth import Credentials, Role
 from flux.client import FluxClient
 from flux.errors import FailedPrecondition, ResourceExhausted
 from flux.testing import Cluster, eventually
@@ -88,6 +88,18 @@ def test_an_executions_quota_outside_a_cohort_leaves_the_slots_to_others(cluster
         assert solo.explain(waiting[0]).summary.startswith("tenant solo at its executions quota 2/2")
         theirs = ml.run("slow_step", 120).execution_id
         eventually(lambda: ml.get(theirs).state in RUNNING, what="ml admitted beside solo")
+        # Over HTTP the tenant bodies carry the new fields too.
+        admin = {"Authorization": f"Bearer {cluster.token(Role.CLIENT)}"}
+        changed = httpx.patch(
+            f"{cluster.gateway_url}/tenants/ml",
+            json={"executions": 3, "max_pending": 10, "max_pending_bytes": "1Mi"},
+            headers=admin,
+            timeout=10,
+        )
+        assert changed.status_code == 200, changed.text
+        read = httpx.get(f"{cluster.gateway_url}/tenants/ml", headers=admin, timeout=10).json()["tenant"]
+        assert int(read["quota"]["executions"]) == 3
+        assert (int(read["max_pending"]), int(read["max_pending_bytes"])) == (10, 1024 * 1024)
         assert sum(solo.get(i).state in RUNNING for i in mine) == 2
         for execution_id in [*mine, theirs]:
             with contextlib.suppress(FailedPrecondition):
