@@ -2,8 +2,9 @@
 
 Every call needs an admin API token (the server's own is one). Tenants come
 back as ``flux.domain.tenant.Tenant``; terms go in as the fields of a tenants
-file (DESIGN §9: ``cpu``, ``memory``, ``gpu``, ``gpu_memory``, ``cohort``,
-``borrowing_limit``, ``lending_limit``, ``weight``), checked here first so a bad
+file (DESIGN §9, §10: ``cpu``, ``memory``, ``gpu``, ``gpu_memory``, ``executions``,
+``cohort``, ``borrowing_limit``, ``lending_limit``, ``weight``, ``max_pending``,
+``max_pending_bytes``), checked here first so a bad
 value is refused naming its field before anything is sent::
 
     client.tenants.create("ml", gpu=4, cohort="research", borrowing_limit={"gpu": 2})

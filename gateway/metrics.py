@@ -45,7 +45,7 @@ STATES = {
     control_pb2.EXECUTION_STATE_CANCELLED: "cancelled",
 }
 # Label values of flux_reservations and flux_allocatable; the unit is in the value.
-TENANT_RESOURCES = ("cpu", "memory", "gpu", "gpu_memory")
+TENANT_RESOURCES = ("cpu", "memory", "gpu", "gpu_memory", "executions")
 RESOURCES = (("cpu_cores", "cpu"), ("memory_bytes", "memory"), ("disk_bytes", "disk"), ("gpus", "gpus"))
 
 
@@ -205,7 +205,8 @@ def _tenant_metrics(s: control_pb2.ClusterStatus) -> Iterator[Metric]:
     usage = GaugeMetricFamily(
         "flux_tenant_usage",
         "What each tenant's scheduled and running executions hold, by resource "
-        "(cpu in cores, memory and gpu_memory in bytes, gpu in devices).",
+        "(cpu in cores, memory and gpu_memory in bytes, gpu in devices, executions in executions "
+        "scheduled or running: each counts one, whatever it requests).",
         labels=["tenant", "resource"],
     )
     quota = GaugeMetricFamily(

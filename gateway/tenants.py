@@ -95,7 +95,10 @@ async def set_tenant(
         Body(
             description='The fields to change, as in a tenants file ({"gpu": 4, "borrowing_limit": {"gpu": 2}}); '
             "null clears one.",
-            examples=[{"gpu": 4, "weight": 2}],
+            examples=[
+                {"gpu": 4, "weight": 2},
+                {"executions": 8, "max_pending": 500, "max_pending_bytes": "1Gi"},
+            ],
         ),
     ],
 ) -> JSONResponse:

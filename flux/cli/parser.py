@@ -82,6 +82,10 @@ def _tenant_terms(p: argparse.ArgumentParser) -> None:
     p.add_argument("--memory", metavar="Q", help="nominal quota of memory, e.g. 64Gi")
     p.add_argument("--gpu", metavar="N", help="nominal quota of GPUs")
     p.add_argument("--gpu-memory", metavar="Q", help="nominal quota of VRAM (gpu x gpu_memory), e.g. 320Gi")
+    p.add_argument(
+        "--executions", metavar="N",
+        help="nominal quota of executions scheduled or running at once (each counts one, requests or not)",
+    )  # fmt: skip
     p.add_argument("--cohort", metavar="NAME", help="the cohort it borrows from and lends to")
     p.add_argument(
         "--borrowing-limit",
@@ -90,6 +94,15 @@ def _tenant_terms(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument("--lending-limit", metavar="R=Q,…", help="how much of its quota it lends, e.g. gpu=1")
     p.add_argument("--weight", metavar="W", help="fair-share weight (> 0, default 1)")
+    p.add_argument(
+        "--max-pending", metavar="N",
+        help="its unfinished executions accepted at most (default: its fair share of the server's --max-pending)",
+    )  # fmt: skip
+    p.add_argument(
+        "--max-pending-bytes", metavar="Q",
+        help="input bytes of its unfinished executions accepted at most, e.g. 1Gi "
+        "(default: its fair share of the server's --max-pending-bytes)",
+    )  # fmt: skip
 
 
 def build_parser() -> argparse.ArgumentParser:

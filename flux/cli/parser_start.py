@@ -161,13 +161,15 @@ def add_start(commands: argparse._SubParsersAction) -> None:
     server.add_argument(
         "--max-pending", type=whole_number("--max-pending"), metavar="N", default=defaults.MAX_PENDING,
         help="unfinished executions accepted before RunWorkflow answers RESOURCE_EXHAUSTED "
-        f"(default {defaults.MAX_PENDING})",
+        f"(default {defaults.MAX_PENDING}); a hard cap: each tenant without its own max_pending "
+        "holds at most a fair share of it (see flux tenant set --max-pending)",
     )  # fmt: skip
     server.add_argument(
         "--max-pending-bytes", type=quantity("--max-pending-bytes"), metavar="BYTES",
         default=defaults.MAX_PENDING_BYTES,
         help="input bytes of unfinished executions accepted before RunWorkflow answers RESOURCE_EXHAUSTED "
-        f"(default {format_bytes(defaults.MAX_PENDING_BYTES)})",
+        f"(default {format_bytes(defaults.MAX_PENDING_BYTES)}); a hard cap, shared among tenants as "
+        "--max-pending is",
     )  # fmt: skip
     server.add_argument(
         "--max-workers", type=whole_number("--max-workers"), metavar="N", default=defaults.MAX_WORKERS,

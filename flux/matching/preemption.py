@@ -5,6 +5,10 @@ whose pending execution would keep it within its nominal quota on everything
 it asks for, and which cannot be placed now, may preempt executions of the
 tenants of its cohort that are *borrowing* (using above their nominal quota) on
 a resource it needs. Victims go lowest priority first, then newest first.
+Every execution holds one execution slot (``flux.matching.tenancy.demand``), so
+a tenant under its ``executions`` quota reclaims slots from a cohort member
+above its own, even from work that requests nothing: its victims free the
+worker's slots (``capacity``) as well as their cores.
 
 The victim set is the smallest that makes room, and only one that does is ever
 returned (Volcano #5984 preempted work that freed nothing): with the victims
@@ -27,7 +31,7 @@ from dataclasses import dataclass
 from flux.matching.aging import BookedRoom
 from flux.matching.filters import fits_now, permanent_rejection
 from flux.matching.shape import Shape
-from flux.matching.tenancy import Accounts, Ledger, Vector, sub
+from flux.matching.tenancy import ZERO, Accounts, Ledger, Vector, sub
 from flux.matching.view import Room, WorkerView
 
 
@@ -74,7 +78,7 @@ def reclaimable(accounts: Accounts, shape: Shape) -> bool:
     if terms is None or not terms.cohort:
         return False
     used = accounts.used(shape.tenant)
-    asked = [i for i in range(4) if shape.demand[i]]
+    asked = [i for i in range(len(ZERO)) if shape.demand[i]]
     if not any(terms.nominal[i] is not None for i in asked):
         return False  # nothing it asks for is under a quota: it has nothing to reclaim
     return all(terms.nominal[i] is None or used[i] + shape.demand[i] <= terms.nominal[i] for i in asked)
@@ -102,7 +106,7 @@ def plan(
     ):
         return None  # it fits: placing it is the scheduler's job, not preemption's
     cohort = accounts.cohort_of(shape.tenant)
-    asked = [i for i in range(4) if shape.demand[i]]
+    asked = [i for i in range(len(ZERO)) if shape.demand[i]]
     eligible = sorted(
         (
             r
@@ -165,7 +169,7 @@ def _still_borrowing(accounts: Accounts, victim: Running, chosen: list[Running],
         and used[i] > terms.nominal[i]
         and victim.shape.demand[i]
         and shape.demand[i]
-        for i in range(4)
+        for i in range(len(ZERO))
     )
 
 

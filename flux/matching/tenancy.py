@@ -19,7 +19,12 @@ a nominal quota ``n`` on, with ``lendable = min(n, lending_limit)`` and
   a member uses its own quota first, then what the others leave unused.
 
 A resource without a quota is unlimited for that tenant and takes no part in
-its cohort. A request that does not ask for a resource is not checked on it.
+its cohort. A request that does not ask for a resource is not checked on it,
+except ``executions``: every execution holds one of its tenant's execution
+slots, as it holds one of its worker's (``capacity``), whatever it requests.
+So work that requests nothing still counts: against an ``executions`` quota,
+in the cohort's pool of slots, and in the fair share (the fleet's slots are
+that resource's capacity).
 
 Fair share is instant, not decayed (as Kueue's, KEP-1714): a tenant's share
 is its dominant resource share above its nominal quota, ``max over resources
@@ -40,36 +45,40 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 from flux.domain.resource_request import ResourceRequest
-from flux.domain.tenant import DEFAULT_TENANT, RESOURCES, Tenant, describe_amount
+from flux.domain.tenant import COUNTED, DEFAULT_TENANT, RESOURCES, Tenant, describe_amount
 from flux.domain.worker import WorkerResources
 
-Vector = tuple[int, int, int, int]  # cpu cores, memory bytes, GPUs, VRAM bytes (RESOURCES' order)
-ZERO: Vector = (0, 0, 0, 0)
+# cpu cores, memory bytes, GPUs, VRAM bytes, executions (RESOURCES' order)
+Vector = tuple[int, int, int, int, int]
+ZERO: Vector = (0, 0, 0, 0, 0)
+EXECUTIONS = RESOURCES.index("executions")
 _R = range(len(RESOURCES))
 
 
 def demand(requests: ResourceRequest) -> Vector:
-    """What an execution holds against its tenant's quota: its requests (VRAM per GPU times GPUs)."""
-    return (requests.cpu, requests.memory, requests.gpu, requests.gpu * requests.gpu_memory)
+    """What an execution holds against its tenant's quota: its requests (VRAM per GPU times GPUs)
+    and one execution slot, which even an execution that requests nothing holds."""
+    return (requests.cpu, requests.memory, requests.gpu, requests.gpu * requests.gpu_memory, 1)
 
 
-def capacity_of(resources: Iterable[WorkerResources]) -> Vector:
-    """A fleet's totals, the denominators of the fair share."""
+def capacity_of(resources: Iterable[WorkerResources], slots: int = 0) -> Vector:
+    """A fleet's totals, the denominators of the fair share; ``slots``: its workers' capacities summed
+    (0: executions take no part in the share)."""
     cpu = memory = gpu = vram = 0
     for r in resources:
         cpu += r.cpu_total
         memory += r.memory_total
         gpu += len(r.gpus)
         vram += sum(g.memory_total for g in r.gpus)
-    return (cpu, memory, gpu, vram)
+    return (cpu, memory, gpu, vram, slots)
 
 
 def add(a: Vector, b: Vector) -> Vector:
-    return (a[0] + b[0], a[1] + b[1], a[2] + b[2], a[3] + b[3])
+    return (a[0] + b[0], a[1] + b[1], a[2] + b[2], a[3] + b[3], a[4] + b[4])
 
 
 def sub(a: Vector, b: Vector) -> Vector:
-    return (a[0] - b[0], a[1] - b[1], a[2] - b[2], a[3] - b[3])
+    return (a[0] - b[0], a[1] - b[1], a[2] - b[2], a[3] - b[3], a[4] - b[4])
 
 
 class Terms:
@@ -149,7 +158,7 @@ class QuotaBlock:
 
 
 def _amount(resource: str, value: int) -> str:
-    return str(value) if resource in ("cpu", "gpu") else describe_amount(resource, value).replace(" ", "")
+    return str(value) if resource in COUNTED else describe_amount(resource, value).replace(" ", "")
 
 
 class Accounts:
@@ -165,7 +174,7 @@ class Accounts:
         self.pool: dict[str, list[int]] = {}
         self.drawn: dict[str, list[int]] = {}
         self.scales: dict[str, tuple[tuple[int, ...], tuple[float, ...]]] = {}
-        self.unlimited_scale: tuple[tuple[int, ...], tuple[float, ...]] = ((0, 0, 0, 0), (0.0, 0.0, 0.0, 0.0))
+        self.unlimited_scale: tuple[tuple[int, ...], tuple[float, ...]] = (ZERO, (0.0,) * len(ZERO))
         self.configure(tenants)
 
     @property
@@ -186,7 +195,7 @@ class Accounts:
             name: (tuple(n or 0 for n in t.nominal), tuple(c * t.weight for c in capacity))
             for name, t in self.terms.items()
         }
-        self.unlimited_scale = ((0, 0, 0, 0), tuple(float(c) for c in capacity))
+        self.unlimited_scale = (ZERO, tuple(float(c) for c in capacity))
         self.shares = {name: self.share(name) for name in self.usage}
 
     def configure(self, tenants: Iterable[Tenant]) -> None:
@@ -323,7 +332,7 @@ class Ledger:
         if terms is not None and terms.cohort:
             drawn = self.drawn.get(terms.cohort)
             if drawn is None:
-                drawn = self.drawn[terms.cohort] = [0, 0, 0, 0]
+                drawn = self.drawn[terms.cohort] = [0, 0, 0, 0, 0]
             for i in terms.quoted:
                 if amount[i]:
                     guaranteed = terms.guaranteed[i]
@@ -332,6 +341,7 @@ class Ledger:
         now[1] += amount[1]
         now[2] += amount[2]
         now[3] += amount[3]
+        now[4] += amount[4]
         accounts = self.accounts
         return _share(now, accounts.scales.get(name, accounts.unlimited_scale))
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
-from flux.domain.tenant import RESOURCES, Limits, Tenant
+from flux.domain.tenant import ADMISSION, RESOURCES, Limits, Tenant
 from flux.errors import InvalidArgument
 from flux.v1 import tenants_pb2
 
@@ -28,6 +28,8 @@ def tenant_to_proto(tenant: Tenant) -> tenants_pb2.Tenant:
         borrowing_limit=limits_to_proto(tenant.borrowing_limit),
         lending_limit=limits_to_proto(tenant.lending_limit),
         weight=tenant.weight,
+        max_pending=tenant.max_pending,
+        max_pending_bytes=tenant.max_pending_bytes,
     )
 
 
@@ -42,6 +44,9 @@ def tenant_from_proto(message: tenants_pb2.Tenant, field: str = "tenant") -> Ten
             data[name] = amounts
     if message.weight:
         data["weight"] = message.weight
+    for name in ADMISSION:
+        if message.HasField(name):
+            data[name] = getattr(message, name)
     try:
         return Tenant.from_dict(data)
     except (TypeError, ValueError) as exc:
@@ -49,7 +54,7 @@ def tenant_from_proto(message: tenants_pb2.Tenant, field: str = "tenant") -> Ten
 
 
 def tenant_statuses_to_proto(
-    tenants: Iterable[tuple[str, tuple[int, int, int, int], Limits, int]],
+    tenants: Iterable[tuple[str, tuple[int, ...], Limits, int]],
 ) -> list[tenants_pb2.TenantStatus]:
     """Each tenant's (name, usage, quota, pending) from ``flux.observe.status``."""
     return [

@@ -28,6 +28,7 @@ class TenantLimits(_message.Message):
     MEMORY_FIELD_NUMBER: _builtins.int
     GPU_FIELD_NUMBER: _builtins.int
     GPU_MEMORY_FIELD_NUMBER: _builtins.int
+    EXECUTIONS_FIELD_NUMBER: _builtins.int
     cpu: _builtins.int
     """Cores."""
     memory: _builtins.int
@@ -36,6 +37,8 @@ class TenantLimits(_message.Message):
     """GPUs."""
     gpu_memory: _builtins.int
     """Bytes of VRAM (an execution counts gpu x gpu_memory)."""
+    executions: _builtins.int
+    """Executions scheduled or running at once (each counts one, whatever it requests)."""
     def __init__(
         self,
         *,
@@ -43,13 +46,16 @@ class TenantLimits(_message.Message):
         memory: _builtins.int | None = ...,
         gpu: _builtins.int | None = ...,
         gpu_memory: _builtins.int | None = ...,
+        executions: _builtins.int | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["_cpu", b"_cpu", "_gpu", b"_gpu", "_gpu_memory", b"_gpu_memory", "_memory", b"_memory", "cpu", b"cpu", "gpu", b"gpu", "gpu_memory", b"gpu_memory", "memory", b"memory"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["_cpu", b"_cpu", "_executions", b"_executions", "_gpu", b"_gpu", "_gpu_memory", b"_gpu_memory", "_memory", b"_memory", "cpu", b"cpu", "executions", b"executions", "gpu", b"gpu", "gpu_memory", b"gpu_memory", "memory", b"memory"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["_cpu", b"_cpu", "_gpu", b"_gpu", "_gpu_memory", b"_gpu_memory", "_memory", b"_memory", "cpu", b"cpu", "gpu", b"gpu", "gpu_memory", b"gpu_memory", "memory", b"memory"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_cpu", b"_cpu", "_executions", b"_executions", "_gpu", b"_gpu", "_gpu_memory", b"_gpu_memory", "_memory", b"_memory", "cpu", b"cpu", "executions", b"executions", "gpu", b"gpu", "gpu_memory", b"gpu_memory", "memory", b"memory"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     _WhichOneofReturnType__cpu: _TypeAlias = _typing.Literal["cpu"]  # noqa: Y015
     _WhichOneofArgType__cpu: _TypeAlias = _typing.Literal["_cpu", b"_cpu"]  # noqa: Y015
+    _WhichOneofReturnType__executions: _TypeAlias = _typing.Literal["executions"]  # noqa: Y015
+    _WhichOneofArgType__executions: _TypeAlias = _typing.Literal["_executions", b"_executions"]  # noqa: Y015
     _WhichOneofReturnType__gpu: _TypeAlias = _typing.Literal["gpu"]  # noqa: Y015
     _WhichOneofArgType__gpu: _TypeAlias = _typing.Literal["_gpu", b"_gpu"]  # noqa: Y015
     _WhichOneofReturnType__gpu_memory: _TypeAlias = _typing.Literal["gpu_memory"]  # noqa: Y015
@@ -58,6 +64,8 @@ class TenantLimits(_message.Message):
     _WhichOneofArgType__memory: _TypeAlias = _typing.Literal["_memory", b"_memory"]  # noqa: Y015
     @_typing.overload
     def WhichOneof(self, oneof_group: _WhichOneofArgType__cpu) -> _WhichOneofReturnType__cpu | None: ...
+    @_typing.overload
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__executions) -> _WhichOneofReturnType__executions | None: ...
     @_typing.overload
     def WhichOneof(self, oneof_group: _WhichOneofArgType__gpu) -> _WhichOneofReturnType__gpu | None: ...
     @_typing.overload
@@ -119,12 +127,18 @@ class Tenant(_message.Message):
     BORROWING_LIMIT_FIELD_NUMBER: _builtins.int
     LENDING_LIMIT_FIELD_NUMBER: _builtins.int
     WEIGHT_FIELD_NUMBER: _builtins.int
+    MAX_PENDING_FIELD_NUMBER: _builtins.int
+    MAX_PENDING_BYTES_FIELD_NUMBER: _builtins.int
     name: _builtins.str
     """1-63 lowercase letters, digits, '.', '_' or '-', starting with a letter or digit."""
     cohort: _builtins.str
     """The cohort whose members lend each other unused quota; empty: none."""
     weight: _builtins.float
     """Its fair-share weight (> 0); 0 on the wire means the default, 1."""
+    max_pending: _builtins.int
+    """Its unfinished executions accepted at most; absent: its fair share of the server's --max-pending."""
+    max_pending_bytes: _builtins.int
+    """Input bytes of its unfinished executions accepted at most; absent: its fair share of --max-pending-bytes."""
     @_builtins.property
     def quota(self) -> Global___TenantLimits:
         """Its nominal quota."""
@@ -146,12 +160,21 @@ class Tenant(_message.Message):
         borrowing_limit: Global___TenantLimits | None = ...,
         lending_limit: Global___TenantLimits | None = ...,
         weight: _builtins.float = ...,
+        max_pending: _builtins.int | None = ...,
+        max_pending_bytes: _builtins.int | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["borrowing_limit", b"borrowing_limit", "lending_limit", b"lending_limit", "quota", b"quota"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["_max_pending", b"_max_pending", "_max_pending_bytes", b"_max_pending_bytes", "borrowing_limit", b"borrowing_limit", "lending_limit", b"lending_limit", "max_pending", b"max_pending", "max_pending_bytes", b"max_pending_bytes", "quota", b"quota"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["borrowing_limit", b"borrowing_limit", "cohort", b"cohort", "lending_limit", b"lending_limit", "name", b"name", "quota", b"quota", "weight", b"weight"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_max_pending", b"_max_pending", "_max_pending_bytes", b"_max_pending_bytes", "borrowing_limit", b"borrowing_limit", "cohort", b"cohort", "lending_limit", b"lending_limit", "max_pending", b"max_pending", "max_pending_bytes", b"max_pending_bytes", "name", b"name", "quota", b"quota", "weight", b"weight"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
-    def WhichOneof(self, oneof_group: _Never) -> None: ...
+    _WhichOneofReturnType__max_pending: _TypeAlias = _typing.Literal["max_pending"]  # noqa: Y015
+    _WhichOneofArgType__max_pending: _TypeAlias = _typing.Literal["_max_pending", b"_max_pending"]  # noqa: Y015
+    _WhichOneofReturnType__max_pending_bytes: _TypeAlias = _typing.Literal["max_pending_bytes"]  # noqa: Y015
+    _WhichOneofArgType__max_pending_bytes: _TypeAlias = _typing.Literal["_max_pending_bytes", b"_max_pending_bytes"]  # noqa: Y015
+    @_typing.overload
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__max_pending) -> _WhichOneofReturnType__max_pending | None: ...
+    @_typing.overload
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__max_pending_bytes) -> _WhichOneofReturnType__max_pending_bytes | None: ...
 
 Global___Tenant: _TypeAlias = Tenant  # noqa: Y015
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import random
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -234,3 +235,86 @@ def test_a_returning_tenant_gets_its_quota_back_after_one_round(nominal, workers
         queue.add(f"ml-{seq}", gpus(1, "ml"), 1000 + seq)
     placed = schedule(queue, fleet.views(), accounts=accounts)
     assert len(placed) == nominal
+
+
+# ---- execution slots: request-less work is reclaimed too ------------------------------------
+
+NOTHING = ResourceRequest()
+
+
+def slots_fleet(solo: dict, ml: dict, solo_running: int, solo_cpu: int = 0) -> tuple[Accounts, list, list]:
+    """One worker with 8 cores and 8 slots; solo runs ``solo_running`` request-less executions
+    (and ``solo_cpu`` of cpu=1)."""
+    accounts = Accounts([Tenant("solo", Limits(**solo), "team"), Tenant("ml", Limits(**ml), "team")])
+    running = []
+    for seq in range(solo_running + solo_cpu):
+        requests = ResourceRequest(cpu=1) if seq >= solo_running else NOTHING
+        shape = Shape(requests, tenant="solo")
+        running.append(Running(f"solo-{seq}", shape, "w", (), 0, seq))
+        accounts.charge("solo", shape.demand)
+    view = worker("w", cpu=8, capacity=8, active=len(running), reserved={"cpu": solo_cpu})
+    accounts.capacity = capacity_of([view.resources], 8)
+    return accounts, [view], running
+
+
+SLOT_RECLAIM = [
+    # (id, solo's quota, ml's quota, solo request-less, solo cpu=1, ml asks, victims or None)
+    (
+        "slots full of borrowed request-less work: one goes",
+        {"cpu": 1, "executions": 1},
+        {"cpu": 2, "executions": 7},
+        7,
+        1,
+        ResourceRequest(cpu=1),
+        ["solo-7"],  # the newest (its cpu=1 one)
+    ),
+    (
+        "ml asks nothing: a slot is all it needs",
+        {"executions": 1},
+        {"executions": 7},
+        8,
+        0,
+        NOTHING,
+        ["solo-7"],
+    ),
+    (
+        "solo within its executions quota is no victim",
+        {"executions": 8},
+        {"executions": 2},
+        8,
+        0,
+        NOTHING,
+        None,
+    ),
+    (
+        "ml at its own executions quota reclaims nothing",
+        {"executions": 8},
+        {"executions": 0},
+        8,
+        0,
+        NOTHING,
+        None,
+    ),
+    (
+        "a free slot: placing is the scheduler's job",
+        {"executions": 1},
+        {"executions": 7},
+        7,
+        0,
+        NOTHING,
+        None,
+    ),
+]
+
+
+@pytest.mark.parametrize(
+    ("solo", "ml", "request_less", "cpu_ones", "asked", "victims"),
+    [c[1:] for c in SLOT_RECLAIM],
+    ids=[c[0] for c in SLOT_RECLAIM],
+)
+def test_reclaim_of_execution_slots(solo, ml, request_less, cpu_ones, asked, victims):
+    accounts, views, running = slots_fleet(solo, ml, request_less, cpu_ones)
+    found = plan(accounts, "ml-0", Shape(asked, tenant="ml"), views, running)
+    assert (None if found is None else [v.execution_id for v in found.victims]) == victims
+    if found is not None:
+        assert found.describe() == "will preempt 1 execution of tenant solo"

@@ -129,10 +129,10 @@ CASES = [
     ids=[c[0] for c in CASES],
 )
 def test_quota_rule(tenants, usage, who, asked, fits, reason):
-    accounts = Accounts(tenants, capacity=(0, 0, 100, 0))
+    accounts = Accounts(tenants, capacity=(0, 0, 100, 0, 0))
     for name, used in usage.items():
-        accounts.charge(name, (0, 0, used, 0))
-    block = Ledger(accounts).blocked(who, (1, 0, asked, 0))
+        accounts.charge(name, (0, 0, used, 0, 0))
+    block = Ledger(accounts).blocked(who, (1, 0, asked, 0, 0))
     assert (block is None) == fits
     if reason is not None:
         assert block is not None and block.describe() == reason
@@ -140,33 +140,33 @@ def test_quota_rule(tenants, usage, who, asked, fits, reason):
 
 def test_refund_returns_the_cohort_pool():
     accounts = Accounts([tenant("a", "c", gpu=2), tenant("b", "c", gpu=2)])
-    accounts.charge("a", (0, 0, 4, 0))
-    assert not Ledger(accounts).fits("b", (0, 0, 1, 0))
-    accounts.refund("a", (0, 0, 1, 0))
-    assert Ledger(accounts).fits("b", (0, 0, 1, 0))
+    accounts.charge("a", (0, 0, 4, 0, 0))
+    assert not Ledger(accounts).fits("b", (0, 0, 1, 0, 0))
+    accounts.refund("a", (0, 0, 1, 0, 0))
+    assert Ledger(accounts).fits("b", (0, 0, 1, 0, 0))
     assert accounts.drawn["c"][2] == 3
 
 
 def test_configure_keeps_usage_and_recounts_the_pool():
     accounts = Accounts([tenant("a", "c", gpu=2), tenant("b", "c", gpu=2)])
-    accounts.charge("a", (0, 0, 3, 0))
+    accounts.charge("a", (0, 0, 3, 0, 0))
     accounts.configure([tenant("a", "c", gpu=2), tenant("b", "c", gpu=6)])
     assert accounts.pool["c"][2] == 8 and accounts.drawn["c"][2] == 3
-    assert Ledger(accounts).fits("a", (0, 0, 5, 0))
-    assert not Ledger(accounts).fits("a", (0, 0, 6, 0))
+    assert Ledger(accounts).fits("a", (0, 0, 5, 0, 0))
+    assert not Ledger(accounts).fits("a", (0, 0, 6, 0, 0))
 
 
 def test_demand_counts_vram_per_gpu():
-    assert demand(ResourceRequest(cpu=2, memory="1Gi", gpu=2, gpu_memory="10Gi")) == (2, GiB, 2, 20 * GiB)
-    assert Shape(ResourceRequest(gpu=2, gpu_memory="10Gi")).demand == (0, 0, 2, 20 * GiB)
+    assert demand(ResourceRequest(cpu=2, memory="1Gi", gpu=2, gpu_memory="10Gi")) == (2, GiB, 2, 20 * GiB, 1)
+    assert Shape(ResourceRequest(gpu=2, gpu_memory="10Gi")).demand == (0, 0, 2, 20 * GiB, 1)
 
 
 def test_share_is_above_nominal_over_capacity_divided_by_weight():
-    accounts = Accounts([tenant("a", gpu=2, weight=2), tenant("b")], capacity=(10, 0, 8, 0))
-    assert accounts.share("a", (0, 0, 2, 0)) == 0.0  # within nominal
-    assert accounts.share("a", (0, 0, 6, 0)) == (4 / 8) / 2
+    accounts = Accounts([tenant("a", gpu=2, weight=2), tenant("b")], capacity=(10, 0, 8, 0, 0))
+    assert accounts.share("a", (0, 0, 2, 0, 0)) == 0.0  # within nominal
+    assert accounts.share("a", (0, 0, 6, 0, 0)) == (4 / 8) / 2
     # Dominant resource: cpu 5/10 beats gpu 2/8.
-    assert accounts.share("b", (5, 0, 2, 0)) == 0.5
+    assert accounts.share("b", (5, 0, 2, 0, 0)) == 0.5
 
 
 # ---- through schedule -----------------------------------------------------------------------
@@ -176,7 +176,7 @@ def test_burst_in_one_pass_never_exceeds_quota():
     queue = PendingQueue()
     for seq in range(10):
         queue.add(f"e{seq}", gpus(1, "ml"), seq)
-    accounts = Accounts([tenant("ml", gpu=3)], capacity=(0, 0, 16, 0))
+    accounts = Accounts([tenant("ml", gpu=3)], capacity=(0, 0, 16, 0, 0))
     placements = schedule(queue, [worker("w", gpus=16)], accounts=accounts)
     assert len(placements) == 3
 
@@ -186,7 +186,7 @@ def test_quota_blocked_tenant_does_not_block_another():
     queue.add("a0", gpus(1, "a"), 0)
     queue.add("a1", gpus(1, "a"), 1)
     queue.add("b2", gpus(1, "b"), 2)
-    accounts = Accounts([tenant("a", gpu=1)], capacity=(0, 0, 4, 0))
+    accounts = Accounts([tenant("a", gpu=1)], capacity=(0, 0, 4, 0, 0))
     placements = schedule(queue, [worker("w", gpus=4)], accounts=accounts)
     assert sorted(p.execution_id for p in placements) == ["a0", "b2"]
 
@@ -195,7 +195,7 @@ def test_quota_blocked_head_does_not_block_a_smaller_shape_of_the_same_tenant():
     queue = PendingQueue()
     queue.add("big", gpus(3, "a"), 0)
     queue.add("small", gpus(1, "a"), 1)
-    accounts = Accounts([tenant("a", gpu=2)], capacity=(0, 0, 4, 0))
+    accounts = Accounts([tenant("a", gpu=2)], capacity=(0, 0, 4, 0, 0))
     placements = schedule(queue, [worker("w", gpus=4)], accounts=accounts)
     assert [p.execution_id for p in placements] == ["small"]
 
@@ -206,8 +206,8 @@ def test_lowest_share_goes_first_then_priority_within_a_tenant():
     queue.add("a-old", gpus(1, "a"), 0)
     queue.add("b-low", gpus(1, "b"), 1, priority=0)
     queue.add("b-high", gpus(1, "b"), 2, priority=5)
-    accounts = Accounts([], capacity=(0, 0, 4, 0))
-    accounts.charge("a", (0, 0, 2, 0))
+    accounts = Accounts([], capacity=(0, 0, 4, 0, 0))
+    accounts.charge("a", (0, 0, 2, 0, 0))
     placements = schedule(queue, [worker("w", gpus=4)], accounts=accounts, limit=2)
     assert [p.execution_id for p in placements] == ["b-high", "b-low"]
 
@@ -376,10 +376,10 @@ def test_bad_tenant_fields_are_named(data, message):
 def test_explain_leads_with_the_quota_that_holds_it_back():
     accounts = Accounts(
         [tenant("ml", "research", {"gpu": 2}, gpu=4), tenant("web", "research", gpu=2)],
-        capacity=(0, 0, 8, 0),
+        capacity=(0, 0, 8, 0, 0),
     )
-    accounts.charge("ml", (0, 0, 4, 0))
-    accounts.charge("web", (0, 0, 2, 0))
+    accounts.charge("ml", (0, 0, 4, 0, 0))
+    accounts.charge("web", (0, 0, 2, 0, 0))
     found = explain(gpus(1, "ml"), [worker("w", gpus=8, held_gpus={0, 1, 2, 3, 4, 5})], accounts=accounts)
     assert found.quota is not None
     assert found.summary == (
@@ -389,16 +389,16 @@ def test_explain_leads_with_the_quota_that_holds_it_back():
 
 
 def test_explain_without_a_quota_block_says_only_the_workers():
-    accounts = Accounts([tenant("ml", gpu=4)], capacity=(0, 0, 8, 0))
+    accounts = Accounts([tenant("ml", gpu=4)], capacity=(0, 0, 8, 0, 0))
     found = explain(gpus(1, "ml"), [worker("w", gpus=0)], accounts=accounts)
     assert found.quota is None
     assert found.summary.startswith("0/1 workers can run it")
 
 
 def test_explain_names_the_fair_share_place():
-    accounts = Accounts([tenant("a"), tenant("b"), tenant("c")], capacity=(0, 0, 10, 0))
-    accounts.charge("a", (0, 0, 5, 0))
-    accounts.charge("b", (0, 0, 1, 0))
+    accounts = Accounts([tenant("a"), tenant("b"), tenant("c")], capacity=(0, 0, 10, 0, 0))
+    accounts.charge("a", (0, 0, 5, 0, 0))
+    accounts.charge("b", (0, 0, 1, 0, 0))
     queue = PendingQueue()
     for seq, name in enumerate("abc"):
         queue.add(f"{name}{seq}", gpus(1, name), seq)
@@ -414,9 +414,9 @@ def test_admit_refuses_what_would_pass_a_quota_given_the_whole_clusters_usage_in
         Tenant("web", Limits(cpu=1), "research"),
         Tenant("solo", Limits(cpu=2)),
     ]
-    one = (1, 0, 0, 0)
+    one = (1, 0, 0, 0, 0)
     # ml holds 3 (its quota) and may borrow web's idle core once; solo has no cohort: 2 at most.
-    held = {"ml": (3, 0, 0, 0), "solo": (1, 0, 0, 0)}
+    held = {"ml": (3, 0, 0, 0, 0), "solo": (1, 0, 0, 0, 0)}
     wanted = [
         ("m1", "ml", one),
         ("m2", "ml", one),
@@ -427,3 +427,128 @@ def test_admit_refuses_what_would_pass_a_quota_given_the_whole_clusters_usage_in
     assert admit(tenants, held, wanted) == {"m2", "s2"}
     # With web using its own core, ml has nothing left to borrow.
     assert admit(tenants, {**held, "web": one}, wanted) == {"m1", "m2", "s2"}
+
+
+# ---- the executions quota: every execution holds one slot, requests or not -------------------
+
+NOTHING = ResourceRequest()
+
+SLOT_CASES = [
+    # (id, tenants, executions each already runs, who asks, what it asks, fits, reason shown)
+    ("request-less under quota", [tenant("solo", executions=2)], {"solo": 1}, "solo", NOTHING, True, None),
+    (
+        "request-less at quota",
+        [tenant("solo", cpu=1, executions=1)],
+        {"solo": 1},
+        "solo",
+        NOTHING,
+        False,
+        "tenant solo at its executions quota 1/1",
+    ),
+    (
+        "cpu work at the executions quota though under the cpu one",
+        [tenant("solo", cpu=4, executions=1)],
+        {"solo": 1},
+        "solo",
+        ResourceRequest(cpu=1),
+        False,
+        "tenant solo at its executions quota 1/1",
+    ),
+    (
+        "no executions quota: request-less is unlimited",
+        [tenant("solo", cpu=1)],
+        {"solo": 7},
+        "solo",
+        NOTHING,
+        True,
+        None,
+    ),
+    (
+        "borrows the cohort's unused slots",
+        [tenant("solo", "team", executions=1), tenant("ml", "team", executions=6)],
+        {"solo": 6},
+        "solo",
+        NOTHING,
+        True,
+        None,
+    ),
+    (
+        "the cohort has no slot left to lend",
+        [tenant("solo", "team", executions=1), tenant("ml", "team", executions=6)],
+        {"solo": 7},
+        "solo",
+        NOTHING,
+        False,
+        "tenant solo at its executions quota 7/1, borrowing 6 of no limit in cohort team "
+        "(the cohort has no executions left to lend)",
+    ),
+    (
+        "borrowing limit on slots",
+        [tenant("solo", "team", {"executions": 2}, executions=1), tenant("ml", "team", executions=6)],
+        {"solo": 3},
+        "solo",
+        NOTHING,
+        False,
+        "tenant solo at its executions quota 3/1, borrowing 2 of 2 in cohort team",
+    ),
+    (
+        "lending limit keeps slots back",
+        [tenant("solo", "team", executions=1), tenant("ml", "team", lend={"executions": 1}, executions=6)],
+        {"solo": 2},
+        "solo",
+        NOTHING,
+        False,
+        "tenant solo at its executions quota 2/1, borrowing 1 of no limit in cohort team "
+        "(the cohort has no executions left to lend)",
+    ),
+]
+
+
+@pytest.mark.parametrize(
+    ("tenants", "running", "who", "asked", "fits", "reason"),
+    [c[1:] for c in SLOT_CASES],
+    ids=[c[0] for c in SLOT_CASES],
+)
+def test_executions_quota_rule(tenants, running, who, asked, fits, reason):
+    accounts = Accounts(tenants, capacity=(8, 0, 0, 0, 8))
+    for name, count in running.items():
+        for _ in range(count):
+            accounts.charge(name, demand(NOTHING))
+    block = Ledger(accounts).blocked(who, demand(asked))
+    assert (block is None) == fits
+    assert (block.describe() if block else None) == reason
+
+
+def test_request_less_work_counts_in_the_fair_share():
+    # Over 8 slots, 4 request-less executions above a nominal of 0 are half the fleet.
+    accounts = Accounts([tenant("solo", executions=0), tenant("ml")], capacity=(8, 0, 0, 0, 8))
+    assert accounts.share("solo", (0, 0, 0, 0, 4)) == 0.5
+    assert accounts.share("ml", (0, 0, 0, 0, 2)) == 0.25  # no quota: measured from 0
+
+
+def test_solo_cannot_crowd_out_ml_with_request_less_work():
+    """Issue 40: solo (1 core) ran 6 request-less executions and a cpu=1 one, holding 7 of 8 slots.
+    With an executions quota it holds at most that many; ml's work is placed beside it."""
+    fleet = [worker("w", cpu=8, capacity=8)]
+    accounts = Accounts(
+        [tenant("solo", cpu=1, executions=2), tenant("ml", cpu=2)],
+        capacity=capacity_of((w.resources for w in fleet), 8),
+    )
+    queue = PendingQueue()
+    for seq in range(6):
+        queue.add(f"solo-{seq}", Shape(NOTHING, tenant="solo"), seq)
+    queue.add("solo-cpu", Shape(ResourceRequest(cpu=1), tenant="solo"), 6)
+    queue.add("ml-0", Shape(ResourceRequest(cpu=1), tenant="ml"), 7)
+    placed = {p.execution_id for p in schedule(queue, fleet, accounts=accounts)}
+    assert "ml-0" in placed
+    assert sum(name.startswith("solo") for name in placed) == 2
+    why = explain(Shape(NOTHING, tenant="solo"), fleet, accounts=_charged(accounts, placed))
+    assert why.summary.startswith("tenant solo at its executions quota 2/2")
+
+
+def _charged(accounts: Accounts, placed: set[str]) -> Accounts:
+    after = accounts.copy()
+    for execution_id in placed:
+        name = execution_id.split("-")[0]
+        after.charge(name, demand(ResourceRequest(cpu=1) if execution_id.endswith("cpu") else NOTHING))
+    return after

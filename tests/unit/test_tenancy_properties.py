@@ -31,6 +31,7 @@ def tenant_sets(draw):
             "cpu": draw(st.one_of(st.none(), st.integers(0, 12))),
             "gpu": draw(st.one_of(st.none(), st.integers(0, 6))),
             "memory": draw(st.one_of(st.none(), st.integers(0, 24).map(lambda g: g * GiB))),
+            "executions": draw(st.one_of(st.none(), st.integers(0, 10))),
         }
         borrow, lend = {}, {}
         if cohort:
@@ -61,7 +62,7 @@ def within_quota(tenants: list[Tenant], usage: dict[str, list[int]]) -> list[str
     breaches = []
     by_cohort: dict[str, list[Tenant]] = {}
     for t in tenants:
-        used = usage.get(t.name, [0, 0, 0, 0])
+        used = usage.get(t.name, [0, 0, 0, 0, 0])
         for i, r in enumerate(RESOURCES):
             n = t.quota.get(r)
             if n is None:
@@ -83,7 +84,7 @@ def within_quota(tenants: list[Tenant], usage: dict[str, list[int]]) -> list[str
             }
             pool = sum(lendable.values())
             drawn = sum(
-                max(0, usage.get(m.name, [0, 0, 0, 0])[i] - (m.quota.get(r) - lendable[m.name]))
+                max(0, usage.get(m.name, [0, 0, 0, 0, 0])[i] - (m.quota.get(r) - lendable[m.name]))
                 for m in quoted
             )
             if drawn > pool:
@@ -99,9 +100,9 @@ def test_no_tenant_ever_exceeds_quota_plus_borrowing(tenants, seed, workers, agi
     rng = random.Random(seed)
     starvation = Aging(after=15.0) if aging else None
     fleet = [worker(f"w{i}", cpu=8, memory="32Gi", gpus=4, capacity=8) for i in range(workers)]
-    accounts = Accounts(tenants, capacity=capacity_of(w.resources for w in fleet))
+    accounts = Accounts(tenants, capacity=capacity_of((w.resources for w in fleet), 8 * workers))
     queue = PendingQueue()
-    running: dict[str, tuple[str, tuple[int, int, int, int], str]] = {}  # id -> (tenant, demand, worker)
+    running: dict[str, tuple[str, tuple[int, ...], str]] = {}  # id -> (tenant, demand, worker)
     held: dict[str, list] = {w.name: [] for w in fleet}  # worker -> placements held
     usage: dict[str, list[int]] = {}
     seq = 0
@@ -121,7 +122,7 @@ def test_no_tenant_ever_exceeds_quota_plus_borrowing(tenants, seed, workers, agi
             queue.remove(p.execution_id)
             name, amount = p.shape.tenant, p.shape.demand
             accounts.charge(name, amount)
-            usage[name] = [u + a for u, a in zip(usage.get(name, [0, 0, 0, 0]), amount, strict=True)]
+            usage[name] = [u + a for u, a in zip(usage.get(name, [0, 0, 0, 0, 0]), amount, strict=True)]
             running[p.execution_id] = (name, amount, p.worker)
             held[p.worker].append(p)
         assert within_quota(tenants, usage) == []
@@ -223,10 +224,12 @@ def test_opening_tenants_lazily_places_as_opening_every_lane(tenants, seed, work
         )
         for i in range(workers)
     ]
-    accounts = Accounts(tenants, capacity=capacity_of(w.resources for w in fleet))
+    accounts = Accounts(tenants, capacity=capacity_of((w.resources for w in fleet), 16 * workers))
     for name in NAMES:
         if rng.random() < 0.5:
-            accounts.charge(name, (rng.randint(0, 6), rng.randint(0, 8) * GiB, rng.randint(0, 3), 0))
+            accounts.charge(
+                name, (rng.randint(0, 6), rng.randint(0, 8) * GiB, rng.randint(0, 3), 0, rng.randint(1, 6))
+            )
     queue = PendingQueue()
     for seq in range(rng.randint(0, 60)):
         queue.add(f"e{seq}", Shape(rng.choice(SHAPES), tenant=rng.choice(NAMES)), seq, rng.randint(0, 2))
@@ -259,3 +262,54 @@ def test_queue_knows_each_tenants_first_item(ops):
                     expected[shape.tenant] = item
         assert dict(queue.tenants()) == expected
         assert sorted(map(repr, queue.requirements())) == sorted({repr(s.needs) for s in queue.shapes()})
+
+
+@st.composite
+def slot_tenants(draw):
+    """Tenants with an ``executions`` quota (and perhaps a cpu one), some in one cohort."""
+    tenants = []
+    for name in NAMES:
+        cohort = draw(st.sampled_from(["", "c", "c"]))
+        executions = draw(st.integers(0, 6))
+        cpu = draw(st.one_of(st.none(), st.integers(0, 8)))
+        borrow = {"executions": draw(st.integers(0, 4))} if cohort and draw(st.booleans()) else {}
+        lend = {"executions": draw(st.integers(0, executions))} if cohort and draw(st.booleans()) else {}
+        quota = Limits(cpu=cpu, executions=executions)
+        tenants.append(Tenant(name, quota, cohort, Limits(**borrow), Limits(**lend)))
+    return tenants
+
+
+@SETTINGS
+@given(tenants=slot_tenants(), seed=st.integers(0, 2**32 - 1), workers=st.integers(1, 3))
+def test_request_less_work_never_exceeds_an_executions_quota(tenants, seed, workers):
+    """Work that requests nothing (most of it here) still holds one of its tenant's execution slots:
+    no tenant runs more at once than its ``executions`` quota, unless borrowing within its cohort's
+    limits (its borrowing_limit, and what the cohort's members lend)."""
+    rng = random.Random(seed)
+    fleet = [worker(f"w{i}", cpu=8, memory="32Gi", gpus=4, capacity=8) for i in range(workers)]
+    accounts = Accounts(tenants, capacity=capacity_of((w.resources for w in fleet), 8 * workers))
+    queue = PendingQueue()
+    running: dict[str, tuple[str, tuple[int, ...], str]] = {}
+    held: dict[str, list] = {w.name: [] for w in fleet}
+    usage: dict[str, list[int]] = {}
+    shapes = [ResourceRequest(), ResourceRequest(), ResourceRequest(cpu=1)]
+    seq = 0
+    for _ in range(10):
+        for _ in range(rng.randint(0, 16)):
+            queue.add(f"e{seq}", Shape(rng.choice(shapes), tenant=rng.choice(NAMES)), seq)
+            seq += 1
+        for execution_id in rng.sample(sorted(running), k=len(running) // 3):
+            name, amount, where = running.pop(execution_id)
+            accounts.refund(name, amount)
+            usage[name] = [u - a for u, a in zip(usage[name], amount, strict=True)]
+            held[where] = [p for p in held[where] if p.execution_id != execution_id]
+        for p in schedule(queue, [_busy(w, held[w.name]) for w in fleet], accounts=accounts):
+            queue.remove(p.execution_id)
+            name, amount = p.shape.tenant, p.shape.demand
+            assert amount[RESOURCES.index("executions")] == 1  # requests or not, one slot
+            accounts.charge(name, amount)
+            usage[name] = [u + a for u, a in zip(usage.get(name, [0] * 5), amount, strict=True)]
+            running[p.execution_id] = (name, amount, p.worker)
+            held[p.worker].append(p)
+        assert within_quota(tenants, usage) == []
+        assert all(len(placements) <= 8 for placements in held.values())  # never past a worker's slots

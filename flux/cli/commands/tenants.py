@@ -11,6 +11,9 @@ A tenants file is YAML (when PyYAML is installed) or JSON, the fields of DESIGN 
       - name: web
         cpu: 32
         memory: 64Gi
+        executions: 40        # scheduled or running at once, requests or not
+        max_pending: 5000     # unfinished accepted at most (default: a fair share)
+        max_pending_bytes: 1Gi
 
 It is validated here first (every error names its field), then again by the server.
 Every command needs an admin API token (the server's own, ``./.flux/api.token``, is one).
@@ -25,7 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from flux.cli.support import ServiceCalls
-from flux.domain.tenant import RESOURCES, Tenant, describe_amount
+from flux.domain.tenant import ADMISSION, RESOURCES, Tenant, describe_amount
 from flux.errors import InvalidArgument
 
 
@@ -56,6 +59,10 @@ def _changes(args: argparse.Namespace) -> dict[str, Any]:
         changes["lending_limit"] = _limits(args.lending_limit, "--lending-limit")
     if args.weight is not None:
         changes["weight"] = args.weight
+    for name in ADMISSION:
+        value = getattr(args, name)
+        if value is not None:
+            changes[name] = value
     return changes
 
 
@@ -209,7 +216,19 @@ def show_tenant(args: argparse.Namespace) -> int:
     print(f"  borrowing limit  {_limits_text(tenant, 'borrowing_limit')}")
     print(f"  lending limit    {_limits_text(tenant, 'lending_limit')}")
     print(f"  weight           {tenant.weight:g}")
+    print(f"  max pending      {_admission_text(tenant)}")
     return 0
+
+
+def _admission_text(tenant: Tenant) -> str:
+    """``5000 executions, 1Gi of input``; absent parts are the server's fair share."""
+    count = "fair share" if tenant.max_pending is None else describe_amount("executions", tenant.max_pending)
+    size = (
+        "fair share"
+        if tenant.max_pending_bytes is None
+        else describe_amount("memory", tenant.max_pending_bytes)
+    )
+    return f"{count}, {size} of input"
 
 
 def create_token(args: argparse.Namespace) -> int:

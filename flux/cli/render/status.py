@@ -13,7 +13,7 @@ from flux.v1 import control_pb2
 
 REASON_ORDER = ("busy", "infeasible", "no_worker")
 REQUEUE_ORDER = ("released", "worker_lost", "ack_deadline", "stream_overflowed", "preempted")
-TENANT_RESOURCES = ("cpu", "memory", "gpu", "gpu_memory")
+TENANT_RESOURCES = ("cpu", "memory", "gpu", "gpu_memory", "executions")
 
 
 def tenant_usage(t: Any) -> str:
@@ -28,6 +28,8 @@ def tenant_usage(t: Any) -> str:
             parts.append(f"{used}/{t.quota.cpu if limited else '-'} cores")
         elif resource == "gpu":
             parts.append(f"{used}/{t.quota.gpu if limited else '-'} GPUs")
+        elif resource == "executions":
+            parts.append(f"{used}/{t.quota.executions if limited else '-'} executions")
         else:
             what = "memory" if resource == "memory" else "VRAM"
             pair = byte_pair(used, getattr(t.quota, resource)) if limited else f"{format_bytes(used)}/-"

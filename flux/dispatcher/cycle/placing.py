@@ -155,5 +155,7 @@ def push(d: Handle, execution: Execution, entry: WorkerEntry, placement: Placeme
 
 
 def fleet_capacity(d: Handle) -> Vector:
-    """The fleet's totals: the fair share's denominators. O(workers), only with tenants' terms."""
-    return capacity_of(e.resources for e in d.registry.values() if e.accepting)
+    """The fleet's totals: the fair share's denominators (its slots are the executions' one).
+    O(workers), only with tenants' terms."""
+    accepting = [e for e in d.registry.values() if e.accepting]
+    return capacity_of((e.resources for e in accepting), sum(e.capacity for e in accepting))

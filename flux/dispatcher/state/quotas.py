@@ -27,7 +27,7 @@ from collections.abc import Callable, Iterable
 
 from flux.domain.execution import Execution
 from flux.domain.resource_request import ResourceRequest
-from flux.domain.tenant import Tenant
+from flux.domain.tenant import DEFAULT_TENANT, Tenant
 from flux.matching.tenancy import ZERO, Accounts, Vector, add, admit, demand
 from flux.store.base import Held
 
@@ -42,6 +42,7 @@ class TenantUsage:
         self.tenant_of = tenant_of
         self.accounts: Accounts | None = None
         self.tenants: list[Tenant] = []
+        self._by_name: dict[str, Tenant] = {}
         self._charged: dict[str, tuple[str, Vector]] = {}
         # Tenants that gave back usage since the last pass.
         self.freed: set[str] = set()
@@ -59,6 +60,7 @@ class TenantUsage:
     ) -> None:
         """Apply tenants' terms; ``holding`` is every reservation now (execution id, tenant, demand)."""
         self.tenants = list(tenants)
+        self._by_name = {t.name: t for t in tenants}
         if not governed(tenants):
             self.accounts = None
             self._charged.clear()
@@ -75,6 +77,17 @@ class TenantUsage:
         self.reserved.clear()
         for execution_id, tenant, amount in holding:
             self._charge(execution_id, tenant, amount)
+
+    def admission(self, name: str) -> Tenant | None:
+        """``name``'s terms for per-tenant admission (``ExecutionTable.admit``); None while the server
+        has no tenant but ``default`` and ``default`` sets no limit of its own: with nobody else to lock
+        out, only the server's limits apply (as before tenants)."""
+        terms = self._by_name.get(name)
+        if terms is not None and (terms.max_pending is not None or terms.max_pending_bytes is not None):
+            return terms
+        if name == DEFAULT_TENANT and self._by_name.keys() <= {DEFAULT_TENANT}:
+            return None
+        return terms or Tenant(name)
 
     def _charge(self, execution_id: str, tenant: str, amount: Vector) -> None:
         assert self.accounts is not None

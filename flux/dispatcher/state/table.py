@@ -30,10 +30,15 @@ from flux.dispatcher.state.settings import Settings
 from flux.dispatcher.state.unfinished import Unfinished
 from flux.dispatcher.state.watchers import Watchers
 from flux.domain.execution import Execution, result_bytes, utf8_bytes
+from flux.domain.tenant import DEFAULT_TENANT, Tenant, pending_floor, pending_share
 from flux.errors import FailedPrecondition, ResourceExhausted, Unavailable
 from flux.store.base import Conflict, Store
 
 log = logging.getLogger("flux.dispatcher")
+
+# The least room for executions any tenant without its own max_pending is promised (or 1/16
+# of --max-pending, when that is less): what a lone tenant leaves for one that arrives.
+PENDING_FLOOR = 100
 
 
 class ExecutionTable:
@@ -52,6 +57,7 @@ class ExecutionTable:
         # Batches admitted whose commit is in flight (bulk submission): counted against the limits too.
         self.storing_count = 0
         self.storing_bytes = 0
+        self.storing_by_tenant: dict[str, tuple[int, int]] = {}
         # Finished in memory, final state not committed yet: callers still see this (previous) state.
         self.committing: dict[str, Execution] = {}
         # Recent final states for quick answers, within a count and a payload byte budget.
@@ -91,28 +97,26 @@ class ExecutionTable:
             or self.finished.get(execution_id)
         )
 
-    def admit(self, size: int) -> None:
-        """Refuse new work past the pending limits, naming the limit (the store and RAM stay bounded)."""
+    def admit(self, size: int, tenant: str = DEFAULT_TENANT, terms: Tenant | None = None) -> None:
+        """Refuse new work past the pending limits, naming the limit (the store and RAM stay bounded):
+        ``tenant``'s own first (``terms``' max_pending, or its fair share of the server's), then the
+        server's. ``terms`` None: the server has no tenant but ``default``, so only the server's
+        limits apply (there is no other tenant to lock out)."""
+        self.admit_many(1, size, tenant, terms)
+
+    def admit_many(
+        self, count: int, size: int, tenant: str = DEFAULT_TENANT, terms: Tenant | None = None
+    ) -> None:
+        """Refuse a batch of ``count`` executions (``size`` input bytes) unless all of it fits the limits."""
+        if terms is not None:
+            self._admit_tenant(count, size, tenant, terms)
         s = self.settings
         held = len(self.unfinished) + self.storing_count
-        if held >= s.max_pending:
+        if count == 1 and held >= s.max_pending:
             raise ResourceExhausted(
                 f"{held} executions are unfinished; the limit is {s.max_pending} "
                 "(--max-pending); retry when some have finished"
             )
-        held_bytes = self.unfinished.input_bytes + self.storing_bytes
-        if held_bytes + size > s.max_pending_bytes:
-            raise ResourceExhausted(
-                f"unfinished executions hold {held_bytes} input bytes; this input of "
-                f"{size} bytes would pass the limit of {s.max_pending_bytes} (--max-pending-bytes)"
-            )
-
-    def admit_many(self, count: int, size: int) -> None:
-        """Refuse a batch of ``count`` executions (``size`` input bytes) unless all of it fits the limits."""
-        if count == 1:
-            return self.admit(size)
-        s = self.settings
-        held = len(self.unfinished) + self.storing_count
         if held + count > s.max_pending:
             raise ResourceExhausted(
                 f"{held} executions are unfinished; these {count} would pass the limit of "
@@ -120,26 +124,76 @@ class ExecutionTable:
             )
         held_bytes = self.unfinished.input_bytes + self.storing_bytes
         if held_bytes + size > s.max_pending_bytes:
+            inputs = "this input" if count == 1 else f"these {count} inputs"
             raise ResourceExhausted(
-                f"unfinished executions hold {held_bytes} input bytes; these {count} inputs "
-                f"of {size} bytes would pass the limit of {s.max_pending_bytes} (--max-pending-bytes)"
+                f"unfinished executions hold {held_bytes} input bytes; {inputs} of "
+                f"{size} bytes would pass the limit of {s.max_pending_bytes} (--max-pending-bytes)"
+            )
+
+    def _admit_tenant(self, count: int, size: int, tenant: str, terms: Tenant) -> None:
+        """``tenant``'s own limits: so that one tenant's backlog cannot fill the server's room and
+        lock the others out of submitting (``flux.domain.tenant.pending_share`` says the default)."""
+        s = self.settings
+        storing_count, storing_bytes = self.storing_by_tenant.get(tenant, (0, 0))
+        held = self.unfinished.count_of(tenant) + storing_count
+        held_bytes = self.unfinished.bytes_of(tenant) + storing_bytes
+        waiting = len(self.unfinished.tenants() | set(self.storing_by_tenant) | {tenant})
+        limit = terms.max_pending
+        if limit is None:
+            limit = pending_share(s.max_pending, waiting, pending_floor(s.max_pending, PENDING_FLOOR))
+            how = (
+                f"its share of the server's --max-pending {s.max_pending} with {waiting} "
+                f"tenant{'s' if waiting != 1 else ''} waiting"
+            )
+        else:
+            how = "its max_pending"
+        if held + count > limit:
+            these = "" if count == 1 else f"; these {count} would pass it"
+            raise ResourceExhausted(
+                f"tenant {tenant} has {held} unfinished executions; its limit is {limit}{these} ({how}; "
+                f"flux tenant set {tenant} --max-pending N); retry when some have finished"
+            )
+        limit = terms.max_pending_bytes
+        if limit is None:
+            limit = pending_share(
+                s.max_pending_bytes, waiting, pending_floor(s.max_pending_bytes, s.max_pending_bytes)
+            )
+            how = (
+                f"its share of the server's --max-pending-bytes {s.max_pending_bytes} with {waiting} "
+                f"tenant{'s' if waiting != 1 else ''} waiting"
+            )
+        else:
+            how = "its max_pending_bytes"
+        if held_bytes + size > limit:
+            inputs = "this input" if count == 1 else f"these {count} inputs"
+            raise ResourceExhausted(
+                f"tenant {tenant}'s unfinished executions hold {held_bytes} input bytes; {inputs} of {size} "
+                f"bytes would pass its limit of {limit} ({how}; flux tenant set {tenant} --max-pending-bytes Q)"
             )
 
     @contextlib.contextmanager
-    def storing(self, count: int, size: int) -> Iterator[None]:
+    def storing(
+        self, count: int, size: int, tenant: str = DEFAULT_TENANT, terms: Tenant | None = None
+    ) -> Iterator[None]:
         """Admit a batch as a whole, and count it against the limits while its commit is in flight.
 
         A batch waits for its commit before it is held in ``unfinished``: without this,
         two large batches admitted side by side could together pass the limits.
         """
-        self.admit_many(count, size)
+        self.admit_many(count, size, tenant, terms)
         self.storing_count += count
         self.storing_bytes += size
+        before = self.storing_by_tenant.get(tenant, (0, 0))
+        self.storing_by_tenant[tenant] = (before[0] + count, before[1] + size)
         try:
             yield
         finally:
             self.storing_count -= count
             self.storing_bytes -= size
+            left = self.storing_by_tenant.pop(tenant)
+            left = (left[0] - count, left[1] - size)
+            if left[0]:
+                self.storing_by_tenant[tenant] = left
 
     # ----------------------------------------------------------------- changes
 

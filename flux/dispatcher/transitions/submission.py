@@ -5,7 +5,8 @@ helpers: the workflow resolved for the caller's tenant (``_record``), each input
 executions built (``_new``: id, sequence number, priority, trace), stored by the mode's binder,
 then queued (``enqueue``, or ``store_and_queue`` for a batch). What a batch shares is the cost:
 every input is checked before anything is stored (a bad one refuses the whole call, naming
-its index), the batch is admitted against the pending limits as a whole, every row is queued
+its index), the batch is admitted against the pending limits as a whole (its tenant's, then the
+server's: ``ExecutionTable.admit``), every row is queued
 for the store in one event-loop step (the store's group commit then writes them in one
 transaction: all or none), and the scheduler runs one scoped pass for the workflow's shape
 instead of one per input.
@@ -45,7 +46,7 @@ async def submit(
     record = await _record(d, workflow_name, version, tenant, every_workflow)
     input_json = validation.checked_json(input_json or "null", "input_json")
     rank = record.priority if priority is None else validation.checked_priority(priority)
-    d.table.admit(validation.utf8_bytes(input_json))
+    d.table.admit(validation.utf8_bytes(input_json), tenant, d.usage.admission(tenant))
     [execution] = _new(d, record, [input_json], rank, trace, tenant)
     await d.binder.submit(execution)
     held = d.table.get(execution.execution_id) or execution
@@ -72,7 +73,8 @@ async def submit_many(
     checked = validation.checked_inputs(inputs, field)
     record = await _record(d, workflow_name, version, tenant, every_workflow)
     rank = record.priority if priority is None else validation.checked_priority(priority)
-    with d.table.storing(len(checked), sum(validation.utf8_bytes(text) for text in checked)):
+    size = sum(validation.utf8_bytes(text) for text in checked)
+    with d.table.storing(len(checked), size, tenant, d.usage.admission(tenant)):
         executions = _new(d, record, checked, rank, trace, tenant)
         # Finished here even if the caller goes away meanwhile, as a single submission is
         # (LocalBinder.submit, SharedBinder.submit).

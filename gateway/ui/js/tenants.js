@@ -8,8 +8,9 @@ import { h, replace } from "./dom.js";
 import { bytes, num } from "./format.js";
 
 const count = (n) => String(num(n));
-// As the fleet's meters show them: cores and GPUs counted, memory and VRAM in bytes.
-const RESOURCES = [["cpu", count], ["memory", bytes], ["gpu", count], ["gpu_memory", bytes]];
+// As the fleet's meters show them: cores, GPUs and executions counted, memory and VRAM in bytes.
+// Executions: every scheduled or running one counts one, whatever it requests.
+const RESOURCES = [["cpu", count], ["memory", bytes], ["gpu", count], ["gpu_memory", bytes], ["executions", count]];
 
 // One resource: used of quota, as a bar; "no limit" where the quota is absent (the JSON leaves it out).
 function meter(kind, used, quota, show) {
