@@ -24,47 +24,51 @@ _sym_db = _symbol_database.Default()
 
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x15\x66lux/v1/tenants.proto\x12\x07\x66lux.v1\"\x8a\x01\n\x0cTenantLimits\x12\x10\n\x03\x63pu\x18\x01 \x01(\x03H\x00\x88\x01\x01\x12\x13\n\x06memory\x18\x02 \x01(\x03H\x01\x88\x01\x01\x12\x10\n\x03gpu\x18\x03 \x01(\x03H\x02\x88\x01\x01\x12\x17\n\ngpu_memory\x18\x04 \x01(\x03H\x03\x88\x01\x01\x42\x06\n\x04_cpuB\t\n\x07_memoryB\x06\n\x04_gpuB\r\n\x0b_gpu_memory\"y\n\x0cTenantStatus\x12\x0c\n\x04name\x18\x01 \x01(\t\x12$\n\x05usage\x18\x02 \x01(\x0b\x32\x15.flux.v1.TenantLimits\x12$\n\x05quota\x18\x03 \x01(\x0b\x32\x15.flux.v1.TenantLimits\x12\x0f\n\x07pending\x18\x04 \x01(\x03\"\xba\x01\n\x06Tenant\x12\x0c\n\x04name\x18\x01 \x01(\t\x12$\n\x05quota\x18\x02 \x01(\x0b\x32\x15.flux.v1.TenantLimits\x12\x0e\n\x06\x63ohort\x18\x03 \x01(\t\x12.\n\x0f\x62orrowing_limit\x18\x04 \x01(\x0b\x32\x15.flux.v1.TenantLimits\x12,\n\rlending_limit\x18\x05 \x01(\x0b\x32\x15.flux.v1.TenantLimits\x12\x0e\n\x06weight\x18\x06 \x01(\x01\"6\n\x13\x43reateTenantRequest\x12\x1f\n\x06tenant\x18\x01 \x01(\x0b\x32\x0f.flux.v1.Tenant\"7\n\x14\x43reateTenantResponse\x12\x1f\n\x06tenant\x18\x01 \x01(\x0b\x32\x0f.flux.v1.Tenant\"\x14\n\x12ListTenantsRequest\"7\n\x13ListTenantsResponse\x12 \n\x07tenants\x18\x01 \x03(\x0b\x32\x0f.flux.v1.Tenant\" \n\x10GetTenantRequest\x12\x0c\n\x04name\x18\x01 \x01(\t\"4\n\x11GetTenantResponse\x12\x1f\n\x06tenant\x18\x01 \x01(\x0b\x32\x0f.flux.v1.Tenant\"6\n\x10SetTenantRequest\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x14\n\x0c\x63hanges_json\x18\x02 \x01(\t\"4\n\x11SetTenantResponse\x12\x1f\n\x06tenant\x18\x01 \x01(\x0b\x32\x0f.flux.v1.Tenant\"#\n\x13\x44\x65leteTenantRequest\x12\x0c\n\x04name\x18\x01 \x01(\t\"\x16\n\x14\x44\x65leteTenantResponse\"7\n\x13\x41pplyTenantsRequest\x12 \n\x07tenants\x18\x01 \x03(\x0b\x32\x0f.flux.v1.Tenant\"8\n\x14\x41pplyTenantsResponse\x12 \n\x07tenants\x18\x01 \x03(\x0b\x32\x0f.flux.v1.Tenant\"2\n\x12\x43reateTokenRequest\x12\x0e\n\x06tenant\x18\x01 \x01(\t\x12\x0c\n\x04role\x18\x02 \x01(\t\"B\n\x13\x43reateTokenResponse\x12\r\n\x05token\x18\x01 \x01(\t\x12\x0e\n\x06tenant\x18\x02 \x01(\t\x12\x0c\n\x04role\x18\x03 \x01(\t2\x92\x04\n\rTenantService\x12K\n\x0c\x43reateTenant\x12\x1c.flux.v1.CreateTenantRequest\x1a\x1d.flux.v1.CreateTenantResponse\x12H\n\x0bListTenants\x12\x1b.flux.v1.ListTenantsRequest\x1a\x1c.flux.v1.ListTenantsResponse\x12\x42\n\tGetTenant\x12\x19.flux.v1.GetTenantRequest\x1a\x1a.flux.v1.GetTenantResponse\x12\x42\n\tSetTenant\x12\x19.flux.v1.SetTenantRequest\x1a\x1a.flux.v1.SetTenantResponse\x12K\n\x0c\x44\x65leteTenant\x12\x1c.flux.v1.DeleteTenantRequest\x1a\x1d.flux.v1.DeleteTenantResponse\x12K\n\x0c\x41pplyTenants\x12\x1c.flux.v1.ApplyTenantsRequest\x1a\x1d.flux.v1.ApplyTenantsResponse\x12H\n\x0b\x43reateToken\x12\x1b.flux.v1.CreateTokenRequest\x1a\x1c.flux.v1.CreateTokenResponseb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x15\x66lux/v1/tenants.proto\x12\x07\x66lux.v1\"\x8a\x01\n\x0cTenantLimits\x12\x10\n\x03\x63pu\x18\x01 \x01(\x03H\x00\x88\x01\x01\x12\x13\n\x06memory\x18\x02 \x01(\x03H\x01\x88\x01\x01\x12\x10\n\x03gpu\x18\x03 \x01(\x03H\x02\x88\x01\x01\x12\x17\n\ngpu_memory\x18\x04 \x01(\x03H\x03\x88\x01\x01\x42\x06\n\x04_cpuB\t\n\x07_memoryB\x06\n\x04_gpuB\r\n\x0b_gpu_memory\"\x80\x02\n\x0cTenantStatus\x12\x0c\n\x04name\x18\x01 \x01(\t\x12$\n\x05usage\x18\x02 \x01(\x0b\x32\x15.flux.v1.TenantLimits\x12$\n\x05quota\x18\x03 \x01(\x0b\x32\x15.flux.v1.TenantLimits\x12\x0f\n\x07pending\x18\x04 \x01(\x03\x12J\n\x13preemptions_refused\x18\x05 \x03(\x0b\x32-.flux.v1.TenantStatus.PreemptionsRefusedEntry\x1a\x39\n\x17PreemptionsRefusedEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\x03:\x02\x38\x01\"\xba\x01\n\x06Tenant\x12\x0c\n\x04name\x18\x01 \x01(\t\x12$\n\x05quota\x18\x02 \x01(\x0b\x32\x15.flux.v1.TenantLimits\x12\x0e\n\x06\x63ohort\x18\x03 \x01(\t\x12.\n\x0f\x62orrowing_limit\x18\x04 \x01(\x0b\x32\x15.flux.v1.TenantLimits\x12,\n\rlending_limit\x18\x05 \x01(\x0b\x32\x15.flux.v1.TenantLimits\x12\x0e\n\x06weight\x18\x06 \x01(\x01\"6\n\x13\x43reateTenantRequest\x12\x1f\n\x06tenant\x18\x01 \x01(\x0b\x32\x0f.flux.v1.Tenant\"7\n\x14\x43reateTenantResponse\x12\x1f\n\x06tenant\x18\x01 \x01(\x0b\x32\x0f.flux.v1.Tenant\"\x14\n\x12ListTenantsRequest\"7\n\x13ListTenantsResponse\x12 \n\x07tenants\x18\x01 \x03(\x0b\x32\x0f.flux.v1.Tenant\" \n\x10GetTenantRequest\x12\x0c\n\x04name\x18\x01 \x01(\t\"4\n\x11GetTenantResponse\x12\x1f\n\x06tenant\x18\x01 \x01(\x0b\x32\x0f.flux.v1.Tenant\"6\n\x10SetTenantRequest\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x14\n\x0c\x63hanges_json\x18\x02 \x01(\t\"4\n\x11SetTenantResponse\x12\x1f\n\x06tenant\x18\x01 \x01(\x0b\x32\x0f.flux.v1.Tenant\"#\n\x13\x44\x65leteTenantRequest\x12\x0c\n\x04name\x18\x01 \x01(\t\"\x16\n\x14\x44\x65leteTenantResponse\"7\n\x13\x41pplyTenantsRequest\x12 \n\x07tenants\x18\x01 \x03(\x0b\x32\x0f.flux.v1.Tenant\"8\n\x14\x41pplyTenantsResponse\x12 \n\x07tenants\x18\x01 \x03(\x0b\x32\x0f.flux.v1.Tenant\"2\n\x12\x43reateTokenRequest\x12\x0e\n\x06tenant\x18\x01 \x01(\t\x12\x0c\n\x04role\x18\x02 \x01(\t\"B\n\x13\x43reateTokenResponse\x12\r\n\x05token\x18\x01 \x01(\t\x12\x0e\n\x06tenant\x18\x02 \x01(\t\x12\x0c\n\x04role\x18\x03 \x01(\t2\x92\x04\n\rTenantService\x12K\n\x0c\x43reateTenant\x12\x1c.flux.v1.CreateTenantRequest\x1a\x1d.flux.v1.CreateTenantResponse\x12H\n\x0bListTenants\x12\x1b.flux.v1.ListTenantsRequest\x1a\x1c.flux.v1.ListTenantsResponse\x12\x42\n\tGetTenant\x12\x19.flux.v1.GetTenantRequest\x1a\x1a.flux.v1.GetTenantResponse\x12\x42\n\tSetTenant\x12\x19.flux.v1.SetTenantRequest\x1a\x1a.flux.v1.SetTenantResponse\x12K\n\x0c\x44\x65leteTenant\x12\x1c.flux.v1.DeleteTenantRequest\x1a\x1d.flux.v1.DeleteTenantResponse\x12K\n\x0c\x41pplyTenants\x12\x1c.flux.v1.ApplyTenantsRequest\x1a\x1d.flux.v1.ApplyTenantsResponse\x12H\n\x0b\x43reateToken\x12\x1b.flux.v1.CreateTokenRequest\x1a\x1c.flux.v1.CreateTokenResponseb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
 _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'flux.v1.tenants_pb2', _globals)
 if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
+  _globals['_TENANTSTATUS_PREEMPTIONSREFUSEDENTRY']._loaded_options = None
+  _globals['_TENANTSTATUS_PREEMPTIONSREFUSEDENTRY']._serialized_options = b'8\001'
   _globals['_TENANTLIMITS']._serialized_start=35
   _globals['_TENANTLIMITS']._serialized_end=173
-  _globals['_TENANTSTATUS']._serialized_start=175
-  _globals['_TENANTSTATUS']._serialized_end=296
-  _globals['_TENANT']._serialized_start=299
-  _globals['_TENANT']._serialized_end=485
-  _globals['_CREATETENANTREQUEST']._serialized_start=487
-  _globals['_CREATETENANTREQUEST']._serialized_end=541
-  _globals['_CREATETENANTRESPONSE']._serialized_start=543
-  _globals['_CREATETENANTRESPONSE']._serialized_end=598
-  _globals['_LISTTENANTSREQUEST']._serialized_start=600
-  _globals['_LISTTENANTSREQUEST']._serialized_end=620
-  _globals['_LISTTENANTSRESPONSE']._serialized_start=622
-  _globals['_LISTTENANTSRESPONSE']._serialized_end=677
-  _globals['_GETTENANTREQUEST']._serialized_start=679
-  _globals['_GETTENANTREQUEST']._serialized_end=711
-  _globals['_GETTENANTRESPONSE']._serialized_start=713
-  _globals['_GETTENANTRESPONSE']._serialized_end=765
-  _globals['_SETTENANTREQUEST']._serialized_start=767
-  _globals['_SETTENANTREQUEST']._serialized_end=821
-  _globals['_SETTENANTRESPONSE']._serialized_start=823
-  _globals['_SETTENANTRESPONSE']._serialized_end=875
-  _globals['_DELETETENANTREQUEST']._serialized_start=877
-  _globals['_DELETETENANTREQUEST']._serialized_end=912
-  _globals['_DELETETENANTRESPONSE']._serialized_start=914
-  _globals['_DELETETENANTRESPONSE']._serialized_end=936
-  _globals['_APPLYTENANTSREQUEST']._serialized_start=938
-  _globals['_APPLYTENANTSREQUEST']._serialized_end=993
-  _globals['_APPLYTENANTSRESPONSE']._serialized_start=995
-  _globals['_APPLYTENANTSRESPONSE']._serialized_end=1051
-  _globals['_CREATETOKENREQUEST']._serialized_start=1053
-  _globals['_CREATETOKENREQUEST']._serialized_end=1103
-  _globals['_CREATETOKENRESPONSE']._serialized_start=1105
-  _globals['_CREATETOKENRESPONSE']._serialized_end=1171
-  _globals['_TENANTSERVICE']._serialized_start=1174
-  _globals['_TENANTSERVICE']._serialized_end=1704
+  _globals['_TENANTSTATUS']._serialized_start=176
+  _globals['_TENANTSTATUS']._serialized_end=432
+  _globals['_TENANTSTATUS_PREEMPTIONSREFUSEDENTRY']._serialized_start=375
+  _globals['_TENANTSTATUS_PREEMPTIONSREFUSEDENTRY']._serialized_end=432
+  _globals['_TENANT']._serialized_start=435
+  _globals['_TENANT']._serialized_end=621
+  _globals['_CREATETENANTREQUEST']._serialized_start=623
+  _globals['_CREATETENANTREQUEST']._serialized_end=677
+  _globals['_CREATETENANTRESPONSE']._serialized_start=679
+  _globals['_CREATETENANTRESPONSE']._serialized_end=734
+  _globals['_LISTTENANTSREQUEST']._serialized_start=736
+  _globals['_LISTTENANTSREQUEST']._serialized_end=756
+  _globals['_LISTTENANTSRESPONSE']._serialized_start=758
+  _globals['_LISTTENANTSRESPONSE']._serialized_end=813
+  _globals['_GETTENANTREQUEST']._serialized_start=815
+  _globals['_GETTENANTREQUEST']._serialized_end=847
+  _globals['_GETTENANTRESPONSE']._serialized_start=849
+  _globals['_GETTENANTRESPONSE']._serialized_end=901
+  _globals['_SETTENANTREQUEST']._serialized_start=903
+  _globals['_SETTENANTREQUEST']._serialized_end=957
+  _globals['_SETTENANTRESPONSE']._serialized_start=959
+  _globals['_SETTENANTRESPONSE']._serialized_end=1011
+  _globals['_DELETETENANTREQUEST']._serialized_start=1013
+  _globals['_DELETETENANTREQUEST']._serialized_end=1048
+  _globals['_DELETETENANTRESPONSE']._serialized_start=1050
+  _globals['_DELETETENANTRESPONSE']._serialized_end=1072
+  _globals['_APPLYTENANTSREQUEST']._serialized_start=1074
+  _globals['_APPLYTENANTSREQUEST']._serialized_end=1129
+  _globals['_APPLYTENANTSRESPONSE']._serialized_start=1131
+  _globals['_APPLYTENANTSRESPONSE']._serialized_end=1187
+  _globals['_CREATETOKENREQUEST']._serialized_start=1189
+  _globals['_CREATETOKENREQUEST']._serialized_end=1239
+  _globals['_CREATETOKENRESPONSE']._serialized_start=1241
+  _globals['_CREATETOKENRESPONSE']._serialized_end=1307
+  _globals['_TENANTSERVICE']._serialized_start=1310
+  _globals['_TENANTSERVICE']._serialized_end=1840
 # @@protoc_insertion_point(module_scope)

@@ -40,6 +40,7 @@ def start_server(args: argparse.Namespace) -> int:
             starvation_after=args.starvation_after,
             preemption=args.preemption == "on",
             preemption_grace=args.preemption_grace,
+            preemption_budget=args.preemption_budget,
             dispatch_retention=args.dispatch_retention,
             ping_interval=args.ping_interval,
             server_id=uuid.uuid4().hex[:12],
@@ -57,6 +58,7 @@ def start_server(args: argparse.Namespace) -> int:
         http_limits=None if args.no_http else _http_limits(args),
         keda_port=args.keda_port,
         keda_client_ca=args.keda_client_ca,
+        metrics_token=_metrics_token(args),
     )
     if args.keda_client_ca and config.tls is None:
         error("--keda-client-ca needs --tls-cert and --tls-key: client certificates need TLS")
@@ -69,6 +71,12 @@ def start_server(args: argparse.Namespace) -> int:
         error(str(exc))
         return 1
     return 0
+
+
+def _metrics_token(args: argparse.Namespace) -> str:
+    from flux.auth import token_file
+
+    return token_file(args.metrics_token_file) if args.metrics_token_file else ""
 
 
 def _server_tokens(args: argparse.Namespace):  # type: ignore[no-untyped-def]
