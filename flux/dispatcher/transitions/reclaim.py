@@ -284,19 +284,21 @@ class Reclaimer:
 
     def withdraw(self, preemptor: str) -> None:
         """``preemptor`` left the line without running (cancelled, timed out): the stops it caused
-        that no worker has acted on are withdrawn. Such a victim is no longer stopping, so it keeps
-        its room and runs on (its claim and result are accepted again) and is not requeued; its
-        tenant's budget gets it back. A worker that already stopped one hands it back, and it is
-        requeued as released (its attempt not counted)."""
+        are withdrawn. Its victims not handed back yet are no longer stopping: each keeps its room
+        and is not requeued, its claim and result are accepted again, and a Stop its worker has
+        not heard (it was away: the Stop is repeated on reconnect only while stopping) is never
+        sent, so it runs on. A worker that heard the Stop has ended the body already: it hands the
+        execution back, and it is requeued as released (its attempt not counted).
+
+        The budget is not given back: the Stop was sent, and a worker may have acted on it (a
+        tenant that cancels in a loop pays for every stop it caused).
+        """
         victims = self.waiting.get(preemptor)
         if victims is None:
             return
-        d = self.d
         for victim_id in list(victims):
-            stop = self.stopping.pop(victim_id, None)
-            if stop is not None:
-                self.budget.refund(stop.lane.tenant, 1, d.clock())
-                log.info("execution %s keeps running: its preemptor %s was withdrawn", victim_id, preemptor)
+            if self.stopping.pop(victim_id, None) is not None:
+                log.info("execution %s keeps running: its preemptor %s left the line", victim_id, preemptor)
         self._end(preemptor)
 
     # ----------------------------------------------------------------- stopping
