@@ -128,7 +128,7 @@ class Budget:
         self._buckets[tenant] = (self._tokens(tenant, now) - victims, now)
 
     def refund(self, tenant: str, victims: int, now: float) -> None:
-        """Victims that were not stopped after all (a plan that no longer held, a stop withdrawn)."""
+        """Victims that were not stopped after all (a plan that no longer held, or that another replica acted for)."""
         if self.per_minute <= 0 or tenant not in self._buckets:
             return
         self._buckets[tenant] = (min(float(self.per_minute), self._tokens(tenant, now) + victims), now)

@@ -91,6 +91,9 @@ class Reclaimer:
         # Tenants whose budget held a plan back, and until when none of theirs is planned: a plan
         # per step while it refills would cost the fleet walk and count one refusal per step.
         self._held: dict[str, float] = {}
+        # Preemptor -> (tenant, victims) its plan spent, until the binder decides who acts for it:
+        # a replica that leaves it to another gives the budget back (the other one spends its own).
+        self._spent: dict[str, tuple[str, int]] = {}
 
     # ----------------------------------------------------------------- deciding
 
@@ -154,6 +157,7 @@ class Reclaimer:
                     self._refused(shape.tenant, victims, now)
                     break
                 self.budget.spend(shape.tenant, victims, now)
+                self._spent[item.execution_id] = (shape.tenant, victims)
                 planned += 1
                 # Planned: not planned again while the binder decides, nor while its victims stop.
                 self.waiting[item.execution_id] = set()
@@ -183,6 +187,7 @@ class Reclaimer:
         """Stop the victims of ``preemption``, if the plan still holds now (on replicas it is a
         database round trip older); else let its preemptor be planned again."""
         d, preemptor = self.d, preemption.execution_id
+        self._spent.pop(preemptor, None)
         if preemptor not in self.waiting:
             return
         held = [d.table.get(v.execution_id) for v in preemption.victims]
@@ -209,6 +214,9 @@ class Reclaimer:
         """Another replica acts for ``preemptor`` (or we could not ask): leave it for a while."""
         if self.waiting.get(preemptor) == set():
             del self.waiting[preemptor]
+        spent = self._spent.pop(preemptor, None)
+        if spent is not None:  # nothing stopped here: what its plan spent is its tenant's again
+            self.budget.refund(*spent, self.d.clock())
         self._elsewhere[preemptor] = self.d.clock() + ELSEWHERE_FOR
         if len(self._elsewhere) > 10_000:  # old entries of preemptors long placed
             now = self.d.clock()
