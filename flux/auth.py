@@ -79,6 +79,11 @@ def _read_named(role: Role) -> str:
         raise ValueError(f"{role.file_env}: {exc}") from None
 
 
+def token_file(path: str) -> str:
+    """The token a file holds (``--metrics-token-file``); ValueError naming the file when it has none."""
+    return _read(Path(path))
+
+
 def _write_private(path: Path, token: str) -> None:
     path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)

@@ -35,6 +35,10 @@ STARVATION_AFTER = 30.0
 # Seconds a preempted execution's worker has to stop it and hand it back before its room is
 # freed anyway (--preemption-grace).
 PREEMPTION_GRACE = 30.0
+# Victims each tenant's preemptions may stop in a minute (--preemption-budget; 0: no limit): enough
+# to reclaim a quota of many small executions at once, while a tenant that submits and cancels in
+# a loop stops at most this many of others' executions a minute.
+PREEMPTION_BUDGET = 60
 # Seconds the PostgreSQL ``dispatches`` log keeps the rows of a finished execution (0: forever).
 DISPATCH_RETENTION = 7 * 86400.0
 

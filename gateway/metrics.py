@@ -6,10 +6,15 @@ and renders that one answer through a custom collector: no global registry is
 updated per request, and two gateways in front of one core report the same.
 
 No token is needed, as for ``/healthz`` and as Prometheus scrapes by default:
-``GetMetrics`` answers only aggregates with bounded labels (transport, reason,
-state, stage, resource), never a worker, workflow or execution name, an
-address or a token. The core may answer with per-shape explanations up to a
-second old, so scraping in a loop cannot make it redo them.
+without one ``GetMetrics`` answers only aggregates with bounded labels (transport,
+reason, state, stage, resource), never a tenant, worker, workflow or execution
+name, an address or a token. The per-tenant series (``flux_tenant_*``, refusals by
+tenant) are for a scraper that presents the server's metrics token
+(``--metrics-token-file``) or a cluster-admin API token as ``Authorization: Bearer``:
+the gateway passes the header on and the core decides, so a gateway holds no token
+of its own (``flux start gateway`` needs no flag for it). The core may answer with
+per-shape explanations up to a second old, so scraping in a loop cannot make it
+redo them.
 """
 
 from __future__ import annotations
@@ -131,6 +136,13 @@ class StatusCollector(Collector):
             "its cohort had borrowed).",
             counters.preempted,
         )
+        yield _by_reason(
+            CounterMetricFamily,
+            "flux_preemptions_refused",
+            "Preemptions that would have made room but were held back, by reason: budget (the "
+            "tenant's --preemption-budget of executions a minute was spent).",
+            counters.preemptions_refused,
+        )
         yield CounterMetricFamily(
             "flux_ack_deadline_expiries",
             "Dispatches not claimed within the ack deadline.",
@@ -200,8 +212,9 @@ def _by_reason(
 
 
 def _tenant_metrics(s: control_pb2.ClusterStatus) -> Iterator[Metric]:
-    """Per tenant, while any tenant has terms; the label values are tenant names, which only an
-    admin sets (flux tenant create), and the quota resources."""
+    """Per tenant, while any tenant has terms, for a scraper with the metrics token (the core leaves
+    ``tenants`` empty otherwise); the label values are tenant names, which only a cluster admin
+    sets (flux tenant create), and the quota resources."""
     usage = GaugeMetricFamily(
         "flux_tenant_usage",
         "What each tenant's scheduled and running executions hold, by resource "
@@ -217,15 +230,23 @@ def _tenant_metrics(s: control_pb2.ClusterStatus) -> Iterator[Metric]:
     pending = GaugeMetricFamily(
         "flux_tenant_pending", "Pending executions of each tenant.", labels=["tenant"]
     )
+    refused = CounterMetricFamily(
+        "flux_tenant_preemptions_refused",
+        "Each tenant's preemptions held back, by reason (budget: its --preemption-budget was spent).",
+        labels=["tenant", "reason"],
+    )
     for tenant in s.tenants:
         for resource in TENANT_RESOURCES:
             usage.add_metric([tenant.name, resource], getattr(tenant.usage, resource))
             if tenant.quota.HasField(resource):
                 quota.add_metric([tenant.name, resource], getattr(tenant.quota, resource))
         pending.add_metric([tenant.name], tenant.pending)
+        for reason, count in sorted(tenant.preemptions_refused.items()):
+            refused.add_metric([tenant.name, reason], count)
     yield usage
     yield quota
     yield pending
+    yield refused
 
 
 def _pool_metrics(s: control_pb2.ClusterStatus) -> Iterator[Metric]:
@@ -272,16 +293,23 @@ def render(status: control_pb2.ClusterStatus, openmetrics: bool = False) -> byte
             "description": "Prometheus text format 0.0.4; OpenMetrics 1.0 (with trace exemplars) "
             "when the scraper's Accept asks for application/openmetrics-text",
         },
+        401: {"model": schema.ErrorBody},
         503: {"model": schema.ErrorBody},
     },
 )
 async def metrics(request: Request) -> Response:
     """The core's counters, gauges and latency histograms for Prometheus; no token needed.
 
+    Tenants' series (`flux_tenant_usage`, `flux_tenant_quota`, `flux_tenant_pending`,
+    `flux_tenant_preemptions_refused_total`) only for `Authorization: Bearer` with the server's
+    metrics token (`--metrics-token-file`) or a cluster-admin API token; a token that is neither
+    is answered 401.
+
     A scraper that accepts `application/openmetrics-text` (Prometheus does, with exemplar
     storage on) gets OpenMetrics, whose latency buckets carry exemplars with trace ids.
     """
-    core = request.app.state.core  # the gateway's own channel: GetMetrics is open, no caller token
+    # The scraper's own Authorization, if any: with the metrics token the core adds tenants' series.
+    core = request.app.state.core.for_caller(request.headers.get("authorization"))
     status = await core.control.GetMetrics(
         control_pb2.GetMetricsRequest(), timeout=request.app.state.settings.unary_timeout
     )

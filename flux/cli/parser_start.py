@@ -130,6 +130,13 @@ def add_start(commands: argparse._SubParsersAction) -> None:
         f"freed anyway (default {defaults.PREEMPTION_GRACE:g})",
     )  # fmt: skip
     server.add_argument(
+        "--preemption-budget", type=whole_number("--preemption-budget"),
+        default=defaults.PREEMPTION_BUDGET, metavar="N",
+        help="executions each tenant's preemptions may stop a minute; a reclaim past it waits (explain says "
+        f"how long) and counts in flux_preemptions_refused_total (default {defaults.PREEMPTION_BUDGET}; "
+        "0: no limit)",
+    )  # fmt: skip
+    server.add_argument(
         "--dispatch-retention", type=seconds("--dispatch-retention", zero_turns_off=True),
         default=defaults.DISPATCH_RETENTION, metavar="S",
         help="with --db postgresql://: seconds the dispatches log keeps the rows of a finished execution "
@@ -155,6 +162,12 @@ def add_start(commands: argparse._SubParsersAction) -> None:
     )
     server.add_argument("--worker-token-file", help="read the worker join token from this file")
     server.add_argument("--api-token-file", help="read the client API token from this file")
+    server.add_argument(
+        "--metrics-token-file", metavar="FILE",
+        help="the token Prometheus presents (Authorization: Bearer) to see per-tenant series on /metrics "
+        "(flux_tenant_*, refusals by tenant); a cluster-admin API token sees them too, and without a "
+        "token /metrics answers aggregates only",
+    )  # fmt: skip
     server.add_argument(
         "--insecure", action="store_true", help="no authentication; refused unless --host is loopback"
     )

@@ -246,9 +246,10 @@ class Dispatcher:
         validation.check_id(execution_id)
         return await self.binder.cancel(execution_id)
 
-    async def why(self, execution_id: str) -> Diagnosis:
-        """Where an execution is, or why it waits (reads/diagnosis.py)."""
-        return await diagnosis.why(self, execution_id)
+    async def why(self, execution_id: str, viewer: str = "") -> Diagnosis:
+        """Where an execution is, or why it waits (reads/diagnosis.py); ``viewer``: the caller's
+        tenant unless it is a cluster admin, so no other tenant is named."""
+        return await diagnosis.why(self, execution_id, viewer)
 
     async def list_executions(self, query: ExecutionQuery) -> tuple[list[Execution], ExecutionQuery | None]:
         """A page of executions from the store, each as this server knows it now, and the next page's query."""

@@ -12,7 +12,7 @@
 from flux.matching.aging import DEFAULT_STARVATION_AFTER, Aging, Nomination, format_wait
 from flux.matching.explain import Explanation, Verdict, explain
 from flux.matching.filters import FILTERS, fits_now, permanent_rejection, rejections
-from flux.matching.preemption import Preemption, Running
+from flux.matching.preemption import Budget, Preemption, Running
 from flux.matching.preemption import plan as plan_preemption
 from flux.matching.queue import Pending, PendingQueue
 from flux.matching.reasons import Reason, Rejection
@@ -27,6 +27,7 @@ __all__ = [
     "Preemption",
     "Running",
     "plan_preemption",
+    "Budget",
     "QuotaBlock",
     "capacity_of",
     "demand",

@@ -25,6 +25,7 @@ failed attempt; this module only decides.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
@@ -60,16 +61,91 @@ class Preemption:
     worker: str
     victims: tuple[Running, ...]
 
-    def describe(self) -> str:
-        """``will preempt 2 executions of tenant web``."""
+    def describe(self, viewer: str = "") -> str:
+        """``will preempt 2 executions of tenant web``.
+
+        With ``viewer`` (the tenant a non-cluster-admin caller speaks for) no other tenant is
+        named: ``will preempt 2 executions of another tenant`` (``of 2 other tenants``). Which
+        tenants borrow in a cohort is theirs and the cluster admin's to know.
+        """
         by_tenant: dict[str, int] = {}
         for victim in self.victims:
             by_tenant[victim.tenant] = by_tenant.get(victim.tenant, 0) + 1
         parts = [
-            f"{count} execution{'s' if count != 1 else ''} of tenant {name}"
+            f"{_executions(count)} of tenant {name}"
             for name, count in by_tenant.items()
+            if not viewer or name == viewer
         ]
+        others = {name: count for name, count in by_tenant.items() if viewer and name != viewer}
+        if others:
+            whose = "another tenant" if len(others) == 1 else f"{len(others)} other tenants"
+            parts.append(f"{_executions(sum(others.values()))} of {whose}")
         return "will preempt " + " and ".join(parts)
+
+
+def _executions(count: int) -> str:
+    return f"{count} execution{'s' if count != 1 else ''}"
+
+
+class Budget:
+    """How many victims each tenant's preemptions may stop: ``per_minute`` in any minute.
+
+    A token bucket per tenant, holding up to ``per_minute`` and refilled at ``per_minute`` a
+    minute (so a tenant that was quiet may reclaim a whole minute's worth at once, and one that
+    preempts in a loop gets ``per_minute`` a minute, no more). A plan is allowed while the bucket
+    holds at least its victims (or, for a plan larger than the whole budget, while the bucket is
+    full: it is not starved forever, and its debt is repaid before the next one). Without a budget
+    a tenant that submits and cancels in a loop could stop another tenant's borrowed work again
+    and again without ever using the room.
+
+    Pure: the caller passes the time, so tests and the dispatcher share one clock story.
+    ``per_minute`` 0 is no limit.
+    """
+
+    def __init__(self, per_minute: int):
+        self.per_minute = per_minute
+        # Tenant -> (tokens, when they were counted).
+        self._buckets: dict[str, tuple[float, float]] = {}
+
+    def _tokens(self, tenant: str, now: float) -> float:
+        tokens, at = self._buckets.get(tenant, (float(self.per_minute), now))
+        return min(float(self.per_minute), tokens + (now - at) * self.per_minute / 60.0)
+
+    def _needed(self, victims: int) -> float:
+        return float(min(victims, self.per_minute))
+
+    def allows(self, tenant: str, victims: int, now: float) -> bool:
+        if self.per_minute <= 0:
+            return True
+        return self._tokens(tenant, now) >= self._needed(victims) - 1e-9
+
+    def next_in(self, tenant: str, victims: int, now: float) -> float:
+        """Seconds until ``allows`` holds for ``victims`` (0 when it holds now)."""
+        if self.allows(tenant, victims, now):
+            return 0.0
+        missing = self._needed(victims) - self._tokens(tenant, now)
+        return missing * 60.0 / self.per_minute
+
+    def spend(self, tenant: str, victims: int, now: float) -> None:
+        if self.per_minute <= 0:
+            return
+        self._buckets[tenant] = (self._tokens(tenant, now) - victims, now)
+
+    def refund(self, tenant: str, victims: int, now: float) -> None:
+        """Victims that were not stopped after all (a plan that no longer held, or that another replica acted for)."""
+        if self.per_minute <= 0 or tenant not in self._buckets:
+            return
+        self._buckets[tenant] = (min(float(self.per_minute), self._tokens(tenant, now) + victims), now)
+
+    def held_back(self, tenant: str, victims: int, now: float) -> str:
+        """For explain: ``reclaim held back: tenant's preemption budget of 60 a minute is spent; next in 12 s``."""
+        wait = self.next_in(tenant, victims, now)
+        if wait <= 0:
+            return ""
+        return (
+            f"reclaim held back: tenant's preemption budget of {self.per_minute} a minute is spent; "
+            f"next in {max(1, math.ceil(wait))} s"
+        )
 
 
 def reclaimable(accounts: Accounts, shape: Shape) -> bool:

@@ -159,7 +159,13 @@ def fleet_of(entries: list[WorkerEntry]) -> Fleet:
 
 def _copy(lifecycle: Lifecycle) -> tuple[Counters, dict[str, Histogram]]:
     c = lifecycle.counters
-    counters = dataclasses.replace(c, requeued=dict(c.requeued), preempted=dict(c.preempted))
+    counters = dataclasses.replace(
+        c,
+        requeued=dict(c.requeued),
+        preempted=dict(c.preempted),
+        preemptions_refused=dict(c.preemptions_refused),
+        preemptions_refused_by_tenant=dict(c.preemptions_refused_by_tenant),
+    )
     latency = {}
     for stage, histogram in lifecycle.latency.items():
         copy = Histogram(histogram.bounds)
@@ -196,7 +202,13 @@ class StatusBoard:
         finally:
             self._taking = None
 
-    async def snapshot(self, detail: bool = True) -> Status:
+    async def snapshot(self, detail: bool = True, scope: str = "") -> Status:
+        """The dispatcher now; with ``scope`` (a tenant's name) the pending rows are that tenant's only.
+
+        A row names its oldest execution and workflow and explains it: another tenant's are not
+        for a tenant's token to read. Counts over every tenant (``pending_by_reason``, executions by
+        state) stay, as they name nobody.
+        """
         d = self.dispatcher
         # The fleet first (with replicas, a database read): the same one explain counts.
         entries = await d.fleet_workers()
@@ -215,12 +227,14 @@ class StatusBoard:
                 heads[head.execution_id] = shape
         counts = {shape: queue.count(shape) for shape in shapes}
         executions = dict.fromkeys((State.CREATED, State.SCHEDULED, State.RUNNING), 0)
-        oldest: dict[Shape, tuple[str, str, float]] = {}
+        oldest: dict[Shape, tuple[str, str, float, str]] = {}
         for execution in d.unfinished():
             executions[execution.state] = executions.get(execution.state, 0) + 1
             shape = heads.get(execution.execution_id)
             if shape is not None:
-                oldest[shape] = (execution.execution_id, execution.workflow.name, execution.created_at)
+                oldest[shape] = (
+                    execution.execution_id, execution.workflow.name, execution.created_at, execution.tenant
+                )  # fmt: skip
         counters, latency = _copy(d.events)
         executions[State.COMPLETED] = counters.completed
         executions[State.FAILED] = counters.failed
@@ -246,8 +260,9 @@ class StatusBoard:
                 summary = f"{summary}; {could}" if could else summary
             reason = reason_of(len(explanation.verdicts), explanation.infeasible)
             by_reason[reason] += counts[shape]
-            if detail and shape in oldest:
-                execution_id, workflow, created_at = oldest[shape]
+            # The row's tenant is its oldest execution's (a shape is one tenant's lane).
+            if detail and shape in oldest and (not scope or oldest[shape][3] == scope):
+                execution_id, workflow, created_at, _ = oldest[shape]
                 rows.append(
                     PendingShape(
                         shape,

@@ -10,19 +10,21 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import hmac
 import itertools
 from collections.abc import AsyncIterator, Callable
 
 import grpc
 
 from flux import tracing
+from flux.auth import bearer
 from flux.dispatcher.core import Dispatcher
 from flux.dispatcher.reads import waiting
 from flux.dispatcher.reads.listing import execution_query, page_token
 from flux.dispatcher.reads.worker_pages import worker_page
 from flux.dispatcher.state.tenants import OPERATOR, Caller
 from flux.domain.execution import Execution
-from flux.errors import NotFound
+from flux.errors import NotFound, Unauthenticated
 from flux.observe.fleet import Change
 from flux.observe.status import StatusBoard
 from flux.server import convert
@@ -54,10 +56,11 @@ class ControlService(control_pb2_grpc.ControlServiceServicer):
     whether it is in use.
     """
 
-    def __init__(self, dispatcher: Dispatcher, callers: Callers | None = None):
+    def __init__(self, dispatcher: Dispatcher, callers: Callers | None = None, metrics_token: str = ""):
         self.dispatcher = dispatcher
         self.status = StatusBoard(dispatcher)
         self.callers = callers
+        self.metrics_token = metrics_token
 
     async def _caller(self, context: grpc.aio.ServicerContext) -> Caller:
         return OPERATOR if self.callers is None else await self.callers.of(context)
@@ -202,10 +205,9 @@ class ControlService(control_pb2_grpc.ControlServiceServicer):
     ) -> AsyncIterator[control_pb2.FinishedExecutions]:
         try:
             caller = await self._caller(context)
-            executions = await waiting.known(self.dispatcher, request.execution_ids)
-            hidden = next((e for e in executions if not caller.sees(e)), None)
-            if hidden is not None:
-                raise NotFound(f"execution {hidden.execution_id!r} does not exist")
+            # Visibility with existence, id by id: [another tenant's, a missing one] is refused
+            # naming the first, exactly as [missing, missing] would be.
+            executions = await waiting.known(self.dispatcher, request.execution_ids, caller.sees)
             # Headers now: a gateway relaying this as SSE answers 200 once the ids are accepted,
             # before the first execution finishes (a refusal has no headers, only its status).
             await context.send_initial_metadata(())
@@ -294,7 +296,9 @@ class ControlService(control_pb2_grpc.ControlServiceServicer):
         self, request: control_pb2.ExplainExecutionRequest, context: grpc.aio.ServicerContext
     ):
         await self._visible(request.execution_id, context)
-        return convert.why_to_proto(await self.dispatcher.why(request.execution_id))
+        caller = await self._caller(context)
+        # caller.scope: "" for a cluster admin (every tenant named), else the tenant it speaks for.
+        return convert.why_to_proto(await self.dispatcher.why(request.execution_id, caller.scope))
 
     @unary()
     async def ForgetWorker(self, request: control_pb2.ForgetWorkerRequest, context: grpc.aio.ServicerContext):
@@ -308,22 +312,14 @@ class ControlService(control_pb2_grpc.ControlServiceServicer):
         # for what the block below leaves out): the gateway passes it on as X-Flux-Tenant and
         # X-Flux-Role, which is how the dashboard knows whether it speaks for every tenant or one.
         context.set_trailing_metadata(((CALLER_TENANT, caller.tenant), (CALLER_ROLE, caller.role)))
-        status = convert.status_to_proto(await self.status.snapshot(detail=True))
+        # A tenant's token gets its own tenant's pending rows only (each names an execution and a
+        # workflow); the fleet and the counts are everyone's to see.
+        status = convert.status_to_proto(await self.status.snapshot(detail=True, scope=caller.scope))
         if not caller.cluster_admin:
-            # The fleet and the counts are everyone's to see; another tenant's execution ids and
-            # usage are not (an admin sees every tenant's usage against its quota).
+            # Another tenant's usage is not for it to read either (a cluster admin sees every tenant's).
             own = [t for t in status.tenants if t.name == caller.tenant]
             del status.tenants[:]
             status.tenants.extend(own)
-            for row in status.pending:
-                # The table's copy (a replica's mirror too): a tenant never changes, so any copy tells it.
-                oldest = (
-                    self.dispatcher.table.current(row.oldest_execution_id)
-                    if row.oldest_execution_id
-                    else None
-                )
-                if oldest is None or not caller.sees(oldest):
-                    row.oldest_execution_id = ""
         return status
 
     @unary()
@@ -365,4 +361,30 @@ class ControlService(control_pb2_grpc.ControlServiceServicer):
     @unary()
     async def GetMetrics(self, request: control_pb2.GetMetricsRequest, context: grpc.aio.ServicerContext):
         # Open without a token (flux.auth.OPEN): aggregates only, nothing that names a worker or workflow.
-        return convert.status_to_proto(await self.status.aggregate(METRICS_MAX_AGE))
+        # Tenants' names, quotas and usage only for the metrics token or a cluster admin's.
+        status = convert.status_to_proto(await self.status.aggregate(METRICS_MAX_AGE))
+        if not await self._sees_every_tenant(context):
+            del status.tenants[:]
+        return status
+
+    async def _sees_every_tenant(self, context: grpc.aio.ServicerContext) -> bool:
+        """Whether the caller of GetMetrics presented the metrics token or a cluster admin's token.
+
+        No token: aggregates, as Prometheus scrapes by default. A token that is neither valid API
+        token nor the metrics token is refused rather than quietly answered with less: a scraper
+        given the wrong file would otherwise lose its tenant series without a word.
+        """
+        token = bearer(context.invocation_metadata())
+        if self.callers is None or self.callers.tokens is None:
+            return True  # authentication off (--insecure): every caller is the operator
+        if not token:
+            return False
+        if self.metrics_token and hmac.compare_digest(token.encode(), self.metrics_token.encode()):
+            return True
+        caller = await self.callers.caller(token)
+        if caller is None:
+            raise Unauthenticated(
+                "invalid metrics token: present the token of --metrics-token-file or a cluster-admin "
+                "API token, or none for the aggregates alone"
+            )
+        return caller.cluster_admin

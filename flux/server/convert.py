@@ -7,6 +7,7 @@ from types import MappingProxyType
 
 from flux import tracing
 from flux.dispatcher.core import Diagnosis, WorkerRegistration
+from flux.dispatcher.state.lifecycle import Counters, Refusal
 from flux.dispatcher.state.session import Event, Ping, Scheduled, Stop
 from flux.dispatcher.state.worker_entry import WorkerEntry
 from flux.dispatcher.transitions.worker_calls import Answers, Result
@@ -19,7 +20,7 @@ from flux.observe.fleet import Change
 from flux.observe.status import Allocation, Status
 from flux.server.pool_convert import pools_to_proto
 from flux.server.tenant_convert import tenant_statuses_to_proto
-from flux.v1 import control_pb2, trace_pb2, worker_pb2
+from flux.v1 import control_pb2, tenants_pb2, trace_pb2, worker_pb2
 
 
 def _invalid(exc: Exception, field: str) -> InvalidArgument:
@@ -288,6 +289,18 @@ def _allocation(a: Allocation) -> control_pb2.Allocation:
     return control_pb2.Allocation(cpu=a.cpu, memory=a.memory, disk=a.disk, gpus=a.gpus)
 
 
+def _with_refusals(
+    tenants: list[tenants_pb2.TenantStatus], counters: Counters
+) -> list[tenants_pb2.TenantStatus]:
+    """Each tenant's preemptions held back, by reason (every reason present, zero when none)."""
+    for tenant in tenants:
+        for reason in Refusal:
+            tenant.preemptions_refused[str(reason)] = counters.preemptions_refused_by_tenant.get(
+                (tenant.name, reason), 0
+            )
+    return tenants
+
+
 def status_to_proto(status: Status) -> control_pb2.ClusterStatus:
     fleet = status.fleet
     counters = status.counters
@@ -313,7 +326,7 @@ def status_to_proto(status: Status) -> control_pb2.ClusterStatus:
         workers_omitted=status.workers_omitted,
         pending_by_reason=status.pending_by_reason,
         pools=pools_to_proto(status.pools),
-        tenants=tenant_statuses_to_proto(status.tenants),
+        tenants=_with_refusals(tenant_statuses_to_proto(status.tenants), status.counters),
         fleet=control_pb2.FleetTotals(
             connected_by_transport=fleet.connected_by_transport,
             disconnected=fleet.disconnected,
@@ -338,6 +351,7 @@ def status_to_proto(status: Status) -> control_pb2.ClusterStatus:
             requeued={str(reason): n for reason, n in counters.requeued.items()},
             ack_deadline_expiries=counters.ack_deadline_expiries,
             preempted={str(reason): n for reason, n in counters.preempted.items()},
+            preemptions_refused={str(reason): n for reason, n in counters.preemptions_refused.items()},
             stream_reconnects=counters.stream_reconnects,
             stream_connects=counters.stream_connects,
         ),

@@ -70,6 +70,9 @@ class ServerConfig:
     keda_port: int | None = None
     # CA (PEM) whose client certificates the KEDA port requires (KEDA's tlsClientCert); needs tls.
     keda_client_ca: str | None = None
+    # The token Prometheus presents to see per-tenant series on /metrics and GetMetrics
+    # (--metrics-token-file); "" lets only a cluster-admin API token see them.
+    metrics_token: str = ""
     # Serve the KEDA port beyond loopback without client certificates (--keda-insecure).
     keda_insecure: bool = False
     # Open StreamIsActive streams, in all and per peer host, before new ones get RESOURCE_EXHAUSTED.
@@ -197,7 +200,7 @@ async def start_server(config: ServerConfig) -> RunningServer:
     )
     workers, control, health_servicer = (
         WorkerService(dispatcher),
-        ControlService(dispatcher, callers),
+        ControlService(dispatcher, callers, metrics_token=config.metrics_token),
         Health(),
     )
     local = LocalRegistry(interceptors)

@@ -1241,6 +1241,26 @@ class LifecycleCounters(_message.Message):
         def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
         def WhichOneof(self, oneof_group: _Never) -> None: ...
 
+    @_typing.final
+    class PreemptionsRefusedEntry(_message.Message):
+        DESCRIPTOR: _descriptor.Descriptor
+
+        KEY_FIELD_NUMBER: _builtins.int
+        VALUE_FIELD_NUMBER: _builtins.int
+        key: _builtins.str
+        value: _builtins.int
+        def __init__(
+            self,
+            *,
+            key: _builtins.str = ...,
+            value: _builtins.int = ...,
+        ) -> None: ...
+        _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+        def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+        _ClearFieldArgType: _TypeAlias = _typing.Literal["key", b"key", "value", b"value"]  # noqa: Y015
+        def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+        def WhichOneof(self, oneof_group: _Never) -> None: ...
+
     SUBMITTED_FIELD_NUMBER: _builtins.int
     DISPATCHED_FIELD_NUMBER: _builtins.int
     CLAIMED_FIELD_NUMBER: _builtins.int
@@ -1252,6 +1272,7 @@ class LifecycleCounters(_message.Message):
     STREAM_RECONNECTS_FIELD_NUMBER: _builtins.int
     STREAM_CONNECTS_FIELD_NUMBER: _builtins.int
     PREEMPTED_FIELD_NUMBER: _builtins.int
+    PREEMPTIONS_REFUSED_FIELD_NUMBER: _builtins.int
     submitted: _builtins.int
     """Executions accepted by RunWorkflow."""
     dispatched: _builtins.int
@@ -1287,6 +1308,12 @@ class LifecycleCounters(_message.Message):
         zero when none. Each is also counted in requeued["preempted"] once stopped.
         """
 
+    @_builtins.property
+    def preemptions_refused(self) -> _containers.ScalarMap[_builtins.str, _builtins.int]:
+        """Preemptions that would have made room but were held back, by reason: "budget"
+        (the tenant's --preemption-budget of victims a minute was spent).
+        """
+
     def __init__(
         self,
         *,
@@ -1301,10 +1328,11 @@ class LifecycleCounters(_message.Message):
         stream_reconnects: _builtins.int = ...,
         stream_connects: _builtins.int = ...,
         preempted: _abc.Mapping[_builtins.str, _builtins.int] | None = ...,
+        preemptions_refused: _abc.Mapping[_builtins.str, _builtins.int] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["ack_deadline_expiries", b"ack_deadline_expiries", "cancelled", b"cancelled", "claimed", b"claimed", "completed", b"completed", "dispatched", b"dispatched", "failed", b"failed", "preempted", b"preempted", "requeued", b"requeued", "stream_connects", b"stream_connects", "stream_reconnects", b"stream_reconnects", "submitted", b"submitted"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["ack_deadline_expiries", b"ack_deadline_expiries", "cancelled", b"cancelled", "claimed", b"claimed", "completed", b"completed", "dispatched", b"dispatched", "failed", b"failed", "preempted", b"preempted", "preemptions_refused", b"preemptions_refused", "requeued", b"requeued", "stream_connects", b"stream_connects", "stream_reconnects", b"stream_reconnects", "submitted", b"submitted"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

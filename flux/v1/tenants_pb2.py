@@ -24,47 +24,51 @@ _sym_db = _symbol_database.Default()
 
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x15\x66lux/v1/tenants.proto\x12\x07\x66lux.v1\"\xb2\x01\n\x0cTenantLimits\x12\x10\n\x03\x63pu\x18\x01 \x01(\x03H\x00\x88\x01\x01\x12\x13\n\x06memory\x18\x02 \x01(\x03H\x01\x88\x01\x01\x12\x10\n\x03gpu\x18\x03 \x01(\x03H\x02\x88\x01\x01\x12\x17\n\ngpu_memory\x18\x04 \x01(\x03H\x03\x88\x01\x01\x12\x17\n\nexecutions\x18\x05 \x01(\x03H\x04\x88\x01\x01\x42\x06\n\x04_cpuB\t\n\x07_memoryB\x06\n\x04_gpuB\r\n\x0b_gpu_memoryB\r\n\x0b_executions\"y\n\x0cTenantStatus\x12\x0c\n\x04name\x18\x01 \x01(\t\x12$\n\x05usage\x18\x02 \x01(\x0b\x32\x15.flux.v1.TenantLimits\x12$\n\x05quota\x18\x03 \x01(\x0b\x32\x15.flux.v1.TenantLimits\x12\x0f\n\x07pending\x18\x04 \x01(\x03\"\x9a\x02\n\x06Tenant\x12\x0c\n\x04name\x18\x01 \x01(\t\x12$\n\x05quota\x18\x02 \x01(\x0b\x32\x15.flux.v1.TenantLimits\x12\x0e\n\x06\x63ohort\x18\x03 \x01(\t\x12.\n\x0f\x62orrowing_limit\x18\x04 \x01(\x0b\x32\x15.flux.v1.TenantLimits\x12,\n\rlending_limit\x18\x05 \x01(\x0b\x32\x15.flux.v1.TenantLimits\x12\x0e\n\x06weight\x18\x06 \x01(\x01\x12\x18\n\x0bmax_pending\x18\x07 \x01(\x03H\x00\x88\x01\x01\x12\x1e\n\x11max_pending_bytes\x18\x08 \x01(\x03H\x01\x88\x01\x01\x42\x0e\n\x0c_max_pendingB\x14\n\x12_max_pending_bytes\"6\n\x13\x43reateTenantRequest\x12\x1f\n\x06tenant\x18\x01 \x01(\x0b\x32\x0f.flux.v1.Tenant\"7\n\x14\x43reateTenantResponse\x12\x1f\n\x06tenant\x18\x01 \x01(\x0b\x32\x0f.flux.v1.Tenant\"\x14\n\x12ListTenantsRequest\"7\n\x13ListTenantsResponse\x12 \n\x07tenants\x18\x01 \x03(\x0b\x32\x0f.flux.v1.Tenant\" \n\x10GetTenantRequest\x12\x0c\n\x04name\x18\x01 \x01(\t\"4\n\x11GetTenantResponse\x12\x1f\n\x06tenant\x18\x01 \x01(\x0b\x32\x0f.flux.v1.Tenant\"6\n\x10SetTenantRequest\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x14\n\x0c\x63hanges_json\x18\x02 \x01(\t\"4\n\x11SetTenantResponse\x12\x1f\n\x06tenant\x18\x01 \x01(\x0b\x32\x0f.flux.v1.Tenant\"#\n\x13\x44\x65leteTenantRequest\x12\x0c\n\x04name\x18\x01 \x01(\t\"\x16\n\x14\x44\x65leteTenantResponse\"7\n\x13\x41pplyTenantsRequest\x12 \n\x07tenants\x18\x01 \x03(\x0b\x32\x0f.flux.v1.Tenant\"8\n\x14\x41pplyTenantsResponse\x12 \n\x07tenants\x18\x01 \x03(\x0b\x32\x0f.flux.v1.Tenant\"2\n\x12\x43reateTokenRequest\x12\x0e\n\x06tenant\x18\x01 \x01(\t\x12\x0c\n\x04role\x18\x02 \x01(\t\"B\n\x13\x43reateTokenResponse\x12\r\n\x05token\x18\x01 \x01(\t\x12\x0e\n\x06tenant\x18\x02 \x01(\t\x12\x0c\n\x04role\x18\x03 \x01(\t2\x92\x04\n\rTenantService\x12K\n\x0c\x43reateTenant\x12\x1c.flux.v1.CreateTenantRequest\x1a\x1d.flux.v1.CreateTenantResponse\x12H\n\x0bListTenants\x12\x1b.flux.v1.ListTenantsRequest\x1a\x1c.flux.v1.ListTenantsResponse\x12\x42\n\tGetTenant\x12\x19.flux.v1.GetTenantRequest\x1a\x1a.flux.v1.GetTenantResponse\x12\x42\n\tSetTenant\x12\x19.flux.v1.SetTenantRequest\x1a\x1a.flux.v1.SetTenantResponse\x12K\n\x0c\x44\x65leteTenant\x12\x1c.flux.v1.DeleteTenantRequest\x1a\x1d.flux.v1.DeleteTenantResponse\x12K\n\x0c\x41pplyTenants\x12\x1c.flux.v1.ApplyTenantsRequest\x1a\x1d.flux.v1.ApplyTenantsResponse\x12H\n\x0b\x43reateToken\x12\x1b.flux.v1.CreateTokenRequest\x1a\x1c.flux.v1.CreateTokenResponseb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x15\x66lux/v1/tenants.proto\x12\x07\x66lux.v1\"\xb2\x01\n\x0cTenantLimits\x12\x10\n\x03\x63pu\x18\x01 \x01(\x03H\x00\x88\x01\x01\x12\x13\n\x06memory\x18\x02 \x01(\x03H\x01\x88\x01\x01\x12\x10\n\x03gpu\x18\x03 \x01(\x03H\x02\x88\x01\x01\x12\x17\n\ngpu_memory\x18\x04 \x01(\x03H\x03\x88\x01\x01\x12\x17\n\nexecutions\x18\x05 \x01(\x03H\x04\x88\x01\x01\x42\x06\n\x04_cpuB\t\n\x07_memoryB\x06\n\x04_gpuB\r\n\x0b_gpu_memoryB\r\n\x0b_executions\"\x80\x02\n\x0cTenantStatus\x12\x0c\n\x04name\x18\x01 \x01(\t\x12$\n\x05usage\x18\x02 \x01(\x0b\x32\x15.flux.v1.TenantLimits\x12$\n\x05quota\x18\x03 \x01(\x0b\x32\x15.flux.v1.TenantLimits\x12\x0f\n\x07pending\x18\x04 \x01(\x03\x12J\n\x13preemptions_refused\x18\x05 \x03(\x0b\x32-.flux.v1.TenantStatus.PreemptionsRefusedEntry\x1a\x39\n\x17PreemptionsRefusedEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\x03:\x02\x38\x01\"\x9a\x02\n\x06Tenant\x12\x0c\n\x04name\x18\x01 \x01(\t\x12$\n\x05quota\x18\x02 \x01(\x0b\x32\x15.flux.v1.TenantLimits\x12\x0e\n\x06\x63ohort\x18\x03 \x01(\t\x12.\n\x0f\x62orrowing_limit\x18\x04 \x01(\x0b\x32\x15.flux.v1.TenantLimits\x12,\n\rlending_limit\x18\x05 \x01(\x0b\x32\x15.flux.v1.TenantLimits\x12\x0e\n\x06weight\x18\x06 \x01(\x01\x12\x18\n\x0bmax_pending\x18\x07 \x01(\x03H\x00\x88\x01\x01\x12\x1e\n\x11max_pending_bytes\x18\x08 \x01(\x03H\x01\x88\x01\x01\x42\x0e\n\x0c_max_pendingB\x14\n\x12_max_pending_bytes\"6\n\x13\x43reateTenantRequest\x12\x1f\n\x06tenant\x18\x01 \x01(\x0b\x32\x0f.flux.v1.Tenant\"7\n\x14\x43reateTenantResponse\x12\x1f\n\x06tenant\x18\x01 \x01(\x0b\x32\x0f.flux.v1.Tenant\"\x14\n\x12ListTenantsRequest\"7\n\x13ListTenantsResponse\x12 \n\x07tenants\x18\x01 \x03(\x0b\x32\x0f.flux.v1.Tenant\" \n\x10GetTenantRequest\x12\x0c\n\x04name\x18\x01 \x01(\t\"4\n\x11GetTenantResponse\x12\x1f\n\x06tenant\x18\x01 \x01(\x0b\x32\x0f.flux.v1.Tenant\"6\n\x10SetTenantRequest\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x14\n\x0c\x63hanges_json\x18\x02 \x01(\t\"4\n\x11SetTenantResponse\x12\x1f\n\x06tenant\x18\x01 \x01(\x0b\x32\x0f.flux.v1.Tenant\"#\n\x13\x44\x65leteTenantRequest\x12\x0c\n\x04name\x18\x01 \x01(\t\"\x16\n\x14\x44\x65leteTenantResponse\"7\n\x13\x41pplyTenantsRequest\x12 \n\x07tenants\x18\x01 \x03(\x0b\x32\x0f.flux.v1.Tenant\"8\n\x14\x41pplyTenantsResponse\x12 \n\x07tenants\x18\x01 \x03(\x0b\x32\x0f.flux.v1.Tenant\"2\n\x12\x43reateTokenRequest\x12\x0e\n\x06tenant\x18\x01 \x01(\t\x12\x0c\n\x04role\x18\x02 \x01(\t\"B\n\x13\x43reateTokenResponse\x12\r\n\x05token\x18\x01 \x01(\t\x12\x0e\n\x06tenant\x18\x02 \x01(\t\x12\x0c\n\x04role\x18\x03 \x01(\t2\x92\x04\n\rTenantService\x12K\n\x0c\x43reateTenant\x12\x1c.flux.v1.CreateTenantRequest\x1a\x1d.flux.v1.CreateTenantResponse\x12H\n\x0bListTenants\x12\x1b.flux.v1.ListTenantsRequest\x1a\x1c.flux.v1.ListTenantsResponse\x12\x42\n\tGetTenant\x12\x19.flux.v1.GetTenantRequest\x1a\x1a.flux.v1.GetTenantResponse\x12\x42\n\tSetTenant\x12\x19.flux.v1.SetTenantRequest\x1a\x1a.flux.v1.SetTenantResponse\x12K\n\x0c\x44\x65leteTenant\x12\x1c.flux.v1.DeleteTenantRequest\x1a\x1d.flux.v1.DeleteTenantResponse\x12K\n\x0c\x41pplyTenants\x12\x1c.flux.v1.ApplyTenantsRequest\x1a\x1d.flux.v1.ApplyTenantsResponse\x12H\n\x0b\x43reateToken\x12\x1b.flux.v1.CreateTokenRequest\x1a\x1c.flux.v1.CreateTokenResponseb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
 _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'flux.v1.tenants_pb2', _globals)
 if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
+  _globals['_TENANTSTATUS_PREEMPTIONSREFUSEDENTRY']._loaded_options = None
+  _globals['_TENANTSTATUS_PREEMPTIONSREFUSEDENTRY']._serialized_options = b'8\001'
   _globals['_TENANTLIMITS']._serialized_start=35
   _globals['_TENANTLIMITS']._serialized_end=213
-  _globals['_TENANTSTATUS']._serialized_start=215
-  _globals['_TENANTSTATUS']._serialized_end=336
-  _globals['_TENANT']._serialized_start=339
-  _globals['_TENANT']._serialized_end=621
-  _globals['_CREATETENANTREQUEST']._serialized_start=623
-  _globals['_CREATETENANTREQUEST']._serialized_end=677
-  _globals['_CREATETENANTRESPONSE']._serialized_start=679
-  _globals['_CREATETENANTRESPONSE']._serialized_end=734
-  _globals['_LISTTENANTSREQUEST']._serialized_start=736
-  _globals['_LISTTENANTSREQUEST']._serialized_end=756
-  _globals['_LISTTENANTSRESPONSE']._serialized_start=758
-  _globals['_LISTTENANTSRESPONSE']._serialized_end=813
-  _globals['_GETTENANTREQUEST']._serialized_start=815
-  _globals['_GETTENANTREQUEST']._serialized_end=847
-  _globals['_GETTENANTRESPONSE']._serialized_start=849
-  _globals['_GETTENANTRESPONSE']._serialized_end=901
-  _globals['_SETTENANTREQUEST']._serialized_start=903
-  _globals['_SETTENANTREQUEST']._serialized_end=957
-  _globals['_SETTENANTRESPONSE']._serialized_start=959
-  _globals['_SETTENANTRESPONSE']._serialized_end=1011
-  _globals['_DELETETENANTREQUEST']._serialized_start=1013
-  _globals['_DELETETENANTREQUEST']._serialized_end=1048
-  _globals['_DELETETENANTRESPONSE']._serialized_start=1050
-  _globals['_DELETETENANTRESPONSE']._serialized_end=1072
-  _globals['_APPLYTENANTSREQUEST']._serialized_start=1074
-  _globals['_APPLYTENANTSREQUEST']._serialized_end=1129
-  _globals['_APPLYTENANTSRESPONSE']._serialized_start=1131
-  _globals['_APPLYTENANTSRESPONSE']._serialized_end=1187
-  _globals['_CREATETOKENREQUEST']._serialized_start=1189
-  _globals['_CREATETOKENREQUEST']._serialized_end=1239
-  _globals['_CREATETOKENRESPONSE']._serialized_start=1241
-  _globals['_CREATETOKENRESPONSE']._serialized_end=1307
-  _globals['_TENANTSERVICE']._serialized_start=1310
-  _globals['_TENANTSERVICE']._serialized_end=1840
+  _globals['_TENANTSTATUS']._serialized_start=216
+  _globals['_TENANTSTATUS']._serialized_end=472
+  _globals['_TENANTSTATUS_PREEMPTIONSREFUSEDENTRY']._serialized_start=415
+  _globals['_TENANTSTATUS_PREEMPTIONSREFUSEDENTRY']._serialized_end=472
+  _globals['_TENANT']._serialized_start=475
+  _globals['_TENANT']._serialized_end=757
+  _globals['_CREATETENANTREQUEST']._serialized_start=759
+  _globals['_CREATETENANTREQUEST']._serialized_end=813
+  _globals['_CREATETENANTRESPONSE']._serialized_start=815
+  _globals['_CREATETENANTRESPONSE']._serialized_end=870
+  _globals['_LISTTENANTSREQUEST']._serialized_start=872
+  _globals['_LISTTENANTSREQUEST']._serialized_end=892
+  _globals['_LISTTENANTSRESPONSE']._serialized_start=894
+  _globals['_LISTTENANTSRESPONSE']._serialized_end=949
+  _globals['_GETTENANTREQUEST']._serialized_start=951
+  _globals['_GETTENANTREQUEST']._serialized_end=983
+  _globals['_GETTENANTRESPONSE']._serialized_start=985
+  _globals['_GETTENANTRESPONSE']._serialized_end=1037
+  _globals['_SETTENANTREQUEST']._serialized_start=1039
+  _globals['_SETTENANTREQUEST']._serialized_end=1093
+  _globals['_SETTENANTRESPONSE']._serialized_start=1095
+  _globals['_SETTENANTRESPONSE']._serialized_end=1147
+  _globals['_DELETETENANTREQUEST']._serialized_start=1149
+  _globals['_DELETETENANTREQUEST']._serialized_end=1184
+  _globals['_DELETETENANTRESPONSE']._serialized_start=1186
+  _globals['_DELETETENANTRESPONSE']._serialized_end=1208
+  _globals['_APPLYTENANTSREQUEST']._serialized_start=1210
+  _globals['_APPLYTENANTSREQUEST']._serialized_end=1265
+  _globals['_APPLYTENANTSRESPONSE']._serialized_start=1267
+  _globals['_APPLYTENANTSRESPONSE']._serialized_end=1323
+  _globals['_CREATETOKENREQUEST']._serialized_start=1325
+  _globals['_CREATETOKENREQUEST']._serialized_end=1375
+  _globals['_CREATETOKENRESPONSE']._serialized_start=1377
+  _globals['_CREATETOKENRESPONSE']._serialized_end=1443
+  _globals['_TENANTSERVICE']._serialized_start=1446
+  _globals['_TENANTSERVICE']._serialized_end=1976
 # @@protoc_insertion_point(module_scope)

@@ -83,10 +83,31 @@ class TenantStatus(_message.Message):
 
     DESCRIPTOR: _descriptor.Descriptor
 
+    @_typing.final
+    class PreemptionsRefusedEntry(_message.Message):
+        DESCRIPTOR: _descriptor.Descriptor
+
+        KEY_FIELD_NUMBER: _builtins.int
+        VALUE_FIELD_NUMBER: _builtins.int
+        key: _builtins.str
+        value: _builtins.int
+        def __init__(
+            self,
+            *,
+            key: _builtins.str = ...,
+            value: _builtins.int = ...,
+        ) -> None: ...
+        _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+        def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+        _ClearFieldArgType: _TypeAlias = _typing.Literal["key", b"key", "value", b"value"]  # noqa: Y015
+        def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+        def WhichOneof(self, oneof_group: _Never) -> None: ...
+
     NAME_FIELD_NUMBER: _builtins.int
     USAGE_FIELD_NUMBER: _builtins.int
     QUOTA_FIELD_NUMBER: _builtins.int
     PENDING_FIELD_NUMBER: _builtins.int
+    PREEMPTIONS_REFUSED_FIELD_NUMBER: _builtins.int
     name: _builtins.str
     """The tenant's name."""
     pending: _builtins.int
@@ -99,6 +120,10 @@ class TenantStatus(_message.Message):
     def quota(self) -> Global___TenantLimits:
         """Its nominal quota; an absent resource is unlimited."""
 
+    @_builtins.property
+    def preemptions_refused(self) -> _containers.ScalarMap[_builtins.str, _builtins.int]:
+        """Its preemptions held back, by reason ("budget"), since the core started."""
+
     def __init__(
         self,
         *,
@@ -106,10 +131,11 @@ class TenantStatus(_message.Message):
         usage: Global___TenantLimits | None = ...,
         quota: Global___TenantLimits | None = ...,
         pending: _builtins.int = ...,
+        preemptions_refused: _abc.Mapping[_builtins.str, _builtins.int] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["quota", b"quota", "usage", b"usage"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["name", b"name", "pending", b"pending", "quota", b"quota", "usage", b"usage"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["name", b"name", "pending", b"pending", "preemptions_refused", b"preemptions_refused", "quota", b"quota", "usage", b"usage"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

@@ -52,6 +52,7 @@ def start_server(args: argparse.Namespace) -> int:
             starvation_after=args.starvation_after,
             preemption=args.preemption == "on",
             preemption_grace=args.preemption_grace,
+            preemption_budget=args.preemption_budget,
             dispatch_retention=args.dispatch_retention,
             ping_interval=args.ping_interval,
             server_id=uuid.uuid4().hex[:12],
@@ -72,6 +73,7 @@ def start_server(args: argparse.Namespace) -> int:
         keda_insecure=args.keda_insecure,
         keda_max_streams=args.keda_max_streams,
         keda_max_streams_per_peer=args.keda_max_streams_per_peer,
+        metrics_token=_metrics_token(args),
     )
     from flux.store.base import StoreError
 
@@ -81,6 +83,12 @@ def start_server(args: argparse.Namespace) -> int:
         error(str(exc))
         return 1
     return 0
+
+
+def _metrics_token(args: argparse.Namespace) -> str:
+    from flux.auth import token_file
+
+    return token_file(args.metrics_token_file) if args.metrics_token_file else ""
 
 
 def _server_tokens(args: argparse.Namespace):  # type: ignore[no-untyped-def]

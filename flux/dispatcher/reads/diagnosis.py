@@ -24,7 +24,9 @@ class Diagnosis:
     queue_position: int | None = None
 
 
-async def why(d: Handle, execution_id: str) -> Diagnosis:
+async def why(d: Handle, execution_id: str, viewer: str = "") -> Diagnosis:
+    """``viewer``: the tenant a caller other than a cluster admin speaks for; the answer then names
+    no other tenant (the preemption it would make says "another tenant")."""
     validation.check_id(execution_id)
     execution = d.current(execution_id) or await d.get(execution_id)
     if execution.state is not State.CREATED:
@@ -45,7 +47,7 @@ async def why(d: Handle, execution_id: str) -> Diagnosis:
         queue=d.queue if d.usage.accounts is not None else None,
     )
     summary = explanation.summary
-    preempting = d.reclaimer.preview(execution_id, shape)
+    preempting = d.reclaimer.preview(execution_id, shape, viewer)
     if preempting:
         summary = f"{summary}; {preempting}"
     if explanation.capable == 0:  # no connected worker can take it: say which pool could

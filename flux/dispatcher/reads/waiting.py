@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator, Iterable
+from collections.abc import AsyncIterator, Callable, Iterable
 from typing import TYPE_CHECKING
 
 from flux.dispatcher.state import validation
@@ -49,9 +49,13 @@ def _bare(execution: Execution) -> Execution:
     return execution.evolve(input_json="") if execution.input_json else execution
 
 
-async def _known(d: Handle, execution_id: str) -> Execution:
+async def _known(
+    d: Handle, execution_id: str, visible: Callable[[Execution], bool] | None = None
+) -> Execution:
     found = d.current(execution_id) or await d.store.get_execution(execution_id)
-    if found is None:
+    # One answer for an id not in use and one the caller may not see (``visible``): the same
+    # code and words, so an answer never tells whether another tenant uses an id.
+    if found is None or (visible is not None and not visible(found)):
         raise NotFound(f"execution {execution_id!r} does not exist")
     return found
 
@@ -72,10 +76,16 @@ async def final(d: Handle, execution_id: str, known: Execution | None = None) ->
         d.watchers.unsubscribe(execution_id, updates)
 
 
-async def known(d: Handle, execution_ids: Iterable[str]) -> list[Execution]:
+async def known(
+    d: Handle, execution_ids: Iterable[str], visible: Callable[[Execution], bool] | None = None
+) -> list[Execution]:
     """Each execution named (each once), as it is now: every id is checked before a wait begins,
-    so an unknown one refuses the call (NotFound, naming it) instead of ending a stream half answered."""
-    return [await _known(d, execution_id) for execution_id in checked_ids(execution_ids)]
+    so an unknown one refuses the call (NotFound, naming it) instead of ending a stream half answered.
+
+    An execution ``visible`` refuses is unknown, checked in the same place in the same order: the
+    first id refused is named whether it is missing or another tenant's.
+    """
+    return [await _known(d, execution_id, visible) for execution_id in checked_ids(execution_ids)]
 
 
 async def finals(d: Handle, executions: list[Execution]) -> AsyncIterator[list[Execution]]:

@@ -69,6 +69,12 @@ class Preempt(StrEnum):
     RECLAIM = "reclaim"  # a tenant under its nominal quota took back what its cohort had borrowed
 
 
+class Refusal(StrEnum):
+    """Why a preemption that would have made room was not made."""
+
+    BUDGET = "budget"  # its tenant's preemption budget (--preemption-budget) was spent
+
+
 @dataclass(frozen=True, slots=True)
 class Exemplar:
     """The latest traced observation in a bucket: Prometheus links the bucket to its trace."""
@@ -114,6 +120,9 @@ class Counters:
     cancelled: int = 0
     requeued: dict[Requeue, int] = field(default_factory=lambda: dict.fromkeys(Requeue, 0))
     preempted: dict[Preempt, int] = field(default_factory=lambda: dict.fromkeys(Preempt, 0))
+    # Preemptions held back, by reason; and by (tenant, reason), shown only to the metrics token.
+    preemptions_refused: dict[Refusal, int] = field(default_factory=lambda: dict.fromkeys(Refusal, 0))
+    preemptions_refused_by_tenant: dict[tuple[str, Refusal], int] = field(default_factory=dict)
     ack_deadline_expiries: int = 0
     stream_connects: int = 0
     stream_reconnects: int = 0

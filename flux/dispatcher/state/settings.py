@@ -35,6 +35,8 @@ class Settings:
     # what its cohort borrowed; the victims' workers have this long to hand them back.
     preemption: bool = True
     preemption_grace: float = defaults.PREEMPTION_GRACE
+    # Victims each tenant's preemptions may stop a minute (--preemption-budget); 0: no limit.
+    preemption_budget: int = defaults.PREEMPTION_BUDGET
     # Replicas on PostgreSQL (--dispatch-retention): seconds the dispatches log keeps the rows
     # of an execution after it finished; 0 keeps them all.
     dispatch_retention: float = defaults.DISPATCH_RETENTION

@@ -38,6 +38,8 @@ def stop_here(d: Handle, execution: Execution, final: Execution, announce: bool 
     entry = d.registry.get(execution.worker) if execution.worker else None
     if execution.state is State.CREATED:
         d.queue.remove(execution_id)
+        # A preemptor that will never use the room it asked for: its stops are withdrawn.
+        d.reclaimer.withdraw(execution_id)
     elif entry is not None and entry.session is not None:
         entry.session.push(Stop(execution_id, execution.generation, "cancelled by a client"))
     d.table.finish(final)

@@ -19,7 +19,14 @@ this module carries it out, in three steps:
    then the usual pass over everything (fair share in ``flux.matching.fairshare``).
 
 A preemptor whose victims are still stopping is not planned for again, so one
-pending execution never preempts twice for the same room. On PostgreSQL replicas
+pending execution never preempts twice for the same room. A preemptor that leaves
+the line without running (cancelled, timed out) withdraws the stops it caused:
+victims its worker has not handed back yet are no longer stopping (a claim or a
+result of theirs is accepted again, and they are not requeued). And each tenant's
+preemptions spend a budget (``--preemption-budget``, victims a minute,
+``flux.matching.preemption.Budget``): a plan the budget cannot pay for is held back
+and counted (``flux_preemptions_refused_total{reason="budget"}``), so a tenant that
+submits and cancels in a loop cannot stop another tenant's work without end. On PostgreSQL replicas
 every replica plans over the queue they all mirror, with the victims its own
 workers run and the cluster's usage as its last claim read it; one replica at a
 time acts for a pending execution (the binder's ``preempt``: a row in the
@@ -33,11 +40,11 @@ import logging
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from flux.dispatcher.state.lifecycle import Preempt, Requeue
+from flux.dispatcher.state.lifecycle import Preempt, Refusal, Requeue
 from flux.dispatcher.state.session import Stop
 from flux.dispatcher.transitions import housekeeping
 from flux.domain.execution import Execution, State
-from flux.matching.preemption import Preemption, Running, plan, reclaimable
+from flux.matching.preemption import Budget, Preemption, Running, plan, reclaimable
 
 if TYPE_CHECKING:
     from flux.dispatcher.handle import Handle
@@ -79,6 +86,14 @@ class Reclaimer:
         self._hopeless: dict[Shape, float] = {}
         # Replicas: preemptors another replica acts for, and until when we leave them to it.
         self._elsewhere: dict[str, float] = {}
+        # Victims each tenant's preemptions may stop a minute (--preemption-budget).
+        self.budget = Budget(d.settings.preemption_budget)
+        # Tenants whose budget held a plan back, and until when none of theirs is planned: a plan
+        # per step while it refills would cost the fleet walk and count one refusal per step.
+        self._held: dict[str, float] = {}
+        # Preemptor -> (tenant, victims) its plan spent, until the binder decides who acts for it:
+        # a replica that leaves it to another gives the budget back (the other one spends its own).
+        self._spent: dict[str, tuple[str, int]] = {}
 
     # ----------------------------------------------------------------- deciding
 
@@ -121,6 +136,8 @@ class Reclaimer:
             for item in d.queue.iter_shape(shape):
                 if planned >= PLANS_PER_LANE or not reclaimable(after, shape):
                     break
+                if self._held.get(shape.tenant, 0.0) > now and item.execution_id not in self.waiting:
+                    break  # its tenant's budget is spent: nothing of the tenant's is planned until it refills
                 if item.execution_id in self.waiting or self._elsewhere.get(item.execution_id, 0.0) > now:
                     # Planned before, its victims still stopping (or another replica acts for it):
                     # counted as if placed and its victims gone, so what follows is planned beside it
@@ -135,6 +152,12 @@ class Reclaimer:
                 if preemption is None:
                     self._hopeless[shape] = now
                     break  # the rest of the lane is the same shape: nothing makes room for it either
+                victims = len(preemption.victims)
+                if not self.budget.allows(shape.tenant, victims, now):
+                    self._refused(shape.tenant, victims, now)
+                    break
+                self.budget.spend(shape.tenant, victims, now)
+                self._spent[item.execution_id] = (shape.tenant, victims)
                 planned += 1
                 # Planned: not planned again while the binder decides, nor while its victims stop.
                 self.waiting[item.execution_id] = set()
@@ -147,10 +170,24 @@ class Reclaimer:
                 count += len(gone)
         return count
 
+    def _refused(self, tenant: str, victims: int, now: float) -> None:
+        """A plan of ``tenant``'s that its budget cannot pay for now: counted, and its tenant held back
+        until the budget has refilled enough."""
+        self._held[tenant] = now + self.budget.next_in(tenant, victims, now)
+        counters = self.d.events.counters
+        counters.preemptions_refused[Refusal.BUDGET] += 1
+        key = (tenant, Refusal.BUDGET)
+        counters.preemptions_refused_by_tenant[key] = counters.preemptions_refused_by_tenant.get(key, 0) + 1
+        log.info(
+            "tenant %s's preemption budget of %d a minute is spent; reclaim is held back for %.0f s",
+            tenant, self.budget.per_minute, self._held[tenant] - now,
+        )  # fmt: skip
+
     def _act(self, preemption: Preemption, lane: Shape) -> None:
         """Stop the victims of ``preemption``, if the plan still holds now (on replicas it is a
         database round trip older); else let its preemptor be planned again."""
         d, preemptor = self.d, preemption.execution_id
+        self._spent.pop(preemptor, None)
         if preemptor not in self.waiting:
             return
         held = [d.table.get(v.execution_id) for v in preemption.victims]
@@ -160,6 +197,8 @@ class Reclaimer:
             for e, v in zip(held, preemption.victims, strict=True)
         ):  # fmt: skip
             self._end(preemptor)
+            # Nothing was stopped: the budget it spent when planned is its tenant's again.
+            self.budget.refund(lane.tenant, len(preemption.victims), d.clock())
             return
         log.info(
             "execution %s of tenant %s %s on worker %s",
@@ -175,6 +214,9 @@ class Reclaimer:
         """Another replica acts for ``preemptor`` (or we could not ask): leave it for a while."""
         if self.waiting.get(preemptor) == set():
             del self.waiting[preemptor]
+        spent = self._spent.pop(preemptor, None)
+        if spent is not None:  # nothing stopped here: what its plan spent is its tenant's again
+            self.budget.refund(*spent, self.d.clock())
         self._elsewhere[preemptor] = self.d.clock() + ELSEWHERE_FOR
         if len(self._elsewhere) > 10_000:  # old entries of preemptors long placed
             now = self.d.clock()
@@ -230,8 +272,10 @@ class Reclaimer:
         )
         self.waiting.setdefault(preemptor, set()).add(execution_id)
 
-    def preview(self, execution_id: str, shape: Shape) -> str:
-        """For explain: ``will preempt 2 executions of tenant web``, or what it waits for; "" if neither."""
+    def preview(self, execution_id: str, shape: Shape, viewer: str = "") -> str:
+        """For explain: ``will preempt 2 executions of tenant web``, what it waits for, or that the
+        tenant's budget holds it back; "" if none. With ``viewer`` (a tenant's token) no other
+        tenant is named (``Preemption.describe``)."""
         d = self.d
         victims = self.waiting.get(execution_id)
         if victims:
@@ -241,7 +285,29 @@ class Reclaimer:
             return ""
         workers = [entry.view() for entry in d.registry.values() if entry.dispatchable]
         preemption = plan(self._after(accounts), execution_id, shape, workers, self._running())
-        return preemption.describe() if preemption is not None else ""
+        if preemption is None:
+            return ""
+        held = self.budget.held_back(shape.tenant, len(preemption.victims), d.clock())
+        return held or preemption.describe(viewer)
+
+    def withdraw(self, preemptor: str) -> None:
+        """``preemptor`` left the line without running (cancelled, timed out): the stops it caused
+        are withdrawn. Its victims not handed back yet are no longer stopping: each keeps its room
+        and is not requeued, its claim and result are accepted again, and a Stop its worker has
+        not heard (it was away: the Stop is repeated on reconnect only while stopping) is never
+        sent, so it runs on. A worker that heard the Stop has ended the body already: it hands the
+        execution back, and it is requeued as released (its attempt not counted).
+
+        The budget is not given back: the Stop was sent, and a worker may have acted on it (a
+        tenant that cancels in a loop pays for every stop it caused).
+        """
+        victims = self.waiting.get(preemptor)
+        if victims is None:
+            return
+        for victim_id in list(victims):
+            if self.stopping.pop(victim_id, None) is not None:
+                log.info("execution %s keeps running: its preemptor %s left the line", victim_id, preemptor)
+        self._end(preemptor)
 
     # ----------------------------------------------------------------- stopping
 
