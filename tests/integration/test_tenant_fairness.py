@@ -61,7 +61,9 @@ def test_request_less_work_holds_slots_and_a_tenant_under_its_quota_reclaims_the
         ), summary
         usage = {t.name: t for t in cluster.client.status().tenants}
         assert usage["solo"].usage.executions == 8 and usage["solo"].quota.executions == 1
-        metrics = httpx.get(f"{cluster.gateway_url}/metrics", timeout=10).text
+        # Per-tenant series are for a cluster-admin (or the metrics) token only.
+        admin = {"Authorization": f"Bearer {cluster.token(Role.CLIENT)}"}
+        metrics = httpx.get(f"{cluster.gateway_url}/metrics", headers=admin, timeout=10).text
         assert 'flux_tenant_usage{resource="executions",tenant="solo"} 8.0' in metrics
         assert 'flux_tenant_quota{resource="executions",tenant="solo"} 1.0' in metrics
 

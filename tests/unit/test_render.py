@@ -246,7 +246,7 @@ def test_status_shows_each_tenants_usage_against_its_quota() -> None:
     assert ml == {
         "name": "ml",
         "pending": 5,
-        "usage": {"cpu": 3, "memory": 2 * GiB, "gpu": 1, "gpu_memory": GiB},
+        "usage": {"cpu": 3, "memory": 2 * GiB, "gpu": 1, "gpu_memory": GiB, "executions": 0},
         "quota": {"cpu": 4, "gpu": 2, "gpu_memory": 4 * GiB},
     }
 
