@@ -261,8 +261,9 @@ class Dispatcher:
 
     def apply_tenants(self, tenants: list[Tenant]) -> None:
         """Tenants' terms changed (or were loaded): quotas and fair share apply from the next pass
-        (transitions/terms.py)."""
+        (transitions/terms.py). A deleted tenant's final states are no longer remembered."""
         terms.apply(self, tenants)
+        self.table.forget_finished_of_tenants_not_in({t.name for t in tenants})
 
     async def _unfinished_of(self, tenant: str) -> int:
         """A tenant's unfinished executions: those this server holds, and those in the store

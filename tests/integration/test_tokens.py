@@ -22,7 +22,11 @@ from flux.testing import Cluster, eventually
 
 from .conftest import WORKFLOWS
 
-pytestmark = [pytest.mark.integration, pytest.mark.backends("sqlite", "postgres"), pytest.mark.transports("grpc")]
+pytestmark = [
+    pytest.mark.integration,
+    pytest.mark.backends("sqlite", "postgres"),
+    pytest.mark.transports("grpc"),
+]
 
 
 def _ok(result: object) -> str:
@@ -36,7 +40,9 @@ def _client(cluster: Cluster, token: str) -> FluxClient:
 
 def test_tokens_are_listed_without_secrets_and_revoked_at_once(cluster: Cluster) -> None:
     _ok(cluster.flux("tenant", "create", "ml"))
-    made = cluster.flux("token", "create", "--tenant", "ml", "--role", "read", "--name", "ci", "--expires-in", "30d")
+    made = cluster.flux(
+        "token", "create", "--tenant", "ml", "--role", "read", "--name", "ci", "--expires-in", "30d"
+    )
     token = _ok(made).strip()
     assert "\n" not in token and "of tenant ml (read, expires" in made.stderr
     listed = _ok(cluster.flux("token", "list", "--json"))
@@ -104,7 +110,9 @@ def test_a_tenant_admin_manages_only_its_own_tenants_tokens_and_audit(cluster: C
             as_ml.tenants.revoke_token(web_token.id)
         with pytest.raises(NotFound) as missing:
             as_ml.tenants.revoke_token("0123456789ab")
-        assert str(foreign.value).replace(web_token.id, "ID") == str(missing.value).replace("0123456789ab", "ID")
+        assert str(foreign.value).replace(web_token.id, "ID") == str(missing.value).replace(
+            "0123456789ab", "ID"
+        )
         with pytest.raises(PermissionDenied, match="cannot mint a cluster-admin token"):
             as_ml.tenants.create_token("ml", role="cluster-admin")
         as_ml.tenants.revoke_token(ml_submit.id)
@@ -114,7 +122,6 @@ def test_a_tenant_admin_manages_only_its_own_tenants_tokens_and_audit(cluster: C
         assert (mine[0].token_id, mine[0].caller_tenant, mine[0].caller_role) == (ml_admin.id, "ml", "admin")
     everything = admin.tenants.audit()
     assert {"ml", "web"} <= {e.tenant for e in everything}
-    assert web_token in admin.tenants.list_tokens("web")[0].id or True  # ids only; checked below
     assert web_token not in json.dumps([e.details_json for e in everything])
     with _client(cluster, web_token) as as_web:
         assert as_web.list_executions().executions == []  # never revoked by ml's admin
@@ -153,10 +160,10 @@ def test_each_administrative_change_is_audited_once_and_kept_across_a_restart(
     admin.tenants.revoke_token(token.id)
     cluster.register(WORKFLOWS)
     pools = tmp_path / "pools.yaml"
-    pools.write_text("pools:\n  - name: cpu\n    cpus: 4\n")
+    pools.write_text(json.dumps({"pools": [{"name": "cpu", "resources": {"cpu": 4}}]}))
     _ok(cluster.flux("pool", "apply", str(pools)))
     cluster.start_worker("w1")
-    eventually(lambda: any(w.name == "w1" for w in admin.list_workers()), what="worker w1")
+    eventually(lambda: any(w.name == "w1" for w in admin.workers().workers), what="worker w1")
     _ok(cluster.flux("worker", "pause", "w1"))
     _ok(cluster.flux("worker", "resume", "w1"))
     admin.tenants.delete("web")
@@ -168,21 +175,29 @@ def test_each_administrative_change_is_audited_once_and_kept_across_a_restart(
         ("worker.resume", "w1", ""), ("tenant.delete", "web", "web"),
     ]  # fmt: skip
 
-    def check(entries: list) -> None:  # type: ignore[type-arg]
+    def check(everything: list) -> None:  # type: ignore[type-arg]
+        entries = [e for e in everything if e.at >= started]  # the fixture registered workflows before
         got = [(e.action, e.target, e.tenant) for e in reversed(entries)]
         assert [(a, t) for a, _, t in got] == [(a, t) for a, _, t in expected]
         assert all(target == want for (_, target, _), (_, want, _) in zip(got, expected, strict=True) if want)
         # Who: the server's own token (no id), a cluster admin of tenant default.
-        assert {(e.token_id, e.caller_tenant, e.caller_role) for e in entries} == {("", "default", "cluster-admin")}
-        assert all(e.at >= started - 1 for e in entries)
+        assert {(e.token_id, e.caller_tenant, e.caller_role) for e in entries} == {
+            ("", "default", "cluster-admin")
+        }
         created = json.loads(entries[-4].details_json)
-        assert created == {"role": "read", "name": "ci", "expires_at": None} and token not in entries[-4].details_json
+        assert (
+            created == {"role": "read", "name": "ci", "expires_at": None}
+            and token not in entries[-4].details_json
+        )
 
     check(admin.tenants.audit())
     listed = json.loads(_ok(cluster.flux("audit", "list", "--since", "1h", "--json")))["entries"]
     assert [e["action"] for e in listed][0] == "tenant.delete"
     assert "tenant.create" in _ok(cluster.flux("audit", "list"))
 
+    assert cluster.server is not None
+    cluster.server.terminate()
+    cluster.server.wait(timeout=30)
     cluster.restart_server()
     with cluster.client_for(cluster.address) as after:
         eventually(lambda: after.tenants.audit(), what="the server back")
