@@ -74,7 +74,6 @@ class ExecutionTable:
                 del self.finished[execution_id]
                 self.finished_bytes -= _payload_bytes(execution)
 
-
     def __len__(self) -> int:
         return len(self.unfinished)
 
