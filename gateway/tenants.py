@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Body, Depends, Path, Request
+from fastapi import APIRouter, Body, Depends, Path, Query, Request
 from fastapi.responses import JSONResponse
 
 from flux.v1 import tenants_pb2, tenants_pb2_grpc
@@ -24,11 +24,16 @@ ApplyTenantsRequest = schema.model_of(tenants_pb2.ApplyTenantsRequest.DESCRIPTOR
 ApplyTenantsResponse = schema.model_of(tenants_pb2.ApplyTenantsResponse.DESCRIPTOR)
 CreateTokenRequest = schema.model_of(tenants_pb2.CreateTokenRequest.DESCRIPTOR)
 CreateTokenResponse = schema.model_of(tenants_pb2.CreateTokenResponse.DESCRIPTOR)
+ListTokensResponse = schema.model_of(tenants_pb2.ListTokensResponse.DESCRIPTOR)
+RevokeTokenResponse = schema.model_of(tenants_pb2.RevokeTokenResponse.DESCRIPTOR)
+ListAuditResponse = schema.model_of(tenants_pb2.ListAuditResponse.DESCRIPTOR)
+
+TokenId = Annotated[str, Path(description="the token's id, as in GET /tokens", max_length=64)]
 
 _WHY = {
     401: "no API token, or not a valid one",
     403: "a token whose role or tenant may not do this (or the worker token)",
-    404: "no such tenant",
+    404: "no such tenant (or token)",
     409: "a tenant of that name exists already, or (delete) it is tenant default",
     422: "invalid body, path or query",
     503: "the core is unreachable",
@@ -121,3 +126,33 @@ async def create_token(body: CreateTokenRequest, request: Request, service: Tena
     admin mints tokens of its own tenant only."""
     message = await to_message(body.to_json_dict(), tenants_pb2.CreateTokenRequest(), request)  # type: ignore[attr-defined]
     return await service.call("CreateToken", message)
+
+
+@router.get("/tokens", response_model=ListTokensResponse, responses=_refusals(404))
+async def list_tokens(
+    service: TenantsDep,
+    tenant: Annotated[str, Query(description="only this tenant's tokens", max_length=63)] = "",
+) -> JSONResponse:
+    """Tokens not revoked, newest first, never their secrets: a tenant admin's own tenant's, a
+    cluster admin's every tenant's."""
+    return await service.call("ListTokens", tenants_pb2.ListTokensRequest(tenant=tenant))
+
+
+@router.delete("/tokens/{token_id}", response_model=RevokeTokenResponse, responses=_refusals(404))
+async def revoke_token(token_id: TokenId, service: TenantsDep) -> JSONResponse:
+    """Revoke a token by its id: refused at once here and within a second on every replica. Another
+    tenant's token answers 404, as a missing one does."""
+    return await service.call("RevokeToken", tenants_pb2.RevokeTokenRequest(id=token_id))
+
+
+@router.get("/audit", response_model=ListAuditResponse, responses=_refusals())
+async def list_audit(
+    service: TenantsDep,
+    since: Annotated[
+        float, Query(description="only entries at or after this time (seconds since the epoch)", ge=0)
+    ] = 0,
+    limit: Annotated[int, Query(description="at most this many (0: 1000)", ge=0, le=1000)] = 0,
+) -> JSONResponse:
+    """Administrative changes, newest first: who (token id, tenant, role), what, when. A tenant
+    admin sees the entries about its own tenant."""
+    return await service.call("ListAudit", tenants_pb2.ListAuditRequest(since=since, limit=limit))

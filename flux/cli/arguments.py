@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import argparse
-import re
 
+from flux.domain.duration import seconds_of
 from flux.domain.execution import State
 from flux.domain.labels import parse_label_argument
 from flux.domain.quantity import parse_bytes
@@ -12,8 +12,6 @@ from flux.domain.quantity import parse_bytes
 # By name, the wire's values (flux.v1.ExecutionState equals State): read from the domain, so the
 # parser loads no protobuf module a worker process would not load otherwise (2 MB each).
 EXECUTION_STATES = {state.name: int(state) for state in State}
-_DURATION = re.compile(r"(\d+(?:\.\d+)?)([smhd])")
-_UNIT_SECONDS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
 
 
 def whole_number(flag: str):  # type: ignore[no-untyped-def]
@@ -106,18 +104,16 @@ def execution_state(text: str) -> int:
     return EXECUTION_STATES[name]
 
 
-def parse_duration(text: str) -> float:
-    """``90s``, ``15m``, ``2h``, ``1d``, ``1h30m``, or plain seconds -> seconds."""
-    value = text.strip().lower()
-    try:
-        seconds = float(value)
-    except ValueError:
-        parts = _DURATION.findall(value)
-        if not parts or "".join(n + u for n, u in parts) != value:
-            raise argparse.ArgumentTypeError(
-                f"--since must be a duration such as 90s, 15m, 2h, 1d or 1h30m; got {text!r}"
-            ) from None
-        seconds = sum(float(n) * _UNIT_SECONDS[u] for n, u in parts)
-    if seconds <= 0:
-        raise argparse.ArgumentTypeError(f"--since must be a positive duration; got {text!r}")
-    return seconds
+def duration(flag: str):  # type: ignore[no-untyped-def]
+    """``90s``, ``15m``, ``2h``, ``30d``, ``1h30m``, or plain seconds -> seconds (flux.domain.duration)."""
+
+    def parse(text: str) -> float:
+        try:
+            return seconds_of(text, flag)
+        except ValueError as exc:
+            raise argparse.ArgumentTypeError(str(exc)) from None
+
+    return parse
+
+
+parse_duration = duration("--since")

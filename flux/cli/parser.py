@@ -16,6 +16,7 @@ from flux.auth import Role
 from flux.cli.arguments import (
     EXECUTION_STATES,
     count,
+    duration,
     execution_state,
     parse_duration,
     priority,
@@ -263,7 +264,35 @@ def build_parser() -> argparse.ArgumentParser:
     create.add_argument(
         "--role", default="submit", choices=TENANT_ROLES, help="what it may do (default submit)"
     )
+    create.add_argument(
+        "--expires-in", type=duration("--expires-in"), default=None, metavar="DURATION",
+        help="refuse it after this long: 30d, 12h, 90m, 3600s (default: never; revoke it with flux token revoke)",
+    )  # fmt: skip
+    create.add_argument("--name", default="", metavar="N", help="a label for flux token list (e.g. ci)")
     create.set_defaults(run=command("tenants", "create_token"))
+    listing = with_server(
+        token.add_parser(
+            "list",
+            help="tenants' tokens: id, name, tenant, role, created, expires, last used (never a secret)",
+            description="List the tokens not revoked, newest first: a tenant admin's token lists its own "
+            "tenant's, a cluster admin's every tenant's. The tokens themselves are never shown: only "
+            "their digests are stored. Last use is recorded to the minute.",
+        )
+    )
+    listing.add_argument("--tenant", default="", metavar="T", help="only this tenant's tokens")
+    listing.add_argument("--json", action="store_true", help="print one JSON object")
+    listing.set_defaults(run=command("tenants", "list_tokens"))
+    revoke = with_server(
+        token.add_parser(
+            "revoke",
+            help="revoke a token by its id (refused on every replica within a second)",
+            description="Revoke a tenant's token by the id flux token list shows. Calls with it are "
+            "refused at once on this server and within a second on every replica. A tenant admin "
+            "revokes its own tenant's tokens only.",
+        )
+    )
+    revoke.add_argument("id", metavar="ID", help="the token's id, as flux token list shows it")
+    revoke.set_defaults(run=command("tenants", "revoke_token"))
     show = token.add_parser(
         "show",
         help="print a generated token (run it where the server runs: it reads ./.flux/)",
@@ -320,6 +349,26 @@ def build_parser() -> argparse.ArgumentParser:
     apply = with_server(tenant.add_parser("apply", help="create or replace tenants from a YAML or JSON file"))
     apply.add_argument("file", metavar="FILE", help="tenants file ('-' reads stdin)")
     apply.set_defaults(run=command("tenants", "apply_tenants"))
+
+    audit = commands.add_parser("audit", help="who changed what: the audit trail").add_subparsers(
+        dest="action", required=True, metavar="ACTION"
+    )
+    listing = with_server(
+        audit.add_parser(
+            "list",
+            help="administrative changes, newest first (a tenant admin sees its own tenant's)",
+            description="List administrative changes, newest first: tenants created, set, applied or "
+            "deleted, tokens created or revoked, workflows registered, pools applied, workers paused, "
+            "resumed or forgotten; who made each (the token's id, tenant and role; an empty id is "
+            "the server's own token), what, and when. Kept 90 days, at most 100,000 entries.",
+        )
+    )
+    listing.add_argument(
+        "--since", type=duration("--since"), default=None, metavar="DURATION",
+        help="only changes this recent: 90m, 12h, 7d",
+    )  # fmt: skip
+    listing.add_argument("--json", action="store_true", help="print one JSON object")
+    listing.set_defaults(run=command("tenants", "list_audit"))
 
     status = with_server(commands.add_parser("status", help="the fleet and the pending queue at a glance"))
     status.add_argument("--json", action="store_true", help="print one JSON object")

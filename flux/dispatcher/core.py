@@ -26,6 +26,7 @@ from flux.dispatcher.reads import diagnosis, waiting
 from flux.dispatcher.reads.diagnosis import Diagnosis
 from flux.dispatcher.reads.executions import list_executions, list_workflows
 from flux.dispatcher.state import validation
+from flux.dispatcher.state.audit import AuditTrail
 from flux.dispatcher.state.catalogue import Catalogue
 from flux.dispatcher.state.deadlines import AckDeadlines
 from flux.dispatcher.state.freezing import Freezer
@@ -43,7 +44,7 @@ from flux.dispatcher.state.worker_entry import WorkerEntry
 from flux.dispatcher.transitions import cancel, housekeeping, submission, terms, worker_calls
 from flux.dispatcher.transitions import workflows as workflows_module
 from flux.dispatcher.transitions.reclaim import Reclaimer
-from flux.domain.execution import Execution, ExecutionError
+from flux.domain.execution import Execution, ExecutionError, State
 from flux.domain.tenant import DEFAULT_TENANT, Tenant
 from flux.domain.worker import WorkerResources, WorkerSoftware
 from flux.domain.workflow import WorkflowRecord
@@ -105,7 +106,9 @@ class Dispatcher:
         self.modes = modes or local()
         # Worker pools: declarations, learned shapes and the demand an autoscaler reads.
         self.pools = PoolBook(self)
-        self.tenants = TenantDirectory(store, on_change=self.apply_tenants)
+        self.tenants = TenantDirectory(store, on_change=self.apply_tenants, unfinished=self._unfinished_of)
+        # Administrative changes: who made which, when (state/audit.py).
+        self.audit = AuditTrail(store)
         # Preemption: borrowed executions being stopped so a tenant gets its quota back.
         self.reclaimer = Reclaimer(self)
         self.binder, self.feed, self.fleet = self.modes.binder, self.modes.feed, self.modes.fleet
@@ -259,8 +262,19 @@ class Dispatcher:
 
     def apply_tenants(self, tenants: list[Tenant]) -> None:
         """Tenants' terms changed (or were loaded): quotas and fair share apply from the next pass
-        (transitions/terms.py)."""
+        (transitions/terms.py). A deleted tenant's final states are no longer remembered."""
         terms.apply(self, tenants)
+        self.table.forget_finished_of_tenants_not_in({t.name for t in tenants})
+
+    async def _unfinished_of(self, tenant: str) -> int:
+        """A tenant's unfinished executions: those this server holds, and those in the store
+        (another replica's, or queued where this one has not loaded them)."""
+        held = {e.execution_id for e in self.table.values() if e.tenant == tenant and not e.state.finished}
+        query = ExecutionQuery(
+            limit=10_000, tenant=tenant, states=tuple(int(s) for s in State if not s.finished)
+        )
+        stored = {e.execution_id for e in await self.store.list_executions(query)}
+        return len(held | stored)
 
     def _tenant_of(self, execution_id: str) -> str:
         execution = self.table.get(execution_id)

@@ -12,7 +12,7 @@ from __future__ import annotations
 import grpc
 
 from flux.auth import Role, Tokens, bearer
-from flux.dispatcher.state.tenants import OPERATOR, RANK, Caller, TenantDirectory
+from flux.dispatcher.state.tenants import INVALID, OPERATOR, RANK, Caller, TenantDirectory
 from flux.errors import PermissionDenied, Unauthenticated
 
 # Methods that change what every tenant shares: only a cluster admin may call them. Any
@@ -84,6 +84,7 @@ class Callers:
         self.directory = directory
 
     async def caller(self, token: str) -> Caller | None:
+        """Who ``token`` speaks for (its ``token_id`` too, for the audit trail), or None."""
         if self.tokens is None:
             return OPERATOR
         if token and self.tokens.role_of(token) is Role.CLIENT:
@@ -95,9 +96,10 @@ class Callers:
     ) -> tuple[grpc.StatusCode, str] | None:
         """The interceptor's answer with tenants' tokens: ``refusal`` is flux.auth's, on its two tokens."""
         if refusal is not None and refusal[0] is grpc.StatusCode.UNAUTHENTICATED and token:
-            found = await self.directory.caller(token)
-            if found is None:
-                return refusal
+            found = await self.directory.lookup(token)
+            if isinstance(found, str):
+                # An expired or revoked token is told so; one never issued gets flux.auth's words.
+                return refusal if found == INVALID else (grpc.StatusCode.UNAUTHENTICATED, found)
             if self.tokens is not None and method.startswith("/flux.v1.WorkerService/"):
                 return (
                     grpc.StatusCode.PERMISSION_DENIED,
@@ -110,9 +112,11 @@ class Callers:
     async def of(self, context: grpc.aio.ServicerContext) -> Caller:
         """The caller of a call the interceptor let through."""
         token = bearer(context.invocation_metadata())
-        found = await self.caller(token)
-        if found is None:
-            raise Unauthenticated("invalid api token")
+        if self.tokens is None or (token and self.tokens.role_of(token) is Role.CLIENT):
+            return OPERATOR
+        found = await self.directory.lookup(token) if token else INVALID
+        if isinstance(found, str):
+            raise Unauthenticated(found)
         return found
 
     def check(self, caller: Caller, method: str) -> None:

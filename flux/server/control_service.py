@@ -81,6 +81,11 @@ class ControlService(control_pb2_grpc.ControlServiceServicer):
         stored = await self.dispatcher.register_workflows(
             request.filename, request.source, convert.workflows_from_proto(request), tenant=caller.tenant
         )
+        await self.dispatcher.audit.record(
+            caller, "workflow.register", ",".join(r.name for r in stored), caller.tenant,
+            filename=request.filename, versions={r.name: r.version for r in stored},
+            unchanged=[r.name for r in stored if r.unchanged],
+        )  # fmt: skip
         return control_pb2.RegisterWorkflowResponse(
             workflows=[
                 control_pb2.RegisteredWorkflow(
@@ -303,6 +308,9 @@ class ControlService(control_pb2_grpc.ControlServiceServicer):
     @unary()
     async def ForgetWorker(self, request: control_pb2.ForgetWorkerRequest, context: grpc.aio.ServicerContext):
         requeued = await self.dispatcher.forget_worker(request.name)
+        await self.dispatcher.audit.record(
+            await self._caller(context), "worker.forget", request.name, requeued=requeued
+        )
         return control_pb2.ForgetWorkerResponse(requeued=requeued)
 
     @unary()
@@ -352,11 +360,15 @@ class ControlService(control_pb2_grpc.ControlServiceServicer):
 
     @unary()
     async def PauseWorker(self, request: control_pb2.PauseWorkerRequest, context: grpc.aio.ServicerContext):
-        return convert.worker_to_proto(await self.dispatcher.set_paused(request.name, True))
+        worker = await self.dispatcher.set_paused(request.name, True)
+        await self.dispatcher.audit.record(await self._caller(context), "worker.pause", request.name)
+        return convert.worker_to_proto(worker)
 
     @unary()
     async def ResumeWorker(self, request: control_pb2.ResumeWorkerRequest, context: grpc.aio.ServicerContext):
-        return convert.worker_to_proto(await self.dispatcher.set_paused(request.name, False))
+        worker = await self.dispatcher.set_paused(request.name, False)
+        await self.dispatcher.audit.record(await self._caller(context), "worker.resume", request.name)
+        return convert.worker_to_proto(worker)
 
     @unary()
     async def GetMetrics(self, request: control_pb2.GetMetricsRequest, context: grpc.aio.ServicerContext):

@@ -208,7 +208,7 @@ async def start_server(config: ServerConfig) -> RunningServer:
         worker_pb2_grpc.add_WorkerServiceServicer_to_server(workers, target)  # type: ignore[arg-type]
         control_pb2_grpc.add_ControlServiceServicer_to_server(control, target)  # type: ignore[arg-type]
         health_pb2_grpc.add_HealthServicer_to_server(health_servicer, target)  # type: ignore[arg-type]
-        pools_pb2_grpc.add_PoolServiceServicer_to_server(PoolService(dispatcher), target)  # type: ignore[arg-type]
+        pools_pb2_grpc.add_PoolServiceServicer_to_server(PoolService(dispatcher, callers), target)  # type: ignore[arg-type]
         tenants_pb2_grpc.add_TenantServiceServicer_to_server(TenantService(dispatcher, callers), target)  # type: ignore[arg-type]
     services = (
         worker_pb2.DESCRIPTOR.services_by_name["WorkerService"].full_name,

@@ -21,9 +21,15 @@ from flux.domain.workflow import WorkflowRecord
 from flux.errors import Unavailable
 
 __all__ = [
-    "Conflict", "ExecutionQuery", "PendingRef", "Recovered", "Store", "StoreError", "WorkerIdentity",
-    "WorkerRecord", "WorkflowRecord",
+    "AuditRecord", "Conflict", "ExecutionQuery", "PendingRef", "Recovered", "Store", "StoreError",
+    "TokenRecord", "WorkerIdentity", "WorkerRecord", "WorkflowRecord",
 ]  # fmt: skip
+
+# Audit retention: entries older than this many seconds, or beyond the newest AUDIT_KEPT, are
+# dropped as new ones are written, so the table stays small on a busy cluster and a quiet one
+# keeps its history (flux audit list is for "who changed this lately", not an archive).
+AUDIT_DAYS = 90
+AUDIT_KEPT = 100_000
 
 
 @dataclass(frozen=True, slots=True)
@@ -52,6 +58,38 @@ class ExecutionQuery:
             and (not self.worker or execution.worker == self.worker)
             and execution.created_at >= self.created_after
         )
+
+
+@dataclass(frozen=True, slots=True)
+class TokenRecord:
+    """A tenant's API token as stored: its digest, never the token itself."""
+
+    id: str
+    digest: str
+    tenant: str
+    role: str
+    created_at: float
+    name: str = ""
+    # Seconds since the epoch; None: never expires.
+    expires_at: float | None = None
+    # To the minute (see flux.dispatcher.state.tenants); None: never used.
+    last_used_at: float | None = None
+    revoked: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class AuditRecord:
+    """One administrative change: who (the caller's token id, tenant, role), what, when."""
+
+    at: float
+    token_id: str
+    caller_tenant: str
+    caller_role: str
+    action: str
+    target: str
+    # The tenant the change is about; "" for the cluster's own (pools, workers).
+    tenant: str
+    details_json: str = "{}"
 
 
 @dataclass(frozen=True, slots=True)
@@ -186,20 +224,44 @@ class Store(abc.ABC):
         """Store tenants, (name, JSON document) each, replacing those of the same name, all or none."""
 
     @abc.abstractmethod
-    async def delete_tenant(self, name: str) -> bool:
-        """Forget a tenant and its tokens; whether it was stored. Its executions keep their tenant."""
+    async def delete_tenant(self, name: str, tombstone: str) -> bool:
+        """Forget a tenant and its tokens; whether it was stored. In the same transaction its
+        executions and workflows move to tenant ``tombstone`` (a name no tenant can have), so a
+        tenant created again under ``name`` sees none of them."""
 
     @abc.abstractmethod
     async def list_tenants(self) -> list[tuple[str, str]]:
         """Every stored tenant, (name, JSON document), by name."""
 
     @abc.abstractmethod
-    async def save_token(self, digest: str, tenant: str, role: str) -> None:
-        """Store an API token by its digest (never the token itself) with its tenant and role."""
+    async def save_token(self, token: TokenRecord) -> None:
+        """Store an API token by its digest (never the token itself)."""
 
     @abc.abstractmethod
-    async def find_token(self, digest: str) -> tuple[str, str] | None:
-        """(tenant, role) of the token with this digest, or None."""
+    async def find_token(self, digest: str) -> TokenRecord | None:
+        """The token with this digest, revoked or expired too, or None."""
+
+    @abc.abstractmethod
+    async def list_tokens(self, tenant: str = "") -> list[TokenRecord]:
+        """Tokens not revoked (of ``tenant`` only, when given), newest first."""
+
+    @abc.abstractmethod
+    async def revoke_token(self, token_id: str, tenant: str = "") -> TokenRecord | None:
+        """Revoke the token with this id (only if it is ``tenant``'s, when given); None when
+        there is no such token not yet revoked."""
+
+    @abc.abstractmethod
+    async def touch_token(self, token_id: str, at: float) -> None:
+        """Record that the token was used at ``at``."""
+
+    @abc.abstractmethod
+    async def save_audit(self, entry: AuditRecord) -> None:
+        """Append an audit entry, dropping those past retention (AUDIT_DAYS, AUDIT_KEPT)."""
+
+    @abc.abstractmethod
+    async def list_audit(self, since: float = 0.0, tenant: str = "", limit: int = 1000) -> list[AuditRecord]:
+        """Up to ``limit`` audit entries at or after ``since`` (about ``tenant`` only, when
+        given), newest first."""
 
     @abc.abstractmethod
     async def list_executions(self, query: ExecutionQuery) -> list[Execution]:

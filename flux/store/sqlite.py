@@ -32,7 +32,27 @@ from typing import TypeVar
 
 from flux.domain.execution import Execution
 from flux.domain.workflow import WorkflowRecord
-from flux.store.base import ExecutionQuery, Recovered, Store, StoreError, WorkerIdentity
+from flux.store.admin_rows import (
+    AUDIT_COLUMNS,
+    TOKEN_ADDED,
+    TOKEN_COLUMNS,
+    audit_from_row,
+    audit_prune,
+    audit_query,
+    audit_row,
+    token_from_row,
+    token_row,
+    tokens_query,
+)
+from flux.store.base import (
+    AuditRecord,
+    ExecutionQuery,
+    Recovered,
+    Store,
+    StoreError,
+    TokenRecord,
+    WorkerIdentity,
+)
 from flux.store.group_commit import GroupCommit
 from flux.store.rows import (
     EXECUTION_COLUMNS,
@@ -53,7 +73,9 @@ from flux.store.rows import (
 # 4: executions.trace (migrated on open; older rows get '', untraced).
 # 5: executions.tenant (older rows are tenant 'default'), tenants and tokens.
 # 6: workflows.tenant (older workflows are tenant 'default''s, shared by every tenant).
-SCHEMA_VERSION = 6
+# 7: tokens gain an id, a name, an expiry, last use and revocation (older ones get a random id,
+#    no name, no expiry); the audit table.
+SCHEMA_VERSION = 7
 
 T = TypeVar("T")
 
@@ -89,7 +111,16 @@ CREATE TABLE IF NOT EXISTS workers (name TEXT PRIMARY KEY, session_token TEXT NO
 CREATE TABLE IF NOT EXISTS pools (name TEXT PRIMARY KEY, spec TEXT NOT NULL, updated_at REAL NOT NULL);
 CREATE TABLE IF NOT EXISTS tenants (name TEXT PRIMARY KEY, spec TEXT NOT NULL, updated_at REAL NOT NULL);
 CREATE TABLE IF NOT EXISTS tokens (
-    digest TEXT PRIMARY KEY, tenant TEXT NOT NULL, role TEXT NOT NULL, created_at REAL NOT NULL);
+    digest TEXT PRIMARY KEY, tenant TEXT NOT NULL, role TEXT NOT NULL, created_at REAL NOT NULL,
+    id TEXT NOT NULL DEFAULT '', name TEXT NOT NULL DEFAULT '', expires_at REAL, last_used_at REAL,
+    revoked INTEGER NOT NULL DEFAULT 0);
+UPDATE tokens SET id = lower(hex(randomblob(6))) WHERE id = '';
+CREATE UNIQUE INDEX IF NOT EXISTS tokens_by_id ON tokens (id);
+CREATE TABLE IF NOT EXISTS audit (
+    seq INTEGER PRIMARY KEY AUTOINCREMENT, at REAL NOT NULL, token_id TEXT NOT NULL,
+    caller_tenant TEXT NOT NULL, caller_role TEXT NOT NULL, action TEXT NOT NULL, target TEXT NOT NULL,
+    tenant TEXT NOT NULL, details_json TEXT NOT NULL);
+CREATE INDEX IF NOT EXISTS audit_at ON audit (at);
 """
 
 _UPSERT = f"""
@@ -176,6 +207,10 @@ class SqliteStore(Store):
                 db.execute("ALTER TABLE executions ADD COLUMN trace TEXT NOT NULL DEFAULT ''")
             if columns and "tenant" not in columns:  # before version 5: everything was tenant 'default'
                 db.execute("ALTER TABLE executions ADD COLUMN tenant TEXT NOT NULL DEFAULT 'default'")
+            columns = {row["name"] for row in db.execute("PRAGMA table_info(tokens)")}
+            for column, definition in TOKEN_ADDED if columns else ():  # before version 7
+                if column not in columns:
+                    db.execute(f"ALTER TABLE tokens ADD COLUMN {column} {definition}")
             for statement in filter(str.strip, SCHEMA.split(";")):
                 db.execute(statement)
             db.execute(
@@ -308,11 +343,13 @@ class SqliteStore(Store):
     async def save_tenants(self, tenants: list[tuple[str, str]]) -> None:
         await self._change(lambda db: _save_specs(db, "tenants", tenants))
 
-    async def delete_tenant(self, name: str) -> bool:
+    async def delete_tenant(self, name: str, tombstone: str) -> bool:
         def write(db: sqlite3.Connection) -> bool:
             with _transaction(db):
                 gone = db.execute("DELETE FROM tenants WHERE name = ?", (name,)).rowcount
                 db.execute("DELETE FROM tokens WHERE tenant = ?", (name,))
+                db.execute("UPDATE executions SET tenant = ? WHERE tenant = ?", (tombstone, name))
+                db.execute("UPDATE workflows SET tenant = ? WHERE tenant = ?", (tombstone, name))
             return gone > 0
 
         return await self._change(write)
@@ -320,17 +357,59 @@ class SqliteStore(Store):
     async def list_tenants(self) -> list[tuple[str, str]]:
         return await self._read(lambda db: _list_specs(db, "tenants"))
 
-    async def save_token(self, digest: str, tenant: str, role: str) -> None:
+    async def save_token(self, token: TokenRecord) -> None:
         await self._change(
-            lambda db: db.execute("INSERT INTO tokens VALUES (?,?,?,?)", (digest, tenant, role, time.time()))
+            lambda db: db.execute(
+                f"INSERT INTO tokens ({TOKEN_COLUMNS}) VALUES ({','.join('?' * 9)})", token_row(token)
+            )
         )
 
-    async def find_token(self, digest: str) -> tuple[str, str] | None:
-        def read(db: sqlite3.Connection) -> tuple[str, str] | None:
-            row = db.execute("SELECT tenant, role FROM tokens WHERE digest = ?", (digest,)).fetchone()
-            return (row["tenant"], row["role"]) if row else None
+    async def find_token(self, digest: str) -> TokenRecord | None:
+        def read(db: sqlite3.Connection) -> TokenRecord | None:
+            row = db.execute(f"SELECT {TOKEN_COLUMNS} FROM tokens WHERE digest = ?", (digest,)).fetchone()
+            return token_from_row(tuple(row)) if row else None
 
         return await self._read(read)
+
+    async def list_tokens(self, tenant: str = "") -> list[TokenRecord]:
+        return await self._read(
+            lambda db: [token_from_row(tuple(row)) for row in db.execute(*tokens_query(tenant, "?"))]
+        )
+
+    async def revoke_token(self, token_id: str, tenant: str = "") -> TokenRecord | None:
+        def write(db: sqlite3.Connection) -> TokenRecord | None:
+            with _transaction(db):
+                row = db.execute(
+                    f"SELECT {TOKEN_COLUMNS} FROM tokens WHERE id = ? AND revoked = 0", (token_id,)
+                ).fetchone()
+                if row is None or (tenant and row["tenant"] != tenant):
+                    return None
+                db.execute("UPDATE tokens SET revoked = 1 WHERE id = ?", (token_id,))
+            return token_from_row(tuple(row))
+
+        return await self._change(write)
+
+    async def touch_token(self, token_id: str, at: float) -> None:
+        await self._change(
+            lambda db: db.execute("UPDATE tokens SET last_used_at = ? WHERE id = ?", (at, token_id))
+        )
+
+    async def save_audit(self, entry: AuditRecord) -> None:
+        def write(db: sqlite3.Connection) -> None:
+            with _transaction(db):
+                db.execute(
+                    f"INSERT INTO audit ({AUDIT_COLUMNS}) VALUES ({','.join('?' * 8)})", audit_row(entry)
+                )
+                db.execute(*audit_prune("?"))
+
+        await self._change(write)
+
+    async def list_audit(self, since: float = 0.0, tenant: str = "", limit: int = 1000) -> list[AuditRecord]:
+        return await self._read(
+            lambda db: [
+                audit_from_row(tuple(row)) for row in db.execute(*audit_query(since, tenant, limit, "?"))
+            ]
+        )
 
     async def save_worker(self, identity: WorkerIdentity) -> None:
         await self._change(

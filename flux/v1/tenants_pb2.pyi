@@ -484,19 +484,27 @@ class CreateTokenRequest(_message.Message):
 
     TENANT_FIELD_NUMBER: _builtins.int
     ROLE_FIELD_NUMBER: _builtins.int
+    NAME_FIELD_NUMBER: _builtins.int
+    EXPIRES_IN_SECONDS_FIELD_NUMBER: _builtins.int
     tenant: _builtins.str
     """The tenant the token speaks for."""
     role: _builtins.str
-    """"submit" (the default when empty), "read" or "admin"."""
+    """"submit" (the default when empty), "read", "admin" or "cluster-admin"."""
+    name: _builtins.str
+    """A label for people (flux token list); empty: none."""
+    expires_in_seconds: _builtins.int
+    """Seconds until it expires; 0: never."""
     def __init__(
         self,
         *,
         tenant: _builtins.str = ...,
         role: _builtins.str = ...,
+        name: _builtins.str = ...,
+        expires_in_seconds: _builtins.int = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["role", b"role", "tenant", b"tenant"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["expires_in_seconds", b"expires_in_seconds", "name", b"name", "role", b"role", "tenant", b"tenant"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -511,23 +519,269 @@ class CreateTokenResponse(_message.Message):
     TOKEN_FIELD_NUMBER: _builtins.int
     TENANT_FIELD_NUMBER: _builtins.int
     ROLE_FIELD_NUMBER: _builtins.int
+    ID_FIELD_NUMBER: _builtins.int
+    EXPIRES_AT_FIELD_NUMBER: _builtins.int
     token: _builtins.str
     """The token; it is not stored and cannot be shown again."""
     tenant: _builtins.str
     """The tenant it speaks for."""
     role: _builtins.str
     """Its role."""
+    id: _builtins.str
+    """Its id, for flux token list and flux token revoke (not derived from the token)."""
+    expires_at: _builtins.float
+    """When it expires (seconds since the epoch); 0: never."""
     def __init__(
         self,
         *,
         token: _builtins.str = ...,
         tenant: _builtins.str = ...,
         role: _builtins.str = ...,
+        id: _builtins.str = ...,
+        expires_at: _builtins.float = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["role", b"role", "tenant", b"tenant", "token", b"token"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["expires_at", b"expires_at", "id", b"id", "role", b"role", "tenant", b"tenant", "token", b"token"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___CreateTokenResponse: _TypeAlias = CreateTokenResponse  # noqa: Y015
+
+@_typing.final
+class TokenInfo(_message.Message):
+    """A stored token, never its secret nor its digest."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    ID_FIELD_NUMBER: _builtins.int
+    NAME_FIELD_NUMBER: _builtins.int
+    TENANT_FIELD_NUMBER: _builtins.int
+    ROLE_FIELD_NUMBER: _builtins.int
+    CREATED_AT_FIELD_NUMBER: _builtins.int
+    EXPIRES_AT_FIELD_NUMBER: _builtins.int
+    LAST_USED_AT_FIELD_NUMBER: _builtins.int
+    id: _builtins.str
+    """Its id (flux token revoke ID)."""
+    name: _builtins.str
+    """Its label; empty: none."""
+    tenant: _builtins.str
+    """The tenant it speaks for."""
+    role: _builtins.str
+    """Its role."""
+    created_at: _builtins.float
+    """When it was created (seconds since the epoch)."""
+    expires_at: _builtins.float
+    """When it expires (seconds since the epoch); 0: never."""
+    last_used_at: _builtins.float
+    """When it was last used, to the minute (seconds since the epoch); 0: never."""
+    def __init__(
+        self,
+        *,
+        id: _builtins.str = ...,
+        name: _builtins.str = ...,
+        tenant: _builtins.str = ...,
+        role: _builtins.str = ...,
+        created_at: _builtins.float = ...,
+        expires_at: _builtins.float = ...,
+        last_used_at: _builtins.float = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["created_at", b"created_at", "expires_at", b"expires_at", "id", b"id", "last_used_at", b"last_used_at", "name", b"name", "role", b"role", "tenant", b"tenant"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___TokenInfo: _TypeAlias = TokenInfo  # noqa: Y015
+
+@_typing.final
+class ListTokensRequest(_message.Message):
+    """Tokens to list."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    TENANT_FIELD_NUMBER: _builtins.int
+    tenant: _builtins.str
+    """Only this tenant's; empty: every tenant the caller sees."""
+    def __init__(
+        self,
+        *,
+        tenant: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["tenant", b"tenant"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ListTokensRequest: _TypeAlias = ListTokensRequest  # noqa: Y015
+
+@_typing.final
+class ListTokensResponse(_message.Message):
+    """Tokens, newest first."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    TOKENS_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def tokens(self) -> _containers.RepeatedCompositeFieldContainer[Global___TokenInfo]:
+        """Newest first."""
+
+    def __init__(
+        self,
+        *,
+        tokens: _abc.Iterable[Global___TokenInfo] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["tokens", b"tokens"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ListTokensResponse: _TypeAlias = ListTokensResponse  # noqa: Y015
+
+@_typing.final
+class RevokeTokenRequest(_message.Message):
+    """A token to revoke."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    ID_FIELD_NUMBER: _builtins.int
+    id: _builtins.str
+    """Its id, as flux token list shows it."""
+    def __init__(
+        self,
+        *,
+        id: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["id", b"id"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___RevokeTokenRequest: _TypeAlias = RevokeTokenRequest  # noqa: Y015
+
+@_typing.final
+class RevokeTokenResponse(_message.Message):
+    """The token is revoked."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    TOKEN_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def token(self) -> Global___TokenInfo:
+        """The token revoked."""
+
+    def __init__(
+        self,
+        *,
+        token: Global___TokenInfo | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["token", b"token"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["token", b"token"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___RevokeTokenResponse: _TypeAlias = RevokeTokenResponse  # noqa: Y015
+
+@_typing.final
+class AuditEntry(_message.Message):
+    """One administrative change."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    AT_FIELD_NUMBER: _builtins.int
+    TOKEN_ID_FIELD_NUMBER: _builtins.int
+    CALLER_TENANT_FIELD_NUMBER: _builtins.int
+    CALLER_ROLE_FIELD_NUMBER: _builtins.int
+    ACTION_FIELD_NUMBER: _builtins.int
+    TARGET_FIELD_NUMBER: _builtins.int
+    TENANT_FIELD_NUMBER: _builtins.int
+    DETAILS_JSON_FIELD_NUMBER: _builtins.int
+    at: _builtins.float
+    """When (seconds since the epoch)."""
+    token_id: _builtins.str
+    """Who: the id of the token that made it; empty: the server's own token."""
+    caller_tenant: _builtins.str
+    """Who: that token's tenant."""
+    caller_role: _builtins.str
+    """Who: that token's role."""
+    action: _builtins.str
+    """What: e.g. tenant.create, token.revoke, workflow.register, pool.apply, worker.pause."""
+    target: _builtins.str
+    """What it was done to: a tenant, a token id, a workflow, a pool or a worker."""
+    tenant: _builtins.str
+    """The tenant the change is about; empty: the cluster's (pools, workers)."""
+    details_json: _builtins.str
+    """A small JSON object of details (never a secret)."""
+    def __init__(
+        self,
+        *,
+        at: _builtins.float = ...,
+        token_id: _builtins.str = ...,
+        caller_tenant: _builtins.str = ...,
+        caller_role: _builtins.str = ...,
+        action: _builtins.str = ...,
+        target: _builtins.str = ...,
+        tenant: _builtins.str = ...,
+        details_json: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["action", b"action", "at", b"at", "caller_role", b"caller_role", "caller_tenant", b"caller_tenant", "details_json", b"details_json", "target", b"target", "tenant", b"tenant", "token_id", b"token_id"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___AuditEntry: _TypeAlias = AuditEntry  # noqa: Y015
+
+@_typing.final
+class ListAuditRequest(_message.Message):
+    """Audit entries to list."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    SINCE_FIELD_NUMBER: _builtins.int
+    LIMIT_FIELD_NUMBER: _builtins.int
+    since: _builtins.float
+    """Only those at or after this time (seconds since the epoch); 0: no bound."""
+    limit: _builtins.int
+    """At most this many; 0: 1000."""
+    def __init__(
+        self,
+        *,
+        since: _builtins.float = ...,
+        limit: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["limit", b"limit", "since", b"since"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ListAuditRequest: _TypeAlias = ListAuditRequest  # noqa: Y015
+
+@_typing.final
+class ListAuditResponse(_message.Message):
+    """Audit entries, newest first."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    ENTRIES_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def entries(self) -> _containers.RepeatedCompositeFieldContainer[Global___AuditEntry]:
+        """Newest first."""
+
+    def __init__(
+        self,
+        *,
+        entries: _abc.Iterable[Global___AuditEntry] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["entries", b"entries"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ListAuditResponse: _TypeAlias = ListAuditResponse  # noqa: Y015

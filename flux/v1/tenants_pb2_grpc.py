@@ -71,6 +71,21 @@ class TenantServiceStub:
                 request_serializer=flux_dot_v1_dot_tenants__pb2.CreateTokenRequest.SerializeToString,
                 response_deserializer=flux_dot_v1_dot_tenants__pb2.CreateTokenResponse.FromString,
                 _registered_method=True)
+        self.ListTokens = channel.unary_unary(
+                '/flux.v1.TenantService/ListTokens',
+                request_serializer=flux_dot_v1_dot_tenants__pb2.ListTokensRequest.SerializeToString,
+                response_deserializer=flux_dot_v1_dot_tenants__pb2.ListTokensResponse.FromString,
+                _registered_method=True)
+        self.RevokeToken = channel.unary_unary(
+                '/flux.v1.TenantService/RevokeToken',
+                request_serializer=flux_dot_v1_dot_tenants__pb2.RevokeTokenRequest.SerializeToString,
+                response_deserializer=flux_dot_v1_dot_tenants__pb2.RevokeTokenResponse.FromString,
+                _registered_method=True)
+        self.ListAudit = channel.unary_unary(
+                '/flux.v1.TenantService/ListAudit',
+                request_serializer=flux_dot_v1_dot_tenants__pb2.ListAuditRequest.SerializeToString,
+                response_deserializer=flux_dot_v1_dot_tenants__pb2.ListAuditResponse.FromString,
+                _registered_method=True)
 
 
 class TenantServiceServicer:
@@ -127,6 +142,27 @@ class TenantServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def ListTokens(self, request, context):
+        """Tokens without their secrets: a tenant admin's own tenant's, a cluster admin's any.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def RevokeToken(self, request, context):
+        """Revokes a token at once on every replica; NOT_FOUND for an id the caller cannot see.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ListAudit(self, request, context):
+        """The audit trail of administrative changes, newest first: a tenant admin's about its own tenant.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_TenantServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -164,6 +200,21 @@ def add_TenantServiceServicer_to_server(servicer, server):
                     servicer.CreateToken,
                     request_deserializer=flux_dot_v1_dot_tenants__pb2.CreateTokenRequest.FromString,
                     response_serializer=flux_dot_v1_dot_tenants__pb2.CreateTokenResponse.SerializeToString,
+            ),
+            'ListTokens': grpc.unary_unary_rpc_method_handler(
+                    servicer.ListTokens,
+                    request_deserializer=flux_dot_v1_dot_tenants__pb2.ListTokensRequest.FromString,
+                    response_serializer=flux_dot_v1_dot_tenants__pb2.ListTokensResponse.SerializeToString,
+            ),
+            'RevokeToken': grpc.unary_unary_rpc_method_handler(
+                    servicer.RevokeToken,
+                    request_deserializer=flux_dot_v1_dot_tenants__pb2.RevokeTokenRequest.FromString,
+                    response_serializer=flux_dot_v1_dot_tenants__pb2.RevokeTokenResponse.SerializeToString,
+            ),
+            'ListAudit': grpc.unary_unary_rpc_method_handler(
+                    servicer.ListAudit,
+                    request_deserializer=flux_dot_v1_dot_tenants__pb2.ListAuditRequest.FromString,
+                    response_serializer=flux_dot_v1_dot_tenants__pb2.ListAuditResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -357,6 +408,87 @@ class TenantService:
             '/flux.v1.TenantService/CreateToken',
             flux_dot_v1_dot_tenants__pb2.CreateTokenRequest.SerializeToString,
             flux_dot_v1_dot_tenants__pb2.CreateTokenResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ListTokens(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/flux.v1.TenantService/ListTokens',
+            flux_dot_v1_dot_tenants__pb2.ListTokensRequest.SerializeToString,
+            flux_dot_v1_dot_tenants__pb2.ListTokensResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def RevokeToken(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/flux.v1.TenantService/RevokeToken',
+            flux_dot_v1_dot_tenants__pb2.RevokeTokenRequest.SerializeToString,
+            flux_dot_v1_dot_tenants__pb2.RevokeTokenResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ListAudit(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/flux.v1.TenantService/ListAudit',
+            flux_dot_v1_dot_tenants__pb2.ListAuditRequest.SerializeToString,
+            flux_dot_v1_dot_tenants__pb2.ListAuditResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -49,6 +49,12 @@ class TenantServiceStub:
     """Creates or replaces tenants by name, durably: all of them or none."""
     CreateToken: _grpc.UnaryUnaryMultiCallable[_tenants_pb2.CreateTokenRequest, _tenants_pb2.CreateTokenResponse]
     """A new API token for a tenant, shown once (only its digest is stored)."""
+    ListTokens: _grpc.UnaryUnaryMultiCallable[_tenants_pb2.ListTokensRequest, _tenants_pb2.ListTokensResponse]
+    """Tokens without their secrets: a tenant admin's own tenant's, a cluster admin's any."""
+    RevokeToken: _grpc.UnaryUnaryMultiCallable[_tenants_pb2.RevokeTokenRequest, _tenants_pb2.RevokeTokenResponse]
+    """Revokes a token at once on every replica; NOT_FOUND for an id the caller cannot see."""
+    ListAudit: _grpc.UnaryUnaryMultiCallable[_tenants_pb2.ListAuditRequest, _tenants_pb2.ListAuditResponse]
+    """The audit trail of administrative changes, newest first: a tenant admin's about its own tenant."""
 
 @_typing.type_check_only
 class TenantServiceAsyncStub(TenantServiceStub):
@@ -71,6 +77,12 @@ class TenantServiceAsyncStub(TenantServiceStub):
     """Creates or replaces tenants by name, durably: all of them or none."""
     CreateToken: _aio.UnaryUnaryMultiCallable[_tenants_pb2.CreateTokenRequest, _tenants_pb2.CreateTokenResponse]  # type: ignore[assignment]
     """A new API token for a tenant, shown once (only its digest is stored)."""
+    ListTokens: _aio.UnaryUnaryMultiCallable[_tenants_pb2.ListTokensRequest, _tenants_pb2.ListTokensResponse]  # type: ignore[assignment]
+    """Tokens without their secrets: a tenant admin's own tenant's, a cluster admin's any."""
+    RevokeToken: _aio.UnaryUnaryMultiCallable[_tenants_pb2.RevokeTokenRequest, _tenants_pb2.RevokeTokenResponse]  # type: ignore[assignment]
+    """Revokes a token at once on every replica; NOT_FOUND for an id the caller cannot see."""
+    ListAudit: _aio.UnaryUnaryMultiCallable[_tenants_pb2.ListAuditRequest, _tenants_pb2.ListAuditResponse]  # type: ignore[assignment]
+    """The audit trail of administrative changes, newest first: a tenant admin's about its own tenant."""
 
 class TenantServiceServicer(metaclass=_abc_1.ABCMeta):
     """Tenants: named groups of submitters, each with its own API tokens, quota,
@@ -132,5 +144,29 @@ class TenantServiceServicer(metaclass=_abc_1.ABCMeta):
         context: _ServicerContext,
     ) -> _typing.Union[_tenants_pb2.CreateTokenResponse, _abc.Awaitable[_tenants_pb2.CreateTokenResponse]]:
         """A new API token for a tenant, shown once (only its digest is stored)."""
+
+    @_abc_1.abstractmethod
+    def ListTokens(
+        self,
+        request: _tenants_pb2.ListTokensRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_tenants_pb2.ListTokensResponse, _abc.Awaitable[_tenants_pb2.ListTokensResponse]]:
+        """Tokens without their secrets: a tenant admin's own tenant's, a cluster admin's any."""
+
+    @_abc_1.abstractmethod
+    def RevokeToken(
+        self,
+        request: _tenants_pb2.RevokeTokenRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_tenants_pb2.RevokeTokenResponse, _abc.Awaitable[_tenants_pb2.RevokeTokenResponse]]:
+        """Revokes a token at once on every replica; NOT_FOUND for an id the caller cannot see."""
+
+    @_abc_1.abstractmethod
+    def ListAudit(
+        self,
+        request: _tenants_pb2.ListAuditRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_tenants_pb2.ListAuditResponse, _abc.Awaitable[_tenants_pb2.ListAuditResponse]]:
+        """The audit trail of administrative changes, newest first: a tenant admin's about its own tenant."""
 
 def add_TenantServiceServicer_to_server(servicer: TenantServiceServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...

@@ -73,6 +73,10 @@ class Fleet:
         """A new CREATED execution of ``tenant``'s."""
         return self.clients[tenant].run(f"{tenant}_parked", {}).execution_id
 
+    def spare_token(self, tenant: str) -> str:
+        """The id of a new read token of ``tenant``'s, minted by the cluster admin: one to revoke."""
+        return self.cluster.client.tenants.create_token(tenant, role="read").id  # type: ignore[attr-defined]
+
     def finished(self, tenant: str) -> str:
         """A new CANCELLED execution of ``tenant``'s: one a wait answers at once."""
         execution_id = self.parked(tenant)
@@ -139,6 +143,9 @@ REQUESTS: dict[str, Build] = {
         tenants=[tenants_pb2.Tenant(name=_tenant(t), weight=5)]
     ),
     "CreateToken": lambda f, t: tenants_pb2.CreateTokenRequest(tenant=_tenant(t), role="read"),
+    "ListTokens": lambda f, t: tenants_pb2.ListTokensRequest(tenant=_tenant(t)),
+    "RevokeToken": lambda f, t: tenants_pb2.RevokeTokenRequest(id=f.spare_token(_tenant(t))),
+    "ListAudit": lambda f, t: tenants_pb2.ListAuditRequest(),
 }
 
 
@@ -204,6 +211,13 @@ EXPECTED: dict[str, dict[str, tuple[str, str]]] = {
     # A tenant admin mints tokens of its own tenant only (the review's "token create --tenant default").
     "CreateToken": _by_role(
         read=(DENIED, DENIED), submit=(DENIED, DENIED), admin=(OK, DENIED), cluster_admin=(OK, OK)
+    ),
+    # Another tenant's tokens answer as ones that do not exist; the audit trail is scoped by the
+    # servicer (test_tokens_audit: a tenant admin reads the entries about its own tenant only).
+    "ListTokens": _reads_own("admin"),
+    "RevokeToken": _reads_own("admin"),
+    "ListAudit": _by_role(
+        read=(DENIED, DENIED), submit=(DENIED, DENIED), admin=(OK, OK), cluster_admin=(OK, OK)
     ),
 }
 

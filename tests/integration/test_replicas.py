@@ -473,3 +473,37 @@ def test_a_replica_killed_mid_preemption_loses_nothing(replicas: Cluster) -> Non
         assert sum(states.values()) == 8  # every one of web's still known: none lost
     dispatches = rows(replicas.db, "SELECT execution_id, generation FROM dispatches")
     assert len(dispatches) == len(set(dispatches))
+
+
+def test_a_token_revoked_through_one_replica_is_refused_by_the_other_within_a_second(
+    replicas: Cluster,
+) -> None:
+    from flux.auth import Credentials
+    from flux.client import FluxClient
+    from flux.errors import Unauthenticated
+
+    a, b = replicas.address, replicas.replicas[0][1]
+    with replicas.client_for(a) as admin_a, replicas.client_for(b) as admin_b:
+        admin_a.tenants.create("ml")
+        token = admin_a.tenants.create_token("ml", role="read", name="ci")
+        with FluxClient(b, timeout=10, credentials=Credentials(token, replicas.ca)) as on_b:
+            assert on_b.list_executions().executions == []  # remembered by replica b now
+            admin_a.tenants.revoke_token(token.id)
+            revoked_at = time.monotonic()
+
+            def refused() -> bool:
+                try:
+                    on_b.list_executions()
+                except Unauthenticated:
+                    return True
+                return False
+
+            eventually(refused, timeout=5, interval=0.05, what="replica b to refuse the revoked token")
+            assert time.monotonic() - revoked_at < 1.5
+        # The audit trail is the database's: either replica lists what either recorded.
+        actions = [(e.action, e.target) for e in admin_b.tenants.audit()]
+        assert actions[:3] == [
+            ("token.revoke", token.id),
+            ("token.create", token.id),
+            ("tenant.create", "ml"),
+        ]

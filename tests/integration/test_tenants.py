@@ -66,8 +66,10 @@ async def test_tenants_tokens_and_execution_tenants_are_stored(store: Store) -> 
     changed = await directory.update("ml", {"gpu": None, "memory": "8Gi"})
     assert changed.to_dict() == {"name": "ml", "memory": "8Gi", "cohort": "research", "weight": 2}
     assert (await TenantDirectory(store).get("ml")) == changed  # read back from the store
-    token = await directory.create_token("ml", "read")
-    assert await store.find_token(digest(token)) == ("ml", "read")
+    token, record = await directory.create_token("ml", "read", name="ci")
+    found = await store.find_token(digest(token))
+    assert found == record and (found.tenant, found.role, found.name) == ("ml", "read", "ci")
+    assert token not in record.id and record.id not in digest(token)  # not derived from the secret
     assert await store.find_token(token) is None  # only the digest is kept
     assert (await TenantDirectory(store).caller(token)) is not None
     with pytest.raises(NotFound):
@@ -231,6 +233,10 @@ def test_a_tenant_sees_and_cancels_only_its_own_executions(cluster: Cluster, tmp
         assert as_web.cancel(theirs.execution_id).state == control_pb2.EXECUTION_STATE_CANCELLED
         assert as_ml.get(mine.execution_id).state == control_pb2.EXECUTION_STATE_CREATED
 
+    # A tenant with unfinished work is not deleted: the dispatcher would hold work of no tenant.
+    busy = cluster.flux("tenant", "delete", "ml")
+    assert busy.returncode != 0 and "tenant 'ml' has 1 unfinished execution;" in busy.stderr
+    cluster.client.cancel(mine.execution_id)
     # Deleting a tenant revokes its tokens at once on this server.
     _ok(cluster.flux("tenant", "delete", "ml"))
     with _client(cluster, ml) as revoked, pytest.raises(Exception, match="invalid"):

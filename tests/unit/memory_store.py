@@ -14,7 +14,15 @@ from types import MappingProxyType
 
 from flux.domain.execution import Execution
 from flux.domain.workflow import WorkflowRecord
-from flux.store.base import ExecutionQuery, Recovered, Store, WorkerIdentity
+from flux.store.base import (
+    AUDIT_KEPT,
+    AuditRecord,
+    ExecutionQuery,
+    Recovered,
+    Store,
+    TokenRecord,
+    WorkerIdentity,
+)
 from flux.store.rows import check_owner
 
 
@@ -26,7 +34,8 @@ class MemoryStore(Store):
         self.workers: dict[str, WorkerIdentity] = {}
         self.pools: dict[str, str] = {}
         self.tenants: dict[str, str] = {}
-        self.tokens: dict[str, tuple[str, str]] = {}
+        self.tokens: dict[str, TokenRecord] = {}  # by digest
+        self.audit: list[AuditRecord] = []  # oldest first
         self.fail_next_commit: Exception | None = None
         self._queued: dict[str, Execution] = {}
         self._batch: asyncio.Future[None] | None = None
@@ -75,18 +84,47 @@ class MemoryStore(Store):
     async def save_tenants(self, tenants: list[tuple[str, str]]) -> None:
         self.tenants.update(tenants)
 
-    async def delete_tenant(self, name: str) -> bool:
-        self.tokens = {d: t for d, t in self.tokens.items() if t[0] != name}
+    async def delete_tenant(self, name: str, tombstone: str) -> bool:
+        self.tokens = {d: t for d, t in self.tokens.items() if t.tenant != name}
+        for key, execution in self.executions.items():
+            if execution.tenant == name:
+                self.executions[key] = dataclasses.replace(execution, tenant=tombstone)
+        for key, record in self.workflows.items():
+            if record.tenant == name:
+                self.workflows[key] = dataclasses.replace(record, tenant=tombstone)
         return self.tenants.pop(name, None) is not None
 
     async def list_tenants(self) -> list[tuple[str, str]]:
         return sorted(self.tenants.items())
 
-    async def save_token(self, digest: str, tenant: str, role: str) -> None:
-        self.tokens[digest] = (tenant, role)
+    async def save_token(self, token: TokenRecord) -> None:
+        self.tokens[token.digest] = token
 
-    async def find_token(self, digest: str) -> tuple[str, str] | None:
+    async def find_token(self, digest: str) -> TokenRecord | None:
         return self.tokens.get(digest)
+
+    async def list_tokens(self, tenant: str = "") -> list[TokenRecord]:
+        found = [t for t in self.tokens.values() if not t.revoked and (not tenant or t.tenant == tenant)]
+        return sorted(found, key=lambda t: (-t.created_at, t.id))
+
+    async def revoke_token(self, token_id: str, tenant: str = "") -> TokenRecord | None:
+        for key, token in self.tokens.items():
+            if token.id == token_id and not token.revoked and (not tenant or token.tenant == tenant):
+                self.tokens[key] = dataclasses.replace(token, revoked=True)
+                return token
+        return None
+
+    async def touch_token(self, token_id: str, at: float) -> None:
+        for key, token in self.tokens.items():
+            if token.id == token_id:
+                self.tokens[key] = dataclasses.replace(token, last_used_at=at)
+
+    async def save_audit(self, entry: AuditRecord) -> None:
+        self.audit = [*self.audit, entry][-AUDIT_KEPT:]
+
+    async def list_audit(self, since: float = 0.0, tenant: str = "", limit: int = 1000) -> list[AuditRecord]:
+        found = [e for e in reversed(self.audit) if e.at >= since and (not tenant or e.tenant == tenant)]
+        return found[:limit]
 
     async def get_source(self, source_hash: str) -> tuple[str, str] | None:
         return self.sources.get(source_hash)

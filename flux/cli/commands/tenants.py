@@ -1,4 +1,5 @@
-"""``flux tenant create|list|show|set|delete NAME …``, ``flux tenant apply FILE``, ``flux token create``.
+"""``flux tenant create|list|show|set|delete NAME …``, ``flux tenant apply FILE``, ``flux token
+create|list|revoke``, ``flux audit list``.
 
 A tenants file is YAML (when PyYAML is installed) or JSON, the fields of DESIGN §9::
 
@@ -234,9 +235,95 @@ def _admission_text(tenant: Tenant) -> str:
 def create_token(args: argparse.Namespace) -> int:
     from flux.v1 import tenants_pb2
 
+    request = tenants_pb2.CreateTokenRequest(
+        tenant=args.tenant, role=args.role, name=args.name,
+        expires_in_seconds=max(1, round(args.expires_in)) if args.expires_in else 0,
+    )  # fmt: skip
     with _tenants(args) as tenants:
-        answer = tenants.call(
-            "CreateToken", tenants_pb2.CreateTokenRequest(tenant=args.tenant, role=args.role)
-        )
+        answer = tenants.call("CreateToken", request)
+    # The token alone on stdout, for $(flux token create …); its id where a person reads it.
     print(answer.token)
+    expires = f", expires {_when(answer.expires_at)}" if answer.expires_at else ""
+    print(f"token {answer.id} of tenant {answer.tenant} ({answer.role}{expires})", file=sys.stderr)
+    return 0
+
+
+def _when(at: float) -> str:
+    import time
+
+    return time.strftime("%Y-%m-%d %H:%M:%SZ", time.gmtime(at)) if at else "-"
+
+
+def list_tokens(args: argparse.Namespace) -> int:
+    from flux.cli.render.common import table
+    from flux.v1 import tenants_pb2
+
+    with _tenants(args) as tenants:
+        answer = tenants.call("ListTokens", tenants_pb2.ListTokensRequest(tenant=args.tenant))
+    if args.json:
+        keys = ("id", "name", "tenant", "role", "created_at", "expires_at", "last_used_at")
+        found = [
+            {k: getattr(t, k) or None if k.endswith("_at") else getattr(t, k) for k in keys}
+            for t in answer.tokens
+        ]
+        print(json.dumps({"tokens": found}))
+        return 0
+    header = ("ID", "NAME", "TENANT", "ROLE", "CREATED", "EXPIRES", "LAST USED")
+    rows = [
+        (
+            t.id,
+            t.name or "-",
+            t.tenant,
+            t.role,
+            _when(t.created_at),
+            _when(t.expires_at),
+            _when(t.last_used_at),
+        )
+        for t in answer.tokens
+    ]
+    print(table(header, rows))
+    return 0
+
+
+def revoke_token(args: argparse.Namespace) -> int:
+    from flux.v1 import tenants_pb2
+
+    with _tenants(args) as tenants:
+        answer = tenants.call("RevokeToken", tenants_pb2.RevokeTokenRequest(id=args.id))
+    print(f"token {answer.token.id} of tenant {answer.token.tenant} revoked")
+    return 0
+
+
+def list_audit(args: argparse.Namespace) -> int:
+    import time
+
+    from flux.cli.render.common import table
+    from flux.v1 import tenants_pb2
+
+    since = time.time() - args.since if args.since else 0.0
+    with _tenants(args) as tenants:
+        answer = tenants.call("ListAudit", tenants_pb2.ListAuditRequest(since=since))
+    if args.json:
+        entries = [
+            {
+                "at": e.at, "token_id": e.token_id, "caller_tenant": e.caller_tenant, "caller_role": e.caller_role,
+                "action": e.action, "target": e.target, "tenant": e.tenant, "details": json.loads(e.details_json or "{}"),
+            }
+            for e in answer.entries
+        ]  # fmt: skip
+        print(json.dumps({"entries": entries}))
+        return 0
+    header = ("WHEN", "WHO", "ACTION", "TARGET", "TENANT", "DETAILS")
+    rows = [
+        (
+            _when(e.at),
+            f"{e.token_id or 'server token'} ({e.caller_role} of {e.caller_tenant})",
+            e.action,
+            e.target,
+            e.tenant or "-",
+            e.details_json,
+        )
+        for e in answer.entries
+    ]
+    print(table(header, rows))
     return 0

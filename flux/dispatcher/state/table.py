@@ -71,6 +71,15 @@ class ExecutionTable:
 
     # ----------------------------------------------------------------- reads
 
+    def forget_finished_of_tenants_not_in(self, tenants: set[str]) -> None:
+        """Drop remembered final states of tenants that no longer exist: the store has moved them
+        to the deleted tenant's tombstone, and a tenant created again under the name must not see
+        them here (flux.dispatcher.state.tenants)."""
+        for execution_id, execution in list(self.finished.items()):
+            if execution.tenant not in tenants:
+                del self.finished[execution_id]
+                self.finished_bytes -= _payload_bytes(execution)
+
     def __len__(self) -> int:
         return len(self.unfinished)
 

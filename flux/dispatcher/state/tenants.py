@@ -10,11 +10,29 @@ tenant ``default``, so a store and a token directory from before tenants keep
 working: everything in them is tenant ``default``.
 
 Tokens are stored by their SHA-256 digest only: a copy of the database does not
-hold a usable token. A token is shown once, when it is created. Each replica
-remembers the tokens it has resolved for ``REMEMBERED_FOR`` seconds, so a token
-created through another replica works everywhere at once, and one whose tenant
-was deleted stops working within that time everywhere (at once on the replica
-that deleted it).
+hold a usable token. A token is shown once, when it is created. Each has a stored
+id (random, not derived from the secret: ``flux token list``, ``flux token revoke
+ID``), an optional name and expiry, and its last use, written at most once a
+minute per token (``TOUCH_EVERY``) so that using a token stays a read.
+
+Revocation and expiry take effect within a second on every replica. Expiry is
+checked against the wall clock on every use, remembered or not. A resolved token
+is remembered for ``REMEMBERED_FOR`` (half a second) and no longer: replicas share
+only the database, so a revocation through another replica is seen on the next
+read, at most that long after; on the replica that revoked it, at once. A
+short memory rather than a NOTIFY: a notice lost while a replica's LISTEN
+connection reconnects would leave a revoked token working, a short memory
+cannot, and one indexed read per token per half second is cheap.
+
+A tenant's records carry its name. Deleting a tenant moves, in the same
+transaction, its executions and workflows to a tombstone, ``NAME~ID`` with a
+random id minted for that deletion (an internal id of that tenant's life): no
+tenant can have that name (``~`` is not allowed in one), so a tenant created
+again under NAME, and its tokens, see none of the old one's work, while a
+cluster admin still does. The old workflows' names stay the tombstone's. A
+tenant with unfinished executions cannot be deleted (FAILED_PRECONDITION, naming
+how many): cancel them or let them finish first, so the dispatcher never holds
+live work of a tenant that is gone.
 
 The ``default`` tenant always exists (stored only once it is given terms) and
 cannot be deleted: it is where untenanted work lives.
@@ -22,11 +40,15 @@ cannot be deleted: it is where untenanted work lives.
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
+import logging
+import math
+import secrets
 import time
 from collections import OrderedDict
-from collections.abc import Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -34,14 +56,24 @@ from flux.auth import new_token
 from flux.domain.execution import Execution
 from flux.domain.tenant import DEFAULT_TENANT, Tenant, check_name
 from flux.errors import AlreadyExists, FailedPrecondition, InvalidArgument, NotFound
-from flux.store.base import Store
+from flux.store.base import Store, TokenRecord
+
+log = logging.getLogger("flux.tenants")
 
 # Ordered: each role may do what the ones before it may.
 ROLES = ("read", "submit", "admin", "cluster-admin")
 RANK = {role: rank for rank, role in enumerate(ROLES)}
 ROLE_FORM = "one of read, submit, admin, cluster-admin"
-# How long a resolved token is trusted without asking the store again (see the module docstring).
-REMEMBERED_FOR = 30.0
+# How long a resolved token is trusted without asking the store again (see the module docstring):
+# a revocation through another replica takes effect within this.
+REMEMBERED_FOR = 0.5
+# A token's last use is written at most this often (seconds).
+TOUCH_EVERY = 60.0
+# The longest token name, and the longest life a token may be given (ten years, in seconds).
+NAME_MAX = 63
+LONGEST_LIFE = 10 * 365 * 86400
+# Why a token is refused; the same words whether it never existed or its tenant was deleted.
+INVALID = "invalid api token"
 # Resolved tokens kept at most; the oldest is forgotten first.
 REMEMBERED = 4096
 
@@ -54,6 +86,29 @@ def check_role(role: object) -> str:
 
 def digest(token: str) -> str:
     return hashlib.sha256(token.encode()).hexdigest()
+
+
+def new_token_id() -> str:
+    """Short and random: it names a token in listings and the audit trail, and reveals nothing of it."""
+    return secrets.token_hex(6)
+
+
+def check_token_name(name: object) -> str:
+    if not isinstance(name, str) or len(name) > NAME_MAX or not name.isprintable():
+        raise InvalidArgument(f"token name {name!r} is invalid; use up to {NAME_MAX} printable characters")
+    return name
+
+
+def check_expires_in(seconds: float | None) -> float | None:
+    """None or 0: never expires."""
+    if not seconds:
+        return None
+    if not math.isfinite(seconds) or not 0 < seconds <= LONGEST_LIFE:
+        raise InvalidArgument(
+            f"expires_in {seconds!r} is invalid; use seconds > 0 and at most {LONGEST_LIFE} (ten years), "
+            "or 0 for never"
+        )
+    return float(seconds)
 
 
 @dataclass(frozen=True, slots=True)
@@ -101,12 +156,18 @@ class TenantDirectory:
         store: Store,
         clock: Callable[[], float] = time.monotonic,
         on_change: Callable[[list[Tenant]], None] | None = None,
+        unfinished: Callable[[str], Awaitable[int]] | None = None,
+        wall: Callable[[], float] = time.time,
     ):
         self.store = store
         self.clock = clock
+        # Expiry and last use are moments other replicas and people read: the wall clock's.
+        self.wall = wall
         # Told every tenant's terms after each change (the dispatcher applies them to placement).
         self.on_change = on_change
-        self._resolved: OrderedDict[str, tuple[float, Caller | None]] = OrderedDict()
+        # How many unfinished executions a tenant has (the dispatcher's and the store's).
+        self.unfinished = unfinished
+        self._resolved: OrderedDict[str, tuple[float, TokenRecord | None]] = OrderedDict()
 
     # ----------------------------------------------------------------- tenants
 
@@ -153,38 +214,99 @@ class TenantDirectory:
         if self.on_change is not None:
             self.on_change(await self.list())
 
-    async def delete(self, name: str) -> None:
+    async def delete(self, name: str) -> str:
+        """Delete a tenant and its tokens; the tombstone its executions and workflows now carry."""
         check_name(name)
         if name == DEFAULT_TENANT:
             raise FailedPrecondition(f"tenant {DEFAULT_TENANT!r} cannot be deleted: it holds untenanted work")
-        if not await self.store.delete_tenant(name):
+        await self.get(name)
+        busy = await self.unfinished(name) if self.unfinished is not None else 0
+        if busy:
+            raise FailedPrecondition(
+                f"tenant {name!r} has {busy} unfinished execution{'s' if busy != 1 else ''}; cancel them "
+                f"(flux execution cancel ID) or let them finish, then delete it"
+            )
+        tombstone = f"{name}~{secrets.token_hex(4)}"
+        if not await self.store.delete_tenant(name, tombstone):
             raise NotFound(f"tenant {name!r} does not exist")
         await self._changed()
+        self._forget(lambda t: t.tenant == name)
+        return tombstone
+
+    def _forget(self, which: Callable[[TokenRecord], bool]) -> None:
         self._resolved = OrderedDict(
-            (d, entry) for d, entry in self._resolved.items() if entry[1] is None or entry[1].tenant != name
+            (d, entry) for d, entry in self._resolved.items() if entry[1] is None or not which(entry[1])
         )
 
     # ----------------------------------------------------------------- tokens
 
-    async def create_token(self, tenant: str, role: str) -> str:
-        """A new API token for ``tenant`` with ``role``; only its digest is stored."""
+    async def create_token(
+        self, tenant: str, role: str, name: str = "", expires_in: float | None = None
+    ) -> tuple[str, TokenRecord]:
+        """A new API token for ``tenant`` with ``role``, and its record; only its digest is stored."""
         check_role(role)
+        check_token_name(name)
+        life = check_expires_in(expires_in)
         await self.get(tenant)
-        token = new_token()
-        await self.store.save_token(digest(token), tenant, role)
-        return token
+        token, now = new_token(), self.wall()
+        record = TokenRecord(
+            id=new_token_id(), digest=digest(token), tenant=tenant, role=role, created_at=now, name=name,
+            expires_at=now + life if life else None,
+        )  # fmt: skip
+        await self.store.save_token(record)
+        return token, record
+
+    async def list_tokens(self, tenant: str = "") -> list[TokenRecord]:
+        return await self.store.list_tokens(tenant)
+
+    async def revoke_token(self, token_id: str, tenant: str = "") -> TokenRecord:
+        """Revoke a token (only ``tenant``'s, when given: another's answers as a missing one)."""
+        revoked = await self.store.revoke_token(token_id, tenant) if token_id else None
+        if revoked is None:
+            raise NotFound(
+                f"token {token_id!r} does not exist; flux token list shows the tokens and their ids"
+            )
+        self._forget(lambda t: t.id == token_id)
+        return revoked
 
     async def caller(self, token: str) -> Caller | None:
-        """Who ``token`` speaks for, or None when it is no tenant's token."""
+        """Who ``token`` speaks for, or None when it is no tenant's token or no longer valid."""
+        found = await self.lookup(token)
+        return found if isinstance(found, Caller) else None
+
+    async def lookup(self, token: str) -> Caller | str:
+        """Who ``token`` speaks for, or why it is refused (never the token)."""
+        record = await self._record(token)
+        if record is None:
+            return INVALID
+        now = self.wall()
+        if record.revoked:
+            return "api token revoked; ask an admin for a new one (flux token create)"
+        if record.expires_at is not None and record.expires_at <= now:
+            return f"token expired at {time.strftime('%Y-%m-%dT%H:%M:%SZ', time.gmtime(record.expires_at))}"
+        if record.last_used_at is None or now - record.last_used_at >= TOUCH_EVERY:
+            await self._touch(token, record, now)
+        return Caller(record.tenant, record.role, record.id)
+
+    async def _record(self, token: str) -> TokenRecord | None:
         key = digest(token)
         now = self.clock()
         remembered = self._resolved.get(key)
         if remembered is not None and remembered[0] > now:
             return remembered[1]
         found = await self.store.find_token(key)
-        caller = Caller(*found) if found is not None else None
-        self._resolved[key] = (now + REMEMBERED_FOR, caller)
+        self._resolved[key] = (now + REMEMBERED_FOR, found)
         self._resolved.move_to_end(key)
         while len(self._resolved) > REMEMBERED:
             self._resolved.popitem(last=False)
-        return caller
+        return found
+
+    async def _touch(self, token: str, record: TokenRecord, now: float) -> None:
+        key = digest(token)
+        touched = dataclasses.replace(record, last_used_at=now)
+        if key in self._resolved:  # so this replica writes it once a minute, not once per read
+            self._resolved[key] = (self._resolved[key][0], touched)
+        try:
+            await self.store.touch_token(record.id, now)
+        except Exception as exc:  # a missed "last used" must not refuse the call it describes
+            log.warning("could not record the use of token %s: %s", record.id, exc)

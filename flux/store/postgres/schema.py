@@ -11,6 +11,7 @@ from typing import Any
 
 import psycopg
 
+from flux.store.admin_rows import TOKEN_ADDED
 from flux.store.base import StoreError
 from flux.store.postgres.cluster import MEMBERSHIP_SCHEMA
 from flux.store.rows import CREATED, RUNNING, SCHEDULED
@@ -20,11 +21,18 @@ from flux.store.rows import CREATED, RUNNING, SCHEDULED
 # 4: executions.trace (added on open; older rows get '', untraced).
 # 5: executions.tenant (older rows are tenant 'default'), tenants and tokens.
 # 6: workflows.tenant (older workflows are tenant 'default''s, shared by every tenant).
-SCHEMA_VERSION = 6
+# 7: tokens gain an id, a name, an expiry, last use and revocation (older ones get a random id,
+#    no name, no expiry); the audit table.
+SCHEMA_VERSION = 7
 
 # pg_advisory locks are keyed by a bigint; Flux's five are "FLUX" and the four after it:
 # this one, cluster.py's SWEEP_LOCK, store.py's WORKFLOWS_LOCK and PRUNE_LOCK, quota.py's QUOTA_LOCK.
 MIGRATION_LOCK = 0x464C5558  # schema creation and migration, on open
+
+TOKEN_MIGRATION = "\n".join(
+    f"ALTER TABLE tokens ADD COLUMN IF NOT EXISTS {column} {definition};"
+    for column, definition in TOKEN_ADDED
+)
 
 SCHEMA = f"""
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
@@ -52,6 +60,14 @@ ALTER TABLE executions ADD COLUMN IF NOT EXISTS tenant TEXT NOT NULL DEFAULT 'de
 CREATE TABLE IF NOT EXISTS tenants (name TEXT PRIMARY KEY, spec TEXT NOT NULL, updated_at DOUBLE PRECISION NOT NULL);
 CREATE TABLE IF NOT EXISTS tokens (
     digest TEXT PRIMARY KEY, tenant TEXT NOT NULL, role TEXT NOT NULL, created_at DOUBLE PRECISION NOT NULL);
+{TOKEN_MIGRATION}
+UPDATE tokens SET id = substr(md5(random()::text || digest), 1, 12) WHERE id = '';
+CREATE UNIQUE INDEX IF NOT EXISTS tokens_by_id ON tokens (id);
+CREATE TABLE IF NOT EXISTS audit (
+    seq BIGSERIAL PRIMARY KEY, at DOUBLE PRECISION NOT NULL, token_id TEXT NOT NULL,
+    caller_tenant TEXT NOT NULL, caller_role TEXT NOT NULL, action TEXT NOT NULL, target TEXT NOT NULL,
+    tenant TEXT NOT NULL, details_json TEXT NOT NULL);
+CREATE INDEX IF NOT EXISTS audit_at ON audit (at);
 CREATE INDEX IF NOT EXISTS executions_pending ON executions (seq) WHERE state = {CREATED};
 CREATE INDEX IF NOT EXISTS executions_held ON executions (worker) WHERE state IN ({SCHEDULED}, {RUNNING});
 CREATE INDEX IF NOT EXISTS executions_owned ON executions (owner) WHERE state IN ({SCHEDULED}, {RUNNING});
