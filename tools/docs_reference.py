@@ -93,7 +93,9 @@ def _options(parser: argparse.ArgumentParser) -> tuple[Option, ...]:
             metavar = "" if action.nargs == 0 else formatter._format_args(action, action.dest.upper())
             found.append(Option(tuple(action.option_strings), metavar, text))
         else:
-            found.append(Option((formatter._metavar_formatter(action, action.dest)(1)[0],), "", text))
+            if action.choices and not action.metavar:
+                text = f"{text} (one of: {', '.join(map(str, action.choices))})".strip()
+            found.append(Option((str(action.metavar or action.dest),), "", text))
     return tuple(found)
 
 
