@@ -100,7 +100,13 @@ def test_every_page_is_in_the_nav_and_every_block_runs_or_says_why() -> None:
         if block.marker is not None:
             assert block.language not in SHOWN, f"{item.where()}: text blocks are not run; no marker needed"
     # The quick start and the guides that need a running server are run, never marked away.
-    for must_run in ("make run", "flux start worker", "createdb", "node clients/node/flux.js", "tenant create"):
+    for must_run in (
+        "make run",
+        "flux start worker",
+        "createdb",
+        "node clients/node/flux.js",
+        "tenant create",
+    ):
         assert any(must_run in b.block.text and b.block.marker is None for b in blocks), must_run
 
 
