@@ -188,9 +188,8 @@ def test_a_page_is_a_worker_with_its_own_eventsource(cluster_for: Cluster, page:
 
 
 def _readme_page() -> str:
-    """The "From a browser" section's page, exactly as the README shows it."""
-    readme = (Path(__file__).parents[2] / "README.md").read_text()
-    section = readme[readme.index("### From a browser") :]
+    """The page of the site's "From a browser" guide (docs/guides/browsers.md), exactly as shown."""
+    section = (Path(__file__).parents[2] / "docs" / "guides" / "browsers.md").read_text()
     return section[
         section.index("```html\n") + len("```html\n") : section.index("\n```", section.index("```html"))
     ]

@@ -119,8 +119,8 @@ def test_exit_codes_are_documented_in_help(cluster: Cluster) -> None:
     assert result.returncode == 0
     text = " ".join(result.stdout.split())
     assert "3 --wait --timeout expired" in text and "130 Ctrl-C" in text
-    readme = (Path(__file__).parents[2] / "README.md").read_text()
-    assert "--timeout" in readme and "exit status 3" in readme
+    reference = (Path(__file__).parents[2] / "docs" / "reference" / "cli.md").read_text()
+    assert "--timeout" in reference and "exit status 3" in reference
 
 
 # ---------------------------------------------------------------- item 10: input from files and stdin

@@ -1,4 +1,4 @@
-"""Every ``python -m bench NAME`` the README and the benchmarks' own docstrings tell a reader to
+"""Every ``python -m bench NAME`` the README, the site (docs/) and the benchmarks' own docstrings tell a reader to
 run names a benchmark ``python -m bench`` accepts (one was dropped from its table once, and the
 command the README gave was refused)."""
 
@@ -16,6 +16,7 @@ COMMAND = re.compile(r"python -m bench ([a-z][a-z_-]*)")
 
 def test_every_bench_the_docs_name_is_one_python_m_bench_runs() -> None:
     texts = {"README.md": (ROOT / "README.md").read_text()}
+    texts.update({str(p.relative_to(ROOT)): p.read_text() for p in sorted((ROOT / "docs").rglob("*.md"))})
     texts.update({str(p.relative_to(ROOT)): p.read_text() for p in sorted((ROOT / "bench").glob("*.py"))})
     named = {(where, name) for where, text in texts.items() for name in COMMAND.findall(text)}
     assert named, "the pattern finds nothing: the test would pass whatever the docs say"
