@@ -64,8 +64,16 @@ def _token(info: tenants_pb2.TokenInfo) -> TokenRecord:
     """A listed token; its digest is never sent, so ``digest`` is empty."""
     return TokenRecord(
         id=info.id, digest="", tenant=info.tenant, role=info.role, created_at=info.created_at, name=info.name,
-        expires_at=info.expires_at or None, last_used_at=info.last_used_at or None,
+        expires_at=info.expires_at or None, last_used_at=info.last_used_at or None, pool=info.pool,
     )  # fmt: skip
+
+
+def _worker_token_request(
+    pool: str, name: str, expires_in: float | str | None
+) -> tenants_pb2.CreateTokenRequest:
+    request = _token_request("", "", name, expires_in)
+    request.worker, request.pool = True, pool
+    return request
 
 
 def _entry(entry: tenants_pb2.AuditEntry) -> AuditRecord:
@@ -144,6 +152,13 @@ class TenantAdmin:
         "12h"); None: never."""
         return NewToken.of(self._call("CreateToken", _token_request(tenant, role, name, expires_in)))
 
+    def create_worker_token(
+        self, pool: str, name: str = "", expires_in: float | str | None = None
+    ) -> NewToken:
+        """A new worker token bound to ``pool`` (cluster admins only): its workers may join that pool
+        only, and it calls nothing but the worker service."""
+        return NewToken.of(self._call("CreateToken", _worker_token_request(pool, name, expires_in)))
+
     def list_tokens(self, tenant: str = "") -> list[TokenRecord]:
         """Tokens not revoked (``tenant``'s only, when given), newest first, without their secrets."""
         return [
@@ -192,6 +207,11 @@ class AsyncTenantAdmin:
         self, tenant: str, role: str = "submit", name: str = "", expires_in: float | str | None = None
     ) -> NewToken:
         return NewToken.of(await self._call("CreateToken", _token_request(tenant, role, name, expires_in)))
+
+    async def create_worker_token(
+        self, pool: str, name: str = "", expires_in: float | str | None = None
+    ) -> NewToken:
+        return NewToken.of(await self._call("CreateToken", _worker_token_request(pool, name, expires_in)))
 
     async def list_tokens(self, tenant: str = "") -> list[TokenRecord]:
         answer = await self._call("ListTokens", tenants_pb2.ListTokensRequest(tenant=tenant))

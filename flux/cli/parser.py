@@ -251,19 +251,24 @@ def build_parser() -> argparse.ArgumentParser:
     create = with_server(
         token.add_parser(
             "create",
-            help="create an API token for a tenant (printed once; needs an admin token)",
+            help="create an API token for a tenant, or a worker token for a pool (printed once)",
             description="Create an API token that speaks for one tenant: read sees its executions, "
             "submit also runs and cancels them, admin also registers the tenant's workflows and mints "
             "and revokes its tokens (its own tenant only, never a quota), cluster-admin administers "
             "the whole cluster (tenants, quotas, pools, workers; only a cluster-admin token may mint "
-            "one). A tenant admin mints tokens of its own tenant, with roles up to its own. The token "
+            "one). A tenant admin mints tokens of its own tenant, with roles up to its own. "
+            "With --worker --pool P (cluster admins only) it mints a worker token instead: a worker "
+            "presenting it joins pool P only (flux start worker --pool P) and calls nothing but the "
+            "worker service, so a leaked one cannot bring a worker into another pool. The token "
             "is printed once, on stdout alone, for $(flux token create --tenant ml).",
         )
     )
-    create.add_argument("--tenant", required=True, metavar="NAME", help="the tenant the token speaks for")
+    create.add_argument("--tenant", default="", metavar="NAME", help="the tenant the token speaks for")
+    create.add_argument("--role", default=None, choices=TENANT_ROLES, help="what it may do (default submit)")
     create.add_argument(
-        "--role", default="submit", choices=TENANT_ROLES, help="what it may do (default submit)"
+        "--worker", action="store_true", help="a worker token, bound to the pool --pool names (no --tenant)"
     )
+    create.add_argument("--pool", default="", metavar="POOL", help="with --worker: the only pool it may join")
     create.add_argument(
         "--expires-in", type=duration("--expires-in"), default=None, metavar="DURATION",
         help="refuse it after this long: 30d, 12h, 90m, 3600s (default: never; revoke it with flux token revoke)",

@@ -78,6 +78,9 @@ def permitted(caller: Caller, method: str) -> str:
     )
 
 
+WORKER_SERVICE = "/flux.v1.WorkerService/"
+
+
 class Callers:
     def __init__(self, tokens: Tokens | None, directory: TenantDirectory):
         self.tokens = tokens
@@ -100,7 +103,16 @@ class Callers:
             if isinstance(found, str):
                 # An expired or revoked token is told so; one never issued gets flux.auth's words.
                 return refusal if found == INVALID else (grpc.StatusCode.UNAUTHENTICATED, found)
-            if self.tokens is not None and method.startswith("/flux.v1.WorkerService/"):
+            worker_call = method.startswith(WORKER_SERVICE)
+            if found.worker:
+                # A pool's worker token: the worker service only (Register keeps it in its pool).
+                if worker_call:
+                    return None
+                return (
+                    grpc.StatusCode.PERMISSION_DENIED,
+                    f"a worker token cannot call {method}; use an api token",
+                )
+            if self.tokens is not None and worker_call:
                 return (
                     grpc.StatusCode.PERMISSION_DENIED,
                     f"an api token cannot call {method}; use the worker token",
@@ -118,6 +130,18 @@ class Callers:
         if isinstance(found, str):
             raise Unauthenticated(found)
         return found
+
+    async def worker_pool(self, context: grpc.aio.ServicerContext) -> str | None:
+        """The pool a worker call's token binds it to; None for the fleet's worker token (any pool)."""
+        token = bearer(context.invocation_metadata())
+        if self.tokens is None or not token or self.tokens.role_of(token) is Role.WORKER:
+            return None
+        found = await self.directory.lookup(token)
+        if isinstance(found, str):
+            raise Unauthenticated(found)
+        if not found.worker:
+            raise PermissionDenied("an api token cannot register a worker; use a worker token")
+        return found.pool
 
     def check(self, caller: Caller, method: str) -> None:
         why = permitted(caller, method)

@@ -199,7 +199,7 @@ async def start_server(config: ServerConfig) -> RunningServer:
         ],
     )
     workers, control, health_servicer = (
-        WorkerService(dispatcher),
+        WorkerService(dispatcher, callers),
         ControlService(dispatcher, callers, metrics_token=config.metrics_token),
         Health(),
     )

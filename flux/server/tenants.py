@@ -91,8 +91,10 @@ class TenantService(tenants_pb2_grpc.TenantServiceServicer):
 
     @unary("a tenant request", invalid=(TypeError, ValueError))
     async def CreateToken(self, request: tenants_pb2.CreateTokenRequest, context: grpc.aio.ServicerContext):
-        role = check_role(request.role or "submit")
         caller = await self._caller(context)
+        if request.worker or request.pool:
+            return await self._create_worker_token(request, caller)
+        role = check_role(request.role or "submit")
         if not caller.sees_tenant(request.tenant):
             raise PermissionDenied(
                 f"a {caller.role} token of tenant {caller.tenant} mints tokens of tenant {caller.tenant} only"
@@ -110,6 +112,29 @@ class TenantService(tenants_pb2_grpc.TenantServiceServicer):
         )  # fmt: skip
         return tenants_pb2.CreateTokenResponse(
             token=token, tenant=request.tenant, role=role, id=record.id, expires_at=record.expires_at or 0.0
+        )
+
+    async def _create_worker_token(
+        self, request: tenants_pb2.CreateTokenRequest, caller: Caller
+    ) -> tenants_pb2.CreateTokenResponse:
+        if not caller.cluster_admin:
+            raise PermissionDenied(
+                f"a {caller.role} token cannot mint a worker token; the fleet is the cluster admin's"
+            )
+        if not request.worker or not request.pool or request.tenant or request.role:
+            raise InvalidArgument(
+                "a worker token needs worker=true and pool (e.g. 'gpu'), and no tenant or role: "
+                "flux token create --worker --pool gpu"
+            )
+        token, record = await self.tenants.create_worker_token(
+            request.pool, request.name, float(request.expires_in_seconds)
+        )
+        await self.dispatcher.audit.record(
+            caller, "token.create", record.id, "",
+            role=record.role, pool=record.pool, name=record.name, expires_at=record.expires_at,
+        )  # fmt: skip
+        return tenants_pb2.CreateTokenResponse(
+            token=token, role=record.role, id=record.id, expires_at=record.expires_at or 0.0
         )
 
     @unary("a token request", invalid=(TypeError, ValueError))
@@ -145,7 +170,7 @@ def token_to_proto(token: TokenRecord) -> tenants_pb2.TokenInfo:
     """Never the digest: a listing shows which token, not anything that could stand for it."""
     return tenants_pb2.TokenInfo(
         id=token.id, name=token.name, tenant=token.tenant, role=token.role, created_at=token.created_at,
-        expires_at=token.expires_at or 0.0, last_used_at=token.last_used_at or 0.0,
+        expires_at=token.expires_at or 0.0, last_used_at=token.last_used_at or 0.0, pool=token.pool,
     )  # fmt: skip
 
 

@@ -7,16 +7,18 @@ as UNAVAILABLE, anything else INTERNAL (``flux.errors.refusal``).
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 
 import grpc
 
 from flux.dispatcher.core import Dispatcher
 from flux.domain.execution import ExecutionError
 from flux.domain.worker import WorkerSoftware
-from flux.errors import InvalidArgument
+from flux.errors import InvalidArgument, PermissionDenied
+from flux.matching.pools import POOL_LABEL
 from flux.server import convert
 from flux.server.answers import abort, call_refused, unary
+from flux.server.callers import Callers
 from flux.server.dispatch_stream import DispatchStream
 from flux.server.metadata import TRANSPORT_METADATA
 from flux.server.multiplexed import multiplexed
@@ -33,13 +35,30 @@ def _transport(context: grpc.aio.ServicerContext) -> str:
     return "grpc"
 
 
+def check_pool(pool: str | None, labels: Mapping[str, str]) -> None:
+    """A worker token bound to ``pool`` registers workers of that pool only (``--pool``)."""
+    if pool is None:
+        return
+    joined = labels.get(POOL_LABEL, "")
+    if joined != pool:
+        where = f"pool {joined!r}" if joined else "no pool"
+        raise PermissionDenied(
+            f"this worker token is bound to pool {pool!r}; a worker with it cannot join {where}: "
+            f"start it with --pool {pool}"
+        )
+
+
 class WorkerService(worker_pb2_grpc.WorkerServiceServicer):
-    def __init__(self, dispatcher: Dispatcher):
+    def __init__(self, dispatcher: Dispatcher, callers: Callers | None = None):
         self.dispatcher = dispatcher
+        self.callers = callers
 
     @unary()
     async def Register(self, request: worker_pb2.RegisterRequest, context: grpc.aio.ServicerContext):
         registration = convert.registration_from_proto(request, _transport(context))
+        if self.callers is not None:
+            # Every registration, a session's re-registration too: its labels may change there.
+            check_pool(await self.callers.worker_pool(context), registration.labels)
         token = await self.dispatcher.register_worker(registration)
         return worker_pb2.RegisterResponse(session_token=token, server_id=self.dispatcher.settings.server_id)
 

@@ -13,14 +13,16 @@ from typing import Any
 
 from flux.store.base import AUDIT_DAYS, AUDIT_KEPT, AuditRecord, TokenRecord
 
-TOKEN_COLUMNS = "id, digest, tenant, role, created_at, name, expires_at, last_used_at, revoked"
-# Columns a tokens table from before schema 7 lacks, with what older tokens get.
+TOKEN_COLUMNS = "id, digest, tenant, role, created_at, name, expires_at, last_used_at, revoked, pool"
+TOKEN_COLUMN_COUNT = TOKEN_COLUMNS.count(",") + 1
+# Columns a tokens table from before schema 7 (8 for pool) lacks, with what older tokens get.
 TOKEN_ADDED = (
     ("id", "TEXT NOT NULL DEFAULT ''"),
     ("name", "TEXT NOT NULL DEFAULT ''"),
     ("expires_at", "DOUBLE PRECISION"),
     ("last_used_at", "DOUBLE PRECISION"),
     ("revoked", "INTEGER NOT NULL DEFAULT 0"),
+    ("pool", "TEXT NOT NULL DEFAULT ''"),
 )
 AUDIT_COLUMNS = "at, token_id, caller_tenant, caller_role, action, target, tenant, details_json"
 
@@ -28,15 +30,15 @@ AUDIT_COLUMNS = "at, token_id, caller_tenant, caller_role, action, target, tenan
 def token_row(token: TokenRecord) -> tuple[Any, ...]:
     return (
         token.id, token.digest, token.tenant, token.role, token.created_at, token.name,
-        token.expires_at, token.last_used_at, int(token.revoked),
+        token.expires_at, token.last_used_at, int(token.revoked), token.pool,
     )  # fmt: skip
 
 
 def token_from_row(row: Sequence[Any]) -> TokenRecord:
-    id_, digest, tenant, role, created_at, name, expires_at, last_used_at, revoked = row
+    id_, digest, tenant, role, created_at, name, expires_at, last_used_at, revoked, pool = row
     return TokenRecord(
         id=id_, digest=digest, tenant=tenant, role=role, created_at=created_at, name=name,
-        expires_at=expires_at, last_used_at=last_used_at, revoked=bool(revoked),
+        expires_at=expires_at, last_used_at=last_used_at, revoked=bool(revoked), pool=pool,
     )  # fmt: skip
 
 

@@ -75,6 +75,8 @@ class TokenRecord:
     # To the minute (see flux.dispatcher.state.tenants); None: never used.
     last_used_at: float | None = None
     revoked: bool = False
+    # A worker token's pool (role "worker", no tenant): it registers workers of that pool only.
+    pool: str = ""
 
 
 @dataclass(frozen=True, slots=True)

@@ -35,6 +35,7 @@ from flux.domain.workflow import WorkflowRecord
 from flux.store.admin_rows import (
     AUDIT_COLUMNS,
     TOKEN_ADDED,
+    TOKEN_COLUMN_COUNT,
     TOKEN_COLUMNS,
     audit_from_row,
     audit_prune,
@@ -75,7 +76,8 @@ from flux.store.rows import (
 # 6: workflows.tenant (older workflows are tenant 'default''s, shared by every tenant).
 # 7: tokens gain an id, a name, an expiry, last use and revocation (older ones get a random id,
 #    no name, no expiry); the audit table.
-SCHEMA_VERSION = 7
+# 8: tokens.pool (worker tokens bound to one pool; older tokens have none).
+SCHEMA_VERSION = 8
 
 T = TypeVar("T")
 
@@ -113,7 +115,7 @@ CREATE TABLE IF NOT EXISTS tenants (name TEXT PRIMARY KEY, spec TEXT NOT NULL, u
 CREATE TABLE IF NOT EXISTS tokens (
     digest TEXT PRIMARY KEY, tenant TEXT NOT NULL, role TEXT NOT NULL, created_at REAL NOT NULL,
     id TEXT NOT NULL DEFAULT '', name TEXT NOT NULL DEFAULT '', expires_at REAL, last_used_at REAL,
-    revoked INTEGER NOT NULL DEFAULT 0);
+    revoked INTEGER NOT NULL DEFAULT 0, pool TEXT NOT NULL DEFAULT '');
 UPDATE tokens SET id = lower(hex(randomblob(6))) WHERE id = '';
 CREATE UNIQUE INDEX IF NOT EXISTS tokens_by_id ON tokens (id);
 CREATE TABLE IF NOT EXISTS audit (
@@ -208,7 +210,7 @@ class SqliteStore(Store):
             if columns and "tenant" not in columns:  # before version 5: everything was tenant 'default'
                 db.execute("ALTER TABLE executions ADD COLUMN tenant TEXT NOT NULL DEFAULT 'default'")
             columns = {row["name"] for row in db.execute("PRAGMA table_info(tokens)")}
-            for column, definition in TOKEN_ADDED if columns else ():  # before version 7
+            for column, definition in TOKEN_ADDED if columns else ():  # before version 7 (8: pool)
                 if column not in columns:
                     db.execute(f"ALTER TABLE tokens ADD COLUMN {column} {definition}")
             for statement in filter(str.strip, SCHEMA.split(";")):
@@ -360,7 +362,8 @@ class SqliteStore(Store):
     async def save_token(self, token: TokenRecord) -> None:
         await self._change(
             lambda db: db.execute(
-                f"INSERT INTO tokens ({TOKEN_COLUMNS}) VALUES ({','.join('?' * 9)})", token_row(token)
+                f"INSERT INTO tokens ({TOKEN_COLUMNS}) VALUES ({','.join('?' * TOKEN_COLUMN_COUNT)})",
+                token_row(token),
             )
         )
 

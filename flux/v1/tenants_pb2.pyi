@@ -486,6 +486,8 @@ class CreateTokenRequest(_message.Message):
     ROLE_FIELD_NUMBER: _builtins.int
     NAME_FIELD_NUMBER: _builtins.int
     EXPIRES_IN_SECONDS_FIELD_NUMBER: _builtins.int
+    WORKER_FIELD_NUMBER: _builtins.int
+    POOL_FIELD_NUMBER: _builtins.int
     tenant: _builtins.str
     """The tenant the token speaks for."""
     role: _builtins.str
@@ -494,6 +496,12 @@ class CreateTokenRequest(_message.Message):
     """A label for people (flux token list); empty: none."""
     expires_in_seconds: _builtins.int
     """Seconds until it expires; 0: never."""
+    worker: _builtins.bool
+    """A worker token instead (cluster admins only): it joins workers to `pool` only, and calls
+    nothing but the worker service. `tenant` and `role` are then left empty.
+    """
+    pool: _builtins.str
+    """The pool a worker token is bound to (required with `worker`)."""
     def __init__(
         self,
         *,
@@ -501,10 +509,12 @@ class CreateTokenRequest(_message.Message):
         role: _builtins.str = ...,
         name: _builtins.str = ...,
         expires_in_seconds: _builtins.int = ...,
+        worker: _builtins.bool = ...,
+        pool: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["expires_in_seconds", b"expires_in_seconds", "name", b"name", "role", b"role", "tenant", b"tenant"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["expires_in_seconds", b"expires_in_seconds", "name", b"name", "pool", b"pool", "role", b"role", "tenant", b"tenant", "worker", b"worker"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -561,6 +571,7 @@ class TokenInfo(_message.Message):
     CREATED_AT_FIELD_NUMBER: _builtins.int
     EXPIRES_AT_FIELD_NUMBER: _builtins.int
     LAST_USED_AT_FIELD_NUMBER: _builtins.int
+    POOL_FIELD_NUMBER: _builtins.int
     id: _builtins.str
     """Its id (flux token revoke ID)."""
     name: _builtins.str
@@ -575,6 +586,8 @@ class TokenInfo(_message.Message):
     """When it expires (seconds since the epoch); 0: never."""
     last_used_at: _builtins.float
     """When it was last used, to the minute (seconds since the epoch); 0: never."""
+    pool: _builtins.str
+    """A worker token's pool (its role is "worker"); empty for API tokens."""
     def __init__(
         self,
         *,
@@ -585,10 +598,11 @@ class TokenInfo(_message.Message):
         created_at: _builtins.float = ...,
         expires_at: _builtins.float = ...,
         last_used_at: _builtins.float = ...,
+        pool: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["created_at", b"created_at", "expires_at", b"expires_at", "id", b"id", "last_used_at", b"last_used_at", "name", b"name", "role", b"role", "tenant", b"tenant"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["created_at", b"created_at", "expires_at", b"expires_at", "id", b"id", "last_used_at", b"last_used_at", "name", b"name", "pool", b"pool", "role", b"role", "tenant", b"tenant"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

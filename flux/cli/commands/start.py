@@ -177,13 +177,19 @@ def start_worker(args: argparse.Namespace) -> int:
         except ValueError as exc:
             error(str(exc))
             return 2
+    credentials = Credentials.for_role(Role.WORKER, args.worker_token, args.ca, args.worker_token_file)
+    # Read once, then out of the environment: workflow bodies run in this process and start
+    # processes of their own, and neither should find the worker's token there (it still holds
+    # it in memory: what bounds a leaked one is its pool, flux token create --worker --pool).
+    for variable in (Role.WORKER.env, Role.WORKER.file_env):
+        os.environ.pop(variable, None)
     config = WorkerProcess(
         worker=WorkerConfig(
             name=args.name, labels=labels, capacity=args.capacity, work_dir=Path(args.work_dir)
         ),
         addresses=tuple(a for value in chosen for a in value.split(",") if a),
         over_gateway=bool(args.gateway),
-        credentials=Credentials.for_role(Role.WORKER, args.worker_token, args.ca, args.worker_token_file),
+        credentials=credentials,
         caps=Caps(cpus=args.cpus, memory=args.memory, gpus=args.gpus, disk=args.disk),
         disk_path=args.disk_path,
         cpu_observer=simulated_cpu,

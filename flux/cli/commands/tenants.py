@@ -28,7 +28,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from flux.cli.support import ServiceCalls
+from flux.cli.support import ServiceCalls, UsageError
 from flux.domain.tenant import ADMISSION, RESOURCES, Tenant, describe_amount
 from flux.errors import InvalidArgument
 
@@ -235,16 +235,25 @@ def _admission_text(tenant: Tenant) -> str:
 def create_token(args: argparse.Namespace) -> int:
     from flux.v1 import tenants_pb2
 
+    if args.worker:
+        if not args.pool or args.tenant or args.role:
+            raise UsageError("a worker token takes --pool POOL and neither --tenant nor --role")
+    elif args.pool:
+        raise UsageError("--pool binds a worker token: add --worker")
+    elif not args.tenant:
+        raise UsageError("--tenant NAME is required (or --worker --pool POOL for a worker token)")
     request = tenants_pb2.CreateTokenRequest(
-        tenant=args.tenant, role=args.role, name=args.name,
+        tenant=args.tenant, role="" if args.worker else args.role or "submit", name=args.name,
         expires_in_seconds=max(1, round(args.expires_in)) if args.expires_in else 0,
+        worker=args.worker, pool=args.pool,
     )  # fmt: skip
     with _tenants(args) as tenants:
         answer = tenants.call("CreateToken", request)
     # The token alone on stdout, for $(flux token create …); its id where a person reads it.
     print(answer.token)
     expires = f", expires {_when(answer.expires_at)}" if answer.expires_at else ""
-    print(f"token {answer.id} of tenant {answer.tenant} ({answer.role}{expires})", file=sys.stderr)
+    whose = f"for pool {args.pool}" if args.worker else f"of tenant {answer.tenant}"
+    print(f"token {answer.id} {whose} ({answer.role}{expires})", file=sys.stderr)
     return 0
 
 
@@ -261,20 +270,21 @@ def list_tokens(args: argparse.Namespace) -> int:
     with _tenants(args) as tenants:
         answer = tenants.call("ListTokens", tenants_pb2.ListTokensRequest(tenant=args.tenant))
     if args.json:
-        keys = ("id", "name", "tenant", "role", "created_at", "expires_at", "last_used_at")
+        keys = ("id", "name", "tenant", "role", "pool", "created_at", "expires_at", "last_used_at")
         found = [
             {k: getattr(t, k) or None if k.endswith("_at") else getattr(t, k) for k in keys}
             for t in answer.tokens
         ]
         print(json.dumps({"tokens": found}))
         return 0
-    header = ("ID", "NAME", "TENANT", "ROLE", "CREATED", "EXPIRES", "LAST USED")
+    header = ("ID", "NAME", "TENANT", "ROLE", "POOL", "CREATED", "EXPIRES", "LAST USED")
     rows = [
         (
             t.id,
             t.name or "-",
-            t.tenant,
+            t.tenant or "-",
             t.role,
+            t.pool or "-",
             _when(t.created_at),
             _when(t.expires_at),
             _when(t.last_used_at),

@@ -56,13 +56,17 @@ from flux.auth import new_token
 from flux.domain.execution import Execution
 from flux.domain.tenant import DEFAULT_TENANT, Tenant, check_name
 from flux.errors import AlreadyExists, FailedPrecondition, InvalidArgument, NotFound
+from flux.matching.pools import validate_pool_name
 from flux.store.base import Store, TokenRecord
 
 log = logging.getLogger("flux.tenants")
 
 # Ordered: each role may do what the ones before it may.
 ROLES = ("read", "submit", "admin", "cluster-admin")
-RANK = {role: rank for rank, role in enumerate(ROLES)}
+# A worker token (flux token create --worker --pool P) ranks below every API role: it calls
+# the worker service only (flux.server.callers), and registers workers of its pool only.
+WORKER_ROLE = "worker"
+RANK = {WORKER_ROLE: -1, **{role: rank for rank, role in enumerate(ROLES)}}
 ROLE_FORM = "one of read, submit, admin, cluster-admin"
 # How long a resolved token is trusted without asking the store again (see the module docstring):
 # a revocation through another replica takes effect within this.
@@ -119,6 +123,12 @@ class Caller:
     role: str
     # The stored token's id (flux token list), "" for the server's own token: who, in the audit trail.
     token_id: str = ""
+    # A worker token's pool: the only pool its workers may join ("" for every other token).
+    pool: str = ""
+
+    @property
+    def worker(self) -> bool:
+        return self.role == WORKER_ROLE
 
     @property
     def cluster_admin(self) -> bool:
@@ -256,6 +266,27 @@ class TenantDirectory:
         await self.store.save_token(record)
         return token, record
 
+    async def create_worker_token(
+        self, pool: str, name: str = "", expires_in: float | None = None
+    ) -> tuple[str, TokenRecord]:
+        """A new worker token bound to ``pool``: a worker presenting it may join that pool only.
+
+        It belongs to no tenant; revoking it refuses its workers' next registration and calls.
+        """
+        try:
+            validate_pool_name(pool, "pool")
+        except ValueError as exc:
+            raise InvalidArgument(str(exc)) from None
+        check_token_name(name)
+        life = check_expires_in(expires_in)
+        token, now = new_token(), self.wall()
+        record = TokenRecord(
+            id=new_token_id(), digest=digest(token), tenant="", role=WORKER_ROLE, created_at=now,
+            name=name, expires_at=now + life if life else None, pool=pool,
+        )  # fmt: skip
+        await self.store.save_token(record)
+        return token, record
+
     async def list_tokens(self, tenant: str = "") -> list[TokenRecord]:
         return await self.store.list_tokens(tenant)
 
@@ -286,7 +317,7 @@ class TenantDirectory:
             return f"token expired at {time.strftime('%Y-%m-%dT%H:%M:%SZ', time.gmtime(record.expires_at))}"
         if record.last_used_at is None or now - record.last_used_at >= TOUCH_EVERY:
             await self._touch(token, record, now)
-        return Caller(record.tenant, record.role, record.id)
+        return Caller(record.tenant, record.role, record.id, record.pool)
 
     async def _record(self, token: str) -> TokenRecord | None:
         key = digest(token)

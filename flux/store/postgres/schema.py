@@ -23,7 +23,8 @@ from flux.store.rows import CREATED, RUNNING, SCHEDULED
 # 6: workflows.tenant (older workflows are tenant 'default''s, shared by every tenant).
 # 7: tokens gain an id, a name, an expiry, last use and revocation (older ones get a random id,
 #    no name, no expiry); the audit table.
-SCHEMA_VERSION = 7
+# 8: tokens.pool (worker tokens bound to one pool; older tokens have none).
+SCHEMA_VERSION = 8
 
 # pg_advisory locks are keyed by a bigint; Flux's five are "FLUX" and the four after it:
 # this one, cluster.py's SWEEP_LOCK, store.py's WORKFLOWS_LOCK and PRUNE_LOCK, quota.py's QUOTA_LOCK.

@@ -22,6 +22,7 @@ from flux.domain.workflow import WorkflowRecord
 from flux.store import notices
 from flux.store.admin_rows import (
     AUDIT_COLUMNS,
+    TOKEN_COLUMN_COUNT,
     TOKEN_COLUMNS,
     audit_from_row,
     audit_prune,
@@ -305,7 +306,8 @@ class PostgresStore(Store):
     async def save_token(self, token: TokenRecord) -> None:
         async with self._pool.connection() as db:
             await db.execute(
-                f"INSERT INTO tokens ({TOKEN_COLUMNS}) VALUES ({', '.join(['%s'] * 9)})", token_row(token)
+                f"INSERT INTO tokens ({TOKEN_COLUMNS}) VALUES ({', '.join(['%s'] * TOKEN_COLUMN_COUNT)})",
+                token_row(token),
             )
 
     async def find_token(self, digest: str) -> TokenRecord | None:
