@@ -1,4 +1,4 @@
-"""One trace per execution, from the client through the core to the worker (README "Tracing").
+"""One trace per execution, from the client through the core to the worker (the site's "Trace executions", docs/guides/tracing.md).
 
 The client's spans are read from the SDK's in-memory exporter in this process; the server's and
 the workers' come over OTLP/gRPC to a real collector TraceService started here (otlp.py).
