@@ -61,7 +61,7 @@ test-unit: $(STAMP)
 	$(PY) -m pytest -q tests/unit
 
 # The main job on the embedded default: the control plane, state in SQLite under ./.flux/.
-# Also installs the Node client's packages (where npm exists), so the README's next
+# Also installs the Node client's packages (where npm exists), so Getting started's next
 # steps work; FLUX_ARGS passes flags, e.g. make run FLUX_ARGS="--grpc-port 0".
 FLUX_ARGS ?=
 run: $(STAMP) node-deps

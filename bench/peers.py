@@ -61,7 +61,7 @@ CAVEATS = [
     "and Dask's resources, they do not also subtract the machine's observed load; four workers on "
     "two cores would otherwise each see the others' load and hold back).",
 ]
-# Flux workers count no foreign load (README, "Resources"): the others' CPUs are logical too.
+# Flux workers count no foreign load (docs/concepts/resources.md): the others' CPUs are logical too.
 LOGICAL_CPUS = {"FLUX_SIMULATED_CPU_BUSY": "0"}
 
 

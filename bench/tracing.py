@@ -1,5 +1,5 @@
 """What tracing costs: start latency and throughput with tracing off, with the SDK on at 0%
-sampling, and at 100% sampling (README "Tracing").
+sampling, and at 100% sampling (the site's "Trace executions", docs/guides/tracing.md).
 
 Each mode is one real server (``--no-http``, SQLite) and four worker processes, as
 ``bench/dispatch.py`` measures them: ``start`` is submit -> the workflow body starts,

@@ -1,6 +1,6 @@
 """OpenTelemetry traces: set up from the standard ``OTEL_*`` settings, and W3C context on the wire.
 
-One trace per execution, whatever path it takes (README "Tracing"). The client's context
+One trace per execution, whatever path it takes (docs/guides/tracing.md). The client's context
 (W3C ``traceparent``/``tracestate``) travels in gRPC metadata and HTTP headers; the core
 stores it with the execution (``Execution.trace``, a *carrier*: ``"traceparent[ tracestate]"``)
 and hands each dispatch's context to the worker in ``ExecutionScheduled.trace``.
@@ -74,7 +74,9 @@ def setup(service: str) -> bool:
     exporting = False
     for name in (n.strip() for n in names.split(",")):
         if name == "console":
-            exporter: Any = ConsoleSpanExporter()
+            # On stderr, beside the logs: stdout is what a command answers (`id=$(flux workflow
+            # run …)` must read an id, not spans), and the SDK's default is stdout.
+            exporter: Any = ConsoleSpanExporter(out=sys.stderr)
         elif name == "otlp":
             try:
                 from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import OTLPSpanExporter

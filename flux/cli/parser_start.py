@@ -73,7 +73,7 @@ def with_http_limits(p: argparse.ArgumentParser) -> None:
 
 
 def add_start(commands: argparse._SubParsersAction) -> None:
-    start = commands.add_parser("start", help="run a server or a worker").add_subparsers(
+    start = commands.add_parser("start", help="run a server, a worker or a gateway").add_subparsers(
         dest="what", required=True, metavar="WHAT"
     )
     server = start.add_parser("server", help="run the control plane")

@@ -3,8 +3,12 @@
 The summary counts every reason of every worker, not only the first: a user
 who sees "2 have only 2 cores" fixes the cores and must not then discover the
 missing GPUs and packages one at a time. Reasons are ranked by how many
-workers they hold back, ties in worker-name and filter order. This runs only
-on explain's path; the scheduler keeps stopping at the first failing filter.
+workers they hold back, ties in worker-name and filter order. The first four
+are said in full ("2 have label role=b, not role=training"); every one after
+them is still counted, by its kind ("3 more have other labels, 1 more has too
+few cores"), so the line stays short on a large, varied fleet and no reason
+goes unsaid. This runs only on explain's path; the scheduler keeps stopping at
+the first failing filter.
 """
 
 from __future__ import annotations
@@ -21,6 +25,21 @@ from flux.matching.tenancy import Accounts, Ledger, QuotaBlock
 from flux.matching.view import WorkerView
 
 MAX_SUMMARY_GROUPS = 4
+
+# How the summary counts the reasons beyond the first groups, by kind: (one worker, several).
+REST: dict[Reason, tuple[str, str]] = {
+    Reason.RUNTIME: ("lacks the runtime", "lack the runtime"),
+    Reason.PAUSED: ("is paused", "are paused"),
+    Reason.LABEL: ("has other labels", "have other labels"),
+    Reason.CAPACITY: ("is at capacity", "are at capacity"),
+    Reason.CPU: ("has too few cores", "have too few cores"),
+    Reason.MEMORY: ("has too little memory", "have too little memory"),
+    Reason.GPU: ("has too few GPUs", "have too few GPUs"),
+    Reason.GPU_MEMORY: ("has too little GPU memory", "have too little GPU memory"),
+    Reason.DISK: ("has too little disk", "have too little disk"),
+    Reason.PACKAGE: ("lacks a required package", "lack required packages"),
+    Reason.RESERVED: ("is reserved for an older execution", "are reserved for older executions"),
+}
 
 
 @dataclass(frozen=True, slots=True)
@@ -152,7 +171,13 @@ def summarize(verdicts: tuple[Verdict, ...]) -> str:
     ranked = sorted(groups.values(), key=len, reverse=True)  # stable: ties keep worker-name order
     shown, hidden = ranked[:MAX_SUMMARY_GROUPS], ranked[MAX_SUMMARY_GROUPS:]
     parts = [f"{len(g)} {g[0][1].detail if len(g) == 1 else g[0][1].plural}" for g in shown]
-    rest = len({worker for group in hidden for worker, _ in group})
-    if rest:
-        parts.append(f"{rest} for other reasons")
+    # The rest, counted by kind: a worker held back by two kinds counts in each, as above.
+    by_kind: dict[Reason, set[str]] = {}
+    for group in hidden:
+        for worker, rejection in group:
+            by_kind.setdefault(rejection.reason, set()).add(worker)
+    order = list(Reason)
+    for reason, workers in sorted(by_kind.items(), key=lambda item: (-len(item[1]), order.index(item[0]))):
+        one, several = REST[reason]
+        parts.append(f"{len(workers)} more {one if len(workers) == 1 else several}")
     return f"{head}: {', '.join(parts)}"

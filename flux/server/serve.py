@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import asyncio
+import errno
 import logging
 import signal
+import socket
 import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
@@ -167,6 +169,42 @@ class RunningServer:
         await self.dispatcher.stop()
 
 
+def grpc_port_in_use(config: ServerConfig) -> str:
+    """The error for a gRPC port that cannot be bound, naming the flags that pick another."""
+    return (
+        f"the gRPC port {config.grpc_port} on {config.host} is already in use or cannot be bound "
+        "(is another flux server running?); pick another with --grpc-port PORT "
+        '(make run FLUX_ARGS="--grpc-port 50061"), and give workers --server HOST:PORT '
+        "and clients FLUX_SERVER"
+    )
+
+
+def port_taken(host: str, port: int) -> bool:
+    """Whether every address ``host`` resolves to has ``port`` bound by a listener already.
+
+    Only a diagnosis, asked before grpc binds: grpc's C core logs a raw ``add_port.cc`` line
+    to stderr for a busy port before it returns, which a newcomer reads as a crash. The real
+    bind is still grpc's; were the port taken between this check and it, that bind fails as
+    before (with the raw line) and the same clean error follows, so no race is introduced.
+    SO_REUSEADDR as grpc sets it: a port in TIME_WAIT is free, a live listener is not.
+    """
+    if port == 0:
+        return False
+    try:
+        addresses = socket.getaddrinfo(host or None, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
+    except OSError:
+        return False  # grpc says what is wrong with the host
+    busy = 0
+    for family, kind, proto, _, address in addresses:
+        try:
+            with socket.socket(family, kind, proto) as probe:
+                probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+                probe.bind(address)
+        except OSError as exc:
+            busy += exc.errno == errno.EADDRINUSE
+    return busy == len(addresses) > 0
+
+
 async def start_server(config: ServerConfig) -> RunningServer:
     # Refused before the store is opened, so a refused start leaves no database behind.
     if config.tokens is None and not is_loopback(config.host):
@@ -175,6 +213,8 @@ async def start_server(config: ServerConfig) -> RunningServer:
         )
     if refused := keda_refusal(config):
         raise ValueError(refused)
+    if port_taken(config.host, config.grpc_port):
+        raise OSError(grpc_port_in_use(config))
     dispatcher = build_dispatcher(config)
     await dispatcher.start()
     callers = Callers(config.tokens, dispatcher.tenants)
@@ -229,10 +269,7 @@ async def start_server(config: ServerConfig) -> RunningServer:
         port = 0
     if port == 0:
         await dispatcher.stop()
-        raise OSError(
-            f"the gRPC port {config.grpc_port} on {config.host} is already in use or cannot be bound "
-            "(is another flux server running? pick another with --grpc-port)"
-        )
+        raise OSError(grpc_port_in_use(config))
     await server.start()
     await dispatcher.serving(f"{config.host}:{port}")
     for name in ("", *services[:2]):
@@ -298,10 +335,6 @@ async def serve(config: ServerConfig) -> None:
         from flux.store.postgres import redacted
 
         db = redacted(db)
-    logs.emit(
-        f"flux server listening on {config.host}:{running.port} (grpc), db {db}",
-        logger=log.name, grpc=f"{config.host}:{running.port}", db=db,
-    )  # fmt: skip
     gateway = None
     probe = pauses.from_environment()
     try:
@@ -319,10 +352,23 @@ async def serve(config: ServerConfig) -> None:
                 allowed_hosts=allowed_hosts(config.host, is_loopback(config.host), config.allowed_hosts)
                 if insecure or config.allowed_hosts else (),
             )  # fmt: skip
-            gateway = await start_gateway(
-                settings, config.host, config.http_port, channel=running.local_channel(), tls=config.tls,
-                limits=config.http_limits,
-            )  # fmt: skip
+            try:
+                gateway = await start_gateway(
+                    settings, config.host, config.http_port, channel=running.local_channel(), tls=config.tls,
+                    limits=config.http_limits,
+                )  # fmt: skip
+            except OSError as exc:
+                raise OSError(
+                    f"{exc}; pick another with --http-port PORT "
+                    '(make run FLUX_ARGS="--http-port 8081"), or run without the gateway with --no-http'
+                ) from None
+        # Only once every port is bound, so no line says "listening" for a server that then exits;
+        # the gRPC line first, as scripts and tests read them in that order.
+        logs.emit(
+            f"flux server listening on {config.host}:{running.port} (grpc), db {db}",
+            logger=log.name, grpc=f"{config.host}:{running.port}", db=db,
+        )  # fmt: skip
+        if gateway is not None:
             logs.emit(f"flux gateway listening on {gateway.url}", logger=log.name, http=gateway.url)
         if running.keda is not None:
             keda = f"{config.host}:{running.keda_port}"

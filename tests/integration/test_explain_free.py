@@ -17,7 +17,7 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 def test_explain_summary_counts_every_reason_of_every_worker(cluster: Cluster) -> None:
-    # The README's quick start on two 2-core workers without GPUs, torch or transformers.
+    # Getting started's example on two 2-core workers without GPUs, torch or transformers.
     registered = cluster.flux("workflow", "register", str(ROOT / "examples" / "resource_workflows.py"))
     assert registered.returncode == 0, registered.stderr
     for name in ("small-1", "small-2"):

@@ -269,6 +269,14 @@ def test_a_second_server_on_a_busy_port_ends_in_one_line(server: Cluster) -> Non
         errors = [line for line in second.stderr.splitlines() if line.startswith("error:")]
         assert len(errors) == 1 and what in errors[0] and "in use" in errors[0], second.stderr
         assert "Traceback" not in second.stderr
+        # The line says how to pick another port, and nothing before it reads as a crash or a start:
+        # no raw line of grpc's C core, no "listening" for a server that then exits.
+        flag = "--grpc-port" if what.startswith("gRPC") else "--http-port"
+        assert f"pick another with {flag} PORT" in errors[0] and 'make run FLUX_ARGS="' in errors[0], errors[
+            0
+        ]
+        assert what.startswith("gRPC") or "--no-http" in errors[0], errors[0]
+        assert "add_port.cc" not in second.stderr and "listening" not in second.stdout, second.stderr
     # An extra gateway on the busy HTTP port: the same one line.
     gateway = subprocess.run(
         [sys.executable, "-m", "flux", "start", "gateway", "--core", server.address, "--port", str(http_port)],
@@ -278,6 +286,7 @@ def test_a_second_server_on_a_busy_port_ends_in_one_line(server: Cluster) -> Non
     assert gateway.returncode != 0 and len(errors) == 1 and f"HTTP port {http_port}" in errors[0], (
         gateway.stderr
     )
+    assert "pick another with --port PORT" in errors[0], errors[0]
     # The first server never noticed.
     assert len(_grpc_status(server).workers) == 0
 

@@ -9,7 +9,7 @@ ports and flags that agree with what the server and workers are started with
 declaration in step with its worker Deployment, and issue 40's review: no
 database URL on a command line, TLS between every pod (KEDA's with a client
 certificate), no ServiceAccount token in a pod, probes on the workers, the
-README's in-pod command run against a server started as the pod starts it, and
+Kubernetes guide's (docs/guides/kubernetes.md) in-pod command run against a server started as the pod starts it, and
 an image override that reaches every container.
 """
 
@@ -38,6 +38,8 @@ jsonschema = pytest.importorskip("jsonschema")
 
 ROOT = Path(__file__).parents[2]
 DEPLOY = ROOT / "deploy" / "kubernetes"
+# The guide whose blocks and manifests these tests hold to the files.
+KUBERNETES_PAGE = ROOT / "docs" / "guides" / "kubernetes.md"
 OVERLAYS = sorted(p.parent.name for p in (DEPLOY / "overlays").glob("*/kustomization.yaml"))
 KUBERNETES = "1.32.0"
 SCALED_OBJECT_CRD = ROOT / "tests" / "schemas" / "keda" / "keda.sh_scaledobjects.yaml"
@@ -351,13 +353,13 @@ def test_cert_manager_issues_every_name_the_pods_dial() -> None:
     assert {r["name"] for r in auth["spec"]["secretTargetRef"]} == {"flux-keda-client"}
 
 
-def test_the_readmes_certificates_are_those_of_deploy_kubernetes_cert_manager() -> None:
-    """README shows the two leaf Certificates, shortened: every field it shows is the file's."""
+def test_the_guides_certificates_are_those_of_deploy_kubernetes_cert_manager() -> None:
+    """The Kubernetes guide shows the two leaf Certificates, shortened: every field it shows is the file's."""
     from tests.integration.test_readme import parse_blocks
 
     shown = [
         doc
-        for block in parse_blocks((ROOT / "README.md").read_text())
+        for block in parse_blocks(KUBERNETES_PAGE.read_text())
         if block.language == "yaml" and "cert-manager.io" in block.text
         for doc in yaml.safe_load_all(block.text)
         if doc
@@ -386,11 +388,10 @@ images:
 
 
 def test_an_overlay_of_your_own_points_every_container_at_your_registry(tmp_path: Path) -> None:
-    """What README "Your own image" shows: kustomize's images: in an overlay over one of ours."""
-    readme = (ROOT / "README.md").read_text()
+    """What the guide's "Your own image" shows: kustomize's images: in an overlay over one of ours."""
+    page = KUBERNETES_PAGE.read_text()
     assert (
-        "name: ghcr.io/flux-dispatch/flux" in readme
-        and "newName: registry.example.com/platform/flux" in readme
+        "name: ghcr.io/flux-dispatch/flux" in page and "newName: registry.example.com/platform/flux" in page
     )
     mine = tmp_path / "my-flux"
     mine.mkdir()
@@ -413,11 +414,11 @@ IN_POD = re.compile(r"^kubectl -n flux exec deploy/flux-server -- (flux .+)$")
 
 
 def in_pod_commands() -> list[list[str]]:
-    """The `flux …` argv of every `kubectl -n flux exec deploy/flux-server -- flux …` line of the README."""
+    """The `flux …` argv of every `kubectl -n flux exec deploy/flux-server -- flux …` line of the Kubernetes guide."""
     from tests.integration.test_readme import commands, parse_blocks, without_comment
 
     found = []
-    for block in parse_blocks((ROOT / "README.md").read_text()):
+    for block in parse_blocks(KUBERNETES_PAGE.read_text()):
         for line in commands(block.text) if block.runs_commands else ():
             if match := IN_POD.match(without_comment(line)):
                 found.append(shlex.split(match.group(1)))
@@ -426,11 +427,11 @@ def in_pod_commands() -> list[list[str]]:
 
 @pytest.mark.integration
 @pytest.mark.timeout(120)
-def test_the_readmes_in_pod_commands_run_against_a_server_started_as_the_pod_starts_it(
+def test_the_guides_in_pod_commands_run_against_a_server_started_as_the_pod_starts_it(
     tmp_path: Path,
 ) -> None:
     """The server container's args, env and mounts from the rendered manifest, its files laid out
-    under a temporary root: the README's `flux …` line, run in the pod's working directory with the
+    under a temporary root: the Kubernetes guide's `flux …` line, run in the pod's working directory with the
     pod's environment, finds the API token and the CA without a flag and succeeds.
 
     What differs from the pod, for loopback: every port is 0 (so FLUX_SERVER names the one bound,

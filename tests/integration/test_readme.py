@@ -1,5 +1,10 @@
 """The README runs: every ```bash block is executed, in order, as a user following it would.
 
+The README is the front door (what Flux is, two commands, one table, links); the site (docs/)
+holds the rest, and tests/integration/test_docs.py runs its blocks with this file's machinery.
+The README stays at most 250 lines, opens with `make run` and `make test`, and every link into
+the site names a page that exists.
+
 A block is skipped only when the line right above its fence says so, with a reason:
 
     <!-- doc-test: skip REASON -->         never run here (e.g. `make test`, which runs this test)
@@ -20,8 +25,8 @@ line. Three things differ from a user's terminal, each for a reason:
   and later lines have `127.0.0.1:N` and `http://127.0.0.1:M` replaced with the ports
   the server printed. A server started on the default ports also sets `FLUX_SERVER`, as
   the default address would reach it.
-- The scaling block's site values (`flux:secret@db.internal:5432/flux`, `createdb flux`)
-  point at the test's PostgreSQL, and PGHOST/PGPORT/PGUSER are set as `createdb` expects.
+- Site values (`flux:secret@db.internal:5432/flux`, `createdb flux`, on the site's scaling
+  page) point at the test's PostgreSQL, and PGHOST/PGPORT/PGUSER are set as `createdb` expects.
 
 A `# prints TEXT` comment on a line is checked: TEXT must appear in what the line prints.
 """
@@ -165,9 +170,37 @@ def test_the_readme_marks_every_block_it_does_not_run() -> None:
     for block in blocks:
         if block.marker is not None:
             assert block.runs_commands, f"{block.where()}: doc-test markers belong on ```bash blocks"
-    # The blocks the issue names are run, never marked away.
-    for must_run in ("make run", "grpc_tools.protoc", "createdb", "node clients/node/flux.js"):
+    # The quick start is run, never marked away: a server, a worker, a run, explain, cancel.
+    for must_run in (
+        "make run",
+        "flux start worker",
+        "workflow run hello",
+        "execution explain",
+        "workflow cancel",
+    ):
         assert any(must_run in b.text and b.marker is None for b in command_blocks), must_run
+
+
+MAX_README_LINES = 250
+LINK = re.compile(r"\]\((?!https?://|#)(?P<target>[^)#\s]+)(?:#[^)]*)?\)")
+
+
+def test_the_readme_is_a_front_door() -> None:
+    """At most 250 lines; the two commands first; links that land; the port override as on the site."""
+    text = README.read_text()
+    lines = text.splitlines()
+    assert len(lines) <= MAX_README_LINES, f"README.md has {len(lines)} lines; at most {MAX_README_LINES}"
+    first = parse_blocks(text)[0]
+    assert first.line <= 5 and first.runs_commands, "the README opens with its two commands"
+    assert [line.split()[:2] for line in commands(first.text)] == [["make", "run"], ["make", "test"]]
+    targets = LINK.findall(text)
+    assert len({t for t in targets if t.startswith("docs/")}) >= 20, "a link into the site per section"
+    missing = [t for t in targets if not (ROOT / t).exists()]
+    assert not missing, f"README links to files that do not exist: {missing}"
+    # The port override reads the same in the README and on Getting started (whose block runs it).
+    override = 'make run FLUX_ARGS="--grpc-port 50061 --http-port 8081"'
+    assert override in text
+    assert override in (ROOT / "docs" / "getting-started.md").read_text()
 
 
 def test_the_parser_attaches_markers_and_refuses_stray_ones() -> None:
@@ -199,6 +232,7 @@ class Session:
         self.site = site  # README placeholder -> this test's value
         self.grpc: dict[int, str] = {}  # port as written -> address the server bound
         self.http: dict[int, str] = {}  # port as written -> gateway URL
+        self.cores: dict[str, str] = {}  # gateway URL -> the gRPC address of its server
         self.background: list[tuple[str, subprocess.Popen[str], Path]] = []
         self.ran: list[str] = []
         self._envfile = directory / ".doc-test-env"
@@ -277,6 +311,7 @@ class Session:
         self.grpc[written_grpc] = address
         if gateway:
             self.http[written_http] = gateway
+            self.cores[gateway] = address
         if not grpc_port:
             # The default address would reach this server: clients without --server use it.
             self.env["FLUX_SERVER"] = address
@@ -312,6 +347,8 @@ class Session:
         if not name:
             return
         servers = [words[i + 1] for i, w in enumerate(words[:-1]) if w == "--server"]
+        # A worker over a gateway is asked after at the core behind that gateway.
+        servers += [self.cores[w] for w in words if w in self.cores]
         ask = ["--server", servers[0]] if servers else []
         flux = str(Path(self.env["VIRTUAL_ENV"]) / "bin" / "flux")
         deadline = time.monotonic() + READY_TIMEOUT
@@ -428,5 +465,5 @@ def test_every_command_block_in_the_readme_runs(tmp_path: Path, postgres: Tempor
     assert len(skipped) <= len(marked)
     assert all(any(s.startswith(b.where() + " ") for b in marked) for s in skipped)
     print(f"ran {len(ran)} README blocks ({len(session.ran)} lines); skipped {skipped}")
-    # What the quick start promises happened: the generated code exists, and the scaling block ran.
-    assert list((sandbox / "gen" / "flux" / "v1").glob("*_pb2_grpc.py"))
+    # The quick start ran to its end: the execution it waited on was cancelled.
+    assert any("workflow cancel" in line for line in session.ran)

@@ -1,4 +1,4 @@
-"""One trace per execution, from the client through the core to the worker (README "Tracing").
+"""One trace per execution, from the client through the core to the worker (the site's "Trace executions", docs/guides/tracing.md).
 
 The client's spans are read from the SDK's in-memory exporter in this process; the server's and
 the workers' come over OTLP/gRPC to a real collector TraceService started here (otlp.py).
@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import re
 import signal
 import subprocess
 from collections.abc import Iterator
@@ -353,3 +354,27 @@ def test_the_node_client_refuses_a_malformed_traceparent_by_name(node_binary: st
         timeout=30,
     )
     assert refused.returncode == 2 and "$TRACEPARENT" in refused.stderr, refused.stderr
+
+
+@pytest.mark.transports("grpc")
+def test_console_spans_go_to_stderr_so_a_commands_stdout_stays_its_answer(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`OTEL_TRACES_EXPORTER=console` prints spans; `id=$(flux workflow run …)` still reads an id."""
+    monkeypatch.setenv("OTEL_TRACES_EXPORTER", "console")
+    monkeypatch.setenv("OTEL_BSP_SCHEDULE_DELAY", "50")
+    cluster = Cluster(tmp_path)
+    try:
+        cluster.start_server("--no-http")
+        cluster.register(Path(__file__).parents[2] / "examples" / "hello.py")
+        cluster.start_worker("w1")
+        submitted = cluster.flux("workflow", "run", "hello", '"ids"')
+        assert submitted.returncode == 0, submitted.stderr
+        assert re.fullmatch(r"[0-9a-f]{32}\n", submitted.stdout), submitted.stdout
+        assert '"name": "flux.submit"' in submitted.stderr, submitted.stderr[-2000:]
+        waited = cluster.flux("workflow", "run", "hello", '"spans"', "--wait")
+        assert waited.returncode == 0, waited.stderr
+        assert waited.stdout == '"Hello, spans!"\n', waited.stdout
+        assert '"name": "flux.submit"' in waited.stderr
+    finally:
+        cluster.close()

@@ -146,7 +146,7 @@ def test_summary_ties_keep_worker_name_order():
     assert got.summary == "0/2 workers can run it: 1 has 1 of 8 cores free, 1 has only 2 cores"
 
 
-def test_summary_collapses_beyond_four_groups():
+def test_summary_beyond_four_groups_counts_the_rest_by_kind():
     fleet = [
         worker("a", labels={"role": "a"}),
         worker("b", labels={"role": "b"}),
@@ -160,7 +160,7 @@ def test_summary_collapses_beyond_four_groups():
     assert got.summary == (
         "0/7 workers can run it: 2 have label role=b, not role=training, "
         "1 has label role=a, not role=training, 1 has label role=c, not role=training, "
-        "1 has label role=d, not role=training, 2 for other reasons"
+        "1 has label role=d, not role=training, 2 more have other labels"
     )
 
 
@@ -207,7 +207,34 @@ def test_summary_beyond_four_groups_counts_the_workers_left_out():
     # Four "has label role=x" groups and one "have only 2 cores" group of four workers.
     assert got.summary == (
         "0/4 workers can run it: 4 have only 2 cores, 1 has label role=a, not role=training, "
-        "1 has label role=b, not role=training, 1 has label role=c, not role=training, 1 for other reasons"
+        "1 has label role=b, not role=training, 1 has label role=c, not role=training, 1 more has other labels"
+    )
+
+
+def test_summary_counts_every_reason_beyond_four_groups_by_kind():
+    # Six label groups, then cores, memory and a package on some of the same workers: each
+    # worker beyond the first four groups is counted under every kind that holds it back.
+    fleet = [
+        worker("a", cpu=2, labels={"role": "a"}),
+        worker("b", cpu=2, labels={"role": "b"}),
+        worker("c", labels={"role": "c"}),
+        worker("d", labels={"role": "d"}),
+        worker("e", cpu=2, labels={"role": "e"}),
+        worker("f", labels={"role": "f"}, packages={"numpy": "1.0"}),
+    ]
+    got = explain(shape(cpu=4, affinity=TRAINING, packages=["numpy>=2"]), fleet)
+    parts = got.summary.split(": ", 1)[1].split(", ")
+    # Every worker has a label reason: each is said once, either in full or in the count.
+    labels = sum(int(p.split()[0]) for p in parts if "label role=" in p or "other labels" in p)
+    assert labels == 6, got.summary
+    cores = sum(int(p.split()[0]) for p in parts if "cores" in p)
+    assert cores == 3, got.summary
+    packages = sum(int(p.split()[0]) for p in parts if "numpy" in p or "package" in p)
+    assert packages == 6, got.summary
+    assert got.summary == (
+        "0/6 workers can run it: 5 lack numpy>=2, 3 have only 2 cores, "
+        "1 has label role=a, not role=training, 1 has label role=b, not role=training, "
+        "4 more have other labels, 1 more lacks a required package"
     )
 
 

@@ -81,13 +81,7 @@ def list_pools(args: argparse.Namespace) -> int:
     with _pools(args) as pools:
         answer = pools.call("ListPools", pools_pb2.ListPoolsRequest())
     if args.json:
-        print(
-            json.dumps(
-                json_format.MessageToDict(
-                    answer, preserving_proto_field_name=True, always_print_fields_with_no_presence=True
-                )
-            )
-        )
+        print(json.dumps({"pools": [pool_json(p) for p in answer.pools]}))
         return 0
     if not answer.pools:
         print("no pools: declare one with flux pool apply FILE, or start a worker with --pool NAME")
@@ -129,13 +123,7 @@ def show_pool(args: argparse.Namespace) -> int:
     with _pools(args) as pools:
         pool = pools.call("GetPool", pools_pb2.GetPoolRequest(name=args.name)).pool
     if args.json:
-        print(
-            json.dumps(
-                json_format.MessageToDict(
-                    pool, preserving_proto_field_name=True, always_print_fields_with_no_presence=True
-                )
-            )
-        )
+        print(json.dumps(pool_json(pool)))
         return 0
     spec = pool.spec
     labels = ", ".join(f"{k}={v}" for k, v in sorted(spec.labels.items())) or "-"
@@ -155,6 +143,32 @@ def show_pool(args: argparse.Namespace) -> int:
     ]
     print("\n".join(lines))
     return 0
+
+
+# In --json, as DESIGN §8 says of JSON: byte quantities are strings ("8Gi", exact, or the bytes
+# where no unit divides them), counts are numbers. The proto3 JSON mapping alone would print
+# every int64 as a string and every int32 as a number, so `cpu` and `pending` were "8" beside
+# `gpu` and `workers` as 8.
+POOL_BYTES = ("memory", "gpu_memory", "disk")
+SPEC_COUNTS = ("cpu", "gpu", "capacity", "min_workers", "max_workers")
+POOL_COUNTS = ("workers", "busy_workers", "pending", "running", "needed_workers", "demand_workers")
+
+
+def pool_json(pool: Any) -> dict[str, Any]:
+    """One pool as ``flux pool list|show --json`` prints it."""
+    from flux.domain.tenant import show_amount
+
+    found = json_format.MessageToDict(
+        pool, preserving_proto_field_name=True, always_print_fields_with_no_presence=True
+    )
+    spec = found["spec"]
+    for key in POOL_BYTES:
+        spec[key] = str(show_amount("memory", int(spec[key])))
+    for key in SPEC_COUNTS:
+        spec[key] = int(spec[key])
+    for key in POOL_COUNTS:
+        found[key] = int(found[key])
+    return found
 
 
 def _shape(spec: Any) -> str:

@@ -148,7 +148,8 @@ def start_gateway(args: argparse.Namespace) -> int:
     try:
         event_loop.run(run(config))
     except OSError as exc:
-        error(str(exc))
+        hint = "; pick another with --port PORT" if str(exc).startswith("the HTTP port") else ""
+        error(f"{exc}{hint}")
         return 1
     return 0
 
