@@ -129,6 +129,7 @@ ReportResourcesBody = _body(_W.ReportResourcesRequest, *_PATH_AND_TOKEN[:2])
 ClaimBody = _body(_W.ClaimRequest, *_PATH_AND_TOKEN)
 CompleteBody = _body(_W.CompleteRequest, *_PATH_AND_TOKEN)
 ReleaseBody = _body(_W.ReleaseRequest, *_PATH_AND_TOKEN)
+HeartbeatBody = _body(_W.HeartbeatRequest, *_PATH_AND_TOKEN)
 # Batched routes: a JSON array of these, answered by an array of ItemAnswer in the same order.
 ClaimItem = model_of(_W.ClaimItem.DESCRIPTOR)
 CompletionItem = model_of(

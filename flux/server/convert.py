@@ -189,7 +189,23 @@ def scheduled_to_proto(event: Scheduled) -> worker_pb2.ExecutionScheduled:
         gpu_indices=list(e.gpu_indices),
         requests=event.requests.to_proto(),
         trace=trace,
+        **_timing_fields(e),
     )
+
+
+def _timing_fields(e: Execution) -> dict[str, object]:
+    """What a worker needs of an execution's policy: its time limit (what is left of it after
+    preempted tries), how often to say it is alive, and the last try's heartbeat."""
+    policy = e.policy
+    if policy is None:
+        return {"last_heartbeat_json": e.heartbeat} if e.heartbeat else {}
+    fields: dict[str, object] = {"last_heartbeat_json": e.heartbeat}
+    if policy.timeout is not None:
+        fields["timeout_s"] = max(0.001, policy.timeout - e.run_time)
+    if policy.heartbeat_timeout is not None:
+        # Three chances within the timeout: one lost or late heartbeat does not lose the attempt.
+        fields["heartbeat_interval_s"] = policy.heartbeat_timeout / 3
+    return fields
 
 
 # Inputs one ExecutionsScheduled may carry, in bytes: far below the 16 MiB message cap,
