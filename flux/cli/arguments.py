@@ -106,6 +106,16 @@ def execution_state(text: str) -> int:
     return EXECUTION_STATES[name]
 
 
+def attempt_duration(text: str) -> float:
+    """``--attempt-timeout``: a duration as a declaration takes it (flux.domain.policy)."""
+    from flux.domain.policy import parse_duration as policy_duration
+
+    try:
+        return policy_duration(text, "--attempt-timeout")
+    except (TypeError, ValueError) as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
 def parse_duration(text: str) -> float:
     """``90s``, ``15m``, ``2h``, ``1d``, ``1h30m``, or plain seconds -> seconds."""
     value = text.strip().lower()

@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Protocol, runtime_checkable
 if TYPE_CHECKING:
     from flux.dispatcher.cycle.passes import Passes
     from flux.dispatcher.state.catalogue import Catalogue
-    from flux.dispatcher.state.deadlines import Timers
+    from flux.dispatcher.state.deadlines import Kind, Timers
     from flux.dispatcher.state.freezing import Freezer
     from flux.dispatcher.state.lifecycle import Lifecycle
     from flux.dispatcher.state.pings import Pinger
@@ -33,7 +33,6 @@ if TYPE_CHECKING:
     from flux.dispatcher.state.tenants import TenantDirectory
     from flux.dispatcher.state.watchers import Watchers
     from flux.dispatcher.state.worker_entry import WorkerEntry
-    from flux.dispatcher.state.deadlines import Kind
     from flux.domain.execution import Execution
     from flux.domain.tenant import Tenant
     from flux.matching import Aging, FeasibilityCache, PendingQueue, Placement, Shape
