@@ -223,7 +223,8 @@ class Timing:
         """A running attempt (fenced by the caller) is alive; its details, when given, are kept for
         its next attempt."""
         d, execution_id = self.d, execution.execution_id
-        if execution.state is not State.RUNNING:
+        # SCHEDULED too: a body that starts with its dispatch may beat before its claim is sent.
+        if execution.state not in (State.SCHEDULED, State.RUNNING):
             raise FailedPrecondition(f"execution {execution_id} is {execution.state.label}, not RUNNING")
         self.beats[execution_id] = d.clock()
         if details_json and details_json != execution.heartbeat:
