@@ -7,7 +7,9 @@ from flux import ExecutionContext, ResourceRequest, Retry, workflow
 
 
 @workflow.with_options(
-    retry=Retry(max_attempts=3, initial_delay="300ms", backoff=2.0, jitter=False, retry_on=["ConnectionError"]),
+    retry=Retry(
+        max_attempts=3, initial_delay="300ms", backoff=2.0, jitter=False, retry_on=["ConnectionError"]
+    ),
 )
 async def flaky(ctx: ExecutionContext[None]) -> dict:
     # Resume where the last try stopped: its last heartbeat's details come back as ctx.last_heartbeat.

@@ -102,7 +102,12 @@ def test_work_nothing_starts_within_its_pending_timeout_fails_with_explain_s_ver
 def test_a_run_overrides_the_attempt_timeout_and_retry_policy(timed: Cluster) -> None:
     # "beating" has no timeout of its own: this run's makes a 30 s body time out after 1 s, twice.
     execution = timed.client.run(
-        "beating", 30, attempt_timeout="1s", retry=Retry(max_attempts=2, initial_delay=0.1), wait=True, timeout=60
+        "beating",
+        30,
+        attempt_timeout="1s",
+        retry=Retry(max_attempts=2, initial_delay=0.1),
+        wait=True,
+        timeout=60,
     )
     assert (execution.state, execution.reason, execution.attempt) == (FAILED, "timeout", 2)
     cli = timed.flux("workflow", "run", "picky", "--retries", "1", "--wait", "--timeout", "60")
