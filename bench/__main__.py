@@ -20,6 +20,7 @@ from bench import (
     replicas,
     starvation,
     tenants,
+    timers,
     tracing,
 )
 
@@ -40,6 +41,7 @@ BENCHES = {
     "reclaim": reclaim.main,
     "tracing": tracing.main,
     "keda-flood": keda_flood.main,
+    "timers": timers.main,
 }
 
 

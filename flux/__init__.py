@@ -7,8 +7,9 @@ Public API::
 """
 
 from flux.context import ExecutionContext
+from flux.domain.policy import Retry
 from flux.domain.resource_request import ResourceRequest
 from flux.workflow import WorkflowDefinition, workflow
 
-__all__ = ["ExecutionContext", "ResourceRequest", "WorkflowDefinition", "workflow"]
+__all__ = ["ExecutionContext", "ResourceRequest", "Retry", "WorkflowDefinition", "workflow"]
 __version__ = "0.1.0"

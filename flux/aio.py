@@ -41,6 +41,7 @@ from flux.client_requests import (
 from flux.client_runs import ENDED, AsyncRunStream, CallEnded
 from flux.client_streams import tasks
 from flux.defaults import default_server
+from flux.domain.policy import Retry
 from flux.errors import FluxError, InvalidArgument, Unavailable
 from flux.loader import WorkflowFile, load_workflow_file
 from flux.tenant_admin import AsyncTenantAdmin
@@ -137,11 +138,22 @@ class FluxClient:
         wait: bool = False,
         timeout: float | None = None,
         priority: int | None = None,
+        attempt_timeout: float | str | None = None,
+        retry: Retry | None = None,
     ) -> control_pb2.Execution:
-        """Submit an execution; with ``wait`` its final state, from the same call (``RunAndWait``)."""
+        """Submit an execution; with ``wait`` its final state, from the same call (``RunAndWait``).
+        ``attempt_timeout`` and ``retry`` override the workflow's for this run (``timeout`` is how
+        long this call waits)."""
         (input_json,) = encode_inputs([input])
         return await self.run_json(
-            workflow, input_json, version=version, wait=wait, timeout=timeout, priority=priority
+            workflow,
+            input_json,
+            version=version,
+            wait=wait,
+            timeout=timeout,
+            priority=priority,
+            attempt_timeout=attempt_timeout,
+            retry=retry,
         )
 
     async def run_json(
@@ -154,8 +166,10 @@ class FluxClient:
         timeout: float | None = None,
         priority: int | None = None,
         on_update: Update | None = None,
+        attempt_timeout: float | str | None = None,
+        retry: Retry | None = None,
     ) -> control_pb2.Execution:
-        request = run_request(workflow, input_json, version, priority)
+        request = run_request(workflow, input_json, version, priority, attempt_timeout, retry)
         if not wait:
             return await self._submit("RunWorkflow", request, workflow)
         return await self._run_and_wait(request, timeout, on_update)
@@ -350,6 +364,12 @@ class FluxClient:
     async def cancel(self, execution_id: str) -> control_pb2.Execution:
         return await self._call(
             "CancelExecution", control_pb2.CancelExecutionRequest(execution_id=execution_id)
+        )
+
+    async def retry(self, execution_id: str) -> control_pb2.Execution:
+        """Start a new attempt of a FAILED execution (its earlier attempts are kept)."""
+        return await self._call(
+            "RetryExecution", control_pb2.RetryExecutionRequest(execution_id=execution_id)
         )
 
     async def workers(self, page_size: int = 1000) -> control_pb2.ListWorkersResponse:

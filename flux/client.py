@@ -42,6 +42,7 @@ from flux.client_requests import (
 from flux.client_runs import ENDED, CallEnded, RunStream
 from flux.client_streams import threaded
 from flux.defaults import default_server
+from flux.domain.policy import Retry
 from flux.errors import FluxError, InvalidArgument, Unavailable
 from flux.loader import WorkflowFile, load_workflow_file
 from flux.tenant_admin import TenantAdmin
@@ -149,13 +150,24 @@ class FluxClient:
         wait: bool = False,
         timeout: float | None = None,
         priority: int | None = None,
+        attempt_timeout: float | str | None = None,
+        retry: Retry | None = None,
     ) -> control_pb2.Execution:
         """Submit an execution; with ``wait`` block until it finishes (or ``timeout`` passes).
 
-        ``priority`` (-1000 to 1000, higher first) overrides the workflow's for this run.
+        ``priority`` (-1000 to 1000, higher first) overrides the workflow's for this run, as do
+        ``attempt_timeout`` (one attempt's limit: ``"10m"`` or seconds) and ``retry``. ``timeout``
+        is how long this call waits, not a limit on the execution.
         """
         return self.run_json(
-            workflow, json.dumps(input), version=version, wait=wait, timeout=timeout, priority=priority
+            workflow,
+            json.dumps(input),
+            version=version,
+            wait=wait,
+            timeout=timeout,
+            priority=priority,
+            attempt_timeout=attempt_timeout,
+            retry=retry,
         )
 
     def run_json(
@@ -168,9 +180,11 @@ class FluxClient:
         timeout: float | None = None,
         priority: int | None = None,
         on_update: Callable[[control_pb2.Execution], None] | None = None,
+        attempt_timeout: float | str | None = None,
+        retry: Retry | None = None,
     ) -> control_pb2.Execution:
         """``run`` with the input already JSON; ``on_update`` (with ``wait``) sees every state."""
-        request = run_request(workflow, input_json, version, priority)
+        request = run_request(workflow, input_json, version, priority, attempt_timeout, retry)
         if not wait:
             return self._submit("RunWorkflow", request, workflow)
         return self._run_and_wait(request, timeout, on_update)
@@ -368,6 +382,10 @@ class FluxClient:
 
     def cancel(self, execution_id: str) -> control_pb2.Execution:
         return self._call("CancelExecution", control_pb2.CancelExecutionRequest(execution_id=execution_id))
+
+    def retry(self, execution_id: str) -> control_pb2.Execution:
+        """Start a new attempt of a FAILED execution (its earlier attempts are kept)."""
+        return self._call("RetryExecution", control_pb2.RetryExecutionRequest(execution_id=execution_id))
 
     def workers(self, page_size: int = 1000) -> control_pb2.ListWorkersResponse:
         """Every worker, by name, fetched ``page_size`` at a time (one answer, with every page's workers)."""

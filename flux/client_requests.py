@@ -16,6 +16,7 @@ import grpc
 
 from flux import defaults, tracing
 from flux.auth import TLS_HINT, Credentials, speaks_tls
+from flux.domain.policy import Retry, parse_duration, policy_to_proto, retry_to_proto
 from flux.errors import FluxError, InvalidArgument, Unavailable, from_grpc_code
 from flux.loader import WorkflowFile
 from flux.v1 import control_pb2
@@ -84,6 +85,7 @@ def workflow_request(loaded: WorkflowFile) -> control_pb2.RegisterWorkflowReques
                 affinity=dict(wf.affinity),
                 max_attempts=wf.max_attempts,
                 priority=wf.priority,
+                policy=policy_to_proto(wf.policy) if wf.policy is not None else None,
             )
         )
     return request
@@ -95,11 +97,23 @@ def execution_ids(executions: Iterable[control_pb2.Execution | str]) -> list[str
 
 
 def run_request(
-    workflow: str, input_json: str, version: int, priority: int | None
+    workflow: str,
+    input_json: str,
+    version: int,
+    priority: int | None,
+    attempt_timeout: float | str | None = None,
+    retry: Retry | None = None,
 ) -> control_pb2.RunWorkflowRequest:
+    """``attempt_timeout`` and ``retry`` are checked here, so a bad one fails before any call."""
     request = control_pb2.RunWorkflowRequest(workflow_name=workflow, input_json=input_json, version=version)
     if priority is not None:
         request.priority = priority
+    if attempt_timeout is not None:
+        request.attempt_timeout_s = parse_duration(attempt_timeout, "attempt_timeout")
+    if retry is not None:
+        if not isinstance(retry, Retry):
+            raise TypeError(f"retry must be a Retry, e.g. Retry(max_attempts=5); got {type(retry).__name__}")
+        request.retry.CopyFrom(retry_to_proto(retry))
     return request
 
 

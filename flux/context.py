@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Generic, TypeVar
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any, Generic, TypeVar
 
 T = TypeVar("T")
 
@@ -25,3 +26,18 @@ class ExecutionContext(Generic[T]):
     attempt: int = 1
     # GPU indices reserved for this execution; set CUDA_VISIBLE_DEVICES from them.
     assigned_gpus: tuple[int, ...] = ()
+    # The details of the latest heartbeat of an earlier attempt (None when there was none):
+    # resume where the last try stopped.
+    last_heartbeat: Any = None
+    # Set by the worker: takes each heartbeat's details (coalesced there); unset in a unit test.
+    _beat: Callable[[Any], None] | None = field(default=None, repr=False, compare=False)
+
+    def heartbeat(self, details: Any = None) -> None:
+        """Say this attempt is alive, with ``details`` (JSON-serialisable) for a later attempt.
+
+        Cheap enough for a tight loop: the worker sends at most one heartbeat per interval, the
+        latest details winning. An attempt with a ``heartbeat_timeout`` that stays silent longer
+        is stopped and counted as failed.
+        """
+        if self._beat is not None:
+            self._beat(details)

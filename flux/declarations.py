@@ -24,11 +24,12 @@ import operator
 from collections.abc import Callable
 from typing import Any
 
+from flux.domain.policy import Retry
 from flux.domain.resource_request import ResourceRequest
 from flux.workflow import WorkflowDefinition, definition_of, workflow
 
 # Modules whose ``workflow`` and ``ResourceRequest`` are Flux's own.
-_FLUX_MODULES = frozenset({"flux", "flux.workflow", "flux.domain.resource_request"})
+_FLUX_MODULES = frozenset({"flux", "flux.workflow", "flux.domain.resource_request", "flux.domain.policy"})
 _FACTORIES = frozenset({"with_cpu", "with_memory", "with_gpu", "with_disk", "with_packages"})
 _ARITHMETIC: dict[type[ast.operator], Callable[[Any, Any], Any]] = {
     ast.Add: operator.add,
@@ -104,6 +105,7 @@ class _Reader:
         self.source = source
         self.workflow_names: set[str] = set()  # names bound to flux's `workflow`
         self.request_names: set[str] = set()  # names bound to ResourceRequest
+        self.retry_names: set[str] = set()  # names bound to Retry
         self.flux_modules: set[str] = set()  # names bound to the flux package (import flux [as f])
         self.constants: dict[str, ast.expr] = {}  # module-level names assigned a value exactly once
         self._read: set[int] = set()  # ids of the nodes naming `workflow` inside decorators we read
@@ -115,6 +117,9 @@ class _Reader:
                     if alias.name == "*":
                         self.workflow_names.add("workflow")
                         self.request_names.add("ResourceRequest")
+                        self.retry_names.add("Retry")
+                    elif alias.name == "Retry":
+                        self.retry_names.add(alias.asname or alias.name)
                     elif alias.name == "workflow":
                         self.workflow_names.add(alias.asname or alias.name)
                     elif alias.name == "ResourceRequest":
@@ -143,8 +148,10 @@ class _Reader:
         # through a star import from another module) is no longer surely flux's.
         if "*" in assigned:
             self.workflow_names, self.request_names, self.flux_modules = set(), set(), set()
+            self.retry_names = set()
         self.workflow_names = {n for n in self.workflow_names if assigned.get(n, 0) <= 1}
         self.request_names = {n for n in self.request_names if assigned.get(n, 0) <= 1}
+        self.retry_names = {n for n in self.retry_names if assigned.get(n, 0) <= 1}
         self.flux_modules = {n for n in self.flux_modules if rebound.get(n, 0) == 0}
         self.tree = tree
 
@@ -168,6 +175,11 @@ class _Reader:
         if isinstance(node, ast.Name):
             return node.id in self.request_names
         return self._is_flux_attribute(node, "ResourceRequest")
+
+    def is_retry_class(self, node: ast.expr) -> bool:
+        if isinstance(node, ast.Name):
+            return node.id in self.retry_names
+        return self._is_flux_attribute(node, "Retry")
 
     # ---- decorators
 
@@ -277,11 +289,14 @@ class _Reader:
         raise NotStatic(node.lineno, self._text(node), "is not a literal")
 
     def _call(self, node: ast.Call, depth: int) -> Any:
-        """``ResourceRequest(...)`` and its factories, called for real on literal arguments."""
+        """``ResourceRequest(...)`` and its factories, and ``Retry(...)``, called for real on literal
+        arguments (so a bad value fails exactly as at import, naming the field)."""
         func = node.func
         target: Callable[..., Any] | None = None
         if self.is_request_class(func):
             target = ResourceRequest
+        elif self.is_retry_class(func):
+            target = Retry
         elif isinstance(func, ast.Attribute) and func.attr in _FACTORIES:
             owner = (
                 ResourceRequest if self.is_request_class(func.value) else self.value(func.value, depth + 1)

@@ -16,12 +16,14 @@ from types import MappingProxyType
 from typing import Any, TypeVar
 
 from flux.domain.labels import validate_labels
+from flux.domain.policy import DEFAULT_MAX_ATTEMPTS, UNSET, Policy, Retry, policy_of
+
+__all__ = ["DEFAULT_MAX_ATTEMPTS", "WorkflowDefinition", "definition_of", "workflow"]
 from flux.domain.resource_request import ResourceRequest
 
 F = TypeVar("F", bound=Callable[..., Any])
 
 ATTRIBUTE = "__flux_workflow__"
-DEFAULT_MAX_ATTEMPTS = 3
 _NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_.-]{0,127}")  # fullmatch only
 # Bounded so a priority stays a small, comparable number on every wire and in every store.
 MIN_PRIORITY, MAX_PRIORITY = -1000, 1000
@@ -38,6 +40,13 @@ class WorkflowDefinition:
     is_async: bool = True
     # Higher runs first among executions competing for the same worker; overridable per run.
     priority: int = 0
+    # Timeouts and retries (flux.domain.policy), its retry.max_attempts equal to max_attempts; None
+    # when only max_attempts was given (so a plain declaration reads and compares as before).
+    policy: Policy | None = None
+
+    @property
+    def effective_policy(self) -> Policy:
+        return self.policy if self.policy is not None else Policy(retry=Retry(max_attempts=self.max_attempts))
 
 
 def definition_of(fn: object) -> WorkflowDefinition | None:
@@ -66,14 +75,6 @@ def validate_priority(value: object, field_name: str = "priority") -> int:
     return value
 
 
-def _validate_max_attempts(value: object) -> int:
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise TypeError(f"max_attempts must be an int >= 1; got {type(value).__name__} {value!r}")
-    if not 1 <= value <= 100:
-        raise ValueError(f"max_attempts must be between 1 and 100; got {value}")
-    return value
-
-
 class _WorkflowDecorator:
     """``workflow`` is this object: callable bare, with ``with_options`` for settings."""
 
@@ -85,9 +86,17 @@ class _WorkflowDecorator:
         name: str | None = None,
         requests: ResourceRequest | None = None,
         affinity: Mapping[str, str] | None = None,
-        max_attempts: int = DEFAULT_MAX_ATTEMPTS,
+        max_attempts: int = UNSET,
         priority: int = 0,
+        timeout: float | str | None = None,
+        retry: Retry | None = None,
+        heartbeat_timeout: float | str | None = None,
+        pending_timeout: float | str | None = None,
     ) -> Callable[[F], F]:
+        """``timeout``: one attempt, from its start to its result; ``retry``: how failed attempts
+        are tried again (``max_attempts`` alone is ``Retry(max_attempts=N)``); ``heartbeat_timeout``:
+        an attempt silent (no ``ctx.heartbeat()``) longer is lost; ``pending_timeout``: an execution
+        not started within it fails. Durations: seconds or ``"30s"``, ``"10m"``, ``"1h"``."""
         # Validate before seeing the function, so the error points at the options line.
         if name is not None:
             validate_name(name)
@@ -97,7 +106,7 @@ class _WorkflowDecorator:
                 f"got {type(requests).__name__}"
             )
         labels = MappingProxyType(validate_labels(affinity, "affinity"))
-        attempts = _validate_max_attempts(max_attempts)
+        policy = policy_of(max_attempts, retry, timeout, heartbeat_timeout, pending_timeout)
         rank = validate_priority(priority)
 
         def decorate(fn: F) -> F:
@@ -108,9 +117,10 @@ class _WorkflowDecorator:
                 entrypoint=fn.__name__,
                 requests=requests or ResourceRequest(),
                 affinity=labels,
-                max_attempts=attempts,
+                max_attempts=policy.max_attempts,
                 is_async=inspect.iscoroutinefunction(fn),
                 priority=rank,
+                policy=None if policy.is_default() else policy,
             )
             setattr(fn, ATTRIBUTE, definition)
             return fn

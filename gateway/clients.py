@@ -12,6 +12,7 @@ from fastapi.responses import JSONResponse, Response
 from sse_starlette import EventSourceResponse
 
 from flux.defaults import MAX_BATCH_INPUTS
+from flux.domain.policy import Retry, parse_duration, retry_to_proto
 from flux.errors import InvalidArgument, ResourceExhausted
 from flux.server.metadata import CALLER_ROLE, CALLER_TENANT
 from flux.v1 import control_pb2
@@ -94,6 +95,7 @@ async def run_workflow(
     )
     if body.priority is not None:
         run.priority = body.priority
+    _policy(run, body)
     # The caller's trace context (or the gateway's span) goes with each call made in here.
     with tracing.submitting(request, "/workflows/{name}/run"):
         if "text/event-stream" in request.headers.get("accept", ""):
@@ -104,6 +106,17 @@ async def run_workflow(
     if latest is None:  # the client left; nobody reads an answer
         return JSONResponse(None, status_code=202)
     return _answer(latest, 200 if latest.state >= FINISHED else 202)
+
+
+def _policy(run: control_pb2.RunWorkflowRequest, body: schema.RunBody) -> None:
+    """The run's attempt timeout and retry policy, checked as the Python client checks them."""
+    try:
+        if body.attempt_timeout is not None:
+            run.attempt_timeout_s = parse_duration(body.attempt_timeout, "attempt_timeout")
+        if body.retry is not None:
+            run.retry.CopyFrom(retry_to_proto(Retry(**body.retry.model_dump())))
+    except (TypeError, ValueError) as exc:
+        raise InvalidArgument(str(exc)) from None
 
 
 @router.post(

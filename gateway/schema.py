@@ -129,6 +129,7 @@ ReportResourcesBody = _body(_W.ReportResourcesRequest, *_PATH_AND_TOKEN[:2])
 ClaimBody = _body(_W.ClaimRequest, *_PATH_AND_TOKEN)
 CompleteBody = _body(_W.CompleteRequest, *_PATH_AND_TOKEN)
 ReleaseBody = _body(_W.ReleaseRequest, *_PATH_AND_TOKEN)
+HeartbeatBody = _body(_W.HeartbeatRequest, *_PATH_AND_TOKEN)
 # Batched routes: a JSON array of these, answered by an array of ItemAnswer in the same order.
 ClaimItem = model_of(_W.ClaimItem.DESCRIPTOR)
 CompletionItem = model_of(
@@ -155,6 +156,22 @@ WorkerInfo = model_of(_C.WorkerInfo.DESCRIPTOR)
 RunWorkflowsResponse = model_of(_C.RunWorkflowsResponse.DESCRIPTOR)
 
 
+class RetryModel(BaseModel):
+    """How failed attempts are tried again: as ``flux.Retry`` takes it (durations as seconds or '30s')."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    max_attempts: int = Field(default=3, ge=1, le=100, description="tries in all, the first included")
+    initial_delay: float | str = Field(default=1.0, description="the wait after the first failure")
+    backoff: float = Field(
+        default=2.0, ge=1, le=100, description="each later wait is this many times the last"
+    )
+    max_delay: float | str = Field(default=300.0, description="no wait is longer")
+    jitter: bool = Field(default=True, description="each wait is a uniform pick in [wait / 2, wait]")
+    retry_on: list[str] = Field(default_factory=list, description="only these exception names are retried")
+    no_retry_on: list[str] = Field(default_factory=list, description="these exception names never are")
+
+
 class RunBody(BaseModel):
     """Run a registered workflow. ``input`` is any JSON value, passed to the workflow as ``ctx.input``."""
 
@@ -174,6 +191,14 @@ class RunBody(BaseModel):
         gt=0,
         le=3600,
         description="with wait: seconds to wait before answering 202 (default 60)",
+    )
+    attempt_timeout: float | str | None = Field(
+        default=None,
+        description="this run's limit on one attempt: seconds, or '90s', '10m', '1h'; omitted means the "
+        "workflow's (not how long the caller waits: that is timeout)",
+    )
+    retry: RetryModel | None = Field(
+        default=None, description="this run's retry policy; omitted means the workflow's"
     )
 
 

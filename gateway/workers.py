@@ -192,6 +192,21 @@ async def release(
     )
 
 
+@router.post("/{name}/heartbeat/{execution_id}", responses=_REFUSALS)
+async def heartbeat(
+    name: WorkerName,
+    execution_id: ExecutionId,
+    body: schema.HeartbeatBody,
+    token: Token,
+    request: Request,
+    core: CoreDep,
+) -> JSONResponse:
+    """Say a running execution is alive, quoting its `generation`, with the latest `details_json`."""
+    return await _for_execution(
+        core.workers.Heartbeat, worker_pb2.HeartbeatRequest(), body, name, token, execution_id, request
+    )
+
+
 ClaimItems = Annotated[
     list[schema.ClaimItem],  # type: ignore[valid-type]
     Body(min_length=1, max_length=MAX_BATCH_ITEMS, description="the dispatches claimed, answered in order"),

@@ -117,3 +117,13 @@ def duration(flag: str):  # type: ignore[no-untyped-def]
 
 
 parse_duration = duration("--since")
+
+
+def attempt_duration(text: str) -> float:
+    """``--attempt-timeout``: a duration as a declaration takes it (flux.domain.policy)."""
+    from flux.domain.policy import parse_duration as policy_duration
+
+    try:
+        return policy_duration(text, "--attempt-timeout")
+    except (TypeError, ValueError) as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None

@@ -15,6 +15,7 @@ from collections.abc import Iterator
 from flux.auth import Role
 from flux.cli.arguments import (
     EXECUTION_STATES,
+    attempt_duration,
     count,
     duration,
     execution_state,
@@ -150,6 +151,16 @@ def build_parser() -> argparse.ArgumentParser:
         help="this run's priority, -1000 to 1000, higher first (default: the workflow's, else 0)",
     )  # fmt: skip
     run.add_argument(
+        "--attempt-timeout", type=attempt_duration, default=None, metavar="DURATION",
+        help="this run's limit on one attempt, e.g. 90s, 10m, 1h (default: the workflow's); "
+        "not how long --wait waits (that is --timeout)",
+    )  # fmt: skip
+    run.add_argument(
+        "--retries", type=whole_number("--retries"), default=None, metavar="N",
+        help="retry a failed attempt up to N times (N + 1 attempts), with the workflow's backoff "
+        "(default: the workflow's retry policy)",
+    )  # fmt: skip
+    run.add_argument(
         "--many", action="store_true",
         help="one execution per line of --input-file (JSON Lines; blank lines skipped), submitted in bulk; "
         "prints one id per line, or with --wait one output per line, in input order",
@@ -195,6 +206,10 @@ def build_parser() -> argparse.ArgumentParser:
         "--json", action="store_true", help="one JSON object with executions and next_page_token"
     )
     executions.set_defaults(run=command("execution", "list_executions"))
+
+    retry = with_server(execution.add_parser("retry", help="start a new attempt of a FAILED execution"))
+    retry.add_argument("execution_id", metavar="EXECUTION_ID", help="the FAILED execution to try again")
+    retry.set_defaults(run=command("execution", "retry_execution"))
 
     show = with_server(execution.add_parser("show", help="one execution's full record"))
     show.add_argument("execution_id", metavar="EXECUTION_ID", help="the id `flux workflow run` printed")

@@ -17,7 +17,7 @@ import contextlib
 import os
 import threading
 import time
-from typing import TextIO
+from typing import Any, TextIO
 
 from flux.cli.render.common import duration
 from flux.cli.render.executions import queued_ahead, state_name
@@ -41,7 +41,13 @@ class Follower:
         self._drawn = False
 
     def run(
-        self, workflow: str, input_json: str, version: int, priority: int | None, timeout: float | None
+        self,
+        workflow: str,
+        input_json: str,
+        version: int,
+        priority: int | None,
+        timeout: float | None,
+        policy: dict[str, Any] | None = None,
     ) -> control_pb2.Execution:
         """The final execution, from one RunAndWait call; raises what ``FluxClient.run_json``
         raises, and KeyboardInterrupt."""
@@ -57,6 +63,7 @@ class Follower:
                     wait=True,
                     timeout=timeout,
                     on_update=self._update,
+                    **(policy or {}),
                 )
             except BaseException as exc:  # handed to the main thread, which raises it
                 outcome["error"] = exc

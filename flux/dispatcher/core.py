@@ -28,7 +28,7 @@ from flux.dispatcher.reads.executions import list_executions, list_workflows
 from flux.dispatcher.state import validation
 from flux.dispatcher.state.audit import AuditTrail
 from flux.dispatcher.state.catalogue import Catalogue
-from flux.dispatcher.state.deadlines import AckDeadlines
+from flux.dispatcher.state.deadlines import Kind, Timers
 from flux.dispatcher.state.freezing import Freezer
 from flux.dispatcher.state.lifecycle import Lifecycle
 from flux.dispatcher.state.pings import Pinger
@@ -42,8 +42,10 @@ from flux.dispatcher.state.tenants import TenantDirectory
 from flux.dispatcher.state.watchers import Watchers
 from flux.dispatcher.state.worker_entry import WorkerEntry
 from flux.dispatcher.transitions import cancel, housekeeping, submission, terms, worker_calls
+from flux.dispatcher.transitions import timing as timing_module
 from flux.dispatcher.transitions import workflows as workflows_module
 from flux.dispatcher.transitions.reclaim import Reclaimer
+from flux.dispatcher.transitions.timing import Timing
 from flux.domain.execution import Execution, ExecutionError, State
 from flux.domain.tenant import DEFAULT_TENANT, Tenant
 from flux.domain.worker import WorkerResources, WorkerSoftware
@@ -96,7 +98,10 @@ class Dispatcher:
         self.queue = PendingQueue()
         # Nominated workers for executions waiting past --starvation-after (pure; kept across passes).
         self.aging = Aging(s.starvation_after)
-        self.deadlines = AckDeadlines()
+        # Every deadline (ack, retry, timeout, heartbeat, pending, stop), fired as it comes due.
+        self.timers = Timers(clock)
+        self.timers.on_due = lambda now: housekeeping.timers_due(self, now)
+        self.timing = Timing(self)
         self.housekeeper = housekeeping.Housekeeper(self)
         self.freezer = Freezer()
         self.pinger = Pinger(lambda: self.settings.ping_interval)
@@ -147,6 +152,7 @@ class Dispatcher:
         await self.fleet.stop()
         await self.feed.stop()
         await self.housekeeper.stop()
+        self.timers.close()
         for entry in self.registry.values():
             if entry.session is not None:
                 entry.session.close()
@@ -181,11 +187,13 @@ class Dispatcher:
         trace: str = "",
         tenant: str = DEFAULT_TENANT,
         every_workflow: bool = True,
+        overrides: submission.Overrides = submission.NO_OVERRIDES,
     ) -> Execution:
         """``trace``: the caller's W3C context (flux/tracing.py carrier), stored with the execution.
-        ``every_workflow`` False: ``tenant`` may run only its own workflows and ``default``'s."""
+        ``every_workflow`` False: ``tenant`` may run only its own workflows and ``default``'s.
+        ``overrides``: this run's attempt timeout and retry policy, in place of the workflow's."""
         return await submission.submit(
-            self, workflow_name, input_json, version, priority, trace, tenant, every_workflow
+            self, workflow_name, input_json, version, priority, trace, tenant, every_workflow, overrides
         )
 
     async def submit_many(
@@ -197,6 +205,7 @@ class Dispatcher:
         trace: str = "",
         tenant: str = DEFAULT_TENANT,
         every_workflow: bool = True,
+        overrides: submission.Overrides = submission.NO_OVERRIDES,
     ) -> list[Execution]:
         """One execution per input, stored in one commit, in input order (transitions/submission.py)."""
         return await submission.submit_many(
@@ -208,6 +217,7 @@ class Dispatcher:
             tenant=tenant,
             trace=trace,
             every_workflow=every_workflow,
+            overrides=overrides,
         )
 
     def take_seq(self) -> int:
@@ -217,7 +227,14 @@ class Dispatcher:
         return seq
 
     def queue_up(self, execution: Execution, shape: Shape) -> None:
-        """In line by priority, then submission; aging counts its wait from its submission."""
+        """In line by priority, then submission; aging counts its wait from its submission.
+
+        Not before its stored not-before time (a retry's backoff): until then a timer holds it.
+        Every path into the queue (submission, requeue, recovery, a replica's mirror) comes here.
+        """
+        if execution.not_before > self.clock():
+            self.timers.arm(Kind.RETRY, execution.execution_id, execution.attempt, execution.not_before)
+            return
         self.queue.add(execution.execution_id, shape, execution.seq, execution.priority, execution.created_at)
 
     def current(self, execution_id: str) -> Execution | None:
@@ -248,6 +265,16 @@ class Dispatcher:
     async def cancel(self, execution_id: str) -> Execution:
         validation.check_id(execution_id)
         return await self.binder.cancel(execution_id)
+
+    async def retry(self, execution_id: str) -> Execution:
+        """Start a new attempt of a FAILED execution (``flux execution retry``; transitions/timing.py)."""
+        validation.check_id(execution_id)
+        return await timing_module.retry_failed(self, execution_id)
+
+    async def heartbeat(
+        self, name: str, session_token: str, execution_id: str, generation: int, details_json: str
+    ) -> None:
+        worker_calls.heartbeat(self, name, session_token, execution_id, generation, details_json)
 
     async def why(self, execution_id: str, viewer: str = "") -> Diagnosis:
         """Where an execution is, or why it waits (reads/diagnosis.py); ``viewer``: the caller's
@@ -336,6 +363,7 @@ class Dispatcher:
         self.pinger.watch(session)
         entry = self.registry.entries[name]
         self.reclaimer.connected(entry)
+        self.timing.connected(entry)
         self.fleet.connected(entry)
         return session
 

@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Protocol, runtime_checkable
 if TYPE_CHECKING:
     from flux.dispatcher.cycle.passes import Passes
     from flux.dispatcher.state.catalogue import Catalogue
-    from flux.dispatcher.state.deadlines import AckDeadlines
+    from flux.dispatcher.state.deadlines import Kind, Timers
     from flux.dispatcher.state.freezing import Freezer
     from flux.dispatcher.state.lifecycle import Lifecycle
     from flux.dispatcher.state.pings import Pinger
@@ -60,6 +60,30 @@ class Reclaiming(Protocol):
 
 
 @runtime_checkable
+class Timekeeping(Protocol):
+    """What the transitions ask of an execution's clocks (``timing.Timing``): timeouts, heartbeats,
+    retries' waits and the pending deadline."""
+
+    def submitted(self, execution: Execution) -> None: ...
+
+    def claimed(self, running: Execution) -> None: ...
+
+    def recovered(self, execution: Execution) -> None: ...
+
+    def heartbeat(self, execution: Execution, details_json: str) -> None: ...
+
+    def fire(self, kind: Kind, execution_id: str, token: int, now: float) -> bool: ...
+
+    def is_stopping(self, execution: Execution) -> bool: ...
+
+    def stopped(self, execution: Execution) -> Execution: ...
+
+    def connected(self, entry: WorkerEntry) -> None: ...
+
+    def forget(self, execution_id: str) -> None: ...
+
+
+@runtime_checkable
 class Pooling(Protocol):
     """What explain asks of the pools (``state.pools.PoolBook``)."""
 
@@ -80,7 +104,7 @@ class Handle(Protocol):
     feasibility: FeasibilityCache
     catalogue: Catalogue
     registry: WorkerRegistry
-    deadlines: AckDeadlines
+    timers: Timers
     watchers: Watchers
     usage: TenantUsage
     tenants: TenantDirectory
@@ -93,6 +117,7 @@ class Handle(Protocol):
     pools: Pooling
     reclaimer: Reclaiming
     passes: Passes
+    timing: Timekeeping
     freezer: Freezer
     pinger: Pinger
 

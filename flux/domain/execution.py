@@ -14,6 +14,8 @@ from dataclasses import dataclass, fields
 from enum import IntEnum
 from typing import TYPE_CHECKING
 
+from flux.domain.policy import Attempt, Policy
+
 if TYPE_CHECKING:  # the wire types load only where a conversion runs (the edges)
     from flux.v1 import worker_pb2
 
@@ -41,15 +43,24 @@ class ExecutionError:
     type: str
     message: str
     traceback: str = ""
+    # The names of the type's bases, nearest first: a retry policy's names match these too.
+    bases: tuple[str, ...] = ()
+
+    @property
+    def names(self) -> tuple[str, ...]:
+        """The type's name and its bases' names, what ``Retry.retries`` is asked about."""
+        return (self.type.rpartition(".")[2], *self.bases)
 
     def to_proto(self) -> worker_pb2.ExecutionError:
         from flux.v1 import worker_pb2
 
-        return worker_pb2.ExecutionError(type=self.type, message=self.message, traceback=self.traceback)
+        return worker_pb2.ExecutionError(
+            type=self.type, message=self.message, traceback=self.traceback, bases=list(self.bases)
+        )
 
     @classmethod
     def from_proto(cls, message: worker_pb2.ExecutionError) -> ExecutionError:
-        return cls(message.type, message.message, message.traceback)
+        return cls(message.type, message.message, message.traceback, tuple(message.bases))
 
 
 def utf8_bytes(text: str) -> int:
@@ -108,6 +119,25 @@ class Execution:
     trace: str = ""
     # The context of its latest dispatch span: a requeue's next attempt links to it. Memory only.
     dispatch_trace: str = ""
+    # Its timeouts and retries (flux.domain.policy); None: the default with ``max_attempts``.
+    policy: Policy | None = None
+    # Not dispatched before this (seconds since the epoch): a retry's backoff, stored, so a
+    # restart or another replica waits out the same wait, never a new one. 0: at once.
+    not_before: float = 0.0
+    # Why it FAILED (policy.FAILURE_REASONS); "" otherwise.
+    reason: str = ""
+    # Its ended attempts, oldest first.
+    attempts: tuple[Attempt, ...] = ()
+    # The latest heartbeat's details, JSON; given to the next attempt as ctx.last_heartbeat.
+    heartbeat: str = ""
+    # When its current attempt was claimed (0 while none runs), and the run time of its preempted
+    # attempts, which counts against the timeout of the next (as Kueue counts it).
+    started_at: float = 0.0
+    run_time: float = 0.0
+
+    @property
+    def effective_policy(self) -> Policy:
+        return self.policy if self.policy is not None else Policy.from_json("", self.max_attempts)
 
     def evolve(self, **changes: object) -> Execution:
         """A copy with ``changes``: ``dataclasses.replace`` without its trip through ``__init__``,

@@ -47,6 +47,7 @@ WRITES = frozenset(
         "/flux.v1.ControlService/RunAndWait",
         "/flux.v1.ControlService/RunAndWaitStream",
         "/flux.v1.ControlService/CancelExecution",
+        "/flux.v1.ControlService/RetryExecution",
     }
 )
 

@@ -107,6 +107,7 @@ class ControlService(control_pb2_grpc.ControlServiceServicer):
             tracing.from_pairs(context.invocation_metadata()),
             tenant=caller.tenant,
             every_workflow=caller.cluster_admin,
+            overrides=convert.run_overrides(request),
         )
         return convert.execution_to_proto(execution)
 
@@ -122,6 +123,7 @@ class ControlService(control_pb2_grpc.ControlServiceServicer):
             tracing.from_pairs(context.invocation_metadata()),
             tenant=caller.tenant,
             every_workflow=caller.cluster_admin,
+            overrides=convert.run_overrides(request),
         )
         # Without their inputs: the caller sent them, and echoing them could pass the message cap.
         return control_pb2.RunWorkflowsResponse(
@@ -157,6 +159,7 @@ class ControlService(control_pb2_grpc.ControlServiceServicer):
                 tracing.from_pairs(context.invocation_metadata()),
                 tenant=caller.tenant,
                 every_workflow=caller.cluster_admin,
+                overrides=convert.run_overrides(run),
             )
             yield convert.execution_to_proto(accepted)
             if request.every_state:
@@ -195,6 +198,7 @@ class ControlService(control_pb2_grpc.ControlServiceServicer):
                     trace,
                     tenant=caller.tenant,
                     every_workflow=caller.cluster_admin,
+                    overrides=convert.run_overrides(run),
                 )
                 answer(Answer(run_id=run_id, accepted=convert.execution_to_proto(accepted)))
                 done = await waiting.final(self.dispatcher, accepted.execution_id, accepted)
@@ -284,6 +288,13 @@ class ControlService(control_pb2_grpc.ControlServiceServicer):
     ):
         await self._visible(request.execution_id, context)
         return convert.execution_to_proto(await self.dispatcher.cancel(request.execution_id))
+
+    @unary()
+    async def RetryExecution(
+        self, request: control_pb2.RetryExecutionRequest, context: grpc.aio.ServicerContext
+    ):
+        await self._visible(request.execution_id, context)
+        return convert.execution_to_proto(await self.dispatcher.retry(request.execution_id))
 
     @unary()
     async def ListWorkers(self, request: control_pb2.ListWorkersRequest, context: grpc.aio.ServicerContext):

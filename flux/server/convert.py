@@ -10,8 +10,18 @@ from flux.dispatcher.core import Diagnosis, WorkerRegistration
 from flux.dispatcher.state.lifecycle import Counters, Refusal
 from flux.dispatcher.state.session import Event, Ping, Scheduled, Stop
 from flux.dispatcher.state.worker_entry import WorkerEntry
+from flux.dispatcher.transitions.submission import Overrides
 from flux.dispatcher.transitions.worker_calls import Answers, Result
 from flux.domain.execution import Execution, ExecutionError
+from flux.domain.policy import (
+    Policy,
+    Retry,
+    attempt_to_proto,
+    parse_duration,
+    policy_from_proto,
+    policy_to_proto,
+    retry_from_proto,
+)
 from flux.domain.resource_request import ResourceRequest
 from flux.domain.worker import DEFAULT_RUNTIME, WorkerResources, WorkerSoftware
 from flux.domain.workflow import WorkflowRecord
@@ -83,6 +93,7 @@ def item_answers(items: list[tuple[str, int]], answers: Answers) -> list[worker_
 def workflows_from_proto(request: control_pb2.RegisterWorkflowRequest) -> list[WorkflowRecord]:
     records = []
     for position, wf in enumerate(request.workflows):
+        policy = workflow_policy(wf, f"workflows[{position}]")
         records.append(
             WorkflowRecord(
                 name=wf.name,
@@ -91,13 +102,41 @@ def workflows_from_proto(request: control_pb2.RegisterWorkflowRequest) -> list[W
                 entrypoint=wf.entrypoint,
                 requests=requests_from_proto(wf.requests, f"workflows[{position}].requests"),
                 affinity=MappingProxyType(dict(wf.affinity)),
-                max_attempts=wf.max_attempts or 3,
+                max_attempts=policy.max_attempts,
                 filename=request.filename,
                 runtime=wf.runtime or DEFAULT_RUNTIME,
                 priority=wf.priority,
+                policy=None if policy.is_default() else policy,
             )
         )
     return records
+
+
+def workflow_policy(wf: control_pb2.WorkflowMetadata, field: str) -> Policy:
+    """A registered workflow's policy; an older client sends max_attempts alone."""
+    try:
+        policy = policy_from_proto(wf.policy, wf.max_attempts or 3, f"{field}.policy")
+    except (TypeError, ValueError) as exc:
+        raise _invalid(exc, field) from None
+    if wf.max_attempts and policy.max_attempts != wf.max_attempts:
+        raise InvalidArgument(
+            f"{field}.max_attempts ({wf.max_attempts}) disagrees with {field}.policy.retry.max_attempts "
+            f"({policy.max_attempts})"
+        )
+    return policy
+
+
+def run_overrides(run: control_pb2.RunWorkflowRequest | control_pb2.RunWorkflowsRequest) -> Overrides:
+    """A run's attempt timeout and retry policy, checked; None for each it leaves to the workflow."""
+    timeout = retry = None
+    try:
+        if run.HasField("attempt_timeout_s"):
+            timeout = parse_duration(run.attempt_timeout_s, "attempt_timeout_s")
+        if run.HasField("retry"):
+            retry = retry_from_proto(run.retry, "retry")
+    except (TypeError, ValueError) as exc:
+        raise InvalidArgument(str(exc)) from None
+    return Overrides(timeout, retry)
 
 
 def execution_to_proto(e: Execution) -> control_pb2.Execution:
@@ -116,6 +155,12 @@ def execution_to_proto(e: Execution) -> control_pb2.Execution:
         updated_at_ms=int(e.updated_at * 1000),
         priority=e.priority,
         tenant=e.tenant,
+        reason=e.reason,
+        attempts=[attempt_to_proto(a) for a in e.attempts],
+        not_before_ms=int(e.not_before * 1000),
+        heartbeat_json=e.heartbeat,
+        policy=policy_to_proto(e.effective_policy),
+        started_at_ms=int(e.started_at * 1000),
     )
 
 
@@ -145,7 +190,23 @@ def scheduled_to_proto(event: Scheduled) -> worker_pb2.ExecutionScheduled:
         gpu_indices=list(e.gpu_indices),
         requests=event.requests.to_proto(),
         trace=trace,
+        **_timing_fields(e),
     )
+
+
+def _timing_fields(e: Execution) -> dict[str, object]:
+    """What a worker needs of an execution's policy: its time limit (what is left of it after
+    preempted tries), how often to say it is alive, and the last try's heartbeat."""
+    policy = e.policy
+    if policy is None:
+        return {"last_heartbeat_json": e.heartbeat} if e.heartbeat else {}
+    fields: dict[str, object] = {"last_heartbeat_json": e.heartbeat}
+    if policy.timeout is not None:
+        fields["timeout_s"] = max(0.001, policy.timeout - e.run_time)
+    if policy.heartbeat_timeout is not None:
+        # Three chances within the timeout: one lost or late heartbeat does not lose the attempt.
+        fields["heartbeat_interval_s"] = policy.heartbeat_timeout / 3
+    return fields
 
 
 # Inputs one ExecutionsScheduled may carry, in bytes: far below the 16 MiB message cap,
@@ -250,6 +311,7 @@ def workflow_to_proto(record: WorkflowRecord, versions: int) -> control_pb2.Work
         version_count=versions,
         priority=record.priority,
         tenant=record.tenant,
+        policy=policy_to_proto(record.policy or Policy(retry=Retry(max_attempts=record.max_attempts))),
     )
 
 

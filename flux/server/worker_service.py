@@ -141,6 +141,17 @@ class WorkerService(worker_pb2_grpc.WorkerServiceServicer):
         return worker_pb2.ReleaseResponse()
 
     @unary()
+    async def Heartbeat(self, request: worker_pb2.HeartbeatRequest, context: grpc.aio.ServicerContext):
+        await self.dispatcher.heartbeat(
+            request.name,
+            request.session_token,
+            request.execution_id,
+            request.generation,
+            request.details_json,
+        )
+        return worker_pb2.HeartbeatResponse()
+
+    @unary()
     async def ClaimBatch(self, request: worker_pb2.ClaimBatchRequest, context: grpc.aio.ServicerContext):
         return self._claims(request)
 

@@ -147,6 +147,8 @@ class PendingRef:
     workflow_name: str
     workflow_version: int
     tenant: str = DEFAULT_TENANT
+    # A retry's stored wait: not dispatched before this (seconds since the epoch); 0 at once.
+    not_before: float = 0.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -197,6 +199,11 @@ class Store(abc.ABC):
         The future is the caller's own: cancelling it (its caller went away) cancels neither the
         write nor the wait of anyone else whose row is in the same batch.
         """
+
+    @abc.abstractmethod
+    async def reopen(self, execution: Execution) -> bool:
+        """Write ``execution`` (CREATED again: a manual retry) over its row only if that row is still
+        FAILED; whether it did. Committed before this returns; replicas hear of it as pending."""
 
     @abc.abstractmethod
     async def get_execution(self, execution_id: str) -> Execution | None:

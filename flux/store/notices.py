@@ -84,15 +84,22 @@ def _worker_moved(replica: str, epoch: str, name: str) -> WorkerMoved:
 
 def pending_line(ref: PendingRef) -> str:
     # The tenant after a tab: a line without one (from a replica before tenants) is tenant default.
-    return f"{ref.execution_id} {ref.seq} {ref.workflow_version} {ref.workflow_name}\t{ref.tenant}"
+    # A retry's wait after a second tab, only when it has one (a line without it waits for nothing).
+    line = f"{ref.execution_id} {ref.seq} {ref.workflow_version} {ref.workflow_name}\t{ref.tenant}"
+    return f"{line}\t{ref.not_before!r}" if ref.not_before else line
 
 
 def parse_pending(payload: str) -> list[PendingRef]:
     refs = []
     for line in payload.splitlines():
-        line, _, tenant = line.partition("\t")
+        line, _, rest = line.partition("\t")
+        tenant, _, not_before = rest.partition("\t")
         execution_id, seq, version, name = line.split(" ", 3)
-        refs.append(PendingRef(execution_id, int(seq), name, int(version), tenant or DEFAULT_TENANT))
+        refs.append(
+            PendingRef(
+                execution_id, int(seq), name, int(version), tenant or DEFAULT_TENANT, float(not_before or 0)
+            )
+        )
     return refs
 
 

@@ -9,18 +9,27 @@ from types import MappingProxyType
 from typing import Any
 
 from flux.domain.execution import Execution, ExecutionError, State, WorkflowRef
+from flux.domain.policy import Policy, attempts_from_json, attempts_json
 from flux.domain.resource_request import ResourceRequest
 from flux.domain.workflow import WorkflowRecord
 from flux.errors import FailedPrecondition
 from flux.store.base import ExecutionQuery
 
 # Named, so a table created before a column was added (and migrated) takes the same rows.
-WORKFLOW_COLUMNS = "name, version, source_hash, entrypoint, requests, affinity, max_attempts, created_at, runtime, priority, tenant"
+WORKFLOW_COLUMNS = (
+    "name, version, source_hash, entrypoint, requests, affinity, max_attempts, created_at, runtime, priority, "
+    "tenant, policy"
+)
 WORKFLOW_COLUMN_COUNT = WORKFLOW_COLUMNS.count(",") + 1
 EXECUTION_COLUMNS = (
     "execution_id, seq, workflow_name, workflow_version, source_hash, entrypoint, state, worker, attempt, "
     "generation, max_attempts, input_json, output_json, error, gpu_indices, created_at, updated_at, priority, "
-    "trace, tenant"
+    "trace, tenant, policy, not_before, reason, attempts, heartbeat, started_at, run_time"
+)
+# What a later write of a row may change (both stores' upserts set these, and only these).
+EXECUTION_UPDATES = (
+    "state, worker, attempt, generation, max_attempts, output_json, error, gpu_indices, updated_at, "
+    "not_before, reason, attempts, heartbeat, started_at, run_time"
 )
 
 # Execution states as they appear in SQL, by name: no statement spells a bare number.
@@ -48,18 +57,30 @@ def requests_from_json(text: str) -> ResourceRequest:
     return ResourceRequest(**json.loads(text))
 
 
+def error_to_json(error: ExecutionError) -> str:
+    # The bases after the traceback: rows written before them hold three items, read as no bases.
+    return json.dumps([error.type, error.message, error.traceback, list(error.bases)])
+
+
+def error_from_json(text: str) -> ExecutionError:
+    items = json.loads(text)
+    return ExecutionError(items[0], items[1], items[2], tuple(items[3]) if len(items) > 3 else ())
+
+
 def execution_row(e: Execution) -> tuple[object, ...]:
-    error = json.dumps([e.error.type, e.error.message, e.error.traceback]) if e.error else None
+    error = error_to_json(e.error) if e.error else None
+    policy = e.policy.to_json() if e.policy is not None else ""
     return (
         e.execution_id, e.seq, e.workflow.name, e.workflow.version, e.workflow.source_hash,
         e.workflow.entrypoint, int(e.state), e.worker, e.attempt, e.generation, e.max_attempts,
         e.input_json, e.output_json, error, json.dumps(list(e.gpu_indices)), e.created_at, e.updated_at,
-        e.priority, e.trace, e.tenant,
+        e.priority, e.trace, e.tenant, policy, e.not_before, e.reason, attempts_json(e.attempts), e.heartbeat,
+        e.started_at, e.run_time,
     )  # fmt: skip
 
 
 def execution_from_row(row: Mapping[str, Any]) -> Execution:
-    error = ExecutionError(*json.loads(row["error"])) if row["error"] else None
+    error = error_from_json(row["error"]) if row["error"] else None
     return Execution(
         execution_id=row["execution_id"],
         workflow=WorkflowRef(
@@ -80,6 +101,13 @@ def execution_from_row(row: Mapping[str, Any]) -> Execution:
         priority=row["priority"],
         trace=row["trace"],
         tenant=row["tenant"],
+        policy=Policy.from_json(row["policy"]) if row["policy"] else None,
+        not_before=row["not_before"],
+        reason=row["reason"],
+        attempts=attempts_from_json(row["attempts"]),
+        heartbeat=row["heartbeat"],
+        started_at=row["started_at"],
+        run_time=row["run_time"],
     )
 
 
@@ -98,6 +126,7 @@ def workflow_from_row(row: Mapping[str, Any]) -> WorkflowRecord:
         registered_at=row["created_at"],
         priority=row["priority"],
         tenant=row["tenant"],
+        policy=Policy.from_json(row["policy"]) if row["policy"] else None,
     )
 
 
@@ -105,7 +134,7 @@ def workflow_row(record: WorkflowRecord, created_at: float) -> tuple[object, ...
     return (
         record.name, record.version, record.source_hash, record.entrypoint, requests_to_json(record.requests),
         json.dumps(dict(record.affinity)), record.max_attempts, created_at, record.runtime, record.priority,
-        record.tenant,
+        record.tenant, record.policy.to_json() if record.policy is not None else "",
     )  # fmt: skip
 
 

@@ -57,6 +57,8 @@ from flux.store.base import (
 from flux.store.group_commit import GroupCommit
 from flux.store.rows import (
     EXECUTION_COLUMNS,
+    EXECUTION_UPDATES,
+    FAILED,
     FINISHED,
     WORKFLOW_COLUMN_COUNT,
     WORKFLOW_COLUMNS,
@@ -77,7 +79,9 @@ from flux.store.rows import (
 # 7: tokens gain an id, a name, an expiry, last use and revocation (older ones get a random id,
 #    no name, no expiry); the audit table.
 # 8: tokens.pool (worker tokens bound to one pool; older tokens have none).
-SCHEMA_VERSION = 8
+# 9: workflows.policy, and executions' policy, not_before, reason, attempts, heartbeat, started_at,
+#    run_time (older rows: the default policy with their max_attempts, no wait, no attempts recorded).
+SCHEMA_VERSION = 9
 
 T = TypeVar("T")
 
@@ -90,6 +94,18 @@ INLINE_ROWS = 32
 # pages per commit.
 CHECKPOINT_EVERY = 256
 
+# Version 7's execution columns, in the table's definition and added to older files on open.
+_EXECUTION_TIMING_COLUMNS = (
+    ("policy", "TEXT NOT NULL DEFAULT ''"),
+    ("not_before", "REAL NOT NULL DEFAULT 0"),
+    ("reason", "TEXT NOT NULL DEFAULT ''"),
+    ("attempts", "TEXT NOT NULL DEFAULT '[]'"),
+    ("heartbeat", "TEXT NOT NULL DEFAULT ''"),
+    ("started_at", "REAL NOT NULL DEFAULT 0"),
+    ("run_time", "REAL NOT NULL DEFAULT 0"),
+)
+_EXECUTION_TIMING = ", ".join(f"{name} {kind}" for name, kind in _EXECUTION_TIMING_COLUMNS)
+
 SCHEMA = f"""
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
 CREATE TABLE IF NOT EXISTS sources (
@@ -98,14 +114,15 @@ CREATE TABLE IF NOT EXISTS workflows (
     name TEXT NOT NULL, version INTEGER NOT NULL, source_hash TEXT NOT NULL, entrypoint TEXT NOT NULL,
     requests TEXT NOT NULL, affinity TEXT NOT NULL, max_attempts INTEGER NOT NULL, created_at REAL NOT NULL,
     runtime TEXT NOT NULL DEFAULT 'python', priority INTEGER NOT NULL DEFAULT 0,
-    tenant TEXT NOT NULL DEFAULT 'default', PRIMARY KEY (name, version));
+    tenant TEXT NOT NULL DEFAULT 'default', policy TEXT NOT NULL DEFAULT '', PRIMARY KEY (name, version));
 CREATE TABLE IF NOT EXISTS executions (
     execution_id TEXT PRIMARY KEY, seq INTEGER NOT NULL, workflow_name TEXT NOT NULL,
     workflow_version INTEGER NOT NULL, source_hash TEXT NOT NULL, entrypoint TEXT NOT NULL,
     state INTEGER NOT NULL, worker TEXT NOT NULL, attempt INTEGER NOT NULL, generation INTEGER NOT NULL,
     max_attempts INTEGER NOT NULL, input_json TEXT NOT NULL, output_json TEXT NOT NULL, error TEXT,
     gpu_indices TEXT NOT NULL, created_at REAL NOT NULL, updated_at REAL NOT NULL,
-    priority INTEGER NOT NULL DEFAULT 0, trace TEXT NOT NULL DEFAULT '', tenant TEXT NOT NULL DEFAULT 'default');
+    priority INTEGER NOT NULL DEFAULT 0, trace TEXT NOT NULL DEFAULT '', tenant TEXT NOT NULL DEFAULT 'default',
+    {_EXECUTION_TIMING});
 CREATE INDEX IF NOT EXISTS executions_unfinished ON executions (state) WHERE state < {FINISHED};
 CREATE INDEX IF NOT EXISTS executions_recent ON executions (seq);
 CREATE INDEX IF NOT EXISTS executions_by_workflow ON executions (workflow_name, seq);
@@ -128,9 +145,7 @@ CREATE INDEX IF NOT EXISTS audit_at ON audit (at);
 _UPSERT = f"""
 INSERT INTO executions ({EXECUTION_COLUMNS}) VALUES ({",".join(["?"] * (EXECUTION_COLUMNS.count(",") + 1))})
 ON CONFLICT (execution_id) DO UPDATE SET
-    state=excluded.state, worker=excluded.worker, attempt=excluded.attempt, generation=excluded.generation,
-    output_json=excluded.output_json, error=excluded.error, gpu_indices=excluded.gpu_indices,
-    updated_at=excluded.updated_at
+    {", ".join(f"{c.strip()}=excluded.{c.strip()}" for c in EXECUTION_UPDATES.split(","))}
 """
 
 
@@ -202,6 +217,8 @@ class SqliteStore(Store):
                 db.execute("ALTER TABLE workflows ADD COLUMN priority INTEGER NOT NULL DEFAULT 0")
             if columns and "tenant" not in columns:  # before version 6: every workflow was default's
                 db.execute("ALTER TABLE workflows ADD COLUMN tenant TEXT NOT NULL DEFAULT 'default'")
+            if columns and "policy" not in columns:  # before version 9: policies were max_attempts alone
+                db.execute("ALTER TABLE workflows ADD COLUMN policy TEXT NOT NULL DEFAULT ''")
             columns = {row["name"] for row in db.execute("PRAGMA table_info(executions)")}
             if columns and "priority" not in columns:
                 db.execute("ALTER TABLE executions ADD COLUMN priority INTEGER NOT NULL DEFAULT 0")
@@ -209,6 +226,9 @@ class SqliteStore(Store):
                 db.execute("ALTER TABLE executions ADD COLUMN trace TEXT NOT NULL DEFAULT ''")
             if columns and "tenant" not in columns:  # before version 5: everything was tenant 'default'
                 db.execute("ALTER TABLE executions ADD COLUMN tenant TEXT NOT NULL DEFAULT 'default'")
+            for name, kind in _EXECUTION_TIMING_COLUMNS:  # before version 9
+                if columns and name not in columns:
+                    db.execute(f"ALTER TABLE executions ADD COLUMN {name} {kind}")
             columns = {row["name"] for row in db.execute("PRAGMA table_info(tokens)")}
             for column, definition in TOKEN_ADDED if columns else ():  # before version 7 (8: pool)
                 if column not in columns:
@@ -267,6 +287,23 @@ class SqliteStore(Store):
 
     def save(self, execution: Execution) -> asyncio.Future[None]:
         return self._commits.save(execution)
+
+    async def reopen(self, execution: Execution) -> bool:
+        row = execution_row(execution)
+        columns = [c.strip() for c in EXECUTION_COLUMNS.split(",")]
+        updates = [c.strip() for c in EXECUTION_UPDATES.split(",")]
+        values = [row[columns.index(c)] for c in updates]
+
+        def write(db: sqlite3.Connection) -> bool:
+            with _transaction(db):
+                cursor = db.execute(
+                    f"UPDATE executions SET {', '.join(f'{c}=?' for c in updates)} "
+                    f"WHERE execution_id=? AND state={FAILED}",
+                    (*values, execution.execution_id),
+                )
+                return cursor.rowcount == 1
+
+        return await self._change(write)
 
     async def _write_batch(self, batch: list[Execution]) -> tuple[str, ...]:
         rows = [execution_row(e) for e in batch]

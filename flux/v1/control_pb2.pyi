@@ -67,6 +67,166 @@ EXECUTION_STATE_CANCELLED: ExecutionState.ValueType  # 6
 Global___ExecutionState: _TypeAlias = ExecutionState  # noqa: Y015
 
 @_typing.final
+class RetryPolicy(_message.Message):
+    """How failed attempts are tried again. Durations are seconds."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    MAX_ATTEMPTS_FIELD_NUMBER: _builtins.int
+    INITIAL_DELAY_S_FIELD_NUMBER: _builtins.int
+    BACKOFF_FIELD_NUMBER: _builtins.int
+    MAX_DELAY_S_FIELD_NUMBER: _builtins.int
+    JITTER_FIELD_NUMBER: _builtins.int
+    RETRY_ON_FIELD_NUMBER: _builtins.int
+    NO_RETRY_ON_FIELD_NUMBER: _builtins.int
+    max_attempts: _builtins.int
+    """Tries in all, the first included (1 to 100)."""
+    initial_delay_s: _builtins.float
+    """The wait after the first failure."""
+    backoff: _builtins.float
+    """Each later wait is this many times the one before (1 to 100)."""
+    max_delay_s: _builtins.float
+    """No wait is longer."""
+    jitter: _builtins.bool
+    """Each wait is a uniform pick in [wait / 2, wait]."""
+    @_builtins.property
+    def retry_on(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
+        """When not empty, only exceptions of these type names (or with a base of that name) are retried."""
+
+    @_builtins.property
+    def no_retry_on(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
+        """Exceptions of these type names (or with such a base) are never retried."""
+
+    def __init__(
+        self,
+        *,
+        max_attempts: _builtins.int = ...,
+        initial_delay_s: _builtins.float = ...,
+        backoff: _builtins.float = ...,
+        max_delay_s: _builtins.float = ...,
+        jitter: _builtins.bool = ...,
+        retry_on: _abc.Iterable[_builtins.str] | None = ...,
+        no_retry_on: _abc.Iterable[_builtins.str] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["backoff", b"backoff", "initial_delay_s", b"initial_delay_s", "jitter", b"jitter", "max_attempts", b"max_attempts", "max_delay_s", b"max_delay_s", "no_retry_on", b"no_retry_on", "retry_on", b"retry_on"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___RetryPolicy: _TypeAlias = RetryPolicy  # noqa: Y015
+
+@_typing.final
+class ExecutionPolicy(_message.Message):
+    """What happens to an execution over time. Durations are seconds; 0 means not limited."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    RETRY_FIELD_NUMBER: _builtins.int
+    TIMEOUT_S_FIELD_NUMBER: _builtins.int
+    HEARTBEAT_TIMEOUT_S_FIELD_NUMBER: _builtins.int
+    PENDING_TIMEOUT_S_FIELD_NUMBER: _builtins.int
+    RETRY_ERRORS_FIELD_NUMBER: _builtins.int
+    timeout_s: _builtins.float
+    """One attempt, from its claim to its result (a preempted attempt's run time counts too)."""
+    heartbeat_timeout_s: _builtins.float
+    """An attempt that sends no heartbeat for longer is lost."""
+    pending_timeout_s: _builtins.float
+    """An execution not started within this, counted from its submission, fails."""
+    retry_errors: _builtins.bool
+    """Errors its body raises are retried as retry says (a retry policy was declared or given
+    with the run). Otherwise only attempts that time out or whose worker is lost are tried again.
+    """
+    @_builtins.property
+    def retry(self) -> Global___RetryPolicy:
+        """How failed attempts are tried again."""
+
+    def __init__(
+        self,
+        *,
+        retry: Global___RetryPolicy | None = ...,
+        timeout_s: _builtins.float = ...,
+        heartbeat_timeout_s: _builtins.float = ...,
+        pending_timeout_s: _builtins.float = ...,
+        retry_errors: _builtins.bool = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["retry", b"retry"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["heartbeat_timeout_s", b"heartbeat_timeout_s", "pending_timeout_s", b"pending_timeout_s", "retry", b"retry", "retry_errors", b"retry_errors", "timeout_s", b"timeout_s"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ExecutionPolicy: _TypeAlias = ExecutionPolicy  # noqa: Y015
+
+@_typing.final
+class Attempt(_message.Message):
+    """One ended attempt of an execution."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    ATTEMPT_FIELD_NUMBER: _builtins.int
+    WORKER_FIELD_NUMBER: _builtins.int
+    STARTED_AT_MS_FIELD_NUMBER: _builtins.int
+    ENDED_AT_MS_FIELD_NUMBER: _builtins.int
+    REASON_FIELD_NUMBER: _builtins.int
+    ERROR_TYPE_FIELD_NUMBER: _builtins.int
+    ERROR_MESSAGE_FIELD_NUMBER: _builtins.int
+    attempt: _builtins.int
+    """1 for the first try."""
+    worker: _builtins.str
+    """The worker it ran on."""
+    started_at_ms: _builtins.int
+    """When it was claimed, milliseconds since the Unix epoch."""
+    ended_at_ms: _builtins.int
+    """When it ended, milliseconds since the Unix epoch."""
+    reason: _builtins.str
+    """completed, error, timeout, heartbeat_timeout, worker_lost or preempted."""
+    error_type: _builtins.str
+    """The exception's type name, when it failed."""
+    error_message: _builtins.str
+    """The exception's message (cut to 1 KiB), when it failed."""
+    def __init__(
+        self,
+        *,
+        attempt: _builtins.int = ...,
+        worker: _builtins.str = ...,
+        started_at_ms: _builtins.int = ...,
+        ended_at_ms: _builtins.int = ...,
+        reason: _builtins.str = ...,
+        error_type: _builtins.str = ...,
+        error_message: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["attempt", b"attempt", "ended_at_ms", b"ended_at_ms", "error_message", b"error_message", "error_type", b"error_type", "reason", b"reason", "started_at_ms", b"started_at_ms", "worker", b"worker"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___Attempt: _TypeAlias = Attempt  # noqa: Y015
+
+@_typing.final
+class RetryExecutionRequest(_message.Message):
+    """Names the FAILED execution to try again."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    EXECUTION_ID_FIELD_NUMBER: _builtins.int
+    execution_id: _builtins.str
+    """Execution id returned by RunWorkflow."""
+    def __init__(
+        self,
+        *,
+        execution_id: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["execution_id", b"execution_id"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___RetryExecutionRequest: _TypeAlias = RetryExecutionRequest  # noqa: Y015
+
+@_typing.final
 class WorkflowMetadata(_message.Message):
     """Options of one workflow inside a registered file."""
 
@@ -99,6 +259,7 @@ class WorkflowMetadata(_message.Message):
     MAX_ATTEMPTS_FIELD_NUMBER: _builtins.int
     RUNTIME_FIELD_NUMBER: _builtins.int
     PRIORITY_FIELD_NUMBER: _builtins.int
+    POLICY_FIELD_NUMBER: _builtins.int
     name: _builtins.str
     """Workflow name, as given to @workflow.with_options(name=...)."""
     entrypoint: _builtins.str
@@ -121,6 +282,10 @@ class WorkflowMetadata(_message.Message):
     def affinity(self) -> _containers.ScalarMap[_builtins.str, _builtins.str]:
         """Labels a worker must carry, with equal values."""
 
+    @_builtins.property
+    def policy(self) -> Global___ExecutionPolicy:
+        """Timeouts and retries; unset means max_attempts tries with the default backoff and no timeouts."""
+
     def __init__(
         self,
         *,
@@ -131,10 +296,11 @@ class WorkflowMetadata(_message.Message):
         max_attempts: _builtins.int = ...,
         runtime: _builtins.str = ...,
         priority: _builtins.int = ...,
+        policy: Global___ExecutionPolicy | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["requests", b"requests"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["policy", b"policy", "requests", b"requests"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["affinity", b"affinity", "entrypoint", b"entrypoint", "max_attempts", b"max_attempts", "name", b"name", "priority", b"priority", "requests", b"requests", "runtime", b"runtime"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["affinity", b"affinity", "entrypoint", b"entrypoint", "max_attempts", b"max_attempts", "name", b"name", "policy", b"policy", "priority", b"priority", "requests", b"requests", "runtime", b"runtime"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -245,6 +411,8 @@ class RunWorkflowRequest(_message.Message):
     INPUT_JSON_FIELD_NUMBER: _builtins.int
     VERSION_FIELD_NUMBER: _builtins.int
     PRIORITY_FIELD_NUMBER: _builtins.int
+    ATTEMPT_TIMEOUT_S_FIELD_NUMBER: _builtins.int
+    RETRY_FIELD_NUMBER: _builtins.int
     workflow_name: _builtins.str
     """Registered workflow name."""
     input_json: _builtins.str
@@ -253,6 +421,12 @@ class RunWorkflowRequest(_message.Message):
     """Workflow version; 0 means the latest."""
     priority: _builtins.int
     """This run's priority (-1000 to 1000, higher first); unset means the workflow's."""
+    attempt_timeout_s: _builtins.float
+    """This run's attempt timeout in seconds; unset means the workflow's. Not how long a caller waits."""
+    @_builtins.property
+    def retry(self) -> Global___RetryPolicy:
+        """This run's retry policy; unset means the workflow's."""
+
     def __init__(
         self,
         *,
@@ -260,13 +434,20 @@ class RunWorkflowRequest(_message.Message):
         input_json: _builtins.str = ...,
         version: _builtins.int = ...,
         priority: _builtins.int | None = ...,
+        attempt_timeout_s: _builtins.float | None = ...,
+        retry: Global___RetryPolicy | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["_priority", b"_priority", "priority", b"priority"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["_attempt_timeout_s", b"_attempt_timeout_s", "_priority", b"_priority", "attempt_timeout_s", b"attempt_timeout_s", "priority", b"priority", "retry", b"retry"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["_priority", b"_priority", "input_json", b"input_json", "priority", b"priority", "version", b"version", "workflow_name", b"workflow_name"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_attempt_timeout_s", b"_attempt_timeout_s", "_priority", b"_priority", "attempt_timeout_s", b"attempt_timeout_s", "input_json", b"input_json", "priority", b"priority", "retry", b"retry", "version", b"version", "workflow_name", b"workflow_name"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    _WhichOneofReturnType__attempt_timeout_s: _TypeAlias = _typing.Literal["attempt_timeout_s"]  # noqa: Y015
+    _WhichOneofArgType__attempt_timeout_s: _TypeAlias = _typing.Literal["_attempt_timeout_s", b"_attempt_timeout_s"]  # noqa: Y015
     _WhichOneofReturnType__priority: _TypeAlias = _typing.Literal["priority"]  # noqa: Y015
     _WhichOneofArgType__priority: _TypeAlias = _typing.Literal["_priority", b"_priority"]  # noqa: Y015
+    @_typing.overload
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__attempt_timeout_s) -> _WhichOneofReturnType__attempt_timeout_s | None: ...
+    @_typing.overload
     def WhichOneof(self, oneof_group: _WhichOneofArgType__priority) -> _WhichOneofReturnType__priority | None: ...
 
 Global___RunWorkflowRequest: _TypeAlias = RunWorkflowRequest  # noqa: Y015
@@ -291,6 +472,12 @@ class Execution(_message.Message):
     UPDATED_AT_MS_FIELD_NUMBER: _builtins.int
     PRIORITY_FIELD_NUMBER: _builtins.int
     TENANT_FIELD_NUMBER: _builtins.int
+    REASON_FIELD_NUMBER: _builtins.int
+    ATTEMPTS_FIELD_NUMBER: _builtins.int
+    NOT_BEFORE_MS_FIELD_NUMBER: _builtins.int
+    HEARTBEAT_JSON_FIELD_NUMBER: _builtins.int
+    POLICY_FIELD_NUMBER: _builtins.int
+    STARTED_AT_MS_FIELD_NUMBER: _builtins.int
     execution_id: _builtins.str
     """Server-assigned id."""
     state: Global___ExecutionState.ValueType
@@ -313,6 +500,14 @@ class Execution(_message.Message):
     """Its priority: the run's, else its workflow's (higher first, FIFO within a priority)."""
     tenant: _builtins.str
     """The tenant whose token submitted it ("default" for the server's own token and older rows)."""
+    reason: _builtins.str
+    """Why it failed, when FAILED: error, timeout, heartbeat_timeout, pending_timeout or worker_lost."""
+    not_before_ms: _builtins.int
+    """While it waits to be retried: not dispatched before this, milliseconds since the Unix epoch."""
+    heartbeat_json: _builtins.str
+    """The details of its latest heartbeat, JSON-encoded; empty when none was sent."""
+    started_at_ms: _builtins.int
+    """When its current attempt was claimed, milliseconds since the Unix epoch; 0 when none runs."""
     @_builtins.property
     def workflow(self) -> _worker_pb2.WorkflowRef:
         """The workflow version it runs."""
@@ -324,6 +519,14 @@ class Execution(_message.Message):
     @_builtins.property
     def gpu_indices(self) -> _containers.RepeatedScalarFieldContainer[_builtins.int]:
         """GPU indices reserved for it on its worker."""
+
+    @_builtins.property
+    def attempts(self) -> _containers.RepeatedCompositeFieldContainer[Global___Attempt]:
+        """Its ended attempts, oldest first."""
+
+    @_builtins.property
+    def policy(self) -> Global___ExecutionPolicy:
+        """Its timeouts and retries (the workflow's, with this run's overrides)."""
 
     def __init__(
         self,
@@ -342,10 +545,16 @@ class Execution(_message.Message):
         updated_at_ms: _builtins.int = ...,
         priority: _builtins.int = ...,
         tenant: _builtins.str = ...,
+        reason: _builtins.str = ...,
+        attempts: _abc.Iterable[Global___Attempt] | None = ...,
+        not_before_ms: _builtins.int = ...,
+        heartbeat_json: _builtins.str = ...,
+        policy: Global___ExecutionPolicy | None = ...,
+        started_at_ms: _builtins.int = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["error", b"error", "workflow", b"workflow"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["error", b"error", "policy", b"policy", "workflow", b"workflow"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["attempt", b"attempt", "created_at_ms", b"created_at_ms", "error", b"error", "execution_id", b"execution_id", "generation", b"generation", "gpu_indices", b"gpu_indices", "input_json", b"input_json", "output_json", b"output_json", "priority", b"priority", "state", b"state", "tenant", b"tenant", "updated_at_ms", b"updated_at_ms", "worker", b"worker", "workflow", b"workflow"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["attempt", b"attempt", "attempts", b"attempts", "created_at_ms", b"created_at_ms", "error", b"error", "execution_id", b"execution_id", "generation", b"generation", "gpu_indices", b"gpu_indices", "heartbeat_json", b"heartbeat_json", "input_json", b"input_json", "not_before_ms", b"not_before_ms", "output_json", b"output_json", "policy", b"policy", "priority", b"priority", "reason", b"reason", "started_at_ms", b"started_at_ms", "state", b"state", "tenant", b"tenant", "updated_at_ms", b"updated_at_ms", "worker", b"worker", "workflow", b"workflow"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -1533,6 +1742,7 @@ class WorkflowInfo(_message.Message):
     VERSION_COUNT_FIELD_NUMBER: _builtins.int
     PRIORITY_FIELD_NUMBER: _builtins.int
     TENANT_FIELD_NUMBER: _builtins.int
+    POLICY_FIELD_NUMBER: _builtins.int
     name: _builtins.str
     """Workflow name."""
     version: _builtins.int
@@ -1565,6 +1775,10 @@ class WorkflowInfo(_message.Message):
     def affinity(self) -> _containers.ScalarMap[_builtins.str, _builtins.str]:
         """Labels a worker must carry, with equal values."""
 
+    @_builtins.property
+    def policy(self) -> Global___ExecutionPolicy:
+        """Timeouts and retries of its executions."""
+
     def __init__(
         self,
         *,
@@ -1581,10 +1795,11 @@ class WorkflowInfo(_message.Message):
         version_count: _builtins.int = ...,
         priority: _builtins.int = ...,
         tenant: _builtins.str = ...,
+        policy: Global___ExecutionPolicy | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["requests", b"requests"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["policy", b"policy", "requests", b"requests"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["affinity", b"affinity", "entrypoint", b"entrypoint", "filename", b"filename", "max_attempts", b"max_attempts", "name", b"name", "priority", b"priority", "registered_at_ms", b"registered_at_ms", "requests", b"requests", "runtime", b"runtime", "source_hash", b"source_hash", "tenant", b"tenant", "version", b"version", "version_count", b"version_count"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["affinity", b"affinity", "entrypoint", b"entrypoint", "filename", b"filename", "max_attempts", b"max_attempts", "name", b"name", "policy", b"policy", "priority", b"priority", "registered_at_ms", b"registered_at_ms", "requests", b"requests", "runtime", b"runtime", "source_hash", b"source_hash", "tenant", b"tenant", "version", b"version", "version_count", b"version_count"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -1775,17 +1990,25 @@ class RunWorkflowsRequest(_message.Message):
     INPUT_JSON_FIELD_NUMBER: _builtins.int
     VERSION_FIELD_NUMBER: _builtins.int
     PRIORITY_FIELD_NUMBER: _builtins.int
+    ATTEMPT_TIMEOUT_S_FIELD_NUMBER: _builtins.int
+    RETRY_FIELD_NUMBER: _builtins.int
     workflow_name: _builtins.str
     """Registered workflow name."""
     version: _builtins.int
     """Workflow version; 0 means the latest."""
     priority: _builtins.int
     """These runs' priority (-1000 to 1000, higher first); unset means the workflow's."""
+    attempt_timeout_s: _builtins.float
+    """These runs' attempt timeout in seconds; unset means the workflow's."""
     @_builtins.property
     def input_json(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
         """One JSON-encoded input per execution (each passed as ctx.input); an empty
         string means null. At most 10,000 per call, within the request size cap.
         """
+
+    @_builtins.property
+    def retry(self) -> Global___RetryPolicy:
+        """These runs' retry policy; unset means the workflow's."""
 
     def __init__(
         self,
@@ -1794,13 +2017,20 @@ class RunWorkflowsRequest(_message.Message):
         input_json: _abc.Iterable[_builtins.str] | None = ...,
         version: _builtins.int = ...,
         priority: _builtins.int | None = ...,
+        attempt_timeout_s: _builtins.float | None = ...,
+        retry: Global___RetryPolicy | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["_priority", b"_priority", "priority", b"priority"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["_attempt_timeout_s", b"_attempt_timeout_s", "_priority", b"_priority", "attempt_timeout_s", b"attempt_timeout_s", "priority", b"priority", "retry", b"retry"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["_priority", b"_priority", "input_json", b"input_json", "priority", b"priority", "version", b"version", "workflow_name", b"workflow_name"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_attempt_timeout_s", b"_attempt_timeout_s", "_priority", b"_priority", "attempt_timeout_s", b"attempt_timeout_s", "input_json", b"input_json", "priority", b"priority", "retry", b"retry", "version", b"version", "workflow_name", b"workflow_name"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    _WhichOneofReturnType__attempt_timeout_s: _TypeAlias = _typing.Literal["attempt_timeout_s"]  # noqa: Y015
+    _WhichOneofArgType__attempt_timeout_s: _TypeAlias = _typing.Literal["_attempt_timeout_s", b"_attempt_timeout_s"]  # noqa: Y015
     _WhichOneofReturnType__priority: _TypeAlias = _typing.Literal["priority"]  # noqa: Y015
     _WhichOneofArgType__priority: _TypeAlias = _typing.Literal["_priority", b"_priority"]  # noqa: Y015
+    @_typing.overload
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__attempt_timeout_s) -> _WhichOneofReturnType__attempt_timeout_s | None: ...
+    @_typing.overload
     def WhichOneof(self, oneof_group: _WhichOneofArgType__priority) -> _WhichOneofReturnType__priority | None: ...
 
 Global___RunWorkflowsRequest: _TypeAlias = RunWorkflowsRequest  # noqa: Y015

@@ -131,6 +131,11 @@ class ControlServiceStub:
                 request_serializer=flux_dot_v1_dot_control__pb2.RunAndWaitStreamRequest.SerializeToString,
                 response_deserializer=flux_dot_v1_dot_control__pb2.RunAndWaitStreamResponse.FromString,
                 _registered_method=True)
+        self.RetryExecution = channel.unary_unary(
+                '/flux.v1.ControlService/RetryExecution',
+                request_serializer=flux_dot_v1_dot_control__pb2.RetryExecutionRequest.SerializeToString,
+                response_deserializer=flux_dot_v1_dot_control__pb2.Execution.FromString,
+                _registered_method=True)
 
 
 class ControlServiceServicer:
@@ -294,6 +299,14 @@ class ControlServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def RetryExecution(self, request, context):
+        """Starts a new attempt of a FAILED execution (a manual retry): it goes back in line
+        as CREATED with its attempt one higher and its earlier attempts kept.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_ControlServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -391,6 +404,11 @@ def add_ControlServiceServicer_to_server(servicer, server):
                     servicer.RunAndWaitStream,
                     request_deserializer=flux_dot_v1_dot_control__pb2.RunAndWaitStreamRequest.FromString,
                     response_serializer=flux_dot_v1_dot_control__pb2.RunAndWaitStreamResponse.SerializeToString,
+            ),
+            'RetryExecution': grpc.unary_unary_rpc_method_handler(
+                    servicer.RetryExecution,
+                    request_deserializer=flux_dot_v1_dot_control__pb2.RetryExecutionRequest.FromString,
+                    response_serializer=flux_dot_v1_dot_control__pb2.Execution.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -908,6 +926,33 @@ class ControlService:
             '/flux.v1.ControlService/RunAndWaitStream',
             flux_dot_v1_dot_control__pb2.RunAndWaitStreamRequest.SerializeToString,
             flux_dot_v1_dot_control__pb2.RunAndWaitStreamResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def RetryExecution(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/flux.v1.ControlService/RetryExecution',
+            flux_dot_v1_dot_control__pb2.RetryExecutionRequest.SerializeToString,
+            flux_dot_v1_dot_control__pb2.Execution.FromString,
             options,
             channel_credentials,
             insecure,

@@ -106,6 +106,10 @@ class ControlServiceStub:
     The call's token speaks for every run on it, as for RunAndWait. A caller whose
     stream breaks after a receipt follows that execution with WatchExecution.
     """
+    RetryExecution: _grpc.UnaryUnaryMultiCallable[_control_pb2.RetryExecutionRequest, _control_pb2.Execution]
+    """Starts a new attempt of a FAILED execution (a manual retry): it goes back in line
+    as CREATED with its attempt one higher and its earlier attempts kept.
+    """
 
 @_typing.type_check_only
 class ControlServiceAsyncStub(ControlServiceStub):
@@ -184,6 +188,10 @@ class ControlServiceAsyncStub(ControlServiceStub):
     run, which costs the client and the server several times what a message does.
     The call's token speaks for every run on it, as for RunAndWait. A caller whose
     stream breaks after a receipt follows that execution with WatchExecution.
+    """
+    RetryExecution: _aio.UnaryUnaryMultiCallable[_control_pb2.RetryExecutionRequest, _control_pb2.Execution]  # type: ignore[assignment]
+    """Starts a new attempt of a FAILED execution (a manual retry): it goes back in line
+    as CREATED with its attempt one higher and its earlier attempts kept.
     """
 
 class ControlServiceServicer(metaclass=_abc_1.ABCMeta):
@@ -374,6 +382,16 @@ class ControlServiceServicer(metaclass=_abc_1.ABCMeta):
         run, which costs the client and the server several times what a message does.
         The call's token speaks for every run on it, as for RunAndWait. A caller whose
         stream breaks after a receipt follows that execution with WatchExecution.
+        """
+
+    @_abc_1.abstractmethod
+    def RetryExecution(
+        self,
+        request: _control_pb2.RetryExecutionRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_control_pb2.Execution, _abc.Awaitable[_control_pb2.Execution]]:
+        """Starts a new attempt of a FAILED execution (a manual retry): it goes back in line
+        as CREATED with its attempt one higher and its earlier attempts kept.
         """
 
 def add_ControlServiceServicer_to_server(servicer: ControlServiceServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...

@@ -21,6 +21,61 @@ else:
 DESCRIPTOR: _descriptor.FileDescriptor
 
 @_typing.final
+class HeartbeatRequest(_message.Message):
+    """A running execution is alive."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    NAME_FIELD_NUMBER: _builtins.int
+    SESSION_TOKEN_FIELD_NUMBER: _builtins.int
+    EXECUTION_ID_FIELD_NUMBER: _builtins.int
+    GENERATION_FIELD_NUMBER: _builtins.int
+    DETAILS_JSON_FIELD_NUMBER: _builtins.int
+    name: _builtins.str
+    """Registered worker name."""
+    session_token: _builtins.str
+    """Session token returned by Register."""
+    execution_id: _builtins.str
+    """The running execution."""
+    generation: _builtins.int
+    """Generation from its ExecutionScheduled event."""
+    details_json: _builtins.str
+    """The latest details given to ctx.heartbeat, JSON-encoded; empty for none."""
+    def __init__(
+        self,
+        *,
+        name: _builtins.str = ...,
+        session_token: _builtins.str = ...,
+        execution_id: _builtins.str = ...,
+        generation: _builtins.int = ...,
+        details_json: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["details_json", b"details_json", "execution_id", b"execution_id", "generation", b"generation", "name", b"name", "session_token", b"session_token"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___HeartbeatRequest: _TypeAlias = HeartbeatRequest  # noqa: Y015
+
+@_typing.final
+class HeartbeatResponse(_message.Message):
+    """Empty: the heartbeat was recorded."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    def __init__(
+        self,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___HeartbeatResponse: _TypeAlias = HeartbeatResponse  # noqa: Y015
+
+@_typing.final
 class RegisterRequest(_message.Message):
     """A worker announcing itself and what it offers."""
 
@@ -328,6 +383,9 @@ class ExecutionScheduled(_message.Message):
     GPU_INDICES_FIELD_NUMBER: _builtins.int
     REQUESTS_FIELD_NUMBER: _builtins.int
     TRACE_FIELD_NUMBER: _builtins.int
+    TIMEOUT_S_FIELD_NUMBER: _builtins.int
+    HEARTBEAT_INTERVAL_S_FIELD_NUMBER: _builtins.int
+    LAST_HEARTBEAT_JSON_FIELD_NUMBER: _builtins.int
     execution_id: _builtins.str
     """Execution id."""
     attempt: _builtins.int
@@ -336,6 +394,14 @@ class ExecutionScheduled(_message.Message):
     """Fencing token: Claim, Complete and Release must quote it."""
     input_json: _builtins.str
     """The execution's input, JSON-encoded."""
+    timeout_s: _builtins.float
+    """The attempt's time limit in seconds (0: none). The server stops it when it passes
+    (ExecutionCancelled with preempted set: the worker stops it and releases it).
+    """
+    heartbeat_interval_s: _builtins.float
+    """Send a heartbeat at least this often, in seconds (0: only when the body calls ctx.heartbeat)."""
+    last_heartbeat_json: _builtins.str
+    """The details of the latest heartbeat of an earlier attempt (ctx.last_heartbeat), JSON-encoded."""
     @_builtins.property
     def workflow(self) -> Global___WorkflowRef:
         """The workflow version to run; fetch its source by hash when not cached."""
@@ -365,10 +431,13 @@ class ExecutionScheduled(_message.Message):
         gpu_indices: _abc.Iterable[_builtins.int] | None = ...,
         requests: _resources_pb2.ResourceRequest | None = ...,
         trace: _trace_pb2.TraceContext | None = ...,
+        timeout_s: _builtins.float = ...,
+        heartbeat_interval_s: _builtins.float = ...,
+        last_heartbeat_json: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["requests", b"requests", "trace", b"trace", "workflow", b"workflow"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["attempt", b"attempt", "execution_id", b"execution_id", "generation", b"generation", "gpu_indices", b"gpu_indices", "input_json", b"input_json", "requests", b"requests", "trace", b"trace", "workflow", b"workflow"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["attempt", b"attempt", "execution_id", b"execution_id", "generation", b"generation", "gpu_indices", b"gpu_indices", "heartbeat_interval_s", b"heartbeat_interval_s", "input_json", b"input_json", "last_heartbeat_json", b"last_heartbeat_json", "requests", b"requests", "timeout_s", b"timeout_s", "trace", b"trace", "workflow", b"workflow"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -578,22 +647,28 @@ class ExecutionError(_message.Message):
     TYPE_FIELD_NUMBER: _builtins.int
     MESSAGE_FIELD_NUMBER: _builtins.int
     TRACEBACK_FIELD_NUMBER: _builtins.int
+    BASES_FIELD_NUMBER: _builtins.int
     type: _builtins.str
     """Exception type, e.g. "ValueError"."""
     message: _builtins.str
     """str(exception)."""
     traceback: _builtins.str
     """Formatted traceback."""
+    @_builtins.property
+    def bases(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
+        """The names of the type's bases, nearest first (a retry policy matches them too)."""
+
     def __init__(
         self,
         *,
         type: _builtins.str = ...,
         message: _builtins.str = ...,
         traceback: _builtins.str = ...,
+        bases: _abc.Iterable[_builtins.str] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["message", b"message", "traceback", b"traceback", "type", b"type"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["bases", b"bases", "message", b"message", "traceback", b"traceback", "type", b"type"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

@@ -86,6 +86,11 @@ class WorkerServiceStub:
                 request_serializer=flux_dot_v1_dot_worker__pb2.WorkerCallsRequest.SerializeToString,
                 response_deserializer=flux_dot_v1_dot_worker__pb2.WorkerCallsResponse.FromString,
                 _registered_method=True)
+        self.Heartbeat = channel.unary_unary(
+                '/flux.v1.WorkerService/Heartbeat',
+                request_serializer=flux_dot_v1_dot_worker__pb2.HeartbeatRequest.SerializeToString,
+                response_deserializer=flux_dot_v1_dot_worker__pb2.HeartbeatResponse.FromString,
+                _registered_method=True)
 
 
 class WorkerServiceServicer:
@@ -176,6 +181,14 @@ class WorkerServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def Heartbeat(self, request, context):
+        """Says a running execution is alive, with the latest details its body gave
+        (ctx.heartbeat). Workers coalesce them: at most one per interval.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_WorkerServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -228,6 +241,11 @@ def add_WorkerServiceServicer_to_server(servicer, server):
                     servicer.WorkerCalls,
                     request_deserializer=flux_dot_v1_dot_worker__pb2.WorkerCallsRequest.FromString,
                     response_serializer=flux_dot_v1_dot_worker__pb2.WorkerCallsResponse.SerializeToString,
+            ),
+            'Heartbeat': grpc.unary_unary_rpc_method_handler(
+                    servicer.Heartbeat,
+                    request_deserializer=flux_dot_v1_dot_worker__pb2.HeartbeatRequest.FromString,
+                    response_serializer=flux_dot_v1_dot_worker__pb2.HeartbeatResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -502,6 +520,33 @@ class WorkerService:
             '/flux.v1.WorkerService/WorkerCalls',
             flux_dot_v1_dot_worker__pb2.WorkerCallsRequest.SerializeToString,
             flux_dot_v1_dot_worker__pb2.WorkerCallsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def Heartbeat(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/flux.v1.WorkerService/Heartbeat',
+            flux_dot_v1_dot_worker__pb2.HeartbeatRequest.SerializeToString,
+            flux_dot_v1_dot_worker__pb2.HeartbeatResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -75,6 +75,10 @@ class WorkerServiceStub:
     beside its Connect stream. A server without it answers UNIMPLEMENTED, and
     the worker falls back to the unary calls.
     """
+    Heartbeat: _grpc.UnaryUnaryMultiCallable[_worker_pb2.HeartbeatRequest, _worker_pb2.HeartbeatResponse]
+    """Says a running execution is alive, with the latest details its body gave
+    (ctx.heartbeat). Workers coalesce them: at most one per interval.
+    """
 
 @_typing.type_check_only
 class WorkerServiceAsyncStub(WorkerServiceStub):
@@ -122,6 +126,10 @@ class WorkerServiceAsyncStub(WorkerServiceStub):
     answer it. A message costs a fraction of a call; a worker keeps one open
     beside its Connect stream. A server without it answers UNIMPLEMENTED, and
     the worker falls back to the unary calls.
+    """
+    Heartbeat: _aio.UnaryUnaryMultiCallable[_worker_pb2.HeartbeatRequest, _worker_pb2.HeartbeatResponse]  # type: ignore[assignment]
+    """Says a running execution is alive, with the latest details its body gave
+    (ctx.heartbeat). Workers coalesce them: at most one per interval.
     """
 
 class WorkerServiceServicer(metaclass=_abc_1.ABCMeta):
@@ -227,6 +235,16 @@ class WorkerServiceServicer(metaclass=_abc_1.ABCMeta):
         answer it. A message costs a fraction of a call; a worker keeps one open
         beside its Connect stream. A server without it answers UNIMPLEMENTED, and
         the worker falls back to the unary calls.
+        """
+
+    @_abc_1.abstractmethod
+    def Heartbeat(
+        self,
+        request: _worker_pb2.HeartbeatRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_worker_pb2.HeartbeatResponse, _abc.Awaitable[_worker_pb2.HeartbeatResponse]]:
+        """Says a running execution is alive, with the latest details its body gave
+        (ctx.heartbeat). Workers coalesce them: at most one per interval.
         """
 
 def add_WorkerServiceServicer_to_server(servicer: WorkerServiceServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...

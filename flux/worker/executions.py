@@ -7,11 +7,13 @@ record of an execution that runs, ``Backoff`` the delay between tries.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import contextvars
 import inspect
 import json
 import logging
 import random
+import sys
 import traceback
 from collections.abc import Awaitable, Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -120,6 +122,143 @@ class ClaimCall:
                 call.written.set_result(None)
 
 
+def error_of(exc: BaseException) -> ExecutionError:
+    """The error a body raised, with its bases' names (a retry policy's names match those too)."""
+    bases = tuple(k.__name__ for k in type(exc).__mro__[1:] if k is not object)
+    return ExecutionError(type(exc).__qualname__, str(exc), traceback.format_exc(), bases)
+
+
+class Heartbeats:
+    """``ctx.heartbeat`` of one execution: called from the body (the loop, a thread, or the child
+    process's pipe), sent at most once per interval with the latest details.
+
+    A call only stores the details and, once per interval, schedules a send on the loop, so a
+    body may call it in a tight loop. The details are serialised when sent: the latest object wins.
+    """
+
+    # Without a heartbeat timeout, heartbeats only carry details for the next attempt: one a second.
+    DEFAULT_INTERVAL = 1.0
+
+    def __init__(self, owner: Executions, dispatch: Dispatch):
+        self.owner, self.dispatch = owner, dispatch
+        self.interval = dispatch.heartbeat_interval or self.DEFAULT_INTERVAL
+        self.loop = asyncio.get_running_loop()
+        self.latest: object = None
+        self.raw: str | None = None  # already JSON (from the child process)
+        self.scheduled = False
+        self.sent_at = 0.0
+        self.closed = False
+        self.timer: asyncio.TimerHandle | None = None
+
+    def __call__(self, details: object = None) -> None:
+        self.latest, self.raw = details, None
+        self._kick()
+
+    def raw_beat(self, details_json: str) -> None:
+        self.raw = details_json
+        self._kick()
+
+    def _kick(self) -> None:
+        if self.scheduled or self.closed:
+            return
+        self.scheduled = True
+        try:
+            asyncio.get_running_loop()
+        except RuntimeError:  # a sync body's thread
+            self.loop.call_soon_threadsafe(self._schedule)
+        else:
+            self._schedule()
+
+    def _schedule(self) -> None:
+        delay = max(0.0, self.sent_at + self.interval - self.loop.time())
+        self.timer = self.loop.call_later(delay, self._send)
+
+    def _send(self) -> asyncio.Task[None] | None:
+        self.scheduled = False
+        if self.closed:
+            return None
+        self.sent_at = self.loop.time()
+        try:
+            details = self.raw if self.raw is not None else json.dumps(self.latest, allow_nan=False)
+        except (TypeError, ValueError) as exc:
+            log.warning("heartbeat details of %s are not JSON: %s", self.dispatch.execution_id, exc)
+            details = ""
+        task = self.loop.create_task(
+            self.owner._heartbeat(self.dispatch.execution_id, self.dispatch.generation, details)
+        )
+        task.add_done_callback(_quiet)
+        return task
+
+    async def close(self) -> None:
+        """No more heartbeats; the latest details, if not sent yet, are sent first, so an attempt
+        that fails right after a heartbeat leaves them to the next one (ctx.last_heartbeat)."""
+        pending = None
+        if self.scheduled and self.timer is not None:
+            self.timer.cancel()
+            pending = self._send()
+        self.closed = True
+        if pending is not None:
+            with contextlib.suppress(Exception, asyncio.TimeoutError):
+                await asyncio.wait_for(asyncio.shield(pending), 5.0)
+
+
+def _quiet(task: asyncio.Task[None]) -> None:
+    if not task.cancelled() and task.exception() is not None:
+        log.debug("heartbeat not delivered: %s", task.exception())
+
+
+async def in_child(
+    fn: Callable[..., object], ctx: ExecutionContext[object], beats: Heartbeats
+) -> tuple[str | None, ExecutionError | None]:
+    """Run a sync body in ``python -m flux.worker.child``; killed if this task is cancelled."""
+    module = inspect.getmodule(fn)
+    path = getattr(module, "__file__", None)
+    if module is None or path is None:
+        return None, ExecutionError("WorkflowCodeError", "the workflow's file could not be found to run it")
+    job = {
+        "path": path,
+        "module": module.__name__,
+        "entrypoint": fn.__name__,
+        "interval": beats.interval,
+        "context": {
+            "input": ctx.input,
+            "execution_id": ctx.execution_id,
+            "workflow_name": ctx.workflow_name,
+            "worker_name": ctx.worker_name,
+            "attempt": ctx.attempt,
+            "assigned_gpus": list(ctx.assigned_gpus),
+            "last_heartbeat": ctx.last_heartbeat,
+        },
+    }
+    process = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "flux.worker.child",
+        stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE, limit=64 << 20,
+    )  # fmt: skip
+    assert process.stdin is not None and process.stdout is not None
+    try:
+        process.stdin.write(json.dumps(job).encode() + b"\n")
+        await process.stdin.drain()
+        process.stdin.close()
+        while True:
+            line = await process.stdout.readline()
+            if not line:
+                code = await process.wait()
+                return None, ExecutionError(
+                    "ChildProcessError", f"the body's process ended without a result (exit {code})"
+                )
+            item = json.loads(line)
+            if item[0] == "beat":
+                beats.raw_beat(item[1])
+            elif item[0] == "ok":
+                return item[1], None
+            else:
+                return None, ExecutionError(item[1], item[2], item[3], tuple(item[4]))
+    finally:
+        if process.returncode is None:
+            process.kill()  # stopped (cancelled) or done: never leave the body running
+            await asyncio.shield(process.wait())
+
+
 class _Config(Protocol):
     """What of ``WorkerConfig`` an execution reads (that module imports this one)."""
 
@@ -145,6 +284,9 @@ class Executions:
     _claims_with_results: bool
 
     async def _release(self, execution_id: str, generation: int, reason: str) -> None:
+        raise NotImplementedError
+
+    async def _heartbeat(self, execution_id: str, generation: int, details_json: str) -> None:
         raise NotImplementedError
 
     async def _execute(self, dispatch: Dispatch) -> None:
@@ -333,6 +475,7 @@ class Executions:
                 await asyncio.sleep(delay)
 
     async def _invoke(self, dispatch: Dispatch) -> tuple[str | None, ExecutionError | None]:
+        beats = Heartbeats(self, dispatch)
         try:
             fn = await self._function(dispatch)
             ctx = ExecutionContext(
@@ -342,9 +485,16 @@ class Executions:
                 worker_name=self.config.name,
                 attempt=dispatch.attempt,
                 assigned_gpus=dispatch.gpu_indices,
+                last_heartbeat=json.loads(dispatch.last_heartbeat_json)
+                if dispatch.last_heartbeat_json
+                else None,
+                _beat=beats,
             )
             if inspect.iscoroutinefunction(fn):
                 result = await fn(ctx)
+            elif dispatch.timeout > 0 or dispatch.heartbeat_interval > 0:
+                # A thread cannot be stopped: a body the server may stop runs in a process we can kill.
+                return await in_child(fn, ctx, beats)
             else:
                 loop = asyncio.get_running_loop()
                 if tracing.ACTIVE:  # the span stays current in the thread
@@ -360,7 +510,9 @@ class Executions:
         except asyncio.CancelledError:
             raise
         except Exception as exc:
-            return None, ExecutionError(type(exc).__qualname__, str(exc), traceback.format_exc())
+            return None, error_of(exc)
+        finally:
+            await beats.close()
 
     async def _deliver(
         self,

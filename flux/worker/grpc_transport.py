@@ -74,6 +74,9 @@ def dispatch_from_proto(message: worker_pb2.ExecutionScheduled) -> Dispatch:
         trace=tracing.carrier(message.trace.traceparent, message.trace.tracestate)
         if message.HasField("trace")
         else "",
+        timeout=message.timeout_s,
+        heartbeat_interval=message.heartbeat_interval_s,
+        last_heartbeat_json=message.last_heartbeat_json,
     )
 
 
@@ -333,6 +336,22 @@ class GrpcTransport(WorkerTransport):
                 execution_id=execution_id,
                 generation=generation,
                 reason=reason,
+            ),
+            timeout=UNARY_TIMEOUT,
+            metadata=self._md,
+        )
+
+    @_mapped
+    async def heartbeat(
+        self, name: str, token: str, execution_id: str, generation: int, details_json: str
+    ) -> None:
+        await self.stub.Heartbeat(
+            worker_pb2.HeartbeatRequest(
+                name=name,
+                session_token=token,
+                execution_id=execution_id,
+                generation=generation,
+                details_json=details_json,
             ),
             timeout=UNARY_TIMEOUT,
             metadata=self._md,

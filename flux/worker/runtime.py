@@ -303,6 +303,14 @@ class WorkerRuntime(Executions):
         except FluxError as exc:
             log.info("release of %s not accepted: %s", execution_id, exc)
 
+    async def _heartbeat(self, execution_id: str, generation: int, details_json: str) -> None:
+        try:
+            await self.transport.heartbeat(
+                self.config.name, self.token, execution_id, generation, details_json
+            )
+        except FluxError as exc:  # the next one may land; a stop comes on the stream if it matters
+            log.debug("heartbeat of %s not accepted: %s", execution_id, exc)
+
     async def _fetch_source(self, source_hash: str) -> tuple[str, str]:
         return await self.transport.get_source(self.config.name, self.token, source_hash)
 

@@ -307,6 +307,12 @@ class SseTransport(WorkerTransport):
         path = f"{self._worker(name)}/release/{quote(execution_id, safe='')}"
         await self._post(path, {"generation": generation, "reason": reason}, token)
 
+    async def heartbeat(
+        self, name: str, token: str, execution_id: str, generation: int, details_json: str
+    ) -> None:
+        path = f"{self._worker(name)}/heartbeat/{quote(execution_id, safe='')}"
+        await self._post(path, {"generation": generation, "details_json": details_json}, token)
+
     async def get_source(self, name: str, token: str, source_hash: str) -> tuple[str, str]:
         path = f"{self._worker(name)}/source/{quote(source_hash, safe='')}"
         status, content = await self._request("GET", path, token=token)

@@ -49,6 +49,13 @@ class Dispatch:
     requests: ResourceRequest
     # The dispatch's trace context (flux/tracing.py carrier); "" when not traced.
     trace: str = ""
+    # The attempt's time limit in seconds (0: none): a sync body with one runs in a child process,
+    # which can be killed when the server stops the attempt.
+    timeout: float = 0.0
+    # Send the latest heartbeat at least this often while the body runs (0: only when it calls one).
+    heartbeat_interval: float = 0.0
+    # The details of the latest heartbeat of an earlier attempt, JSON ("" for none).
+    last_heartbeat_json: str = ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -153,6 +160,12 @@ class WorkerTransport(abc.ABC):
     async def release(
         self, name: str, token: str, execution_id: str, generation: int, reason: str
     ) -> None: ...
+
+    async def heartbeat(
+        self, name: str, token: str, execution_id: str, generation: int, details_json: str
+    ) -> None:
+        """Say a running execution is alive; Unimplemented where the server lacks it."""
+        raise Unimplemented(f"the {self.name} transport has no heartbeats")
 
     @abc.abstractmethod
     async def get_source(self, name: str, token: str, source_hash: str) -> tuple[str, str]:

@@ -12,7 +12,7 @@ import asyncio
 import dataclasses
 from types import MappingProxyType
 
-from flux.domain.execution import Execution
+from flux.domain.execution import Execution, State
 from flux.domain.workflow import WorkflowRecord
 from flux.store.base import (
     AUDIT_KEPT,
@@ -151,6 +151,13 @@ class MemoryStore(Store):
             first = self.executions.get(execution_id)
             self.executions[execution_id] = row.evolve(input_json=first.input_json) if first else row
         batch.set_result(None)
+
+    async def reopen(self, execution: Execution) -> bool:
+        stored = self.executions.get(execution.execution_id)
+        if stored is None or stored.state is not State.FAILED:
+            return False
+        self.executions[execution.execution_id] = execution.evolve(input_json=stored.input_json)
+        return True
 
     async def get_execution(self, execution_id: str) -> Execution | None:
         return self._queued.get(execution_id) or self.executions.get(execution_id)

@@ -276,6 +276,8 @@ def test_execution_context_fields_and_defaults():
         "worker_name",
         "attempt",
         "assigned_gpus",
+        "last_heartbeat",
+        "_beat",
     ]
     assert (
         ctx.input,

@@ -18,6 +18,7 @@ from flux.cli.render.executions import (
     executions_text,
     explanation_dict,
     explanation_text,
+    state_name,
 )
 from flux.cli.support import connect
 from flux.cli.tables import terminal_width
@@ -47,6 +48,13 @@ def list_executions(args: argparse.Namespace) -> int:
         print(executions_text(found, int(time.time() * 1000), terminal_width()))
         if token:
             print(f"(more: --limit {args.limit * 2}, or --json for next_page_token)", file=sys.stderr)
+    return 0
+
+
+def retry_execution(args: argparse.Namespace) -> int:
+    with connect(args) as client:
+        execution = client.retry(args.execution_id)
+    print(f"{execution.execution_id} {state_name(execution.state)} attempt {execution.attempt}")
     return 0
 
 

@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import dataclasses
 import json
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 from flux.cli.render.common import labels_text, requests_text, table, when
 from flux.cli.render.executions import execution_dict, execution_text, state_name
@@ -14,6 +16,9 @@ from flux.cli.render.workflows import workflow_dict, workflow_text
 from flux.cli.support import EXIT_INTERRUPTED, EXIT_TIMED_OUT, UsageError, connect
 from flux.errors import FluxError
 from flux.v1 import control_pb2
+
+if TYPE_CHECKING:
+    from flux.client import FluxClient
 
 
 def register_file(args: argparse.Namespace) -> int:
@@ -68,13 +73,16 @@ def run_workflow(args: argparse.Namespace) -> int:
     from flux.client_requests import WaitTimedOut
 
     with connect(args) as client:
+        policy = _run_policy(client, args)
         if not args.wait:
-            execution = client.run_json(args.name, text, version=args.version, priority=args.priority)
+            execution = client.run_json(
+                args.name, text, version=args.version, priority=args.priority, **policy
+            )
             print(execution.execution_id)
             return 0
         follower = Follower(client, sys.stderr if sys.stderr.isatty() else None)
         try:
-            final = follower.run(args.name, text, args.version, args.priority, args.timeout)
+            final = follower.run(args.name, text, args.version, args.priority, args.timeout, policy)
         except WaitTimedOut as exc:
             print(f"{exc} — flux execution explain {exc.execution.execution_id}", file=sys.stderr)
             return EXIT_TIMED_OUT
@@ -115,6 +123,25 @@ def execution_status(args: argparse.Namespace) -> int:
         if execution.state in (control_pb2.EXECUTION_STATE_FAILED, control_pb2.EXECUTION_STATE_CANCELLED)
         else 0
     )
+
+
+def _run_policy(client: FluxClient, args: argparse.Namespace) -> dict[str, Any]:
+    """``--attempt-timeout`` and ``--retries``, as ``run``'s overrides. ``--retries N`` keeps the
+    workflow's backoff and error lists (read from its latest registration) with N + 1 attempts."""
+    policy: dict[str, Any] = {}
+    if args.attempt_timeout is not None:
+        policy["attempt_timeout"] = args.attempt_timeout
+    if args.retries is not None:
+        from flux.domain.policy import Retry, retry_from_proto
+
+        declared = client.workflows(args.name, args.version).workflows
+        base = (
+            retry_from_proto(declared[-1].policy.retry)
+            if declared and declared[-1].HasField("policy")
+            else Retry()
+        )
+        policy["retry"] = dataclasses.replace(base, max_attempts=args.retries + 1)
+    return policy
 
 
 def cancel_execution(args: argparse.Namespace) -> int:

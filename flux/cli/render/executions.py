@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import datetime
 import json
+import time
 from typing import Any
 
 from flux.cli.render.common import duration, table
@@ -46,10 +48,47 @@ def execution_dict(e: control_pb2.Execution) -> dict[str, Any]:
         "error": None,
         "created_at_ms": e.created_at_ms,
         "updated_at_ms": e.updated_at_ms,
+        "reason": e.reason or None,
+        "max_attempts": e.policy.retry.max_attempts if e.HasField("policy") else None,
+        "not_before_ms": e.not_before_ms or None,
+        "heartbeat": _json_value(e.heartbeat_json) if e.heartbeat_json else None,
+        "attempts": [
+            {
+                "attempt": a.attempt,
+                "worker": a.worker,
+                "started_at_ms": a.started_at_ms,
+                "ended_at_ms": a.ended_at_ms,
+                "reason": a.reason,
+                "error_type": a.error_type or None,
+                "error_message": a.error_message or None,
+            }
+            for a in e.attempts
+        ],
     }
     if e.HasField("error"):
         result["error"] = {"type": e.error.type, "message": e.error.message, "traceback": e.error.traceback}
     return result
+
+
+def attempt_lines(e: control_pb2.Execution, now: float | None = None) -> list[str]:
+    """One line per ended attempt, e.g. ``attempt 2 of 5 failed on w3: ConnectionError('reset')``,
+    and when a retry waits, ``next try at 12:00:03 (in 1.2 s)``."""
+    total = e.policy.retry.max_attempts if e.HasField("policy") else 0
+    of = f" of {total}" if total else ""
+    lines = []
+    for a in e.attempts:
+        if a.reason == "completed":
+            lines.append(f"attempt {a.attempt}{of} completed on {a.worker}")
+            continue
+        what = {"error": "failed", "preempted": "was preempted"}.get(a.reason, f"ended ({a.reason})")
+        error = f": {a.error_type}({a.error_message!r})" if a.error_type else ""
+        lines.append(f"attempt {a.attempt}{of} {what} on {a.worker or '-'}{error}")
+    if e.not_before_ms and e.state == control_pb2.EXECUTION_STATE_CREATED:
+        at = e.not_before_ms / 1000
+        left = max(0.0, at - (time.time() if now is None else now))
+        clock = datetime.datetime.fromtimestamp(at).strftime("%H:%M:%S")
+        lines.append(f"next try at {clock} (in {left:.1f} s)")
+    return lines
 
 
 def execution_text(e: control_pb2.Execution) -> str:
@@ -69,6 +108,11 @@ def execution_text(e: control_pb2.Execution) -> str:
         lines.append(f"output     {json.dumps(d['output'])}")
     if d["error"]:
         lines.append(f"error      {d['error']['type']}: {d['error']['message']}")
+    if d["reason"]:
+        lines.append(f"reason     {d['reason']}")
+    if d["heartbeat"] is not None:
+        lines.append(f"heartbeat  {json.dumps(d['heartbeat'])}")
+    lines.extend(attempt_lines(e))
     return "\n".join(lines)
 
 

@@ -9,6 +9,7 @@ from collections.abc import Iterable
 from typing import TYPE_CHECKING
 
 from flux.dispatcher.handle import Bound, Outcome
+from flux.dispatcher.state.deadlines import Kind
 from flux.dispatcher.state.session import Scheduled
 from flux.dispatcher.transitions import housekeeping
 from flux.domain.execution import State
@@ -150,7 +151,7 @@ def push(d: Handle, execution: Execution, entry: WorkerEntry, placement: Placeme
     d.table.set(execution)
     entry.session.push(Scheduled(execution, placement.shape.requests))
     d.events.dispatched(execution)
-    d.deadlines.start(execution.execution_id, execution.generation, d.clock() + d.settings.ack_deadline)
+    d.timers.arm(Kind.ACK, execution.execution_id, execution.generation, d.clock() + d.settings.ack_deadline)
     d.watchers.notify(execution)
 
 

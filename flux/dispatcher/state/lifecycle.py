@@ -58,6 +58,7 @@ class Requeue(StrEnum):
     PREEMPTED = (
         "preempted"  # stopped so a tenant could reclaim its quota (flux/dispatcher/transitions/reclaim.py)
     )
+    RETRY = "retry"  # an attempt failed or timed out, and its policy tries it again (transitions/timing.py)
 
 
 REQUEUE_REASONS = tuple(Requeue)
@@ -124,6 +125,10 @@ class Counters:
     preemptions_refused: dict[Refusal, int] = field(default_factory=lambda: dict.fromkeys(Refusal, 0))
     preemptions_refused_by_tenant: dict[tuple[str, Refusal], int] = field(default_factory=dict)
     ack_deadline_expiries: int = 0
+    # Attempts tried again, by why the one before ended (error, timeout, heartbeat_timeout, worker_lost),
+    # and timeouts that fired, by kind (timeout, heartbeat_timeout, pending_timeout).
+    retries: dict[str, int] = field(default_factory=dict)
+    timeouts: dict[str, int] = field(default_factory=dict)
     stream_connects: int = 0
     stream_reconnects: int = 0
 

@@ -9,11 +9,14 @@ import time
 from typing import TYPE_CHECKING
 
 from flux.dispatcher.state import pings
+from flux.dispatcher.state.deadlines import Kind
 from flux.dispatcher.state.lifecycle import Requeue
 from flux.dispatcher.state.registry import placeholder
 from flux.dispatcher.state.session import Stop
-from flux.dispatcher.transitions import submission
+from flux.dispatcher.transitions import submission, timing
+from flux.dispatcher.transitions.timing import requeue_saved
 from flux.domain.execution import Execution, ExecutionError, State
+from flux.domain.policy import WORKER_LOST
 from flux.store.base import Recovered
 
 if TYPE_CHECKING:
@@ -22,9 +25,6 @@ if TYPE_CHECKING:
     from flux.matching import Shape
 
 log = logging.getLogger("flux.dispatcher")
-
-# After a failed write of a requeued row, try again this much later.
-REQUEUE_RETRY = 1.0
 
 
 async def recover(d: Handle, recovered: Recovered) -> None:
@@ -46,6 +46,7 @@ async def recover(d: Handle, recovered: Recovered) -> None:
                 execution.execution_id, d.catalogue.record_of(execution).requests, execution.gpu_indices
             )
             d.table.add(execution)
+            d.timing.recovered(execution)
             continue
         if execution.state is State.SCHEDULED:
             # An unclaimed dispatch from before the restart returns to CREATED. One server
@@ -58,7 +59,8 @@ async def recover(d: Handle, recovered: Recovered) -> None:
     await d.binder.recovered(pending)
     for execution in pending:
         execution = d.table.add(execution)
-        d.queue_up(execution, d.catalogue.shape_of(execution))
+        d.queue_up(execution, d.catalogue.shape_of(execution))  # after its stored not-before time
+        d.timing.recovered(execution)
     log.info(
         "recovered %d workflows, %d unfinished executions (%d queued)",
         len(d.catalogue), len(d.table), len(d.queue),
@@ -66,57 +68,30 @@ async def recover(d: Handle, recovered: Recovered) -> None:
 
 
 def requeue(d: Handle, execution: Execution, entry: WorkerEntry | None, next_attempt: bool) -> Execution:
-    """Back to CREATED (keeping its place in line), or FAILED when out of attempts."""
+    """Back to CREATED (keeping its place in line), or FAILED when out of attempts.
+
+    ``next_attempt``: a running attempt was lost with its worker; it ends as any attempt does
+    (transitions/timing.py: recorded, retried at once while attempts remain, else FAILED
+    with reason ``worker_lost``). Otherwise it never ran (a dispatch not claimed, a release).
+    """
+    if next_attempt:
+        error = ExecutionError(
+            "WorkerLost",
+            f"worker {execution.worker} was lost while running attempt {execution.attempt} "
+            f"of {execution.max_attempts}",
+        )
+        return timing.ended(d, execution, entry, WORKER_LOST, error)
     if entry is not None:
         entry.release(execution.execution_id)
     now = d.clock()
-    attempt = execution.attempt + 1 if next_attempt else execution.attempt
-    if attempt > execution.max_attempts:
-        failed = execution.evolve(
-            state=State.FAILED,
-            updated_at=now,
-            error=ExecutionError(
-                "WorkerLost",
-                f"worker {execution.worker} was lost while running attempt {execution.attempt} "
-                f"of {execution.max_attempts}",
-            ),
-        )
-        d.table.finish(failed)
-        d.table.save(failed)
-        return failed
     requeued = execution.evolve(
-        state=State.CREATED, worker="", gpu_indices=(), attempt=attempt, updated_at=now
+        state=State.CREATED, worker="", gpu_indices=(), updated_at=now, started_at=0.0
     )
     if len(requeued.input_json) > d.settings.inline_input_bytes:
         requeued = requeued.evolve(input_json="")  # back to waiting: its input waits in the store
     d.table.update(requeued)
     requeue_saved(d, requeued)
     return requeued
-
-
-def requeue_saved(d: Handle, requeued: Execution) -> None:
-    """Save a row that went back to CREATED, and put it back in line only once that is committed.
-
-    Replicas: a claim of a row still SCHEDULED in the database would fail. One server: it
-    does not write dispatches, so the stored generation must catch up with the dispatch just
-    ended before the next is handed out; then a restart skips past at most one unwritten
-    dispatch (recover), and two restarts in a row never hand out one generation twice.
-    """
-
-    def saved() -> None:
-        if d.table.get(requeued.execution_id) is requeued:
-            shape = d.catalogue.shape_of(requeued)
-            d.queue_up(requeued, shape)
-            d.passes.work_added([shape])
-
-    def retry(_: BaseException) -> None:
-        asyncio.get_running_loop().call_later(REQUEUE_RETRY, again)
-
-    def again() -> None:
-        if d.table.get(requeued.execution_id) is requeued:
-            requeue_saved(d, requeued)
-
-    d.table.save(requeued, done=saved, failed=retry)
 
 
 def lose_worker(d: Handle, entry: WorkerEntry, why: str) -> list[Shape]:
@@ -134,6 +109,8 @@ def lose_worker(d: Handle, entry: WorkerEntry, why: str) -> list[Shape]:
             continue
         if d.reclaimer.is_stopping(execution):  # preempted: its attempt does not count
             requeued = d.reclaimer.stopped(execution)
+        elif d.timing.is_stopping(execution):  # timed out and lost before it was handed back
+            requeued = d.timing.stopped(execution)
         else:
             # A dispatch never claimed did not run: same attempt. Running work did.
             requeued = requeue(d, execution, entry, next_attempt=execution.state is State.RUNNING)
@@ -177,20 +154,40 @@ def requeue_unread(d: Handle, entry: WorkerEntry) -> list[Shape]:
     return list(shapes)
 
 
-def expire(d: Handle, now: float) -> bool:
-    """Requeue dispatches past their ack deadline and the work of workers past their grace period."""
+def fire_timers(d: Handle, now: float) -> bool:
+    """Act on every timer due by ``now`` (state/deadlines.py); whether a pass is due."""
     changed = False
-    for execution_id, generation in d.deadlines.due(now):
-        execution = d.table.get(execution_id)
-        if execution is None or execution.state is not State.SCHEDULED or execution.generation != generation:
-            continue
-        entry = d.registry.get(execution.worker)
-        log.warning("execution %s not claimed by %s within the ack deadline", execution_id, execution.worker)
-        if entry is not None and entry.session is not None:
-            entry.session.push(Stop(execution_id, generation, "ack deadline expired"))
-        d.events.expired(execution)
-        requeue(d, execution, entry, next_attempt=False)
-        changed = True
+    for kind, execution_id, token in d.timers.due(now):
+        if kind is Kind.ACK:
+            changed |= _ack_expired(d, execution_id, token)
+        else:
+            changed |= d.timing.fire(kind, execution_id, token, now)
+    return changed
+
+
+def timers_due(d: Handle, now: float) -> None:
+    """The timers' own wake-up (between ticks): fire what is due, and a pass when that freed room."""
+    if fire_timers(d, now):
+        d.passes.everything()
+
+
+def _ack_expired(d: Handle, execution_id: str, generation: int) -> bool:
+    """A dispatch past its ack deadline goes back in line (if it is still that dispatch)."""
+    execution = d.table.get(execution_id)
+    if execution is None or execution.state is not State.SCHEDULED or execution.generation != generation:
+        return False
+    entry = d.registry.get(execution.worker)
+    log.warning("execution %s not claimed by %s within the ack deadline", execution_id, execution.worker)
+    if entry is not None and entry.session is not None:
+        entry.session.push(Stop(execution_id, generation, "ack deadline expired"))
+    d.events.expired(execution)
+    requeue(d, execution, entry, next_attempt=False)
+    return True
+
+
+def expire(d: Handle, now: float) -> bool:
+    """Act on the timers due (ack deadlines and the rest) and lose workers past their grace period."""
+    changed = fire_timers(d, now)
     grace = d.settings.grace_period
     for entry in list(d.registry.values()):
         if entry.disconnected_at is not None and now - entry.disconnected_at >= grace:

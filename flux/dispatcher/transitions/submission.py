@@ -17,10 +17,11 @@ from __future__ import annotations
 import asyncio
 import uuid
 from collections.abc import Container
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NamedTuple
 
 from flux.dispatcher.state import validation
 from flux.domain.execution import Execution, State
+from flux.domain.policy import Policy, Retry
 from flux.domain.tenant import DEFAULT_TENANT
 from flux.errors import InvalidArgument, Unavailable
 from flux.matching import explain
@@ -29,6 +30,25 @@ if TYPE_CHECKING:
     from flux.dispatcher.handle import Handle
     from flux.domain.workflow import WorkflowRecord
     from flux.matching import Shape, WorkerView
+
+
+class Overrides(NamedTuple):
+    """What a run may set in place of its workflow's policy (``client.run(attempt_timeout=, retry=)``)."""
+
+    attempt_timeout: float | None = None
+    retry: Retry | None = None
+
+
+NO_OVERRIDES = Overrides()
+
+
+def policy_for(record: WorkflowRecord, overrides: Overrides) -> Policy | None:
+    """The policy an execution of ``record`` runs under; None: the default with its max_attempts."""
+    policy = record.policy
+    if overrides == NO_OVERRIDES:
+        return policy
+    base = policy if policy is not None else Policy(retry=Retry(max_attempts=record.max_attempts))
+    return base.overridden(overrides.attempt_timeout, overrides.retry)
 
 
 async def submit(
@@ -40,6 +60,7 @@ async def submit(
     trace: str = "",
     tenant: str = DEFAULT_TENANT,
     every_workflow: bool = True,
+    overrides: Overrides = NO_OVERRIDES,
 ) -> Execution:
     """Accept one execution (durable before this returns), as this server holds it now."""
     _named(workflow_name)
@@ -47,8 +68,9 @@ async def submit(
     input_json = validation.checked_json(input_json or "null", "input_json")
     rank = record.priority if priority is None else validation.checked_priority(priority)
     d.table.admit(validation.utf8_bytes(input_json), tenant, d.usage.admission(tenant))
-    [execution] = _new(d, record, [input_json], rank, trace, tenant)
+    [execution] = _new(d, record, [input_json], rank, trace, tenant, policy_for(record, overrides))
     await d.binder.submit(execution)
+    d.timing.submitted(execution)
     held = d.table.get(execution.execution_id) or execution
     return held if held.input_json else held.evolve(input_json=input_json)
 
@@ -63,6 +85,7 @@ async def submit_many(
     tenant: str = DEFAULT_TENANT,
     trace: str = "",
     every_workflow: bool = True,
+    overrides: Overrides = NO_OVERRIDES,
 ) -> list[Execution]:
     """Accept one execution per input (durable before this returns); answered in input order.
 
@@ -75,10 +98,12 @@ async def submit_many(
     rank = record.priority if priority is None else validation.checked_priority(priority)
     size = sum(validation.utf8_bytes(text) for text in checked)
     with d.table.storing(len(checked), size, tenant, d.usage.admission(tenant)):
-        executions = _new(d, record, checked, rank, trace, tenant)
+        executions = _new(d, record, checked, rank, trace, tenant, policy_for(record, overrides))
         # Finished here even if the caller goes away meanwhile, as a single submission is
         # (LocalBinder.submit, SharedBinder.submit).
         await asyncio.shield(d.binder.submit_many(executions))
+    for execution in executions:
+        d.timing.submitted(execution)
     return [d.table.get(e.execution_id) or e for e in executions]
 
 
@@ -97,7 +122,13 @@ async def _record(
 
 
 def _new(
-    d: Handle, record: WorkflowRecord, inputs: list[str], rank: int, trace: str, tenant: str
+    d: Handle,
+    record: WorkflowRecord,
+    inputs: list[str],
+    rank: int,
+    trace: str,
+    tenant: str,
+    policy: Policy | None = None,
 ) -> list[Execution]:
     """One new execution per (checked) input, numbered in input order; ``trace``: the caller's
     W3C context (flux/tracing.py carrier), its ``flux.submit`` span started here while tracing."""
@@ -108,7 +139,8 @@ def _new(
             workflow=record.ref,
             seq=d.take_seq(),
             input_json=input_json,
-            max_attempts=record.max_attempts,
+            max_attempts=policy.max_attempts if policy is not None else record.max_attempts,
+            policy=policy,
             created_at=now,
             updated_at=now,
             priority=rank,

@@ -14,8 +14,9 @@ from typing import TYPE_CHECKING
 
 from flux.dispatcher.state import validation
 from flux.dispatcher.state.lifecycle import Requeue
-from flux.dispatcher.transitions import housekeeping
+from flux.dispatcher.transitions import housekeeping, timing
 from flux.domain.execution import Execution, ExecutionError, State
+from flux.domain.policy import COMPLETED, ERROR
 from flux.domain.worker import WorkerResources
 from flux.errors import FailedPrecondition, FluxError, NotFound, logged_refusal
 
@@ -37,14 +38,18 @@ def _claim(d: Handle, name: str, execution_id: str, generation: int) -> Executio
         # Refused, it will not run here: free the room now rather than at the grace's end.
         _hand_back(d, execution)
         raise FailedPrecondition(_preempted(execution_id))
+    if d.timing.is_stopping(execution):
+        raise FailedPrecondition(_timed_out(d, execution))
     if execution.state is State.RUNNING:
         return execution  # a retried claim
     if execution.state is not State.SCHEDULED:
         raise FailedPrecondition(f"execution {execution_id} is {execution.state.label}, not SCHEDULED")
-    running = execution.evolve(state=State.RUNNING, updated_at=d.clock())
+    now = d.clock()
+    running = execution.evolve(state=State.RUNNING, updated_at=now, started_at=now)
     d.table.update(running)
     d.events.claimed(running)
     d.table.save(running)
+    d.timing.claimed(running)  # its timeout and heartbeat clocks start with the attempt
     return running
 
 
@@ -89,19 +94,39 @@ def finish(
         # Its worker is done with it: free the room now rather than at the grace's end.
         _hand_back(d, execution)
         raise FailedPrecondition(_preempted(execution_id))
+    if d.timing.is_stopping(execution):
+        # Past its timeout: a result that comes after is not kept (its worker is done with it).
+        raise FailedPrecondition(_timed_out(d, execution))
     if execution.state is not State.RUNNING:
         raise FailedPrecondition(
             f"execution {execution_id} is {execution.state.label}; claim it before completing"
         )
+    now = d.clock()
+    d.timing.forget(execution_id)
     if error is None:
         output_json = validation.checked_json(output_json or "null", "output_json")
-        final = execution.evolve(state=State.COMPLETED, output_json=output_json, updated_at=d.clock())
+        final = execution.evolve(
+            state=State.COMPLETED,
+            output_json=output_json,
+            updated_at=now,
+            started_at=0.0,
+            attempts=_recorded(execution, now),
+        )
     else:
-        final = execution.evolve(state=State.FAILED, error=error, updated_at=d.clock())
+        # The policy decides: another attempt after its backoff (CREATED, not final), or FAILED.
+        return timing.ended(d, execution, entry, ERROR, error)
     d.table.finish(final)
     entry.release(execution_id)
     d.events.finished(final)
     return final
+
+
+def _recorded(execution: Execution, now: float) -> tuple:
+    """Its attempts with the one that completed, when earlier ones are recorded (a first try that
+    completes adds nothing to its row: the common case stays as small as before)."""
+    if not execution.attempts:
+        return ()
+    return (*execution.attempts, timing.record_of(execution, now, COMPLETED, None))
 
 
 async def _retried(
@@ -136,6 +161,8 @@ def release(
     log.debug("execution %s released by %s: %s", execution_id, name, reason or "no reason given")
     if d.reclaimer.is_stopping(execution):
         requeued = d.reclaimer.stopped(execution)
+    elif d.timing.is_stopping(execution):  # stopped for its timeout, and handed back: it ends
+        requeued = d.timing.stopped(execution)
     else:
         requeued = housekeeping.requeue(d, execution, entry, next_attempt=False)
         d.events.requeued(execution, requeued, Requeue.RELEASED)
@@ -254,6 +281,20 @@ def _hand_back(d: Handle, execution: Execution) -> None:
     (its tenant's usage fell: the tenant that reclaimed goes first by fair share)."""
     d.reclaimer.stopped(execution)
     d.passes.everything()
+
+
+def heartbeat(
+    d: Handle, name: str, session_token: str, execution_id: str, generation: int, details_json: str
+) -> None:
+    """A running attempt is alive (transitions/timing.py keeps when, and its details)."""
+    d.registry.authorize(name, session_token)
+    d.timing.heartbeat(fenced(d, execution_id, name, generation), details_json)
+
+
+def _timed_out(d: Handle, execution: Execution) -> str:
+    """Hand a timed-out attempt back (its worker is done with it) and say why its call is refused."""
+    d.timing.stopped(execution)
+    return f"execution {execution.execution_id} ran past its timeout; this try's result is not recorded"
 
 
 def _preempted(execution_id: str) -> str:

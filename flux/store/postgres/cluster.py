@@ -44,7 +44,11 @@ UPDATE executions SET
     attempt = CASE WHEN state = {RUNNING} AND attempt < max_attempts THEN attempt + 1 ELSE attempt END,
     error = CASE WHEN state = {RUNNING} AND attempt >= max_attempts THEN %(error)s ELSE error END,
     worker = CASE WHEN state = {RUNNING} AND attempt >= max_attempts THEN worker ELSE '' END,
-    gpu_indices = '[]', owner = '', updated_at = %(now)s
+    reason = CASE WHEN state = {RUNNING} AND attempt >= max_attempts THEN 'worker_lost' ELSE reason END,
+    attempts = CASE WHEN state = {RUNNING} THEN (attempts::jsonb || jsonb_build_array(jsonb_build_array(
+        attempt, worker, started_at, %(now)s, 'worker_lost', 'WorkerLost', 'its worker was lost')))::text
+        ELSE attempts END,
+    started_at = 0, gpu_indices = '[]', owner = '', updated_at = %(now)s
 WHERE state IN ({SCHEDULED}, {RUNNING}) AND {{where}}
 RETURNING {COLUMNS}
 """

@@ -20,7 +20,8 @@ COLUMN_COUNT = COLUMNS.count(",") + 1
 # about as much CPU as the rest of an execution's writes.
 COLUMN_TYPES = (
     "text", "bigint", "text", "integer", "text", "text", "smallint", "text", "integer", "bigint", "integer",
-    "text", "text", "text", "text", "double precision", "double precision", "integer", "text", "text", "text",
+    "text", "text", "text", "text", "double precision", "double precision", "integer", "text", "text",
+    "text", "double precision", "text", "text", "text", "double precision", "double precision", "text",
 )  # fmt: skip
 assert len(COLUMN_TYPES) == COLUMN_COUNT
 UNNESTED = "SELECT * FROM unnest(" + ", ".join(f"%s::{t}[]" for t in COLUMN_TYPES) + ")"
@@ -38,7 +39,7 @@ def owned_row(e: Execution, replica_id: str) -> tuple[object, ...]:
 
 
 def _pending_ref(e: Execution) -> PendingRef:
-    return PendingRef(e.execution_id, e.seq, e.workflow.name, e.workflow.version, e.tenant)
+    return PendingRef(e.execution_id, e.seq, e.workflow.name, e.workflow.version, e.tenant, e.not_before)
 
 
 async def announce(db: psycopg.AsyncConnection[Any], written: list[Execution]) -> None:

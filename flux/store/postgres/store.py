@@ -47,12 +47,14 @@ from flux.store.postgres.cluster import Membership
 from flux.store.postgres.listener import Listener
 from flux.store.postgres.quota import held as held_by_tenant
 from flux.store.postgres.quota import prune_preemptions, take_preemption
-from flux.store.postgres.rows import COLUMNS
+from flux.store.postgres.rows import COLUMNS, announce, owned_row
 from flux.store.postgres.schema import migrate
 from flux.store.postgres.writer import Writer
 from flux.store.rows import (
     CANCELLED,
     CREATED,
+    EXECUTION_UPDATES,
+    FAILED,
     FINISHED,
     WORKFLOW_COLUMN_COUNT,
     WORKFLOW_COLUMNS,
@@ -244,6 +246,22 @@ class PostgresStore(Store):
         """Store a new execution already claimed by this replica (it was never pending); group-committed."""
         await self._writes.insert_dispatched(execution)
 
+    async def reopen(self, execution: Execution) -> bool:
+        row = owned_row(execution, "")
+        columns = [c.strip() for c in COLUMNS.split(",")]
+        updates = [c.strip() for c in EXECUTION_UPDATES.split(",")] + ["owner"]
+        values = [row[columns.index(c)] for c in updates]
+        async with self._pool.connection() as db, db.transaction():
+            cursor = await db.execute(
+                f"UPDATE executions SET {', '.join(f'{c} = %s' for c in updates)} "
+                f"WHERE execution_id = %s AND state = {FAILED} RETURNING execution_id",
+                (*values, execution.execution_id),
+            )
+            if await cursor.fetchone() is None:
+                return False
+            await announce(db, [execution])
+            return True
+
     async def cancel(self, execution_id: str, now: float) -> Execution | None:
         """Cancel an unfinished execution wherever it is; None when it is finished or unknown."""
         async with self._pool.connection() as db, db.transaction():
@@ -405,7 +423,7 @@ class PostgresStore(Store):
     async def pending_refs(self) -> list[PendingRef]:
         async with self._pool.connection() as db:
             cursor = await db.execute(
-                "SELECT execution_id, seq, workflow_name, workflow_version, tenant FROM executions "
+                "SELECT execution_id, seq, workflow_name, workflow_version, tenant, not_before FROM executions "
                 f"WHERE state = {CREATED} ORDER BY seq"
             )
             return [PendingRef(*row) for row in await cursor.fetchall()]

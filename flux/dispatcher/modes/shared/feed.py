@@ -137,6 +137,7 @@ class SharedFeed:
                 created_at=d.clock(),
                 priority=record.priority,
                 tenant=ref.tenant,  # its quota and fair share count from here
+                not_before=ref.not_before,  # a retry's wait: queue_up holds it back until then
             )
             d.table.set(execution)
             shape = d.catalogue.shape_of(execution)

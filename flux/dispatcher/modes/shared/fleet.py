@@ -14,6 +14,7 @@ import logging
 from typing import TYPE_CHECKING
 
 from flux.dispatcher.modes.shared.worker_documents import entry_of, info_of, load_of
+from flux.dispatcher.state.deadlines import Kind
 from flux.dispatcher.state.registry import WorkerRegistration, placeholder
 from flux.dispatcher.state.validation import name_held, same_token
 from flux.dispatcher.state.worker_entry import WorkerEntry
@@ -167,7 +168,9 @@ class SharedFleet:
             d.table.set(execution)
             if execution.state is State.SCHEDULED:
                 # The worker may never have seen this dispatch: claim it in time or it goes back.
-                d.deadlines.start(execution_id, execution.generation, now + d.settings.ack_deadline)
+                d.timers.arm(Kind.ACK, execution_id, execution.generation, now + d.settings.ack_deadline)
+            else:  # running: its timeout and heartbeat clocks go on here
+                d.timing.recovered(execution)
         log.info("adopted worker %s with %d executions from another replica", name, len(held))
 
     def moved_away(self, name: str) -> None:

@@ -1,0 +1,439 @@
+"""What happens to an execution over time: attempts that end, retries after a stored wait, attempt
+timeouts, heartbeats, and the pending deadline.
+
+Every deadline is a timer in ``d.timers`` (state/deadlines.py), armed where its clock starts and
+checked when it fires against what the table holds then (its token is the generation or the
+attempt it was armed for), so nothing is ever disarmed.
+
+An attempt that ends without a result to keep (its body raised, it timed out, it went silent, its
+worker was lost) goes through ``ended``: it is recorded, then the execution either goes back to
+CREATED with its next attempt and a *not-before* time (a retry's backoff), or ends FAILED with a
+reason. The not-before time is stored in the row with the CREATED state, in the same write, and
+``Dispatcher.queue_up`` never puts a row in line before it (it arms a RETRY timer instead); the
+replicas' claim refuses such a row too. So a restart, a replica that dies or a failover waits out
+the same wait: never lost, doubled or shortened.
+
+A timed-out attempt is stopped the way a preempted one is (reclaim.py): its worker is told to stop
+it and hand it back, and its room stays reserved until the worker confirms (Release, or a late
+result, refused) or is lost, or the stop grace (``--preemption-grace``) passes. Nothing is
+overcommitted while a body that does not stop at once is still running.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from flux.dispatcher.state.deadlines import Kind
+from flux.dispatcher.state.lifecycle import Requeue
+from flux.dispatcher.state.session import Stop
+from flux.domain.execution import Execution, ExecutionError, State
+from flux.domain.policy import (
+    ATTEMPT_MESSAGE_BYTES,
+    ERROR,
+    HEARTBEAT_TIMEOUT,
+    PENDING_TIMEOUT,
+    PREEMPTED,
+    TIMEOUT,
+    TIMEOUT_ERROR,
+    WORKER_LOST,
+    Attempt,
+    format_duration,
+)
+from flux.errors import FailedPrecondition, NotFound
+from flux.matching import explain
+
+if TYPE_CHECKING:
+    from flux.dispatcher.handle import Handle
+    from flux.dispatcher.state.worker_entry import WorkerEntry
+
+log = logging.getLogger("flux.dispatcher")
+
+# A heartbeat's details are kept with the execution, and sent to its next attempt: bounded.
+MAX_HEARTBEAT_BYTES = 64 * 1024
+
+
+@dataclass(frozen=True, slots=True)
+class Stopping:
+    """A timed-out attempt its worker has not handed back yet (it keeps its room meanwhile)."""
+
+    generation: int
+    worker: str
+    reason: str  # TIMEOUT or HEARTBEAT_TIMEOUT
+
+
+def record_of(execution: Execution, now: float, reason: str, error: ExecutionError | None) -> Attempt:
+    message = error.message if error is not None else ""
+    if len(message) > ATTEMPT_MESSAGE_BYTES:
+        message = message[: ATTEMPT_MESSAGE_BYTES - 3] + "..."
+    return Attempt(
+        execution.attempt,
+        execution.worker,
+        execution.started_at or execution.updated_at,
+        now,
+        reason,
+        error.type if error is not None else "",
+        message,
+    )
+
+
+def ended(
+    d: Handle,
+    execution: Execution,
+    entry: WorkerEntry | None,
+    reason: str,
+    error: ExecutionError | None,
+) -> Execution:
+    """A running attempt ended without a result to keep: record it, free its room, and retry it later
+    (CREATED, the next attempt, a stored not-before time) or end it FAILED with ``reason``.
+
+    Errors the body raised are retried only under a declared retry policy, as its
+    ``retry_on``/``no_retry_on`` say; timeouts and lost workers always are, while attempts remain
+    (as Temporal retries them).
+    """
+    if entry is not None:
+        entry.release(execution.execution_id)
+    now = d.clock()
+    policy = execution.effective_policy
+    attempts = (*execution.attempts, record_of(execution, now, reason, error))
+    wanted = error is None or reason != ERROR or (policy.retry_errors and policy.retry.retries(error.names))
+    if wanted and execution.attempt < execution.max_attempts:
+        # A lost worker is tried again at once (nothing says the work is at fault), as before policies.
+        delay = 0.0 if reason == WORKER_LOST else policy.retry.delay(execution.attempt)
+        retried = execution.evolve(
+            state=State.CREATED,
+            worker="",
+            gpu_indices=(),
+            attempt=execution.attempt + 1,
+            attempts=attempts,
+            error=error,
+            not_before=now + delay if delay > 0 else 0.0,
+            started_at=0.0,
+            updated_at=now,
+        )
+        if len(retried.input_json) > d.settings.inline_input_bytes:
+            retried = retried.evolve(input_json="")  # back to waiting: its input waits in the store
+        d.table.update(retried)
+        if reason != WORKER_LOST:  # a lost worker's caller tells of it (housekeeping.lose_worker)
+            d.events.requeued(execution, retried, Requeue.RETRY)
+        d.events.counters.retries[reason] = d.events.counters.retries.get(reason, 0) + 1
+        requeue_saved(d, retried)
+        return retried
+    if error is None:
+        error = ExecutionError(
+            TIMEOUT_ERROR.get(reason, "Error"), f"attempt {execution.attempt} ended: {reason}"
+        )
+    failed = execution.evolve(
+        state=State.FAILED,
+        error=error,
+        reason=reason,
+        attempts=attempts,
+        started_at=0.0,
+        updated_at=now,
+    )
+    d.table.finish(failed)
+    if reason != WORKER_LOST:  # a lost worker's caller tells of it (housekeeping.lose_worker)
+        d.events.finished(failed)
+    d.table.save(failed)
+    return failed
+
+
+# After a failed write of a requeued row, try again this much later.
+REQUEUE_RETRY = 1.0
+
+
+def requeue_saved(d: Handle, requeued: Execution) -> None:
+    """Save a row that went back to CREATED, and put it back in line only once that is committed.
+
+    Replicas: a claim of a row still SCHEDULED in the database would fail. One server: it
+    does not write dispatches, so the stored generation must catch up with the dispatch just
+    ended before the next is handed out; then a restart skips past at most one unwritten
+    dispatch (recover), and two restarts in a row never hand out one generation twice.
+    """
+
+    def saved() -> None:
+        if d.table.get(requeued.execution_id) is requeued:
+            shape = d.catalogue.shape_of(requeued)
+            d.queue_up(requeued, shape)
+            d.passes.work_added([shape])
+
+    def retry(_: BaseException) -> None:
+        asyncio.get_running_loop().call_later(REQUEUE_RETRY, again)
+
+    def again() -> None:
+        if d.table.get(requeued.execution_id) is requeued:
+            requeue_saved(d, requeued)
+
+    d.table.save(requeued, done=saved, failed=retry)
+
+
+class Timing:
+    """The attempts being stopped for a timeout, the latest heartbeat of each running attempt, and
+    what each timer does when it fires."""
+
+    def __init__(self, d: Handle):
+        self.d = d
+        self.stopping: dict[str, Stopping] = {}
+        # Execution id -> when its running attempt last said it was alive (memory only: a restart
+        # or a move to another replica counts from then, which only lengthens a silence's grace).
+        self.beats: dict[str, float] = {}
+
+    # ----------------------------------------------------------------- arming
+
+    def submitted(self, execution: Execution) -> None:
+        policy = execution.policy
+        if policy is not None and policy.pending_timeout is not None and not execution.attempts:
+            self.d.timers.arm(
+                Kind.PENDING, execution.execution_id, 0, execution.created_at + policy.pending_timeout
+            )
+
+    def claimed(self, running: Execution) -> None:
+        """Its attempt started (``running.started_at``): its timeout and heartbeat clocks start."""
+        policy = running.policy
+        if policy is None:
+            return
+        d, execution_id = self.d, running.execution_id
+        if policy.timeout is not None:
+            # Preempted run time counts: a body preempted after 9 of its 10 minutes has one left.
+            left = max(0.0, policy.timeout - running.run_time)
+            d.timers.arm(Kind.TIMEOUT, execution_id, running.generation, running.started_at + left)
+        if policy.heartbeat_timeout is not None:
+            self.beats[execution_id] = running.started_at
+            d.timers.arm(
+                Kind.HEARTBEAT,
+                execution_id,
+                running.generation,
+                running.started_at + policy.heartbeat_timeout,
+            )
+
+    def recovered(self, execution: Execution) -> None:
+        """Held again after a restart or a move between replicas: its clocks go on from the row."""
+        if execution.state is State.RUNNING:
+            if not execution.started_at:
+                execution = execution.evolve(started_at=self.d.clock())
+            self.claimed(execution)
+        elif execution.state is State.CREATED:
+            self.submitted(execution)
+
+    # ----------------------------------------------------------------- heartbeats
+
+    def heartbeat(self, execution: Execution, details_json: str) -> None:
+        """A running attempt (fenced by the caller) is alive; its details, when given, are kept for
+        its next attempt."""
+        d, execution_id = self.d, execution.execution_id
+        # SCHEDULED too: a body that starts with its dispatch may beat before its claim is sent.
+        if execution.state not in (State.SCHEDULED, State.RUNNING):
+            raise FailedPrecondition(f"execution {execution_id} is {execution.state.label}, not RUNNING")
+        self.beats[execution_id] = d.clock()
+        if details_json and details_json != execution.heartbeat:
+            if len(details_json) > MAX_HEARTBEAT_BYTES:
+                raise FailedPrecondition(
+                    f"heartbeat details of {len(details_json)} bytes; at most {MAX_HEARTBEAT_BYTES} are kept"
+                )
+            beat = execution.evolve(heartbeat=details_json)
+            d.table.set(beat)  # nobody watches heartbeats; execution show reads the row
+            d.table.save(beat)
+
+    # ----------------------------------------------------------------- firing
+
+    def fire(self, kind: Kind, execution_id: str, token: int, now: float) -> bool:
+        """A timer came due; whether the queue or a worker's room changed (a pass is due)."""
+        d = self.d
+        execution = d.table.get(execution_id)
+        if execution is None:
+            self.beats.pop(execution_id, None)
+            return False
+        if kind is Kind.RETRY:
+            if (
+                execution.state is State.CREATED
+                and execution.attempt == token
+                and execution_id not in d.queue
+            ):
+                shape = d.catalogue.shape_of(execution)
+                d.queue_up(execution, shape)
+                d.passes.work_added([shape])
+                return True
+            return False
+        if kind is Kind.PENDING:
+            if execution.state is State.CREATED and not execution.attempts:
+                self._pending_expired(execution)
+                return True
+            return False
+        if execution.generation != token or execution.state is not State.RUNNING:
+            return False
+        if kind is Kind.STOP:
+            stop = self.stopping.get(execution_id)
+            if stop is None or not self.is_stopping(execution):
+                return False
+            entry = d.registry.get(execution.worker)
+            log.warning(
+                "execution %s not handed back by %s after its %s; its room is freed",
+                execution_id, execution.worker, stop.reason,
+            )  # fmt: skip
+            if entry is not None and entry.session is not None:
+                entry.session.push(
+                    Stop(execution_id, execution.generation, f"{stop.reason}: stop grace expired")
+                )
+            self.stopped(execution)
+            return True
+        if self.is_stopping(execution) or d.reclaimer.is_stopping(execution):
+            return False
+        policy = execution.effective_policy
+        if kind is Kind.HEARTBEAT:
+            assert policy.heartbeat_timeout is not None
+            last = self.beats.get(execution_id, execution.started_at)
+            if last + policy.heartbeat_timeout > now:
+                d.timers.arm(Kind.HEARTBEAT, execution_id, token, last + policy.heartbeat_timeout)
+                return False
+            self.stop(
+                execution, HEARTBEAT_TIMEOUT, f"no heartbeat for {format_duration(policy.heartbeat_timeout)}"
+            )
+            return False
+        if kind is Kind.TIMEOUT:
+            assert policy.timeout is not None
+            self.stop(
+                execution,
+                TIMEOUT,
+                f"attempt {execution.attempt} ran past its timeout of {format_duration(policy.timeout)}",
+            )
+        return False
+
+    def stop(self, execution: Execution, reason: str, why: str) -> None:
+        """Tell its worker to stop the attempt; its room stays reserved until the worker confirms."""
+        d = self.d
+        log.info("execution %s on %s: %s; stopping it", execution.execution_id, execution.worker, why)
+        d.events.counters.timeouts[reason] = d.events.counters.timeouts.get(reason, 0) + 1
+        self.stopping[execution.execution_id] = Stopping(execution.generation, execution.worker, reason)
+        entry = d.registry.get(execution.worker)
+        if entry is not None and entry.session is not None:
+            # ``preempted``: the worker stops the body and hands the attempt back (Release).
+            entry.session.push(Stop(execution.execution_id, execution.generation, why, preempted=True))
+        d.timers.arm(
+            Kind.STOP, execution.execution_id, execution.generation, d.clock() + d.settings.preemption_grace
+        )
+
+    def is_stopping(self, execution: Execution) -> bool:
+        stop = self.stopping.get(execution.execution_id)
+        return (
+            stop is not None
+            and stop.generation == execution.generation
+            and stop.worker == execution.worker
+            and execution.state is State.RUNNING
+        )
+
+    def stopped(self, execution: Execution) -> Execution:
+        """A stopping attempt is handed back, or will never be: it ends with its timeout's reason."""
+        d = self.d
+        stop = self.stopping.pop(execution.execution_id)
+        self.beats.pop(execution.execution_id, None)
+        policy = execution.effective_policy
+        limit = policy.timeout if stop.reason == TIMEOUT else policy.heartbeat_timeout
+        error = ExecutionError(
+            TIMEOUT_ERROR[stop.reason],
+            f"attempt {execution.attempt} on {execution.worker}: {stop.reason.replace('_', ' ')} "
+            f"after {format_duration(limit or 0)}",
+        )
+        ended_as = ended(d, execution, d.registry.get(execution.worker), stop.reason, error)
+        entry = d.registry.get(execution.worker)
+        if entry is not None:
+            d.passes.room_freed([entry])
+        return ended_as
+
+    def connected(self, entry: WorkerEntry) -> None:
+        """Repeat the Stop of each timed-out attempt ``entry`` still runs: the first may be lost."""
+        assert entry.session is not None
+        for execution_id in entry.holdings:
+            execution = self.d.table.get(execution_id)
+            if execution is not None and self.is_stopping(execution):
+                stop = self.stopping[execution_id]
+                entry.session.push(Stop(execution_id, execution.generation, stop.reason, preempted=True))
+
+    def forget(self, execution_id: str) -> None:
+        self.stopping.pop(execution_id, None)
+        self.beats.pop(execution_id, None)
+
+    # ----------------------------------------------------------------- pending
+
+    def _pending_expired(self, execution: Execution) -> None:
+        """Never started within its pending timeout: FAILED with explain's verdict as its error."""
+        d = self.d
+        policy = execution.effective_policy
+        d.queue.remove(execution.execution_id)
+        limit = format_duration(policy.pending_timeout or 0)
+        verdict = self._verdict(execution)
+        failed = execution.evolve(
+            state=State.FAILED,
+            reason=PENDING_TIMEOUT,
+            error=ExecutionError("PendingTimeout", f"nothing could run it within {limit}: {verdict}"),
+            updated_at=d.clock(),
+        )
+        d.events.counters.timeouts[PENDING_TIMEOUT] = d.events.counters.timeouts.get(PENDING_TIMEOUT, 0) + 1
+        d.table.finish(failed)
+        d.events.finished(failed)
+        d.table.save(failed)
+
+    def _verdict(self, execution: Execution) -> str:
+        views = [w.view() for w in self.d.registry.entries.values() if w.accepting]
+        why = explain(self.d.catalogue.shape_of(execution), views, execution_id=execution.execution_id)
+        return why.summary
+
+
+def preempted_run(d: Handle, execution: Execution) -> Execution:
+    """A preempted attempt, recorded: its run time counts against the next attempt's timeout, and
+    its attempt number is not used up (it is tried again as the same attempt)."""
+    if execution.state is not State.RUNNING or not execution.started_at:
+        return execution
+    now = d.clock()
+    return execution.evolve(
+        run_time=execution.run_time + max(0.0, now - execution.started_at),
+        attempts=(*execution.attempts, record_of(execution, now, PREEMPTED, None)),
+    )
+
+
+__all__ = ["ERROR", "Stopping", "Timing", "ended", "preempted_run", "record_of"]
+
+
+async def retry_failed(d: Handle, execution_id: str) -> Execution:
+    """A manual retry (``flux execution retry``): a FAILED execution goes back in line as CREATED with
+    its attempt one higher (and ``max_attempts`` raised to it when spent), its attempts kept.
+
+    The store reopens the row only if it is still FAILED (``Store.reopen``), so two operators
+    retrying at once start one attempt, and a replica's copy never goes back in time.
+    """
+    found = d.table.current(execution_id) or await d.store.get_execution(execution_id)
+    if found is None:
+        raise NotFound(f"execution {execution_id!r} does not exist")
+    if found.state is not State.FAILED:
+        raise FailedPrecondition(
+            f"execution {execution_id} is {found.state.label}; only a FAILED execution can be retried"
+        )
+    if execution_id in d.table.committing:
+        raise FailedPrecondition(
+            f"execution {execution_id} is still being stored as FAILED; retry in a moment"
+        )
+    now = d.clock()
+    attempt = found.attempt + 1
+    reopened = found.evolve(
+        state=State.CREATED,
+        worker="",
+        gpu_indices=(),
+        attempt=attempt,
+        max_attempts=max(found.max_attempts, attempt),
+        reason="",
+        not_before=0.0,
+        started_at=0.0,
+        output_json="",
+        updated_at=now,
+        generation=found.generation + 1,
+    )
+    if not await d.store.reopen(reopened):
+        raise FailedPrecondition(f"execution {execution_id} changed meanwhile; look at it again")
+    d.table.finished.pop(execution_id, None)
+    if reopened.execution_id not in d.table:
+        held = d.table.add(reopened)
+        shape = d.catalogue.shape_of(held)
+        d.queue_up(held, shape)
+        d.passes.work_added([shape])
+    return await d.with_input(reopened)
