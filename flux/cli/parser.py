@@ -12,7 +12,6 @@ import argparse
 import os
 from collections.abc import Iterator
 
-from flux.auth import Role
 from flux.cli.arguments import (
     EXECUTION_STATES,
     count,
@@ -28,6 +27,7 @@ from flux.cli.parser_start import add_start
 from flux.cli.support import DEFAULT_LIMIT, EXIT_STATUS, EXIT_TIMED_OUT
 from flux.defaults import default_server
 from flux.domain.tenant import FIELDS
+from flux.security import Role
 
 TENANT_ROLES = ("read", "submit", "admin", "cluster-admin")
 

@@ -56,7 +56,7 @@ from flux.matching import (
     Placement,
     Shape,
 )
-from flux.store.base import ExecutionQuery, Store
+from flux.store import ExecutionQuery, Store
 
 __all__ = ["Diagnosis", "Dispatcher", "Settings", "WorkerRegistration"]
 

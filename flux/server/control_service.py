@@ -16,8 +16,6 @@ from collections.abc import AsyncIterator, Callable
 
 import grpc
 
-from flux import tracing
-from flux.auth import bearer
 from flux.dispatcher.core import Dispatcher
 from flux.dispatcher.reads import waiting
 from flux.dispatcher.reads.listing import execution_query, page_token
@@ -25,8 +23,10 @@ from flux.dispatcher.reads.worker_pages import worker_page
 from flux.dispatcher.state.tenants import OPERATOR, Caller
 from flux.domain.execution import Execution
 from flux.errors import NotFound, Unauthenticated
+from flux.observe import tracing
 from flux.observe.fleet import Change
 from flux.observe.status import StatusBoard
+from flux.security import bearer
 from flux.server import convert
 from flux.server.answers import abort, call_refused, unary
 from flux.server.callers import Callers

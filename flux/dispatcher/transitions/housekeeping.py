@@ -14,7 +14,7 @@ from flux.dispatcher.state.registry import placeholder
 from flux.dispatcher.state.session import Stop
 from flux.dispatcher.transitions import submission
 from flux.domain.execution import Execution, ExecutionError, State
-from flux.store.base import Recovered
+from flux.store import Recovered
 
 if TYPE_CHECKING:
     from flux.dispatcher.handle import Handle
