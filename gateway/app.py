@@ -15,9 +15,10 @@ from dataclasses import dataclass
 import grpc
 from fastapi import FastAPI
 
+import gateway.clients as clients
+import gateway.workers as workers
 from flux import defaults
 from flux.security import Role
-from gateway import clients, workers
 from gateway.browser import CrossSiteCheck, HostCheck, NoFraming, cors, dashboard, docs
 from gateway.core import Core
 from gateway.observe import health, metrics
