@@ -69,7 +69,7 @@ run: $(STAMP) node-deps
 
 # The matcher alone over a sample fleet built around this machine; no server needed.
 demo: $(STAMP)
-	$(PY) -m flux.demo
+	$(PY) -m flux.cli.demo
 
 bench: $(STAMP)
 	$(PY) -m bench

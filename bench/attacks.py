@@ -32,7 +32,7 @@ from typing import Any
 import httpx
 
 from bench.common import percentiles, write
-from flux.auth import Role
+from flux.security import Role
 from flux.testing import Cluster
 from flux.v1 import control_pb2, control_pb2_grpc
 

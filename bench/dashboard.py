@@ -35,9 +35,8 @@ import grpc
 import httpx
 
 from bench.common import percentiles, write
-from flux.auth import Role
-from flux.testing import Cluster
-from flux.testing_browser import CHROMIUM_ARGS, chromium_path
+from flux.security import Role
+from flux.testing import CHROMIUM_ARGS, Cluster, chromium_path
 from flux.v1 import control_pb2, control_pb2_grpc, resources_pb2, worker_pb2, worker_pb2_grpc
 
 WORKFLOWS = Path(__file__).with_name("workflows.py")
@@ -45,7 +44,7 @@ WORKERS = 1000
 PENDING = 10_000
 LOADS = 3
 CHANGES = 10
-POLL_S = 2.0  # the page's poll interval without a feed (POLL_MS in gateway/ui/js/live.js)
+POLL_S = 2.0  # the page's poll interval without a feed (POLL_MS in gateway/browser/ui/js/live.js)
 STREAMS_PER_CHANNEL = 100
 TOKEN_KEY = "flux.dashboard.token"
 

@@ -42,8 +42,8 @@ import psycopg
 from httpx_sse import connect_sse
 
 from bench.common import percentiles, write
-from flux.auth import Role
 from flux.client import FluxClient
+from flux.security import Role
 from flux.testing import TRANSPORTS, Cluster, eventually
 from flux.v1 import control_pb2, control_pb2_grpc, resources_pb2, worker_pb2, worker_pb2_grpc
 

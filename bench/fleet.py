@@ -37,7 +37,7 @@ import grpc
 import psutil
 
 from bench.common import percentiles, write
-from flux.auth import Credentials, Role
+from flux.security import Credentials, Role
 from flux.testing import Cluster
 from flux.v1 import control_pb2, control_pb2_grpc, resources_pb2, worker_pb2, worker_pb2_grpc
 

@@ -36,9 +36,9 @@ from typing import Any
 import grpc
 
 from bench.common import write
-from flux.auth import Role
 from flux.keda import externalscaler_pb2 as pb
 from flux.keda import externalscaler_pb2_grpc as pb_grpc
+from flux.security import Role
 from flux.testing import Cluster, plain
 from flux.v1 import control_pb2, control_pb2_grpc
 

@@ -146,8 +146,8 @@ def room_round(room: int) -> dict[str, float]:
 
 
 def _room_burst(cluster: Cluster, room: int) -> dict[str, float]:
-    from flux.auth import Role
     from flux.client import FluxClient
+    from flux.security import Role
 
     client = None
     try:

@@ -36,8 +36,8 @@ from pathlib import Path
 import psutil
 
 from bench.common import percentiles, write
-from flux.auth import Role
 from flux.client import WaitTimedOut
+from flux.security import Role
 from flux.testing import Cluster, eventually
 
 RUNS = int(os.environ.get("BENCH_LOADED_RUNS", "200"))
@@ -72,7 +72,7 @@ WORKER = """
 import asyncio, sys, time
 from pathlib import Path
 import psutil
-from flux.auth import Credentials, Role
+from flux.security import Credentials, Role
 from flux.worker.cpu_usage import Counters, WindowedCpu
 from flux.worker.grpc_transport import GrpcTransport
 from flux.worker.probe import ResourceProbe

@@ -108,8 +108,8 @@ def _measure(
 
 
 def flux() -> dict[str, object]:
-    from flux.auth import Role
     from flux.client import FluxClient
+    from flux.security import Role
     from flux.testing import Cluster
 
     workdir = Path(tempfile.mkdtemp(prefix="peers-flux-"))

@@ -5,7 +5,7 @@ Two figures:
 - ``push_latency_ms``: from submitting one execution that only an empty pool
   could run to KEDA's ``StreamIsActive`` delivering ``true`` (target <= 50 ms).
   A real server with ``--keda-port`` on loopback; the stream is held by the
-  KEDA emulator (flux/testing_keda.py); the execution is cancelled after each
+  KEDA emulator (flux/testing/keda.py); the execution is cancelled after each
   sample and the ``false`` push awaited before the next, so every sample starts
   from an idle pool. The submission's own RunWorkflow round trip is included.
 - ``demand_ms``: one demand computation (``PoolBook.demand_now``: learned
@@ -31,8 +31,7 @@ from flux.domain.resource_request import ResourceRequest
 from flux.domain.worker import Gpu, WorkerResources, WorkerSoftware
 from flux.matching import Shape, WorkerView
 from flux.matching.pools import POOL_LABEL, parse_pools
-from flux.testing import Cluster, plain
-from flux.testing_keda import KedaEmulator
+from flux.testing import Cluster, KedaEmulator, plain
 
 SAMPLES = int(os.environ.get("BENCH_POOLS_SAMPLES", "30"))
 PENDING = 10_000

@@ -21,8 +21,8 @@ import time
 from pathlib import Path
 
 from bench.common import percentiles, write
-from flux.auth import Credentials
 from flux.client import FluxClient
+from flux.security import Credentials
 from flux.testing import Cluster, eventually
 from flux.v1 import control_pb2
 

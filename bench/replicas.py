@@ -15,7 +15,7 @@ import psycopg
 
 from bench.common import write
 from bench.dispatch import BURST, SEQUENTIAL, figures, ratios
-from flux.testing_postgres import TemporaryPostgres
+from flux.testing.postgres import TemporaryPostgres
 
 SCENARIOS = {"postgres_1_replica": 1, "postgres_2_replicas": 2}
 

@@ -104,7 +104,7 @@ def main() -> int:
     except ImportError:
         print("this example needs the otel extra: pip install -e '.[otel]'", file=sys.stderr)
         return 1
-    from flux import tracing
+    from flux.observe import tracing
     from flux.testing import Cluster
 
     # Only this cluster's settings: not the shell's server, tokens or collector.

@@ -15,13 +15,15 @@ from dataclasses import dataclass
 import grpc
 from fastapi import FastAPI
 
+import gateway.clients as clients
+import gateway.workers as workers
 from flux import defaults
-from flux.auth import Role
-from gateway import clients, cors, dashboard, docs, errors, events, health, metrics, tenants, tickets, workers
-from gateway.auth import Guard, HeaderAuth
-from gateway.browsers import CrossSiteCheck, HostCheck, NoFraming
+from flux.security import Role
+from gateway.browser import CrossSiteCheck, HostCheck, NoFraming, cors, dashboard, docs
 from gateway.core import Core
-from gateway.limits import BodyLimit
+from gateway.observe import health, metrics
+from gateway.security import BodyLimit, Guard, HeaderAuth, tickets
+from gateway.wire import errors
 
 
 @dataclass(frozen=True, slots=True)
@@ -42,10 +44,10 @@ class GatewaySettings:
     cors_origins: tuple[str, ...] = ()
     # Seconds a stream ticket may wait to open its stream.
     ticket_ttl: float = tickets.DEFAULT_TTL
-    # Host names the gateway answers to (gateway.browsers.allowed_hosts); empty answers any Host.
+    # Host names the gateway answers to (gateway.browser.browsers.allowed_hosts); empty answers any Host.
     allowed_hosts: tuple[str, ...] = ()
     # The core runs without auth (--insecure): state-changing requests need a header a
-    # cross-site page cannot send (gateway.browsers.CrossSiteCheck).
+    # cross-site page cannot send (gateway.browser.browsers.CrossSiteCheck).
     insecure: bool = False
 
 
@@ -89,9 +91,9 @@ def create_app(settings: GatewaySettings | None = None, channel: grpc.aio.Channe
     docs.install(app)
     app.include_router(workers.router)
     app.include_router(clients.router)
-    app.include_router(tenants.router)
+    app.include_router(clients.tenants_router)
     app.include_router(tickets.router)
-    app.include_router(events.router)
+    app.include_router(clients.events_router)
     app.include_router(health.router)
     app.include_router(metrics.router)
     dashboard.install(app)
@@ -117,8 +119,8 @@ def _guards() -> list[tuple[object, Guard]]:
         stream = path.endswith("/connect")
         guards.append((route, Guard(Role.WORKER, session, ticket=stream)))
     guards += [(route, Guard(Role.CLIENT)) for route in clients.router.routes]
-    guards += [(route, Guard(Role.CLIENT)) for route in tenants.router.routes]
+    guards += [(route, Guard(Role.CLIENT)) for route in clients.tenants_router.routes]
     guards += [(route, Guard(None)) for route in tickets.router.routes]
     # The observer streams: the API token in the header, or a ticket the route redeems.
-    guards += [(route, Guard(Role.CLIENT, ticket=True)) for route in events.router.routes]
+    guards += [(route, Guard(Role.CLIENT, ticket=True)) for route in clients.events_router.routes]
     return guards

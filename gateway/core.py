@@ -10,9 +10,9 @@ import grpc
 from fastapi import Request
 from grpc_health.v1 import health_pb2_grpc
 
-from flux.auth import Credentials
+from flux.security import Credentials
 from flux.v1 import control_pb2_grpc, worker_pb2_grpc
-from gateway import tracing
+from gateway.observe import tracing
 
 CHANNEL_OPTIONS = [
     ("grpc.keepalive_time_ms", 20_000),
@@ -55,7 +55,7 @@ class Core:
     def for_caller(self, authorization: str | None) -> Core:
         """The same channel, with the caller's credentials on every call: the core decides, not us.
 
-        Calls made inside ``gateway.tracing.submitting`` also carry the submission's trace context.
+        Calls made inside ``gateway.observe.tracing.submitting`` also carry the submission's trace context.
         """
         metadata = (("authorization", authorization),) if authorization else ()
         return Core(

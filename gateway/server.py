@@ -20,7 +20,7 @@ from sse_starlette.sse import AppStatus
 from flux import defaults
 from flux.observe import logs
 from gateway.app import GatewaySettings, create_app
-from gateway.connections import (
+from gateway.security import (
     BACKLOG,
     HttpLimits,
     bind,
@@ -49,7 +49,7 @@ async def run(config: GatewayConfig) -> None:
     """Serve until SIGINT or SIGTERM. A port that cannot be bound raises OSError naming it."""
     import signal
 
-    from flux.auth import plaintext_warning
+    from flux.security import plaintext_warning
 
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()

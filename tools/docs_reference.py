@@ -146,7 +146,7 @@ def cli_reference() -> str:
 
 
 def http_reference() -> str:
-    from gateway.app import create_app
+    from gateway import create_app
 
     document = create_app().openapi()
     by_tag: dict[str, list[tuple[str, str, dict]]] = {}

@@ -34,9 +34,9 @@ from bench.chaos.load import Load
 from bench.chaos.proxy import FaultProxy
 from bench.chaos.sampler import Sampler
 from bench.common import percentiles
-from flux.auth import Credentials, Role
 from flux.client import FluxClient
 from flux.errors import FluxError
+from flux.security import Credentials, Role
 from flux.testing import Cluster, eventually
 from flux.v1 import control_pb2
 
@@ -143,7 +143,7 @@ def _cluster(store: str, workdir: Path, workers: int) -> Iterator[ChaosFleet]:
     stack = contextlib.ExitStack()
     with stack:
         if store == "postgres":
-            from flux.testing_postgres import TemporaryPostgres
+            from flux.testing.postgres import TemporaryPostgres
 
             postgres = stack.enter_context(TemporaryPostgres())
             cluster = Cluster(workdir, db=postgres.database())

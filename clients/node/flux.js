@@ -78,7 +78,7 @@ function channelCredentials() {
   return ca ? grpc.credentials.createSsl(fs.readFileSync(ca)) : grpc.credentials.createInsecure();
 }
 
-// Same order as flux/auth.py caller_token: environment, then ./.flux/<role>.token.
+// Same order as flux/security/auth.py caller_token: environment, then ./.flux/<role>.token.
 function token(role) {
   const env = role === "worker" ? "FLUX_WORKER_TOKEN" : "FLUX_API_TOKEN";
   if (process.env[env]) return process.env[env];
@@ -570,7 +570,7 @@ async function explain(args) {
 // ------------------------------------------------------------------ tenants (HTTP)
 //
 // Tenant administration over the gateway's HTTP API, mirroring the Python client's
-// `client.tenants` (flux/tenant_admin.py). Every call needs an admin API token.
+// `client.tenants` (flux/client/tenant_admin.py). Every call needs an admin API token.
 //
 //   const { FluxClient } = require("./flux.js");
 //   const client = new FluxClient({ gateway: "http://127.0.0.1:8080" });  // token: $FLUX_API_TOKEN

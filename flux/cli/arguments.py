@@ -50,7 +50,7 @@ def quantity(flag: str):  # type: ignore[no-untyped-def]
 
 
 def origin(text: str) -> str:
-    from gateway.cors import origin as browser_origin
+    from gateway import cors_origin as browser_origin
 
     try:
         return browser_origin(text)

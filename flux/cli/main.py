@@ -13,11 +13,10 @@ import os
 import sys
 from collections.abc import Sequence
 
-from flux import tracing
 from flux.cli.parser import build_parser
 from flux.cli.support import EXIT_INTERRUPTED, UsageError, error
 from flux.errors import FluxError
-from flux.observe import logs
+from flux.observe import logs, tracing
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -32,7 +31,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"error: --log-level: {exc}", file=sys.stderr)
         return 2
     _warn_token_flags(args)
-    # Spans only where OTEL_* settings ask for them (flux/tracing.py); one service name per role,
+    # Spans only where OTEL_* settings ask for them (flux/observe/tracing.py); one service name per role,
     # read from the handler's name: `flux start X` runs flux.cli.commands.start.start_X.
     role = getattr(args.run, "__name__", "").removeprefix("start_")
     tracing.setup(f"flux-{role}" if role in ("server", "worker", "gateway") else "flux-cli")

@@ -8,11 +8,11 @@ from __future__ import annotations
 
 import argparse
 
-from flux.auth import Role
 from flux.cli.arguments import duration
 from flux.cli.commands.lazy import command
 from flux.defaults import default_server
 from flux.domain.tenant import FIELDS
+from flux.security import Role
 
 TENANT_ROLES = ("read", "submit", "admin", "cluster-admin")
 

@@ -38,8 +38,8 @@ def error(text: str) -> None:
 
 
 def connect(args: argparse.Namespace) -> FluxClient:
-    from flux.auth import Credentials, Role
     from flux.client import FluxClient
+    from flux.security import Credentials, Role
 
     credentials = Credentials.for_role(Role.CLIENT, args.api_token, args.ca, args.api_token_file)
     return FluxClient(args.server, credentials=credentials)
@@ -52,7 +52,7 @@ class ServiceCalls:
     TIMEOUT = 30.0
 
     def __init__(self, args: argparse.Namespace, stub: Callable[[Any], Any]):
-        from flux.auth import Credentials, Role
+        from flux.security import Credentials, Role
 
         self.address = args.server
         self._credentials = Credentials.for_role(Role.CLIENT, args.api_token, args.ca, args.api_token_file)
@@ -68,7 +68,7 @@ class ServiceCalls:
     def call(self, method: str, request: Any) -> Any:
         import grpc
 
-        from flux.client_requests import rpc_error
+        from flux.client import rpc_error
 
         try:
             return getattr(self._stub, method)(

@@ -58,7 +58,7 @@ from flux.matching import (
     Placement,
     Shape,
 )
-from flux.store.base import ExecutionQuery, Store
+from flux.store import ExecutionQuery, Store
 
 __all__ = ["Diagnosis", "Dispatcher", "Settings", "WorkerRegistration"]
 
@@ -189,7 +189,7 @@ class Dispatcher:
         every_workflow: bool = True,
         overrides: submission.Overrides = submission.NO_OVERRIDES,
     ) -> Execution:
-        """``trace``: the caller's W3C context (flux/tracing.py carrier), stored with the execution.
+        """``trace``: the caller's W3C context (flux/observe/tracing.py carrier), stored with the execution.
         ``every_workflow`` False: ``tenant`` may run only its own workflows and ``default``'s.
         ``overrides``: this run's attempt timeout and retry policy, in place of the workflow's."""
         return await submission.submit(

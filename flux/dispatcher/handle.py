@@ -37,7 +37,7 @@ if TYPE_CHECKING:
     from flux.domain.tenant import Tenant
     from flux.matching import Aging, FeasibilityCache, PendingQueue, Placement, Shape
     from flux.matching.pools import PoolDemand
-    from flux.store.base import Store
+    from flux.store import Store
 
 
 @runtime_checkable

@@ -114,7 +114,7 @@ class Execution:
     priority: int = 0
     # The tenant that submitted it (flux.domain.tenant): who may see it, whose quota it counts on.
     tenant: str = "default"
-    # The W3C trace context its submission came with ("traceparent[ tracestate]"; flux/tracing.py),
+    # The W3C trace context its submission came with ("traceparent[ tracestate]"; flux/observe/tracing.py),
     # stored with it so its trace survives a restart and a move between replicas; "" untraced.
     trace: str = ""
     # The context of its latest dispatch span: a requeue's next attempt links to it. Memory only.

@@ -1,6 +1,6 @@
 """Who a client call speaks for, and what its role lets it call.
 
-``flux.auth`` knows the server's two configured tokens; this adds the tenants'
+``flux.security`` knows the server's two configured tokens; this adds the tenants'
 tokens (``flux token create``), which live in the store. The interceptor asks
 ``refine`` about every call, so a role is enforced before a servicer runs; a
 servicer asks ``of`` for the caller, to show and change only its tenant's
@@ -11,9 +11,9 @@ from __future__ import annotations
 
 import grpc
 
-from flux.auth import Role, Tokens, bearer
 from flux.dispatcher.state.tenants import INVALID, OPERATOR, RANK, Caller, TenantDirectory
 from flux.errors import PermissionDenied, Unauthenticated
+from flux.security import Role, Tokens, bearer
 
 # Methods that change what every tenant shares: only a cluster admin may call them. Any
 # TenantService method not named in TENANT_ADMIN below is one too, so a method added there
@@ -98,11 +98,11 @@ class Callers:
     async def refine(
         self, refusal: tuple[grpc.StatusCode, str] | None, method: str, token: str
     ) -> tuple[grpc.StatusCode, str] | None:
-        """The interceptor's answer with tenants' tokens: ``refusal`` is flux.auth's, on its two tokens."""
+        """The interceptor's answer with tenants' tokens: ``refusal`` is flux.security's, on its two tokens."""
         if refusal is not None and refusal[0] is grpc.StatusCode.UNAUTHENTICATED and token:
             found = await self.directory.lookup(token)
             if isinstance(found, str):
-                # An expired or revoked token is told so; one never issued gets flux.auth's words.
+                # An expired or revoked token is told so; one never issued gets flux.security's words.
                 return refusal if found == INVALID else (grpc.StatusCode.UNAUTHENTICATED, found)
             worker_call = method.startswith(WORKER_SERVICE)
             if found.worker:

@@ -16,8 +16,6 @@ from collections.abc import AsyncIterator, Callable
 
 import grpc
 
-from flux import tracing
-from flux.auth import bearer
 from flux.dispatcher.core import Dispatcher
 from flux.dispatcher.reads import waiting
 from flux.dispatcher.reads.listing import execution_query, page_token
@@ -25,8 +23,10 @@ from flux.dispatcher.reads.worker_pages import worker_page
 from flux.dispatcher.state.tenants import OPERATOR, Caller
 from flux.domain.execution import Execution
 from flux.errors import NotFound, Unauthenticated
+from flux.observe import tracing
 from flux.observe.fleet import Change
 from flux.observe.status import StatusBoard
+from flux.security import bearer
 from flux.server import convert
 from flux.server.answers import abort, call_refused, unary
 from flux.server.callers import Callers
@@ -383,7 +383,7 @@ class ControlService(control_pb2_grpc.ControlServiceServicer):
 
     @unary()
     async def GetMetrics(self, request: control_pb2.GetMetricsRequest, context: grpc.aio.ServicerContext):
-        # Open without a token (flux.auth.OPEN): aggregates only, nothing that names a worker or workflow.
+        # Open without a token (flux.security.auth.OPEN): aggregates only, nothing that names a worker or workflow.
         # Tenants' names, quotas and usage only for the metrics token or a cluster admin's.
         status = convert.status_to_proto(await self.status.aggregate(METRICS_MAX_AGE))
         if not await self._sees_every_tenant(context):

@@ -5,7 +5,6 @@ from __future__ import annotations
 import functools
 from types import MappingProxyType
 
-from flux import tracing
 from flux.dispatcher.core import Diagnosis, WorkerRegistration
 from flux.dispatcher.state.lifecycle import Counters, Refusal
 from flux.dispatcher.state.session import Event, Ping, Scheduled, Stop
@@ -26,6 +25,7 @@ from flux.domain.resource_request import ResourceRequest
 from flux.domain.worker import DEFAULT_RUNTIME, WorkerResources, WorkerSoftware
 from flux.domain.workflow import WorkflowRecord
 from flux.errors import InvalidArgument, status_of
+from flux.observe import tracing
 from flux.observe.fleet import Change
 from flux.observe.status import Allocation, Status
 from flux.server.pool_convert import pools_to_proto

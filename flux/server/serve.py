@@ -17,10 +17,10 @@ import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 
 from flux import defaults
-from flux.auth import AuthInterceptor, Tokens, is_loopback, plaintext_warning
 from flux.dispatcher.core import Dispatcher, Settings
 from flux.dispatcher.state.freezing import freeze, unwatch, watch
 from flux.observe import logs, pauses
+from flux.security import AuthInterceptor, Tokens, is_loopback, plaintext_warning
 from flux.server.callers import Callers
 from flux.server.control_service import ControlService
 from flux.server.interceptors import DecodeGuard
@@ -41,7 +41,7 @@ from flux.v1 import (
 )
 
 if TYPE_CHECKING:
-    from gateway.connections import HttpLimits
+    from gateway import HttpLimits
 
 log = logging.getLogger("flux.server")
 
@@ -137,11 +137,11 @@ def build_dispatcher(config: ServerConfig) -> Dispatcher:
         settings = replace(settings, server_id=uuid.uuid4().hex[:12])
     if is_postgres(config.db):
         from flux.dispatcher.modes.shared.replica import shared
-        from flux.store.postgres import PostgresStore
+        from flux.store import PostgresStore
 
         store = PostgresStore(config.db, settings.server_id)
         return Dispatcher(store, settings, modes=shared(store))
-    from flux.store.sqlite import SqliteStore
+    from flux.store import SqliteStore
 
     return Dispatcher(SqliteStore(config.db.removeprefix("sqlite:///").removeprefix("sqlite://")), settings)
 
@@ -343,7 +343,7 @@ async def serve(config: ServerConfig) -> None:
 
             host = loopback_for(config.host)
             core = f"[{host}]:{running.port}" if ":" in host else f"{host}:{running.port}"
-            from gateway.browsers import allowed_hosts
+            from gateway import allowed_hosts
 
             insecure = config.tokens is None
             settings = GatewaySettings(

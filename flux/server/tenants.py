@@ -22,7 +22,7 @@ from flux.errors import InvalidArgument, NotFound, PermissionDenied
 from flux.server.answers import unary
 from flux.server.callers import Callers
 from flux.server.tenant_convert import tenant_from_proto, tenant_to_proto
-from flux.store.base import AuditRecord, TokenRecord
+from flux.store import AuditRecord, TokenRecord
 from flux.v1 import tenants_pb2, tenants_pb2_grpc
 
 log = logging.getLogger("flux.server")

@@ -19,8 +19,8 @@ from typing import Any, Protocol, runtime_checkable
 
 from flux.domain.execution import Execution, ExecutionError
 from flux.domain.workflow import WorkflowRecord
-from flux.store import notices
 from flux.store.base import Held, PendingRef, WorkerRecord
+from flux.store.notices import Notice
 
 __all__ = ["ClusterMembership", "QuotaGuard", "SharedStore"]
 
@@ -104,7 +104,7 @@ class SharedStore(Protocol):
     def unavailable(self) -> tuple[type[BaseException], ...]:
         """The errors that mean the shared database cannot be reached right now (``Store.unavailable``)."""
 
-    def subscribe(self, callback: Callable[[notices.Notice], None]) -> None:
+    def subscribe(self, callback: Callable[[Notice], None]) -> None:
         """Call ``callback`` with each notice any replica (this one too) sends."""
 
     def claim(self, dispatches: list[Execution]) -> asyncio.Future[dict[str, Execution]]:

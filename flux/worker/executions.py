@@ -20,7 +20,6 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Protocol, TypeVar
 
-from flux import tracing
 from flux.context import ExecutionContext
 from flux.domain.execution import ExecutionError
 from flux.errors import (
@@ -32,6 +31,7 @@ from flux.errors import (
     ResourceExhausted,
     Unavailable,
 )
+from flux.observe import tracing
 from flux.worker.batching import Batcher
 from flux.worker.code_cache import CodeCache
 from flux.worker.transport import Dispatch, Outcome

@@ -10,12 +10,12 @@ from typing import TypeVar
 
 import grpc
 
-from flux import tracing
-from flux.auth import TLS_HINT, Credentials, speaks_tls
 from flux.domain.execution import ExecutionError, WorkflowRef
 from flux.domain.resource_request import ResourceRequest
 from flux.domain.worker import WorkerResources, WorkerSoftware
 from flux.errors import InvalidArgument, Unavailable, Unimplemented, from_code_name, from_rpc_error
+from flux.observe import tracing
+from flux.security import TLS_HINT, Credentials, speaks_tls
 from flux.v1 import worker_pb2, worker_pb2_grpc
 from flux.worker.call_stream import CallStream
 from flux.worker.transport import (

@@ -12,8 +12,8 @@ import signal
 from dataclasses import dataclass, field
 
 from flux import defaults
-from flux.auth import Credentials
 from flux.observe import logs
+from flux.security import Credentials
 from flux.worker.cpu_usage import CpuObserver
 from flux.worker.gpu import SimulatedGpuReader
 from flux.worker.probe import Caps, ResourceProbe

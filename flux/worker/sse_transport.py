@@ -23,7 +23,6 @@ import grpc
 from google.protobuf import json_format
 from google.protobuf.message import Message
 
-from flux.auth import Credentials
 from flux.domain.execution import ExecutionError
 from flux.domain.worker import WorkerResources, WorkerSoftware
 from flux.errors import (
@@ -36,6 +35,7 @@ from flux.errors import (
     Unimplemented,
     from_grpc_code,
 )
+from flux.security import Credentials
 from flux.v1 import worker_pb2
 from flux.worker.grpc_transport import (
     complete_batch_request,

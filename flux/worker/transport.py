@@ -47,7 +47,7 @@ class Dispatch:
     workflow: WorkflowRef
     gpu_indices: tuple[int, ...]
     requests: ResourceRequest
-    # The dispatch's trace context (flux/tracing.py carrier); "" when not traced.
+    # The dispatch's trace context (flux/observe/tracing.py carrier); "" when not traced.
     trace: str = ""
     # The attempt's time limit in seconds (0: none): a sync body with one runs in a child process,
     # which can be killed when the server stops the attempt.

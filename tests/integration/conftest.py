@@ -7,8 +7,8 @@ import pytest
 from sse_starlette.sse import AppStatus
 
 from flux.testing import TRANSPORTS, Cluster
-from flux.testing_browser import CHROMIUM_ARGS, chromium_path
-from flux.testing_postgres import TemporaryPostgres
+from flux.testing.browser import CHROMIUM_ARGS, chromium_path
+from flux.testing.postgres import TemporaryPostgres
 
 WORKFLOWS = Path(__file__).with_name("workflows.py")
 

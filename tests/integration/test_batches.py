@@ -19,8 +19,8 @@ from typing import Any
 import grpc
 import pytest
 
-from flux.auth import Credentials, Role
 from flux.errors import Unimplemented
+from flux.security import Credentials, Role
 from flux.testing import Cluster, eventually
 from flux.v1 import control_pb2, resources_pb2, worker_pb2, worker_pb2_grpc
 from flux.worker.grpc_transport import GrpcTransport

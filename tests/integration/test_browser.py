@@ -19,7 +19,7 @@ from typing import Any
 
 import pytest
 
-from flux.auth import Role
+from flux.security import Role
 from flux.testing import Cluster, eventually
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(180)]

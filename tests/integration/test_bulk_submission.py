@@ -16,8 +16,8 @@ import grpc
 import httpx
 import pytest
 
-from flux.auth import Role
 from flux.errors import InvalidArgument
+from flux.security import Role
 from flux.testing import Cluster
 from flux.v1 import control_pb2, control_pb2_grpc
 

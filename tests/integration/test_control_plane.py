@@ -8,8 +8,8 @@ import time
 import grpc
 import pytest
 
-from flux.auth import Role
 from flux.errors import FailedPrecondition, InvalidArgument, NotFound
+from flux.security import Role
 from flux.testing import Cluster, eventually
 from flux.v1 import control_pb2, resources_pb2, worker_pb2, worker_pb2_grpc
 

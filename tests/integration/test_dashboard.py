@@ -13,7 +13,7 @@ import re
 import httpx
 import pytest
 
-from flux.auth import Role
+from flux.security import Role
 from flux.testing import Cluster, eventually
 from flux.v1 import control_pb2
 from tests.integration.browser import screenshot

@@ -1,4 +1,4 @@
-"""The dashboard's live-feed adapter (gateway/ui/js/stream.js, live.js) in a real chromium.
+"""The dashboard's live-feed adapter (gateway/browser/ui/js/stream.js, live.js) in a real chromium.
 
 No server: the page's files are served from the package by Playwright's router
 on a made-up origin, and ``fetch``/``EventSource`` are replaced inside the page,

@@ -13,8 +13,8 @@ from __future__ import annotations
 import httpx
 import pytest
 
-from flux.auth import Credentials, Role
 from flux.client import FluxClient
+from flux.security import Credentials, Role
 from flux.testing import Cluster, eventually
 from flux.v1 import control_pb2
 from tests.integration.browser import screenshot

@@ -35,7 +35,7 @@ import psycopg
 import pytest
 import yaml
 
-from flux.testing_postgres import TemporaryPostgres
+from flux.testing.postgres import TemporaryPostgres
 from tests.integration.test_readme import Block, Session, _sandbox, _venv, commands, parse_blocks
 
 pytestmark = [pytest.mark.integration]

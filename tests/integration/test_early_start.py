@@ -16,8 +16,8 @@ from typing import Any
 
 import pytest
 
-from flux.auth import Role
 from flux.errors import Unavailable
+from flux.security import Role
 from flux.testing import Cluster, eventually
 from flux.v1 import control_pb2
 from flux.worker import executions

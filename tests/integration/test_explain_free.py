@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from flux.auth import Role
+from flux.security import Role
 from flux.testing import Cluster, eventually
 from flux.v1 import resources_pb2, worker_pb2, worker_pb2_grpc
 

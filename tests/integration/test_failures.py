@@ -10,8 +10,8 @@ import time
 import grpc
 import pytest
 
-from flux.auth import Role
 from flux.errors import FluxError
+from flux.security import Role
 from flux.testing import Cluster, eventually
 from flux.v1 import control_pb2, control_pb2_grpc
 
@@ -129,7 +129,7 @@ def test_restart_keeps_queued_work_queued(cluster: Cluster) -> None:
 @pytest.mark.transports("grpc")  # raw gRPC stubs; the SSE twin is in test_gateway.py
 def test_unclaimed_dispatch_returns_to_created_after_the_ack_deadline(cluster: Cluster) -> None:
 
-    from flux.auth import Role
+    from flux.security import Role
     from flux.v1 import resources_pb2, worker_pb2, worker_pb2_grpc
 
     channel = cluster.channel(Role.WORKER)

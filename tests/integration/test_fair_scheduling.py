@@ -15,7 +15,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from flux.auth import Role
+from flux.security import Role
 from flux.testing import Cluster, eventually
 from flux.v1 import control_pb2
 

@@ -25,10 +25,10 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from schemathesis import GenerationMode
 
-from flux.auth import Role
+from flux.security import Role
 from flux.testing import Cluster
 from gateway.app import create_app
-from gateway.limits import MAX_BODY_BYTES
+from gateway.security.limits import MAX_BODY_BYTES
 
 pytestmark = pytest.mark.integration
 

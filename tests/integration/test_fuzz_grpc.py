@@ -17,7 +17,7 @@ from google.protobuf.message_factory import GetMessageClass
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from flux.auth import Role
+from flux.security import Role
 from flux.testing import Cluster
 from flux.v1 import control_pb2, worker_pb2
 

@@ -19,7 +19,7 @@ import httpx
 import pytest
 from httpx_sse import ServerSentEvent, connect_sse
 
-from flux.auth import Role
+from flux.security import Role
 from flux.testing import Cluster, eventually
 
 pytestmark = [pytest.mark.integration, pytest.mark.transports("sse")]

@@ -23,7 +23,7 @@ import grpc
 import httpx
 import pytest
 
-from flux.auth import Role
+from flux.security import Role
 from flux.testing import Cluster, eventually
 from flux.v1 import control_pb2, control_pb2_grpc
 

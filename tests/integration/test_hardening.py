@@ -12,8 +12,8 @@ import grpc
 import httpx
 import pytest
 
-from flux.auth import Role
 from flux.errors import ResourceExhausted
+from flux.security import Role
 from flux.testing import Cluster, eventually
 from flux.v1 import control_pb2, resources_pb2, worker_pb2, worker_pb2_grpc
 

@@ -439,7 +439,7 @@ def test_the_guides_in_pod_commands_run_against_a_server_started_as_the_pod_star
     (in args, env and the command) lie under the temporary root.
     """
     from flux.testing import LISTENING, plain
-    from flux.testing_processes import spawn
+    from flux.testing.processes import spawn
     from tests.integration.tls import make_pki
 
     argvs = in_pod_commands()

@@ -9,7 +9,7 @@ import httpx
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from flux.auth import Role
+from flux.security import Role
 from flux.testing import Cluster, eventually
 
 pytestmark = [pytest.mark.integration, pytest.mark.transports("grpc")]

@@ -26,7 +26,7 @@ from schemathesis.checks import (
     status_code_conformance,
 )
 
-from flux.auth import Role
+from flux.security import Role
 from flux.testing import Cluster
 
 pytestmark = pytest.mark.integration

@@ -20,10 +20,10 @@ from typing import Any
 import grpc
 import pytest
 
-from flux.auth import Credentials, Role
 from flux.client import FluxClient
-from flux.client_requests import workflow_request
-from flux.loader import load_workflow_file
+from flux.client.requests import workflow_request
+from flux.registration.loader import load_workflow_file
+from flux.security import Credentials, Role
 from flux.testing import Cluster
 from flux.v1 import control_pb2, pools_pb2, tenants_pb2, worker_pb2
 

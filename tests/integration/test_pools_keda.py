@@ -1,6 +1,6 @@
 """Worker pools end to end, and KEDA's external scaler driven by an emulator of KEDA itself.
 
-The emulator (flux/testing_keda.py) replays KEDA's calls against the real
+The emulator (flux/testing/keda.py) replays KEDA's calls against the real
 ``--keda-port`` and starts and stops real worker processes of the pool, as
 the pool's Deployment would: 0 -> N on GPU work, back to 0 after the
 cooldown, and a worker stopped (SIGTERM) mid-run loses nothing.
@@ -18,11 +18,11 @@ from pathlib import Path
 import grpc
 import pytest
 
-from flux.auth import Role
 from flux.keda import externalscaler_pb2 as pb
 from flux.keda import externalscaler_pb2_grpc as pb_grpc
+from flux.security import Role
 from flux.testing import Cluster, eventually, plain
-from flux.testing_keda import KedaEmulator
+from flux.testing.keda import KedaEmulator
 from flux.v1 import control_pb2, control_pb2_grpc
 from tests.integration.conftest import WORKFLOWS
 

@@ -13,9 +13,9 @@ import grpc
 import httpx
 import pytest
 
-from flux.auth import Role
+from flux.security import Role
 from flux.testing import Cluster, eventually
-from flux.testing_postgres import ENV_URL, TemporaryPostgres
+from flux.testing.postgres import ENV_URL, TemporaryPostgres
 from flux.v1 import control_pb2, control_pb2_grpc
 
 from .conftest import WORKFLOWS

@@ -52,7 +52,7 @@ from pathlib import Path
 import psycopg
 import pytest
 
-from flux.testing_postgres import TemporaryPostgres
+from flux.testing.postgres import TemporaryPostgres
 
 pytestmark = [pytest.mark.integration]
 

@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 
 from flux import aio
-from flux.auth import Role
-from flux.loader import NeedsImport
+from flux.registration.loader import NeedsImport
+from flux.security import Role
 from flux.testing import Cluster
 from flux.v1 import control_pb2, control_pb2_grpc
 

@@ -340,8 +340,8 @@ def test_a_claim_its_replica_died_before_storing_is_claimed_again_not_rerun(repl
 
 
 def test_a_tenants_quota_holds_across_replicas_each_with_its_own_worker(replicas: Cluster) -> None:
-    from flux.auth import Credentials
     from flux.client import FluxClient
+    from flux.security import Credentials
 
     a, b = replicas.address, replicas.replicas[0][1]
     replicas.start_worker("wa", "--cpus", "4", servers=[a])
@@ -397,8 +397,8 @@ def _two_teams(replicas: Cluster) -> tuple[str, str]:
 
 
 def test_a_tenant_reclaims_across_replicas_one_victim_and_its_late_result_refused(replicas: Cluster) -> None:
-    from flux.auth import Credentials
     from flux.client import FluxClient
+    from flux.security import Credentials
 
     a, b = replicas.address, replicas.replicas[0][1]
     replicas.register(Path(__file__).with_name("stubborn_workflows.py"))
@@ -442,8 +442,8 @@ def test_a_tenant_reclaims_across_replicas_one_victim_and_its_late_result_refuse
 
 
 def test_a_replica_killed_mid_preemption_loses_nothing(replicas: Cluster) -> None:
-    from flux.auth import Credentials
     from flux.client import FluxClient
+    from flux.security import Credentials
 
     a, b = replicas.address, replicas.replicas[0][1]
     replicas.register(Path(__file__).with_name("stubborn_workflows.py"))
@@ -478,9 +478,9 @@ def test_a_replica_killed_mid_preemption_loses_nothing(replicas: Cluster) -> Non
 def test_a_token_revoked_through_one_replica_is_refused_by_the_other_within_a_second(
     replicas: Cluster,
 ) -> None:
-    from flux.auth import Credentials
     from flux.client import FluxClient
     from flux.errors import Unauthenticated
+    from flux.security import Credentials
 
     a, b = replicas.address, replicas.replicas[0][1]
     with replicas.client_for(a) as admin_a, replicas.client_for(b) as admin_b:

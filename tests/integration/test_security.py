@@ -12,9 +12,9 @@ import grpc
 import httpx
 import pytest
 
-from flux.auth import Credentials, Role
 from flux.client import FluxClient
 from flux.errors import PermissionDenied, Unauthenticated, Unavailable
+from flux.security import Credentials, Role
 from flux.testing import Cluster
 from flux.v1 import control_pb2, control_pb2_grpc, resources_pb2, worker_pb2, worker_pb2_grpc
 from tests.integration.tls import make_pki

@@ -25,8 +25,8 @@ import httpx
 import psutil
 import pytest
 
-from flux.auth import Role
 from flux.dispatcher.state.session import MAX_BUFFERED_EVENTS
+from flux.security import Role
 from flux.testing import Cluster
 from flux.v1 import control_pb2
 from gateway.app import GatewaySettings

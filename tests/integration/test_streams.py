@@ -19,8 +19,8 @@ import httpx
 import pytest
 from httpx_sse import ServerSentEvent, connect_sse
 
-from flux.auth import Role
 from flux.domain.quantity import parse_bytes
+from flux.security import Role
 from flux.testing import Cluster, eventually
 from flux.v1 import control_pb2, control_pb2_grpc
 

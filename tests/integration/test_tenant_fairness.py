@@ -16,9 +16,9 @@ from pathlib import Path
 import httpx
 import pytest
 
-from flux.auth import Credentials, Role
 from flux.client import FluxClient
 from flux.errors import FailedPrecondition, ResourceExhausted
+from flux.security import Credentials, Role
 from flux.testing import Cluster, eventually
 from flux.v1 import control_pb2
 from tests.integration.conftest import WORKFLOWS

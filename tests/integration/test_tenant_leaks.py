@@ -13,8 +13,8 @@ import grpc
 import httpx
 import pytest
 
-from flux.auth import Credentials, Role
 from flux.client import FluxClient
+from flux.security import Credentials, Role
 from flux.testing import Cluster
 from flux.v1 import control_pb2, control_pb2_grpc
 

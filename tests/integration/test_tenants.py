@@ -15,12 +15,12 @@ from pathlib import Path
 import httpx
 import pytest
 
-from flux.auth import Credentials, Role
 from flux.client import FluxClient
 from flux.dispatcher.state.tenants import TenantDirectory, digest
 from flux.domain.execution import Execution, WorkflowRef
 from flux.domain.tenant import Tenant
 from flux.errors import AlreadyExists, FailedPrecondition, InvalidArgument, NotFound, PermissionDenied
+from flux.security import Credentials, Role
 from flux.store.base import ExecutionQuery, Store
 from flux.store.postgres import PostgresStore
 from flux.store.sqlite import SqliteStore

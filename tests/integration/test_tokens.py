@@ -14,10 +14,10 @@ from pathlib import Path
 import httpx
 import pytest
 
-from flux.auth import Credentials
 from flux.client import FluxClient
 from flux.dispatcher.state.tenants import digest
 from flux.errors import NotFound, PermissionDenied, Unauthenticated
+from flux.security import Credentials
 from flux.testing import Cluster, eventually
 
 from .conftest import WORKFLOWS

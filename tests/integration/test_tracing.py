@@ -20,8 +20,9 @@ from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
-from flux import aio, tracing
-from flux.auth import Role
+from flux import aio
+from flux.observe import tracing
+from flux.security import Role
 from flux.testing import Cluster, eventually
 from flux.v1 import control_pb2
 

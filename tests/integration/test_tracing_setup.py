@@ -16,7 +16,7 @@ pytestmark = [pytest.mark.integration, pytest.mark.timeout(10)]
 def _setup_in_a_fresh_process(env: dict[str, str]) -> str:
     """What ``setup`` decides in a process of its own (the tracer provider is process-global)."""
     code = (
-        "import sys; from flux import tracing, cli, client, worker; "
+        "import sys; from flux import cli, client, worker; from flux.observe import tracing; "
         "print(tracing.setup('flux-test'), tracing.ACTIVE, 'opentelemetry.sdk' in sys.modules)"
     )
     clean = {k: v for k, v in os.environ.items() if not k.startswith("OTEL_")}

@@ -18,9 +18,9 @@ import grpc
 import pytest
 
 from flux import aio
-from flux.auth import Role
 from flux.client import FluxClient, WaitTimedOut
 from flux.errors import InvalidArgument, NotFound, Unavailable
+from flux.security import Role
 from flux.testing import Cluster, eventually
 from flux.v1 import control_pb2, control_pb2_grpc
 

@@ -12,7 +12,7 @@ import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
 
-from flux.auth import Role
+from flux.security import Role
 from flux.testing import Cluster, eventually
 from flux.v1 import control_pb2
 

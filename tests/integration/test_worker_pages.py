@@ -16,7 +16,7 @@ import grpc
 import httpx
 import pytest
 
-from flux.auth import Role
+from flux.security import Role
 from flux.testing import Cluster
 from flux.v1 import control_pb2, control_pb2_grpc, resources_pb2, worker_pb2, worker_pb2_grpc
 

@@ -15,9 +15,9 @@ from pathlib import Path
 
 import pytest
 
-from flux.auth import Credentials, Role
 from flux.client import FluxClient
 from flux.errors import PermissionDenied
+from flux.security import Credentials, Role
 from flux.testing import Cluster, eventually
 
 pytestmark = [pytest.mark.integration, pytest.mark.transports("grpc", "sse")]

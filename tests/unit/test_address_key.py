@@ -1,10 +1,10 @@
-"""Whose connection it is, for the gateway's per-address connection cap (gateway.connections)."""
+"""Whose connection it is, for the gateway's per-address connection cap (gateway.security.connections)."""
 
 from __future__ import annotations
 
 import pytest
 
-from gateway.connections import HttpLimits, address_key
+from gateway.security.connections import HttpLimits, address_key
 
 
 @pytest.mark.parametrize(

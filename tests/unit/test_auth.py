@@ -5,7 +5,7 @@ from pathlib import Path
 import grpc
 import pytest
 
-from flux.auth import Role, Tokens, bearer, caller_token, check, new_token, server_token
+from flux.security import Role, Tokens, bearer, caller_token, check, new_token, server_token
 
 TOKENS = Tokens(worker="w-secret", api="a-secret")
 

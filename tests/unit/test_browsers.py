@@ -1,10 +1,10 @@
-"""The pure parts of gateway.browsers: Host names, the headers that need a preflight, framing headers."""
+"""The pure parts of gateway.browser.browsers: Host names, the headers that need a preflight, framing headers."""
 
 from __future__ import annotations
 
 import pytest
 
-from gateway.browsers import _preflighted, _unframeable, allowed_hosts, host_name
+from gateway.browser.browsers import _preflighted, _unframeable, allowed_hosts, host_name
 
 
 @pytest.mark.parametrize(

@@ -7,17 +7,19 @@ import tomllib
 from pathlib import Path
 
 ROOT = Path(__file__).parents[2]
-GATEWAY = ROOT / "gateway"
-UI = GATEWAY / "ui"
+BROWSER = ROOT / "gateway" / "browser"
+UI = BROWSER / "ui"
 
 
 def test_package_data_ships_every_dashboard_file() -> None:
     setuptools = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]
-    globs = setuptools["package-data"]["gateway"]
-    shipped = {path for pattern in globs for path in GATEWAY.glob(pattern)}
+    globs = setuptools["package-data"]["gateway.browser"]
+    shipped = {path for pattern in globs for path in BROWSER.glob(pattern)}
     present = {path for path in UI.rglob("*") if path.is_file()}
-    assert present, "gateway/ui/ is empty"
-    assert present - shipped == set(), "files under gateway/ui/ that pyproject's package-data leaves out"
+    assert present, "gateway/browser/ui/ is empty"
+    assert present - shipped == set(), (
+        "files under gateway/browser/ui/ that pyproject's package-data leaves out"
+    )
 
 
 def test_the_page_loads_only_files_that_exist_and_nothing_from_elsewhere() -> None:

@@ -1,4 +1,4 @@
-"""Reading ``@workflow`` declarations from source without running it (flux.declarations, flux.loader)."""
+"""Reading ``@workflow`` declarations from source without running it (flux.registration.declarations, flux.registration.loader)."""
 
 from __future__ import annotations
 
@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from flux.declarations import NotStatic, SourceError, read_declarations
 from flux.domain.resource_request import ResourceRequest
-from flux.loader import NeedsImport, _import, load_workflow_file
+from flux.registration.declarations import NotStatic, SourceError, read_declarations
+from flux.registration.loader import NeedsImport, _import, load_workflow_file
 from flux.workflow import WorkflowDefinition
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -142,7 +142,7 @@ def test_large_inputs_split_a_batch_below_the_message_cap() -> None:
 def test_the_gateway_writes_a_batch_as_one_sse_event_per_execution() -> None:
     import itertools
 
-    from gateway.stream import _frames
+    from gateway.wire.stream import _frames
 
     batch = convert.events_to_proto([scheduled(1), scheduled(2), scheduled(3)], batched=True)[0]
     ids = itertools.count(7)

@@ -7,7 +7,7 @@ import sys
 
 import pytest
 
-from flux import event_loop
+from flux.cli import event_loop
 
 
 async def _loop_module() -> str:

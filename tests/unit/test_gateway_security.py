@@ -9,7 +9,6 @@ import grpc
 import pytest
 from pydantic import ValidationError
 
-from flux.auth import Role, bearer, plaintext_warning
 from flux.errors import (
     InvalidArgument,
     NotFound,
@@ -20,10 +19,11 @@ from flux.errors import (
     from_http_status,
     status_of,
 )
+from flux.security import Role, bearer, plaintext_warning
 from flux.v1 import control_pb2, resources_pb2
-from gateway import schema
-from gateway.auth import ACCEPTED_FOR, REFUSED_FOR, REMEMBERED, TokenCache, bearer_token
-from gateway.connections import RESERVED_FDS, AcceptFailures, HttpLimits, fit_to_open_files
+from gateway.security.auth import ACCEPTED_FOR, REFUSED_FOR, REMEMBERED, TokenCache, bearer_token
+from gateway.security.connections import RESERVED_FDS, AcceptFailures, HttpLimits, fit_to_open_files
+from gateway.wire import schema
 
 
 @pytest.mark.parametrize(
@@ -157,8 +157,8 @@ def test_large_strings_convert_as_json_format_would_but_directly() -> None:
 
     from flux.errors import InvalidArgument as Invalid
     from flux.v1 import control_pb2
-    from gateway import protojson
-    from gateway.protojson import DIRECT_STRING_CHARS
+    from gateway.wire import protojson
+    from gateway.wire.protojson import DIRECT_STRING_CHARS
 
     body = {"filename": "big.py", "source": "é" * (DIRECT_STRING_CHARS + 1)}
     direct = protojson.from_dict(body, control_pb2.RegisterWorkflowRequest())
@@ -176,7 +176,7 @@ async def test_a_route_that_raises_something_else_answers_internal_in_the_same_s
     import httpx
     from fastapi import FastAPI
 
-    from gateway.errors import install
+    from gateway.wire.errors import install
 
     app = FastAPI()
     install(app)

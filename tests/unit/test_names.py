@@ -45,11 +45,11 @@ NOT_NAMES = {
     "flux.observe.logs._NEEDS_QUOTES",
     "flux.testing.LISTENING",
     "flux.testing.GATEWAY",
-    "flux.testing_processes.LISTENING",  # the same two patterns, where they are defined
-    "flux.testing_processes.GATEWAY",
-    "gateway.protojson._PARSING",
-    "gateway.protojson._DIGITS",
-    "gateway.tickets.TICKET_FORM",  # the form of what POST /tickets mints, not a name
+    "flux.testing.processes.LISTENING",  # the same two patterns, where they are defined
+    "flux.testing.processes.GATEWAY",
+    "gateway.wire.protojson._PARSING",
+    "gateway.wire.protojson._DIGITS",
+    "gateway.security.tickets.TICKET_FORM",  # the form of what POST /tickets mints, not a name
 }
 
 

@@ -18,14 +18,14 @@ from collections.abc import Iterator
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from flux.auth import Tokens, check
 from flux.dispatcher.state.lifecycle import LATENCY_BOUNDS, Histogram, Requeue
 from flux.domain.execution import ExecutionError, State
 from flux.observe import logs
 from flux.observe.status import BUSY, INFEASIBLE, NO_WORKER, StatusBoard, reason_of
+from flux.security import Tokens, check
 from flux.server import convert
 from flux.v1 import control_pb2
-from gateway.metrics import render
+from gateway.observe.metrics import render
 from tests.unit.harness import ACK, GRACE
 
 pytestmark = pytest.mark.timeout(10)

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from flux.dispatcher.state.pings import Pinger
 from flux.dispatcher.state.session import Ping, Session
-from gateway.stream import _own_ping_after
+from gateway.wire.stream import _own_ping_after
 
 INTERVAL = 10.0
 

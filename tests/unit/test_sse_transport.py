@@ -20,7 +20,7 @@ from flux.errors import (
 from flux.v1 import worker_pb2
 from flux.worker.sse_transport import _event, error_from_response
 from flux.worker.transport import Cancel, Connected, Dispatch, Heartbeat
-from gateway import protojson, schema
+from gateway.wire import protojson, schema
 
 
 def body(code: str, message: str = "why") -> bytes:

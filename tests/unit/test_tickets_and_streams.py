@@ -6,10 +6,10 @@ import pytest
 
 from flux.errors import InvalidArgument, PermissionDenied, ResourceExhausted, Unauthenticated
 from flux.v1 import control_pb2
-from gateway import tickets
-from gateway.cors import origin
-from gateway.events import event_id, format_id, parse_id
-from gateway.tickets import Access, TicketBook
+from gateway.browser.cors import origin
+from gateway.clients.events import event_id, format_id, parse_id
+from gateway.security import tickets
+from gateway.security.tickets import Access, TicketBook
 
 
 class Clock:

@@ -14,13 +14,13 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace import SpanKind
 
-from flux import tracing
 from flux.dispatcher.state.lifecycle import Histogram
 from flux.dispatcher.state.session import Scheduled
 from flux.domain.execution import State
+from flux.observe import tracing
 from flux.server import convert
 from flux.v1 import control_pb2, trace_pb2
-from gateway import metrics
+from gateway.observe import metrics
 from tests.unit.harness import GRACE, Flux, settled
 
 pytestmark = pytest.mark.timeout(10)

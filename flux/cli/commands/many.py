@@ -15,8 +15,7 @@ import re
 import sys
 
 from flux.cli.render.executions import state_name
-from flux.client import FluxClient
-from flux.client_requests import WaitTimedOut
+from flux.client import FluxClient, WaitTimedOut
 from flux.errors import FluxError, InvalidArgument
 from flux.v1 import control_pb2
 

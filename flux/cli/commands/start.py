@@ -11,7 +11,7 @@ import os
 import sys
 from pathlib import Path
 
-from flux import event_loop
+import flux.cli.event_loop as event_loop
 from flux.cli.support import error
 from flux.defaults import default_server
 from flux.observe import logs
@@ -20,8 +20,8 @@ from flux.observe import logs
 def start_server(args: argparse.Namespace) -> int:
     import uuid
 
-    from flux.auth import is_loopback
     from flux.dispatcher.core import Settings
+    from flux.security import is_loopback
     from flux.server.serve import ServerConfig, keda_refusal, resolve_db, serve
 
     if args.insecure and not is_loopback(args.host):
@@ -75,7 +75,7 @@ def start_server(args: argparse.Namespace) -> int:
         keda_max_streams_per_peer=args.keda_max_streams_per_peer,
         metrics_token=_metrics_token(args),
     )
-    from flux.store.base import StoreError
+    from flux.store import StoreError
 
     try:
         event_loop.run(serve(config))
@@ -86,14 +86,14 @@ def start_server(args: argparse.Namespace) -> int:
 
 
 def _metrics_token(args: argparse.Namespace) -> str:
-    from flux.auth import token_file
+    from flux.security import token_file
 
     return token_file(args.metrics_token_file) if args.metrics_token_file else ""
 
 
 def _server_tokens(args: argparse.Namespace):  # type: ignore[no-untyped-def]
-    from flux.auth import STATE_DIR, Role, Tokens, server_token
     from flux.cli.commands.tokens import generated_line
+    from flux.security import STATE_DIR, Role, Tokens, server_token
 
     worker, new_worker = server_token(Role.WORKER, args.worker_token, args.worker_token_file)
     api, new_api = server_token(Role.CLIENT, args.api_token, args.api_token_file)
@@ -110,7 +110,7 @@ def _tls(args: argparse.Namespace) -> tuple[str, str] | None:
 
 
 def _http_limits(args: argparse.Namespace):  # type: ignore[no-untyped-def]
-    from gateway.connections import HttpLimits
+    from gateway import HttpLimits
 
     return HttpLimits(
         head_timeout=args.http_head_timeout,
@@ -120,8 +120,8 @@ def _http_limits(args: argparse.Namespace):  # type: ignore[no-untyped-def]
 
 
 def _allowed_hosts(args: argparse.Namespace) -> tuple[str, ...]:
-    from flux.auth import is_loopback
-    from gateway.browsers import allowed_hosts
+    from flux.security import is_loopback
+    from gateway import allowed_hosts
 
     if not args.allowed_host:
         return ()
@@ -129,8 +129,7 @@ def _allowed_hosts(args: argparse.Namespace) -> tuple[str, ...]:
 
 
 def start_gateway(args: argparse.Namespace) -> int:
-    from gateway import GatewaySettings
-    from gateway.server import GatewayConfig, run
+    from gateway import GatewayConfig, GatewaySettings, run
 
     config = GatewayConfig(
         settings=GatewaySettings(
@@ -155,7 +154,7 @@ def start_gateway(args: argparse.Namespace) -> int:
 
 
 def start_worker(args: argparse.Namespace) -> int:
-    from flux.auth import Credentials, Role
+    from flux.security import Credentials, Role
     from flux.worker.cpu_usage import SimulatedCpu
     from flux.worker.health import HealthBindError
     from flux.worker.probe import Caps

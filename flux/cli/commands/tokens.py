@@ -10,7 +10,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from flux.auth import STATE_DIR, Role
+from flux.security import STATE_DIR, Role
 
 
 def generated_line(role: Role, path: Path) -> str:

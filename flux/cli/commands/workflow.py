@@ -22,7 +22,7 @@ if TYPE_CHECKING:
 
 
 def register_file(args: argparse.Namespace) -> int:
-    from flux.loader import load_workflow_file
+    from flux.registration import load_workflow_file
 
     loaded = load_workflow_file(args.file, allow_import=args.allow_import)
     for note in loaded.notes:  # the file had to be imported: say which value made it so
@@ -70,7 +70,7 @@ def run_workflow(args: argparse.Namespace) -> int:
         print(f"error: {where} is not valid JSON ({exc}); quote strings, e.g. '\"World\"'", file=sys.stderr)
         return 1
     from flux.cli.progress import Follower
-    from flux.client_requests import WaitTimedOut
+    from flux.client import WaitTimedOut
 
     with connect(args) as client:
         policy = _run_policy(client, args)

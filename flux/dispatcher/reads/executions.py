@@ -9,7 +9,7 @@ from flux.domain.execution import Execution
 from flux.domain.tenant import DEFAULT_TENANT
 from flux.domain.workflow import WorkflowRecord
 from flux.errors import InvalidArgument, NotFound
-from flux.store.base import ExecutionQuery, Store
+from flux.store import ExecutionQuery, Store
 
 # Rows a listing reads from the store per round while it filters them against live state.
 LISTING_BATCH = 500

@@ -14,7 +14,7 @@ from collections.abc import Iterable
 
 from flux.domain.execution import State
 from flux.errors import InvalidArgument
-from flux.store.base import ExecutionQuery
+from flux.store import ExecutionQuery
 
 DEFAULT_PAGE_SIZE = 50
 MAX_PAGE_SIZE = 1000

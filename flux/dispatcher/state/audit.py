@@ -21,7 +21,7 @@ from typing import Any
 from flux.dispatcher.state.tenants import Caller
 from flux.errors import InvalidArgument
 from flux.observe import logs
-from flux.store.base import AuditRecord, Store
+from flux.store import AuditRecord, Store
 
 log = logging.getLogger("flux.audit")
 # A listing's default and largest size.

@@ -25,10 +25,9 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import TYPE_CHECKING, Any
 
-from flux import tracing
 from flux.dispatcher.state.traces import CoreTraces
 from flux.domain.execution import Execution, State
-from flux.observe import logs
+from flux.observe import logs, tracing
 from flux.observe.fleet import Change, FleetFeed
 
 if TYPE_CHECKING:  # only the type: workers.py needs nothing from here
@@ -99,7 +98,7 @@ class Histogram:
         self.exemplars: dict[int, Exemplar] = {}
 
     def observe(self, value: float, trace: str = "") -> None:
-        """``trace``: the observed execution's trace context (flux/tracing.py carrier), if any."""
+        """``trace``: the observed execution's trace context (flux/observe/tracing.py carrier), if any."""
         value = max(0.0, value)  # a wall clock stepped back must not make a negative latency
         # bisect_left: a value equal to a bound belongs to that bucket (Prometheus' `le`).
         bucket = bisect_left(self.bounds, value)

@@ -49,7 +49,7 @@ if TYPE_CHECKING:
     from flux.dispatcher.handle import Handle
     from flux.dispatcher.state.worker_entry import WorkerEntry
     from flux.observe.fleet import Change
-    from flux.store.base import Store
+    from flux.store import Store
 
 log = logging.getLogger("flux.dispatcher")
 

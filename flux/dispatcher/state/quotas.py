@@ -29,7 +29,7 @@ from flux.domain.execution import Execution
 from flux.domain.resource_request import ResourceRequest
 from flux.domain.tenant import DEFAULT_TENANT, Tenant
 from flux.matching.tenancy import ZERO, Accounts, Vector, add, admit, demand
-from flux.store.base import Held
+from flux.store import Held
 
 
 def governed(tenants: Iterable[Tenant]) -> bool:

@@ -23,7 +23,7 @@ from flux.domain.worker import WorkerResources, WorkerSoftware
 from flux.errors import AlreadyExists, InvalidArgument, NotFound, PermissionDenied, ResourceExhausted
 from flux.matching import DEFAULT_CAPACITY
 from flux.matching.index import FleetIndex
-from flux.store.base import WorkerIdentity
+from flux.store import WorkerIdentity
 
 if TYPE_CHECKING:
     from collections.abc import Mapping
@@ -32,7 +32,7 @@ if TYPE_CHECKING:
     from flux.dispatcher.state.lifecycle import Lifecycle
     from flux.dispatcher.state.quotas import TenantUsage
     from flux.dispatcher.state.settings import Settings
-    from flux.store.base import Store
+    from flux.store import Store
 
 log = logging.getLogger("flux.dispatcher")
 

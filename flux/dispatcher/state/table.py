@@ -32,7 +32,7 @@ from flux.dispatcher.state.watchers import Watchers
 from flux.domain.execution import Execution, result_bytes, utf8_bytes
 from flux.domain.tenant import DEFAULT_TENANT, Tenant, pending_floor, pending_share
 from flux.errors import FailedPrecondition, ResourceExhausted, Unavailable
-from flux.store.base import Conflict, Store
+from flux.store import Conflict, Store
 
 log = logging.getLogger("flux.dispatcher")
 

@@ -52,12 +52,12 @@ from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from flux.auth import new_token
 from flux.domain.execution import Execution
 from flux.domain.tenant import DEFAULT_TENANT, Tenant, check_name
 from flux.errors import AlreadyExists, FailedPrecondition, InvalidArgument, NotFound
 from flux.matching.pools import validate_pool_name
-from flux.store.base import Store, TokenRecord
+from flux.security import new_token
+from flux.store import Store, TokenRecord
 
 log = logging.getLogger("flux.tenants")
 

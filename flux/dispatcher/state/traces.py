@@ -1,4 +1,4 @@
-"""The core's spans of an execution, made only while tracing is on (flux/tracing.py).
+"""The core's spans of an execution, made only while tracing is on (flux/observe/tracing.py).
 
 No span is held open while an execution waits: ``flux.queued`` is written when the
 wait ends (at dispatch), starting when it began, so a queue of a million executions
@@ -24,9 +24,9 @@ from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from flux import tracing
 from flux.domain.execution import Execution
 from flux.matching import Shape
+from flux.observe import tracing
 
 # Waiting records kept at most (oldest dropped first): bounds memory on a replica that
 # mirrors executions another replica then dispatches.

@@ -17,7 +17,7 @@ from flux.dispatcher.transitions import submission, timing
 from flux.dispatcher.transitions.timing import requeue_saved
 from flux.domain.execution import Execution, ExecutionError, State
 from flux.domain.policy import WORKER_LOST
-from flux.store.base import Recovered
+from flux.store import Recovered
 
 if TYPE_CHECKING:
     from flux.dispatcher.handle import Handle

@@ -131,7 +131,7 @@ def _new(
     policy: Policy | None = None,
 ) -> list[Execution]:
     """One new execution per (checked) input, numbered in input order; ``trace``: the caller's
-    W3C context (flux/tracing.py carrier), its ``flux.submit`` span started here while tracing."""
+    W3C context (flux/observe/tracing.py carrier), its ``flux.submit`` span started here while tracing."""
     now = d.clock()
     executions = [
         Execution(

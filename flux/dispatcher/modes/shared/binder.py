@@ -24,7 +24,7 @@ if TYPE_CHECKING:
     from flux.dispatcher.handle import Handle
     from flux.dispatcher.modes.shared.background import Background
     from flux.matching import Placement
-    from flux.store.shared import SharedStore
+    from flux.store import SharedStore
 
 log = logging.getLogger("flux.replica")
 

@@ -16,15 +16,14 @@ import time
 from typing import TYPE_CHECKING, Any
 
 from flux.domain.execution import Execution, State
-from flux.store import notices
-from flux.store.base import PendingRef
+from flux.store import PendingRef, notices
 
 if TYPE_CHECKING:
     from flux.dispatcher.handle import Handle
     from flux.dispatcher.modes.shared.background import Background
     from flux.dispatcher.modes.shared.binder import SharedBinder
     from flux.dispatcher.modes.shared.fleet import SharedFleet
-    from flux.store.shared import SharedStore
+    from flux.store import SharedStore
 
 log = logging.getLogger("flux.replica")
 

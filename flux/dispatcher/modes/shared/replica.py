@@ -37,7 +37,7 @@ from flux.dispatcher.modes.shared.feed import SharedFeed
 from flux.dispatcher.modes.shared.fleet import SharedFleet
 
 if TYPE_CHECKING:
-    from flux.store.shared import SharedStore
+    from flux.store import SharedStore
 
 log = logging.getLogger("flux.replica")
 

@@ -30,7 +30,7 @@ from fastapi.responses import JSONResponse
 
 from flux.errors import InvalidArgument, PermissionDenied, ResourceExhausted, Unauthenticated
 from flux.v1 import control_pb2, worker_pb2
-from gateway import schema
+from gateway.wire import schema
 
 # Seconds a ticket may wait before it opens its stream: enough for a page to pass it on.
 DEFAULT_TTL = 30.0

@@ -9,9 +9,8 @@ from fastapi import APIRouter, Body, Depends, Path, Query, Request
 from fastapi.responses import JSONResponse
 
 from flux.v1 import tenants_pb2, tenants_pb2_grpc
-from gateway import protojson, schema
-from gateway.auth import API_BEARER
-from gateway.bodies import OffLoopJSONRoute, to_message
+from gateway.security import API_BEARER
+from gateway.wire import OffLoopJSONRoute, protojson, schema, to_message
 
 router = APIRouter(tags=["tenants"], dependencies=[Depends(API_BEARER)], route_class=OffLoopJSONRoute)
 

@@ -20,9 +20,7 @@ from typing import Any
 
 import grpc
 
-from flux import tracing
-from flux.auth import Credentials, Role
-from flux.client_requests import (
+from flux.client.requests import (
     WaitTimedOut,
     chunked,
     encode_inputs,
@@ -38,13 +36,15 @@ from flux.client_requests import (
     submit_span,
     workflow_request,
 )
-from flux.client_runs import ENDED, AsyncRunStream, CallEnded
-from flux.client_streams import tasks
+from flux.client.runs import ENDED, AsyncRunStream, CallEnded
+from flux.client.streams import tasks
+from flux.client.tenant_admin import AsyncTenantAdmin
 from flux.defaults import default_server
 from flux.domain.policy import Retry
 from flux.errors import FluxError, InvalidArgument, Unavailable
-from flux.loader import WorkflowFile, load_workflow_file
-from flux.tenant_admin import AsyncTenantAdmin
+from flux.observe import tracing
+from flux.registration import WorkflowFile, load_workflow_file
+from flux.security import Credentials, Role
 from flux.v1 import control_pb2, control_pb2_grpc, tenants_pb2_grpc
 
 __all__ = ["FluxClient", "WaitTimedOut"]
@@ -69,7 +69,7 @@ class FluxClient:
 
     @functools.cached_property
     def tenants(self) -> AsyncTenantAdmin:
-        """Tenants and their tokens (``flux.tenant_admin``; an admin token only)."""
+        """Tenants and their tokens (``flux.client.tenant_admin``; an admin token: tenant admins see their own tenant)."""
         stub = tenants_pb2_grpc.TenantServiceStub(self._channel)
 
         async def call(method: str, request: Any) -> Any:

@@ -1,6 +1,6 @@
 """Load a workflow file the way ``flux workflow register`` does: collect its workflows.
 
-The decorators are read from the file's syntax tree (``flux.declarations``),
+The decorators are read from the file's syntax tree (``flux.registration.declarations``),
 so registering never runs the file's code: a file that starts with
 ``import torch`` registers from a machine without torch, and a file from
 someone else cannot run anything on the machine that registers it. A value
@@ -19,7 +19,7 @@ import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from flux.declarations import NotStatic, read_declarations
+from flux.registration.declarations import NotStatic, read_declarations
 from flux.workflow import WorkflowDefinition, definition_of
 
 

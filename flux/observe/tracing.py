@@ -22,7 +22,7 @@ import sys
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
-log = logging.getLogger("flux.tracing")
+log = logging.getLogger("flux.observe.tracing")
 
 # Set once per process (``setup``, ``use``); read by every hot path before it builds anything.
 ACTIVE = False

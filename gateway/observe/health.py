@@ -7,7 +7,7 @@ from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse
 from grpc_health.v1 import health_pb2
 
-from gateway import schema
+from gateway.wire import schema
 
 router = APIRouter(tags=["ops"])
 

@@ -11,8 +11,12 @@ tests of a project that writes workflows::
         cluster.start_worker("w1")
         assert cluster.run("hello", "world").state == control_pb2.EXECUTION_STATE_COMPLETED
 
-``flux.testing_postgres.TemporaryPostgres`` adds a throwaway PostgreSQL for
+``flux.testing.postgres.TemporaryPostgres`` adds a throwaway PostgreSQL for
 replica tests. Both are part of the Python API: changes to them are additive.
+``KedaEmulator`` (``keda``) replays KEDA's calls to the external scaler, and
+``chromium_path`` (``browser``) finds a headless browser for the dashboard's tests.
+The package's modules are its own; import from here (``postgres`` loads psycopg, so it
+is imported by its name, not from here).
 
 The server binds port 0 and prints the ports it got (gRPC on its first stdout
 line, the HTTP/SSE gateway on the second); we read them back, never guessing a
@@ -34,14 +38,20 @@ from typing import TypeVar
 
 import grpc
 
-from flux.auth import Credentials, Role, caller_token
 from flux.client import FluxClient
+from flux.security import Credentials, Role, caller_token
 
-# Spawning processes and reading their output lives in testing_processes (private); its public
-# names are re-exported here, where users import them. GATEWAY is only re-exported (hence "as").
-from flux.testing_processes import GATEWAY as GATEWAY
-from flux.testing_processes import LISTENING, fake_site_packages, plain, read_gateway_line, spawn
+# Spawning processes and reading their output lives in flux.testing.processes (private); its
+# public names are re-exported here, where users import them.
+from flux.testing.browser import CHROMIUM_ARGS, chromium_path
+from flux.testing.keda import KedaEmulator
+from flux.testing.processes import GATEWAY, LISTENING, fake_site_packages, plain, read_gateway_line, spawn
 from flux.v1 import control_pb2
+
+__all__ = [
+    "CHROMIUM_ARGS", "GATEWAY", "LISTENING", "TRANSPORTS", "Cluster", "KedaEmulator", "chromium_path",
+    "eventually", "plain", "read_gateway_line", "spawn",
+]  # fmt: skip
 
 T = TypeVar("T")
 

@@ -25,7 +25,7 @@ from typing import Any
 from flux.domain.duration import seconds_of
 from flux.domain.tenant import Tenant
 from flux.errors import InvalidArgument
-from flux.store.base import AuditRecord, TokenRecord
+from flux.store import AuditRecord, TokenRecord
 from flux.v1 import tenants_pb2
 
 __all__ = ["AsyncTenantAdmin", "NewToken", "TenantAdmin"]

@@ -1,4 +1,4 @@
-"""``GET /ui``: the dashboard, static files shipped in the package (gateway/ui/), no build step.
+"""``GET /ui``: the dashboard, static files shipped in the package (gateway/browser/ui/), no build step.
 
 The page holds no secret and reads nothing by itself: it asks for the API token,
 keeps it in the tab's sessionStorage and sends it as ``Authorization: Bearer``

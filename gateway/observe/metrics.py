@@ -37,7 +37,7 @@ from prometheus_client.samples import Exemplar
 from prometheus_client.utils import floatToGoString
 
 from flux.v1 import control_pb2
-from gateway import schema
+from gateway.wire import schema
 
 router = APIRouter(tags=["ops"])
 

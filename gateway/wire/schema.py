@@ -16,7 +16,7 @@ from google.protobuf.descriptor import Descriptor, EnumDescriptor, FieldDescript
 from pydantic import BaseModel, ConfigDict, Field, StrictInt, StringConstraints, create_model
 
 from flux.v1 import control_pb2, worker_pb2
-from gateway.protojson import QUANTITY_MESSAGES
+from gateway.wire.protojson import QUANTITY_MESSAGES
 
 _INT32 = {FieldDescriptor.TYPE_INT32, FieldDescriptor.TYPE_SINT32, FieldDescriptor.TYPE_SFIXED32}
 _UINT32 = {FieldDescriptor.TYPE_UINT32, FieldDescriptor.TYPE_FIXED32}

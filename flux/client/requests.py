@@ -14,11 +14,12 @@ from typing import Any
 
 import grpc
 
-from flux import defaults, tracing
-from flux.auth import TLS_HINT, Credentials, speaks_tls
+from flux import defaults
 from flux.domain.policy import Retry, parse_duration, policy_to_proto, retry_to_proto
 from flux.errors import FluxError, InvalidArgument, Unavailable, from_grpc_code
-from flux.loader import WorkflowFile
+from flux.observe import tracing
+from flux.registration import WorkflowFile
+from flux.security import TLS_HINT, Credentials, speaks_tls
 from flux.v1 import control_pb2
 
 

@@ -19,11 +19,8 @@ from typing import Any
 import grpc
 import grpc.experimental
 
-from flux import tracing
-from flux.auth import Credentials, Role
-
 # ``chunked`` and ``WaitTimedOut`` are imported from here outside flux (tests, bench, scripts).
-from flux.client_requests import (
+from flux.client.requests import (
     WaitTimedOut,
     chunked,
     encode_inputs,
@@ -39,13 +36,15 @@ from flux.client_requests import (
     submit_span,
     workflow_request,
 )
-from flux.client_runs import ENDED, CallEnded, RunStream
-from flux.client_streams import threaded
+from flux.client.runs import ENDED, CallEnded, RunStream
+from flux.client.streams import threaded
+from flux.client.tenant_admin import TenantAdmin
 from flux.defaults import default_server
 from flux.domain.policy import Retry
 from flux.errors import FluxError, InvalidArgument, Unavailable
-from flux.loader import WorkflowFile, load_workflow_file
-from flux.tenant_admin import TenantAdmin
+from flux.observe import tracing
+from flux.registration import WorkflowFile, load_workflow_file
+from flux.security import Credentials, Role
 from flux.v1 import control_pb2, control_pb2_grpc, tenants_pb2_grpc
 
 __all__ = ["FluxClient", "WaitTimedOut", "chunked"]
@@ -76,7 +75,7 @@ class FluxClient:
 
     @functools.cached_property
     def tenants(self) -> TenantAdmin:
-        """Tenants and their tokens (``flux.tenant_admin``; an admin token only)."""
+        """Tenants and their tokens (``flux.client.tenant_admin``; an admin token: tenant admins see their own tenant)."""
         stub = tenants_pb2_grpc.TenantServiceStub(self._channel)
         return TenantAdmin(lambda method, request: self._call(method, request, stub=stub))
 

@@ -16,15 +16,22 @@ from flux.domain.policy import Retry, parse_duration, retry_to_proto
 from flux.errors import InvalidArgument, ResourceExhausted
 from flux.server.metadata import CALLER_ROLE, CALLER_TENANT
 from flux.v1 import control_pb2
-from gateway import protojson, schema, tracing
-from gateway.auth import API_BEARER
-from gateway.bodies import OffLoopJSONRoute, large_json_dumps, large_json_dumps_each, to_message
+from gateway.clients.events import FINALS_DOC, run_and_stream, stream_finals
 from gateway.core import Core, core
-from gateway.errors import from_rpc
-from gateway.events import FINALS_DOC, run_and_stream, stream_finals
-from gateway.stream import first_message
+from gateway.observe import tracing
+from gateway.security import API_BEARER
+from gateway.wire import (
+    OffLoopJSONRoute,
+    first_message,
+    from_rpc,
+    large_json_dumps,
+    large_json_dumps_each,
+    protojson,
+    schema,
+    to_message,
+)
 
-# Every client route takes the API token (checked from the headers by gateway.auth, before the body).
+# Every client route takes the API token (checked from the headers by gateway.security.auth, before the body).
 router = APIRouter(tags=["clients"], dependencies=[Depends(API_BEARER)], route_class=OffLoopJSONRoute)
 
 CoreDep = Annotated[Core, Depends(core)]

@@ -1,4 +1,4 @@
-"""The gateway's part of a trace (flux/tracing.py): a submission's W3C context goes on to the core.
+"""The gateway's part of a trace (flux/observe/tracing.py): a submission's W3C context goes on to the core.
 
 A caller's ``traceparent``/``tracestate`` headers travel to the core as gRPC metadata on the
 calls a run route makes (RunWorkflow, RunAndWait, RunWorkflows), so the execution joins the
@@ -16,7 +16,7 @@ from contextvars import ContextVar
 
 from fastapi import Request
 
-from flux import tracing
+from flux.observe import tracing
 
 # Metadata for the core calls made in a ``submitting`` block (gateway.core adds it to each call).
 _OUTGOING: ContextVar[tuple[tuple[str, str], ...]] = ContextVar("flux_trace_metadata", default=())

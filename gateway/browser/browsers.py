@@ -24,7 +24,7 @@ from collections.abc import Iterable
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from flux.errors import PermissionDenied
-from gateway.errors import error_response
+from gateway.wire import error_response
 
 REQUEST_HEADER = "X-Flux-Request"
 FRAME_ANCESTORS = "frame-ancestors 'none'"

@@ -3,7 +3,7 @@
 The worker's session token (from ``POST /workers/register``) travels in the
 ``X-Flux-Session`` header. An EventSource, which cannot set headers, opens
 ``GET /workers/{name}/connect`` with a ``?ticket=`` minted for it instead
-(``gateway.tickets``), so no token goes in a URL (``?session_token=``, once
+(``gateway.security.tickets``), so no token goes in a URL (``?session_token=``, once
 accepted there, is gone: a token in a URL ends up in proxy and access logs). The
 worker name and execution id come from the path, so bodies leave those
 fields out (and are refused if they carry them).
@@ -23,16 +23,13 @@ from flux.defaults import MAX_BATCH_ITEMS
 from flux.errors import Unauthenticated
 from flux.server.metadata import TRANSPORT_METADATA
 from flux.v1 import worker_pb2
-from gateway import protojson, schema
-from gateway.auth import SESSION_HEADER, WORKER_BEARER
-from gateway.bodies import OffLoopJSONRoute, sized_to, to_message
 from gateway.core import Core, core
-from gateway.stream import open_stream, relay
-from gateway.tickets import access_for, worker_scope
+from gateway.security import SESSION_HEADER, WORKER_BEARER, access_for, worker_scope
+from gateway.wire import OffLoopJSONRoute, open_stream, protojson, relay, schema, sized_to, to_message
 
 log = logging.getLogger("flux.gateway")
 
-# Every worker route takes the worker token (checked from the headers by gateway.auth, before the body).
+# Every worker route takes the worker token (checked from the headers by gateway.security.auth, before the body).
 router = APIRouter(
     prefix="/workers", tags=["workers"], dependencies=[Depends(WORKER_BEARER)], route_class=OffLoopJSONRoute
 )

@@ -27,12 +27,12 @@ from fastapi.security import HTTPBearer
 from starlette.routing import BaseRoute, Match
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from flux.auth import Role
 from flux.errors import FluxError, PermissionDenied, Unauthenticated
+from flux.security import Role
 from flux.v1 import control_pb2, worker_pb2
 from gateway.core import Core
-from gateway.errors import error_response, from_rpc
-from gateway.tickets import ticket_in
+from gateway.security.tickets import ticket_in
+from gateway.wire import error_response, from_rpc
 
 SESSION_HEADER = "X-Flux-Session"
 # Generated tokens are 44 characters; one this long cannot be any server's (and would not fit in gRPC metadata).
@@ -66,7 +66,7 @@ class Guard:
     # Worker routes after register also need the session token, in its header (an EventSource,
     # which cannot set it, opens /connect with a ticket instead).
     session: bool = False
-    # A stream that also opens with ?ticket= (gateway.tickets): a request that brings a ticket and
+    # A stream that also opens with ?ticket= (gateway.security.tickets): a request that brings a ticket and
     # no authorization header is left to the route, which redeems the ticket before any body.
     ticket: bool = False
 

@@ -20,11 +20,11 @@ from typing import Any
 import grpc
 from sse_starlette import ServerSentEvent
 
+import gateway.wire.protojson as protojson
 from flux.errors import Unavailable
 from flux.server.metadata import TRANSPORT_METADATA
 from flux.v1 import worker_pb2, worker_pb2_grpc
-from gateway import protojson
-from gateway.errors import from_rpc, from_status
+from gateway.wire.errors import from_rpc, from_status
 
 log = logging.getLogger("flux.gateway")
 

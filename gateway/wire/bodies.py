@@ -20,8 +20,8 @@ from fastapi import Request, Response
 from fastapi.routing import APIRoute
 from google.protobuf.message import Message
 
+import gateway.wire.protojson as protojson
 from flux.errors import InvalidArgument
-from gateway import protojson
 
 M = TypeVar("M", bound=Message)
 T = TypeVar("T")

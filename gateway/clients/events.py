@@ -33,10 +33,9 @@ from starlette.background import BackgroundTask
 
 from flux.errors import InvalidArgument
 from flux.v1 import control_pb2
-from gateway import protojson, schema
 from gateway.core import Core
-from gateway.stream import first_message, opened
-from gateway.tickets import FLEET_SCOPE, access_for, execution_scope
+from gateway.security import FLEET_SCOPE, access_for, execution_scope
+from gateway.wire import first_message, opened, protojson, schema
 
 router = APIRouter(tags=["streams"])
 

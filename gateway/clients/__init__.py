@@ -1,0 +1,12 @@
+"""What clients call: the ``ControlService`` and ``TenantService`` as REST, and the observer streams.
+
+- ``routes``: runs, executions, workflows, the cluster (``router``).
+- ``tenants``: tenants and their tokens (``tenants_router``).
+- ``events``: one execution's events and the fleet's, over SSE (``events_router``).
+"""
+
+from gateway.clients.events import router as events_router
+from gateway.clients.routes import router
+from gateway.clients.tenants import router as tenants_router
+
+__all__ = ["events_router", "router", "tenants_router"]
