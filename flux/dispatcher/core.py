@@ -44,6 +44,7 @@ from flux.dispatcher.state.worker_entry import WorkerEntry
 from flux.dispatcher.transitions import cancel, housekeeping, submission, terms, worker_calls
 from flux.dispatcher.transitions import timing as timing_module
 from flux.dispatcher.transitions import workflows as workflows_module
+from flux.dispatcher.transitions.infeasible import Infeasibility
 from flux.dispatcher.transitions.reclaim import Reclaimer
 from flux.dispatcher.transitions.timing import Timing
 from flux.domain.execution import Execution, ExecutionError, State
@@ -102,6 +103,7 @@ class Dispatcher:
         self.timers = Timers(clock)
         self.timers.on_due = lambda now: housekeeping.timers_due(self, now)
         self.timing = Timing(self)
+        self.infeasibility = Infeasibility(self)
         self.housekeeper = housekeeping.Housekeeper(self)
         self.freezer = Freezer()
         self.pinger = Pinger(lambda: self.settings.ping_interval)
@@ -111,6 +113,7 @@ class Dispatcher:
         self.modes = modes or local()
         # Worker pools: declarations, learned shapes and the demand an autoscaler reads.
         self.pools = PoolBook(self)
+        self.pools.on_declared = self.infeasibility.changed
         self.tenants = TenantDirectory(store, on_change=self.apply_tenants, unfinished=self._unfinished_of)
         # Administrative changes: who made which, when (state/audit.py).
         self.audit = AuditTrail(store)
@@ -141,6 +144,7 @@ class Dispatcher:
         await self.pools.load()
         self.apply_tenants(await self.tenants.list())
         self.housekeeper.start()
+        self.infeasibility.start()
         await self.feed.start()
         await self.fleet.start()
 
@@ -152,6 +156,7 @@ class Dispatcher:
         await self.fleet.stop()
         await self.feed.stop()
         await self.housekeeper.stop()
+        await self.infeasibility.stop()
         self.timers.close()
         for entry in self.registry.values():
             if entry.session is not None:

@@ -86,17 +86,22 @@ class PoolBook:
         self.reads = 0
         self.computations = 0
         self.recomputations = 0
+        # Told when the declarations change (applied here, or re-read): --infeasible-after's evaluation.
+        self.on_declared: Callable[[], None] | None = None
 
     async def load(self) -> None:
         """Read the declarations from the store (at start, and every ``RELOAD`` seconds after:
         with replicas, another one may have applied some)."""
         self._loaded_at = asyncio.get_running_loop().time()
         self.reads += 1
+        before = dict(self.declared)
         for name, document in await self.store.list_pools():
             try:
                 self.declared[name] = parse_pool(json.loads(document), f"stored pool {name!r}")
             except (ValueError, TypeError) as exc:  # written by a newer Flux, or by hand
                 log.warning("ignoring stored pool %s: %s", name, exc)
+        if self.on_declared is not None and self.declared != before:
+            self.on_declared()
 
     async def apply(self, specs: Sequence[PoolSpec]) -> list[PoolSpec]:
         """Declare or replace pools (by name), durably; all of them or none."""
@@ -111,6 +116,8 @@ class PoolBook:
         for spec in specs:
             self.declared[spec.name] = spec
         self.changed()
+        if self.on_declared is not None:
+            self.on_declared()
         return list(specs)
 
     # ----------------------------------------------------------------- demand
