@@ -33,6 +33,9 @@ PENDING_TIMEOUT = "pending_timeout"
 WORKER_LOST = "worker_lost"
 PREEMPTED = "preempted"  # an attempt stopped for a tenant's quota: never counted against max_attempts
 FAILURE_REASONS = (ERROR, TIMEOUT, HEARTBEAT_TIMEOUT, PENDING_TIMEOUT, WORKER_LOST)
+# The labels of flux_retries_total{reason} and flux_timeouts_total{kind}, each always exported.
+RETRY_REASONS = (ERROR, TIMEOUT, HEARTBEAT_TIMEOUT, WORKER_LOST)
+TIMEOUT_KINDS = (TIMEOUT, HEARTBEAT_TIMEOUT, PENDING_TIMEOUT)
 # The error type a stopped attempt is reported with (the body raised nothing itself).
 TIMEOUT_ERROR = {TIMEOUT: "AttemptTimeout", HEARTBEAT_TIMEOUT: "HeartbeatTimeout", WORKER_LOST: "WorkerLost"}
 

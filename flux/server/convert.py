@@ -14,6 +14,8 @@ from flux.dispatcher.transitions.submission import Overrides
 from flux.dispatcher.transitions.worker_calls import Answers, Result
 from flux.domain.execution import Execution, ExecutionError
 from flux.domain.policy import (
+    RETRY_REASONS,
+    TIMEOUT_KINDS,
     Policy,
     Retry,
     attempt_to_proto,
@@ -414,6 +416,8 @@ def status_to_proto(status: Status) -> control_pb2.ClusterStatus:
             ack_deadline_expiries=counters.ack_deadline_expiries,
             preempted={str(reason): n for reason, n in counters.preempted.items()},
             preemptions_refused={str(reason): n for reason, n in counters.preemptions_refused.items()},
+            retries={**dict.fromkeys(RETRY_REASONS, 0), **counters.retries},
+            timeouts={**dict.fromkeys(TIMEOUT_KINDS, 0), **counters.timeouts},
             stream_reconnects=counters.stream_reconnects,
             stream_connects=counters.stream_connects,
         ),

@@ -1470,6 +1470,46 @@ class LifecycleCounters(_message.Message):
         def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
         def WhichOneof(self, oneof_group: _Never) -> None: ...
 
+    @_typing.final
+    class RetriesEntry(_message.Message):
+        DESCRIPTOR: _descriptor.Descriptor
+
+        KEY_FIELD_NUMBER: _builtins.int
+        VALUE_FIELD_NUMBER: _builtins.int
+        key: _builtins.str
+        value: _builtins.int
+        def __init__(
+            self,
+            *,
+            key: _builtins.str = ...,
+            value: _builtins.int = ...,
+        ) -> None: ...
+        _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+        def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+        _ClearFieldArgType: _TypeAlias = _typing.Literal["key", b"key", "value", b"value"]  # noqa: Y015
+        def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+        def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+    @_typing.final
+    class TimeoutsEntry(_message.Message):
+        DESCRIPTOR: _descriptor.Descriptor
+
+        KEY_FIELD_NUMBER: _builtins.int
+        VALUE_FIELD_NUMBER: _builtins.int
+        key: _builtins.str
+        value: _builtins.int
+        def __init__(
+            self,
+            *,
+            key: _builtins.str = ...,
+            value: _builtins.int = ...,
+        ) -> None: ...
+        _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+        def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+        _ClearFieldArgType: _TypeAlias = _typing.Literal["key", b"key", "value", b"value"]  # noqa: Y015
+        def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+        def WhichOneof(self, oneof_group: _Never) -> None: ...
+
     SUBMITTED_FIELD_NUMBER: _builtins.int
     DISPATCHED_FIELD_NUMBER: _builtins.int
     CLAIMED_FIELD_NUMBER: _builtins.int
@@ -1482,6 +1522,8 @@ class LifecycleCounters(_message.Message):
     STREAM_CONNECTS_FIELD_NUMBER: _builtins.int
     PREEMPTED_FIELD_NUMBER: _builtins.int
     PREEMPTIONS_REFUSED_FIELD_NUMBER: _builtins.int
+    RETRIES_FIELD_NUMBER: _builtins.int
+    TIMEOUTS_FIELD_NUMBER: _builtins.int
     submitted: _builtins.int
     """Executions accepted by RunWorkflow."""
     dispatched: _builtins.int
@@ -1523,6 +1565,21 @@ class LifecycleCounters(_message.Message):
         (the tenant's --preemption-budget of victims a minute was spent).
         """
 
+    @_builtins.property
+    def retries(self) -> _containers.ScalarMap[_builtins.str, _builtins.int]:
+        """Attempts that ended and were tried again, by why the attempt ended: "error" (its
+        body raised, retried under its retry policy), "timeout", "heartbeat_timeout",
+        "worker_lost". Every reason is present, zero when none.
+        """
+
+    @_builtins.property
+    def timeouts(self) -> _containers.ScalarMap[_builtins.str, _builtins.int]:
+        """Timeouts that fired, by kind: "timeout" (an attempt ran past its timeout),
+        "heartbeat_timeout" (an attempt went silent), "pending_timeout" (never started
+        within its pending timeout, or infeasible for --infeasible-after). Every kind is
+        present, zero when none.
+        """
+
     def __init__(
         self,
         *,
@@ -1538,10 +1595,12 @@ class LifecycleCounters(_message.Message):
         stream_connects: _builtins.int = ...,
         preempted: _abc.Mapping[_builtins.str, _builtins.int] | None = ...,
         preemptions_refused: _abc.Mapping[_builtins.str, _builtins.int] | None = ...,
+        retries: _abc.Mapping[_builtins.str, _builtins.int] | None = ...,
+        timeouts: _abc.Mapping[_builtins.str, _builtins.int] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["ack_deadline_expiries", b"ack_deadline_expiries", "cancelled", b"cancelled", "claimed", b"claimed", "completed", b"completed", "dispatched", b"dispatched", "failed", b"failed", "preempted", b"preempted", "preemptions_refused", b"preemptions_refused", "requeued", b"requeued", "stream_connects", b"stream_connects", "stream_reconnects", b"stream_reconnects", "submitted", b"submitted"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["ack_deadline_expiries", b"ack_deadline_expiries", "cancelled", b"cancelled", "claimed", b"claimed", "completed", b"completed", "dispatched", b"dispatched", "failed", b"failed", "preempted", b"preempted", "preemptions_refused", b"preemptions_refused", "requeued", b"requeued", "retries", b"retries", "stream_connects", b"stream_connects", "stream_reconnects", b"stream_reconnects", "submitted", b"submitted", "timeouts", b"timeouts"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

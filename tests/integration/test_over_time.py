@@ -8,6 +8,7 @@ import json
 import time
 from pathlib import Path
 
+import httpx
 import pytest
 
 from flux import Retry
@@ -71,6 +72,12 @@ def test_an_async_body_past_its_timeout_is_cancelled_retried_then_failed_with_re
     assert [a.reason for a in final.attempts] == ["timeout", "timeout"]
     assert final.error.type == "AttemptTimeout"
     assert time.monotonic() - started < 30  # not the body's 60 s sleep
+    # Both timeouts fired and the first was tried again: GET /metrics says so.
+    text = httpx.get(f"{timed.gateway_url}/metrics", timeout=10).text
+    assert 'flux_timeouts_total{kind="timeout"} 2.0' in text, text
+    assert 'flux_retries_total{reason="timeout"} 1.0' in text
+    assert 'flux_retries_total{reason="error"} 0.0' in text  # every reason, zero when none
+    assert 'flux_timeouts_total{kind="pending_timeout"} 0.0' in text
 
 
 def test_a_sync_body_past_its_timeout_is_killed_and_its_room_freed(timed: Cluster) -> None:

@@ -34,13 +34,6 @@ class Kind(enum.IntEnum):
     INFEASIBLE = 7  # a shape infeasible for --infeasible-after (no execution id; token: the shape's entry)
 
 
-TIMEOUT_KINDS = {
-    Kind.TIMEOUT: "timeout",
-    Kind.HEARTBEAT: "heartbeat_timeout",
-    Kind.PENDING: "pending_timeout",
-}
-
-
 class Timers:
     def __init__(self, clock: Callable[[], float]) -> None:
         self._heap: list[tuple[float, int, Kind, str, int]] = []
