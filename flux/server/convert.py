@@ -323,6 +323,9 @@ def why_to_proto(why: Diagnosis) -> control_pb2.Explanation:
         state=int(why.execution.state),  # type: ignore[arg-type]
         summary=why.summary,
         priority=why.execution.priority,
+        attempts=[attempt_to_proto(a) for a in why.execution.attempts],
+        not_before_ms=int(why.execution.not_before * 1000),
+        max_attempts=why.execution.max_attempts,
     )
     if why.queue_position is not None:
         message.queued_ahead = why.queue_position

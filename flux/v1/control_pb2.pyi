@@ -978,6 +978,9 @@ class Explanation(_message.Message):
     QUEUED_AHEAD_FIELD_NUMBER: _builtins.int
     NOMINATED_WORKER_FIELD_NUMBER: _builtins.int
     PRIORITY_FIELD_NUMBER: _builtins.int
+    ATTEMPTS_FIELD_NUMBER: _builtins.int
+    NOT_BEFORE_MS_FIELD_NUMBER: _builtins.int
+    MAX_ATTEMPTS_FIELD_NUMBER: _builtins.int
     execution_id: _builtins.str
     """The execution explained."""
     state: Global___ExecutionState.ValueType
@@ -996,9 +999,19 @@ class Explanation(_message.Message):
     """
     priority: _builtins.int
     """Its priority (higher first; FIFO within a priority)."""
+    not_before_ms: _builtins.int
+    """While a retry waits: when its next attempt may start, milliseconds since the Unix
+    epoch (0 when none waits).
+    """
+    max_attempts: _builtins.int
+    """The tries it may have, the first included."""
     @_builtins.property
     def workers(self) -> _containers.RepeatedCompositeFieldContainer[Global___WorkerVerdict]:
         """One verdict per worker considered."""
+
+    @_builtins.property
+    def attempts(self) -> _containers.RepeatedCompositeFieldContainer[Global___Attempt]:
+        """Its ended attempts, oldest first (as Execution.attempts)."""
 
     def __init__(
         self,
@@ -1011,10 +1024,13 @@ class Explanation(_message.Message):
         queued_ahead: _builtins.int | None = ...,
         nominated_worker: _builtins.str = ...,
         priority: _builtins.int = ...,
+        attempts: _abc.Iterable[Global___Attempt] | None = ...,
+        not_before_ms: _builtins.int = ...,
+        max_attempts: _builtins.int = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["_queued_ahead", b"_queued_ahead", "queued_ahead", b"queued_ahead"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["_queued_ahead", b"_queued_ahead", "execution_id", b"execution_id", "infeasible", b"infeasible", "nominated_worker", b"nominated_worker", "priority", b"priority", "queued_ahead", b"queued_ahead", "state", b"state", "summary", b"summary", "workers", b"workers"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_queued_ahead", b"_queued_ahead", "attempts", b"attempts", "execution_id", b"execution_id", "infeasible", b"infeasible", "max_attempts", b"max_attempts", "nominated_worker", b"nominated_worker", "not_before_ms", b"not_before_ms", "priority", b"priority", "queued_ahead", b"queued_ahead", "state", b"state", "summary", b"summary", "workers", b"workers"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     _WhichOneofReturnType__queued_ahead: _TypeAlias = _typing.Literal["queued_ahead"]  # noqa: Y015
     _WhichOneofArgType__queued_ahead: _TypeAlias = _typing.Literal["_queued_ahead", b"_queued_ahead"]  # noqa: Y015
