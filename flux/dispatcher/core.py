@@ -97,6 +97,8 @@ class Dispatcher:
             self.usage,
         )
         self.queue = PendingQueue()
+        # Executions held out of the queue until a retry's not-before time: (shape, that time).
+        self._retrying: dict[str, tuple[Shape, float]] = {}
         # Nominated workers for executions waiting past --starvation-after (pure; kept across passes).
         self.aging = Aging(s.starvation_after)
         # Every deadline (ack, retry, timeout, heartbeat, pending, stop), fired as it comes due.
@@ -239,6 +241,7 @@ class Dispatcher:
         """
         if execution.not_before > self.clock():
             self.timers.arm(Kind.RETRY, execution.execution_id, execution.attempt, execution.not_before)
+            self._retrying[execution.execution_id] = (shape, execution.not_before)
             return
         self.queue.add(execution.execution_id, shape, execution.seq, execution.priority, execution.created_at)
 
@@ -436,6 +439,23 @@ class Dispatcher:
     async def fleet_workers(self) -> list[WorkerEntry]:
         """Every worker a client may see (with replicas, those connected to the others too)."""
         return await self.fleet.entries()
+
+    def retrying_soon(self, within: float) -> dict[Shape, int]:
+        """Executions waiting out a retry's backoff that may start within ``within`` seconds, by shape
+        (pool demand counts them). O(executions waiting to retry); entries gone stale are dropped."""
+        now, counts = self.clock(), {}
+        for execution_id, (shape, not_before) in list(self._retrying.items()):
+            execution = self.table.get(execution_id)
+            if (
+                execution is None
+                or execution.state is not State.CREATED
+                or execution.not_before != not_before
+                or execution_id in self.queue
+            ):
+                del self._retrying[execution_id]
+            elif not_before - now <= within:
+                counts[shape] = counts.get(shape, 0) + 1
+        return counts
 
     def pending(self) -> PendingQueue:
         return self.queue

@@ -169,6 +169,8 @@ class Handle(Protocol):
 
     async def fleet_workers(self) -> list[WorkerEntry]: ...
 
+    def retrying_soon(self, within: float) -> dict[Shape, int]: ...
+
 
 @runtime_checkable
 class Binder(Protocol):

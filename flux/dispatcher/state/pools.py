@@ -34,6 +34,7 @@ from flux.errors import InvalidArgument, NotFound
 from flux.matching import FeasibilityCache, Shape
 from flux.matching.pools import (
     POOL_LABEL,
+    RETRY_SOON,
     PoolDemand,
     PoolSpec,
     compute_demand,
@@ -127,6 +128,12 @@ class PoolBook:
     ) -> dict[str, PoolDemand]:
         """Demand per pool over these workers and pending shapes (one synchronous step)."""
         self.computations += 1
+        soon = self._dispatcher.retrying_soon(RETRY_SOON)
+        if soon:  # retries due shortly count as pending (matching/pools/demand.py)
+            counts = dict(pending)
+            for shape, count in soon.items():
+                counts[shape] = counts.get(shape, 0) + count
+            pending = list(counts.items())
         views = [entry.view() for entry in entries if entry.accepting]
         for view in sorted(views, key=lambda v: v.name, reverse=True):  # the first by name wins
             pool = pool_of(view)
