@@ -38,6 +38,17 @@ class Violation:
 
 
 @dataclass(frozen=True)
+class AttemptSeen:
+    """One ended attempt as the store recorded it (the row's ``attempts``)."""
+
+    attempt: int
+    worker: str
+    started_at: float
+    ended_at: float
+    reason: str  # completed, error, timeout, heartbeat_timeout, worker_lost, preempted
+
+
+@dataclass(frozen=True)
 class Record:
     """An execution as the store holds it at the end."""
 
@@ -46,6 +57,9 @@ class Record:
     worker: str = ""
     attempt: int = 1
     output_json: str = ""
+    max_attempts: int = 0  # 0: not known (checks that need it skip the record)
+    reason: str = ""
+    attempts: tuple[AttemptSeen, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -101,6 +115,7 @@ class Observations:
     drain_bound_s: float = 0.0
     tenant_samples: list[TenantSample] = field(default_factory=list)
     quotas: Quotas = field(default_factory=Quotas)
+    must_time_out: set[str] = field(default_factory=set)  # ids whose body sleeps past its timeout
 
 
 def lost(
@@ -282,6 +297,91 @@ def undrained(remaining: Sequence[str], bound_s: float) -> list[Violation]:
     return [Violation("drain", "queue", f"{len(remaining)} unfinished after {bound_s:g}s of drain: {shown}")]
 
 
+def beyond_max_attempts(records: Iterable[Record]) -> list[Violation]:
+    """No attempt is numbered past the execution's ``max_attempts`` (a manual retry raises it)."""
+    found = []
+    for record in records:
+        if not record.max_attempts:
+            continue
+        highest = max([record.attempt, *(a.attempt for a in record.attempts)])
+        if highest > record.max_attempts:
+            found.append(
+                Violation(
+                    "beyond_max_attempts",
+                    record.execution_id,
+                    f"attempt {highest} of at most {record.max_attempts}",
+                )  # fmt: skip
+            )
+    return found
+
+
+def overlapping_attempts(records: Iterable[Record]) -> list[Violation]:
+    """Never two attempts of one execution running at once: each recorded attempt ended before the
+    next one started (a preempted attempt included)."""
+    found = []
+    for record in records:
+        ordered = sorted(record.attempts, key=lambda a: (a.started_at, a.attempt))
+        for before, after in zip(ordered, ordered[1:], strict=False):
+            if before.ended_at > after.started_at:
+                found.append(
+                    Violation(
+                        "overlapping_attempts",
+                        record.execution_id,
+                        f"attempt {after.attempt} started on {after.worker or '-'} at {after.started_at:.3f}, "
+                        f"before attempt {before.attempt} on {before.worker or '-'} ended at {before.ended_at:.3f}",
+                    )  # fmt: skip
+                )
+    return found
+
+
+def retried_after_completed(records: Iterable[Record]) -> list[Violation]:
+    """No attempt after one that COMPLETED, and a COMPLETED execution's last attempt is that one."""
+    found = []
+    for record in records:
+        ordered = sorted(record.attempts, key=lambda a: a.attempt)
+        done = [a for a in ordered if a.reason == "completed"]
+        later = [a for a in ordered if done and a.attempt > done[0].attempt]
+        if later or len(done) > 1:
+            found.append(
+                Violation(
+                    "retried_after_completed",
+                    record.execution_id,
+                    f"attempt {done[0].attempt} completed, then attempt {(later or done[1:])[0].attempt} ran",
+                )  # fmt: skip
+            )
+        elif done and record.attempt != done[0].attempt:
+            found.append(
+                Violation(
+                    "retried_after_completed",
+                    record.execution_id,
+                    f"attempt {done[0].attempt} completed; the row is at attempt {record.attempt}",
+                )  # fmt: skip
+            )
+    return found
+
+
+def timeouts_fired(must_time_out: Iterable[str], records: Mapping[str, Record]) -> list[Violation]:
+    """Every execution whose body sleeps past its timeout ends FAILED with reason ``timeout``, each of
+    its attempts that ran to the end stopped for it (none completed)."""
+    found = []
+    for execution_id in must_time_out:
+        record = records.get(execution_id)
+        if record is None or record.state == CANCELLED:
+            continue  # lost is its own invariant; a cancel may come first
+        completed = [a.attempt for a in record.attempts if a.reason == "completed"]
+        if record.state != FAILED or record.reason != "timeout" or completed:
+            state = STATE_NAMES.get(record.state, str(record.state))
+            said = f"; attempt {completed[0]} completed" if completed else ""
+            found.append(
+                Violation(
+                    "timeout_not_fired",
+                    execution_id,
+                    f"ended {state} with reason {record.reason or '-'}{said}, not FAILED with reason timeout",
+                )  # fmt: skip
+            )
+    return found
+
+
 def check(observed: Observations) -> dict[str, list[Violation]]:
     """Every invariant over one run's observations, by the figure the result reports."""
     return {
@@ -291,4 +391,8 @@ def check(observed: Observations) -> dict[str, list[Violation]]:
         "cancelled_completed": cancelled_completed(observed.cancelled, observed.records),
         "drain": undrained(observed.undrained, observed.drain_bound_s),
         "quota": over_quota(observed.tenant_samples, observed.quotas),
+        "attempts": beyond_max_attempts(observed.records.values())
+        + overlapping_attempts(observed.records.values())
+        + retried_after_completed(observed.records.values())
+        + timeouts_fired(observed.must_time_out, observed.records),
     }

@@ -29,7 +29,16 @@ from pathlib import Path
 
 from bench.chaos import faults, invariants
 from bench.chaos.faults import Scheduler, Step
-from bench.chaos.invariants import FINAL, NEVER_FITS, STATE_NAMES, Explained, Observations, Quotas, Record
+from bench.chaos.invariants import (
+    FINAL,
+    NEVER_FITS,
+    STATE_NAMES,
+    AttemptSeen,
+    Explained,
+    Observations,
+    Quotas,
+    Record,
+)
 from bench.chaos.load import Load
 from bench.chaos.proxy import FaultProxy
 from bench.chaos.sampler import Sampler
@@ -398,8 +407,22 @@ def _drain(cluster: Cluster, accepted: dict[str, str], bound_s: float) -> list[s
 
 
 def _records(cluster: Cluster) -> dict[str, Record]:
-    rows = cluster.query("SELECT execution_id, state, worker, attempt, output_json FROM executions")
-    return {row[0]: Record(row[0], int(row[1]), row[2], int(row[3]), row[4] or "") for row in rows}
+    rows = cluster.query(
+        "SELECT execution_id, state, worker, attempt, output_json, max_attempts, reason, attempts FROM executions"
+    )
+    return {
+        row[0]: Record(
+            row[0],
+            int(row[1]),
+            row[2],
+            int(row[3]),
+            row[4] or "",
+            int(row[5] or 0),
+            row[6] or "",
+            tuple(AttemptSeen(*item[:5]) for item in json.loads(row[7] or "[]")),
+        )  # fmt: skip
+        for row in rows
+    }
 
 
 def _explain(

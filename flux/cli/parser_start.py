@@ -10,7 +10,7 @@ import argparse
 import os
 
 from flux import defaults
-from flux.cli.arguments import count, label, origin, quantity, seconds, whole_number
+from flux.cli.arguments import count, duration, label, origin, quantity, seconds, whole_number
 from flux.cli.commands.lazy import command
 from flux.domain.quantity import format_bytes
 from flux.observe import logs
@@ -117,6 +117,12 @@ def add_start(commands: argparse._SubParsersAction) -> None:
         default=defaults.STARVATION_AFTER, metavar="S",
         help="seconds the oldest execution of a shape may wait before it gets a nominated worker, where only "
         f"work that fits beside it is placed (default {defaults.STARVATION_AFTER:g}; 0 turns aging off)",
+    )  # fmt: skip
+    server.add_argument(
+        "--infeasible-after", type=duration("--infeasible-after"), default=0.0, metavar="DURATION",
+        help="fail work that no connected worker and no pool could ever run once it has been infeasible this "
+        "long (e.g. 10m): FAILED, reason pending_timeout, explain's verdict as its error; work that becomes "
+        "feasible meanwhile waits on (default off: explain only says it is infeasible)",
     )  # fmt: skip
     server.add_argument(
         "--preemption", choices=("on", "off"), default="on",

@@ -53,7 +53,7 @@ def _token_request(
 ) -> tenants_pb2.CreateTokenRequest:
     try:
         life = 0 if expires_in is None else seconds_of(expires_in, "expires_in")
-    except ValueError as exc:
+    except (TypeError, ValueError) as exc:
         raise InvalidArgument(str(exc)) from None
     return tenants_pb2.CreateTokenRequest(
         tenant=tenant, role=role, name=name, expires_in_seconds=max(1, round(life)) if life else 0

@@ -44,6 +44,7 @@ from flux.dispatcher.state.worker_entry import WorkerEntry
 from flux.dispatcher.transitions import cancel, housekeeping, submission, terms, worker_calls
 from flux.dispatcher.transitions import timing as timing_module
 from flux.dispatcher.transitions import workflows as workflows_module
+from flux.dispatcher.transitions.infeasible import Infeasibility
 from flux.dispatcher.transitions.reclaim import Reclaimer
 from flux.dispatcher.transitions.timing import Timing
 from flux.domain.execution import Execution, ExecutionError, State
@@ -96,12 +97,15 @@ class Dispatcher:
             self.usage,
         )
         self.queue = PendingQueue()
+        # Executions held out of the queue until a retry's not-before time: (shape, that time).
+        self._retrying: dict[str, tuple[Shape, float]] = {}
         # Nominated workers for executions waiting past --starvation-after (pure; kept across passes).
         self.aging = Aging(s.starvation_after)
         # Every deadline (ack, retry, timeout, heartbeat, pending, stop), fired as it comes due.
         self.timers = Timers(clock)
         self.timers.on_due = lambda now: housekeeping.timers_due(self, now)
         self.timing = Timing(self)
+        self.infeasibility = Infeasibility(self)
         self.housekeeper = housekeeping.Housekeeper(self)
         self.freezer = Freezer()
         self.pinger = Pinger(lambda: self.settings.ping_interval)
@@ -111,6 +115,7 @@ class Dispatcher:
         self.modes = modes or local()
         # Worker pools: declarations, learned shapes and the demand an autoscaler reads.
         self.pools = PoolBook(self)
+        self.pools.on_declared = self.infeasibility.changed
         self.tenants = TenantDirectory(store, on_change=self.apply_tenants, unfinished=self._unfinished_of)
         # Administrative changes: who made which, when (state/audit.py).
         self.audit = AuditTrail(store)
@@ -141,6 +146,7 @@ class Dispatcher:
         await self.pools.load()
         self.apply_tenants(await self.tenants.list())
         self.housekeeper.start()
+        self.infeasibility.start()
         await self.feed.start()
         await self.fleet.start()
 
@@ -152,6 +158,7 @@ class Dispatcher:
         await self.fleet.stop()
         await self.feed.stop()
         await self.housekeeper.stop()
+        await self.infeasibility.stop()
         self.timers.close()
         for entry in self.registry.values():
             if entry.session is not None:
@@ -234,6 +241,7 @@ class Dispatcher:
         """
         if execution.not_before > self.clock():
             self.timers.arm(Kind.RETRY, execution.execution_id, execution.attempt, execution.not_before)
+            self._retrying[execution.execution_id] = (shape, execution.not_before)
             return
         self.queue.add(execution.execution_id, shape, execution.seq, execution.priority, execution.created_at)
 
@@ -431,6 +439,23 @@ class Dispatcher:
     async def fleet_workers(self) -> list[WorkerEntry]:
         """Every worker a client may see (with replicas, those connected to the others too)."""
         return await self.fleet.entries()
+
+    def retrying_soon(self, within: float) -> dict[Shape, int]:
+        """Executions waiting out a retry's backoff that may start within ``within`` seconds, by shape
+        (pool demand counts them). O(executions waiting to retry); entries gone stale are dropped."""
+        now, counts = self.clock(), {}
+        for execution_id, (shape, not_before) in list(self._retrying.items()):
+            execution = self.table.get(execution_id)
+            if (
+                execution is None
+                or execution.state is not State.CREATED
+                or execution.not_before != not_before
+                or execution_id in self.queue
+            ):
+                del self._retrying[execution_id]
+            elif not_before - now <= within:
+                counts[shape] = counts.get(shape, 0) + 1
+        return counts
 
     def pending(self) -> PendingQueue:
         return self.queue

@@ -84,6 +84,15 @@ class Timekeeping(Protocol):
 
 
 @runtime_checkable
+class Infeasible(Protocol):
+    """What the transitions ask of ``--infeasible-after`` (``infeasible.Infeasibility``)."""
+
+    def changed(self) -> None: ...
+
+    def fire(self, token: int) -> bool: ...
+
+
+@runtime_checkable
 class Pooling(Protocol):
     """What explain asks of the pools (``state.pools.PoolBook``)."""
 
@@ -118,6 +127,7 @@ class Handle(Protocol):
     reclaimer: Reclaiming
     passes: Passes
     timing: Timekeeping
+    infeasibility: Infeasible
     freezer: Freezer
     pinger: Pinger
 
@@ -158,6 +168,8 @@ class Handle(Protocol):
     def pending(self) -> PendingQueue: ...
 
     async def fleet_workers(self) -> list[WorkerEntry]: ...
+
+    def retrying_soon(self, within: float) -> dict[Shape, int]: ...
 
 
 @runtime_checkable

@@ -15,16 +15,12 @@ from __future__ import annotations
 import json
 import math
 import random
-import re
 from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-DURATION_FORM = "a number of seconds > 0 or a string such as '500ms', '30s', '10m', '2h', '1d' or '1h30m'"
-_DURATION = re.compile(r"(\d+(?:\.\d+)?)(ms|s|m|h|d)")
-_UNIT_SECONDS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
-# A year: far beyond any sane timeout, and small enough for every clock and store column.
-MAX_DURATION = 366 * 86400.0
+from flux.domain.duration import MAX_DURATION, seconds_of
+
 MAX_ATTEMPTS_LIMIT = 100
 DEFAULT_MAX_ATTEMPTS = 3
 
@@ -37,29 +33,16 @@ PENDING_TIMEOUT = "pending_timeout"
 WORKER_LOST = "worker_lost"
 PREEMPTED = "preempted"  # an attempt stopped for a tenant's quota: never counted against max_attempts
 FAILURE_REASONS = (ERROR, TIMEOUT, HEARTBEAT_TIMEOUT, PENDING_TIMEOUT, WORKER_LOST)
+# The labels of flux_retries_total{reason} and flux_timeouts_total{kind}, each always exported.
+RETRY_REASONS = (ERROR, TIMEOUT, HEARTBEAT_TIMEOUT, WORKER_LOST)
+TIMEOUT_KINDS = (TIMEOUT, HEARTBEAT_TIMEOUT, PENDING_TIMEOUT)
 # The error type a stopped attempt is reported with (the body raised nothing itself).
 TIMEOUT_ERROR = {TIMEOUT: "AttemptTimeout", HEARTBEAT_TIMEOUT: "HeartbeatTimeout", WORKER_LOST: "WorkerLost"}
 
 
 def parse_duration(value: object, field_name: str) -> float:
-    """Seconds from ``value`` (see ``DURATION_FORM``); the error names ``field_name``."""
-    if isinstance(value, bool) or not isinstance(value, int | float | str):
-        raise TypeError(f"{field_name} must be {DURATION_FORM}; got {type(value).__name__} {value!r}")
-    if isinstance(value, str):
-        text = value.strip().lower()
-        parts = _DURATION.findall(text)
-        if not parts or "".join(n + u for n, u in parts) != text:
-            try:
-                seconds = float(text)
-            except ValueError:
-                raise ValueError(f"{field_name} must be {DURATION_FORM}; got {value!r}") from None
-        else:
-            seconds = sum(float(n) * _UNIT_SECONDS[u] for n, u in parts)
-    else:
-        seconds = float(value)
-    if not math.isfinite(seconds) or seconds <= 0 or seconds > MAX_DURATION:
-        raise ValueError(f"{field_name} must be {DURATION_FORM}, at most a year; got {value!r}")
-    return seconds
+    """Seconds from ``value`` (flux/domain/duration.py, at most a year); the error names ``field_name``."""
+    return seconds_of(value, field_name, at_most=MAX_DURATION)
 
 
 def optional_duration(value: object, field_name: str) -> float | None:

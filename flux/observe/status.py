@@ -165,6 +165,8 @@ def _copy(lifecycle: Lifecycle) -> tuple[Counters, dict[str, Histogram]]:
         preempted=dict(c.preempted),
         preemptions_refused=dict(c.preemptions_refused),
         preemptions_refused_by_tenant=dict(c.preemptions_refused_by_tenant),
+        retries=dict(c.retries),
+        timeouts=dict(c.timeouts),
     )
     latency = {}
     for stage, histogram in lifecycle.latency.items():

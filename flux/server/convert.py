@@ -13,6 +13,8 @@ from flux.dispatcher.transitions.submission import Overrides
 from flux.dispatcher.transitions.worker_calls import Answers, Result
 from flux.domain.execution import Execution, ExecutionError
 from flux.domain.policy import (
+    RETRY_REASONS,
+    TIMEOUT_KINDS,
     Policy,
     Retry,
     attempt_to_proto,
@@ -321,6 +323,9 @@ def why_to_proto(why: Diagnosis) -> control_pb2.Explanation:
         state=int(why.execution.state),  # type: ignore[arg-type]
         summary=why.summary,
         priority=why.execution.priority,
+        attempts=[attempt_to_proto(a) for a in why.execution.attempts],
+        not_before_ms=int(why.execution.not_before * 1000),
+        max_attempts=why.execution.max_attempts,
     )
     if why.queue_position is not None:
         message.queued_ahead = why.queue_position
@@ -414,6 +419,8 @@ def status_to_proto(status: Status) -> control_pb2.ClusterStatus:
             ack_deadline_expiries=counters.ack_deadline_expiries,
             preempted={str(reason): n for reason, n in counters.preempted.items()},
             preemptions_refused={str(reason): n for reason, n in counters.preemptions_refused.items()},
+            retries={**dict.fromkeys(RETRY_REASONS, 0), **counters.retries},
+            timeouts={**dict.fromkeys(TIMEOUT_KINDS, 0), **counters.timeouts},
             stream_reconnects=counters.stream_reconnects,
             stream_connects=counters.stream_connects,
         ),

@@ -978,6 +978,9 @@ class Explanation(_message.Message):
     QUEUED_AHEAD_FIELD_NUMBER: _builtins.int
     NOMINATED_WORKER_FIELD_NUMBER: _builtins.int
     PRIORITY_FIELD_NUMBER: _builtins.int
+    ATTEMPTS_FIELD_NUMBER: _builtins.int
+    NOT_BEFORE_MS_FIELD_NUMBER: _builtins.int
+    MAX_ATTEMPTS_FIELD_NUMBER: _builtins.int
     execution_id: _builtins.str
     """The execution explained."""
     state: Global___ExecutionState.ValueType
@@ -996,9 +999,19 @@ class Explanation(_message.Message):
     """
     priority: _builtins.int
     """Its priority (higher first; FIFO within a priority)."""
+    not_before_ms: _builtins.int
+    """While a retry waits: when its next attempt may start, milliseconds since the Unix
+    epoch (0 when none waits).
+    """
+    max_attempts: _builtins.int
+    """The tries it may have, the first included."""
     @_builtins.property
     def workers(self) -> _containers.RepeatedCompositeFieldContainer[Global___WorkerVerdict]:
         """One verdict per worker considered."""
+
+    @_builtins.property
+    def attempts(self) -> _containers.RepeatedCompositeFieldContainer[Global___Attempt]:
+        """Its ended attempts, oldest first (as Execution.attempts)."""
 
     def __init__(
         self,
@@ -1011,10 +1024,13 @@ class Explanation(_message.Message):
         queued_ahead: _builtins.int | None = ...,
         nominated_worker: _builtins.str = ...,
         priority: _builtins.int = ...,
+        attempts: _abc.Iterable[Global___Attempt] | None = ...,
+        not_before_ms: _builtins.int = ...,
+        max_attempts: _builtins.int = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["_queued_ahead", b"_queued_ahead", "queued_ahead", b"queued_ahead"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["_queued_ahead", b"_queued_ahead", "execution_id", b"execution_id", "infeasible", b"infeasible", "nominated_worker", b"nominated_worker", "priority", b"priority", "queued_ahead", b"queued_ahead", "state", b"state", "summary", b"summary", "workers", b"workers"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_queued_ahead", b"_queued_ahead", "attempts", b"attempts", "execution_id", b"execution_id", "infeasible", b"infeasible", "max_attempts", b"max_attempts", "nominated_worker", b"nominated_worker", "not_before_ms", b"not_before_ms", "priority", b"priority", "queued_ahead", b"queued_ahead", "state", b"state", "summary", b"summary", "workers", b"workers"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     _WhichOneofReturnType__queued_ahead: _TypeAlias = _typing.Literal["queued_ahead"]  # noqa: Y015
     _WhichOneofArgType__queued_ahead: _TypeAlias = _typing.Literal["_queued_ahead", b"_queued_ahead"]  # noqa: Y015
@@ -1470,6 +1486,46 @@ class LifecycleCounters(_message.Message):
         def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
         def WhichOneof(self, oneof_group: _Never) -> None: ...
 
+    @_typing.final
+    class RetriesEntry(_message.Message):
+        DESCRIPTOR: _descriptor.Descriptor
+
+        KEY_FIELD_NUMBER: _builtins.int
+        VALUE_FIELD_NUMBER: _builtins.int
+        key: _builtins.str
+        value: _builtins.int
+        def __init__(
+            self,
+            *,
+            key: _builtins.str = ...,
+            value: _builtins.int = ...,
+        ) -> None: ...
+        _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+        def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+        _ClearFieldArgType: _TypeAlias = _typing.Literal["key", b"key", "value", b"value"]  # noqa: Y015
+        def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+        def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+    @_typing.final
+    class TimeoutsEntry(_message.Message):
+        DESCRIPTOR: _descriptor.Descriptor
+
+        KEY_FIELD_NUMBER: _builtins.int
+        VALUE_FIELD_NUMBER: _builtins.int
+        key: _builtins.str
+        value: _builtins.int
+        def __init__(
+            self,
+            *,
+            key: _builtins.str = ...,
+            value: _builtins.int = ...,
+        ) -> None: ...
+        _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+        def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+        _ClearFieldArgType: _TypeAlias = _typing.Literal["key", b"key", "value", b"value"]  # noqa: Y015
+        def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+        def WhichOneof(self, oneof_group: _Never) -> None: ...
+
     SUBMITTED_FIELD_NUMBER: _builtins.int
     DISPATCHED_FIELD_NUMBER: _builtins.int
     CLAIMED_FIELD_NUMBER: _builtins.int
@@ -1482,6 +1538,8 @@ class LifecycleCounters(_message.Message):
     STREAM_CONNECTS_FIELD_NUMBER: _builtins.int
     PREEMPTED_FIELD_NUMBER: _builtins.int
     PREEMPTIONS_REFUSED_FIELD_NUMBER: _builtins.int
+    RETRIES_FIELD_NUMBER: _builtins.int
+    TIMEOUTS_FIELD_NUMBER: _builtins.int
     submitted: _builtins.int
     """Executions accepted by RunWorkflow."""
     dispatched: _builtins.int
@@ -1523,6 +1581,21 @@ class LifecycleCounters(_message.Message):
         (the tenant's --preemption-budget of victims a minute was spent).
         """
 
+    @_builtins.property
+    def retries(self) -> _containers.ScalarMap[_builtins.str, _builtins.int]:
+        """Attempts that ended and were tried again, by why the attempt ended: "error" (its
+        body raised, retried under its retry policy), "timeout", "heartbeat_timeout",
+        "worker_lost". Every reason is present, zero when none.
+        """
+
+    @_builtins.property
+    def timeouts(self) -> _containers.ScalarMap[_builtins.str, _builtins.int]:
+        """Timeouts that fired, by kind: "timeout" (an attempt ran past its timeout),
+        "heartbeat_timeout" (an attempt went silent), "pending_timeout" (never started
+        within its pending timeout, or infeasible for --infeasible-after). Every kind is
+        present, zero when none.
+        """
+
     def __init__(
         self,
         *,
@@ -1538,10 +1611,12 @@ class LifecycleCounters(_message.Message):
         stream_connects: _builtins.int = ...,
         preempted: _abc.Mapping[_builtins.str, _builtins.int] | None = ...,
         preemptions_refused: _abc.Mapping[_builtins.str, _builtins.int] | None = ...,
+        retries: _abc.Mapping[_builtins.str, _builtins.int] | None = ...,
+        timeouts: _abc.Mapping[_builtins.str, _builtins.int] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["ack_deadline_expiries", b"ack_deadline_expiries", "cancelled", b"cancelled", "claimed", b"claimed", "completed", b"completed", "dispatched", b"dispatched", "failed", b"failed", "preempted", b"preempted", "preemptions_refused", b"preemptions_refused", "requeued", b"requeued", "stream_connects", b"stream_connects", "stream_reconnects", b"stream_reconnects", "submitted", b"submitted"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["ack_deadline_expiries", b"ack_deadline_expiries", "cancelled", b"cancelled", "claimed", b"claimed", "completed", b"completed", "dispatched", b"dispatched", "failed", b"failed", "preempted", b"preempted", "preemptions_refused", b"preemptions_refused", "requeued", b"requeued", "retries", b"retries", "stream_connects", b"stream_connects", "stream_reconnects", b"stream_reconnects", "submitted", b"submitted", "timeouts", b"timeouts"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

@@ -143,6 +143,20 @@ class StatusCollector(Collector):
             "tenant's --preemption-budget of executions a minute was spent).",
             counters.preemptions_refused,
         )
+        yield _by_reason(
+            CounterMetricFamily,
+            "flux_retries",
+            "Attempts that ended and were tried again, by why the attempt ended: error (the body "
+            "raised, retried under its retry policy), timeout, heartbeat_timeout, worker_lost.",
+            counters.retries,
+        )
+        yield _by_kind(
+            "flux_timeouts",
+            "Timeouts that fired, by kind: timeout (an attempt ran past its timeout), "
+            "heartbeat_timeout (an attempt went silent), pending_timeout (never started within its "
+            "pending timeout, or infeasible for --infeasible-after).",
+            counters.timeouts,
+        )
         yield CounterMetricFamily(
             "flux_ack_deadline_expiries",
             "Dispatches not claimed within the ack deadline.",
@@ -196,6 +210,14 @@ class StatusCollector(Collector):
             "When the core started, in seconds since the Unix epoch; counters count from then.",
             value=s.started_at_ms / 1000,
         )
+
+
+def _by_kind(name: str, help_text: str, counts: Mapping[str, int]) -> Metric:
+    """A counter labelled by ``kind``, a sample per kind in name order."""
+    metric = CounterMetricFamily(name, help_text, labels=["kind"])
+    for kind, count in sorted(counts.items()):
+        metric.add_metric([kind], count)
+    return metric
 
 
 def _by_reason(

@@ -8,6 +8,7 @@ import json
 import time
 from pathlib import Path
 
+import httpx
 import pytest
 
 from flux import Retry
@@ -71,6 +72,12 @@ def test_an_async_body_past_its_timeout_is_cancelled_retried_then_failed_with_re
     assert [a.reason for a in final.attempts] == ["timeout", "timeout"]
     assert final.error.type == "AttemptTimeout"
     assert time.monotonic() - started < 30  # not the body's 60 s sleep
+    # Both timeouts fired and the first was tried again: GET /metrics says so.
+    text = httpx.get(f"{timed.gateway_url}/metrics", timeout=10).text
+    assert 'flux_timeouts_total{kind="timeout"} 2.0' in text, text
+    assert 'flux_retries_total{reason="timeout"} 1.0' in text
+    assert 'flux_retries_total{reason="error"} 0.0' in text  # every reason, zero when none
+    assert 'flux_timeouts_total{kind="pending_timeout"} 0.0' in text
 
 
 def test_a_sync_body_past_its_timeout_is_killed_and_its_room_freed(timed: Cluster) -> None:
@@ -130,3 +137,21 @@ def test_a_retry_s_wait_survives_a_server_restart(cluster: Cluster) -> None:
     assert (final.state, final.attempt) == (FAILED, 2)
     # The second attempt started no sooner than the stored time, restart or not.
     assert final.attempts[1].started_at_ms / 1000 >= not_before - 0.05
+
+
+def test_explain_lists_the_attempts_of_an_execution_waiting_for_its_retry(timed: Cluster) -> None:
+    execution = timed.client.run(
+        "picky", retry=Retry(max_attempts=3, initial_delay="60s", jitter=False), wait=False
+    )
+    eventually(lambda: timed.client.get(execution.execution_id).not_before_ms > 0, what="waiting to retry")
+    text = timed.flux("execution", "explain", execution.execution_id)
+    assert text.returncode == 0, text.stderr
+    assert "waiting " in text.stdout and " s to retry attempt 2" in text.stdout, text.stdout
+    assert "attempt 1 of 3 failed on w1: ValueError('bad input: retrying will not help')" in text.stdout
+    assert "next try at " in text.stdout and "(in 5" in text.stdout, text.stdout
+    as_json = json.loads(timed.flux("execution", "explain", execution.execution_id, "--json").stdout)
+    assert as_json["max_attempts"] == 3 and as_json["not_before_ms"] > 0
+    assert [(a["attempt"], a["worker"], a["reason"], a["error_type"]) for a in as_json["attempts"]] == [
+        (1, "w1", "error", "ValueError")
+    ]
+    timed.client.cancel(execution.execution_id)

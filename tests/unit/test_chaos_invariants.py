@@ -19,6 +19,7 @@ from bench.chaos.invariants import (
     NEVER_FITS,
     RUNNING,
     SCHEDULED,
+    AttemptSeen,
     Explained,
     Observations,
     Quotas,
@@ -74,6 +75,7 @@ def test_a_clean_trail_has_no_violation() -> None:
         "cancelled_completed": [],
         "drain": [],
         "quota": [],
+        "attempts": [],
     }
 
 
@@ -219,3 +221,60 @@ def test_lifecycle_lines_are_read_from_json_logs_and_others_skipped() -> None:
         {"ts": "t", "level": "INFO", "logger": "flux.lifecycle", "msg": "execution dispatched",
          "event": "dispatched", "execution_id": "a", "generation": 3}
     ]  # fmt: skip
+
+
+def _tried(*attempts: tuple[int, float, float, str], state: int = COMPLETED, reason: str = "") -> Record:
+    seen = tuple(AttemptSeen(n, f"w{n}", start, end, why) for n, start, end, why in attempts)
+    return Record("x", state, "w1", max(a.attempt for a in seen), "", 3, reason, seen)
+
+
+@pytest.mark.parametrize(
+    ("record", "timed_out", "kind"),
+    [
+        pytest.param(
+            _tried((1, 0, 1, "error"), (2, 2, 3, "completed")), False, None, id="retried then completed"
+        ),
+        pytest.param(
+            _tried((1, 0, 1, "timeout"), (2, 1, 2, "timeout"), state=FAILED, reason="timeout"),
+            True,
+            None,
+            id="timed out twice, back to back",
+        ),
+        pytest.param(
+            _tried((1, 0, 1, "error"), (2, 1, 2, "error"), (3, 2, 3, "error"), (4, 3, 4, "completed")),
+            False,
+            "beyond_max_attempts",
+            id="a fourth attempt of three",
+        ),
+        pytest.param(
+            _tried((1, 0, 2, "worker_lost"), (2, 1, 3, "completed")),
+            False,
+            "overlapping_attempts",
+            id="two attempts at once",
+        ),
+        pytest.param(
+            _tried((1, 0, 1, "completed"), (2, 2, 3, "completed")),
+            False,
+            "retried_after_completed",
+            id="a retry after a result",
+        ),
+        pytest.param(
+            _tried((1, 0, 1, "completed"), state=FAILED, reason="error"),
+            True,
+            "timeout_not_fired",
+            id="a body past its timeout completed",
+        ),
+        pytest.param(
+            _tried((1, 0, 1, "heartbeat_timeout"), state=FAILED, reason="heartbeat_timeout"),
+            True,
+            "timeout_not_fired",
+            id="another reason than timeout",
+        ),
+    ],
+)
+def test_attempt_invariants_are_keyed_on_the_recorded_attempts(
+    record: Record, timed_out: bool, kind: str | None
+) -> None:
+    observed = Observations(records={"x": record}, must_time_out={"x"} if timed_out else set())
+    found = invariants.check(observed)["attempts"]
+    assert [v.kind for v in found] == ([kind] if kind else []), found

@@ -38,7 +38,6 @@ NAME_PATTERNS = {
 # Patterns that parse or scan text rather than accept a name.
 NOT_NAMES = {
     "flux.domain.duration._PART",
-    "flux.domain.policy._DURATION",
     "flux.domain.quantity._QUANTITY",
     "flux.matching.packages._QUOTED",
     "flux.matching.packages._WORD",

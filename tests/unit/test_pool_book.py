@@ -121,3 +121,22 @@ async def test_an_unknown_pool_is_refused_from_memory():
 async def _until(check) -> None:  # type: ignore[no-untyped-def]
     while not check():
         await asyncio.sleep(0.005)
+
+
+@pytest.mark.parametrize(
+    ("wait", "counted"),
+    [pytest.param(10.0, 1, id="retry due within 30 s"), pytest.param(120.0, 0, id="retry due in 2 min")],
+)
+async def test_work_waiting_for_a_retry_is_demand_only_when_its_try_is_near(wait: float, counted: int):
+    flux = await Flux().start()
+    await flux.d.pools.apply(parse_pools([GPU]))
+    await flux.workflow("train", gpu=1)
+    execution_id = await flux.run("train")
+    d = flux.d
+    # Its first attempt failed and its retry waits ``wait`` seconds (out of the queue until then).
+    d.queue.remove(execution_id)
+    waiting = d.table.get(execution_id).evolve(attempt=2, not_before=d.clock() + wait)
+    d.table.update(waiting)
+    d.queue_up(waiting, d.catalogue.shape_of(waiting))
+    assert execution_id not in d.queue
+    assert (await d.pools.get(d, "gpu")).pending == counted

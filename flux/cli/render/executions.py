@@ -5,6 +5,7 @@ from __future__ import annotations
 import datetime
 import json
 import time
+from collections.abc import Iterable
 from typing import Any
 
 from flux.cli.render.common import duration, table
@@ -31,6 +32,18 @@ def _json_value(text: str) -> Any:
         return text
 
 
+def attempt_dict(a: control_pb2.Attempt) -> dict[str, Any]:
+    return {
+        "attempt": a.attempt,
+        "worker": a.worker,
+        "started_at_ms": a.started_at_ms,
+        "ended_at_ms": a.ended_at_ms,
+        "reason": a.reason,
+        "error_type": a.error_type or None,
+        "error_message": a.error_message or None,
+    }
+
+
 def execution_dict(e: control_pb2.Execution) -> dict[str, Any]:
     result: dict[str, Any] = {
         "execution_id": e.execution_id,
@@ -52,18 +65,7 @@ def execution_dict(e: control_pb2.Execution) -> dict[str, Any]:
         "max_attempts": e.policy.retry.max_attempts if e.HasField("policy") else None,
         "not_before_ms": e.not_before_ms or None,
         "heartbeat": _json_value(e.heartbeat_json) if e.heartbeat_json else None,
-        "attempts": [
-            {
-                "attempt": a.attempt,
-                "worker": a.worker,
-                "started_at_ms": a.started_at_ms,
-                "ended_at_ms": a.ended_at_ms,
-                "reason": a.reason,
-                "error_type": a.error_type or None,
-                "error_message": a.error_message or None,
-            }
-            for a in e.attempts
-        ],
+        "attempts": [attempt_dict(a) for a in e.attempts],
     }
     if e.HasField("error"):
         result["error"] = {"type": e.error.type, "message": e.error.message, "traceback": e.error.traceback}
@@ -74,17 +76,28 @@ def attempt_lines(e: control_pb2.Execution, now: float | None = None) -> list[st
     """One line per ended attempt, e.g. ``attempt 2 of 5 failed on w3: ConnectionError('reset')``,
     and when a retry waits, ``next try at 12:00:03 (in 1.2 s)``."""
     total = e.policy.retry.max_attempts if e.HasField("policy") else 0
+    return attempts_said(e.attempts, total, e.not_before_ms, e.state, now)
+
+
+def attempts_said(
+    attempts: Iterable[control_pb2.Attempt],
+    total: int,
+    not_before_ms: int,
+    state: int,
+    now: float | None = None,
+) -> list[str]:
+    """``attempt_lines`` for an execution or an explanation (both carry the attempts)."""
     of = f" of {total}" if total else ""
     lines = []
-    for a in e.attempts:
+    for a in attempts:
         if a.reason == "completed":
             lines.append(f"attempt {a.attempt}{of} completed on {a.worker}")
             continue
         what = {"error": "failed", "preempted": "was preempted"}.get(a.reason, f"ended ({a.reason})")
         error = f": {a.error_type}({a.error_message!r})" if a.error_type else ""
         lines.append(f"attempt {a.attempt}{of} {what} on {a.worker or '-'}{error}")
-    if e.not_before_ms and e.state == control_pb2.EXECUTION_STATE_CREATED:
-        at = e.not_before_ms / 1000
+    if not_before_ms and state == control_pb2.EXECUTION_STATE_CREATED:
+        at = not_before_ms / 1000
         left = max(0.0, at - (time.time() if now is None else now))
         clock = datetime.datetime.fromtimestamp(at).strftime("%H:%M:%S")
         lines.append(f"next try at {clock} (in {left:.1f} s)")
@@ -125,6 +138,9 @@ def explanation_dict(x: control_pb2.Explanation) -> dict[str, Any]:
         "queued_ahead": x.queued_ahead if x.HasField("queued_ahead") else None,
         "priority": x.priority,
         "nominated_worker": x.nominated_worker or None,
+        "max_attempts": x.max_attempts or None,
+        "not_before_ms": x.not_before_ms or None,
+        "attempts": [attempt_dict(a) for a in x.attempts],
         "workers": [
             {
                 "worker": v.worker,
@@ -159,6 +175,10 @@ def explanation_text(x: control_pb2.Explanation) -> str:
         if x.HasField("queued_ahead"):
             verdict += f"; {queued_ahead(x.queued_ahead)}"
         lines.append(verdict)
+    said = attempts_said(x.attempts, x.max_attempts, x.not_before_ms, x.state)
+    if said:
+        lines.append("")
+        lines.extend(said)
     rows = [
         (v.worker, "fits" if v.fits else ("never" if any(r.permanent for r in v.rejections) else "busy"),
          "; ".join(r.detail for r in v.rejections) or "-")

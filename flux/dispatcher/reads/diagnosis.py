@@ -47,6 +47,9 @@ async def why(d: Handle, execution_id: str, viewer: str = "") -> Diagnosis:
         queue=d.queue if d.usage.accounts is not None else None,
     )
     summary = explanation.summary
+    wait = execution.not_before - d.clock()
+    if wait > 0:  # out of line until then (a retry's backoff): the workers' verdict comes after
+        summary = f"waiting {wait:.1f} s to retry attempt {execution.attempt}; then {summary}"
     preempting = d.reclaimer.preview(execution_id, shape, viewer)
     if preempting:
         summary = f"{summary}; {preempting}"

@@ -1,4 +1,5 @@
-"""Every deadline the dispatcher keeps, in one timer structure: ack, retry, timeout, heartbeat, pending, stop.
+"""Every deadline the dispatcher keeps, in one timer structure: ack, retry, timeout, heartbeat, pending,
+stop, infeasible.
 
 A binary heap of ``(due, sequence, kind, execution id, token)`` tuples: arming is one push and
 firing one pop, O(log n) each, about 100 bytes a timer. Timers are never removed early: one
@@ -30,13 +31,7 @@ class Kind(enum.IntEnum):
     HEARTBEAT = 4  # an attempt may have been silent past its heartbeat timeout (token: generation)
     PENDING = 5  # an execution not started within its pending timeout (token: 0)
     STOP = 6  # a stopped attempt was not handed back in time: its room is freed (token: generation)
-
-
-TIMEOUT_KINDS = {
-    Kind.TIMEOUT: "timeout",
-    Kind.HEARTBEAT: "heartbeat_timeout",
-    Kind.PENDING: "pending_timeout",
-}
+    INFEASIBLE = 7  # a shape infeasible for --infeasible-after (no execution id; token: the shape's entry)
 
 
 class Timers:

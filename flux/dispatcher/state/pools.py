@@ -34,6 +34,7 @@ from flux.errors import InvalidArgument, NotFound
 from flux.matching import FeasibilityCache, Shape
 from flux.matching.pools import (
     POOL_LABEL,
+    RETRY_SOON,
     PoolDemand,
     PoolSpec,
     compute_demand,
@@ -86,17 +87,22 @@ class PoolBook:
         self.reads = 0
         self.computations = 0
         self.recomputations = 0
+        # Told when the declarations change (applied here, or re-read): --infeasible-after's evaluation.
+        self.on_declared: Callable[[], None] | None = None
 
     async def load(self) -> None:
         """Read the declarations from the store (at start, and every ``RELOAD`` seconds after:
         with replicas, another one may have applied some)."""
         self._loaded_at = asyncio.get_running_loop().time()
         self.reads += 1
+        before = dict(self.declared)
         for name, document in await self.store.list_pools():
             try:
                 self.declared[name] = parse_pool(json.loads(document), f"stored pool {name!r}")
             except (ValueError, TypeError) as exc:  # written by a newer Flux, or by hand
                 log.warning("ignoring stored pool %s: %s", name, exc)
+        if self.on_declared is not None and self.declared != before:
+            self.on_declared()
 
     async def apply(self, specs: Sequence[PoolSpec]) -> list[PoolSpec]:
         """Declare or replace pools (by name), durably; all of them or none."""
@@ -111,6 +117,8 @@ class PoolBook:
         for spec in specs:
             self.declared[spec.name] = spec
         self.changed()
+        if self.on_declared is not None:
+            self.on_declared()
         return list(specs)
 
     # ----------------------------------------------------------------- demand
@@ -120,6 +128,12 @@ class PoolBook:
     ) -> dict[str, PoolDemand]:
         """Demand per pool over these workers and pending shapes (one synchronous step)."""
         self.computations += 1
+        soon = self._dispatcher.retrying_soon(RETRY_SOON)
+        if soon:  # retries due shortly count as pending (matching/pools/demand.py)
+            counts = dict(pending)
+            for shape, count in soon.items():
+                counts[shape] = counts.get(shape, 0) + count
+            pending = list(counts.items())
         views = [entry.view() for entry in entries if entry.accepting]
         for view in sorted(views, key=lambda v: v.name, reverse=True):  # the first by name wins
             pool = pool_of(view)

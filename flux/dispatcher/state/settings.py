@@ -33,6 +33,9 @@ class Settings:
     starvation_after: float = defaults.STARVATION_AFTER
     # Reclaim (--preemption, --preemption-grace): a tenant under its nominal quota may preempt
     # what its cohort borrowed; the victims' workers have this long to hand them back.
+    # --infeasible-after: seconds work no worker or pool could ever run may wait before it ends
+    # FAILED (reason pending_timeout); 0, the default, only says it is infeasible.
+    infeasible_after: float = 0.0
     preemption: bool = True
     preemption_grace: float = defaults.PREEMPTION_GRACE
     # Victims each tenant's preemptions may stop a minute (--preemption-budget); 0: no limit.

@@ -160,6 +160,8 @@ def fire_timers(d: Handle, now: float) -> bool:
     for kind, execution_id, token in d.timers.due(now):
         if kind is Kind.ACK:
             changed |= _ack_expired(d, execution_id, token)
+        elif kind is Kind.INFEASIBLE:
+            changed |= d.infeasibility.fire(token)
         else:
             changed |= d.timing.fire(kind, execution_id, token, now)
     return changed
@@ -231,6 +233,7 @@ class Housekeeper:
         if d.reclaimer.expire(now) or expired or now - self.last_full_pass >= s.safety_tick:
             self.last_full_pass = now
             d.passes.everything()
+            d.infeasibility.changed()  # a change on another replica, or pools re-read
             if d.events.traces is not None:
                 submission.trace_verdicts(d)
         # After a pass: what is still pending does not fit, so what it reclaims is needed.

@@ -358,26 +358,30 @@ class Timing:
 
     def _pending_expired(self, execution: Execution) -> None:
         """Never started within its pending timeout: FAILED with explain's verdict as its error."""
-        d = self.d
-        policy = execution.effective_policy
-        d.queue.remove(execution.execution_id)
-        limit = format_duration(policy.pending_timeout or 0)
+        limit = format_duration(execution.effective_policy.pending_timeout or 0)
         verdict = self._verdict(execution)
-        failed = execution.evolve(
-            state=State.FAILED,
-            reason=PENDING_TIMEOUT,
-            error=ExecutionError("PendingTimeout", f"nothing could run it within {limit}: {verdict}"),
-            updated_at=d.clock(),
+        never_started(
+            self.d,
+            execution,
+            ExecutionError("PendingTimeout", f"nothing could run it within {limit}: {verdict}"),
         )
-        d.events.counters.timeouts[PENDING_TIMEOUT] = d.events.counters.timeouts.get(PENDING_TIMEOUT, 0) + 1
-        d.table.finish(failed)
-        d.events.finished(failed)
-        d.table.save(failed)
 
     def _verdict(self, execution: Execution) -> str:
         views = [w.view() for w in self.d.registry.entries.values() if w.accepting]
         why = explain(self.d.catalogue.shape_of(execution), views, execution_id=execution.execution_id)
         return why.summary
+
+
+def never_started(d: Handle, execution: Execution, error: ExecutionError) -> Execution:
+    """A waiting execution ends FAILED, reason ``pending_timeout``: its pending timeout passed, or it
+    was infeasible for ``--infeasible-after`` (transitions/infeasible.py)."""
+    d.queue.remove(execution.execution_id)
+    failed = execution.evolve(state=State.FAILED, reason=PENDING_TIMEOUT, error=error, updated_at=d.clock())
+    d.events.counters.timeouts[PENDING_TIMEOUT] = d.events.counters.timeouts.get(PENDING_TIMEOUT, 0) + 1
+    d.table.finish(failed)
+    d.events.finished(failed)
+    d.table.save(failed)
+    return failed
 
 
 def preempted_run(d: Handle, execution: Execution) -> Execution:
@@ -392,7 +396,7 @@ def preempted_run(d: Handle, execution: Execution) -> Execution:
     )
 
 
-__all__ = ["ERROR", "Stopping", "Timing", "ended", "preempted_run", "record_of"]
+__all__ = ["ERROR", "Stopping", "Timing", "ended", "never_started", "preempted_run", "record_of"]
 
 
 async def retry_failed(d: Handle, execution_id: str) -> Execution:

@@ -14,6 +14,7 @@ pool too.
 
 from flux.matching.pools.declarations import MAX_POOLS, parse_pool, parse_pools
 from flux.matching.pools.demand import (
+    RETRY_SOON,
     PoolDemand,
     compute_demand,
     could_run,
@@ -37,6 +38,7 @@ __all__ = [
     "MAX_POOLS",
     "NAME_FORM",
     "POOL_LABEL",
+    "RETRY_SOON",
     "PoolDemand",
     "PoolSpec",
     "compute_demand",

@@ -17,6 +17,11 @@ Demand is computed per requirement shape, never per pending row:
    fits at once), so it needs new workers. The result is kept within the
    pool's min and max.
 
+Pending includes work waiting out a retry's backoff whose next try is due within
+``RETRY_SOON`` seconds (30 s: about the time a pool's new worker takes to start and connect,
+so it is there when the wait ends; a pool has no scale-up time of its own to use instead).
+A retry due later is not counted: a 5-minute backoff does not keep a pool awake for 5 minutes.
+
 Cost: O(pending shapes × pools) permanent checks, each memoised, plus
 O(workers) to group the fleet: 10,000 pending executions of 100 shapes over
 100 pools is 10,000 cached lookups, not 1,000,000 checks.
@@ -37,6 +42,10 @@ from flux.matching.view import WorkerView, load_key
 
 if TYPE_CHECKING:
     from flux.matching.candidates import FeasibilityCache
+
+
+# Seconds before a retry's not-before time from which its execution counts as pending demand.
+RETRY_SOON = 30.0
 
 
 @dataclass(frozen=True, slots=True)
