@@ -162,8 +162,10 @@ class Flow:
                 if not loaded:
                     data, loaded = json.loads(input_json or "null"), True
                 keys[name] = key_of(data, part.key, f"{type(part).__name__}.key")
+            else:
+                keys[name] = ""  # the whole workflow is one key (and the execution is limited)
         if self.limits:
-            keys["limits"] = key if key is not None else keys.get("concurrency", keys.get("rate_limit", ""))
+            keys["limits"] = key if key is not None else keys.get("concurrency") or keys.get("rate_limit", "")
         return keys
 
 

@@ -83,7 +83,7 @@ def test_a_missing_key_field_is_refused() -> None:
     assert flow.keys_for('{"order": {"customer": "x"}}') == {"concurrency": "x"}
     with pytest.raises(ValueError, match="no field 'order.customer'"):
         flow.keys_for('{"order": 1}')
-    assert Flow(Concurrency(2)).keys_for("null") == {}
+    assert Flow(Concurrency(2)).keys_for("null") == {"concurrency": ""}
 
 
 def test_read_statically() -> None:

@@ -47,6 +47,10 @@ async def why(d: Handle, execution_id: str, viewer: str = "") -> Diagnosis:
         queue=d.queue if d.usage.accounts is not None else None,
     )
     summary = explanation.summary
+    blocked = d.flow.blocked(execution_id)
+    if blocked is not None:
+        # Waiting on a budget comes first: no worker will be asked until it has room.
+        summary = f"waiting: {blocked.describe()}; {summary}"
     preempting = d.reclaimer.preview(execution_id, shape, viewer)
     if preempting:
         summary = f"{summary}; {preempting}"

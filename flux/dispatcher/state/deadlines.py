@@ -30,6 +30,7 @@ class Kind(enum.IntEnum):
     HEARTBEAT = 4  # an attempt may have been silent past its heartbeat timeout (token: generation)
     PENDING = 5  # an execution not started within its pending timeout (token: 0)
     STOP = 6  # a stopped attempt was not handed back in time: its room is freed (token: generation)
+    FLOW = 7  # a rate budget's next token is due (the execution id field names the budget; token: 0)
 
 
 TIMEOUT_KINDS = {

@@ -361,6 +361,7 @@ class Timing:
         d = self.d
         policy = execution.effective_policy
         d.queue.remove(execution.execution_id)
+        d.flow.release(execution.execution_id)
         limit = format_duration(policy.pending_timeout or 0)
         verdict = self._verdict(execution)
         failed = execution.evolve(
