@@ -180,10 +180,9 @@ def test_rate_never_exceeded_over_any_window(per_second: float, burst: int, gaps
     # Admissions (placed at once) over any window of length T are at most burst + rate x T.
     flow = FlowControl()
     g = rate(per_second, burst)
-    now, n, starts = 0.0, 0, []
-    for gap in gaps:
+    now, starts = 0.0, []
+    for n, gap in enumerate(gaps):
         now += gap
-        n += 1
         if flow.admit(f"e{n}", (g,), "", 0, now):
             starts.append(now)
             flow.placed(f"e{n}", now)
