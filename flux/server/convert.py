@@ -406,6 +406,10 @@ def status_to_proto(status: Status) -> control_pb2.ClusterStatus:
         pending_by_reason=status.pending_by_reason,
         pools=pools_to_proto(status.pools),
         tenants=_with_refusals(tenant_statuses_to_proto(status.tenants), status.counters),
+        limits=[
+            control_pb2.LimitStatus(limit=name, in_use=in_use, waiting=waiting, rate_limited=limited)
+            for name, in_use, waiting, limited in status.limits
+        ],
         fleet=control_pb2.FleetTotals(
             connected_by_transport=fleet.connected_by_transport,
             disconnected=fleet.disconnected,

@@ -1227,6 +1227,7 @@ class ClusterStatus(_message.Message):
     WORKERS_OMITTED_FIELD_NUMBER: _builtins.int
     POOLS_FIELD_NUMBER: _builtins.int
     TENANTS_FIELD_NUMBER: _builtins.int
+    LIMITS_FIELD_NUMBER: _builtins.int
     now_ms: _builtins.int
     """When the core took the snapshot, in milliseconds since the Unix epoch."""
     started_at_ms: _builtins.int
@@ -1289,6 +1290,10 @@ class ClusterStatus(_message.Message):
         too: tenant names are an operator's, what flux_tenant_usage is labelled by).
         """
 
+    @_builtins.property
+    def limits(self) -> _containers.RepeatedCompositeFieldContainer[Global___LimitStatus]:
+        """Each flow-control limit in use or with work waiting (no per-key rows: keys are unbounded)."""
+
     def __init__(
         self,
         *,
@@ -1305,14 +1310,49 @@ class ClusterStatus(_message.Message):
         workers_omitted: _builtins.int = ...,
         pools: _abc.Iterable[_pools_pb2.Pool] | None = ...,
         tenants: _abc.Iterable[_tenants_pb2.TenantStatus] | None = ...,
+        limits: _abc.Iterable[Global___LimitStatus] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["counters", b"counters", "fleet", b"fleet"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["counters", b"counters", "executions", b"executions", "fleet", b"fleet", "latencies", b"latencies", "now_ms", b"now_ms", "pending", b"pending", "pending_by_reason", b"pending_by_reason", "pending_shapes_omitted", b"pending_shapes_omitted", "pools", b"pools", "started_at_ms", b"started_at_ms", "tenants", b"tenants", "workers", b"workers", "workers_omitted", b"workers_omitted"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["counters", b"counters", "executions", b"executions", "fleet", b"fleet", "latencies", b"latencies", "limits", b"limits", "now_ms", b"now_ms", "pending", b"pending", "pending_by_reason", b"pending_by_reason", "pending_shapes_omitted", b"pending_shapes_omitted", "pools", b"pools", "started_at_ms", b"started_at_ms", "tenants", b"tenants", "workers", b"workers", "workers_omitted", b"workers_omitted"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___ClusterStatus: _TypeAlias = ClusterStatus  # noqa: Y015
+
+@_typing.final
+class LimitStatus(_message.Message):
+    """One limit's totals over its keys (flux_limit_in_use, flux_limit_waiting, flux_rate_limited_total)."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    LIMIT_FIELD_NUMBER: _builtins.int
+    IN_USE_FIELD_NUMBER: _builtins.int
+    WAITING_FIELD_NUMBER: _builtins.int
+    RATE_LIMITED_FIELD_NUMBER: _builtins.int
+    limit: _builtins.str
+    """The limit: a workflow's name for its own Concurrency/RateLimit."""
+    in_use: _builtins.int
+    """Executions holding one of its slots or tokens (admitted, not yet ended), over all keys."""
+    waiting: _builtins.int
+    """Executions waiting on it, over all keys."""
+    rate_limited: _builtins.int
+    """Times an execution had to wait for a token, since the server started."""
+    def __init__(
+        self,
+        *,
+        limit: _builtins.str = ...,
+        in_use: _builtins.int = ...,
+        waiting: _builtins.int = ...,
+        rate_limited: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["in_use", b"in_use", "limit", b"limit", "rate_limited", b"rate_limited", "waiting", b"waiting"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___LimitStatus: _TypeAlias = LimitStatus  # noqa: Y015
 
 @_typing.final
 class PendingShape(_message.Message):

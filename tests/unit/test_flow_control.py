@@ -195,3 +195,24 @@ def test_rate_never_exceeded_over_any_window(per_second: float, burst: int, gaps
         for j in range(i, len(starts)):
             window = starts[j] - start
             assert j - i + 1 <= burst + per_second * window + 1e-6
+
+
+def test_metrics_per_limit_never_per_key() -> None:
+    from flux.observe.status import limit_totals
+    from flux.v1 import control_pb2
+    from gateway.metrics import render
+
+    flow = FlowControl()
+    for key in ("a", "b"):
+        flow.admit(f"{key}1", (conc(key, 1),), key, 0, 0.0)
+        flow.admit(f"{key}2", (conc(key, 1),), key, 0, 0.0)
+    flow.admit("r1", (rate(1.0),), "", 0, 0.0)
+    flow.admit("r2", (rate(1.0),), "", 0, 0.0)
+    assert limit_totals(flow) == (("wf", 3, 3, 1),)
+    status = control_pb2.ClusterStatus(
+        limits=[control_pb2.LimitStatus(limit="wf", in_use=3, waiting=3, rate_limited=1)]
+    )
+    text = render(status).decode()
+    assert 'flux_limit_in_use{limit="wf"} 3.0' in text
+    assert 'flux_limit_waiting{limit="wf"} 3.0' in text
+    assert 'flux_rate_limited_total{limit="wf"} 1.0' in text
