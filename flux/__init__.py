@@ -7,9 +7,18 @@ Public API::
 """
 
 from flux.context import ExecutionContext
+from flux.domain.limits import Concurrency, RateLimit
 from flux.domain.policy import Retry
 from flux.domain.resource_request import ResourceRequest
 from flux.workflow import WorkflowDefinition, workflow
 
-__all__ = ["ExecutionContext", "ResourceRequest", "Retry", "WorkflowDefinition", "workflow"]
+__all__ = [
+    "Concurrency",
+    "ExecutionContext",
+    "RateLimit",
+    "ResourceRequest",
+    "Retry",
+    "WorkflowDefinition",
+    "workflow",
+]
 __version__ = "0.1.0"

@@ -16,6 +16,7 @@ from types import MappingProxyType
 from typing import Any, TypeVar
 
 from flux.domain.labels import validate_labels
+from flux.domain.limits import Concurrency, Flow, RateLimit, flow_of
 from flux.domain.policy import DEFAULT_MAX_ATTEMPTS, UNSET, Policy, Retry, policy_of
 
 __all__ = ["DEFAULT_MAX_ATTEMPTS", "WorkflowDefinition", "definition_of", "workflow"]
@@ -43,6 +44,8 @@ class WorkflowDefinition:
     # Timeouts and retries (flux.domain.policy), its retry.max_attempts equal to max_attempts; None
     # when only max_attempts was given (so a plain declaration reads and compares as before).
     policy: Policy | None = None
+    # Concurrency per key, a rate limit, named limits (flux.domain.limits); empty: none.
+    flow: Flow = field(default_factory=Flow)
 
     @property
     def effective_policy(self) -> Policy:
@@ -92,11 +95,15 @@ class _WorkflowDecorator:
         retry: Retry | None = None,
         heartbeat_timeout: float | str | None = None,
         pending_timeout: float | str | None = None,
+        concurrency: Concurrency | None = None,
+        rate_limit: RateLimit | None = None,
+        limits: list[str] | None = None,
     ) -> Callable[[F], F]:
         """``timeout``: one attempt, from its start to its result; ``retry``: how failed attempts
         are tried again (``max_attempts`` alone is ``Retry(max_attempts=N)``); ``heartbeat_timeout``:
         an attempt silent (no ``ctx.heartbeat()``) longer is lost; ``pending_timeout``: an execution
-        not started within it fails. Durations: seconds or ``"30s"``, ``"10m"``, ``"1h"``."""
+        not started within it fails. Durations: seconds or ``"30s"``, ``"10m"``, ``"1h"``.
+        ``concurrency``, ``rate_limit``, ``limits``: flow control (flux.domain.limits)."""
         # Validate before seeing the function, so the error points at the options line.
         if name is not None:
             validate_name(name)
@@ -108,6 +115,7 @@ class _WorkflowDecorator:
         labels = MappingProxyType(validate_labels(affinity, "affinity"))
         policy = policy_of(max_attempts, retry, timeout, heartbeat_timeout, pending_timeout)
         rank = validate_priority(priority)
+        flow = flow_of(concurrency, rate_limit, limits)
 
         def decorate(fn: F) -> F:
             if not callable(fn):
@@ -121,6 +129,7 @@ class _WorkflowDecorator:
                 is_async=inspect.iscoroutinefunction(fn),
                 priority=rank,
                 policy=None if policy.is_default() else policy,
+                flow=flow,
             )
             setattr(fn, ATTRIBUTE, definition)
             return fn

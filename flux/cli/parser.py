@@ -113,6 +113,11 @@ def build_parser() -> argparse.ArgumentParser:
         "(default: the workflow's retry policy)",
     )  # fmt: skip
     run.add_argument(
+        "--key", default=None, metavar="KEY",
+        help="this run's flow-control key (concurrency and rate limits per key), in place of the one "
+        "the workflow computes from the input",
+    )  # fmt: skip
+    run.add_argument(
         "--many", action="store_true",
         help="one execution per line of --input-file (JSON Lines; blank lines skipped), submitted in bulk; "
         "prints one id per line, or with --wait one output per line, in input order",

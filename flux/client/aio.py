@@ -140,10 +140,11 @@ class FluxClient:
         priority: int | None = None,
         attempt_timeout: float | str | None = None,
         retry: Retry | None = None,
+        key: str | None = None,
     ) -> control_pb2.Execution:
         """Submit an execution; with ``wait`` its final state, from the same call (``RunAndWait``).
         ``attempt_timeout`` and ``retry`` override the workflow's for this run (``timeout`` is how
-        long this call waits)."""
+        long this call waits); ``key`` is this run's flow-control key."""
         (input_json,) = encode_inputs([input])
         return await self.run_json(
             workflow,
@@ -154,6 +155,7 @@ class FluxClient:
             priority=priority,
             attempt_timeout=attempt_timeout,
             retry=retry,
+            key=key,
         )
 
     async def run_json(
@@ -168,8 +170,9 @@ class FluxClient:
         on_update: Update | None = None,
         attempt_timeout: float | str | None = None,
         retry: Retry | None = None,
+        key: str | None = None,
     ) -> control_pb2.Execution:
-        request = run_request(workflow, input_json, version, priority, attempt_timeout, retry)
+        request = run_request(workflow, input_json, version, priority, attempt_timeout, retry, key)
         if not wait:
             return await self._submit("RunWorkflow", request, workflow)
         return await self._run_and_wait(request, timeout, on_update)

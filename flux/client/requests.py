@@ -15,6 +15,7 @@ from typing import Any
 import grpc
 
 from flux import defaults
+from flux.domain.limits import check_run_key, flow_to_proto
 from flux.domain.policy import Retry, parse_duration, policy_to_proto, retry_to_proto
 from flux.errors import FluxError, InvalidArgument, Unavailable, from_grpc_code
 from flux.observe import tracing
@@ -87,6 +88,7 @@ def workflow_request(loaded: WorkflowFile) -> control_pb2.RegisterWorkflowReques
                 max_attempts=wf.max_attempts,
                 priority=wf.priority,
                 policy=policy_to_proto(wf.policy) if wf.policy is not None else None,
+                flow=flow_to_proto(wf.flow) if not wf.flow.empty else None,
             )
         )
     return request
@@ -104,8 +106,9 @@ def run_request(
     priority: int | None,
     attempt_timeout: float | str | None = None,
     retry: Retry | None = None,
+    key: str | None = None,
 ) -> control_pb2.RunWorkflowRequest:
-    """``attempt_timeout`` and ``retry`` are checked here, so a bad one fails before any call."""
+    """``attempt_timeout``, ``retry`` and ``key`` are checked here, so a bad one fails before any call."""
     request = control_pb2.RunWorkflowRequest(workflow_name=workflow, input_json=input_json, version=version)
     if priority is not None:
         request.priority = priority
@@ -115,6 +118,8 @@ def run_request(
         if not isinstance(retry, Retry):
             raise TypeError(f"retry must be a Retry, e.g. Retry(max_attempts=5); got {type(retry).__name__}")
         request.retry.CopyFrom(retry_to_proto(retry))
+    if key is not None:
+        request.key = check_run_key(key)
     return request
 
 

@@ -151,12 +151,14 @@ class FluxClient:
         priority: int | None = None,
         attempt_timeout: float | str | None = None,
         retry: Retry | None = None,
+        key: str | None = None,
     ) -> control_pb2.Execution:
         """Submit an execution; with ``wait`` block until it finishes (or ``timeout`` passes).
 
         ``priority`` (-1000 to 1000, higher first) overrides the workflow's for this run, as do
         ``attempt_timeout`` (one attempt's limit: ``"10m"`` or seconds) and ``retry``. ``timeout``
-        is how long this call waits, not a limit on the execution.
+        is how long this call waits, not a limit on the execution. ``key``: this run's flow-control
+        key (``Concurrency``/``RateLimit``), in place of the one computed from the input.
         """
         return self.run_json(
             workflow,
@@ -167,6 +169,7 @@ class FluxClient:
             priority=priority,
             attempt_timeout=attempt_timeout,
             retry=retry,
+            key=key,
         )
 
     def run_json(
@@ -181,9 +184,10 @@ class FluxClient:
         on_update: Callable[[control_pb2.Execution], None] | None = None,
         attempt_timeout: float | str | None = None,
         retry: Retry | None = None,
+        key: str | None = None,
     ) -> control_pb2.Execution:
         """``run`` with the input already JSON; ``on_update`` (with ``wait``) sees every state."""
-        request = run_request(workflow, input_json, version, priority, attempt_timeout, retry)
+        request = run_request(workflow, input_json, version, priority, attempt_timeout, retry, key)
         if not wait:
             return self._submit("RunWorkflow", request, workflow)
         return self._run_and_wait(request, timeout, on_update)

@@ -29,6 +29,7 @@ from flux.dispatcher.state import validation
 from flux.dispatcher.state.audit import AuditTrail
 from flux.dispatcher.state.catalogue import Catalogue
 from flux.dispatcher.state.deadlines import Kind, Timers
+from flux.dispatcher.state.flow import FlowUsage
 from flux.dispatcher.state.freezing import Freezer
 from flux.dispatcher.state.lifecycle import Lifecycle
 from flux.dispatcher.state.pings import Pinger
@@ -99,6 +100,9 @@ class Dispatcher:
         self.queue = PendingQueue()
         # Executions held out of the queue until a retry's not-before time: (shape, that time).
         self._retrying: dict[str, tuple[Shape, float]] = {}
+        # Concurrency per key and rate limits: budgets the queue is admitted through (state/flow.py).
+        self.flow = FlowUsage(self, clock)
+        self.registry.listen(lambda execution_id, _: self.flow.held(execution_id), self.flow.release)
         # Nominated workers for executions waiting past --starvation-after (pure; kept across passes).
         self.aging = Aging(s.starvation_after)
         # Every deadline (ack, retry, timeout, heartbeat, pending, stop), fired as it comes due.
@@ -243,6 +247,8 @@ class Dispatcher:
             self.timers.arm(Kind.RETRY, execution.execution_id, execution.attempt, execution.not_before)
             self._retrying[execution.execution_id] = (shape, execution.not_before)
             return
+        if execution.flow_keys and not self.flow.admit(execution):
+            return  # waits on a budget, not in the queue: it holds no room and blocks nothing
         self.queue.add(execution.execution_id, shape, execution.seq, execution.priority, execution.created_at)
 
     def current(self, execution_id: str) -> Execution | None:

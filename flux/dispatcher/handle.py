@@ -23,6 +23,7 @@ if TYPE_CHECKING:
     from flux.dispatcher.cycle.passes import Passes
     from flux.dispatcher.state.catalogue import Catalogue
     from flux.dispatcher.state.deadlines import Kind, Timers
+    from flux.dispatcher.state.flow import FlowUsage
     from flux.dispatcher.state.freezing import Freezer
     from flux.dispatcher.state.lifecycle import Lifecycle
     from flux.dispatcher.state.pings import Pinger
@@ -116,6 +117,7 @@ class Handle(Protocol):
     timers: Timers
     watchers: Watchers
     usage: TenantUsage
+    flow: FlowUsage
     tenants: TenantDirectory
     events: Lifecycle
     clock: Callable[[], float]

@@ -134,6 +134,9 @@ class Execution:
     # attempts, which counts against the timeout of the next (as Kueue counts it).
     started_at: float = 0.0
     run_time: float = 0.0
+    # Its resolved flow-control keys, (part, key) sorted by part ("concurrency", "limits",
+    # "rate_limit"); empty: unlimited. A tuple, so the record stays hashable.
+    flow_keys: tuple[tuple[str, str], ...] = ()
 
     @property
     def effective_policy(self) -> Policy:

@@ -6,6 +6,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 
 from flux.domain.execution import WorkflowRef
+from flux.domain.limits import Flow
 from flux.domain.policy import Policy
 from flux.domain.resource_request import ResourceRequest
 from flux.domain.tenant import DEFAULT_TENANT
@@ -32,6 +33,8 @@ class WorkflowRecord:
     tenant: str = DEFAULT_TENANT
     # Timeouts and retries of its executions; None: the default with ``max_attempts``.
     policy: Policy | None = None
+    # Concurrency per key, rate limit, named limits (flux.domain.limits); empty: none.
+    flow: Flow = field(default_factory=Flow)
     # Set on a record register_workflows returned without storing a new version: the
     # latest version already had this source and metadata (registering is idempotent).
     unchanged: bool = field(default=False, compare=False)

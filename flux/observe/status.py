@@ -29,6 +29,7 @@ from flux.dispatcher.state.lifecycle import Counters, Histogram, Lifecycle
 from flux.domain.execution import State
 from flux.domain.tenant import Limits
 from flux.matching import Shape, WorkerView, explain
+from flux.matching.flow import FlowControl
 from flux.matching.pools import PoolDemand
 from flux.matching.tenancy import Accounts, Vector, sub
 
@@ -101,6 +102,20 @@ class Status:
     pools: tuple[PoolDemand, ...] = ()
     # Each tenant (name, usage, quota, pending), while any tenant has terms (flux.dispatcher.state.quotas).
     tenants: tuple[tuple[str, Vector, Limits, int], ...] = ()
+    # Each flow-control limit (name, in use, waiting, rate limited so far), summed over its keys.
+    limits: tuple[tuple[str, int, int, int], ...] = ()
+
+
+def limit_totals(control: FlowControl) -> tuple[tuple[str, int, int, int], ...]:
+    """Per limit: in use, waiting, and times rate limited, summed over its keys (O(budgets held))."""
+    totals: dict[str, list[int]] = {}
+    for gate, in_use, waiting in control.usage():
+        row = totals.setdefault(gate.limit, [0, 0, 0])
+        row[0] += in_use
+        row[1] += waiting
+    for limit, count in control.rate_limited.items():
+        totals.setdefault(limit, [0, 0, 0])[2] = count
+    return tuple((name, *row) for name, row in sorted(totals.items()))  # type: ignore[misc]
 
 
 def reason_of(workers: int, infeasible: bool) -> str:
@@ -295,6 +310,7 @@ class StatusBoard:
             workers_omitted=len(entries) if detail and not listed else 0,
             pools=pools,
             tenants=tenants,
+            limits=limit_totals(d.flow.control),
         )
 
 

@@ -24,12 +24,21 @@ import operator
 from collections.abc import Callable
 from typing import Any
 
+from flux.domain.limits import Concurrency, RateLimit
 from flux.domain.policy import Retry
 from flux.domain.resource_request import ResourceRequest
 from flux.workflow import WorkflowDefinition, definition_of, workflow
 
 # Modules whose ``workflow`` and ``ResourceRequest`` are Flux's own.
-_FLUX_MODULES = frozenset({"flux", "flux.workflow", "flux.domain.resource_request", "flux.domain.policy"})
+_FLUX_MODULES = frozenset(
+    {"flux", "flux.workflow", "flux.domain.resource_request", "flux.domain.policy", "flux.domain.limits"}
+)
+# Value classes of flux called for real on literal arguments, by the name flux exports them under.
+_VALUE_CLASSES: dict[str, Callable[..., Any]] = {
+    "Retry": Retry,
+    "Concurrency": Concurrency,
+    "RateLimit": RateLimit,
+}
 _FACTORIES = frozenset({"with_cpu", "with_memory", "with_gpu", "with_disk", "with_packages"})
 _ARITHMETIC: dict[type[ast.operator], Callable[[Any, Any], Any]] = {
     ast.Add: operator.add,
@@ -106,6 +115,7 @@ class _Reader:
         self.workflow_names: set[str] = set()  # names bound to flux's `workflow`
         self.request_names: set[str] = set()  # names bound to ResourceRequest
         self.retry_names: set[str] = set()  # names bound to Retry
+        self.value_names: dict[str, str] = {}  # local name -> Concurrency or RateLimit
         self.flux_modules: set[str] = set()  # names bound to the flux package (import flux [as f])
         self.constants: dict[str, ast.expr] = {}  # module-level names assigned a value exactly once
         self._read: set[int] = set()  # ids of the nodes naming `workflow` inside decorators we read
@@ -118,6 +128,9 @@ class _Reader:
                         self.workflow_names.add("workflow")
                         self.request_names.add("ResourceRequest")
                         self.retry_names.add("Retry")
+                        self.value_names.update(Concurrency="Concurrency", RateLimit="RateLimit")
+                    elif alias.name in ("Concurrency", "RateLimit"):
+                        self.value_names[alias.asname or alias.name] = alias.name
                     elif alias.name == "Retry":
                         self.retry_names.add(alias.asname or alias.name)
                     elif alias.name == "workflow":
@@ -149,6 +162,8 @@ class _Reader:
         if "*" in assigned:
             self.workflow_names, self.request_names, self.flux_modules = set(), set(), set()
             self.retry_names = set()
+            self.value_names = {}
+        self.value_names = {k: v for k, v in self.value_names.items() if assigned.get(k, 0) <= 1}
         self.workflow_names = {n for n in self.workflow_names if assigned.get(n, 0) <= 1}
         self.request_names = {n for n in self.request_names if assigned.get(n, 0) <= 1}
         self.retry_names = {n for n in self.retry_names if assigned.get(n, 0) <= 1}
@@ -180,6 +195,15 @@ class _Reader:
         if isinstance(node, ast.Name):
             return node.id in self.retry_names
         return self._is_flux_attribute(node, "Retry")
+
+    def value_class(self, node: ast.expr) -> Callable[..., Any] | None:
+        """``Concurrency`` or ``RateLimit`` (by the name the file imported, or ``flux.X``), else None."""
+        if isinstance(node, ast.Name) and node.id in self.value_names:
+            return _VALUE_CLASSES[self.value_names[node.id]]
+        for name in ("Concurrency", "RateLimit"):
+            if self._is_flux_attribute(node, name):
+                return _VALUE_CLASSES[name]
+        return None
 
     # ---- decorators
 
@@ -297,6 +321,8 @@ class _Reader:
             target = ResourceRequest
         elif self.is_retry_class(func):
             target = Retry
+        elif self.value_class(func) is not None:
+            target = self.value_class(func)
         elif isinstance(func, ast.Attribute) and func.attr in _FACTORIES:
             owner = (
                 ResourceRequest if self.is_request_class(func.value) else self.value(func.value, depth + 1)

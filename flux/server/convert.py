@@ -12,6 +12,7 @@ from flux.dispatcher.state.worker_entry import WorkerEntry
 from flux.dispatcher.transitions.submission import Overrides
 from flux.dispatcher.transitions.worker_calls import Answers, Result
 from flux.domain.execution import Execution, ExecutionError
+from flux.domain.limits import Flow, check_run_key, flow_from_proto, flow_to_proto
 from flux.domain.policy import (
     RETRY_REASONS,
     TIMEOUT_KINDS,
@@ -109,9 +110,20 @@ def workflows_from_proto(request: control_pb2.RegisterWorkflowRequest) -> list[W
                 runtime=wf.runtime or DEFAULT_RUNTIME,
                 priority=wf.priority,
                 policy=None if policy.is_default() else policy,
+                flow=workflow_flow(wf, f"workflows[{position}]"),
             )
         )
     return records
+
+
+def workflow_flow(wf: control_pb2.WorkflowMetadata, field: str) -> Flow:
+    """A registered workflow's flow control, checked as its declaration was."""
+    if not wf.HasField("flow"):
+        return Flow()
+    try:
+        return flow_from_proto(wf.flow, f"{field}.flow")
+    except (TypeError, ValueError) as exc:
+        raise InvalidArgument(str(exc)) from None
 
 
 def workflow_policy(wf: control_pb2.WorkflowMetadata, field: str) -> Policy:
@@ -129,16 +141,19 @@ def workflow_policy(wf: control_pb2.WorkflowMetadata, field: str) -> Policy:
 
 
 def run_overrides(run: control_pb2.RunWorkflowRequest | control_pb2.RunWorkflowsRequest) -> Overrides:
-    """A run's attempt timeout and retry policy, checked; None for each it leaves to the workflow."""
-    timeout = retry = None
+    """A run's attempt timeout, retry policy and flow-control key, checked; None for each it leaves
+    to the workflow."""
+    timeout = retry = key = None
     try:
+        if run.HasField("key"):
+            key = check_run_key(run.key, "key")
         if run.HasField("attempt_timeout_s"):
             timeout = parse_duration(run.attempt_timeout_s, "attempt_timeout_s")
         if run.HasField("retry"):
             retry = retry_from_proto(run.retry, "retry")
     except (TypeError, ValueError) as exc:
         raise InvalidArgument(str(exc)) from None
-    return Overrides(timeout, retry)
+    return Overrides(timeout, retry, key)
 
 
 def execution_to_proto(e: Execution) -> control_pb2.Execution:
@@ -163,6 +178,7 @@ def execution_to_proto(e: Execution) -> control_pb2.Execution:
         heartbeat_json=e.heartbeat,
         policy=policy_to_proto(e.effective_policy),
         started_at_ms=int(e.started_at * 1000),
+        flow_keys=dict(e.flow_keys),
     )
 
 
@@ -314,6 +330,7 @@ def workflow_to_proto(record: WorkflowRecord, versions: int) -> control_pb2.Work
         priority=record.priority,
         tenant=record.tenant,
         policy=policy_to_proto(record.policy or Policy(retry=Retry(max_attempts=record.max_attempts))),
+        flow=flow_to_proto(record.flow) if not record.flow.empty else None,
     )
 
 
@@ -394,6 +411,10 @@ def status_to_proto(status: Status) -> control_pb2.ClusterStatus:
         pending_by_reason=status.pending_by_reason,
         pools=pools_to_proto(status.pools),
         tenants=_with_refusals(tenant_statuses_to_proto(status.tenants), status.counters),
+        limits=[
+            control_pb2.LimitStatus(limit=name, in_use=in_use, waiting=waiting, rate_limited=limited)
+            for name, in_use, waiting, limited in status.limits
+        ],
         fleet=control_pb2.FleetTotals(
             connected_by_transport=fleet.connected_by_transport,
             disconnected=fleet.disconnected,

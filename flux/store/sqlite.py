@@ -81,7 +81,8 @@ from flux.store.rows import (
 # 8: tokens.pool (worker tokens bound to one pool; older tokens have none).
 # 9: workflows.policy, and executions' policy, not_before, reason, attempts, heartbeat, started_at,
 #    run_time (older rows: the default policy with their max_attempts, no wait, no attempts recorded).
-SCHEMA_VERSION = 9
+# 10: workflows.flow and executions.flow_keys (flow control; older rows limit nothing).
+SCHEMA_VERSION = 10
 
 T = TypeVar("T")
 
@@ -103,6 +104,7 @@ _EXECUTION_TIMING_COLUMNS = (
     ("heartbeat", "TEXT NOT NULL DEFAULT ''"),
     ("started_at", "REAL NOT NULL DEFAULT 0"),
     ("run_time", "REAL NOT NULL DEFAULT 0"),
+    ("flow_keys", "TEXT NOT NULL DEFAULT ''"),  # version 10
 )
 _EXECUTION_TIMING = ", ".join(f"{name} {kind}" for name, kind in _EXECUTION_TIMING_COLUMNS)
 
@@ -114,7 +116,8 @@ CREATE TABLE IF NOT EXISTS workflows (
     name TEXT NOT NULL, version INTEGER NOT NULL, source_hash TEXT NOT NULL, entrypoint TEXT NOT NULL,
     requests TEXT NOT NULL, affinity TEXT NOT NULL, max_attempts INTEGER NOT NULL, created_at REAL NOT NULL,
     runtime TEXT NOT NULL DEFAULT 'python', priority INTEGER NOT NULL DEFAULT 0,
-    tenant TEXT NOT NULL DEFAULT 'default', policy TEXT NOT NULL DEFAULT '', PRIMARY KEY (name, version));
+    tenant TEXT NOT NULL DEFAULT 'default', policy TEXT NOT NULL DEFAULT '', flow TEXT NOT NULL DEFAULT '',
+    PRIMARY KEY (name, version));
 CREATE TABLE IF NOT EXISTS executions (
     execution_id TEXT PRIMARY KEY, seq INTEGER NOT NULL, workflow_name TEXT NOT NULL,
     workflow_version INTEGER NOT NULL, source_hash TEXT NOT NULL, entrypoint TEXT NOT NULL,
@@ -219,6 +222,8 @@ class SqliteStore(Store):
                 db.execute("ALTER TABLE workflows ADD COLUMN tenant TEXT NOT NULL DEFAULT 'default'")
             if columns and "policy" not in columns:  # before version 9: policies were max_attempts alone
                 db.execute("ALTER TABLE workflows ADD COLUMN policy TEXT NOT NULL DEFAULT ''")
+            if columns and "flow" not in columns:  # before version 10: nothing was flow-limited
+                db.execute("ALTER TABLE workflows ADD COLUMN flow TEXT NOT NULL DEFAULT ''")
             columns = {row["name"] for row in db.execute("PRAGMA table_info(executions)")}
             if columns and "priority" not in columns:
                 db.execute("ALTER TABLE executions ADD COLUMN priority INTEGER NOT NULL DEFAULT 0")
@@ -226,7 +231,7 @@ class SqliteStore(Store):
                 db.execute("ALTER TABLE executions ADD COLUMN trace TEXT NOT NULL DEFAULT ''")
             if columns and "tenant" not in columns:  # before version 5: everything was tenant 'default'
                 db.execute("ALTER TABLE executions ADD COLUMN tenant TEXT NOT NULL DEFAULT 'default'")
-            for name, kind in _EXECUTION_TIMING_COLUMNS:  # before version 9
+            for name, kind in _EXECUTION_TIMING_COLUMNS:  # before version 9 (10: flow_keys)
                 if columns and name not in columns:
                     db.execute(f"ALTER TABLE executions ADD COLUMN {name} {kind}")
             columns = {row["name"] for row in db.execute("PRAGMA table_info(tokens)")}

@@ -260,6 +260,7 @@ class WorkflowMetadata(_message.Message):
     RUNTIME_FIELD_NUMBER: _builtins.int
     PRIORITY_FIELD_NUMBER: _builtins.int
     POLICY_FIELD_NUMBER: _builtins.int
+    FLOW_FIELD_NUMBER: _builtins.int
     name: _builtins.str
     """Workflow name, as given to @workflow.with_options(name=...)."""
     entrypoint: _builtins.str
@@ -286,6 +287,10 @@ class WorkflowMetadata(_message.Message):
     def policy(self) -> Global___ExecutionPolicy:
         """Timeouts and retries; unset means max_attempts tries with the default backoff and no timeouts."""
 
+    @_builtins.property
+    def flow(self) -> Global___FlowControl:
+        """Concurrency per key, a rate limit and named limits; unset means none."""
+
     def __init__(
         self,
         *,
@@ -297,14 +302,107 @@ class WorkflowMetadata(_message.Message):
         runtime: _builtins.str = ...,
         priority: _builtins.int = ...,
         policy: Global___ExecutionPolicy | None = ...,
+        flow: Global___FlowControl | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["policy", b"policy", "requests", b"requests"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["flow", b"flow", "policy", b"policy", "requests", b"requests"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["affinity", b"affinity", "entrypoint", b"entrypoint", "max_attempts", b"max_attempts", "name", b"name", "policy", b"policy", "priority", b"priority", "requests", b"requests", "runtime", b"runtime"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["affinity", b"affinity", "entrypoint", b"entrypoint", "flow", b"flow", "max_attempts", b"max_attempts", "name", b"name", "policy", b"policy", "priority", b"priority", "requests", b"requests", "runtime", b"runtime"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___WorkflowMetadata: _TypeAlias = WorkflowMetadata  # noqa: Y015
+
+@_typing.final
+class ConcurrencyLimit(_message.Message):
+    """At most max executions of one key SCHEDULED or RUNNING at once."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    MAX_FIELD_NUMBER: _builtins.int
+    KEY_FIELD_NUMBER: _builtins.int
+    max: _builtins.int
+    """1 to 1,000,000."""
+    key: _builtins.str
+    """A dotted path into a JSON object input, e.g. "customer"; empty means the whole workflow."""
+    def __init__(
+        self,
+        *,
+        max: _builtins.int = ...,
+        key: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["key", b"key", "max", b"max"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ConcurrencyLimit: _TypeAlias = ConcurrencyLimit  # noqa: Y015
+
+@_typing.final
+class RateLimitSpec(_message.Message):
+    """A token bucket per key, refilled continuously."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    RATE_FIELD_NUMBER: _builtins.int
+    KEY_FIELD_NUMBER: _builtins.int
+    BURST_FIELD_NUMBER: _builtins.int
+    rate: _builtins.str
+    """"N/s", "N/m" or "N/h", e.g. "100/m"."""
+    key: _builtins.str
+    """A dotted path into a JSON object input; empty means the whole workflow."""
+    burst: _builtins.int
+    """Tokens saved up at most; 0 means 1."""
+    def __init__(
+        self,
+        *,
+        rate: _builtins.str = ...,
+        key: _builtins.str = ...,
+        burst: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["burst", b"burst", "key", b"key", "rate", b"rate"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___RateLimitSpec: _TypeAlias = RateLimitSpec  # noqa: Y015
+
+@_typing.final
+class FlowControl(_message.Message):
+    """A workflow's flow control (flux.domain.limits.Flow)."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    CONCURRENCY_FIELD_NUMBER: _builtins.int
+    RATE_LIMIT_FIELD_NUMBER: _builtins.int
+    LIMITS_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def concurrency(self) -> Global___ConcurrencyLimit:
+        """Unset: no concurrency limit."""
+
+    @_builtins.property
+    def rate_limit(self) -> Global___RateLimitSpec:
+        """Unset: no rate limit."""
+
+    @_builtins.property
+    def limits(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
+        """Names of the tenant's shared limits it takes part in."""
+
+    def __init__(
+        self,
+        *,
+        concurrency: Global___ConcurrencyLimit | None = ...,
+        rate_limit: Global___RateLimitSpec | None = ...,
+        limits: _abc.Iterable[_builtins.str] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["concurrency", b"concurrency", "rate_limit", b"rate_limit"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["concurrency", b"concurrency", "limits", b"limits", "rate_limit", b"rate_limit"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___FlowControl: _TypeAlias = FlowControl  # noqa: Y015
 
 @_typing.final
 class RegisterWorkflowRequest(_message.Message):
@@ -413,6 +511,7 @@ class RunWorkflowRequest(_message.Message):
     PRIORITY_FIELD_NUMBER: _builtins.int
     ATTEMPT_TIMEOUT_S_FIELD_NUMBER: _builtins.int
     RETRY_FIELD_NUMBER: _builtins.int
+    KEY_FIELD_NUMBER: _builtins.int
     workflow_name: _builtins.str
     """Registered workflow name."""
     input_json: _builtins.str
@@ -423,6 +522,8 @@ class RunWorkflowRequest(_message.Message):
     """This run's priority (-1000 to 1000, higher first); unset means the workflow's."""
     attempt_timeout_s: _builtins.float
     """This run's attempt timeout in seconds; unset means the workflow's. Not how long a caller waits."""
+    key: _builtins.str
+    """This run's flow-control key, in place of the one its workflow computes from the input."""
     @_builtins.property
     def retry(self) -> Global___RetryPolicy:
         """This run's retry policy; unset means the workflow's."""
@@ -436,17 +537,22 @@ class RunWorkflowRequest(_message.Message):
         priority: _builtins.int | None = ...,
         attempt_timeout_s: _builtins.float | None = ...,
         retry: Global___RetryPolicy | None = ...,
+        key: _builtins.str | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["_attempt_timeout_s", b"_attempt_timeout_s", "_priority", b"_priority", "attempt_timeout_s", b"attempt_timeout_s", "priority", b"priority", "retry", b"retry"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["_attempt_timeout_s", b"_attempt_timeout_s", "_key", b"_key", "_priority", b"_priority", "attempt_timeout_s", b"attempt_timeout_s", "key", b"key", "priority", b"priority", "retry", b"retry"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["_attempt_timeout_s", b"_attempt_timeout_s", "_priority", b"_priority", "attempt_timeout_s", b"attempt_timeout_s", "input_json", b"input_json", "priority", b"priority", "retry", b"retry", "version", b"version", "workflow_name", b"workflow_name"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_attempt_timeout_s", b"_attempt_timeout_s", "_key", b"_key", "_priority", b"_priority", "attempt_timeout_s", b"attempt_timeout_s", "input_json", b"input_json", "key", b"key", "priority", b"priority", "retry", b"retry", "version", b"version", "workflow_name", b"workflow_name"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     _WhichOneofReturnType__attempt_timeout_s: _TypeAlias = _typing.Literal["attempt_timeout_s"]  # noqa: Y015
     _WhichOneofArgType__attempt_timeout_s: _TypeAlias = _typing.Literal["_attempt_timeout_s", b"_attempt_timeout_s"]  # noqa: Y015
+    _WhichOneofReturnType__key: _TypeAlias = _typing.Literal["key"]  # noqa: Y015
+    _WhichOneofArgType__key: _TypeAlias = _typing.Literal["_key", b"_key"]  # noqa: Y015
     _WhichOneofReturnType__priority: _TypeAlias = _typing.Literal["priority"]  # noqa: Y015
     _WhichOneofArgType__priority: _TypeAlias = _typing.Literal["_priority", b"_priority"]  # noqa: Y015
     @_typing.overload
     def WhichOneof(self, oneof_group: _WhichOneofArgType__attempt_timeout_s) -> _WhichOneofReturnType__attempt_timeout_s | None: ...
+    @_typing.overload
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__key) -> _WhichOneofReturnType__key | None: ...
     @_typing.overload
     def WhichOneof(self, oneof_group: _WhichOneofArgType__priority) -> _WhichOneofReturnType__priority | None: ...
 
@@ -457,6 +563,26 @@ class Execution(_message.Message):
     """One run of a workflow version with one input."""
 
     DESCRIPTOR: _descriptor.Descriptor
+
+    @_typing.final
+    class FlowKeysEntry(_message.Message):
+        DESCRIPTOR: _descriptor.Descriptor
+
+        KEY_FIELD_NUMBER: _builtins.int
+        VALUE_FIELD_NUMBER: _builtins.int
+        key: _builtins.str
+        value: _builtins.str
+        def __init__(
+            self,
+            *,
+            key: _builtins.str = ...,
+            value: _builtins.str = ...,
+        ) -> None: ...
+        _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+        def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+        _ClearFieldArgType: _TypeAlias = _typing.Literal["key", b"key", "value", b"value"]  # noqa: Y015
+        def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+        def WhichOneof(self, oneof_group: _Never) -> None: ...
 
     EXECUTION_ID_FIELD_NUMBER: _builtins.int
     WORKFLOW_FIELD_NUMBER: _builtins.int
@@ -478,6 +604,7 @@ class Execution(_message.Message):
     HEARTBEAT_JSON_FIELD_NUMBER: _builtins.int
     POLICY_FIELD_NUMBER: _builtins.int
     STARTED_AT_MS_FIELD_NUMBER: _builtins.int
+    FLOW_KEYS_FIELD_NUMBER: _builtins.int
     execution_id: _builtins.str
     """Server-assigned id."""
     state: Global___ExecutionState.ValueType
@@ -528,6 +655,10 @@ class Execution(_message.Message):
     def policy(self) -> Global___ExecutionPolicy:
         """Its timeouts and retries (the workflow's, with this run's overrides)."""
 
+    @_builtins.property
+    def flow_keys(self) -> _containers.ScalarMap[_builtins.str, _builtins.str]:
+        """Its resolved flow-control keys by part ("concurrency", "rate_limit", "limits"); empty when unlimited."""
+
     def __init__(
         self,
         *,
@@ -551,10 +682,11 @@ class Execution(_message.Message):
         heartbeat_json: _builtins.str = ...,
         policy: Global___ExecutionPolicy | None = ...,
         started_at_ms: _builtins.int = ...,
+        flow_keys: _abc.Mapping[_builtins.str, _builtins.str] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["error", b"error", "policy", b"policy", "workflow", b"workflow"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["attempt", b"attempt", "attempts", b"attempts", "created_at_ms", b"created_at_ms", "error", b"error", "execution_id", b"execution_id", "generation", b"generation", "gpu_indices", b"gpu_indices", "heartbeat_json", b"heartbeat_json", "input_json", b"input_json", "not_before_ms", b"not_before_ms", "output_json", b"output_json", "policy", b"policy", "priority", b"priority", "reason", b"reason", "started_at_ms", b"started_at_ms", "state", b"state", "tenant", b"tenant", "updated_at_ms", b"updated_at_ms", "worker", b"worker", "workflow", b"workflow"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["attempt", b"attempt", "attempts", b"attempts", "created_at_ms", b"created_at_ms", "error", b"error", "execution_id", b"execution_id", "flow_keys", b"flow_keys", "generation", b"generation", "gpu_indices", b"gpu_indices", "heartbeat_json", b"heartbeat_json", "input_json", b"input_json", "not_before_ms", b"not_before_ms", "output_json", b"output_json", "policy", b"policy", "priority", b"priority", "reason", b"reason", "started_at_ms", b"started_at_ms", "state", b"state", "tenant", b"tenant", "updated_at_ms", b"updated_at_ms", "worker", b"worker", "workflow", b"workflow"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -1111,6 +1243,7 @@ class ClusterStatus(_message.Message):
     WORKERS_OMITTED_FIELD_NUMBER: _builtins.int
     POOLS_FIELD_NUMBER: _builtins.int
     TENANTS_FIELD_NUMBER: _builtins.int
+    LIMITS_FIELD_NUMBER: _builtins.int
     now_ms: _builtins.int
     """When the core took the snapshot, in milliseconds since the Unix epoch."""
     started_at_ms: _builtins.int
@@ -1173,6 +1306,10 @@ class ClusterStatus(_message.Message):
         too: tenant names are an operator's, what flux_tenant_usage is labelled by).
         """
 
+    @_builtins.property
+    def limits(self) -> _containers.RepeatedCompositeFieldContainer[Global___LimitStatus]:
+        """Each flow-control limit in use or with work waiting (no per-key rows: keys are unbounded)."""
+
     def __init__(
         self,
         *,
@@ -1189,14 +1326,49 @@ class ClusterStatus(_message.Message):
         workers_omitted: _builtins.int = ...,
         pools: _abc.Iterable[_pools_pb2.Pool] | None = ...,
         tenants: _abc.Iterable[_tenants_pb2.TenantStatus] | None = ...,
+        limits: _abc.Iterable[Global___LimitStatus] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["counters", b"counters", "fleet", b"fleet"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["counters", b"counters", "executions", b"executions", "fleet", b"fleet", "latencies", b"latencies", "now_ms", b"now_ms", "pending", b"pending", "pending_by_reason", b"pending_by_reason", "pending_shapes_omitted", b"pending_shapes_omitted", "pools", b"pools", "started_at_ms", b"started_at_ms", "tenants", b"tenants", "workers", b"workers", "workers_omitted", b"workers_omitted"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["counters", b"counters", "executions", b"executions", "fleet", b"fleet", "latencies", b"latencies", "limits", b"limits", "now_ms", b"now_ms", "pending", b"pending", "pending_by_reason", b"pending_by_reason", "pending_shapes_omitted", b"pending_shapes_omitted", "pools", b"pools", "started_at_ms", b"started_at_ms", "tenants", b"tenants", "workers", b"workers", "workers_omitted", b"workers_omitted"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___ClusterStatus: _TypeAlias = ClusterStatus  # noqa: Y015
+
+@_typing.final
+class LimitStatus(_message.Message):
+    """One limit's totals over its keys (flux_limit_in_use, flux_limit_waiting, flux_rate_limited_total)."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    LIMIT_FIELD_NUMBER: _builtins.int
+    IN_USE_FIELD_NUMBER: _builtins.int
+    WAITING_FIELD_NUMBER: _builtins.int
+    RATE_LIMITED_FIELD_NUMBER: _builtins.int
+    limit: _builtins.str
+    """The limit: a workflow's name for its own Concurrency/RateLimit."""
+    in_use: _builtins.int
+    """Executions holding one of its slots or tokens (admitted, not yet ended), over all keys."""
+    waiting: _builtins.int
+    """Executions waiting on it, over all keys."""
+    rate_limited: _builtins.int
+    """Times an execution had to wait for a token, since the server started."""
+    def __init__(
+        self,
+        *,
+        limit: _builtins.str = ...,
+        in_use: _builtins.int = ...,
+        waiting: _builtins.int = ...,
+        rate_limited: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["in_use", b"in_use", "limit", b"limit", "rate_limited", b"rate_limited", "waiting", b"waiting"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___LimitStatus: _TypeAlias = LimitStatus  # noqa: Y015
 
 @_typing.final
 class PendingShape(_message.Message):
@@ -1818,6 +1990,7 @@ class WorkflowInfo(_message.Message):
     PRIORITY_FIELD_NUMBER: _builtins.int
     TENANT_FIELD_NUMBER: _builtins.int
     POLICY_FIELD_NUMBER: _builtins.int
+    FLOW_FIELD_NUMBER: _builtins.int
     name: _builtins.str
     """Workflow name."""
     version: _builtins.int
@@ -1854,6 +2027,10 @@ class WorkflowInfo(_message.Message):
     def policy(self) -> Global___ExecutionPolicy:
         """Timeouts and retries of its executions."""
 
+    @_builtins.property
+    def flow(self) -> Global___FlowControl:
+        """Its flow control; unset means none."""
+
     def __init__(
         self,
         *,
@@ -1871,10 +2048,11 @@ class WorkflowInfo(_message.Message):
         priority: _builtins.int = ...,
         tenant: _builtins.str = ...,
         policy: Global___ExecutionPolicy | None = ...,
+        flow: Global___FlowControl | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["policy", b"policy", "requests", b"requests"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["flow", b"flow", "policy", b"policy", "requests", b"requests"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["affinity", b"affinity", "entrypoint", b"entrypoint", "filename", b"filename", "max_attempts", b"max_attempts", "name", b"name", "policy", b"policy", "priority", b"priority", "registered_at_ms", b"registered_at_ms", "requests", b"requests", "runtime", b"runtime", "source_hash", b"source_hash", "tenant", b"tenant", "version", b"version", "version_count", b"version_count"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["affinity", b"affinity", "entrypoint", b"entrypoint", "filename", b"filename", "flow", b"flow", "max_attempts", b"max_attempts", "name", b"name", "policy", b"policy", "priority", b"priority", "registered_at_ms", b"registered_at_ms", "requests", b"requests", "runtime", b"runtime", "source_hash", b"source_hash", "tenant", b"tenant", "version", b"version", "version_count", b"version_count"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -2067,6 +2245,7 @@ class RunWorkflowsRequest(_message.Message):
     PRIORITY_FIELD_NUMBER: _builtins.int
     ATTEMPT_TIMEOUT_S_FIELD_NUMBER: _builtins.int
     RETRY_FIELD_NUMBER: _builtins.int
+    KEY_FIELD_NUMBER: _builtins.int
     workflow_name: _builtins.str
     """Registered workflow name."""
     version: _builtins.int
@@ -2075,6 +2254,8 @@ class RunWorkflowsRequest(_message.Message):
     """These runs' priority (-1000 to 1000, higher first); unset means the workflow's."""
     attempt_timeout_s: _builtins.float
     """These runs' attempt timeout in seconds; unset means the workflow's."""
+    key: _builtins.str
+    """These runs' flow-control key, in place of the one their workflow computes from each input."""
     @_builtins.property
     def input_json(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
         """One JSON-encoded input per execution (each passed as ctx.input); an empty
@@ -2094,17 +2275,22 @@ class RunWorkflowsRequest(_message.Message):
         priority: _builtins.int | None = ...,
         attempt_timeout_s: _builtins.float | None = ...,
         retry: Global___RetryPolicy | None = ...,
+        key: _builtins.str | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["_attempt_timeout_s", b"_attempt_timeout_s", "_priority", b"_priority", "attempt_timeout_s", b"attempt_timeout_s", "priority", b"priority", "retry", b"retry"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["_attempt_timeout_s", b"_attempt_timeout_s", "_key", b"_key", "_priority", b"_priority", "attempt_timeout_s", b"attempt_timeout_s", "key", b"key", "priority", b"priority", "retry", b"retry"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["_attempt_timeout_s", b"_attempt_timeout_s", "_priority", b"_priority", "attempt_timeout_s", b"attempt_timeout_s", "input_json", b"input_json", "priority", b"priority", "retry", b"retry", "version", b"version", "workflow_name", b"workflow_name"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_attempt_timeout_s", b"_attempt_timeout_s", "_key", b"_key", "_priority", b"_priority", "attempt_timeout_s", b"attempt_timeout_s", "input_json", b"input_json", "key", b"key", "priority", b"priority", "retry", b"retry", "version", b"version", "workflow_name", b"workflow_name"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     _WhichOneofReturnType__attempt_timeout_s: _TypeAlias = _typing.Literal["attempt_timeout_s"]  # noqa: Y015
     _WhichOneofArgType__attempt_timeout_s: _TypeAlias = _typing.Literal["_attempt_timeout_s", b"_attempt_timeout_s"]  # noqa: Y015
+    _WhichOneofReturnType__key: _TypeAlias = _typing.Literal["key"]  # noqa: Y015
+    _WhichOneofArgType__key: _TypeAlias = _typing.Literal["_key", b"_key"]  # noqa: Y015
     _WhichOneofReturnType__priority: _TypeAlias = _typing.Literal["priority"]  # noqa: Y015
     _WhichOneofArgType__priority: _TypeAlias = _typing.Literal["_priority", b"_priority"]  # noqa: Y015
     @_typing.overload
     def WhichOneof(self, oneof_group: _WhichOneofArgType__attempt_timeout_s) -> _WhichOneofReturnType__attempt_timeout_s | None: ...
+    @_typing.overload
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__key) -> _WhichOneofReturnType__key | None: ...
     @_typing.overload
     def WhichOneof(self, oneof_group: _WhichOneofArgType__priority) -> _WhichOneofReturnType__priority | None: ...
 

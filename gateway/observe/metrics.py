@@ -205,6 +205,7 @@ class StatusCollector(Collector):
         yield allocatable
         yield from _pool_metrics(s)
         yield from _tenant_metrics(s)
+        yield from _limit_metrics(s)
         yield GaugeMetricFamily(
             "flux_start_time_seconds",
             "When the core started, in seconds since the Unix epoch; counters count from then.",
@@ -269,6 +270,26 @@ def _tenant_metrics(s: control_pb2.ClusterStatus) -> Iterator[Metric]:
     yield quota
     yield pending
     yield refused
+
+
+def _limit_metrics(s: control_pb2.ClusterStatus) -> Iterator[Metric]:
+    """Per flow-control limit, never per key: keys come from inputs and are unbounded."""
+    in_use = GaugeMetricFamily(
+        "flux_limit_in_use",
+        "Executions holding a slot or token of each limit, over its keys.",
+        labels=["limit"],
+    )
+    waiting = GaugeMetricFamily("flux_limit_waiting", "Executions waiting on each limit.", labels=["limit"])
+    limited = CounterMetricFamily(
+        "flux_rate_limited", "Times an execution waited for a token of each limit.", labels=["limit"]
+    )
+    for row in s.limits:
+        in_use.add_metric([row.limit], row.in_use)
+        waiting.add_metric([row.limit], row.waiting)
+        limited.add_metric([row.limit], row.rate_limited)
+    yield in_use
+    yield waiting
+    yield limited
 
 
 def _pool_metrics(s: control_pb2.ClusterStatus) -> Iterator[Metric]:

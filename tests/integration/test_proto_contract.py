@@ -75,7 +75,7 @@ BREAKING = [
             (
                 CONTROL,
                 "// Server-assigned id.\n  string execution_id = 1;",
-                "// Server-assigned id.\n  string execution_id = 21;",
+                "// Server-assigned id.\n  string execution_id = 98;",
             )
         ],
         CONTROL,

@@ -129,6 +129,8 @@ def _run_policy(client: FluxClient, args: argparse.Namespace) -> dict[str, Any]:
     """``--attempt-timeout`` and ``--retries``, as ``run``'s overrides. ``--retries N`` keeps the
     workflow's backoff and error lists (read from its latest registration) with N + 1 attempts."""
     policy: dict[str, Any] = {}
+    if getattr(args, "key", None) is not None:
+        policy["key"] = args.key
     if args.attempt_timeout is not None:
         policy["attempt_timeout"] = args.attempt_timeout
     if args.retries is not None:

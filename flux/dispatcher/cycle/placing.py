@@ -89,6 +89,8 @@ def reserve(
         d.registry.entries[placement.worker].hold(
             placement.execution_id, placement.shape.requests, placement.gpu_indices
         )
+    for placement in placements:
+        d.flow.placed(placement.execution_id)  # a rate budget may admit its next one
     return placements
 
 

@@ -50,6 +50,10 @@ async def why(d: Handle, execution_id: str, viewer: str = "") -> Diagnosis:
     wait = execution.not_before - d.clock()
     if wait > 0:  # out of line until then (a retry's backoff): the workers' verdict comes after
         summary = f"waiting {wait:.1f} s to retry attempt {execution.attempt}; then {summary}"
+    blocked = d.flow.blocked(execution_id)
+    if blocked is not None:
+        # Waiting on a budget comes first: no worker will be asked until it has room.
+        summary = f"waiting: {blocked.describe()}; {summary}"
     preempting = d.reclaimer.preview(execution_id, shape, viewer)
     if preempting:
         summary = f"{summary}; {preempting}"

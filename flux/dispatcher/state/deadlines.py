@@ -32,6 +32,7 @@ class Kind(enum.IntEnum):
     PENDING = 5  # an execution not started within its pending timeout (token: 0)
     STOP = 6  # a stopped attempt was not handed back in time: its room is freed (token: generation)
     INFEASIBLE = 7  # a shape infeasible for --infeasible-after (no execution id; token: the shape's entry)
+    FLOW = 8  # a rate budget's next token is due (the execution id field names the budget; token: 0)
 
 
 class Timers:

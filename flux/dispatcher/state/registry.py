@@ -32,6 +32,7 @@ if TYPE_CHECKING:
     from flux.dispatcher.state.lifecycle import Lifecycle
     from flux.dispatcher.state.quotas import TenantUsage
     from flux.dispatcher.state.settings import Settings
+    from flux.domain.resource_request import ResourceRequest
     from flux.store import Store
 
 log = logging.getLogger("flux.dispatcher")
@@ -69,15 +70,35 @@ class _Entries(dict[str, WorkerEntry]):
     def __init__(self, changed: set[str], usage: TenantUsage | None):
         super().__init__()
         self._changed = changed
-        self._usage = usage
+        # Who hears of every reservation taken and given back: tenants' usage, flow control.
+        self._hooks: list[tuple[Callable[[str, ResourceRequest], None], Callable[[str], None]]] = []
+        if usage is not None:
+            self._hooks.append((usage.held, usage.released))
+
+    def listen(
+        self, on_hold: Callable[[str, ResourceRequest], None], on_release: Callable[[str], None]
+    ) -> None:
+        self._hooks.append((on_hold, on_release))
+        for entry in self.values():
+            entry.on_hold, entry.on_release = self._held, self._released
+
+    def _held(self, execution_id: str, requests: ResourceRequest) -> None:
+        for on_hold, _ in self._hooks:
+            on_hold(execution_id, requests)
+
+    def _released(self, execution_id: str) -> None:
+        for _, on_release in self._hooks:
+            on_release(execution_id)
 
     def _note(self, entry: WorkerEntry) -> None:
         self._changed.add(entry.name)
 
     def __setitem__(self, name: str, entry: WorkerEntry) -> None:
         entry.on_change = self._note
-        if self._usage is not None:
-            entry.on_hold, entry.on_release = self._usage.held, self._usage.released
+        if len(self._hooks) == 1:
+            entry.on_hold, entry.on_release = self._hooks[0]
+        elif self._hooks:
+            entry.on_hold, entry.on_release = self._held, self._released
         super().__setitem__(name, entry)
         self._changed.add(name)
 
@@ -118,6 +139,12 @@ class WorkerRegistry:
 
     def __len__(self) -> int:
         return len(self.entries)
+
+    def listen(
+        self, on_hold: Callable[[str, ResourceRequest], None], on_release: Callable[[str], None]
+    ) -> None:
+        """Hear of every reservation a worker takes and gives back (flow control's budgets)."""
+        self.entries.listen(on_hold, on_release)  # type: ignore[attr-defined]
 
     def index(self) -> FleetIndex:
         """Every dispatchable worker's current view, brought up to date for the entries that changed."""

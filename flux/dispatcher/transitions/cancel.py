@@ -38,6 +38,7 @@ def stop_here(d: Handle, execution: Execution, final: Execution, announce: bool 
     entry = d.registry.get(execution.worker) if execution.worker else None
     if execution.state is State.CREATED:
         d.queue.remove(execution_id)
+        d.flow.release(execution_id)  # it may hold a budget, or wait on one
         # A preemptor that will never use the room it asked for: its stops are withdrawn.
         d.reclaimer.withdraw(execution_id)
     elif entry is not None and entry.session is not None:
@@ -57,6 +58,7 @@ def drop_stale(d: Handle, execution_id: str) -> None:
     """Another replica changed this execution (a guarded write conflicted): what is held here is stale."""
     execution = d.table.drop(execution_id)
     d.queue.remove(execution_id)
+    d.flow.release(execution_id)
     if execution is not None and execution.worker:
         entry = d.registry.get(execution.worker)
         if entry is not None and entry.release(execution_id):

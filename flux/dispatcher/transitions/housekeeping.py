@@ -162,6 +162,8 @@ def fire_timers(d: Handle, now: float) -> bool:
             changed |= _ack_expired(d, execution_id, token)
         elif kind is Kind.INFEASIBLE:
             changed |= d.infeasibility.fire(token)
+        elif kind is Kind.FLOW:
+            d.flow.refill(execution_id)  # what it admits asks for its own pass
         else:
             changed |= d.timing.fire(kind, execution_id, token, now)
     return changed

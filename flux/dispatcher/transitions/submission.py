@@ -33,10 +33,12 @@ if TYPE_CHECKING:
 
 
 class Overrides(NamedTuple):
-    """What a run may set in place of its workflow's policy (``client.run(attempt_timeout=, retry=)``)."""
+    """What a run may set in place of its workflow's (``client.run(attempt_timeout=, retry=, key=)``)."""
 
     attempt_timeout: float | None = None
     retry: Retry | None = None
+    # The flow-control key of every part, in place of the keys computed from the input.
+    key: str | None = None
 
 
 NO_OVERRIDES = Overrides()
@@ -45,7 +47,7 @@ NO_OVERRIDES = Overrides()
 def policy_for(record: WorkflowRecord, overrides: Overrides) -> Policy | None:
     """The policy an execution of ``record`` runs under; None: the default with its max_attempts."""
     policy = record.policy
-    if overrides == NO_OVERRIDES:
+    if overrides.attempt_timeout is None and overrides.retry is None:
         return policy
     base = policy if policy is not None else Policy(retry=Retry(max_attempts=record.max_attempts))
     return base.overridden(overrides.attempt_timeout, overrides.retry)
@@ -68,7 +70,9 @@ async def submit(
     input_json = validation.checked_json(input_json or "null", "input_json")
     rank = record.priority if priority is None else validation.checked_priority(priority)
     d.table.admit(validation.utf8_bytes(input_json), tenant, d.usage.admission(tenant))
-    [execution] = _new(d, record, [input_json], rank, trace, tenant, policy_for(record, overrides))
+    [execution] = _new(
+        d, record, [input_json], rank, trace, tenant, policy_for(record, overrides), overrides.key
+    )
     await d.binder.submit(execution)
     d.timing.submitted(execution)
     held = d.table.get(execution.execution_id) or execution
@@ -98,7 +102,9 @@ async def submit_many(
     rank = record.priority if priority is None else validation.checked_priority(priority)
     size = sum(validation.utf8_bytes(text) for text in checked)
     with d.table.storing(len(checked), size, tenant, d.usage.admission(tenant)):
-        executions = _new(d, record, checked, rank, trace, tenant, policy_for(record, overrides))
+        executions = _new(
+            d, record, checked, rank, trace, tenant, policy_for(record, overrides), overrides.key
+        )
         # Finished here even if the caller goes away meanwhile, as a single submission is
         # (LocalBinder.submit, SharedBinder.submit).
         await asyncio.shield(d.binder.submit_many(executions))
@@ -129,9 +135,12 @@ def _new(
     trace: str,
     tenant: str,
     policy: Policy | None = None,
+    key: str | None = None,
 ) -> list[Execution]:
     """One new execution per (checked) input, numbered in input order; ``trace``: the caller's
-    W3C context (flux/observe/tracing.py carrier), its ``flux.submit`` span started here while tracing."""
+    W3C context (flux/observe/tracing.py carrier), its ``flux.submit`` span started here while tracing.
+    ``key``: the run's flow-control key, in place of those computed from each input."""
+    keys = [_flow_keys(record, text, key, index, len(inputs)) for index, text in enumerate(inputs)]
     now = d.clock()
     executions = [
         Execution(
@@ -146,11 +155,26 @@ def _new(
             priority=rank,
             tenant=tenant,
             trace=trace,
+            flow_keys=flow_keys,
         )
-        for input_json in inputs
+        for input_json, flow_keys in zip(inputs, keys, strict=True)
     ]
     traces = d.events.traces
     return executions if traces is None else [traces.accepted(e) for e in executions]
+
+
+def _flow_keys(
+    record: WorkflowRecord, input_json: str, key: str | None, index: int, count: int
+) -> tuple[tuple[str, str], ...]:
+    """An execution's resolved flow-control keys; refused (naming the input) when its input lacks
+    the field a key names: a key computed as "missing" would lump unrelated runs together."""
+    if record.flow.empty:
+        return ()
+    try:
+        return tuple(sorted(record.flow.keys_for(input_json, key).items()))
+    except ValueError as exc:
+        where = f"input_json[{index}]" if count > 1 else "input_json"
+        raise InvalidArgument(f"{where}: {exc}; or pass key= to the run") from None
 
 
 def enqueue(d: Handle, execution: Execution) -> None:

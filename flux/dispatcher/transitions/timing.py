@@ -376,6 +376,7 @@ def never_started(d: Handle, execution: Execution, error: ExecutionError) -> Exe
     """A waiting execution ends FAILED, reason ``pending_timeout``: its pending timeout passed, or it
     was infeasible for ``--infeasible-after`` (transitions/infeasible.py)."""
     d.queue.remove(execution.execution_id)
+    d.flow.release(execution.execution_id)  # an admitted one held its key's slot while it waited
     failed = execution.evolve(state=State.FAILED, reason=PENDING_TIMEOUT, error=error, updated_at=d.clock())
     d.events.counters.timeouts[PENDING_TIMEOUT] = d.events.counters.timeouts.get(PENDING_TIMEOUT, 0) + 1
     d.table.finish(failed)

@@ -26,7 +26,8 @@ from flux.store.rows import CREATED, RUNNING, SCHEDULED
 # 8: tokens.pool (worker tokens bound to one pool; older tokens have none).
 # 9: workflows.policy, and executions' policy, not_before, reason, attempts, heartbeat, started_at,
 #    run_time (older rows: the default policy with their max_attempts, no wait, no attempts recorded).
-SCHEMA_VERSION = 9
+# 10: workflows.flow and executions.flow_keys (flow control; older rows limit nothing).
+SCHEMA_VERSION = 10
 
 # pg_advisory locks are keyed by a bigint; Flux's five are "FLUX" and the four after it:
 # this one, cluster.py's SWEEP_LOCK, store.py's WORKFLOWS_LOCK and PRUNE_LOCK, quota.py's QUOTA_LOCK.
@@ -51,6 +52,7 @@ ALTER TABLE workflows ADD COLUMN IF NOT EXISTS runtime TEXT NOT NULL DEFAULT 'py
 ALTER TABLE workflows ADD COLUMN IF NOT EXISTS priority INTEGER NOT NULL DEFAULT 0;
 ALTER TABLE workflows ADD COLUMN IF NOT EXISTS tenant TEXT NOT NULL DEFAULT 'default';
 ALTER TABLE workflows ADD COLUMN IF NOT EXISTS policy TEXT NOT NULL DEFAULT '';
+ALTER TABLE workflows ADD COLUMN IF NOT EXISTS flow TEXT NOT NULL DEFAULT '';
 CREATE TABLE IF NOT EXISTS executions (
     execution_id TEXT PRIMARY KEY, seq BIGINT NOT NULL, workflow_name TEXT NOT NULL,
     workflow_version INTEGER NOT NULL, source_hash TEXT NOT NULL, entrypoint TEXT NOT NULL,
@@ -68,6 +70,7 @@ ALTER TABLE executions ADD COLUMN IF NOT EXISTS attempts TEXT NOT NULL DEFAULT '
 ALTER TABLE executions ADD COLUMN IF NOT EXISTS heartbeat TEXT NOT NULL DEFAULT '';
 ALTER TABLE executions ADD COLUMN IF NOT EXISTS started_at DOUBLE PRECISION NOT NULL DEFAULT 0;
 ALTER TABLE executions ADD COLUMN IF NOT EXISTS run_time DOUBLE PRECISION NOT NULL DEFAULT 0;
+ALTER TABLE executions ADD COLUMN IF NOT EXISTS flow_keys TEXT NOT NULL DEFAULT '';
 CREATE TABLE IF NOT EXISTS tenants (name TEXT PRIMARY KEY, spec TEXT NOT NULL, updated_at DOUBLE PRECISION NOT NULL);
 CREATE TABLE IF NOT EXISTS tokens (
     digest TEXT PRIMARY KEY, tenant TEXT NOT NULL, role TEXT NOT NULL, created_at DOUBLE PRECISION NOT NULL);

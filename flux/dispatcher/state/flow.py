@@ -1,0 +1,128 @@
+"""Flow control in the dispatcher: which budgets an execution needs, and the calls into the pure
+``FlowControl`` (flux/matching/flow.py) on every path into and out of the queue.
+
+An execution's gates come from its workflow's declaration and its stored keys: the workflow's
+concurrency budget per key (``"c/<tenant>/<workflow>/<key>"``, every version sharing it) and its
+rate budget per key (``"r/…"``). Budgets are this server's: on PostgreSQL replicas each replica
+keeps its own (see the module's note in the README: cluster-wide budgets are not built yet).
+
+What ``FlowControl`` admits later (a slot freed, a token came due) is queued here with a fresh
+place in line, so a key that gets a slot back goes behind the other keys already waiting for a
+worker: round-robin across keys holds at the workers too, not only at the budgets.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+from flux.dispatcher.state.deadlines import Kind
+from flux.domain.execution import Execution, State
+from flux.matching.flow import Blocked, FlowControl, Gate
+
+if TYPE_CHECKING:
+    from flux.domain.workflow import WorkflowRecord
+
+
+def gates_of(record: WorkflowRecord, execution: Execution) -> tuple[Gate, ...]:
+    """The budgets ``execution`` needs (none for an unlimited workflow)."""
+    flow = record.flow
+    if flow.empty:
+        return ()
+    keys = dict(execution.flow_keys)
+    gates: list[Gate] = []
+    scope = f"{execution.tenant}/{record.name}"
+    if flow.concurrency is not None:
+        c = flow.concurrency
+        key = keys.get("concurrency", "")
+        label = f"key {c.key}={key}" if c.key is not None or key else f"workflow {record.name}"
+        gates.append(Gate(f"c/{scope}/{key}", label, max=c.max, limit=record.name))
+    if flow.rate_limit is not None:
+        r = flow.rate_limit
+        key = keys.get("rate_limit", "")
+        label = f"rate limit {record.name}" + (f" {r.key or 'key'}={key}" if key else "")
+        gates.append(Gate(f"r/{scope}/{key}", label, rate=r.per_second, burst=r.bucket, limit=record.name))
+    return tuple(gates)
+
+
+def fair_key(execution: Execution) -> str:
+    """The key it takes turns by: its concurrency key, else its rate key."""
+    keys = dict(execution.flow_keys)
+    return keys.get("concurrency", keys.get("rate_limit", ""))
+
+
+class FlowUsage:
+    """The dispatcher's ``FlowControl`` and the glue around it."""
+
+    def __init__(self, d: Any, clock: Callable[[], float]):
+        # The dispatcher's Handle (typed loosely: handle.py names this class, so no import back).
+        self.d = d
+        self.clock = clock
+        self.control = FlowControl()
+
+    def admit(self, execution: Execution) -> bool:
+        """Whether ``execution`` may enter the queue now (charged if so); else it waits here."""
+        if not execution.flow_keys and self.d.catalogue.record_of(execution).flow.empty:
+            return True
+        gates = gates_of(self.d.catalogue.record_of(execution), execution)
+        if not gates:
+            return True
+        admitted = self.control.admit(
+            execution.execution_id, gates, fair_key(execution), execution.priority, self.clock()
+        )
+        self._arm()
+        return admitted
+
+    def placed(self, execution_id: str) -> None:
+        if self.control.holds(execution_id):
+            self._queue(self.control.placed(execution_id, self.clock()))
+
+    def release(self, execution_id: str) -> None:
+        """It left the queue or its worker (ended, requeued, cancelled): give back what it held."""
+        if self.control.holds(execution_id) or self.control.waiting(execution_id):
+            self._queue(self.control.release(execution_id, self.clock()))
+
+    def held(self, execution_id: str) -> None:
+        """Found held by a worker (recovery, a mirror): charged whatever the budget says, since it runs."""
+        if self.control.holds(execution_id):
+            return
+        execution = self.d.table.get(execution_id)
+        if execution is None or not execution.flow_keys:
+            return
+        record = self.d.catalogue.record_of(execution)
+        gates = tuple(g for g in gates_of(record, execution) if g.max is not None)
+        if gates:
+            self.control.force(execution_id, gates, self.clock())
+
+    def refill(self, budget: str) -> bool:
+        admitted = self.control.refill(budget, self.clock())
+        self._queue(admitted)
+        self._arm()
+        return bool(admitted)
+
+    def blocked(self, execution_id: str) -> Blocked | None:
+        return self.control.blocked(execution_id, self.clock())
+
+    def _queue(self, admitted: list[str]) -> None:
+        d = self.d
+        shapes = []
+        for execution_id in admitted:
+            execution = d.table.get(execution_id)
+            if execution is None or execution.state is not State.CREATED:
+                self.control.release(execution_id, self.clock())
+                continue
+            shape = d.catalogue.shape_of(execution)
+            # A fresh place in line: behind the keys already waiting for a worker.
+            d.queue.add(execution_id, shape, d.take_seq(), execution.priority, execution.created_at)
+            shapes.append(shape)
+        if shapes:
+            d.passes.work_added(list(dict.fromkeys(shapes)))
+        self._arm()
+
+    def _arm(self) -> None:
+        wakeups = self.control.wakeups
+        for budget, due in list(wakeups.items()):
+            if due >= 0:
+                self.d.timers.arm(Kind.FLOW, budget, 0, due)
+                # Armed: negative marks it so, until it fires (refill pops it).
+                wakeups[budget] = -due
