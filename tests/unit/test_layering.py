@@ -68,6 +68,7 @@ PROTO_EDGES = (
     "flux.domain.resource_request",
     "flux.domain.worker",
     "flux.domain.policy",
+    "flux.domain.limits",
     "gateway",  # HTTP in front of the gRPC core
 )
 
@@ -83,7 +84,9 @@ MATCHER_NEVER = (
 )
 
 # `from flux import *`: the public names, changed only on purpose (and then here too).
-PUBLIC_NAMES = ["ExecutionContext", "ResourceRequest", "Retry", "WorkflowDefinition", "workflow"]
+PUBLIC_NAMES = [
+    "Concurrency", "ExecutionContext", "RateLimit", "ResourceRequest", "Retry", "WorkflowDefinition", "workflow",
+]  # fmt: skip
 
 
 def _modules(*roots: str) -> dict[str, Path]:

@@ -34,10 +34,13 @@ NAME_PATTERNS = {
     "flux.domain.labels._KEY": "example.com/role",
     "flux.domain.labels._VALUE": "training",
     "flux.domain.tenant.NAME": "ml-team",
+    "flux.domain.limits._KEY": "customer.id",
+    "flux.domain.limits._LIMIT_NAME": "openai",
 }
 # Patterns that parse or scan text rather than accept a name.
 NOT_NAMES = {
     "flux.domain.duration._PART",
+    "flux.domain.limits._RATE",
     "flux.domain.quantity._QUANTITY",
     "flux.matching.packages._QUOTED",
     "flux.matching.packages._WORD",
