@@ -34,7 +34,7 @@ if TYPE_CHECKING:
     from flux.dispatcher.state.tenants import TenantDirectory
     from flux.dispatcher.state.watchers import Watchers
     from flux.dispatcher.state.worker_entry import WorkerEntry
-    from flux.domain.execution import Execution
+    from flux.domain.execution import Execution, ExecutionError
     from flux.domain.tenant import Tenant
     from flux.matching import Aging, FeasibilityCache, PendingQueue, Placement, Shape
     from flux.matching.pools import PoolDemand
@@ -197,6 +197,11 @@ class Binder(Protocol):
 
     async def cancel(self, execution_id: str) -> Execution:
         """Cancel an execution wherever it is; the final state is committed before the answer."""
+
+    def fail_waiting(self, execution: Execution, error: ExecutionError) -> None:
+        """End a waiting execution FAILED, reason ``pending_timeout`` (its pending timeout passed, or
+        ``--infeasible-after``): at once on one server; on replicas, each of which may decide it,
+        only if its row is still CREATED at its generation, so it ends once."""
 
     def quotas(self, governed: bool) -> None:
         """Tenants' terms now govern placement (or no longer do)."""

@@ -149,6 +149,21 @@ class PendingRef:
     tenant: str = DEFAULT_TENANT
     # A retry's stored wait: not dispatched before this (seconds since the epoch); 0 at once.
     not_before: float = 0.0
+    # The row's generation: a replica that fails the row while it waits (its pending timeout,
+    # --infeasible-after) does so only if it is still CREATED at this one (Store.fail_waiting).
+    generation: int = 0
+    # When it was submitted (its pending timeout counts from here); 0: not said (an older replica).
+    created_at: float = 0.0
+    attempt: int = 1
+    # Whether an attempt of it ever ran (then it has no pending timeout to wait out).
+    started: bool = False
+
+    @classmethod
+    def of(cls, e: Execution) -> PendingRef:
+        return cls(
+            e.execution_id, e.seq, e.workflow.name, e.workflow.version, e.tenant, e.not_before,
+            e.generation, e.created_at, e.attempt, bool(e.attempts),
+        )  # fmt: skip
 
 
 @dataclass(frozen=True, slots=True)

@@ -7,7 +7,7 @@ on arrival, so nothing above the store parses channel names or payload strings.
 from __future__ import annotations
 
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from flux.domain.tenant import DEFAULT_TENANT
 from flux.store.base import PendingRef
@@ -84,22 +84,32 @@ def _worker_moved(replica: str, epoch: str, name: str) -> WorkerMoved:
 
 def pending_line(ref: PendingRef) -> str:
     # The tenant after a tab: a line without one (from a replica before tenants) is tenant default.
-    # A retry's wait after a second tab, only when it has one (a line without it waits for nothing).
+    # A retry's wait after a second tab; after a third, "generation created_at attempt started"
+    # (a line without them, from an older replica, reads as generation 0, never started).
     line = f"{ref.execution_id} {ref.seq} {ref.workflow_version} {ref.workflow_name}\t{ref.tenant}"
-    return f"{line}\t{ref.not_before!r}" if ref.not_before else line
+    return f"{line}\t{ref.not_before!r}\t{ref.generation} {ref.created_at!r} {ref.attempt} {int(ref.started)}"
 
 
 def parse_pending(payload: str) -> list[PendingRef]:
     refs = []
     for line in payload.splitlines():
         line, _, rest = line.partition("\t")
-        tenant, _, not_before = rest.partition("\t")
+        tenant, _, rest = rest.partition("\t")
+        not_before, _, more = rest.partition("\t")
         execution_id, seq, version, name = line.split(" ", 3)
-        refs.append(
-            PendingRef(
-                execution_id, int(seq), name, int(version), tenant or DEFAULT_TENANT, float(not_before or 0)
-            )
+        ref = PendingRef(
+            execution_id, int(seq), name, int(version), tenant or DEFAULT_TENANT, float(not_before or 0)
         )
+        if more:
+            generation, created_at, attempt, started = more.split(" ")
+            ref = replace(
+                ref,
+                generation=int(generation),
+                created_at=float(created_at),
+                attempt=int(attempt),
+                started=started == "1",
+            )
+        refs.append(ref)
     return refs
 
 

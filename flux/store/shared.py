@@ -116,6 +116,12 @@ class SharedStore(Protocol):
     async def cancel(self, execution_id: str, now: float) -> Execution | None:
         """Cancel an unfinished execution whichever replica holds it; None when finished or unknown."""
 
+    async def fail_waiting(
+        self, execution_id: str, generation: int, reason: str, error: ExecutionError, now: float
+    ) -> Execution | None:
+        """End a pending row FAILED with ``reason`` if it is still CREATED at ``generation`` (the row
+        as it ended); None when it is not: another replica claimed or ended it first."""
+
     async def load_workflows(self) -> list[WorkflowRecord]:
         """Every workflow version registered through any replica."""
 

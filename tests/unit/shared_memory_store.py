@@ -127,14 +127,23 @@ class SharedMemoryStore(MemoryStore):
         self.executions[execution_id] = row = row.evolve(state=State.CANCELLED, updated_at=now)
         return row
 
+    async def fail_waiting(
+        self, execution_id: str, generation: int, reason: str, error: ExecutionError, now: float
+    ) -> Execution | None:
+        row = self.executions.get(execution_id)
+        if row is None or row.state is not State.CREATED or row.generation != generation:
+            return None
+        self.executions[execution_id] = row = row.evolve(
+            state=State.FAILED, reason=reason, error=error, updated_at=now
+        )
+        return row
+
     async def load_workflows(self) -> list[WorkflowRecord]:
         return await self.list_workflows()
 
     async def pending_refs(self) -> list[PendingRef]:
         rows = sorted((e for e in self.executions.values() if e.state is State.CREATED), key=lambda e: e.seq)
-        return [
-            PendingRef(e.execution_id, e.seq, e.workflow.name, e.workflow.version, e.tenant) for e in rows
-        ]
+        return [PendingRef.of(e) for e in rows]
 
     async def held(self) -> list[Held]:
         return self._held()

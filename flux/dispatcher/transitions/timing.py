@@ -372,9 +372,15 @@ class Timing:
         return why.summary
 
 
-def never_started(d: Handle, execution: Execution, error: ExecutionError) -> Execution:
+def never_started(d: Handle, execution: Execution, error: ExecutionError) -> None:
     """A waiting execution ends FAILED, reason ``pending_timeout``: its pending timeout passed, or it
-    was infeasible for ``--infeasible-after`` (transitions/infeasible.py)."""
+    was infeasible for ``--infeasible-after`` (transitions/infeasible.py). The binder decides how:
+    on replicas every one of them may decide it, and the row must end once."""
+    d.binder.fail_waiting(execution, error)
+
+
+def fail_here(d: Handle, execution: Execution, error: ExecutionError) -> Execution:
+    """``never_started`` on one server: ended here, saved as any final state is."""
     d.queue.remove(execution.execution_id)
     d.flow.release(execution.execution_id)  # an admitted one held its key's slot while it waited
     failed = execution.evolve(state=State.FAILED, reason=PENDING_TIMEOUT, error=error, updated_at=d.clock())
@@ -397,7 +403,7 @@ def preempted_run(d: Handle, execution: Execution) -> Execution:
     )
 
 
-__all__ = ["ERROR", "Stopping", "Timing", "ended", "never_started", "preempted_run", "record_of"]
+__all__ = ["ERROR", "Stopping", "Timing", "ended", "fail_here", "never_started", "preempted_run", "record_of"]
 
 
 async def retry_failed(d: Handle, execution_id: str) -> Execution:

@@ -38,15 +38,11 @@ def owned_row(e: Execution, replica_id: str) -> tuple[object, ...]:
     return (*execution_row(e), replica_id if held else "")
 
 
-def _pending_ref(e: Execution) -> PendingRef:
-    return PendingRef(e.execution_id, e.seq, e.workflow.name, e.workflow.version, e.tenant, e.not_before)
-
-
 async def announce(db: psycopg.AsyncConnection[Any], written: list[Execution]) -> None:
     """Tell every replica (on commit) which rows became pending and which finished."""
     pending = [e for e in written if e.state is State.CREATED]
     done = [e for e in written if e.state.finished]
-    for payload in notices.chunks(notices.pending_line(_pending_ref(e)) for e in pending):
+    for payload in notices.chunks(notices.pending_line(PendingRef.of(e)) for e in pending):
         await db.execute("SELECT pg_notify('flux_pending', %s)", (payload,))
     for payload in notices.chunks(e.execution_id for e in done):
         await db.execute("SELECT pg_notify('flux_done', %s)", (payload,))

@@ -17,7 +17,7 @@ import psycopg
 from psycopg.rows import dict_row
 from psycopg_pool import AsyncConnectionPool
 
-from flux.domain.execution import Execution
+from flux.domain.execution import Execution, ExecutionError
 from flux.domain.workflow import WorkflowRecord
 from flux.store import notices
 from flux.store.admin_rows import (
@@ -49,6 +49,7 @@ from flux.store.postgres.quota import held as held_by_tenant
 from flux.store.postgres.quota import prune_preemptions, take_preemption
 from flux.store.postgres.rows import COLUMNS, announce, owned_row
 from flux.store.postgres.schema import migrate
+from flux.store.postgres.waiting import fail_waiting
 from flux.store.postgres.writer import Writer
 from flux.store.rows import (
     CANCELLED,
@@ -262,6 +263,12 @@ class PostgresStore(Store):
             await announce(db, [execution])
             return True
 
+    async def fail_waiting(
+        self, execution_id: str, generation: int, reason: str, error: ExecutionError, now: float
+    ) -> Execution | None:
+        async with self._pool.connection() as db:
+            return await fail_waiting(db, execution_id, generation, reason, error, now)
+
     async def cancel(self, execution_id: str, now: float) -> Execution | None:
         """Cancel an unfinished execution wherever it is; None when it is finished or unknown."""
         async with self._pool.connection() as db, db.transaction():
@@ -423,8 +430,8 @@ class PostgresStore(Store):
     async def pending_refs(self) -> list[PendingRef]:
         async with self._pool.connection() as db:
             cursor = await db.execute(
-                "SELECT execution_id, seq, workflow_name, workflow_version, tenant, not_before FROM executions "
-                f"WHERE state = {CREATED} ORDER BY seq"
+                "SELECT execution_id, seq, workflow_name, workflow_version, tenant, not_before, generation, "
+                f"created_at, attempt, attempts NOT IN ('', '[]') FROM executions WHERE state = {CREATED} ORDER BY seq"
             )
             return [PendingRef(*row) for row in await cursor.fetchall()]
 

@@ -15,9 +15,10 @@ from typing import TYPE_CHECKING
 
 from flux.dispatcher.cycle.placing import scheduled_row
 from flux.dispatcher.handle import Bound, Outcome
+from flux.dispatcher.modes.shared import waiting
 from flux.dispatcher.state.worker_entry import WorkerEntry
 from flux.dispatcher.transitions import cancel, submission
-from flux.domain.execution import Execution, State
+from flux.domain.execution import Execution, ExecutionError, State
 from flux.errors import FailedPrecondition, Unavailable
 
 if TYPE_CHECKING:
@@ -220,6 +221,9 @@ class SharedBinder:
         # stops it: each announcing would log and count one cancel twice.
         self.d.events.finished(cancelled)
         return cancelled
+
+    def fail_waiting(self, execution: Execution, error: ExecutionError) -> None:
+        waiting.fail_waiting(self.d, self.store, self.tasks, self.claiming, execution, error)
 
     def cancelled_elsewhere(self, execution_id: str, final: Execution | None = None) -> None:
         """A cancel committed (here or on another replica): stop it here if we hold it."""

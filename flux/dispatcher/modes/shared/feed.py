@@ -131,17 +131,25 @@ class SharedFeed:
                 seq=ref.seq,
                 input_json="",  # not needed to place it; the claim returns the whole row
                 max_attempts=record.max_attempts,
-                # Announcements carry no priority or submission time: the workflow's priority,
-                # and aging counts from when this replica learned of it.
-                created_at=d.clock(),
+                # Announcements carry no priority: the workflow's. Aging and the pending timeout
+                # count from the submission (from when this replica learned of it, when the
+                # announcing replica did not say).
+                created_at=ref.created_at or d.clock(),
                 priority=record.priority,
                 tenant=ref.tenant,  # its quota and fair share count from here
                 not_before=ref.not_before,  # a retry's wait: queue_up holds it back until then
+                # Failing it while it waits is conditional on this generation (waiting.py).
+                generation=ref.generation,
+                attempt=ref.attempt,
+                # A run's overrides are its attempt timeout and retries, never its pending timeout.
+                policy=record.policy,
             )
             d.table.set(execution)
             shape = d.catalogue.shape_of(execution)
             d.queue_up(execution, shape)
             shapes[shape] = None
+            if not ref.started:  # whichever replica holds it when its pending timeout passes ends it
+                d.timing.submitted(execution)
         if shapes:
             d.passes.work_added(shapes)
         if unknown:
