@@ -176,8 +176,9 @@ class Timing:
     def __init__(self, d: Handle):
         self.d = d
         self.stopping: dict[str, Stopping] = {}
-        # Execution id -> when its running attempt last said it was alive (memory only: a restart
-        # or a move to another replica counts from then, which only lengthens a silence's grace).
+        # Execution id -> when its running attempt last said it was alive (memory only: after a
+        # restart or a move to another replica it counts from then, which only lengthens a
+        # silence's grace; ``recovered``).
         self.beats: dict[str, float] = {}
 
     # ----------------------------------------------------------------- arming
@@ -214,6 +215,10 @@ class Timing:
             if not execution.started_at:
                 execution = execution.evolve(started_at=self.d.clock())
             self.claimed(execution)
+            if execution.effective_policy.heartbeat_timeout is not None:
+                # Heartbeat times live in the memory of the server that held the worker: the
+                # silence clock starts again here (a beat may be on its way), not at the start.
+                self.beats[execution.execution_id] = self.d.clock()
         elif execution.state is State.CREATED:
             self.submitted(execution)
 
