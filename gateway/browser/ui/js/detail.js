@@ -8,6 +8,7 @@
 // steps as passed without a time.
 
 import { api } from "./api.js";
+import { attempts } from "./attempts.js";
 import { h, replace } from "./dom.js";
 import { cancelButton } from "./executions.js";
 import { verdicts } from "./explain.js";
@@ -95,11 +96,13 @@ export function mount(container, ctx) {
         field("Workflow", `${e.workflow?.name || "—"} v${num(e.workflow?.version)}`),
         field("Worker", e.worker ? h("a", { href: `#/executions?worker=${encodeURIComponent(e.worker)}`, class: "mono" }, e.worker) : "—"),
         field("Attempt", num(e.attempt)),
+        e.reason ? field("Reason", e.reason) : "",
         field("Generation", num(e.generation)),
         field("GPUs", (e.gpu_indices || []).length ? e.gpu_indices.join(", ") : "none"),
         field("Submitted", time(e.created_at_ms)),
         field("Last change", time(e.updated_at_ms)),
         field("Input", h("code", {}, e.input_json || "null"))),
+      attempts(e),
       explanation ? [h("h3", {}, "Why it waits"), verdicts(explanation)] : "",
       output(e),
       error(e));
