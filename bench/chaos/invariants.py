@@ -21,6 +21,8 @@ STATE_NAMES = {CREATED: "CREATED", SCHEDULED: "SCHEDULED", RUNNING: "RUNNING", C
 
 # The shape no worker can ever take: it must stay CREATED, explained.
 NEVER_FITS = "never_fits"
+# The shape whose body sleeps past its timeout: each of its executions must end by it.
+TIMES_OUT = "times_out"
 # Lifecycle events that decide a final state (flux.dispatcher.state.lifecycle.Lifecycle.finished).
 FINISHED_EVENTS = frozenset({"completed", "failed", "cancelled"})
 
@@ -362,14 +364,19 @@ def retried_after_completed(records: Iterable[Record]) -> list[Violation]:
 
 def timeouts_fired(must_time_out: Iterable[str], records: Mapping[str, Record]) -> list[Violation]:
     """Every execution whose body sleeps past its timeout ends FAILED with reason ``timeout``, each of
-    its attempts that ran to the end stopped for it (none completed)."""
+    its attempts that ran to the end stopped for it (none completed).
+
+    A worker the chaos kills may end an attempt first: its last one may end ``worker_lost``, when
+    an earlier one timed out (a body that never timed out is not let off by a kill)."""
     found = []
     for execution_id in must_time_out:
         record = records.get(execution_id)
         if record is None or record.state == CANCELLED:
             continue  # lost is its own invariant; a cancel may come first
         completed = [a.attempt for a in record.attempts if a.reason == "completed"]
-        if record.state != FAILED or record.reason != "timeout" or completed:
+        timed_out = any(a.reason == "timeout" for a in record.attempts)
+        killed = record.reason == "worker_lost" and timed_out
+        if record.state != FAILED or (record.reason != "timeout" and not killed) or completed:
             state = STATE_NAMES.get(record.state, str(record.state))
             said = f"; attempt {completed[0]} completed" if completed else ""
             found.append(

@@ -1,8 +1,8 @@
 """Open-loop load for a chaos run: submissions arrive on a seeded Poisson clock, whatever the servers do.
 
 Each arrival is one of ``SHAPES``: a quick echo, a short sleep on one or two
-cores, a body that fails, a long sleep cancelled after a random delay, and a
-shape no worker can ever take. With ``tenants`` (name -> that tenant's clients)
+cores, a body that fails, a long sleep cancelled after a random delay, a body that
+sleeps past its timeout, and a shape no worker can ever take. With ``tenants`` (name -> that tenant's clients)
 each arrival is submitted, and later cancelled, as one of them, drawn evenly;
 without, as the run's own (admin) clients. Submissions run in a bounded pool; an arrival
 that finds the pool full is shed (counted, never owed). A submission that
@@ -21,7 +21,7 @@ from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
-from bench.chaos.invariants import NEVER_FITS
+from bench.chaos.invariants import NEVER_FITS, TIMES_OUT
 from flux.client import FluxClient
 from flux.errors import FailedPrecondition, FluxError, Unavailable
 from flux.v1 import control_pb2
@@ -40,12 +40,13 @@ class Shape:
 
 
 SHAPES = (
-    Shape("echo", "chaos_echo", 0.35),
+    Shape("echo", "chaos_echo", 0.32),
     Shape("sleep", "chaos_sleep", 0.25, (0.1, 2.0)),
     Shape("sleep_wide", "chaos_sleep_wide", 0.10, (0.1, 2.0)),
     Shape("fail", "chaos_fail", 0.10),
     Shape("cancelled", "chaos_sleep", 0.17, (5.0, 20.0), (0.2, 5.0)),
     Shape(NEVER_FITS, "chaos_never_fits", 0.03),
+    Shape(TIMES_OUT, "chaos_overrun", 0.03),
 )
 
 

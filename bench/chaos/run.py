@@ -307,6 +307,7 @@ def _run(fleet: ChaosFleet, seconds: float, seed: int, store: str, markers: Path
         accepted=dict(load.accepted), records=records, explained=explained, lifecycle=lifecycle,
         samples=sampler.kept, cancelled=set(load.cancelled), undrained=remaining, drain_bound_s=DRAIN_BOUND_S,
         tenant_samples=sampler.tenant_samples, quotas=QUOTAS,
+        must_time_out={i for i, shape in load.accepted.items() if shape == invariants.TIMES_OUT},
     )  # fmt: skip
     found = invariants.check(observed)
     violations = [v for kind in found.values() for v in kind]

@@ -13,7 +13,7 @@ import contextlib
 import os
 from pathlib import Path
 
-from flux import ExecutionContext, workflow
+from flux import ExecutionContext, Retry, workflow
 from flux.domain.resource_request import ResourceRequest
 
 
@@ -63,6 +63,20 @@ async def chaos_fail(ctx: ExecutionContext[dict]):
     with _Running(ctx, 1):
         await asyncio.sleep(0.05)
         raise RuntimeError(f"chaos_fail fails on purpose (attempt {ctx.attempt} on {ctx.worker_name})")
+
+
+# Sleeps far past its 1 s timeout: every attempt is stopped for it, and it ends FAILED with reason
+# timeout (Observations.must_time_out). Quick retries, so it is final well within the drain.
+@workflow.with_options(
+    name="chaos_overrun",
+    requests=ResourceRequest(cpu=1),
+    timeout="1s",
+    retry=Retry(max_attempts=2, initial_delay="200ms", jitter=False),
+)
+async def chaos_overrun(ctx: ExecutionContext[dict]):
+    with _Running(ctx, 1):
+        await asyncio.sleep(60)
+        return _result(ctx)
 
 
 # More cores than any chaos worker advertises (4): it must wait, CREATED, and explain must say why.

@@ -270,6 +270,18 @@ def _tried(*attempts: tuple[int, float, float, str], state: int = COMPLETED, rea
             "timeout_not_fired",
             id="another reason than timeout",
         ),
+        pytest.param(
+            _tried((1, 0, 1, "timeout"), (2, 2, 3, "worker_lost"), state=FAILED, reason="worker_lost"),
+            True,
+            None,
+            id="timed out, then its worker was killed",
+        ),
+        pytest.param(
+            _tried((1, 0, 1, "worker_lost"), state=FAILED, reason="worker_lost"),
+            True,
+            "timeout_not_fired",
+            id="only ever lost: its timeout never fired",
+        ),
     ],
 )
 def test_attempt_invariants_are_keyed_on_the_recorded_attempts(
