@@ -122,6 +122,7 @@ REQUESTS: dict[str, Build] = {
         run=control_pb2.RunWorkflowRequest(workflow_name=f"{_tenant(t)}_parked", input_json="{}")
     ),
     "WaitExecutions": lambda f, t: control_pb2.WaitExecutionsRequest(execution_ids=[f.finished(_tenant(t))]),
+    "RetryExecution": lambda f, t: control_pb2.RetryExecutionRequest(execution_id=f.finished(_tenant(t))),
     "RunAndWaitStream": lambda f, t: control_pb2.RunAndWaitStreamRequest(
         run=control_pb2.RunWorkflowRequest(workflow_name=f"{_tenant(t)}_parked", input_json="{}")
     ),
@@ -195,6 +196,11 @@ EXPECTED: dict[str, dict[str, tuple[str, str]]] = {
     "RunAndWait": _reads_own("submit"),
     "WaitExecutions": _reads_own(),
     "RunAndWaitStream": _reads_own("submit"),
+    # A new attempt of a FAILED execution: the one here was cancelled, so an allowed caller is told
+    # it cannot be retried, and another tenant's answers as a missing one.
+    "RetryExecution": _by_role(
+        read=(DENIED, DENIED), submit=(TAKEN, MISSING), admin=(TAKEN, MISSING), cluster_admin=(TAKEN, TAKEN)
+    ),
     "ApplyPools": _cluster_only(),
     "ListPools": _everyone((OK, OK)),
     "GetPool": _everyone((MISSING, MISSING)),
