@@ -20,6 +20,7 @@ from typing import Any
 
 import grpc
 
+from flux.client.limit_admin import AsyncLimitAdmin
 from flux.client.requests import (
     WaitTimedOut,
     chunked,
@@ -45,7 +46,7 @@ from flux.errors import FluxError, InvalidArgument, Unavailable
 from flux.observe import tracing
 from flux.registration import WorkflowFile, load_workflow_file
 from flux.security import Credentials, Role
-from flux.v1 import control_pb2, control_pb2_grpc, tenants_pb2_grpc
+from flux.v1 import control_pb2, control_pb2_grpc, limits_pb2_grpc, tenants_pb2_grpc
 
 __all__ = ["FluxClient", "WaitTimedOut"]
 
@@ -79,6 +80,19 @@ class FluxClient:
                 raise await self._error(exc) from None
 
         return AsyncTenantAdmin(call)
+
+    @functools.cached_property
+    def limits(self) -> AsyncLimitAdmin:
+        """The tenant's named limits (``flux.client.limit_admin``; an admin token changes them)."""
+        stub = limits_pb2_grpc.LimitServiceStub(self._channel)
+
+        async def call(method: str, request: Any) -> Any:
+            try:
+                return await getattr(stub, method)(request, timeout=self.timeout, metadata=self._metadata)
+            except grpc.RpcError as exc:
+                raise await self._error(exc) from None
+
+        return AsyncLimitAdmin(call)
 
     async def close(self) -> None:
         await self._runs.close()

@@ -19,6 +19,8 @@ from typing import Any
 import grpc
 import grpc.experimental
 
+from flux.client.limit_admin import LimitAdmin
+
 # ``chunked`` and ``WaitTimedOut`` are imported from here outside flux (tests, bench, scripts).
 from flux.client.requests import (
     WaitTimedOut,
@@ -45,7 +47,7 @@ from flux.errors import FluxError, InvalidArgument, Unavailable
 from flux.observe import tracing
 from flux.registration import WorkflowFile, load_workflow_file
 from flux.security import Credentials, Role
-from flux.v1 import control_pb2, control_pb2_grpc, tenants_pb2_grpc
+from flux.v1 import control_pb2, control_pb2_grpc, limits_pb2_grpc, tenants_pb2_grpc
 
 __all__ = ["FluxClient", "WaitTimedOut", "chunked"]
 
@@ -78,6 +80,12 @@ class FluxClient:
         """Tenants and their tokens (``flux.client.tenant_admin``; an admin token: tenant admins see their own tenant)."""
         stub = tenants_pb2_grpc.TenantServiceStub(self._channel)
         return TenantAdmin(lambda method, request: self._call(method, request, stub=stub))
+
+    @functools.cached_property
+    def limits(self) -> LimitAdmin:
+        """The tenant's named limits (``flux.client.limit_admin``; an admin token changes them)."""
+        stub = limits_pb2_grpc.LimitServiceStub(self._channel)
+        return LimitAdmin(lambda method, request: self._call(method, request, stub=stub))
 
     def close(self) -> None:
         self._runs.close()
