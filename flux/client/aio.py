@@ -278,11 +278,17 @@ class FluxClient:
         return await self.wait_all(executions, timeout) if wait else executions
 
     async def run_many_json(
-        self, workflow: str, inputs_json: Iterable[str], *, version: int = 0, priority: int | None = None
+        self,
+        workflow: str,
+        inputs_json: Iterable[str],
+        *,
+        version: int = 0,
+        priority: int | None = None,
+        key: str | None = None,
     ) -> list[control_pb2.Execution]:
         executions: list[control_pb2.Execution] = []
         for chunk in chunked(inputs_json):
-            request = run_many_request(workflow, chunk, version, priority)
+            request = run_many_request(workflow, chunk, version, priority, key)
             try:
                 answer = await self._submit("RunWorkflows", request, workflow)
             except InvalidArgument as exc:

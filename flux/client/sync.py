@@ -291,12 +291,18 @@ class FluxClient:
         return self.wait_all(executions, timeout) if wait else executions
 
     def run_many_json(
-        self, workflow: str, inputs_json: Iterable[str], *, version: int = 0, priority: int | None = None
+        self,
+        workflow: str,
+        inputs_json: Iterable[str],
+        *,
+        version: int = 0,
+        priority: int | None = None,
+        key: str | None = None,
     ) -> list[control_pb2.Execution]:
         """Submit one execution per JSON-encoded input, in calls of the per-call cap; in input order."""
         executions: list[control_pb2.Execution] = []
         for chunk in chunked(inputs_json):
-            request = run_many_request(workflow, chunk, version, priority)
+            request = run_many_request(workflow, chunk, version, priority, key)
             try:
                 answer = self._submit("RunWorkflows", request, workflow)
             except InvalidArgument as exc:

@@ -66,3 +66,43 @@ def test_limits_from_a_file_the_client_and_the_cli(cluster: Cluster, tmp_path: P
         limits.get("mail")
     bad = cluster.flux("limit", "create", "x", "--rate", "fast")
     assert bad.returncode != 0 and "rate must be" in bad.stderr, bad.stderr
+
+
+def test_a_run_key_over_http_and_through_run_many(cluster: Cluster, tmp_path: Path) -> None:
+    import httpx
+
+    from flux.security import Role
+
+    cluster.register(EXAMPLE)
+    if cluster.gateway_url:
+        headers = {"Authorization": f"Bearer {cluster.token(Role.CLIENT)}"}
+        with httpx.Client(base_url=cluster.gateway_url, timeout=10, trust_env=False, headers=headers) as http:
+            one = http.post("/workflows/per_customer/run", json={"input": {"customer": "x"}, "key": "k-http"})
+            assert one.status_code == 202, one.text
+            assert one.json()["flow_keys"] == {"concurrency": "k-http"}
+            many = http.post(
+                "/workflows/per_customer/run-many", json={"inputs": [{"customer": "x"}], "key": "k-m"}
+            )
+            assert many.status_code in (200, 202), many.text
+            assert many.json()["executions"][0]["flow_keys"] == {"concurrency": "k-m"}
+            empty = http.post("/workflows/per_customer/run", json={"input": {"customer": "x"}, "key": ""})
+            assert empty.status_code == 422
+            created = http.post("/limits", json={"name": "openai", "concurrency": 2, "rate": "60/m"})
+            assert created.status_code == 200 and created.json()["limit"]["tenant"] == "default", created.text
+            assert http.post("/limits", json={"name": "openai", "concurrency": 2}).status_code == 409
+            assert [m["name"] for m in http.get("/limits").json()["limits"]] == ["openai"]
+            changed = http.patch("/limits/openai", json={"concurrency": 5, "rate": None})
+            assert changed.json()["limit"]["concurrency"] == 5 and not changed.json()["limit"].get("rate")
+            shown = http.get("/limits/openai")
+            assert shown.status_code == 200 and shown.json()["limit"]["name"] == "openai", shown.text
+            assert http.delete("/limits/openai").status_code == 200
+            assert http.get("/limits/openai").status_code == 404
+            assert http.get("/limits", params={"tenant": "nobody"}).status_code == 404
+    lines = tmp_path / "inputs.jsonl"
+    lines.write_text('{"customer": "a"}\n{"customer": "b"}\n')
+    ran = cluster.flux(
+        "workflow", "run", "per_customer", "--input-file", str(lines), "--many", "--key", "k-cli"
+    )
+    assert ran.returncode == 0, ran.stderr
+    for execution_id in ran.stdout.split():
+        assert dict(cluster.client.get(execution_id).flow_keys) == {"concurrency": "k-cli"}
