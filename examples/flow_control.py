@@ -18,3 +18,19 @@ async def per_customer(ctx: ExecutionContext[dict]) -> dict:
 async def paced(ctx: ExecutionContext[None]) -> float:
     # At most 5 starts a second, spread evenly (burst 1): returns when this one started.
     return time.time()
+
+
+@workflow.with_options(limits=["openai"])
+async def summarise(ctx: ExecutionContext[dict]) -> dict:
+    # Shares the tenant's named limit "openai" (flux limit create openai --concurrency 2)
+    # with every other workflow naming it.
+    started = time.time()
+    await asyncio.sleep(ctx.input.get("seconds", 0.2))
+    return {"started": started, "ended": time.time()}
+
+
+@workflow.with_options(limits=["openai"])
+async def translate(ctx: ExecutionContext[dict]) -> dict:
+    started = time.time()
+    await asyncio.sleep(ctx.input.get("seconds", 0.2))
+    return {"started": started, "ended": time.time()}

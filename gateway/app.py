@@ -92,6 +92,7 @@ def create_app(settings: GatewaySettings | None = None, channel: grpc.aio.Channe
     app.include_router(workers.router)
     app.include_router(clients.router)
     app.include_router(clients.tenants_router)
+    app.include_router(clients.limits_router)
     app.include_router(tickets.router)
     app.include_router(clients.events_router)
     app.include_router(health.router)
@@ -120,6 +121,7 @@ def _guards() -> list[tuple[object, Guard]]:
         guards.append((route, Guard(Role.WORKER, session, ticket=stream)))
     guards += [(route, Guard(Role.CLIENT)) for route in clients.router.routes]
     guards += [(route, Guard(Role.CLIENT)) for route in clients.tenants_router.routes]
+    guards += [(route, Guard(Role.CLIENT)) for route in clients.limits_router.routes]
     guards += [(route, Guard(None)) for route in tickets.router.routes]
     # The observer streams: the API token in the header, or a ticket the route redeems.
     guards += [(route, Guard(Role.CLIENT, ticket=True)) for route in clients.events_router.routes]

@@ -20,6 +20,7 @@ from typing import Any
 
 import grpc
 
+from flux.client.limit_admin import AsyncLimitAdmin
 from flux.client.requests import (
     WaitTimedOut,
     chunked,
@@ -45,7 +46,7 @@ from flux.errors import FluxError, InvalidArgument, Unavailable
 from flux.observe import tracing
 from flux.registration import WorkflowFile, load_workflow_file
 from flux.security import Credentials, Role
-from flux.v1 import control_pb2, control_pb2_grpc, tenants_pb2_grpc
+from flux.v1 import control_pb2, control_pb2_grpc, limits_pb2_grpc, tenants_pb2_grpc
 
 __all__ = ["FluxClient", "WaitTimedOut"]
 
@@ -79,6 +80,19 @@ class FluxClient:
                 raise await self._error(exc) from None
 
         return AsyncTenantAdmin(call)
+
+    @functools.cached_property
+    def limits(self) -> AsyncLimitAdmin:
+        """The tenant's named limits (``flux.client.limit_admin``; an admin token changes them)."""
+        stub = limits_pb2_grpc.LimitServiceStub(self._channel)
+
+        async def call(method: str, request: Any) -> Any:
+            try:
+                return await getattr(stub, method)(request, timeout=self.timeout, metadata=self._metadata)
+            except grpc.RpcError as exc:
+                raise await self._error(exc) from None
+
+        return AsyncLimitAdmin(call)
 
     async def close(self) -> None:
         await self._runs.close()
@@ -264,11 +278,17 @@ class FluxClient:
         return await self.wait_all(executions, timeout) if wait else executions
 
     async def run_many_json(
-        self, workflow: str, inputs_json: Iterable[str], *, version: int = 0, priority: int | None = None
+        self,
+        workflow: str,
+        inputs_json: Iterable[str],
+        *,
+        version: int = 0,
+        priority: int | None = None,
+        key: str | None = None,
     ) -> list[control_pb2.Execution]:
         executions: list[control_pb2.Execution] = []
         for chunk in chunked(inputs_json):
-            request = run_many_request(workflow, chunk, version, priority)
+            request = run_many_request(workflow, chunk, version, priority, key)
             try:
                 answer = await self._submit("RunWorkflows", request, workflow)
             except InvalidArgument as exc:

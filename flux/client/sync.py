@@ -19,6 +19,8 @@ from typing import Any
 import grpc
 import grpc.experimental
 
+from flux.client.limit_admin import LimitAdmin
+
 # ``chunked`` and ``WaitTimedOut`` are imported from here outside flux (tests, bench, scripts).
 from flux.client.requests import (
     WaitTimedOut,
@@ -45,7 +47,7 @@ from flux.errors import FluxError, InvalidArgument, Unavailable
 from flux.observe import tracing
 from flux.registration import WorkflowFile, load_workflow_file
 from flux.security import Credentials, Role
-from flux.v1 import control_pb2, control_pb2_grpc, tenants_pb2_grpc
+from flux.v1 import control_pb2, control_pb2_grpc, limits_pb2_grpc, tenants_pb2_grpc
 
 __all__ = ["FluxClient", "WaitTimedOut", "chunked"]
 
@@ -78,6 +80,12 @@ class FluxClient:
         """Tenants and their tokens (``flux.client.tenant_admin``; an admin token: tenant admins see their own tenant)."""
         stub = tenants_pb2_grpc.TenantServiceStub(self._channel)
         return TenantAdmin(lambda method, request: self._call(method, request, stub=stub))
+
+    @functools.cached_property
+    def limits(self) -> LimitAdmin:
+        """The tenant's named limits (``flux.client.limit_admin``; an admin token changes them)."""
+        stub = limits_pb2_grpc.LimitServiceStub(self._channel)
+        return LimitAdmin(lambda method, request: self._call(method, request, stub=stub))
 
     def close(self) -> None:
         self._runs.close()
@@ -283,12 +291,18 @@ class FluxClient:
         return self.wait_all(executions, timeout) if wait else executions
 
     def run_many_json(
-        self, workflow: str, inputs_json: Iterable[str], *, version: int = 0, priority: int | None = None
+        self,
+        workflow: str,
+        inputs_json: Iterable[str],
+        *,
+        version: int = 0,
+        priority: int | None = None,
+        key: str | None = None,
     ) -> list[control_pb2.Execution]:
         """Submit one execution per JSON-encoded input, in calls of the per-call cap; in input order."""
         executions: list[control_pb2.Execution] = []
         for chunk in chunked(inputs_json):
-            request = run_many_request(workflow, chunk, version, priority)
+            request = run_many_request(workflow, chunk, version, priority, key)
             try:
                 answer = self._submit("RunWorkflows", request, workflow)
             except InvalidArgument as exc:

@@ -32,6 +32,7 @@ from flux.dispatcher.state.deadlines import Kind, Timers
 from flux.dispatcher.state.flow import FlowUsage
 from flux.dispatcher.state.freezing import Freezer
 from flux.dispatcher.state.lifecycle import Lifecycle
+from flux.dispatcher.state.named_limits import LimitBook
 from flux.dispatcher.state.pings import Pinger
 from flux.dispatcher.state.pools import PoolBook
 from flux.dispatcher.state.quotas import TenantUsage
@@ -101,7 +102,10 @@ class Dispatcher:
         # Executions held out of the queue until a retry's not-before time: (shape, that time).
         self._retrying: dict[str, tuple[Shape, float]] = {}
         # Concurrency per key and rate limits: budgets the queue is admitted through (state/flow.py).
-        self.flow = FlowUsage(self, clock)
+        # Named limits of the tenants, shared across workflows (state/named_limits.py).
+        self.limits = LimitBook(store)
+        self.flow = FlowUsage(self, clock, self.limits.find)
+        self.limits.on_change = self.flow.limit_changed
         self.registry.listen(lambda execution_id, _: self.flow.held(execution_id), self.flow.release)
         # Nominated workers for executions waiting past --starvation-after (pure; kept across passes).
         self.aging = Aging(s.starvation_after)
@@ -146,6 +150,7 @@ class Dispatcher:
         await self.feed.before_start()
         recovered = await self.store.open()
         self._next_seq = recovered.next_seq
+        await self.limits.load()  # before recovery admits the pending work through them
         await housekeeping.recover(self, recovered)
         await self.pools.load()
         self.apply_tenants(await self.tenants.list())

@@ -220,6 +220,26 @@ class FlowControl:
         budget = self._budgets.get(budget_name)
         return [] if budget is None else self._wake(budget, now)
 
+    def parked_ids(self) -> list[str]:
+        """Every waiting execution, in the order it came to wait."""
+        return list(self._parked)
+
+    def retune(self, gates: dict[str, Gate], now: float) -> list[str]:
+        """New terms for budgets (a named limit changed live): each applies from now, and what the
+        new terms let in is admitted. Returns the ids admitted. The caller first takes out (``release``)
+        and admits again the waiting work whose gates name these budgets, so no stale gate comes back."""
+        admitted: list[str] = []
+        for name, gate in gates.items():
+            budget = self._budgets.get(name)
+            if budget is None or budget.gate == gate:
+                continue
+            budget.gate = gate
+            if gate.max is None:
+                budget.tokens = min(budget.tokens, float(gate.burst))
+            admitted.extend(self._wake(budget, now))
+            self._drop_if_idle(budget, now)
+        return admitted
+
     # ----------------------------------------------------------------- inside
 
     def _free(self, gates: tuple[Gate, ...], now: float) -> list[str]:

@@ -37,6 +37,10 @@ TENANT_ADMIN = frozenset(
         "/flux.v1.TenantService/ListTokens",
         "/flux.v1.TenantService/RevokeToken",
         "/flux.v1.TenantService/ListAudit",
+        "/flux.v1.LimitService/CreateLimit",
+        "/flux.v1.LimitService/SetLimit",
+        "/flux.v1.LimitService/DeleteLimit",
+        "/flux.v1.LimitService/ApplyLimits",
     }
 )
 # Methods that change a tenant's own work: a read token may not call them.

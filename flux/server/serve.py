@@ -25,6 +25,7 @@ from flux.server.callers import Callers
 from flux.server.control_service import ControlService
 from flux.server.interceptors import DecodeGuard
 from flux.server.introspection import Health, enable_reflection
+from flux.server.limits import LimitService
 from flux.server.local import LocalChannel, LocalRegistry
 from flux.server.pools import PoolService
 from flux.server.tenants import TenantService
@@ -32,6 +33,8 @@ from flux.server.worker_service import WorkerService
 from flux.v1 import (
     control_pb2,
     control_pb2_grpc,
+    limits_pb2,
+    limits_pb2_grpc,
     pools_pb2,
     pools_pb2_grpc,
     tenants_pb2,
@@ -249,12 +252,14 @@ async def start_server(config: ServerConfig) -> RunningServer:
         control_pb2_grpc.add_ControlServiceServicer_to_server(control, target)  # type: ignore[arg-type]
         health_pb2_grpc.add_HealthServicer_to_server(health_servicer, target)  # type: ignore[arg-type]
         pools_pb2_grpc.add_PoolServiceServicer_to_server(PoolService(dispatcher, callers), target)  # type: ignore[arg-type]
+        limits_pb2_grpc.add_LimitServiceServicer_to_server(LimitService(dispatcher, callers), target)  # type: ignore[arg-type]
         tenants_pb2_grpc.add_TenantServiceServicer_to_server(TenantService(dispatcher, callers), target)  # type: ignore[arg-type]
     services = (
         worker_pb2.DESCRIPTOR.services_by_name["WorkerService"].full_name,
         control_pb2.DESCRIPTOR.services_by_name["ControlService"].full_name,
         health_pb2.DESCRIPTOR.services_by_name["Health"].full_name,
         pools_pb2.DESCRIPTOR.services_by_name["PoolService"].full_name,
+        limits_pb2.DESCRIPTOR.services_by_name["LimitService"].full_name,
         tenants_pb2.DESCRIPTOR.services_by_name["TenantService"].full_name,
     )
     enable_reflection(services, server)

@@ -258,6 +258,19 @@ class Store(abc.ABC):
         """Every stored tenant, (name, JSON document), by name."""
 
     @abc.abstractmethod
+    async def save_limits(self, limits: list[tuple[str, str, str]]) -> None:
+        """Store named limits, (tenant, name, JSON document) each, replacing those of the same
+        tenant and name, all or none."""
+
+    @abc.abstractmethod
+    async def delete_limit(self, tenant: str, name: str) -> bool:
+        """Forget a tenant's named limit; whether it was stored."""
+
+    @abc.abstractmethod
+    async def list_limits(self, tenant: str = "") -> list[tuple[str, str, str]]:
+        """Named limits (of ``tenant`` only, when given), (tenant, name, JSON document), by tenant and name."""
+
+    @abc.abstractmethod
     async def save_token(self, token: TokenRecord) -> None:
         """Store an API token by its digest (never the token itself)."""
 

@@ -32,6 +32,7 @@ from typing import TypeVar
 
 from flux.domain.execution import Execution
 from flux.domain.workflow import WorkflowRecord
+from flux.store import limit_rows
 from flux.store.admin_rows import (
     AUDIT_COLUMNS,
     TOKEN_ADDED,
@@ -55,6 +56,7 @@ from flux.store.base import (
     WorkerIdentity,
 )
 from flux.store.group_commit import GroupCommit
+from flux.store.limit_rows import LIMITS_TABLE
 from flux.store.rows import (
     EXECUTION_COLUMNS,
     EXECUTION_UPDATES,
@@ -82,7 +84,8 @@ from flux.store.rows import (
 # 9: workflows.policy, and executions' policy, not_before, reason, attempts, heartbeat, started_at,
 #    run_time (older rows: the default policy with their max_attempts, no wait, no attempts recorded).
 # 10: workflows.flow and executions.flow_keys (flow control; older rows limit nothing).
-SCHEMA_VERSION = 10
+# 11: the limits table (named limits per tenant; created on open, older files have none).
+SCHEMA_VERSION = 11
 
 T = TypeVar("T")
 
@@ -132,6 +135,7 @@ CREATE INDEX IF NOT EXISTS executions_by_workflow ON executions (workflow_name, 
 CREATE TABLE IF NOT EXISTS workers (name TEXT PRIMARY KEY, session_token TEXT NOT NULL, updated_at REAL NOT NULL);
 CREATE TABLE IF NOT EXISTS pools (name TEXT PRIMARY KEY, spec TEXT NOT NULL, updated_at REAL NOT NULL);
 CREATE TABLE IF NOT EXISTS tenants (name TEXT PRIMARY KEY, spec TEXT NOT NULL, updated_at REAL NOT NULL);
+{LIMITS_TABLE.format(real="REAL")}
 CREATE TABLE IF NOT EXISTS tokens (
     digest TEXT PRIMARY KEY, tenant TEXT NOT NULL, role TEXT NOT NULL, created_at REAL NOT NULL,
     id TEXT NOT NULL DEFAULT '', name TEXT NOT NULL DEFAULT '', expires_at REAL, last_used_at REAL,
@@ -400,6 +404,24 @@ class SqliteStore(Store):
 
     async def list_tenants(self) -> list[tuple[str, str]]:
         return await self._read(lambda db: _list_specs(db, "tenants"))
+
+    async def save_limits(self, limits: list[tuple[str, str, str]]) -> None:
+        now = time.time()
+
+        def write(db: sqlite3.Connection) -> None:
+            with _transaction(db):
+                db.executemany(limit_rows.save_sql("?"), [(t, n, spec, now) for t, n, spec in limits])
+
+        await self._change(write)
+
+    async def delete_limit(self, tenant: str, name: str) -> bool:
+        return await self._change(
+            lambda db: db.execute(limit_rows.delete_sql("?"), (tenant, name)).rowcount > 0
+        )
+
+    async def list_limits(self, tenant: str = "") -> list[tuple[str, str, str]]:
+        sql, params = limit_rows.list_sql(tenant, "?")
+        return await self._read(lambda db: [(r[0], r[1], r[2]) for r in db.execute(sql, params)])
 
     async def save_token(self, token: TokenRecord) -> None:
         await self._change(

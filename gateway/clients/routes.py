@@ -102,6 +102,8 @@ async def run_workflow(
     )
     if body.priority is not None:
         run.priority = body.priority
+    if body.key is not None:
+        run.key = body.key
     _policy(run, body)
     # The caller's trace context (or the gateway's span) goes with each call made in here.
     with tracing.submitting(request, "/workflows/{name}/run"):
@@ -153,6 +155,8 @@ async def run_workflows(
     run = control_pb2.RunWorkflowsRequest(workflow_name=name, input_json=encoded, version=body.version)
     if body.priority is not None:
         run.priority = body.priority
+    if body.key is not None:
+        run.key = body.key
     try:
         with tracing.submitting(request, "/workflows/{name}/run-many"):
             accepted = await core.control.RunWorkflows(run, timeout=_timeout(request))

@@ -200,6 +200,13 @@ class RunBody(BaseModel):
     retry: RetryModel | None = Field(
         default=None, description="this run's retry policy; omitted means the workflow's"
     )
+    key: str | None = Field(
+        default=None,
+        min_length=1,
+        max_length=256,
+        description="this run's flow-control key, in place of the one its workflow computes from the input "
+        "(its concurrency per key, rate limit and per-key named limits)",
+    )
 
 
 class RunManyBody(BaseModel):
@@ -218,6 +225,12 @@ class RunManyBody(BaseModel):
         ge=-1000,
         le=1000,
         description="these runs' priority, -1000 to 1000, higher first; omitted means the workflow's",
+    )
+    key: str | None = Field(
+        default=None,
+        min_length=1,
+        max_length=256,
+        description="these runs' flow-control key (see a run's key)",
     )
 
 

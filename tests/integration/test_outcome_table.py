@@ -25,7 +25,7 @@ from flux.client.requests import workflow_request
 from flux.registration.loader import load_workflow_file
 from flux.security import Credentials, Role
 from flux.testing import Cluster
-from flux.v1 import control_pb2, pools_pb2, tenants_pb2, worker_pb2
+from flux.v1 import control_pb2, limits_pb2, pools_pb2, tenants_pb2, worker_pb2
 
 pytestmark = [pytest.mark.integration, pytest.mark.transports("grpc"), pytest.mark.backends("sqlite")]
 
@@ -34,6 +34,7 @@ ROLES = ("read", "submit", "admin", "cluster-admin")
 SERVICES = {
     "ControlService": control_pb2,
     "PoolService": pools_pb2,
+    "LimitService": limits_pb2,
     "TenantService": tenants_pb2,
     "WorkerService": worker_pb2,
 }
@@ -77,6 +78,12 @@ class Fleet:
         """The id of a new read token of ``tenant``'s, minted by the cluster admin: one to revoke."""
         return self.cluster.client.tenants.create_token(tenant, role="read").id  # type: ignore[attr-defined]
 
+    def spare_limit(self, tenant: str) -> str:
+        """A new named limit of ``tenant``'s, made by the cluster admin: one to delete."""
+        name = _unique("spare")
+        self.cluster.client.limits.create(name, tenant=tenant, concurrency=1)  # type: ignore[attr-defined]
+        return name
+
     def finished(self, tenant: str) -> str:
         """A new CANCELLED execution of ``tenant``'s: one a wait answers at once."""
         execution_id = self.parked(tenant)
@@ -105,6 +112,7 @@ REQUESTS: dict[str, Build] = {
     "GetExecution": lambda f, t: control_pb2.GetExecutionRequest(execution_id=f.parked(_tenant(t))),
     "WatchExecution": lambda f, t: control_pb2.WatchExecutionRequest(execution_id=f.parked(_tenant(t))),
     "CancelExecution": lambda f, t: control_pb2.CancelExecutionRequest(execution_id=f.parked(_tenant(t))),
+    "RetryExecution": lambda f, t: control_pb2.RetryExecutionRequest(execution_id=f.finished(_tenant(t))),
     "ListWorkers": lambda f, t: control_pb2.ListWorkersRequest(),
     "ExplainExecution": lambda f, t: control_pb2.ExplainExecutionRequest(execution_id=f.parked(_tenant(t))),
     "GetStatus": lambda f, t: control_pb2.GetStatusRequest(),
@@ -132,6 +140,21 @@ REQUESTS: dict[str, Build] = {
     ),
     "ListPools": lambda f, t: pools_pb2.ListPoolsRequest(),
     "GetPool": lambda f, t: pools_pb2.GetPoolRequest(name="never-declared"),
+    # LimitService
+    "CreateLimit": lambda f, t: limits_pb2.CreateLimitRequest(
+        limit=limits_pb2.Limit(name=_unique("l"), concurrency=1), tenant=_tenant(t)
+    ),
+    "SetLimit": lambda f, t: limits_pb2.SetLimitRequest(
+        name="shared", changes_json='{"concurrency": 3}', tenant=_tenant(t)
+    ),
+    "DeleteLimit": lambda f, t: limits_pb2.DeleteLimitRequest(
+        name=f.spare_limit(_tenant(t)), tenant=_tenant(t)
+    ),
+    "ListLimits": lambda f, t: limits_pb2.ListLimitsRequest(tenant=_tenant(t)),
+    "GetLimit": lambda f, t: limits_pb2.GetLimitRequest(name="shared", tenant=_tenant(t)),
+    "ApplyLimits": lambda f, t: limits_pb2.ApplyLimitsRequest(
+        limits=[limits_pb2.Limit(name="shared", concurrency=5)], tenant=_tenant(t)
+    ),
     # TenantService
     "CreateTenant": lambda f, t: tenants_pb2.CreateTenantRequest(
         tenant=tenants_pb2.Tenant(name=_unique("t"))
@@ -182,6 +205,15 @@ EXPECTED: dict[str, dict[str, tuple[str, str]]] = {
     "GetExecution": _reads_own(),
     "WatchExecution": _reads_own(),
     "CancelExecution": _reads_own("submit"),
+    # A cancelled execution is not retried (FAILED_PRECONDITION, TAKEN's code) once the role may ask.
+    "RetryExecution": {
+        role: (TAKEN, MISSING)
+        if outcome == (OK, MISSING)
+        else (TAKEN, TAKEN)
+        if outcome == (OK, OK)
+        else outcome
+        for role, outcome in _reads_own("submit").items()
+    },
     "ListWorkers": _everyone((OK, OK)),
     "ExplainExecution": _reads_own(),
     "GetStatus": _everyone((OK, OK)),
@@ -204,6 +236,13 @@ EXPECTED: dict[str, dict[str, tuple[str, str]]] = {
     "ApplyPools": _cluster_only(),
     "ListPools": _everyone((OK, OK)),
     "GetPool": _everyone((MISSING, MISSING)),
+    # Any role reads its own tenant's limits; a tenant admin changes them; another tenant's is missing.
+    "CreateLimit": _reads_own("admin"),
+    "SetLimit": _reads_own("admin"),
+    "DeleteLimit": _reads_own("admin"),
+    "ListLimits": _reads_own(),
+    "GetLimit": _reads_own(),
+    "ApplyLimits": _reads_own("admin"),
     "CreateTenant": _cluster_only(),
     # A tenant admin reads its own tenant's terms; another tenant answers as one that does not exist.
     "ListTenants": _by_role(
@@ -273,6 +312,8 @@ def fleet(cluster: Cluster, tmp_path: Path) -> Iterator[Fleet]:
     admin = cluster.client
     admin.tenants.apply([{"name": n} for n in ("ml", "web", "ml-spare", "web-spare")])
     tokens = {t: admin.tenants.create_token(t, role="admin") for t in ("ml", "web")}
+    for tenant in ("ml", "web"):
+        admin.limits.apply([{"name": "shared", "concurrency": 5}], tenant=tenant)
     clients: dict[str, FluxClient] = {}
     for tenant, token in tokens.items():
         clients[tenant] = FluxClient(cluster.address, timeout=10, credentials=Credentials(token, cluster.ca))

@@ -34,6 +34,7 @@ class MemoryStore(Store):
         self.workers: dict[str, WorkerIdentity] = {}
         self.pools: dict[str, str] = {}
         self.tenants: dict[str, str] = {}
+        self.limits: dict[tuple[str, str], str] = {}
         self.tokens: dict[str, TokenRecord] = {}  # by digest
         self.audit: list[AuditRecord] = []  # oldest first
         self.fail_next_commit: Exception | None = None
@@ -96,6 +97,15 @@ class MemoryStore(Store):
 
     async def list_tenants(self) -> list[tuple[str, str]]:
         return sorted(self.tenants.items())
+
+    async def save_limits(self, limits: list[tuple[str, str, str]]) -> None:
+        self.limits.update({(tenant, name): spec for tenant, name, spec in limits})
+
+    async def delete_limit(self, tenant: str, name: str) -> bool:
+        return self.limits.pop((tenant, name), None) is not None
+
+    async def list_limits(self, tenant: str = "") -> list[tuple[str, str, str]]:
+        return [(t, n, spec) for (t, n), spec in sorted(self.limits.items()) if not tenant or t == tenant]
 
     async def save_token(self, token: TokenRecord) -> None:
         self.tokens[token.digest] = token

@@ -46,7 +46,9 @@ def parse_lines(text: str, name: str) -> tuple[list[str], list[int]]:
 def run_many(client: FluxClient, args: argparse.Namespace, text: str, name: str) -> int:
     inputs, numbers = parse_lines(text, name)
     try:
-        executions = client.run_many_json(args.name, inputs, version=args.version, priority=args.priority)
+        executions = client.run_many_json(
+            args.name, inputs, version=args.version, priority=args.priority, key=getattr(args, "key", None)
+        )
     except FluxError as exc:
         # The server names an input by its index (input_json[3]); the user knows it by its line.
         where = re.sub(r"input_json\[(\d+)\]", lambda m: f"{name}:{numbers[int(m.group(1))]}", str(exc))

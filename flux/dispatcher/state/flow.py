@@ -3,7 +3,9 @@
 
 An execution's gates come from its workflow's declaration and its stored keys: the workflow's
 concurrency budget per key (``"c/<tenant>/<workflow>/<key>"``, every version sharing it) and its
-rate budget per key (``"r/…"``). Budgets are this server's: on PostgreSQL replicas each replica
+rate budget per key (``"r/…"``), and for each named limit it declares (``limits=["openai"]``,
+state/named_limits.py) the tenant's budgets of that limit (``"lc/<tenant>/<name>/<key>"`` and
+``"lr/…"``; the key is "" unless the limit is ``per_key``). Budgets are this server's: on PostgreSQL replicas each replica
 keeps its own (see the module's note in the README: cluster-wide budgets are not built yet).
 
 What ``FlowControl`` admits later (a slot freed, a token came due) is queued here with a fresh
@@ -21,10 +23,34 @@ from flux.domain.execution import Execution, State
 from flux.matching.flow import Blocked, FlowControl, Gate
 
 if TYPE_CHECKING:
+    from flux.domain.named_limits import NamedLimit
     from flux.domain.workflow import WorkflowRecord
 
+# A tenant's named limit by (tenant, name); None while it is not created (it limits nothing then).
+Named = Callable[[str, str], "NamedLimit | None"]
 
-def gates_of(record: WorkflowRecord, execution: Execution) -> tuple[Gate, ...]:
+
+def named_prefixes(tenant: str, name: str) -> tuple[str, str]:
+    """The budget names of a tenant's named limit start with one of these."""
+    return f"lc/{tenant}/{name}/", f"lr/{tenant}/{name}/"
+
+
+def named_gates(tenant: str, limit: NamedLimit, key: str) -> tuple[Gate, ...]:
+    """The budgets of one named limit for an execution of ``key`` (ignored unless per key)."""
+    key = key if limit.per_key else ""
+    concurrency, rate = named_prefixes(tenant, limit.name)
+    label = f"limit {limit.name}" + (f" key {key}" if limit.per_key else "")
+    gates: list[Gate] = []
+    if limit.concurrency is not None:
+        gates.append(Gate(concurrency + key, label, max=limit.concurrency, limit=limit.name))
+    if limit.rate is not None:
+        gates.append(
+            Gate(rate + key, f"rate {label}", rate=limit.per_second, burst=limit.burst or 1, limit=limit.name)
+        )
+    return tuple(gates)
+
+
+def gates_of(record: WorkflowRecord, execution: Execution, named: Named | None = None) -> tuple[Gate, ...]:
     """The budgets ``execution`` needs (none for an unlimited workflow)."""
     flow = record.flow
     if flow.empty:
@@ -42,6 +68,11 @@ def gates_of(record: WorkflowRecord, execution: Execution) -> tuple[Gate, ...]:
         key = keys.get("rate_limit", "")
         label = f"rate limit {record.name}" + (f" {r.key or 'key'}={key}" if key else "")
         gates.append(Gate(f"r/{scope}/{key}", label, rate=r.per_second, burst=r.bucket, limit=record.name))
+    if named is not None:
+        for name in flow.limits:
+            limit = named(execution.tenant, name)
+            if limit is not None:
+                gates.extend(named_gates(execution.tenant, limit, keys.get("limits", "")))
     return tuple(gates)
 
 
@@ -54,17 +85,19 @@ def fair_key(execution: Execution) -> str:
 class FlowUsage:
     """The dispatcher's ``FlowControl`` and the glue around it."""
 
-    def __init__(self, d: Any, clock: Callable[[], float]):
+    def __init__(self, d: Any, clock: Callable[[], float], named: Named | None = None):
         # The dispatcher's Handle (typed loosely: handle.py names this class, so no import back).
         self.d = d
         self.clock = clock
         self.control = FlowControl()
+        # The tenants' named limits, read at each admission (a change applies from then on).
+        self.named = named
 
     def admit(self, execution: Execution) -> bool:
         """Whether ``execution`` may enter the queue now (charged if so); else it waits here."""
         if not execution.flow_keys and self.d.catalogue.record_of(execution).flow.empty:
             return True
-        gates = gates_of(self.d.catalogue.record_of(execution), execution)
+        gates = gates_of(self.d.catalogue.record_of(execution), execution, self.named)
         if not gates:
             return True
         admitted = self.control.admit(
@@ -90,7 +123,7 @@ class FlowUsage:
         if execution is None or not execution.flow_keys:
             return
         record = self.d.catalogue.record_of(execution)
-        gates = tuple(g for g in gates_of(record, execution) if g.max is not None)
+        gates = tuple(g for g in gates_of(record, execution, self.named) if g.max is not None)
         if gates:
             self.control.force(execution_id, gates, self.clock())
 
@@ -99,6 +132,51 @@ class FlowUsage:
         self._queue(admitted)
         self._arm()
         return bool(admitted)
+
+    def limit_changed(self, tenant: str, name: str) -> None:
+        """A tenant's named limit was created, changed or deleted: it applies to waiting work now.
+
+        The waiting executions that name it are taken out and admitted again with their gates
+        as they are now (in the order they came to wait), after the budgets in use took the new
+        terms. Costs a scan of the waiting work: an administrator's change, not a hot path."""
+        d, now = self.d, self.clock()
+        affected: list[Execution] = []
+        for execution_id in self.control.parked_ids():
+            execution = d.table.get(execution_id)
+            if execution is None or execution.tenant != tenant:
+                continue
+            if name in d.catalogue.record_of(execution).flow.limits:
+                self.control.release(execution_id, now)
+                affected.append(execution)
+        limit = self.named(tenant, name) if self.named is not None else None
+        terms = {g.budget: g for g in named_gates(tenant, limit, "")} if limit is not None else {}
+        retuned: dict[str, Gate] = {}
+        for gate, _, _ in list(self.control.usage()):
+            prefix = next((p for p in named_prefixes(tenant, name) if gate.budget.startswith(p)), None)
+            if prefix is not None:
+                fresh = terms.get(prefix)  # the limit's gates for key "" are named by the prefixes
+                if fresh is not None:
+                    retuned[gate.budget] = Gate(
+                        gate.budget, gate.label, fresh.max, fresh.rate, fresh.burst, name
+                    )
+        admitted = self.control.retune(retuned, now)
+        for execution in affected:
+            if self.control.admit(
+                execution.execution_id, gates_of(d.catalogue.record_of(execution), execution, self.named),
+                fair_key(execution), execution.priority, now,
+            ):  # fmt: skip
+                admitted.append(execution.execution_id)
+        self._queue(admitted)
+
+    def limit_usage(self, tenant: str, name: str) -> list[tuple[str, int, int]]:
+        """(key, in use, waiting) of a named limit, busiest first ("" is the whole tenant's)."""
+        keys: dict[str, list[int]] = {}
+        for gate, in_use, waiting in self.control.usage():
+            if gate.budget.startswith(named_prefixes(tenant, name)):
+                row = keys.setdefault(gate.budget.split("/", 3)[3], [0, 0])
+                row[0] = max(row[0], in_use)
+                row[1] += waiting
+        return sorted(((k, u, w) for k, (u, w) in keys.items()), key=lambda r: (-r[1] - r[2], r[0]))
 
     def blocked(self, execution_id: str) -> Blocked | None:
         return self.control.blocked(execution_id, self.clock())

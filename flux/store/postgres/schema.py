@@ -13,6 +13,7 @@ import psycopg
 
 from flux.store.admin_rows import TOKEN_ADDED
 from flux.store.base import StoreError
+from flux.store.limit_rows import LIMITS_TABLE
 from flux.store.postgres.cluster import MEMBERSHIP_SCHEMA
 from flux.store.rows import CREATED, RUNNING, SCHEDULED
 
@@ -27,7 +28,8 @@ from flux.store.rows import CREATED, RUNNING, SCHEDULED
 # 9: workflows.policy, and executions' policy, not_before, reason, attempts, heartbeat, started_at,
 #    run_time (older rows: the default policy with their max_attempts, no wait, no attempts recorded).
 # 10: workflows.flow and executions.flow_keys (flow control; older rows limit nothing).
-SCHEMA_VERSION = 10
+# 11: the limits table (named limits per tenant; created on open, older databases have none).
+SCHEMA_VERSION = 11
 
 # pg_advisory locks are keyed by a bigint; Flux's five are "FLUX" and the four after it:
 # this one, cluster.py's SWEEP_LOCK, store.py's WORKFLOWS_LOCK and PRUNE_LOCK, quota.py's QUOTA_LOCK.
@@ -72,6 +74,7 @@ ALTER TABLE executions ADD COLUMN IF NOT EXISTS started_at DOUBLE PRECISION NOT 
 ALTER TABLE executions ADD COLUMN IF NOT EXISTS run_time DOUBLE PRECISION NOT NULL DEFAULT 0;
 ALTER TABLE executions ADD COLUMN IF NOT EXISTS flow_keys TEXT NOT NULL DEFAULT '';
 CREATE TABLE IF NOT EXISTS tenants (name TEXT PRIMARY KEY, spec TEXT NOT NULL, updated_at DOUBLE PRECISION NOT NULL);
+{LIMITS_TABLE.format(real="DOUBLE PRECISION")}
 CREATE TABLE IF NOT EXISTS tokens (
     digest TEXT PRIMARY KEY, tenant TEXT NOT NULL, role TEXT NOT NULL, created_at DOUBLE PRECISION NOT NULL);
 {TOKEN_MIGRATION}

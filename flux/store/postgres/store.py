@@ -19,7 +19,7 @@ from psycopg_pool import AsyncConnectionPool
 
 from flux.domain.execution import Execution, ExecutionError
 from flux.domain.workflow import WorkflowRecord
-from flux.store import notices
+from flux.store import limit_rows, notices
 from flux.store.admin_rows import (
     AUDIT_COLUMNS,
     TOKEN_COLUMN_COUNT,
@@ -327,6 +327,23 @@ class PostgresStore(Store):
         async with self._pool.connection() as db:
             cursor = await db.execute("SELECT name, spec FROM tenants ORDER BY name")
             return [(row[0], row[1]) for row in await cursor.fetchall()]
+
+    async def save_limits(self, limits: list[tuple[str, str, str]]) -> None:
+        now = time.time()
+        async with self._pool.connection() as db, db.transaction():
+            for tenant, name, spec in limits:
+                await db.execute(limit_rows.save_sql("%s"), (tenant, name, spec, now))
+
+    async def delete_limit(self, tenant: str, name: str) -> bool:
+        async with self._pool.connection() as db:
+            cursor = await db.execute(limit_rows.delete_sql("%s"), (tenant, name))
+            return cursor.rowcount > 0
+
+    async def list_limits(self, tenant: str = "") -> list[tuple[str, str, str]]:
+        sql, params = limit_rows.list_sql(tenant, "%s")
+        async with self._pool.connection() as db:
+            cursor = await db.execute(sql, params)
+            return [(row[0], row[1], row[2]) for row in await cursor.fetchall()]
 
     async def save_token(self, token: TokenRecord) -> None:
         async with self._pool.connection() as db:
