@@ -130,7 +130,6 @@ REQUESTS: dict[str, Build] = {
         run=control_pb2.RunWorkflowRequest(workflow_name=f"{_tenant(t)}_parked", input_json="{}")
     ),
     "WaitExecutions": lambda f, t: control_pb2.WaitExecutionsRequest(execution_ids=[f.finished(_tenant(t))]),
-    "RetryExecution": lambda f, t: control_pb2.RetryExecutionRequest(execution_id=f.finished(_tenant(t))),
     "RunAndWaitStream": lambda f, t: control_pb2.RunAndWaitStreamRequest(
         run=control_pb2.RunWorkflowRequest(workflow_name=f"{_tenant(t)}_parked", input_json="{}")
     ),
@@ -205,15 +204,6 @@ EXPECTED: dict[str, dict[str, tuple[str, str]]] = {
     "GetExecution": _reads_own(),
     "WatchExecution": _reads_own(),
     "CancelExecution": _reads_own("submit"),
-    # A cancelled execution is not retried (FAILED_PRECONDITION, TAKEN's code) once the role may ask.
-    "RetryExecution": {
-        role: (TAKEN, MISSING)
-        if outcome == (OK, MISSING)
-        else (TAKEN, TAKEN)
-        if outcome == (OK, OK)
-        else outcome
-        for role, outcome in _reads_own("submit").items()
-    },
     "ListWorkers": _everyone((OK, OK)),
     "ExplainExecution": _reads_own(),
     "GetStatus": _everyone((OK, OK)),
