@@ -183,6 +183,13 @@ def _read_until(fd: int, pattern: str, seen: bytearray, timeout: float = 30) -> 
     return seen.decode(errors="replace")
 
 
+def _as_a_terminal_starts_it() -> None:
+    """SIGINT as a shell leaves it for a foreground job: handled. A test runner that ignores it
+    (pytest-xdist's workers, a job started with `&` by a script) passes SIG_IGN on, and Python
+    then keeps ignoring Ctrl-C rather than raising KeyboardInterrupt."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 @pytest.mark.transports("grpc")
 def test_wait_on_a_terminal_shows_a_live_line_and_ctrl_c_leaves_the_execution(cluster: Cluster) -> None:
     cluster.start_worker("small", "--cpus", "2")
@@ -193,6 +200,7 @@ def test_wait_on_a_terminal_shows_a_live_line_and_ctrl_c_leaves_the_execution(cl
         [sys.executable, "-m", "flux", "workflow", "run", "needs_cpu_8", "--wait"],
         cwd=cluster.workdir, env={**env, "FLUX_SERVER": cluster.address},
         stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=slave,
+        preexec_fn=_as_a_terminal_starts_it,
     )  # fmt: skip
     os.close(slave)
     seen = bytearray()
