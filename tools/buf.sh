@@ -7,7 +7,15 @@ dir="$(cd "$(dirname "$0")/buf" && pwd)"
 buf="$dir/node_modules/.bin/buf"
 stamp="$dir/node_modules/.flux-installed-lock.json"
 
-if [ ! -x "$buf" ] || ! cmp -s "$dir/package-lock.json" "$stamp"; then
+stale() { [ ! -x "$buf" ] || ! cmp -s "$dir/package-lock.json" "$stamp"; }
+
+if stale && command -v flock >/dev/null 2>&1; then
+	# Parallel tests (make test runs several pytest processes) may all find buf missing: one
+	# installs while the others wait, then finds it there (npm ci first deletes node_modules).
+	exec 9<"$dir/package.json"
+	flock 9
+fi
+if stale; then
 	if ! command -v npm >/dev/null 2>&1; then
 		echo "tools/buf.sh: npm is required to install buf (tools/buf/package.json); install Node.js >= 18" >&2
 		exit 2

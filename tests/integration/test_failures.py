@@ -23,11 +23,13 @@ RUNNING = control_pb2.EXECUTION_STATE_RUNNING
 
 def test_worker_killed_mid_execution_is_requeued_and_completes_elsewhere(cluster: Cluster) -> None:
     doomed = cluster.start_worker("doomed")
-    execution = cluster.run("sleepy", 2.0, wait=False)
+    # Killed as soon as it runs, then the survivor starts: started first, on a loaded host its
+    # process start outlasted the body, which completed on doomed (attempt 1) before the kill.
+    execution = cluster.run("sleepy", 5.0, wait=False)
     eventually(lambda: cluster.client.get(execution.execution_id).state == RUNNING, what="RUNNING on doomed")
     assert cluster.client.get(execution.execution_id).worker == "doomed"
-    cluster.start_worker("survivor")
     doomed.send_signal(signal.SIGKILL)
+    cluster.start_worker("survivor")
     final = cluster.client.wait(execution.execution_id, timeout=30)
     assert final.state == COMPLETED
     assert (final.worker, final.attempt) == ("survivor", 2)

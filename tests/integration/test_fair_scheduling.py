@@ -108,7 +108,9 @@ def test_a_later_higher_priority_run_goes_first_on_a_busy_worker(fair: Cluster) 
     # --starvation-after 30: the low one never waits that long here, so aging does not put it first.
     fair.start_worker("busy", "--cpus", "1", "--capacity", "1")
     client = fair.client
-    blocker = client.run("hold", 3.0).execution_id
+    # The blocker holds the worker until it is cancelled below, not for a fixed time: four CLI
+    # processes run meanwhile, and on a loaded host they outlasted a 3 s hold (both then ran).
+    blocker = client.run("hold", 120.0).execution_id
     eventually(lambda: client.get(blocker).worker == "busy", what="the blocker to be dispatched")
     low = client.run("hold", 0).execution_id
     cli = fair.flux("workflow", "run", "hold", "0", "--priority", "5")
@@ -121,7 +123,8 @@ def test_a_later_higher_priority_run_goes_first_on_a_busy_worker(fair: Cluster) 
     assert priorities == {high: 5, low: 0}
     table = fair.flux("execution", "list", "--state", "created").stdout
     assert table.splitlines()[0].split()[5] == "PRIORITY"
-    done = {e.execution_id: json.loads(e.output_json) for e in fair.wait_all([blocker, low, high])}
+    client.cancel(blocker)
+    done = {e.execution_id: json.loads(e.output_json) for e in fair.wait_all([low, high])}
     assert done[high]["started"] < done[low]["started"]
 
 

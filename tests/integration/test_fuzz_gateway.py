@@ -30,7 +30,9 @@ from flux.testing import Cluster
 from gateway.app import create_app
 from gateway.security.limits import MAX_BODY_BYTES
 
-pytestmark = pytest.mark.integration
+# One process runs the whole module: its server (module-scoped) is started once, not once per
+# pytest-xdist process that happens to draw one of its tests.
+pytestmark = [pytest.mark.integration, pytest.mark.xdist_group("fuzz_gateway")]
 
 WORKFLOWS = Path(__file__).with_name("workflows.py")
 STREAM = ("GET", "/workers/{name}/connect")  # endless when it succeeds; see the hand-written cases

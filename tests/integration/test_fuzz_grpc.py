@@ -21,7 +21,9 @@ from flux.security import Role
 from flux.testing import Cluster
 from flux.v1 import control_pb2, worker_pb2
 
-pytestmark = pytest.mark.integration
+# One process runs the whole module: its server (module-scoped) is started once, not once per
+# pytest-xdist process that happens to draw one of its tests.
+pytestmark = [pytest.mark.integration, pytest.mark.xdist_group("fuzz_grpc")]
 
 WORKFLOWS = Path(__file__).with_name("workflows.py")
 REFUSALS = {

@@ -67,6 +67,24 @@ async def open_streams(stub: pb_grpc.ExternalScalerStub, pool: str, n: int) -> l
     return calls
 
 
+async def admitted_once_freed(stub: pb_grpc.ExternalScalerStub, pool: str, within: float = 20.0):  # type: ignore[no-untyped-def]
+    """A stream opened once the server has seen a cancelled one go: refused (the place not yet
+    released) until then, retried for up to ``within`` seconds; a loaded host may take a while."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + within
+    while True:
+        call = stub.StreamIsActive(ref(pool))
+        try:
+            first = await asyncio.wait_for(call.read(), 20)
+        except grpc.aio.AioRpcError as error:
+            if error.code() != grpc.StatusCode.RESOURCE_EXHAUSTED or loop.time() > deadline:
+                raise
+            await asyncio.sleep(0.05)
+            continue
+        assert first.result is False
+        return call
+
+
 @pytest.mark.parametrize(
     ("caps", "flag"),
     [
@@ -85,8 +103,7 @@ async def test_streams_past_the_cap_are_refused_and_a_closed_one_frees_its_place
         assert error.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
         assert flag in error.details() and "raise" in error.details(), error.details()
         held.pop().cancel()
-        await asyncio.sleep(0.2)  # the server sees the cancellation and releases the place
-        held += await open_streams(stub, "gpu", 1)
+        held.append(await admitted_once_freed(stub, "gpu"))
         for call in held:
             call.cancel()
 

@@ -7,11 +7,14 @@ execution with its input echoed back (see clients/node/flux.js).
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import json
 import os
 import shutil
 import signal
 import subprocess
+from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
@@ -59,6 +62,21 @@ def node() -> str:
     version = subprocess.run([node, "--version"], capture_output=True, text=True, timeout=30).stdout.strip()
     if int(version.lstrip("v").split(".")[0]) < 20:
         pytest.fail(f"the Node client needs Node.js 20+; {node} is {version}", pytrace=False)
+    with _installing():
+        _npm_ci(npm)
+    return node
+
+
+@contextlib.contextmanager
+def _installing() -> Iterator[None]:
+    # Each pytest-xdist process has its own session: one installs while the others wait, then
+    # finds the packages there (npm ci first deletes node_modules, under any other reader).
+    with open(NODE_DIR / "package.json") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        yield
+
+
+def _npm_ci(npm: str) -> None:
     installed = all((NODE_DIR / "node_modules" / "@grpc" / p).is_dir() for p in ("grpc-js", "proto-loader"))
     if not installed:
         result = subprocess.run(
@@ -71,7 +89,6 @@ def node() -> str:
             pytest.fail(
                 f"npm ci --prefix {NODE_DIR} failed:\n{result.stdout}\n{result.stderr}", pytrace=False
             )
-    return node
 
 
 def node_env(cluster: Cluster | None) -> dict[str, str]:

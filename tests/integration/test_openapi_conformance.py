@@ -29,7 +29,9 @@ from schemathesis.checks import (
 from flux.security import Role
 from flux.testing import Cluster
 
-pytestmark = pytest.mark.integration
+# One process runs the whole module: its server (module-scoped) is started once, not once per
+# pytest-xdist process that happens to draw one of its tests.
+pytestmark = [pytest.mark.integration, pytest.mark.xdist_group("openapi_conformance")]
 
 WORKFLOWS = Path(__file__).with_name("workflows.py")
 STREAM = ("GET", "/workers/{name}/connect")  # endless when it succeeds

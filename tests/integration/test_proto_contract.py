@@ -13,7 +13,8 @@ from pathlib import Path
 
 import pytest
 
-pytestmark = pytest.mark.integration
+# One process runs the whole module: buf's install check runs once, not once per pytest-xdist process.
+pytestmark = [pytest.mark.integration, pytest.mark.xdist_group("proto_contract")]
 
 ROOT = Path(__file__).resolve().parents[2]
 CHECK = ROOT / "tools" / "check_proto.sh"

@@ -318,7 +318,9 @@ def test_the_asyncio_client_runs_and_waits_on_one_call_from_many_tasks(cluster: 
                 await c.run("nope", 1, wait=True)
             # A run cancelled while it waits is only no longer waited for: the call serves the next.
             waiting = asyncio.create_task(c.run("sleepy", 30.0, wait=True))
-            await asyncio.sleep(0.5)
+            # Cancelled once the run is stored, so what is cancelled is the wait, not the submission.
+            accepted = "SELECT count(*) FROM executions WHERE workflow_name = 'sleepy'"
+            await asyncio.to_thread(eventually, lambda: cluster.query(accepted)[0][0], what="the run stored")
             waiting.cancel()
             with pytest.raises(asyncio.CancelledError):
                 await waiting
