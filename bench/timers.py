@@ -13,14 +13,19 @@ FAILED with reason ``timeout``; its lateness is its stored attempt's end minus (
 both written by the server: the timer's firing, the Stop to the worker, the body cancelled and the
 attempt handed back. Reported p50/p99/max and how many fired (all, or the bench says which not).
 
-- ``sqlite``: one server, four workers of capacity 600, the executions submitted in bulk at once
-  (their timeouts come due within a second or two of each other).
+- ``sqlite``: one server, four workers of capacity 600, the executions submitted over
+  ``BENCH_TIMERS_E2E_SPREAD`` seconds (10), a bulk call every 0.25 s.
+- ``sqlite_burst``: the same, all submitted in one bulk call: their timeouts come due within a
+  second or two of each other, about 500 stops at once on each worker.
 - ``postgres_2_replicas``: two replicas on a throwaway PostgreSQL, two workers homed on each (each
   worker lists both replicas, its own first), the executions submitted to the replicas in turn
-  over ``BENCH_TIMERS_E2E_SPREAD`` seconds (10); half way the second replica is SIGKILLed and the
+  over the same spread; half way the second replica is SIGKILLed and the
   rest go to the survivor. ``held_by_killed`` are the attempts the killed replica had started and
   that had not ended by the kill: their timers were the dead replica's, and the survivor fired them
   after taking the workers over. ``others`` is everything else.
+
+``ended_by_stop_grace`` counts the stops a worker never answered: the server ended those attempts
+when ``--preemption-grace`` (30 s) ran out, so their lateness is about 30 s.
 """
 
 from __future__ import annotations
@@ -32,10 +37,11 @@ import signal
 import tempfile
 import time
 import tracemalloc
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from bench.common import percentiles, write
+from flux.client import FluxClient
 from flux.dispatcher.state.deadlines import Kind, Timers
 from flux.testing import Cluster, eventually
 from flux.v1 import control_pb2
@@ -175,7 +181,31 @@ def _lateness(executions: Sequence[control_pb2.Execution]) -> dict[str, object]:
     return result
 
 
-def sqlite_run(count: int = E2E) -> dict[str, object]:
+def _submit_spread(
+    clients: Sequence[FluxClient], count: int, spread: float, kill: Callable[[], None] | None = None
+) -> list[str]:
+    """``count`` executions over ``spread`` seconds, a ``map`` call every 0.25 s to the clients in
+    turn (all in one call when ``spread`` is 0); half way ``kill`` runs, and the rest go to the first."""
+    if spread <= 0:
+        return [e.execution_id for e in clients[0].map("overruns", range(count))]
+    steps = max(2, int(spread / 0.25))
+    per_step = -(-count // steps)
+    ids: list[str] = []
+    started, killed = time.monotonic(), False
+    for step in range(steps):
+        if kill is not None and not killed and step >= steps // 2:
+            kill()
+            killed = True
+        n = min(per_step, count - len(ids))
+        if n <= 0:
+            break
+        client = clients[0] if killed else clients[step % len(clients)]
+        ids += [e.execution_id for e in client.map("overruns", range(len(ids), len(ids) + n))]
+        time.sleep(max(0.0, started + (step + 1) * spread / steps - time.monotonic()))
+    return ids
+
+
+def sqlite_run(count: int = E2E, spread: float = E2E_SPREAD) -> dict[str, object]:
     with tempfile.TemporaryDirectory(prefix="flux-bench-timers-") as tmp:
         cluster = Cluster(Path(tmp), "grpc")
         try:
@@ -184,11 +214,12 @@ def sqlite_run(count: int = E2E) -> dict[str, object]:
             for name in ("w1", "w2", "w3", "w4"):
                 cluster.start_worker(name, "--capacity", str(CAPACITY))
             started = time.monotonic()
-            ids = [e.execution_id for e in cluster.client.map("overruns", range(count))]
+            ids = _submit_spread([cluster.client], count, spread)
             submitted = time.monotonic() - started
             _final(cluster, ids, timeout=60 + count / 50)
             elapsed = time.monotonic() - started
             result = _lateness(_outcomes(cluster, ids))
+            stops_expired = _count_lines(Path(tmp) / "server.log", "not handed back by")
         finally:
             cluster.close()
     return {
@@ -196,10 +227,17 @@ def sqlite_run(count: int = E2E) -> dict[str, object]:
         "workers": 4,
         "capacity_per_worker": CAPACITY,
         "timeout_ms": TIMEOUT_MS,
+        "spread_seconds": spread,
         "submit_seconds": round(submitted, 2),
         "seconds_to_all_final": round(elapsed, 2),
         **result,
+        # Stops whose attempt the worker never handed back: ended by the stop grace (30 s) instead.
+        "ended_by_stop_grace": stops_expired,
     }
+
+
+def _count_lines(log: Path, text: str) -> int:
+    return sum(text in line for line in log.read_text(errors="replace").splitlines()) if log.exists() else 0
 
 
 def replicas_run(count: int = E2E, spread: float = E2E_SPREAD) -> dict[str, object]:
@@ -223,27 +261,21 @@ def replicas_run(count: int = E2E, spread: float = E2E_SPREAD) -> dict[str, obje
             eventually(lambda: all(
                 {w.name for w in c.workers().workers if w.connected} == set(homes) for c in clients
             ), timeout=30, what="every worker listed by both replicas")  # fmt: skip
-            steps = max(2, int(spread / 0.25))
-            per_step = -(-count // steps)
-            ids: list[str] = []
             killed_at_ms = 0
+
+            def kill() -> None:
+                nonlocal killed_at_ms
+                victim = cluster.replicas[0][0]
+                killed_at_ms = int(time.time() * 1000)
+                victim.send_signal(signal.SIGKILL)
+                victim.wait(timeout=10)
+
             started = time.monotonic()
-            for step in range(steps):
-                if not killed_at_ms and step >= steps // 2:
-                    victim = cluster.replicas[0][0]
-                    killed_at_ms = int(time.time() * 1000)
-                    victim.send_signal(signal.SIGKILL)
-                    victim.wait(timeout=10)
-                n = min(per_step, count - len(ids))
-                if n <= 0:
-                    break
-                # In turn while both run; the survivor alone after the kill.
-                client = clients[step % 2] if not killed_at_ms else clients[0]
-                ids += [e.execution_id for e in client.map("overruns", range(len(ids), len(ids) + n))]
-                time.sleep(max(0.0, started + (step + 1) * spread / steps - time.monotonic()))
+            ids = _submit_spread(clients, count, spread, kill)
             _final(cluster, ids, timeout=120)
             elapsed = time.monotonic() - started
             executions = _outcomes(cluster, ids)
+            stops_expired = sum(_count_lines(log, "not handed back by") for log in Path(tmp).glob("*.log"))
         finally:
             for c in clients:
                 c.close()
@@ -273,6 +305,7 @@ def replicas_run(count: int = E2E, spread: float = E2E_SPREAD) -> dict[str, obje
         "executions": every["executions"],
         "fired": every["fired"],
         **({"not_fired": every["not_fired"]} if "not_fired" in every else {}),
+        "ended_by_stop_grace": stops_expired,
         "held_by_killed": {
             **_lateness(held),
             # When their timeouts came due, counted from the kill (negative: already due at the kill).
@@ -285,7 +318,11 @@ def replicas_run(count: int = E2E, spread: float = E2E_SPREAD) -> dict[str, obje
 
 
 def end_to_end(count: int = E2E) -> dict[str, object]:
-    return {"sqlite": sqlite_run(count), "postgres_2_replicas": replicas_run(count)}
+    return {
+        "sqlite": sqlite_run(count),
+        "sqlite_burst": sqlite_run(count, spread=0),
+        "postgres_2_replicas": replicas_run(count),
+    }
 
 
 def main() -> None:
