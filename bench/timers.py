@@ -20,9 +20,9 @@ attempt handed back. Reported p50/p99/max and how many fired (all, or the bench 
 - ``postgres_2_replicas``: two replicas on a throwaway PostgreSQL, two workers homed on each (each
   worker lists both replicas, its own first), the executions submitted to the replicas in turn
   over the same spread; half way the second replica is SIGKILLed and the
-  rest go to the survivor. ``held_by_killed`` are the attempts the killed replica had started and
-  that had not ended by the kill: their timers were the dead replica's, and the survivor fired them
-  after taking the workers over. ``others`` is everything else.
+  rest go to the survivor. ``held_by_killed`` are the executions the killed replica's workers held
+  (SCHEDULED or RUNNING in the store) as it was killed: their timers were the dead replica's, and
+  the survivor fired them after taking the workers over. ``others`` is everything else.
 
 ``ended_by_stop_grace`` counts the stops a worker never answered: the server ended those attempts
 when ``--preemption-grace`` (30 s) ran out, so their lateness is about 30 s.
@@ -262,10 +262,20 @@ def replicas_run(count: int = E2E, spread: float = E2E_SPREAD) -> dict[str, obje
                 {w.name for w in c.workers().workers if w.connected} == set(homes) for c in clients
             ), timeout=30, what="every worker listed by both replicas")  # fmt: skip
             killed_at_ms = 0
+            held_ids: set[str] = set()
 
             def kill() -> None:
                 nonlocal killed_at_ms
                 victim = cluster.replicas[0][0]
+                # What the victim's workers hold (dispatched or running) as it dies, from the store.
+                homed = [name for name, home in homes.items() if home == 1]
+                held_ids.update(
+                    row[0]
+                    for row in cluster.query(
+                        "SELECT execution_id FROM executions WHERE state IN (2, 3) AND worker IN (?, ?)",
+                        *homed,
+                    )
+                )
                 killed_at_ms = int(time.time() * 1000)
                 victim.send_signal(signal.SIGKILL)
                 victim.wait(timeout=10)
@@ -281,17 +291,8 @@ def replicas_run(count: int = E2E, spread: float = E2E_SPREAD) -> dict[str, obje
                 c.close()
             cluster.close()
 
-    def held_by_killed(e: control_pb2.Execution) -> bool:
-        attempt = e.attempts[-1] if e.attempts else None
-        return (
-            attempt is not None
-            and homes.get(attempt.worker) == 1
-            and attempt.started_at_ms < killed_at_ms
-            and (attempt.ended_at_ms >= killed_at_ms or attempt.reason != "timeout")
-        )
-
-    held = [e for e in executions if held_by_killed(e)]
-    others = [e for e in executions if not held_by_killed(e)]
+    held = [e for e in executions if e.execution_id in held_ids]
+    others = [e for e in executions if e.execution_id not in held_ids]
     every = _lateness(executions)
     return {
         "store": "postgresql",
@@ -310,7 +311,11 @@ def replicas_run(count: int = E2E, spread: float = E2E_SPREAD) -> dict[str, obje
             **_lateness(held),
             # When their timeouts came due, counted from the kill (negative: already due at the kill).
             "due_after_kill_ms": percentiles(
-                [(e.attempts[-1].started_at_ms + TIMEOUT_MS - killed_at_ms) / 1000 for e in held]
+                [
+                    (e.attempts[-1].started_at_ms + TIMEOUT_MS - killed_at_ms) / 1000
+                    for e in held
+                    if e.attempts
+                ]
             ),
         },
         "others": _lateness(others),
