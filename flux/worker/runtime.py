@@ -56,6 +56,12 @@ PERMANENT = (Unauthenticated, PermissionDenied, InvalidArgument)
 # server counts its own reservations, so a second-old free figure places nothing wrongly.
 RESULT_SAMPLE_MAX_AGE = 1.0
 
+# A Release that did not get through is tried this many times, backing off from the first to
+# the longest wait (seconds), before the server's stop grace is left to free the room: grpc
+# itself answers some of a burst of calls CANCELLED (2,000 stops at once, bench timers).
+RELEASE_TRIES = 6
+RELEASE_RETRY_FIRST, RELEASE_RETRY_MAX = 0.05, 2.0
+
 
 class Refused(FluxError):
     """The control plane refused this worker for good; the message is its answer, ``cause`` the error."""
@@ -298,10 +304,21 @@ class WorkerRuntime(Executions):
             self._claims_with_results = False  # a single Complete carries no claim
 
     async def _release(self, execution_id: str, generation: int, reason: str) -> None:
-        try:
-            await self.transport.release(self.config.name, self.token, execution_id, generation, reason)
-        except FluxError as exc:
-            log.info("release of %s not accepted: %s", execution_id, exc)
+        """Hand a stopped execution back; the room it held is freed only when the server hears it,
+        so a call that did not get through is tried again (the generation fences a repeat)."""
+        backoff = Backoff(RELEASE_RETRY_FIRST, RELEASE_RETRY_MAX)
+        for attempt in range(1, RELEASE_TRIES + 1):
+            try:
+                await self.transport.release(self.config.name, self.token, execution_id, generation, reason)
+                return
+            except Unavailable as exc:
+                if attempt == RELEASE_TRIES:
+                    log.info("release of %s not delivered after %d tries: %s", execution_id, attempt, exc)
+                    return
+                await asyncio.sleep(backoff.next())
+            except FluxError as exc:
+                log.info("release of %s not accepted: %s", execution_id, exc)
+                return
 
     async def _heartbeat(self, execution_id: str, generation: int, details_json: str) -> None:
         try:
