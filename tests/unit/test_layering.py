@@ -26,7 +26,6 @@ TOO_LONG_FOR_NOW = {
     "flux/dispatcher/transitions/timing.py",
     "flux/worker/executions.py",
     "flux/dispatcher/core.py",
-    "flux/store/sqlite.py",
     "flux/store/postgres/store.py",
     "flux/server/control_service.py",
     "flux/dispatcher/transitions/reclaim.py",
