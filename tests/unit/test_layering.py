@@ -24,7 +24,6 @@ TOO_LONG_FOR_NOW = {
     "flux/client/sync.py",
     "flux/client/aio.py",
     "flux/dispatcher/transitions/timing.py",
-    "flux/worker/executions.py",
     "flux/dispatcher/core.py",
     "flux/store/postgres/store.py",
     "flux/server/control_service.py",
