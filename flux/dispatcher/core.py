@@ -42,8 +42,7 @@ from flux.dispatcher.state.table import ExecutionTable
 from flux.dispatcher.state.tenants import TenantDirectory
 from flux.dispatcher.state.watchers import Watchers
 from flux.dispatcher.state.worker_entry import WorkerEntry
-from flux.dispatcher.transitions import cancel, housekeeping, submission, terms, worker_calls
-from flux.dispatcher.transitions import timing as timing_module
+from flux.dispatcher.transitions import attempts, cancel, housekeeping, submission, terms, worker_calls
 from flux.dispatcher.transitions import workflows as workflows_module
 from flux.dispatcher.transitions.infeasible import Infeasibility
 from flux.dispatcher.transitions.reclaim import Reclaimer
@@ -283,7 +282,7 @@ class Dispatcher:
     async def retry(self, execution_id: str) -> Execution:
         """Start a new attempt of a FAILED execution (``flux execution retry``; transitions/timing.py)."""
         validation.check_id(execution_id)
-        return await timing_module.retry_failed(self, execution_id)
+        return await attempts.retry_failed(self, execution_id)
 
     async def heartbeat(
         self, name: str, session_token: str, execution_id: str, generation: int, details_json: str

@@ -42,7 +42,7 @@ from typing import TYPE_CHECKING
 
 from flux.dispatcher.state.lifecycle import Preempt, Refusal, Requeue
 from flux.dispatcher.state.session import Stop
-from flux.dispatcher.transitions import housekeeping, timing
+from flux.dispatcher.transitions import attempts, housekeeping
 from flux.domain.execution import Execution, State
 from flux.matching.preemption import Budget, Preemption, Running, plan, reclaimable
 
@@ -328,7 +328,7 @@ class Reclaimer:
         self._forget(execution.execution_id)
         entry = d.registry.get(execution.worker)
         # Not counted against max_attempts; its run time counts against the next try's timeout.
-        requeued = housekeeping.requeue(d, timing.preempted_run(d, execution), entry, next_attempt=False)
+        requeued = housekeeping.requeue(d, attempts.preempted_run(d, execution), entry, next_attempt=False)
         d.events.requeued(execution, requeued, Requeue.PREEMPTED)
         if stop is not None and d.queue.first(stop.lane) is not None:
             self._give_room(stop.lane)
