@@ -26,7 +26,6 @@ TOO_LONG_FOR_NOW = {
     "flux/dispatcher/core.py",
     "flux/store/postgres/store.py",
     "flux/server/control_service.py",
-    "flux/dispatcher/transitions/reclaim.py",
 }
 
 # Packages used from outside only through their face (``__init__`` and its ``__all__``).
