@@ -23,7 +23,6 @@ MAX_LINES = 400
 TOO_LONG_FOR_NOW = {
     "flux/client/sync.py",
     "flux/client/aio.py",
-    "flux/store/postgres/store.py",
     "flux/server/control_service.py",
 }
 
