@@ -23,7 +23,6 @@ MAX_LINES = 400
 TOO_LONG_FOR_NOW = {
     "flux/client/sync.py",
     "flux/client/aio.py",
-    "flux/server/control_service.py",
 }
 
 # Packages used from outside only through their face (``__init__`` and its ``__all__``).
