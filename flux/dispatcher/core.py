@@ -273,7 +273,7 @@ class Dispatcher(WorkerMethods):
         return await self.binder.cancel(execution_id)
 
     async def retry(self, execution_id: str) -> Execution:
-        """Start a new attempt of a FAILED execution (``flux execution retry``; transitions/timing.py)."""
+        """Start a new attempt of a FAILED execution (``flux execution retry``; transitions/attempts.py)."""
         validation.check_id(execution_id)
         return await attempts.retry_failed(self, execution_id)
 

@@ -71,7 +71,7 @@ def requeue(d: Handle, execution: Execution, entry: WorkerEntry | None, next_att
     """Back to CREATED (keeping its place in line), or FAILED when out of attempts.
 
     ``next_attempt``: a running attempt was lost with its worker; it ends as any attempt does
-    (transitions/timing.py: recorded, retried at once while attempts remain, else FAILED
+    (transitions/attempts.py: recorded, retried at once while attempts remain, else FAILED
     with reason ``worker_lost``). Otherwise it never ran (a dispatch not claimed, a release).
     """
     if next_attempt:

@@ -6,7 +6,7 @@ checked when it fires against what the table holds then (its token is the genera
 attempt it was armed for), so nothing is ever disarmed.
 
 An attempt that ends without a result to keep (its body raised, it timed out, it went silent, its
-worker was lost) goes through ``ended``: it is recorded, then the execution either goes back to
+worker was lost) goes through ``ended`` (attempts.py): it is recorded, then the execution either goes back to
 CREATED with its next attempt and a *not-before* time (a retry's backoff), or ends FAILED with a
 reason. The not-before time is stored in the row with the CREATED state, in the same write, and
 ``Dispatcher.queue_up`` never puts a row in line before it (it arms a RETRY timer instead); the
