@@ -15,11 +15,11 @@ from __future__ import annotations
 import asyncio
 import functools
 from collections.abc import AsyncIterator, Callable, Iterable
-from pathlib import Path
 from typing import Any
 
 import grpc
 
+from flux.client.calls import AsyncCalls
 from flux.client.limit_admin import AsyncLimitAdmin
 from flux.client.requests import (
     WaitTimedOut,
@@ -29,13 +29,11 @@ from flux.client.requests import (
     finished,
     id_chunks,
     in_order,
-    list_executions_request,
     rpc_error,
     run_many_request,
     run_request,
     shift_index,
     submit_span,
-    workflow_request,
 )
 from flux.client.runs import ENDED, AsyncRunStream, CallEnded
 from flux.client.streams import tasks
@@ -44,7 +42,6 @@ from flux.defaults import default_server
 from flux.domain.policy import Retry
 from flux.errors import FluxError, InvalidArgument, Unavailable
 from flux.observe import tracing
-from flux.registration import WorkflowFile, load_workflow_file
 from flux.security import Credentials, Role
 from flux.v1 import control_pb2, control_pb2_grpc, limits_pb2_grpc, tenants_pb2_grpc
 
@@ -53,7 +50,7 @@ __all__ = ["FluxClient", "WaitTimedOut"]
 Update = Callable[[control_pb2.Execution], None]
 
 
-class FluxClient:
+class FluxClient(AsyncCalls):
     def __init__(
         self, address: str | None = None, timeout: float = 30.0, credentials: Credentials | None = None
     ):
@@ -132,16 +129,6 @@ class FluxClient:
                 raise await self._error(exc) from None
             tracing.submitted(span, answer)
             return answer
-
-    async def register_file(
-        self, path: str | Path, allow_import: bool = False
-    ) -> control_pb2.RegisterWorkflowResponse:
-        """Read the file's workflows without running it, and register them (as ``FluxClient.register_file``:
-        ``allow_import=True`` imports a file whose decorators cannot be read)."""
-        return await self.register(await asyncio.to_thread(load_workflow_file, path, allow_import))
-
-    async def register(self, loaded: WorkflowFile) -> control_pb2.RegisterWorkflowResponse:
-        return await self._call("RegisterWorkflow", workflow_request(loaded))
 
     async def run(
         self,
@@ -338,11 +325,6 @@ class FluxClient:
         ]
         return tasks(calls, lambda batch: batch.executions, self._error)
 
-    async def get(self, execution_id: str, timeout: float | None = None) -> control_pb2.Execution:
-        return await self._call(
-            "GetExecution", control_pb2.GetExecutionRequest(execution_id=execution_id), timeout
-        )
-
     async def watch(
         self, execution_id: str, timeout: float | None = None
     ) -> AsyncIterator[control_pb2.Execution]:
@@ -383,60 +365,3 @@ class FluxClient:
         if finished(current):
             return current
         raise WaitTimedOut(current, timeout)
-
-    async def cancel(self, execution_id: str) -> control_pb2.Execution:
-        return await self._call(
-            "CancelExecution", control_pb2.CancelExecutionRequest(execution_id=execution_id)
-        )
-
-    async def retry(self, execution_id: str) -> control_pb2.Execution:
-        """Start a new attempt of a FAILED execution (its earlier attempts are kept)."""
-        return await self._call(
-            "RetryExecution", control_pb2.RetryExecutionRequest(execution_id=execution_id)
-        )
-
-    async def workers(self, page_size: int = 1000) -> control_pb2.ListWorkersResponse:
-        """Every worker, by name, fetched ``page_size`` at a time (one answer, with every page's workers)."""
-        whole = control_pb2.ListWorkersResponse()
-        token = ""
-        while True:
-            page = await self._call(
-                "ListWorkers", control_pb2.ListWorkersRequest(page_size=page_size, page_token=token)
-            )
-            whole.workers.extend(page.workers)
-            token = page.next_page_token
-            if not token:
-                return whole
-
-    async def forget_worker(self, name: str) -> control_pb2.ForgetWorkerResponse:
-        return await self._call("ForgetWorker", control_pb2.ForgetWorkerRequest(name=name))
-
-    async def explain(self, execution_id: str, timeout: float | None = None) -> control_pb2.Explanation:
-        return await self._call(
-            "ExplainExecution", control_pb2.ExplainExecutionRequest(execution_id=execution_id), timeout
-        )
-
-    async def list_executions(
-        self,
-        states: list[int] | tuple[int, ...] = (),
-        workflow: str = "",
-        worker: str = "",
-        created_after_ms: int = 0,
-        page_size: int = 0,
-        page_token: str = "",
-    ) -> control_pb2.ListExecutionsResponse:
-        """One page of executions, newest first; pass ``next_page_token`` back for the next."""
-        request = list_executions_request(states, workflow, worker, created_after_ms, page_size, page_token)
-        return await self._call("ListExecutions", request)
-
-    async def workflows(self, name: str = "", version: int = 0) -> control_pb2.ListWorkflowsResponse:
-        return await self._call("ListWorkflows", control_pb2.ListWorkflowsRequest(name=name, version=version))
-
-    async def pause_worker(self, name: str) -> control_pb2.WorkerInfo:
-        return await self._call("PauseWorker", control_pb2.PauseWorkerRequest(name=name))
-
-    async def resume_worker(self, name: str) -> control_pb2.WorkerInfo:
-        return await self._call("ResumeWorker", control_pb2.ResumeWorkerRequest(name=name))
-
-    async def status(self) -> control_pb2.ClusterStatus:
-        return await self._call("GetStatus", control_pb2.GetStatusRequest())

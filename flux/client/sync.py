@@ -13,12 +13,12 @@ import threading
 import time
 import weakref
 from collections.abc import Callable, Iterable, Iterator
-from pathlib import Path
 from typing import Any
 
 import grpc
 import grpc.experimental
 
+from flux.client.calls import Calls
 from flux.client.limit_admin import LimitAdmin
 
 # ``chunked`` and ``WaitTimedOut`` are imported from here outside flux (tests, bench, scripts).
@@ -30,13 +30,11 @@ from flux.client.requests import (
     finished,
     id_chunks,
     in_order,
-    list_executions_request,
     rpc_error,
     run_many_request,
     run_request,
     shift_index,
     submit_span,
-    workflow_request,
 )
 from flux.client.runs import ENDED, CallEnded, RunStream
 from flux.client.streams import threaded
@@ -45,7 +43,6 @@ from flux.defaults import default_server
 from flux.domain.policy import Retry
 from flux.errors import FluxError, InvalidArgument, Unavailable
 from flux.observe import tracing
-from flux.registration import WorkflowFile, load_workflow_file
 from flux.security import Credentials, Role
 from flux.v1 import control_pb2, control_pb2_grpc, limits_pb2_grpc, tenants_pb2_grpc
 
@@ -54,7 +51,7 @@ __all__ = ["FluxClient", "WaitTimedOut", "chunked"]
 SINGLE_THREADED_STREAMS = grpc.experimental.ChannelOptions.SingleThreadedUnaryStream
 
 
-class FluxClient:
+class FluxClient(Calls):
     def __init__(
         self, address: str | None = None, timeout: float = 30.0, credentials: Credentials | None = None
     ):
@@ -133,20 +130,6 @@ class FluxClient:
 
     def _error(self, exc: grpc.RpcError) -> FluxError:
         return rpc_error(exc, self.address, self.credentials)
-
-    def register_file(
-        self, path: str | Path, allow_import: bool = False
-    ) -> control_pb2.RegisterWorkflowResponse:
-        """Read the file's workflows without running it, and register them.
-
-        A decorator value that cannot be read from the syntax tree raises ``ValueError`` naming
-        ``file:line`` and the argument; ``allow_import=True`` imports the file (running its code)
-        to read it instead.
-        """
-        return self.register(load_workflow_file(path, allow_import=allow_import))
-
-    def register(self, loaded: WorkflowFile) -> control_pb2.RegisterWorkflowResponse:
-        return self._call("RegisterWorkflow", workflow_request(loaded))
 
     def run(
         self,
@@ -358,9 +341,6 @@ class FluxClient:
         ):
             yield from batch.executions
 
-    def get(self, execution_id: str, timeout: float | None = None) -> control_pb2.Execution:
-        return self._call("GetExecution", control_pb2.GetExecutionRequest(execution_id=execution_id), timeout)
-
     def watch(self, execution_id: str, timeout: float | None = None) -> Iterator[control_pb2.Execution]:
         return self._read(
             "WatchExecution", control_pb2.WatchExecutionRequest(execution_id=execution_id), timeout
@@ -396,59 +376,3 @@ class FluxClient:
         if finished(current):
             return current  # it finished just as we gave up
         raise WaitTimedOut(current, timeout)
-
-    def cancel(self, execution_id: str) -> control_pb2.Execution:
-        return self._call("CancelExecution", control_pb2.CancelExecutionRequest(execution_id=execution_id))
-
-    def retry(self, execution_id: str) -> control_pb2.Execution:
-        """Start a new attempt of a FAILED execution (its earlier attempts are kept)."""
-        return self._call("RetryExecution", control_pb2.RetryExecutionRequest(execution_id=execution_id))
-
-    def workers(self, page_size: int = 1000) -> control_pb2.ListWorkersResponse:
-        """Every worker, by name, fetched ``page_size`` at a time (one answer, with every page's workers)."""
-        whole = control_pb2.ListWorkersResponse()
-        token = ""
-        while True:
-            page = self._call(
-                "ListWorkers", control_pb2.ListWorkersRequest(page_size=page_size, page_token=token)
-            )
-            whole.workers.extend(page.workers)
-            token = page.next_page_token
-            if not token:
-                return whole
-
-    def forget_worker(self, name: str) -> control_pb2.ForgetWorkerResponse:
-        """Drop a worker now: its work is requeued and its name is free."""
-        return self._call("ForgetWorker", control_pb2.ForgetWorkerRequest(name=name))
-
-    def explain(self, execution_id: str, timeout: float | None = None) -> control_pb2.Explanation:
-        return self._call(
-            "ExplainExecution", control_pb2.ExplainExecutionRequest(execution_id=execution_id), timeout
-        )
-
-    def list_executions(
-        self,
-        states: list[int] | tuple[int, ...] = (),
-        workflow: str = "",
-        worker: str = "",
-        created_after_ms: int = 0,
-        page_size: int = 0,
-        page_token: str = "",
-    ) -> control_pb2.ListExecutionsResponse:
-        """One page of executions, newest first; pass ``next_page_token`` back for the next."""
-        request = list_executions_request(states, workflow, worker, created_after_ms, page_size, page_token)
-        return self._call("ListExecutions", request)
-
-    def workflows(self, name: str = "", version: int = 0) -> control_pb2.ListWorkflowsResponse:
-        """The latest version of every workflow, or the versions of ``name`` (only ``version``, if given)."""
-        return self._call("ListWorkflows", control_pb2.ListWorkflowsRequest(name=name, version=version))
-
-    def pause_worker(self, name: str) -> control_pb2.WorkerInfo:
-        return self._call("PauseWorker", control_pb2.PauseWorkerRequest(name=name))
-
-    def resume_worker(self, name: str) -> control_pb2.WorkerInfo:
-        return self._call("ResumeWorker", control_pb2.ResumeWorkerRequest(name=name))
-
-    def status(self) -> control_pb2.ClusterStatus:
-        """Workers, pending executions by requirement shape, counters and latencies."""
-        return self._call("GetStatus", control_pb2.GetStatusRequest())

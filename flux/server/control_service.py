@@ -8,10 +8,9 @@ as UNAVAILABLE, anything else INTERNAL (``flux.errors.refusal``).
 
 from __future__ import annotations
 
-import asyncio
+import contextlib
 import dataclasses
 import hmac
-import itertools
 from collections.abc import AsyncIterator, Callable
 
 import grpc
@@ -24,21 +23,14 @@ from flux.dispatcher.state.tenants import OPERATOR, Caller
 from flux.domain.execution import Execution
 from flux.errors import NotFound, Unauthenticated
 from flux.observe import tracing
-from flux.observe.fleet import Change
 from flux.observe.status import StatusBoard
 from flux.security import bearer
-from flux.server import convert
+from flux.server import convert, fleet_watch
 from flux.server.answers import abort, call_refused, unary
 from flux.server.callers import Callers
 from flux.server.metadata import CALLER_ROLE, CALLER_TENANT
 from flux.server.multiplexed import multiplexed
 from flux.v1 import control_pb2, control_pb2_grpc
-
-# Fleet events one WatchFleet may have queued, unread, before it is dropped; and their bytes
-# (serialized): one worker's report may be as large as --max-worker-metadata, so a count alone
-# would let one slow watcher hold gigabytes.
-FLEET_BACKLOG = 10_000
-FLEET_BACKLOG_BYTES = 64 * 1024 * 1024
 
 # GetMetrics may answer from a snapshot up to this old (seconds): it is open to
 # callers without a token, and a snapshot is O(unfinished + shapes x workers).
@@ -230,57 +222,11 @@ class ControlService(control_pb2_grpc.ControlServiceServicer):
     async def WatchFleet(
         self, request: control_pb2.WatchFleetRequest, context: grpc.aio.ServicerContext
     ) -> AsyncIterator[control_pb2.FleetEvent]:
-        # Each event with its size in bytes (the first, the snapshot, counted as 0).
-        events: asyncio.Queue[tuple[int, control_pb2.FleetEvent] | None] = asyncio.Queue()
-        sequence = itertools.count(1)
-        clock = self.dispatcher.clock
-        queued = [0]  # bytes of the events in ``events``
-        behind = ""
-
-        caller = await self._caller(context)
-
-        def listen(change: Change, subject: object) -> None:
-            nonlocal behind
-            if not change.about_worker and not caller.sees(subject):  # type: ignore[arg-type]
-                return  # another tenant's execution: a non-admin token does not see it change
-            if events.qsize() >= FLEET_BACKLOG or queued[0] >= FLEET_BACKLOG_BYTES:
-                behind = (
-                    f"{FLEET_BACKLOG} events"
-                    if events.qsize() >= FLEET_BACKLOG
-                    else f"{FLEET_BACKLOG_BYTES} bytes of events"
-                )
-                stop()  # too far behind: drop this watch rather than grow without bound
-                events.put_nowait(None)
-                return
-            event = convert.fleet_event_to_proto(change, subject, next(sequence), clock())
-            size = event.ByteSize()
-            queued[0] += size
-            events.put_nowait((size, event))
-
-        stop = self.dispatcher.events.fleet.subscribe(listen)
-        # Built in the same step as the subscription: no change can fall between the two.
-        workers = [convert.worker_to_proto(w) for w in self.dispatcher.local_workers()]
-        events.put_nowait(
-            (
-                0,
-                control_pb2.FleetEvent(
-                    sequence=next(sequence),
-                    at_ms=int(clock() * 1000),
-                    workers=control_pb2.ListWorkersResponse(workers=workers),
-                ),
-            )
-        )
-        try:
-            while (item := await events.get()) is not None:
-                size, event = item
-                queued[0] -= size
+        # Closed with this call (a client gone): its subscription ends now, not when collected.
+        watch = fleet_watch.watch(self.dispatcher, await self._caller(context), context)
+        async with contextlib.aclosing(watch):
+            async for event in watch:
                 yield event
-        finally:
-            stop()
-        await context.abort(
-            grpc.StatusCode.RESOURCE_EXHAUSTED,
-            f"this fleet watch fell {behind} behind and was dropped; watch again",
-        )
 
     @unary()
     async def CancelExecution(

@@ -14,7 +14,7 @@ import grpc
 
 from flux.dispatcher.core import Dispatcher
 from flux.dispatcher.state.session import Scheduled, Session
-from flux.server import convert
+from flux.server import worker_convert
 
 # Dispatches one stream message may carry to a worker that reads ExecutionsScheduled.
 DISPATCH_BATCH = 256
@@ -56,7 +56,7 @@ class DispatchStream:
                         # A large input waits in the store, not in RAM: read it on its way out.
                         execution = await self.dispatcher.with_input(event.execution)
                         events[i] = Scheduled(execution, event.requests)
-                for message in convert.events_to_proto(events, self.batched):
+                for message in worker_convert.events_to_proto(events, self.batched):
                     await self.context.write(message)
         except Exception as exc:  # e.g. the store unavailable while an input is read
             if not self._ended.done():

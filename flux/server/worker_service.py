@@ -16,7 +16,7 @@ from flux.domain.execution import ExecutionError
 from flux.domain.worker import WorkerSoftware
 from flux.errors import InvalidArgument, PermissionDenied
 from flux.matching.pools import POOL_LABEL
-from flux.server import convert
+from flux.server import convert, worker_convert
 from flux.server.answers import abort, call_refused, unary
 from flux.server.callers import Callers
 from flux.server.dispatch_stream import DispatchStream
@@ -55,7 +55,7 @@ class WorkerService(worker_pb2_grpc.WorkerServiceServicer):
 
     @unary()
     async def Register(self, request: worker_pb2.RegisterRequest, context: grpc.aio.ServicerContext):
-        registration = convert.registration_from_proto(request, _transport(context))
+        registration = worker_convert.registration_from_proto(request, _transport(context))
         if self.callers is not None:
             # Every registration, a session's re-registration too: its labels may change there.
             check_pool(await self.callers.worker_pool(context), registration.labels)
@@ -164,16 +164,18 @@ class WorkerService(worker_pb2_grpc.WorkerServiceServicer):
     def _claims(self, request: worker_pb2.ClaimBatchRequest) -> worker_pb2.ClaimBatchResponse:
         items = [(item.execution_id, item.generation) for item in request.items]
         answers = self.dispatcher.claim_batch(request.name, request.session_token, items)
-        return worker_pb2.ClaimBatchResponse(answers=convert.item_answers(items, answers))
+        return worker_pb2.ClaimBatchResponse(answers=worker_convert.item_answers(items, answers))
 
     async def _completions(
         self, request: worker_pb2.CompleteBatchRequest
     ) -> worker_pb2.CompleteBatchResponse:
-        items = [convert.result_from_proto(item, f"items[{i}]") for i, item in enumerate(request.items)]
+        items = [
+            worker_convert.result_from_proto(item, f"items[{i}]") for i, item in enumerate(request.items)
+        ]
         resources = convert.resources_from_proto(request.resources) if request.HasField("resources") else None
         answers = await self.dispatcher.complete_batch(request.name, request.session_token, items, resources)
         return worker_pb2.CompleteBatchResponse(
-            answers=convert.item_answers([(i.execution_id, i.generation) for i in items], answers)
+            answers=worker_convert.item_answers([(i.execution_id, i.generation) for i in items], answers)
         )
 
     async def WorkerCalls(

@@ -18,15 +18,13 @@ the usual trade for an embedded default.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import os
 import sqlite3
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import replace
 from pathlib import Path
 from typing import TypeVar
 
@@ -35,7 +33,6 @@ from flux.domain.workflow import WorkflowRecord
 from flux.store import limit_rows
 from flux.store.admin_rows import (
     AUDIT_COLUMNS,
-    TOKEN_ADDED,
     TOKEN_COLUMN_COUNT,
     TOKEN_COLUMNS,
     audit_from_row,
@@ -46,46 +43,20 @@ from flux.store.admin_rows import (
     token_row,
     tokens_query,
 )
-from flux.store.base import (
-    AuditRecord,
-    ExecutionQuery,
-    Recovered,
-    Store,
-    StoreError,
-    TokenRecord,
-    WorkerIdentity,
-)
+from flux.store.base import AuditRecord, ExecutionQuery, Recovered, Store, TokenRecord, WorkerIdentity
 from flux.store.group_commit import GroupCommit
-from flux.store.limit_rows import LIMITS_TABLE
 from flux.store.rows import (
     EXECUTION_COLUMNS,
     EXECUTION_UPDATES,
     FAILED,
     FINISHED,
-    WORKFLOW_COLUMN_COUNT,
-    WORKFLOW_COLUMNS,
     execution_from_row,
     execution_row,
     executions_filter,
-    next_version,
     workflow_from_row,
-    workflow_row,
     workflows_query,
 )
-
-# 2: workflows.runtime (a version 1 file is migrated on open).
-# 3: workflows.priority and executions.priority (older files are migrated on open; rows get 0).
-# 4: executions.trace (migrated on open; older rows get '', untraced).
-# 5: executions.tenant (older rows are tenant 'default'), tenants and tokens.
-# 6: workflows.tenant (older workflows are tenant 'default''s, shared by every tenant).
-# 7: tokens gain an id, a name, an expiry, last use and revocation (older ones get a random id,
-#    no name, no expiry); the audit table.
-# 8: tokens.pool (worker tokens bound to one pool; older tokens have none).
-# 9: workflows.policy, and executions' policy, not_before, reason, attempts, heartbeat, started_at,
-#    run_time (older rows: the default policy with their max_attempts, no wait, no attempts recorded).
-# 10: workflows.flow and executions.flow_keys (flow control; older rows limit nothing).
-# 11: the limits table (named limits per tenant; created on open, older files have none).
-SCHEMA_VERSION = 11
+from flux.store.sqlite_schema import list_specs, migrate, register, save_specs, transaction, upsert
 
 T = TypeVar("T")
 
@@ -97,63 +68,6 @@ INLINE_ROWS = 32
 # Commits between checkpoints: about what SQLite's own 1,000-page default comes to at a few
 # pages per commit.
 CHECKPOINT_EVERY = 256
-
-# Version 7's execution columns, in the table's definition and added to older files on open.
-_EXECUTION_TIMING_COLUMNS = (
-    ("policy", "TEXT NOT NULL DEFAULT ''"),
-    ("not_before", "REAL NOT NULL DEFAULT 0"),
-    ("reason", "TEXT NOT NULL DEFAULT ''"),
-    ("attempts", "TEXT NOT NULL DEFAULT '[]'"),
-    ("heartbeat", "TEXT NOT NULL DEFAULT ''"),
-    ("started_at", "REAL NOT NULL DEFAULT 0"),
-    ("run_time", "REAL NOT NULL DEFAULT 0"),
-    ("flow_keys", "TEXT NOT NULL DEFAULT ''"),  # version 10
-)
-_EXECUTION_TIMING = ", ".join(f"{name} {kind}" for name, kind in _EXECUTION_TIMING_COLUMNS)
-
-SCHEMA = f"""
-CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
-CREATE TABLE IF NOT EXISTS sources (
-    source_hash TEXT PRIMARY KEY, filename TEXT NOT NULL, source TEXT NOT NULL, created_at REAL NOT NULL);
-CREATE TABLE IF NOT EXISTS workflows (
-    name TEXT NOT NULL, version INTEGER NOT NULL, source_hash TEXT NOT NULL, entrypoint TEXT NOT NULL,
-    requests TEXT NOT NULL, affinity TEXT NOT NULL, max_attempts INTEGER NOT NULL, created_at REAL NOT NULL,
-    runtime TEXT NOT NULL DEFAULT 'python', priority INTEGER NOT NULL DEFAULT 0,
-    tenant TEXT NOT NULL DEFAULT 'default', policy TEXT NOT NULL DEFAULT '', flow TEXT NOT NULL DEFAULT '',
-    PRIMARY KEY (name, version));
-CREATE TABLE IF NOT EXISTS executions (
-    execution_id TEXT PRIMARY KEY, seq INTEGER NOT NULL, workflow_name TEXT NOT NULL,
-    workflow_version INTEGER NOT NULL, source_hash TEXT NOT NULL, entrypoint TEXT NOT NULL,
-    state INTEGER NOT NULL, worker TEXT NOT NULL, attempt INTEGER NOT NULL, generation INTEGER NOT NULL,
-    max_attempts INTEGER NOT NULL, input_json TEXT NOT NULL, output_json TEXT NOT NULL, error TEXT,
-    gpu_indices TEXT NOT NULL, created_at REAL NOT NULL, updated_at REAL NOT NULL,
-    priority INTEGER NOT NULL DEFAULT 0, trace TEXT NOT NULL DEFAULT '', tenant TEXT NOT NULL DEFAULT 'default',
-    {_EXECUTION_TIMING});
-CREATE INDEX IF NOT EXISTS executions_unfinished ON executions (state) WHERE state < {FINISHED};
-CREATE INDEX IF NOT EXISTS executions_recent ON executions (seq);
-CREATE INDEX IF NOT EXISTS executions_by_workflow ON executions (workflow_name, seq);
-CREATE TABLE IF NOT EXISTS workers (name TEXT PRIMARY KEY, session_token TEXT NOT NULL, updated_at REAL NOT NULL);
-CREATE TABLE IF NOT EXISTS pools (name TEXT PRIMARY KEY, spec TEXT NOT NULL, updated_at REAL NOT NULL);
-CREATE TABLE IF NOT EXISTS tenants (name TEXT PRIMARY KEY, spec TEXT NOT NULL, updated_at REAL NOT NULL);
-{LIMITS_TABLE.format(real="REAL")}
-CREATE TABLE IF NOT EXISTS tokens (
-    digest TEXT PRIMARY KEY, tenant TEXT NOT NULL, role TEXT NOT NULL, created_at REAL NOT NULL,
-    id TEXT NOT NULL DEFAULT '', name TEXT NOT NULL DEFAULT '', expires_at REAL, last_used_at REAL,
-    revoked INTEGER NOT NULL DEFAULT 0, pool TEXT NOT NULL DEFAULT '');
-UPDATE tokens SET id = lower(hex(randomblob(6))) WHERE id = '';
-CREATE UNIQUE INDEX IF NOT EXISTS tokens_by_id ON tokens (id);
-CREATE TABLE IF NOT EXISTS audit (
-    seq INTEGER PRIMARY KEY AUTOINCREMENT, at REAL NOT NULL, token_id TEXT NOT NULL,
-    caller_tenant TEXT NOT NULL, caller_role TEXT NOT NULL, action TEXT NOT NULL, target TEXT NOT NULL,
-    tenant TEXT NOT NULL, details_json TEXT NOT NULL);
-CREATE INDEX IF NOT EXISTS audit_at ON audit (at);
-"""
-
-_UPSERT = f"""
-INSERT INTO executions ({EXECUTION_COLUMNS}) VALUES ({",".join(["?"] * (EXECUTION_COLUMNS.count(",") + 1))})
-ON CONFLICT (execution_id) DO UPDATE SET
-    {", ".join(f"{c.strip()}=excluded.{c.strip()}" for c in EXECUTION_UPDATES.split(","))}
-"""
 
 
 class SqliteStore(Store):
@@ -209,45 +123,7 @@ class SqliteStore(Store):
         db.execute("PRAGMA journal_mode=WAL")
         db.execute("PRAGMA synchronous=NORMAL")
         db.execute("PRAGMA wal_autocheckpoint=0")  # checkpoints run on the thread (_commit_landed)
-        # Refuse a newer file before touching it: the schema script below may not suit it.
-        meta = db.execute("SELECT 1 FROM sqlite_master WHERE type='table' AND name='meta'").fetchone()
-        found = meta and db.execute("SELECT value FROM meta WHERE key='schema_version'").fetchone()
-        if found and int(found["value"]) > SCHEMA_VERSION:
-            raise StoreError(
-                f"{self.path} has schema version {found['value']}, newer than this Flux ({SCHEMA_VERSION})"
-            )
-        with _transaction(db):
-            columns = {row["name"] for row in db.execute("PRAGMA table_info(workflows)")}
-            if columns and "runtime" not in columns:  # version 1: every workflow was Python
-                db.execute("ALTER TABLE workflows ADD COLUMN runtime TEXT NOT NULL DEFAULT 'python'")
-            if columns and "priority" not in columns:  # before version 3: every priority was 0
-                db.execute("ALTER TABLE workflows ADD COLUMN priority INTEGER NOT NULL DEFAULT 0")
-            if columns and "tenant" not in columns:  # before version 6: every workflow was default's
-                db.execute("ALTER TABLE workflows ADD COLUMN tenant TEXT NOT NULL DEFAULT 'default'")
-            if columns and "policy" not in columns:  # before version 9: policies were max_attempts alone
-                db.execute("ALTER TABLE workflows ADD COLUMN policy TEXT NOT NULL DEFAULT ''")
-            if columns and "flow" not in columns:  # before version 10: nothing was flow-limited
-                db.execute("ALTER TABLE workflows ADD COLUMN flow TEXT NOT NULL DEFAULT ''")
-            columns = {row["name"] for row in db.execute("PRAGMA table_info(executions)")}
-            if columns and "priority" not in columns:
-                db.execute("ALTER TABLE executions ADD COLUMN priority INTEGER NOT NULL DEFAULT 0")
-            if columns and "trace" not in columns:  # before version 4: nothing was traced
-                db.execute("ALTER TABLE executions ADD COLUMN trace TEXT NOT NULL DEFAULT ''")
-            if columns and "tenant" not in columns:  # before version 5: everything was tenant 'default'
-                db.execute("ALTER TABLE executions ADD COLUMN tenant TEXT NOT NULL DEFAULT 'default'")
-            for name, kind in _EXECUTION_TIMING_COLUMNS:  # before version 9 (10: flow_keys)
-                if columns and name not in columns:
-                    db.execute(f"ALTER TABLE executions ADD COLUMN {name} {kind}")
-            columns = {row["name"] for row in db.execute("PRAGMA table_info(tokens)")}
-            for column, definition in TOKEN_ADDED if columns else ():  # before version 7 (8: pool)
-                if column not in columns:
-                    db.execute(f"ALTER TABLE tokens ADD COLUMN {column} {definition}")
-            for statement in filter(str.strip, SCHEMA.split(";")):
-                db.execute(statement)
-            db.execute(
-                "INSERT INTO meta VALUES ('schema_version', ?) ON CONFLICT (key) DO UPDATE SET value=excluded.value",
-                (str(SCHEMA_VERSION),),
-            )
+        migrate(db, self.path)
         self._db = db
         self._reader = self._connect()
         self._reader.execute("PRAGMA query_only=1")
@@ -283,7 +159,7 @@ class SqliteStore(Store):
     async def register_workflows(
         self, filename: str, source: str, source_hash: str, workflows: list[WorkflowRecord]
     ) -> list[WorkflowRecord]:
-        return await self._change(lambda db: _register(db, filename, source, source_hash, workflows))
+        return await self._change(lambda db: register(db, filename, source, source_hash, workflows))
 
     async def get_source(self, source_hash: str) -> tuple[str, str] | None:
         def read(db: sqlite3.Connection) -> tuple[str, str] | None:
@@ -304,7 +180,7 @@ class SqliteStore(Store):
         values = [row[columns.index(c)] for c in updates]
 
         def write(db: sqlite3.Connection) -> bool:
-            with _transaction(db):
+            with transaction(db):
                 cursor = db.execute(
                     f"UPDATE executions SET {', '.join(f'{c}=?' for c in updates)} "
                     f"WHERE execution_id=? AND state={FAILED}",
@@ -320,11 +196,11 @@ class SqliteStore(Store):
         if len(rows) <= INLINE_ROWS and self._writing.acquire(blocking=False):
             try:
                 assert self._db is not None
-                _upsert(self._db, rows)
+                upsert(self._db, rows)
             finally:
                 self._writing.release()
         else:
-            await self._change(lambda db: _upsert(db, rows))
+            await self._change(lambda db: upsert(db, rows))
         self._commit_landed()
         return ()  # one writer, no guard: SQLite refuses no row
 
@@ -383,17 +259,17 @@ class SqliteStore(Store):
         )
 
     async def save_pools(self, pools: list[tuple[str, str]]) -> None:
-        await self._change(lambda db: _save_specs(db, "pools", pools))
+        await self._change(lambda db: save_specs(db, "pools", pools))
 
     async def list_pools(self) -> list[tuple[str, str]]:
-        return await self._read(lambda db: _list_specs(db, "pools"))
+        return await self._read(lambda db: list_specs(db, "pools"))
 
     async def save_tenants(self, tenants: list[tuple[str, str]]) -> None:
-        await self._change(lambda db: _save_specs(db, "tenants", tenants))
+        await self._change(lambda db: save_specs(db, "tenants", tenants))
 
     async def delete_tenant(self, name: str, tombstone: str) -> bool:
         def write(db: sqlite3.Connection) -> bool:
-            with _transaction(db):
+            with transaction(db):
                 gone = db.execute("DELETE FROM tenants WHERE name = ?", (name,)).rowcount
                 db.execute("DELETE FROM tokens WHERE tenant = ?", (name,))
                 db.execute("UPDATE executions SET tenant = ? WHERE tenant = ?", (tombstone, name))
@@ -403,13 +279,13 @@ class SqliteStore(Store):
         return await self._change(write)
 
     async def list_tenants(self) -> list[tuple[str, str]]:
-        return await self._read(lambda db: _list_specs(db, "tenants"))
+        return await self._read(lambda db: list_specs(db, "tenants"))
 
     async def save_limits(self, limits: list[tuple[str, str, str]]) -> None:
         now = time.time()
 
         def write(db: sqlite3.Connection) -> None:
-            with _transaction(db):
+            with transaction(db):
                 db.executemany(limit_rows.save_sql("?"), [(t, n, spec, now) for t, n, spec in limits])
 
         await self._change(write)
@@ -445,7 +321,7 @@ class SqliteStore(Store):
 
     async def revoke_token(self, token_id: str, tenant: str = "") -> TokenRecord | None:
         def write(db: sqlite3.Connection) -> TokenRecord | None:
-            with _transaction(db):
+            with transaction(db):
                 row = db.execute(
                     f"SELECT {TOKEN_COLUMNS} FROM tokens WHERE id = ? AND revoked = 0", (token_id,)
                 ).fetchone()
@@ -463,7 +339,7 @@ class SqliteStore(Store):
 
     async def save_audit(self, entry: AuditRecord) -> None:
         def write(db: sqlite3.Connection) -> None:
-            with _transaction(db):
+            with transaction(db):
                 db.execute(
                     f"INSERT INTO audit ({AUDIT_COLUMNS}) VALUES ({','.join('?' * 8)})", audit_row(entry)
                 )
@@ -486,56 +362,3 @@ class SqliteStore(Store):
                 (identity.name, identity.session_token, time.time()),
             )
         )
-
-
-@contextlib.contextmanager
-def _transaction(db: sqlite3.Connection, begin: str = "BEGIN IMMEDIATE") -> Iterator[None]:
-    db.execute(begin)
-    try:
-        yield
-        db.execute("COMMIT")
-    except BaseException:
-        db.execute("ROLLBACK")
-        raise
-
-
-def _upsert(db: sqlite3.Connection, rows: list[tuple[object, ...]]) -> None:
-    with _transaction(db, "BEGIN"):
-        db.executemany(_UPSERT, rows)
-
-
-def _register(
-    db: sqlite3.Connection, filename: str, source: str, source_hash: str, workflows: list[WorkflowRecord]
-) -> list[WorkflowRecord]:
-    now, stored = time.time(), []
-    with _transaction(db):
-        db.execute("INSERT OR IGNORE INTO sources VALUES (?,?,?,?)", (source_hash, filename, source, now))
-        for wf in workflows:
-            row = db.execute(
-                "SELECT * FROM workflows WHERE name=? ORDER BY version DESC LIMIT 1", (wf.name,)
-            ).fetchone()
-            record = next_version(workflow_from_row(row) if row else None, wf, source_hash, filename)
-            if record.unchanged:
-                stored.append(record)
-                continue
-            db.execute(
-                f"INSERT INTO workflows ({WORKFLOW_COLUMNS}) VALUES ({','.join('?' * WORKFLOW_COLUMN_COUNT)})",
-                workflow_row(record, now),
-            )
-            stored.append(replace(record, registered_at=now))
-    return stored
-
-
-def _save_specs(db: sqlite3.Connection, table: str, specs: list[tuple[str, str]]) -> None:
-    """Pools or tenants (``table``), all of the file's in one transaction, or none."""
-    now = time.time()
-    with _transaction(db):
-        db.executemany(
-            f"INSERT INTO {table} VALUES (?,?,?) ON CONFLICT (name) DO UPDATE SET "
-            "spec=excluded.spec, updated_at=excluded.updated_at",
-            [(name, spec, now) for name, spec in specs],
-        )
-
-
-def _list_specs(db: sqlite3.Connection, table: str) -> list[tuple[str, str]]:
-    return [(row["name"], row["spec"]) for row in db.execute(f"SELECT name, spec FROM {table} ORDER BY name")]

@@ -1,23 +1,21 @@
 """One execution on the worker once its dispatch arrives: claim it and, meanwhile, call the workflow's
 function (fetching its code), deliver the result, each retried while the control plane is unreachable,
-and the spans around them. ``WorkerRuntime`` holds the state these read; ``Running`` is its
-record of an execution that runs, ``Backoff`` the delay between tries.
+and the spans around them. ``WorkerRuntime`` holds the state these read; ``Backoff`` is the delay
+between tries. Claims (claims.py), heartbeats (heartbeats.py) and a body in its own process
+(child_runner.py) are their own modules.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import contextvars
 import inspect
 import json
 import logging
 import random
-import sys
 import traceback
 from collections.abc import Awaitable, Callable
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
 from typing import Protocol, TypeVar
 
 from flux.context import ExecutionContext
@@ -33,7 +31,10 @@ from flux.errors import (
 )
 from flux.observe import tracing
 from flux.worker.batching import Batcher
+from flux.worker.child_runner import in_child
+from flux.worker.claims import CLAIM_DELAY, ClaimCall, PendingClaim, Running
 from flux.worker.code_cache import CodeCache
+from flux.worker.heartbeats import Heartbeats
 from flux.worker.transport import Dispatch, Outcome
 
 T = TypeVar("T")
@@ -56,207 +57,10 @@ class Backoff:
         self.attempt = 0
 
 
-@dataclass(slots=True)
-class Running:
-    dispatch: Dispatch
-    task: asyncio.Task[None]
-    cancelled_by_server: bool = False
-    # Stopped so a tenant could reclaim its quota: handed back (Release), not dropped.
-    preempted: bool = False
-    # The stream (count of Connected) during which the server last accepted our claim; None
-    # before the first. A server reached on a later stream may not know of it: a replica that
-    # adopted this dispatch holds it as unclaimed if the one that answered died before storing it.
-    claimed_in: int | None = None
-
-
-# A body that ends within this sends its claim inside its result's call, where the server takes that:
-# one message each way instead of two. A longer one is claimed once this has passed, so the server
-# shows it RUNNING; the body does not wait for it either way (it started with the dispatch).
-CLAIM_DELAY = 0.02
-
-
-class PendingClaim:
-    """An execution's claim: sent now, or held back ``delay`` seconds in case its result can carry it."""
-
-    def __init__(self, send: Callable[[], asyncio.Task[bool]], delay: float | None):
-        self._send = send
-        self._task: asyncio.Task[bool] | None = None
-        self._timer: asyncio.TimerHandle | None = None
-        if delay is None:
-            self._start()
-        else:
-            self._timer = asyncio.get_running_loop().call_later(delay, self._start)
-
-    def _start(self) -> None:
-        self._timer = None
-        self._task = self._send()
-
-    def settle(self) -> asyncio.Task[bool] | None:
-        """The claim's call; None when it was still held back, and then it is never sent: the result
-        carries it."""
-        if self._timer is not None:
-            self._timer.cancel()
-            self._timer = None
-        return self._task
-
-    def cancel(self) -> None:
-        task = self.settle()
-        if task is not None:
-            task.cancel()
-
-
-@dataclass(frozen=True, slots=True)
-class ClaimCall:
-    """One claim for the claims batcher."""
-
-    execution_id: str
-    generation: int
-    # Set once the claim is on a stream the server reads in order: a result sent after it is read
-    # after it, so it need not wait for the claim's answer. Never set where calls are not ordered.
-    written: asyncio.Future[None] | None = None
-
-    @staticmethod
-    def all_written(calls: list[ClaimCall]) -> None:
-        for call in calls:
-            if call.written is not None and not call.written.done():
-                call.written.set_result(None)
-
-
 def error_of(exc: BaseException) -> ExecutionError:
     """The error a body raised, with its bases' names (a retry policy's names match those too)."""
     bases = tuple(k.__name__ for k in type(exc).__mro__[1:] if k is not object)
     return ExecutionError(type(exc).__qualname__, str(exc), traceback.format_exc(), bases)
-
-
-class Heartbeats:
-    """``ctx.heartbeat`` of one execution: called from the body (the loop, a thread, or the child
-    process's pipe), sent at most once per interval with the latest details.
-
-    A call only stores the details and, once per interval, schedules a send on the loop, so a
-    body may call it in a tight loop. The details are serialised when sent: the latest object wins.
-    """
-
-    # Without a heartbeat timeout, heartbeats only carry details for the next attempt: one a second.
-    DEFAULT_INTERVAL = 1.0
-
-    def __init__(self, owner: Executions, dispatch: Dispatch):
-        self.owner, self.dispatch = owner, dispatch
-        self.interval = dispatch.heartbeat_interval or self.DEFAULT_INTERVAL
-        self.loop = asyncio.get_running_loop()
-        self.latest: object = None
-        self.raw: str | None = None  # already JSON (from the child process)
-        self.scheduled = False
-        self.sent_at = 0.0
-        self.closed = False
-        self.timer: asyncio.TimerHandle | None = None
-
-    def __call__(self, details: object = None) -> None:
-        self.latest, self.raw = details, None
-        self._kick()
-
-    def raw_beat(self, details_json: str) -> None:
-        self.raw = details_json
-        self._kick()
-
-    def _kick(self) -> None:
-        if self.scheduled or self.closed:
-            return
-        self.scheduled = True
-        try:
-            asyncio.get_running_loop()
-        except RuntimeError:  # a sync body's thread
-            self.loop.call_soon_threadsafe(self._schedule)
-        else:
-            self._schedule()
-
-    def _schedule(self) -> None:
-        delay = max(0.0, self.sent_at + self.interval - self.loop.time())
-        self.timer = self.loop.call_later(delay, self._send)
-
-    def _send(self) -> asyncio.Task[None] | None:
-        self.scheduled = False
-        if self.closed:
-            return None
-        self.sent_at = self.loop.time()
-        try:
-            details = self.raw if self.raw is not None else json.dumps(self.latest, allow_nan=False)
-        except (TypeError, ValueError) as exc:
-            log.warning("heartbeat details of %s are not JSON: %s", self.dispatch.execution_id, exc)
-            details = ""
-        task = self.loop.create_task(
-            self.owner._heartbeat(self.dispatch.execution_id, self.dispatch.generation, details)
-        )
-        task.add_done_callback(_quiet)
-        return task
-
-    async def close(self) -> None:
-        """No more heartbeats; the latest details, if not sent yet, are sent first, so an attempt
-        that fails right after a heartbeat leaves them to the next one (ctx.last_heartbeat)."""
-        pending = None
-        if self.scheduled and self.timer is not None:
-            self.timer.cancel()
-            pending = self._send()
-        self.closed = True
-        if pending is not None:
-            with contextlib.suppress(Exception, asyncio.TimeoutError):
-                await asyncio.wait_for(asyncio.shield(pending), 5.0)
-
-
-def _quiet(task: asyncio.Task[None]) -> None:
-    if not task.cancelled() and task.exception() is not None:
-        log.debug("heartbeat not delivered: %s", task.exception())
-
-
-async def in_child(
-    fn: Callable[..., object], ctx: ExecutionContext[object], beats: Heartbeats
-) -> tuple[str | None, ExecutionError | None]:
-    """Run a sync body in ``python -m flux.worker.child``; killed if this task is cancelled."""
-    module = inspect.getmodule(fn)
-    path = getattr(module, "__file__", None)
-    if module is None or path is None:
-        return None, ExecutionError("WorkflowCodeError", "the workflow's file could not be found to run it")
-    job = {
-        "path": path,
-        "module": module.__name__,
-        "entrypoint": fn.__name__,
-        "interval": beats.interval,
-        "context": {
-            "input": ctx.input,
-            "execution_id": ctx.execution_id,
-            "workflow_name": ctx.workflow_name,
-            "worker_name": ctx.worker_name,
-            "attempt": ctx.attempt,
-            "assigned_gpus": list(ctx.assigned_gpus),
-            "last_heartbeat": ctx.last_heartbeat,
-        },
-    }
-    process = await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "flux.worker.child",
-        stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE, limit=64 << 20,
-    )  # fmt: skip
-    assert process.stdin is not None and process.stdout is not None
-    try:
-        process.stdin.write(json.dumps(job).encode() + b"\n")
-        await process.stdin.drain()
-        process.stdin.close()
-        while True:
-            line = await process.stdout.readline()
-            if not line:
-                code = await process.wait()
-                return None, ExecutionError(
-                    "ChildProcessError", f"the body's process ended without a result (exit {code})"
-                )
-            item = json.loads(line)
-            if item[0] == "beat":
-                beats.raw_beat(item[1])
-            elif item[0] == "ok":
-                return item[1], None
-            else:
-                return None, ExecutionError(item[1], item[2], item[3], tuple(item[4]))
-    finally:
-        if process.returncode is None:
-            process.kill()  # stopped (cancelled) or done: never leave the body running
-            await asyncio.shield(process.wait())
 
 
 class _Config(Protocol):
@@ -475,7 +279,7 @@ class Executions:
                 await asyncio.sleep(delay)
 
     async def _invoke(self, dispatch: Dispatch) -> tuple[str | None, ExecutionError | None]:
-        beats = Heartbeats(self, dispatch)
+        beats = Heartbeats(self._heartbeat, dispatch)
         try:
             fn = await self._function(dispatch)
             ctx = ExecutionContext(

@@ -30,18 +30,11 @@ from flux.errors import (
     Unimplemented,
 )
 from flux.worker.batching import Batcher
+from flux.worker.claims import ClaimCall, Running
 from flux.worker.code_cache import CodeCache
-from flux.worker.executions import Backoff, ClaimCall, Executions, Running
+from flux.worker.executions import Backoff, Executions
 from flux.worker.probe import ResourceProbe, changed_materially
-from flux.worker.transport import (
-    Answers,
-    Cancel,
-    Connected,
-    Dispatch,
-    Outcome,
-    Registration,
-    WorkerTransport,
-)
+from flux.worker.transport import Answers, Cancel, Connected, Dispatch, Outcome, Registration, WorkerTransport
 
 log = logging.getLogger("flux.worker")
 

@@ -47,13 +47,13 @@ async def store(tmp_path: Path) -> AsyncIterator[SqliteStore]:
 def writers(monkeypatch: pytest.MonkeyPatch) -> list[tuple[str, int]]:
     """(thread name, rows) of each upsert the store runs."""
     seen: list[tuple[str, int]] = []
-    upsert = sqlite_store._upsert
+    upsert = sqlite_store.upsert
 
     def recorded(db: sqlite3.Connection, rows: list[tuple[object, ...]]) -> None:
         seen.append((threading.current_thread().name, len(rows)))
         upsert(db, rows)
 
-    monkeypatch.setattr(sqlite_store, "_upsert", recorded)
+    monkeypatch.setattr(sqlite_store, "upsert", recorded)
     return seen
 
 

@@ -15,7 +15,7 @@ from flux.dispatcher.core import WorkerRegistration
 from flux.dispatcher.state import validation
 from flux.domain.worker import Gpu, WorkerSoftware
 from flux.errors import ResourceExhausted
-from flux.server import control_service
+from flux.server import control_service, fleet_watch
 from flux.v1 import control_pb2
 from tests.unit.harness import SETTINGS, Flux, resources
 
@@ -87,7 +87,7 @@ class _Context:
 
 async def test_a_fleet_watch_is_dropped_past_its_byte_backlog(flux, monkeypatch):
     # Few events, far under the count limit, but over the byte limit: dropped all the same.
-    monkeypatch.setattr(control_service, "FLEET_BACKLOG_BYTES", 1)
+    monkeypatch.setattr(fleet_watch, "FLEET_BACKLOG_BYTES", 1)
     await flux.workflow()
     context = _Context()
     watch = control_service.ControlService(flux.d).WatchFleet(control_pb2.WatchFleetRequest(), context)
@@ -106,7 +106,7 @@ async def test_a_fleet_watch_is_dropped_past_its_byte_backlog(flux, monkeypatch)
 
 
 async def test_a_fleet_watch_that_reads_frees_its_byte_backlog(flux, monkeypatch):
-    monkeypatch.setattr(control_service, "FLEET_BACKLOG_BYTES", 1)
+    monkeypatch.setattr(fleet_watch, "FLEET_BACKLOG_BYTES", 1)
     await flux.workflow()
     context = _Context()
     watch = control_service.ControlService(flux.d).WatchFleet(control_pb2.WatchFleetRequest(), context)

@@ -5,7 +5,7 @@ from __future__ import annotations
 from flux.dispatcher.state.session import Event, Ping, Scheduled, Session, Stop
 from flux.domain.execution import Execution, WorkflowRef
 from flux.domain.resource_request import ResourceRequest
-from flux.server import convert
+from flux.server import worker_convert
 
 
 def scheduled(n: int, input_json: str = "1") -> Scheduled:
@@ -109,7 +109,7 @@ def test_consecutive_dispatches_share_one_message_and_other_events_keep_their_pl
         scheduled(4),
         scheduled(5),
     ]
-    messages = convert.events_to_proto(events, batched=True)
+    messages = worker_convert.events_to_proto(events, batched=True)
     assert kinds(messages) == [
         ("executions_scheduled", 2),
         ("execution_cancelled", 1),
@@ -119,18 +119,18 @@ def test_consecutive_dispatches_share_one_message_and_other_events_keep_their_pl
     ]
     ids = [s.execution_id for s in messages[0].executions_scheduled.executions]
     assert ids == ["e1", "e2"]
-    assert messages[0].executions_scheduled.executions[1] == convert.scheduled_to_proto(events[1])
+    assert messages[0].executions_scheduled.executions[1] == worker_convert.scheduled_to_proto(events[1])
 
 
 def test_without_batching_every_event_is_its_own_message() -> None:
     events = [scheduled(1), scheduled(2), scheduled(3)]
-    assert kinds(convert.events_to_proto(events, batched=False)) == [("execution_scheduled", 1)] * 3
+    assert kinds(worker_convert.events_to_proto(events, batched=False)) == [("execution_scheduled", 1)] * 3
 
 
 def test_large_inputs_split_a_batch_below_the_message_cap() -> None:
-    big = "x" * (convert.BATCH_INPUT_BYTES // 2 - 10)
+    big = "x" * (worker_convert.BATCH_INPUT_BYTES // 2 - 10)
     events = [scheduled(i, f'"{big}"') for i in range(5)]
-    messages = convert.events_to_proto(events, batched=True)
+    messages = worker_convert.events_to_proto(events, batched=True)
     assert kinds(messages) == [
         ("executions_scheduled", 2),
         ("executions_scheduled", 2),
@@ -144,7 +144,7 @@ def test_the_gateway_writes_a_batch_as_one_sse_event_per_execution() -> None:
 
     from gateway.wire.stream import _frames
 
-    batch = convert.events_to_proto([scheduled(1), scheduled(2), scheduled(3)], batched=True)[0]
+    batch = worker_convert.events_to_proto([scheduled(1), scheduled(2), scheduled(3)], batched=True)[0]
     ids = itertools.count(7)
     written = _frames(batch, ids)
     assert isinstance(written, bytes)  # one write for the whole batch

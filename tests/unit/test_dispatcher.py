@@ -15,7 +15,7 @@ import pytest
 
 from flux.dispatcher.core import WorkerRegistration
 from flux.dispatcher.state.session import Scheduled, Stop
-from flux.dispatcher.transitions import housekeeping, timing
+from flux.dispatcher.transitions import attempts, housekeeping
 from flux.domain.execution import ExecutionError, State, WorkflowRef
 from flux.domain.resource_request import ResourceRequest
 from flux.domain.worker import Gpu, WorkerResources, WorkerSoftware
@@ -985,7 +985,7 @@ async def test_a_restart_that_cannot_store_its_generation_skip_refuses_to_start(
 
 
 async def test_a_requeued_row_whose_write_fails_is_queued_once_a_retry_stores_it(flux, monkeypatch):
-    monkeypatch.setattr(timing, "REQUEUE_RETRY", 0.0)  # requeue_saved lives with the retries
+    monkeypatch.setattr(attempts, "REQUEUE_RETRY", 0.0)  # requeue_saved lives with the retries
     await flux.workflow(cpu=4)
     w = await flux.worker(cpu=4)
     execution_id = await flux.run()

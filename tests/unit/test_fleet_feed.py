@@ -97,10 +97,10 @@ async def test_a_fleet_watch_that_falls_behind_is_dropped(
 ) -> None:
     import grpc
 
-    from flux.server import control_service
+    from flux.server import control_service, fleet_watch
     from flux.v1 import control_pb2
 
-    monkeypatch.setattr(control_service, "FLEET_BACKLOG", 3)
+    monkeypatch.setattr(fleet_watch, "FLEET_BACKLOG", 3)
     await flux.workflow()
     context = _Context()
     watch = control_service.ControlService(flux.d).WatchFleet(control_pb2.WatchFleetRequest(), context)

@@ -18,7 +18,7 @@ from flux.dispatcher.state.lifecycle import Histogram
 from flux.dispatcher.state.session import Scheduled
 from flux.domain.execution import State
 from flux.observe import tracing
-from flux.server import convert
+from flux.server import worker_convert
 from flux.v1 import control_pb2, trace_pb2
 from gateway.observe import metrics
 from tests.unit.harness import GRACE, Flux, settled
@@ -113,7 +113,7 @@ async def test_untraced_nothing_is_built_and_the_submitters_context_still_reache
         execution = await flux.d.submit("job", trace=PARENT)
         assert flux.get(execution.execution_id).dispatch_trace == ""
         (event,) = [e for e in w.events() if isinstance(e, Scheduled)]
-        message = convert.scheduled_to_proto(event)
+        message = worker_convert.scheduled_to_proto(event)
         assert message.trace.traceparent == PARENT  # a worker that traces continues the submitter's trace
         assert flux.store.executions[execution.execution_id].trace == PARENT
     finally:
@@ -149,7 +149,7 @@ async def test_the_queued_span_covers_the_wait_with_its_verdicts_and_the_dispatc
     (event,) = [
         e for e in w.events() if isinstance(e, Scheduled) and e.execution.execution_id == second.execution_id
     ]
-    traceparent = convert.scheduled_to_proto(event).trace.traceparent
+    traceparent = worker_convert.scheduled_to_proto(event).trace.traceparent
     assert traceparent.startswith(f"00-{TRACE_ID:032x}-{dispatch.context.span_id:016x}-")
     # The one placed at once waited no time and saw no verdict.
     assert list(queued[first.execution_id].events) == []

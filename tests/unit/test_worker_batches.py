@@ -12,7 +12,7 @@ import pytest
 from flux.dispatcher.transitions.worker_calls import Result
 from flux.domain.execution import ExecutionError, State
 from flux.errors import FailedPrecondition, InvalidArgument, NotFound, PermissionDenied, Unavailable
-from flux.server import convert
+from flux.server import worker_convert
 from flux.v1 import worker_pb2
 from tests.unit.harness import Flux, committed, resources, settled
 
@@ -153,7 +153,7 @@ async def test_a_completed_item_frees_its_place_for_the_next_dispatch(flux):
 
 
 def test_item_answers_carry_the_status_name_the_single_call_would():
-    answers = convert.item_answers(
+    answers = worker_convert.item_answers(
         [("a", 1), ("b", 2)], [None, FailedPrecondition("execution b is COMPLETED, not SCHEDULED")]
     )
     assert answers == [
@@ -166,7 +166,7 @@ def test_item_answers_carry_the_status_name_the_single_call_would():
 
 def test_a_complete_item_without_a_result_names_its_field():
     with pytest.raises(InvalidArgument, match=r"items\[3\]\.result is missing"):
-        convert.result_from_proto(worker_pb2.CompleteItem(execution_id="a", generation=1), "items[3]")
+        worker_convert.result_from_proto(worker_pb2.CompleteItem(execution_id="a", generation=1), "items[3]")
 
 
 async def test_a_result_that_carries_its_claim_claims_then_completes_in_one_item(flux):
@@ -204,6 +204,6 @@ async def test_a_result_carrying_its_claim_is_accepted_again_once_claimed_or_rec
 
 def test_a_complete_item_carries_its_claim_from_the_wire():
     item = worker_pb2.CompleteItem(execution_id="a", generation=3, output_json="1", claim=True)
-    assert convert.result_from_proto(item, "items[0]") == Result("a", 3, "1", None, claim=True)
+    assert worker_convert.result_from_proto(item, "items[0]") == Result("a", 3, "1", None, claim=True)
     item.claim = False
-    assert convert.result_from_proto(item, "items[0]").claim is False
+    assert worker_convert.result_from_proto(item, "items[0]").claim is False

@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING
 from flux.dispatcher.cycle.placing import scheduled_row
 from flux.dispatcher.handle import Bound, Modes, Outcome
 from flux.dispatcher.state.worker_entry import WorkerEntry
-from flux.dispatcher.transitions import cancel, housekeeping, submission, timing
+from flux.dispatcher.transitions import attempts, cancel, housekeeping, submission
 from flux.domain.execution import Execution, ExecutionError
 from flux.errors import NotFound, Unavailable
 
@@ -90,7 +90,7 @@ class LocalBinder:
         return await cancel.cancel_here(self.d, execution_id)
 
     def fail_waiting(self, execution: Execution, error: ExecutionError) -> None:
-        timing.fail_here(self.d, execution, error)  # nobody else decides it
+        attempts.fail_here(self.d, execution, error)  # nobody else decides it
 
     def quotas(self, governed: bool) -> None:
         pass  # one server holds all usage: the scheduler's own check is exact

@@ -57,7 +57,7 @@ class Requeue(StrEnum):
     PREEMPTED = (
         "preempted"  # stopped so a tenant could reclaim its quota (flux/dispatcher/transitions/reclaim.py)
     )
-    RETRY = "retry"  # an attempt failed or timed out, and its policy tries it again (transitions/timing.py)
+    RETRY = "retry"  # an attempt failed or timed out, and its policy tries it again (transitions/attempts.py)
 
 
 REQUEUE_REASONS = tuple(Requeue)

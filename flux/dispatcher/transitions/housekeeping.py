@@ -13,8 +13,8 @@ from flux.dispatcher.state.deadlines import Kind
 from flux.dispatcher.state.lifecycle import Requeue
 from flux.dispatcher.state.registry import placeholder
 from flux.dispatcher.state.session import Stop
-from flux.dispatcher.transitions import submission, timing
-from flux.dispatcher.transitions.timing import requeue_saved
+from flux.dispatcher.transitions import attempts, submission
+from flux.dispatcher.transitions.attempts import requeue_saved
 from flux.domain.execution import Execution, ExecutionError, State
 from flux.domain.policy import WORKER_LOST
 from flux.store import Recovered
@@ -71,7 +71,7 @@ def requeue(d: Handle, execution: Execution, entry: WorkerEntry | None, next_att
     """Back to CREATED (keeping its place in line), or FAILED when out of attempts.
 
     ``next_attempt``: a running attempt was lost with its worker; it ends as any attempt does
-    (transitions/timing.py: recorded, retried at once while attempts remain, else FAILED
+    (transitions/attempts.py: recorded, retried at once while attempts remain, else FAILED
     with reason ``worker_lost``). Otherwise it never ran (a dispatch not claimed, a release).
     """
     if next_attempt:
@@ -80,7 +80,7 @@ def requeue(d: Handle, execution: Execution, entry: WorkerEntry | None, next_att
             f"worker {execution.worker} was lost while running attempt {execution.attempt} "
             f"of {execution.max_attempts}",
         )
-        return timing.ended(d, execution, entry, WORKER_LOST, error)
+        return attempts.ended(d, execution, entry, WORKER_LOST, error)
     if entry is not None:
         entry.release(execution.execution_id)
     now = d.clock()

@@ -28,7 +28,7 @@ import logging
 from typing import TYPE_CHECKING, Any
 
 from flux.dispatcher.state.deadlines import Kind
-from flux.dispatcher.transitions.timing import never_started
+from flux.dispatcher.transitions.attempts import never_started
 from flux.domain.execution import ExecutionError, State
 from flux.domain.policy import format_duration
 from flux.matching import explain

@@ -37,12 +37,12 @@ from __future__ import annotations
 
 import functools
 import logging
-from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from flux.dispatcher.state.lifecycle import Preempt, Refusal, Requeue
 from flux.dispatcher.state.session import Stop
-from flux.dispatcher.transitions import housekeeping, timing
+from flux.dispatcher.transitions import attempts, housekeeping
+from flux.dispatcher.transitions.victims import Stopping, anyone_borrowing, candidates, stop_reason
 from flux.domain.execution import Execution, State
 from flux.matching.preemption import Budget, Preemption, Running, plan, reclaimable
 
@@ -62,18 +62,6 @@ SUBMISSION_RETRY = 0.5
 ELSEWHERE_FOR = 5.0
 # Pending executions of one lane planned for in one step, at most: the rest wait for the next.
 PLANS_PER_LANE = 64
-
-
-@dataclass(frozen=True, slots=True)
-class Stopping:
-    """A preempted execution its worker has not handed back yet."""
-
-    generation: int
-    worker: str
-    deadline: float
-    # The pending execution it makes room for, and that execution's lane (shape).
-    preemptor: str
-    lane: Shape
 
 
 class Reclaimer:
@@ -113,7 +101,7 @@ class Reclaimer:
             shapes = [s for s in shapes if now - self._hopeless.get(s, -SUBMISSION_RETRY) >= SUBMISSION_RETRY]
             if not shapes:
                 return 0
-        if not _anyone_borrowing(accounts):
+        if not anyone_borrowing(accounts):
             return 0
         lanes = (
             shapes
@@ -147,7 +135,7 @@ class Reclaimer:
                     continue
                 if workers is None:
                     workers = [entry.view() for entry in d.registry.values() if entry.dispatchable]
-                    running = self._running()
+                    running = candidates(d, self.stopping)
                 preemption = plan(after, item.execution_id, shape, workers, running)
                 if preemption is None:
                     self._hopeless[shape] = now
@@ -237,33 +225,12 @@ class Reclaimer:
         self.waiting.pop(preemptor, None)
         self.d.usage.unreserve(preemptor)
 
-    def _running(self) -> list[Running]:
-        """Every execution holding room here and not already stopping, as the planner sees it."""
-        d = self.d
-        running = []
-        for entry in d.registry.values():
-            for execution_id, holding in entry.holdings.items():
-                execution = d.table.get(execution_id)
-                if execution is None or execution_id in self.stopping:
-                    continue
-                running.append(
-                    Running(
-                        execution_id,
-                        d.catalogue.shape_of(execution),
-                        entry.name,
-                        holding.gpus,
-                        execution.priority,
-                        execution.seq,
-                    )
-                )
-        return running
-
     def _preempt(self, execution_id: str, preemptor: str, lane: Shape) -> None:
         d = self.d
         execution = d.table.get(execution_id)
         assert execution is not None  # _act read it from the table in this same step
         entry = d.registry.get(execution.worker)
-        reason = _why(lane)
+        reason = stop_reason(lane)
         if entry is not None and entry.session is not None:
             entry.session.push(Stop(execution_id, execution.generation, reason, preempted=True))
         d.events.counters.preempted[Preempt.RECLAIM] += 1
@@ -284,7 +251,7 @@ class Reclaimer:
         if not d.settings.preemption or accounts is None or not reclaimable(accounts, shape):
             return ""
         workers = [entry.view() for entry in d.registry.values() if entry.dispatchable]
-        preemption = plan(self._after(accounts), execution_id, shape, workers, self._running())
+        preemption = plan(self._after(accounts), execution_id, shape, workers, candidates(d, self.stopping))
         if preemption is None:
             return ""
         held = self.budget.held_back(shape.tenant, len(preemption.victims), d.clock())
@@ -328,7 +295,7 @@ class Reclaimer:
         self._forget(execution.execution_id)
         entry = d.registry.get(execution.worker)
         # Not counted against max_attempts; its run time counts against the next try's timeout.
-        requeued = housekeeping.requeue(d, timing.preempted_run(d, execution), entry, next_attempt=False)
+        requeued = housekeeping.requeue(d, attempts.preempted_run(d, execution), entry, next_attempt=False)
         d.events.requeued(execution, requeued, Requeue.PREEMPTED)
         if stop is not None and d.queue.first(stop.lane) is not None:
             self._give_room(stop.lane)
@@ -387,7 +354,9 @@ class Reclaimer:
             stop = self.stopping.get(execution_id)
             execution = self.d.table.get(execution_id)
             if stop is not None and execution is not None and self.is_stopping(execution):
-                entry.session.push(Stop(execution_id, stop.generation, _why(stop.lane), preempted=True))
+                entry.session.push(
+                    Stop(execution_id, stop.generation, stop_reason(stop.lane), preempted=True)
+                )
 
     def _forget(self, execution_id: str) -> None:
         stop = self.stopping.pop(execution_id, None)
@@ -398,16 +367,3 @@ class Reclaimer:
             victims.discard(execution_id)
             if not victims:
                 self._end(stop.preemptor)
-
-
-def _anyone_borrowing(accounts: Accounts) -> bool:
-    """Whether some tenant uses more than its nominal quota of something: else nothing is reclaimable."""
-    for name, terms in accounts.terms.items():
-        used = accounts.used(name)
-        if any(n is not None and used[i] > n for i, n in enumerate(terms.nominal)):
-            return True
-    return False
-
-
-def _why(lane: Shape) -> str:
-    return f"preempted: tenant {lane.tenant} reclaims its quota"

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 
 from flux.dispatcher.state import validation
 from flux.dispatcher.state.lifecycle import Requeue
-from flux.dispatcher.transitions import housekeeping, timing
+from flux.dispatcher.transitions import attempts, housekeeping
 from flux.domain.execution import Execution, ExecutionError, State
 from flux.domain.policy import COMPLETED, ERROR
 from flux.domain.worker import WorkerResources
@@ -114,7 +114,7 @@ def finish(
         )
     else:
         # The policy decides: another attempt after its backoff (CREATED, not final), or FAILED.
-        return timing.ended(d, execution, entry, ERROR, error)
+        return attempts.ended(d, execution, entry, ERROR, error)
     d.table.finish(final)
     entry.release(execution_id)
     d.events.finished(final)
@@ -126,7 +126,7 @@ def _recorded(execution: Execution, now: float) -> tuple:
     completes adds nothing to its row: the common case stays as small as before)."""
     if not execution.attempts:
         return ()
-    return (*execution.attempts, timing.record_of(execution, now, COMPLETED, None))
+    return (*execution.attempts, attempts.record_of(execution, now, COMPLETED, None))
 
 
 async def _retried(

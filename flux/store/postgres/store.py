@@ -19,30 +19,9 @@ from psycopg_pool import AsyncConnectionPool
 
 from flux.domain.execution import Execution, ExecutionError
 from flux.domain.workflow import WorkflowRecord
-from flux.store import limit_rows, notices
-from flux.store.admin_rows import (
-    AUDIT_COLUMNS,
-    TOKEN_COLUMN_COUNT,
-    TOKEN_COLUMNS,
-    audit_from_row,
-    audit_prune,
-    audit_query,
-    audit_row,
-    token_from_row,
-    token_row,
-    tokens_query,
-)
-from flux.store.base import (
-    AuditRecord,
-    ExecutionQuery,
-    Held,
-    PendingRef,
-    Recovered,
-    Store,
-    StoreError,
-    TokenRecord,
-    WorkerIdentity,
-)
+from flux.store import notices
+from flux.store.base import ExecutionQuery, Held, PendingRef, Recovered, Store, StoreError, WorkerIdentity
+from flux.store.postgres.admin import AdminTables
 from flux.store.postgres.cluster import Membership
 from flux.store.postgres.listener import Listener
 from flux.store.postgres.quota import held as held_by_tenant
@@ -90,7 +69,7 @@ DELETE FROM dispatches WHERE (execution_id, generation) IN (
 POOL_WAIT = 5.0
 
 
-class PostgresStore(Store):
+class PostgresStore(AdminTables, Store):
     """The ``Store`` of replicas, and the ``SharedStore`` their strategies use (flux/store/shared.py)."""
 
     # AdminShutdown (a restart), a connection dropped or refused, the pool's PoolTimeout.
@@ -287,108 +266,6 @@ class PostgresStore(Store):
 
     async def save_worker(self, identity: WorkerIdentity) -> None:
         await self.cluster.save_worker(identity)
-
-    async def save_pools(self, pools: list[tuple[str, str]]) -> None:
-        now = time.time()
-        async with self._pool.connection() as db, db.transaction():
-            for name, spec in pools:
-                await db.execute(
-                    "INSERT INTO pools VALUES (%s, %s, %s) ON CONFLICT (name) DO UPDATE SET "
-                    "spec = excluded.spec, updated_at = excluded.updated_at",
-                    (name, spec, now),
-                )
-
-    async def list_pools(self) -> list[tuple[str, str]]:
-        async with self._pool.connection() as db:
-            cursor = await db.execute("SELECT name, spec FROM pools ORDER BY name")
-            return [(row[0], row[1]) for row in await cursor.fetchall()]
-
-    async def save_tenants(self, tenants: list[tuple[str, str]]) -> None:
-        now = time.time()
-        async with self._pool.connection() as db, db.transaction():
-            for name, spec in tenants:
-                await db.execute(
-                    "INSERT INTO tenants VALUES (%s, %s, %s) ON CONFLICT (name) DO UPDATE SET "
-                    "spec = excluded.spec, updated_at = excluded.updated_at",
-                    (name, spec, now),
-                )
-            await db.execute("SELECT pg_notify('flux_tenants', %s)", (self.replica_id,))
-
-    async def delete_tenant(self, name: str, tombstone: str) -> bool:
-        async with self._pool.connection() as db, db.transaction():
-            cursor = await db.execute("DELETE FROM tenants WHERE name = %s", (name,))
-            await db.execute("DELETE FROM tokens WHERE tenant = %s", (name,))
-            await db.execute("UPDATE executions SET tenant = %s WHERE tenant = %s", (tombstone, name))
-            await db.execute("UPDATE workflows SET tenant = %s WHERE tenant = %s", (tombstone, name))
-            await db.execute("SELECT pg_notify('flux_tenants', %s)", (self.replica_id,))
-            return cursor.rowcount > 0
-
-    async def list_tenants(self) -> list[tuple[str, str]]:
-        async with self._pool.connection() as db:
-            cursor = await db.execute("SELECT name, spec FROM tenants ORDER BY name")
-            return [(row[0], row[1]) for row in await cursor.fetchall()]
-
-    async def save_limits(self, limits: list[tuple[str, str, str]]) -> None:
-        now = time.time()
-        async with self._pool.connection() as db, db.transaction():
-            for tenant, name, spec in limits:
-                await db.execute(limit_rows.save_sql("%s"), (tenant, name, spec, now))
-
-    async def delete_limit(self, tenant: str, name: str) -> bool:
-        async with self._pool.connection() as db:
-            cursor = await db.execute(limit_rows.delete_sql("%s"), (tenant, name))
-            return cursor.rowcount > 0
-
-    async def list_limits(self, tenant: str = "") -> list[tuple[str, str, str]]:
-        sql, params = limit_rows.list_sql(tenant, "%s")
-        async with self._pool.connection() as db:
-            cursor = await db.execute(sql, params)
-            return [(row[0], row[1], row[2]) for row in await cursor.fetchall()]
-
-    async def save_token(self, token: TokenRecord) -> None:
-        async with self._pool.connection() as db:
-            await db.execute(
-                f"INSERT INTO tokens ({TOKEN_COLUMNS}) VALUES ({', '.join(['%s'] * TOKEN_COLUMN_COUNT)})",
-                token_row(token),
-            )
-
-    async def find_token(self, digest: str) -> TokenRecord | None:
-        async with self._pool.connection() as db:
-            cursor = await db.execute(f"SELECT {TOKEN_COLUMNS} FROM tokens WHERE digest = %s", (digest,))
-            row = await cursor.fetchone()
-            return token_from_row(row) if row else None
-
-    async def list_tokens(self, tenant: str = "") -> list[TokenRecord]:
-        async with self._pool.connection() as db:
-            cursor = await db.execute(*tokens_query(tenant, "%s"))
-            return [token_from_row(row) for row in await cursor.fetchall()]
-
-    async def revoke_token(self, token_id: str, tenant: str = "") -> TokenRecord | None:
-        async with self._pool.connection() as db, db.transaction():
-            cursor = await db.execute(
-                f"SELECT {TOKEN_COLUMNS} FROM tokens WHERE id = %s AND revoked = 0 FOR UPDATE", (token_id,)
-            )
-            row = await cursor.fetchone()
-            if row is None or (tenant and row[2] != tenant):
-                return None
-            await db.execute("UPDATE tokens SET revoked = 1 WHERE id = %s", (token_id,))
-            return token_from_row(row)
-
-    async def touch_token(self, token_id: str, at: float) -> None:
-        async with self._pool.connection() as db:
-            await db.execute("UPDATE tokens SET last_used_at = %s WHERE id = %s", (at, token_id))
-
-    async def save_audit(self, entry: AuditRecord) -> None:
-        async with self._pool.connection() as db, db.transaction():
-            await db.execute(
-                f"INSERT INTO audit ({AUDIT_COLUMNS}) VALUES ({', '.join(['%s'] * 8)})", audit_row(entry)
-            )
-            await db.execute(*audit_prune("%s"))
-
-    async def list_audit(self, since: float = 0.0, tenant: str = "", limit: int = 1000) -> list[AuditRecord]:
-        async with self._pool.connection() as db:
-            cursor = await db.execute(*audit_query(since, tenant, limit, "%s"))
-            return [audit_from_row(row) for row in await cursor.fetchall()]
 
     # ----------------------------------------------------------------- reads
 

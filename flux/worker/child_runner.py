@@ -1,0 +1,67 @@
+"""The parent's side of a sync body run in its own process (``python -m flux.worker.child``): the
+job sent down its stdin, its heartbeats and result read back, the process killed if stopped. Its
+own module since it is the one place the worker spawns a process; executions.py only calls it."""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import json
+import sys
+from collections.abc import Callable
+
+from flux.context import ExecutionContext
+from flux.domain.execution import ExecutionError
+from flux.worker.heartbeats import Heartbeats
+
+
+async def in_child(
+    fn: Callable[..., object], ctx: ExecutionContext[object], beats: Heartbeats
+) -> tuple[str | None, ExecutionError | None]:
+    """Run a sync body in ``python -m flux.worker.child``; killed if this task is cancelled."""
+    module = inspect.getmodule(fn)
+    path = getattr(module, "__file__", None)
+    if module is None or path is None:
+        return None, ExecutionError("WorkflowCodeError", "the workflow's file could not be found to run it")
+    job = {
+        "path": path,
+        "module": module.__name__,
+        "entrypoint": fn.__name__,
+        "interval": beats.interval,
+        "context": {
+            "input": ctx.input,
+            "execution_id": ctx.execution_id,
+            "workflow_name": ctx.workflow_name,
+            "worker_name": ctx.worker_name,
+            "attempt": ctx.attempt,
+            "assigned_gpus": list(ctx.assigned_gpus),
+            "last_heartbeat": ctx.last_heartbeat,
+        },
+    }
+    process = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "flux.worker.child",
+        stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE, limit=64 << 20,
+    )  # fmt: skip
+    assert process.stdin is not None and process.stdout is not None
+    try:
+        process.stdin.write(json.dumps(job).encode() + b"\n")
+        await process.stdin.drain()
+        process.stdin.close()
+        while True:
+            line = await process.stdout.readline()
+            if not line:
+                code = await process.wait()
+                return None, ExecutionError(
+                    "ChildProcessError", f"the body's process ended without a result (exit {code})"
+                )
+            item = json.loads(line)
+            if item[0] == "beat":
+                beats.raw_beat(item[1])
+            elif item[0] == "ok":
+                return item[1], None
+            else:
+                return None, ExecutionError(item[1], item[2], item[3], tuple(item[4]))
+    finally:
+        if process.returncode is None:
+            process.kill()  # stopped (cancelled) or done: never leave the body running
+            await asyncio.shield(process.wait())
