@@ -19,7 +19,7 @@ from psycopg_pool import AsyncConnectionPool
 
 from flux.domain.execution import Execution, ExecutionError
 from flux.domain.workflow import WorkflowRecord
-from flux.store import limit_rows, notices
+from flux.store import notices
 from flux.store.admin_rows import (
     AUDIT_COLUMNS,
     TOKEN_COLUMN_COUNT,
@@ -44,10 +44,12 @@ from flux.store.base import (
     WorkerIdentity,
 )
 from flux.store.postgres.cluster import Membership
+from flux.store.postgres.flow import held as flow_held
+from flux.store.postgres.limits import delete_limit, list_limits, save_limits
 from flux.store.postgres.listener import Listener
 from flux.store.postgres.quota import held as held_by_tenant
 from flux.store.postgres.quota import prune_preemptions, take_preemption
-from flux.store.postgres.rows import COLUMNS, announce, owned_row
+from flux.store.postgres.rows import COLUMNS, announce, owned_row, redacted
 from flux.store.postgres.schema import migrate
 from flux.store.postgres.waiting import fail_waiting
 from flux.store.postgres.writer import Writer
@@ -66,7 +68,7 @@ from flux.store.rows import (
     workflow_row,
     workflows_query,
 )
-from flux.store.shared import QuotaGuard
+from flux.store.shared import FlowGuard, FlowRow, QuotaGuard
 
 # Advisory lock keys: see schema.py for the others, which must not collide with these.
 WORKFLOWS_LOCK = 0x464C555A  # registrations take the next version one at a time
@@ -224,6 +226,15 @@ class PostgresStore(Store):
     def quota_guard(self, guard: QuotaGuard | None) -> None:
         self._writes.quota_guard = guard
 
+    @property
+    def flow_guard(self) -> FlowGuard | None:
+        """Set on replicas: each claim of limited work admits only what limits allow cluster-wide."""
+        return self._writes.flow_guard
+
+    @flow_guard.setter
+    def flow_guard(self, guard: FlowGuard | None) -> None:
+        self._writes.flow_guard = guard
+
     async def prune_dispatches(self, before: float, batch: int = PRUNE_BATCH) -> int:
         """Delete the dispatch rows of executions finished before ``before`` (epoch seconds).
 
@@ -329,21 +340,13 @@ class PostgresStore(Store):
             return [(row[0], row[1]) for row in await cursor.fetchall()]
 
     async def save_limits(self, limits: list[tuple[str, str, str]]) -> None:
-        now = time.time()
-        async with self._pool.connection() as db, db.transaction():
-            for tenant, name, spec in limits:
-                await db.execute(limit_rows.save_sql("%s"), (tenant, name, spec, now))
+        await save_limits(self._pool, self.replica_id, limits)
 
     async def delete_limit(self, tenant: str, name: str) -> bool:
-        async with self._pool.connection() as db:
-            cursor = await db.execute(limit_rows.delete_sql("%s"), (tenant, name))
-            return cursor.rowcount > 0
+        return await delete_limit(self._pool, self.replica_id, tenant, name)
 
     async def list_limits(self, tenant: str = "") -> list[tuple[str, str, str]]:
-        sql, params = limit_rows.list_sql(tenant, "%s")
-        async with self._pool.connection() as db:
-            cursor = await db.execute(sql, params)
-            return [(row[0], row[1], row[2]) for row in await cursor.fetchall()]
+        return await list_limits(self._pool, tenant)
 
     async def save_token(self, token: TokenRecord) -> None:
         async with self._pool.connection() as db:
@@ -435,6 +438,11 @@ class PostgresStore(Store):
         async with self._pool.connection() as db:
             return await held_by_tenant(db, self.replica_id)
 
+    async def flow_held(self) -> list[FlowRow]:
+        """Every limited row a worker holds now, whichever replica's (see flow.py)."""
+        async with self._pool.connection() as db:
+            return await flow_held(db)
+
     async def take_preemption(self, preemptor: str, now: float, stale_before: float) -> bool:
         """Whether this replica may preempt for ``preemptor`` (see quota.py)."""
         async with self._pool.connection() as db:
@@ -451,12 +459,3 @@ class PostgresStore(Store):
                 f"created_at, attempt, attempts NOT IN ('', '[]') FROM executions WHERE state = {CREATED} ORDER BY seq"
             )
             return [PendingRef(*row) for row in await cursor.fetchall()]
-
-
-def redacted(url: str) -> str:
-    """A database URL without its password, for logs and errors."""
-    scheme, sep, rest = url.partition("://")
-    credentials, at, host = rest.rpartition("@")
-    if not at or ":" not in credentials:
-        return url
-    return f"{scheme}{sep}{credentials.split(':', 1)[0]}:***@{host}"
