@@ -17,7 +17,9 @@ from flux.store import limit_rows
 _ANNOUNCE = "SELECT pg_notify('flux_limits', %s)"
 
 
-async def save_limits(pool: AsyncConnectionPool[Any], replica_id: str, limits: list[tuple[str, str, str]]) -> None:
+async def save_limits(
+    pool: AsyncConnectionPool[Any], replica_id: str, limits: list[tuple[str, str, str]]
+) -> None:
     now = time.time()
     async with pool.connection() as db, db.transaction():
         for tenant, name, spec in limits:
