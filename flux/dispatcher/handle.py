@@ -26,6 +26,7 @@ if TYPE_CHECKING:
     from flux.dispatcher.state.flow import FlowUsage
     from flux.dispatcher.state.freezing import Freezer
     from flux.dispatcher.state.lifecycle import Lifecycle
+    from flux.dispatcher.state.named_limits import LimitBook
     from flux.dispatcher.state.pings import Pinger
     from flux.dispatcher.state.quotas import TenantUsage
     from flux.dispatcher.state.registry import WorkerRegistration, WorkerRegistry
@@ -118,6 +119,7 @@ class Handle(Protocol):
     watchers: Watchers
     usage: TenantUsage
     flow: FlowUsage
+    limits: LimitBook
     tenants: TenantDirectory
     events: Lifecycle
     clock: Callable[[], float]

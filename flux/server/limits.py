@@ -80,7 +80,7 @@ class LimitService(limits_pb2_grpc.LimitServiceServicer):
     async def GetLimit(self, request: limits_pb2.GetLimitRequest, context: grpc.aio.ServicerContext):
         _, tenant = await self._scope(context, request.tenant)
         limit = self.limits.get(tenant, request.name)
-        usage = self.dispatcher.flow.limit_usage(tenant, limit.name)
+        usage = await self.dispatcher.flow.cluster_usage(tenant, limit.name)
         top = request.top if request.top > 0 else DEFAULT_TOP
         return limits_pb2.GetLimitResponse(
             limit=limit_to_proto(limit, tenant),

@@ -1,7 +1,7 @@
 """The durable store: what the dispatcher needs, nothing about SQL.
 
 - ``base``: the ``Store`` interface and its records (``ExecutionQuery``, ``WorkerRecord``, …).
-- ``shared``: what a store shared by several replicas adds (``SharedStore``, ``QuotaGuard``).
+- ``shared``: what a store shared by several replicas adds (``SharedStore``, ``QuotaGuard``, ``FlowGuard``).
 - ``sqlite``: ``SqliteStore``, one server; ``postgres``: ``PostgresStore``, several replicas.
 - ``notices``: the wake-ups replicas send each other; ``group_commit``, ``rows``,
   ``admin_rows``: the backends' shared parts.
@@ -30,10 +30,10 @@ from flux.store.base import (
     WorkerRecord,
     WorkflowRecord,
 )
-from flux.store.shared import ClusterMembership, QuotaGuard, SharedStore
+from flux.store.shared import ClusterMembership, FlowGuard, FlowRow, QuotaGuard, SharedStore
 
 __all__ = [
-    "AuditRecord", "ClusterMembership", "Conflict", "ExecutionQuery", "Held", "PendingRef",
+    "AuditRecord", "ClusterMembership", "Conflict", "ExecutionQuery", "FlowGuard", "FlowRow", "Held", "PendingRef",
     "PostgresStore", "QuotaGuard", "Recovered", "SharedStore", "SqliteStore", "Store", "StoreError",
     "TokenRecord", "WorkerIdentity", "WorkerRecord", "WorkflowRecord", "notices",
 ]  # fmt: skip

@@ -60,7 +60,17 @@ class TenantsChanged:
     replica: str
 
 
-Notice = PendingAdded | Cancelled | Finished | WorkerMoved | PauseChanged | WorkflowsChanged | TenantsChanged
+@dataclass(frozen=True, slots=True)
+class LimitsChanged:
+    """A replica created, changed or deleted named limits: the others reload them at once."""
+
+    replica: str
+
+
+Notice = (
+    PendingAdded | Cancelled | Finished | WorkerMoved | PauseChanged | WorkflowsChanged | TenantsChanged
+    | LimitsChanged
+)  # fmt: skip
 
 # channel -> the notice its payload becomes
 CHANNELS = {
@@ -71,6 +81,7 @@ CHANNELS = {
     "flux_paused": PauseChanged,
     "flux_workflows": WorkflowsChanged,
     "flux_tenants": TenantsChanged,
+    "flux_limits": LimitsChanged,
 }
 
 

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any, Protocol, runtime_checkable
 
 from flux.domain.execution import Execution, ExecutionError
@@ -22,11 +23,28 @@ from flux.domain.workflow import WorkflowRecord
 from flux.store.base import Held, PendingRef, WorkerRecord
 from flux.store.notices import Notice
 
-__all__ = ["ClusterMembership", "QuotaGuard", "SharedStore"]
+__all__ = ["ClusterMembership", "FlowGuard", "FlowRow", "QuotaGuard", "SharedStore"]
 
 # Given what every tenant holds and the dispatches of one claim (in placement order), the ids
 # that claim must not take. The dispatcher's quotas make it; the store applies it in the claim.
 QuotaGuard = Callable[[list[Held], list[Execution]], set[str]]
+
+
+@dataclass(frozen=True, slots=True)
+class FlowRow:
+    """A flow-limited row as the claim reads it: enough to name the budgets it needs."""
+
+    execution_id: str
+    tenant: str
+    workflow_name: str
+    workflow_version: int
+    flow_keys: tuple[tuple[str, str], ...]
+
+
+# Given the limited rows every replica's workers hold (SCHEDULED, RUNNING) and the limited rows
+# one claim wants (in placement order), the ids that claim must not take: a concurrency budget
+# is full cluster-wide. The dispatcher makes it (modes/shared/flow_guard.py); the store applies it.
+FlowGuard = Callable[[list[FlowRow], list[FlowRow]], set[str]]
 
 
 @runtime_checkable
@@ -91,6 +109,8 @@ class SharedStore(Protocol):
 
     # Settable: the binder sets it while tenants have terms, and clears it.
     quota_guard: QuotaGuard | None
+    # Set by the binder at start: each claim admits only what flow control allows cluster-wide.
+    flow_guard: FlowGuard | None
 
     @property
     def replica_id(self) -> str:
@@ -133,6 +153,9 @@ class SharedStore(Protocol):
 
     async def held(self) -> list[Held]:
         """What every tenant holds now on every replica's workers (what quotas count)."""
+
+    async def flow_held(self) -> list[FlowRow]:
+        """Every flow-limited row held now on every replica's workers (what concurrency limits count)."""
 
     async def take_preemption(self, preemptor: str, now: float, stale_before: float) -> bool:
         """Whether this replica, and no other, may preempt for ``preemptor`` (still pending)."""

@@ -21,7 +21,7 @@ from flux.domain.resource_request import ResourceRequest
 from flux.domain.workflow import WorkflowRecord
 from flux.store import notices
 from flux.store.base import Held, PendingRef, WorkerIdentity, WorkerRecord
-from flux.store.shared import QuotaGuard
+from flux.store.shared import FlowGuard, FlowRow, QuotaGuard
 from tests.unit.memory_store import MemoryStore
 
 HELD = (State.SCHEDULED, State.RUNNING)
@@ -32,11 +32,13 @@ class SharedMemoryStore(MemoryStore):
     # Declared on the class, as PostgresStore's, so tests/unit/test_handle.py sees them there.
     cluster: MemoryCluster
     quota_guard: QuotaGuard | None
+    flow_guard: FlowGuard | None
 
     def __init__(self) -> None:
         super().__init__()
         self.cluster = MemoryCluster(self)
         self.quota_guard = None
+        self.flow_guard = None
         self.claims: list[tuple[list[Execution], asyncio.Future[dict[str, Execution]]]] = []
         self.inserted: list[Execution] = []
         self.fail_next_insert: Exception | None = None  # the next insert_dispatched raises it
@@ -147,6 +149,13 @@ class SharedMemoryStore(MemoryStore):
 
     async def held(self) -> list[Held]:
         return self._held()
+
+    async def flow_held(self) -> list[FlowRow]:
+        return [
+            FlowRow(e.execution_id, e.tenant, e.workflow.name, e.workflow.version, e.flow_keys)
+            for e in self.executions.values()
+            if e.state in HELD and e.flow_keys
+        ]
 
     async def take_preemption(self, preemptor: str, now: float, stale_before: float) -> bool:
         row = self.executions.get(preemptor)

@@ -5,8 +5,9 @@ An execution's gates come from its workflow's declaration and its stored keys: t
 concurrency budget per key (``"c/<tenant>/<workflow>/<key>"``, every version sharing it) and its
 rate budget per key (``"r/…"``), and for each named limit it declares (``limits=["openai"]``,
 state/named_limits.py) the tenant's budgets of that limit (``"lc/<tenant>/<name>/<key>"`` and
-``"lr/…"``; the key is "" unless the limit is ``per_key``). Budgets are this server's: on PostgreSQL replicas each replica
-keeps its own (see the module's note in the README: cluster-wide budgets are not built yet).
+``"lr/…"``; the key is "" unless the limit is ``per_key``). Budgets are this server's: on PostgreSQL
+replicas each replica admits through its own, and the claim makes concurrency exact cluster-wide
+(modes/shared/flow_guard.py; ``cluster`` then answers ``flux limit show`` from every replica's use).
 
 What ``FlowControl`` admits later (a slot freed, a token came due) is queued here with a fresh
 place in line, so a key that gets a slot back goes behind the other keys already waiting for a
@@ -15,7 +16,7 @@ worker: round-robin across keys holds at the workers too, not only at the budget
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
 from flux.dispatcher.state.deadlines import Kind
@@ -52,12 +53,18 @@ def named_gates(tenant: str, limit: NamedLimit, key: str) -> tuple[Gate, ...]:
 
 def gates_of(record: WorkflowRecord, execution: Execution, named: Named | None = None) -> tuple[Gate, ...]:
     """The budgets ``execution`` needs (none for an unlimited workflow)."""
+    return gates_for(record, execution.tenant, dict(execution.flow_keys), named)
+
+
+def gates_for(
+    record: WorkflowRecord, tenant: str, keys: dict[str, str], named: Named | None = None
+) -> tuple[Gate, ...]:
+    """The budgets an execution of ``record`` in ``tenant`` with these flow keys needs."""
     flow = record.flow
     if flow.empty:
         return ()
-    keys = dict(execution.flow_keys)
     gates: list[Gate] = []
-    scope = f"{execution.tenant}/{record.name}"
+    scope = f"{tenant}/{record.name}"
     if flow.concurrency is not None:
         c = flow.concurrency
         key = keys.get("concurrency", "")
@@ -70,9 +77,9 @@ def gates_of(record: WorkflowRecord, execution: Execution, named: Named | None =
         gates.append(Gate(f"r/{scope}/{key}", label, rate=r.per_second, burst=r.bucket, limit=record.name))
     if named is not None:
         for name in flow.limits:
-            limit = named(execution.tenant, name)
+            limit = named(tenant, name)
             if limit is not None:
-                gates.extend(named_gates(execution.tenant, limit, keys.get("limits", "")))
+                gates.extend(named_gates(tenant, limit, keys.get("limits", "")))
     return tuple(gates)
 
 
@@ -92,6 +99,8 @@ class FlowUsage:
         self.control = FlowControl()
         # The tenants' named limits, read at each admission (a change applies from then on).
         self.named = named
+        # Replicas: every replica's use of the concurrency budgets, {budget: in use} (the binder sets it).
+        self.cluster: Callable[[], Awaitable[dict[str, int]]] | None = None
 
     def admit(self, execution: Execution) -> bool:
         """Whether ``execution`` may enter the queue now (charged if so); else it waits here."""
@@ -176,6 +185,20 @@ class FlowUsage:
                 row = keys.setdefault(gate.budget.split("/", 3)[3], [0, 0])
                 row[0] = max(row[0], in_use)
                 row[1] += waiting
+        return sorted(((k, u, w) for k, (u, w) in keys.items()), key=lambda r: (-r[1] - r[2], r[0]))
+
+    async def cluster_usage(self, tenant: str, name: str) -> list[tuple[str, int, int]]:
+        """``limit_usage``, in use counted over every replica's workers where replicas share a store."""
+        usage = self.limit_usage(tenant, name)
+        limit = self.named(tenant, name) if self.named is not None else None
+        if self.cluster is None or limit is None or limit.concurrency is None:
+            return usage  # a rate's use (admitted, not yet placed) is this replica's
+        concurrency = named_prefixes(tenant, name)[0]
+        in_use = {
+            b[len(concurrency) :]: n for b, n in (await self.cluster()).items() if b.startswith(concurrency)
+        }
+        keys = {k: [in_use.pop(k, 0), w] for k, _, w in usage}
+        keys.update((k, [n, 0]) for k, n in in_use.items())
         return sorted(((k, u, w) for k, (u, w) in keys.items()), key=lambda r: (-r[1] - r[2], r[0]))
 
     def blocked(self, execution_id: str) -> Blocked | None:

@@ -3,8 +3,8 @@ read from memory at every admission, and each change handed to flow control at o
 
 The book holds every tenant's limits in memory (a few per tenant), loaded at start and written
 through on each change; ``on_change`` (``FlowUsage.limit_changed``) applies a change to the
-work waiting on it. On PostgreSQL replicas each replica reloads on its next start only: see the
-flow-control guide's "Not built yet".
+work waiting on it. On PostgreSQL replicas a change made through another replica arrives as a
+notice (``LimitsChanged``), and ``reload`` applies what differs the same way.
 """
 
 from __future__ import annotations
@@ -32,6 +32,14 @@ class LimitBook:
             (tenant, name): NamedLimit.from_dict(json.loads(spec), name)
             for tenant, name, spec in await self.store.list_limits()
         }
+
+    async def reload(self) -> None:
+        """Read the limits again (another replica changed some): each one that differs applies now."""
+        before = self._limits
+        await self.load()
+        for key in sorted(before.keys() | self._limits.keys()):
+            if before.get(key) != self._limits.get(key):
+                self._changed(*key)
 
     def find(self, tenant: str, name: str) -> NamedLimit | None:
         """From memory: called at every admission of a workflow that names limits."""

@@ -30,6 +30,7 @@ and its announcements), ``cluster`` (heartbeats, the worker directory,
 adoption, the sweep), ``quota`` (quotas and preemption across replicas).
 """
 
-from flux.store.postgres.store import PostgresStore, redacted
+from flux.store.postgres.rows import redacted
+from flux.store.postgres.store import PostgresStore
 
 __all__ = ["PostgresStore", "redacted"]

@@ -10,7 +10,6 @@ import time
 
 from psycopg_pool import AsyncConnectionPool
 
-from flux.store import limit_rows
 from flux.store.admin_rows import (
     AUDIT_COLUMNS,
     TOKEN_COLUMN_COUNT,
@@ -24,12 +23,14 @@ from flux.store.admin_rows import (
     tokens_query,
 )
 from flux.store.base import AuditRecord, TokenRecord
+from flux.store.postgres.limits import delete_limit, list_limits, save_limits
 
 
 class AdminTables:
     """Pools, tenants, tokens and audit over the store's pool of connections (store.py)."""
 
     _pool: AsyncConnectionPool
+    replica_id: str
     replica_id: str
 
     async def save_pools(self, pools: list[tuple[str, str]]) -> None:
@@ -73,21 +74,13 @@ class AdminTables:
             return [(row[0], row[1]) for row in await cursor.fetchall()]
 
     async def save_limits(self, limits: list[tuple[str, str, str]]) -> None:
-        now = time.time()
-        async with self._pool.connection() as db, db.transaction():
-            for tenant, name, spec in limits:
-                await db.execute(limit_rows.save_sql("%s"), (tenant, name, spec, now))
+        await save_limits(self._pool, self.replica_id, limits)
 
     async def delete_limit(self, tenant: str, name: str) -> bool:
-        async with self._pool.connection() as db:
-            cursor = await db.execute(limit_rows.delete_sql("%s"), (tenant, name))
-            return cursor.rowcount > 0
+        return await delete_limit(self._pool, self.replica_id, tenant, name)
 
     async def list_limits(self, tenant: str = "") -> list[tuple[str, str, str]]:
-        sql, params = limit_rows.list_sql(tenant, "%s")
-        async with self._pool.connection() as db:
-            cursor = await db.execute(sql, params)
-            return [(row[0], row[1], row[2]) for row in await cursor.fetchall()]
+        return await list_limits(self._pool, tenant)
 
     async def save_token(self, token: TokenRecord) -> None:
         async with self._pool.connection() as db:

@@ -50,3 +50,12 @@ async def announce(db: psycopg.AsyncConnection[Any], written: list[Execution]) -
 
 def error_json(error: ExecutionError) -> str:
     return json.dumps([error.type, error.message, error.traceback])
+
+
+def redacted(url: str) -> str:
+    """A database URL without its password, for logs and errors."""
+    scheme, sep, rest = url.partition("://")
+    credentials, at, host = rest.rpartition("@")
+    if not at or ":" not in credentials:
+        return url
+    return f"{scheme}{sep}{credentials.split(':', 1)[0]}:***@{host}"

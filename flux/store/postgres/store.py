@@ -23,10 +23,11 @@ from flux.store import notices
 from flux.store.base import ExecutionQuery, Held, PendingRef, Recovered, Store, StoreError, WorkerIdentity
 from flux.store.postgres.admin import AdminTables
 from flux.store.postgres.cluster import Membership
+from flux.store.postgres.flow import held as flow_held
 from flux.store.postgres.listener import Listener
 from flux.store.postgres.quota import held as held_by_tenant
 from flux.store.postgres.quota import prune_preemptions, take_preemption
-from flux.store.postgres.rows import COLUMNS, announce, owned_row
+from flux.store.postgres.rows import COLUMNS, announce, owned_row, redacted
 from flux.store.postgres.schema import migrate
 from flux.store.postgres.waiting import fail_waiting
 from flux.store.postgres.writer import Writer
@@ -45,7 +46,7 @@ from flux.store.rows import (
     workflow_row,
     workflows_query,
 )
-from flux.store.shared import QuotaGuard
+from flux.store.shared import FlowGuard, FlowRow, QuotaGuard
 
 # Advisory lock keys: see schema.py for the others, which must not collide with these.
 WORKFLOWS_LOCK = 0x464C555A  # registrations take the next version one at a time
@@ -203,6 +204,15 @@ class PostgresStore(AdminTables, Store):
     def quota_guard(self, guard: QuotaGuard | None) -> None:
         self._writes.quota_guard = guard
 
+    @property
+    def flow_guard(self) -> FlowGuard | None:
+        """Set on replicas: each claim of limited work admits only what limits allow cluster-wide."""
+        return self._writes.flow_guard
+
+    @flow_guard.setter
+    def flow_guard(self, guard: FlowGuard | None) -> None:
+        self._writes.flow_guard = guard
+
     async def prune_dispatches(self, before: float, batch: int = PRUNE_BATCH) -> int:
         """Delete the dispatch rows of executions finished before ``before`` (epoch seconds).
 
@@ -312,6 +322,11 @@ class PostgresStore(AdminTables, Store):
         async with self._pool.connection() as db:
             return await held_by_tenant(db, self.replica_id)
 
+    async def flow_held(self) -> list[FlowRow]:
+        """Every limited row a worker holds now, whichever replica's (see flow.py)."""
+        async with self._pool.connection() as db:
+            return await flow_held(db)
+
     async def take_preemption(self, preemptor: str, now: float, stale_before: float) -> bool:
         """Whether this replica may preempt for ``preemptor`` (see quota.py)."""
         async with self._pool.connection() as db:
@@ -328,12 +343,3 @@ class PostgresStore(AdminTables, Store):
                 f"created_at, attempt, attempts NOT IN ('', '[]') FROM executions WHERE state = {CREATED} ORDER BY seq"
             )
             return [PendingRef(*row) for row in await cursor.fetchall()]
-
-
-def redacted(url: str) -> str:
-    """A database URL without its password, for logs and errors."""
-    scheme, sep, rest = url.partition("://")
-    credentials, at, host = rest.rpartition("@")
-    if not at or ":" not in credentials:
-        return url
-    return f"{scheme}{sep}{credentials.split(':', 1)[0]}:***@{host}"

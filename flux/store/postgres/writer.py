@@ -19,10 +19,11 @@ from psycopg.rows import dict_row
 
 from flux.domain.execution import Execution, State
 from flux.store.group_commit import GroupCommit, fail
+from flux.store.postgres.flow import guarded as flow_guarded
 from flux.store.postgres.quota import guarded
 from flux.store.postgres.rows import COLUMNS, UNNESTED, announce, owned_row, unnested
 from flux.store.rows import CREATED, FINISHED, SCHEDULED, execution_from_row
-from flux.store.shared import QuotaGuard
+from flux.store.shared import FlowGuard, QuotaGuard
 
 # Insert a new execution, or update one this replica may write: the same
 # generation, not finished, and either pending (shared) or owned by us.
@@ -83,6 +84,8 @@ class Writer:
         self.replica_id = replica_id
         # Set while tenants have terms: each claim then admits only what quotas allow cluster-wide.
         self.quota_guard: QuotaGuard | None = None
+        # Set on replicas: each claim of limited work admits only what the limits allow cluster-wide.
+        self.flow_guard: FlowGuard | None = None
         self._conn: psycopg.AsyncConnection[Any] | None = None
         self._claims: list[_Claim] = []
         self._inserts: list[tuple[Execution, asyncio.Future[None]]] = []
@@ -187,6 +190,9 @@ class Writer:
                 await writer.execute(_RELAXED)
                 if self.quota_guard is not None:
                     refused = await guarded(writer, self.replica_id, self.quota_guard, wanted)
+                    wanted = [e for e in wanted if e.execution_id not in refused]
+                if self.flow_guard is not None and wanted:
+                    refused = await flow_guarded(writer, self.flow_guard, wanted)
                     wanted = [e for e in wanted if e.execution_id not in refused]
                 ids = [e.execution_id for e in wanted]
                 workers = [e.worker for e in wanted]

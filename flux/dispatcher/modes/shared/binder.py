@@ -1,8 +1,8 @@
 """Replicas bind by claiming: reserve here, claim the row in PostgreSQL, push only what was won.
 
 ``bind`` answers, once the claim lands, one ``Bound`` per placement: won, lost (another
-replica claimed it first, or it was cancelled), refused by a tenant's quota, or failed with
-the claim. The cycle applies them (cycle/placing.py: push, or unreserve and drop or requeue).
+replica claimed it first, or it was cancelled, or a key's concurrency is full cluster-wide:
+flow_guard.py), refused by a tenant's quota, or failed with the claim. The cycle applies them (cycle/placing.py: push, or unreserve and drop or requeue).
 """
 
 from __future__ import annotations
@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING
 from flux.dispatcher.cycle.placing import scheduled_row
 from flux.dispatcher.handle import Bound, Outcome
 from flux.dispatcher.modes.shared import waiting
+from flux.dispatcher.modes.shared.flow_guard import ClusterFlow
 from flux.dispatcher.state.worker_entry import WorkerEntry
 from flux.dispatcher.transitions import cancel, submission
 from flux.domain.execution import Execution, ExecutionError, State
@@ -41,9 +42,18 @@ class SharedBinder:
         # Placed and reserved here, claim in flight: neither pending nor dispatched yet. Counted:
         # a placement refused is placed and claimed again before its first claim is let go.
         self.claiming: Counter[str] = Counter()
+        # Concurrency limits made exact at the claim, over every replica's workers.
+        self.flow = ClusterFlow()
 
     def attach(self, d: Handle) -> None:
         self.d = d
+        self.flow.attach(d)
+        self.store.flow_guard = self.flow
+        d.flow.cluster = self.flow_in_use
+
+    async def flow_in_use(self) -> dict[str, int]:
+        """Every concurrency budget's use over the whole cluster (``flux limit show``)."""
+        return dict(self.flow.in_use(await self.store.flow_held()))
 
     def bind(self, placements: list[Placement]) -> asyncio.Future[list[Bound]]:
         d, now = self.d, self.d.clock()
@@ -87,7 +97,12 @@ class SharedBinder:
             # A quota's refusal is the claim's, whatever became of it: never left for a later claim.
             was_refused = execution_id in refused
             refused.discard(execution_id)
-            if rows is None:
+            if execution_id in self.flow.refused:
+                # Its key is full on other replicas' workers: forgotten until a slot frees anywhere
+                # (flow_guard.py); back in line here it would be placed and refused again at once.
+                self.flow.refused.discard(execution_id)
+                results.append(Bound(placement, Outcome.LOST if rows is not None else Outcome.FAILED))
+            elif rows is None:
                 results.append(Bound(placement, Outcome.FAILED))
             else:
                 results.append(Bound(placement, Outcome.REFUSED if was_refused else Outcome.LOST))
@@ -110,8 +125,9 @@ class SharedBinder:
         d, execution_id = self.d, execution.execution_id
         shape = d.catalogue.shape_of(execution)
         placement = None
-        # Not while quotas govern: the claim is where they are checked cluster-wide.
-        if d.queue.count(shape) == 0 and self.store.quota_guard is None:
+        # Not while quotas govern, nor for limited work: the claim is where they are checked cluster-wide.
+        limited = not d.catalogue.record_of(execution).flow.empty
+        if d.queue.count(shape) == 0 and self.store.quota_guard is None and not limited:
             d.table.set(execution)
             d.queue_up(execution, shape)
             # Only this submission: aging's starving executions go through the claiming path.

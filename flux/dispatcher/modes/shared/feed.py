@@ -98,11 +98,14 @@ class SharedFeed:
         match notice:
             case notices.PendingAdded(refs):
                 self.mirror(refs)
+                self._slot_freed()  # a requeue gives back its slot
             case notices.Cancelled(execution_id):
                 self.binder.cancelled_elsewhere(execution_id)
+                self._slot_freed()
             case notices.Finished(execution_ids):
                 for execution_id in execution_ids:
                     d.watchers.wake(execution_id)
+                self._slot_freed()
             case notices.WorkerMoved(replica, epoch, name):
                 if replica != self.store.replica_id and epoch > self.store.cluster.epochs.get(name, 0):
                     self.fleet.moved_away(name)
@@ -112,6 +115,17 @@ class SharedFeed:
                 self.tasks.spawn(self.learn_workflows())
             case notices.TenantsChanged(replica) if replica != self.store.replica_id:
                 self.tasks.spawn(self._tenants())
+            case notices.LimitsChanged(replica) if replica != self.store.replica_id:
+                self.tasks.spawn(d.limits.reload())
+
+    def _slot_freed(self) -> None:
+        """A slot may have freed somewhere: what a key's full concurrency refused is read again."""
+        if self.binder.flow.waiting:
+            self.binder.flow.waiting = False
+            self.tasks.spawn(self._pending_again())
+
+    async def _pending_again(self) -> None:
+        self.mirror(await self.store.pending_refs())
 
     def mirror(self, refs: tuple[PendingRef, ...] | list[PendingRef]) -> None:
         """Queue pending executions announced by the database (ours echo back; they are skipped)."""

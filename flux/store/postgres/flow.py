@@ -1,0 +1,59 @@
+"""Flow control across replicas: each claim of limited work counts the whole cluster's use.
+
+Every replica admits work through its own budgets (flux/dispatcher/state/flow.py), which see
+only what it placed itself. The claim transaction is where a concurrency limit is made exact
+cluster-wide, as quota.py does for tenants' quotas: when a claim wants rows with flow keys, it
+takes ``FLOW_LOCK`` (a transaction-scoped advisory lock), reads every limited row held now (the
+SCHEDULED and RUNNING rows with flow keys) and claims only what the flow guard admits. The lock
+is held until the claim commits, so the next claim of limited work (any replica's) counts this
+one's rows: two replicas can never both take a key's last slot.
+
+Nothing is charged or given back by hand: use is recounted from the executions table at each
+claim, so a finish, a cancel, a requeue or a replica killed mid-run frees its slot by the row's
+own state change, with no count to drift. The cost is one read of the limited rows held (an
+index on state) per claim of limited work; claims of unlimited work skip it.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import psycopg
+
+from flux.domain.execution import Execution
+from flux.store.rows import RUNNING, SCHEDULED
+from flux.store.shared import FlowGuard, FlowRow
+
+# "FLUX" + 5; see QUOTA_LOCK (quota.py), always taken before this one.
+FLOW_LOCK = 0x464C555D
+
+_COLUMNS = "execution_id, tenant, workflow_name, workflow_version, flow_keys"
+_WANTED = f"SELECT {_COLUMNS} FROM executions WHERE execution_id = ANY(%s) AND flow_keys <> ''"
+_HELD = f"SELECT {_COLUMNS} FROM executions WHERE state IN ({SCHEDULED}, {RUNNING}) AND flow_keys <> ''"
+
+
+async def rows(db: psycopg.AsyncConnection[Any], sql: str, params: tuple[Any, ...] = ()) -> list[FlowRow]:
+    cursor = await db.execute(sql, params)
+    return [
+        FlowRow(execution_id, tenant, name, int(version), tuple(sorted(json.loads(keys).items())))
+        for execution_id, tenant, name, version, keys in await cursor.fetchall()
+    ]
+
+
+async def held(db: psycopg.AsyncConnection[Any]) -> list[FlowRow]:
+    """Every limited row a worker holds now, whichever replica's (``flux limit show``)."""
+    return await rows(db, _HELD)
+
+
+async def guarded(db: psycopg.AsyncConnection[Any], guard: FlowGuard, wanted: list[Execution]) -> set[str]:
+    """Inside the claim's transaction: the ids of ``wanted`` the flow guard refuses (none unlimited).
+
+    The flow keys are read from the rows: a replica's mirror of a pending row does not carry them."""
+    limited = await rows(db, _WANTED, ([e.execution_id for e in wanted],))
+    if not limited:
+        return set()
+    await db.execute("SELECT pg_advisory_xact_lock(%s)", (FLOW_LOCK,))
+    order = {e.execution_id: index for index, e in enumerate(wanted)}
+    limited.sort(key=lambda row: order[row.execution_id])
+    return guard(await held(db), limited)

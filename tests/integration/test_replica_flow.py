@@ -1,0 +1,116 @@
+"""Flow control on two PostgreSQL replicas: a key's concurrency and a named limit hold cluster-wide.
+
+The database is the witness: a sampler reads the SCHEDULED and RUNNING rows of the key while the
+work runs, on both replicas' workers, and never sees more than the limit at once.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+
+from flux.testing import Cluster, eventually
+from flux.v1 import control_pb2
+
+pytestmark = pytest.mark.integration
+
+EXAMPLE = Path(__file__).parents[2] / "examples" / "flow_control.py"
+FAST = ("--ack-deadline", "2", "--grace-period", "2", "--safety-tick", "1")
+COMPLETED = control_pb2.EXECUTION_STATE_COMPLETED
+HELD = "SELECT count(*) FROM executions WHERE state IN (2, 3) AND workflow_name = ANY(?) AND flow_keys LIKE ?"
+
+
+@pytest.fixture
+def replicas(tmp_path: Path, pg_url: str) -> Iterator[Cluster]:
+    """Two replicas with the flow-control example registered and two workers on each."""
+    c = Cluster(tmp_path, db=pg_url)
+    try:
+        c.start_server(*FAST)
+        c.start_replica(*FAST)
+        c.register(EXAMPLE)
+        a, b = c.address, c.replicas[0][1]
+        for name, server in (("wa1", a), ("wa2", a), ("wb1", b), ("wb2", b)):
+            c.start_worker(name, "--capacity", "4", servers=[server])
+        yield c
+    finally:
+        c.close()
+
+
+class Sampler:
+    """The most rows of a query's count seen at once, read every few milliseconds until stopped."""
+
+    def __init__(self, read: Callable[[], int]):
+        self.read = read
+        self.most = 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def __enter__(self) -> Sampler:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join(timeout=10)
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            self.most = max(self.most, self.read())
+            self._stop.wait(0.02)
+
+
+def test_a_key_never_runs_twice_at_once_across_replicas(replicas: Cluster) -> None:
+    a, b = replicas.address, replicas.replicas[0][1]
+
+    def held() -> int:
+        return replicas.query(HELD, ["per_customer"], '%"k"%')[0][0]
+
+    with replicas.client_for(a) as ca, replicas.client_for(b) as cb, Sampler(held) as sampler:
+        ids = [
+            (ca if i % 2 == 0 else cb)
+            .run("per_customer", {"customer": "k", "seconds": 0.6}, wait=False)
+            .execution_id
+            for i in range(6)
+        ]
+        finals = replicas.wait_all(ids, timeout=90)
+    assert all(f.state == COMPLETED for f in finals), finals
+    assert sampler.most == 1, f"{sampler.most} runs of key k at once"
+    # Both replicas' workers took their turns: the limit held across them, not by one doing it all.
+    workers = {w for (w,) in replicas.query("SELECT DISTINCT worker FROM dispatches")}
+    assert len(workers) >= 2, workers
+
+
+def test_a_named_limit_created_through_one_replica_holds_work_submitted_through_the_other(
+    replicas: Cluster,
+) -> None:
+    a, b = replicas.address, replicas.replicas[0][1]
+
+    def held() -> int:
+        return replicas.query(HELD, ["summarise", "translate"], "%")[0][0]
+
+    with replicas.client_for(a) as ca, replicas.client_for(b) as cb:
+        ca.limits.create("openai", concurrency=1)
+        # B hears of it through the database's notice, not at its next start.
+        eventually(lambda: [lim.name for lim in cb.limits.list()] == ["openai"], timeout=2, what="B knows it")
+        with Sampler(held) as sampler:
+            ids = [
+                client.run(name, {"seconds": 1.0}, wait=False).execution_id
+                for client, name in (
+                    (cb, "summarise"),
+                    (cb, "translate"),
+                    (ca, "summarise"),
+                    (cb, "translate"),
+                )
+            ]
+            # B reports the use of the whole cluster, whichever replica's worker runs it.
+            eventually(
+                lambda: sum(k.in_use for k in cb.limits.show("openai").keys) == 1,
+                timeout=30,
+                what="one run in use, shown through B",
+            )
+            finals = replicas.wait_all(ids, timeout=90)
+    assert all(f.state == COMPLETED for f in finals), finals
+    assert sampler.most == 1, f"{sampler.most} runs under limit openai at once"
