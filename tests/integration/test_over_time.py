@@ -155,3 +155,22 @@ def test_explain_lists_the_attempts_of_an_execution_waiting_for_its_retry(timed:
         (1, "w1", "error", "ValueError")
     ]
     timed.client.cancel(execution.execution_id)
+
+
+def test_cancelling_an_execution_waiting_for_its_retry_ends_it_at_once(timed: Cluster) -> None:
+    # The first attempt fails; the next waits 60 s. A cancel then must not wait that out.
+    waiting = timed.client.run(
+        "flaky",
+        None,
+        retry=Retry(max_attempts=3, initial_delay="60s", jitter=False, retry_on=["ConnectionError"]),
+    )
+    eventually(
+        lambda: [a.reason for a in timed.client.get(waiting.execution_id).attempts] == ["error"],
+        what="the first attempt recorded",
+    )
+    before = time.monotonic()
+    timed.client.cancel(waiting.execution_id)
+    final = timed.client.wait(waiting.execution_id, timeout=30)
+    assert final.state == control_pb2.EXECUTION_STATE_CANCELLED
+    assert time.monotonic() - before < 30  # not after the 60 s wait
+    assert [a.attempt for a in final.attempts] == [1]  # the second attempt never started
