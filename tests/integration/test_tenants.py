@@ -489,6 +489,8 @@ def test_a_preempted_execution_that_finishes_anyway_has_its_late_result_refused(
         victim = as_web.get(theirs[3])
         assert victim.state == control_pb2.EXECUTION_STATE_CREATED, victim
         assert victim.attempt == 1 and not victim.output_json
+        # Recorded as preempted, and not an attempt used up (it runs again as attempt 1).
+        assert [a.reason for a in victim.attempts] == ["preempted"]
         log = cluster.workdir / "worker-w1.log"
         eventually(
             lambda: (
