@@ -163,7 +163,7 @@ def fire_timers(d: Handle, now: float) -> bool:
         elif kind is Kind.INFEASIBLE:
             changed |= d.infeasibility.fire(token)
         elif kind is Kind.FLOW:
-            d.flow.refill(execution_id)  # what it admits asks for its own pass
+            d.flow.refill(execution_id, token)  # what it admits asks for its own pass
         else:
             changed |= d.timing.fire(kind, execution_id, token, now)
     return changed
