@@ -2,7 +2,8 @@
 
 Each arrival is one of ``SHAPES``: a quick echo, a short sleep on one or two
 cores, a body that fails, a long sleep cancelled after a random delay, a body that
-sleeps past its timeout, and a shape no worker can ever take. With ``tenants`` (name -> that tenant's clients)
+sleeps past its timeout, a shape no worker can ever take, keyed work (two of a key at
+once) and rated work (2 a second, arriving in bursts of 8). With ``tenants`` (name -> that tenant's clients)
 each arrival is submitted, and later cancelled, as one of them, drawn evenly;
 without, as the run's own (admin) clients. Submissions run in a bounded pool; an arrival
 that finds the pool full is shed (counted, never owed). A submission that
@@ -37,6 +38,8 @@ class Shape:
     weight: float
     seconds: tuple[float, float] = (0.0, 0.0)  # sleep, drawn uniformly
     cancel_after: tuple[float, float] | None = None  # cancel this long after acceptance
+    keys: tuple[str, ...] = ()  # a flow key for the input's "key", drawn evenly
+    count: int = 1  # submitted at once, one after another (a burst)
 
 
 SHAPES = (
@@ -47,6 +50,8 @@ SHAPES = (
     Shape("cancelled", "chaos_sleep", 0.17, (5.0, 20.0), (0.2, 5.0)),
     Shape(NEVER_FITS, "chaos_never_fits", 0.03),
     Shape(TIMES_OUT, "chaos_overrun", 0.03),
+    Shape("keyed", "chaos_keyed", 0.08, (0.2, 1.5), keys=("k1", "k2", "k3")),
+    Shape("paced", "chaos_paced", 0.03, count=8),
 )
 
 
@@ -140,6 +145,8 @@ class Load:
             value: dict[str, object] = {"markers": self.markers}
             if shape.seconds[1]:
                 value["seconds"] = round(self.rng.uniform(*shape.seconds), 3)
+            if shape.keys:
+                value["key"] = self.rng.choice(shape.keys)
             cancel_after = self.rng.uniform(*shape.cancel_after) if shape.cancel_after else None
             tenant = self.rng.choice(list(self.tenants)) if self.tenants else ""
             with self._lock:
@@ -152,6 +159,8 @@ class Load:
 
     def _one(self, shape: Shape, value: dict[str, object], cancel_after: float | None, tenant: str) -> None:
         try:
+            for _ in range(shape.count - 1):
+                self.submit(shape.workflow, value, shape.name, tenant=tenant)
             execution_id = self.submit(shape.workflow, value, shape.name, tenant=tenant)
             if execution_id is not None and cancel_after is not None:
                 with self._lock:

@@ -27,7 +27,7 @@ from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from bench.chaos import faults, invariants
+from bench.chaos import faults, flow_invariants, invariants
 from bench.chaos.faults import Scheduler, Step
 from bench.chaos.invariants import (
     FINAL,
@@ -50,7 +50,17 @@ from flux.testing import Cluster, eventually
 from flux.v1 import control_pb2
 
 STORES = ("sqlite", "postgres")
-SERVER_ARGS = ("--ack-deadline", "3", "--grace-period", "5", "--safety-tick", "1", "--log-format", "json")
+ACK_DEADLINE_S = 3.0
+SERVER_ARGS = (
+    "--ack-deadline",
+    f"{ACK_DEADLINE_S:g}",
+    "--grace-period",
+    "5",
+    "--safety-tick",
+    "1",
+    "--log-format",
+    "json",
+)
 REPLICAS = 3
 CPUS, CAPACITY = 4, 4
 WORKFLOWS = Path(__file__).with_name("workflows.py")
@@ -232,6 +242,27 @@ def _tenant_cores(fleet: ChaosFleet, admin: FluxClient, store: str) -> tuple[str
     return "database", dict(held)
 
 
+def _key_holds(fleet: ChaosFleet) -> tuple[str, dict[tuple[str, str], int]]:
+    """The keyed workflow's SCHEDULED and RUNNING rows now, per (tenant, key), as the store has them."""
+    sql = (
+        "SELECT tenant, flow_keys, count(*) FROM executions WHERE state IN (?, ?) AND workflow_name = ? "
+        "GROUP BY 1, 2"
+    )
+    params = (invariants.SCHEDULED, invariants.RUNNING, flow_invariants.KEYED)
+    if "://" in fleet.cluster.db:
+        import psycopg
+
+        with psycopg.connect(fleet.cluster.db, connect_timeout=2, options="-c statement_timeout=2000") as db:
+            rows = db.execute(sql.replace("?", "%s"), params).fetchall()
+    else:
+        import sqlite3
+
+        with contextlib.closing(sqlite3.connect(fleet.cluster.workdir / fleet.cluster.db, timeout=2)) as db:
+            rows = db.execute(sql, params).fetchall()
+    held = {(tenant, json.loads(keys).get("concurrency", "")): int(n) for tenant, keys, n in rows}
+    return "store", held
+
+
 def _run(fleet: ChaosFleet, seconds: float, seed: int, store: str, markers: Path, rate: float) -> dict:
     cluster = fleet.cluster
     for name in fleet.workers:
@@ -255,7 +286,7 @@ def _run(fleet: ChaosFleet, seconds: float, seed: int, store: str, markers: Path
     load = Load(seed + 1, clients, str(markers), rate, tenants=tenants)
     sampler = Sampler(
         quick, markers, CPUS, CAPACITY, began,
-        tenants=lambda: _tenant_cores(fleet, quick[0], store),
+        tenants=lambda: _tenant_cores(fleet, quick[0], store), keys=lambda: _key_holds(fleet),
     )  # fmt: skip
     recovery: dict[str, list[float]] = {}
     unrecovered: Counter[str] = Counter()
@@ -310,6 +341,10 @@ def _run(fleet: ChaosFleet, seconds: float, seed: int, store: str, markers: Path
         must_time_out={i for i, shape in load.accepted.items() if shape == invariants.TIMES_OUT},
     )  # fmt: skip
     found = invariants.check(observed)
+    paced = {i: records[i] for i, shape in load.accepted.items() if shape == "paced" and i in records}
+    found["flow"] = flow_invariants.over_key_max(sampler.key_samples) + flow_invariants.over_rate(
+        flow_invariants.starts(paced, load.owner), flow_invariants.RateTerms(lag_s=ACK_DEADLINE_S)
+    )
     violations = [v for kind in found.values() for v in kind]
     violations += [invariants.Violation("harness", "faults", error) for error in scheduler.errors]
     # A refusal that is neither an acceptance nor UNAVAILABLE (a store error leaking as INTERNAL,
@@ -342,6 +377,12 @@ def _run(fleet: ChaosFleet, seconds: float, seed: int, store: str, markers: Path
         "overcommit": len(found["overcommit"]),
         "cancelled_completed": len(found["cancelled_completed"]),
         "quota": len(found["quota"]),
+        "flow": {
+            "violations": len(found["flow"]),
+            "key_samples": len(sampler.key_samples),
+            "key_peak": sampler.key_peak,
+            "paced_starts": sum(len(t) for t in flow_invariants.starts(paced, load.owner).values()),
+        },
         "tenants": {
             "terms": TENANTS,
             "samples": len(sampler.tenant_samples),

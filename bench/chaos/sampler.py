@@ -1,5 +1,6 @@
 """Every half second: what each server believes each worker holds, and what each worker really runs;
-and the cores each tenant holds, as the run's ``tenants`` callable reads them.
+the cores each tenant holds, as the run's ``tenants`` callable reads them; and the rows each flow key
+holds, as its ``keys`` callable reads them.
 
 The server side is ``ListWorkers`` on every server that answers (reserved cores
 against advertised, active executions against capacity). The worker side is
@@ -19,6 +20,7 @@ from pathlib import Path
 
 import psutil
 
+from bench.chaos.flow_invariants import KeySample
 from bench.chaos.invariants import Sample, TenantSample
 from flux.client import FluxClient
 from flux.errors import FluxError
@@ -56,12 +58,17 @@ class Sampler:
         self, clients: Sequence[FluxClient], markers: Path, cpus: int, capacity: int,
         began: float, clock: Callable[[], float] = time.monotonic,
         tenants: Callable[[], tuple[str, dict[str, int]] | None] | None = None,
+        keys: Callable[[], tuple[str, dict[tuple[str, str], int]]] | None = None,
     ):  # fmt: skip
         self.clients, self.markers = list(clients), markers
         # (source, cores per tenant) now, or None while nothing can answer; every answer is kept.
         self.tenants = tenants
         self.tenant_samples: list[TenantSample] = []
         self.tenant_peak: dict[str, int] = {}
+        # (source, rows held per (tenant, flow key)) of the keyed workflow now; every answer is kept.
+        self.keys = keys
+        self.key_samples: list[KeySample] = []
+        self.key_peak = 0
         self.cpus, self.capacity = cpus, capacity
         self.began, self.clock = began, clock
         self.kept: list[Sample] = []
@@ -114,6 +121,11 @@ class Sampler:
             self.peak[f"{side}_cpu"] = max(self.peak[f"{side}_cpu"], sample.cpu)
             self.peak[f"{side}_executions"] = max(self.peak[f"{side}_executions"], sample.count)
         self.kept += [s for s in samples if s.cpu > s.cpu_limit or s.count > s.capacity]
+        if self.keys is not None:
+            with contextlib.suppress(Exception):  # the store down or busy just now
+                source, held = self.keys()
+                self.key_samples.append(KeySample(at, source, held))
+                self.key_peak = max([self.key_peak, *held.values()])
         if self.tenants is not None:
             with contextlib.suppress(Exception):  # a server or the database down just now
                 found = self.tenants()

@@ -11,9 +11,10 @@ produced it. The bodies are async: a cancellation or a lost claim stops them.
 import asyncio
 import contextlib
 import os
+import time
 from pathlib import Path
 
-from flux import ExecutionContext, Retry, workflow
+from flux import Concurrency, ExecutionContext, RateLimit, Retry, workflow
 from flux.domain.resource_request import ResourceRequest
 
 
@@ -63,6 +64,24 @@ async def chaos_fail(ctx: ExecutionContext[dict]):
     with _Running(ctx, 1):
         await asyncio.sleep(0.05)
         raise RuntimeError(f"chaos_fail fails on purpose (attempt {ctx.attempt} on {ctx.worker_name})")
+
+
+# Flow control (bench/chaos/flow_invariants.py): at most two of one key at once, per tenant.
+@workflow.with_options(
+    name="chaos_keyed", requests=ResourceRequest(cpu=1), concurrency=Concurrency(max=2, key="key")
+)
+async def chaos_keyed(ctx: ExecutionContext[dict]):
+    with _Running(ctx, 1):
+        await asyncio.sleep(ctx.input["seconds"])
+        return _result(ctx)
+
+
+# At most 2 starts a second per tenant (burst 1), submitted in bursts of 8 so the bucket binds.
+@workflow.with_options(name="chaos_paced", requests=ResourceRequest(cpu=1), rate_limit=RateLimit("2/s"))
+async def chaos_paced(ctx: ExecutionContext[dict]):
+    started = time.time()  # a first try that completes records no attempt: the body says when
+    with _Running(ctx, 1):
+        return {**_result(ctx), "started": started}
 
 
 # Sleeps far past its 1 s timeout: every attempt is stopped for it, and it ends FAILED with reason

@@ -30,10 +30,10 @@ from flux.store.base import (
     WorkerRecord,
     WorkflowRecord,
 )
-from flux.store.shared import ClusterMembership, FlowGuard, FlowRow, QuotaGuard, SharedStore
+from flux.store.shared import Bucket, ClusterMembership, FlowGuard, FlowRow, QuotaGuard, SharedStore
 
 __all__ = [
-    "AuditRecord", "ClusterMembership", "Conflict", "ExecutionQuery", "FlowGuard", "FlowRow", "Held", "PendingRef",
+    "AuditRecord", "Bucket", "ClusterMembership", "Conflict", "ExecutionQuery", "FlowGuard", "FlowRow", "Held", "PendingRef",
     "PostgresStore", "QuotaGuard", "Recovered", "SharedStore", "SqliteStore", "Store", "StoreError",
     "TokenRecord", "WorkerIdentity", "WorkerRecord", "WorkflowRecord", "notices",
 ]  # fmt: skip

@@ -23,7 +23,7 @@ from flux.domain.workflow import WorkflowRecord
 from flux.store.base import Held, PendingRef, WorkerRecord
 from flux.store.notices import Notice
 
-__all__ = ["ClusterMembership", "FlowGuard", "FlowRow", "QuotaGuard", "SharedStore"]
+__all__ = ["Bucket", "ClusterMembership", "FlowGuard", "FlowRow", "QuotaGuard", "SharedStore"]
 
 # Given what every tenant holds and the dispatches of one claim (in placement order), the ids
 # that claim must not take. The dispatcher's quotas make it; the store applies it in the claim.
@@ -41,10 +41,32 @@ class FlowRow:
     flow_keys: tuple[tuple[str, str], ...]
 
 
-# Given the limited rows every replica's workers hold (SCHEDULED, RUNNING) and the limited rows
-# one claim wants (in placement order), the ids that claim must not take: a concurrency budget
-# is full cluster-wide. The dispatcher makes it (modes/shared/flow_guard.py); the store applies it.
-FlowGuard = Callable[[list[FlowRow], list[FlowRow]], set[str]]
+@dataclass(slots=True)
+class Bucket:
+    """A rate budget's token bucket shared by the replicas (PostgreSQL's ``flow_buckets``)."""
+
+    tokens: float
+    # When ``tokens`` was last refilled, on the database's clock (every replica reads the same one).
+    updated_at: float
+
+
+class FlowGuard(Protocol):
+    """The claim's flow control over the cluster. The dispatcher makes it
+    (modes/shared/flow_guard.py); the store applies it inside the claim's transaction."""
+
+    def rates(self, wanted: list[FlowRow]) -> set[str]:
+        """The rate budgets the claim's limited rows need: the store reads their buckets."""
+        ...
+
+    def __call__(
+        self, held: list[FlowRow], wanted: list[FlowRow], buckets: dict[str, Bucket], now: float
+    ) -> set[str]:
+        """Given the limited rows every replica's workers hold (SCHEDULED, RUNNING), the claim's
+        limited rows (in placement order), the shared buckets of ``rates`` (a missing one is
+        full; the guard adds it) and the time: the ids the claim must not take, because a
+        concurrency budget is full or a bucket has no token. Takes the tokens of what it admits
+        from ``buckets``, which the store writes back in the same transaction."""
+        ...
 
 
 @runtime_checkable

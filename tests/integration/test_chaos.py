@@ -44,5 +44,9 @@ def test_a_short_seeded_chaos_run_on_sqlite_loses_nothing(tmp_path: Path) -> Non
     assert by_state.get("COMPLETED", 0) > 0 and by_state.get("FAILED", 0) > 0, summary
     assert by_state.get("CANCELLED", 0) >= document["executions"]["cancel_answered_cancelled"] > 0, summary
     assert by_state.get("CREATED", 0) == document["executions"]["by_shape"].get("never_fits", 0), summary
+    # Keyed and rated work ran under the faults, and the flow invariants had samples and starts to check.
+    flow = document["flow"]
+    assert flow["violations"] == 0 and flow["key_samples"] > 0 and flow["key_peak"] >= 1, summary
+    assert flow["paced_starts"] >= 8, summary
     # Bodies that sleep past their timeout were submitted: "every timeout fires" was checked on them.
     assert document["executions"]["by_shape"].get("times_out", 0) >= 1, summary

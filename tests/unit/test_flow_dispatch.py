@@ -91,3 +91,26 @@ def _key(key: str):
     from flux.dispatcher.transitions.submission import Overrides
 
     return Overrides(key=key)
+
+
+async def test_after_a_restart_a_key_s_running_work_holds_its_slot_before_its_worker_is_back(flux):
+    # Found by the chaos run's key invariant: recovered RUNNING rows were held before they were in
+    # the table, so their slots were not charged and pending work of the key started beside them.
+    from tests.unit.harness import Flux
+
+    await limited(flux, "per_customer", Flow(Concurrency(1, key="customer")))
+    w = await flux.worker(capacity=4)
+    first = await flux.run("per_customer", '{"customer": "acme"}')
+    second = await flux.run("per_customer", '{"customer": "acme"}')
+    w.claim(first)
+    assert flux.state(second) is State.CREATED
+    await flux.d.stop()
+
+    again = await Flux(flux.store, flux.clock).start()
+    try:
+        other = await again.worker("other", capacity=4)
+        assert again.state(first) is State.RUNNING  # waiting for its worker's grace period
+        assert other.scheduled() == []  # acme's one slot is first's
+        assert "key customer=acme at 1/1 running" in (await again.d.why(second)).summary
+    finally:
+        await again.d.stop()

@@ -35,6 +35,10 @@ class Kind(enum.IntEnum):
     FLOW = 8  # a rate budget's next token is due (the execution id field names the budget; token: 0)
 
 
+# Kind.FLOW's tokens: this server's own budget, or (replicas) the budget's bucket shared in the store.
+OWN_BUCKET, SHARED_BUCKET = 0, 1
+
+
 class Timers:
     def __init__(self, clock: Callable[[], float]) -> None:
         self._heap: list[tuple[float, int, Kind, str, int]] = []

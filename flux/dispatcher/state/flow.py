@@ -6,8 +6,10 @@ concurrency budget per key (``"c/<tenant>/<workflow>/<key>"``, every version sha
 rate budget per key (``"r/…"``), and for each named limit it declares (``limits=["openai"]``,
 state/named_limits.py) the tenant's budgets of that limit (``"lc/<tenant>/<name>/<key>"`` and
 ``"lr/…"``; the key is "" unless the limit is ``per_key``). Budgets are this server's: on PostgreSQL
-replicas each replica admits through its own, and the claim makes concurrency exact cluster-wide
-(modes/shared/flow_guard.py; ``cluster`` then answers ``flux limit show`` from every replica's use).
+replicas each replica admits through its own, and the claim makes concurrency exact and a rate's
+bucket shared cluster-wide (modes/shared/flow_guard.py; ``cluster`` then answers ``flux limit
+show`` from every replica's use, and ``shared_token`` is told when a shared bucket that refused a
+claim has a token again).
 
 What ``FlowControl`` admits later (a slot freed, a token came due) is queued here with a fresh
 place in line, so a key that gets a slot back goes behind the other keys already waiting for a
@@ -19,7 +21,7 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
-from flux.dispatcher.state.deadlines import Kind
+from flux.dispatcher.state.deadlines import SHARED_BUCKET, Kind
 from flux.domain.execution import Execution, State
 from flux.matching.flow import Blocked, FlowControl, Gate
 
@@ -101,6 +103,8 @@ class FlowUsage:
         self.named = named
         # Replicas: every replica's use of the concurrency budgets, {budget: in use} (the binder sets it).
         self.cluster: Callable[[], Awaitable[dict[str, int]]] | None = None
+        # Replicas: a shared bucket that refused a claim has a token again (the feed rereads the rows).
+        self.shared_token: Callable[[], None] | None = None
 
     def admit(self, execution: Execution) -> bool:
         """Whether ``execution`` may enter the queue now (charged if so); else it waits here."""
@@ -136,7 +140,11 @@ class FlowUsage:
         if gates:
             self.control.force(execution_id, gates, self.clock())
 
-    def refill(self, budget: str) -> bool:
+    def refill(self, budget: str, bucket: int = 0) -> bool:
+        if bucket == SHARED_BUCKET:
+            if self.shared_token is not None:
+                self.shared_token()
+            return False
         admitted = self.control.refill(budget, self.clock())
         self._queue(admitted)
         self._arm()

@@ -42,10 +42,12 @@ async def recover(d: Handle, recovered: Recovered) -> None:
                 entry = d.registry.entries[execution.worker] = placeholder(
                     execution.worker, tokens.get(execution.worker, ""), now
                 )
+            # In the table before it is held: holding it charges its flow budgets, read from the row
+            # there (a key's slot taken before its worker is back, or pending work would take it).
+            d.table.add(execution)
             entry.hold(
                 execution.execution_id, d.catalogue.record_of(execution).requests, execution.gpu_indices
             )
-            d.table.add(execution)
             d.timing.recovered(execution)
             continue
         if execution.state is State.SCHEDULED:
@@ -163,7 +165,7 @@ def fire_timers(d: Handle, now: float) -> bool:
         elif kind is Kind.INFEASIBLE:
             changed |= d.infeasibility.fire(token)
         elif kind is Kind.FLOW:
-            d.flow.refill(execution_id)  # what it admits asks for its own pass
+            d.flow.refill(execution_id, token)  # what it admits asks for its own pass
         else:
             changed |= d.timing.fire(kind, execution_id, token, now)
     return changed

@@ -12,6 +12,14 @@ Nothing is charged or given back by hand: use is recounted from the executions t
 claim, so a finish, a cancel, a requeue or a replica killed mid-run frees its slot by the row's
 own state change, with no count to drift. The cost is one read of the limited rows held (an
 index on state) per claim of limited work; claims of unlimited work skip it.
+
+A rate is a token bucket, and a bucket cannot be recounted from rows: its tokens are stored, in
+``flow_buckets`` (one row per rate budget: a workflow's or a named limit's, per key), read and
+written under the same lock in the claim's transaction. The guard refills each from its
+``updated_at`` to the database's clock (one clock for every replica, whatever theirs say), takes
+a token per row it admits and refuses a row whose bucket is dry. A missing row is a full bucket,
+so a budget nothing used for long costs nothing; the rows of keys gone quiet stay (a few dozen
+bytes each) until pruned.
 """
 
 from __future__ import annotations
@@ -23,7 +31,7 @@ import psycopg
 
 from flux.domain.execution import Execution
 from flux.store.rows import RUNNING, SCHEDULED
-from flux.store.shared import FlowGuard, FlowRow
+from flux.store.shared import Bucket, FlowGuard, FlowRow
 
 # "FLUX" + 5; see QUOTA_LOCK (quota.py), always taken before this one.
 FLOW_LOCK = 0x464C555D
@@ -56,4 +64,37 @@ async def guarded(db: psycopg.AsyncConnection[Any], guard: FlowGuard, wanted: li
     await db.execute("SELECT pg_advisory_xact_lock(%s)", (FLOW_LOCK,))
     order = {e.execution_id: index for index, e in enumerate(wanted)}
     limited.sort(key=lambda row: order[row.execution_id])
-    return guard(await held(db), limited)
+    buckets, now = await _buckets(db, sorted(guard.rates(limited)))
+    refused = guard(await held(db), limited, buckets, now)
+    if buckets:
+        names = sorted(buckets)
+        await db.execute(
+            _WRITE_BUCKETS,
+            (names, [name.split("/")[1] for name in names], [buckets[n].tokens for n in names],
+             [buckets[n].updated_at for n in names]),
+        )  # fmt: skip
+    return refused
+
+
+# Every budget asked for, its row if it has one, and the database's clock.
+_READ_BUCKETS = """
+SELECT b.budget, f.tokens, f.updated_at, extract(epoch FROM clock_timestamp())::float8
+FROM unnest(%s::text[]) AS b(budget) LEFT JOIN flow_buckets f USING (budget)
+"""
+_WRITE_BUCKETS = """
+INSERT INTO flow_buckets (budget, tenant, tokens, updated_at)
+SELECT * FROM unnest(%s::text[], %s::text[], %s::float8[], %s::float8[])
+ON CONFLICT (budget) DO UPDATE SET tokens = excluded.tokens, updated_at = excluded.updated_at
+"""
+
+
+async def _buckets(db: psycopg.AsyncConnection[Any], names: list[str]) -> tuple[dict[str, Bucket], float]:
+    """The stored buckets of ``names`` (a missing one is left to the guard: full) and the time."""
+    if not names:
+        return {}, 0.0  # concurrency only: no clock needed
+    cursor = await db.execute(_READ_BUCKETS, (names,))
+    found = await cursor.fetchall()
+    buckets = {
+        budget: Bucket(float(tokens), float(at)) for budget, tokens, at, _ in found if tokens is not None
+    }
+    return buckets, float(found[0][3])

@@ -29,7 +29,9 @@ from flux.store.rows import CREATED, RUNNING, SCHEDULED
 #    run_time (older rows: the default policy with their max_attempts, no wait, no attempts recorded).
 # 10: workflows.flow and executions.flow_keys (flow control; older rows limit nothing).
 # 11: the limits table (named limits per tenant; created on open, older databases have none).
-SCHEMA_VERSION = 11
+# 12: flow_buckets, the rate budgets' token buckets shared by the replicas (created on open; a
+#     missing row is a full bucket).
+SCHEMA_VERSION = 12
 
 # pg_advisory locks are keyed by a bigint; Flux's five are "FLUX" and the four after it:
 # this one, cluster.py's SWEEP_LOCK, store.py's WORKFLOWS_LOCK and PRUNE_LOCK, quota.py's QUOTA_LOCK.
@@ -94,6 +96,9 @@ CREATE TABLE IF NOT EXISTS dispatches (
     execution_id TEXT NOT NULL, generation BIGINT NOT NULL, worker TEXT NOT NULL, replica TEXT NOT NULL,
     at DOUBLE PRECISION NOT NULL, PRIMARY KEY (execution_id, generation));
 CREATE INDEX IF NOT EXISTS dispatches_at ON dispatches (at);
+CREATE TABLE IF NOT EXISTS flow_buckets (
+    budget TEXT PRIMARY KEY, tenant TEXT NOT NULL, tokens DOUBLE PRECISION NOT NULL,
+    updated_at DOUBLE PRECISION NOT NULL);
 CREATE TABLE IF NOT EXISTS preemptions (
     preemptor TEXT PRIMARY KEY, replica TEXT NOT NULL, at DOUBLE PRECISION NOT NULL);
 """

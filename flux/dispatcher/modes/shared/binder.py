@@ -1,8 +1,9 @@
 """Replicas bind by claiming: reserve here, claim the row in PostgreSQL, push only what was won.
 
 ``bind`` answers, once the claim lands, one ``Bound`` per placement: won, lost (another
-replica claimed it first, or it was cancelled, or a key's concurrency is full cluster-wide:
-flow_guard.py), refused by a tenant's quota, or failed with the claim. The cycle applies them (cycle/placing.py: push, or unreserve and drop or requeue).
+replica claimed it first, or it was cancelled, or a key's concurrency is full or its rate's
+shared bucket dry cluster-wide: flow_guard.py), refused by a tenant's quota, or failed with the
+claim. The cycle applies them (cycle/placing.py: push, or unreserve and drop or requeue).
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from flux.dispatcher.cycle.placing import scheduled_row
 from flux.dispatcher.handle import Bound, Outcome
 from flux.dispatcher.modes.shared import waiting
 from flux.dispatcher.modes.shared.flow_guard import ClusterFlow
+from flux.dispatcher.state.deadlines import SHARED_BUCKET, Kind
 from flux.dispatcher.state.worker_entry import WorkerEntry
 from flux.dispatcher.transitions import cancel, submission
 from flux.domain.execution import Execution, ExecutionError, State
@@ -44,6 +46,8 @@ class SharedBinder:
         self.claiming: Counter[str] = Counter()
         # Concurrency limits made exact at the claim, over every replica's workers.
         self.flow = ClusterFlow()
+        # Rate budgets with a timer armed for their shared bucket's next token, and when it fires.
+        self.armed: dict[str, float] = {}
 
     def attach(self, d: Handle) -> None:
         self.d = d
@@ -106,7 +110,19 @@ class SharedBinder:
                 results.append(Bound(placement, Outcome.FAILED))
             else:
                 results.append(Bound(placement, Outcome.REFUSED if was_refused else Outcome.LOST))
+        self._arm_shared_buckets()
         return results
+
+    def _arm_shared_buckets(self) -> None:
+        """A timer for each rate whose shared bucket refused a row: its next token's time."""
+        d, now = self.d, self.d.clock()
+        for budget, wait in self.flow.due.items():
+            if self.armed.get(budget, 0.0) <= now:  # none in the heap yet for this budget
+                self.armed[budget] = now + wait
+                d.timers.arm(Kind.FLOW, budget, SHARED_BUCKET, now + wait)
+        self.flow.due.clear()
+        if len(self.armed) > 1024:
+            self.armed = {b: due for b, due in self.armed.items() if due > now}
 
     async def submit(self, execution: Execution) -> None:
         """``_submit``, finished here even if the caller goes away meanwhile (its RPC cut): a row

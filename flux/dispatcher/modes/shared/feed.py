@@ -45,6 +45,7 @@ class SharedFeed:
 
     def attach(self, d: Handle) -> None:
         self.d = d
+        d.flow.shared_token = self._token_due
 
     async def before_start(self) -> None:
         self.store.subscribe(self.on_notice)
@@ -123,6 +124,11 @@ class SharedFeed:
         if self.binder.flow.waiting:
             self.binder.flow.waiting = False
             self.tasks.spawn(self._pending_again())
+
+    def _token_due(self) -> None:
+        """A rate's shared bucket that refused a claim has a token again: read the pending rows."""
+        self.binder.flow.waiting = False
+        self.tasks.spawn(self._pending_again())
 
     async def _pending_again(self) -> None:
         self.mirror(await self.store.pending_refs())
