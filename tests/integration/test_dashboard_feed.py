@@ -17,7 +17,7 @@ import pytest
 
 pytestmark = pytest.mark.integration
 
-UI = Path(__file__).parents[2] / "gateway" / "ui"
+UI = Path(__file__).parents[2] / "gateway" / "browser" / "ui"
 ORIGIN = "http://flux.test"
 
 # A stand-in for fetch: answers any .../events feed per `mode` and /tickets with a ticket, records
