@@ -59,7 +59,17 @@ CONTENT_SECURITY_POLICY = (
 # Which credentials each route takes, by path prefix; the first match wins.
 _OPEN = ("/healthz", "/metrics")
 _WORKER_SESSION = "/workers/{name}/"
-_WORKER_ROUTES = ("connect", "resources", "claim", "claims", "complete", "completions", "release", "source")
+_WORKER_ROUTES = (
+    "connect",
+    "resources",
+    "claim",
+    "claims",
+    "complete",
+    "completions",
+    "release",
+    "heartbeat",
+    "source",
+)
 _STREAMS = ("/executions/{execution_id}/events", "/events")
 
 
