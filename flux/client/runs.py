@@ -169,7 +169,9 @@ class AsyncRunStream:
                     if not write.done():
                         write.cancel()
                 try:
-                    await write
+                    # Shielded: a caller cancelled mid-write must not cancel the write, which in
+                    # grpc.aio cancels the whole call, and with it every other run waiting on it.
+                    await asyncio.shield(write)
                     self._started = call
                 except grpc.RpcError as exc:
                     raise CallEnded(exc) from None
