@@ -11,8 +11,9 @@ from fastapi import APIRouter, Body, Depends, Path, Query, Request
 from fastapi.responses import JSONResponse
 
 from flux.v1 import limits_pb2, limits_pb2_grpc
+from gateway.clients.service import ServiceCalls
 from gateway.security import API_BEARER
-from gateway.wire import OffLoopJSONRoute, protojson, schema, to_message
+from gateway.wire import OffLoopJSONRoute, schema, to_message
 
 router = APIRouter(tags=["limits"], dependencies=[Depends(API_BEARER)], route_class=OffLoopJSONRoute)
 
@@ -38,25 +39,11 @@ def _refusals(*statuses: int) -> dict[int | str, dict[str, object]]:
     return schema.refusals({status: _WHY[status] for status in {401, 403, *statuses, 422, 503}})
 
 
-class _Limits:
-    """The LimitService stub with the caller's ``authorization`` on every call."""
-
-    def __init__(self, request: Request):
-        self._stub = limits_pb2_grpc.LimitServiceStub(request.app.state.core.channel)
-        authorization = request.headers.get("authorization")
-        self._metadata = (("authorization", authorization),) if authorization else ()
-        self._timeout = request.app.state.settings.unary_timeout
-
-    async def call(self, method: str, message: Any) -> JSONResponse:
-        answer = await getattr(self._stub, method)(message, timeout=self._timeout, metadata=self._metadata)
-        return JSONResponse(protojson.to_dict(answer))
+async def limits(request: Request) -> ServiceCalls:
+    return ServiceCalls(request, limits_pb2_grpc.LimitServiceStub)
 
 
-async def limits(request: Request) -> _Limits:
-    return _Limits(request)
-
-
-LimitsDep = Annotated[_Limits, Depends(limits)]
+LimitsDep = Annotated[ServiceCalls, Depends(limits)]
 
 
 @router.get("/limits", response_model=ListLimitsResponse, responses=_refusals(404))

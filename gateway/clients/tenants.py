@@ -9,8 +9,9 @@ from fastapi import APIRouter, Body, Depends, Path, Query, Request
 from fastapi.responses import JSONResponse
 
 from flux.v1 import tenants_pb2, tenants_pb2_grpc
+from gateway.clients.service import ServiceCalls
 from gateway.security import API_BEARER
-from gateway.wire import OffLoopJSONRoute, protojson, schema, to_message
+from gateway.wire import OffLoopJSONRoute, schema, to_message
 
 router = APIRouter(tags=["tenants"], dependencies=[Depends(API_BEARER)], route_class=OffLoopJSONRoute)
 
@@ -43,25 +44,11 @@ def _refusals(*statuses: int) -> dict[int | str, dict[str, object]]:
     return schema.refusals({status: _WHY[status] for status in {401, 403, *statuses, 422, 503}})
 
 
-class _Tenants:
-    """The TenantService stub with the caller's ``authorization`` on every call."""
-
-    def __init__(self, request: Request):
-        self._stub = tenants_pb2_grpc.TenantServiceStub(request.app.state.core.channel)
-        authorization = request.headers.get("authorization")
-        self._metadata = (("authorization", authorization),) if authorization else ()
-        self._timeout = request.app.state.settings.unary_timeout
-
-    async def call(self, method: str, message: Any) -> JSONResponse:
-        answer = await getattr(self._stub, method)(message, timeout=self._timeout, metadata=self._metadata)
-        return JSONResponse(protojson.to_dict(answer))
+async def tenants(request: Request) -> ServiceCalls:
+    return ServiceCalls(request, tenants_pb2_grpc.TenantServiceStub)
 
 
-async def tenants(request: Request) -> _Tenants:
-    return _Tenants(request)
-
-
-TenantsDep = Annotated[_Tenants, Depends(tenants)]
+TenantsDep = Annotated[ServiceCalls, Depends(tenants)]
 
 
 @router.get("/tenants", response_model=ListTenantsResponse, responses=_refusals())
