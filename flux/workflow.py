@@ -17,7 +17,7 @@ from typing import Any, TypeVar
 
 from flux.domain.labels import validate_labels
 from flux.domain.limits import Concurrency, Flow, RateLimit, flow_of
-from flux.domain.policy import DEFAULT_MAX_ATTEMPTS, UNSET, Policy, Retry, policy_of
+from flux.domain.policy import DEFAULT_MAX_ATTEMPTS, UNSET, Policy, Retry, default_policy, policy_of
 
 __all__ = ["DEFAULT_MAX_ATTEMPTS", "WorkflowDefinition", "definition_of", "workflow"]
 from flux.domain.resource_request import ResourceRequest
@@ -49,7 +49,7 @@ class WorkflowDefinition:
 
     @property
     def effective_policy(self) -> Policy:
-        return self.policy if self.policy is not None else Policy(retry=Retry(max_attempts=self.max_attempts))
+        return self.policy if self.policy is not None else default_policy(self.max_attempts)
 
 
 def definition_of(fn: object) -> WorkflowDefinition | None:

@@ -14,7 +14,7 @@ from dataclasses import dataclass, fields
 from enum import IntEnum
 from typing import TYPE_CHECKING
 
-from flux.domain.policy import Attempt, Policy
+from flux.domain.policy import Attempt, Policy, default_policy
 
 if TYPE_CHECKING:  # the wire types load only where a conversion runs (the edges)
     from flux.v1 import worker_pb2
@@ -140,7 +140,7 @@ class Execution:
 
     @property
     def effective_policy(self) -> Policy:
-        return self.policy if self.policy is not None else Policy.from_json("", self.max_attempts)
+        return self.policy if self.policy is not None else default_policy(self.max_attempts)
 
     def evolve(self, **changes: object) -> Execution:
         """A copy with ``changes``: ``dataclasses.replace`` without its trip through ``__init__``,

@@ -12,6 +12,7 @@ than the formula (Celery's full jitter can retry at once, which defeats a backof
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 import random
@@ -19,6 +20,14 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from flux.domain.attempts import (  # noqa: F401 (one name for every use of an attempt record)
+    ATTEMPT_MESSAGE_BYTES,
+    Attempt,
+    attempt_from_proto,
+    attempt_to_proto,
+    attempts_from_json,
+    attempts_json,
+)
 from flux.domain.duration import MAX_DURATION, seconds_of
 
 MAX_ATTEMPTS_LIMIT = 100
@@ -189,7 +198,7 @@ class Policy:
         return self.retry.max_attempts
 
     def is_default(self) -> bool:
-        return self == Policy(retry=Retry(max_attempts=self.retry.max_attempts))
+        return self == default_policy(self.retry.max_attempts)
 
     def to_json(self) -> str:
         return json.dumps(
@@ -207,7 +216,7 @@ class Policy:
     def from_json(cls, text: str, max_attempts: int = DEFAULT_MAX_ATTEMPTS) -> Policy:
         """A stored policy; "" (rows from before policies) is the default with ``max_attempts``."""
         if not text:
-            return cls(retry=Retry(max_attempts=max_attempts))
+            return default_policy(max_attempts)
         data = json.loads(text)
         return cls(
             retry=Retry.from_dict(data["retry"]),
@@ -268,41 +277,6 @@ def with_max_attempts(policy: Policy, max_attempts: int) -> Policy:
     return replace(policy, retry=replace(policy.retry, max_attempts=max_attempts))
 
 
-@dataclass(frozen=True, slots=True)
-class Attempt:
-    """One ended attempt of an execution, as ``execution show`` and explain list them."""
-
-    attempt: int
-    worker: str
-    started_at: float
-    ended_at: float
-    reason: str  # COMPLETED, ERROR, TIMEOUT, HEARTBEAT_TIMEOUT, WORKER_LOST or PREEMPTED
-    error_type: str = ""
-    error_message: str = ""
-
-    def to_list(self) -> list[object]:
-        return [
-            self.attempt, self.worker, self.started_at, self.ended_at, self.reason,
-            self.error_type, self.error_message,
-        ]  # fmt: skip
-
-    @classmethod
-    def from_list(cls, item: list[object]) -> Attempt:
-        return cls(*item)  # type: ignore[arg-type]
-
-
-# An error message kept in an attempt record: enough to read, never a whole traceback per try.
-ATTEMPT_MESSAGE_BYTES = 1024
-
-
-def attempts_json(attempts: tuple[Attempt, ...]) -> str:
-    return json.dumps([a.to_list() for a in attempts], separators=(",", ":")) if attempts else "[]"
-
-
-def attempts_from_json(text: str) -> tuple[Attempt, ...]:
-    return tuple(Attempt.from_list(item) for item in json.loads(text or "[]"))
-
-
 # ---------------------------------------------------------------- wire forms (the edges only)
 
 
@@ -334,6 +308,18 @@ def retry_from_proto(message: Any, field_name: str = "retry") -> Retry:
         )
     except (TypeError, ValueError) as exc:
         raise ValueError(f"{field_name}: {exc}") from None
+
+
+@functools.lru_cache(maxsize=128)
+def default_policy(max_attempts: int) -> Policy:
+    """``max_attempts`` alone, made once per count: every execution without a policy asks for it."""
+    return Policy(retry=Retry(max_attempts=max_attempts))
+
+
+@functools.lru_cache(maxsize=128)
+def default_policy_proto(max_attempts: int) -> Any:
+    """Its proto, made once per count too (assigning it to a field copies it)."""
+    return policy_to_proto(default_policy(max_attempts))
 
 
 def policy_to_proto(policy: Policy) -> Any:
@@ -368,29 +354,3 @@ def policy_from_proto(message: Any, max_attempts: int, field_name: str = "policy
         )
     except (TypeError, ValueError) as exc:
         raise ValueError(str(exc)) from None
-
-
-def attempt_to_proto(attempt: Attempt) -> Any:
-    from flux.v1 import control_pb2
-
-    return control_pb2.Attempt(
-        attempt=attempt.attempt,
-        worker=attempt.worker,
-        started_at_ms=int(attempt.started_at * 1000),
-        ended_at_ms=int(attempt.ended_at * 1000),
-        reason=attempt.reason,
-        error_type=attempt.error_type,
-        error_message=attempt.error_message,
-    )
-
-
-def attempt_from_proto(message: Any) -> Attempt:
-    return Attempt(
-        message.attempt,
-        message.worker,
-        message.started_at_ms / 1000,
-        message.ended_at_ms / 1000,
-        message.reason,
-        message.error_type,
-        message.error_message,
-    )

@@ -14,8 +14,8 @@ from flux.domain.policy import (
     RETRY_REASONS,
     TIMEOUT_KINDS,
     Policy,
-    Retry,
     attempt_to_proto,
+    default_policy_proto,
     parse_duration,
     policy_from_proto,
     policy_to_proto,
@@ -134,7 +134,7 @@ def execution_to_proto(e: Execution) -> control_pb2.Execution:
         attempts=[attempt_to_proto(a) for a in e.attempts],
         not_before_ms=int(e.not_before * 1000),
         heartbeat_json=e.heartbeat,
-        policy=policy_to_proto(e.effective_policy),
+        policy=policy_to_proto(e.policy) if e.policy is not None else default_policy_proto(e.max_attempts),
         started_at_ms=int(e.started_at * 1000),
         flow_keys=dict(e.flow_keys),
     )
@@ -188,7 +188,7 @@ def workflow_to_proto(record: WorkflowRecord, versions: int) -> control_pb2.Work
         version_count=versions,
         priority=record.priority,
         tenant=record.tenant,
-        policy=policy_to_proto(record.policy or Policy(retry=Retry(max_attempts=record.max_attempts))),
+        policy=policy_to_proto(record.policy) if record.policy else default_policy_proto(record.max_attempts),
         flow=flow_to_proto(record.flow) if not record.flow.empty else None,
     )
 

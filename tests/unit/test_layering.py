@@ -52,6 +52,7 @@ PROTO_EDGES = (
     "flux.domain.resource_request",
     "flux.domain.worker",
     "flux.domain.policy",
+    "flux.domain.attempts",
     "flux.domain.limits",
     "gateway",  # HTTP in front of the gRPC core
 )

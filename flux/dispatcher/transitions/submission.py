@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, NamedTuple
 
 from flux.dispatcher.state import validation
 from flux.domain.execution import Execution, State
-from flux.domain.policy import Policy, Retry
+from flux.domain.policy import Policy, Retry, default_policy
 from flux.domain.tenant import DEFAULT_TENANT
 from flux.errors import InvalidArgument, Unavailable
 from flux.matching import explain
@@ -49,7 +49,7 @@ def policy_for(record: WorkflowRecord, overrides: Overrides) -> Policy | None:
     policy = record.policy
     if overrides.attempt_timeout is None and overrides.retry is None:
         return policy
-    base = policy if policy is not None else Policy(retry=Retry(max_attempts=record.max_attempts))
+    base = policy if policy is not None else default_policy(record.max_attempts)
     return base.overridden(overrides.attempt_timeout, overrides.retry)
 
 
