@@ -39,7 +39,7 @@ async def silent(ctx: ExecutionContext[None]) -> None:
     await asyncio.sleep(60)  # never says it is alive: stopped after 1 s, reason "heartbeat_timeout"
 
 
-@workflow.with_options(heartbeat_timeout="1s")
+@workflow.with_options(heartbeat_timeout="2s")
 def beating(ctx: ExecutionContext[int]) -> int:
     deadline, beats = time.monotonic() + ctx.input, 0
     while time.monotonic() < deadline:

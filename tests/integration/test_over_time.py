@@ -93,7 +93,7 @@ def test_a_silent_attempt_is_stopped_with_reason_heartbeat_timeout(timed: Cluste
 
 
 def test_heartbeats_in_a_tight_loop_keep_an_attempt_alive_and_are_recorded(timed: Cluster) -> None:
-    final = timed.run("beating", 2.5, wait=True, timeout=60)
+    final = timed.run("beating", 6, wait=True, timeout=60)  # three times its heartbeat timeout
     assert final.state == COMPLETED, final
     beats = json.loads(final.output_json)
     assert beats > 1000  # a tight loop: the worker coalesced them

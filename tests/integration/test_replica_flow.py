@@ -77,7 +77,7 @@ def test_a_key_never_runs_twice_at_once_across_replicas(replicas: Cluster) -> No
             (ca if i % 2 == 0 else cb)
             .run("per_customer", {"customer": "k", "seconds": 0.6}, wait=False)
             .execution_id
-            for i in range(6)
+            for i in range(10)  # enough turns that both replicas' workers get some on a loaded box
         ]
         finals = replicas.wait_all(ids, timeout=90)
     assert all(f.state == COMPLETED for f in finals), finals
