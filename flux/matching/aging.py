@@ -84,7 +84,8 @@ class Aging:
             del self.by_worker[old.worker]
 
     def starving(self, item: Pending, now: float) -> bool:
-        return self.enabled and now - item.since >= self.after
+        # A gang is never nominated one worker: it would need a guarded worker per member (not built).
+        return self.enabled and item.shape.gang is None and now - item.since >= self.after
 
 
 class BookedRoom(Room):

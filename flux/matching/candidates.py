@@ -29,6 +29,8 @@ class Placement:
     worker: str
     gpu_indices: tuple[int, ...]
     shape: Shape
+    # A gang's members by rank, each (worker, GPU indices); rank 0 is ``worker``. Empty otherwise.
+    members: tuple[tuple[str, tuple[int, ...]], ...] = ()
 
 
 class FeasibilityCache:

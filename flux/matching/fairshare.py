@@ -13,10 +13,11 @@ from flux.matching.candidates import (
     Head,
     Loads,
     Placement,
-    least_loaded_fit,
     load_heap,
 )
 from flux.matching.filters import fits_now
+from flux.matching.gangs import Topology, exhausted, gang_loads
+from flux.matching.gangs import place as place_one
 from flux.matching.index import FleetIndex
 from flux.matching.queue import PendingQueue
 from flux.matching.shape import Shape
@@ -81,7 +82,7 @@ def place_fairly(
         ]
     heapq.heapify(tenants)
     # Per requirement, not per lane: which worker is least loaded and fits does not depend on the tenant.
-    by_load: dict[Shape, Loads] = {}
+    by_load: dict[Shape, Loads | Topology] = {}
     # Requirements no worker of the pass has room for any more: every lane of theirs is done, and
     # once all are, so is the pass (without visiting each tenant's lanes).
     full: set[Shape] = set()
@@ -112,35 +113,34 @@ def place_fairly(
         if lane and lane[0][1] == entry[2]:
             head = lane[0]
             shape = head[5]
-            room = None
+            placement = None
             if ledger.fits(name, shape.demand):
                 loads = by_load.get(shape.needs)
                 if loads is None:
                     candidates = head[6]
                     if candidates is None:
                         assert index is not None
-                        loads = Loads([], index.candidates(shape, cache.permanent))
+                        loads = gang_loads(shape, Loads([], index.candidates(shape, cache.permanent)))
                     else:
-                        loads = Loads(load_heap(candidates, rooms))
+                        loads = gang_loads(shape, Loads(load_heap(candidates, rooms)))
                     by_load[shape.needs] = loads
-                room = least_loaded_fit(loads, shape, rooms)
-                if room is None and not loads.heap and loads.upcoming is None:
+                placement = place_one(head[3].execution_id, shape, loads, rooms)
+                if placement is None and exhausted(loads):
                     full.add(shape.needs)
                     if len(full) == requirements:
                         return
-            if room is None:
+            if placement is None:
                 heapq.heappop(lane)
             else:
-                r = shape.requests
-                gpus = room.take(r.cpu, r.memory, r.disk, r.gpu, r.gpu_memory)
-                placements.append(Placement(head[3].execution_id, room.view.name, gpus, shape))
+                placements.append(placement)
                 entry[0] = ledger.charge(name, shape.demand)  # its share: only a placement changes it
-                heapq.heappush(loads.heap, (room.key, room))
-                for needs, names in watched:
-                    if room.view.name in names and not fits_now(needs, room):
-                        names.discard(room.view.name)
-                        if not names:
-                            full.add(needs)
+                for worker in placement.members or ((placement.worker, ()),):
+                    room = rooms[worker[0]]
+                    for needs, names in watched:
+                        if room.view.name in names and not fits_now(needs, room):
+                            names.discard(room.view.name)
+                            if not names:
+                                full.add(needs)
                 if len(full) == requirements:
                     return
                 rest = head[4]
@@ -176,20 +176,17 @@ def _place_lane(
     _, _, item, items, shape, candidates = head
     if candidates is None:
         assert index is not None
-        loads = Loads([], index.candidates(shape, cache.permanent))
+        loads = gang_loads(shape, Loads([], index.candidates(shape, cache.permanent)))
     else:
-        loads = Loads(load_heap(candidates, rooms))
-    r = shape.requests
+        loads = gang_loads(shape, Loads(load_heap(candidates, rooms)))
     while item is not None and (limit is None or len(placements) < limit):
         if not ledger.fits(shape.tenant, shape.demand):
             return
-        room = least_loaded_fit(loads, shape, rooms)
-        if room is None:
+        placement = place_one(item.execution_id, shape, loads, rooms)
+        if placement is None:
             return
-        gpus = room.take(r.cpu, r.memory, r.disk, r.gpu, r.gpu_memory)
-        placements.append(Placement(item.execution_id, room.view.name, gpus, shape))
+        placements.append(placement)
         ledger.charge(shape.tenant, shape.demand)
-        heapq.heappush(loads.heap, (room.key, room))
         if items is None:
             items = queue.iter_shape(shape)
             next(items)  # the one just placed

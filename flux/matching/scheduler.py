@@ -55,12 +55,13 @@ from flux.matching.candidates import (
     Head,
     Loads,
     Placement,
-    least_loaded_fit,
     load_heap,
     room_of,
 )
 from flux.matching.fairshare import place_fairly
 from flux.matching.filters import fits_now
+from flux.matching.gangs import Topology, gang_loads
+from flux.matching.gangs import place as place_one
 from flux.matching.index import FleetIndex
 from flux.matching.queue import PendingQueue
 from flux.matching.shape import Shape
@@ -177,24 +178,21 @@ def schedule(
         return placements
     heapq.heapify(heads)
 
-    by_load: dict[int, Loads] = {}
+    by_load: dict[int, Loads | Topology] = {}
     while heads and (limit is None or len(placements) < limit):
         _, order, item, items, shape, candidates = heads[0]
         loads = by_load.get(order)
         if loads is None:
             if candidates is None:
                 assert index is not None
-                loads = by_load[order] = Loads([], index.candidates(shape, cache.permanent))
+                loads = by_load[order] = gang_loads(shape, Loads([], index.candidates(shape, cache.permanent)))
             else:
-                loads = by_load[order] = Loads(load_heap(candidates, rooms))
-        room = least_loaded_fit(loads, shape, rooms)
-        if room is None:
+                loads = by_load[order] = gang_loads(shape, Loads(load_heap(candidates, rooms)))
+        placement = place_one(item.execution_id, shape, loads, rooms)
+        if placement is None:
             heapq.heappop(heads)
             continue
-        requests = shape.requests
-        gpus = room.take(requests.cpu, requests.memory, requests.disk, requests.gpu, requests.gpu_memory)
-        placements.append(Placement(item.execution_id, room.view.name, gpus, shape))
-        heapq.heappush(loads.heap, (room.key, room))
+        placements.append(placement)
         following = next(items, None)
         if following is None:
             heapq.heappop(heads)

@@ -12,6 +12,7 @@ from collections.abc import Mapping
 
 from packaging.requirements import Requirement
 
+from flux.domain.gang import Gang
 from flux.domain.resource_request import ResourceRequest
 from flux.domain.tenant import DEFAULT_TENANT
 from flux.domain.worker import DEFAULT_RUNTIME
@@ -21,9 +22,13 @@ _EMPTY_REQUEST = ResourceRequest()
 
 
 class Shape:
-    """Immutable, hashable (requests, affinity, runtime, tenant) with its parsed requirements cached."""
+    """Immutable, hashable (requests, affinity, runtime, tenant, gang) with its parsed requirements cached.
 
-    __slots__ = ("requests", "affinity", "runtime", "tenant", "requirements", "demand", "needs", "_hash")
+    ``requests`` and ``affinity`` are per member of a gang; ``demand`` is the whole gang's, so
+    quotas, fair share and preemption count a gang as one unit.
+    """
+
+    __slots__ = ("requests", "affinity", "runtime", "tenant", "gang", "requirements", "demand", "needs", "_hash")
 
     def __init__(
         self,
@@ -31,20 +36,23 @@ class Shape:
         affinity: Mapping[str, str] | None = None,
         runtime: str = DEFAULT_RUNTIME,
         tenant: str = DEFAULT_TENANT,
+        gang: Gang | None = None,
     ):
         self.requests = requests or _EMPTY_REQUEST
+        self.gang = gang
         self.affinity: tuple[tuple[str, str], ...] = tuple(sorted((affinity or {}).items()))
         self.runtime = runtime
         self.tenant = tenant
         self.requirements: tuple[Requirement, ...] = self.requests.requirements
         # What one execution of this shape holds against its tenant's quota.
-        self.demand = demand(self.requests)
+        one = demand(self.requests)
+        self.demand = one if gang is None else tuple(n * gang.size for n in one)  # type: ignore[assignment]
         # The same requirements in no tenant: what feasibility and worker choice depend on, so
         # every tenant's lane of one requirement shares one cached verdict and one walk of the fleet.
         self.needs: Shape = (
-            self if tenant == DEFAULT_TENANT else _needs(self.requests, self.affinity, runtime)
+            self if tenant == DEFAULT_TENANT else _needs(self.requests, self.affinity, runtime, gang)
         )
-        self._hash = hash((self.requests, self.affinity, self.runtime, self.tenant))
+        self._hash = hash((self.requests, self.affinity, self.runtime, self.tenant, gang))
 
     def __hash__(self) -> int:
         return self._hash
@@ -60,6 +68,7 @@ class Shape:
             and self.affinity == other.affinity
             and self.runtime == other.runtime
             and self.tenant == other.tenant
+            and self.gang == other.gang
         )
 
     def __setattr__(self, name: str, value: object) -> None:
@@ -71,26 +80,31 @@ class Shape:
         affinity = f", affinity={dict(self.affinity)!r}" if self.affinity else ""
         runtime = f", runtime={self.runtime!r}" if self.runtime != DEFAULT_RUNTIME else ""
         tenant = f", tenant={self.tenant!r}" if self.tenant != DEFAULT_TENANT else ""
-        return f"Shape({self.requests!r}{affinity}{runtime}{tenant})"
+        gang = f", gang={self.gang!r}" if self.gang is not None else ""
+        return f"Shape({self.requests!r}{affinity}{runtime}{tenant}{gang})"
 
     def for_tenant(self, tenant: str) -> Shape:
         """The same requirements, queued for ``tenant``."""
         return (
-            self if tenant == self.tenant else Shape(self.requests, dict(self.affinity), self.runtime, tenant)
+            self
+            if tenant == self.tenant
+            else Shape(self.requests, dict(self.affinity), self.runtime, tenant, self.gang)
         )
 
 
 # One ``needs`` object per requirement, so lookups keyed by it compare by identity; shapes are
 # few (workflow versions x tenants), and the bound only guards against a runaway caller.
-_NEEDS: dict[tuple[ResourceRequest, tuple[tuple[str, str], ...], str], Shape] = {}
+_NEEDS: dict[tuple[ResourceRequest, tuple[tuple[str, str], ...], str, Gang | None], Shape] = {}
 _NEEDS_MAX = 65_536
 
 
-def _needs(requests: ResourceRequest, affinity: tuple[tuple[str, str], ...], runtime: str) -> Shape:
-    key = (requests, affinity, runtime)
+def _needs(
+    requests: ResourceRequest, affinity: tuple[tuple[str, str], ...], runtime: str, gang: Gang | None
+) -> Shape:
+    key = (requests, affinity, runtime, gang)
     found = _NEEDS.get(key)
     if found is None:
         if len(_NEEDS) >= _NEEDS_MAX:
             _NEEDS.clear()
-        found = _NEEDS[key] = Shape(requests, dict(affinity), runtime)
+        found = _NEEDS[key] = Shape(requests, dict(affinity), runtime, gang=gang)
     return found

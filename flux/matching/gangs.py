@@ -1,0 +1,170 @@
+"""All or nothing: place every member of a gang in one decision, or none of them.
+
+A gang shape (``Shape.gang``) asks for ``size`` members, each on its own worker, each fitting
+the shape's requests. The pass finds all of them before it takes anything; when it cannot, it
+takes nothing, so no partial gang ever holds resources, and two gangs cannot each hold half of
+what they need (there is no deadlock to break: nothing is held while waiting).
+
+Topology: ``same=LABEL`` groups the candidates by their value of that label and places the
+whole gang inside one group, trying the groups best fit first (fewest candidates, then value),
+so a big group stays whole for a big gang; ``spread=LABEL`` takes the least loaded fitting
+worker of each value and keeps the ``size`` least loaded of those. Both: spread inside one
+``same`` group. A worker without the label is never a member. Without topology the members are
+the ``size`` least loaded fitting workers.
+
+Cost per gang: O(size × log candidates) without topology or with ``same`` (plus one look at each
+group found too small, which is then dropped for the pass: space only shrinks within a pass);
+O(values × log candidates) with ``spread``. Grouping the candidates costs O(candidates) once
+per shape per pass.
+"""
+
+from __future__ import annotations
+
+import heapq
+from dataclasses import dataclass
+
+from flux.matching.candidates import Loads, Placement, least_loaded_fit, room_of
+from flux.matching.shape import Shape
+from flux.matching.view import Room
+
+
+@dataclass(slots=True)
+class _Group:
+    """One value of the ``same`` label: its candidates by value of the ``spread`` label."""
+
+    value: str
+    by_spread: dict[str | None, Loads]
+    count: int
+
+
+class Topology:
+    """A gang shape's candidates in one pass, grouped by its ``same`` and ``spread`` labels."""
+
+    __slots__ = ("base", "groups")
+
+    def __init__(self, base: Loads):
+        self.base = base
+        self.groups: list[_Group] | None = None
+
+    def _build(self, shape: Shape, rooms: dict[str, Room]) -> list[_Group]:
+        gang = shape.gang
+        assert gang is not None
+        pulled: list[Room] = [room for _, room in self.base.heap]
+        if self.base.upcoming is not None:
+            pulled.append(room_of(rooms, self.base.upcoming[1]))
+            assert self.base.source is not None
+            pulled.extend(room_of(rooms, view) for _, view in self.base.source)
+        self.base.heap, self.base.upcoming = [], None
+        grouped: dict[str, dict[str | None, list[Room]]] = {}
+        for room in pulled:
+            labels = room.view.labels
+            same = labels.get(gang.same) if gang.same else ""
+            spread = labels.get(gang.spread) if gang.spread else None
+            if same is None or (gang.spread and spread is None):
+                continue
+            grouped.setdefault(same, {}).setdefault(spread, []).append(room)
+        groups = [
+            _Group(
+                value,
+                {key: Loads([(room.key, room) for room in sorted(members, key=lambda r: r.key)])
+                 for key, members in by_spread.items()},
+                sum(len(members) for members in by_spread.values()),
+            )
+            for value, by_spread in grouped.items()
+        ]
+        groups.sort(key=lambda g: (g.count, g.value))
+        return groups
+
+    def fit(self, shape: Shape, rooms: dict[str, Room]) -> list[tuple[Room, Loads]] | None:
+        if self.groups is None:
+            self.groups = self._build(shape, rooms)
+        gang = shape.gang
+        assert gang is not None
+        kept: list[_Group] = []
+        found = None
+        for position, group in enumerate(self.groups):
+            found = _pick(group.by_spread, shape, rooms, gang.size, bool(gang.spread))
+            if found is not None:
+                kept.extend(self.groups[position:])
+                break
+            # Too small now, so for the rest of the pass: space only shrinks within a pass.
+        self.groups = kept
+        return found
+
+
+def _pull(loads: Loads, shape: Shape, rooms: dict[str, Room], size: int) -> list[tuple[Room, Loads]] | None:
+    """The ``size`` least loaded rooms of ``loads`` that fit ``shape`` now, popped; or None (none popped)."""
+    found: list[tuple[Room, Loads]] = []
+    while len(found) < size:
+        room = least_loaded_fit(loads, shape, rooms)
+        if room is None:
+            _put_back(found)
+            return None
+        found.append((room, loads))
+    return found
+
+
+def _pick(
+    by_spread: dict[str | None, Loads], shape: Shape, rooms: dict[str, Room], size: int, spread: bool
+) -> list[tuple[Room, Loads]] | None:
+    if not spread:
+        return _pull(by_spread[None], shape, rooms, size)
+    if len(by_spread) < size:
+        return None
+    best: list[tuple[tuple[float, float, str], Room, Loads]] = []
+    for loads in by_spread.values():
+        room = least_loaded_fit(loads, shape, rooms)
+        if room is not None:
+            best.append((room.key, room, loads))
+    best.sort(key=lambda entry: entry[0])
+    _put_back([(room, loads) for _, room, loads in best[size:]])
+    if len(best) < size:
+        _put_back([(room, loads) for _, room, loads in best])
+        return None
+    return [(room, loads) for _, room, loads in best[:size]]
+
+
+def _put_back(found: list[tuple[Room, Loads]]) -> None:
+    for room, loads in found:
+        heapq.heappush(loads.heap, (room.key, room))
+
+
+def gang_loads(shape: Shape, loads: Loads) -> Loads | Topology:
+    """What a pass keeps for ``shape``'s candidates: the plain heap, or grouped for a topology."""
+    gang = shape.gang
+    if gang is not None and (gang.same or gang.spread):
+        return Topology(loads)
+    return loads
+
+
+def place(
+    execution_id: str, shape: Shape, loads: Loads | Topology, rooms: dict[str, Room]
+) -> Placement | None:
+    """Place one execution of ``shape`` (every member of a gang, or nothing) and take its room."""
+    gang = shape.gang
+    if gang is None:
+        assert isinstance(loads, Loads)
+        room = least_loaded_fit(loads, shape, rooms)
+        if room is None:
+            return None
+        chosen = [(room, loads)]
+    elif isinstance(loads, Topology):
+        chosen = loads.fit(shape, rooms)
+    else:
+        chosen = _pull(loads, shape, rooms, gang.size)
+    if chosen is None:
+        return None
+    r = shape.requests
+    members = []
+    for room, _ in chosen:
+        members.append((room.view.name, room.take(r.cpu, r.memory, r.disk, r.gpu, r.gpu_memory)))
+    _put_back(chosen)
+    worker, gpus = members[0]
+    return Placement(execution_id, worker, gpus, shape, tuple(members) if gang is not None else ())
+
+
+def exhausted(loads: Loads | Topology) -> bool:
+    """No candidate left for the rest of the pass (a gang's grouping: no group left)."""
+    if isinstance(loads, Topology):
+        return loads.groups is not None and not loads.groups
+    return not loads.heap and loads.upcoming is None
