@@ -1,0 +1,242 @@
+"""Gangs in the pure matcher: every member placed in one decision or none, topology, no deadlock."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from flux.domain.gang import Gang
+from flux.domain.resource_request import ResourceRequest
+from flux.domain.tenant import Limits, Tenant
+from flux.matching import PendingQueue, Shape, schedule
+from flux.matching.index import FleetIndex
+from flux.matching.tenancy import Accounts
+from tests.unit.fleet import worker
+
+
+def gang_shape(size: int, cpu: int = 0, gpu: int = 0, same: str | None = None, spread: str | None = None,
+               tenant: str = "default") -> Shape:
+    return Shape(ResourceRequest(cpu=cpu or None, gpu=gpu or None), None, "python", tenant,
+                 Gang(size, same, spread))
+
+
+def rack(name: str, value: str, cpu: int = 4, gpus: int = 0, **more) -> object:
+    return worker(name, cpu=cpu, gpus=gpus, labels={"rack": value, "host": name, **more.pop("labels", {})}, **more)
+
+
+# ---- table ---------------------------------------------------------------------------------------
+
+
+CASES = [
+    # (id, fleet, gang, placed workers or None)
+    ("exact fit", [worker("a"), worker("b")], gang_shape(2, cpu=4), {"a", "b"}),
+    ("one worker short", [worker("a"), worker("b")], gang_shape(3, cpu=1), None),
+    ("one member too big", [worker("a", cpu=4), worker("b", cpu=2)], gang_shape(2, cpu=3), None),
+    ("members never share a worker", [worker("a", cpu=64)], gang_shape(2, cpu=1), None),
+    (
+        "same rack: only r2 has three",
+        [rack("a", "r1"), rack("b", "r1"), rack("c", "r2"), rack("d", "r2"), rack("e", "r2")],
+        gang_shape(3, same="rack"),
+        {"c", "d", "e"},
+    ),
+    (
+        "same rack: no rack has three",
+        [rack("a", "r1"), rack("b", "r1"), rack("c", "r2"), rack("d", "r2")],
+        gang_shape(3, same="rack"),
+        None,
+    ),
+    (
+        "same rack: best fit leaves the big rack whole",
+        [rack("a", "r1"), rack("b", "r1"), rack("c", "r2"), rack("d", "r2"), rack("e", "r2")],
+        gang_shape(2, same="rack"),
+        {"a", "b"},
+    ),
+    ("same rack: a worker without the label is no member", [worker("a"), worker("b")],
+     gang_shape(2, same="rack"), None),
+    (
+        "spread rack: one per rack",
+        [rack("a", "r1"), rack("b", "r1"), rack("c", "r2")],
+        gang_shape(2, spread="rack"),
+        {"a", "c"},
+    ),
+    ("spread rack: two racks for three", [rack("a", "r1"), rack("b", "r1"), rack("c", "r2")],
+     gang_shape(3, spread="rack"), None),
+    (
+        "same zone, spread rack",
+        [rack("a", "r1", labels={"zone": "z1"}), rack("b", "r1", labels={"zone": "z1"}),
+         rack("c", "r2", labels={"zone": "z2"}), rack("d", "r3", labels={"zone": "z2"})],
+        gang_shape(2, same="zone", spread="rack"),
+        {"c", "d"},
+    ),
+    ("gpus per member", [worker("a", gpus=8), worker("b", gpus=8), worker("c", gpus=4)],
+     gang_shape(2, gpu=8), {"a", "b"}),
+]
+
+
+@pytest.mark.parametrize("fleet, shp, expected", [c[1:] for c in CASES], ids=[c[0] for c in CASES])
+def test_gang_placement_table(fleet, shp, expected):
+    queue = PendingQueue()
+    queue.add("g", shp, 0)
+    for workers in (fleet, _index(fleet)):
+        placements = schedule(queue, workers)
+        if expected is None:
+            assert placements == []
+        else:
+            (p,) = placements
+            assert {m[0] for m in p.members} == expected
+            assert p.worker == p.members[0][0] and p.gpu_indices == p.members[0][1]
+
+
+def test_gang_members_get_distinct_gpus_and_the_rest_backfills():
+    fleet = [worker("a", cpu=8, gpus=8), worker("b", cpu=8, gpus=8)]
+    queue = PendingQueue()
+    queue.add("g", gang_shape(2, gpu=4), 0)
+    queue.add("big", gang_shape(3, cpu=1), 1)  # can never fit: 2 workers
+    queue.add("small", Shape(ResourceRequest(gpu=4)), 2)
+    placements = schedule(queue, fleet)
+    assert [p.execution_id for p in placements] == ["g", "small"]
+    g = placements[0]
+    assert sorted(m[0] for m in g.members) == ["a", "b"]
+    assert all(len(m[1]) == 4 for m in g.members)
+
+
+def test_a_gang_counts_as_one_unit_against_its_tenants_quota():
+    accounts = Accounts([Tenant("t", quota=Limits(gpu=8))])
+    fleet = [worker(f"w{i}", gpus=8) for i in range(4)]
+    queue = PendingQueue()
+    queue.add("too-big", gang_shape(2, gpu=8, tenant="t"), 0)  # 16 GPUs: over its quota of 8
+    queue.add("fits", gang_shape(2, gpu=4, tenant="t"), 1)  # 8 GPUs: exactly its quota
+    queue.add("after", gang_shape(2, gpu=1, tenant="t"), 2)  # the quota is spent
+    placements = schedule(queue, fleet, accounts=accounts)
+    assert [p.execution_id for p in placements] == ["fits"]
+
+
+def _index(views):
+    index = FleetIndex()
+    for view in views:
+        index.put(view)
+    return index
+
+
+# ---- properties ------------------------------------------------------------------------------------
+
+RACKS = ["r1", "r2", "r3"]
+
+
+@st.composite
+def fleets(draw):
+    n = draw(st.integers(1, 7))
+    return [
+        (f"w{i}", draw(st.integers(1, 8)), draw(st.sampled_from([0, 0, 2, 4, 8])), draw(st.sampled_from(RACKS)))
+        for i in range(n)
+    ]
+
+
+@st.composite
+def gangs(draw):
+    topology = draw(st.sampled_from(["none", "same", "spread"]))
+    return (
+        draw(st.integers(1, 4)),
+        draw(st.integers(0, 4)),
+        draw(st.sampled_from([0, 0, 1, 4])),
+        topology,
+    )
+
+
+def _shape(g) -> Shape:
+    size, cpu, gpu, topology = g
+    return gang_shape(size, cpu=cpu, gpu=gpu, same="rack" if topology == "same" else None,
+                      spread="rack" if topology == "spread" else None)
+
+
+def _views(fleet, held):
+    """Each worker as the matcher sees it with ``held[name]`` = (cpu, gpu indices, executions) taken."""
+    views = []
+    for name, cpu, gpus, value in fleet:
+        taken_cpu, taken_gpus, active = held.get(name, (0, frozenset(), 0))
+        views.append(worker(name, cpu=cpu, gpus=gpus, labels={"rack": value}, reserved={"cpu": taken_cpu},
+                            cpu_available=cpu - taken_cpu, held_gpus=taken_gpus, active=active))
+    return views
+
+
+def _feasible_idle(fleet, g) -> bool:
+    """The oracle, independent of the matcher: could the gang run on the idle fleet at all?"""
+    size, cpu, gpu, topology = g
+    fit = [(name, value) for name, c, gs, value in fleet if c >= cpu and gs >= gpu]
+    if topology == "none":
+        return len(fit) >= size
+    if topology == "spread":
+        return len({value for _, value in fit}) >= size
+    return any(sum(1 for _, v in fit if v == value) >= size for value in RACKS)
+
+
+def _check(placements, shapes, fleet, held):
+    """All or nothing, distinct workers, topology, and never beyond any worker's room."""
+    by_name = {name: (cpu, gpus, value) for name, cpu, gpus, value in fleet}
+    for p in placements:
+        g = shapes[p.execution_id]
+        size, cpu, gpu, topology = g
+        workers = [m[0] for m in p.members]
+        assert len(workers) == size and len(set(workers)) == size
+        values = [by_name[w][2] for w in workers]
+        if topology == "same":
+            assert len(set(values)) == 1
+        if topology == "spread":
+            assert len(set(values)) == size
+        for name, gpu_indices in p.members:
+            assert len(gpu_indices) == gpu
+            taken_cpu, taken_gpus, active = held.get(name, (0, frozenset(), 0))
+            assert not taken_gpus & set(gpu_indices)
+            held[name] = (taken_cpu + cpu, taken_gpus | set(gpu_indices), active + 1)
+            assert held[name][0] <= by_name[name][0]
+            assert len(held[name][1]) <= by_name[name][1]
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(fleet=fleets(), pending=st.lists(gangs(), min_size=1, max_size=8), data=st.data())
+def test_all_or_nothing_and_no_deadlock(fleet, pending, data):
+    """Random fleets, gangs and arrival orders, random completions: no partial gang ever holds room,
+    nothing is over any worker's room, and every gang that could run on the idle fleet does run
+    (while nothing runs, a pass places something: two gangs never wait on each other)."""
+    order = data.draw(st.permutations(range(len(pending))))
+    shapes = {f"g{i}": _shape(pending[i]) for i in range(len(pending))}
+    queue = PendingQueue()
+    for seq, i in enumerate(order):
+        queue.add(f"g{i}", shapes[f"g{i}"], seq)
+    held: dict[str, tuple] = {}
+    running: dict[str, list] = {}
+    done: set[str] = set()
+    use_index = data.draw(st.booleans())
+    for _ in range(4 * len(pending) + 4):
+        views = _views(fleet, held)
+        placements = schedule(queue, _index(views) if use_index else views)
+        _check(placements, {k: pending[int(k[1:])] for k in shapes}, fleet, held)
+        for p in placements:
+            queue.remove(p.execution_id)
+            running[p.execution_id] = list(p.members)
+        if not running:
+            # Nothing holds anything: whatever is still pending must be unable to run at all.
+            assert all(not _feasible_idle(fleet, pending[int(e[1:])]) for e in shapes if e in queue)
+            break
+        finishing = data.draw(st.sets(st.sampled_from(sorted(running)), min_size=1))
+        for execution_id in finishing:
+            size, cpu, gpu, _ = pending[int(execution_id[1:])]
+            for name, gpu_indices in running.pop(execution_id):
+                taken_cpu, taken_gpus, active = held[name]
+                held[name] = (taken_cpu - cpu, taken_gpus - set(gpu_indices), active - 1)
+            done.add(execution_id)
+    feasible = {e for e in shapes if _feasible_idle(fleet, pending[int(e[1:])])}
+    assert feasible <= done | set(running)
+
+
+@settings(max_examples=100, deadline=None)
+@given(fleet=fleets(), pending=st.lists(gangs(), min_size=1, max_size=6))
+def test_worker_order_and_the_index_do_not_change_the_answer(fleet, pending):
+    queue = PendingQueue()
+    for i, g in enumerate(pending):
+        queue.add(f"g{i}", _shape(g), i)
+    views = _views(fleet, {})
+    expected = [(p.execution_id, p.members) for p in schedule(queue, views)]
+    assert [(p.execution_id, p.members) for p in schedule(queue, list(reversed(views)))] == expected
+    assert [(p.execution_id, p.members) for p in schedule(queue, _index(views))] == expected
