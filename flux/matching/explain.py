@@ -18,6 +18,7 @@ from dataclasses import dataclass
 
 from flux.matching.aging import Aging, Nomination, format_wait, slack_beside
 from flux.matching.filters import fits_beside, rejections
+from flux.matching.gang_explain import explain_gang
 from flux.matching.queue import PendingQueue
 from flux.matching.reasons import Reason, Rejection
 from flux.matching.shape import Shape
@@ -70,6 +71,8 @@ class Explanation:
     quota: QuotaBlock | None = None
     # (1-based place, tenants waiting) in fair-share order, when more than one tenant waits.
     fair_share: tuple[int, int] | None = None
+    # A gang's own verdict (``flux.matching.gang_explain``): None for an ordinary execution.
+    gang_infeasible: bool | None = None
 
     @property
     def capable(self) -> int:
@@ -77,7 +80,10 @@ class Explanation:
 
     @property
     def infeasible(self) -> bool:
-        """No connected worker could run it even idle (true also when no worker is connected)."""
+        """No connected worker could run it even idle (true also when no worker is connected);
+        for a gang, the idle fleet could not hold all its members at once."""
+        if self.gang_infeasible is not None:
+            return self.gang_infeasible or all(v.permanent for v in self.verdicts)
         return all(v.permanent for v in self.verdicts)
 
 
@@ -118,7 +124,7 @@ def explain(
                 f"; fair share: tenant {shape.tenant} is {_ordinal(position[0])} of {position[1]} tenants waiting"
                 f" (share {share:.2f})"
             )
-    return Explanation(summary, found.verdicts, found.nominated, block, position)
+    return Explanation(summary, found.verdicts, found.nominated, block, position, found.gang_infeasible)
 
 
 def _ordinal(n: int) -> str:
@@ -131,7 +137,8 @@ def _explain_workers(
 ) -> Explanation:
     nominations = aging.by_worker if aging is not None else {}
     verdicts = []
-    for view in sorted(workers, key=lambda v: v.name):
+    workers = sorted(workers, key=lambda v: v.name)
+    for view in workers:
         found = rejections(shape, view)
         nomination = nominations.get(view.name)
         if nomination is not None and nomination.execution_id != execution_id:
@@ -140,6 +147,16 @@ def _explain_workers(
                 found.append(blocked)
         verdicts.append(Verdict(view.name, tuple(found)))
     summary = summarize(tuple(verdicts))
+    gang = None
+    if shape.gang is not None:
+        gang = explain_gang(
+            shape,
+            workers,
+            {v.worker: v.fits for v in verdicts},
+            {v.worker: not v.permanent for v in verdicts},
+        )
+        summary = f"{gang.summary}; members: {summary}"
+        return Explanation(summary, tuple(verdicts), gang_infeasible=gang.infeasible)
     own = aging.by_execution.get(execution_id) if aging is not None and execution_id else None
     if own is None:
         return Explanation(summary, tuple(verdicts))

@@ -9,7 +9,7 @@ from hypothesis import strategies as st
 from flux.domain.gang import Gang
 from flux.domain.resource_request import ResourceRequest
 from flux.domain.tenant import Limits, Tenant
-from flux.matching import PendingQueue, Shape, schedule
+from flux.matching import PendingQueue, Shape, explain, schedule
 from flux.matching.index import FleetIndex
 from flux.matching.tenancy import Accounts
 from tests.unit.fleet import worker
@@ -240,3 +240,35 @@ def test_worker_order_and_the_index_do_not_change_the_answer(fleet, pending):
     expected = [(p.execution_id, p.members) for p in schedule(queue, views)]
     assert [(p.execution_id, p.members) for p in schedule(queue, list(reversed(views)))] == expected
     assert [(p.execution_id, p.members) for p in schedule(queue, _index(views))] == expected
+
+
+# ---- explain ---------------------------------------------------------------------------------------
+
+
+def _racks():
+    return [rack("a", "r1", gpus=8), rack("b", "r1", gpus=8), rack("c", "r2", gpus=8), rack("d", "r2", gpus=8),
+            rack("e", "r2", gpus=8, held_gpus=[0]), worker("x")]
+
+
+def test_explain_a_gang_that_no_rack_can_ever_hold():
+    found = explain(gang_shape(4, gpu=8, same="rack"), _racks())
+    assert found.summary.startswith(
+        "gang of 4 × gpu=8 same rack: racks r1 (2 workers can take a member), r2 (2): no rack has 4"
+        " even idle: infeasible; 1 worker lacks label rack; members: 4/6 workers can run it"
+    )
+    assert found.infeasible
+
+
+def test_explain_a_busy_gang():
+    found = explain(gang_shape(3, gpu=8, same="rack"), _racks())
+    assert "no rack has 3 (busy: rack r2 has 3 when their work ends)" in found.summary
+    assert not found.infeasible
+
+
+def test_explain_spread_and_plain_gangs():
+    spread = explain(gang_shape(3, gpu=8, spread="rack"), _racks())
+    assert spread.summary.startswith("gang of 3 × gpu=8 spread rack: 2 racks have a worker that can take a member")
+    assert spread.infeasible
+    plain = explain(gang_shape(5, gpu=8), _racks())
+    assert plain.summary.startswith("gang of 5 × gpu=8: 4 workers can take a member, 5 needed (busy: 5 could")
+    assert not plain.infeasible
