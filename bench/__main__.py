@@ -9,6 +9,7 @@ from bench import (
     dashboard,
     dispatch,
     fleet,
+    gangs,
     keda_flood,
     limits,
     limits_flow,
@@ -44,6 +45,7 @@ BENCHES = {
     "tracing": tracing.main,
     "keda-flood": keda_flood.main,
     "timers": timers.main,
+    "gangs": gangs.main,
 }
 
 

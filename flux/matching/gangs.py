@@ -22,10 +22,11 @@ from __future__ import annotations
 
 import heapq
 from dataclasses import dataclass
+from itertools import chain
 
-from flux.matching.candidates import Loads, Placement, least_loaded_fit, room_of
+from flux.matching.candidates import Loads, Placement, least_loaded_fit
 from flux.matching.shape import Shape
-from flux.matching.view import Room
+from flux.matching.view import Room, WorkerView
 
 
 @dataclass(slots=True)
@@ -49,29 +50,42 @@ class Topology:
     def _build(self, shape: Shape, rooms: dict[str, Room]) -> list[_Group]:
         gang = shape.gang
         assert gang is not None
-        pulled: list[Room] = [room for _, room in self.base.heap]
-        if self.base.upcoming is not None:
-            pulled.append(room_of(rooms, self.base.upcoming[1]))
-            assert self.base.source is not None
-            pulled.extend(room_of(rooms, view) for _, view in self.base.source)
-        self.base.heap, self.base.upcoming = [], None
-        grouped: dict[str, dict[str | None, list[Room]]] = {}
-        for room in pulled:
-            labels = room.view.labels
+        # Rooms already built stay rooms (a heap each group re-heapifies); views still unpulled
+        # stay views, walked lazily by load key as the index yields them (already in key order),
+        # so grouping a large fleet builds no room it does not try.
+        built: dict[str, dict[str | None, list[tuple[tuple[float, float, str], Room]]]] = {}
+        walked: dict[str, dict[str | None, list[tuple[tuple[float, float, str], WorkerView]]]] = {}
+        counts: dict[str, int] = {}
+
+        def file(view: WorkerView) -> tuple[str, str | None] | None:
+            labels = view.labels
             same = labels.get(gang.same) if gang.same else ""
             spread = labels.get(gang.spread) if gang.spread else None
             if same is None or (gang.spread and spread is None):
-                continue
-            grouped.setdefault(same, {}).setdefault(spread, []).append(room)
-        groups = [
-            _Group(
-                value,
-                {key: Loads([(room.key, room) for room in sorted(members, key=lambda r: r.key)])
-                 for key, members in by_spread.items()},
-                sum(len(members) for members in by_spread.values()),
-            )
-            for value, by_spread in grouped.items()
-        ]
+                return None
+            counts[same] = counts.get(same, 0) + 1
+            return same, spread
+
+        for key, room in self.base.heap:
+            where = file(room.view)
+            if where is not None:
+                built.setdefault(where[0], {}).setdefault(where[1], []).append((key, room))
+        if self.base.upcoming is not None:
+            assert self.base.source is not None
+            for key, view in chain((self.base.upcoming,), self.base.source):
+                where = file(view)
+                if where is not None:
+                    walked.setdefault(where[0], {}).setdefault(where[1], []).append((key, view))
+        self.base.heap, self.base.upcoming = [], None
+        groups = []
+        for value, count in counts.items():
+            heaps, sources = built.get(value, {}), walked.get(value, {})
+            by_spread = {}
+            for spread in heaps.keys() | sources.keys():
+                heap = heaps.get(spread, [])
+                heapq.heapify(heap)
+                by_spread[spread] = Loads(heap, iter(sources[spread]) if spread in sources else None)
+            groups.append(_Group(value, by_spread, count))
         groups.sort(key=lambda g: (g.count, g.value))
         return groups
 
