@@ -7,6 +7,7 @@ Public API::
 """
 
 from flux.context import ExecutionContext
+from flux.domain.gang import Gang
 from flux.domain.limits import Concurrency, RateLimit
 from flux.domain.policy import Retry
 from flux.domain.resource_request import ResourceRequest
@@ -15,6 +16,7 @@ from flux.workflow import WorkflowDefinition, workflow
 __all__ = [
     "Concurrency",
     "ExecutionContext",
+    "Gang",
     "RateLimit",
     "ResourceRequest",
     "Retry",

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any, TypeVar
 
+from flux.domain.gang import Gang
 from flux.domain.labels import validate_labels
 from flux.domain.limits import Concurrency, Flow, RateLimit, flow_of
 from flux.domain.policy import DEFAULT_MAX_ATTEMPTS, UNSET, Policy, Retry, default_policy, policy_of
@@ -46,6 +47,8 @@ class WorkflowDefinition:
     policy: Policy | None = None
     # Concurrency per key, a rate limit, named limits (flux.domain.limits); empty: none.
     flow: Flow = field(default_factory=Flow)
+    # Several workers at once, all or none (flux.domain.gang); None: one worker.
+    gang: Gang | None = None
 
     @property
     def effective_policy(self) -> Policy:
@@ -98,12 +101,15 @@ class _WorkflowDecorator:
         concurrency: Concurrency | None = None,
         rate_limit: RateLimit | None = None,
         limits: list[str] | None = None,
+        gang: Gang | None = None,
     ) -> Callable[[F], F]:
         """``timeout``: one attempt, from its start to its result; ``retry``: how failed attempts
         are tried again (``max_attempts`` alone is ``Retry(max_attempts=N)``); ``heartbeat_timeout``:
         an attempt silent (no ``ctx.heartbeat()``) longer is lost; ``pending_timeout``: an execution
         not started within it fails. Durations: seconds or ``"30s"``, ``"10m"``, ``"1h"``.
-        ``concurrency``, ``rate_limit``, ``limits``: flow control (flux.domain.limits)."""
+        ``concurrency``, ``rate_limit``, ``limits``: flow control (flux.domain.limits).
+        ``gang``: ``Gang(size, same=, spread=)``, one execution on ``size`` workers at once, all or
+        none; ``requests`` are then each member's."""
         # Validate before seeing the function, so the error points at the options line.
         if name is not None:
             validate_name(name)
@@ -116,6 +122,8 @@ class _WorkflowDecorator:
         policy = policy_of(max_attempts, retry, timeout, heartbeat_timeout, pending_timeout)
         rank = validate_priority(priority)
         flow = flow_of(concurrency, rate_limit, limits)
+        if gang is not None and not isinstance(gang, Gang):
+            raise TypeError(f"gang must be a Gang, e.g. Gang(size=4, same='rack'); got {type(gang).__name__}")
 
         def decorate(fn: F) -> F:
             if not callable(fn):
@@ -130,6 +138,7 @@ class _WorkflowDecorator:
                 priority=rank,
                 policy=None if policy.is_default() else policy,
                 flow=flow,
+                gang=gang,
             )
             setattr(fn, ATTRIBUTE, definition)
             return fn

@@ -142,6 +142,7 @@ class FluxClient(AsyncCalls):
         attempt_timeout: float | str | None = None,
         retry: Retry | None = None,
         key: str | None = None,
+        gang_size: int | None = None,
     ) -> control_pb2.Execution:
         """Submit an execution; with ``wait`` its final state, from the same call (``RunAndWait``).
         ``attempt_timeout`` and ``retry`` override the workflow's for this run (``timeout`` is how
@@ -157,6 +158,7 @@ class FluxClient(AsyncCalls):
             attempt_timeout=attempt_timeout,
             retry=retry,
             key=key,
+            gang_size=gang_size,
         )
 
     async def run_json(
@@ -172,8 +174,9 @@ class FluxClient(AsyncCalls):
         attempt_timeout: float | str | None = None,
         retry: Retry | None = None,
         key: str | None = None,
+        gang_size: int | None = None,
     ) -> control_pb2.Execution:
-        request = run_request(workflow, input_json, version, priority, attempt_timeout, retry, key)
+        request = run_request(workflow, input_json, version, priority, attempt_timeout, retry, key, gang_size)
         if not wait:
             return await self._submit("RunWorkflow", request, workflow)
         return await self._run_and_wait(request, timeout, on_update)

@@ -143,6 +143,7 @@ class FluxClient(Calls):
         attempt_timeout: float | str | None = None,
         retry: Retry | None = None,
         key: str | None = None,
+        gang_size: int | None = None,
     ) -> control_pb2.Execution:
         """Submit an execution; with ``wait`` block until it finishes (or ``timeout`` passes).
 
@@ -161,6 +162,7 @@ class FluxClient(Calls):
             attempt_timeout=attempt_timeout,
             retry=retry,
             key=key,
+            gang_size=gang_size,
         )
 
     def run_json(
@@ -176,9 +178,10 @@ class FluxClient(Calls):
         attempt_timeout: float | str | None = None,
         retry: Retry | None = None,
         key: str | None = None,
+        gang_size: int | None = None,
     ) -> control_pb2.Execution:
         """``run`` with the input already JSON; ``on_update`` (with ``wait``) sees every state."""
-        request = run_request(workflow, input_json, version, priority, attempt_timeout, retry, key)
+        request = run_request(workflow, input_json, version, priority, attempt_timeout, retry, key, gang_size)
         if not wait:
             return self._submit("RunWorkflow", request, workflow)
         return self._run_and_wait(request, timeout, on_update)

@@ -14,6 +14,7 @@ from dataclasses import dataclass, fields
 from enum import IntEnum
 from typing import TYPE_CHECKING
 
+from flux.domain.gang import GangRun
 from flux.domain.policy import Attempt, Policy, default_policy
 
 if TYPE_CHECKING:  # the wire types load only where a conversion runs (the edges)
@@ -137,6 +138,9 @@ class Execution:
     # Its resolved flow-control keys, (part, key) sorted by part ("concurrency", "limits",
     # "rate_limit"); empty: unlimited. A tuple, so the record stays hashable.
     flow_keys: tuple[tuple[str, str], ...] = ()
+    # A gang's size and, once placed, its members, claims and outputs (flux.domain.gang); None:
+    # one worker.
+    gang: GangRun | None = None
 
     @property
     def effective_policy(self) -> Policy:

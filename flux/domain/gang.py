@@ -92,6 +92,19 @@ class Gang:
             raise ValueError(f"{field_name} has unknown fields {sorted(unknown)}; it takes size, same, spread")
         return cls(data["size"], data.get("same"), data.get("spread"))
 
+    def to_proto(self) -> Any:
+        from flux.v1 import gang_pb2  # noqa: PLC0415 - protobuf only at the edges that convert
+
+        return gang_pb2.GangSpec(size=self.size, same=self.same or "", spread=self.spread or "")
+
+    @classmethod
+    def from_proto(cls, message: Any, field_name: str = "gang") -> Gang:
+        """A ``GangSpec``; a bad one raises ``ValueError``/``TypeError`` naming ``field_name``."""
+        try:
+            return cls(message.size, message.same or None, message.spread or None)
+        except (TypeError, ValueError) as exc:
+            raise ValueError(f"{field_name}: {exc}") from None
+
     @classmethod
     def from_json(cls, text: str) -> Gang | None:
         """A stored column: empty (older rows, no gang) is None."""
@@ -122,3 +135,93 @@ class GangInfo:
     @property
     def is_leader(self) -> bool:
         return self.rank == 0
+
+
+@dataclass(frozen=True, slots=True)
+class GangRun:
+    """A gang execution's own record: its size, and once placed, each member's worker, GPUs and
+    address, which ranks have claimed and each rank's output. Stored with the execution (one
+    JSON column), reset for each attempt."""
+
+    size: int
+    # By rank, each (worker, address, GPU indices); empty while pending.
+    members: tuple[tuple[str, str, tuple[int, ...]], ...] = ()
+    claimed: frozenset[int] = frozenset()
+    # (rank, output JSON) of the members that completed, by rank.
+    outputs: tuple[tuple[int, str], ...] = ()
+
+    def rank_of(self, worker: str) -> int | None:
+        for rank, member in enumerate(self.members):
+            if member[0] == worker:
+                return rank
+        return None
+
+    @property
+    def workers(self) -> tuple[str, ...]:
+        return tuple(member[0] for member in self.members)
+
+    @property
+    def all_claimed(self) -> bool:
+        return len(self.claimed) == self.size
+
+    @property
+    def all_completed(self) -> bool:
+        return len(self.outputs) == self.size
+
+    def placed(self, members: tuple[tuple[str, str, tuple[int, ...]], ...]) -> GangRun:
+        return GangRun(self.size, members)
+
+    def reset(self) -> GangRun:
+        """For the next attempt: nothing placed, claimed or returned."""
+        return GangRun(self.size)
+
+    def claim(self, rank: int) -> GangRun:
+        return replace(self, claimed=self.claimed | {rank})
+
+    def complete(self, rank: int, output_json: str) -> GangRun:
+        outputs = dict(self.outputs)
+        outputs[rank] = output_json
+        return replace(self, outputs=tuple(sorted(outputs.items())))
+
+    def info(self, rank: int) -> GangInfo:
+        """``ctx.gang`` for the member of ``rank``."""
+        return GangInfo(
+            rank,
+            self.size,
+            tuple(GangMember(r, worker, address) for r, (worker, address, _) in enumerate(self.members)),
+        )
+
+    def to_proto(self) -> list[Any]:
+        """The members as ``GangMember`` messages, by rank."""
+        from flux.v1 import gang_pb2  # noqa: PLC0415 - protobuf only at the edges that convert
+
+        outputs = dict(self.outputs)
+        return [
+            gang_pb2.GangMember(
+                rank=rank, worker=worker, address=address, gpu_indices=list(gpus),
+                claimed=rank in self.claimed, completed=rank in outputs, output_json=outputs.get(rank, ""),
+            )
+            for rank, (worker, address, gpus) in enumerate(self.members)
+        ]  # fmt: skip
+
+    def to_json(self) -> str:
+        return json.dumps(
+            {
+                "size": self.size,
+                "members": [[w, a, list(g)] for w, a, g in self.members],
+                "claimed": sorted(self.claimed),
+                "outputs": [[r, o] for r, o in self.outputs],
+            }
+        )
+
+    @classmethod
+    def from_json(cls, text: str) -> GangRun | None:
+        if not text:
+            return None
+        data = json.loads(text)
+        return cls(
+            data["size"],
+            tuple((w, a, tuple(g)) for w, a, g in data.get("members", ())),
+            frozenset(data.get("claimed", ())),
+            tuple((r, o) for r, o in data.get("outputs", ())),
+        )

@@ -6,6 +6,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 
 from flux.domain.execution import WorkflowRef
+from flux.domain.gang import Gang
 from flux.domain.limits import Flow
 from flux.domain.policy import Policy
 from flux.domain.resource_request import ResourceRequest
@@ -35,6 +36,8 @@ class WorkflowRecord:
     policy: Policy | None = None
     # Concurrency per key, rate limit, named limits (flux.domain.limits); empty: none.
     flow: Flow = field(default_factory=Flow)
+    # Several workers at once, all or none (flux.domain.gang); None: one worker.
+    gang: Gang | None = None
     # Set on a record register_workflows returned without storing a new version: the
     # latest version already had this source and metadata (registering is idempotent).
     unchanged: bool = field(default=False, compare=False)

@@ -24,6 +24,7 @@ import operator
 from collections.abc import Callable
 from typing import Any
 
+from flux.domain.gang import Gang
 from flux.domain.limits import Concurrency, RateLimit
 from flux.domain.policy import Retry
 from flux.domain.resource_request import ResourceRequest
@@ -31,13 +32,21 @@ from flux.workflow import WorkflowDefinition, definition_of, workflow
 
 # Modules whose ``workflow`` and ``ResourceRequest`` are Flux's own.
 _FLUX_MODULES = frozenset(
-    {"flux", "flux.workflow", "flux.domain.resource_request", "flux.domain.policy", "flux.domain.limits"}
+    {
+        "flux",
+        "flux.workflow",
+        "flux.domain.resource_request",
+        "flux.domain.policy",
+        "flux.domain.limits",
+        "flux.domain.gang",
+    }
 )
 # Value classes of flux called for real on literal arguments, by the name flux exports them under.
 _VALUE_CLASSES: dict[str, Callable[..., Any]] = {
     "Retry": Retry,
     "Concurrency": Concurrency,
     "RateLimit": RateLimit,
+    "Gang": Gang,
 }
 _FACTORIES = frozenset({"with_cpu", "with_memory", "with_gpu", "with_disk", "with_packages"})
 _ARITHMETIC: dict[type[ast.operator], Callable[[Any, Any], Any]] = {
@@ -128,8 +137,8 @@ class _Reader:
                         self.workflow_names.add("workflow")
                         self.request_names.add("ResourceRequest")
                         self.retry_names.add("Retry")
-                        self.value_names.update(Concurrency="Concurrency", RateLimit="RateLimit")
-                    elif alias.name in ("Concurrency", "RateLimit"):
+                        self.value_names.update(Concurrency="Concurrency", RateLimit="RateLimit", Gang="Gang")
+                    elif alias.name in ("Concurrency", "RateLimit", "Gang"):
                         self.value_names[alias.asname or alias.name] = alias.name
                     elif alias.name == "Retry":
                         self.retry_names.add(alias.asname or alias.name)
@@ -200,7 +209,7 @@ class _Reader:
         """``Concurrency`` or ``RateLimit`` (by the name the file imported, or ``flux.X``), else None."""
         if isinstance(node, ast.Name) and node.id in self.value_names:
             return _VALUE_CLASSES[self.value_names[node.id]]
-        for name in ("Concurrency", "RateLimit"):
+        for name in ("Concurrency", "RateLimit", "Gang"):
             if self._is_flux_attribute(node, name):
                 return _VALUE_CLASSES[name]
         return None

@@ -9,6 +9,7 @@ from flux.dispatcher.state.lifecycle import Counters, Refusal
 from flux.dispatcher.state.worker_entry import WorkerEntry
 from flux.dispatcher.transitions.submission import Overrides
 from flux.domain.execution import Execution
+from flux.domain.gang import Gang, GangRun, validate_gang_size
 from flux.domain.limits import Flow, check_run_key, flow_from_proto, flow_to_proto
 from flux.domain.policy import (
     RETRY_REASONS,
@@ -69,6 +70,7 @@ def workflows_from_proto(request: control_pb2.RegisterWorkflowRequest) -> list[W
                 priority=wf.priority,
                 policy=None if policy.is_default() else policy,
                 flow=workflow_flow(wf, f"workflows[{position}]"),
+                gang=workflow_gang(wf, f"workflows[{position}]"),
             )
         )
     return records
@@ -80,6 +82,16 @@ def workflow_flow(wf: control_pb2.WorkflowMetadata, field: str) -> Flow:
         return Flow()
     try:
         return flow_from_proto(wf.flow, f"{field}.flow")
+    except (TypeError, ValueError) as exc:
+        raise InvalidArgument(str(exc)) from None
+
+
+def workflow_gang(wf: control_pb2.WorkflowMetadata, field: str) -> Gang | None:
+    """A registered workflow's gang, checked as its declaration was."""
+    if not wf.HasField("gang"):
+        return None
+    try:
+        return Gang.from_proto(wf.gang, f"{field}.gang")
     except (TypeError, ValueError) as exc:
         raise InvalidArgument(str(exc)) from None
 
@@ -101,8 +113,10 @@ def workflow_policy(wf: control_pb2.WorkflowMetadata, field: str) -> Policy:
 def run_overrides(run: control_pb2.RunWorkflowRequest | control_pb2.RunWorkflowsRequest) -> Overrides:
     """A run's attempt timeout, retry policy and flow-control key, checked; None for each it leaves
     to the workflow."""
-    timeout = retry = key = None
+    timeout = retry = key = gang_size = None
     try:
+        if run.HasField("gang_size"):
+            gang_size = validate_gang_size(run.gang_size, "gang_size")
         if run.HasField("key"):
             key = check_run_key(run.key, "key")
         if run.HasField("attempt_timeout_s"):
@@ -111,7 +125,7 @@ def run_overrides(run: control_pb2.RunWorkflowRequest | control_pb2.RunWorkflows
             retry = retry_from_proto(run.retry, "retry")
     except (TypeError, ValueError) as exc:
         raise InvalidArgument(str(exc)) from None
-    return Overrides(timeout, retry, key)
+    return Overrides(timeout, retry, key, gang_size)
 
 
 def execution_to_proto(e: Execution) -> control_pb2.Execution:
@@ -137,7 +151,13 @@ def execution_to_proto(e: Execution) -> control_pb2.Execution:
         policy=policy_to_proto(e.policy) if e.policy is not None else default_policy_proto(e.max_attempts),
         started_at_ms=int(e.started_at * 1000),
         flow_keys=dict(e.flow_keys),
+        gang_size=e.gang.size if e.gang is not None else 0,
+        gang_members=gang_members_to_proto(e.gang) if e.gang is not None else None,
     )
+
+
+def gang_members_to_proto(gang: GangRun) -> list[object]:
+    return gang.to_proto()
 
 
 def fleet_event_to_proto(change: Change, subject: object, sequence: int, at: float) -> control_pb2.FleetEvent:
@@ -190,6 +210,7 @@ def workflow_to_proto(record: WorkflowRecord, versions: int) -> control_pb2.Work
         tenant=record.tenant,
         policy=policy_to_proto(record.policy) if record.policy else default_policy_proto(record.max_attempts),
         flow=flow_to_proto(record.flow) if not record.flow.empty else None,
+        gang=record.gang.to_proto() if record.gang is not None else None,
     )
 
 

@@ -9,6 +9,7 @@ from types import MappingProxyType
 from typing import Any
 
 from flux.domain.execution import Execution, ExecutionError, State, WorkflowRef
+from flux.domain.gang import Gang, GangRun
 from flux.domain.limits import Flow
 from flux.domain.policy import Policy, attempts_from_json, attempts_json
 from flux.domain.resource_request import ResourceRequest
@@ -19,18 +20,18 @@ from flux.store.base import ExecutionQuery
 # Named, so a table created before a column was added (and migrated) takes the same rows.
 WORKFLOW_COLUMNS = (
     "name, version, source_hash, entrypoint, requests, affinity, max_attempts, created_at, runtime, priority, "
-    "tenant, policy, flow"
+    "tenant, policy, flow, gang"
 )
 WORKFLOW_COLUMN_COUNT = WORKFLOW_COLUMNS.count(",") + 1
 EXECUTION_COLUMNS = (
     "execution_id, seq, workflow_name, workflow_version, source_hash, entrypoint, state, worker, attempt, "
     "generation, max_attempts, input_json, output_json, error, gpu_indices, created_at, updated_at, priority, "
-    "trace, tenant, policy, not_before, reason, attempts, heartbeat, started_at, run_time, flow_keys"
+    "trace, tenant, policy, not_before, reason, attempts, heartbeat, started_at, run_time, flow_keys, gang"
 )
 # What a later write of a row may change (both stores' upserts set these, and only these).
 EXECUTION_UPDATES = (
     "state, worker, attempt, generation, max_attempts, output_json, error, gpu_indices, updated_at, "
-    "not_before, reason, attempts, heartbeat, started_at, run_time"
+    "not_before, reason, attempts, heartbeat, started_at, run_time, gang"
 )
 
 # Execution states as they appear in SQL, by name: no statement spells a bare number.
@@ -77,6 +78,7 @@ def execution_row(e: Execution) -> tuple[object, ...]:
         e.input_json, e.output_json, error, json.dumps(list(e.gpu_indices)), e.created_at, e.updated_at,
         e.priority, e.trace, e.tenant, policy, e.not_before, e.reason, attempts_json(e.attempts), e.heartbeat,
         e.started_at, e.run_time, json.dumps(dict(e.flow_keys)) if e.flow_keys else "",
+        e.gang.to_json() if e.gang is not None else "",
     )  # fmt: skip
 
 
@@ -110,6 +112,7 @@ def execution_from_row(row: Mapping[str, Any]) -> Execution:
         started_at=row["started_at"],
         run_time=row["run_time"],
         flow_keys=tuple(sorted(json.loads(row["flow_keys"]).items())) if row["flow_keys"] else (),
+        gang=GangRun.from_json(row["gang"]),
     )
 
 
@@ -130,6 +133,7 @@ def workflow_from_row(row: Mapping[str, Any]) -> WorkflowRecord:
         tenant=row["tenant"],
         policy=Policy.from_json(row["policy"]) if row["policy"] else None,
         flow=Flow.from_json(row["flow"]),
+        gang=Gang.from_json(row["gang"]),
     )
 
 
@@ -138,6 +142,7 @@ def workflow_row(record: WorkflowRecord, created_at: float) -> tuple[object, ...
         record.name, record.version, record.source_hash, record.entrypoint, requests_to_json(record.requests),
         json.dumps(dict(record.affinity)), record.max_attempts, created_at, record.runtime, record.priority,
         record.tenant, record.policy.to_json() if record.policy is not None else "", record.flow.to_json(),
+        record.gang.to_json() if record.gang is not None else "",
     )  # fmt: skip
 
 

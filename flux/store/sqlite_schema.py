@@ -39,7 +39,8 @@ from flux.store.rows import (
 #    run_time (older rows: the default policy with their max_attempts, no wait, no attempts recorded).
 # 10: workflows.flow and executions.flow_keys (flow control; older rows limit nothing).
 # 11: the limits table (named limits per tenant; created on open, older files have none).
-SCHEMA_VERSION = 11
+# 15: workflows.gang and executions.gang (gangs: older rows run on one worker).
+SCHEMA_VERSION = 15
 
 
 # Version 7's execution columns, in the table's definition and added to older files on open.
@@ -52,6 +53,7 @@ _EXECUTION_TIMING_COLUMNS = (
     ("started_at", "REAL NOT NULL DEFAULT 0"),
     ("run_time", "REAL NOT NULL DEFAULT 0"),
     ("flow_keys", "TEXT NOT NULL DEFAULT ''"),  # version 10
+    ("gang", "TEXT NOT NULL DEFAULT ''"),  # version 15
 )
 
 
@@ -67,6 +69,7 @@ CREATE TABLE IF NOT EXISTS workflows (
     requests TEXT NOT NULL, affinity TEXT NOT NULL, max_attempts INTEGER NOT NULL, created_at REAL NOT NULL,
     runtime TEXT NOT NULL DEFAULT 'python', priority INTEGER NOT NULL DEFAULT 0,
     tenant TEXT NOT NULL DEFAULT 'default', policy TEXT NOT NULL DEFAULT '', flow TEXT NOT NULL DEFAULT '',
+    gang TEXT NOT NULL DEFAULT '',
     PRIMARY KEY (name, version));
 CREATE TABLE IF NOT EXISTS executions (
     execution_id TEXT PRIMARY KEY, seq INTEGER NOT NULL, workflow_name TEXT NOT NULL,
@@ -178,6 +181,8 @@ def migrate(db: sqlite3.Connection, path: Path) -> None:
             db.execute("ALTER TABLE workflows ADD COLUMN policy TEXT NOT NULL DEFAULT ''")
         if columns and "flow" not in columns:  # before version 10: nothing was flow-limited
             db.execute("ALTER TABLE workflows ADD COLUMN flow TEXT NOT NULL DEFAULT ''")
+        if columns and "gang" not in columns:  # before version 15: every execution had one worker
+            db.execute("ALTER TABLE workflows ADD COLUMN gang TEXT NOT NULL DEFAULT ''")
         columns = {row["name"] for row in db.execute("PRAGMA table_info(executions)")}
         if columns and "priority" not in columns:
             db.execute("ALTER TABLE executions ADD COLUMN priority INTEGER NOT NULL DEFAULT 0")

@@ -4,6 +4,7 @@ isort:skip_file
 """
 
 from collections import abc as _abc
+from flux.v1 import gang_pb2 as _gang_pb2
 from flux.v1 import pools_pb2 as _pools_pb2
 from flux.v1 import resources_pb2 as _resources_pb2
 from flux.v1 import tenants_pb2 as _tenants_pb2
@@ -261,6 +262,7 @@ class WorkflowMetadata(_message.Message):
     PRIORITY_FIELD_NUMBER: _builtins.int
     POLICY_FIELD_NUMBER: _builtins.int
     FLOW_FIELD_NUMBER: _builtins.int
+    GANG_FIELD_NUMBER: _builtins.int
     name: _builtins.str
     """Workflow name, as given to @workflow.with_options(name=...)."""
     entrypoint: _builtins.str
@@ -291,6 +293,10 @@ class WorkflowMetadata(_message.Message):
     def flow(self) -> Global___FlowControl:
         """Concurrency per key, a rate limit and named limits; unset means none."""
 
+    @_builtins.property
+    def gang(self) -> _gang_pb2.GangSpec:
+        """Unset: one worker. Set: a gang of size members, each on its own worker, all or none."""
+
     def __init__(
         self,
         *,
@@ -303,10 +309,11 @@ class WorkflowMetadata(_message.Message):
         priority: _builtins.int = ...,
         policy: Global___ExecutionPolicy | None = ...,
         flow: Global___FlowControl | None = ...,
+        gang: _gang_pb2.GangSpec | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["flow", b"flow", "policy", b"policy", "requests", b"requests"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["flow", b"flow", "gang", b"gang", "policy", b"policy", "requests", b"requests"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["affinity", b"affinity", "entrypoint", b"entrypoint", "flow", b"flow", "max_attempts", b"max_attempts", "name", b"name", "policy", b"policy", "priority", b"priority", "requests", b"requests", "runtime", b"runtime"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["affinity", b"affinity", "entrypoint", b"entrypoint", "flow", b"flow", "gang", b"gang", "max_attempts", b"max_attempts", "name", b"name", "policy", b"policy", "priority", b"priority", "requests", b"requests", "runtime", b"runtime"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -512,6 +519,7 @@ class RunWorkflowRequest(_message.Message):
     ATTEMPT_TIMEOUT_S_FIELD_NUMBER: _builtins.int
     RETRY_FIELD_NUMBER: _builtins.int
     KEY_FIELD_NUMBER: _builtins.int
+    GANG_SIZE_FIELD_NUMBER: _builtins.int
     workflow_name: _builtins.str
     """Registered workflow name."""
     input_json: _builtins.str
@@ -524,6 +532,8 @@ class RunWorkflowRequest(_message.Message):
     """This run's attempt timeout in seconds; unset means the workflow's. Not how long a caller waits."""
     key: _builtins.str
     """This run's flow-control key, in place of the one its workflow computes from the input."""
+    gang_size: _builtins.int
+    """This run's gang size (1 to 1024), with the workflow's topology; unset means the workflow's."""
     @_builtins.property
     def retry(self) -> Global___RetryPolicy:
         """This run's retry policy; unset means the workflow's."""
@@ -538,19 +548,24 @@ class RunWorkflowRequest(_message.Message):
         attempt_timeout_s: _builtins.float | None = ...,
         retry: Global___RetryPolicy | None = ...,
         key: _builtins.str | None = ...,
+        gang_size: _builtins.int | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["_attempt_timeout_s", b"_attempt_timeout_s", "_key", b"_key", "_priority", b"_priority", "attempt_timeout_s", b"attempt_timeout_s", "key", b"key", "priority", b"priority", "retry", b"retry"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["_attempt_timeout_s", b"_attempt_timeout_s", "_gang_size", b"_gang_size", "_key", b"_key", "_priority", b"_priority", "attempt_timeout_s", b"attempt_timeout_s", "gang_size", b"gang_size", "key", b"key", "priority", b"priority", "retry", b"retry"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["_attempt_timeout_s", b"_attempt_timeout_s", "_key", b"_key", "_priority", b"_priority", "attempt_timeout_s", b"attempt_timeout_s", "input_json", b"input_json", "key", b"key", "priority", b"priority", "retry", b"retry", "version", b"version", "workflow_name", b"workflow_name"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_attempt_timeout_s", b"_attempt_timeout_s", "_gang_size", b"_gang_size", "_key", b"_key", "_priority", b"_priority", "attempt_timeout_s", b"attempt_timeout_s", "gang_size", b"gang_size", "input_json", b"input_json", "key", b"key", "priority", b"priority", "retry", b"retry", "version", b"version", "workflow_name", b"workflow_name"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     _WhichOneofReturnType__attempt_timeout_s: _TypeAlias = _typing.Literal["attempt_timeout_s"]  # noqa: Y015
     _WhichOneofArgType__attempt_timeout_s: _TypeAlias = _typing.Literal["_attempt_timeout_s", b"_attempt_timeout_s"]  # noqa: Y015
+    _WhichOneofReturnType__gang_size: _TypeAlias = _typing.Literal["gang_size"]  # noqa: Y015
+    _WhichOneofArgType__gang_size: _TypeAlias = _typing.Literal["_gang_size", b"_gang_size"]  # noqa: Y015
     _WhichOneofReturnType__key: _TypeAlias = _typing.Literal["key"]  # noqa: Y015
     _WhichOneofArgType__key: _TypeAlias = _typing.Literal["_key", b"_key"]  # noqa: Y015
     _WhichOneofReturnType__priority: _TypeAlias = _typing.Literal["priority"]  # noqa: Y015
     _WhichOneofArgType__priority: _TypeAlias = _typing.Literal["_priority", b"_priority"]  # noqa: Y015
     @_typing.overload
     def WhichOneof(self, oneof_group: _WhichOneofArgType__attempt_timeout_s) -> _WhichOneofReturnType__attempt_timeout_s | None: ...
+    @_typing.overload
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__gang_size) -> _WhichOneofReturnType__gang_size | None: ...
     @_typing.overload
     def WhichOneof(self, oneof_group: _WhichOneofArgType__key) -> _WhichOneofReturnType__key | None: ...
     @_typing.overload
@@ -605,6 +620,8 @@ class Execution(_message.Message):
     POLICY_FIELD_NUMBER: _builtins.int
     STARTED_AT_MS_FIELD_NUMBER: _builtins.int
     FLOW_KEYS_FIELD_NUMBER: _builtins.int
+    GANG_SIZE_FIELD_NUMBER: _builtins.int
+    GANG_MEMBERS_FIELD_NUMBER: _builtins.int
     execution_id: _builtins.str
     """Server-assigned id."""
     state: Global___ExecutionState.ValueType
@@ -635,6 +652,8 @@ class Execution(_message.Message):
     """The details of its latest heartbeat, JSON-encoded; empty when none was sent."""
     started_at_ms: _builtins.int
     """When its current attempt was claimed, milliseconds since the Unix epoch; 0 when none runs."""
+    gang_size: _builtins.int
+    """A gang's size; 0 for an ordinary execution."""
     @_builtins.property
     def workflow(self) -> _worker_pb2.WorkflowRef:
         """The workflow version it runs."""
@@ -658,6 +677,10 @@ class Execution(_message.Message):
     @_builtins.property
     def flow_keys(self) -> _containers.ScalarMap[_builtins.str, _builtins.str]:
         """Its resolved flow-control keys by part ("concurrency", "rate_limit", "limits"); empty when unlimited."""
+
+    @_builtins.property
+    def gang_members(self) -> _containers.RepeatedCompositeFieldContainer[_gang_pb2.GangMember]:
+        """A placed gang's members by rank (rank 0's worker is worker); empty otherwise."""
 
     def __init__(
         self,
@@ -683,10 +706,12 @@ class Execution(_message.Message):
         policy: Global___ExecutionPolicy | None = ...,
         started_at_ms: _builtins.int = ...,
         flow_keys: _abc.Mapping[_builtins.str, _builtins.str] | None = ...,
+        gang_size: _builtins.int = ...,
+        gang_members: _abc.Iterable[_gang_pb2.GangMember] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["error", b"error", "policy", b"policy", "workflow", b"workflow"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["attempt", b"attempt", "attempts", b"attempts", "created_at_ms", b"created_at_ms", "error", b"error", "execution_id", b"execution_id", "flow_keys", b"flow_keys", "generation", b"generation", "gpu_indices", b"gpu_indices", "heartbeat_json", b"heartbeat_json", "input_json", b"input_json", "not_before_ms", b"not_before_ms", "output_json", b"output_json", "policy", b"policy", "priority", b"priority", "reason", b"reason", "started_at_ms", b"started_at_ms", "state", b"state", "tenant", b"tenant", "updated_at_ms", b"updated_at_ms", "worker", b"worker", "workflow", b"workflow"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["attempt", b"attempt", "attempts", b"attempts", "created_at_ms", b"created_at_ms", "error", b"error", "execution_id", b"execution_id", "flow_keys", b"flow_keys", "gang_members", b"gang_members", "gang_size", b"gang_size", "generation", b"generation", "gpu_indices", b"gpu_indices", "heartbeat_json", b"heartbeat_json", "input_json", b"input_json", "not_before_ms", b"not_before_ms", "output_json", b"output_json", "policy", b"policy", "priority", b"priority", "reason", b"reason", "started_at_ms", b"started_at_ms", "state", b"state", "tenant", b"tenant", "updated_at_ms", b"updated_at_ms", "worker", b"worker", "workflow", b"workflow"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

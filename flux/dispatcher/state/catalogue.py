@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from flux.dispatcher.state.validation import did_you_mean
 from flux.domain.execution import Execution
+from flux.domain.gang import Gang
 from flux.domain.tenant import DEFAULT_TENANT
 from flux.domain.workflow import WorkflowRecord
 from flux.errors import InvalidArgument, NotFound
@@ -16,6 +17,7 @@ class Catalogue:
         self._shapes: dict[tuple[str, int], Shape] = {}
         # Each tenant's shapes (one lane per tenant and requirement); the default tenant's are _shapes.
         self._tenant_shapes: dict[tuple[str, int, str], Shape] = {}
+        self._gang_shapes: dict[tuple[str, int, str, int], Shape] = {}
         self._latest: dict[str, int] = {}
 
     def __len__(self) -> int:
@@ -66,11 +68,26 @@ class Catalogue:
         """Whether ``tenant`` may run and see ``record``: its own, or ``default``'s (shared)."""
         return record.tenant in (DEFAULT_TENANT, tenant)
 
+    def _gang_shape(self, execution: Execution, key: tuple[str, int]) -> Shape:
+        """A gang's shape: its workflow's topology at the run's size (``client.run(gang_size=)``)."""
+        assert execution.gang is not None
+        size = execution.gang.size
+        shape = self._gang_shapes.get((*key, execution.tenant, size))
+        if shape is None:
+            base = self._shapes[key]
+            declared = self._records[key].gang
+            gang = declared.with_size(size) if declared is not None else Gang(size)
+            shape = Shape(base.requests, dict(base.affinity), base.runtime, execution.tenant, gang)
+            self._gang_shapes[(*key, execution.tenant, size)] = shape
+        return shape
+
     def record_of(self, execution: Execution) -> WorkflowRecord:
         return self._records[(execution.workflow.name, execution.workflow.version)]
 
     def shape_of(self, execution: Execution) -> Shape:
         key = (execution.workflow.name, execution.workflow.version)
+        if execution.gang is not None:
+            return self._gang_shape(execution, key)
         if execution.tenant == DEFAULT_TENANT:
             return self._shapes[key]
         shape = self._tenant_shapes.get((*key, execution.tenant))

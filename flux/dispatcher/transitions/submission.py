@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, NamedTuple
 
 from flux.dispatcher.state import validation
 from flux.domain.execution import Execution, State
+from flux.domain.gang import GangRun
 from flux.domain.policy import Policy, Retry, default_policy
 from flux.domain.tenant import DEFAULT_TENANT
 from flux.errors import InvalidArgument, Unavailable
@@ -39,6 +40,8 @@ class Overrides(NamedTuple):
     retry: Retry | None = None
     # The flow-control key of every part, in place of the keys computed from the input.
     key: str | None = None
+    # A gang of this many members, with its workflow's topology (``client.run(gang_size=)``).
+    gang_size: int | None = None
 
 
 NO_OVERRIDES = Overrides()
@@ -71,7 +74,8 @@ async def submit(
     rank = record.priority if priority is None else validation.checked_priority(priority)
     d.table.admit(validation.utf8_bytes(input_json), tenant, d.usage.admission(tenant))
     [execution] = _new(
-        d, record, [input_json], rank, trace, tenant, policy_for(record, overrides), overrides.key
+        d, record, [input_json], rank, trace, tenant, policy_for(record, overrides), overrides.key,
+        overrides.gang_size,
     )
     await d.binder.submit(execution)
     d.timing.submitted(execution)
@@ -103,7 +107,8 @@ async def submit_many(
     size = sum(validation.utf8_bytes(text) for text in checked)
     with d.table.storing(len(checked), size, tenant, d.usage.admission(tenant)):
         executions = _new(
-            d, record, checked, rank, trace, tenant, policy_for(record, overrides), overrides.key
+            d, record, checked, rank, trace, tenant, policy_for(record, overrides), overrides.key,
+            overrides.gang_size,
         )
         # Finished here even if the caller goes away meanwhile, as a single submission is
         # (LocalBinder.submit, SharedBinder.submit).
@@ -136,12 +141,15 @@ def _new(
     tenant: str,
     policy: Policy | None = None,
     key: str | None = None,
+    gang_size: int | None = None,
 ) -> list[Execution]:
     """One new execution per (checked) input, numbered in input order; ``trace``: the caller's
     W3C context (flux/observe/tracing.py carrier), its ``flux.submit`` span started here while tracing.
     ``key``: the run's flow-control key, in place of those computed from each input."""
     keys = [_flow_keys(record, text, key, index, len(inputs)) for index, text in enumerate(inputs)]
     now = d.clock()
+    size = gang_size if gang_size is not None else record.gang.size if record.gang is not None else None
+    gang = GangRun(size) if size is not None else None
     executions = [
         Execution(
             execution_id=uuid.uuid4().hex,
@@ -156,6 +164,7 @@ def _new(
             tenant=tenant,
             trace=trace,
             flow_keys=flow_keys,
+            gang=gang,
         )
         for input_json, flow_keys in zip(inputs, keys, strict=True)
     ]

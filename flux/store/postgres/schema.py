@@ -31,7 +31,8 @@ from flux.store.rows import CREATED, RUNNING, SCHEDULED
 # 11: the limits table (named limits per tenant; created on open, older databases have none).
 # 12: flow_buckets, the rate budgets' token buckets shared by the replicas (created on open; a
 #     missing row is a full bucket).
-SCHEMA_VERSION = 12
+# 16: workflows.gang and executions.gang (gangs: older rows run on one worker).
+SCHEMA_VERSION = 16
 
 # pg_advisory locks are keyed by a bigint; Flux's five are "FLUX" and the four after it:
 # this one, cluster.py's SWEEP_LOCK, store.py's WORKFLOWS_LOCK and PRUNE_LOCK, quota.py's QUOTA_LOCK.
@@ -57,6 +58,7 @@ ALTER TABLE workflows ADD COLUMN IF NOT EXISTS priority INTEGER NOT NULL DEFAULT
 ALTER TABLE workflows ADD COLUMN IF NOT EXISTS tenant TEXT NOT NULL DEFAULT 'default';
 ALTER TABLE workflows ADD COLUMN IF NOT EXISTS policy TEXT NOT NULL DEFAULT '';
 ALTER TABLE workflows ADD COLUMN IF NOT EXISTS flow TEXT NOT NULL DEFAULT '';
+ALTER TABLE workflows ADD COLUMN IF NOT EXISTS gang TEXT NOT NULL DEFAULT '';
 CREATE TABLE IF NOT EXISTS executions (
     execution_id TEXT PRIMARY KEY, seq BIGINT NOT NULL, workflow_name TEXT NOT NULL,
     workflow_version INTEGER NOT NULL, source_hash TEXT NOT NULL, entrypoint TEXT NOT NULL,
@@ -75,6 +77,7 @@ ALTER TABLE executions ADD COLUMN IF NOT EXISTS heartbeat TEXT NOT NULL DEFAULT 
 ALTER TABLE executions ADD COLUMN IF NOT EXISTS started_at DOUBLE PRECISION NOT NULL DEFAULT 0;
 ALTER TABLE executions ADD COLUMN IF NOT EXISTS run_time DOUBLE PRECISION NOT NULL DEFAULT 0;
 ALTER TABLE executions ADD COLUMN IF NOT EXISTS flow_keys TEXT NOT NULL DEFAULT '';
+ALTER TABLE executions ADD COLUMN IF NOT EXISTS gang TEXT NOT NULL DEFAULT '';
 CREATE TABLE IF NOT EXISTS tenants (name TEXT PRIMARY KEY, spec TEXT NOT NULL, updated_at DOUBLE PRECISION NOT NULL);
 {LIMITS_TABLE.format(real="DOUBLE PRECISION")}
 CREATE TABLE IF NOT EXISTS tokens (

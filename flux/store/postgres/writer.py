@@ -34,7 +34,7 @@ ON CONFLICT (execution_id) DO UPDATE SET
     error=excluded.error, gpu_indices=excluded.gpu_indices, updated_at=excluded.updated_at, owner=excluded.owner,
     max_attempts=excluded.max_attempts, not_before=excluded.not_before, reason=excluded.reason,
     attempts=excluded.attempts, heartbeat=excluded.heartbeat, started_at=excluded.started_at,
-    run_time=excluded.run_time
+    run_time=excluded.run_time, gang=excluded.gang
 WHERE executions.generation = excluded.generation AND executions.state < {FINISHED}
     AND (executions.state = {CREATED} OR executions.owner = %s)
 RETURNING execution_id
