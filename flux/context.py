@@ -6,6 +6,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Generic, TypeVar
 
+from flux.domain.gang import GangInfo
+
 T = TypeVar("T")
 
 
@@ -29,6 +31,9 @@ class ExecutionContext(Generic[T]):
     # The details of the latest heartbeat of an earlier attempt (None when there was none):
     # resume where the last try stopped.
     last_heartbeat: Any = None
+    # A gang member's place in its gang (rank, size, members with their addresses, leader); None for
+    # an ordinary execution. Set before the body starts, so it can rendezvous at the leader's address.
+    gang: GangInfo | None = None
     # Set by the worker: takes each heartbeat's details (coalesced there); unset in a unit test.
     _beat: Callable[[Any], None] | None = field(default=None, repr=False, compare=False)
 

@@ -118,6 +118,11 @@ def build_parser() -> argparse.ArgumentParser:
         "the workflow computes from the input",
     )  # fmt: skip
     run.add_argument(
+        "--gang-size", type=count("--gang-size"), default=None, metavar="N",
+        help="run as a gang of N members, each on its own worker, all at once or none, with the "
+        "workflow's same/spread topology (default: the workflow's gang, or one worker)",
+    )  # fmt: skip
+    run.add_argument(
         "--many", action="store_true",
         help="one execution per line of --input-file (JSON Lines; blank lines skipped), submitted in bulk; "
         "prints one id per line, or with --wait one output per line, in input order",

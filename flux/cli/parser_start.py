@@ -286,6 +286,11 @@ def add_start(commands: argparse._SubParsersAction) -> None:
         help=f"concurrent executions (default {defaults.CAPACITY})",
     )
     worker.add_argument(
+        "--advertise-address", default=os.environ.get("FLUX_ADVERTISE_ADDRESS", ""), metavar="HOST",
+        help="the host (or host:port) other members of a gang reach this worker at, as ctx.gang.members "
+        "shows it (default $FLUX_ADVERTISE_ADDRESS, else the address the server sees it connect from)",
+    )  # fmt: skip
+    worker.add_argument(
         "--work-dir",
         default=defaults.WORK_DIR,
         help=f"where workflow code is cached (default {defaults.WORK_DIR})",

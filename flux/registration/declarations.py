@@ -1,8 +1,7 @@
 """Read a file's ``@workflow`` declarations from its syntax tree, without running it.
 
-``flux workflow register`` must work on a laptop that lacks the workflow's
-own imports (``import torch`` on a machine without torch), so the decorators
-are read, not executed. In practice every option is a literal: a name, a
+``flux workflow register`` must work on a laptop that lacks the workflow's own imports
+(``import torch`` on a machine without torch), so the decorators are read, not executed. In practice every option is a literal: a name, a
 ``ResourceRequest(...)`` or factory call (``ResourceRequest.with_gpu(2)``)
 with literal arguments, a dict of labels, a number. Those are evaluated here
 by calling the real ``ResourceRequest`` and the real ``workflow.with_options``,
@@ -31,16 +30,8 @@ from flux.domain.resource_request import ResourceRequest
 from flux.workflow import WorkflowDefinition, definition_of, workflow
 
 # Modules whose ``workflow`` and ``ResourceRequest`` are Flux's own.
-_FLUX_MODULES = frozenset(
-    {
-        "flux",
-        "flux.workflow",
-        "flux.domain.resource_request",
-        "flux.domain.policy",
-        "flux.domain.limits",
-        "flux.domain.gang",
-    }
-)
+_DOMAIN = ("resource_request", "policy", "limits", "gang")
+_FLUX_MODULES = frozenset({"flux", "flux.workflow", *(f"flux.domain.{m}" for m in _DOMAIN)})
 # Value classes of flux called for real on literal arguments, by the name flux exports them under.
 _VALUE_CLASSES: dict[str, Callable[..., Any]] = {
     "Retry": Retry,

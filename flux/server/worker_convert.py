@@ -17,7 +17,10 @@ from flux.server.convert import resources_from_proto
 from flux.v1 import trace_pb2, worker_pb2
 
 
-def registration_from_proto(request: worker_pb2.RegisterRequest, transport: str) -> WorkerRegistration:
+def registration_from_proto(
+    request: worker_pb2.RegisterRequest, transport: str, peer: str = ""
+) -> WorkerRegistration:
+    """``peer``: gRPC's ``context.peer()``, whose host is the worker's address unless it advertises one."""
     return WorkerRegistration(
         name=request.name,
         resources=resources_from_proto(request.resources),
@@ -26,7 +29,19 @@ def registration_from_proto(request: worker_pb2.RegisterRequest, transport: str)
         capacity=request.capacity,
         session_token=request.session_token,
         transport=transport,
+        address=request.advertise_address or peer_host(peer),
     )
+
+
+def peer_host(peer: str) -> str:
+    """The host of ``ipv4:10.0.0.7:5123`` or ``ipv6:[::1]:5123``; "" for a unix socket or nothing."""
+    kind, _, rest = peer.partition(":")
+    if kind == "ipv4":
+        return rest.rpartition(":")[0]
+    if kind == "ipv6":
+        host = rest.rpartition(":")[0]
+        return host[1:-1] if host.startswith("[") else host
+    return ""
 
 
 def result_from_proto(item: worker_pb2.CompleteItem, field: str) -> Result:
@@ -73,7 +88,15 @@ def scheduled_to_proto(event: Scheduled) -> worker_pb2.ExecutionScheduled:
         requests=event.requests.to_proto(),
         trace=trace,
         **_timing_fields(e),
+        **_gang_fields(e),
     )
+
+
+def _gang_fields(e: Execution) -> dict[str, object]:
+    """A gang member's rank and every member (``e.worker`` is the member this dispatch is for)."""
+    if e.gang is None:
+        return {}
+    return {"gang_rank": e.gang.rank_of(e.worker) or 0, "gang_members": e.gang.to_proto()}
 
 
 def _timing_fields(e: Execution) -> dict[str, object]:

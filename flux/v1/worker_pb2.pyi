@@ -4,6 +4,7 @@ isort:skip_file
 """
 
 from collections import abc as _abc
+from flux.v1 import gang_pb2 as _gang_pb2
 from flux.v1 import resources_pb2 as _resources_pb2
 from flux.v1 import trace_pb2 as _trace_pb2
 from google.protobuf import descriptor as _descriptor
@@ -107,12 +108,17 @@ class RegisterRequest(_message.Message):
     LABELS_FIELD_NUMBER: _builtins.int
     CAPACITY_FIELD_NUMBER: _builtins.int
     SESSION_TOKEN_FIELD_NUMBER: _builtins.int
+    ADVERTISE_ADDRESS_FIELD_NUMBER: _builtins.int
     name: _builtins.str
     """Worker name, unique among live workers: [A-Za-z0-9][A-Za-z0-9._-]{0,62}."""
     capacity: _builtins.int
     """Maximum concurrent executions; 0 means the server default (16)."""
     session_token: _builtins.str
     """Session token from an earlier Register, to take over the same identity."""
+    advertise_address: _builtins.str
+    """The host (or host:port) other gang members reach this worker at (ctx.gang.members[i].address);
+    empty means the address the server sees the worker connect from.
+    """
     @_builtins.property
     def resources(self) -> _resources_pb2.WorkerResources:
         """Allocatable and observed resources."""
@@ -134,10 +140,11 @@ class RegisterRequest(_message.Message):
         labels: _abc.Mapping[_builtins.str, _builtins.str] | None = ...,
         capacity: _builtins.int = ...,
         session_token: _builtins.str = ...,
+        advertise_address: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["resources", b"resources", "software", b"software"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["capacity", b"capacity", "labels", b"labels", "name", b"name", "resources", b"resources", "session_token", b"session_token", "software", b"software"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["advertise_address", b"advertise_address", "capacity", b"capacity", "labels", b"labels", "name", b"name", "resources", b"resources", "session_token", b"session_token", "software", b"software"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -386,6 +393,8 @@ class ExecutionScheduled(_message.Message):
     TIMEOUT_S_FIELD_NUMBER: _builtins.int
     HEARTBEAT_INTERVAL_S_FIELD_NUMBER: _builtins.int
     LAST_HEARTBEAT_JSON_FIELD_NUMBER: _builtins.int
+    GANG_RANK_FIELD_NUMBER: _builtins.int
+    GANG_MEMBERS_FIELD_NUMBER: _builtins.int
     execution_id: _builtins.str
     """Execution id."""
     attempt: _builtins.int
@@ -402,6 +411,8 @@ class ExecutionScheduled(_message.Message):
     """Send a heartbeat at least this often, in seconds (0: only when the body calls ctx.heartbeat)."""
     last_heartbeat_json: _builtins.str
     """The details of the latest heartbeat of an earlier attempt (ctx.last_heartbeat), JSON-encoded."""
+    gang_rank: _builtins.int
+    """A gang member's rank (ctx.gang.rank); 0 also for an ordinary execution (see gang_members)."""
     @_builtins.property
     def workflow(self) -> Global___WorkflowRef:
         """The workflow version to run; fetch its source by hash when not cached."""
@@ -420,6 +431,10 @@ class ExecutionScheduled(_message.Message):
         continue it (unset when the execution is not traced).
         """
 
+    @_builtins.property
+    def gang_members(self) -> _containers.RepeatedCompositeFieldContainer[_gang_pb2.GangMember]:
+        """Every member of the gang by rank (ctx.gang.members); empty for an ordinary execution."""
+
     def __init__(
         self,
         *,
@@ -434,10 +449,12 @@ class ExecutionScheduled(_message.Message):
         timeout_s: _builtins.float = ...,
         heartbeat_interval_s: _builtins.float = ...,
         last_heartbeat_json: _builtins.str = ...,
+        gang_rank: _builtins.int = ...,
+        gang_members: _abc.Iterable[_gang_pb2.GangMember] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["requests", b"requests", "trace", b"trace", "workflow", b"workflow"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["attempt", b"attempt", "execution_id", b"execution_id", "generation", b"generation", "gpu_indices", b"gpu_indices", "heartbeat_interval_s", b"heartbeat_interval_s", "input_json", b"input_json", "last_heartbeat_json", b"last_heartbeat_json", "requests", b"requests", "timeout_s", b"timeout_s", "trace", b"trace", "workflow", b"workflow"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["attempt", b"attempt", "execution_id", b"execution_id", "gang_members", b"gang_members", "gang_rank", b"gang_rank", "generation", b"generation", "gpu_indices", b"gpu_indices", "heartbeat_interval_s", b"heartbeat_interval_s", "input_json", b"input_json", "last_heartbeat_json", b"last_heartbeat_json", "requests", b"requests", "timeout_s", b"timeout_s", "trace", b"trace", "workflow", b"workflow"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

@@ -289,6 +289,7 @@ class Executions:
                 worker_name=self.config.name,
                 attempt=dispatch.attempt,
                 assigned_gpus=dispatch.gpu_indices,
+                gang=dispatch.gang,
                 last_heartbeat=json.loads(dispatch.last_heartbeat_json)
                 if dispatch.last_heartbeat_json
                 else None,

@@ -11,12 +11,13 @@ from typing import TypeVar
 import grpc
 
 from flux.domain.execution import ExecutionError, WorkflowRef
+from flux.domain.gang import GangInfo, GangMember
 from flux.domain.resource_request import ResourceRequest
 from flux.domain.worker import WorkerResources, WorkerSoftware
 from flux.errors import InvalidArgument, Unavailable, Unimplemented, from_code_name, from_rpc_error
 from flux.observe import tracing
 from flux.security import TLS_HINT, Credentials, speaks_tls
-from flux.v1 import worker_pb2, worker_pb2_grpc
+from flux.v1 import gang_pb2, worker_pb2, worker_pb2_grpc
 from flux.worker.call_stream import CallStream
 from flux.worker.transport import (
     Answers,
@@ -77,7 +78,12 @@ def dispatch_from_proto(message: worker_pb2.ExecutionScheduled) -> Dispatch:
         timeout=message.timeout_s,
         heartbeat_interval=message.heartbeat_interval_s,
         last_heartbeat_json=message.last_heartbeat_json,
+        gang=gang_from_proto(message.gang_rank, message.gang_members) if message.gang_members else None,
     )
+
+
+def gang_from_proto(rank: int, members: Sequence[gang_pb2.GangMember]) -> GangInfo:
+    return GangInfo(rank, len(members), tuple(GangMember(m.rank, m.worker, m.address) for m in members))
 
 
 def connected_from_proto(message: worker_pb2.Connected) -> Connected:
@@ -189,6 +195,7 @@ class GrpcTransport(WorkerTransport):
                 labels=registration.labels,
                 capacity=registration.capacity,
                 session_token=registration.session_token,
+                advertise_address=registration.advertise_address,
             ),
             timeout=UNARY_TIMEOUT,
             metadata=self._md,

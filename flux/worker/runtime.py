@@ -69,6 +69,8 @@ class WorkerConfig:
     name: str
     labels: dict[str, str] = field(default_factory=dict)
     capacity: int = defaults.CAPACITY
+    # Where gang members reach this worker (--advertise-address); "": as the server sees it connect.
+    advertise_address: str = ""
     work_dir: Path = Path(defaults.WORK_DIR)
     report_interval: float = 2.0
     # How long SIGTERM waits for running executions before releasing them.
@@ -171,6 +173,7 @@ class WorkerRuntime(Executions):
             labels=self.config.labels,
             capacity=self.config.capacity,
             session_token=self.token,
+            advertise_address=self.config.advertise_address,
         )
         self.token = await self.transport.register(registration)
         self._reported = registration.resources

@@ -203,6 +203,7 @@ class SseTransport(WorkerTransport):
             labels=registration.labels,
             capacity=registration.capacity,
             session_token=registration.session_token,
+            advertise_address=registration.advertise_address,
         )
         answer = await self._post("/workers/register", _body(message))
         return str(answer["session_token"])

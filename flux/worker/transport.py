@@ -12,6 +12,7 @@ import abc
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from dataclasses import dataclass
 
+from flux.domain.gang import GangInfo
 from flux.domain.execution import ExecutionError, WorkflowRef
 from flux.domain.resource_request import ResourceRequest
 from flux.domain.worker import WorkerResources, WorkerSoftware
@@ -26,6 +27,9 @@ class Registration:
     labels: dict[str, str]
     capacity: int
     session_token: str = ""
+    # Where gang members reach this worker (--advertise-address); "" lets the server use the
+    # address it sees the worker connect from.
+    advertise_address: str = ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -56,6 +60,8 @@ class Dispatch:
     heartbeat_interval: float = 0.0
     # The details of the latest heartbeat of an earlier attempt, JSON ("" for none).
     last_heartbeat_json: str = ""
+    # A gang member's rank and every member (ctx.gang); None for an ordinary execution.
+    gang: GangInfo | None = None
 
 
 @dataclass(frozen=True, slots=True)

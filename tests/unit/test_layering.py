@@ -54,6 +54,7 @@ PROTO_EDGES = (
     "flux.domain.policy",
     "flux.domain.attempts",
     "flux.domain.limits",
+    "flux.domain.gang",
     "gateway",  # HTTP in front of the gRPC core
 )
 
@@ -70,7 +71,7 @@ MATCHER_NEVER = (
 
 # `from flux import *`: the public names, changed only on purpose (and then here too).
 PUBLIC_NAMES = [
-    "Concurrency", "ExecutionContext", "RateLimit", "ResourceRequest", "Retry", "WorkflowDefinition", "workflow",
+    "Concurrency", "ExecutionContext", "Gang", "RateLimit", "ResourceRequest", "Retry", "WorkflowDefinition", "workflow",
 ]  # fmt: skip
 
 

@@ -131,6 +131,8 @@ def _run_policy(client: FluxClient, args: argparse.Namespace) -> dict[str, Any]:
     policy: dict[str, Any] = {}
     if getattr(args, "key", None) is not None:
         policy["key"] = args.key
+    if getattr(args, "gang_size", None) is not None:
+        policy["gang_size"] = args.gang_size
     if args.attempt_timeout is not None:
         policy["attempt_timeout"] = args.attempt_timeout
     if args.retries is not None:

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING
 from flux.dispatcher.handle import Bound, Outcome
 from flux.dispatcher.state.deadlines import Kind
 from flux.dispatcher.state.session import Scheduled
-from flux.dispatcher.transitions import housekeeping
+from flux.dispatcher.transitions import gangs, housekeeping
 from flux.domain.execution import State
 from flux.matching import schedule
 from flux.matching.tenancy import Vector, capacity_of
@@ -86,9 +86,8 @@ def reserve(
     )
     for placement in placements:
         d.queue.remove(placement.execution_id)
-        d.registry.entries[placement.worker].hold(
-            placement.execution_id, placement.shape.requests, placement.gpu_indices
-        )
+        for worker, gpus in gangs.member_workers(placement):  # a gang: every member's worker
+            d.registry.entries[worker].hold(placement.execution_id, placement.shape.requests, gpus)
     for placement in placements:
         d.flow.placed(placement.execution_id)  # a rate budget may admit its next one
     return placements
@@ -102,12 +101,15 @@ def scheduled_row(execution: Execution, placement: Placement, now: float) -> Exe
     the row as stored (flux/store/postgres/writer.py): a replica's mirror of a pending row does
     not know its generation; the row the claim returns is the one pushed.
     """
-    return execution.evolve(
-        state=State.SCHEDULED,
-        worker=placement.worker,
-        generation=execution.generation + 1,
-        gpu_indices=placement.gpu_indices,
-        updated_at=now,
+    return gangs.placed(
+        execution.evolve(
+            state=State.SCHEDULED,
+            worker=placement.worker,
+            generation=execution.generation + 1,
+            gpu_indices=placement.gpu_indices,
+            updated_at=now,
+        ),
+        placement,
     )
 
 
@@ -126,15 +128,24 @@ def apply(d: Handle, results: list[Bound]) -> None:
         entry = d.registry.get(placement.worker)
         current = d.table.get(execution_id)
         if result.outcome is Outcome.BOUND and row is not None and current is not None:
-            if entry is not None and entry.dispatchable and execution_id in entry.holdings:
+            if placement.members:
+                members = [d.registry.get(worker) for worker, _ in placement.members]
+                if all(m is not None and m.dispatchable and execution_id in m.holdings for m in members):
+                    push_gang(d, row, members, placement)  # type: ignore[arg-type]
+                else:  # a member's worker left or moved meanwhile: the whole gang goes back
+                    d.table.set(row)
+                    housekeeping.requeue(d, row, entry, next_attempt=False)
+            elif entry is not None and entry.dispatchable and execution_id in entry.holdings:
                 push(d, row, entry, placement)
             else:  # the worker left or moved while the bind was in flight: give the row back
                 d.table.set(row)
                 housekeeping.requeue(d, row, entry, next_attempt=False)
             continue
-        # Unreserve.
-        if entry is not None and entry.release(execution_id) and result.outcome is not Outcome.FAILED:
-            freed[entry.name] = entry
+        # Unreserve (every member's room, for a gang).
+        for worker, _ in gangs.member_workers(placement):
+            held = d.registry.get(worker)
+            if held is not None and held.release(execution_id) and result.outcome is not Outcome.FAILED:
+                freed[held.name] = held
         if current is None or current.state is not State.CREATED:
             continue  # cancelled while the bind was in flight
         if result.outcome is Outcome.LOST:
@@ -152,6 +163,17 @@ def push(d: Handle, execution: Execution, entry: WorkerEntry, placement: Placeme
         execution = d.events.traces.dispatched(execution, placement.shape)
     d.table.set(execution)
     entry.session.push(Scheduled(execution, placement.shape.requests))
+    d.events.dispatched(execution)
+    d.timers.arm(Kind.ACK, execution.execution_id, execution.generation, d.clock() + d.settings.ack_deadline)
+    d.watchers.notify(execution)
+
+
+def push_gang(d: Handle, execution: Execution, members: list[WorkerEntry], placement: Placement) -> None:
+    """``push`` for a gang: each member gets its own dispatch; one ack deadline for them all (the
+    gang is RUNNING only once every member has claimed)."""
+    if d.events.traces is not None:
+        execution = d.events.traces.dispatched(execution, placement.shape)
+    execution = gangs.push_members(d, execution, members, placement)
     d.events.dispatched(execution)
     d.timers.arm(Kind.ACK, execution.execution_id, execution.generation, d.clock() + d.settings.ack_deadline)
     d.watchers.notify(execution)

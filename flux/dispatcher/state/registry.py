@@ -47,6 +47,8 @@ class WorkerRegistration:
     capacity: int = 0
     session_token: str = ""
     transport: str = "grpc"
+    # Where gang members reach it (``--advertise-address``, else the host it connected from).
+    address: str = ""
 
 
 def placeholder(name: str, session_token: str, disconnected_at: float, last_seen: float = 0.0) -> WorkerEntry:
@@ -216,8 +218,10 @@ class WorkerRegistry:
             and registration.session_token
             and validation.same_token(registration.session_token, entry.session_token)
         )
+        address = validation.checked_address(registration.address)
         if entry is not None and same_worker:
             entry.labels, entry.capacity, entry.transport = labels, capacity, registration.transport
+            entry.address = address
             entry.report(registration.resources, registration.software)
             return entry.session_token
         if entry is not None and entry.connected:
@@ -238,6 +242,7 @@ class WorkerRegistry:
         now = self.clock()
         new = placeholder(name, token, now, last_seen=now)
         new.labels, new.capacity, new.transport = labels, capacity, registration.transport
+        new.address = address
         new.resources, new.software = registration.resources, registration.software
         # A pause is the operator's, by name (as a cordon is): a new process under the name stays paused.
         new.paused = paused or (entry is not None and entry.paused)

@@ -127,6 +127,16 @@ def checked_inputs(inputs: list[str], field: str) -> list[str]:
     return [checked_json(text or "null", f"{field}[{index}]") for index, text in enumerate(inputs)]
 
 
+ADDRESS_FORM = "a host name or IP address, optionally with :PORT, at most 255 characters, no spaces"
+
+
+def checked_address(address: str) -> str:
+    """A worker's advertised address (``--advertise-address``), as gang members will dial it."""
+    if len(address) > 255 or any(c.isspace() or not c.isprintable() for c in address):
+        raise InvalidArgument(f"advertise_address {address[:60]!r} is invalid; it is {ADDRESS_FORM}")
+    return address
+
+
 def check_worker(name: str, capacity: int, default_capacity: int) -> None:
     if not WORKER_NAME.fullmatch(name):
         raise InvalidArgument(f"name {name!r} is invalid; a worker name is {WORKER_NAME_FORM}")

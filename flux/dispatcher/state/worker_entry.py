@@ -44,6 +44,8 @@ class WorkerEntry:
     resources: WorkerResources
     software: WorkerSoftware
     transport: str = "grpc"
+    # Where gang members reach it: its ``--advertise-address``, else the host it registered from.
+    address: str = ""
     session: Session | None = None
     draining: bool = False
     # Paused by an operator (flux worker pause): keeps its stream and its work, takes nothing new.

@@ -11,6 +11,7 @@ import logging
 from typing import TYPE_CHECKING
 
 from flux.dispatcher.state.lifecycle import Requeue
+from flux.dispatcher.transitions import gangs
 from flux.domain.execution import Execution, ExecutionError, State
 from flux.domain.policy import (
     ATTEMPT_MESSAGE_BYTES,
@@ -61,6 +62,9 @@ def ended(
     """
     if entry is not None:
         entry.release(execution.execution_id)
+    if execution.gang is not None:
+        # One member's end is the attempt's end on every member: one attempt, retried or failed whole.
+        d.passes.room_freed(gangs.stop_all(d, execution, f"a gang member ended: {reason}"))
     now = d.clock()
     policy = execution.effective_policy
     attempts = (*execution.attempts, record_of(execution, now, reason, error))
@@ -78,6 +82,7 @@ def ended(
             not_before=now + delay if delay > 0 else 0.0,
             started_at=0.0,
             updated_at=now,
+            gang=gangs.reset(execution).gang,
         )
         if len(retried.input_json) > d.settings.inline_input_bytes:
             retried = retried.evolve(input_json="")  # back to waiting: its input waits in the store

@@ -6,6 +6,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from flux.dispatcher.state.session import Stop
+from flux.dispatcher.transitions import gangs
 from flux.domain.execution import Execution, State
 from flux.errors import FailedPrecondition
 
@@ -36,6 +37,9 @@ def stop_here(d: Handle, execution: Execution, final: Execution, announce: bool 
     """
     execution_id = execution.execution_id
     entry = d.registry.get(execution.worker) if execution.worker else None
+    if execution.gang is not None and execution.state is not State.CREATED:
+        # Every member's worker stops and gives its room back (rank 0's below, as for any execution).
+        d.passes.room_freed(gangs.stop_all(d, execution, "cancelled by a client", keep=execution.worker))
     if execution.state is State.CREATED:
         d.queue.remove(execution_id)
         d.flow.release(execution_id)  # it may hold a budget, or wait on one

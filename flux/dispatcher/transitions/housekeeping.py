@@ -13,7 +13,7 @@ from flux.dispatcher.state.deadlines import Kind
 from flux.dispatcher.state.lifecycle import Requeue
 from flux.dispatcher.state.registry import placeholder
 from flux.dispatcher.state.session import Stop
-from flux.dispatcher.transitions import attempts, submission
+from flux.dispatcher.transitions import attempts, gangs, submission
 from flux.dispatcher.transitions.attempts import requeue_saved
 from flux.domain.execution import Execution, ExecutionError, State
 from flux.domain.policy import WORKER_LOST
@@ -35,25 +35,31 @@ async def recover(d: Handle, recovered: Recovered) -> None:
     now = d.clock()
     pending = []
     for execution in recovered.unfinished:
-        if execution.state is State.RUNNING:
-            # Running work waits for its worker's grace period, as if its stream had just dropped.
-            entry = d.registry.get(execution.worker)
-            if entry is None:
-                entry = d.registry.entries[execution.worker] = placeholder(
-                    execution.worker, tokens.get(execution.worker, ""), now
-                )
+        if gangs.ran(execution):
+            # Running work waits for its worker's grace period, as if its stream had just dropped;
+            # a gang for each member's worker that has not completed.
+            done = dict(execution.gang.outputs) if execution.gang is not None else {}
+            members = (
+                [(w, g) for rank, (w, _, g) in enumerate(execution.gang.members) if rank not in done]
+                if execution.gang is not None
+                else [(execution.worker, execution.gpu_indices)]
+            )
             # In the table before it is held: holding it charges its flow budgets, read from the row
             # there (a key's slot taken before its worker is back, or pending work would take it).
             d.table.add(execution)
-            entry.hold(
-                execution.execution_id, d.catalogue.record_of(execution).requests, execution.gpu_indices
-            )
+            for worker, gpus in members:
+                entry = d.registry.get(worker)
+                if entry is None:
+                    entry = d.registry.entries[worker] = placeholder(worker, tokens.get(worker, ""), now)
+                entry.hold(execution.execution_id, d.catalogue.record_of(execution).requests, gpus)
             d.timing.recovered(execution)
             continue
         if execution.state is State.SCHEDULED:
             # An unclaimed dispatch from before the restart returns to CREATED. One server
             # reaches this only with rows written by versions that stored dispatches.
-            execution = execution.evolve(state=State.CREATED, worker="", gpu_indices=(), updated_at=now)
+            execution = gangs.reset(
+                execution.evolve(state=State.CREATED, worker="", gpu_indices=(), updated_at=now)
+            )
         # One server does not write dispatches, so one from before the restart may have used
         # generation + 1 (never more: requeue_saved); skip past it so fencing never sees a
         # generation twice. The binder makes the skip durable before anything is dispatched.
@@ -85,9 +91,12 @@ def requeue(d: Handle, execution: Execution, entry: WorkerEntry | None, next_att
         return attempts.ended(d, execution, entry, WORKER_LOST, error)
     if entry is not None:
         entry.release(execution.execution_id)
+    if execution.gang is not None:
+        d.passes.room_freed(gangs.stop_all(d, execution, "a gang member's dispatch ended"))
     now = d.clock()
     requeued = execution.evolve(
-        state=State.CREATED, worker="", gpu_indices=(), updated_at=now, started_at=0.0
+        state=State.CREATED, worker="", gpu_indices=(), updated_at=now, started_at=0.0,
+        gang=gangs.reset(execution).gang,
     )
     if len(requeued.input_json) > d.settings.inline_input_bytes:
         requeued = requeued.evolve(input_json="")  # back to waiting: its input waits in the store
@@ -115,7 +124,7 @@ def lose_worker(d: Handle, entry: WorkerEntry, why: str) -> list[Shape]:
             requeued = d.timing.stopped(execution)
         else:
             # A dispatch never claimed did not run: same attempt. Running work did.
-            requeued = requeue(d, execution, entry, next_attempt=execution.state is State.RUNNING)
+            requeued = requeue(d, execution, entry, next_attempt=gangs.ran(execution))
             d.events.requeued(execution, requeued, Requeue.WORKER_LOST)
         if requeued.state is State.CREATED:
             shapes[d.catalogue.shape_of(requeued)] = None

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 
 from flux.dispatcher.state import validation
 from flux.dispatcher.state.lifecycle import Requeue
-from flux.dispatcher.transitions import attempts, housekeeping
+from flux.dispatcher.transitions import attempts, gangs, housekeeping
 from flux.domain.execution import Execution, ExecutionError, State
 from flux.domain.policy import COMPLETED, ERROR
 from flux.domain.worker import WorkerResources
@@ -44,6 +44,8 @@ def _claim(d: Handle, name: str, execution_id: str, generation: int) -> Executio
         return execution  # a retried claim
     if execution.state is not State.SCHEDULED:
         raise FailedPrecondition(f"execution {execution_id} is {execution.state.label}, not SCHEDULED")
+    if execution.gang is not None:
+        return gangs.claim(d, execution, name)
     now = d.clock()
     running = execution.evolve(state=State.RUNNING, updated_at=now, started_at=now)
     d.table.update(running)
@@ -70,6 +72,9 @@ async def complete(
     if resources is not None:
         entry.report(resources, None)
     d.passes.room_freed([entry])
+    if not final.state.finished:  # a gang member's result, before the last: stored, then answered
+        await asyncio.shield(d.table.save(final))
+        return final
     await d.table.commit_final(final)
     return final
 
@@ -97,10 +102,23 @@ def finish(
     if d.timing.is_stopping(execution):
         # Past its timeout: a result that comes after is not kept (its worker is done with it).
         raise FailedPrecondition(_timed_out(d, execution))
-    if execution.state is not State.RUNNING:
+    member_claimed = execution.gang is not None and execution.gang.rank_of(entry.name) in execution.gang.claimed
+    if execution.state is not State.RUNNING and not member_claimed:
         raise FailedPrecondition(
             f"execution {execution_id} is {execution.state.label}; claim it before completing"
         )
+    if execution.gang is not None and error is None:
+        rank = execution.gang.rank_of(entry.name)
+        if rank in dict(execution.gang.outputs):
+            return execution  # a member's retried result: answered as the first was
+        final = gangs.completed(d, execution, entry, validation.checked_json(output_json or "null", "output_json"))
+        if not final.state.finished:
+            return final
+        d.timing.forget(execution_id)
+        final = final.evolve(attempts=_recorded(execution, final.updated_at))
+        d.table.finish(final)
+        d.events.finished(final)
+        return final
     now = d.clock()
     d.timing.forget(execution_id)
     if error is None:
@@ -114,6 +132,7 @@ def finish(
         )
     else:
         # The policy decides: another attempt after its backoff (CREATED, not final), or FAILED.
+        # A gang's member failing ends the attempt of every member (attempts.ended stops them).
         return attempts.ended(d, execution, entry, ERROR, error)
     d.table.finish(final)
     entry.release(execution_id)
@@ -139,7 +158,7 @@ async def _retried(
 ) -> Execution:
     done = d.table.finished.get(execution_id) or await d.get(execution_id)
     if (
-        done.worker == name
+        (done.worker == name or gangs.is_member(done, name))
         and done.generation == generation
         and done.state in (State.COMPLETED, State.FAILED)
         and same_result(done, output_json, error)
@@ -230,7 +249,9 @@ async def complete_batch(
                 decided.append(_refused(d, exc))
                 continue
             decided.append(final)
-            if final is not None:
+            if final is not None and not final.state.finished:
+                written[final.execution_id] = d.table.save(final)  # a gang member's, not the last
+            elif final is not None:
                 # Now, not in ``settle``: a worker that dies cancels this call, and the tasks
                 # gathered below with it, maybe before they start. A final state decided but
                 # never written would be shown as RUNNING forever.
@@ -245,6 +266,8 @@ async def complete_batch(
         try:
             if outcome is None:
                 await _retried(d, name, item.execution_id, item.generation, item.output_json, item.error)
+            elif not outcome.state.finished:
+                await asyncio.shield(written[outcome.execution_id])
             else:
                 await d.table.commit_final(outcome, written[outcome.execution_id])
         except Exception as exc:
@@ -267,7 +290,7 @@ def fenced(d: Handle, execution_id: str, name: str, generation: int) -> Executio
                 f"execution {execution_id} is already {d.table.finished[execution_id].state.label}"
             )
         raise NotFound(f"execution {execution_id!r} does not exist or is finished")
-    if execution.worker != name:
+    if execution.worker != name and not gangs.is_member(execution, name):
         raise FailedPrecondition(f"execution {execution_id} is not dispatched to worker {name!r}")
     if generation != execution.generation:
         raise FailedPrecondition(
