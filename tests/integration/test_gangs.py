@@ -1,0 +1,101 @@
+"""Gangs with real worker processes: rendezvous through ctx.gang, fail together, cancel together."""
+
+from __future__ import annotations
+
+import json
+import signal
+from pathlib import Path
+
+import pytest
+
+from flux.testing import Cluster, eventually
+from flux.v1 import control_pb2
+
+pytestmark = [pytest.mark.integration]
+
+GANGS = Path(__file__).with_name("gang_workflows.py")
+CREATED = control_pb2.EXECUTION_STATE_CREATED
+RUNNING = control_pb2.EXECUTION_STATE_RUNNING
+COMPLETED = control_pb2.EXECUTION_STATE_COMPLETED
+CANCELLED = control_pb2.EXECUTION_STATE_CANCELLED
+
+
+@pytest.fixture
+def gangs(cluster: Cluster) -> Cluster:
+    cluster.register(GANGS)
+    return cluster
+
+
+def _active(cluster: Cluster) -> dict[str, int]:
+    listed = json.loads(cluster.flux("workers", "list", "--json").stdout)["workers"]
+    return {w["name"]: w["active"] for w in listed}
+
+
+def test_members_rendezvous_at_the_leaders_address(gangs: Cluster, tmp_path: Path) -> None:
+    for name in ("a", "b", "c"):
+        gangs.start_worker(name, "--advertise-address", "127.0.0.1")
+    final = gangs.client.run("gang_rendezvous", {"folder": str(tmp_path)}, wait=True, timeout=90)
+    assert final.state == COMPLETED, final.error
+    outputs = [json.loads(m.output_json) for m in final.gang_members]
+    assert [o["rank"] for o in outputs] == [0, 1, 2]
+    assert all(o["total"] == 111 for o in outputs)  # 1 + 10 + 100: every member reached the leader
+    assert sorted(o["worker"] for o in outputs) == ["a", "b", "c"]  # each on its own worker
+    assert json.loads(final.output_json) == outputs[0]
+    assert final.gang_size == 3 and final.worker == final.gang_members[0].worker
+    assert outputs[1]["members"] == [[m.rank, m.worker, "127.0.0.1"] for m in final.gang_members]
+    shown = json.loads(gangs.flux("execution", "show", final.execution_id, "--json").stdout)
+    assert [m["worker"] for m in shown["gang_members"]] == [m.worker for m in final.gang_members]
+
+
+def test_a_gang_waits_whole_until_there_is_room_for_every_member(gangs: Cluster, tmp_path: Path) -> None:
+    gangs.start_worker("r1a", "--label", "rack=r1")
+    gangs.start_worker("r2a", "--label", "rack=r2")
+    waiting = gangs.client.run("gang_same_rack", {}, wait=False)
+    explained = json.loads(gangs.flux("execution", "explain", waiting.execution_id, "--json").stdout)
+    assert explained["summary"].startswith("gang of 2 same rack: racks r1 (1 workers can take a member)"), explained
+    assert explained["infeasible"] is True
+    assert gangs.client.get(waiting.execution_id).state == CREATED
+    assert _active(gangs) == {"r1a": 0, "r2a": 0}  # no partial gang holds anything
+    gangs.start_worker("r2b", "--label", "rack=r2")
+    final = gangs.client.wait(waiting.execution_id, timeout=60)
+    assert final.state == COMPLETED
+    assert sorted(m.worker for m in final.gang_members) == ["r2a", "r2b"]
+
+
+def test_one_member_failing_retries_the_whole_gang(gangs: Cluster) -> None:
+    gangs.start_worker("a")
+    gangs.start_worker("b")
+    final = gangs.client.run("gang_flaky", {}, wait=True, timeout=90)
+    assert final.state == COMPLETED, final.error
+    assert final.attempt == 2
+    assert [json.loads(m.output_json) for m in final.gang_members] == [
+        {"rank": 0, "attempt": 2}, {"rank": 1, "attempt": 2},
+    ]  # fmt: skip
+    eventually(lambda: _active(gangs) == {"a": 0, "b": 0}, what="every member's room freed")
+
+
+def test_cancel_stops_every_member(gangs: Cluster, tmp_path: Path) -> None:
+    gangs.start_worker("a")
+    gangs.start_worker("b")
+    running = gangs.client.run("gang_sleepy", {"folder": str(tmp_path)}, wait=False)
+    eventually(lambda: gangs.client.get(running.execution_id).state == RUNNING, what="the gang to run")
+    cancelled = gangs.flux("workflow", "cancel", running.execution_id)
+    assert cancelled.returncode == 0, cancelled.stderr
+    assert gangs.client.get(running.execution_id).state == CANCELLED
+    eventually(lambda: _active(gangs) == {"a": 0, "b": 0}, what="both members stopped")
+
+
+def test_a_lost_member_ends_the_attempt_on_every_member(gangs: Cluster, tmp_path: Path) -> None:
+    gangs.start_worker("a")
+    doomed = gangs.start_worker("b")
+    running = gangs.client.run("gang_sleepy", {"folder": str(tmp_path)}, wait=False)
+    eventually(lambda: gangs.client.get(running.execution_id).state == RUNNING, what="the gang to run")
+    doomed.send_signal(signal.SIGKILL)
+    doomed.wait(timeout=30)
+    # Past the grace period (2 s here) the attempt ends on both; the survivor waits for a partner.
+    eventually(lambda: gangs.client.get(running.execution_id).attempt == 2, timeout=60, what="attempt 2")
+    eventually(lambda: _active(gangs).get("a") == 0, what="the surviving member stopped")
+    gangs.start_worker("c")
+    final = gangs.client.wait(running.execution_id, timeout=60)
+    assert final.state == COMPLETED and final.attempt == 2
+    assert sorted(m.worker for m in final.gang_members) == ["a", "c"]
