@@ -81,9 +81,13 @@ def explain_gang(shape: Shape, views: Sequence[WorkerView], fits: dict[str, bool
     now = {value: count(members, fits) for value, members in groups.items()}
     idle = {value: count(members, could) for value, members in groups.items()}
     ranked = sorted(now, key=lambda value: (-now[value], value))
-    unit = f"{gang.spread}s" if gang.spread and gang.same else "workers"
+    unit = (gang.spread, f"{gang.spread}s") if gang.spread and gang.same else ("worker", "workers")
+
+    def first(n: int) -> str:
+        return f"{n} {unit[0]} can take a member" if n == 1 else f"{n} {unit[1]} can take a member"
+
     listed = ", ".join(
-        f"{value} ({now[value]} {unit} can take a member)" if i == 0 else f"{value} ({now[value]})"
+        f"{value} ({first(now[value])})" if i == 0 else f"{value} ({now[value]})"
         for i, value in enumerate(ranked[:SHOWN_GROUPS])
     )
     if len(ranked) > SHOWN_GROUPS:

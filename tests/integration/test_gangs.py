@@ -28,7 +28,7 @@ def gangs(cluster: Cluster) -> Cluster:
 
 def _active(cluster: Cluster) -> dict[str, int]:
     listed = json.loads(cluster.flux("workers", "list", "--json").stdout)["workers"]
-    return {w["name"]: w["active"] for w in listed}
+    return {w["name"]: w["active_executions"] for w in listed if w["connected"]}
 
 
 def test_members_rendezvous_at_the_leaders_address(gangs: Cluster, tmp_path: Path) -> None:
@@ -52,7 +52,7 @@ def test_a_gang_waits_whole_until_there_is_room_for_every_member(gangs: Cluster,
     gangs.start_worker("r2a", "--label", "rack=r2")
     waiting = gangs.client.run("gang_same_rack", {}, wait=False)
     explained = json.loads(gangs.flux("execution", "explain", waiting.execution_id, "--json").stdout)
-    assert explained["summary"].startswith("gang of 2 same rack: racks r1 (1 workers can take a member)"), explained
+    assert explained["summary"].startswith("gang of 2 same rack: racks r1 (1 worker can take a member)"), explained
     assert explained["infeasible"] is True
     assert gangs.client.get(waiting.execution_id).state == CREATED
     assert _active(gangs) == {"r1a": 0, "r2a": 0}  # no partial gang holds anything

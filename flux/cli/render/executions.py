@@ -69,6 +69,14 @@ def execution_dict(e: control_pb2.Execution) -> dict[str, Any]:
     }
     if e.HasField("error"):
         result["error"] = {"type": e.error.type, "message": e.error.message, "traceback": e.error.traceback}
+    if e.gang_size:
+        result["gang_size"] = e.gang_size
+        result["gang_members"] = [
+            {"rank": m.rank, "worker": m.worker, "address": m.address or None, "gpu_indices": list(m.gpu_indices),
+             "claimed": m.claimed, "completed": m.completed,
+             "output": _json_value(m.output_json) if m.completed else None}
+            for m in e.gang_members
+        ]  # fmt: skip
     return result
 
 
@@ -117,6 +125,12 @@ def execution_text(e: control_pb2.Execution) -> str:
     ]
     if d["gpu_indices"]:
         lines.append(f"gpus       {d['gpu_indices']}")
+    if e.gang_size:
+        lines.append(f"gang       {e.gang_size} members" + ("" if e.gang_members else ", not placed"))
+        for m in d["gang_members"]:
+            done = "completed" if m["completed"] else "claimed" if m["claimed"] else "dispatched"
+            gpus = f" gpus {m['gpu_indices']}" if m["gpu_indices"] else ""
+            lines.append(f"  rank {m['rank']}  {m['worker']}  {m['address'] or '-'}{gpus}  {done}")
     if d["state"] == "COMPLETED":
         lines.append(f"output     {json.dumps(d['output'])}")
     if d["error"]:
