@@ -32,8 +32,12 @@ def fleet() -> FleetIndex:
     software = WorkerSoftware({}, {"python_version": "3.12"})
     for i in range(WORKERS):
         resources = WorkerResources(
-            cpu_total=32, cpu_available=32, memory_total=256 * GiB, memory_available=256 * GiB,
-            disk_total=1000 * GiB, disk_free=1000 * GiB,
+            cpu_total=32,
+            cpu_available=32,
+            memory_total=256 * GiB,
+            memory_available=256 * GiB,
+            disk_total=1000 * GiB,
+            disk_free=1000 * GiB,
             gpus=tuple(Gpu(g, f"GPU-{g}", "H100", 80 * GiB, 80 * GiB) for g in range(8)),
         ).validate()
         labels = {"rack": f"r{i // 100:03d}", "zone": f"z{i % 16:02d}"}
@@ -57,7 +61,11 @@ def backlog(index: FleetIndex, shape: Shape) -> dict[str, object]:
     placements = schedule(queue, index, cache=cache)
     elapsed = time.perf_counter() - started
     assert len(placements) == BACKLOG and all(len(p.members) == GANG for p in placements)
-    return {"gangs": len(placements), "seconds": round(elapsed, 4), "gangs_per_second": round(len(placements) / elapsed)}
+    return {
+        "gangs": len(placements),
+        "seconds": round(elapsed, 4),
+        "gangs_per_second": round(len(placements) / elapsed),
+    }
 
 
 def one_by_one(index: FleetIndex, shape: Shape, rounds: int = 100) -> dict[str, object]:
@@ -71,7 +79,11 @@ def one_by_one(index: FleetIndex, shape: Shape, rounds: int = 100) -> dict[str, 
         placements = schedule(queue, index, shapes=[shape], cache=cache)
         samples.append(time.perf_counter() - started)
         assert len(placements) == 1
-    return {"passes": rounds, "per_gang_ms": percentiles(samples), "gangs_per_second": round(rounds / sum(samples))}
+    return {
+        "passes": rounds,
+        "per_gang_ms": percentiles(samples),
+        "gangs_per_second": round(rounds / sum(samples)),
+    }
 
 
 def main() -> dict[str, object]:

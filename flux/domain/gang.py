@@ -89,7 +89,9 @@ class Gang:
             raise ValueError(f"{field_name} must be an object with 'size' and optional 'same', 'spread'")
         unknown = set(data) - {"size", "same", "spread"}
         if unknown:
-            raise ValueError(f"{field_name} has unknown fields {sorted(unknown)}; it takes size, same, spread")
+            raise ValueError(
+                f"{field_name} has unknown fields {sorted(unknown)}; it takes size, same, spread"
+            )
         return cls(data["size"], data.get("same"), data.get("spread"))
 
     def to_proto(self) -> Any:

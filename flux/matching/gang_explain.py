@@ -43,10 +43,14 @@ def _workers(n: int) -> str:
 
 
 def _lack(n: int, label: str) -> str:
-    return "" if not n else f"; 1 worker lacks label {label}" if n == 1 else f"; {n} workers lack label {label}"
+    return (
+        "" if not n else f"; 1 worker lacks label {label}" if n == 1 else f"; {n} workers lack label {label}"
+    )
 
 
-def explain_gang(shape: Shape, views: Sequence[WorkerView], fits: dict[str, bool], could: dict[str, bool]) -> GangVerdict:
+def explain_gang(
+    shape: Shape, views: Sequence[WorkerView], fits: dict[str, bool], could: dict[str, bool]
+) -> GangVerdict:
     """``fits[name]``: the worker can take a member now; ``could[name]``: it could when idle."""
     gang = shape.gang
     assert gang is not None

@@ -185,7 +185,9 @@ def schedule(
         if loads is None:
             if candidates is None:
                 assert index is not None
-                loads = by_load[order] = gang_loads(shape, Loads([], index.candidates(shape, cache.permanent)))
+                loads = by_load[order] = gang_loads(
+                    shape, Loads([], index.candidates(shape, cache.permanent))
+                )
             else:
                 loads = by_load[order] = gang_loads(shape, Loads(load_heap(candidates, rooms)))
         placement = place_one(item.execution_id, shape, loads, rooms)

@@ -28,7 +28,17 @@ class Shape:
     quotas, fair share and preemption count a gang as one unit.
     """
 
-    __slots__ = ("requests", "affinity", "runtime", "tenant", "gang", "requirements", "demand", "needs", "_hash")
+    __slots__ = (
+        "requests",
+        "affinity",
+        "runtime",
+        "tenant",
+        "gang",
+        "requirements",
+        "demand",
+        "needs",
+        "_hash",
+    )
 
     def __init__(
         self,

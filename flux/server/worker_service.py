@@ -55,7 +55,9 @@ class WorkerService(worker_pb2_grpc.WorkerServiceServicer):
 
     @unary()
     async def Register(self, request: worker_pb2.RegisterRequest, context: grpc.aio.ServicerContext):
-        registration = worker_convert.registration_from_proto(request, _transport(context), context.peer() or "")
+        registration = worker_convert.registration_from_proto(
+            request, _transport(context), context.peer() or ""
+        )
         if self.callers is not None:
             # Every registration, a session's re-registration too: its labels may change there.
             check_pool(await self.callers.worker_pool(context), registration.labels)

@@ -157,12 +157,14 @@ class PendingRef:
     attempt: int = 1
     # Whether an attempt of it ever ran (then it has no pending timeout to wait out).
     started: bool = False
+    # A gang's size (its run's, perhaps not its workflow's); 0 for an ordinary execution.
+    gang_size: int = 0
 
     @classmethod
     def of(cls, e: Execution) -> PendingRef:
         return cls(
             e.execution_id, e.seq, e.workflow.name, e.workflow.version, e.tenant, e.not_before,
-            e.generation, e.created_at, e.attempt, bool(e.attempts),
+            e.generation, e.created_at, e.attempt, bool(e.attempts), e.gang.size if e.gang is not None else 0,
         )  # fmt: skip
 
 

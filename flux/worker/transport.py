@@ -12,8 +12,8 @@ import abc
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from dataclasses import dataclass
 
-from flux.domain.gang import GangInfo
 from flux.domain.execution import ExecutionError, WorkflowRef
+from flux.domain.gang import GangInfo
 from flux.domain.resource_request import ResourceRequest
 from flux.domain.worker import WorkerResources, WorkerSoftware
 from flux.errors import FluxError, Unavailable, Unimplemented, from_code_name

@@ -51,7 +51,7 @@ def _exchange(ctx: ExecutionContext, value: int, folder: str) -> dict:
 
 @workflow.with_options(name="gang_rendezvous", gang=Gang(size=3))
 def gang_rendezvous(ctx: ExecutionContext[dict]) -> dict:
-    return _exchange(ctx, 10 ** ctx.gang.rank, ctx.input["folder"])
+    return _exchange(ctx, 10**ctx.gang.rank, ctx.input["folder"])
 
 
 @workflow.with_options(name="gang_same_rack", gang=Gang(size=2, same="rack"))

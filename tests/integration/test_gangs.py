@@ -11,7 +11,7 @@ import pytest
 from flux.testing import Cluster, eventually
 from flux.v1 import control_pb2
 
-pytestmark = [pytest.mark.integration]
+pytestmark = [pytest.mark.integration, pytest.mark.backends("sqlite", "postgres")]
 
 GANGS = Path(__file__).with_name("gang_workflows.py")
 CREATED = control_pb2.EXECUTION_STATE_CREATED
@@ -52,7 +52,10 @@ def test_a_gang_waits_whole_until_there_is_room_for_every_member(gangs: Cluster,
     gangs.start_worker("r2a", "--label", "rack=r2")
     waiting = gangs.client.run("gang_same_rack", {}, wait=False)
     explained = json.loads(gangs.flux("execution", "explain", waiting.execution_id, "--json").stdout)
-    assert explained["summary"].startswith("gang of 2 same rack: racks r1 (1 worker can take a member)"), explained
+    assert explained["summary"].startswith("gang of 2 same rack: racks r1 (1 worker can take a member)"), (
+        explained,
+        gangs.flux("execution", "show", waiting.execution_id).stdout,
+    )
     assert explained["infeasible"] is True
     assert gangs.client.get(waiting.execution_id).state == CREATED
     assert _active(gangs) == {"r1a": 0, "r2a": 0}  # no partial gang holds anything

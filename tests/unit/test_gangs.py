@@ -15,14 +15,23 @@ from flux.matching.tenancy import Accounts
 from tests.unit.fleet import worker
 
 
-def gang_shape(size: int, cpu: int = 0, gpu: int = 0, same: str | None = None, spread: str | None = None,
-               tenant: str = "default") -> Shape:
-    return Shape(ResourceRequest(cpu=cpu or None, gpu=gpu or None), None, "python", tenant,
-                 Gang(size, same, spread))
+def gang_shape(
+    size: int,
+    cpu: int = 0,
+    gpu: int = 0,
+    same: str | None = None,
+    spread: str | None = None,
+    tenant: str = "default",
+) -> Shape:
+    return Shape(
+        ResourceRequest(cpu=cpu or None, gpu=gpu or None), None, "python", tenant, Gang(size, same, spread)
+    )
 
 
 def rack(name: str, value: str, cpu: int = 4, gpus: int = 0, **more) -> object:
-    return worker(name, cpu=cpu, gpus=gpus, labels={"rack": value, "host": name, **more.pop("labels", {})}, **more)
+    return worker(
+        name, cpu=cpu, gpus=gpus, labels={"rack": value, "host": name, **more.pop("labels", {})}, **more
+    )
 
 
 # ---- table ---------------------------------------------------------------------------------------
@@ -52,25 +61,41 @@ CASES = [
         gang_shape(2, same="rack"),
         {"a", "b"},
     ),
-    ("same rack: a worker without the label is no member", [worker("a"), worker("b")],
-     gang_shape(2, same="rack"), None),
+    (
+        "same rack: a worker without the label is no member",
+        [worker("a"), worker("b")],
+        gang_shape(2, same="rack"),
+        None,
+    ),
     (
         "spread rack: one per rack",
         [rack("a", "r1"), rack("b", "r1"), rack("c", "r2")],
         gang_shape(2, spread="rack"),
         {"a", "c"},
     ),
-    ("spread rack: two racks for three", [rack("a", "r1"), rack("b", "r1"), rack("c", "r2")],
-     gang_shape(3, spread="rack"), None),
+    (
+        "spread rack: two racks for three",
+        [rack("a", "r1"), rack("b", "r1"), rack("c", "r2")],
+        gang_shape(3, spread="rack"),
+        None,
+    ),
     (
         "same zone, spread rack",
-        [rack("a", "r1", labels={"zone": "z1"}), rack("b", "r1", labels={"zone": "z1"}),
-         rack("c", "r2", labels={"zone": "z2"}), rack("d", "r3", labels={"zone": "z2"})],
+        [
+            rack("a", "r1", labels={"zone": "z1"}),
+            rack("b", "r1", labels={"zone": "z1"}),
+            rack("c", "r2", labels={"zone": "z2"}),
+            rack("d", "r3", labels={"zone": "z2"}),
+        ],
         gang_shape(2, same="zone", spread="rack"),
         {"c", "d"},
     ),
-    ("gpus per member", [worker("a", gpus=8), worker("b", gpus=8), worker("c", gpus=4)],
-     gang_shape(2, gpu=8), {"a", "b"}),
+    (
+        "gpus per member",
+        [worker("a", gpus=8), worker("b", gpus=8), worker("c", gpus=4)],
+        gang_shape(2, gpu=8),
+        {"a", "b"},
+    ),
 ]
 
 
@@ -128,7 +153,12 @@ RACKS = ["r1", "r2", "r3"]
 def fleets(draw):
     n = draw(st.integers(1, 7))
     return [
-        (f"w{i}", draw(st.integers(1, 8)), draw(st.sampled_from([0, 0, 2, 4, 8])), draw(st.sampled_from(RACKS)))
+        (
+            f"w{i}",
+            draw(st.integers(1, 8)),
+            draw(st.sampled_from([0, 0, 2, 4, 8])),
+            draw(st.sampled_from(RACKS)),
+        )
         for i in range(n)
     ]
 
@@ -146,8 +176,13 @@ def gangs(draw):
 
 def _shape(g) -> Shape:
     size, cpu, gpu, topology = g
-    return gang_shape(size, cpu=cpu, gpu=gpu, same="rack" if topology == "same" else None,
-                      spread="rack" if topology == "spread" else None)
+    return gang_shape(
+        size,
+        cpu=cpu,
+        gpu=gpu,
+        same="rack" if topology == "same" else None,
+        spread="rack" if topology == "spread" else None,
+    )
 
 
 def _views(fleet, held):
@@ -155,8 +190,18 @@ def _views(fleet, held):
     views = []
     for name, cpu, gpus, value in fleet:
         taken_cpu, taken_gpus, active = held.get(name, (0, frozenset(), 0))
-        views.append(worker(name, cpu=cpu, gpus=gpus, labels={"rack": value}, reserved={"cpu": taken_cpu},
-                            cpu_available=cpu - taken_cpu, held_gpus=taken_gpus, active=active))
+        views.append(
+            worker(
+                name,
+                cpu=cpu,
+                gpus=gpus,
+                labels={"rack": value},
+                reserved={"cpu": taken_cpu},
+                cpu_available=cpu - taken_cpu,
+                held_gpus=taken_gpus,
+                active=active,
+            )
+        )
     return views
 
 
@@ -246,8 +291,14 @@ def test_worker_order_and_the_index_do_not_change_the_answer(fleet, pending):
 
 
 def _racks():
-    return [rack("a", "r1", gpus=8), rack("b", "r1", gpus=8), rack("c", "r2", gpus=8), rack("d", "r2", gpus=8),
-            rack("e", "r2", gpus=8, held_gpus=[0]), worker("x")]
+    return [
+        rack("a", "r1", gpus=8),
+        rack("b", "r1", gpus=8),
+        rack("c", "r2", gpus=8),
+        rack("d", "r2", gpus=8),
+        rack("e", "r2", gpus=8, held_gpus=[0]),
+        worker("x"),
+    ]
 
 
 def test_explain_a_gang_that_no_rack_can_ever_hold():
@@ -267,7 +318,9 @@ def test_explain_a_busy_gang():
 
 def test_explain_spread_and_plain_gangs():
     spread = explain(gang_shape(3, gpu=8, spread="rack"), _racks())
-    assert spread.summary.startswith("gang of 3 × gpu=8 spread rack: 2 racks have a worker that can take a member")
+    assert spread.summary.startswith(
+        "gang of 3 × gpu=8 spread rack: 2 racks have a worker that can take a member"
+    )
     assert spread.infeasible
     plain = explain(gang_shape(5, gpu=8), _racks())
     assert plain.summary.startswith("gang of 5 × gpu=8: 4 workers can take a member, 5 needed (busy: 5 could")

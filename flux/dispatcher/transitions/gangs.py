@@ -38,11 +38,17 @@ def placed(execution: Execution, placement: Placement) -> Execution:
 
 def holders(d: Handle, execution: Execution) -> list[WorkerEntry]:
     """The entries of the workers that may hold ``execution`` now: its members, or its worker."""
-    names = execution.gang.workers if execution.gang is not None and execution.gang.members else (execution.worker,)
+    names = (
+        execution.gang.workers
+        if execution.gang is not None and execution.gang.members
+        else (execution.worker,)
+    )
     return [entry for name in names if name and (entry := d.registry.get(name)) is not None]
 
 
-def push_members(d: Handle, execution: Execution, entries: list[WorkerEntry], placement: Placement) -> Execution:
+def push_members(
+    d: Handle, execution: Execution, entries: list[WorkerEntry], placement: Placement
+) -> Execution:
     """Send each member its dispatch (its own worker and GPUs, every member's address)."""
     assert execution.gang is not None
     by_name = {entry.name: entry for entry in entries}
@@ -52,7 +58,9 @@ def push_members(d: Handle, execution: Execution, entries: list[WorkerEntry], pl
     for worker, _, gpus in members:
         entry = by_name[worker]
         assert entry.session is not None
-        entry.session.push(Scheduled(execution.evolve(worker=worker, gpu_indices=gpus), placement.shape.requests))
+        entry.session.push(
+            Scheduled(execution.evolve(worker=worker, gpu_indices=gpus), placement.shape.requests)
+        )
     return execution
 
 

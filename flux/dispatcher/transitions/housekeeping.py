@@ -95,7 +95,11 @@ def requeue(d: Handle, execution: Execution, entry: WorkerEntry | None, next_att
         d.passes.room_freed(gangs.stop_all(d, execution, "a gang member's dispatch ended"))
     now = d.clock()
     requeued = execution.evolve(
-        state=State.CREATED, worker="", gpu_indices=(), updated_at=now, started_at=0.0,
+        state=State.CREATED,
+        worker="",
+        gpu_indices=(),
+        updated_at=now,
+        started_at=0.0,
         gang=gangs.reset(execution).gang,
     )
     if len(requeued.input_json) > d.settings.inline_input_bytes:

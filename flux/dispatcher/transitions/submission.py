@@ -74,7 +74,14 @@ async def submit(
     rank = record.priority if priority is None else validation.checked_priority(priority)
     d.table.admit(validation.utf8_bytes(input_json), tenant, d.usage.admission(tenant))
     [execution] = _new(
-        d, record, [input_json], rank, trace, tenant, policy_for(record, overrides), overrides.key,
+        d,
+        record,
+        [input_json],
+        rank,
+        trace,
+        tenant,
+        policy_for(record, overrides),
+        overrides.key,
         overrides.gang_size,
     )
     await d.binder.submit(execution)
@@ -107,7 +114,14 @@ async def submit_many(
     size = sum(validation.utf8_bytes(text) for text in checked)
     with d.table.storing(len(checked), size, tenant, d.usage.admission(tenant)):
         executions = _new(
-            d, record, checked, rank, trace, tenant, policy_for(record, overrides), overrides.key,
+            d,
+            record,
+            checked,
+            rank,
+            trace,
+            tenant,
+            policy_for(record, overrides),
+            overrides.key,
             overrides.gang_size,
         )
         # Finished here even if the caller goes away meanwhile, as a single submission is

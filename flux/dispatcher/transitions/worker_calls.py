@@ -102,7 +102,9 @@ def finish(
     if d.timing.is_stopping(execution):
         # Past its timeout: a result that comes after is not kept (its worker is done with it).
         raise FailedPrecondition(_timed_out(d, execution))
-    member_claimed = execution.gang is not None and execution.gang.rank_of(entry.name) in execution.gang.claimed
+    member_claimed = (
+        execution.gang is not None and execution.gang.rank_of(entry.name) in execution.gang.claimed
+    )
     if execution.state is not State.RUNNING and not member_claimed:
         raise FailedPrecondition(
             f"execution {execution_id} is {execution.state.label}; claim it before completing"
@@ -111,7 +113,9 @@ def finish(
         rank = execution.gang.rank_of(entry.name)
         if rank in dict(execution.gang.outputs):
             return execution  # a member's retried result: answered as the first was
-        final = gangs.completed(d, execution, entry, validation.checked_json(output_json or "null", "output_json"))
+        final = gangs.completed(
+            d, execution, entry, validation.checked_json(output_json or "null", "output_json")
+        )
         if not final.state.finished:
             return final
         d.timing.forget(execution_id)

@@ -340,6 +340,8 @@ class PostgresStore(AdminTables, Store):
         async with self._pool.connection() as db:
             cursor = await db.execute(
                 "SELECT execution_id, seq, workflow_name, workflow_version, tenant, not_before, generation, "
-                f"created_at, attempt, attempts NOT IN ('', '[]') FROM executions WHERE state = {CREATED} ORDER BY seq"
+                f"created_at, attempt, attempts NOT IN ('', '[]'), "
+                "CASE WHEN gang = '' THEN 0 ELSE (gang::json->>'size')::int END "
+                f"FROM executions WHERE state = {CREATED} ORDER BY seq"
             )
             return [PendingRef(*row) for row in await cursor.fetchall()]

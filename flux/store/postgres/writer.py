@@ -48,13 +48,14 @@ _LOG_DISPATCH = "INSERT INTO dispatches SELECT * FROM unnest(%s::text[], %s::big
 # row as stored: a replica's mirror of a pending row does not know its generation.
 _CLAIM = f"""
 WITH wanted AS (
-    SELECT * FROM unnest(%(ids)s::text[], %(workers)s::text[], %(gpus)s::text[]) AS w(execution_id, worker, gpus)
+    SELECT * FROM unnest(%(ids)s::text[], %(workers)s::text[], %(gpus)s::text[], %(gangs)s::text[])
+        AS w(execution_id, worker, gpus, gang)
 ), picked AS (
-    SELECT e.execution_id, w.worker, w.gpus FROM executions e JOIN wanted w USING (execution_id)
+    SELECT e.execution_id, w.worker, w.gpus, w.gang FROM executions e JOIN wanted w USING (execution_id)
     WHERE e.state = {CREATED} AND e.not_before <= %(now)s ORDER BY e.execution_id FOR UPDATE OF e SKIP LOCKED
 ), claimed AS (
     UPDATE executions e SET state = {SCHEDULED}, worker = p.worker, gpu_indices = p.gpus, owner = %(owner)s,
-        generation = e.generation + 1, updated_at = %(now)s
+        generation = e.generation + 1, updated_at = %(now)s, gang = p.gang
     FROM picked p WHERE e.execution_id = p.execution_id
     RETURNING {", ".join("e." + c.strip() for c in COLUMNS.split(","))}
 ), logged AS (
@@ -197,10 +198,12 @@ class Writer:
                 ids = [e.execution_id for e in wanted]
                 workers = [e.worker for e in wanted]
                 gpus = [json.dumps(list(e.gpu_indices)) for e in wanted]
+                # A gang's members as placed (its row's gang otherwise stays as stored: "" or pending).
+                gangs = [e.gang.to_json() if e.gang is not None else "" for e in wanted]
                 cursor = writer.cursor(row_factory=dict_row)
                 await cursor.execute(
                     _CLAIM,
-                    {"ids": ids, "workers": workers, "gpus": gpus, "owner": self.replica_id,
+                    {"ids": ids, "workers": workers, "gpus": gpus, "gangs": gangs, "owner": self.replica_id,
                      "now": claims[-1].now},
                 )  # fmt: skip
                 claimed = {row["execution_id"]: execution_from_row(row) for row in await cursor.fetchall()}

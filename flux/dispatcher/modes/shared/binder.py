@@ -21,6 +21,7 @@ from flux.dispatcher.modes.shared.flow_guard import ClusterFlow
 from flux.dispatcher.state.deadlines import SHARED_BUCKET, Kind
 from flux.dispatcher.state.worker_entry import WorkerEntry
 from flux.dispatcher.transitions import cancel, submission
+from flux.dispatcher.transitions.gangs import member_workers
 from flux.domain.execution import Execution, ExecutionError, State
 from flux.errors import FailedPrecondition, Unavailable
 
@@ -173,9 +174,10 @@ class SharedBinder:
         except Exception as exc:
             self._settled([execution_id])
             d.table.drop(execution_id)
-            entry = d.registry.get(placement.worker)
-            if entry is not None and entry.release(execution_id):
-                d.passes.room_freed([entry])
+            for worker, _ in member_workers(placement):  # a gang: every member's worker
+                entry = d.registry.get(worker)
+                if entry is not None and entry.release(execution_id):
+                    d.passes.room_freed([entry])
             raise Unavailable(f"could not store the execution: {exc}") from exc
         d.events.submitted(execution)
         d.table.add(execution)  # counted against the pending limits like any other

@@ -16,6 +16,7 @@ import time
 from typing import TYPE_CHECKING, Any
 
 from flux.domain.execution import Execution, State
+from flux.domain.gang import GangRun
 from flux.store import PendingRef, notices
 
 if TYPE_CHECKING:
@@ -163,6 +164,7 @@ class SharedFeed:
                 attempt=ref.attempt,
                 # A run's overrides are its attempt timeout and retries, never its pending timeout.
                 policy=record.policy,
+                gang=GangRun(ref.gang_size) if ref.gang_size else None,
             )
             d.table.set(execution)
             shape = d.catalogue.shape_of(execution)
