@@ -78,7 +78,7 @@ class Dispatcher(WorkerMethods):
         self.table = ExecutionTable(store, self.watchers, s)
         self.table.on_conflict = lambda execution_id: cancel.drop_stale(self, execution_id)
         # Tenants' usage for quotas and fair share; no accounts until a tenant has terms.
-        self.usage = TenantUsage(self._tenant_of)
+        self.usage = TenantUsage(self._tenant_of, self._gang_size_of)
         # Every change that can let work run asks this for its pass (cycle/passes.py).
         self.passes = Passes(lambda **scope: self.place(**scope))
         self.registry = WorkerRegistry(
@@ -312,6 +312,10 @@ class Dispatcher(WorkerMethods):
     def _tenant_of(self, execution_id: str) -> str:
         execution = self.table.get(execution_id)
         return execution.tenant if execution is not None else DEFAULT_TENANT
+
+    def _gang_size_of(self, execution_id: str) -> int:
+        execution = self.table.get(execution_id)
+        return execution.gang.size if execution is not None and execution.gang is not None else 0
 
     # ----------------------------------------------------------------- placing
 

@@ -75,3 +75,14 @@ def test_a_gang_round_trips_through_json_and_protobuf() -> None:
     assert (info.rank, info.size, info.leader.worker, info.leader.address, info.is_leader) == (
         1, 2, "a", "10.0.0.1", False,
     )  # fmt: skip
+
+
+def test_a_pending_announcement_carries_a_gangs_size() -> None:
+    from flux.store import notices
+    from flux.store.base import PendingRef
+
+    ref = PendingRef("e1", 3, "train", 1, "ml", 0.0, 2, 10.5, 1, False, gang_size=4)
+    assert notices.parse_pending(notices.pending_line(ref)) == [ref]
+    plain = PendingRef("e2", 4, "train", 1)
+    assert notices.pending_line(plain).count("\t") == 3  # no gang: the line older replicas read
+    assert notices.parse_pending(notices.pending_line(plain)) == [plain]

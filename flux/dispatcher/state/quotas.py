@@ -38,8 +38,12 @@ def governed(tenants: Iterable[Tenant]) -> bool:
 
 
 class TenantUsage:
-    def __init__(self, tenant_of: Callable[[str], str]):
+    def __init__(self, tenant_of: Callable[[str], str], gang_size_of: Callable[[str], int] = lambda _: 0):
         self.tenant_of = tenant_of
+        # A gang is held by each member's worker: charged once for all of them, refunded when the
+        # last member's worker gives its room back (``_members``: holds still open per gang).
+        self.gang_size_of = gang_size_of
+        self._members: dict[str, int] = {}
         self.accounts: Accounts | None = None
         self.tenants: list[Tenant] = []
         self._by_name: dict[str, Tenant] = {}
@@ -98,7 +102,13 @@ class TenantUsage:
     def held(self, execution_id: str, requests: ResourceRequest) -> None:
         if self.accounts is not None:
             self.unreserve(execution_id)  # placed: what it reserved becomes what it holds
-            self._charge(execution_id, self.tenant_of(execution_id), demand(requests))
+            size = self.gang_size_of(execution_id)
+            if size:
+                self._members[execution_id] = self._members.get(execution_id, 0) + 1
+                amount = tuple(n * size for n in demand(requests))
+                self._charge(execution_id, self.tenant_of(execution_id), amount)  # type: ignore[arg-type]
+            else:
+                self._charge(execution_id, self.tenant_of(execution_id), demand(requests))
 
     def reserve(self, execution_id: str, tenant: str, amount: Vector) -> None:
         if self.accounts is not None and execution_id not in self.reserved:
@@ -112,6 +122,10 @@ class TenantUsage:
 
     def released(self, execution_id: str) -> None:
         if self.accounts is None:
+            return
+        left = self._members.pop(execution_id, 0) - 1
+        if left > 0:  # other members of the gang still hold it
+            self._members[execution_id] = left
             return
         found = self._charged.pop(execution_id, None)
         if found is not None:
@@ -153,9 +167,15 @@ class TenantUsage:
             refused = admit(
                 self.tenants,
                 total,
-                ((e.execution_id, e.tenant, demand(requests_of(e))) for e in wanted),
+                ((e.execution_id, e.tenant, _whole(e, demand(requests_of(e)))) for e in wanted),
             )
             self.refused |= refused
             return refused
 
         return check
+
+
+def _whole(execution: Execution, amount: Vector) -> Vector:
+    """What an execution holds against its quota: a gang's members all together."""
+    size = execution.gang.size if execution.gang is not None else 1
+    return amount if size == 1 else tuple(n * size for n in amount)  # type: ignore[return-value]
