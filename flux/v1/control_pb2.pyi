@@ -2016,6 +2016,7 @@ class WorkflowInfo(_message.Message):
     TENANT_FIELD_NUMBER: _builtins.int
     POLICY_FIELD_NUMBER: _builtins.int
     FLOW_FIELD_NUMBER: _builtins.int
+    GANG_FIELD_NUMBER: _builtins.int
     name: _builtins.str
     """Workflow name."""
     version: _builtins.int
@@ -2056,6 +2057,10 @@ class WorkflowInfo(_message.Message):
     def flow(self) -> Global___FlowControl:
         """Its flow control; unset means none."""
 
+    @_builtins.property
+    def gang(self) -> _gang_pb2.GangSpec:
+        """Unset: one worker. Set: a gang of size members, each on its own worker, all or none."""
+
     def __init__(
         self,
         *,
@@ -2074,10 +2079,11 @@ class WorkflowInfo(_message.Message):
         tenant: _builtins.str = ...,
         policy: Global___ExecutionPolicy | None = ...,
         flow: Global___FlowControl | None = ...,
+        gang: _gang_pb2.GangSpec | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["flow", b"flow", "policy", b"policy", "requests", b"requests"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["flow", b"flow", "gang", b"gang", "policy", b"policy", "requests", b"requests"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["affinity", b"affinity", "entrypoint", b"entrypoint", "filename", b"filename", "flow", b"flow", "max_attempts", b"max_attempts", "name", b"name", "policy", b"policy", "priority", b"priority", "registered_at_ms", b"registered_at_ms", "requests", b"requests", "runtime", b"runtime", "source_hash", b"source_hash", "tenant", b"tenant", "version", b"version", "version_count", b"version_count"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["affinity", b"affinity", "entrypoint", b"entrypoint", "filename", b"filename", "flow", b"flow", "gang", b"gang", "max_attempts", b"max_attempts", "name", b"name", "policy", b"policy", "priority", b"priority", "registered_at_ms", b"registered_at_ms", "requests", b"requests", "runtime", b"runtime", "source_hash", b"source_hash", "tenant", b"tenant", "version", b"version", "version_count", b"version_count"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

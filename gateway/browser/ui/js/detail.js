@@ -9,6 +9,7 @@
 
 import { api } from "./api.js";
 import { attempts } from "./attempts.js";
+import { gang } from "./gang.js";
 import { h, replace } from "./dom.js";
 import { cancelButton } from "./executions.js";
 import { verdicts } from "./explain.js";
@@ -102,6 +103,7 @@ export function mount(container, ctx) {
         field("Submitted", time(e.created_at_ms)),
         field("Last change", time(e.updated_at_ms)),
         field("Input", h("code", {}, e.input_json || "null"))),
+      gang(e),
       attempts(e),
       explanation ? [h("h3", {}, "Why it waits"), verdicts(explanation)] : "",
       output(e),
