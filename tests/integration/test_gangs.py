@@ -43,6 +43,9 @@ def test_members_rendezvous_at_the_leaders_address(gangs: Cluster, tmp_path: Pat
     assert json.loads(final.output_json) == outputs[0]
     assert final.gang_size == 3 and final.worker == final.gang_members[0].worker
     assert outputs[1]["members"] == [[m.rank, m.worker, "127.0.0.1"] for m in final.gang_members]
+    declared = json.loads(gangs.flux("workflow", "show", "gang_rendezvous", "--json").stdout)
+    assert declared["versions"][-1]["gang"] == {"size": 3, "same": None, "spread": None}
+    assert "gang         2 members, same rack" in gangs.flux("workflow", "show", "gang_same_rack").stdout
     shown = json.loads(gangs.flux("execution", "show", final.execution_id, "--json").stdout)
     assert [m["worker"] for m in shown["gang_members"]] == [m.worker for m in final.gang_members]
 

@@ -31,7 +31,23 @@ def workflow_dict(w: control_pb2.WorkflowInfo) -> dict[str, Any]:
         "priority": w.priority,
         "tenant": w.tenant,
         "registered_at_ms": w.registered_at_ms,
+        "gang": (
+            {"size": w.gang.size, "same": w.gang.same or None, "spread": w.gang.spread or None}
+            if w.HasField("gang")
+            else None
+        ),
     }
+
+
+def _gang_text(w: control_pb2.WorkflowInfo) -> str:
+    if not w.HasField("gang"):
+        return "one worker"
+    g = w.gang
+    return (
+        f"{g.size} members"
+        + (f", same {g.same}" if g.same else "")
+        + (f", spread {g.spread}" if g.spread else "")
+    )
 
 
 def workflow_text(w: control_pb2.WorkflowInfo) -> str:
@@ -43,6 +59,7 @@ def workflow_text(w: control_pb2.WorkflowInfo) -> str:
             f"source hash  {w.source_hash}",
             f"requests     {requests_text(w.requests)}",
             f"affinity     {labels_text(w.affinity)}",
+            f"gang         {_gang_text(w)}",
             f"max attempts {w.max_attempts}",
             f"priority     {w.priority}",
             f"tenant       {w.tenant or 'default'}",
