@@ -5,7 +5,7 @@ import json
 import pathlib
 import socket
 
-from flux import ExecutionContext, Gang, Retry, workflow
+from flux import ExecutionContext, Gang, ResourceRequest, Retry, workflow
 
 
 def _exchange(ctx: ExecutionContext, value: int, folder: str) -> dict:
@@ -77,3 +77,16 @@ async def gang_sleepy(ctx: ExecutionContext[dict]) -> dict:
     if ctx.attempt == 1:
         await asyncio.sleep(120)
     return {"rank": ctx.gang.rank, "attempt": ctx.attempt}
+
+
+@workflow.with_options(name="gang_cores", requests=ResourceRequest(cpu=2), gang=Gang(size=2))
+async def gang_cores(ctx: ExecutionContext[float]) -> int:
+    """Two members of 2 cores each, running ``ctx.input`` seconds."""
+    await asyncio.sleep(ctx.input)
+    return ctx.gang.rank
+
+
+@workflow.with_options(name="two_cores", requests=ResourceRequest(cpu=2))
+async def two_cores(ctx: ExecutionContext[float]) -> str:
+    await asyncio.sleep(ctx.input)
+    return ctx.worker_name

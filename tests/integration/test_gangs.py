@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from flux.testing import Cluster, eventually
+from tests.integration.test_tenants import _client
 from flux.v1 import control_pb2
 
 pytestmark = [pytest.mark.integration, pytest.mark.backends("sqlite", "postgres")]
@@ -105,3 +106,29 @@ def test_a_lost_member_ends_the_attempt_on_every_member(gangs: Cluster, tmp_path
     final = gangs.client.wait(running.execution_id, timeout=60)
     assert final.state == COMPLETED and final.attempt == 2
     assert sorted(m.worker for m in final.gang_members) == ["a", "c"]
+
+
+@pytest.mark.transports("grpc")
+def test_preemption_stops_a_borrowing_gang_whole(gangs: Cluster) -> None:
+    """ml's gang (2 members x 2 cores: 4 against a quota of 2) borrows web's share; web comes back
+    for its 2 cores and the whole gang is preempted: both members stop and hand it back, it waits
+    (not an attempt used), and web's run takes the room."""
+    gangs.start_worker("w1", "--cpus", "2")
+    gangs.start_worker("w2", "--cpus", "2")
+    for team in ("ml", "web"):
+        assert gangs.flux("tenant", "create", team, "--cpu", "2", "--cohort", "research").returncode == 0
+    ml = gangs.flux("token", "create", "--tenant", "ml").stdout.strip()
+    web = gangs.flux("token", "create", "--tenant", "web").stdout.strip()
+    with _client(gangs, ml) as as_ml, _client(gangs, web) as as_web:
+        gang = as_ml.run("gang_cores", 120).execution_id
+        eventually(lambda: as_ml.get(gang).state == RUNNING, what="ml's gang running on both workers")
+        theirs = as_web.run("two_cores", 120).execution_id
+        eventually(lambda: as_web.get(theirs).state == RUNNING, what="web's run on the reclaimed cores")
+        # Both members stopped: one worker runs web's, the other nothing (the gang needs both).
+        eventually(lambda: sorted(_active(gangs).values()) == [0, 1], what="the gang's other member stopped")
+        stopped = as_ml.get(gang)
+        assert stopped.state == CREATED and not stopped.gang_members
+        assert stopped.attempt == 1 and [a.reason for a in stopped.attempts] == ["preempted"]
+        assert gangs.client.status().counters.preempted["reclaim"] == 1
+        as_web.cancel(theirs)
+        as_ml.cancel(gang)

@@ -41,7 +41,7 @@ from typing import TYPE_CHECKING
 
 from flux.dispatcher.state.lifecycle import Preempt, Refusal, Requeue
 from flux.dispatcher.state.session import Stop
-from flux.dispatcher.transitions import attempts, housekeeping
+from flux.dispatcher.transitions import attempts, gangs, housekeeping
 from flux.dispatcher.transitions.victims import Stopping, anyone_borrowing, candidates, stop_reason
 from flux.domain.execution import Execution, State
 from flux.matching.preemption import Budget, Preemption, Running, plan, reclaimable
@@ -229,10 +229,10 @@ class Reclaimer:
         d = self.d
         execution = d.table.get(execution_id)
         assert execution is not None  # _act read it from the table in this same step
-        entry = d.registry.get(execution.worker)
         reason = stop_reason(lane)
-        if entry is not None and entry.session is not None:
-            entry.session.push(Stop(execution_id, execution.generation, reason, preempted=True))
+        for entry in gangs.holders(d, execution):  # a gang: every member stops, and hands it back
+            if entry.session is not None:
+                entry.session.push(Stop(execution_id, execution.generation, reason, preempted=True))
         d.events.counters.preempted[Preempt.RECLAIM] += 1
         self.stopping[execution_id] = Stopping(
             execution.generation, execution.worker, d.clock() + d.settings.preemption_grace, preemptor, lane

@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING
 
 from flux.dispatcher.state.deadlines import Kind
 from flux.dispatcher.state.session import Stop
+from flux.dispatcher.transitions import gangs
 from flux.dispatcher.transitions.attempts import ended, never_started
 from flux.domain.execution import Execution, ExecutionError, State
 from flux.domain.policy import HEARTBEAT_TIMEOUT, TIMEOUT, TIMEOUT_ERROR, format_duration
@@ -194,10 +195,10 @@ class Timing:
         log.info("execution %s on %s: %s; stopping it", execution.execution_id, execution.worker, why)
         d.events.counters.timeouts[reason] = d.events.counters.timeouts.get(reason, 0) + 1
         self.stopping[execution.execution_id] = Stopping(execution.generation, execution.worker, reason)
-        entry = d.registry.get(execution.worker)
-        if entry is not None and entry.session is not None:
-            # ``preempted``: the worker stops the body and hands the attempt back (Release).
-            entry.session.push(Stop(execution.execution_id, execution.generation, why, preempted=True))
+        for entry in gangs.holders(d, execution):  # a gang: every member's worker
+            if entry.session is not None:
+                # ``preempted``: the worker stops the body and hands the attempt back (Release).
+                entry.session.push(Stop(execution.execution_id, execution.generation, why, preempted=True))
         d.timers.arm(
             Kind.STOP, execution.execution_id, execution.generation, d.clock() + d.settings.preemption_grace
         )
