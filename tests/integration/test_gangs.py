@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 
 from flux.testing import Cluster, eventually
-from tests.integration.test_tenants import _client
 from flux.v1 import control_pb2
+from tests.integration.test_tenants import _client
 
 pytestmark = [pytest.mark.integration, pytest.mark.backends("sqlite", "postgres")]
 
