@@ -198,3 +198,16 @@ def test_demand_over_10000_pending_and_100_pools_counts_every_execution_once():
     pending = [(shape(cpu=1 + i % 16, memory=f"{1 + i % 8}Gi"), 100) for i in range(100)]  # 10,000 pending
     demand = compute_demand(specs, [], pending, FeasibilityCache())
     assert sum(d.pending for d in demand.values()) == 10_000  # its cost is bench/pools.py's figure
+
+
+def test_a_pending_gang_asks_for_a_worker_per_member():
+    from flux.domain.gang import Gang
+    from flux.matching import Shape
+
+    specs = pools(A100, CPU)
+    # One gang of 4 members of one GPU each: two would fit a worker, but members never share one.
+    gang = Shape(shape(gpu=1).requests, gang=Gang(4))
+    demand = compute_demand(specs, [], [(gang, 1)])
+    assert (demand["a100"].pending, demand["a100"].needed) == (1, 4)
+    # Three such gangs: 12 members, two per worker at most -> 6 workers.
+    assert compute_demand(specs, [], [(gang, 3)])["a100"].needed == 6

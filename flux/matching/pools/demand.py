@@ -107,7 +107,11 @@ def compute_demand(
         for spec in order:
             if check(shape, views[spec.name]) is None:
                 counted[spec.name] += count
-                load[spec.name] += Fraction(count, spec.per_worker(shape))
+                if shape.gang is None:
+                    load[spec.name] += Fraction(count, spec.per_worker(shape))
+                else:  # every member on a worker of its own: at least size workers, however small
+                    size = shape.gang.size
+                    load[spec.name] += max(Fraction(size), Fraction(count * size, spec.per_worker(shape)))
                 break
     result: dict[str, PoolDemand] = {}
     for spec in specs:
