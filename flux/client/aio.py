@@ -275,10 +275,11 @@ class FluxClient(AsyncCalls):
         version: int = 0,
         priority: int | None = None,
         key: str | None = None,
+        gang_size: int | None = None,
     ) -> list[control_pb2.Execution]:
         executions: list[control_pb2.Execution] = []
         for chunk in chunked(inputs_json):
-            request = run_many_request(workflow, chunk, version, priority, key)
+            request = run_many_request(workflow, chunk, version, priority, key, gang_size)
             try:
                 answer = await self._submit("RunWorkflows", request, workflow)
             except InvalidArgument as exc:

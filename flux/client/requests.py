@@ -149,13 +149,20 @@ def in_order(ids: list[str], finals: dict[str, control_pb2.Execution]) -> list[c
 
 
 def run_many_request(
-    workflow: str, chunk: list[str], version: int, priority: int | None, key: str | None = None
+    workflow: str,
+    chunk: list[str],
+    version: int,
+    priority: int | None,
+    key: str | None = None,
+    gang_size: int | None = None,
 ) -> control_pb2.RunWorkflowsRequest:
     request = control_pb2.RunWorkflowsRequest(workflow_name=workflow, input_json=chunk, version=version)
     if priority is not None:
         request.priority = priority
     if key is not None:
         request.key = check_run_key(key)
+    if gang_size is not None:
+        request.gang_size = validate_gang_size(gang_size, "gang_size")
     return request
 
 

@@ -284,11 +284,12 @@ class FluxClient(Calls):
         version: int = 0,
         priority: int | None = None,
         key: str | None = None,
+        gang_size: int | None = None,
     ) -> list[control_pb2.Execution]:
         """Submit one execution per JSON-encoded input, in calls of the per-call cap; in input order."""
         executions: list[control_pb2.Execution] = []
         for chunk in chunked(inputs_json):
-            request = run_many_request(workflow, chunk, version, priority, key)
+            request = run_many_request(workflow, chunk, version, priority, key, gang_size)
             try:
                 answer = self._submit("RunWorkflows", request, workflow)
             except InvalidArgument as exc:

@@ -104,6 +104,8 @@ async def run_workflow(
         run.priority = body.priority
     if body.key is not None:
         run.key = body.key
+    if body.gang_size is not None:
+        run.gang_size = body.gang_size
     _policy(run, body)
     # The caller's trace context (or the gateway's span) goes with each call made in here.
     with tracing.submitting(request, "/workflows/{name}/run"):

@@ -207,6 +207,13 @@ class RunBody(BaseModel):
         description="this run's flow-control key, in place of the one its workflow computes from the input "
         "(its concurrency per key, rate limit and per-key named limits)",
     )
+    gang_size: int | None = Field(
+        default=None,
+        ge=1,
+        le=1024,
+        description="run as a gang of this many members, each on its own worker, all at once or none, with "
+        "the workflow's topology; omitted means the workflow's gang (or one worker)",
+    )
 
 
 class RunManyBody(BaseModel):

@@ -90,3 +90,8 @@ async def gang_cores(ctx: ExecutionContext[float]) -> int:
 async def two_cores(ctx: ExecutionContext[float]) -> str:
     await asyncio.sleep(ctx.input)
     return ctx.worker_name
+
+
+@workflow.with_options(name="gang_echo", gang=Gang(size=2))
+async def gang_echo(ctx: ExecutionContext[object]) -> dict:
+    return {"rank": ctx.gang.rank, "input": ctx.input}

@@ -132,3 +132,31 @@ def test_preemption_stops_a_borrowing_gang_whole(gangs: Cluster) -> None:
         assert gangs.client.status().counters.preempted["reclaim"] == 1
         as_web.cancel(theirs)
         as_ml.cancel(gang)
+
+
+@pytest.mark.transports("grpc")
+@pytest.mark.backends("sqlite")
+def test_a_runs_gang_size_over_http_and_the_cli(gangs: Cluster) -> None:
+    import httpx
+
+    from flux.security import Role
+
+    for name in ("a", "b", "c"):
+        gangs.start_worker(name)
+    headers = {"Authorization": f"Bearer {gangs.token(Role.CLIENT)}"}
+    answer = httpx.post(
+        f"{gangs.gateway_url}/workflows/gang_same_rack/run",
+        json={"input": {}, "gang_size": 0}, headers=headers, timeout=30,
+    )  # fmt: skip
+    assert answer.status_code == 422 and "gang_size" in answer.text
+    ran = httpx.post(
+        f"{gangs.gateway_url}/workflows/gang_echo/run",
+        json={"input": "hi", "gang_size": 3, "wait": True, "timeout": 60}, headers=headers, timeout=90,
+    )  # fmt: skip
+    assert ran.status_code == 200, ran.text
+    body = ran.json()
+    assert body["state"] == "EXECUTION_STATE_COMPLETED" and body["gang_size"] == 3
+    assert sorted(m["worker"] for m in body["gang_members"]) == ["a", "b", "c"]
+    assert json.loads(body["output_json"]) == {"rank": 0, "input": "hi"}
+    cli = gangs.flux("workflow", "run", "gang_same_rack", "{}", "--gang-size", "0")
+    assert cli.returncode != 0 and "--gang-size" in cli.stderr

@@ -47,7 +47,12 @@ def run_many(client: FluxClient, args: argparse.Namespace, text: str, name: str)
     inputs, numbers = parse_lines(text, name)
     try:
         executions = client.run_many_json(
-            args.name, inputs, version=args.version, priority=args.priority, key=getattr(args, "key", None)
+            args.name,
+            inputs,
+            version=args.version,
+            priority=args.priority,
+            key=getattr(args, "key", None),
+            gang_size=getattr(args, "gang_size", None),
         )
     except FluxError as exc:
         # The server names an input by its index (input_json[3]); the user knows it by its line.
