@@ -277,6 +277,7 @@ def test_execution_context_fields_and_defaults():
         "attempt",
         "assigned_gpus",
         "last_heartbeat",
+        "gang",
         "_beat",
     ]
     assert (
