@@ -95,3 +95,9 @@ async def two_cores(ctx: ExecutionContext[float]) -> str:
 @workflow.with_options(name="gang_echo", gang=Gang(size=2))
 async def gang_echo(ctx: ExecutionContext[object]) -> dict:
     return {"rank": ctx.gang.rank, "input": ctx.input}
+
+
+@workflow.with_options(name="gang_nap", gang=Gang(size=2))
+async def gang_nap(ctx: ExecutionContext[float]) -> dict:
+    await asyncio.sleep(ctx.input)
+    return {"rank": ctx.gang.rank, "attempt": ctx.attempt}

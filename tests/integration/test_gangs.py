@@ -160,3 +160,21 @@ def test_a_runs_gang_size_over_http_and_the_cli(gangs: Cluster) -> None:
     assert json.loads(body["output_json"]) == {"rank": 0, "input": "hi"}
     cli = gangs.flux("workflow", "run", "gang_same_rack", "{}", "--gang-size", "0")
     assert cli.returncode != 0 and "--gang-size" in cli.stderr
+
+
+@pytest.mark.transports("grpc")
+@pytest.mark.backends("sqlite")
+def test_a_running_gang_survives_a_server_restart(gangs: Cluster) -> None:
+    """Killed while both members run: the restarted server holds the gang on both members' workers
+    (their grace period to come back), and their results complete it as the same attempt."""
+    gangs.start_worker("a")
+    gangs.start_worker("b")
+    running = gangs.client.run("gang_nap", 6.0).execution_id
+    eventually(lambda: gangs.client.get(running).state == RUNNING, what="the gang to run")
+    gangs.kill_server()
+    gangs.restart_server()
+    final = gangs.client.wait(running, timeout=60)
+    assert final.state == COMPLETED and final.attempt == 1, final
+    assert [json.loads(m.output_json) for m in final.gang_members] == [
+        {"rank": 0, "attempt": 1}, {"rank": 1, "attempt": 1},
+    ]  # fmt: skip

@@ -35,9 +35,10 @@ async def recover(d: Handle, recovered: Recovered) -> None:
     now = d.clock()
     pending = []
     for execution in recovered.unfinished:
-        if gangs.ran(execution):
+        if execution.state is State.RUNNING:
             # Running work waits for its worker's grace period, as if its stream had just dropped;
-            # a gang for each member's worker that has not completed.
+            # a gang for each member's worker that has not completed. (A gang only some members had
+            # claimed goes back in line below: their workers, told what they hold, drop it.)
             done = dict(execution.gang.outputs) if execution.gang is not None else {}
             members = (
                 [(w, g) for rank, (w, _, g) in enumerate(execution.gang.members) if rank not in done]
