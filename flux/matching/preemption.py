@@ -174,6 +174,11 @@ def plan(
     """
     if not reclaimable(accounts, shape):
         return None
+    if shape.gang is not None and shape.gang.size > 1:
+        # Victims are planned for room on one worker; a gang needs it on ``size`` distinct ones at
+        # once, and preempting what frees too little is the waste this module exists to avoid. A
+        # pending gang waits for borrowed work to end instead (a running gang is a victim whole).
+        return None
     views = [view for view in workers if permanent_rejection(shape, view) is None and not view.paused]
     if not views:
         return None

@@ -325,3 +325,18 @@ def test_explain_spread_and_plain_gangs():
     plain = explain(gang_shape(5, gpu=8), _racks())
     assert plain.summary.startswith("gang of 5 × gpu=8: 4 workers can take a member, 5 needed (busy: 5 could")
     assert not plain.infeasible
+
+
+def test_a_pending_gang_never_plans_preemption_but_a_single_member_run_may():
+    from flux.matching import Running, plan_preemption
+
+    accounts = Accounts(
+        [Tenant("ml", quota=Limits(cpu=4), cohort="c"), Tenant("web", quota=Limits(cpu=4), cohort="c")]
+    )
+    fleet = [worker("w1", cpu=4, reserved={"cpu": 4}, cpu_available=0, active=1)]
+    borrowed = Shape(ResourceRequest(cpu=4), tenant="web")
+    accounts.charge("web", tuple(n * 2 for n in borrowed.demand))  # web uses 8 of its 4: borrowing
+    running = [Running("b1", borrowed, "w1", seq=1)]
+    one = Shape(ResourceRequest(cpu=4), tenant="ml")
+    assert plan_preemption(accounts, "single", one, fleet, running) is not None
+    assert plan_preemption(accounts, "gang", gang_shape(2, cpu=2, tenant="ml"), fleet, running) is None
