@@ -186,14 +186,24 @@ async def test_a_version_2_sqlite_file_gains_the_priority_columns(tmp_path: Path
     # Back to version 2: the same tables without the priority columns (nor version 4's trace).
     db = sqlite3.connect(path)
     # Nor any column or table a version after it added.
-    later = ("policy", "not_before", "reason", "attempts", "heartbeat", "started_at", "run_time", "flow_keys")
+    later = (
+        "policy",
+        "not_before",
+        "reason",
+        "attempts",
+        "heartbeat",
+        "started_at",
+        "run_time",
+        "flow_keys",
+        "gang",
+    )
     db.executescript(
         "".join(f"ALTER TABLE executions DROP COLUMN {column};" for column in later)
         + "ALTER TABLE workflows DROP COLUMN priority; ALTER TABLE executions DROP COLUMN priority;"
         "ALTER TABLE executions DROP COLUMN tenant; ALTER TABLE executions DROP COLUMN trace;"
         "ALTER TABLE workflows DROP COLUMN tenant; ALTER TABLE workflows DROP COLUMN policy;"
-        "ALTER TABLE workflows DROP COLUMN flow; DROP TABLE tenants; DROP TABLE tokens;"
-        "DROP TABLE audit; DROP TABLE limits;"
+        "ALTER TABLE workflows DROP COLUMN flow; ALTER TABLE workflows DROP COLUMN gang;"
+        "DROP TABLE tenants; DROP TABLE tokens; DROP TABLE audit; DROP TABLE limits;"
         "UPDATE meta SET value = '2' WHERE key = 'schema_version';"
         "INSERT INTO workflows VALUES ('old', 1, 'h', 'old', "
         '\'{"cpu": 0, "memory": 0, "gpu": 0, "disk": 0, "packages": []}\', \'{}\', 3, 5.0, \'python\');'

@@ -99,12 +99,23 @@ async def test_a_version_3_sqlite_file_puts_everything_in_tenant_default(tmp_pat
     await first.close()
     db = sqlite3.connect(path)
     # As version 3 left it: no column or table that a later version added.
-    later = ("policy", "not_before", "reason", "attempts", "heartbeat", "started_at", "run_time", "flow_keys")
+    later = (
+        "policy",
+        "not_before",
+        "reason",
+        "attempts",
+        "heartbeat",
+        "started_at",
+        "run_time",
+        "flow_keys",
+        "gang",
+    )
     db.executescript(
         "".join(f"ALTER TABLE executions DROP COLUMN {column};" for column in later)
         + "ALTER TABLE executions DROP COLUMN tenant; ALTER TABLE executions DROP COLUMN trace;"
         "ALTER TABLE workflows DROP COLUMN tenant; ALTER TABLE workflows DROP COLUMN policy;"
-        "ALTER TABLE workflows DROP COLUMN flow; DROP TABLE tenants; DROP TABLE tokens;"
+        "ALTER TABLE workflows DROP COLUMN flow; ALTER TABLE workflows DROP COLUMN gang;"
+        "DROP TABLE tenants; DROP TABLE tokens;"
         "DROP TABLE audit; DROP TABLE limits;"
         "UPDATE meta SET value = '3' WHERE key = 'schema_version';"
         "INSERT INTO executions VALUES ('e1', 1, 'old', 1, 'h', 'old', 1, '', 1, 0, 3, 'null', '', NULL, "
