@@ -190,6 +190,7 @@ def worker_to_proto(entry: WorkerEntry) -> control_pb2.WorkerInfo:
         ),
         paused=entry.paused,
         runtimes=list(entry.software.runtimes),
+        address=entry.address,
     )
 
 

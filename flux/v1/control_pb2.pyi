@@ -887,6 +887,7 @@ class WorkerInfo(_message.Message):
     FREE_FIELD_NUMBER: _builtins.int
     PAUSED_FIELD_NUMBER: _builtins.int
     RUNTIMES_FIELD_NUMBER: _builtins.int
+    ADDRESS_FIELD_NUMBER: _builtins.int
     name: _builtins.str
     """Worker name."""
     capacity: _builtins.int
@@ -907,6 +908,8 @@ class WorkerInfo(_message.Message):
     """True while an operator has paused it (PauseWorker): it takes no new executions
     but keeps its stream and the work it holds.
     """
+    address: _builtins.str
+    """Where gang members reach it: its --advertise-address, else the host it registered from."""
     @_builtins.property
     def labels(self) -> _containers.ScalarMap[_builtins.str, _builtins.str]:
         """Labels it registered with."""
@@ -948,10 +951,11 @@ class WorkerInfo(_message.Message):
         free: Global___Allocation | None = ...,
         paused: _builtins.bool = ...,
         runtimes: _abc.Iterable[_builtins.str] | None = ...,
+        address: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["free", b"free", "reserved", b"reserved", "resources", b"resources"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["active_executions", b"active_executions", "capacity", b"capacity", "connected", b"connected", "draining", b"draining", "free", b"free", "labels", b"labels", "last_seen_ms", b"last_seen_ms", "name", b"name", "package_count", b"package_count", "paused", b"paused", "reserved", b"reserved", "resources", b"resources", "runtimes", b"runtimes", "transport", b"transport"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["active_executions", b"active_executions", "address", b"address", "capacity", b"capacity", "connected", b"connected", "draining", b"draining", "free", b"free", "labels", b"labels", "last_seen_ms", b"last_seen_ms", "name", b"name", "package_count", b"package_count", "paused", b"paused", "reserved", b"reserved", "resources", b"resources", "runtimes", b"runtimes", "transport", b"transport"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

@@ -80,6 +80,9 @@ def _answer(message: object) -> JSONResponse:
 async def register(body: schema.RegisterRequest, request: Request, core: CoreDep) -> JSONResponse:
     """Announce a worker and what it offers; the answer's `session_token` goes in `X-Flux-Session`."""
     message = await to_message(body.to_json_dict(), worker_pb2.RegisterRequest(), request)
+    if not message.advertise_address and request.client is not None:
+        # Gang members reach it where it connected from: the core only sees this gateway.
+        message.advertise_address = request.client.host
     answer = await core.workers.Register(
         message, metadata=((TRANSPORT_METADATA, "sse"),), timeout=_timeout(request)
     )

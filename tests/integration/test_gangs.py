@@ -37,6 +37,8 @@ def test_members_rendezvous_at_the_leaders_address(gangs: Cluster, tmp_path: Pat
         gangs.start_worker(name, "--advertise-address", "127.0.0.1")
     final = gangs.client.run("gang_rendezvous", {"folder": str(tmp_path)}, wait=True, timeout=90)
     assert final.state == COMPLETED, final.error
+    listed = json.loads(gangs.flux("workers", "list", "--json").stdout)["workers"]
+    assert {w["name"]: w["address"] for w in listed if w["connected"]} == dict.fromkeys("abc", "127.0.0.1")
     outputs = [json.loads(m.output_json) for m in final.gang_members]
     assert [o["rank"] for o in outputs] == [0, 1, 2]
     assert all(o["total"] == 111 for o in outputs)  # 1 + 10 + 100: every member reached the leader
@@ -86,6 +88,8 @@ def test_cancel_stops_every_member(gangs: Cluster, tmp_path: Path) -> None:
     gangs.start_worker("b")
     running = gangs.client.run("gang_sleepy", {"folder": str(tmp_path)}, wait=False)
     eventually(lambda: gangs.client.get(running.execution_id).state == RUNNING, what="the gang to run")
+    # No --advertise-address: the host the server saw each worker connect from (here loopback).
+    assert [m.address for m in gangs.client.get(running.execution_id).gang_members] == ["127.0.0.1"] * 2
     cancelled = gangs.flux("workflow", "cancel", running.execution_id)
     assert cancelled.returncode == 0, cancelled.stderr
     assert gangs.client.get(running.execution_id).state == CANCELLED

@@ -19,6 +19,7 @@ def worker_dict(w: control_pb2.WorkerInfo) -> dict[str, Any]:
         "paused": w.paused,
         "runtimes": list(w.runtimes),
         "transport": w.transport,
+        "address": w.address or None,
         "labels": dict(w.labels),
         "capacity": w.capacity,
         "active_executions": w.active_executions,
