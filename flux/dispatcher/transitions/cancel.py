@@ -64,7 +64,7 @@ def drop_stale(d: Handle, execution_id: str) -> None:
     d.queue.remove(execution_id)
     d.flow.release(execution_id)
     if execution is not None and execution.worker:
-        entry = d.registry.get(execution.worker)
-        if entry is not None and entry.release(execution_id):
-            d.passes.room_freed([entry])
+        for entry in gangs.holders(d, execution):  # a gang: every member's worker
+            if entry.release(execution_id):
+                d.passes.room_freed([entry])
     d.watchers.wake(execution_id)
