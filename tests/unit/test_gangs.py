@@ -174,7 +174,7 @@ def gangs(draw):
     )
 
 
-def _shape(g) -> Shape:
+def _shape(g, tenant: str = "default") -> Shape:
     size, cpu, gpu, topology = g
     return gang_shape(
         size,
@@ -182,6 +182,7 @@ def _shape(g) -> Shape:
         gpu=gpu,
         same="rack" if topology == "same" else None,
         spread="rack" if topology == "spread" else None,
+        tenant=tenant,
     )
 
 
@@ -243,19 +244,24 @@ def _check(placements, shapes, fleet, held):
 def test_all_or_nothing_and_no_deadlock(fleet, pending, data):
     """Random fleets, gangs and arrival orders, random completions: no partial gang ever holds room,
     nothing is over any worker's room, and every gang that could run on the idle fleet does run
-    (while nothing runs, a pass places something: two gangs never wait on each other)."""
+    (while nothing runs, a pass places something: two gangs never wait on each other). With or
+    without tenants (the fair-share pass) and priorities."""
     order = data.draw(st.permutations(range(len(pending))))
-    shapes = {f"g{i}": _shape(pending[i]) for i in range(len(pending))}
+    tenanted = data.draw(st.booleans())
+    accounts = Accounts([Tenant("t0"), Tenant("t1", weight=2.0)]) if tenanted else None
+    shapes = {
+        f"g{i}": _shape(pending[i], f"t{i % 2}" if tenanted else "default") for i in range(len(pending))
+    }
     queue = PendingQueue()
     for seq, i in enumerate(order):
-        queue.add(f"g{i}", shapes[f"g{i}"], seq)
+        queue.add(f"g{i}", shapes[f"g{i}"], seq, priority=data.draw(st.sampled_from([0, 0, 5])))
     held: dict[str, tuple] = {}
     running: dict[str, list] = {}
     done: set[str] = set()
     use_index = data.draw(st.booleans())
     for _ in range(4 * len(pending) + 4):
         views = _views(fleet, held)
-        placements = schedule(queue, _index(views) if use_index else views)
+        placements = schedule(queue, _index(views) if use_index else views, accounts=accounts)
         _check(placements, {k: pending[int(k[1:])] for k in shapes}, fleet, held)
         for p in placements:
             queue.remove(p.execution_id)
