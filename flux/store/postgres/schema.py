@@ -99,6 +99,11 @@ CREATE INDEX IF NOT EXISTS dispatches_at ON dispatches (at);
 CREATE TABLE IF NOT EXISTS flow_buckets (
     budget TEXT PRIMARY KEY, tenant TEXT NOT NULL, tokens DOUBLE PRECISION NOT NULL,
     updated_at DOUBLE PRECISION NOT NULL);
+-- When the bucket is full again (pruned from then on); a row written before it knew is never
+-- pruned. Added on open without a new schema version: a Flux that does not know the column
+-- writes rows without it, which only keeps them.
+ALTER TABLE flow_buckets ADD COLUMN IF NOT EXISTS full_at DOUBLE PRECISION NOT NULL DEFAULT 'Infinity';
+CREATE INDEX IF NOT EXISTS flow_buckets_full ON flow_buckets (full_at);
 CREATE TABLE IF NOT EXISTS preemptions (
     preemptor TEXT PRIMARY KEY, replica TEXT NOT NULL, at DOUBLE PRECISION NOT NULL);
 """

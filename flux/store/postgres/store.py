@@ -24,6 +24,7 @@ from flux.store.base import ExecutionQuery, Held, PendingRef, Recovered, Store, 
 from flux.store.postgres.admin import AdminTables
 from flux.store.postgres.cluster import Membership
 from flux.store.postgres.flow import held as flow_held
+from flux.store.postgres.flow import prune_buckets
 from flux.store.postgres.listener import Listener
 from flux.store.postgres.quota import held as held_by_tenant
 from flux.store.postgres.quota import prune_preemptions, take_preemption
@@ -231,6 +232,10 @@ class PostgresStore(AdminTables, Store):
             pruned += deleted
             if deleted < batch:
                 return pruned
+
+    async def prune_buckets(self) -> int:
+        async with self._pool.connection() as db, db.transaction():
+            return await prune_buckets(db)
 
     async def insert_dispatched(self, execution: Execution) -> None:
         """Store a new execution already claimed by this replica (it was never pending); group-committed."""
