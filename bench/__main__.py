@@ -17,6 +17,7 @@ from bench import (
     memory,
     peers,
     pools,
+    rate_live,
     reclaim,
     replicas,
     starvation,
@@ -44,6 +45,7 @@ BENCHES = {
     "tracing": tracing.main,
     "keda-flood": keda_flood.main,
     "timers": timers.main,
+    "rate-live": rate_live.main,
 }
 
 
