@@ -128,6 +128,10 @@ class FlowUsage:
         if self.control.holds(execution_id) or self.control.waiting(execution_id):
             self._queue(self.control.release(execution_id, self.clock()))
 
+    def refund(self, execution_id: str) -> None:
+        """A claim refused by the cluster's shared bucket: the local token it took started nothing."""
+        self.control.refund(execution_id, self.clock())
+
     def held(self, execution_id: str) -> None:
         """Found held by a worker (recovery, a mirror): charged whatever the budget says, since it runs."""
         if self.control.holds(execution_id):
