@@ -25,7 +25,7 @@ WORKFLOW_COLUMN_COUNT = WORKFLOW_COLUMNS.count(",") + 1
 EXECUTION_COLUMNS = (
     "execution_id, seq, workflow_name, workflow_version, source_hash, entrypoint, state, worker, attempt, "
     "generation, max_attempts, input_json, output_json, error, gpu_indices, created_at, updated_at, priority, "
-    "trace, tenant, policy, not_before, reason, attempts, heartbeat, started_at, run_time, flow_keys"
+    "trace, tenant, policy, not_before, reason, attempts, heartbeat, started_at, run_time, flow_keys, batch_id"
 )
 # What a later write of a row may change (both stores' upserts set these, and only these).
 EXECUTION_UPDATES = (
@@ -76,7 +76,7 @@ def execution_row(e: Execution) -> tuple[object, ...]:
         e.workflow.entrypoint, int(e.state), e.worker, e.attempt, e.generation, e.max_attempts,
         e.input_json, e.output_json, error, json.dumps(list(e.gpu_indices)), e.created_at, e.updated_at,
         e.priority, e.trace, e.tenant, policy, e.not_before, e.reason, attempts_json(e.attempts), e.heartbeat,
-        e.started_at, e.run_time, json.dumps(dict(e.flow_keys)) if e.flow_keys else "",
+        e.started_at, e.run_time, json.dumps(dict(e.flow_keys)) if e.flow_keys else "", e.batch_id,
     )  # fmt: skip
 
 
@@ -110,6 +110,7 @@ def execution_from_row(row: Mapping[str, Any]) -> Execution:
         started_at=row["started_at"],
         run_time=row["run_time"],
         flow_keys=tuple(sorted(json.loads(row["flow_keys"]).items())) if row["flow_keys"] else (),
+        batch_id=row["batch_id"],
     )
 
 
