@@ -58,7 +58,9 @@ def batch_fields(
 class Executions(list):  # type: ignore[type-arg]
     """``map``'s executions in input order (a plain list otherwise), and the batch they make."""
 
-    def __init__(self, executions: Iterable[control_pb2.Execution], batch: BatchHandle | AsyncBatchHandle | None):
+    def __init__(
+        self, executions: Iterable[control_pb2.Execution], batch: BatchHandle | AsyncBatchHandle | None
+    ):
         super().__init__(executions)
         self.batch = batch
 
@@ -182,7 +184,7 @@ class AsyncBatchCalls:
         deadline = None if timeout is None else time.monotonic() + timeout
         last = None
         try:
-            async for last in self.watch(batch_id, timeout):
+            async for last in self.watch(batch_id, timeout):  # noqa: B007 - the last one is the answer
                 pass
         except Unavailable:
             if deadline is None or time.monotonic() < deadline:
@@ -225,7 +227,10 @@ def batch_calls(
 
 
 def async_batch_calls(
-    channel: grpc.aio.Channel, metadata: Any, timeout: float, error: Callable[[grpc.RpcError], Awaitable[FluxError]]
+    channel: grpc.aio.Channel,
+    metadata: Any,
+    timeout: float,
+    error: Callable[[grpc.RpcError], Awaitable[FluxError]],
 ) -> AsyncBatchCalls:
     """``AsyncBatchCalls`` over the asyncio client's channel."""
     stub = batches_pb2_grpc.BatchServiceStub(channel)

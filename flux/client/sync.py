@@ -18,8 +18,8 @@ from typing import Any
 import grpc
 import grpc.experimental
 
-from flux.client.calls import Calls
 from flux.client.batches import BatchCalls, Executions, batch_calls, batch_fields
+from flux.client.calls import Calls
 from flux.client.limit_admin import LimitAdmin
 
 # ``chunked`` and ``WaitTimedOut`` are imported from here outside flux (tests, bench, scripts).

@@ -21,11 +21,11 @@ from flux.dispatcher.core import Dispatcher, Settings
 from flux.dispatcher.state.freezing import freeze, unwatch, watch
 from flux.observe import logs, pauses
 from flux.security import AuthInterceptor, Tokens, is_loopback, plaintext_warning
+from flux.server.batches import BatchService
 from flux.server.callers import Callers
 from flux.server.control_service import ControlService
 from flux.server.interceptors import DecodeGuard
 from flux.server.introspection import Health, enable_reflection
-from flux.server.batches import BatchService
 from flux.server.limits import LimitService
 from flux.server.local import LocalChannel, LocalRegistry
 from flux.server.pools import PoolService

@@ -57,8 +57,7 @@ def counts_from_rows(rows: Iterable[Any]) -> dict[State, int]:
 def unfinished_sql(p: str) -> str:
     """A batch's unfinished members, newest first (cancelled in that order: see transitions/batches.py)."""
     return (
-        f"SELECT execution_id FROM executions WHERE batch_id = {p} AND state < {FINISHED} "
-        "ORDER BY seq DESC"
+        f"SELECT execution_id FROM executions WHERE batch_id = {p} AND state < {FINISHED} ORDER BY seq DESC"
     )
 
 
