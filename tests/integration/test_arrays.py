@@ -26,7 +26,7 @@ from flux.security import Credentials, Role
 from flux.testing import Cluster, eventually
 from flux.v1 import control_pb2, control_pb2_grpc
 
-pytestmark = [pytest.mark.integration, pytest.mark.timeout(180)]
+pytestmark = [pytest.mark.integration, pytest.mark.timeout(180), pytest.mark.transports("grpc")]
 
 EXAMPLE = Path(__file__).parents[2] / "examples" / "batches.py"
 COMPLETED = control_pb2.EXECUTION_STATE_COMPLETED
