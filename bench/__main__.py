@@ -9,6 +9,7 @@ from bench import (
     dashboard,
     dispatch,
     fleet,
+    graphs_arrays,
     keda_flood,
     limits,
     limits_flow,
@@ -44,6 +45,7 @@ BENCHES = {
     "tracing": tracing.main,
     "keda-flood": keda_flood.main,
     "timers": timers.main,
+    "arrays": graphs_arrays.main,
 }
 
 
