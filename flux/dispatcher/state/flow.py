@@ -19,6 +19,7 @@ worker: round-robin across keys holds at the workers too, not only at the budget
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
@@ -59,6 +60,8 @@ def named_gates(tenant: str, limit: NamedLimit, key: str) -> tuple[Gate, ...]:
 
 def gates_of(record: WorkflowRecord, execution: Execution, named: Named | None = None) -> tuple[Gate, ...]:
     """The budgets ``execution`` needs (none for an unlimited workflow)."""
+    if record.flow.empty:  # a batch's member at most: no dict, no lookups
+        return _keyed_batch_gates(execution.flow_keys)
     return gates_for(record, execution.tenant, dict(execution.flow_keys), named)
 
 
@@ -96,7 +99,18 @@ def batch_gates(keys: dict[str, str]) -> tuple[Gate, ...]:
     batch_id = keys.get(BATCH_KEY)
     if not batch_id:
         return ()
-    return (Gate(f"b/{batch_id}", f"batch {batch_id}", max=int(keys[BATCH_MAX_KEY]), limit=BATCH_LIMIT),)
+    return _batch_gate(batch_id, keys[BATCH_MAX_KEY])
+
+
+@functools.lru_cache(maxsize=1024)
+def _keyed_batch_gates(flow_keys: tuple[tuple[str, str], ...]) -> tuple[Gate, ...]:
+    return batch_gates(dict(flow_keys))
+
+
+@functools.lru_cache(maxsize=1024)
+def _batch_gate(batch_id: str, most: str) -> tuple[Gate, ...]:
+    # One per batch, not one per member: a 100,000-member batch is admitted member by member.
+    return (Gate(f"b/{batch_id}", f"batch {batch_id}", max=int(most), limit=BATCH_LIMIT),)
 
 
 def fair_key(execution: Execution) -> str:
