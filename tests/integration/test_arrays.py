@@ -87,6 +87,9 @@ def test_a_waiting_member_holds_no_worker_room_nor_blocks_other_work(cluster: Cl
     other = client.run("shard", {"shard": 99, "seconds": 0}, wait=True, timeout=60)
     assert other.state == COMPLETED
     assert not runs.batch.show().finished  # it ran beside the batch, not after it
+    # The metrics count every batch's budget together (never a label per batch).
+    metrics = httpx.get(f"{cluster.gateway_url}/metrics", trust_env=False, timeout=30).text
+    assert 'flux_limit_waiting{limit="batch/max_concurrent"}' in metrics, metrics
     assert client.batches.cancel(runs.batch_id).finished
 
 
