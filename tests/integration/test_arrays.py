@@ -159,6 +159,9 @@ def test_the_cli_runs_shows_waits_and_cancels_a_batch(arrays: Cluster, tmp_path:
     }  # fmt: skip
     shown = arrays.flux("batch", "show", batch_id)
     assert f"batch {batch_id} shard: 4/4 finished (completed 4" in shown.stdout, shown.stdout
+    member = arrays.query("SELECT execution_id FROM executions WHERE batch_id = ? LIMIT 1", batch_id)[0][0]
+    assert json.loads(arrays.flux("execution", "show", member, "--json").stdout)["batch_id"] == batch_id
+    assert f"batch      {batch_id}" in arrays.flux("execution", "show", member).stdout
     # Without --print-batch, stdout keeps one execution id per line; the batch is named on stderr.
     lines.write_text("".join(json.dumps(s) + "\n" for s in shards(3, 30.0)))
     many = arrays.flux(
