@@ -9,6 +9,7 @@ from bench import (
     dashboard,
     dispatch,
     fleet,
+    graphs_arrays,
     keda_flood,
     limits,
     limits_flow,
@@ -46,6 +47,7 @@ BENCHES = {
     "keda-flood": keda_flood.main,
     "timers": timers.main,
     "rate-live": rate_live.main,
+    "arrays": graphs_arrays.main,
 }
 
 

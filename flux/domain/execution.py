@@ -137,6 +137,8 @@ class Execution:
     # Its resolved flow-control keys, (part, key) sorted by part ("concurrency", "limits",
     # "rate_limit"); empty: unlimited. A tuple, so the record stays hashable.
     flow_keys: tuple[tuple[str, str], ...] = ()
+    # The batch it belongs to (flux/domain/batch.py); "" for none.
+    batch_id: str = ""
 
     @property
     def effective_policy(self) -> Policy:

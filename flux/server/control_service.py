@@ -116,10 +116,12 @@ class ControlService(control_pb2_grpc.ControlServiceServicer):
             tenant=caller.tenant,
             every_workflow=caller.cluster_admin,
             overrides=convert.run_overrides(request),
+            batch=convert.batch_ask(request),
         )
         # Without their inputs: the caller sent them, and echoing them could pass the message cap.
         return control_pb2.RunWorkflowsResponse(
-            executions=[convert.execution_to_proto(e.evolve(input_json="")) for e in executions]
+            executions=[convert.execution_to_proto(e.evolve(input_json="")) for e in executions],
+            batch_id=executions[0].batch_id,
         )
 
     @unary()

@@ -605,6 +605,7 @@ class Execution(_message.Message):
     POLICY_FIELD_NUMBER: _builtins.int
     STARTED_AT_MS_FIELD_NUMBER: _builtins.int
     FLOW_KEYS_FIELD_NUMBER: _builtins.int
+    BATCH_ID_FIELD_NUMBER: _builtins.int
     execution_id: _builtins.str
     """Server-assigned id."""
     state: Global___ExecutionState.ValueType
@@ -635,6 +636,8 @@ class Execution(_message.Message):
     """The details of its latest heartbeat, JSON-encoded; empty when none was sent."""
     started_at_ms: _builtins.int
     """When its current attempt was claimed, milliseconds since the Unix epoch; 0 when none runs."""
+    batch_id: _builtins.str
+    """The batch it belongs to (client.map, RunWorkflows with batch or max_concurrent); empty: none."""
     @_builtins.property
     def workflow(self) -> _worker_pb2.WorkflowRef:
         """The workflow version it runs."""
@@ -683,10 +686,11 @@ class Execution(_message.Message):
         policy: Global___ExecutionPolicy | None = ...,
         started_at_ms: _builtins.int = ...,
         flow_keys: _abc.Mapping[_builtins.str, _builtins.str] | None = ...,
+        batch_id: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["error", b"error", "policy", b"policy", "workflow", b"workflow"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["attempt", b"attempt", "attempts", b"attempts", "created_at_ms", b"created_at_ms", "error", b"error", "execution_id", b"execution_id", "flow_keys", b"flow_keys", "generation", b"generation", "gpu_indices", b"gpu_indices", "heartbeat_json", b"heartbeat_json", "input_json", b"input_json", "not_before_ms", b"not_before_ms", "output_json", b"output_json", "policy", b"policy", "priority", b"priority", "reason", b"reason", "started_at_ms", b"started_at_ms", "state", b"state", "tenant", b"tenant", "updated_at_ms", b"updated_at_ms", "worker", b"worker", "workflow", b"workflow"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["attempt", b"attempt", "attempts", b"attempts", "batch_id", b"batch_id", "created_at_ms", b"created_at_ms", "error", b"error", "execution_id", b"execution_id", "flow_keys", b"flow_keys", "generation", b"generation", "gpu_indices", b"gpu_indices", "heartbeat_json", b"heartbeat_json", "input_json", b"input_json", "not_before_ms", b"not_before_ms", "output_json", b"output_json", "policy", b"policy", "priority", b"priority", "reason", b"reason", "started_at_ms", b"started_at_ms", "state", b"state", "tenant", b"tenant", "updated_at_ms", b"updated_at_ms", "worker", b"worker", "workflow", b"workflow"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -2246,6 +2250,9 @@ class RunWorkflowsRequest(_message.Message):
     ATTEMPT_TIMEOUT_S_FIELD_NUMBER: _builtins.int
     RETRY_FIELD_NUMBER: _builtins.int
     KEY_FIELD_NUMBER: _builtins.int
+    BATCH_FIELD_NUMBER: _builtins.int
+    MAX_CONCURRENT_FIELD_NUMBER: _builtins.int
+    BATCH_ID_FIELD_NUMBER: _builtins.int
     workflow_name: _builtins.str
     """Registered workflow name."""
     version: _builtins.int
@@ -2256,6 +2263,16 @@ class RunWorkflowsRequest(_message.Message):
     """These runs' attempt timeout in seconds; unset means the workflow's."""
     key: _builtins.str
     """These runs' flow-control key, in place of the one their workflow computes from each input."""
+    batch: _builtins.bool
+    """Make these runs one new batch (BatchService reads, waits on and cancels it)."""
+    max_concurrent: _builtins.int
+    """At most this many members of the new batch SCHEDULED or RUNNING at once (1 to 1,000,000);
+    set, it makes a batch as batch does. Unset: no limit.
+    """
+    batch_id: _builtins.str
+    """Add these runs to this existing batch (from an earlier call's batch_id): a batch larger than
+    one call's cap. Its terms are the batch's; batch and max_concurrent must then be unset.
+    """
     @_builtins.property
     def input_json(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
         """One JSON-encoded input per execution (each passed as ctx.input); an empty
@@ -2276,21 +2293,28 @@ class RunWorkflowsRequest(_message.Message):
         attempt_timeout_s: _builtins.float | None = ...,
         retry: Global___RetryPolicy | None = ...,
         key: _builtins.str | None = ...,
+        batch: _builtins.bool = ...,
+        max_concurrent: _builtins.int | None = ...,
+        batch_id: _builtins.str = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["_attempt_timeout_s", b"_attempt_timeout_s", "_key", b"_key", "_priority", b"_priority", "attempt_timeout_s", b"attempt_timeout_s", "key", b"key", "priority", b"priority", "retry", b"retry"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["_attempt_timeout_s", b"_attempt_timeout_s", "_key", b"_key", "_max_concurrent", b"_max_concurrent", "_priority", b"_priority", "attempt_timeout_s", b"attempt_timeout_s", "key", b"key", "max_concurrent", b"max_concurrent", "priority", b"priority", "retry", b"retry"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["_attempt_timeout_s", b"_attempt_timeout_s", "_key", b"_key", "_priority", b"_priority", "attempt_timeout_s", b"attempt_timeout_s", "input_json", b"input_json", "key", b"key", "priority", b"priority", "retry", b"retry", "version", b"version", "workflow_name", b"workflow_name"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_attempt_timeout_s", b"_attempt_timeout_s", "_key", b"_key", "_max_concurrent", b"_max_concurrent", "_priority", b"_priority", "attempt_timeout_s", b"attempt_timeout_s", "batch", b"batch", "batch_id", b"batch_id", "input_json", b"input_json", "key", b"key", "max_concurrent", b"max_concurrent", "priority", b"priority", "retry", b"retry", "version", b"version", "workflow_name", b"workflow_name"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     _WhichOneofReturnType__attempt_timeout_s: _TypeAlias = _typing.Literal["attempt_timeout_s"]  # noqa: Y015
     _WhichOneofArgType__attempt_timeout_s: _TypeAlias = _typing.Literal["_attempt_timeout_s", b"_attempt_timeout_s"]  # noqa: Y015
     _WhichOneofReturnType__key: _TypeAlias = _typing.Literal["key"]  # noqa: Y015
     _WhichOneofArgType__key: _TypeAlias = _typing.Literal["_key", b"_key"]  # noqa: Y015
+    _WhichOneofReturnType__max_concurrent: _TypeAlias = _typing.Literal["max_concurrent"]  # noqa: Y015
+    _WhichOneofArgType__max_concurrent: _TypeAlias = _typing.Literal["_max_concurrent", b"_max_concurrent"]  # noqa: Y015
     _WhichOneofReturnType__priority: _TypeAlias = _typing.Literal["priority"]  # noqa: Y015
     _WhichOneofArgType__priority: _TypeAlias = _typing.Literal["_priority", b"_priority"]  # noqa: Y015
     @_typing.overload
     def WhichOneof(self, oneof_group: _WhichOneofArgType__attempt_timeout_s) -> _WhichOneofReturnType__attempt_timeout_s | None: ...
     @_typing.overload
     def WhichOneof(self, oneof_group: _WhichOneofArgType__key) -> _WhichOneofReturnType__key | None: ...
+    @_typing.overload
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__max_concurrent) -> _WhichOneofReturnType__max_concurrent | None: ...
     @_typing.overload
     def WhichOneof(self, oneof_group: _WhichOneofArgType__priority) -> _WhichOneofReturnType__priority | None: ...
 
@@ -2303,6 +2327,9 @@ class RunWorkflowsResponse(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
 
     EXECUTIONS_FIELD_NUMBER: _builtins.int
+    BATCH_ID_FIELD_NUMBER: _builtins.int
+    batch_id: _builtins.str
+    """The batch they joined or made; empty when the call asked for none."""
     @_builtins.property
     def executions(self) -> _containers.RepeatedCompositeFieldContainer[Global___Execution]:
         """One execution per input, in the order of the request's input_json, as
@@ -2315,10 +2342,11 @@ class RunWorkflowsResponse(_message.Message):
         self,
         *,
         executions: _abc.Iterable[Global___Execution] | None = ...,
+        batch_id: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["executions", b"executions"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["batch_id", b"batch_id", "executions", b"executions"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

@@ -157,6 +157,11 @@ async def run_workflows(
         run.priority = body.priority
     if body.key is not None:
         run.key = body.key
+    run.batch = body.batch
+    if body.max_concurrent is not None:
+        run.max_concurrent = body.max_concurrent
+    if body.batch_id is not None:
+        run.batch_id = body.batch_id
     try:
         with tracing.submitting(request, "/workflows/{name}/run-many"):
             accepted = await core.control.RunWorkflows(run, timeout=_timeout(request))
