@@ -1,0 +1,89 @@
+"""Placement policies: which capable worker an execution goes to, and which of its GPUs.
+
+- ``spread`` (the default, as before): the least loaded capable worker
+  (``view.load_key``); GPUs with the most free VRAM first.
+- ``binpack``: the fullest capable worker that fits, so idle workers stay idle
+  and a pool can scale in. Its order is ``pack_key``: fewest free GPUs first
+  (the smallest free GPU count that still fits: a 2-GPU job takes the worker
+  with 2 free, not the one with 8, which stays whole for an 8-GPU job), then
+  most active per capacity, then least free CPU fraction, then name. On a worker
+  its GPUs are chosen by ``pick_gpus`` to keep aligned blocks of devices whole.
+
+A server has a default (``flux start server --placement``); a workflow may name
+its own (``@workflow.with_options(placement="binpack")``), carried on its
+``Shape``. Pure: no I/O, no protobuf.
+
+Cost: the ``FleetIndex`` keeps a second order per profile group by ``pack_key``
+once any pass asks for binpack, and a GPU shape starts its walk at the first
+worker with enough free GPUs (a bisect), so workers with too few are never
+looked at. Workers passed over are those too full for the shape on another
+figure (cores, memory); each at most once per shape per pass.
+"""
+
+from __future__ import annotations
+
+from flux.domain.placement import BINPACK, DEFAULT_PLACEMENT, PLACEMENTS, SPREAD, validate_placement
+
+__all__ = [
+    "BINPACK",
+    "DEFAULT_PLACEMENT",
+    "PLACEMENTS",
+    "SPREAD",
+    "effective",
+    "pack_key",
+    "pick_gpus",
+    "validate_placement",
+]
+
+PackKey = tuple[int, float, float, str]
+
+
+def effective(placement: str, default: str) -> str:
+    """A shape's policy: its own, or the server's when it names none."""
+    return placement or default
+
+
+def pack_key(free_gpus: int, active: int, capacity: int, free_cpu: int, cpu_total: int, name: str) -> PackKey:
+    """Binpack's order, smallest first: fewest free GPUs, most loaded, least free CPU, then name."""
+    load = active / capacity if capacity > 0 else float("inf")
+    cpu_fraction = free_cpu / cpu_total if cpu_total > 0 else 0.0
+    return (free_gpus, -load, cpu_fraction, name)
+
+
+def pick_gpus(free: list[int], count: int) -> tuple[int, ...]:
+    """``count`` of the ``free`` GPU indices, chosen to leave the largest aligned blocks whole.
+
+    Buddy-style: indices are split into aligned halves (0-3 and 4-7 of 8, then 0-1, 2-3, ...);
+    a request that fits in one half goes to the half with the fewest free devices that can hold
+    it (best fit), so the emptier half stays whole for a larger request later; a request larger
+    than either half takes all of the fuller half and the rest from the other. Devices on one
+    NVLink island or PCIe switch are numbered together on common machines, so keeping aligned
+    blocks free keeps such islands free. Sorted ascending.
+    """
+    if count <= 0:
+        return ()
+    if count >= len(free):
+        return tuple(sorted(free))[:count]
+    ordered = sorted(free)
+    size = 1
+    while size <= ordered[-1]:
+        size *= 2
+    return tuple(sorted(_pick(ordered, count, 0, size)))
+
+
+def _pick(free: list[int], count: int, low: int, size: int) -> list[int]:
+    """``count`` indices of ``free`` (sorted, all within [low, low + size), at least ``count`` of them)."""
+    if count >= len(free):
+        return free[:count]
+    half = size // 2
+    middle = low + half
+    left = [i for i in free if i < middle]
+    right = [i for i in free if i >= middle]
+    fitting = [side for side in ((left, low), (right, middle)) if len(side[0]) >= count]
+    if fitting:
+        # Best fit: the half with the fewest free devices that can hold it (the lower one on a tie).
+        side, start = min(fitting, key=lambda s: len(s[0]))
+        return _pick(side, count, start, half)
+    # Neither half holds it alone: empty the fuller half (fewer free), the rest from the other.
+    (fuller, _), (other, other_low) = sorted(((left, low), (right, middle)), key=lambda s: len(s[0]))
+    return fuller + _pick(other, count - len(fuller), other_low, half)
