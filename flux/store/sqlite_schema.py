@@ -41,7 +41,8 @@ from flux.store.rows import (
 # 10: workflows.flow and executions.flow_keys (flow control; older rows limit nothing).
 # 11: the limits table (named limits per tenant; created on open, older files have none).
 # 13: executions.batch_id and the batches table (older rows belong to no batch).
-SCHEMA_VERSION = 13
+# 16: workflows.placement (a workflow's placement policy; older rows: '', the server's).
+SCHEMA_VERSION = 16
 
 
 # Version 7's execution columns, in the table's definition and added to older files on open.
@@ -70,7 +71,7 @@ CREATE TABLE IF NOT EXISTS workflows (
     requests TEXT NOT NULL, affinity TEXT NOT NULL, max_attempts INTEGER NOT NULL, created_at REAL NOT NULL,
     runtime TEXT NOT NULL DEFAULT 'python', priority INTEGER NOT NULL DEFAULT 0,
     tenant TEXT NOT NULL DEFAULT 'default', policy TEXT NOT NULL DEFAULT '', flow TEXT NOT NULL DEFAULT '',
-    PRIMARY KEY (name, version));
+    placement TEXT NOT NULL DEFAULT '', PRIMARY KEY (name, version));
 CREATE TABLE IF NOT EXISTS executions (
     execution_id TEXT PRIMARY KEY, seq INTEGER NOT NULL, workflow_name TEXT NOT NULL,
     workflow_version INTEGER NOT NULL, source_hash TEXT NOT NULL, entrypoint TEXT NOT NULL,
@@ -182,6 +183,8 @@ def migrate(db: sqlite3.Connection, path: Path) -> None:
             db.execute("ALTER TABLE workflows ADD COLUMN policy TEXT NOT NULL DEFAULT ''")
         if columns and "flow" not in columns:  # before version 10: nothing was flow-limited
             db.execute("ALTER TABLE workflows ADD COLUMN flow TEXT NOT NULL DEFAULT ''")
+        if columns and "placement" not in columns:  # before version 16: the server's policy for all
+            db.execute("ALTER TABLE workflows ADD COLUMN placement TEXT NOT NULL DEFAULT ''")
         columns = {row["name"] for row in db.execute("PRAGMA table_info(executions)")}
         if columns and "priority" not in columns:
             db.execute("ALTER TABLE executions ADD COLUMN priority INTEGER NOT NULL DEFAULT 0")

@@ -69,6 +69,7 @@ def status_dict(s: control_pb2.ClusterStatus) -> dict[str, Any]:
     return {
         "now_ms": s.now_ms,
         "started_at_ms": s.started_at_ms,
+        "placement": s.placement or "spread",
         "fleet": {
             "connected_by_transport": dict(sorted(fleet.connected_by_transport.items())),
             "connected": sum(fleet.connected_by_transport.values()),
@@ -169,6 +170,9 @@ def status_text(s: control_pb2.ClusterStatus, width: int | None = None) -> str:
         f"activity    {counters['dispatched']} placements, {sum(requeued.values())} requeued ("
         + ", ".join(f"{requeued.get(r, 0)} {r.replace('_', ' ')}" for r in REQUEUE_ORDER)
         + f"), {counters['stream_reconnects']} stream reconnects",
+        f"placement   {d['placement']} ("
+        + ("fullest capable worker first" if d["placement"] == "binpack" else "least loaded capable worker first")
+        + ", unless a workflow names its own)",
     ]  # fmt: skip
     latency = d["latency_seconds"]
     if any(h["count"] for h in latency.values()):
