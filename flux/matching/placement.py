@@ -30,6 +30,7 @@ __all__ = [
     "PLACEMENTS",
     "SPREAD",
     "effective",
+    "fragmentation_note",
     "pack_key",
     "pick_gpus",
     "validate_placement",
@@ -87,3 +88,21 @@ def _pick(free: list[int], count: int, low: int, size: int) -> list[int]:
     # Neither half holds it alone: empty the fuller half (fewer free), the rest from the other.
     (fuller, _), (other, other_low) = sorted(((left, low), (right, middle)), key=lambda s: len(s[0]))
     return fuller + _pick(other, count - len(fuller), other_low, half)
+
+
+def fragmentation_note(gpus: int, free_per_worker: list[int], policy: str) -> str:
+    """Explain's line when GPUs are free in all but on no one worker enough: where the policy matters.
+
+    ``free_per_worker``: each capable, unpaused worker's free GPU count now. Empty when the
+    request fits somewhere, or when the fleet's free GPUs together are fewer than it asks anyway.
+    """
+    if gpus <= 0 or not free_per_worker:
+        return ""
+    total, most = sum(free_per_worker), max(free_per_worker)
+    if most >= gpus or total < gpus:
+        return ""
+    spread_over = sum(1 for n in free_per_worker if n)
+    said = f"{total} GPUs are free over {spread_over} workers but at most {most} on one (placement {policy})"
+    if policy == SPREAD:
+        return f"{said}: binpack (--placement binpack, or placement='binpack') keeps whole workers free"
+    return said
