@@ -17,6 +17,7 @@ from bench import (
     matching,
     memory,
     peers,
+    placement,
     pools,
     rate_live,
     reclaim,
@@ -48,6 +49,7 @@ BENCHES = {
     "timers": timers.main,
     "rate-live": rate_live.main,
     "arrays": graphs_arrays.main,
+    "placement": placement.main,
 }
 
 
