@@ -121,9 +121,8 @@ def test_invalid_placements_are_refused_at_every_entry(tmp_path: Path) -> None:
 
         workflow = control_pb2.WorkflowMetadata(name="bad", entrypoint="packed_sleep", placement="pack")
         message = control_pb2.RegisterWorkflowRequest(filename="bad.py", source=PACKED, workflows=[workflow])
-        with cluster.channel(Role.CLIENT) as channel:
-            with pytest.raises(grpc.RpcError) as refused:
-                control_pb2_grpc.ControlServiceStub(channel).RegisterWorkflow(message, timeout=10)
+        with cluster.channel(Role.CLIENT) as channel, pytest.raises(grpc.RpcError) as refused:
+            control_pb2_grpc.ControlServiceStub(channel).RegisterWorkflow(message, timeout=10)
         assert refused.value.code() == grpc.StatusCode.INVALID_ARGUMENT
         assert "workflows[0].placement must be 'spread'" in (refused.value.details() or "")
 
