@@ -170,9 +170,6 @@ def status_text(s: control_pb2.ClusterStatus, width: int | None = None) -> str:
         f"activity    {counters['dispatched']} placements, {sum(requeued.values())} requeued ("
         + ", ".join(f"{requeued.get(r, 0)} {r.replace('_', ' ')}" for r in REQUEUE_ORDER)
         + f"), {counters['stream_reconnects']} stream reconnects",
-        f"placement   {d['placement']} ("
-        + ("fullest capable worker first" if d["placement"] == "binpack" else "least loaded capable worker first")
-        + ", unless a workflow names its own)",
     ]  # fmt: skip
     latency = d["latency_seconds"]
     if any(h["count"] for h in latency.values()):
@@ -184,6 +181,15 @@ def status_text(s: control_pb2.ClusterStatus, width: int | None = None) -> str:
                 if stage != "claimed" and h["count"]
             )
         )
+    lines.append(
+        f"placement   {d['placement']} ("
+        + (
+            "fullest capable worker first"
+            if d["placement"] == "binpack"
+            else "least loaded capable worker first"
+        )
+        + ", unless a workflow names its own)"
+    )
     if s.tenants:
         lines.append(
             "tenants     "
