@@ -16,8 +16,9 @@ loaded first:
 
 Binpack (``flux.matching.placement``) walks the other way: fullest first. Once a
 pass first asks for it, each group also keeps its workers sorted by pack key, and
-a walk for a shape that needs ``g`` GPUs starts at the first worker with ``g``
-free (a bisect). Until then ``put`` and ``discard`` cost what they did.
+a walk for a shape that needs ``g`` GPUs and ``c`` cores starts at the first worker
+with ``g`` GPUs and ``c`` cores free (a bisect). Until then ``put`` and ``discard``
+cost what they did.
 
 The scheduler's answer is the same as over the full list of views (property
 tests in tests/unit/test_fleet_index.py and tests/unit/test_placement.py hold it to that).
@@ -126,18 +127,18 @@ class FleetIndex:
     ) -> Iterator[tuple[PackKey, WorkerView]]:
         """(pack key, view) of every open worker that could ever take ``shape``, fullest first.
 
-        Workers with fewer free GPUs than ``shape`` asks for are skipped by a bisect. The first
-        call starts keeping the pack order (O(workers log workers), once).
+        Workers with fewer free GPUs or cores than ``shape`` asks for are skipped by bisects: one
+        to the first with enough GPUs, then one per count of free GPUs to the first with enough
+        cores. The first call starts keeping the pack order (O(workers log workers), once).
         """
         if not self._packing:
             self._start_packing()
-        start = (shape.requests.gpu,)
+        gpus, cpu = shape.requests.gpu, shape.requests.cpu
         walks = []
         for group in self._groups.values():
             sample = next(iter(group.views.values()))
             if permanent(shape, sample) is None:
-                packed = group.packed
-                walks.append(_walk_from(packed, bisect_left(packed, start), group.views))
+                walks.append(_walk_from(group.packed, gpus, cpu, group.views))
         return walks[0] if len(walks) == 1 else heapq.merge(*walks)
 
     def _start_packing(self) -> None:
@@ -154,8 +155,15 @@ def _walk(keys: list[LoadKey], views: dict[str, WorkerView]) -> Iterator[tuple[L
 
 
 def _walk_from(
-    keys: list[PackKey], start: int, views: dict[str, WorkerView]
+    keys: list[PackKey], gpus: int, cpu: int, views: dict[str, WorkerView]
 ) -> Iterator[tuple[PackKey, WorkerView]]:
-    for position in range(start, len(keys)):
+    """``keys`` from the first with ``gpus`` GPUs and ``cpu`` cores free, skipping the workers
+    with too few cores at each count of free GPUs (keys sort by free GPUs, then free cores)."""
+    position, end = bisect_left(keys, (gpus, cpu)), len(keys)
+    while position < end:
         key = keys[position]
+        if key[1] < cpu:  # the first of a larger count of free GPUs, with too few cores
+            position = bisect_left(keys, (key[0], cpu), position)
+            continue
         yield key, views[key[3]]
+        position += 1

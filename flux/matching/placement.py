@@ -6,18 +6,20 @@
   and a pool can scale in. Its order is ``pack_key``: fewest free GPUs first
   (the smallest free GPU count that still fits: a 2-GPU job takes the worker
   with 2 free, not the one with 8, which stays whole for an 8-GPU job), then
-  most active per capacity, then least free CPU fraction, then name. On a worker
-  its GPUs are chosen by ``pick_gpus`` to keep aligned blocks of devices whole.
+  fewest free cores (best fit by cores, likewise), then most active per
+  capacity, then name. On a worker its GPUs are chosen by ``pick_gpus`` to keep
+  aligned blocks of devices whole.
 
 A server has a default (``flux start server --placement``); a workflow may name
 its own (``@workflow.with_options(placement="binpack")``), carried on its
 ``Shape``. Pure: no I/O, no protobuf.
 
 Cost: the ``FleetIndex`` keeps a second order per profile group by ``pack_key``
-once any pass asks for binpack, and a GPU shape starts its walk at the first
-worker with enough free GPUs (a bisect), so workers with too few are never
-looked at. Workers passed over are those too full for the shape on another
-figure (cores, memory); each at most once per shape per pass.
+once any pass asks for binpack, and a shape starts its walk at the first worker
+with as many free GPUs as it asks and, among those with exactly that many, as many
+free cores (a bisect), so those workers are never looked at. Workers passed over
+are those too full for the shape on another figure (cores on a worker with more
+GPUs than asked, memory, disk, slots); each at most once per shape per pass.
 """
 
 from __future__ import annotations
@@ -36,7 +38,7 @@ __all__ = [
     "validate_placement",
 ]
 
-PackKey = tuple[int, float, float, str]
+PackKey = tuple[int, int, float, str]
 
 
 def effective(placement: str, default: str) -> str:
@@ -44,11 +46,10 @@ def effective(placement: str, default: str) -> str:
     return placement or default
 
 
-def pack_key(free_gpus: int, active: int, capacity: int, free_cpu: int, cpu_total: int, name: str) -> PackKey:
-    """Binpack's order, smallest first: fewest free GPUs, most loaded, least free CPU, then name."""
+def pack_key(free_gpus: int, free_cpu: int, active: int, capacity: int, name: str) -> PackKey:
+    """Binpack's order, smallest first: fewest free GPUs, fewest free cores, most loaded, then name."""
     load = active / capacity if capacity > 0 else float("inf")
-    cpu_fraction = free_cpu / cpu_total if cpu_total > 0 else 0.0
-    return (free_gpus, -load, cpu_fraction, name)
+    return (free_gpus, free_cpu, -load, name)
 
 
 def pick_gpus(free: list[int], count: int) -> tuple[int, ...]:

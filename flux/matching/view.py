@@ -175,11 +175,9 @@ def load_key(view: WorkerView) -> tuple[float, float, str]:
     return (load, -cpu_fraction, view.name)
 
 
-def view_pack_key(view: WorkerView) -> tuple[int, float, float, str]:
+def view_pack_key(view: WorkerView) -> tuple[int, int, float, str]:
     """The pack key a fresh ``Room`` of ``view`` starts with (``Room.pack_key``), without building one."""
-    return pack_key(
-        len(view.free_gpus), view.active, view.capacity, view.free_cpu, view.resources.cpu_total, view.name
-    )
+    return pack_key(len(view.free_gpus), view.free_cpu, view.active, view.capacity, view.name)
 
 
 class Room:
@@ -218,7 +216,7 @@ class Room:
         self.capacity = view.capacity
         self.cpu_total = view.resources.cpu_total
         self.key = self._load_key()
-        self.pack: tuple[int, float, float, str] | None = None
+        self.pack: tuple[int, int, float, str] | None = None
 
     def _load_key(self) -> tuple[float, float, str]:
         """Least loaded first: fewest active per capacity, then most free CPU fraction, then name.
@@ -229,16 +227,14 @@ class Room:
         cpu_fraction = self.cpu / self.cpu_total if self.cpu_total > 0 else 0.0
         return (load, -cpu_fraction, self.view.name)
 
-    def pack_key(self) -> tuple[int, float, float, str]:
+    def pack_key(self) -> tuple[int, int, float, str]:
         """Binpack's order (``flux.matching.placement.pack_key``), made when first asked after a take.
 
         The same object until the next ``take``, so heap entries are checked for staleness by identity.
         """
         key = self.pack
         if key is None:
-            key = self.pack = pack_key(
-                len(self.gpus), self.active, self.capacity, self.cpu, self.cpu_total, self.view.name
-            )
+            key = self.pack = pack_key(len(self.gpus), self.cpu, self.active, self.capacity, self.view.name)
         return key
 
     def gpus_with(self, vram: int) -> list[int]:

@@ -61,18 +61,18 @@ def test_pick_gpus_picks_count_distinct_free_devices(free, data):
     assert list(picked) == sorted(picked)
 
 
-def test_pack_key_orders_fewest_free_gpus_then_fullest_then_least_free_cpu():
+def test_pack_key_orders_fewest_free_gpus_then_fewest_free_cores_then_fullest():
     keys = [
-        pack_key(0, 1, 16, 1, 4, "zeta"),  # no GPU free
-        pack_key(2, 1, 16, 4, 4, "b"),  # 2 free, one running
-        pack_key(2, 0, 16, 4, 4, "a"),  # 2 free, idle
-        pack_key(8, 4, 16, 0, 4, "c"),
+        pack_key(0, 4, 1, 16, "zeta"),  # no GPU free
+        pack_key(2, 1, 0, 16, "c"),  # 2 GPUs and 1 core free
+        pack_key(2, 4, 1, 16, "b"),  # 2 GPUs and 4 cores free, one running
+        pack_key(2, 4, 0, 16, "a"),  # the same, idle
+        pack_key(8, 0, 4, 16, "d"),
     ]
     assert sorted(keys) == keys
-    assert pack_key(0, 3, 4, 1, 4, "x") < pack_key(0, 1, 4, 1, 4, "a")  # 3/4 full before 1/4
-    assert pack_key(0, 1, 4, 0, 4, "y") < pack_key(0, 1, 4, 2, 4, "a")  # less CPU free first
+    assert pack_key(0, 1, 3, 4, "x") < pack_key(0, 1, 1, 4, "a")  # 3/4 full before 1/4
     view = worker("w", cpu=4, gpus=3, active=1, held_gpus=[0])
-    assert view_pack_key(view) == Room(view).pack_key() == (2, -1 / 16, 1.0, "w")
+    assert view_pack_key(view) == Room(view).pack_key() == (2, 4, -1 / 16, "w")
 
 
 @pytest.mark.parametrize(
@@ -224,3 +224,9 @@ def test_the_index_keeps_the_pack_order_through_changes():
     index.put(worker("w9", gpus=8))
     walked = [view.name for _, view in index.packed_candidates(shape(gpu=3), cache.permanent)]
     assert walked == ["w0", "w1", "w9"]
+    index.put(worker("w1", gpus=8, held_gpus=range(5), active=1, cpu=2))  # 3 GPUs and 2 cores free
+    walked = [view.name for _, view in index.packed_candidates(shape(gpu=3, cpu=3), cache.permanent)]
+    assert walked == ["w0", "w9"]  # w1: as many GPUs as asked, too few cores: skipped too
+    index.put(worker("w1", gpus=8, held_gpus=range(4), active=1, cpu=2))  # 4 GPUs and 2 cores free
+    walked = [view.name for _, view in index.packed_candidates(shape(gpu=3, cpu=3), cache.permanent)]
+    assert walked == ["w0", "w9"]  # more GPUs than asked, too few cores: skipped at its own count
