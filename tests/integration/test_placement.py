@@ -44,22 +44,32 @@ def _cluster(tmp_path: Path, backend: str, request: pytest.FixtureRequest, *args
     return cluster
 
 
-def _workers_of(cluster: Cluster, workflow: str, count: int) -> list[str]:
-    """Run ``count`` long executions one after the other; the worker each runs on, in order."""
+def _workers_of(cluster: Cluster, workflow: str, count: int, demand: int | None = None) -> list[str]:
+    """Run ``count`` long executions one after the other; the worker each runs on, in order.
+
+    ``demand``: the workers pool ``cpu`` must then want (busy workers: nothing is pending).
+    """
     ids = []
     for _ in range(count):
         ids.append(cluster.run(workflow, 60, wait=False).execution_id)
         # Each placed before the next is submitted, so the order of choices is the test's.
         eventually(lambda: cluster.client.get(ids[-1]).state == RUNNING, what=f"{workflow} to run")
     workers = [cluster.client.get(execution_id).worker for execution_id in ids]
+    if demand is not None:
+        shown = cluster.flux("pool", "show", "cpu", "--json")
+        pool = json.loads(shown.stdout)
+        assert (pool["busy_workers"], pool["demand_workers"]) == (demand, demand), shown.stdout
     for execution_id in ids:
         cluster.client.cancel(execution_id)
+    # Every slot handed back before the next choice is asked for.
+    idle = lambda: all(w.active_executions == 0 for w in cluster.client.workers().workers)  # noqa: E731
+    eventually(idle, what="the cancelled executions to let go of their workers")
     return workers
 
 
 def _two_workers(cluster: Cluster) -> None:
     for name in ("a", "b"):
-        cluster.start_worker(name, "--capacity", "4")
+        cluster.start_worker(name, "--capacity", "4", "--label", "flux/pool=cpu")
 
 
 @pytest.mark.parametrize("backend", ["sqlite"])
@@ -69,7 +79,7 @@ def test_spread_alternates_and_binpack_fills_one_worker_first(
     spread = _cluster(tmp_path / "spread", backend, request)
     try:
         _two_workers(spread)
-        assert _workers_of(spread, "sleepy", 4) == ["a", "b", "a", "b"]
+        assert _workers_of(spread, "sleepy", 4, demand=2) == ["a", "b", "a", "b"]
         status = spread.flux("status", "--json")
         assert json.loads(status.stdout)["placement"] == "spread", status.stderr
     finally:
@@ -77,6 +87,8 @@ def test_spread_alternates_and_binpack_fills_one_worker_first(
     packed = _cluster(tmp_path / "packed", backend, request, "--placement", "binpack")
     try:
         _two_workers(packed)
+        # Three on one worker, the other idle: the pool wants one worker (KEDA can scale one in).
+        assert _workers_of(packed, "sleepy", 3, demand=1) == ["a", "a", "a"]
         assert _workers_of(packed, "sleepy", 5) == ["a", "a", "a", "a", "b"]  # capacity 4, then the next
         shown = packed.flux("status").stdout
         assert "placement   binpack (fullest capable worker first" in shown, shown
