@@ -170,10 +170,13 @@ _POLICIES = st.lists(st.sampled_from(["", "spread", "binpack"]), min_size=3, max
 
 
 @SETTINGS
-@given(scenarios(), _POLICIES, st.sampled_from(["spread", "binpack"]))
-def test_every_binpack_placement_goes_to_the_fullest_capable_room(scn, policies, default):
+@given(scenarios(), _POLICIES, st.sampled_from(["spread", "binpack"]), st.booleans())
+def test_every_binpack_placement_goes_to_the_fullest_capable_room(scn, policies, default, tenants):
     shapes = _with_placements(scn, policies)
-    placements = schedule(_queue(scn, shapes), scn.views, placement=default)
+    if tenants:
+        shapes = [s.for_tenant(t) for s, t in zip(shapes, ("a", "b", "a"), strict=False)]
+    accounts = Accounts() if tenants else None
+    placements = schedule(_queue(scn, shapes), scn.views, placement=default, accounts=accounts)
     rooms = {v.name: Room(v) for v in scn.views}
     for p in placements:
         room = rooms[p.worker]
@@ -196,18 +199,33 @@ def test_every_binpack_placement_goes_to_the_fullest_capable_room(scn, policies,
     st.randoms(use_true_random=False),
     st.booleans(),
     st.sampled_from([None, 1, 3]),
+    st.booleans(),
 )
-def test_an_indexed_binpack_pass_places_what_the_full_scan_places(scn, policies, default, rnd, scoped, limit):
+def test_an_indexed_binpack_pass_places_what_the_full_scan_places(
+    scn, policies, default, rnd, scoped, limit, tenants
+):
+    """With ``tenants`` the pass goes through the fair-share loop (``place_fairly``)."""
     shapes = _with_placements(scn, policies)
+    if tenants:
+        shapes = [s.for_tenant(t) for s, t in zip(shapes, ("a", "b", "a"), strict=False)]
     only = [shapes[0]] if scoped else None
-    full = schedule(_queue(scn, shapes), scn.views, shapes=only, limit=limit, placement=default)
+    accounts = Accounts() if tenants else None
+    full = schedule(
+        _queue(scn, shapes), scn.views, shapes=only, limit=limit, placement=default, accounts=accounts
+    )
     index = FleetIndex()
     views = list(scn.views)
     random.Random(rnd.random()).shuffle(views)
     for view in views:
         index.put(view)
     indexed = schedule(
-        _queue(scn, shapes), index, shapes=only, limit=limit, cache=FeasibilityCache(), placement=default
+        _queue(scn, shapes),
+        index,
+        shapes=only,
+        limit=limit,
+        cache=FeasibilityCache(),
+        placement=default,
+        accounts=accounts,
     )
     assert _as_tuples(indexed) == _as_tuples(full)
 
