@@ -15,11 +15,11 @@ its own (``@workflow.with_options(placement="binpack")``), carried on its
 ``Shape``. Pure: no I/O, no protobuf.
 
 Cost: the ``FleetIndex`` keeps a second order per profile group by ``pack_key``
-once any pass asks for binpack, and a shape starts its walk at the first worker
-with as many free GPUs as it asks and, among those with exactly that many, as many
-free cores (a bisect), so those workers are never looked at. Workers passed over
-are those too full for the shape on another figure (cores on a worker with more
-GPUs than asked, memory, disk, slots); each at most once per shape per pass.
+once any pass asks for binpack; a shape's walk skips, by bisects (one per count of
+free GPUs), every worker with fewer free GPUs or cores than it asks, so those are
+never looked at. Workers passed over are those too full for the shape on another
+figure (memory, disk, GPU memory, slots); each at most once per shape per pass. On
+bench.matching's 10,000 workers a placement looks at about 3 (spread: about 2).
 """
 
 from __future__ import annotations
