@@ -45,6 +45,7 @@ from flux.store.admin_rows import (
 )
 from flux.store.base import AuditRecord, ExecutionQuery, Recovered, Store, TokenRecord, WorkerIdentity
 from flux.store.group_commit import GroupCommit
+from flux.store.sqlite_schedules import SqliteSchedules
 from flux.store.rows import (
     EXECUTION_COLUMNS,
     EXECUTION_UPDATES,
@@ -70,7 +71,7 @@ INLINE_ROWS = 32
 CHECKPOINT_EVERY = 256
 
 
-class SqliteStore(Store):
+class SqliteStore(SqliteSchedules, Store):
     # "database is locked" past the busy timeout, a disk I/O error, a file that went away.
     unavailable = (sqlite3.OperationalError,)
 

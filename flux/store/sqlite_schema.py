@@ -16,6 +16,7 @@ from flux.domain.workflow import WorkflowRecord
 from flux.store.admin_rows import TOKEN_ADDED
 from flux.store.base import StoreError
 from flux.store.limit_rows import LIMITS_TABLE
+from flux.store.schedule_rows import SCHEDULES_TABLE
 from flux.store.rows import (
     EXECUTION_COLUMNS,
     EXECUTION_UPDATES,
@@ -39,7 +40,8 @@ from flux.store.rows import (
 #    run_time (older rows: the default policy with their max_attempts, no wait, no attempts recorded).
 # 10: workflows.flow and executions.flow_keys (flow control; older rows limit nothing).
 # 11: the limits table (named limits per tenant; created on open, older files have none).
-SCHEMA_VERSION = 11
+# 14: schedules and schedule_runs (created on open, older files have none).
+SCHEMA_VERSION = 14
 
 
 # Version 7's execution columns, in the table's definition and added to older files on open.
@@ -83,6 +85,7 @@ CREATE TABLE IF NOT EXISTS workers (name TEXT PRIMARY KEY, session_token TEXT NO
 CREATE TABLE IF NOT EXISTS pools (name TEXT PRIMARY KEY, spec TEXT NOT NULL, updated_at REAL NOT NULL);
 CREATE TABLE IF NOT EXISTS tenants (name TEXT PRIMARY KEY, spec TEXT NOT NULL, updated_at REAL NOT NULL);
 {LIMITS_TABLE.format(real="REAL")}
+{SCHEDULES_TABLE.format(real="REAL")};
 CREATE TABLE IF NOT EXISTS tokens (
     digest TEXT PRIMARY KEY, tenant TEXT NOT NULL, role TEXT NOT NULL, created_at REAL NOT NULL,
     id TEXT NOT NULL DEFAULT '', name TEXT NOT NULL DEFAULT '', expires_at REAL, last_used_at REAL,

@@ -14,6 +14,7 @@ import psycopg
 from flux.store.admin_rows import TOKEN_ADDED
 from flux.store.base import StoreError
 from flux.store.limit_rows import LIMITS_TABLE
+from flux.store.schedule_rows import SCHEDULES_TABLE
 from flux.store.postgres.cluster import MEMBERSHIP_SCHEMA
 from flux.store.rows import CREATED, RUNNING, SCHEDULED
 
@@ -31,7 +32,8 @@ from flux.store.rows import CREATED, RUNNING, SCHEDULED
 # 11: the limits table (named limits per tenant; created on open, older databases have none).
 # 12: flow_buckets, the rate budgets' token buckets shared by the replicas (created on open; a
 #     missing row is a full bucket).
-SCHEMA_VERSION = 12
+# 15: schedules and schedule_runs (created on open; older databases have none).
+SCHEMA_VERSION = 15
 
 # pg_advisory locks are keyed by a bigint; Flux's five are "FLUX" and the four after it:
 # this one, cluster.py's SWEEP_LOCK, store.py's WORKFLOWS_LOCK and PRUNE_LOCK, quota.py's QUOTA_LOCK.
@@ -77,6 +79,7 @@ ALTER TABLE executions ADD COLUMN IF NOT EXISTS run_time DOUBLE PRECISION NOT NU
 ALTER TABLE executions ADD COLUMN IF NOT EXISTS flow_keys TEXT NOT NULL DEFAULT '';
 CREATE TABLE IF NOT EXISTS tenants (name TEXT PRIMARY KEY, spec TEXT NOT NULL, updated_at DOUBLE PRECISION NOT NULL);
 {LIMITS_TABLE.format(real="DOUBLE PRECISION")}
+{SCHEDULES_TABLE.format(real="DOUBLE PRECISION")};
 CREATE TABLE IF NOT EXISTS tokens (
     digest TEXT PRIMARY KEY, tenant TEXT NOT NULL, role TEXT NOT NULL, created_at DOUBLE PRECISION NOT NULL);
 {TOKEN_MIGRATION}

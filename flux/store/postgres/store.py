@@ -22,6 +22,7 @@ from flux.domain.workflow import WorkflowRecord
 from flux.store import notices
 from flux.store.base import ExecutionQuery, Held, PendingRef, Recovered, Store, StoreError, WorkerIdentity
 from flux.store.postgres.admin import AdminTables
+from flux.store.postgres.schedules import PostgresSchedules
 from flux.store.postgres.cluster import Membership
 from flux.store.postgres.flow import held as flow_held
 from flux.store.postgres.listener import Listener
@@ -70,7 +71,7 @@ DELETE FROM dispatches WHERE (execution_id, generation) IN (
 POOL_WAIT = 5.0
 
 
-class PostgresStore(AdminTables, Store):
+class PostgresStore(AdminTables, PostgresSchedules, Store):
     """The ``Store`` of replicas, and the ``SharedStore`` their strategies use (flux/store/shared.py)."""
 
     # AdminShutdown (a restart), a connection dropped or refused, the pool's PoolTimeout.
