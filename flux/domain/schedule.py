@@ -29,8 +29,8 @@ from flux.domain.duration import MAX_DURATION, seconds_of
 from flux.domain.tenant import DEFAULT_TENANT
 
 __all__ = [
-    "CATCH_UP_FORM", "CRON_FORM", "LATE_AFTER", "OVERLAPS", "SCHEDULE_NAME_FORM", "Due", "Schedule",
-    "due", "execution_id_for", "jitter_of", "manual_id_for", "next_tick", "parse_catch_up",
+    "CATCH_UP_FORM", "CRON_FORM", "DEFAULT_CATCH_UP", "LATE_AFTER", "OVERLAPS", "SCHEDULE_NAME_FORM", "Due", "Schedule",
+    "catch_up_text", "due", "execution_id_for", "jitter_of", "manual_id_for", "next_tick", "parse_catch_up",
 ]  # fmt: skip
 
 SCHEDULE_NAME_FORM = "1-64 characters: letters, digits, '_', '.', '-', starting with a letter or digit"

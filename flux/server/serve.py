@@ -26,6 +26,7 @@ from flux.server.control_service import ControlService
 from flux.server.interceptors import DecodeGuard
 from flux.server.introspection import Health, enable_reflection
 from flux.server.limits import LimitService
+from flux.server.schedules import ScheduleService
 from flux.server.local import LocalChannel, LocalRegistry
 from flux.server.pools import PoolService
 from flux.server.tenants import TenantService
@@ -35,6 +36,8 @@ from flux.v1 import (
     control_pb2_grpc,
     limits_pb2,
     limits_pb2_grpc,
+    schedules_pb2,
+    schedules_pb2_grpc,
     pools_pb2,
     pools_pb2_grpc,
     tenants_pb2,
@@ -253,6 +256,7 @@ async def start_server(config: ServerConfig) -> RunningServer:
         health_pb2_grpc.add_HealthServicer_to_server(health_servicer, target)  # type: ignore[arg-type]
         pools_pb2_grpc.add_PoolServiceServicer_to_server(PoolService(dispatcher, callers), target)  # type: ignore[arg-type]
         limits_pb2_grpc.add_LimitServiceServicer_to_server(LimitService(dispatcher, callers), target)  # type: ignore[arg-type]
+        schedules_pb2_grpc.add_ScheduleServiceServicer_to_server(ScheduleService(dispatcher, callers), target)  # type: ignore[arg-type]
         tenants_pb2_grpc.add_TenantServiceServicer_to_server(TenantService(dispatcher, callers), target)  # type: ignore[arg-type]
     services = (
         worker_pb2.DESCRIPTOR.services_by_name["WorkerService"].full_name,
@@ -260,6 +264,7 @@ async def start_server(config: ServerConfig) -> RunningServer:
         health_pb2.DESCRIPTOR.services_by_name["Health"].full_name,
         pools_pb2.DESCRIPTOR.services_by_name["PoolService"].full_name,
         limits_pb2.DESCRIPTOR.services_by_name["LimitService"].full_name,
+        schedules_pb2.DESCRIPTOR.services_by_name["ScheduleService"].full_name,
         tenants_pb2.DESCRIPTOR.services_by_name["TenantService"].full_name,
     )
     enable_reflection(services, server)
