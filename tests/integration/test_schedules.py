@@ -67,3 +67,66 @@ def test_bad_terms_are_refused_naming_the_field(cluster: Cluster) -> None:
         with pytest.raises(InvalidArgument, match=message):
             schedules.create("bad", **terms)
     assert schedules.list() == []
+
+
+def test_the_cli_and_http_create_apply_show_and_refuse(cluster: Cluster, tmp_path: Path) -> None:
+    cluster.start_worker("w1", "--capacity", "4")
+    created = cluster.flux("schedule", "create", "often", "--workflow", "echo", "--every", "1s", "--input", '{"k": 2}')
+    assert created.returncode == 0, created.stderr
+    assert "schedule often created in tenant default: runs echo every 1s, overlap skip, catch-up 1" in created.stdout
+    bad = cluster.flux("schedule", "create", "x", "--workflow", "echo", "--cron", "61 * * * *")
+    assert bad.returncode != 0 and "cron must be a cron expression of five fields" in bad.stderr, bad.stderr
+    bad = cluster.flux("schedule", "create", "x", "--workflow", "echo", "--every", "2x")
+    assert bad.returncode != 0 and "every must be a duration" in bad.stderr, bad.stderr
+    bad = cluster.flux("schedule", "create", "x", "--workflow", "echo", "--cron", "* * * * *", "--timezone", "Nowhere")
+    assert bad.returncode != 0 and "timezone must be an IANA time zone name" in bad.stderr, bad.stderr
+    bad = cluster.flux("schedule", "create", "x", "--workflow", "ghost", "--every", "1s")
+    assert bad.returncode != 0 and "workflow 'ghost' is not registered" in bad.stderr, bad.stderr
+    path = tmp_path / "schedules.yaml"
+    path.write_text(
+        "schedules:\n  - name: nightly\n    workflow: echo\n    cron: '0 2 * * *'\n    timezone: Europe/Paris\n"
+        "  - name: poll\n    workflow: echo\n    every: 1m\n    catch_up: none\n"
+    )
+    applied = cluster.flux("schedule", "apply", str(path))
+    assert applied.returncode == 0, applied.stderr
+    assert "schedule nightly applied: runs echo cron '0 2 * * *' (Europe/Paris)" in applied.stdout
+    listed = json.loads(cluster.flux("schedule", "list", "--json").stdout)["schedules"]
+    assert [s["name"] for s in listed] == ["nightly", "often", "poll"]
+    nightly = listed[0]
+    # 02:00 in Paris is 01:00 or 00:00 UTC, by the season.
+    assert time.gmtime(nightly["next_tick"]).tm_hour in (0, 1) and time.gmtime(nightly["next_tick"]).tm_min == 0
+    eventually(lambda: len(_fired(cluster, "often")) >= 2, timeout=30, what="two ticks of often")
+    shown = cluster.flux("schedule", "show", "often")
+    assert shown.returncode == 0 and "sch-often-" in shown.stdout, shown.stdout
+    triggered = cluster.flux("schedule", "trigger", "often")
+    assert triggered.returncode == 0 and triggered.stdout.startswith("sch-often-m"), triggered.stdout
+    assert cluster.flux("schedule", "pause", "often").returncode == 0
+    assert "paused" in cluster.flux("schedule", "list").stdout
+    assert "next tick" in cluster.flux("schedule", "resume", "often").stdout
+    assert cluster.flux("schedule", "delete", "often").returncode == 0
+    gone = cluster.flux("schedule", "show", "often")
+    assert gone.returncode != 0 and "does not exist" in gone.stderr
+    if not cluster.gateway_url:
+        return
+    import httpx
+
+    from flux.security import Role
+
+    headers = {"Authorization": f"Bearer {cluster.token(Role.CLIENT)}"}
+    with httpx.Client(base_url=cluster.gateway_url, timeout=10, trust_env=False, headers=headers) as http:
+        made = http.post("/schedules", json={"name": "web", "workflow": "echo", "every": "1h"})
+        assert made.status_code == 200 and made.json()["schedule"]["tenant"] == "default", made.text
+        assert http.post("/schedules", json={"name": "web", "workflow": "echo", "every": "1h"}).status_code == 409
+        refused = http.post("/schedules", json={"name": "w2", "workflow": "echo", "cron": "nope"})
+        assert refused.status_code == 422 and "cron must be" in refused.text, refused.text
+        assert http.post("/schedules/web/pause").json()["schedule"]["paused"] is True
+        assert http.post("/schedules/web/resume").json()["schedule"]["paused"] is False
+        run = http.post("/schedules/web/trigger").json()["run"]
+        assert run["execution_id"].startswith("sch-web-m") and run["manual"] is True, run
+        shown = http.get("/schedules/web")
+        assert shown.status_code == 200 and len(shown.json()["runs"]) == 1, shown.text
+        put = http.put("/schedules", json={"schedules": [{"name": "web", "workflow": "echo", "every": "2h"}]})
+        assert put.status_code == 200, put.text
+        assert http.delete("/schedules/web").status_code == 200
+        assert http.get("/schedules/web").status_code == 404
+        assert http.get("/schedules", params={"tenant": "nobody"}).status_code == 404
