@@ -242,6 +242,8 @@ def due(
     late = lambda t: now - (t + offset(t)) > late_after  # noqa: E731
     found: list[float] = []
     skipped_before = 0
+    # The newest tick passed over as missed: the cursor moves at least to it.
+    passed = cursor
     if schedule.catch_up is None:
         for tick in _forward(schedule, cursor):
             if tick > now or len(found) >= MAX_BATCH:
@@ -255,13 +257,14 @@ def due(
             if late(tick):
                 if late_seen >= schedule.catch_up or len(found) >= MAX_BATCH:
                     skipped_before = _count_between(schedule, cursor, tick)
+                    passed = tick
                     break
                 late_seen += 1
             found.append(tick)
         found.reverse()
     fire: list[float] = []
     missed = skipped_before
-    moved = cursor if not found or skipped_before == 0 else found[0] - 1e-3
+    moved = passed
     for tick in found:
         if tick + offset(tick) > now:
             break

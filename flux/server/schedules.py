@@ -17,7 +17,7 @@ from flux.errors import NotFound
 from flux.server.answers import unary
 from flux.server.callers import Callers
 from flux.server.schedule_convert import schedule_from_proto, schedule_to_proto
-from flux.store.schedule_rows import TickRun
+from flux.store import TickRun
 from flux.v1 import schedules_pb2, schedules_pb2_grpc
 
 DEFAULT_RUNS = 10

@@ -19,7 +19,9 @@ from typing import TYPE_CHECKING, Any
 
 from flux.domain.schedule import Schedule
 from flux.errors import AlreadyExists, FailedPrecondition, InvalidArgument, NotFound
-from flux.store.schedule_rows import FIRED, QUEUED, ScheduleRows, TickRun
+from flux.store import ScheduleRows, TickRun, schedule_rows
+
+FIRED, QUEUED = schedule_rows.FIRED, schedule_rows.QUEUED
 
 if TYPE_CHECKING:
     from flux.store import Store

@@ -29,7 +29,9 @@ from flux.dispatcher.transitions import submission
 from flux.domain.execution import Execution, State
 from flux.domain.schedule import due, execution_id_for, jitter_of, manual_id_for, next_tick
 from flux.errors import FluxError, Unavailable
-from flux.store.schedule_rows import FIRED, QUEUED, RUNS_KEPT, SKIPPED, TickRun
+from flux.store import TickRun, schedule_rows
+
+FIRED, SKIPPED, QUEUED = schedule_rows.FIRED, schedule_rows.SKIPPED, schedule_rows.QUEUED
 
 if TYPE_CHECKING:
     from flux.dispatcher.core import Dispatcher
@@ -91,7 +93,7 @@ class Ticker:
                     await self.repair(now)
                 if now - pruned >= PRUNE_EVERY:
                     pruned = now
-                    await self.book.store().prune_runs(RUNS_KEPT)
+                    await self.book.store().prune_runs(schedule_rows.RUNS_KEPT)
             except asyncio.CancelledError:
                 raise
             except Exception:
