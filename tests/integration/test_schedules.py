@@ -47,6 +47,14 @@ def test_a_schedule_fires_each_tick_once_and_shows_its_runs(cluster: Cluster) ->
     manual = schedules.trigger("tick")
     assert manual.manual and "-m" in manual.execution_id
     assert cluster.wait_all([manual.execution_id], timeout=30)[0].output_json
+    if cluster.gateway_url:
+        import httpx
+
+        metrics = httpx.get(f"{cluster.gateway_url}/metrics", timeout=10, trust_env=False).text
+        fired = [line for line in metrics.splitlines() if line.startswith('flux_schedule_ticks_total{result="fired"}')]
+        assert fired and float(fired[0].split()[-1]) >= 3, fired
+        assert 'flux_schedule_ticks_total{result="manual"} 1.0' in metrics
+        assert 'flux_schedules{state="paused"} 1.0' in metrics
     schedules.delete("tick")
     with pytest.raises(NotFound):
         schedules.show("tick")
