@@ -19,6 +19,7 @@ from bench import (
     pools,
     reclaim,
     replicas,
+    schedules,
     starvation,
     tenants,
     timers,
@@ -44,6 +45,7 @@ BENCHES = {
     "tracing": tracing.main,
     "keda-flood": keda_flood.main,
     "timers": timers.main,
+    "schedules": schedules.main,
 }
 
 

@@ -16,8 +16,30 @@ from psycopg_pool import AsyncConnectionPool
 from flux.store import schedule_rows as rows
 from flux.store.schedule_rows import FIRED, RUNS_KEPT, ScheduleRow, ScheduleRows, TickRun
 
-_CLAIM = rows.claim_sql("%s") + " RETURNING tenant, schedule, tick"
-_UNQUEUE = rows.unqueue_sql("%s") + " RETURNING tenant, schedule, tick"
+# A pg_advisory lock key: "FLUX"+6 (schema.py, cluster.py, store.py, quota.py and flow.py hold the others).
+SCHEDULE_LOCK = 0x464C555E
+_UNNESTED = "unnest(%s::text[], %s::text[], %s::float8[], %s::text[], %s::text[], %s::float8[])"
+_CLAIM_MANY = (
+    f"INSERT INTO schedule_runs SELECT * FROM {_UNNESTED} ON CONFLICT DO NOTHING RETURNING tenant, schedule, tick"
+)
+_UNQUEUE_MANY = (
+    f"UPDATE schedule_runs r SET result = '{FIRED}', at = u.at FROM {_UNNESTED} "
+    "AS u(tenant, schedule, tick, execution_id, result, at) WHERE r.tenant = u.tenant AND "
+    f"r.schedule = u.schedule AND r.tick = u.tick AND r.result = '{rows.QUEUED}' "
+    "RETURNING r.tenant, r.schedule, r.tick"
+)
+_ADVANCE_MANY = (
+    "UPDATE schedules s SET last_tick = GREATEST(s.last_tick, a.tick) FROM "
+    "unnest(%s::text[], %s::text[], %s::float8[]) AS a(tenant, name, tick) "
+    "WHERE s.tenant = a.tenant AND s.name = a.name"
+)
+
+
+def _columns(runs: list[TickRun]) -> tuple[list[Any], ...]:
+    return (
+        [r.tenant for r in runs], [r.schedule for r in runs], [r.tick for r in runs],
+        [r.execution_id for r in runs], [r.result for r in runs], [r.at for r in runs],
+    )  # fmt: skip
 
 
 class PostgresSchedules(ScheduleRows):
@@ -25,9 +47,8 @@ class PostgresSchedules(ScheduleRows):
 
     async def save_schedules(self, schedules: list[tuple[str, str, str, float]]) -> None:
         now = time.time()
-        async with self._pool.connection() as db, db.transaction():
-            for tenant, name, spec, cursor in schedules:
-                await db.execute(rows.save_sql("%s"), (tenant, name, spec, cursor, now))
+        async with self._pool.connection() as db, db.transaction(), db.cursor() as cursor:
+            await cursor.executemany(rows.save_sql("%s"), [(t, n, spec, c, now) for t, n, spec, c in schedules])
 
     async def set_schedule_paused(self, tenant: str, name: str, paused: bool, last_tick: float) -> bool:
         async with self._pool.connection() as db:
@@ -52,20 +73,26 @@ class PostgresSchedules(ScheduleRows):
     async def claim_ticks(
         self, runs: list[TickRun], advances: list[tuple[str, str, float]]
     ) -> set[tuple[str, str, float]]:
+        runs = sorted(runs, key=lambda r: r.key)
+        fired_again = [r for r in runs if r.result == FIRED]
         claimed: set[tuple[str, str, float]] = set()
         async with self._pool.connection() as db, db.transaction():
-            for run in runs:
-                cursor = await db.execute(
-                    _CLAIM, (run.tenant, run.schedule, run.tick, run.execution_id, run.result, run.at)
+            # The replicas' tickers claim the same ticks at the same moments: one at a time, so
+            # neither waits on the other's row locks in another order (a deadlock).
+            await db.execute("SELECT pg_advisory_xact_lock(%s)", (SCHEDULE_LOCK,))
+            if runs:
+                cursor = await db.execute(_CLAIM_MANY, _columns(runs))
+                claimed = {(t, s, float(k)) for t, s, k in await cursor.fetchall()}
+            queued = [r for r in fired_again if r.key not in claimed]
+            if queued:
+                cursor = await db.execute(_UNQUEUE_MANY, _columns(queued))
+                claimed |= {(t, s, float(k)) for t, s, k in await cursor.fetchall()}
+            if advances:
+                ordered = sorted(advances)
+                await db.execute(
+                    _ADVANCE_MANY,
+                    ([a[0] for a in ordered], [a[1] for a in ordered], [a[2] for a in ordered]),
                 )
-                won = await cursor.fetchone()
-                if won is None and run.result == FIRED:
-                    cursor = await db.execute(_UNQUEUE, (run.at, run.tenant, run.schedule, run.tick))
-                    won = await cursor.fetchone()
-                if won is not None:
-                    claimed.add(run.key)
-            for tenant, name, tick in advances:
-                await db.execute(rows.advance_sql("%s", "GREATEST"), (tick, tenant, name))
         return claimed
 
     async def list_runs(self, tenant: str, name: str, limit: int) -> list[TickRun]:
