@@ -164,6 +164,12 @@ class ScheduleBook:
             if held.last_run is None or run.tick >= held.last_run.tick:
                 held.last_run = run
 
+    def lost(self, run: TickRun) -> None:
+        """A tick this server tried to fire and another fired first: no longer queued here."""
+        held = self.held.get((run.tenant, run.schedule))
+        if held is not None:
+            held.queued = [q for q in held.queued if q.tick != run.tick]
+
     async def runs(self, tenant: str, name: str, limit: int) -> list[TickRun]:
         self.get(tenant, name)
         return await self.store().list_runs(tenant, name, limit)

@@ -111,6 +111,7 @@ class Ticker:
         runs: list[TickRun] = []
         advances: list[tuple[str, str, float]] = []
         cancels: dict[tuple[str, str, float], str] = {}
+        missed: dict[tuple[str, str], int] = {}
         wake = now + MAX_SLEEP
         for (tenant, name), held in list(self.book.held.items()):
             if held.paused:
@@ -121,10 +122,9 @@ class Ticker:
                 runs.append(TickRun(tenant, name, first.tick, first.execution_id, FIRED, now))
                 previous = runs[-1]
             plan = due(held.schedule, tenant, held.cursor, now)
-            self.counts["missed"] += plan.missed
             if plan.cursor != held.cursor:
                 advances.append((tenant, name, plan.cursor))
-                held.cursor = plan.cursor
+                missed[(tenant, name)] = plan.missed
             for tick in plan.fire:
                 run = TickRun(tenant, name, tick, execution_id_for(tenant, name, tick), FIRED, now)
                 overlap = held.schedule.overlap
@@ -138,10 +138,17 @@ class Ticker:
                 runs.append(run)
                 if run.result == FIRED:
                     previous = run
-            upcoming = next_tick(held.schedule, held.cursor)
+            upcoming = next_tick(held.schedule, plan.cursor)
             wake = min(wake, upcoming + jitter_of(held.schedule, tenant, upcoming))
         if runs or advances:
             await self._record(runs, advances, cancels)
+        # Only once the claim committed: a store that failed it leaves the cursors where they
+        # were, so the next step finds the same ticks due.
+        for tenant, name, cursor in advances:
+            held = self.book.held.get((tenant, name))
+            if held is not None and cursor > held.cursor:
+                held.cursor = cursor
+            self.counts["missed"] += missed.get((tenant, name), 0)
         return wake
 
     async def _record(
@@ -153,6 +160,9 @@ class Ticker:
         """Claim the runs; submit the fired ones this server claimed. The claimed runs."""
         claimed_keys = await self.book.store().claim_ticks(runs, advances)
         claimed = [run for run in runs if run.key in claimed_keys]
+        for run in runs:
+            if run.key not in claimed_keys and run.result == FIRED:
+                self.book.lost(run)  # a queued tick another replica fired first
         for run in claimed:
             self.book.recorded(run)
             self.counts[run.result] += 1
