@@ -466,7 +466,15 @@ def _schedule_runs(cluster: Cluster) -> tuple[list[tuple[float, str, str]], list
     submitted again (flux/dispatcher/transitions/ticker.py: REPAIR_AFTER), then read its runs
     and their executions."""
     name = schedule_invariants.SCHEDULE
-    cluster.client.schedules.pause(name)
+
+    def pause() -> bool:
+        # A fresh channel each try: one that met the server down may still be backing off.
+        with contextlib.suppress(FluxError), cluster.client_for(cluster.address) as client:
+            client.schedules.pause(name)
+            return True
+        return False
+
+    eventually(pause, timeout=60, interval=1, what="the chaos schedule paused")
     time.sleep(3)  # every replica reads the schedules again within 2 s
 
     def read() -> tuple[list[tuple[float, str, str]], list[str]]:

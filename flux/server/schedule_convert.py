@@ -34,11 +34,14 @@ def schedule_to_proto(
     if not paused and cursor:
         tick = next_tick(schedule, cursor)
         upcoming = tick + jitter_of(schedule, tenant, tick)
+    # The cursor is a tick once one was handled; before that (a new or resumed schedule) it is the
+    # moment ticks started to count, which is no tick to show.
+    last = cursor if cursor and next_tick(schedule, cursor - 0.5) == cursor else 0.0
     return schedules_pb2.Schedule(
         name=schedule.name,
         workflow=schedule.workflow,
         cron=schedule.cron or "",
-        every=f"{schedule.every:g}s" if schedule.every is not None else "",
+        every=_duration(schedule.every) if schedule.every is not None else "",
         timezone=schedule.timezone,
         input_json=schedule.input_json,
         overlap=schedule.overlap,
@@ -47,8 +50,17 @@ def schedule_to_proto(
         tenant=tenant,
         paused=paused,
         next_tick=upcoming,
-        last_tick=cursor,
+        last_tick=last,
     )
+
+
+def _duration(seconds: float) -> str:
+    """Whole seconds as people write them: 30s, 5m, 2h, 1d (the largest unit that divides them)."""
+    whole = int(seconds)
+    for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
+        if whole % size == 0:
+            return f"{whole // size}{unit}"
+    return f"{whole}s"
 
 
 def schedule_to_dict(message: schedules_pb2.Schedule) -> dict[str, Any]:

@@ -8,10 +8,11 @@ import * as executions from "./executions.js";
 import * as fleet from "./fleet.js";
 import { Live, POLL_MS, Resource } from "./live.js";
 import * as queue from "./queue.js";
+import * as schedules from "./schedules.js";
 import * as tenants from "./tenants.js";
 
 const $ = (id) => document.getElementById(id);
-const VIEWS = { fleet, queue, executions, tenants };
+const VIEWS = { fleet, queue, executions, tenants, schedules };
 
 const route = { view: "fleet", id: "", params: new URLSearchParams() };
 
@@ -23,6 +24,7 @@ const res = {
   executions: live.add(new Resource("executions", () => api.executions(executions.filters(route.params)))),
   pending: live.add(new Resource("pending", () => api.executions({ state: "CREATED", limit: 25 }))),
   detail: live.add(new Resource("detail", () => detail.load(route.id))),
+  schedules: live.add(new Resource("schedules", (signal) => api.schedules(signal))),
 };
 
 live.always = ["workers"];
