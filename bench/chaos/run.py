@@ -480,13 +480,24 @@ def _schedule_runs(cluster: Cluster) -> tuple[list[tuple[float, str, str]], list
     def read() -> tuple[list[tuple[float, str, str]], list[str]]:
         runs = [
             (float(t), e, r)
-            for t, e, r in cluster.query("SELECT tick, execution_id, result FROM schedule_runs WHERE schedule = ?", name)
+            for t, e, r in cluster.query(
+                "SELECT tick, execution_id, result FROM schedule_runs WHERE schedule = ?", name
+            )
         ]
-        stored = [row[0] for row in cluster.query("SELECT execution_id FROM executions WHERE execution_id LIKE ?", f"sch-{name}-%")]
+        stored = [
+            row[0]
+            for row in cluster.query(
+                "SELECT execution_id FROM executions WHERE execution_id LIKE ?", f"sch-{name}-%"
+            )
+        ]
         return runs, stored
 
     with contextlib.suppress(AssertionError):
-        eventually(lambda: (lambda r: {e for _, e, x in r[0] if x == "fired"} <= set(r[1]))(read()), timeout=45, what="runs stored")
+        eventually(
+            lambda: (lambda r: {e for _, e, x in r[0] if x == "fired"} <= set(r[1]))(read()),
+            timeout=45,
+            what="runs stored",
+        )
     return read()
 
 

@@ -30,7 +30,9 @@ def check(
     runs = sorted(runs)
     found: list[Violation] = []
     ticks = Counter(tick for tick, _, _ in runs)
-    found += [Violation("schedule_twice", f"{SCHEDULE}@{t:.0f}", f"{n} runs") for t, n in ticks.items() if n > 1]
+    found += [
+        Violation("schedule_twice", f"{SCHEDULE}@{t:.0f}", f"{n} runs") for t, n in ticks.items() if n > 1
+    ]
     if runs:
         first, last = int(runs[0][0]), int(runs[-1][0])
         missing = [t for t in range(first, last + 1) if float(t) not in ticks]

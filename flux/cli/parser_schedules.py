@@ -31,7 +31,9 @@ def add_schedules(commands: argparse._SubParsersAction, with_server) -> None:  #
     create.add_argument("--workflow", required=True, metavar="WF", help="the workflow each tick runs")
     clock = create.add_mutually_exclusive_group(required=True)
     clock.add_argument("--cron", metavar="EXPR", help="five cron fields, e.g. '*/5 * * * *'")
-    clock.add_argument("--every", metavar="DURATION", help="a period: 30s, 5m, 1h (whole seconds, at least 1s)")
+    clock.add_argument(
+        "--every", metavar="DURATION", help="a period: 30s, 5m, 1h (whole seconds, at least 1s)"
+    )
     create.add_argument("--timezone", default="UTC", metavar="TZ", help="the cron's time zone (default UTC)")
     create.add_argument("--input", default="null", metavar="JSON", help="each run's input (JSON)")
     create.add_argument(

@@ -21,7 +21,6 @@ import grpc
 
 from flux.client.calls import AsyncCalls
 from flux.client.limit_admin import AsyncLimitAdmin
-from flux.client.schedule_admin import AsyncScheduleAdmin
 from flux.client.requests import (
     WaitTimedOut,
     chunked,
@@ -37,6 +36,7 @@ from flux.client.requests import (
     submit_span,
 )
 from flux.client.runs import ENDED, AsyncRunStream, CallEnded
+from flux.client.schedule_admin import AsyncScheduleAdmin
 from flux.client.streams import tasks
 from flux.client.tenant_admin import AsyncTenantAdmin
 from flux.defaults import default_server

@@ -123,7 +123,9 @@ class ScheduleAdmin:
 
     def show(self, name: str, tenant: str = "", runs: int = 10) -> ScheduleInfo:
         """The schedule and its ``runs`` newest runs."""
-        answer = self._call("GetSchedule", schedules_pb2.GetScheduleRequest(name=name, tenant=tenant, runs=runs))
+        answer = self._call(
+            "GetSchedule", schedules_pb2.GetScheduleRequest(name=name, tenant=tenant, runs=runs)
+        )
         return _info(answer.schedule, answer.runs)
 
     def pause(self, name: str, tenant: str = "") -> ScheduleInfo:
@@ -141,7 +143,9 @@ class ScheduleAdmin:
     def delete(self, name: str, tenant: str = "") -> None:
         self._call("DeleteSchedule", schedules_pb2.DeleteScheduleRequest(name=name, tenant=tenant))
 
-    def apply(self, schedules: Iterable[Schedule | Mapping[str, Any]], tenant: str = "") -> list[ScheduleInfo]:
+    def apply(
+        self, schedules: Iterable[Schedule | Mapping[str, Any]], tenant: str = ""
+    ) -> list[ScheduleInfo]:
         """Create or replace each schedule by name, all of them or none."""
         request = schedules_pb2.ApplySchedulesRequest(
             schedules=[_to_proto(s) for s in _schedules(schedules)], tenant=tenant

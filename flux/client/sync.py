@@ -20,7 +20,6 @@ import grpc.experimental
 
 from flux.client.calls import Calls
 from flux.client.limit_admin import LimitAdmin
-from flux.client.schedule_admin import ScheduleAdmin
 
 # ``chunked`` and ``WaitTimedOut`` are imported from here outside flux (tests, bench, scripts).
 from flux.client.requests import (
@@ -38,6 +37,7 @@ from flux.client.requests import (
     submit_span,
 )
 from flux.client.runs import ENDED, CallEnded, RunStream
+from flux.client.schedule_admin import ScheduleAdmin
 from flux.client.streams import threaded
 from flux.client.tenant_admin import TenantAdmin
 from flux.defaults import default_server

@@ -35,7 +35,9 @@ __all__ = [
 
 SCHEDULE_NAME_FORM = "1-64 characters: letters, digits, '_', '.', '-', starting with a letter or digit"
 _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}")
-CRON_FORM = "a cron expression of five fields (minute hour day-of-month month day-of-week), e.g. '*/5 * * * *'"
+CRON_FORM = (
+    "a cron expression of five fields (minute hour day-of-month month day-of-week), e.g. '*/5 * * * *'"
+)
 OVERLAPS = ("skip", "allow", "cancel-previous", "queue")
 OVERLAP_FORM = "one of skip, allow, cancel-previous, queue"
 CATCH_UP_FORM = "a number of ticks (0 or more), 'all' or 'none'"
@@ -229,9 +231,7 @@ class Due:
     cursor: float
 
 
-def due(
-    schedule: Schedule, tenant: str, cursor: float, now: float, late_after: float = LATE_AFTER
-) -> Due:
+def due(schedule: Schedule, tenant: str, cursor: float, now: float, late_after: float = LATE_AFTER) -> Due:
     """The ticks after ``cursor`` whose firing time (tick + jitter) has come by ``now``.
 
     Ticks are handled in order: the cursor stops before the first one not yet due, so a later

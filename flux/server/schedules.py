@@ -55,7 +55,9 @@ class ScheduleService(schedules_pb2_grpc.ScheduleServiceServicer):
         )  # fmt: skip
 
     @unary("a schedule request", invalid=(TypeError, ValueError))
-    async def CreateSchedule(self, request: schedules_pb2.CreateScheduleRequest, context: grpc.aio.ServicerContext):
+    async def CreateSchedule(
+        self, request: schedules_pb2.CreateScheduleRequest, context: grpc.aio.ServicerContext
+    ):
         caller, tenant = await self._scope(context, request.tenant)
         created = await self.book.create(tenant, schedule_from_proto(request.schedule))
         await self.dispatcher.audit.record(
@@ -64,7 +66,9 @@ class ScheduleService(schedules_pb2_grpc.ScheduleServiceServicer):
         return schedules_pb2.CreateScheduleResponse(schedule=self._answer(tenant, created.schedule.name))
 
     @unary("a schedule request", invalid=(TypeError, ValueError))
-    async def ListSchedules(self, request: schedules_pb2.ListSchedulesRequest, context: grpc.aio.ServicerContext):
+    async def ListSchedules(
+        self, request: schedules_pb2.ListSchedulesRequest, context: grpc.aio.ServicerContext
+    ):
         _, tenant = await self._scope(context, request.tenant)
         return schedules_pb2.ListSchedulesResponse(
             schedules=[schedule_to_proto(s, tenant, h.paused, h.cursor) for s, h in self.book.list(tenant)]
@@ -79,21 +83,27 @@ class ScheduleService(schedules_pb2_grpc.ScheduleServiceServicer):
         return schedules_pb2.GetScheduleResponse(schedule=answer, runs=[await self._run(r) for r in runs])
 
     @unary("a schedule request", invalid=(TypeError, ValueError))
-    async def PauseSchedule(self, request: schedules_pb2.PauseScheduleRequest, context: grpc.aio.ServicerContext):
+    async def PauseSchedule(
+        self, request: schedules_pb2.PauseScheduleRequest, context: grpc.aio.ServicerContext
+    ):
         caller, tenant = await self._scope(context, request.tenant)
         await self.book.set_paused(tenant, request.name, True)
         await self.dispatcher.audit.record(caller, "schedule.pause", request.name, tenant)
         return schedules_pb2.PauseScheduleResponse(schedule=self._answer(tenant, request.name))
 
     @unary("a schedule request", invalid=(TypeError, ValueError))
-    async def ResumeSchedule(self, request: schedules_pb2.ResumeScheduleRequest, context: grpc.aio.ServicerContext):
+    async def ResumeSchedule(
+        self, request: schedules_pb2.ResumeScheduleRequest, context: grpc.aio.ServicerContext
+    ):
         caller, tenant = await self._scope(context, request.tenant)
         await self.book.set_paused(tenant, request.name, False)
         await self.dispatcher.audit.record(caller, "schedule.resume", request.name, tenant)
         return schedules_pb2.ResumeScheduleResponse(schedule=self._answer(tenant, request.name))
 
     @unary("a schedule request", invalid=(TypeError, ValueError))
-    async def TriggerSchedule(self, request: schedules_pb2.TriggerScheduleRequest, context: grpc.aio.ServicerContext):
+    async def TriggerSchedule(
+        self, request: schedules_pb2.TriggerScheduleRequest, context: grpc.aio.ServicerContext
+    ):
         caller, tenant = await self._scope(context, request.tenant)
         run = await self.dispatcher.ticker.trigger(tenant, request.name)
         await self.dispatcher.audit.record(
@@ -102,14 +112,18 @@ class ScheduleService(schedules_pb2_grpc.ScheduleServiceServicer):
         return schedules_pb2.TriggerScheduleResponse(run=await self._run(run))
 
     @unary("a schedule request", invalid=(TypeError, ValueError))
-    async def DeleteSchedule(self, request: schedules_pb2.DeleteScheduleRequest, context: grpc.aio.ServicerContext):
+    async def DeleteSchedule(
+        self, request: schedules_pb2.DeleteScheduleRequest, context: grpc.aio.ServicerContext
+    ):
         caller, tenant = await self._scope(context, request.tenant)
         await self.book.delete(tenant, request.name)
         await self.dispatcher.audit.record(caller, "schedule.delete", request.name, tenant)
         return schedules_pb2.DeleteScheduleResponse()
 
     @unary("a schedule request", invalid=(TypeError, ValueError))
-    async def ApplySchedules(self, request: schedules_pb2.ApplySchedulesRequest, context: grpc.aio.ServicerContext):
+    async def ApplySchedules(
+        self, request: schedules_pb2.ApplySchedulesRequest, context: grpc.aio.ServicerContext
+    ):
         caller, tenant = await self._scope(context, request.tenant)
         schedules = [schedule_from_proto(m, f"schedules[{i}]") for i, m in enumerate(request.schedules)]
         applied = await self.book.apply(tenant, schedules)

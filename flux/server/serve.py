@@ -26,9 +26,9 @@ from flux.server.control_service import ControlService
 from flux.server.interceptors import DecodeGuard
 from flux.server.introspection import Health, enable_reflection
 from flux.server.limits import LimitService
-from flux.server.schedules import ScheduleService
 from flux.server.local import LocalChannel, LocalRegistry
 from flux.server.pools import PoolService
+from flux.server.schedules import ScheduleService
 from flux.server.tenants import TenantService
 from flux.server.worker_service import WorkerService
 from flux.v1 import (
@@ -36,10 +36,10 @@ from flux.v1 import (
     control_pb2_grpc,
     limits_pb2,
     limits_pb2_grpc,
-    schedules_pb2,
-    schedules_pb2_grpc,
     pools_pb2,
     pools_pb2_grpc,
+    schedules_pb2,
+    schedules_pb2_grpc,
     tenants_pb2,
     tenants_pb2_grpc,
     worker_pb2,

@@ -72,9 +72,7 @@ def pause_sql(p: str) -> str:
 
 
 def advance_sql(p: str, greatest: str) -> str:
-    return (
-        f"UPDATE schedules SET last_tick = {greatest}(last_tick, {p}) WHERE tenant = {p} AND name = {p}"
-    )
+    return f"UPDATE schedules SET last_tick = {greatest}(last_tick, {p}) WHERE tenant = {p} AND name = {p}"
 
 
 def claim_sql(p: str) -> str:

@@ -45,7 +45,6 @@ from flux.store.admin_rows import (
 )
 from flux.store.base import AuditRecord, ExecutionQuery, Recovered, Store, TokenRecord, WorkerIdentity
 from flux.store.group_commit import GroupCommit
-from flux.store.sqlite_schedules import SqliteSchedules
 from flux.store.rows import (
     EXECUTION_COLUMNS,
     EXECUTION_UPDATES,
@@ -57,6 +56,7 @@ from flux.store.rows import (
     workflow_from_row,
     workflows_query,
 )
+from flux.store.sqlite_schedules import SqliteSchedules
 from flux.store.sqlite_schema import list_specs, migrate, register, save_specs, transaction, upsert
 
 T = TypeVar("T")

@@ -29,10 +29,10 @@ class SqliteSchedules(ScheduleRows):
 
     async def set_schedule_paused(self, tenant: str, name: str, paused: bool, last_tick: float) -> bool:
         return await self._change(
-            lambda db: db.execute(
-                rows.pause_sql("?"), (int(paused), last_tick, time.time(), tenant, name)
-            ).rowcount
-            > 0
+            lambda db: (
+                db.execute(rows.pause_sql("?"), (int(paused), last_tick, time.time(), tenant, name)).rowcount
+                > 0
+            )
         )
 
     async def delete_schedule(self, tenant: str, name: str) -> bool:
@@ -48,7 +48,9 @@ class SqliteSchedules(ScheduleRows):
     async def list_schedules(self, tenant: str = "") -> list[ScheduleRow]:
         sql, params = rows.list_sql(tenant, "?")
         return await self._read(
-            lambda db: [ScheduleRow(r[0], r[1], r[2], bool(r[3]), float(r[4])) for r in db.execute(sql, params)]
+            lambda db: [
+                ScheduleRow(r[0], r[1], r[2], bool(r[3]), float(r[4])) for r in db.execute(sql, params)
+            ]
         )
 
     async def claim_ticks(

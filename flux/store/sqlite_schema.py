@@ -16,7 +16,6 @@ from flux.domain.workflow import WorkflowRecord
 from flux.store.admin_rows import TOKEN_ADDED
 from flux.store.base import StoreError
 from flux.store.limit_rows import LIMITS_TABLE
-from flux.store.schedule_rows import SCHEDULES_TABLE
 from flux.store.rows import (
     EXECUTION_COLUMNS,
     EXECUTION_UPDATES,
@@ -27,6 +26,7 @@ from flux.store.rows import (
     workflow_from_row,
     workflow_row,
 )
+from flux.store.schedule_rows import SCHEDULES_TABLE
 
 # 2: workflows.runtime (a version 1 file is migrated on open).
 # 3: workflows.priority and executions.priority (older files are migrated on open; rows get 0).

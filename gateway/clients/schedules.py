@@ -83,7 +83,9 @@ async def get_schedule(
     runs: Annotated[int, Query(ge=0, le=100, description="recent runs shown at most (0: 10)")] = 0,
 ) -> JSONResponse:
     """One schedule, with its recent runs (tick, execution id, state), newest first."""
-    return await service.call("GetSchedule", schedules_pb2.GetScheduleRequest(name=name, tenant=tenant, runs=runs))
+    return await service.call(
+        "GetSchedule", schedules_pb2.GetScheduleRequest(name=name, tenant=tenant, runs=runs)
+    )
 
 
 @router.post("/schedules/{name}/pause", response_model=ScheduleAnswer, responses=_refusals(404))
@@ -93,13 +95,17 @@ async def pause_schedule(name: ScheduleName, service: SchedulesDep, tenant: Tena
 
 
 @router.post("/schedules/{name}/resume", response_model=ScheduleAnswer, responses=_refusals(404))
-async def resume_schedule(name: ScheduleName, service: SchedulesDep, tenant: TenantQuery = "") -> JSONResponse:
+async def resume_schedule(
+    name: ScheduleName, service: SchedulesDep, tenant: TenantQuery = ""
+) -> JSONResponse:
     """Fire ticks again from now on (the ticks it slept through do not run)."""
     return await service.call("ResumeSchedule", schedules_pb2.ResumeScheduleRequest(name=name, tenant=tenant))
 
 
 @router.post("/schedules/{name}/trigger", response_model=TriggerScheduleResponse, responses=_refusals(404))
-async def trigger_schedule(name: ScheduleName, service: SchedulesDep, tenant: TenantQuery = "") -> JSONResponse:
+async def trigger_schedule(
+    name: ScheduleName, service: SchedulesDep, tenant: TenantQuery = ""
+) -> JSONResponse:
     """Fire a manual tick now, whatever the overlap policy; its run."""
     return await service.call(
         "TriggerSchedule", schedules_pb2.TriggerScheduleRequest(name=name, tenant=tenant)
@@ -107,6 +113,8 @@ async def trigger_schedule(name: ScheduleName, service: SchedulesDep, tenant: Te
 
 
 @router.delete("/schedules/{name}", responses=_refusals(404))
-async def delete_schedule(name: ScheduleName, service: SchedulesDep, tenant: TenantQuery = "") -> JSONResponse:
+async def delete_schedule(
+    name: ScheduleName, service: SchedulesDep, tenant: TenantQuery = ""
+) -> JSONResponse:
     """Delete a schedule (its runs stay)."""
     return await service.call("DeleteSchedule", schedules_pb2.DeleteScheduleRequest(name=name, tenant=tenant))

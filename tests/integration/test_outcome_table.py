@@ -344,7 +344,9 @@ def fleet(cluster: Cluster, tmp_path: Path) -> Iterator[Fleet]:
     built = Fleet(cluster, tmp_path, clients)
     for tenant in ("ml", "web"):
         clients[tenant].register_file(built.source(f"{tenant}_parked"))
-        admin.schedules.apply([{"name": "shared", "workflow": f"{tenant}_parked", "every": "1h"}], tenant=tenant)
+        admin.schedules.apply(
+            [{"name": "shared", "workflow": f"{tenant}_parked", "every": "1h"}], tenant=tenant
+        )
     cluster.start_worker("w1")
     try:
         yield built

@@ -46,19 +46,30 @@ def test_two_replicas_fire_each_tick_once_and_a_kill_leaves_no_gap(replicas: Clu
     with c.client_for(c.replicas[0][1]) as through_b:
         for name in ("r1", "r2", "r3"):
             through_b.schedules.create(name, workflow="echo", every="1s", overlap="allow", catch_up="all")
-    eventually(lambda: all(len(_fired(c, n)) >= 5 for n in ("r1", "r2", "r3")), timeout=60, what="5 ticks each")
+    eventually(
+        lambda: all(len(_fired(c, n)) >= 5 for n in ("r1", "r2", "r3")), timeout=60, what="5 ticks each"
+    )
     c.kill_server()  # the first replica: the second goes on alone
     killed = time.time()
     eventually(
-        lambda: all(max(_fired(c, n)) >= killed + 4 for n in ("r1", "r2", "r3")), timeout=60, what="ticks after the kill"
+        lambda: all(max(_fired(c, n)) >= killed + 4 for n in ("r1", "r2", "r3")),
+        timeout=60,
+        what="ticks after the kill",
     )
     for name in ("r1", "r2", "r3"):
         ticks = _fired(c, name)
         assert _contiguous(ticks), (name, ticks)
-        ids = [row[0] for row in c.query("SELECT execution_id FROM executions WHERE execution_id LIKE ?", f"sch-{name}-%")]
+        ids = [
+            row[0]
+            for row in c.query(
+                "SELECT execution_id FROM executions WHERE execution_id LIKE ?", f"sch-{name}-%"
+            )
+        ]
         assert len(ids) == len(set(ids)) == len(ticks), (name, len(ids), len(ticks))
     # Both tickers claimed every tick while both ran; no tick has two runs.
-    doubled = c.query("SELECT tenant, schedule, tick, count(*) FROM schedule_runs GROUP BY 1, 2, 3 HAVING count(*) > 1")
+    doubled = c.query(
+        "SELECT tenant, schedule, tick, count(*) FROM schedule_runs GROUP BY 1, 2, 3 HAVING count(*) > 1"
+    )
     assert doubled == []
 
 

@@ -33,7 +33,7 @@ def _bodies(cluster: Cluster, ids: list[str]) -> list[dict]:
 
 def _overlapping(bodies: list[dict]) -> bool:
     spans = sorted((b["started"], b["ended"]) for b in bodies)
-    return any(later[0] < earlier[1] for earlier, later in zip(spans, spans[1:]))
+    return any(later[0] < earlier[1] for earlier, later in zip(spans, spans[1:], strict=False))
 
 
 def test_skip_records_skipped_ticks_and_runs_never_overlap(cluster: Cluster) -> None:
@@ -55,7 +55,9 @@ def test_queue_runs_a_tick_after_the_previous_one_finishes(cluster: Cluster) -> 
     cluster.start_worker("w1", "--capacity", "4")
     cluster.client.schedules.create("queued", workflow="sleepy", every="1s", input=2, overlap="queue")
     eventually(
-        lambda: sum(r[2] == "fired" for r in _runs(cluster, "queued")) >= 3, timeout=45, what="three fired runs"
+        lambda: sum(r[2] == "fired" for r in _runs(cluster, "queued")) >= 3,
+        timeout=45,
+        what="three fired runs",
     )
     cluster.client.schedules.pause("queued")
     runs = _runs(cluster, "queued")
@@ -67,9 +69,13 @@ def test_queue_runs_a_tick_after_the_previous_one_finishes(cluster: Cluster) -> 
 
 def test_cancel_previous_cancels_the_unfinished_run(cluster: Cluster) -> None:
     cluster.start_worker("w1", "--capacity", "4")
-    cluster.client.schedules.create("fresh", workflow="sleepy", every="1s", input=30, overlap="cancel-previous")
+    cluster.client.schedules.create(
+        "fresh", workflow="sleepy", every="1s", input=30, overlap="cancel-previous"
+    )
     eventually(
-        lambda: sum(r[2] == "fired" for r in _runs(cluster, "fresh")) >= 3, timeout=45, what="three fired runs"
+        lambda: sum(r[2] == "fired" for r in _runs(cluster, "fresh")) >= 3,
+        timeout=45,
+        what="three fired runs",
     )
     cluster.client.schedules.pause("fresh")
     fired = [r[1] for r in _runs(cluster, "fresh") if r[2] == "fired"]
@@ -87,7 +93,9 @@ def test_a_restarted_server_catches_up_as_told_and_fires_no_tick_twice(cluster: 
     restarted = time.time()
     cluster.restart_server("--ack-deadline", "2", "--grace-period", "2", "--safety-tick", "1")
     eventually(
-        lambda: any(r[3] >= restarted for r in _runs(cluster, "beat")), timeout=30, what="a tick after the restart"
+        lambda: any(r[3] >= restarted for r in _runs(cluster, "beat")),
+        timeout=30,
+        what="a tick after the restart",
     )
     runs = _runs(cluster, "beat")
     ticks = [r[0] for r in runs]
@@ -100,7 +108,14 @@ def test_a_restarted_server_catches_up_as_told_and_fires_no_tick_twice(cluster: 
     expected_late = 2 if catch_up == 2 else 0
     every_gap_tick = [float(t) for t in range(int(last_before) + 1, int(first_at) + 1)]
     on_time = [t for t in every_gap_tick if t >= first_at - LATE_AFTER]
-    assert late == every_gap_tick[: len(every_gap_tick) - len(on_time)][-expected_late:] if expected_late else late == []
+    assert (
+        late == every_gap_tick[: len(every_gap_tick) - len(on_time)][-expected_late:]
+        if expected_late
+        else late == []
+    )
     assert [t for t in gap if t >= first_at - LATE_AFTER] == on_time
-    executions = {row[0] for row in cluster.query("SELECT execution_id FROM executions WHERE execution_id LIKE 'sch-beat-%'")}
+    executions = {
+        row[0]
+        for row in cluster.query("SELECT execution_id FROM executions WHERE execution_id LIKE 'sch-beat-%'")
+    }
     assert executions == {r[1] for r in runs if r[2] == "fired"}

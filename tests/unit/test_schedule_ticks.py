@@ -28,12 +28,16 @@ EVERY_10 = Schedule("s", "wf", every="10s", catch_up=1)
         pytest.param(1, 100.0, 110.0, (110.0,), 0, 110.0, id="a tick exactly on time"),
         pytest.param(1, 100.0, 113.0, (110.0,), 0, 110.0, id="a tick a little late still fires"),
         pytest.param(1, 100.0, 125.0, (110.0, 120.0), 0, 120.0, id="two ticks within the late window"),
-        pytest.param(1, 100.0, 1000.0, (990.0, 1000.0), 88, 1000.0, id="downtime: the newest missed and the current"),
+        pytest.param(
+            1, 100.0, 1000.0, (990.0, 1000.0), 88, 1000.0, id="downtime: the newest missed and the current"
+        ),
         pytest.param(0, 100.0, 1000.0, (1000.0,), 89, 1000.0, id="catch-up none: only the current tick"),
         pytest.param(0, 100.0, 1004.0, (1000.0,), 89, 1000.0, id="catch-up none, current a bit late"),
         pytest.param(0, 100.0, 1009.0, (), 90, 1000.0, id="catch-up none, nothing current"),
         pytest.param(3, 100.0, 1000.0, (970.0, 980.0, 990.0, 1000.0), 86, 1000.0, id="catch-up 3"),
-        pytest.param(None, 100.0, 200.0, tuple(float(t) for t in range(110, 201, 10)), 0, 200.0, id="catch-up all"),
+        pytest.param(
+            None, 100.0, 200.0, tuple(float(t) for t in range(110, 201, 10)), 0, 200.0, id="catch-up all"
+        ),
     ],
 )
 def test_due_ticks_by_catch_up(catch_up, cursor, now, fire, missed, cursor_after) -> None:
@@ -88,23 +92,33 @@ def test_cron_catch_up_walks_back_from_now() -> None:
 def test_ids_are_derived_from_the_schedule_and_the_tick() -> None:
     assert execution_id_for("default", "nightly", 1767225600.0) == "sch-nightly-1767225600"
     other = execution_id_for("ml", "nightly", 1767225600.0)
-    assert other.startswith("sch-nightly-1767225600-") and other != execution_id_for("web", "nightly", 1767225600.0)
+    assert other.startswith("sch-nightly-1767225600-") and other != execution_id_for(
+        "web", "nightly", 1767225600.0
+    )
     assert manual_id_for("default", "nightly", 12.3456) == "sch-nightly-m12346"
 
 
 @pytest.mark.parametrize(
     ("terms", "message"),
     [
-        pytest.param({"cron": "*/5 * * *"}, "cron must be a cron expression of five fields", id="four fields"),
+        pytest.param(
+            {"cron": "*/5 * * *"}, "cron must be a cron expression of five fields", id="four fields"
+        ),
         pytest.param({"cron": "61 * * * *"}, "cron must be a cron expression of five fields", id="minute 61"),
         pytest.param({"every": "1m", "cron": "* * * * *"}, "give exactly one of cron", id="both"),
         pytest.param({}, "give exactly one of cron", id="neither"),
         pytest.param({"every": "soon"}, "every must be a duration", id="bad duration"),
         pytest.param({"every": "500ms"}, "every must be .* at least 1s", id="under a second"),
         pytest.param({"every": "1.5s"}, "whole seconds", id="fractional"),
-        pytest.param({"cron": "* * * * *", "timezone": "Mars/Olympus"}, "unknown time zone 'Mars/Olympus'", id="zone"),
-        pytest.param({"every": "1s", "overlap": "sometimes"}, "overlap must be one of skip, allow", id="overlap"),
-        pytest.param({"every": "1s", "catch_up": -1}, "catch_up must be a number of ticks", id="negative catch-up"),
+        pytest.param(
+            {"cron": "* * * * *", "timezone": "Mars/Olympus"}, "unknown time zone 'Mars/Olympus'", id="zone"
+        ),
+        pytest.param(
+            {"every": "1s", "overlap": "sometimes"}, "overlap must be one of skip, allow", id="overlap"
+        ),
+        pytest.param(
+            {"every": "1s", "catch_up": -1}, "catch_up must be a number of ticks", id="negative catch-up"
+        ),
         pytest.param({"every": "1s", "jitter": "lots"}, "jitter must be a duration", id="jitter"),
     ],
 )

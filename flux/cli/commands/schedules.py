@@ -82,7 +82,8 @@ def create_schedule(args: argparse.Namespace) -> int:
     schedule = _checked(terms, "flux schedule create", args.name)
     with _service(args) as service:
         answer = service.call(
-            "CreateSchedule", schedules_pb2.CreateScheduleRequest(schedule=_to_proto(schedule), tenant=args.tenant)
+            "CreateSchedule",
+            schedules_pb2.CreateScheduleRequest(schedule=_to_proto(schedule), tenant=args.tenant),
         )
     created = answer.schedule
     print(f"schedule {created.name} created in tenant {created.tenant}: {_terms(created)}")
@@ -132,7 +133,9 @@ def apply_schedules(args: argparse.Namespace) -> int:
             f"{args.file}: expected a list of schedules, or a mapping with key 'schedules' holding one"
         )
     checked = [_checked(entry, f"{args.file}: schedules[{i}]") for i, entry in enumerate(entries)]
-    request = schedules_pb2.ApplySchedulesRequest(schedules=[_to_proto(s) for s in checked], tenant=args.tenant)
+    request = schedules_pb2.ApplySchedulesRequest(
+        schedules=[_to_proto(s) for s in checked], tenant=args.tenant
+    )
     with _service(args) as service:
         answer = service.call("ApplySchedules", request)
     for schedule in answer.schedules:
@@ -152,8 +155,12 @@ def list_schedules(args: argparse.Namespace) -> int:
         return 0
     rows = [
         (
-            m.name, m.workflow, m.cron or f"every {m.every}", m.overlap,
-            "paused" if m.paused else when(m.next_tick), when(m.last_tick),
+            m.name,
+            m.workflow,
+            m.cron or f"every {m.every}",
+            m.overlap,
+            "paused" if m.paused else when(m.next_tick),
+            when(m.last_tick),
         )  # fmt: skip
         for m in answer.schedules
     ]
@@ -170,7 +177,9 @@ def show_schedule(args: argparse.Namespace) -> int:
     with _service(args) as service:
         answer = service.call("GetSchedule", request)
     if args.json:
-        print(json.dumps({**schedule_to_dict(answer.schedule), "runs": [run_to_dict(r) for r in answer.runs]}))
+        print(
+            json.dumps({**schedule_to_dict(answer.schedule), "runs": [run_to_dict(r) for r in answer.runs]})
+        )
         return 0
     s = answer.schedule
     print(f"schedule {s.name} (tenant {s.tenant}): {_terms(s)}")
@@ -178,8 +187,6 @@ def show_schedule(args: argparse.Namespace) -> int:
     if not answer.runs:
         print("  no runs yet")
         return 0
-    rows = [
-        (when(r.tick) + (" (manual)" if r.manual else ""), r.execution_id, r.state) for r in answer.runs
-    ]
+    rows = [(when(r.tick) + (" (manual)" if r.manual else ""), r.execution_id, r.state) for r in answer.runs]
     print(table(("TICK", "EXECUTION", "STATE"), rows))
     return 0

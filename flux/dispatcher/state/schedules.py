@@ -42,7 +42,9 @@ class Held:
 
 
 class ScheduleBook:
-    def __init__(self, store: Store, clock: Callable[[], float], check_workflow: Callable[[str, str], Awaitable[None]]):
+    def __init__(
+        self, store: Store, clock: Callable[[], float], check_workflow: Callable[[str, str], Awaitable[None]]
+    ):
         self.rows: ScheduleRows | None = store if isinstance(store, ScheduleRows) else None
         self.clock = clock
         # Raises when ``tenant`` may not run the workflow (unknown, or another tenant's).
@@ -122,9 +124,7 @@ class ScheduleBook:
                 where = "workflow" if len(schedules) == 1 else f"schedules[{index}].workflow"
                 raise InvalidArgument(f"{where}: {exc}") from None
         now = self.clock()
-        await self.store().save_schedules(
-            [(tenant, s.name, json.dumps(s.to_dict()), now) for s in schedules]
-        )
+        await self.store().save_schedules([(tenant, s.name, json.dumps(s.to_dict()), now) for s in schedules])
         done = []
         for schedule in schedules:
             held = self.held.get((tenant, schedule.name))

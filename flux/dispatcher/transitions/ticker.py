@@ -18,6 +18,7 @@ schedules wakes it at once.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 from collections import Counter
 from collections.abc import Awaitable, Callable
@@ -101,10 +102,8 @@ class Ticker:
                 wake = clock() + MAX_SLEEP
             self.book.changed.clear()
             delay = max(0.0, min(wake - clock(), MAX_SLEEP))
-            try:
+            with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self.book.changed.wait(), delay)
-            except TimeoutError:
-                pass
 
     async def step(self, now: float) -> float:
         """Fire every due tick; when the next one is due."""
@@ -222,7 +221,9 @@ class Ticker:
         self.counts[FIRED] -= 1
         found = await self.handle.lookup(run.execution_id)
         if found is None:
-            raise Unavailable(f"the triggered run {run.execution_id} of schedule {held.schedule.name!r} was not stored")
+            raise Unavailable(
+                f"the triggered run {run.execution_id} of schedule {held.schedule.name!r} was not stored"
+            )
         return run
 
     async def repair(self, now: float) -> int:

@@ -19,9 +19,7 @@ from flux.store.schedule_rows import FIRED, RUNS_KEPT, ScheduleRow, ScheduleRows
 # A pg_advisory lock key: "FLUX"+6 (schema.py, cluster.py, store.py, quota.py and flow.py hold the others).
 SCHEDULE_LOCK = 0x464C555E
 _UNNESTED = "unnest(%s::text[], %s::text[], %s::float8[], %s::text[], %s::text[], %s::float8[])"
-_CLAIM_MANY = (
-    f"INSERT INTO schedule_runs SELECT * FROM {_UNNESTED} ON CONFLICT DO NOTHING RETURNING tenant, schedule, tick"
-)
+_CLAIM_MANY = f"INSERT INTO schedule_runs SELECT * FROM {_UNNESTED} ON CONFLICT DO NOTHING RETURNING tenant, schedule, tick"
 _UNQUEUE_MANY = (
     f"UPDATE schedule_runs r SET result = '{FIRED}', at = u.at FROM {_UNNESTED} "
     "AS u(tenant, schedule, tick, execution_id, result, at) WHERE r.tenant = u.tenant AND "
@@ -48,7 +46,9 @@ class PostgresSchedules(ScheduleRows):
     async def save_schedules(self, schedules: list[tuple[str, str, str, float]]) -> None:
         now = time.time()
         async with self._pool.connection() as db, db.transaction(), db.cursor() as cursor:
-            await cursor.executemany(rows.save_sql("%s"), [(t, n, spec, c, now) for t, n, spec, c in schedules])
+            await cursor.executemany(
+                rows.save_sql("%s"), [(t, n, spec, c, now) for t, n, spec, c in schedules]
+            )
 
     async def set_schedule_paused(self, tenant: str, name: str, paused: bool, last_tick: float) -> bool:
         async with self._pool.connection() as db:

@@ -14,9 +14,9 @@ import psycopg
 from flux.store.admin_rows import TOKEN_ADDED
 from flux.store.base import StoreError
 from flux.store.limit_rows import LIMITS_TABLE
-from flux.store.schedule_rows import SCHEDULES_TABLE
 from flux.store.postgres.cluster import MEMBERSHIP_SCHEMA
 from flux.store.rows import CREATED, RUNNING, SCHEDULED
+from flux.store.schedule_rows import SCHEDULES_TABLE
 
 # 2: workflows.runtime (added to a version 1 database on open).
 # 3: workflows.priority and executions.priority (added on open; older rows get 0).

@@ -22,13 +22,13 @@ from flux.domain.workflow import WorkflowRecord
 from flux.store import notices
 from flux.store.base import ExecutionQuery, Held, PendingRef, Recovered, Store, StoreError, WorkerIdentity
 from flux.store.postgres.admin import AdminTables
-from flux.store.postgres.schedules import PostgresSchedules
 from flux.store.postgres.cluster import Membership
 from flux.store.postgres.flow import held as flow_held
 from flux.store.postgres.listener import Listener
 from flux.store.postgres.quota import held as held_by_tenant
 from flux.store.postgres.quota import prune_preemptions, take_preemption
 from flux.store.postgres.rows import COLUMNS, announce, owned_row, redacted
+from flux.store.postgres.schedules import PostgresSchedules
 from flux.store.postgres.schema import migrate
 from flux.store.postgres.waiting import fail_waiting
 from flux.store.postgres.writer import Writer
