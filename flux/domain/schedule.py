@@ -14,6 +14,7 @@ firing of the same tick, by a restarted server or another replica, is refused by
 from __future__ import annotations
 
 import hashlib
+import json
 import math
 import re
 from collections.abc import Iterator, Mapping
@@ -86,6 +87,10 @@ class Schedule:
         object.__setattr__(self, "jitter", float(jitter or 0.0))
         if not isinstance(self.input_json, str):
             raise TypeError("input must be JSON text")
+        try:
+            json.loads(self.input_json)
+        except ValueError as exc:
+            raise ValueError(f"input must be JSON, e.g. '{{\"n\": 1}}': {exc}") from None
 
     @property
     def spec(self) -> str:
@@ -104,9 +109,7 @@ class Schedule:
     @classmethod
     def from_dict(cls, document: Mapping[str, Any], name: str) -> Schedule:
         """As stored (``to_dict``), or as a file of ``flux schedule apply`` gives it (then
-        ``every``/``jitter`` may be durations and ``input`` any JSON value)."""
-        import json
-
+        ``every``/``jitter`` may be durations and ``input`` any JSON value; a string is JSON text)."""
         unknown = set(document) - {
             "name", "workflow", "cron", "every", "timezone", "input", "overlap", "catch_up", "jitter"
         }  # fmt: skip

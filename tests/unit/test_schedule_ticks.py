@@ -120,6 +120,7 @@ def test_ids_are_derived_from_the_schedule_and_the_tick() -> None:
             {"every": "1s", "catch_up": -1}, "catch_up must be a number of ticks", id="negative catch-up"
         ),
         pytest.param({"every": "1s", "jitter": "lots"}, "jitter must be a duration", id="jitter"),
+        pytest.param({"every": "1s", "input_json": "{nope"}, "input must be JSON", id="input"),
     ],
 )
 def test_bad_terms_are_refused_naming_the_field(terms, message) -> None:
