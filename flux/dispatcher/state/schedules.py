@@ -39,6 +39,8 @@ class Held:
     # Its newest fired run (what overlap looks at), and the ticks queued behind it, oldest first.
     last_run: TickRun | None = None
     queued: list[TickRun] = field(default_factory=list)
+    # Its terms as stored (JSON): a reload parses only what changed.
+    spec: str = ""
 
 
 class ScheduleBook:
@@ -79,12 +81,16 @@ class ScheduleBook:
             return
         fresh: dict[Key, Held] = {}
         for row in await self.rows.list_schedules():
-            schedule = Schedule.from_dict(json.loads(row.spec), row.name)
             held = self.held.get((row.tenant, row.name))
-            if held is None:
-                fresh[(row.tenant, row.name)] = Held(schedule, row.paused, row.last_tick)
+            # Parsed again only when its terms changed: a reload of 1,000 schedules costs a read.
+            if held is None or held.spec != row.spec:
+                schedule = Schedule.from_dict(json.loads(row.spec), row.name)
             else:
-                held.schedule, held.paused = schedule, row.paused
+                schedule = held.schedule
+            if held is None:
+                fresh[(row.tenant, row.name)] = Held(schedule, row.paused, row.last_tick, spec=row.spec)
+            else:
+                held.schedule, held.paused, held.spec = schedule, row.paused, row.spec
                 held.cursor = row.last_tick if row.paused else max(held.cursor, row.last_tick)
                 fresh[(row.tenant, row.name)] = held
         self.held = fresh
@@ -107,10 +113,10 @@ class ScheduleBook:
                 f"schedule {schedule.name!r} already exists in tenant {tenant!r}; "
                 "replace it with: flux schedule apply FILE, or delete it first"
             )
-        [held] = await self.apply(tenant, [schedule], replace=False)
+        [held] = await self.apply(tenant, [schedule])
         return held
 
-    async def apply(self, tenant: str, schedules: list[Schedule], replace: bool = True) -> list[Held]:
+    async def apply(self, tenant: str, schedules: list[Schedule]) -> list[Held]:
         """Create or replace each schedule by name, all of them or none. A new schedule's first
         tick is the first after now (nothing before it is caught up); a replaced one keeps its cursor."""
         names = [s.name for s in schedules]
@@ -124,13 +130,16 @@ class ScheduleBook:
                 where = "workflow" if len(schedules) == 1 else f"schedules[{index}].workflow"
                 raise InvalidArgument(f"{where}: {exc}") from None
         now = self.clock()
-        await self.store().save_schedules([(tenant, s.name, json.dumps(s.to_dict()), now) for s in schedules])
+        specs = [json.dumps(s.to_dict()) for s in schedules]
+        await self.store().save_schedules(
+            [(tenant, s.name, spec, now) for s, spec in zip(schedules, specs, strict=True)]
+        )
         done = []
-        for schedule in schedules:
+        for schedule, spec in zip(schedules, specs, strict=True):
             held = self.held.get((tenant, schedule.name))
             if held is None:
                 held = self.held[(tenant, schedule.name)] = Held(schedule, False, now)
-            held.schedule = schedule
+            held.schedule, held.spec = schedule, spec
             done.append(held)
         self.changed.set()
         return done

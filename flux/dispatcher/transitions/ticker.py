@@ -40,6 +40,8 @@ if TYPE_CHECKING:
 log = logging.getLogger("flux.schedules")
 
 MAX_SLEEP = 1.0
+# A step never follows the last at once: a tick due at the same moment is in the same step anyway.
+MIN_SLEEP = 0.005
 # Schedules are read again this often (replicas: changes made through another one).
 RELOAD_EVERY = 2.0
 # A fired run without an execution this old is submitted again (its claimer died), up to REPAIR_WITHIN.
@@ -101,7 +103,7 @@ class Ticker:
                 log.exception("the schedule ticker's step failed; trying again")
                 wake = clock() + MAX_SLEEP
             self.book.changed.clear()
-            delay = max(0.0, min(wake - clock(), MAX_SLEEP))
+            delay = max(MIN_SLEEP, min(wake - clock(), MAX_SLEEP))
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self.book.changed.wait(), delay)
 
