@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from flux.dispatcher.state.schedules import ScheduleBook
-from flux.dispatcher.transitions.ticker import TickerHandle, Ticker
+from flux.dispatcher.transitions.ticker import Ticker, TickerHandle
 from flux.domain.execution import Execution, State, WorkflowRef
 from flux.domain.schedule import Schedule
 from flux.store import SqliteStore
