@@ -156,3 +156,28 @@ def test_the_cli_and_http_create_apply_show_and_refuse(cluster: Cluster, tmp_pat
         assert http.delete("/schedules/web").status_code == 200
         assert http.get("/schedules/web").status_code == 404
         assert http.get("/schedules", params={"tenant": "nobody"}).status_code == 404
+
+
+def test_the_asyncio_client_manages_schedules(cluster: Cluster) -> None:
+    import asyncio
+
+    from flux.aio import FluxClient as AsyncFluxClient
+
+    async def scenario() -> None:
+        async with AsyncFluxClient(
+            cluster.address, timeout=10, credentials=cluster.client.credentials
+        ) as aio:
+            made = await aio.schedules.create("a", workflow="echo", cron="*/5 * * * *", timezone="Asia/Tokyo")
+            assert made.schedule.timezone == "Asia/Tokyo" and made.next_tick is not None
+            assert [s.name for s in await aio.schedules.list()] == ["a"]
+            assert (await aio.schedules.pause("a")).paused
+            assert not (await aio.schedules.resume("a")).paused
+            run = await aio.schedules.trigger("a")
+            assert run.manual and (await aio.schedules.show("a")).runs[0].execution_id == run.execution_id
+            await aio.schedules.apply([{"name": "a", "workflow": "echo", "every": "1h"}])
+            assert (await aio.schedules.show("a")).schedule.every == 3600
+            await aio.schedules.delete("a")
+            with pytest.raises(InvalidArgument, match="schedules\\[0\\]: cron must be"):
+                await aio.schedules.apply([{"name": "b", "workflow": "echo", "cron": "x"}])
+
+    asyncio.run(scenario())
