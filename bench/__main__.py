@@ -22,6 +22,7 @@ from bench import (
     rate_live,
     reclaim,
     replicas,
+    schedules,
     starvation,
     tenants,
     timers,
@@ -50,6 +51,7 @@ BENCHES = {
     "rate-live": rate_live.main,
     "arrays": graphs_arrays.main,
     "placement": placement.main,
+    "schedules": schedules.main,
 }
 
 

@@ -37,6 +37,7 @@ from flux.client.requests import (
     submit_span,
 )
 from flux.client.runs import ENDED, AsyncRunStream, CallEnded
+from flux.client.schedule_admin import AsyncScheduleAdmin
 from flux.client.streams import tasks
 from flux.client.tenant_admin import AsyncTenantAdmin
 from flux.defaults import default_server
@@ -45,7 +46,7 @@ from flux.domain.policy import Retry
 from flux.errors import FluxError, InvalidArgument, Unavailable
 from flux.observe import tracing
 from flux.security import Credentials, Role
-from flux.v1 import control_pb2, control_pb2_grpc, limits_pb2_grpc, tenants_pb2_grpc
+from flux.v1 import control_pb2, control_pb2_grpc, limits_pb2_grpc, schedules_pb2_grpc, tenants_pb2_grpc
 
 __all__ = ["FluxClient", "WaitTimedOut"]
 
@@ -92,6 +93,19 @@ class FluxClient(AsyncCalls):
                 raise await self._error(exc) from None
 
         return AsyncLimitAdmin(call)
+
+    @functools.cached_property
+    def schedules(self) -> AsyncScheduleAdmin:
+        """The tenant's schedules (``flux.client.schedule_admin``; an admin token changes them)."""
+        stub = schedules_pb2_grpc.ScheduleServiceStub(self._channel)
+
+        async def call(method: str, request: Any) -> Any:
+            try:
+                return await getattr(stub, method)(request, timeout=self.timeout, metadata=self._metadata)
+            except grpc.RpcError as exc:
+                raise await self._error(exc) from None
+
+        return AsyncScheduleAdmin(call)
 
     async def close(self) -> None:
         await self._runs.close()

@@ -38,6 +38,7 @@ from flux.client.requests import (
     submit_span,
 )
 from flux.client.runs import ENDED, CallEnded, RunStream
+from flux.client.schedule_admin import ScheduleAdmin
 from flux.client.streams import threaded
 from flux.client.tenant_admin import TenantAdmin
 from flux.defaults import default_server
@@ -46,7 +47,7 @@ from flux.domain.policy import Retry
 from flux.errors import FluxError, InvalidArgument, Unavailable
 from flux.observe import tracing
 from flux.security import Credentials, Role
-from flux.v1 import control_pb2, control_pb2_grpc, limits_pb2_grpc, tenants_pb2_grpc
+from flux.v1 import control_pb2, control_pb2_grpc, limits_pb2_grpc, schedules_pb2_grpc, tenants_pb2_grpc
 
 __all__ = ["FluxClient", "WaitTimedOut", "chunked"]
 
@@ -85,6 +86,12 @@ class FluxClient(Calls):
         """The tenant's named limits (``flux.client.limit_admin``; an admin token changes them)."""
         stub = limits_pb2_grpc.LimitServiceStub(self._channel)
         return LimitAdmin(lambda method, request: self._call(method, request, stub=stub))
+
+    @functools.cached_property
+    def schedules(self) -> ScheduleAdmin:
+        """The tenant's schedules (``flux.client.schedule_admin``; an admin token changes them)."""
+        stub = schedules_pb2_grpc.ScheduleServiceStub(self._channel)
+        return ScheduleAdmin(lambda method, request: self._call(method, request, stub=stub))
 
     def close(self) -> None:
         self._runs.close()

@@ -106,6 +106,10 @@ class Status:
     limits: tuple[tuple[str, int, int, int], ...] = ()
     # The server's placement policy (--placement), for workflows that name none.
     placement: str = "spread"
+    # Schedules' ticks since start by result (fired, skipped, queued, missed, manual, refused), and
+    # how many schedules are active and paused.
+    schedule_ticks: tuple[tuple[str, int], ...] = ()
+    schedules: tuple[int, int] = (0, 0)
 
 
 def limit_totals(control: FlowControl) -> tuple[tuple[str, int, int, int], ...]:
@@ -314,6 +318,8 @@ class StatusBoard:
             tenants=tenants,
             limits=limit_totals(d.flow.control),
             placement=d.settings.placement,
+            schedule_ticks=tuple(sorted((k, v) for k, v in d.ticker.counts.items() if v)),
+            schedules=(d.schedules.summary()["active"], d.schedules.summary()["paused"]),
         )
 
 

@@ -294,6 +294,9 @@ def status_to_proto(status: Status) -> control_pb2.ClusterStatus:
             control_pb2.LimitStatus(limit=name, in_use=in_use, waiting=waiting, rate_limited=limited)
             for name, in_use, waiting, limited in status.limits
         ],
+        schedule_ticks=dict(status.schedule_ticks),
+        schedules_active=status.schedules[0],
+        schedules_paused=status.schedules[1],
         fleet=control_pb2.FleetTotals(
             connected_by_transport=fleet.connected_by_transport,
             disconnected=fleet.disconnected,

@@ -29,6 +29,7 @@ from flux.server.introspection import Health, enable_reflection
 from flux.server.limits import LimitService
 from flux.server.local import LocalChannel, LocalRegistry
 from flux.server.pools import PoolService
+from flux.server.schedules import ScheduleService
 from flux.server.tenants import TenantService
 from flux.server.worker_service import WorkerService
 from flux.v1 import (
@@ -40,6 +41,8 @@ from flux.v1 import (
     limits_pb2_grpc,
     pools_pb2,
     pools_pb2_grpc,
+    schedules_pb2,
+    schedules_pb2_grpc,
     tenants_pb2,
     tenants_pb2_grpc,
     worker_pb2,
@@ -257,6 +260,7 @@ async def start_server(config: ServerConfig) -> RunningServer:
         pools_pb2_grpc.add_PoolServiceServicer_to_server(PoolService(dispatcher, callers), target)  # type: ignore[arg-type]
         limits_pb2_grpc.add_LimitServiceServicer_to_server(LimitService(dispatcher, callers), target)  # type: ignore[arg-type]
         batches_pb2_grpc.add_BatchServiceServicer_to_server(BatchService(dispatcher, callers), target)  # type: ignore[arg-type]
+        schedules_pb2_grpc.add_ScheduleServiceServicer_to_server(ScheduleService(dispatcher, callers), target)  # type: ignore[arg-type]
         tenants_pb2_grpc.add_TenantServiceServicer_to_server(TenantService(dispatcher, callers), target)  # type: ignore[arg-type]
     services = (
         worker_pb2.DESCRIPTOR.services_by_name["WorkerService"].full_name,
@@ -265,6 +269,7 @@ async def start_server(config: ServerConfig) -> RunningServer:
         pools_pb2.DESCRIPTOR.services_by_name["PoolService"].full_name,
         limits_pb2.DESCRIPTOR.services_by_name["LimitService"].full_name,
         batches_pb2.DESCRIPTOR.services_by_name["BatchService"].full_name,
+        schedules_pb2.DESCRIPTOR.services_by_name["ScheduleService"].full_name,
         tenants_pb2.DESCRIPTOR.services_by_name["TenantService"].full_name,
     )
     enable_reflection(services, server)

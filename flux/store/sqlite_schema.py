@@ -27,6 +27,7 @@ from flux.store.rows import (
     workflow_from_row,
     workflow_row,
 )
+from flux.store.schedule_rows import SCHEDULES_TABLE
 
 # 2: workflows.runtime (a version 1 file is migrated on open).
 # 3: workflows.priority and executions.priority (older files are migrated on open; rows get 0).
@@ -42,6 +43,7 @@ from flux.store.rows import (
 # 11: the limits table (named limits per tenant; created on open, older files have none).
 # 13: executions.batch_id and the batches table (older rows belong to no batch).
 # 16: workflows.placement (a workflow's placement policy; older rows: '', the server's).
+# 14: schedules and schedule_runs (created on open, older files have none).
 SCHEMA_VERSION = 16
 
 
@@ -88,6 +90,7 @@ CREATE TABLE IF NOT EXISTS pools (name TEXT PRIMARY KEY, spec TEXT NOT NULL, upd
 CREATE TABLE IF NOT EXISTS tenants (name TEXT PRIMARY KEY, spec TEXT NOT NULL, updated_at REAL NOT NULL);
 {LIMITS_TABLE.format(real="REAL")}
 {BATCHES_TABLE.format(real="REAL")}
+{SCHEDULES_TABLE.format(real="REAL")};
 CREATE TABLE IF NOT EXISTS tokens (
     digest TEXT PRIMARY KEY, tenant TEXT NOT NULL, role TEXT NOT NULL, created_at REAL NOT NULL,
     id TEXT NOT NULL DEFAULT '', name TEXT NOT NULL DEFAULT '', expires_at REAL, last_used_at REAL,

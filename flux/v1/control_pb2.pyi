@@ -1240,6 +1240,26 @@ class ClusterStatus(_message.Message):
         def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
         def WhichOneof(self, oneof_group: _Never) -> None: ...
 
+    @_typing.final
+    class ScheduleTicksEntry(_message.Message):
+        DESCRIPTOR: _descriptor.Descriptor
+
+        KEY_FIELD_NUMBER: _builtins.int
+        VALUE_FIELD_NUMBER: _builtins.int
+        key: _builtins.str
+        value: _builtins.int
+        def __init__(
+            self,
+            *,
+            key: _builtins.str = ...,
+            value: _builtins.int = ...,
+        ) -> None: ...
+        _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+        def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+        _ClearFieldArgType: _TypeAlias = _typing.Literal["key", b"key", "value", b"value"]  # noqa: Y015
+        def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+        def WhichOneof(self, oneof_group: _Never) -> None: ...
+
     NOW_MS_FIELD_NUMBER: _builtins.int
     PLACEMENT_FIELD_NUMBER: _builtins.int
     STARTED_AT_MS_FIELD_NUMBER: _builtins.int
@@ -1255,6 +1275,9 @@ class ClusterStatus(_message.Message):
     POOLS_FIELD_NUMBER: _builtins.int
     TENANTS_FIELD_NUMBER: _builtins.int
     LIMITS_FIELD_NUMBER: _builtins.int
+    SCHEDULE_TICKS_FIELD_NUMBER: _builtins.int
+    SCHEDULES_ACTIVE_FIELD_NUMBER: _builtins.int
+    SCHEDULES_PAUSED_FIELD_NUMBER: _builtins.int
     now_ms: _builtins.int
     """When the core took the snapshot, in milliseconds since the Unix epoch."""
     placement: _builtins.str
@@ -1271,6 +1294,10 @@ class ClusterStatus(_message.Message):
     """Workers left out of `workers` because the fleet is larger than a status
     lists (100): `fleet` still counts every one; ListWorkers pages through them.
     """
+    schedules_active: _builtins.int
+    """Schedules not paused, every tenant's (flux_schedules{state="active"})."""
+    schedules_paused: _builtins.int
+    """Schedules paused, every tenant's (flux_schedules{state="paused"})."""
     @_builtins.property
     def workers(self) -> _containers.RepeatedCompositeFieldContainer[Global___WorkerInfo]:
         """Known workers, connected or within their grace period, by name (GetStatus only)."""
@@ -1323,6 +1350,12 @@ class ClusterStatus(_message.Message):
     def limits(self) -> _containers.RepeatedCompositeFieldContainer[Global___LimitStatus]:
         """Each flow-control limit in use or with work waiting (no per-key rows: keys are unbounded)."""
 
+    @_builtins.property
+    def schedule_ticks(self) -> _containers.ScalarMap[_builtins.str, _builtins.int]:
+        """Schedules' ticks on this server since it started, by what became of them: fired, skipped,
+        queued, missed, manual, refused (flux_schedule_ticks_total{result}).
+        """
+
     def __init__(
         self,
         *,
@@ -1341,10 +1374,13 @@ class ClusterStatus(_message.Message):
         pools: _abc.Iterable[_pools_pb2.Pool] | None = ...,
         tenants: _abc.Iterable[_tenants_pb2.TenantStatus] | None = ...,
         limits: _abc.Iterable[Global___LimitStatus] | None = ...,
+        schedule_ticks: _abc.Mapping[_builtins.str, _builtins.int] | None = ...,
+        schedules_active: _builtins.int = ...,
+        schedules_paused: _builtins.int = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["counters", b"counters", "fleet", b"fleet"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["counters", b"counters", "executions", b"executions", "fleet", b"fleet", "latencies", b"latencies", "limits", b"limits", "now_ms", b"now_ms", "pending", b"pending", "pending_by_reason", b"pending_by_reason", "pending_shapes_omitted", b"pending_shapes_omitted", "placement", b"placement", "pools", b"pools", "started_at_ms", b"started_at_ms", "tenants", b"tenants", "workers", b"workers", "workers_omitted", b"workers_omitted"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["counters", b"counters", "executions", b"executions", "fleet", b"fleet", "latencies", b"latencies", "limits", b"limits", "now_ms", b"now_ms", "pending", b"pending", "pending_by_reason", b"pending_by_reason", "pending_shapes_omitted", b"pending_shapes_omitted", "placement", b"placement", "pools", b"pools", "schedule_ticks", b"schedule_ticks", "schedules_active", b"schedules_active", "schedules_paused", b"schedules_paused", "started_at_ms", b"started_at_ms", "tenants", b"tenants", "workers", b"workers", "workers_omitted", b"workers_omitted"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

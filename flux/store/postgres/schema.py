@@ -17,6 +17,7 @@ from flux.store.batch_rows import BATCH_COLUMN, BATCHES_TABLE
 from flux.store.limit_rows import LIMITS_TABLE
 from flux.store.postgres.cluster import MEMBERSHIP_SCHEMA
 from flux.store.rows import CREATED, RUNNING, SCHEDULED
+from flux.store.schedule_rows import SCHEDULES_TABLE
 
 # 2: workflows.runtime (added to a version 1 database on open).
 # 3: workflows.priority and executions.priority (added on open; older rows get 0).
@@ -34,6 +35,7 @@ from flux.store.rows import CREATED, RUNNING, SCHEDULED
 #     missing row is a full bucket).
 # 14: executions.batch_id and the batches table (older rows belong to no batch).
 # 17: workflows.placement (a workflow's placement policy; older rows: '', the server's).
+# 15: schedules and schedule_runs (created on open; older databases have none).
 SCHEMA_VERSION = 17
 
 # pg_advisory locks are keyed by a bigint; Flux's five are "FLUX" and the four after it:
@@ -83,6 +85,7 @@ ALTER TABLE executions ADD COLUMN IF NOT EXISTS {BATCH_COLUMN[0]} {BATCH_COLUMN[
 {BATCHES_TABLE.format(real="DOUBLE PRECISION")}
 CREATE TABLE IF NOT EXISTS tenants (name TEXT PRIMARY KEY, spec TEXT NOT NULL, updated_at DOUBLE PRECISION NOT NULL);
 {LIMITS_TABLE.format(real="DOUBLE PRECISION")}
+{SCHEDULES_TABLE.format(real="DOUBLE PRECISION")};
 CREATE TABLE IF NOT EXISTS tokens (
     digest TEXT PRIMARY KEY, tenant TEXT NOT NULL, role TEXT NOT NULL, created_at DOUBLE PRECISION NOT NULL);
 {TOKEN_MIGRATION}
