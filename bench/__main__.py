@@ -20,6 +20,7 @@ from bench import (
     reclaim,
     replicas,
     starvation,
+    submit,
     tenants,
     timers,
     tracing,
@@ -44,6 +45,7 @@ BENCHES = {
     "tracing": tracing.main,
     "keda-flood": keda_flood.main,
     "timers": timers.main,
+    "submit": submit.main,
 }
 
 
