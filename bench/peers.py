@@ -54,8 +54,7 @@ from typing import Any
 
 import psutil
 
-from bench.common import percentiles, write
-from bench.timers import speed_s
+from bench.common import percentiles, speed_s, write
 
 SYSTEMS = ("flux", "ray", "dask")
 ROUNDS = int(os.environ.get("PEERS_ROUNDS", "3"))

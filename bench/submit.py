@@ -28,9 +28,8 @@ import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
-from bench.common import write
+from bench.common import speed_s, write
 from bench.dispatch import BULK, BURST, WORKFLOWS, throughput
-from bench.timers import speed_s
 from flux.testing import Cluster
 from flux.testing.postgres import TemporaryPostgres
 
