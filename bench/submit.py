@@ -31,7 +31,6 @@ from pathlib import Path
 from bench.common import speed_s, write
 from bench.dispatch import BULK, BURST, WORKFLOWS, throughput
 from flux.testing import Cluster
-from flux.testing.postgres import TemporaryPostgres
 
 STORES = ("sqlite", "postgres")
 WORKERS = ("w1", "w2", "w3", "w4")
@@ -65,6 +64,8 @@ def _databases(stores: tuple[str, ...]) -> Iterator[dict[str, object]]:
     if "postgres" not in stores:
         yield {"sqlite": lambda: "flux.db"}
         return
+    from flux.testing.postgres import TemporaryPostgres  # loads psycopg: only where it is used
+
     with TemporaryPostgres(durable=True) as postgres:
         yield {"sqlite": lambda: "flux.db", "postgres": postgres.database}
 
