@@ -1,6 +1,6 @@
 """Submission throughput: one by one and in bulk, on SQLite and on one PostgreSQL replica (issue 46).
 
-``python -m bench submit [REPEATS]`` (default 3): each repeat starts a fresh server (gRPC workers,
+``python -m bench submit`` (``SUBMIT_REPEATS`` repeats, default 3): each repeat starts a fresh server (gRPC workers,
 the core alone, ``--no-http``) with 4 worker processes and measures, on a SQLite file and then on a
 fresh database of a throwaway PostgreSQL (fsync on):
 
@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
 import statistics
 import sys
 import tempfile
@@ -79,7 +80,9 @@ def _figures(measured: dict[str, object]) -> dict[str, float | None]:
     }
 
 
-def main(repeats: int = 3, stores: tuple[str, ...] = STORES) -> dict[str, object]:
+def main(
+    repeats: int = int(os.environ.get("SUBMIT_REPEATS", "3")), stores: tuple[str, ...] = STORES
+) -> dict[str, object]:
     runs: dict[str, list[dict[str, object]]] = {store: [] for store in stores}
     speeds = []
     with _databases(stores) as databases:
