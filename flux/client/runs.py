@@ -63,51 +63,26 @@ class _Deadlines:
         return self.receipt if run.receipt is None else self.final
 
 
-class _Waiter:
-    """A blocking run waiting on the call: its receipt, which the reader keeps without waking the
-    run (a thread's wake-up per run saved), and the queue of what ends its wait (the final state,
-    a refusal, or the call's end)."""
-
-    __slots__ = ("receipt", "answers")
-
-    def __init__(self) -> None:
-        self.receipt: control_pb2.Execution | None = None
-        self.answers: queue.SimpleQueue[Handed] = queue.SimpleQueue()
-
-    def next(self, deadlines: _Deadlines) -> Handed:
-        """What ends the wait; ``TimedOut`` once the final state's deadline has passed with the
-        receipt in, or the receipt's (the later one) without it."""
-        for deadline in (deadlines.final, deadlines.receipt):
-            try:
-                return self.answers.get(
-                    timeout=None if deadline is None else max(0.0, deadline - time.monotonic())
-                )
-            except queue.Empty:
-                if self.receipt is not None:
-                    raise TimedOut(self.receipt.execution_id) from None
-        raise TimedOut(None)
-
-
 class _Call:
     """One open ``RunAndWaitStream`` call and the runs waiting on it."""
 
     def __init__(self, open_call: Callable[[Iterator[Request]], Iterator[Answer]]):
         self._requests: queue.SimpleQueue[Request | None] = queue.SimpleQueue()
-        self._waiting: dict[int, _Waiter] = {}
+        self._waiting: dict[int, queue.SimpleQueue[Handed]] = {}
         self._lock = threading.Lock()
         self.ended = False
         self._call = open_call(iter(self._requests.get, None))
         threading.Thread(target=self._read, name="flux-runs", daemon=True).start()
 
-    def send(self, run_id: int, request: control_pb2.RunWorkflowRequest) -> _Waiter | None:
-        """Queue the run; its receipt and answers arrive on the waiter returned (None: the call has ended)."""
-        waiter = _Waiter()
+    def send(self, run_id: int, request: control_pb2.RunWorkflowRequest) -> queue.SimpleQueue[Handed] | None:
+        """Queue the run; its answers arrive on the queue returned (None: the call has ended)."""
+        answers: queue.SimpleQueue[Handed] = queue.SimpleQueue()
         with self._lock:
             if self.ended:
                 return None
-            self._waiting[run_id] = waiter
+            self._waiting[run_id] = answers
         self._requests.put(Request(run_id=run_id, run=request))
-        return waiter
+        return answers
 
     def forget(self, run_id: int) -> None:
         """No longer wait for the run: an answer for it that comes later is dropped."""
@@ -122,23 +97,19 @@ class _Call:
         error: grpc.RpcError | None = None
         try:
             for answer in self._call:
+                last = answer.WhichOneof("answer") != "accepted"
                 with self._lock:
-                    if answer.WhichOneof("answer") == "accepted":
-                        waiter = self._waiting.get(answer.run_id)
-                        if waiter is not None:
-                            waiter.receipt = answer.accepted  # kept: the run is not woken for it
-                        continue
-                    waiter = self._waiting.pop(answer.run_id, None)
-                if waiter is not None:  # else not a run of ours: nobody to hand it to
-                    waiter.answers.put(answer)
+                    answers = (self._waiting.pop if last else self._waiting.get)(answer.run_id, None)
+                if answers is not None:  # else not a run of ours: nobody to hand it to
+                    answers.put(answer)
         except grpc.RpcError as exc:  # also the channel closed under it: CANCELLED
             error = exc
         finally:
             with self._lock:
                 self.ended = True
                 waiting, self._waiting = list(self._waiting.values()), {}
-            for waiter in waiting:
-                waiter.answers.put(error)
+            for answers in waiting:
+                answers.put(error)
             self.close()  # ends the request iterator's thread, should the server have ended first
 
 
@@ -194,22 +165,26 @@ class RunStream:
         A refusal raises its domain error; a call that ended before the receipt, ``CallEnded``;
         a wait that ran out (``_Deadlines``), ``TimedOut``."""
         deadlines = _Deadlines(time.monotonic(), timeout, receipt_timeout)
-        waiter = None
-        while waiter is None:  # at most twice: a call found ended is replaced
+        answers = None
+        while answers is None:  # at most twice: a call found ended is replaced
             with self._lock:
                 if self._call is None or self._call.ended:
                     self._call = _Call(self._open_call)
                 call, run_id = self._call, next(self._ids)
-            waiter = call.send(run_id, request)
-        try:
-            handed = waiter.next(deadlines)
-        except TimedOut:
-            call.forget(run_id)
-            raise
+            answers = call.send(run_id, request)
         run = _Run()
-        run.receipt = waiter.receipt  # the reader kept it before handing anything later
-        outcome = run.take(handed)
-        assert outcome is not _Run.MORE and run.receipt is not None
+        outcome: object = _Run.MORE
+        while outcome is _Run.MORE:
+            deadline = deadlines.of(run)
+            try:
+                handed = answers.get(
+                    timeout=None if deadline is None else max(0.0, deadline - time.monotonic())
+                )
+            except queue.Empty:
+                call.forget(run_id)
+                raise TimedOut(None if run.receipt is None else run.receipt.execution_id) from None
+            outcome = run.take(handed)
+        assert run.receipt is not None
         return run.receipt.execution_id, outcome  # type: ignore[return-value]
 
     def close(self) -> None:
