@@ -24,6 +24,7 @@ from bench import (
     replicas,
     schedules,
     starvation,
+    submit,
     tenants,
     timers,
     tracing,
@@ -52,6 +53,7 @@ BENCHES = {
     "arrays": graphs_arrays.main,
     "placement": placement.main,
     "schedules": schedules.main,
+    "submit": submit.main,
 }
 
 

@@ -36,7 +36,7 @@ from flux.client.requests import (
     shift_index,
     submit_span,
 )
-from flux.client.runs import ENDED, AsyncRunStream, CallEnded
+from flux.client.runs import ENDED, LATE, AsyncRunStream, CallEnded, TimedOut
 from flux.client.schedule_admin import AsyncScheduleAdmin
 from flux.client.streams import tasks
 from flux.client.tenant_admin import AsyncTenantAdmin
@@ -197,18 +197,41 @@ class FluxClient(AsyncCalls):
     async def _run_and_wait(
         self, request: control_pb2.RunWorkflowRequest, timeout: float | None, on_update: Update | None
     ) -> control_pb2.Execution:
-        if timeout is None and on_update is None and not self._traced:
-            # A message on the client's RunAndWaitStream call (a trace or a timeout is per call).
+        loop = asyncio.get_running_loop()
+        deadline = None if timeout is None else loop.time() + timeout
+        if on_update is None and not self._traced:
+            # A message on the client's RunAndWaitStream call (a trace or every state is per call);
+            # a timeout is the client's to keep, the call stays open (flux/client/runs.py).
             try:
-                execution_id, final = await self._runs.run(request)
+                execution_id, final = await self._runs.run(request, timeout, self.timeout)
             except CallEnded as ended:
                 raise (
                     await self._error(ended.error) if ended.error else Unavailable(ENDED.format(self.address))
                 ) from None
-            # None: accepted, then the call broke (a restart): follow it as ``wait`` does.
-            return final if final is not None else await self.wait(execution_id)
+            except TimedOut as out:
+                if out.execution_id is None:
+                    raise Unavailable(LATE.format(self.address)) from None
+                execution_id, final, deadline = out.execution_id, None, loop.time()
+            if final is not None:
+                return final
+            # Accepted, then the call broke (a restart) or the wait ran out: ``wait`` says which.
+            receipt = control_pb2.Execution(execution_id=execution_id)
+        else:
+            receipt = await self._unary_run_and_wait(request, timeout, on_update)
+            if finished(receipt):
+                return receipt
+        remaining = None if deadline is None else max(0.0, deadline - loop.time())
+        try:
+            return await self.wait(receipt.execution_id, remaining, on_update)
+        except WaitTimedOut as exc:  # named with the whole wait's timeout, not what was left of it
+            raise WaitTimedOut(exc.execution, exc.timeout if timeout is None else timeout) from None
+
+    async def _unary_run_and_wait(
+        self, request: control_pb2.RunWorkflowRequest, timeout: float | None, on_update: Update | None
+    ) -> control_pb2.Execution:
+        """A ``RunAndWait`` call of its own: the final state, or the receipt where the call broke
+        or the wait's timeout cut it (the caller follows it with ``wait``)."""
         loop = asyncio.get_running_loop()
-        deadline = None if timeout is None else loop.time() + timeout
         # Traced, the submission (to the receipt) is a flux.submit span.
         span, metadata = submit_span(
             self.address, "RunAndWait", request.workflow_name, self._metadata, self._traced
@@ -258,11 +281,7 @@ class FluxClient(AsyncCalls):
             call.cancel()
         if receipt is None:
             raise Unavailable(ENDED.format(self.address))
-        remaining = None if deadline is None else max(0.0, deadline - loop.time())
-        try:
-            return await self.wait(receipt.execution_id, remaining, on_update)
-        except WaitTimedOut as exc:  # named with the whole wait's timeout, not what was left of it
-            raise WaitTimedOut(exc.execution, exc.timeout if timeout is None else timeout) from None
+        return receipt
 
     async def map(
         self,

@@ -35,7 +35,7 @@ from flux.client.requests import (
     shift_index,
     submit_span,
 )
-from flux.client.runs import ENDED, CallEnded, RunStream
+from flux.client.runs import ENDED, LATE, CallEnded, RunStream, TimedOut
 from flux.client.services import Services
 from flux.client.streams import threaded
 from flux.defaults import default_server
@@ -179,17 +179,28 @@ class FluxClient(Calls, Services):
     ) -> control_pb2.Execution:
         # One call: the receipt, then the final state. The receipt may take as long as any
         # call (self.timeout); the wait's own timeout cuts the stream only once it is accepted.
-        if timeout is None and on_update is None and not self._traced:
-            # A message on the client's RunAndWaitStream call (a trace or a timeout is per call).
+        deadline = None if timeout is None else time.monotonic() + timeout
+        if on_update is None and not self._traced:
+            # A message on the client's RunAndWaitStream call (a trace or every state is per call);
+            # a timeout is the client's to keep, the call stays open (flux/client/runs.py).
             try:
-                execution_id, final = self._runs.run(request)
+                execution_id, final = self._runs.run(request, timeout, self.timeout)
             except CallEnded as ended:
                 raise (
                     self._error(ended.error) if ended.error else Unavailable(ENDED.format(self.address))
                 ) from None
-            # None: accepted, then the call broke (a restart): follow it as ``wait`` does.
-            return final if final is not None else self.wait(execution_id)
-        deadline = None if timeout is None else time.monotonic() + timeout
+            except TimedOut as out:
+                if out.execution_id is None:
+                    raise Unavailable(LATE.format(self.address)) from None
+                execution_id, final, deadline = out.execution_id, None, time.monotonic()
+            if final is not None:
+                return final
+            # Accepted, then the call broke (a restart) or the wait ran out: ``wait`` says which.
+            remaining = None if deadline is None else max(0.0, deadline - time.monotonic())
+            try:
+                return self.wait(execution_id, remaining)
+            except WaitTimedOut as exc:  # named with the whole wait's timeout
+                raise WaitTimedOut(exc.execution, exc.timeout if timeout is None else timeout) from None
         # Traced, the submission (to the receipt) is a flux.submit span, as a run without wait is.
         span, metadata = submit_span(
             self.address, "RunAndWait", request.workflow_name, self._metadata, self._traced

@@ -64,9 +64,14 @@ T = TypeVar("T")
 
 log = logging.getLogger("flux.store")
 
-# A batch of at most this many rows commits on the event loop; a larger one (a bulk submission,
-# a recovery) on the thread, so the loop never waits for a long write.
-INLINE_ROWS = 32
+# A batch of at most this many rows commits on the event loop; a larger one (a burst, a bulk
+# submission, a recovery) on the thread, so the loop never waits for a long write. One row is the
+# sequential case the inline commit is for. At 32, a burst of one-by-one submissions (64 in
+# flight) committed nearly every small batch on the loop: the loop did the writes the thread did
+# beside it before, and batches stayed small; the server's CPU per execution went from 0.75-0.85
+# to 1.15-1.35 ms and the burst from 1,100-1,300/s to 640-990/s (issue 46, bisected to the commit
+# that brought the inline write). At 1, a burst's batches grow on the thread again.
+INLINE_ROWS = 1
 # Commits between checkpoints: about what SQLite's own 1,000-page default comes to at a few
 # pages per commit.
 CHECKPOINT_EVERY = 256
