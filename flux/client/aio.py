@@ -13,15 +13,13 @@ One client holds one channel; share it between tasks rather than opening one per
 from __future__ import annotations
 
 import asyncio
-import functools
 from collections.abc import AsyncIterator, Callable, Iterable
 from typing import Any
 
 import grpc
 
-from flux.client.batches import AsyncBatchCalls, Executions, async_batch_calls, batch_fields
+from flux.client.batches import Executions, batch_fields
 from flux.client.calls import AsyncCalls
-from flux.client.limit_admin import AsyncLimitAdmin
 from flux.client.requests import (
     WaitTimedOut,
     chunked,
@@ -37,23 +35,22 @@ from flux.client.requests import (
     submit_span,
 )
 from flux.client.runs import ENDED, LATE, AsyncRunStream, CallEnded, TimedOut
-from flux.client.schedule_admin import AsyncScheduleAdmin
+from flux.client.services import AsyncServices
 from flux.client.streams import tasks
-from flux.client.tenant_admin import AsyncTenantAdmin
 from flux.defaults import default_server
 from flux.domain.batch import check_max_concurrent
 from flux.domain.policy import Retry
 from flux.errors import FluxError, InvalidArgument, Unavailable
 from flux.observe import tracing
 from flux.security import Credentials, Role
-from flux.v1 import control_pb2, control_pb2_grpc, limits_pb2_grpc, schedules_pb2_grpc, tenants_pb2_grpc
+from flux.v1 import control_pb2, control_pb2_grpc
 
 __all__ = ["FluxClient", "WaitTimedOut"]
 
 Update = Callable[[control_pb2.Execution], None]
 
 
-class FluxClient(AsyncCalls):
+class FluxClient(AsyncCalls, AsyncServices):
     def __init__(
         self, address: str | None = None, timeout: float = 30.0, credentials: Credentials | None = None
     ):
@@ -67,45 +64,6 @@ class FluxClient(AsyncCalls):
         self._runs = AsyncRunStream(lambda: self._stub.RunAndWaitStream(metadata=self._metadata))
         # ``flux.submit`` spans where this process traces, as the blocking client (checked once).
         self._traced = tracing.adopt()
-
-    @functools.cached_property
-    def tenants(self) -> AsyncTenantAdmin:
-        """Tenants and their tokens (``flux.client.tenant_admin``; an admin token: tenant admins see their own tenant)."""
-        stub = tenants_pb2_grpc.TenantServiceStub(self._channel)
-
-        async def call(method: str, request: Any) -> Any:
-            try:
-                return await getattr(stub, method)(request, timeout=self.timeout, metadata=self._metadata)
-            except grpc.RpcError as exc:
-                raise await self._error(exc) from None
-
-        return AsyncTenantAdmin(call)
-
-    @functools.cached_property
-    def limits(self) -> AsyncLimitAdmin:
-        """The tenant's named limits (``flux.client.limit_admin``; an admin token changes them)."""
-        stub = limits_pb2_grpc.LimitServiceStub(self._channel)
-
-        async def call(method: str, request: Any) -> Any:
-            try:
-                return await getattr(stub, method)(request, timeout=self.timeout, metadata=self._metadata)
-            except grpc.RpcError as exc:
-                raise await self._error(exc) from None
-
-        return AsyncLimitAdmin(call)
-
-    @functools.cached_property
-    def schedules(self) -> AsyncScheduleAdmin:
-        """The tenant's schedules (``flux.client.schedule_admin``; an admin token changes them)."""
-        stub = schedules_pb2_grpc.ScheduleServiceStub(self._channel)
-
-        async def call(method: str, request: Any) -> Any:
-            try:
-                return await getattr(stub, method)(request, timeout=self.timeout, metadata=self._metadata)
-            except grpc.RpcError as exc:
-                raise await self._error(exc) from None
-
-        return AsyncScheduleAdmin(call)
 
     async def close(self) -> None:
         await self._runs.close()
@@ -327,11 +285,6 @@ class FluxClient(AsyncCalls):
             executions.extend(answer.executions)
             batch_id = batch_id or answer.batch_id
         return Executions(executions, self.batches.handle(batch_id) if batch_id else None)
-
-    @functools.cached_property
-    def batches(self) -> AsyncBatchCalls:
-        """Batches by id, as ``FluxClient.batches`` (each call a coroutine; ``watch`` an async iterator)."""
-        return async_batch_calls(self._channel, self._metadata, self.timeout, self._error)
 
     async def wait_all(
         self, executions: Iterable[control_pb2.Execution | str], timeout: float | None = None
