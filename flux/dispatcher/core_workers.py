@@ -73,6 +73,8 @@ class WorkerMethods:
         self.registry.disconnect(session)
         entry = self.registry.get(session.worker)
         if entry is not None and entry.session is None:
+            # Its queue goes back now, not after the grace: none of it ran.
+            self.passes.work_added(housekeeping.requeue_queued(self, entry, "stream closed"))
             if session.overflowed:  # what it never read is gone: back in line now, placed elsewhere
                 self.passes.work_added(housekeeping.requeue_unread(self, entry))
             self.fleet.disconnected(entry)
@@ -86,6 +88,10 @@ class WorkerMethods:
         draining: bool,
     ) -> None:
         self.registry.report(name, session_token, resources, software, draining)
+        if draining:
+            entry = self.registry.entries[name]
+            if entry.queued:  # a draining worker takes nothing new: its queue goes back at once
+                self.passes.work_added(housekeeping.requeue_queued(self, entry, "draining"))
 
     def authorize(self, name: str, session_token: str) -> WorkerEntry:
         return self.registry.authorize(name, session_token)

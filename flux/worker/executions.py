@@ -93,6 +93,10 @@ class Executions:
     async def _heartbeat(self, execution_id: str, generation: int, details_json: str) -> None:
         raise NotImplementedError
 
+    def _room_freed(self) -> None:
+        """An execution left: start what waits in our own queue if it fits now (runtime.py)."""
+        raise NotImplementedError
+
     async def _execute(self, dispatch: Dispatch) -> None:
         """Claim and run at once: the body starts while the claim is on its way (execution is
         at-least-once), and its result follows the claim without waiting for the claim's answer
@@ -134,10 +138,12 @@ class Executions:
         try:
             if traced:
                 output_json, error = await self._traced_invoke(dispatch)
+                self._body_ended(dispatch)
                 with tracing.span("flux.complete", dispatch.trace, "CLIENT", **self._span_fields(dispatch)):
                     await self._complete(dispatch, claim.settle(), written, output_json, error)
             else:
                 output_json, error = await self._invoke(dispatch)
+                self._body_ended(dispatch)
                 await self._complete(dispatch, claim.settle(), written, output_json, error)
         except asyncio.CancelledError:
             claim.cancel()  # a claim not yet sent stays unsent: it would land after the release below
@@ -155,6 +161,16 @@ class Executions:
             running = self._running.get(execution_id)
             if running is not None and running.dispatch is dispatch:  # not a newer dispatch of it
                 del self._running[execution_id]
+                self._room_freed()
+
+    def _body_ended(self, dispatch: Dispatch) -> None:
+        """Its room is ours again now, not once its result is answered: what waits in our queue may
+        start. Called back after this turn, so its result is handed to the batcher first (and is
+        sent ahead of the claim of what starts in its room)."""
+        running = self._running.get(dispatch.execution_id)
+        if running is not None and running.dispatch is dispatch:
+            running.body_ended = True
+            asyncio.get_running_loop().call_soon(self._room_freed)
 
     async def _complete(
         self,

@@ -9,7 +9,9 @@ from types import MappingProxyType
 from flux.dispatcher.state.session import Session
 from flux.domain.resource_request import ResourceRequest
 from flux.domain.worker import WorkerResources, WorkerSoftware
-from flux.matching import Amounts, WorkerView
+from flux.matching import Amounts, Shape, WorkerView
+from flux.matching.aging import BookedRoom
+from flux.matching.filters import fits_now
 
 
 def _amounts(requests: ResourceRequest) -> Amounts:
@@ -56,6 +58,10 @@ class WorkerEntry:
     # False until the first Connect: a worker that registers and never streams is forgotten quietly.
     ever_connected: bool = False
     holdings: dict[str, Holding] = field(default_factory=dict)
+    # Executions it may hold beyond its room in its own queue (--prefetch), and those it holds
+    # there, in the order sent (SCHEDULED, nothing reserved until its claim: ``claim_queued``).
+    prefetch: int = 0
+    queued: dict[str, ResourceRequest] = field(default_factory=dict)
     reserved: Amounts = Amounts()
     # Reserved after the latest report, which the observed values cannot reflect yet.
     unreported: Amounts = Amounts()
@@ -81,6 +87,41 @@ class WorkerEntry:
     def dispatchable(self) -> bool:
         """Work may be placed here now: only on a worker whose stream this server holds."""
         return self.elsewhere is None and self.accepting and not self.paused
+
+    @property
+    def direct(self) -> bool:
+        """Work may be placed in its room now: dispatchable, and its own queue is empty (while it
+        holds a queue, the server refills that instead, so its start order never races a dispatch)."""
+        return not self.queued and self.dispatchable
+
+    @property
+    def hungry(self) -> bool:
+        """Its queue has space for more: a pass may queue work ahead here."""
+        return len(self.queued) < self.prefetch and self.dispatchable and not self.paused
+
+    def queue(self, execution_id: str, requests: ResourceRequest) -> None:
+        """Queued ahead at this worker: nothing is reserved."""
+        self.queued[execution_id] = requests
+        self.invalidate()
+
+    def position(self, execution_id: str) -> int | None:
+        """1 for the next to start of its queue; None when not queued here."""
+        for place, queued in enumerate(self.queued, 1):
+            if queued == execution_id:
+                return place
+        return None
+
+    def claim_queued(self, execution_id: str) -> bool:
+        """Its worker starts a queued execution: reserve it now if its room allows (by reservations:
+        what runs here is what the worker itself counts). False, and still queued, when it does not."""
+        requests = self.queued.get(execution_id)
+        if requests is None:
+            return False
+        if not fits_now(Shape(requests), BookedRoom(self.view())):
+            return False
+        del self.queued[execution_id]
+        self.hold(execution_id, requests, ())
+        return True
 
     @property
     def active(self) -> int:
@@ -120,7 +161,10 @@ class WorkerEntry:
     def release(self, execution_id: str) -> bool:
         holding = self.holdings.pop(execution_id, None)
         if holding is None:
-            return False
+            if self.queued.pop(execution_id, None) is None:
+                return False
+            self.invalidate()  # its queue has space again: a pass refills it
+            return True
         self.reserved = self.reserved - holding.amounts
         if holding.since_report:
             self.unreported = self.unreported - holding.amounts
