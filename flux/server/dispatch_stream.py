@@ -49,15 +49,17 @@ class DispatchStream:
 
     async def _drain(self) -> None:
         most = DISPATCH_BATCH if self.batched else 1
+        counters = self.dispatcher.events.counters
         try:
             while events := self.session.take(most):
                 for i, event in enumerate(events):
                     if isinstance(event, Scheduled) and not event.execution.input_json:
                         # A large input waits in the store, not in RAM: read it on its way out.
                         execution = await self.dispatcher.with_input(event.execution)
-                        events[i] = Scheduled(execution, event.requests)
+                        events[i] = Scheduled(execution, event.requests, event.queued)
                 for message in worker_convert.events_to_proto(events, self.batched):
                     await self.context.write(message)
+                    counters.worker_messages_sent += 1
         except Exception as exc:  # e.g. the store unavailable while an input is read
             if not self._ended.done():
                 self._ended.set_exception(exc)

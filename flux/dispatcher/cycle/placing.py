@@ -160,7 +160,9 @@ def push(d: Handle, execution: Execution, entry: WorkerEntry, placement: Placeme
     d.table.set(execution)
     entry.session.push(Scheduled(execution, placement.shape.requests, placement.queued))
     d.events.dispatched(execution)
-    if not placement.queued:  # a queued one waits for room as long as it must: claimed when it starts
+    if placement.queued:
+        d.events.counters.queued_dispatches += 1
+    else:  # a queued one waits for room as long as it must: claimed when it starts
         d.timers.arm(
             Kind.ACK, execution.execution_id, execution.generation, d.clock() + d.settings.ack_deadline
         )
