@@ -99,7 +99,9 @@ class WorkerService(worker_pb2_grpc.WorkerServiceServicer):
                 )
             )
             self._counted(received=0)
-            await DispatchStream(self.dispatcher, session, context, request.batched_dispatch).run()
+            await DispatchStream(
+                self.dispatcher, session, context, request.batched_dispatch, self._counters
+            ).run()
         except Exception as exc:  # e.g. the store unavailable while an input is read
             failed = exc
         finally:

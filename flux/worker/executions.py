@@ -93,8 +93,7 @@ class Executions:
     async def _heartbeat(self, execution_id: str, generation: int, details_json: str) -> None:
         raise NotImplementedError
 
-    def _room_freed(self) -> None:
-        """An execution left: start what waits in our own queue if it fits now (runtime.py)."""
+    def _room_freed(self) -> None:  # start what waits in our own queue if it fits now (runtime.py)
         raise NotImplementedError
 
     async def _execute(self, dispatch: Dispatch) -> None:
@@ -164,9 +163,8 @@ class Executions:
                 self._room_freed()
 
     def _body_ended(self, dispatch: Dispatch) -> None:
-        """Its room is ours again now, not once its result is answered: what waits in our queue may
-        start. Called back after this turn, so its result is handed to the batcher first (and is
-        sent ahead of the claim of what starts in its room)."""
+        """Its room is free now, not once its result is answered: our queue may start its next (after
+        this turn, so the result reaches the batcher first and is sent ahead of that one's claim)."""
         running = self._running.get(dispatch.execution_id)
         if running is not None and running.dispatch is dispatch:
             running.body_ended = True
