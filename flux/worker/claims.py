@@ -77,3 +77,5 @@ class Running:
     claimed_in: int | None = None
     # Its body has returned (its result may still be on its way): it holds no room here any more.
     body_ended: bool = False
+    # Queued here and started in the room of these results (prefetch.ResultsInFlight): its own claim waits for them.
+    after: tuple[asyncio.Future[None], ...] = ()

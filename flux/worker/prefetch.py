@@ -14,12 +14,16 @@ the stream closes or the worker drains (``clear``), and cancels one by one (``dr
 
 from __future__ import annotations
 
+import asyncio
 from collections import deque
-from collections.abc import Iterable
+from collections.abc import Awaitable, Callable, Iterable
+from typing import TypeVar
 
 from flux.domain.resource_request import ResourceRequest
 from flux.domain.worker import WorkerResources
 from flux.worker.transport import Dispatch
+
+T = TypeVar("T")
 
 
 def fits(
@@ -88,3 +92,34 @@ class LocalQueue:
             held.append(dispatch.requests)
             started.append(dispatch)
         return started
+
+
+class ResultsInFlight:
+    """Results of ended bodies not yet answered. The server counts a worker's room by the results it
+    has, so a queued execution's own claim (a body past ``CLAIM_DELAY``, or traced) waits for the
+    results that were in flight when it started, the ones whose room it took: over the SSE gateway
+    calls are not ordered, and a claim read first would be refused. A claim that rides in its own
+    result needs no wait: results go one call at a time, in order."""
+
+    def __init__(self) -> None:
+        self._pending: set[asyncio.Future[None]] = set()
+
+    def begin(self) -> asyncio.Future[None]:
+        future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._pending.add(future)
+        return future
+
+    def end(self, future: asyncio.Future[None]) -> None:
+        if not future.done():
+            future.set_result(None)
+        self._pending.discard(future)
+
+    def snapshot(self) -> tuple[asyncio.Future[None], ...]:
+        return tuple(self._pending)
+
+
+async def after_results(results: tuple[asyncio.Future[None], ...], call: Callable[[], Awaitable[T]]) -> T:
+    """``call()`` once every one of ``results`` is answered (or given up)."""
+    if results:
+        await asyncio.wait(results)
+    return await call()

@@ -29,11 +29,12 @@ from flux.errors import (
     Unavailable,
     Unimplemented,
 )
+from flux.worker.backoff import Backoff
 from flux.worker.batching import Batcher
 from flux.worker.claims import ClaimCall, Running
 from flux.worker.code_cache import CodeCache
-from flux.worker.executions import Backoff, Executions
-from flux.worker.prefetch import LocalQueue
+from flux.worker.executions import Executions
+from flux.worker.prefetch import LocalQueue, ResultsInFlight
 from flux.worker.probe import ResourceProbe, changed_materially
 from flux.worker.transport import Answers, Cancel, Connected, Dispatch, Outcome, Registration, WorkerTransport
 
@@ -91,6 +92,7 @@ class WorkerRuntime(Executions):
         self._streams = 0
         self._running: dict[str, Running] = {}
         self._queued = LocalQueue()
+        self._in_flight = ResultsInFlight()
         self._stopping = asyncio.Event()
         self._threads = ThreadPoolExecutor(
             max_workers=max(1, config.capacity), thread_name_prefix="flux-workflow"
@@ -229,17 +231,18 @@ class WorkerRuntime(Executions):
             return
         self._run(dispatch)
 
-    def _run(self, dispatch: Dispatch) -> None:
+    def _run(self, dispatch: Dispatch, after: tuple[asyncio.Future[None], ...] = ()) -> None:
         task = asyncio.create_task(self._execute(dispatch), name=f"execution-{dispatch.execution_id}")
-        self._running[dispatch.execution_id] = Running(dispatch, task)
+        self._running[dispatch.execution_id] = Running(dispatch, task, after=after)
 
     def _room_freed(self) -> None:
         """Start what our own queue holds, in order, as far as our room allows (each claimed then)."""
         if not len(self._queued) or self._stopping.is_set():
             return
         running = (r.dispatch.requests for r in self._running.values() if not r.body_ended)
+        after = self._in_flight.snapshot()
         for dispatch in self._queued.ready(running, self.config.capacity, self._reported):
-            self._run(dispatch)
+            self._run(dispatch, after)
 
     def _cancel(self, cancel: Cancel) -> None:
         if self._queued.drop(cancel.execution_id, cancel.generation):
