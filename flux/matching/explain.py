@@ -30,6 +30,7 @@ MAX_SUMMARY_GROUPS = 4
 REST: dict[Reason, tuple[str, str]] = {
     Reason.RUNTIME: ("lacks the runtime", "lack the runtime"),
     Reason.PAUSED: ("is paused", "are paused"),
+    Reason.QUEUE: ("has its own queue to start first", "have their own queues to start first"),
     Reason.LABEL: ("has other labels", "have other labels"),
     Reason.CAPACITY: ("is at capacity", "are at capacity"),
     Reason.CPU: ("has too few cores", "have too few cores"),

@@ -74,6 +74,7 @@ def scheduled_to_proto(event: Scheduled) -> worker_pb2.ExecutionScheduled:
         requests=event.requests.to_proto(),
         trace=trace,
         queued=event.queued,
+        priority=e.priority,
         **_timing_fields(e),
     )
 

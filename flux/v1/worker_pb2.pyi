@@ -394,6 +394,7 @@ class ExecutionScheduled(_message.Message):
     HEARTBEAT_INTERVAL_S_FIELD_NUMBER: _builtins.int
     LAST_HEARTBEAT_JSON_FIELD_NUMBER: _builtins.int
     QUEUED_FIELD_NUMBER: _builtins.int
+    PRIORITY_FIELD_NUMBER: _builtins.int
     execution_id: _builtins.str
     """Execution id."""
     attempt: _builtins.int
@@ -415,6 +416,10 @@ class ExecutionScheduled(_message.Message):
     in its queue, in the order sent, and starts it (claiming it then) only when its own room
     allows; a claim the server cannot reserve room for is refused and the execution goes back
     in line.
+    """
+    priority: _builtins.int
+    """The execution's priority: a queued one goes ahead of those queued with a lower priority
+    (first come first within a priority), so a higher-priority arrival never waits behind them.
     """
     @_builtins.property
     def workflow(self) -> Global___WorkflowRef:
@@ -449,10 +454,11 @@ class ExecutionScheduled(_message.Message):
         heartbeat_interval_s: _builtins.float = ...,
         last_heartbeat_json: _builtins.str = ...,
         queued: _builtins.bool = ...,
+        priority: _builtins.int = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["requests", b"requests", "trace", b"trace", "workflow", b"workflow"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["attempt", b"attempt", "execution_id", b"execution_id", "generation", b"generation", "gpu_indices", b"gpu_indices", "heartbeat_interval_s", b"heartbeat_interval_s", "input_json", b"input_json", "last_heartbeat_json", b"last_heartbeat_json", "queued", b"queued", "requests", b"requests", "timeout_s", b"timeout_s", "trace", b"trace", "workflow", b"workflow"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["attempt", b"attempt", "execution_id", b"execution_id", "generation", b"generation", "gpu_indices", b"gpu_indices", "heartbeat_interval_s", b"heartbeat_interval_s", "input_json", b"input_json", "last_heartbeat_json", b"last_heartbeat_json", "priority", b"priority", "queued", b"queued", "requests", b"requests", "timeout_s", b"timeout_s", "trace", b"trace", "workflow", b"workflow"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

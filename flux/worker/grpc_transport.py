@@ -78,6 +78,7 @@ def dispatch_from_proto(message: worker_pb2.ExecutionScheduled) -> Dispatch:
         heartbeat_interval=message.heartbeat_interval_s,
         last_heartbeat_json=message.last_heartbeat_json,
         queued=message.queued,
+        priority=message.priority,
     )
 
 

@@ -1,7 +1,7 @@
 """A pipelining worker's own queue (``flux start worker --prefetch N``).
 
 The server may send a worker up to N executions beyond its room, marked queued: nothing is
-reserved for them yet. The worker keeps them here in the order sent and starts the first only
+reserved for them yet. The worker keeps them here, by priority then in the order sent, and starts the first only
 when its own room allows (what its running executions hold, against its allocatable totals and
 its capacity), claiming it then; the server reserves at that claim. The first waits for room
 while later ones might fit (a 2-core execution behind 1-core ones): strict order, so nothing
@@ -65,7 +65,11 @@ class LocalQueue:
         return any(d.execution_id == execution_id for d in self._waiting)
 
     def add(self, dispatch: Dispatch) -> None:
-        self._waiting.append(dispatch)
+        """Behind every queued dispatch of its priority or higher, ahead of the lower ones."""
+        place = len(self._waiting)
+        while place and self._waiting[place - 1].priority < dispatch.priority:
+            place -= 1
+        self._waiting.insert(place, dispatch)
 
     def drop(self, execution_id: str, generation: int) -> bool:
         """Forget a queued dispatch (cancelled); whether it was here."""

@@ -60,6 +60,8 @@ class Dispatch:
     last_heartbeat_json: str = ""
     # Queued ahead: nothing is reserved yet; start it (claiming it) only when this worker's room allows.
     queued: bool = False
+    # Higher first in this worker's own queue; first come first within a priority.
+    priority: int = 0
 
 
 @dataclass(frozen=True, slots=True)

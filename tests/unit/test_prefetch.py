@@ -87,9 +87,17 @@ def test_nothing_without_space():
 TOTALS = WorkerResources(cpu_total=2, cpu_available=2, memory_total=8 << 30, memory_available=8 << 30)
 
 
-def dispatch(execution_id: str, cpu: int = 1) -> Dispatch:
+def dispatch(execution_id: str, cpu: int = 1, priority: int = 0) -> Dispatch:
     return Dispatch(
-        execution_id, 1, 1, "null", WorkflowRef("w", 1, "h", "f"), (), ResourceRequest(cpu=cpu), queued=True
+        execution_id,
+        1,
+        1,
+        "null",
+        WorkflowRef("w", 1, "h", "f"),
+        (),
+        ResourceRequest(cpu=cpu),
+        queued=True,
+        priority=priority,
     )
 
 
@@ -128,3 +136,26 @@ def test_local_queue_drop_and_clear():
     assert queue.drop("a", generation=1)
     assert "a" not in queue and "b" in queue
     assert queue.clear() == 1 and len(queue) == 0
+
+
+def test_local_queue_puts_a_higher_priority_ahead_first_come_first_within_one():
+    queue = LocalQueue()
+    for d in (
+        dispatch("low-1"),
+        dispatch("high-1", priority=5),
+        dispatch("low-2"),
+        dispatch("high-2", priority=5),
+    ):
+        queue.add(d)
+    started = [d.execution_id for d in queue.ready([], 16, None)]
+    assert started == ["high-1", "high-2", "low-1", "low-2"]
+
+
+def test_a_worker_with_a_queue_takes_nothing_in_its_room_and_says_why():
+    from flux.matching.filters import fits_now, rejections
+    from flux.matching.view import Room
+
+    view = worker("w", cpu=4, queued=2)
+    assert not fits_now(shape(cpu=1), Room(view))
+    [why] = rejections(shape(cpu=1), view)
+    assert (why.detail, why.permanent) == ("has 2 queued ahead (its own queue goes first)", False)

@@ -124,3 +124,13 @@ async def test_a_worker_without_prefetch_gets_nothing_queued(flux):
     w = await flux.worker(cpu=2)
     ids = [await flux.run() for _ in range(4)]
     assert dispatches(w) == [(ids[0], False), (ids[1], False)]
+
+
+async def test_a_higher_priority_is_queued_ahead_of_lower_ones_and_explain_says_so(flux):
+    await flux.workflow(cpu=1)
+    w = await prefetching(flux, cpu=1, prefetch=2)
+    blocker, low = await flux.run(), await flux.run()
+    high = (await flux.d.submit("job", "", priority=5)).execution_id
+    assert dispatches(w) == [(blocker, False), (low, True), (high, True)]
+    assert (await flux.d.why(high)).summary == "queued at worker w1 (1st)"
+    assert (await flux.d.why(low)).summary == "queued at worker w1 (2nd)"

@@ -74,7 +74,7 @@ def reserve(
             # on the worker that freed room. One pass over the whole queue and fleet.
             d.usage.freed.clear()
             shapes, workers = None, None
-    fleet = d.registry.index() if workers is None else [w.view() for w in workers if w.direct]
+    fleet = d.registry.index() if workers is None else [w.view() for w in workers if w.dispatchable]
     if not fleet:
         return []
     placements = schedule(

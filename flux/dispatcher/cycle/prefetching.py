@@ -45,6 +45,7 @@ def reserve_queued(
         d.queue, spaces, shapes=shapes, cache=d.feasibility, eligible=lambda item: not held(item.execution_id)
     )
     for placement in placements:
-        d.queue.remove(placement.execution_id)
-        d.registry.entries[placement.worker].queue(placement.execution_id, placement.shape.requests)
+        item = d.queue.remove(placement.execution_id)
+        priority = item.priority if item is not None else 0
+        d.registry.entries[placement.worker].queue(placement.execution_id, placement.shape.requests, priority)
     return placements

@@ -29,6 +29,14 @@ class Holding:
 
 
 @dataclass(frozen=True, slots=True)
+class Queued:
+    """One execution in a pipelining worker's own queue: what it will reserve, and its priority."""
+
+    requests: ResourceRequest
+    priority: int
+
+
+@dataclass(frozen=True, slots=True)
 class Elsewhere:
     """A worker whose stream another replica holds, as that replica last published it."""
 
@@ -61,7 +69,7 @@ class WorkerEntry:
     # Executions it may hold beyond its room in its own queue (--prefetch), and those it holds
     # there, in the order sent (SCHEDULED, nothing reserved until its claim: ``claim_queued``).
     prefetch: int = 0
-    queued: dict[str, ResourceRequest] = field(default_factory=dict)
+    queued: dict[str, Queued] = field(default_factory=dict)
     reserved: Amounts = Amounts()
     # Reserved after the latest report, which the observed values cannot reflect yet.
     unreported: Amounts = Amounts()
@@ -89,34 +97,30 @@ class WorkerEntry:
         return self.elsewhere is None and self.accepting and not self.paused
 
     @property
-    def direct(self) -> bool:
-        """Work may be placed in its room now: dispatchable, and its own queue is empty (while it
-        holds a queue, the server refills that instead, so its start order never races a dispatch)."""
-        return not self.queued and self.dispatchable
-
-    @property
     def hungry(self) -> bool:
         """Its queue has space for more: a pass may queue work ahead here."""
         return len(self.queued) < self.prefetch and self.dispatchable and not self.paused
 
-    def queue(self, execution_id: str, requests: ResourceRequest) -> None:
+    def queue(self, execution_id: str, requests: ResourceRequest, priority: int) -> None:
         """Queued ahead at this worker: nothing is reserved."""
-        self.queued[execution_id] = requests
+        self.queued[execution_id] = Queued(requests, priority)
         self.invalidate()
 
     def position(self, execution_id: str) -> int | None:
-        """1 for the next to start of its queue; None when not queued here."""
-        for place, queued in enumerate(self.queued, 1):
-            if queued == execution_id:
-                return place
-        return None
+        """1 for the next to start of its queue, as the worker orders it (by priority, then as
+        sent); None when not queued here."""
+        if execution_id not in self.queued:
+            return None
+        order = sorted(enumerate(self.queued.items()), key=lambda item: (-item[1][1].priority, item[0]))
+        return 1 + [queued_id for _, (queued_id, _) in order].index(execution_id)
 
     def claim_queued(self, execution_id: str) -> bool:
         """Its worker starts a queued execution: reserve it now if its room allows (by reservations:
         what runs here is what the worker itself counts). False, and still queued, when it does not."""
-        requests = self.queued.get(execution_id)
-        if requests is None:
+        queued = self.queued.get(execution_id)
+        if queued is None:
             return False
+        requests = queued.requests
         if not fits_now(Shape(requests), BookedRoom(self.view())):
             return False
         del self.queued[execution_id]
@@ -146,6 +150,7 @@ class WorkerEntry:
                 unreported=self.unreported,
                 held_gpus=self.held_gpus,
                 paused=self.paused,
+                queued=len(self.queued),
             )
         return self._view
 
