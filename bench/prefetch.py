@@ -117,6 +117,9 @@ def _summary(runs: list[dict[str, Any]], part: str) -> dict[str, Any]:
 
 
 def main() -> None:
+    from bench.timers import speed_s
+
+    speed_before = speed_s()
     runs: dict[int, list[dict[str, Any]]] = {n: [] for n in VALUES}
     for round_ in range(ROUNDS):
         order = VALUES if round_ % 2 == 0 else tuple(reversed(VALUES))
@@ -132,6 +135,8 @@ def main() -> None:
                 f"from one client (map + wait_all) and {SEQUENTIAL} one at a time (run(wait=True)); SQLite"
             ),
             "rounds": ROUNDS,
+            # The box's speed (seconds for 10**7 Python additions) before and after the run.
+            "speed_s_10e7_additions": [speed_before, speed_s()],
             "by_prefetch": {
                 str(n): {"burst": _summary(runs[n], "burst"), "sequential": _summary(runs[n], "sequential")}
                 for n in VALUES

@@ -45,6 +45,7 @@ def queued_at(cluster: Cluster, execution_id: str, summary: str) -> None:
     )
 
 
+@pytest.mark.backends("sqlite", "postgres")
 def test_queued_executions_start_in_order_and_never_beyond_the_room(cluster: Cluster, tmp_path: Path):
     cluster.register(WORKFLOWS)
     cluster.start_worker("w1", "--cpus", "2", "--capacity", "2", "--prefetch", "2")
