@@ -88,8 +88,9 @@ def test_a_killed_workers_queue_goes_back_at_once_and_runs_elsewhere(tmp_path: P
         w1 = cluster.start_worker("w1", "--cpus", "1", "--capacity", "1", "--prefetch", "3")
         log = tmp_path / "started.log"
         ids = [
-            cluster.client.run("one_core", {"seconds": 5.0 if n == 0 else 0.1, "log": str(log)}, wait=False)
-            .execution_id
+            cluster.client.run(
+                "one_core", {"seconds": 5.0 if n == 0 else 0.1, "log": str(log)}, wait=False
+            ).execution_id
             for n in range(4)
         ]
         queued_at(cluster, ids[3], "queued at worker w1 (3rd)")

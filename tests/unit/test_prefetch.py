@@ -159,3 +159,27 @@ def test_a_worker_with_a_queue_takes_nothing_in_its_room_and_says_why():
     assert not fits_now(shape(cpu=1), Room(view))
     [why] = rejections(shape(cpu=1), view)
     assert (why.detail, why.permanent) == ("has 2 queued ahead (its own queue goes first)", False)
+
+
+async def test_a_queued_claim_waits_for_the_results_whose_room_it_took():
+    import asyncio
+
+    from flux.worker.prefetch import ResultsInFlight, after_results
+
+    in_flight = ResultsInFlight()
+    earlier = in_flight.begin()
+    after = in_flight.snapshot()
+    later = in_flight.begin()  # a result that came after the claim's start: not waited for
+    order: list[str] = []
+
+    async def claim() -> str:
+        order.append("claim sent")
+        return "claimed"
+
+    task = asyncio.ensure_future(after_results(after, claim))
+    await asyncio.sleep(0)
+    assert order == [] and not task.done()
+    in_flight.end(earlier)
+    assert await task == "claimed" and order == ["claim sent"]
+    assert in_flight.snapshot() == (later,)
+    assert await after_results((), claim) == "claimed"  # nothing in flight: at once
