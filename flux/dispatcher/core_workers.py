@@ -60,10 +60,14 @@ class WorkerMethods:
         return await self.fleet.set_paused(name, paused)
 
     def connect(self, name: str, session_token: str, transport: str = "grpc") -> Session:
-        session = self.registry.connect(name, session_token, transport)
+        with self.passes.together():  # the new stream's pass comes after its old queue is back
+            session = self.registry.connect(name, session_token, transport)
+            entry = self.registry.entries[name]
+            # A worker starts every stream with an empty queue of its own: what it had queued on a
+            # stream it replaced (before that stream's end reached us) goes back in line.
+            self.passes.work_added(housekeeping.requeue_queued(self, entry, "a new stream"))
         self.freezer.connected()
         self.pinger.watch(session)
-        entry = self.registry.entries[name]
         self.reclaimer.connected(entry)
         self.timing.connected(entry)
         self.fleet.connected(entry)

@@ -11,7 +11,7 @@ from flux.domain.execution import State
 from flux.domain.worker import WorkerSoftware
 from flux.errors import FailedPrecondition
 from flux.matching import Amounts
-from tests.unit.harness import Flux, Worker, resources
+from tests.unit.harness import Flux, Worker, resources, settled
 
 CREATED, SCHEDULED, RUNNING = State.CREATED, State.SCHEDULED, State.RUNNING
 
@@ -134,3 +134,20 @@ async def test_a_higher_priority_is_queued_ahead_of_lower_ones_and_explain_says_
     assert dispatches(w) == [(blocker, False), (low, True), (high, True)]
     assert (await flux.d.why(high)).summary == "queued at worker w1 (1st)"
     assert (await flux.d.why(low)).summary == "queued at worker w1 (2nd)"
+
+
+async def test_a_new_stream_takes_the_old_streams_queue_back(flux):
+    # The worker starts each stream with an empty queue; the old stream's end may reach us later.
+    await flux.workflow(cpu=1)
+    w = await prefetching(flux, cpu=1, prefetch=2)
+    ids = [await flux.run() for _ in range(3)]
+    w.events()
+    w.claim(ids[0])
+    w.connect()  # takes over its own stream before the old one's end is seen
+    entry = flux.d.registry.entries["w1"]
+    assert entry.queued == {} and flux.state(ids[1]) is CREATED
+    await settled()  # the requeue is stored, then back in line
+    # Back in line, and queued again on the new stream (one generation on: the old dispatch is fenced).
+    assert dispatches(w) == [(ids[1], True), (ids[2], True)]
+    assert flux.get(ids[1]).generation == 2
+    assert list(entry.queued) == [ids[1], ids[2]]
