@@ -121,3 +121,31 @@ def test_a_higher_priority_arrival_waits_behind_at_most_the_queue(cluster: Clust
     cluster.wait_all([*low, urgent])
     # Behind the running body and the one queued (N = 1), ahead of everything still pending.
     assert started(log) == [low[0], low[1], urgent, low[2], low[3]]
+
+
+@pytest.mark.transports("grpc")
+def test_two_postgresql_replicas_each_queue_at_their_own_workers(tmp_path: Path, pg_url: str):
+    cluster = Cluster(tmp_path, db=pg_url)
+    fast = ("--ack-deadline", "2", "--grace-period", "2", "--safety-tick", "1")
+    try:
+        cluster.start_server(*fast)
+        cluster.start_replica(*fast)
+        cluster.register(WORKFLOWS)
+        a, b = cluster.address, cluster.replicas[0][1]
+        for name, server in (("wa", a), ("wb", b)):
+            cluster.start_worker(name, "--cpus", "2", "--capacity", "2", "--prefetch", "2", servers=[server])
+        with cluster.client_for(a) as ca, cluster.client_for(b) as cb:
+            ids = [
+                (ca if n % 2 else cb).run("one_core", {"seconds": 0.2}, wait=False).execution_id
+                for n in range(24)
+            ]
+            done = [ca.wait(i, 60) for i in ids]
+            assert [e.state for e in done] == [COMPLETED] * len(ids)
+            outputs = [json.loads(e.output_json) for e in done]
+            for worker in ("wa", "wb"):
+                mine = [o for o in outputs if o["worker"] == worker]
+                assert mine and most_at_once(mine) <= 2
+            queued = ca.status().counters.queued_dispatches + cb.status().counters.queued_dispatches
+            assert queued > 0
+    finally:
+        cluster.close()
