@@ -151,3 +151,25 @@ async def test_a_new_stream_takes_the_old_streams_queue_back(flux):
     assert dispatches(w) == [(ids[1], True), (ids[2], True)]
     assert flux.get(ids[1]).generation == 2
     assert list(entry.queued) == [ids[1], ids[2]]
+
+
+async def test_a_pending_timeout_fires_for_an_execution_still_in_a_workers_queue(flux):
+    from flux.domain.policy import PENDING_TIMEOUT, Policy
+    from flux.domain.resource_request import ResourceRequest
+    from flux.domain.workflow import WorkflowRecord
+
+    declared = WorkflowRecord(
+        "job", 0, "", "main", ResourceRequest(cpu=1), {}, 3, policy=Policy(pending_timeout=60.0)
+    )
+    await flux.d.register_workflows("job.py", "# job\n", [declared])
+    w = await prefetching(flux, cpu=1, prefetch=1)
+    ids = [await flux.run() for _ in range(2)]
+    w.events()
+    w.claim(ids[0])
+    flux.expire(61)
+    # The running one started in time; the queued one never did: it ends, and its worker drops it.
+    assert flux.state(ids[0]) is RUNNING
+    failed = flux.get(ids[1])
+    assert (failed.state, failed.reason) == (State.FAILED, PENDING_TIMEOUT)
+    assert [e.execution_id for e in w.events() if isinstance(e, Stop)] == [ids[1]]
+    assert flux.d.registry.entries["w1"].queued == {}

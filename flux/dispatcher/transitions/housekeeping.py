@@ -176,6 +176,20 @@ def requeue_queued(d: Handle, entry: WorkerEntry, why: str) -> list[Shape]:
     return list(shapes)
 
 
+def take_back_queued(d: Handle, execution: Execution, why: str) -> Execution:
+    """Back to CREATED if it waits in its worker's own queue (the worker is told to drop it);
+    as it is otherwise."""
+    entry = d.registry.get(execution.worker) if execution.worker else None
+    if entry is None or execution.execution_id not in entry.queued:
+        return execution
+    if entry.session is not None:
+        entry.session.push(Stop(execution.execution_id, execution.generation, why))
+    requeued = requeue(d, execution, entry, next_attempt=False)
+    d.events.requeued(execution, requeued, Requeue.RELEASED)
+    d.passes.room_freed([entry])  # its queue has a place again
+    return requeued
+
+
 def fire_timers(d: Handle, now: float) -> bool:
     """Act on every timer due by ``now`` (state/deadlines.py); whether a pass is due."""
     changed = False
