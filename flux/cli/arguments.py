@@ -27,6 +27,18 @@ def whole_number(flag: str):  # type: ignore[no-untyped-def]
     return parse
 
 
+def prefetch_count(text: str) -> int:
+    """``--prefetch N``: 0 (none) up to ``defaults.MAX_PREFETCH``."""
+    from flux import defaults
+
+    value = whole_number("--prefetch")(text)
+    if value > defaults.MAX_PREFETCH:
+        raise argparse.ArgumentTypeError(
+            f"--prefetch must be between 0 and {defaults.MAX_PREFETCH}; got {value}"
+        )
+    return value
+
+
 def count(flag: str):  # type: ignore[no-untyped-def]
     whole = whole_number(flag)
 

@@ -10,7 +10,16 @@ import argparse
 import os
 
 from flux import defaults
-from flux.cli.arguments import count, duration, label, origin, quantity, seconds, whole_number
+from flux.cli.arguments import (
+    count,
+    duration,
+    label,
+    origin,
+    prefetch_count,
+    quantity,
+    seconds,
+    whole_number,
+)
 from flux.cli.commands.lazy import command
 from flux.domain.quantity import format_bytes
 from flux.observe import logs
@@ -291,6 +300,12 @@ def add_start(commands: argparse._SubParsersAction) -> None:
         default=defaults.CAPACITY,
         help=f"concurrent executions (default {defaults.CAPACITY})",
     )
+    worker.add_argument(
+        "--prefetch", type=prefetch_count, default=defaults.PREFETCH, metavar="N",
+        help="executions the server may queue here beyond this worker's room; each starts (and is "
+        "claimed) when room allows, so no body runs beyond it. GPU executions and those of a limited "
+        f"key are never queued (0 to {defaults.MAX_PREFETCH}; default {defaults.PREFETCH})",
+    )  # fmt: skip
     worker.add_argument(
         "--work-dir",
         default=defaults.WORK_DIR,

@@ -29,6 +29,8 @@ class Placement:
     worker: str
     gpu_indices: tuple[int, ...]
     shape: Shape
+    # Into the worker's own queue (``flux.matching.prefetch``), not its room: nothing is reserved.
+    queued: bool = False
 
 
 class FeasibilityCache:

@@ -123,6 +123,9 @@ class WorkerView:
     # Paused by an operator: it keeps what it runs and takes nothing new (not part of the
     # profile: pausing is never permanent).
     paused: bool = False
+    # Executions queued in its own queue (--prefetch): while any are, nothing is placed in its
+    # room directly (the queue is refilled instead). Not part of the profile: it never is permanent.
+    queued: int = 0
     profile: Profile = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
@@ -194,6 +197,7 @@ class Room:
         "capacity",
         "cpu_total",
         "paused",
+        "queued",
         "key",
         "slack",
         "pack",
@@ -205,6 +209,7 @@ class Room:
         # room left beside that execution, which anything else placed here must also fit.
         self.slack: Room | None = None
         self.paused = view.paused
+        self.queued = view.queued
         self.cpu = view.free_cpu
         self.memory = view.free_memory
         self.disk = view.free_disk

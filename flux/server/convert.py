@@ -326,6 +326,9 @@ def status_to_proto(status: Status) -> control_pb2.ClusterStatus:
             timeouts={**dict.fromkeys(TIMEOUT_KINDS, 0), **counters.timeouts},
             stream_reconnects=counters.stream_reconnects,
             stream_connects=counters.stream_connects,
+            worker_messages_sent=counters.worker_messages_sent,
+            worker_messages_received=counters.worker_messages_received,
+            queued_dispatches=counters.queued_dispatches,
         ),
         latencies=[
             control_pb2.LatencyHistogram(

@@ -24,6 +24,7 @@ def registration_from_proto(request: worker_pb2.RegisterRequest, transport: str)
         software=WorkerSoftware.from_proto(request.software),
         labels=dict(request.labels),
         capacity=request.capacity,
+        prefetch=request.prefetch,
         session_token=request.session_token,
         transport=transport,
     )
@@ -72,6 +73,8 @@ def scheduled_to_proto(event: Scheduled) -> worker_pb2.ExecutionScheduled:
         gpu_indices=list(e.gpu_indices),
         requests=event.requests.to_proto(),
         trace=trace,
+        queued=event.queued,
+        priority=e.priority,
         **_timing_fields(e),
     )
 

@@ -1762,6 +1762,9 @@ class LifecycleCounters(_message.Message):
     PREEMPTIONS_REFUSED_FIELD_NUMBER: _builtins.int
     RETRIES_FIELD_NUMBER: _builtins.int
     TIMEOUTS_FIELD_NUMBER: _builtins.int
+    WORKER_MESSAGES_SENT_FIELD_NUMBER: _builtins.int
+    WORKER_MESSAGES_RECEIVED_FIELD_NUMBER: _builtins.int
+    QUEUED_DISPATCHES_FIELD_NUMBER: _builtins.int
     submitted: _builtins.int
     """Executions accepted by RunWorkflow."""
     dispatched: _builtins.int
@@ -1780,6 +1783,17 @@ class LifecycleCounters(_message.Message):
     """Dispatch streams opened by a worker registration that had one before."""
     stream_connects: _builtins.int
     """Dispatch streams opened, reconnects included."""
+    worker_messages_sent: _builtins.int
+    """Messages this server wrote to its workers: dispatch stream events (a batch of dispatches is
+    one), answers on WorkerCalls streams, and answers to the worker service's unary calls. Through
+    the SSE gateway, each is one HTTP message too. A worker reads exactly these.
+    """
+    worker_messages_received: _builtins.int
+    """Messages this server read from its workers: WorkerCalls stream messages and unary calls of the
+    worker service (Connect's request included). A worker writes exactly these.
+    """
+    queued_dispatches: _builtins.int
+    """Dispatches queued ahead at a pipelining worker (--prefetch): counted in dispatched too."""
     @_builtins.property
     def requeued(self) -> _containers.ScalarMap[_builtins.str, _builtins.int]:
         """Returns to CREATED by reason: "released" (the worker gave it back),
@@ -1835,10 +1849,13 @@ class LifecycleCounters(_message.Message):
         preemptions_refused: _abc.Mapping[_builtins.str, _builtins.int] | None = ...,
         retries: _abc.Mapping[_builtins.str, _builtins.int] | None = ...,
         timeouts: _abc.Mapping[_builtins.str, _builtins.int] | None = ...,
+        worker_messages_sent: _builtins.int = ...,
+        worker_messages_received: _builtins.int = ...,
+        queued_dispatches: _builtins.int = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["ack_deadline_expiries", b"ack_deadline_expiries", "cancelled", b"cancelled", "claimed", b"claimed", "completed", b"completed", "dispatched", b"dispatched", "failed", b"failed", "preempted", b"preempted", "preemptions_refused", b"preemptions_refused", "requeued", b"requeued", "retries", b"retries", "stream_connects", b"stream_connects", "stream_reconnects", b"stream_reconnects", "submitted", b"submitted", "timeouts", b"timeouts"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["ack_deadline_expiries", b"ack_deadline_expiries", "cancelled", b"cancelled", "claimed", b"claimed", "completed", b"completed", "dispatched", b"dispatched", "failed", b"failed", "preempted", b"preempted", "preemptions_refused", b"preemptions_refused", "queued_dispatches", b"queued_dispatches", "requeued", b"requeued", "retries", b"retries", "stream_connects", b"stream_connects", "stream_reconnects", b"stream_reconnects", "submitted", b"submitted", "timeouts", b"timeouts", "worker_messages_received", b"worker_messages_received", "worker_messages_sent", b"worker_messages_sent"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

@@ -107,12 +107,18 @@ class RegisterRequest(_message.Message):
     LABELS_FIELD_NUMBER: _builtins.int
     CAPACITY_FIELD_NUMBER: _builtins.int
     SESSION_TOKEN_FIELD_NUMBER: _builtins.int
+    PREFETCH_FIELD_NUMBER: _builtins.int
     name: _builtins.str
     """Worker name, unique among live workers: [A-Za-z0-9][A-Za-z0-9._-]{0,62}."""
     capacity: _builtins.int
     """Maximum concurrent executions; 0 means the server default (16)."""
     session_token: _builtins.str
     """Session token from an earlier Register, to take over the same identity."""
+    prefetch: _builtins.int
+    """Executions this worker may hold beyond its room in its own queue (--prefetch N; 0: none).
+    A queued execution is sent with ExecutionScheduled.queued: no reservation is taken until the
+    worker claims it, which it does only when its own room allows.
+    """
     @_builtins.property
     def resources(self) -> _resources_pb2.WorkerResources:
         """Allocatable and observed resources."""
@@ -134,10 +140,11 @@ class RegisterRequest(_message.Message):
         labels: _abc.Mapping[_builtins.str, _builtins.str] | None = ...,
         capacity: _builtins.int = ...,
         session_token: _builtins.str = ...,
+        prefetch: _builtins.int = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["resources", b"resources", "software", b"software"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["capacity", b"capacity", "labels", b"labels", "name", b"name", "resources", b"resources", "session_token", b"session_token", "software", b"software"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["capacity", b"capacity", "labels", b"labels", "name", b"name", "prefetch", b"prefetch", "resources", b"resources", "session_token", b"session_token", "software", b"software"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -386,6 +393,8 @@ class ExecutionScheduled(_message.Message):
     TIMEOUT_S_FIELD_NUMBER: _builtins.int
     HEARTBEAT_INTERVAL_S_FIELD_NUMBER: _builtins.int
     LAST_HEARTBEAT_JSON_FIELD_NUMBER: _builtins.int
+    QUEUED_FIELD_NUMBER: _builtins.int
+    PRIORITY_FIELD_NUMBER: _builtins.int
     execution_id: _builtins.str
     """Execution id."""
     attempt: _builtins.int
@@ -402,6 +411,16 @@ class ExecutionScheduled(_message.Message):
     """Send a heartbeat at least this often, in seconds (0: only when the body calls ctx.heartbeat)."""
     last_heartbeat_json: _builtins.str
     """The details of the latest heartbeat of an earlier attempt (ctx.last_heartbeat), JSON-encoded."""
+    queued: _builtins.bool
+    """Queued ahead (RegisterRequest.prefetch): nothing is reserved for it yet. The worker keeps it
+    in its queue, in the order sent, and starts it (claiming it then) only when its own room
+    allows; a claim the server cannot reserve room for is refused and the execution goes back
+    in line.
+    """
+    priority: _builtins.int
+    """The execution's priority: a queued one goes ahead of those queued with a lower priority
+    (first come first within a priority), so a higher-priority arrival never waits behind them.
+    """
     @_builtins.property
     def workflow(self) -> Global___WorkflowRef:
         """The workflow version to run; fetch its source by hash when not cached."""
@@ -434,10 +453,12 @@ class ExecutionScheduled(_message.Message):
         timeout_s: _builtins.float = ...,
         heartbeat_interval_s: _builtins.float = ...,
         last_heartbeat_json: _builtins.str = ...,
+        queued: _builtins.bool = ...,
+        priority: _builtins.int = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["requests", b"requests", "trace", b"trace", "workflow", b"workflow"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["attempt", b"attempt", "execution_id", b"execution_id", "generation", b"generation", "gpu_indices", b"gpu_indices", "heartbeat_interval_s", b"heartbeat_interval_s", "input_json", b"input_json", "last_heartbeat_json", b"last_heartbeat_json", "requests", b"requests", "timeout_s", b"timeout_s", "trace", b"trace", "workflow", b"workflow"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["attempt", b"attempt", "execution_id", b"execution_id", "generation", b"generation", "gpu_indices", b"gpu_indices", "heartbeat_interval_s", b"heartbeat_interval_s", "input_json", b"input_json", "last_heartbeat_json", b"last_heartbeat_json", "priority", b"priority", "queued", b"queued", "requests", b"requests", "timeout_s", b"timeout_s", "trace", b"trace", "workflow", b"workflow"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

@@ -77,6 +77,8 @@ def dispatch_from_proto(message: worker_pb2.ExecutionScheduled) -> Dispatch:
         timeout=message.timeout_s,
         heartbeat_interval=message.heartbeat_interval_s,
         last_heartbeat_json=message.last_heartbeat_json,
+        queued=message.queued,
+        priority=message.priority,
     )
 
 
@@ -188,6 +190,7 @@ class GrpcTransport(WorkerTransport):
                 software=registration.software.to_proto(),
                 labels=registration.labels,
                 capacity=registration.capacity,
+                prefetch=registration.prefetch,
                 session_token=registration.session_token,
             ),
             timeout=UNARY_TIMEOUT,

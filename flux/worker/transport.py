@@ -26,6 +26,8 @@ class Registration:
     labels: dict[str, str]
     capacity: int
     session_token: str = ""
+    # Executions it may hold beyond its room in its own queue (--prefetch).
+    prefetch: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -56,6 +58,10 @@ class Dispatch:
     heartbeat_interval: float = 0.0
     # The details of the latest heartbeat of an earlier attempt, JSON ("" for none).
     last_heartbeat_json: str = ""
+    # Queued ahead: nothing is reserved yet; start it (claiming it) only when this worker's room allows.
+    queued: bool = False
+    # Higher first in this worker's own queue; first come first within a priority.
+    priority: int = 0
 
 
 @dataclass(frozen=True, slots=True)

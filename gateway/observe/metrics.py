@@ -167,6 +167,20 @@ class StatusCollector(Collector):
             "Dispatch streams reopened by a worker registration that had one before.",
             value=counters.stream_reconnects,
         )
+        worker_messages = CounterMetricFamily(
+            "flux_worker_messages",
+            "Messages between the server and its workers, by direction: sent (dispatch stream events, "
+            "answers on WorkerCalls streams and to the worker service's calls), received (their calls).",
+            labels=["direction"],
+        )
+        worker_messages.add_metric(["sent"], counters.worker_messages_sent)
+        worker_messages.add_metric(["received"], counters.worker_messages_received)
+        yield worker_messages
+        yield CounterMetricFamily(
+            "flux_queued_dispatches",
+            "Dispatches queued ahead at a pipelining worker (--prefetch); counted in placements too.",
+            value=counters.queued_dispatches,
+        )
 
         latency = HistogramMetricFamily(
             "flux_dispatch_latency_seconds",

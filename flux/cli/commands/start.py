@@ -187,7 +187,11 @@ def start_worker(args: argparse.Namespace) -> int:
         os.environ.pop(variable, None)
     config = WorkerProcess(
         worker=WorkerConfig(
-            name=args.name, labels=labels, capacity=args.capacity, work_dir=Path(args.work_dir)
+            name=args.name,
+            labels=labels,
+            capacity=args.capacity,
+            work_dir=Path(args.work_dir),
+            prefetch=args.prefetch,
         ),
         addresses=tuple(a for value in chosen for a in value.split(",") if a),
         over_gateway=bool(args.gateway),

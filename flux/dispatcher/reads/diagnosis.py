@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING
 from flux.dispatcher.state import validation
 from flux.domain.execution import Execution, State
 from flux.matching import Explanation, explain
+from flux.matching.explain import ordinal
 from flux.matching.placement import effective, fragmentation_note
 
 if TYPE_CHECKING:
@@ -31,6 +32,12 @@ async def why(d: Handle, execution_id: str, viewer: str = "") -> Diagnosis:
     validation.check_id(execution_id)
     execution = d.current(execution_id) or await d.get(execution_id)
     if execution.state is not State.CREATED:
+        entry = d.registry.get(execution.worker) if execution.worker else None
+        place = entry.position(execution_id) if entry is not None else None
+        if place is not None:  # in its worker's own queue (--prefetch): it starts when its room allows
+            return Diagnosis(
+                execution, f"queued at worker {execution.worker} ({ordinal(place)})", queue_position=place - 1
+            )
         where = f" on worker {execution.worker}" if execution.worker else ""
         return Diagnosis(execution, f"execution is {execution.state.label}{where}")
     if not d.catalogue.knows(execution.workflow.name, execution.workflow.version):
