@@ -35,7 +35,7 @@ from flux.store import TickRun, schedule_rows
 FIRED, SKIPPED, QUEUED = schedule_rows.FIRED, schedule_rows.SKIPPED, schedule_rows.QUEUED
 
 if TYPE_CHECKING:
-    from flux.dispatcher.core import Dispatcher
+    from flux.dispatcher.handle import Handle
 
 log = logging.getLogger("flux.schedules")
 
@@ -247,7 +247,7 @@ def state_label(run: TickRun, execution: Execution | None) -> str:
     return State(execution.state).name
 
 
-def handle_of(d: Dispatcher) -> TickerHandle:
+def handle_of(d: Handle) -> TickerHandle:
     """The dispatcher's few operations the ticker uses."""
 
     async def submit(tenant: str, workflow: str, items: list[tuple[str, str]]) -> list[Execution]:
