@@ -29,6 +29,7 @@ from flux.dispatcher.reads.executions import list_executions, list_workflows
 from flux.dispatcher.state import validation
 from flux.dispatcher.state.audit import AuditTrail
 from flux.dispatcher.state.catalogue import Catalogue
+from flux.dispatcher.state.dependencies import DependencyIndex
 from flux.dispatcher.state.deadlines import Kind, Timers
 from flux.dispatcher.state.flow import FlowUsage
 from flux.dispatcher.state.freezing import Freezer
@@ -43,7 +44,7 @@ from flux.dispatcher.state.table import ExecutionTable
 from flux.dispatcher.state.tenants import TenantDirectory
 from flux.dispatcher.state.watchers import Watchers
 from flux.dispatcher.state.worker_entry import WorkerEntry
-from flux.dispatcher.transitions import attempts, cancel, housekeeping, submission, terms
+from flux.dispatcher.transitions import attempts, cancel, dependencies, graphs, housekeeping, submission, terms
 from flux.dispatcher.transitions import workflows as workflows_module
 from flux.dispatcher.transitions.infeasible import Infeasibility
 from flux.dispatcher.transitions.reclaim import Reclaimer
@@ -77,6 +78,9 @@ class Dispatcher(WorkerMethods):
         self.watchers = Watchers()
         self.table = ExecutionTable(store, self.watchers, s)
         self.table.on_conflict = lambda execution_id: cancel.drop_stale(self, execution_id)
+        # Executions waiting for others to end, out of the queue (transitions/dependencies.py).
+        self.dependencies = DependencyIndex()
+        self.table.on_finish = lambda final: dependencies.ended(self, final)
         # Tenants' usage for quotas and fair share; no accounts until a tenant has terms.
         self.usage = TenantUsage(self._tenant_of)
         # Every change that can let work run asks this for its pass (cycle/passes.py).
@@ -228,6 +232,17 @@ class Dispatcher(WorkerMethods):
             overrides=overrides,
         )
 
+    async def submit_graph(
+        self,
+        items: list[graphs.GraphItem],
+        trace: str = "",
+        tenant: str = DEFAULT_TENANT,
+        every_workflow: bool = True,
+        sees: Callable[[Execution], bool] | None = None,
+    ) -> list[Execution]:
+        """A graph of executions that wait for each other, all stored in one commit (transitions/graphs.py)."""
+        return await graphs.submit_graph(self, items, tenant, trace, every_workflow, sees)
+
     def take_seq(self) -> int:
         """The sequence number of the next submission (it orders the queue within a priority)."""
         seq = self.feed.next_seq(self._next_seq)
@@ -239,7 +254,11 @@ class Dispatcher(WorkerMethods):
 
         Not before its stored not-before time (a retry's backoff): until then a timer holds it.
         Every path into the queue (submission, requeue, recovery, a replica's mirror) comes here.
+        One still waiting for its dependencies is held out of it (transitions/dependencies.py).
         """
+        if execution.waiting:
+            dependencies.hold(self, execution)
+            return
         if execution.not_before > self.clock():
             self.timers.arm(Kind.RETRY, execution.execution_id, execution.attempt, execution.not_before)
             self._retrying[execution.execution_id] = (shape, execution.not_before)

@@ -137,6 +137,14 @@ class Execution:
     # Its resolved flow-control keys, (part, key) sorted by part ("concurrency", "limits",
     # "rate_limit"); empty: unlimited. A tuple, so the record stays hashable.
     flow_keys: tuple[tuple[str, str], ...] = ()
+    # The executions it waits for, and how they must end (flux.domain.dependencies.WHENS); ""
+    # when it waits for none. ``waiting``: how many of them have not yet ended as ``when`` asks;
+    # while above 0 it is held out of the queue (flux/dispatcher/state/dependencies.py).
+    after: tuple[str, ...] = ()
+    when: str = ""
+    waiting: int = 0
+    # Its dependencies' outputs, (id, output JSON), read on its way to a worker (ctx.upstream). Memory only.
+    upstream: tuple[tuple[str, str], ...] = ()
 
     @property
     def effective_policy(self) -> Policy:

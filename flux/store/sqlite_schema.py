@@ -39,7 +39,8 @@ from flux.store.rows import (
 #    run_time (older rows: the default policy with their max_attempts, no wait, no attempts recorded).
 # 10: workflows.flow and executions.flow_keys (flow control; older rows limit nothing).
 # 11: the limits table (named limits per tenant; created on open, older files have none).
-SCHEMA_VERSION = 11
+# 12: executions.after_ids, after_when, waiting (dependencies; older rows wait for nothing).
+SCHEMA_VERSION = 12
 
 
 # Version 7's execution columns, in the table's definition and added to older files on open.
@@ -52,6 +53,9 @@ _EXECUTION_TIMING_COLUMNS = (
     ("started_at", "REAL NOT NULL DEFAULT 0"),
     ("run_time", "REAL NOT NULL DEFAULT 0"),
     ("flow_keys", "TEXT NOT NULL DEFAULT ''"),  # version 10
+    ("after_ids", "TEXT NOT NULL DEFAULT ''"),  # version 12: dependency ids, space-separated
+    ("after_when", "TEXT NOT NULL DEFAULT ''"),
+    ("waiting", "INTEGER NOT NULL DEFAULT 0"),
 )
 
 
@@ -185,7 +189,7 @@ def migrate(db: sqlite3.Connection, path: Path) -> None:
             db.execute("ALTER TABLE executions ADD COLUMN trace TEXT NOT NULL DEFAULT ''")
         if columns and "tenant" not in columns:  # before version 5: everything was tenant 'default'
             db.execute("ALTER TABLE executions ADD COLUMN tenant TEXT NOT NULL DEFAULT 'default'")
-        for name, kind in _EXECUTION_TIMING_COLUMNS:  # before version 9 (10: flow_keys)
+        for name, kind in _EXECUTION_TIMING_COLUMNS:  # before version 9 (10: flow_keys, 12: dependencies)
             if columns and name not in columns:
                 db.execute(f"ALTER TABLE executions ADD COLUMN {name} {kind}")
         columns = {row["name"] for row in db.execute("PRAGMA table_info(tokens)")}

@@ -512,6 +512,8 @@ class RunWorkflowRequest(_message.Message):
     ATTEMPT_TIMEOUT_S_FIELD_NUMBER: _builtins.int
     RETRY_FIELD_NUMBER: _builtins.int
     KEY_FIELD_NUMBER: _builtins.int
+    AFTER_FIELD_NUMBER: _builtins.int
+    WHEN_FIELD_NUMBER: _builtins.int
     workflow_name: _builtins.str
     """Registered workflow name."""
     input_json: _builtins.str
@@ -524,9 +526,19 @@ class RunWorkflowRequest(_message.Message):
     """This run's attempt timeout in seconds; unset means the workflow's. Not how long a caller waits."""
     key: _builtins.str
     """This run's flow-control key, in place of the one its workflow computes from the input."""
+    when: _builtins.str
+    """"succeeded" (the default when empty), "failed" or "finished": how each of `after` must end.
+    When one ends so that this can no longer hold, this run ends CANCELLED, reason "dependency".
+    """
     @_builtins.property
     def retry(self) -> Global___RetryPolicy:
         """This run's retry policy; unset means the workflow's."""
+
+    @_builtins.property
+    def after(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
+        """Executions this run waits for (ids, at most 100): it is stored at once and becomes
+        schedulable when every one of them has ended as `when` asks.
+        """
 
     def __init__(
         self,
@@ -538,10 +550,12 @@ class RunWorkflowRequest(_message.Message):
         attempt_timeout_s: _builtins.float | None = ...,
         retry: Global___RetryPolicy | None = ...,
         key: _builtins.str | None = ...,
+        after: _abc.Iterable[_builtins.str] | None = ...,
+        when: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["_attempt_timeout_s", b"_attempt_timeout_s", "_key", b"_key", "_priority", b"_priority", "attempt_timeout_s", b"attempt_timeout_s", "key", b"key", "priority", b"priority", "retry", b"retry"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["_attempt_timeout_s", b"_attempt_timeout_s", "_key", b"_key", "_priority", b"_priority", "attempt_timeout_s", b"attempt_timeout_s", "input_json", b"input_json", "key", b"key", "priority", b"priority", "retry", b"retry", "version", b"version", "workflow_name", b"workflow_name"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_attempt_timeout_s", b"_attempt_timeout_s", "_key", b"_key", "_priority", b"_priority", "after", b"after", "attempt_timeout_s", b"attempt_timeout_s", "input_json", b"input_json", "key", b"key", "priority", b"priority", "retry", b"retry", "version", b"version", "when", b"when", "workflow_name", b"workflow_name"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     _WhichOneofReturnType__attempt_timeout_s: _TypeAlias = _typing.Literal["attempt_timeout_s"]  # noqa: Y015
     _WhichOneofArgType__attempt_timeout_s: _TypeAlias = _typing.Literal["_attempt_timeout_s", b"_attempt_timeout_s"]  # noqa: Y015
@@ -605,6 +619,9 @@ class Execution(_message.Message):
     POLICY_FIELD_NUMBER: _builtins.int
     STARTED_AT_MS_FIELD_NUMBER: _builtins.int
     FLOW_KEYS_FIELD_NUMBER: _builtins.int
+    AFTER_FIELD_NUMBER: _builtins.int
+    WHEN_FIELD_NUMBER: _builtins.int
+    DEPENDENCIES_WAITING_FIELD_NUMBER: _builtins.int
     execution_id: _builtins.str
     """Server-assigned id."""
     state: Global___ExecutionState.ValueType
@@ -635,6 +652,9 @@ class Execution(_message.Message):
     """The details of its latest heartbeat, JSON-encoded; empty when none was sent."""
     started_at_ms: _builtins.int
     """When its current attempt was claimed, milliseconds since the Unix epoch; 0 when none runs."""
+    when: _builtins.str
+    dependencies_waiting: _builtins.int
+    """How many of `after` have not yet ended as `when` asks; 0: not waiting on dependencies."""
     @_builtins.property
     def workflow(self) -> _worker_pb2.WorkflowRef:
         """The workflow version it runs."""
@@ -658,6 +678,10 @@ class Execution(_message.Message):
     @_builtins.property
     def flow_keys(self) -> _containers.ScalarMap[_builtins.str, _builtins.str]:
         """Its resolved flow-control keys by part ("concurrency", "rate_limit", "limits"); empty when unlimited."""
+
+    @_builtins.property
+    def after(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
+        """The executions it waits for (RunWorkflowRequest.after), and how they must end."""
 
     def __init__(
         self,
@@ -683,10 +707,13 @@ class Execution(_message.Message):
         policy: Global___ExecutionPolicy | None = ...,
         started_at_ms: _builtins.int = ...,
         flow_keys: _abc.Mapping[_builtins.str, _builtins.str] | None = ...,
+        after: _abc.Iterable[_builtins.str] | None = ...,
+        when: _builtins.str = ...,
+        dependencies_waiting: _builtins.int = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["error", b"error", "policy", b"policy", "workflow", b"workflow"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["attempt", b"attempt", "attempts", b"attempts", "created_at_ms", b"created_at_ms", "error", b"error", "execution_id", b"execution_id", "flow_keys", b"flow_keys", "generation", b"generation", "gpu_indices", b"gpu_indices", "heartbeat_json", b"heartbeat_json", "input_json", b"input_json", "not_before_ms", b"not_before_ms", "output_json", b"output_json", "policy", b"policy", "priority", b"priority", "reason", b"reason", "started_at_ms", b"started_at_ms", "state", b"state", "tenant", b"tenant", "updated_at_ms", b"updated_at_ms", "worker", b"worker", "workflow", b"workflow"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["after", b"after", "attempt", b"attempt", "attempts", b"attempts", "created_at_ms", b"created_at_ms", "dependencies_waiting", b"dependencies_waiting", "error", b"error", "execution_id", b"execution_id", "flow_keys", b"flow_keys", "generation", b"generation", "gpu_indices", b"gpu_indices", "heartbeat_json", b"heartbeat_json", "input_json", b"input_json", "not_before_ms", b"not_before_ms", "output_json", b"output_json", "policy", b"policy", "priority", b"priority", "reason", b"reason", "started_at_ms", b"started_at_ms", "state", b"state", "tenant", b"tenant", "updated_at_ms", b"updated_at_ms", "when", b"when", "worker", b"worker", "workflow", b"workflow"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -2246,6 +2273,9 @@ class RunWorkflowsRequest(_message.Message):
     ATTEMPT_TIMEOUT_S_FIELD_NUMBER: _builtins.int
     RETRY_FIELD_NUMBER: _builtins.int
     KEY_FIELD_NUMBER: _builtins.int
+    AFTER_FIELD_NUMBER: _builtins.int
+    WHEN_FIELD_NUMBER: _builtins.int
+    ITEMS_FIELD_NUMBER: _builtins.int
     workflow_name: _builtins.str
     """Registered workflow name."""
     version: _builtins.int
@@ -2256,6 +2286,7 @@ class RunWorkflowsRequest(_message.Message):
     """These runs' attempt timeout in seconds; unset means the workflow's."""
     key: _builtins.str
     """These runs' flow-control key, in place of the one their workflow computes from each input."""
+    when: _builtins.str
     @_builtins.property
     def input_json(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
         """One JSON-encoded input per execution (each passed as ctx.input); an empty
@@ -2265,6 +2296,17 @@ class RunWorkflowsRequest(_message.Message):
     @_builtins.property
     def retry(self) -> Global___RetryPolicy:
         """These runs' retry policy; unset means the workflow's."""
+
+    @_builtins.property
+    def after(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
+        """Every input waits for these executions (as RunWorkflowRequest.after), unless `items` is used."""
+
+    @_builtins.property
+    def items(self) -> _containers.RepeatedCompositeFieldContainer[Global___RunItem]:
+        """A graph: one item per execution, each its own workflow, input and dependencies, accepted
+        atomically (all or none). When set, workflow_name and input_json must be empty. At most
+        10,000 items per call.
+        """
 
     def __init__(
         self,
@@ -2276,10 +2318,13 @@ class RunWorkflowsRequest(_message.Message):
         attempt_timeout_s: _builtins.float | None = ...,
         retry: Global___RetryPolicy | None = ...,
         key: _builtins.str | None = ...,
+        after: _abc.Iterable[_builtins.str] | None = ...,
+        when: _builtins.str = ...,
+        items: _abc.Iterable[Global___RunItem] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["_attempt_timeout_s", b"_attempt_timeout_s", "_key", b"_key", "_priority", b"_priority", "attempt_timeout_s", b"attempt_timeout_s", "key", b"key", "priority", b"priority", "retry", b"retry"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["_attempt_timeout_s", b"_attempt_timeout_s", "_key", b"_key", "_priority", b"_priority", "attempt_timeout_s", b"attempt_timeout_s", "input_json", b"input_json", "key", b"key", "priority", b"priority", "retry", b"retry", "version", b"version", "workflow_name", b"workflow_name"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_attempt_timeout_s", b"_attempt_timeout_s", "_key", b"_key", "_priority", b"_priority", "after", b"after", "attempt_timeout_s", b"attempt_timeout_s", "input_json", b"input_json", "items", b"items", "key", b"key", "priority", b"priority", "retry", b"retry", "version", b"version", "when", b"when", "workflow_name", b"workflow_name"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     _WhichOneofReturnType__attempt_timeout_s: _TypeAlias = _typing.Literal["attempt_timeout_s"]  # noqa: Y015
     _WhichOneofArgType__attempt_timeout_s: _TypeAlias = _typing.Literal["_attempt_timeout_s", b"_attempt_timeout_s"]  # noqa: Y015
@@ -2295,6 +2340,67 @@ class RunWorkflowsRequest(_message.Message):
     def WhichOneof(self, oneof_group: _WhichOneofArgType__priority) -> _WhichOneofReturnType__priority | None: ...
 
 Global___RunWorkflowsRequest: _TypeAlias = RunWorkflowsRequest  # noqa: Y015
+
+@_typing.final
+class RunItem(_message.Message):
+    """One execution of a graph submitted by RunWorkflows."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    WORKFLOW_NAME_FIELD_NUMBER: _builtins.int
+    INPUT_JSON_FIELD_NUMBER: _builtins.int
+    VERSION_FIELD_NUMBER: _builtins.int
+    PRIORITY_FIELD_NUMBER: _builtins.int
+    AFTER_FIELD_NUMBER: _builtins.int
+    AFTER_INDEX_FIELD_NUMBER: _builtins.int
+    WHEN_FIELD_NUMBER: _builtins.int
+    KEY_FIELD_NUMBER: _builtins.int
+    workflow_name: _builtins.str
+    """Registered workflow name."""
+    input_json: _builtins.str
+    """Input passed as ctx.input, JSON-encoded; empty means null."""
+    version: _builtins.int
+    """Workflow version; 0 means the latest."""
+    priority: _builtins.int
+    """This run's priority; unset means the workflow's."""
+    when: _builtins.str
+    """"succeeded" (default), "failed" or "finished"."""
+    key: _builtins.str
+    """This run's flow-control key."""
+    @_builtins.property
+    def after(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
+        """Existing executions it waits for (ids)."""
+
+    @_builtins.property
+    def after_index(self) -> _containers.RepeatedScalarFieldContainer[_builtins.int]:
+        """Earlier items of the same call it waits for (their 0-based indexes, each below this item's)."""
+
+    def __init__(
+        self,
+        *,
+        workflow_name: _builtins.str = ...,
+        input_json: _builtins.str = ...,
+        version: _builtins.int = ...,
+        priority: _builtins.int | None = ...,
+        after: _abc.Iterable[_builtins.str] | None = ...,
+        after_index: _abc.Iterable[_builtins.int] | None = ...,
+        when: _builtins.str = ...,
+        key: _builtins.str | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["_key", b"_key", "_priority", b"_priority", "key", b"key", "priority", b"priority"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_key", b"_key", "_priority", b"_priority", "after", b"after", "after_index", b"after_index", "input_json", b"input_json", "key", b"key", "priority", b"priority", "version", b"version", "when", b"when", "workflow_name", b"workflow_name"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    _WhichOneofReturnType__key: _TypeAlias = _typing.Literal["key"]  # noqa: Y015
+    _WhichOneofArgType__key: _TypeAlias = _typing.Literal["_key", b"_key"]  # noqa: Y015
+    _WhichOneofReturnType__priority: _TypeAlias = _typing.Literal["priority"]  # noqa: Y015
+    _WhichOneofArgType__priority: _TypeAlias = _typing.Literal["_priority", b"_priority"]  # noqa: Y015
+    @_typing.overload
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__key) -> _WhichOneofReturnType__key | None: ...
+    @_typing.overload
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__priority) -> _WhichOneofReturnType__priority | None: ...
+
+Global___RunItem: _TypeAlias = RunItem  # noqa: Y015
 
 @_typing.final
 class RunWorkflowsResponse(_message.Message):
