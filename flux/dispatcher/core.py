@@ -281,6 +281,10 @@ class Dispatcher(WorkerMethods):
             log.error("execution %s has no stored input; sending null", execution.execution_id)
         return execution.evolve(input_json=stored or "null")
 
+    async def with_upstream(self, execution: Execution) -> Execution:
+        """``execution`` with its dependencies' outputs (ctx.upstream): from memory, else the store."""
+        return await dependencies.with_upstream(self, execution)
+
     async def get(self, execution_id: str) -> Execution:
         validation.check_id(execution_id)
         found = self.current(execution_id) or await self.store.get_execution(execution_id)

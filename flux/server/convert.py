@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from types import MappingProxyType
 
 from flux.dispatcher.core import Diagnosis
 from flux.dispatcher.state.lifecycle import Counters, Refusal
 from flux.dispatcher.state.worker_entry import WorkerEntry
+from flux.dispatcher.transitions.graphs import GraphItem
 from flux.dispatcher.transitions.submission import Overrides
 from flux.domain.execution import Execution
 from flux.domain.limits import Flow, check_run_key, flow_from_proto, flow_to_proto
@@ -111,7 +113,7 @@ def run_overrides(run: control_pb2.RunWorkflowRequest | control_pb2.RunWorkflows
             retry = retry_from_proto(run.retry, "retry")
     except (TypeError, ValueError) as exc:
         raise InvalidArgument(str(exc)) from None
-    return Overrides(timeout, retry, key)
+    return Overrides(timeout, retry, key, tuple(run.after), run.when)
 
 
 def execution_to_proto(e: Execution) -> control_pb2.Execution:
@@ -137,6 +139,9 @@ def execution_to_proto(e: Execution) -> control_pb2.Execution:
         policy=policy_to_proto(e.policy) if e.policy is not None else default_policy_proto(e.max_attempts),
         started_at_ms=int(e.started_at * 1000),
         flow_keys=dict(e.flow_keys),
+        after=list(e.after),
+        when=e.when,
+        dependencies_waiting=e.waiting,
     )
 
 
@@ -321,3 +326,20 @@ def status_to_proto(status: Status) -> control_pb2.ClusterStatus:
             for stage, h in status.latency.items()
         ],
     )
+
+
+def graph_items_from_proto(items: Iterable[control_pb2.RunItem]) -> list[GraphItem]:
+    """RunWorkflows ``items``, as the dispatcher's graph items (checked there, naming each item)."""
+    return [
+        GraphItem(
+            workflow_name=item.workflow_name,
+            input_json=item.input_json,
+            version=item.version,
+            priority=item.priority if item.HasField("priority") else None,
+            after=tuple(item.after),
+            after_index=tuple(item.after_index),
+            when=item.when,
+            key=check_run_key(item.key, f"items[{index}].key") if item.HasField("key") else None,
+        )
+        for index, item in enumerate(items)
+    ]

@@ -72,6 +72,7 @@ def scheduled_to_proto(event: Scheduled) -> worker_pb2.ExecutionScheduled:
         gpu_indices=list(e.gpu_indices),
         requests=event.requests.to_proto(),
         trace=trace,
+        upstream=dict(e.upstream),
         **_timing_fields(e),
     )
 

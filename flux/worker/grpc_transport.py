@@ -77,6 +77,7 @@ def dispatch_from_proto(message: worker_pb2.ExecutionScheduled) -> Dispatch:
         timeout=message.timeout_s,
         heartbeat_interval=message.heartbeat_interval_s,
         last_heartbeat_json=message.last_heartbeat_json,
+        upstream=tuple(message.upstream.items()),
     )
 
 

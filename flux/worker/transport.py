@@ -56,6 +56,8 @@ class Dispatch:
     heartbeat_interval: float = 0.0
     # The details of the latest heartbeat of an earlier attempt, JSON ("" for none).
     last_heartbeat_json: str = ""
+    # Its dependencies' outputs, (execution id, output JSON) (ctx.upstream).
+    upstream: tuple[tuple[str, str], ...] = ()
 
 
 @dataclass(frozen=True, slots=True)

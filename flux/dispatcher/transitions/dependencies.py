@@ -196,3 +196,18 @@ def spawn(d: Handle, work: Coroutine[Any, Any, None]) -> None:
     task = asyncio.get_running_loop().create_task(work)
     d.dependencies.tasks.add(task)
     task.add_done_callback(d.dependencies.tasks.discard)
+
+
+async def with_upstream(d: Handle, execution: Execution) -> Execution:
+    """``execution`` with the outputs of its dependencies, ``after``'s order (at most MAX_AFTER:
+    bounded as its ``after`` is). One that did not complete gives "null"."""
+    known = {e: found for e in execution.after if (found := d.table.finished.get(e)) is not None}
+    missing = [e for e in execution.after if e not in known]
+    if missing:
+        known |= await d.store.get_executions(missing)
+    upstream = tuple(
+        (e, (found.output_json or "null") if found is not None and found.state is State.COMPLETED else "null")
+        for e in execution.after
+        for found in (known.get(e),)
+    )
+    return execution.evolve(upstream=upstream)
