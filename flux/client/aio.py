@@ -21,6 +21,7 @@ import grpc
 
 from flux.client.calls import AsyncCalls
 from flux.client.limit_admin import AsyncLimitAdmin
+from flux.client.graphs import Graph
 from flux.client.requests import (
     WaitTimedOut,
     chunked,
@@ -142,10 +143,13 @@ class FluxClient(AsyncCalls):
         attempt_timeout: float | str | None = None,
         retry: Retry | None = None,
         key: str | None = None,
+        after: Iterable[control_pb2.Execution | str] | None = None,
+        when: str | None = None,
     ) -> control_pb2.Execution:
         """Submit an execution; with ``wait`` its final state, from the same call (``RunAndWait``).
         ``attempt_timeout`` and ``retry`` override the workflow's for this run (``timeout`` is how
-        long this call waits); ``key`` is this run's flow-control key."""
+        long this call waits); ``key`` is this run's flow-control key; ``after`` and ``when``: executions
+        this run waits for, and how they must end (``"succeeded"``, ``"failed"``, ``"finished"``)."""
         (input_json,) = encode_inputs([input])
         return await self.run_json(
             workflow,
@@ -157,6 +161,8 @@ class FluxClient(AsyncCalls):
             attempt_timeout=attempt_timeout,
             retry=retry,
             key=key,
+            after=after,
+            when=when,
         )
 
     async def run_json(
@@ -172,11 +178,18 @@ class FluxClient(AsyncCalls):
         attempt_timeout: float | str | None = None,
         retry: Retry | None = None,
         key: str | None = None,
+        after: Iterable[control_pb2.Execution | str] | None = None,
+        when: str | None = None,
     ) -> control_pb2.Execution:
-        request = run_request(workflow, input_json, version, priority, attempt_timeout, retry, key)
+        request = run_request(workflow, input_json, version, priority, attempt_timeout, retry, key, after, when)
         if not wait:
             return await self._submit("RunWorkflow", request, workflow)
         return await self._run_and_wait(request, timeout, on_update)
+
+    def graph(self) -> Graph:
+        """A graph of executions that wait for each other, submitted in one call, all or nothing
+        (flux/client/graphs.py): ``a = g.add("extract", x); g.add("load", after=[a]); g.submit()``."""
+        return Graph(lambda request: self._submit("RunWorkflows", request, "graph"))
 
     async def _run_and_wait(
         self, request: control_pb2.RunWorkflowRequest, timeout: float | None, on_update: Update | None

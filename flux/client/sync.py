@@ -22,6 +22,7 @@ from flux.client.calls import Calls
 from flux.client.limit_admin import LimitAdmin
 
 # ``chunked`` and ``WaitTimedOut`` are imported from here outside flux (tests, bench, scripts).
+from flux.client.graphs import Graph
 from flux.client.requests import (
     WaitTimedOut,
     chunked,
@@ -143,6 +144,8 @@ class FluxClient(Calls):
         attempt_timeout: float | str | None = None,
         retry: Retry | None = None,
         key: str | None = None,
+        after: Iterable[control_pb2.Execution | str] | None = None,
+        when: str | None = None,
     ) -> control_pb2.Execution:
         """Submit an execution; with ``wait`` block until it finishes (or ``timeout`` passes).
 
@@ -150,6 +153,9 @@ class FluxClient(Calls):
         ``attempt_timeout`` (one attempt's limit: ``"10m"`` or seconds) and ``retry``. ``timeout``
         is how long this call waits, not a limit on the execution. ``key``: this run's flow-control
         key (``Concurrency``/``RateLimit``), in place of the one computed from the input.
+        ``after``: executions (or ids) this run waits for, each to end as ``when`` asks
+        (``"succeeded"``, the default, ``"failed"`` or ``"finished"``); its body reads their outputs
+        as ``ctx.upstream``.
         """
         return self.run_json(
             workflow,
@@ -161,6 +167,8 @@ class FluxClient(Calls):
             attempt_timeout=attempt_timeout,
             retry=retry,
             key=key,
+            after=after,
+            when=when,
         )
 
     def run_json(
@@ -176,12 +184,19 @@ class FluxClient(Calls):
         attempt_timeout: float | str | None = None,
         retry: Retry | None = None,
         key: str | None = None,
+        after: Iterable[control_pb2.Execution | str] | None = None,
+        when: str | None = None,
     ) -> control_pb2.Execution:
         """``run`` with the input already JSON; ``on_update`` (with ``wait``) sees every state."""
-        request = run_request(workflow, input_json, version, priority, attempt_timeout, retry, key)
+        request = run_request(workflow, input_json, version, priority, attempt_timeout, retry, key, after, when)
         if not wait:
             return self._submit("RunWorkflow", request, workflow)
         return self._run_and_wait(request, timeout, on_update)
+
+    def graph(self) -> Graph:
+        """A graph of executions that wait for each other, submitted in one call, all or nothing
+        (flux/client/graphs.py): ``a = g.add("extract", x); g.add("load", after=[a]); g.submit()``."""
+        return Graph(lambda request: self._submit("RunWorkflows", request, "graph"))
 
     def _run_and_wait(
         self,
