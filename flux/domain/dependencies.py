@@ -66,7 +66,7 @@ def broken(dependency_id: str, state: State) -> ExecutionError:
 def waiting_summary(after: Sequence[str], states: Mapping[str, State | None], when: str) -> str:
     """``waiting for 2 of 3 dependencies: e1 RUNNING, e2 CREATED`` (explain's line); a state of None
     is a dependency this server cannot see now."""
-    open_ = [e for e in after if verdict(when, states[e]) is not True] if states else list(after)
+    open_ = [e for e in after if states.get(e) is None or verdict(when, states[e]) is not True]
     named = ", ".join(f"{e} {states[e].label if states.get(e) else 'UNKNOWN'}" for e in open_)
     noun = "dependency" if len(after) == 1 else "dependencies"
     return f"waiting for {len(open_)} of {len(after)} {noun}: {named}"

@@ -104,6 +104,8 @@ class Status:
     tenants: tuple[tuple[str, Vector, Limits, int], ...] = ()
     # Each flow-control limit (name, in use, waiting, rate limited so far), summed over its keys.
     limits: tuple[tuple[str, int, int, int], ...] = ()
+    # Executions held out of the queue, waiting for their dependencies.
+    dependencies_waiting: int = 0
 
 
 def limit_totals(control: FlowControl) -> tuple[tuple[str, int, int, int], ...]:
@@ -311,6 +313,7 @@ class StatusBoard:
             pools=pools,
             tenants=tenants,
             limits=limit_totals(d.flow.control),
+            dependencies_waiting=len(d.dependencies),
         )
 
 

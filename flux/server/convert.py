@@ -308,7 +308,10 @@ def status_to_proto(status: Status) -> control_pb2.ClusterStatus:
             timeouts={**dict.fromkeys(TIMEOUT_KINDS, 0), **counters.timeouts},
             stream_reconnects=counters.stream_reconnects,
             stream_connects=counters.stream_connects,
+            dependencies_released=counters.dependencies_released,
+            dependencies_cancelled=counters.dependencies_cancelled,
         ),
+        dependencies_waiting=status.dependencies_waiting,
         latencies=[
             control_pb2.LatencyHistogram(
                 stage=stage,

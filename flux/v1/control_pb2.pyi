@@ -653,6 +653,7 @@ class Execution(_message.Message):
     started_at_ms: _builtins.int
     """When its current attempt was claimed, milliseconds since the Unix epoch; 0 when none runs."""
     when: _builtins.str
+    """How each of `after` must end: "succeeded", "failed" or "finished"; empty when it waits for none."""
     dependencies_waiting: _builtins.int
     """How many of `after` have not yet ended as `when` asks; 0: not waiting on dependencies."""
     @_builtins.property
@@ -681,7 +682,7 @@ class Execution(_message.Message):
 
     @_builtins.property
     def after(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
-        """The executions it waits for (RunWorkflowRequest.after), and how they must end."""
+        """The executions it waits for (RunWorkflowRequest.after)."""
 
     def __init__(
         self,
@@ -1271,6 +1272,7 @@ class ClusterStatus(_message.Message):
     POOLS_FIELD_NUMBER: _builtins.int
     TENANTS_FIELD_NUMBER: _builtins.int
     LIMITS_FIELD_NUMBER: _builtins.int
+    DEPENDENCIES_WAITING_FIELD_NUMBER: _builtins.int
     now_ms: _builtins.int
     """When the core took the snapshot, in milliseconds since the Unix epoch."""
     started_at_ms: _builtins.int
@@ -1285,6 +1287,8 @@ class ClusterStatus(_message.Message):
     """Workers left out of `workers` because the fleet is larger than a status
     lists (100): `fleet` still counts every one; ListWorkers pages through them.
     """
+    dependencies_waiting: _builtins.int
+    """Executions held out of the queue, waiting for their dependencies (flux_dependencies_waiting)."""
     @_builtins.property
     def workers(self) -> _containers.RepeatedCompositeFieldContainer[Global___WorkerInfo]:
         """Known workers, connected or within their grace period, by name (GetStatus only)."""
@@ -1354,10 +1358,11 @@ class ClusterStatus(_message.Message):
         pools: _abc.Iterable[_pools_pb2.Pool] | None = ...,
         tenants: _abc.Iterable[_tenants_pb2.TenantStatus] | None = ...,
         limits: _abc.Iterable[Global___LimitStatus] | None = ...,
+        dependencies_waiting: _builtins.int = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["counters", b"counters", "fleet", b"fleet"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["counters", b"counters", "executions", b"executions", "fleet", b"fleet", "latencies", b"latencies", "limits", b"limits", "now_ms", b"now_ms", "pending", b"pending", "pending_by_reason", b"pending_by_reason", "pending_shapes_omitted", b"pending_shapes_omitted", "pools", b"pools", "started_at_ms", b"started_at_ms", "tenants", b"tenants", "workers", b"workers", "workers_omitted", b"workers_omitted"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["counters", b"counters", "dependencies_waiting", b"dependencies_waiting", "executions", b"executions", "fleet", b"fleet", "latencies", b"latencies", "limits", b"limits", "now_ms", b"now_ms", "pending", b"pending", "pending_by_reason", b"pending_by_reason", "pending_shapes_omitted", b"pending_shapes_omitted", "pools", b"pools", "started_at_ms", b"started_at_ms", "tenants", b"tenants", "workers", b"workers", "workers_omitted", b"workers_omitted"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -1738,6 +1743,8 @@ class LifecycleCounters(_message.Message):
     PREEMPTED_FIELD_NUMBER: _builtins.int
     PREEMPTIONS_REFUSED_FIELD_NUMBER: _builtins.int
     RETRIES_FIELD_NUMBER: _builtins.int
+    DEPENDENCIES_RELEASED_FIELD_NUMBER: _builtins.int
+    DEPENDENCIES_CANCELLED_FIELD_NUMBER: _builtins.int
     TIMEOUTS_FIELD_NUMBER: _builtins.int
     submitted: _builtins.int
     """Executions accepted by RunWorkflow."""
@@ -1757,6 +1764,10 @@ class LifecycleCounters(_message.Message):
     """Dispatch streams opened by a worker registration that had one before."""
     stream_connects: _builtins.int
     """Dispatch streams opened, reconnects included."""
+    dependencies_released: _builtins.int
+    """Dependents released: their last dependency ended as their `when` asked."""
+    dependencies_cancelled: _builtins.int
+    """Dependents ended CANCELLED (reason "dependency") because a dependency ended against their `when`."""
     @_builtins.property
     def requeued(self) -> _containers.ScalarMap[_builtins.str, _builtins.int]:
         """Returns to CREATED by reason: "released" (the worker gave it back),
@@ -1811,11 +1822,13 @@ class LifecycleCounters(_message.Message):
         preempted: _abc.Mapping[_builtins.str, _builtins.int] | None = ...,
         preemptions_refused: _abc.Mapping[_builtins.str, _builtins.int] | None = ...,
         retries: _abc.Mapping[_builtins.str, _builtins.int] | None = ...,
+        dependencies_released: _builtins.int = ...,
+        dependencies_cancelled: _builtins.int = ...,
         timeouts: _abc.Mapping[_builtins.str, _builtins.int] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["ack_deadline_expiries", b"ack_deadline_expiries", "cancelled", b"cancelled", "claimed", b"claimed", "completed", b"completed", "dispatched", b"dispatched", "failed", b"failed", "preempted", b"preempted", "preemptions_refused", b"preemptions_refused", "requeued", b"requeued", "retries", b"retries", "stream_connects", b"stream_connects", "stream_reconnects", b"stream_reconnects", "submitted", b"submitted", "timeouts", b"timeouts"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["ack_deadline_expiries", b"ack_deadline_expiries", "cancelled", b"cancelled", "claimed", b"claimed", "completed", b"completed", "dependencies_cancelled", b"dependencies_cancelled", "dependencies_released", b"dependencies_released", "dispatched", b"dispatched", "failed", b"failed", "preempted", b"preempted", "preemptions_refused", b"preemptions_refused", "requeued", b"requeued", "retries", b"retries", "stream_connects", b"stream_connects", "stream_reconnects", b"stream_reconnects", "submitted", b"submitted", "timeouts", b"timeouts"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -2287,6 +2300,7 @@ class RunWorkflowsRequest(_message.Message):
     key: _builtins.str
     """These runs' flow-control key, in place of the one their workflow computes from each input."""
     when: _builtins.str
+    """How each of `after` must end: "succeeded" (the default when empty), "failed" or "finished"."""
     @_builtins.property
     def input_json(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
         """One JSON-encoded input per execution (each passed as ctx.input); an empty
