@@ -27,7 +27,7 @@ from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from bench.chaos import faults, flow_invariants, invariants
+from bench.chaos import dependency_invariants, faults, flow_invariants, invariants
 from bench.chaos.faults import Scheduler, Step
 from bench.chaos.invariants import (
     FINAL,
@@ -345,6 +345,7 @@ def _run(fleet: ChaosFleet, seconds: float, seed: int, store: str, markers: Path
     found["flow"] = flow_invariants.over_key_max(sampler.key_samples) + flow_invariants.over_rate(
         flow_invariants.starts(paced, load.owner), flow_invariants.RateTerms(lag_s=ACK_DEADLINE_S)
     )
+    found["dependencies"] = dependency_invariants.check(load.after, records)
     violations = [v for kind in found.values() for v in kind]
     violations += [invariants.Violation("harness", "faults", error) for error in scheduler.errors]
     # A refusal that is neither an acceptance nor UNAVAILABLE (a store error leaking as INTERNAL,
@@ -377,6 +378,7 @@ def _run(fleet: ChaosFleet, seconds: float, seed: int, store: str, markers: Path
         "overcommit": len(found["overcommit"]),
         "cancelled_completed": len(found["cancelled_completed"]),
         "quota": len(found["quota"]),
+        "dependencies": {"dependents": len(load.after), "violations": len(found["dependencies"])},
         "flow": {
             "violations": len(found["flow"]),
             "key_samples": len(sampler.key_samples),
@@ -450,7 +452,8 @@ def _drain(cluster: Cluster, accepted: dict[str, str], bound_s: float) -> list[s
 
 def _records(cluster: Cluster) -> dict[str, Record]:
     rows = cluster.query(
-        "SELECT execution_id, state, worker, attempt, output_json, max_attempts, reason, attempts FROM executions"
+        "SELECT execution_id, state, worker, attempt, output_json, max_attempts, reason, attempts, updated_at "
+        "FROM executions"
     )
     return {
         row[0]: Record(
@@ -462,6 +465,7 @@ def _records(cluster: Cluster) -> dict[str, Record]:
             int(row[5] or 0),
             row[6] or "",
             tuple(AttemptSeen(*item[:5]) for item in json.loads(row[7] or "[]")),
+            float(row[8] or 0),
         )  # fmt: skip
         for row in rows
     }
