@@ -85,7 +85,7 @@ async def _dispatcher(path: Path, capacity: int):  # noqa: ANN202 - bench plumbi
     from flux.domain.resource_request import ResourceRequest
     from flux.domain.worker import WorkerResources, WorkerSoftware
     from flux.domain.workflow import WorkflowRecord
-    from flux.store.sqlite import SqliteStore
+    from flux.store import SqliteStore
 
     settings = Settings(server_id="bench", max_pending=10_000_000, max_pending_bytes=1 << 40)
     d = Dispatcher(SqliteStore(path), settings)
