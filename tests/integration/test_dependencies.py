@@ -183,3 +183,28 @@ def test_a_dependency_ended_on_one_replica_releases_its_dependent_on_the_other(
             assert first.execution_id in out["upstream"]
     finally:
         c.close()
+
+
+@pytest.mark.transports("grpc")
+def test_another_tenants_execution_is_no_dependency(deps: Cluster) -> None:
+    from flux.client import FluxClient
+    from flux.security import Credentials
+
+    for args in (("tenant", "create", "ml"), ("tenant", "create", "web")):
+        assert deps.flux(*args).returncode == 0
+    ml, web = (deps.flux("token", "create", "--tenant", t).stdout.strip() for t in ("ml", "web"))
+    with (FluxClient(deps.address, timeout=10, credentials=Credentials(ml, deps.ca)) as as_ml,
+          FluxClient(deps.address, timeout=10, credentials=Credentials(web, deps.ca)) as as_web):  # fmt: skip
+        theirs = as_ml.run("downstream", "ml's")
+        mine = as_web.run("downstream", "web's")
+        # Refused as an id that does not exist: another tenant's id tells nothing.
+        with pytest.raises(NotFound, match=r"after\[0\]: execution .* does not exist"):
+            as_web.run("downstream", None, after=[theirs])
+        g = as_web.graph()
+        g.add("downstream", None, after=[mine, theirs.execution_id])
+        with pytest.raises(NotFound, match=r"items\[0\].after\[1\]"):
+            g.submit()
+        assert as_web.run("downstream", None, after=[mine], wait=True, timeout=30).state == COMPLETED
+        # The cluster admin sees both tenants: it may make one wait on the other.
+        both = deps.client.run("downstream", None, after=[theirs, mine], wait=True, timeout=30)
+        assert both.state == COMPLETED
