@@ -37,7 +37,6 @@ def _gate(tmp_path: Path, name: str = "gate") -> tuple[Path, dict]:
 
 
 @pytest.mark.backends("sqlite", "postgres")
-@pytest.mark.transports("grpc")
 def test_a_dependent_waits_then_runs_with_the_outputs_upstream(deps: Cluster, tmp_path: Path) -> None:
     client = deps.client
     gate, spec = _gate(tmp_path)

@@ -109,17 +109,32 @@ def hold(d: Handle, execution: Execution) -> None:
         release(d, execution)
         return
     d.dependencies.hold(execution.execution_id, open_)
+    if len(open_) != execution.waiting:
+        d.table.set(execution.evolve(waiting=len(open_)))  # counted anew (restart, mirror)
     if unknown:
         spawn(d, lookup(d, unknown))
 
 
 async def lookup(d: Handle, execution_ids: list[str]) -> None:
-    """Dependencies this server has not seen end: read them, and apply those that have."""
+    """Dependencies this server has not seen end: read them, and apply those that have.
+
+    Their dependents are read too: one another replica already released or ended (in the commit
+    that ended the dependency) is settled here from its row, not decided a second time."""
+    dependents = sorted({e for dependency in execution_ids for e in d.dependencies.waiting_on(dependency)})
     try:
         found = await d.store.get_executions(execution_ids)
+        rows = await d.store.get_executions(dependents) if dependents else {}
     except Exception as exc:  # the database away: the replica's safety tick reads them again
         log.warning("could not read %d dependencies: %s", len(execution_ids), exc)
         return
+    for dependent_id in dependents:
+        row = rows.get(dependent_id)
+        if dependent_id in d.dependencies and (row is None or row.state.finished or not row.waiting):
+            d.dependencies.forget(dependent_id)
+            held = d.table.get(dependent_id)
+            if held is not None and held.state is State.CREATED:
+                d.table.drop(dependent_id)  # the mirror takes the released row again (flux_pending)
+            d.watchers.wake(dependent_id)
     for execution_id in execution_ids:
         dependency = found.get(execution_id)
         if dependency is None:
@@ -149,6 +164,10 @@ def ended(d: Handle, final: Execution) -> None:
                 if verdict(dependent.when, dependency.state):
                     if index.satisfied(dependent_id, dependency.execution_id):
                         release(d, dependent)
+                    else:  # one fewer to wait for: its row says so, in the same commit
+                        fewer = dependent.evolve(waiting=len(index.open[dependent_id]))
+                        d.table.set(fewer)
+                        d.table.save(fewer)
                 else:
                     _end(d, dependent, dependency)  # table.finish -> ended(dependent): onto the backlog
     finally:
@@ -163,19 +182,38 @@ def release(d: Handle, execution: Execution) -> None:
     d.events.counters.dependencies_released += 1
 
     def saved() -> None:
-        if d.table.get(released.execution_id) is released:
-            shape = d.catalogue.shape_of(released)
-            d.queue_up(released, shape)
+        # By id, not identity: a replica's submission may have put its full record back in
+        # place of the mirror's copy meanwhile (SharedBinder.submit); still waiting in the row
+        # it holds, it is released all the same.
+        current = _releasable(d, released.execution_id)
+        if current is not None:
+            shape = d.catalogue.shape_of(current)
+            d.queue_up(current, shape)
             d.passes.work_added([shape])
 
     def retry(_: BaseException) -> None:
         asyncio.get_running_loop().call_later(RELEASE_RETRY, again)
 
     def again() -> None:
-        if d.table.get(released.execution_id) is released:
-            release(d, released)
+        current = _releasable(d, released.execution_id)
+        if current is not None:
+            release(d, current)
 
     d.table.save(released, done=saved, failed=retry)
+
+
+def _releasable(d: Handle, execution_id: str) -> Execution | None:
+    """The released execution as held now, with nothing left to wait for; None if it is gone,
+    ended, queued already, or held again."""
+    current = d.table.get(execution_id)
+    if current is None or current.state is not State.CREATED or execution_id in d.dependencies:
+        return None
+    if execution_id in d.queue:
+        return None
+    if current.waiting:
+        current = current.evolve(waiting=0)
+        d.table.set(current)
+    return current
 
 
 def _end(d: Handle, dependent: Execution, dependency: Execution) -> None:
