@@ -209,3 +209,49 @@ async def test_waiting_dependents_survive_a_restart(flux):
         assert w.scheduled() == [d.execution_id]
     finally:
         await again.d.stop()
+
+
+def test_a_pending_line_carries_a_waiting_rows_dependencies():
+    from flux.store import PendingRef, notices
+
+    ref = PendingRef("e1", 7, "job", 2, "acme", 0.0, 3, 12.5, 1, False, ("a", "b"), "finished", 2)
+    [back] = notices.parse_pending(notices.pending_line(ref))
+    assert back == ref
+    plain = PendingRef("e2", 8, "job", 2)
+    assert notices.parse_pending(notices.pending_line(plain)) == [plain]
+
+
+def test_the_graph_builder_sends_nodes_as_indexes_and_ids_as_after():
+    import asyncio
+
+    from flux.client.graphs import Graph
+    from flux.v1 import control_pb2
+
+    sent = []
+
+    def submit(request):
+        sent.append(request)
+        return control_pb2.RunWorkflowsResponse(
+            executions=[control_pb2.Execution(execution_id=f"id{i}") for i in range(len(request.items))]
+        )
+
+    g = Graph(submit)
+    a = g.add("extract", {"x": 1})
+    b = g.add("load", after=[a, "old", control_pb2.Execution(execution_id="older")], when="finished")
+    assert [e.execution_id for e in g.submit()] == ["id0", "id1"]
+    [request] = sent
+    assert list(request.items[1].after_index) == [0]
+    assert list(request.items[1].after) == ["old", "older"] and request.items[1].when == "finished"
+    assert request.items[0].input_json == '{"x": 1}' and not request.items[0].when
+    assert b.execution_id == "id1"
+    with pytest.raises(InvalidArgument, match="when must be one of"):
+        g.add("load", after=[a], when="soon")
+    with pytest.raises(InvalidArgument, match="node of another graph"):
+        Graph(submit).add("x", after=[a])
+
+    async def answer(request):
+        return submit(request)
+
+    h = Graph(answer)
+    h.add("extract")
+    assert [e.execution_id for e in asyncio.run(h.submit())] == ["id0"]
