@@ -109,9 +109,7 @@ class ControlService(control_pb2_grpc.ControlServiceServicer):
         caller = await self._caller(context)
         if request.items:
             executions = await self._graph(request, context, caller)
-            return control_pb2.RunWorkflowsResponse(
-                executions=[convert.execution_to_proto(e.evolve(input_json="")) for e in executions]
-            )
+            return control_pb2.RunWorkflowsResponse(executions=[convert.accepted_to_proto(e) for e in executions])
         executions = await self.dispatcher.submit_many(
             request.workflow_name,
             list(request.input_json),

@@ -331,6 +331,31 @@ def status_to_proto(status: Status) -> control_pb2.ClusterStatus:
     )
 
 
+def accepted_to_proto(e: Execution) -> control_pb2.Execution:
+    """A graph's execution as RunWorkflows answers it: what was decided at acceptance (its id,
+    workflow, state, dependencies, priority, tenant and time), not its policy or input, which the
+    caller sent (GetExecution has them). A third of the cost of the full form, for 10,000 items."""
+    message = control_pb2.Execution(
+        execution_id=e.execution_id,
+        workflow=e.workflow.to_proto(),
+        state=int(e.state),  # type: ignore[arg-type]
+        worker=e.worker,
+        generation=e.generation,
+        attempt=e.attempt,
+        created_at_ms=int(e.created_at * 1000),
+        updated_at_ms=int(e.updated_at * 1000),
+        priority=e.priority,
+        tenant=e.tenant,
+        reason=e.reason,
+        after=e.after,
+        when=e.when,
+        dependencies_waiting=e.waiting,
+    )
+    if e.error is not None:
+        message.error.CopyFrom(e.error.to_proto())
+    return message
+
+
 def graph_items_from_proto(items: Iterable[control_pb2.RunItem]) -> list[GraphItem]:
     """RunWorkflows ``items``, as the dispatcher's graph items (checked there, naming each item)."""
     return [

@@ -2319,7 +2319,8 @@ class RunWorkflowsRequest(_message.Message):
     def items(self) -> _containers.RepeatedCompositeFieldContainer[Global___RunItem]:
         """A graph: one item per execution, each its own workflow, input and dependencies, accepted
         atomically (all or none). When set, workflow_name and input_json must be empty. At most
-        10,000 items per call.
+        10,000 items per call. The answer's executions then carry what acceptance decided (id,
+        workflow, state, dependencies, priority, tenant, times), not their policy: GetExecution has it.
         """
 
     def __init__(

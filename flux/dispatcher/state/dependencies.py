@@ -37,11 +37,17 @@ class DependencyIndex:
 
     def hold(self, execution_id: str, waiting_for: Iterable[str]) -> None:
         """Hold ``execution_id`` until each of ``waiting_for`` is ``satisfied``."""
-        self.forget(execution_id)
+        if execution_id in self.open:
+            self.forget(execution_id)
         open_ = set(waiting_for)
         self.open[execution_id] = open_
+        dependents = self.dependents
         for dependency in open_:
-            self.dependents.setdefault(dependency, set()).add(execution_id)
+            held = dependents.get(dependency)
+            if held is None:
+                dependents[dependency] = {execution_id}
+            else:
+                held.add(execution_id)
 
     def waiting_on(self, dependency_id: str) -> list[str]:
         """The dependents still waiting for ``dependency_id``, in a stable order."""
