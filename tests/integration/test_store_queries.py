@@ -186,7 +186,8 @@ async def test_a_version_2_sqlite_file_gains_the_priority_columns(tmp_path: Path
     # Back to version 2: the same tables without the priority columns (nor version 4's trace).
     db = sqlite3.connect(path)
     # Nor any column or table a version after it added.
-    later = ("policy", "not_before", "reason", "attempts", "heartbeat", "started_at", "run_time", "flow_keys")
+    later = ("policy", "not_before", "reason", "attempts", "heartbeat", "started_at", "run_time", "flow_keys",
+             "after_ids", "after_when", "waiting")
     db.executescript(
         "".join(f"ALTER TABLE executions DROP COLUMN {column};" for column in later)
         + "ALTER TABLE workflows DROP COLUMN priority; ALTER TABLE executions DROP COLUMN priority;"
