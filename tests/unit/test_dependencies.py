@@ -255,3 +255,34 @@ def test_the_graph_builder_sends_nodes_as_indexes_and_ids_as_after():
     h = Graph(answer)
     h.add("extract")
     assert [e.execution_id for e in asyncio.run(h.submit())] == ["id0"]
+
+
+async def test_each_dependency_that_ends_is_counted_off_in_its_own_commit(flux):
+    await flux.workflow(cpu=1)
+    w = await flux.worker(cpu=2)
+    a, b = await flux.run(), await flux.run()
+    d = await _run(flux, [a, b], when="finished")
+    assert flux.store.executions[d.execution_id].waiting == 2
+    await flux.d.cancel(a)  # a cancelled dependency satisfies "finished"
+    await settled()
+    assert flux.store.executions[d.execution_id].waiting == 1
+    assert flux.get(d.execution_id).waiting == 1 and d.execution_id in flux.d.dependencies
+    w.events()
+    w.claim(b)
+    await w.complete(b, "2")
+    await settled()
+    assert w.scheduled() == [d.execution_id]
+    assert flux.d.events.counters.dependencies_released == 1
+
+
+async def test_upstream_holds_each_dependencys_output_or_null(flux):
+    await flux.workflow(cpu=1)
+    w = await flux.worker(cpu=2)
+    a, b = await flux.run(), await flux.run()
+    d = await _run(flux, [a, b], when="finished")
+    w.claim(a)
+    await w.complete(a, '{"rows": 3}')
+    await flux.d.cancel(b)
+    await settled()
+    sent = await flux.d.with_upstream(flux.get(d.execution_id))
+    assert sent.upstream == ((a, '{"rows": 3}'), (b, "null"))
