@@ -10,6 +10,7 @@ from bench import (
     dispatch,
     fleet,
     graphs,
+    graphs_arrays,
     keda_flood,
     limits,
     limits_flow,
@@ -18,6 +19,7 @@ from bench import (
     memory,
     peers,
     pools,
+    rate_live,
     reclaim,
     replicas,
     starvation,
@@ -46,6 +48,8 @@ BENCHES = {
     "keda-flood": keda_flood.main,
     "timers": timers.main,
     "graphs": graphs.main,
+    "rate-live": rate_live.main,
+    "arrays": graphs_arrays.main,
 }
 
 

@@ -3,7 +3,7 @@
 Each arrival is one of ``SHAPES``: a quick echo, a short sleep on one or two
 cores, a body that fails, a long sleep cancelled after a random delay, a body that
 sleeps past its timeout, a shape no worker can ever take, keyed work (two of a key at
-once) and rated work (2 a second, arriving in bursts of 8). With ``tenants`` (name -> that tenant's clients)
+once), rated work (2 a second, arriving in bursts of 8) and small batches (6 members, 2 at once). With ``tenants`` (name -> that tenant's clients)
 each arrival is submitted, and later cancelled, as one of them, drawn evenly;
 without, as the run's own (admin) clients. Submissions run in a bounded pool; an arrival
 that finds the pool full is shed (counted, never owed). A submission that
@@ -22,6 +22,7 @@ from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
+from bench.chaos.flow_invariants import BATCH_MAX
 from bench.chaos.invariants import NEVER_FITS, TIMES_OUT
 
 DEPENDENT = "dependent"
@@ -42,6 +43,7 @@ class Shape:
     cancel_after: tuple[float, float] | None = None  # cancel this long after acceptance
     keys: tuple[str, ...] = ()  # a flow key for the input's "key", drawn evenly
     count: int = 1  # submitted at once, one after another (a burst)
+    batch: int = 0  # submitted as one batch of this many members (client.map, max_concurrent BATCH_MAX)
 
 
 SHAPES = (
@@ -57,6 +59,7 @@ SHAPES = (
     # After an execution of an earlier arrival (echo, sleep, fail or cancelled): it must not start
     # before that one completed, and ends CANCELLED (reason dependency) when it did not.
     Shape(DEPENDENT, "chaos_after", 0.06),
+    Shape("batched", "chaos_sleep", 0.03, (0.2, 1.0), batch=6),
 )
 # The shapes a dependent may wait for: each ends on its own (never_fits would hold it forever).
 DEPENDABLE = frozenset({"echo", "sleep", "fail", "cancelled"})
@@ -171,8 +174,41 @@ class Load:
             self._count("submitted")
             self._pool.submit(self._one, shape, value, cancel_after, tenant)
 
+    def submit_batch(self, shape: Shape, value: object, tenant: str = "") -> None:
+        """Map ``shape.batch`` runs of ``value`` as one batch of at most BATCH_MAX at once, until a
+        server accepts (every member counts as accepted) or the submission gives up."""
+        deadline, backoff = self.clock() + SUBMIT_GIVE_UP_S, 0.1
+        clients = self.tenants[tenant] if tenant else self.clients
+        while True:
+            with self._lock:
+                client = clients[self._turn % len(clients)]
+                self._turn += 1
+            try:
+                runs = client.map(shape.workflow, [value] * shape.batch, max_concurrent=BATCH_MAX)
+            except Unavailable:
+                self._count("retries")
+            except FluxError as exc:
+                self._count("errors")
+                self.errors.append(f"{shape.workflow} batch: {type(exc).__name__}: {exc}")
+                return
+            else:
+                with self._lock:
+                    for run in runs:
+                        self.accepted[run.execution_id] = shape.name
+                        if tenant:
+                            self.owner[run.execution_id] = tenant
+                return
+            if self.clock() + backoff > deadline:
+                self._count("given_up")
+                return
+            time.sleep(backoff)
+            backoff = min(2.0, backoff * 2)
+
     def _one(self, shape: Shape, value: dict[str, object], cancel_after: float | None, tenant: str) -> None:
         try:
+            if shape.batch:
+                self.submit_batch(shape, value, tenant)
+                return
             after: tuple[str, ...] = ()
             if shape.name == DEPENDENT:
                 with self._lock:

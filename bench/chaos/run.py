@@ -248,19 +248,31 @@ def _key_holds(fleet: ChaosFleet) -> tuple[str, dict[tuple[str, str], int]]:
         "SELECT tenant, flow_keys, count(*) FROM executions WHERE state IN (?, ?) AND workflow_name = ? "
         "GROUP BY 1, 2"
     )
-    params = (invariants.SCHEDULED, invariants.RUNNING, flow_invariants.KEYED)
+    rows = _store_rows(fleet, sql, (invariants.SCHEDULED, invariants.RUNNING, flow_invariants.KEYED))
+    held = {(tenant, json.loads(keys).get("concurrency", "")): int(n) for tenant, keys, n in rows}
+    return "store", held
+
+
+def _batch_holds(fleet: ChaosFleet) -> tuple[str, dict[tuple[str, str], int]]:
+    """Each batch's SCHEDULED and RUNNING members now, per (tenant, batch id), as the store has them."""
+    sql = (
+        "SELECT tenant, batch_id, count(*) FROM executions WHERE state IN (?, ?) AND batch_id <> '' "
+        "GROUP BY 1, 2"
+    )
+    rows = _store_rows(fleet, sql, (invariants.SCHEDULED, invariants.RUNNING))
+    return "store", {(tenant, batch_id): int(n) for tenant, batch_id, n in rows}
+
+
+def _store_rows(fleet: ChaosFleet, sql: str, params: tuple[object, ...]) -> list[tuple]:  # type: ignore[type-arg]
     if "://" in fleet.cluster.db:
         import psycopg
 
         with psycopg.connect(fleet.cluster.db, connect_timeout=2, options="-c statement_timeout=2000") as db:
-            rows = db.execute(sql.replace("?", "%s"), params).fetchall()
-    else:
-        import sqlite3
+            return db.execute(sql.replace("?", "%s"), params).fetchall()
+    import sqlite3
 
-        with contextlib.closing(sqlite3.connect(fleet.cluster.workdir / fleet.cluster.db, timeout=2)) as db:
-            rows = db.execute(sql, params).fetchall()
-    held = {(tenant, json.loads(keys).get("concurrency", "")): int(n) for tenant, keys, n in rows}
-    return "store", held
+    with contextlib.closing(sqlite3.connect(fleet.cluster.workdir / fleet.cluster.db, timeout=2)) as db:
+        return db.execute(sql, params).fetchall()
 
 
 def _run(fleet: ChaosFleet, seconds: float, seed: int, store: str, markers: Path, rate: float) -> dict:
@@ -287,6 +299,7 @@ def _run(fleet: ChaosFleet, seconds: float, seed: int, store: str, markers: Path
     sampler = Sampler(
         quick, markers, CPUS, CAPACITY, began,
         tenants=lambda: _tenant_cores(fleet, quick[0], store), keys=lambda: _key_holds(fleet),
+        batches=lambda: _batch_holds(fleet),
     )  # fmt: skip
     recovery: dict[str, list[float]] = {}
     unrecovered: Counter[str] = Counter()
@@ -346,6 +359,7 @@ def _run(fleet: ChaosFleet, seconds: float, seed: int, store: str, markers: Path
         flow_invariants.starts(paced, load.owner), flow_invariants.RateTerms(lag_s=ACK_DEADLINE_S)
     )
     found["dependencies"] = dependency_invariants.check(load.after, records)
+    found["flow"] += flow_invariants.over_batch_max(sampler.batch_samples)
     violations = [v for kind in found.values() for v in kind]
     violations += [invariants.Violation("harness", "faults", error) for error in scheduler.errors]
     # A refusal that is neither an acceptance nor UNAVAILABLE (a store error leaking as INTERNAL,
@@ -383,6 +397,8 @@ def _run(fleet: ChaosFleet, seconds: float, seed: int, store: str, markers: Path
             "violations": len(found["flow"]),
             "key_samples": len(sampler.key_samples),
             "key_peak": sampler.key_peak,
+            "batch_samples": len(sampler.batch_samples),
+            "batch_peak": sampler.batch_peak,
             "paced_starts": sum(len(t) for t in flow_invariants.starts(paced, load.owner).values()),
         },
         "tenants": {

@@ -135,3 +135,17 @@ def attempt_duration(text: str) -> float:
         return policy_duration(text, "--attempt-timeout")
     except (TypeError, ValueError) as exc:
         raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def max_concurrent(text: str) -> int:
+    """``--max-concurrent N``: an int from 1 to 1,000,000 (flux.domain.batch)."""
+    from flux.domain.batch import check_max_concurrent
+
+    try:
+        return check_max_concurrent(int(text), "--max-concurrent")
+    except ValueError as exc:
+        if "invalid literal" in str(exc):
+            raise argparse.ArgumentTypeError(
+                f"--max-concurrent must be an int between 1 and 1,000,000; got {text!r}"
+            ) from None
+        raise argparse.ArgumentTypeError(str(exc)) from None

@@ -19,6 +19,7 @@ from flux.cli.arguments import (
     execution_id_list,
     count,
     execution_state,
+    max_concurrent,
     parse_duration,
     priority,
     seconds,
@@ -130,8 +131,17 @@ def build_parser() -> argparse.ArgumentParser:
     )  # fmt: skip
     run.add_argument(
         "--many", action="store_true",
-        help="one execution per line of --input-file (JSON Lines; blank lines skipped), submitted in bulk; "
-        "prints one id per line, or with --wait one output per line, in input order",
+        help="one execution per line of --input-file (JSON Lines; blank lines skipped), submitted in bulk "
+        "as one batch; prints one id per line, or with --wait one output per line, in input order (the "
+        "batch's id on stderr)",
+    )  # fmt: skip
+    run.add_argument(
+        "--max-concurrent", type=max_concurrent, default=None, metavar="N",
+        help="with --many: at most N of the batch's runs SCHEDULED or RUNNING at once (default: no limit)",
+    )  # fmt: skip
+    run.add_argument(
+        "--print-batch", action="store_true",
+        help="with --many: print the batch's id alone on stdout instead of the executions' ids",
     )  # fmt: skip
     run.set_defaults(run=command("workflow", "run_workflow"))
     status = with_server(workflow.add_parser("status", help="an execution's state"))

@@ -19,9 +19,9 @@ from typing import Any
 
 import grpc
 
+from flux.client.batches import AsyncBatchCalls, Executions, async_batch_calls, batch_fields
 from flux.client.calls import AsyncCalls
 from flux.client.limit_admin import AsyncLimitAdmin
-from flux.client.graphs import Graph
 from flux.client.requests import (
     WaitTimedOut,
     chunked,
@@ -40,6 +40,7 @@ from flux.client.runs import ENDED, AsyncRunStream, CallEnded
 from flux.client.streams import tasks
 from flux.client.tenant_admin import AsyncTenantAdmin
 from flux.defaults import default_server
+from flux.domain.batch import check_max_concurrent
 from flux.domain.policy import Retry
 from flux.errors import FluxError, InvalidArgument, Unavailable
 from flux.observe import tracing
@@ -186,11 +187,6 @@ class FluxClient(AsyncCalls):
             return await self._submit("RunWorkflow", request, workflow)
         return await self._run_and_wait(request, timeout, on_update)
 
-    def graph(self) -> Graph:
-        """A graph of executions that wait for each other, submitted in one call, all or nothing
-        (flux/client/graphs.py): ``a = g.add("extract", x); g.add("load", after=[a]); g.submit()``."""
-        return Graph(lambda request: self._submit("RunWorkflows", request, "graph"))
-
     async def _run_and_wait(
         self, request: control_pb2.RunWorkflowRequest, timeout: float | None, on_update: Update | None
     ) -> control_pb2.Execution:
@@ -270,12 +266,17 @@ class FluxClient(AsyncCalls):
         priority: int | None = None,
         wait: bool = False,
         timeout: float | None = None,
-    ) -> list[control_pb2.Execution]:
-        """Run ``workflow`` once per input (bulk submission); in input order, as ``FluxClient.map``."""
+        max_concurrent: int | None = None,
+    ) -> Executions:
+        """Run ``workflow`` once per input (bulk submission); in input order, as one batch of which
+        at most ``max_concurrent`` run at once, as ``FluxClient.map``."""
+        if max_concurrent is not None:
+            check_max_concurrent(max_concurrent, "max_concurrent")
         executions = await self.run_many_json(
-            workflow, encode_inputs(inputs), version=version, priority=priority
-        )
-        return await self.wait_all(executions, timeout) if wait else executions
+            workflow, encode_inputs(inputs), version=version, priority=priority, batch=True,
+            max_concurrent=max_concurrent,
+        )  # fmt: skip
+        return Executions(await self.wait_all(executions, timeout), executions.batch) if wait else executions
 
     async def run_many_json(
         self,
@@ -285,16 +286,26 @@ class FluxClient(AsyncCalls):
         version: int = 0,
         priority: int | None = None,
         key: str | None = None,
-    ) -> list[control_pb2.Execution]:
+        batch: bool = False,
+        max_concurrent: int | None = None,
+    ) -> Executions:
         executions: list[control_pb2.Execution] = []
+        batch_id = ""
         for chunk in chunked(inputs_json):
             request = run_many_request(workflow, chunk, version, priority, key)
+            batch_fields(request, batch, max_concurrent, batch_id)
             try:
                 answer = await self._submit("RunWorkflows", request, workflow)
             except InvalidArgument as exc:
                 raise InvalidArgument(shift_index(str(exc), len(executions))) from None
             executions.extend(answer.executions)
-        return executions
+            batch_id = batch_id or answer.batch_id
+        return Executions(executions, self.batches.handle(batch_id) if batch_id else None)
+
+    @functools.cached_property
+    def batches(self) -> AsyncBatchCalls:
+        """Batches by id, as ``FluxClient.batches`` (each call a coroutine; ``watch`` an async iterator)."""
+        return async_batch_calls(self._channel, self._metadata, self.timeout, self._error)
 
     async def wait_all(
         self, executions: Iterable[control_pb2.Execution | str], timeout: float | None = None

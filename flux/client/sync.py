@@ -18,11 +18,11 @@ from typing import Any
 import grpc
 import grpc.experimental
 
+from flux.client.batches import BatchCalls, Executions, batch_calls, batch_fields
 from flux.client.calls import Calls
 from flux.client.limit_admin import LimitAdmin
 
 # ``chunked`` and ``WaitTimedOut`` are imported from here outside flux (tests, bench, scripts).
-from flux.client.graphs import Graph
 from flux.client.requests import (
     WaitTimedOut,
     chunked,
@@ -41,6 +41,7 @@ from flux.client.runs import ENDED, CallEnded, RunStream
 from flux.client.streams import threaded
 from flux.client.tenant_admin import TenantAdmin
 from flux.defaults import default_server
+from flux.domain.batch import check_max_concurrent
 from flux.domain.policy import Retry
 from flux.errors import FluxError, InvalidArgument, Unavailable
 from flux.observe import tracing
@@ -152,10 +153,7 @@ class FluxClient(Calls):
         ``priority`` (-1000 to 1000, higher first) overrides the workflow's for this run, as do
         ``attempt_timeout`` (one attempt's limit: ``"10m"`` or seconds) and ``retry``. ``timeout``
         is how long this call waits, not a limit on the execution. ``key``: this run's flow-control
-        key (``Concurrency``/``RateLimit``), in place of the one computed from the input.
-        ``after``: executions (or ids) this run waits for, each to end as ``when`` asks
-        (``"succeeded"``, the default, ``"failed"`` or ``"finished"``); its body reads their outputs
-        as ``ctx.upstream``.
+        key, in place of the input's; ``after``/``when``: what it waits for and how (ctx.upstream).
         """
         return self.run_json(
             workflow,
@@ -192,11 +190,6 @@ class FluxClient(Calls):
         if not wait:
             return self._submit("RunWorkflow", request, workflow)
         return self._run_and_wait(request, timeout, on_update)
-
-    def graph(self) -> Graph:
-        """A graph of executions that wait for each other, submitted in one call, all or nothing
-        (flux/client/graphs.py): ``a = g.add("extract", x); g.add("load", after=[a]); g.submit()``."""
-        return Graph(lambda request: self._submit("RunWorkflows", request, "graph"))
 
     def _run_and_wait(
         self,
@@ -274,8 +267,11 @@ class FluxClient(Calls):
         priority: int | None = None,
         wait: bool = False,
         timeout: float | None = None,
-    ) -> list[control_pb2.Execution]:
-        """Run ``workflow`` once per input (bulk submission); the executions in input order.
+        max_concurrent: int | None = None,
+    ) -> Executions:
+        """Run ``workflow`` once per input (bulk submission); the executions in input order, as one
+        batch (``.batch_id``, ``.batch``: flux/client/batches.py) of which at most ``max_concurrent``
+        run at once (None: no limit).
 
         Inputs go in RunWorkflows calls of at most 10,000 inputs (and 8 MiB) each; every
         call is one durable commit, so a refused call leaves the earlier calls' executions
@@ -285,8 +281,13 @@ class FluxClient(Calls):
         them together (``WaitTimedOut`` names the first one not finished by then).
         ``priority`` (-1000 to 1000, higher first) overrides the workflow's for these runs.
         """
-        executions = self.run_many_json(workflow, encode_inputs(inputs), version=version, priority=priority)
-        return self.wait_all(executions, timeout) if wait else executions
+        if max_concurrent is not None:
+            check_max_concurrent(max_concurrent, "max_concurrent")
+        executions = self.run_many_json(
+            workflow, encode_inputs(inputs), version=version, priority=priority, batch=True,
+            max_concurrent=max_concurrent,
+        )  # fmt: skip
+        return Executions(self.wait_all(executions, timeout), executions.batch) if wait else executions
 
     def run_many_json(
         self,
@@ -296,17 +297,28 @@ class FluxClient(Calls):
         version: int = 0,
         priority: int | None = None,
         key: str | None = None,
-    ) -> list[control_pb2.Execution]:
-        """Submit one execution per JSON-encoded input, in calls of the per-call cap; in input order."""
+        batch: bool = False,
+        max_concurrent: int | None = None,
+    ) -> Executions:
+        """Submit one execution per JSON-encoded input, in calls of the per-call cap; in input order.
+        ``batch`` or ``max_concurrent``: as one batch (the first call makes it, the others join it)."""
         executions: list[control_pb2.Execution] = []
+        batch_id = ""
         for chunk in chunked(inputs_json):
             request = run_many_request(workflow, chunk, version, priority, key)
+            batch_fields(request, batch, max_concurrent, batch_id)
             try:
                 answer = self._submit("RunWorkflows", request, workflow)
             except InvalidArgument as exc:
                 raise InvalidArgument(shift_index(str(exc), len(executions))) from None
             executions.extend(answer.executions)
-        return executions
+            batch_id = batch_id or answer.batch_id
+        return Executions(executions, self.batches.handle(batch_id) if batch_id else None)
+
+    @functools.cached_property
+    def batches(self) -> BatchCalls:
+        """Batches by id (``map``'s ``.batch_id``): ``get``, ``watch``, ``wait``, ``cancel``."""
+        return batch_calls(self._channel, self._metadata, self.timeout, self._error)
 
     def wait_all(
         self, executions: Iterable[control_pb2.Execution | str], timeout: float | None = None
@@ -355,11 +367,6 @@ class FluxClient(Calls):
             "WaitExecutions", control_pb2.WaitExecutionsRequest(execution_ids=ids), timeout
         ):
             yield from batch.executions
-
-    def watch(self, execution_id: str, timeout: float | None = None) -> Iterator[control_pb2.Execution]:
-        return self._read(
-            "WatchExecution", control_pb2.WatchExecutionRequest(execution_id=execution_id), timeout
-        )
 
     def wait(
         self,

@@ -18,6 +18,7 @@ import time
 import uuid
 from collections.abc import AsyncIterator, Callable, Iterable
 
+from flux.dispatcher.core_batches import BatchMethods
 from flux.dispatcher.core_workers import WorkerMethods
 from flux.dispatcher.cycle import placing
 from flux.dispatcher.cycle.passes import Passes
@@ -61,7 +62,7 @@ __all__ = ["Diagnosis", "Dispatcher", "Settings", "WorkerRegistration"]
 log = logging.getLogger("flux.dispatcher")
 
 
-class Dispatcher(WorkerMethods):
+class Dispatcher(WorkerMethods, BatchMethods):
     def __init__(
         self,
         store: Store,
@@ -218,8 +219,10 @@ class Dispatcher(WorkerMethods):
         tenant: str = DEFAULT_TENANT,
         every_workflow: bool = True,
         overrides: submission.Overrides = submission.NO_OVERRIDES,
+        batch: submission.BatchAsk = submission.NO_BATCH,
     ) -> list[Execution]:
-        """One execution per input, stored in one commit, in input order (transitions/submission.py)."""
+        """One execution per input, stored in one commit, in input order (transitions/submission.py);
+        ``batch``: as a new batch, or added to one (transitions/batches.py)."""
         return await submission.submit_many(
             self,
             workflow_name,
@@ -230,6 +233,7 @@ class Dispatcher(WorkerMethods):
             trace=trace,
             every_workflow=every_workflow,
             overrides=overrides,
+            batch=batch,
         )
 
     async def submit_graph(

@@ -137,6 +137,8 @@ class Execution:
     # Its resolved flow-control keys, (part, key) sorted by part ("concurrency", "limits",
     # "rate_limit"); empty: unlimited. A tuple, so the record stays hashable.
     flow_keys: tuple[tuple[str, str], ...] = ()
+    # The batch it belongs to (flux/domain/batch.py); "" for none.
+    batch_id: str = ""
     # The executions it waits for, and how they must end (flux.domain.dependencies.WHENS); ""
     # when it waits for none. ``waiting``: how many of them have not yet ended as ``when`` asks;
     # while above 0 it is held out of the queue (flux/dispatcher/state/dependencies.py).

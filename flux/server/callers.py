@@ -52,6 +52,7 @@ WRITES = frozenset(
         "/flux.v1.ControlService/RunAndWaitStream",
         "/flux.v1.ControlService/CancelExecution",
         "/flux.v1.ControlService/RetryExecution",
+        "/flux.v1.BatchService/CancelBatch",
     }
 )
 

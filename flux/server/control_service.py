@@ -119,18 +119,22 @@ class ControlService(control_pb2_grpc.ControlServiceServicer):
             tenant=caller.tenant,
             every_workflow=caller.cluster_admin,
             overrides=convert.run_overrides(request)._replace(sees=caller.sees),
+            batch=convert.batch_ask(request),
         )
         # Without their inputs: the caller sent them, and echoing them could pass the message cap.
         return control_pb2.RunWorkflowsResponse(
-            executions=[convert.execution_to_proto(e.evolve(input_json="")) for e in executions]
+            executions=[convert.execution_to_proto(e.evolve(input_json="")) for e in executions],
+            batch_id=executions[0].batch_id,
         )
 
     async def _graph(
         self, request: control_pb2.RunWorkflowsRequest, context: grpc.aio.ServicerContext, caller: Caller
     ) -> list[Execution]:
         """RunWorkflows with items: a graph, all or nothing (transitions/graphs.py)."""
-        shared = [n for n in ("priority", "attempt_timeout_s", "retry", "key") if request.HasField(n)]
-        shared += [n for n in ("workflow_name", "input_json", "version", "after", "when") if getattr(request, n)]
+        shared = [n for n in ("priority", "attempt_timeout_s", "retry", "key", "max_concurrent") if request.HasField(n)]
+        shared += [
+            n for n in ("workflow_name", "input_json", "version", "after", "when", "batch", "batch_id") if getattr(request, n)
+        ]
         if shared:
             raise InvalidArgument(
                 f"items is set: give each item its own fields, not {', '.join(shared)} on the call"

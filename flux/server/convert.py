@@ -9,6 +9,7 @@ from flux.dispatcher.core import Diagnosis
 from flux.dispatcher.state.lifecycle import Counters, Refusal
 from flux.dispatcher.state.worker_entry import WorkerEntry
 from flux.dispatcher.transitions.graphs import GraphItem
+from flux.dispatcher.transitions.batches import BatchAsk, checked_ask
 from flux.dispatcher.transitions.submission import Overrides
 from flux.domain.execution import Execution
 from flux.domain.limits import Flow, check_run_key, flow_from_proto, flow_to_proto
@@ -116,6 +117,12 @@ def run_overrides(run: control_pb2.RunWorkflowRequest | control_pb2.RunWorkflows
     return Overrides(timeout, retry, key, tuple(run.after), run.when)
 
 
+def batch_ask(run: control_pb2.RunWorkflowsRequest) -> BatchAsk:
+    """A bulk submission's batch fields, checked (transitions/batches.py)."""
+    most = run.max_concurrent if run.HasField("max_concurrent") else None
+    return checked_ask(run.batch, most, run.batch_id)
+
+
 def execution_to_proto(e: Execution) -> control_pb2.Execution:
     return control_pb2.Execution(
         execution_id=e.execution_id,
@@ -139,6 +146,7 @@ def execution_to_proto(e: Execution) -> control_pb2.Execution:
         policy=policy_to_proto(e.policy) if e.policy is not None else default_policy_proto(e.max_attempts),
         started_at_ms=int(e.started_at * 1000),
         flow_keys=dict(e.flow_keys),
+        batch_id=e.batch_id,
         after=list(e.after),
         when=e.when,
         dependencies_waiting=e.waiting,

@@ -21,6 +21,7 @@ from flux.dispatcher.core import Dispatcher, Settings
 from flux.dispatcher.state.freezing import freeze, unwatch, watch
 from flux.observe import logs, pauses
 from flux.security import AuthInterceptor, Tokens, is_loopback, plaintext_warning
+from flux.server.batches import BatchService
 from flux.server.callers import Callers
 from flux.server.control_service import ControlService
 from flux.server.interceptors import DecodeGuard
@@ -31,6 +32,8 @@ from flux.server.pools import PoolService
 from flux.server.tenants import TenantService
 from flux.server.worker_service import WorkerService
 from flux.v1 import (
+    batches_pb2,
+    batches_pb2_grpc,
     control_pb2,
     control_pb2_grpc,
     limits_pb2,
@@ -253,6 +256,7 @@ async def start_server(config: ServerConfig) -> RunningServer:
         health_pb2_grpc.add_HealthServicer_to_server(health_servicer, target)  # type: ignore[arg-type]
         pools_pb2_grpc.add_PoolServiceServicer_to_server(PoolService(dispatcher, callers), target)  # type: ignore[arg-type]
         limits_pb2_grpc.add_LimitServiceServicer_to_server(LimitService(dispatcher, callers), target)  # type: ignore[arg-type]
+        batches_pb2_grpc.add_BatchServiceServicer_to_server(BatchService(dispatcher, callers), target)  # type: ignore[arg-type]
         tenants_pb2_grpc.add_TenantServiceServicer_to_server(TenantService(dispatcher, callers), target)  # type: ignore[arg-type]
     services = (
         worker_pb2.DESCRIPTOR.services_by_name["WorkerService"].full_name,
@@ -260,6 +264,7 @@ async def start_server(config: ServerConfig) -> RunningServer:
         health_pb2.DESCRIPTOR.services_by_name["Health"].full_name,
         pools_pb2.DESCRIPTOR.services_by_name["PoolService"].full_name,
         limits_pb2.DESCRIPTOR.services_by_name["LimitService"].full_name,
+        batches_pb2.DESCRIPTOR.services_by_name["BatchService"].full_name,
         tenants_pb2.DESCRIPTOR.services_by_name["TenantService"].full_name,
     )
     enable_reflection(services, server)

@@ -14,7 +14,8 @@ import abc
 import asyncio
 from dataclasses import dataclass, field
 
-from flux.domain.execution import Execution
+from flux.domain.batch import Batch
+from flux.domain.execution import Execution, State
 from flux.domain.resource_request import ResourceRequest
 from flux.domain.tenant import DEFAULT_TENANT
 from flux.domain.workflow import WorkflowRecord
@@ -323,3 +324,23 @@ class Store(abc.ABC):
     @abc.abstractmethod
     async def list_workflows(self, name: str = "") -> list[WorkflowRecord]:
         """Every registered version (of ``name`` only, when given), by name then version."""
+
+    @abc.abstractmethod
+    async def save_batch(self, batch: Batch) -> None:
+        """Store a new batch (its members are saved as executions naming it)."""
+
+    @abc.abstractmethod
+    async def get_batch(self, batch_id: str) -> Batch | None:
+        """The batch with this id, or None."""
+
+    @abc.abstractmethod
+    async def batch_counts(self, batch_id: str) -> dict[State, int]:
+        """How many of the batch's members each state has, as committed."""
+
+    @abc.abstractmethod
+    async def batch_unfinished(self, batch_id: str) -> list[str]:
+        """The ids of the batch's members not finished as committed, newest first."""
+
+    @abc.abstractmethod
+    async def cancel_batch(self, batch_id: str, at: float) -> bool:
+        """Mark the batch cancelled at ``at`` (it takes no new members); whether this call did."""

@@ -56,6 +56,7 @@ from flux.store.rows import (
     workflow_from_row,
     workflows_query,
 )
+from flux.store.sqlite_batches import SqliteBatches
 from flux.store.sqlite_schema import list_specs, migrate, register, save_specs, transaction, upsert
 
 T = TypeVar("T")
@@ -70,7 +71,7 @@ INLINE_ROWS = 32
 CHECKPOINT_EVERY = 256
 
 
-class SqliteStore(Store):
+class SqliteStore(SqliteBatches, Store):
     # "database is locked" past the busy timeout, a disk I/O error, a file that went away.
     unavailable = (sqlite3.OperationalError,)
 

@@ -15,6 +15,7 @@ from pathlib import Path
 from flux.domain.workflow import WorkflowRecord
 from flux.store.admin_rows import TOKEN_ADDED
 from flux.store.base import StoreError
+from flux.store.batch_rows import BATCH_COLUMN, BATCHES_TABLE
 from flux.store.limit_rows import LIMITS_TABLE
 from flux.store.rows import (
     EXECUTION_COLUMNS,
@@ -39,8 +40,9 @@ from flux.store.rows import (
 #    run_time (older rows: the default policy with their max_attempts, no wait, no attempts recorded).
 # 10: workflows.flow and executions.flow_keys (flow control; older rows limit nothing).
 # 11: the limits table (named limits per tenant; created on open, older files have none).
-# 12: executions.after_ids, after_when, waiting (dependencies; older rows wait for nothing).
-SCHEMA_VERSION = 12
+# 13: executions.batch_id and the batches table (older rows belong to no batch).
+# 14: executions.after_ids, after_when, waiting (dependencies; older rows wait for nothing).
+SCHEMA_VERSION = 14
 
 
 # Version 7's execution columns, in the table's definition and added to older files on open.
@@ -53,7 +55,8 @@ _EXECUTION_TIMING_COLUMNS = (
     ("started_at", "REAL NOT NULL DEFAULT 0"),
     ("run_time", "REAL NOT NULL DEFAULT 0"),
     ("flow_keys", "TEXT NOT NULL DEFAULT ''"),  # version 10
-    ("after_ids", "TEXT NOT NULL DEFAULT ''"),  # version 12: dependency ids, space-separated
+    BATCH_COLUMN,  # version 13
+    ("after_ids", "TEXT NOT NULL DEFAULT ''"),  # version 14: dependency ids, space-separated
     ("after_when", "TEXT NOT NULL DEFAULT ''"),
     ("waiting", "INTEGER NOT NULL DEFAULT 0"),
 )
@@ -87,6 +90,7 @@ CREATE TABLE IF NOT EXISTS workers (name TEXT PRIMARY KEY, session_token TEXT NO
 CREATE TABLE IF NOT EXISTS pools (name TEXT PRIMARY KEY, spec TEXT NOT NULL, updated_at REAL NOT NULL);
 CREATE TABLE IF NOT EXISTS tenants (name TEXT PRIMARY KEY, spec TEXT NOT NULL, updated_at REAL NOT NULL);
 {LIMITS_TABLE.format(real="REAL")}
+{BATCHES_TABLE.format(real="REAL")}
 CREATE TABLE IF NOT EXISTS tokens (
     digest TEXT PRIMARY KEY, tenant TEXT NOT NULL, role TEXT NOT NULL, created_at REAL NOT NULL,
     id TEXT NOT NULL DEFAULT '', name TEXT NOT NULL DEFAULT '', expires_at REAL, last_used_at REAL,
@@ -189,7 +193,7 @@ def migrate(db: sqlite3.Connection, path: Path) -> None:
             db.execute("ALTER TABLE executions ADD COLUMN trace TEXT NOT NULL DEFAULT ''")
         if columns and "tenant" not in columns:  # before version 5: everything was tenant 'default'
             db.execute("ALTER TABLE executions ADD COLUMN tenant TEXT NOT NULL DEFAULT 'default'")
-        for name, kind in _EXECUTION_TIMING_COLUMNS:  # before version 9 (10: flow_keys, 12: dependencies)
+        for name, kind in _EXECUTION_TIMING_COLUMNS:  # before version 9 (10: flow_keys, 13: batch_id, 14: dependencies)
             if columns and name not in columns:
                 db.execute(f"ALTER TABLE executions ADD COLUMN {name} {kind}")
         columns = {row["name"] for row in db.execute("PRAGMA table_info(tokens)")}

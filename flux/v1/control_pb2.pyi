@@ -622,6 +622,7 @@ class Execution(_message.Message):
     AFTER_FIELD_NUMBER: _builtins.int
     WHEN_FIELD_NUMBER: _builtins.int
     DEPENDENCIES_WAITING_FIELD_NUMBER: _builtins.int
+    BATCH_ID_FIELD_NUMBER: _builtins.int
     execution_id: _builtins.str
     """Server-assigned id."""
     state: Global___ExecutionState.ValueType
@@ -656,6 +657,8 @@ class Execution(_message.Message):
     """How each of `after` must end: "succeeded", "failed" or "finished"; empty when it waits for none."""
     dependencies_waiting: _builtins.int
     """How many of `after` have not yet ended as `when` asks; 0: not waiting on dependencies."""
+    batch_id: _builtins.str
+    """The batch it belongs to (client.map, RunWorkflows with batch or max_concurrent); empty: none."""
     @_builtins.property
     def workflow(self) -> _worker_pb2.WorkflowRef:
         """The workflow version it runs."""
@@ -711,10 +714,11 @@ class Execution(_message.Message):
         after: _abc.Iterable[_builtins.str] | None = ...,
         when: _builtins.str = ...,
         dependencies_waiting: _builtins.int = ...,
+        batch_id: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["error", b"error", "policy", b"policy", "workflow", b"workflow"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["after", b"after", "attempt", b"attempt", "attempts", b"attempts", "created_at_ms", b"created_at_ms", "dependencies_waiting", b"dependencies_waiting", "error", b"error", "execution_id", b"execution_id", "flow_keys", b"flow_keys", "generation", b"generation", "gpu_indices", b"gpu_indices", "heartbeat_json", b"heartbeat_json", "input_json", b"input_json", "not_before_ms", b"not_before_ms", "output_json", b"output_json", "policy", b"policy", "priority", b"priority", "reason", b"reason", "started_at_ms", b"started_at_ms", "state", b"state", "tenant", b"tenant", "updated_at_ms", b"updated_at_ms", "when", b"when", "worker", b"worker", "workflow", b"workflow"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["after", b"after", "attempt", b"attempt", "attempts", b"attempts", "batch_id", b"batch_id", "created_at_ms", b"created_at_ms", "dependencies_waiting", b"dependencies_waiting", "error", b"error", "execution_id", b"execution_id", "flow_keys", b"flow_keys", "generation", b"generation", "gpu_indices", b"gpu_indices", "heartbeat_json", b"heartbeat_json", "input_json", b"input_json", "not_before_ms", b"not_before_ms", "output_json", b"output_json", "policy", b"policy", "priority", b"priority", "reason", b"reason", "started_at_ms", b"started_at_ms", "state", b"state", "tenant", b"tenant", "updated_at_ms", b"updated_at_ms", "when", b"when", "worker", b"worker", "workflow", b"workflow"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -2289,6 +2293,9 @@ class RunWorkflowsRequest(_message.Message):
     AFTER_FIELD_NUMBER: _builtins.int
     WHEN_FIELD_NUMBER: _builtins.int
     ITEMS_FIELD_NUMBER: _builtins.int
+    BATCH_FIELD_NUMBER: _builtins.int
+    MAX_CONCURRENT_FIELD_NUMBER: _builtins.int
+    BATCH_ID_FIELD_NUMBER: _builtins.int
     workflow_name: _builtins.str
     """Registered workflow name."""
     version: _builtins.int
@@ -2301,6 +2308,16 @@ class RunWorkflowsRequest(_message.Message):
     """These runs' flow-control key, in place of the one their workflow computes from each input."""
     when: _builtins.str
     """How each of `after` must end: "succeeded" (the default when empty), "failed" or "finished"."""
+    batch: _builtins.bool
+    """Make these runs one new batch (BatchService reads, waits on and cancels it)."""
+    max_concurrent: _builtins.int
+    """At most this many members of the new batch SCHEDULED or RUNNING at once (1 to 1,000,000);
+    set, it makes a batch as batch does. Unset: no limit.
+    """
+    batch_id: _builtins.str
+    """Add these runs to this existing batch (from an earlier call's batch_id): a batch larger than
+    one call's cap. Its terms are the batch's; batch and max_concurrent must then be unset.
+    """
     @_builtins.property
     def input_json(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
         """One JSON-encoded input per execution (each passed as ctx.input); an empty
@@ -2336,21 +2353,28 @@ class RunWorkflowsRequest(_message.Message):
         after: _abc.Iterable[_builtins.str] | None = ...,
         when: _builtins.str = ...,
         items: _abc.Iterable[Global___RunItem] | None = ...,
+        batch: _builtins.bool = ...,
+        max_concurrent: _builtins.int | None = ...,
+        batch_id: _builtins.str = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["_attempt_timeout_s", b"_attempt_timeout_s", "_key", b"_key", "_priority", b"_priority", "attempt_timeout_s", b"attempt_timeout_s", "key", b"key", "priority", b"priority", "retry", b"retry"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["_attempt_timeout_s", b"_attempt_timeout_s", "_key", b"_key", "_max_concurrent", b"_max_concurrent", "_priority", b"_priority", "attempt_timeout_s", b"attempt_timeout_s", "key", b"key", "max_concurrent", b"max_concurrent", "priority", b"priority", "retry", b"retry"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["_attempt_timeout_s", b"_attempt_timeout_s", "_key", b"_key", "_priority", b"_priority", "after", b"after", "attempt_timeout_s", b"attempt_timeout_s", "input_json", b"input_json", "items", b"items", "key", b"key", "priority", b"priority", "retry", b"retry", "version", b"version", "when", b"when", "workflow_name", b"workflow_name"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_attempt_timeout_s", b"_attempt_timeout_s", "_key", b"_key", "_max_concurrent", b"_max_concurrent", "_priority", b"_priority", "after", b"after", "attempt_timeout_s", b"attempt_timeout_s", "batch", b"batch", "batch_id", b"batch_id", "input_json", b"input_json", "items", b"items", "key", b"key", "max_concurrent", b"max_concurrent", "priority", b"priority", "retry", b"retry", "version", b"version", "when", b"when", "workflow_name", b"workflow_name"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     _WhichOneofReturnType__attempt_timeout_s: _TypeAlias = _typing.Literal["attempt_timeout_s"]  # noqa: Y015
     _WhichOneofArgType__attempt_timeout_s: _TypeAlias = _typing.Literal["_attempt_timeout_s", b"_attempt_timeout_s"]  # noqa: Y015
     _WhichOneofReturnType__key: _TypeAlias = _typing.Literal["key"]  # noqa: Y015
     _WhichOneofArgType__key: _TypeAlias = _typing.Literal["_key", b"_key"]  # noqa: Y015
+    _WhichOneofReturnType__max_concurrent: _TypeAlias = _typing.Literal["max_concurrent"]  # noqa: Y015
+    _WhichOneofArgType__max_concurrent: _TypeAlias = _typing.Literal["_max_concurrent", b"_max_concurrent"]  # noqa: Y015
     _WhichOneofReturnType__priority: _TypeAlias = _typing.Literal["priority"]  # noqa: Y015
     _WhichOneofArgType__priority: _TypeAlias = _typing.Literal["_priority", b"_priority"]  # noqa: Y015
     @_typing.overload
     def WhichOneof(self, oneof_group: _WhichOneofArgType__attempt_timeout_s) -> _WhichOneofReturnType__attempt_timeout_s | None: ...
     @_typing.overload
     def WhichOneof(self, oneof_group: _WhichOneofArgType__key) -> _WhichOneofReturnType__key | None: ...
+    @_typing.overload
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__max_concurrent) -> _WhichOneofReturnType__max_concurrent | None: ...
     @_typing.overload
     def WhichOneof(self, oneof_group: _WhichOneofArgType__priority) -> _WhichOneofReturnType__priority | None: ...
 
@@ -2424,6 +2448,9 @@ class RunWorkflowsResponse(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
 
     EXECUTIONS_FIELD_NUMBER: _builtins.int
+    BATCH_ID_FIELD_NUMBER: _builtins.int
+    batch_id: _builtins.str
+    """The batch they joined or made; empty when the call asked for none."""
     @_builtins.property
     def executions(self) -> _containers.RepeatedCompositeFieldContainer[Global___Execution]:
         """One execution per input, in the order of the request's input_json, as
@@ -2436,10 +2463,11 @@ class RunWorkflowsResponse(_message.Message):
         self,
         *,
         executions: _abc.Iterable[Global___Execution] | None = ...,
+        batch_id: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["executions", b"executions"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["batch_id", b"batch_id", "executions", b"executions"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

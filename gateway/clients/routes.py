@@ -161,6 +161,11 @@ async def run_workflows(
         run.key = body.key
     run.after.extend(body.after)
     run.when = body.when or ""
+    run.batch = body.batch
+    if body.max_concurrent is not None:
+        run.max_concurrent = body.max_concurrent
+    if body.batch_id is not None:
+        run.batch_id = body.batch_id
     try:
         with tracing.submitting(request, "/workflows/{name}/run-many"):
             accepted = await core.control.RunWorkflows(run, timeout=_timeout(request))

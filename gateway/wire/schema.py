@@ -249,6 +249,21 @@ class RunManyBody(BaseModel):
     when: Literal["succeeded", "failed", "finished"] | None = Field(
         default=None, description="how each of `after` must end (see a run's when)"
     )
+    batch: bool = Field(default=False, description="make these runs one new batch (GET /batches/{id})")
+    max_concurrent: StrictInt | None = Field(
+        default=None,
+        ge=1,
+        le=1_000_000,
+        description="at most this many of the new batch's runs SCHEDULED or RUNNING at once (an int, "
+        "1 to 1,000,000; makes a batch as batch does); omitted means no limit",
+    )
+    batch_id: str | None = Field(
+        default=None,
+        min_length=1,
+        max_length=64,
+        description="add these runs to this batch (an earlier call's batch_id), for a batch larger "
+        "than one call; batch and max_concurrent are then left out",
+    )
 
 
 class WaitBody(BaseModel):

@@ -25,7 +25,7 @@ from flux.client.requests import workflow_request
 from flux.registration.loader import load_workflow_file
 from flux.security import Credentials, Role
 from flux.testing import Cluster
-from flux.v1 import control_pb2, limits_pb2, pools_pb2, tenants_pb2, worker_pb2
+from flux.v1 import batches_pb2, control_pb2, limits_pb2, pools_pb2, tenants_pb2, worker_pb2
 
 pytestmark = [pytest.mark.integration, pytest.mark.transports("grpc"), pytest.mark.backends("sqlite")]
 
@@ -35,6 +35,7 @@ SERVICES = {
     "ControlService": control_pb2,
     "PoolService": pools_pb2,
     "LimitService": limits_pb2,
+    "BatchService": batches_pb2,
     "TenantService": tenants_pb2,
     "WorkerService": worker_pb2,
 }
@@ -73,6 +74,10 @@ class Fleet:
     def parked(self, tenant: str) -> str:
         """A new CREATED execution of ``tenant``'s."""
         return self.clients[tenant].run(f"{tenant}_parked", {}).execution_id
+
+    def batch(self, tenant: str) -> str:
+        """A new batch of ``tenant``'s (one parked member, throttled): one to read and cancel."""
+        return self.clients[tenant].map(f"{tenant}_parked", [{}], max_concurrent=1).batch_id
 
     def spare_token(self, tenant: str) -> str:
         """The id of a new read token of ``tenant``'s, minted by the cluster admin: one to revoke."""
@@ -154,6 +159,10 @@ REQUESTS: dict[str, Build] = {
     "ApplyLimits": lambda f, t: limits_pb2.ApplyLimitsRequest(
         limits=[limits_pb2.Limit(name="shared", concurrency=5)], tenant=_tenant(t)
     ),
+    # BatchService
+    "GetBatch": lambda f, t: batches_pb2.GetBatchRequest(batch_id=f.batch(_tenant(t))),
+    "WatchBatch": lambda f, t: batches_pb2.WatchBatchRequest(batch_id=f.batch(_tenant(t))),
+    "CancelBatch": lambda f, t: batches_pb2.CancelBatchRequest(batch_id=f.batch(_tenant(t))),
     # TenantService
     "CreateTenant": lambda f, t: tenants_pb2.CreateTenantRequest(
         tenant=tenants_pb2.Tenant(name=_unique("t"))
@@ -233,6 +242,10 @@ EXPECTED: dict[str, dict[str, tuple[str, str]]] = {
     "ListLimits": _reads_own(),
     "GetLimit": _reads_own(),
     "ApplyLimits": _reads_own("admin"),
+    # Any role reads its own tenant's batches, submit cancels them; another tenant's is missing.
+    "GetBatch": _reads_own(),
+    "WatchBatch": _reads_own(),
+    "CancelBatch": _reads_own("submit"),
     "CreateTenant": _cluster_only(),
     # A tenant admin reads its own tenant's terms; another tenant answers as one that does not exist.
     "ListTenants": _by_role(

@@ -186,10 +186,13 @@ async def test_a_version_2_sqlite_file_gains_the_priority_columns(tmp_path: Path
     # Back to version 2: the same tables without the priority columns (nor version 4's trace).
     db = sqlite3.connect(path)
     # Nor any column or table a version after it added.
-    later = ("policy", "not_before", "reason", "attempts", "heartbeat", "started_at", "run_time", "flow_keys",
-             "after_ids", "after_when", "waiting")
+    later = (
+        "policy", "not_before", "reason", "attempts", "heartbeat", "started_at", "run_time", "flow_keys", "batch_id",
+        "after_ids", "after_when", "waiting",
+    )  # fmt: skip
     db.executescript(
-        "".join(f"ALTER TABLE executions DROP COLUMN {column};" for column in later)
+        "DROP INDEX executions_by_batch; DROP TABLE batches;"
+        + "".join(f"ALTER TABLE executions DROP COLUMN {column};" for column in later)
         + "ALTER TABLE workflows DROP COLUMN priority; ALTER TABLE executions DROP COLUMN priority;"
         "ALTER TABLE executions DROP COLUMN tenant; ALTER TABLE executions DROP COLUMN trace;"
         "ALTER TABLE workflows DROP COLUMN tenant; ALTER TABLE workflows DROP COLUMN policy;"

@@ -54,6 +54,8 @@ def _read_input(args: argparse.Namespace) -> tuple[str, str]:
 
 
 def run_workflow(args: argparse.Namespace) -> int:
+    if not args.many and (args.max_concurrent is not None or args.print_batch):
+        raise UsageError("--max-concurrent and --print-batch are for a batch: use them with --many")
     if args.many:
         from flux.cli.commands.many import run_many
 

@@ -66,6 +66,7 @@ def execution_dict(e: control_pb2.Execution) -> dict[str, Any]:
         "not_before_ms": e.not_before_ms or None,
         "heartbeat": _json_value(e.heartbeat_json) if e.heartbeat_json else None,
         "attempts": [attempt_dict(a) for a in e.attempts],
+        "batch_id": e.batch_id or None,
     }
     if e.HasField("error"):
         result["error"] = {"type": e.error.type, "message": e.error.message, "traceback": e.error.traceback}
@@ -117,6 +118,8 @@ def execution_text(e: control_pb2.Execution) -> str:
     ]
     if d["gpu_indices"]:
         lines.append(f"gpus       {d['gpu_indices']}")
+    if d["batch_id"]:
+        lines.append(f"batch      {d['batch_id']} (flux batch show {d['batch_id']})")
     if d["state"] == "COMPLETED":
         lines.append(f"output     {json.dumps(d['output'])}")
     if d["error"]:

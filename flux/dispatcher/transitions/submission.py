@@ -21,6 +21,9 @@ from typing import TYPE_CHECKING, NamedTuple
 
 from flux.dispatcher.state import validation
 from flux.dispatcher.transitions import dependencies
+from flux.dispatcher.transitions import batches
+from flux.dispatcher.transitions.batches import NO_BATCH, BatchAsk
+from flux.domain.batch import Batch
 from flux.domain.execution import Execution, State
 from flux.domain.policy import Policy, Retry, default_policy
 from flux.domain.tenant import DEFAULT_TENANT
@@ -101,11 +104,13 @@ async def submit_many(
     trace: str = "",
     every_workflow: bool = True,
     overrides: Overrides = NO_OVERRIDES,
+    batch: BatchAsk = NO_BATCH,
 ) -> list[Execution]:
     """Accept one execution per input (durable before this returns); answered in input order.
 
     The executions come back as this server holds them, some perhaps already
     dispatched; a caller that answers with them may drop their inputs (it sent them).
+    ``batch``: make them a new batch, or add them to one (transitions/batches.py); each names it.
     """
     _named(workflow_name)
     checked = validation.checked_inputs(inputs, field)
@@ -113,10 +118,13 @@ async def submit_many(
     rank = record.priority if priority is None else validation.checked_priority(priority)
     size = sum(validation.utf8_bytes(text) for text in checked)
     after, when, waiting, broken_by = await dependencies.resolve(d, overrides.after, overrides.when, overrides.sees)
+    joined, new = await batches.resolve(d, batch, record.name, tenant)
     with d.table.storing(len(checked), size, tenant, d.usage.admission(tenant)):
         executions = _new(
-            d, record, checked, rank, trace, tenant, policy_for(record, overrides), overrides.key
+            d, record, checked, rank, trace, tenant, policy_for(record, overrides), overrides.key, joined
         )
+        if new and joined is not None:
+            await d.store.save_batch(joined)
         if after:
             executions = [e.evolve(after=after, when=when, waiting=waiting) for e in executions]
         if broken_by is not None:
@@ -166,11 +174,17 @@ def _new(
     tenant: str,
     policy: Policy | None = None,
     key: str | None = None,
+    batch: Batch | None = None,
 ) -> list[Execution]:
     """One new execution per (checked) input, numbered in input order; ``trace``: the caller's
     W3C context (flux/observe/tracing.py carrier), its ``flux.submit`` span started here while tracing.
     ``key``: the run's flow-control key, in place of those computed from each input."""
     keys = [_flow_keys(record, text, key, index, len(inputs)) for index, text in enumerate(inputs)]
+    batch_id = ""
+    if batch is not None:
+        batch_id, throttle = batch.batch_id, batch.flow_keys()
+        if throttle:
+            keys = [tuple(sorted((*k, *throttle))) for k in keys]
     now = d.clock()
     executions = [
         Execution(
@@ -186,6 +200,7 @@ def _new(
             tenant=tenant,
             trace=trace,
             flow_keys=flow_keys,
+            batch_id=batch_id,
         )
         for input_json, flow_keys in zip(inputs, keys, strict=True)
     ]

@@ -13,6 +13,7 @@ import psycopg
 
 from flux.store.admin_rows import TOKEN_ADDED
 from flux.store.base import StoreError
+from flux.store.batch_rows import BATCH_COLUMN, BATCHES_TABLE
 from flux.store.limit_rows import LIMITS_TABLE
 from flux.store.postgres.cluster import MEMBERSHIP_SCHEMA
 from flux.store.rows import CREATED, RUNNING, SCHEDULED
@@ -31,8 +32,9 @@ from flux.store.rows import CREATED, RUNNING, SCHEDULED
 # 11: the limits table (named limits per tenant; created on open, older databases have none).
 # 12: flow_buckets, the rate budgets' token buckets shared by the replicas (created on open; a
 #     missing row is a full bucket).
-# 13: executions.after_ids, after_when, waiting (dependencies; older rows wait for nothing).
-SCHEMA_VERSION = 13
+# 14: executions.batch_id and the batches table (older rows belong to no batch).
+# 15: executions.after_ids, after_when, waiting (dependencies; older rows wait for nothing).
+SCHEMA_VERSION = 15
 
 # pg_advisory locks are keyed by a bigint; Flux's five are "FLUX" and the four after it:
 # this one, cluster.py's SWEEP_LOCK, store.py's WORKFLOWS_LOCK and PRUNE_LOCK, quota.py's QUOTA_LOCK.
@@ -76,6 +78,8 @@ ALTER TABLE executions ADD COLUMN IF NOT EXISTS heartbeat TEXT NOT NULL DEFAULT 
 ALTER TABLE executions ADD COLUMN IF NOT EXISTS started_at DOUBLE PRECISION NOT NULL DEFAULT 0;
 ALTER TABLE executions ADD COLUMN IF NOT EXISTS run_time DOUBLE PRECISION NOT NULL DEFAULT 0;
 ALTER TABLE executions ADD COLUMN IF NOT EXISTS flow_keys TEXT NOT NULL DEFAULT '';
+ALTER TABLE executions ADD COLUMN IF NOT EXISTS {BATCH_COLUMN[0]} {BATCH_COLUMN[1]};
+{BATCHES_TABLE.format(real="DOUBLE PRECISION")}
 ALTER TABLE executions ADD COLUMN IF NOT EXISTS after_ids TEXT NOT NULL DEFAULT '';
 ALTER TABLE executions ADD COLUMN IF NOT EXISTS after_when TEXT NOT NULL DEFAULT '';
 ALTER TABLE executions ADD COLUMN IF NOT EXISTS waiting INTEGER NOT NULL DEFAULT 0;
@@ -103,6 +107,11 @@ CREATE INDEX IF NOT EXISTS dispatches_at ON dispatches (at);
 CREATE TABLE IF NOT EXISTS flow_buckets (
     budget TEXT PRIMARY KEY, tenant TEXT NOT NULL, tokens DOUBLE PRECISION NOT NULL,
     updated_at DOUBLE PRECISION NOT NULL);
+-- When the bucket is full again (pruned from then on); a row written before it knew is never
+-- pruned. Added on open without a new schema version: a Flux that does not know the column
+-- writes rows without it, which only keeps them.
+ALTER TABLE flow_buckets ADD COLUMN IF NOT EXISTS full_at DOUBLE PRECISION NOT NULL DEFAULT 'Infinity';
+CREATE INDEX IF NOT EXISTS flow_buckets_full ON flow_buckets (full_at);
 CREATE TABLE IF NOT EXISTS preemptions (
     preemptor TEXT PRIMARY KEY, replica TEXT NOT NULL, at DOUBLE PRECISION NOT NULL);
 """

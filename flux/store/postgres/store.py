@@ -22,8 +22,10 @@ from flux.domain.workflow import WorkflowRecord
 from flux.store import notices
 from flux.store.base import ExecutionQuery, Held, PendingRef, Recovered, Store, StoreError, WorkerIdentity
 from flux.store.postgres.admin import AdminTables
+from flux.store.postgres.batches import BatchTables
 from flux.store.postgres.cluster import Membership
 from flux.store.postgres.flow import held as flow_held
+from flux.store.postgres.flow import prune_buckets
 from flux.store.postgres.listener import Listener
 from flux.store.postgres.quota import held as held_by_tenant
 from flux.store.postgres.quota import prune_preemptions, take_preemption
@@ -70,7 +72,7 @@ DELETE FROM dispatches WHERE (execution_id, generation) IN (
 POOL_WAIT = 5.0
 
 
-class PostgresStore(AdminTables, Store):
+class PostgresStore(AdminTables, BatchTables, Store):
     """The ``Store`` of replicas, and the ``SharedStore`` their strategies use (flux/store/shared.py)."""
 
     # AdminShutdown (a restart), a connection dropped or refused, the pool's PoolTimeout.
@@ -231,6 +233,10 @@ class PostgresStore(AdminTables, Store):
             pruned += deleted
             if deleted < batch:
                 return pruned
+
+    async def prune_buckets(self) -> int:
+        async with self._pool.connection() as db, db.transaction():
+            return await prune_buckets(db)
 
     async def insert_dispatched(self, execution: Execution) -> None:
         """Store a new execution already claimed by this replica (it was never pending); group-committed."""

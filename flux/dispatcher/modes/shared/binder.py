@@ -105,6 +105,7 @@ class SharedBinder:
                 # Its key is full on other replicas' workers: forgotten until a slot frees anywhere
                 # (flow_guard.py); back in line here it would be placed and refused again at once.
                 self.flow.refused.discard(execution_id)
+                self.d.flow.refund(execution_id)
                 results.append(Bound(placement, Outcome.LOST if rows is not None else Outcome.FAILED))
             elif rows is None:
                 results.append(Bound(placement, Outcome.FAILED))

@@ -100,7 +100,10 @@ export const api = {
   executions: (filters, signal) => get("/executions", filters, signal),
   execution: (id, signal) => get(`/executions/${encodeURIComponent(id)}`, undefined, signal),
   explain: (id, signal) => get(`/executions/${encodeURIComponent(id)}/explain`, undefined, signal),
+  batch: (id, signal) => get(`/batches/${encodeURIComponent(id)}`, undefined, signal),
   cancel: (id) => post(`/executions/${encodeURIComponent(id)}/cancel`),
+  limits: (signal) => get("/limits", undefined, signal),
+  limit: (name, top, signal) => get(`/limits/${encodeURIComponent(name)}`, { top }, signal),
   pause: (name) => post(`/workers/${encodeURIComponent(name)}/pause`),
   resume: (name) => post(`/workers/${encodeURIComponent(name)}/resume`),
 };

@@ -53,7 +53,7 @@ export class Resource {
 // Which resources an event's name may have changed; an unknown name changes everything.
 function touched(name) {
   if (/^worker/.test(name)) return ["workers", "status"];
-  if (/^execution/.test(name)) return ["workers", "status", "executions", "pending", "detail"];
+  if (/^execution/.test(name)) return ["workers", "status", "executions", "pending", "detail", "limits"];
   return null;
 }
 
