@@ -13,6 +13,7 @@ import asyncio
 import contextlib
 import logging
 import time
+from itertools import islice
 from typing import TYPE_CHECKING, Any
 
 from flux.dispatcher.transitions import dependencies
@@ -213,7 +214,7 @@ class SharedFeed:
                 d.dependencies.forget(execution_id)
         self.mirror(pending)
         # Dependencies held elsewhere that may have ended unheard (a NOTIFY missed): read them.
-        elsewhere = [e for e in d.dependencies.dependents if e not in d.table][:RESYNC_DEPENDENCIES]
+        elsewhere = list(islice((e for e in d.dependencies.dependents if e not in d.table), RESYNC_DEPENDENCIES))
         if elsewhere:
             await dependencies.lookup(d, elsewhere)
         await self._tenants()
