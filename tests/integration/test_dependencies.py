@@ -153,6 +153,12 @@ def test_the_cli_and_http_take_after_and_when(deps: Cluster, tmp_path: Path) -> 
     assert answer.status_code == 202, answer.text
     c = answer.json()
     assert c["after"] == [a.execution_id, b] and c["dependencies_waiting"] == 2
+    shown = deps.flux("execution", "show", b)
+    assert f"after      {a.execution_id} (waiting for 1 of 1, when succeeded)" in shown.stdout, shown.stdout
+    as_json = json.loads(deps.flux("execution", "show", b, "--json").stdout)
+    assert (as_json["after"], as_json["when"], as_json["dependencies_waiting"]) == ([a.execution_id], "succeeded", 1)
+    explained = deps.flux("execution", "explain", b)
+    assert "waiting for 1 of 1 dependency: " in explained.stdout, explained.stdout
     bad = deps.flux("workflow", "run", "downstream", "--when", "failed")
     assert bad.returncode != 0 and "--when needs --after" in bad.stderr
     gate.touch()
