@@ -213,3 +213,24 @@ def test_another_tenants_execution_is_no_dependency(deps: Cluster) -> None:
         # The cluster admin sees both tenants: it may make one wait on the other.
         both = deps.client.run("downstream", None, after=[theirs, mine], wait=True, timeout=30)
         assert both.state == COMPLETED
+
+
+@pytest.mark.transports("grpc")
+def test_the_asyncio_client_runs_after_and_builds_graphs(deps: Cluster) -> None:
+    import asyncio
+
+    import flux.aio
+
+    async def scenario() -> tuple[control_pb2.Execution, control_pb2.Execution]:
+        async with flux.aio.FluxClient(deps.address, credentials=deps.credentials(Role.CLIENT)) as client:
+            a = await client.run("downstream", 1)
+            b = await client.run("downstream", 2, after=[a], wait=True, timeout=30)
+            g = client.graph()
+            first = g.add("downstream", 3)
+            g.add("downstream", 4, after=[first, b])
+            _, last = await g.submit()
+            return b, await client.wait(last.execution_id, 30)
+
+    b, last = asyncio.run(scenario())
+    assert b.state == last.state == COMPLETED
+    assert len(json.loads(last.output_json)["upstream"]) == 2
