@@ -18,10 +18,12 @@ from bench import (
     matching,
     memory,
     peers,
+    placement,
     pools,
     rate_live,
     reclaim,
     replicas,
+    schedules,
     starvation,
     tenants,
     timers,
@@ -50,6 +52,8 @@ BENCHES = {
     "graphs": graphs.main,
     "rate-live": rate_live.main,
     "arrays": graphs_arrays.main,
+    "placement": placement.main,
+    "schedules": schedules.main,
 }
 
 

@@ -17,6 +17,7 @@ from typing import Any, TypeVar
 
 from flux.domain.labels import validate_labels
 from flux.domain.limits import Concurrency, Flow, RateLimit, flow_of
+from flux.domain.placement import validate_placement
 from flux.domain.policy import DEFAULT_MAX_ATTEMPTS, UNSET, Policy, Retry, default_policy, policy_of
 
 __all__ = ["DEFAULT_MAX_ATTEMPTS", "WorkflowDefinition", "definition_of", "workflow"]
@@ -46,6 +47,8 @@ class WorkflowDefinition:
     policy: Policy | None = None
     # Concurrency per key, a rate limit, named limits (flux.domain.limits); empty: none.
     flow: Flow = field(default_factory=Flow)
+    # "spread" or "binpack" (which capable worker it goes to); "": the server's --placement.
+    placement: str = ""
 
     @property
     def effective_policy(self) -> Policy:
@@ -98,12 +101,15 @@ class _WorkflowDecorator:
         concurrency: Concurrency | None = None,
         rate_limit: RateLimit | None = None,
         limits: list[str] | None = None,
+        placement: str | None = None,
     ) -> Callable[[F], F]:
         """``timeout``: one attempt, from its start to its result; ``retry``: how failed attempts
         are tried again (``max_attempts`` alone is ``Retry(max_attempts=N)``); ``heartbeat_timeout``:
         an attempt silent (no ``ctx.heartbeat()``) longer is lost; ``pending_timeout``: an execution
         not started within it fails. Durations: seconds or ``"30s"``, ``"10m"``, ``"1h"``.
-        ``concurrency``, ``rate_limit``, ``limits``: flow control (flux.domain.limits)."""
+        ``concurrency``, ``rate_limit``, ``limits``: flow control (flux.domain.limits).
+        ``placement``: ``"spread"`` (the least loaded capable worker) or ``"binpack"`` (the fullest
+        that fits); unset, the server's ``--placement``."""
         # Validate before seeing the function, so the error points at the options line.
         if name is not None:
             validate_name(name)
@@ -116,6 +122,7 @@ class _WorkflowDecorator:
         policy = policy_of(max_attempts, retry, timeout, heartbeat_timeout, pending_timeout)
         rank = validate_priority(priority)
         flow = flow_of(concurrency, rate_limit, limits)
+        policy_name = "" if placement is None else validate_placement(placement)
 
         def decorate(fn: F) -> F:
             if not callable(fn):
@@ -130,6 +137,7 @@ class _WorkflowDecorator:
                 priority=rank,
                 policy=None if policy.is_default() else policy,
                 flow=flow,
+                placement=policy_name,
             )
             setattr(fn, ATTRIBUTE, definition)
             return fn

@@ -27,7 +27,7 @@ from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from bench.chaos import dependency_invariants, faults, flow_invariants, invariants
+from bench.chaos import dependency_invariants, faults, flow_invariants, invariants, schedule_invariants
 from bench.chaos.faults import Scheduler, Step
 from bench.chaos.invariants import (
     FINAL,
@@ -293,6 +293,11 @@ def _run(fleet: ChaosFleet, seconds: float, seed: int, store: str, markers: Path
     phase("workers_connect")
     clients, quick = _clients(fleet, 10), _clients(fleet, 2)
     tenants = _tenants(fleet, 10)
+    # One schedule ticks through the faults (bench/chaos/schedule_invariants.py).
+    cluster.client.schedules.create(
+        schedule_invariants.SCHEDULE, workflow="chaos_echo", input={"markers": str(markers)},
+        **schedule_invariants.TERMS,
+    )  # fmt: skip
     phase("tenants")
     began = time.monotonic()
     load = Load(seed + 1, clients, str(markers), rate, tenants=tenants)
@@ -329,6 +334,8 @@ def _run(fleet: ChaosFleet, seconds: float, seed: int, store: str, markers: Path
     # Faults stop: everything comes back, then the fleet drains on its own.
     scheduler.finish()
     phase("undo")
+    schedule_runs = _schedule_runs(cluster)
+    phase("schedule")
     load.stop()
     phase("load_stop")
     drain_started = time.monotonic()
@@ -360,6 +367,7 @@ def _run(fleet: ChaosFleet, seconds: float, seed: int, store: str, markers: Path
     )
     found["dependencies"] = dependency_invariants.check(load.after, records)
     found["flow"] += flow_invariants.over_batch_max(sampler.batch_samples)
+    found["schedule"] = schedule_invariants.check(*schedule_runs)
     violations = [v for kind in found.values() for v in kind]
     violations += [invariants.Violation("harness", "faults", error) for error in scheduler.errors]
     # A refusal that is neither an acceptance nor UNAVAILABLE (a store error leaking as INTERNAL,
@@ -400,6 +408,11 @@ def _run(fleet: ChaosFleet, seconds: float, seed: int, store: str, markers: Path
             "batch_samples": len(sampler.batch_samples),
             "batch_peak": sampler.batch_peak,
             "paced_starts": sum(len(t) for t in flow_invariants.starts(paced, load.owner).values()),
+        },
+        "schedule": {
+            "violations": len(found["schedule"]),
+            "ticks": len(schedule_runs[0]),
+            "stored": len(schedule_runs[1]),
         },
         "tenants": {
             "terms": TENANTS,
@@ -464,6 +477,46 @@ def _drain(cluster: Cluster, accepted: dict[str, str], bound_s: float) -> list[s
         if time.monotonic() > deadline:
             return sorted(owed)
         time.sleep(1.0)
+
+
+def _schedule_runs(cluster: Cluster) -> tuple[list[tuple[float, str, str]], list[str]]:
+    """Pause the chaos schedule, let the replicas hear of it and a dead claimer's runs be
+    submitted again (flux/dispatcher/transitions/ticker.py: REPAIR_AFTER), then read its runs
+    and their executions."""
+    name = schedule_invariants.SCHEDULE
+
+    def pause() -> bool:
+        # A fresh channel each try: one that met the server down may still be backing off.
+        with contextlib.suppress(FluxError), cluster.client_for(cluster.address) as client:
+            client.schedules.pause(name)
+            return True
+        return False
+
+    eventually(pause, timeout=60, interval=1, what="the chaos schedule paused")
+    time.sleep(3)  # every replica reads the schedules again within 2 s
+
+    def read() -> tuple[list[tuple[float, str, str]], list[str]]:
+        runs = [
+            (float(t), e, r)
+            for t, e, r in cluster.query(
+                "SELECT tick, execution_id, result FROM schedule_runs WHERE schedule = ?", name
+            )
+        ]
+        stored = [
+            row[0]
+            for row in cluster.query(
+                "SELECT execution_id FROM executions WHERE execution_id LIKE ?", f"sch-{name}-%"
+            )
+        ]
+        return runs, stored
+
+    with contextlib.suppress(AssertionError):
+        eventually(
+            lambda: (lambda r: {e for _, e, x in r[0] if x == "fired"} <= set(r[1]))(read()),
+            timeout=45,
+            what="runs stored",
+        )
+    return read()
 
 
 def _records(cluster: Cluster) -> dict[str, Record]:

@@ -12,6 +12,7 @@ from flux.cli.arguments import duration
 from flux.cli.commands.lazy import command
 from flux.cli.parser_batches import add_batches
 from flux.cli.parser_limits import add_limits
+from flux.cli.parser_schedules import add_schedules
 from flux.defaults import default_server
 from flux.domain.tenant import FIELDS
 from flux.security import Role
@@ -176,6 +177,7 @@ def add_admin(commands: argparse._SubParsersAction) -> None:  # type: ignore[typ
 
     add_limits(commands, with_server)
     add_batches(commands, with_server)
+    add_schedules(commands, with_server)
 
     audit = commands.add_parser("audit", help="who changed what: the audit trail").add_subparsers(
         dest="action", required=True, metavar="ACTION"

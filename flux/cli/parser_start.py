@@ -125,6 +125,12 @@ def add_start(commands: argparse._SubParsersAction) -> None:
         "feasible meanwhile waits on (default off: explain only says it is infeasible)",
     )  # fmt: skip
     server.add_argument(
+        "--placement", choices=("spread", "binpack"), default="spread",
+        help="which capable worker work goes to, unless its workflow says placement=...: spread (the default) "
+        "the least loaded; binpack the fullest that fits, fewest free GPUs first and devices chosen to keep "
+        "aligned blocks whole, so idle workers stay idle and a pool can scale in",
+    )  # fmt: skip
+    server.add_argument(
         "--preemption", choices=("on", "off"), default="on",
         help="on (the default): a tenant under its nominal quota whose work fits only on what other tenants "
         "of its cohort borrowed preempts their newest, lowest-priority executions; off: it waits for them",

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import functools
-from collections.abc import AsyncIterator, Callable, Iterable
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
 from typing import Any
 
 import grpc
@@ -37,6 +37,7 @@ from flux.client.requests import (
     submit_span,
 )
 from flux.client.runs import ENDED, AsyncRunStream, CallEnded
+from flux.client.schedule_admin import AsyncScheduleAdmin
 from flux.client.streams import tasks
 from flux.client.tenant_admin import AsyncTenantAdmin
 from flux.defaults import default_server
@@ -45,7 +46,7 @@ from flux.domain.policy import Retry
 from flux.errors import FluxError, InvalidArgument, Unavailable
 from flux.observe import tracing
 from flux.security import Credentials, Role
-from flux.v1 import control_pb2, control_pb2_grpc, limits_pb2_grpc, tenants_pb2_grpc
+from flux.v1 import control_pb2, control_pb2_grpc, limits_pb2_grpc, schedules_pb2_grpc, tenants_pb2_grpc
 
 __all__ = ["FluxClient", "WaitTimedOut"]
 
@@ -67,10 +68,9 @@ class FluxClient(AsyncCalls):
         # ``flux.submit`` spans where this process traces, as the blocking client (checked once).
         self._traced = tracing.adopt()
 
-    @functools.cached_property
-    def tenants(self) -> AsyncTenantAdmin:
-        """Tenants and their tokens (``flux.client.tenant_admin``; an admin token: tenant admins see their own tenant)."""
-        stub = tenants_pb2_grpc.TenantServiceStub(self._channel)
+    def _service(self, stub: Any) -> Callable[[str, Any], Awaitable[Any]]:
+        """One call of another service (tenants, limits, schedules): the client's token, timeout
+        and error mapping, as ``_call`` for the control plane."""
 
         async def call(method: str, request: Any) -> Any:
             try:
@@ -78,20 +78,22 @@ class FluxClient(AsyncCalls):
             except grpc.RpcError as exc:
                 raise await self._error(exc) from None
 
-        return AsyncTenantAdmin(call)
+        return call
+
+    @functools.cached_property
+    def tenants(self) -> AsyncTenantAdmin:
+        """Tenants and their tokens (``flux.client.tenant_admin``; an admin token: tenant admins see their own tenant)."""
+        return AsyncTenantAdmin(self._service(tenants_pb2_grpc.TenantServiceStub(self._channel)))
 
     @functools.cached_property
     def limits(self) -> AsyncLimitAdmin:
         """The tenant's named limits (``flux.client.limit_admin``; an admin token changes them)."""
-        stub = limits_pb2_grpc.LimitServiceStub(self._channel)
+        return AsyncLimitAdmin(self._service(limits_pb2_grpc.LimitServiceStub(self._channel)))
 
-        async def call(method: str, request: Any) -> Any:
-            try:
-                return await getattr(stub, method)(request, timeout=self.timeout, metadata=self._metadata)
-            except grpc.RpcError as exc:
-                raise await self._error(exc) from None
-
-        return AsyncLimitAdmin(call)
+    @functools.cached_property
+    def schedules(self) -> AsyncScheduleAdmin:
+        """The tenant's schedules (``flux.client.schedule_admin``; an admin token changes them)."""
+        return AsyncScheduleAdmin(self._service(schedules_pb2_grpc.ScheduleServiceStub(self._channel)))
 
     async def close(self) -> None:
         await self._runs.close()

@@ -90,6 +90,7 @@ def workflow_request(loaded: WorkflowFile) -> control_pb2.RegisterWorkflowReques
                 priority=wf.priority,
                 policy=policy_to_proto(wf.policy) if wf.policy is not None else None,
                 flow=flow_to_proto(wf.flow) if not wf.flow.empty else None,
+                placement=wf.placement,
             )
         )
     return request

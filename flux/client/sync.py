@@ -7,7 +7,6 @@ execution = client.run("hello", "World", wait=True)
 
 from __future__ import annotations
 
-import functools
 import json
 import threading
 import time
@@ -18,9 +17,8 @@ from typing import Any
 import grpc
 import grpc.experimental
 
-from flux.client.batches import BatchCalls, Executions, batch_calls, batch_fields
+from flux.client.batches import Executions, batch_fields
 from flux.client.calls import Calls
-from flux.client.limit_admin import LimitAdmin
 
 # ``chunked`` and ``WaitTimedOut`` are imported from here outside flux (tests, bench, scripts).
 from flux.client.requests import (
@@ -38,22 +36,22 @@ from flux.client.requests import (
     submit_span,
 )
 from flux.client.runs import ENDED, CallEnded, RunStream
+from flux.client.services import Services
 from flux.client.streams import threaded
-from flux.client.tenant_admin import TenantAdmin
 from flux.defaults import default_server
 from flux.domain.batch import check_max_concurrent
 from flux.domain.policy import Retry
 from flux.errors import FluxError, InvalidArgument, Unavailable
 from flux.observe import tracing
 from flux.security import Credentials, Role
-from flux.v1 import control_pb2, control_pb2_grpc, limits_pb2_grpc, tenants_pb2_grpc
+from flux.v1 import control_pb2, control_pb2_grpc
 
 __all__ = ["FluxClient", "WaitTimedOut", "chunked"]
 
 SINGLE_THREADED_STREAMS = grpc.experimental.ChannelOptions.SingleThreadedUnaryStream
 
 
-class FluxClient(Calls):
+class FluxClient(Calls, Services):
     def __init__(
         self, address: str | None = None, timeout: float = 30.0, credentials: Credentials | None = None
     ):
@@ -73,18 +71,6 @@ class FluxClient(Calls):
         # A client records ``flux.submit`` spans where this process traces (OTEL_* settings, or an
         # SDK provider the host set up before making the client); checked once, here.
         self._traced = tracing.adopt()
-
-    @functools.cached_property
-    def tenants(self) -> TenantAdmin:
-        """Tenants and their tokens (``flux.client.tenant_admin``; an admin token: tenant admins see their own tenant)."""
-        stub = tenants_pb2_grpc.TenantServiceStub(self._channel)
-        return TenantAdmin(lambda method, request: self._call(method, request, stub=stub))
-
-    @functools.cached_property
-    def limits(self) -> LimitAdmin:
-        """The tenant's named limits (``flux.client.limit_admin``; an admin token changes them)."""
-        stub = limits_pb2_grpc.LimitServiceStub(self._channel)
-        return LimitAdmin(lambda method, request: self._call(method, request, stub=stub))
 
     def close(self) -> None:
         self._runs.close()
@@ -314,11 +300,6 @@ class FluxClient(Calls):
             executions.extend(answer.executions)
             batch_id = batch_id or answer.batch_id
         return Executions(executions, self.batches.handle(batch_id) if batch_id else None)
-
-    @functools.cached_property
-    def batches(self) -> BatchCalls:
-        """Batches by id (``map``'s ``.batch_id``): ``get``, ``watch``, ``wait``, ``cancel``."""
-        return batch_calls(self._channel, self._metadata, self.timeout, self._error)
 
     def wait_all(
         self, executions: Iterable[control_pb2.Execution | str], timeout: float | None = None

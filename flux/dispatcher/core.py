@@ -40,6 +40,7 @@ from flux.dispatcher.state.pings import Pinger
 from flux.dispatcher.state.pools import PoolBook
 from flux.dispatcher.state.quotas import TenantUsage
 from flux.dispatcher.state.registry import WorkerRegistration, WorkerRegistry
+from flux.dispatcher.state.schedules import ScheduleBook
 from flux.dispatcher.state.settings import Settings
 from flux.dispatcher.state.table import ExecutionTable
 from flux.dispatcher.state.tenants import TenantDirectory
@@ -49,6 +50,7 @@ from flux.dispatcher.transitions import attempts, cancel, dependencies, graphs, 
 from flux.dispatcher.transitions import workflows as workflows_module
 from flux.dispatcher.transitions.infeasible import Infeasibility
 from flux.dispatcher.transitions.reclaim import Reclaimer
+from flux.dispatcher.transitions.ticker import Ticker, handle_of
 from flux.dispatcher.transitions.timing import Timing
 from flux.domain.execution import Execution, State
 from flux.domain.tenant import DEFAULT_TENANT, Tenant
@@ -126,6 +128,9 @@ class Dispatcher(WorkerMethods, BatchMethods):
         self.audit = AuditTrail(store)
         # Preemption: borrowed executions being stopped so a tenant gets its quota back.
         self.reclaimer = Reclaimer(self)
+        # Schedules, and the ticker that fires their ticks once each (transitions/ticker.py).
+        self.schedules = ScheduleBook(store, clock, self._check_workflow)
+        self.ticker = Ticker(self.schedules, handle_of(self))
         self.binder, self.feed, self.fleet = self.modes.binder, self.modes.feed, self.modes.fleet
         for mode in (self.binder, self.feed, self.fleet):
             mode.attach(self)
@@ -155,12 +160,15 @@ class Dispatcher(WorkerMethods, BatchMethods):
         self.infeasibility.start()
         await self.feed.start()
         await self.fleet.start()
+        await self.schedules.load()
+        self.ticker.start()
 
     async def serving(self, address: str) -> None:
         """The server is bound to ``address`` (replicas publish it)."""
         await self.fleet.serving(address)
 
     async def stop(self) -> None:
+        await self.ticker.stop()
         await self.fleet.stop()
         await self.feed.stop()
         await self.housekeeper.stop()
@@ -188,6 +196,10 @@ class Dispatcher(WorkerMethods, BatchMethods):
         """(version, versions of its name): the latest of every name, or every version of ``name``;
         with ``tenant``, only its own and ``default``'s."""
         return await list_workflows(self.store, name, version, tenant)
+
+    async def _check_workflow(self, tenant: str, name: str) -> None:
+        """Refuses (NotFound) a workflow ``tenant`` may not run: a schedule naming it is refused."""
+        await submission.resolve(self, name, tenant)
 
     # ----------------------------------------------------------------- executions
 
@@ -237,13 +249,9 @@ class Dispatcher(WorkerMethods, BatchMethods):
         )
 
     async def submit_graph(
-        self,
-        items: list[graphs.GraphItem],
-        trace: str = "",
-        tenant: str = DEFAULT_TENANT,
-        every_workflow: bool = True,
-        sees: Callable[[Execution], bool] | None = None,
-    ) -> list[Execution]:
+        self, items: list[graphs.GraphItem], trace: str = "", tenant: str = DEFAULT_TENANT,
+        every_workflow: bool = True, sees: Callable[[Execution], bool] | None = None,
+    ) -> list[Execution]:  # fmt: skip
         """A graph of executions that wait for each other, all stored in one commit (transitions/graphs.py)."""
         return await graphs.submit_graph(self, items, tenant, trace, every_workflow, sees)
 

@@ -35,6 +35,8 @@ class WorkflowRecord:
     policy: Policy | None = None
     # Concurrency per key, rate limit, named limits (flux.domain.limits); empty: none.
     flow: Flow = field(default_factory=Flow)
+    # Its placement policy ("spread" or "binpack", flux.matching.placement); "": the server's.
+    placement: str = ""
     # Set on a record register_workflows returned without storing a new version: the
     # latest version already had this source and metadata (registering is idempotent).
     unchanged: bool = field(default=False, compare=False)

@@ -8,16 +8,10 @@ from __future__ import annotations
 import heapq
 from collections.abc import Callable
 
-from flux.matching.candidates import (
-    FeasibilityCache,
-    Head,
-    Loads,
-    Placement,
-    least_loaded_fit,
-    load_heap,
-)
+from flux.matching.candidates import FeasibilityCache, Head, Loads, Placement
 from flux.matching.filters import fits_now
 from flux.matching.index import FleetIndex
+from flux.matching.packing import Packing, best_fit, open_loads, place_on
 from flux.matching.queue import PendingQueue
 from flux.matching.shape import Shape
 from flux.matching.tenancy import Ledger
@@ -35,6 +29,7 @@ def place_fairly(
     limit: int | None,
     candidates_for: Callable[[Shape], list[WorkerView] | None],
     fitting: dict[Shape, set[str]],
+    packing: Packing,
 ) -> None:
     """The main loop with tenants: a heap of tenants by (share, their next execution's order),
     each over its own heap of shape heads (lanes) by order.
@@ -57,7 +52,7 @@ def place_fairly(
     # A lane: [-priority, seq, place, item, rest (None until it places), shape, candidates].
     # A tenant: [share, -priority, seq of its next (or a bound), tenant, its lanes or None].
     if heads is not None and len(heads) == 1:
-        _place_lane(queue, heads[0], ledger, index, cache, rooms, placements, limit)
+        _place_lane(queue, heads[0], ledger, index, cache, rooms, placements, limit, packing)
         return
     tenants: list[list] = []
     if heads is not None:
@@ -116,14 +111,9 @@ def place_fairly(
             if ledger.fits(name, shape.demand):
                 loads = by_load.get(shape.needs)
                 if loads is None:
-                    candidates = head[6]
-                    if candidates is None:
-                        assert index is not None
-                        loads = Loads([], index.candidates(shape, cache.permanent))
-                    else:
-                        loads = Loads(load_heap(candidates, rooms))
+                    loads = open_loads(shape, head[6], index, cache, rooms, packing)
                     by_load[shape.needs] = loads
-                room = least_loaded_fit(loads, shape, rooms)
+                room = best_fit(loads, shape, rooms)
                 if room is None and not loads.heap and loads.upcoming is None:
                     full.add(shape.needs)
                     if len(full) == requirements:
@@ -131,11 +121,9 @@ def place_fairly(
             if room is None:
                 heapq.heappop(lane)
             else:
-                r = shape.requests
-                gpus = room.take(r.cpu, r.memory, r.disk, r.gpu, r.gpu_memory)
+                gpus = place_on(loads, room, shape, packing)
                 placements.append(Placement(head[3].execution_id, room.view.name, gpus, shape))
                 entry[0] = ledger.charge(name, shape.demand)  # its share: only a placement changes it
-                heapq.heappush(loads.heap, (room.key, room))
                 for needs, names in watched:
                     if room.view.name in names and not fits_now(needs, room):
                         names.discard(room.view.name)
@@ -170,26 +158,21 @@ def _place_lane(
     rooms: dict[str, Room],
     placements: list[Placement],
     limit: int | None,
+    packing: Packing,
 ) -> None:
     """``place_fairly`` for one lane (a submission's pass): one tenant, so no share to compare;
     its quota still decides, and space and quota only shrink, so the first miss ends it."""
     _, _, item, items, shape, candidates = head
-    if candidates is None:
-        assert index is not None
-        loads = Loads([], index.candidates(shape, cache.permanent))
-    else:
-        loads = Loads(load_heap(candidates, rooms))
-    r = shape.requests
+    loads = open_loads(shape, candidates, index, cache, rooms, packing)
     while item is not None and (limit is None or len(placements) < limit):
         if not ledger.fits(shape.tenant, shape.demand):
             return
-        room = least_loaded_fit(loads, shape, rooms)
+        room = best_fit(loads, shape, rooms)
         if room is None:
             return
-        gpus = room.take(r.cpu, r.memory, r.disk, r.gpu, r.gpu_memory)
+        gpus = place_on(loads, room, shape, packing)
         placements.append(Placement(item.execution_id, room.view.name, gpus, shape))
         ledger.charge(shape.tenant, shape.demand)
-        heapq.heappush(loads.heap, (room.key, room))
         if items is None:
             items = queue.iter_shape(shape)
             next(items)  # the one just placed

@@ -1,4 +1,5 @@
-"""One scheduling pass: place pending executions on workers, by priority then FIFO, least loaded first.
+"""One scheduling pass: place pending executions on workers, by priority then FIFO, least loaded first
+(or, under the binpack placement policy, fullest first: ``flux.matching.placement``).
 
 This is where every dispatch decision is made. Given the pending queue and
 immutable worker views it returns placements; it does no I/O and changes
@@ -50,18 +51,12 @@ import heapq
 from collections.abc import Iterable, Sequence
 
 from flux.matching.aging import Aging
-from flux.matching.candidates import (
-    FeasibilityCache,
-    Head,
-    Loads,
-    Placement,
-    least_loaded_fit,
-    load_heap,
-    room_of,
-)
+from flux.matching.candidates import FeasibilityCache, Head, Loads, Placement, room_of
 from flux.matching.fairshare import place_fairly
 from flux.matching.filters import fits_now
 from flux.matching.index import FleetIndex
+from flux.matching.packing import Packing, best_fit, open_loads, place_on
+from flux.matching.placement import DEFAULT_PLACEMENT
 from flux.matching.queue import PendingQueue
 from flux.matching.shape import Shape
 from flux.matching.starving import aging_needs_fleet, guard_standing, place_starving
@@ -81,6 +76,7 @@ def schedule(
     whole_fleet: bool = True,
     starving_first: bool = True,
     accounts: Accounts | None = None,
+    placement: str = DEFAULT_PLACEMENT,
 ) -> list[Placement]:
     """Place as much of ``queue`` as fits on ``workers``; at most ``limit`` placements.
 
@@ -102,6 +98,8 @@ def schedule(
 
     ``accounts`` (kept by the caller, read only) holds each tenant's quota and
     usage: placements then respect quotas and go by fair share between tenants.
+
+    ``placement``: the server's policy for shapes that name none (``spread`` or ``binpack``).
     """
     cache = cache if cache is not None else FeasibilityCache()
     index = workers if isinstance(workers, FleetIndex) else None
@@ -120,6 +118,7 @@ def schedule(
     placements: list[Placement] = []
     skip: set[str] = set()
     ledger = Ledger(accounts) if accounts is not None else None
+    packing = Packing(placement)
     if index is None and aging is not None and aging.enabled:
         if starving_first:
             skip = place_starving(
@@ -156,7 +155,9 @@ def schedule(
 
     if ledger is not None and shapes is None and not skip:
         # Every lane of every tenant: opened tenant by tenant, as each comes up (``place_fairly``).
-        place_fairly(queue, None, ledger, index, cache, rooms, placements, limit, candidates_for, fitting)
+        place_fairly(
+            queue, None, ledger, index, cache, rooms, placements, limit, candidates_for, fitting, packing
+        )
         return placements
 
     heads: list[Head] = []
@@ -173,7 +174,9 @@ def schedule(
             # Over an index, candidates (None) are walked lazily.
             heads.append((first.order, order, first, items, shape, candidates))
     if ledger is not None:
-        place_fairly(queue, heads, ledger, index, cache, rooms, placements, limit, candidates_for, fitting)
+        place_fairly(
+            queue, heads, ledger, index, cache, rooms, placements, limit, candidates_for, fitting, packing
+        )
         return placements
     heapq.heapify(heads)
 
@@ -182,19 +185,13 @@ def schedule(
         _, order, item, items, shape, candidates = heads[0]
         loads = by_load.get(order)
         if loads is None:
-            if candidates is None:
-                assert index is not None
-                loads = by_load[order] = Loads([], index.candidates(shape, cache.permanent))
-            else:
-                loads = by_load[order] = Loads(load_heap(candidates, rooms))
-        room = least_loaded_fit(loads, shape, rooms)
+            loads = by_load[order] = open_loads(shape, candidates, index, cache, rooms, packing)
+        room = best_fit(loads, shape, rooms)
         if room is None:
             heapq.heappop(heads)
             continue
-        requests = shape.requests
-        gpus = room.take(requests.cpu, requests.memory, requests.disk, requests.gpu, requests.gpu_memory)
+        gpus = place_on(loads, room, shape, packing)
         placements.append(Placement(item.execution_id, room.view.name, gpus, shape))
-        heapq.heappush(loads.heap, (room.key, room))
         following = next(items, None)
         if following is None:
             heapq.heappop(heads)

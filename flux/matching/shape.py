@@ -21,9 +21,14 @@ _EMPTY_REQUEST = ResourceRequest()
 
 
 class Shape:
-    """Immutable, hashable (requests, affinity, runtime, tenant) with its parsed requirements cached."""
+    """Immutable, hashable (requests, affinity, runtime, tenant, placement) with its parsed requirements cached.
 
-    __slots__ = ("requests", "affinity", "runtime", "tenant", "requirements", "demand", "needs", "_hash")
+    ``placement``: the workflow's own policy (``flux.matching.placement``), ``""`` for the server's.
+    """
+
+    __slots__ = (
+        "requests", "affinity", "runtime", "tenant", "placement", "requirements", "demand", "needs", "_hash"
+    )  # fmt: skip
 
     def __init__(
         self,
@@ -31,20 +36,22 @@ class Shape:
         affinity: Mapping[str, str] | None = None,
         runtime: str = DEFAULT_RUNTIME,
         tenant: str = DEFAULT_TENANT,
+        placement: str = "",
     ):
         self.requests = requests or _EMPTY_REQUEST
         self.affinity: tuple[tuple[str, str], ...] = tuple(sorted((affinity or {}).items()))
         self.runtime = runtime
         self.tenant = tenant
+        self.placement = placement
         self.requirements: tuple[Requirement, ...] = self.requests.requirements
         # What one execution of this shape holds against its tenant's quota.
         self.demand = demand(self.requests)
         # The same requirements in no tenant: what feasibility and worker choice depend on, so
         # every tenant's lane of one requirement shares one cached verdict and one walk of the fleet.
         self.needs: Shape = (
-            self if tenant == DEFAULT_TENANT else _needs(self.requests, self.affinity, runtime)
+            self if tenant == DEFAULT_TENANT else _needs(self.requests, self.affinity, runtime, placement)
         )
-        self._hash = hash((self.requests, self.affinity, self.runtime, self.tenant))
+        self._hash = hash((self.requests, self.affinity, self.runtime, self.tenant, self.placement))
 
     def __hash__(self) -> int:
         return self._hash
@@ -60,6 +67,7 @@ class Shape:
             and self.affinity == other.affinity
             and self.runtime == other.runtime
             and self.tenant == other.tenant
+            and self.placement == other.placement
         )
 
     def __setattr__(self, name: str, value: object) -> None:
@@ -71,26 +79,31 @@ class Shape:
         affinity = f", affinity={dict(self.affinity)!r}" if self.affinity else ""
         runtime = f", runtime={self.runtime!r}" if self.runtime != DEFAULT_RUNTIME else ""
         tenant = f", tenant={self.tenant!r}" if self.tenant != DEFAULT_TENANT else ""
-        return f"Shape({self.requests!r}{affinity}{runtime}{tenant})"
+        placement = f", placement={self.placement!r}" if self.placement else ""
+        return f"Shape({self.requests!r}{affinity}{runtime}{tenant}{placement})"
 
     def for_tenant(self, tenant: str) -> Shape:
         """The same requirements, queued for ``tenant``."""
         return (
-            self if tenant == self.tenant else Shape(self.requests, dict(self.affinity), self.runtime, tenant)
+            self
+            if tenant == self.tenant
+            else Shape(self.requests, dict(self.affinity), self.runtime, tenant, self.placement)
         )
 
 
 # One ``needs`` object per requirement, so lookups keyed by it compare by identity; shapes are
 # few (workflow versions x tenants), and the bound only guards against a runaway caller.
-_NEEDS: dict[tuple[ResourceRequest, tuple[tuple[str, str], ...], str], Shape] = {}
+_NEEDS: dict[tuple[ResourceRequest, tuple[tuple[str, str], ...], str, str], Shape] = {}
 _NEEDS_MAX = 65_536
 
 
-def _needs(requests: ResourceRequest, affinity: tuple[tuple[str, str], ...], runtime: str) -> Shape:
-    key = (requests, affinity, runtime)
+def _needs(
+    requests: ResourceRequest, affinity: tuple[tuple[str, str], ...], runtime: str, placement: str
+) -> Shape:
+    key = (requests, affinity, runtime, placement)
     found = _NEEDS.get(key)
     if found is None:
         if len(_NEEDS) >= _NEEDS_MAX:
             _NEEDS.clear()
-        found = _NEEDS[key] = Shape(requests, dict(affinity), runtime)
+        found = _NEEDS[key] = Shape(requests, dict(affinity), runtime, placement=placement)
     return found

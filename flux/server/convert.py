@@ -13,6 +13,7 @@ from flux.dispatcher.transitions.batches import BatchAsk, checked_ask
 from flux.dispatcher.transitions.submission import Overrides
 from flux.domain.execution import Execution
 from flux.domain.limits import Flow, check_run_key, flow_from_proto, flow_to_proto
+from flux.domain.placement import validate_placement
 from flux.domain.policy import (
     RETRY_REASONS,
     TIMEOUT_KINDS,
@@ -72,6 +73,7 @@ def workflows_from_proto(request: control_pb2.RegisterWorkflowRequest) -> list[W
                 priority=wf.priority,
                 policy=None if policy.is_default() else policy,
                 flow=workflow_flow(wf, f"workflows[{position}]"),
+                placement=workflow_placement(wf, f"workflows[{position}]"),
             )
         )
     return records
@@ -83,6 +85,14 @@ def workflow_flow(wf: control_pb2.WorkflowMetadata, field: str) -> Flow:
         return Flow()
     try:
         return flow_from_proto(wf.flow, f"{field}.flow")
+    except (TypeError, ValueError) as exc:
+        raise InvalidArgument(str(exc)) from None
+
+
+def workflow_placement(wf: control_pb2.WorkflowMetadata, field: str) -> str:
+    """A registered workflow's placement policy ("" for the server's), checked as its declaration was."""
+    try:
+        return validate_placement(wf.placement, f"{field}.placement", allow_empty=True)
     except (TypeError, ValueError) as exc:
         raise InvalidArgument(str(exc)) from None
 
@@ -203,6 +213,7 @@ def workflow_to_proto(record: WorkflowRecord, versions: int) -> control_pb2.Work
         tenant=record.tenant,
         policy=policy_to_proto(record.policy) if record.policy else default_policy_proto(record.max_attempts),
         flow=flow_to_proto(record.flow) if not record.flow.empty else None,
+        placement=record.placement,
     )
 
 
@@ -262,6 +273,7 @@ def status_to_proto(status: Status) -> control_pb2.ClusterStatus:
     counters = status.counters
     return control_pb2.ClusterStatus(
         now_ms=int(status.now * 1000),
+        placement=status.placement,
         started_at_ms=int(status.started_at * 1000),
         workers=[worker_to_proto(w) for w in status.workers],
         pending=[
@@ -287,6 +299,9 @@ def status_to_proto(status: Status) -> control_pb2.ClusterStatus:
             control_pb2.LimitStatus(limit=name, in_use=in_use, waiting=waiting, rate_limited=limited)
             for name, in_use, waiting, limited in status.limits
         ],
+        schedule_ticks=dict(status.schedule_ticks),
+        schedules_active=status.schedules[0],
+        schedules_paused=status.schedules[1],
         fleet=control_pb2.FleetTotals(
             connected_by_transport=fleet.connected_by_transport,
             disconnected=fleet.disconnected,

@@ -20,7 +20,7 @@ from flux.store.base import ExecutionQuery
 # Named, so a table created before a column was added (and migrated) takes the same rows.
 WORKFLOW_COLUMNS = (
     "name, version, source_hash, entrypoint, requests, affinity, max_attempts, created_at, runtime, priority, "
-    "tenant, policy, flow"
+    "tenant, policy, flow, placement"
 )
 WORKFLOW_COLUMN_COUNT = WORKFLOW_COLUMNS.count(",") + 1
 EXECUTION_COLUMNS = (
@@ -143,6 +143,7 @@ def workflow_from_row(row: Mapping[str, Any]) -> WorkflowRecord:
         tenant=row["tenant"],
         policy=Policy.from_json(row["policy"]) if row["policy"] else None,
         flow=Flow.from_json(row["flow"]),
+        placement=row["placement"],
     )
 
 
@@ -151,6 +152,7 @@ def workflow_row(record: WorkflowRecord, created_at: float) -> tuple[object, ...
         record.name, record.version, record.source_hash, record.entrypoint, requests_to_json(record.requests),
         json.dumps(dict(record.affinity)), record.max_attempts, created_at, record.runtime, record.priority,
         record.tenant, record.policy.to_json() if record.policy is not None else "", record.flow.to_json(),
+        record.placement,
     )  # fmt: skip
 
 

@@ -13,9 +13,8 @@ be an import cycle.
 
 from __future__ import annotations
 
-import math
-
 import asyncio
+import math
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Protocol, runtime_checkable

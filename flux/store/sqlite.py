@@ -57,6 +57,7 @@ from flux.store.rows import (
     workflows_query,
 )
 from flux.store.sqlite_batches import SqliteBatches
+from flux.store.sqlite_schedules import SqliteSchedules
 from flux.store.sqlite_schema import list_specs, migrate, register, save_specs, transaction, upsert
 
 T = TypeVar("T")
@@ -71,7 +72,7 @@ INLINE_ROWS = 32
 CHECKPOINT_EVERY = 256
 
 
-class SqliteStore(SqliteBatches, Store):
+class SqliteStore(SqliteBatches, SqliteSchedules, Store):
     # "database is locked" past the busy timeout, a disk I/O error, a file that went away.
     unavailable = (sqlite3.OperationalError,)
 

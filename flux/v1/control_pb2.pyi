@@ -261,6 +261,7 @@ class WorkflowMetadata(_message.Message):
     PRIORITY_FIELD_NUMBER: _builtins.int
     POLICY_FIELD_NUMBER: _builtins.int
     FLOW_FIELD_NUMBER: _builtins.int
+    PLACEMENT_FIELD_NUMBER: _builtins.int
     name: _builtins.str
     """Workflow name, as given to @workflow.with_options(name=...)."""
     entrypoint: _builtins.str
@@ -274,6 +275,10 @@ class WorkflowMetadata(_message.Message):
     priority: _builtins.int
     """Executions competing for a worker go highest priority first, FIFO within a
     priority; -1000 to 1000, default 0. A run may override it.
+    """
+    placement: _builtins.str
+    """Which capable worker its executions go to: "spread" (the least loaded) or "binpack"
+    (the fullest that fits); empty means the server's --placement.
     """
     @_builtins.property
     def requests(self) -> _resources_pb2.ResourceRequest:
@@ -303,10 +308,11 @@ class WorkflowMetadata(_message.Message):
         priority: _builtins.int = ...,
         policy: Global___ExecutionPolicy | None = ...,
         flow: Global___FlowControl | None = ...,
+        placement: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["flow", b"flow", "policy", b"policy", "requests", b"requests"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["affinity", b"affinity", "entrypoint", b"entrypoint", "flow", b"flow", "max_attempts", b"max_attempts", "name", b"name", "policy", b"policy", "priority", b"priority", "requests", b"requests", "runtime", b"runtime"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["affinity", b"affinity", "entrypoint", b"entrypoint", "flow", b"flow", "max_attempts", b"max_attempts", "name", b"name", "placement", b"placement", "policy", b"policy", "priority", b"priority", "requests", b"requests", "runtime", b"runtime"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -1262,7 +1268,28 @@ class ClusterStatus(_message.Message):
         def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
         def WhichOneof(self, oneof_group: _Never) -> None: ...
 
+    @_typing.final
+    class ScheduleTicksEntry(_message.Message):
+        DESCRIPTOR: _descriptor.Descriptor
+
+        KEY_FIELD_NUMBER: _builtins.int
+        VALUE_FIELD_NUMBER: _builtins.int
+        key: _builtins.str
+        value: _builtins.int
+        def __init__(
+            self,
+            *,
+            key: _builtins.str = ...,
+            value: _builtins.int = ...,
+        ) -> None: ...
+        _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+        def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+        _ClearFieldArgType: _TypeAlias = _typing.Literal["key", b"key", "value", b"value"]  # noqa: Y015
+        def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+        def WhichOneof(self, oneof_group: _Never) -> None: ...
+
     NOW_MS_FIELD_NUMBER: _builtins.int
+    PLACEMENT_FIELD_NUMBER: _builtins.int
     STARTED_AT_MS_FIELD_NUMBER: _builtins.int
     WORKERS_FIELD_NUMBER: _builtins.int
     PENDING_FIELD_NUMBER: _builtins.int
@@ -1277,8 +1304,13 @@ class ClusterStatus(_message.Message):
     TENANTS_FIELD_NUMBER: _builtins.int
     LIMITS_FIELD_NUMBER: _builtins.int
     DEPENDENCIES_WAITING_FIELD_NUMBER: _builtins.int
+    SCHEDULE_TICKS_FIELD_NUMBER: _builtins.int
+    SCHEDULES_ACTIVE_FIELD_NUMBER: _builtins.int
+    SCHEDULES_PAUSED_FIELD_NUMBER: _builtins.int
     now_ms: _builtins.int
     """When the core took the snapshot, in milliseconds since the Unix epoch."""
+    placement: _builtins.str
+    """The server's placement policy (--placement): "spread" or "binpack", for workflows that name none."""
     started_at_ms: _builtins.int
     """When this core process started, in milliseconds since the Unix epoch; every
     counter and histogram below counts from then (a restart starts them at zero).
@@ -1293,6 +1325,10 @@ class ClusterStatus(_message.Message):
     """
     dependencies_waiting: _builtins.int
     """Executions held out of the queue, waiting for their dependencies (flux_dependencies_waiting)."""
+    schedules_active: _builtins.int
+    """Schedules not paused, every tenant's (flux_schedules{state="active"})."""
+    schedules_paused: _builtins.int
+    """Schedules paused, every tenant's (flux_schedules{state="paused"})."""
     @_builtins.property
     def workers(self) -> _containers.RepeatedCompositeFieldContainer[Global___WorkerInfo]:
         """Known workers, connected or within their grace period, by name (GetStatus only)."""
@@ -1345,10 +1381,17 @@ class ClusterStatus(_message.Message):
     def limits(self) -> _containers.RepeatedCompositeFieldContainer[Global___LimitStatus]:
         """Each flow-control limit in use or with work waiting (no per-key rows: keys are unbounded)."""
 
+    @_builtins.property
+    def schedule_ticks(self) -> _containers.ScalarMap[_builtins.str, _builtins.int]:
+        """Schedules' ticks on this server since it started, by what became of them: fired, skipped,
+        queued, missed, manual, refused (flux_schedule_ticks_total{result}).
+        """
+
     def __init__(
         self,
         *,
         now_ms: _builtins.int = ...,
+        placement: _builtins.str = ...,
         started_at_ms: _builtins.int = ...,
         workers: _abc.Iterable[Global___WorkerInfo] | None = ...,
         pending: _abc.Iterable[Global___PendingShape] | None = ...,
@@ -1363,10 +1406,13 @@ class ClusterStatus(_message.Message):
         tenants: _abc.Iterable[_tenants_pb2.TenantStatus] | None = ...,
         limits: _abc.Iterable[Global___LimitStatus] | None = ...,
         dependencies_waiting: _builtins.int = ...,
+        schedule_ticks: _abc.Mapping[_builtins.str, _builtins.int] | None = ...,
+        schedules_active: _builtins.int = ...,
+        schedules_paused: _builtins.int = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["counters", b"counters", "fleet", b"fleet"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["counters", b"counters", "dependencies_waiting", b"dependencies_waiting", "executions", b"executions", "fleet", b"fleet", "latencies", b"latencies", "limits", b"limits", "now_ms", b"now_ms", "pending", b"pending", "pending_by_reason", b"pending_by_reason", "pending_shapes_omitted", b"pending_shapes_omitted", "pools", b"pools", "started_at_ms", b"started_at_ms", "tenants", b"tenants", "workers", b"workers", "workers_omitted", b"workers_omitted"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["counters", b"counters", "dependencies_waiting", b"dependencies_waiting", "executions", b"executions", "fleet", b"fleet", "latencies", b"latencies", "limits", b"limits", "now_ms", b"now_ms", "pending", b"pending", "pending_by_reason", b"pending_by_reason", "pending_shapes_omitted", b"pending_shapes_omitted", "placement", b"placement", "pools", b"pools", "schedule_ticks", b"schedule_ticks", "schedules_active", b"schedules_active", "schedules_paused", b"schedules_paused", "started_at_ms", b"started_at_ms", "tenants", b"tenants", "workers", b"workers", "workers_omitted", b"workers_omitted"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -2035,6 +2081,7 @@ class WorkflowInfo(_message.Message):
     TENANT_FIELD_NUMBER: _builtins.int
     POLICY_FIELD_NUMBER: _builtins.int
     FLOW_FIELD_NUMBER: _builtins.int
+    PLACEMENT_FIELD_NUMBER: _builtins.int
     name: _builtins.str
     """Workflow name."""
     version: _builtins.int
@@ -2059,6 +2106,8 @@ class WorkflowInfo(_message.Message):
     """The tenant whose admin registered it: only that tenant sees and runs it, unless it is
     "default" (every tenant shares default's workflows). A name belongs to one tenant.
     """
+    placement: _builtins.str
+    """Its placement policy, "spread" or "binpack"; empty means the server's (ClusterStatus.placement)."""
     @_builtins.property
     def requests(self) -> _resources_pb2.ResourceRequest:
         """What every execution of this version needs."""
@@ -2093,10 +2142,11 @@ class WorkflowInfo(_message.Message):
         tenant: _builtins.str = ...,
         policy: Global___ExecutionPolicy | None = ...,
         flow: Global___FlowControl | None = ...,
+        placement: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["flow", b"flow", "policy", b"policy", "requests", b"requests"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["affinity", b"affinity", "entrypoint", b"entrypoint", "filename", b"filename", "flow", b"flow", "max_attempts", b"max_attempts", "name", b"name", "policy", b"policy", "priority", b"priority", "registered_at_ms", b"registered_at_ms", "requests", b"requests", "runtime", b"runtime", "source_hash", b"source_hash", "tenant", b"tenant", "version", b"version", "version_count", b"version_count"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["affinity", b"affinity", "entrypoint", b"entrypoint", "filename", b"filename", "flow", b"flow", "max_attempts", b"max_attempts", "name", b"name", "placement", b"placement", "policy", b"policy", "priority", b"priority", "registered_at_ms", b"registered_at_ms", "requests", b"requests", "runtime", b"runtime", "source_hash", b"source_hash", "tenant", b"tenant", "version", b"version", "version_count", b"version_count"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

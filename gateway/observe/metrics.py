@@ -207,6 +207,7 @@ class StatusCollector(Collector):
         yield from _tenant_metrics(s)
         yield from _limit_metrics(s)
         yield from _dependency_metrics(s)
+        yield from _schedule_metrics(s)
         yield GaugeMetricFamily(
             "flux_start_time_seconds",
             "When the core started, in seconds since the Unix epoch; counters count from then.",
@@ -309,6 +310,23 @@ def _limit_metrics(s: control_pb2.ClusterStatus) -> Iterator[Metric]:
     yield in_use
     yield waiting
     yield limited
+
+
+def _schedule_metrics(s: control_pb2.ClusterStatus) -> Iterator[Metric]:
+    """Schedules' ticks by what became of them on this server, and schedules by state (no names:
+    a tenant's schedule names are its own)."""
+    ticks = CounterMetricFamily(
+        "flux_schedule_ticks",
+        "Schedule ticks since the server started, by result: fired, skipped, queued, missed, manual, refused.",
+        labels=["result"],
+    )
+    for result in ("fired", "skipped", "queued", "missed", "manual", "refused"):
+        ticks.add_metric([result], s.schedule_ticks.get(result, 0))
+    schedules = GaugeMetricFamily("flux_schedules", "Schedules, by state.", labels=["state"])
+    schedules.add_metric(["active"], s.schedules_active)
+    schedules.add_metric(["paused"], s.schedules_paused)
+    yield ticks
+    yield schedules
 
 
 def _pool_metrics(s: control_pb2.ClusterStatus) -> Iterator[Metric]:

@@ -42,10 +42,7 @@ def test_the_limits_view_shows_a_named_limit_in_use_and_its_waiting_work(cluster
     expect(page.locator("#limits-quiet")).to_have_text("No limit has work in it or waiting on it now.")
 
     _ok(cluster.flux("limit", "create", "openai", "--concurrency", "1", "--rate", "600/m", "--burst", "3"))
-    ids = [
-        _ok(cluster.flux("workflow", "run", "summarise", '{"seconds": 60}')).split()[0]
-        for _ in range(2)
-    ]
+    ids = [_ok(cluster.flux("workflow", "run", "summarise", '{"seconds": 60}')).split()[0] for _ in range(2)]
     named = page.locator('table#limits tr[data-limit="openai"]')
     expect(named.locator('[data-role="terms"]')).to_have_text("concurrency 1 · rate 600/m (burst 3)")
     expect(named.locator('[data-role="keys"]')).to_contain_text("1 in use, 1 waiting")

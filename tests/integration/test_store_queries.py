@@ -196,7 +196,8 @@ async def test_a_version_2_sqlite_file_gains_the_priority_columns(tmp_path: Path
         + "ALTER TABLE workflows DROP COLUMN priority; ALTER TABLE executions DROP COLUMN priority;"
         "ALTER TABLE executions DROP COLUMN tenant; ALTER TABLE executions DROP COLUMN trace;"
         "ALTER TABLE workflows DROP COLUMN tenant; ALTER TABLE workflows DROP COLUMN policy;"
-        "ALTER TABLE workflows DROP COLUMN flow; DROP TABLE tenants; DROP TABLE tokens;"
+        "ALTER TABLE workflows DROP COLUMN flow; ALTER TABLE workflows DROP COLUMN placement;"
+        "DROP TABLE tenants; DROP TABLE tokens;"
         "DROP TABLE audit; DROP TABLE limits;"
         "UPDATE meta SET value = '2' WHERE key = 'schema_version';"
         "INSERT INTO workflows VALUES ('old', 1, 'h', 'old', "
@@ -210,7 +211,9 @@ async def test_a_version_2_sqlite_file_gains_the_priority_columns(tmp_path: Path
     recovered = await store.open()
     try:
         # Migrated on open: priority 0, and the default tenant's (shared by every tenant).
-        assert [(w.name, w.priority, w.tenant) for w in recovered.workflows] == [("old", 0, "default")]
+        assert [(w.name, w.priority, w.tenant, w.placement) for w in recovered.workflows] == [
+            ("old", 0, "default", "")  # and no placement of its own: the server's
+        ]
         assert [(e.execution_id, e.priority) for e in recovered.unfinished] == [("e1", 0)]
         await store.save(replace(recovered.unfinished[0], execution_id="e2", seq=2, priority=9))
         stored = await store.get_execution("e2")

@@ -51,6 +51,7 @@ def start_server(args: argparse.Namespace) -> int:
             safety_tick=args.safety_tick,
             starvation_after=args.starvation_after,
             infeasible_after=args.infeasible_after,
+            placement=args.placement,
             preemption=args.preemption == "on",
             preemption_grace=args.preemption_grace,
             preemption_budget=args.preemption_budget,

@@ -83,6 +83,7 @@ def reserve(
         whole_fleet=workers is None,
         starving_first=starving_first,
         accounts=accounts,
+        placement=d.settings.placement,
     )
     for placement in placements:
         d.queue.remove(placement.execution_id)

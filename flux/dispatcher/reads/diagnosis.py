@@ -10,6 +10,7 @@ from flux.dispatcher.state import validation
 from flux.domain.dependencies import waiting_summary
 from flux.domain.execution import Execution, State
 from flux.matching import Explanation, explain
+from flux.matching.placement import effective, fragmentation_note
 
 if TYPE_CHECKING:
     from flux.dispatcher.handle import Handle
@@ -61,6 +62,16 @@ async def why(d: Handle, execution_id: str, viewer: str = "") -> Diagnosis:
     preempting = d.reclaimer.preview(execution_id, shape, viewer)
     if preempting:
         summary = f"{summary}; {preempting}"
+    if explanation.capable == 0 and shape.requests.gpu and not explanation.infeasible:
+        # Enough GPUs free in all, on no one worker: how they were spread is the reason, so say the policy.
+        free = [
+            len(view.free_gpus)
+            for view in views
+            if not view.paused and d.feasibility.permanent(shape, view) is None
+        ]
+        note = fragmentation_note(shape.requests.gpu, free, effective(shape.placement, d.settings.placement))
+        if note:
+            summary = f"{summary}; {note}"
     if explanation.capable == 0:  # no connected worker can take it: say which pool could
         pools = d.pools.could_run(shape, await d.pools.demand(d))
         if pools:

@@ -105,8 +105,12 @@ async def submit_many(
     every_workflow: bool = True,
     overrides: Overrides = NO_OVERRIDES,
     batch: BatchAsk = NO_BATCH,
+    ids: list[str] | None = None,
 ) -> list[Execution]:
     """Accept one execution per input (durable before this returns); answered in input order.
+
+    ``ids``: the executions' ids, one per input, in place of new random ones (a schedule's runs,
+    named by their ticks).
 
     The executions come back as this server holds them, some perhaps already
     dispatched; a caller that answers with them may drop their inputs (it sent them).
@@ -121,7 +125,7 @@ async def submit_many(
     joined, new = await batches.resolve(d, batch, record.name, tenant)
     with d.table.storing(len(checked), size, tenant, d.usage.admission(tenant)):
         executions = _new(
-            d, record, checked, rank, trace, tenant, policy_for(record, overrides), overrides.key, joined
+            d, record, checked, rank, trace, tenant, policy_for(record, overrides), overrides.key, joined, ids
         )
         if new and joined is not None:
             await d.store.save_batch(joined)
@@ -151,6 +155,12 @@ async def _born_broken(d: Handle, finals: list[Execution]) -> list[Execution]:
     return finals
 
 
+async def resolve(d: Handle, workflow_name: str, tenant: str) -> WorkflowRecord:
+    """The latest version of a workflow ``tenant`` may run (its own or ``default``'s), or NotFound."""
+    _named(workflow_name)
+    return await _record(d, workflow_name, 0, tenant, False)
+
+
 def _named(workflow_name: str) -> None:
     if not workflow_name:
         raise InvalidArgument("workflow_name is required: the name of a registered workflow")
@@ -175,6 +185,7 @@ def _new(
     policy: Policy | None = None,
     key: str | None = None,
     batch: Batch | None = None,
+    ids: list[str] | None = None,
 ) -> list[Execution]:
     """One new execution per (checked) input, numbered in input order; ``trace``: the caller's
     W3C context (flux/observe/tracing.py carrier), its ``flux.submit`` span started here while tracing.
@@ -186,9 +197,11 @@ def _new(
         if throttle:
             keys = [tuple(sorted((*k, *throttle))) for k in keys]
     now = d.clock()
+    if ids is None:
+        ids = [uuid.uuid4().hex for _ in inputs]
     executions = [
         Execution(
-            execution_id=uuid.uuid4().hex,
+            execution_id=execution_id,
             workflow=record.ref,
             seq=d.take_seq(),
             input_json=input_json,
@@ -202,7 +215,7 @@ def _new(
             flow_keys=flow_keys,
             batch_id=batch_id,
         )
-        for input_json, flow_keys in zip(inputs, keys, strict=True)
+        for execution_id, input_json, flow_keys in zip(ids, inputs, keys, strict=True)
     ]
     traces = d.events.traces
     return executions if traces is None else [traces.accepted(e) for e in executions]

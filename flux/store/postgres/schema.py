@@ -17,6 +17,7 @@ from flux.store.batch_rows import BATCH_COLUMN, BATCHES_TABLE
 from flux.store.limit_rows import LIMITS_TABLE
 from flux.store.postgres.cluster import MEMBERSHIP_SCHEMA
 from flux.store.rows import CREATED, RUNNING, SCHEDULED
+from flux.store.schedule_rows import SCHEDULES_TABLE
 
 # 2: workflows.runtime (added to a version 1 database on open).
 # 3: workflows.priority and executions.priority (added on open; older rows get 0).
@@ -33,8 +34,10 @@ from flux.store.rows import CREATED, RUNNING, SCHEDULED
 # 12: flow_buckets, the rate budgets' token buckets shared by the replicas (created on open; a
 #     missing row is a full bucket).
 # 14: executions.batch_id and the batches table (older rows belong to no batch).
-# 15: executions.after_ids, after_when, waiting (dependencies; older rows wait for nothing).
-SCHEMA_VERSION = 15
+# 17: workflows.placement (a workflow's placement policy; older rows: '', the server's).
+# 15: schedules and schedule_runs (created on open; older databases have none).
+# 18: executions.after_ids, after_when, waiting (dependencies; older rows wait for nothing).
+SCHEMA_VERSION = 18
 
 # pg_advisory locks are keyed by a bigint; Flux's five are "FLUX" and the four after it:
 # this one, cluster.py's SWEEP_LOCK, store.py's WORKFLOWS_LOCK and PRUNE_LOCK, quota.py's QUOTA_LOCK.
@@ -60,6 +63,7 @@ ALTER TABLE workflows ADD COLUMN IF NOT EXISTS priority INTEGER NOT NULL DEFAULT
 ALTER TABLE workflows ADD COLUMN IF NOT EXISTS tenant TEXT NOT NULL DEFAULT 'default';
 ALTER TABLE workflows ADD COLUMN IF NOT EXISTS policy TEXT NOT NULL DEFAULT '';
 ALTER TABLE workflows ADD COLUMN IF NOT EXISTS flow TEXT NOT NULL DEFAULT '';
+ALTER TABLE workflows ADD COLUMN IF NOT EXISTS placement TEXT NOT NULL DEFAULT '';
 CREATE TABLE IF NOT EXISTS executions (
     execution_id TEXT PRIMARY KEY, seq BIGINT NOT NULL, workflow_name TEXT NOT NULL,
     workflow_version INTEGER NOT NULL, source_hash TEXT NOT NULL, entrypoint TEXT NOT NULL,
@@ -85,6 +89,7 @@ ALTER TABLE executions ADD COLUMN IF NOT EXISTS after_when TEXT NOT NULL DEFAULT
 ALTER TABLE executions ADD COLUMN IF NOT EXISTS waiting INTEGER NOT NULL DEFAULT 0;
 CREATE TABLE IF NOT EXISTS tenants (name TEXT PRIMARY KEY, spec TEXT NOT NULL, updated_at DOUBLE PRECISION NOT NULL);
 {LIMITS_TABLE.format(real="DOUBLE PRECISION")}
+{SCHEDULES_TABLE.format(real="DOUBLE PRECISION")};
 CREATE TABLE IF NOT EXISTS tokens (
     digest TEXT PRIMARY KEY, tenant TEXT NOT NULL, role TEXT NOT NULL, created_at DOUBLE PRECISION NOT NULL);
 {TOKEN_MIGRATION}

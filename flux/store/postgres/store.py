@@ -30,6 +30,7 @@ from flux.store.postgres.listener import Listener
 from flux.store.postgres.quota import held as held_by_tenant
 from flux.store.postgres.quota import prune_preemptions, take_preemption
 from flux.store.postgres.rows import COLUMNS, announce, owned_row, redacted
+from flux.store.postgres.schedules import PostgresSchedules
 from flux.store.postgres.schema import migrate
 from flux.store.postgres.waiting import fail_waiting
 from flux.store.postgres.writer import Writer
@@ -72,7 +73,7 @@ DELETE FROM dispatches WHERE (execution_id, generation) IN (
 POOL_WAIT = 5.0
 
 
-class PostgresStore(AdminTables, BatchTables, Store):
+class PostgresStore(AdminTables, BatchTables, PostgresSchedules, Store):
     """The ``Store`` of replicas, and the ``SharedStore`` their strategies use (flux/store/shared.py)."""
 
     # AdminShutdown (a restart), a connection dropped or refused, the pool's PoolTimeout.

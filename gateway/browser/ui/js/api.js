@@ -97,6 +97,7 @@ export const api = {
   status,
   workers: (signal) => get("/workers", undefined, signal),
   workflows: (signal) => get("/workflows", undefined, signal),
+  schedules: (signal) => get("/schedules", undefined, signal),
   executions: (filters, signal) => get("/executions", filters, signal),
   execution: (id, signal) => get(`/executions/${encodeURIComponent(id)}`, undefined, signal),
   explain: (id, signal) => get(`/executions/${encodeURIComponent(id)}/explain`, undefined, signal),
