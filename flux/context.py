@@ -29,6 +29,10 @@ class ExecutionContext(Generic[T]):
     # The details of the latest heartbeat of an earlier attempt (None when there was none):
     # resume where the last try stopped.
     last_heartbeat: Any = None
+    # The outputs of the executions it waited for (``client.run(..., after=[...])``), by
+    # execution id: {execution_id: output}; None for one that did not complete (when="failed"
+    # or "finished"). Empty when it waited for none.
+    upstream: dict[str, Any] = field(default_factory=dict)
     # Set by the worker: takes each heartbeat's details (coalesced there); unset in a unit test.
     _beat: Callable[[Any], None] | None = field(default=None, repr=False, compare=False)
 

@@ -28,6 +28,8 @@ from flux.client import FluxClient
 from flux.errors import FailedPrecondition, FluxError, Unavailable
 from flux.v1 import control_pb2
 
+DEPENDENT = "dependent"
+
 IN_FLIGHT = 32  # submissions waiting on a server at once, at most
 SUBMIT_GIVE_UP_S = 60.0  # a submission still refused after this is dropped (not accepted, so not owed)
 
@@ -54,8 +56,13 @@ SHAPES = (
     Shape(TIMES_OUT, "chaos_overrun", 0.03),
     Shape("keyed", "chaos_keyed", 0.08, (0.2, 1.5), keys=("k1", "k2", "k3")),
     Shape("paced", "chaos_paced", 0.03, count=8),
+    # After an execution of an earlier arrival (echo, sleep, fail or cancelled): it must not start
+    # before that one completed, and ends CANCELLED (reason dependency) when it did not.
+    Shape(DEPENDENT, "chaos_after", 0.06),
     Shape("batched", "chaos_sleep", 0.03, (0.2, 1.0), batch=6),
 )
+# The shapes a dependent may wait for: each ends on its own (never_fits would hold it forever).
+DEPENDABLE = frozenset({"echo", "sleep", "fail", "cancelled"})
 
 
 class Load:
@@ -73,6 +80,8 @@ class Load:
         self.rate = rate
         self.clock = clock
         self.accepted: dict[str, str] = {}
+        self.after: dict[str, tuple[str, ...]] = {}  # a dependent's id -> what it waits for
+        self._dependable: list[str] = []  # recent accepted ids a dependent may wait for
         self.cancelled: set[str] = set()  # Cancel answered CANCELLED
         self.stats: Counter[str] = Counter()  # submitted, retries, shed, given_up, errors, cancels...
         self.errors: list[str] = []  # answers that are neither acceptance nor a retryable refusal
@@ -105,7 +114,13 @@ class Load:
     # ------------------------------------------------------------- submitting
 
     def submit(
-        self, workflow: str, value: object, shape: str, give_up_s: float = SUBMIT_GIVE_UP_S, tenant: str = ""
+        self,
+        workflow: str,
+        value: object,
+        shape: str,
+        give_up_s: float = SUBMIT_GIVE_UP_S,
+        tenant: str = "",
+        after: tuple[str, ...] = (),
     ) -> str | None:
         """Submit until a server accepts (returns the id) or ``give_up_s`` pass (None); as ``tenant``
         when given, else with the run's own clients."""
@@ -117,7 +132,7 @@ class Load:
                 client = clients[self._turn % len(clients)]
                 self._turn += 1
             try:
-                execution_id = client.run(workflow, value).execution_id
+                execution_id = client.run(workflow, value, after=after or None).execution_id
             except Unavailable:
                 self._count("retries")
             except FluxError as exc:  # refused for a reason a retry will not change: a harness bug
@@ -129,6 +144,10 @@ class Load:
                     self.accepted[execution_id] = shape
                     if tenant:
                         self.owner[execution_id] = tenant
+                    if after:
+                        self.after[execution_id] = after
+                    if shape in DEPENDABLE:
+                        self._dependable = [*self._dependable[-63:], execution_id]
                 return execution_id
             if self.clock() + backoff > deadline:
                 self._count("given_up")
@@ -195,9 +214,17 @@ class Load:
             if shape.batch:
                 self.submit_batch(shape, value, tenant)
                 return
+            after: tuple[str, ...] = ()
+            if shape.name == DEPENDENT:
+                with self._lock:
+                    if not self._dependable:
+                        return
+                    dependency = self.rng.choice(self._dependable)
+                # Its dependency's tenant: a dependency another tenant cannot see is refused.
+                after, tenant = (dependency,), self.owner.get(dependency, "")
             for _ in range(shape.count - 1):
                 self.submit(shape.workflow, value, shape.name, tenant=tenant)
-            execution_id = self.submit(shape.workflow, value, shape.name, tenant=tenant)
+            execution_id = self.submit(shape.workflow, value, shape.name, tenant=tenant, after=after)
             if execution_id is not None and cancel_after is not None:
                 with self._lock:
                     heapq.heappush(self._cancels, (self.clock() + cancel_after, execution_id))

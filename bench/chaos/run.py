@@ -27,7 +27,7 @@ from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from bench.chaos import faults, flow_invariants, invariants, schedule_invariants
+from bench.chaos import dependency_invariants, faults, flow_invariants, invariants, schedule_invariants
 from bench.chaos.faults import Scheduler, Step
 from bench.chaos.invariants import (
     FINAL,
@@ -365,6 +365,7 @@ def _run(fleet: ChaosFleet, seconds: float, seed: int, store: str, markers: Path
     found["flow"] = flow_invariants.over_key_max(sampler.key_samples) + flow_invariants.over_rate(
         flow_invariants.starts(paced, load.owner), flow_invariants.RateTerms(lag_s=ACK_DEADLINE_S)
     )
+    found["dependencies"] = dependency_invariants.check(load.after, records)
     found["flow"] += flow_invariants.over_batch_max(sampler.batch_samples)
     found["schedule"] = schedule_invariants.check(*schedule_runs)
     violations = [v for kind in found.values() for v in kind]
@@ -399,6 +400,7 @@ def _run(fleet: ChaosFleet, seconds: float, seed: int, store: str, markers: Path
         "overcommit": len(found["overcommit"]),
         "cancelled_completed": len(found["cancelled_completed"]),
         "quota": len(found["quota"]),
+        "dependencies": {"dependents": len(load.after), "violations": len(found["dependencies"])},
         "flow": {
             "violations": len(found["flow"]),
             "key_samples": len(sampler.key_samples),
@@ -519,7 +521,8 @@ def _schedule_runs(cluster: Cluster) -> tuple[list[tuple[float, str, str]], list
 
 def _records(cluster: Cluster) -> dict[str, Record]:
     rows = cluster.query(
-        "SELECT execution_id, state, worker, attempt, output_json, max_attempts, reason, attempts FROM executions"
+        "SELECT execution_id, state, worker, attempt, output_json, max_attempts, reason, attempts, updated_at "
+        "FROM executions"
     )
     return {
         row[0]: Record(
@@ -531,6 +534,7 @@ def _records(cluster: Cluster) -> dict[str, Record]:
             int(row[5] or 0),
             row[6] or "",
             tuple(AttemptSeen(*item[:5]) for item in json.loads(row[7] or "[]")),
+            float(row[8] or 0),
         )  # fmt: skip
         for row in rows
     }

@@ -14,6 +14,14 @@ from flux.domain.quantity import parse_bytes
 EXECUTION_STATES = {state.name: int(state) for state in State}
 
 
+def execution_id_list(text: str) -> list[str]:
+    """``--after ID[,ID...]``: execution ids, comma-separated (spaces around them ignored)."""
+    ids = [part.strip() for part in text.split(",")]
+    if not all(ids):
+        raise argparse.ArgumentTypeError(f"--after takes execution ids separated by commas; got {text!r}")
+    return ids
+
+
 def whole_number(flag: str):  # type: ignore[no-untyped-def]
     def parse(text: str) -> int:
         try:

@@ -17,6 +17,7 @@ from flux.cli.arguments import (
     EXECUTION_STATES,
     attempt_duration,
     count,
+    execution_id_list,
     execution_state,
     max_concurrent,
     parse_duration,
@@ -117,6 +118,16 @@ def build_parser() -> argparse.ArgumentParser:
         "--key", default=None, metavar="KEY",
         help="this run's flow-control key (concurrency and rate limits per key), in place of the one "
         "the workflow computes from the input",
+    )  # fmt: skip
+    run.add_argument(
+        "--after", type=execution_id_list, default=None, metavar="ID[,ID...]",
+        help="wait for these executions first: stored at once, it runs once each has ended as --when "
+        "asks (its body reads their outputs as ctx.upstream)",
+    )  # fmt: skip
+    run.add_argument(
+        "--when", choices=("succeeded", "failed", "finished"), default=None,
+        help="with --after: how each must end (default succeeded); when one ends otherwise this run "
+        "ends CANCELLED, reason dependency",
     )  # fmt: skip
     run.add_argument(
         "--many", action="store_true",

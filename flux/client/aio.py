@@ -116,10 +116,13 @@ class FluxClient(AsyncCalls, AsyncServices):
         attempt_timeout: float | str | None = None,
         retry: Retry | None = None,
         key: str | None = None,
+        after: Iterable[control_pb2.Execution | str] | None = None,
+        when: str | None = None,
     ) -> control_pb2.Execution:
         """Submit an execution; with ``wait`` its final state, from the same call (``RunAndWait``).
         ``attempt_timeout`` and ``retry`` override the workflow's for this run (``timeout`` is how
-        long this call waits); ``key`` is this run's flow-control key."""
+        long this call waits); ``key`` is this run's flow-control key; ``after`` and ``when``: executions
+        this run waits for, and how they must end (``"succeeded"``, ``"failed"``, ``"finished"``)."""
         (input_json,) = encode_inputs([input])
         return await self.run_json(
             workflow,
@@ -131,6 +134,8 @@ class FluxClient(AsyncCalls, AsyncServices):
             attempt_timeout=attempt_timeout,
             retry=retry,
             key=key,
+            after=after,
+            when=when,
         )
 
     async def run_json(
@@ -146,8 +151,12 @@ class FluxClient(AsyncCalls, AsyncServices):
         attempt_timeout: float | str | None = None,
         retry: Retry | None = None,
         key: str | None = None,
+        after: Iterable[control_pb2.Execution | str] | None = None,
+        when: str | None = None,
     ) -> control_pb2.Execution:
-        request = run_request(workflow, input_json, version, priority, attempt_timeout, retry, key)
+        request = run_request(
+            workflow, input_json, version, priority, attempt_timeout, retry, key, after, when
+        )
         if not wait:
             return await self._submit("RunWorkflow", request, workflow)
         return await self._run_and_wait(request, timeout, on_update)

@@ -15,6 +15,7 @@ from typing import Any
 import grpc
 
 from flux import defaults
+from flux.domain.dependencies import checked_when
 from flux.domain.limits import check_run_key, flow_to_proto
 from flux.domain.policy import Retry, parse_duration, policy_to_proto, retry_to_proto
 from flux.errors import FluxError, InvalidArgument, Unavailable, from_grpc_code
@@ -108,8 +109,11 @@ def run_request(
     attempt_timeout: float | str | None = None,
     retry: Retry | None = None,
     key: str | None = None,
+    after: Iterable[control_pb2.Execution | str] | None = None,
+    when: str | None = None,
 ) -> control_pb2.RunWorkflowRequest:
-    """``attempt_timeout``, ``retry`` and ``key`` are checked here, so a bad one fails before any call."""
+    """``attempt_timeout``, ``retry``, ``key`` and ``when`` are checked here, so a bad one fails
+    before any call. ``after``: executions (or their ids) this run waits for."""
     request = control_pb2.RunWorkflowRequest(workflow_name=workflow, input_json=input_json, version=version)
     if priority is not None:
         request.priority = priority
@@ -121,6 +125,11 @@ def run_request(
         request.retry.CopyFrom(retry_to_proto(retry))
     if key is not None:
         request.key = check_run_key(key)
+    if after:
+        request.after.extend(execution_ids(after))
+        request.when = checked_when(when)
+    elif when is not None:
+        checked_when(when)
     return request
 
 

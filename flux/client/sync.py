@@ -131,13 +131,15 @@ class FluxClient(Calls, Services):
         attempt_timeout: float | str | None = None,
         retry: Retry | None = None,
         key: str | None = None,
+        after: Iterable[control_pb2.Execution | str] | None = None,
+        when: str | None = None,
     ) -> control_pb2.Execution:
         """Submit an execution; with ``wait`` block until it finishes (or ``timeout`` passes).
 
         ``priority`` (-1000 to 1000, higher first) overrides the workflow's for this run, as do
         ``attempt_timeout`` (one attempt's limit: ``"10m"`` or seconds) and ``retry``. ``timeout``
         is how long this call waits, not a limit on the execution. ``key``: this run's flow-control
-        key (``Concurrency``/``RateLimit``), in place of the one computed from the input.
+        key, in place of the input's; ``after``/``when``: what it waits for and how (ctx.upstream).
         """
         return self.run_json(
             workflow,
@@ -149,6 +151,8 @@ class FluxClient(Calls, Services):
             attempt_timeout=attempt_timeout,
             retry=retry,
             key=key,
+            after=after,
+            when=when,
         )
 
     def run_json(
@@ -164,9 +168,13 @@ class FluxClient(Calls, Services):
         attempt_timeout: float | str | None = None,
         retry: Retry | None = None,
         key: str | None = None,
+        after: Iterable[control_pb2.Execution | str] | None = None,
+        when: str | None = None,
     ) -> control_pb2.Execution:
         """``run`` with the input already JSON; ``on_update`` (with ``wait``) sees every state."""
-        request = run_request(workflow, input_json, version, priority, attempt_timeout, retry, key)
+        request = run_request(
+            workflow, input_json, version, priority, attempt_timeout, retry, key, after, when
+        )
         if not wait:
             return self._submit("RunWorkflow", request, workflow)
         return self._run_and_wait(request, timeout, on_update)
@@ -353,11 +361,6 @@ class FluxClient(Calls, Services):
             "WaitExecutions", control_pb2.WaitExecutionsRequest(execution_ids=ids), timeout
         ):
             yield from batch.executions
-
-    def watch(self, execution_id: str, timeout: float | None = None) -> Iterator[control_pb2.Execution]:
-        return self._read(
-            "WatchExecution", control_pb2.WatchExecutionRequest(execution_id=execution_id), timeout
-        )
 
     def wait(
         self,

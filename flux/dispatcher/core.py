@@ -31,6 +31,7 @@ from flux.dispatcher.state import validation
 from flux.dispatcher.state.audit import AuditTrail
 from flux.dispatcher.state.catalogue import Catalogue
 from flux.dispatcher.state.deadlines import Kind, Timers
+from flux.dispatcher.state.dependencies import DependencyIndex
 from flux.dispatcher.state.flow import FlowUsage
 from flux.dispatcher.state.freezing import Freezer
 from flux.dispatcher.state.lifecycle import Lifecycle
@@ -45,7 +46,15 @@ from flux.dispatcher.state.table import ExecutionTable
 from flux.dispatcher.state.tenants import TenantDirectory
 from flux.dispatcher.state.watchers import Watchers
 from flux.dispatcher.state.worker_entry import WorkerEntry
-from flux.dispatcher.transitions import attempts, cancel, housekeeping, submission, terms
+from flux.dispatcher.transitions import (
+    attempts,
+    cancel,
+    dependencies,
+    graphs,
+    housekeeping,
+    submission,
+    terms,
+)
 from flux.dispatcher.transitions import workflows as workflows_module
 from flux.dispatcher.transitions.infeasible import Infeasibility
 from flux.dispatcher.transitions.reclaim import Reclaimer
@@ -80,6 +89,9 @@ class Dispatcher(WorkerMethods, BatchMethods):
         self.watchers = Watchers()
         self.table = ExecutionTable(store, self.watchers, s)
         self.table.on_conflict = lambda execution_id: cancel.drop_stale(self, execution_id)
+        # Executions waiting for others to end, out of the queue (transitions/dependencies.py).
+        self.dependencies = DependencyIndex()
+        self.table.on_finish = lambda final: dependencies.ended(self, final)
         # Tenants' usage for quotas and fair share; no accounts until a tenant has terms.
         self.usage = TenantUsage(self._tenant_of)
         # Every change that can let work run asks this for its pass (cycle/passes.py).
@@ -244,6 +256,13 @@ class Dispatcher(WorkerMethods, BatchMethods):
             batch=batch,
         )
 
+    async def submit_graph(
+        self, items: list[graphs.GraphItem], trace: str = "", tenant: str = DEFAULT_TENANT,
+        every_workflow: bool = True, sees: Callable[[Execution], bool] | None = None,
+    ) -> list[Execution]:  # fmt: skip
+        """A graph of executions that wait for each other, all stored in one commit (transitions/graphs.py)."""
+        return await graphs.submit_graph(self, items, tenant, trace, every_workflow, sees)
+
     def take_seq(self) -> int:
         """The sequence number of the next submission (it orders the queue within a priority)."""
         seq = self.feed.next_seq(self._next_seq)
@@ -255,7 +274,11 @@ class Dispatcher(WorkerMethods, BatchMethods):
 
         Not before its stored not-before time (a retry's backoff): until then a timer holds it.
         Every path into the queue (submission, requeue, recovery, a replica's mirror) comes here.
+        One still waiting for its dependencies is held out of it (transitions/dependencies.py).
         """
+        if execution.waiting:
+            dependencies.hold(self, execution)
+            return
         if execution.not_before > self.clock():
             self.timers.arm(Kind.RETRY, execution.execution_id, execution.attempt, execution.not_before)
             self._retrying[execution.execution_id] = (shape, execution.not_before)
@@ -277,6 +300,10 @@ class Dispatcher(WorkerMethods, BatchMethods):
         if stored is None:
             log.error("execution %s has no stored input; sending null", execution.execution_id)
         return execution.evolve(input_json=stored or "null")
+
+    async def with_upstream(self, execution: Execution) -> Execution:
+        """``execution`` with its dependencies' outputs (ctx.upstream): from memory, else the store."""
+        return await dependencies.with_upstream(self, execution)
 
     async def get(self, execution_id: str) -> Execution:
         validation.check_id(execution_id)

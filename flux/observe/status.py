@@ -110,6 +110,8 @@ class Status:
     # how many schedules are active and paused.
     schedule_ticks: tuple[tuple[str, int], ...] = ()
     schedules: tuple[int, int] = (0, 0)
+    # Executions held out of the queue, waiting for their dependencies.
+    dependencies_waiting: int = 0
 
 
 def limit_totals(control: FlowControl) -> tuple[tuple[str, int, int, int], ...]:
@@ -320,6 +322,7 @@ class StatusBoard:
             placement=d.settings.placement,
             schedule_ticks=tuple(sorted((k, v) for k, v in d.ticker.counts.items() if v)),
             schedules=(d.schedules.summary()["active"], d.schedules.summary()["paused"]),
+            dependencies_waiting=len(d.dependencies),
         )
 
 

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from types import MappingProxyType
 
 from flux.dispatcher.core import Diagnosis
 from flux.dispatcher.state.lifecycle import Counters, Refusal
 from flux.dispatcher.state.worker_entry import WorkerEntry
 from flux.dispatcher.transitions.batches import BatchAsk, checked_ask
+from flux.dispatcher.transitions.graphs import GraphItem
 from flux.dispatcher.transitions.submission import Overrides
 from flux.domain.execution import Execution
 from flux.domain.limits import Flow, check_run_key, flow_from_proto, flow_to_proto
@@ -122,7 +124,7 @@ def run_overrides(run: control_pb2.RunWorkflowRequest | control_pb2.RunWorkflows
             retry = retry_from_proto(run.retry, "retry")
     except (TypeError, ValueError) as exc:
         raise InvalidArgument(str(exc)) from None
-    return Overrides(timeout, retry, key)
+    return Overrides(timeout, retry, key, tuple(run.after), run.when)
 
 
 def batch_ask(run: control_pb2.RunWorkflowsRequest) -> BatchAsk:
@@ -155,6 +157,9 @@ def execution_to_proto(e: Execution) -> control_pb2.Execution:
         started_at_ms=int(e.started_at * 1000),
         flow_keys=dict(e.flow_keys),
         batch_id=e.batch_id,
+        after=list(e.after),
+        when=e.when,
+        dependencies_waiting=e.waiting,
     )
 
 
@@ -329,7 +334,10 @@ def status_to_proto(status: Status) -> control_pb2.ClusterStatus:
             worker_messages_sent=counters.worker_messages_sent,
             worker_messages_received=counters.worker_messages_received,
             queued_dispatches=counters.queued_dispatches,
+            dependencies_released=counters.dependencies_released,
+            dependencies_cancelled=counters.dependencies_cancelled,
         ),
+        dependencies_waiting=status.dependencies_waiting,
         latencies=[
             control_pb2.LatencyHistogram(
                 stage=stage,
@@ -347,3 +355,45 @@ def status_to_proto(status: Status) -> control_pb2.ClusterStatus:
             for stage, h in status.latency.items()
         ],
     )
+
+
+def accepted_to_proto(e: Execution) -> control_pb2.Execution:
+    """A graph's execution as RunWorkflows answers it: what was decided at acceptance (its id,
+    workflow, state, dependencies, priority, tenant and time), not its policy or input, which the
+    caller sent (GetExecution has them). A third of the cost of the full form, for 10,000 items."""
+    message = control_pb2.Execution(
+        execution_id=e.execution_id,
+        workflow=e.workflow.to_proto(),
+        state=int(e.state),  # type: ignore[arg-type]
+        worker=e.worker,
+        generation=e.generation,
+        attempt=e.attempt,
+        created_at_ms=int(e.created_at * 1000),
+        updated_at_ms=int(e.updated_at * 1000),
+        priority=e.priority,
+        tenant=e.tenant,
+        reason=e.reason,
+        after=e.after,
+        when=e.when,
+        dependencies_waiting=e.waiting,
+    )
+    if e.error is not None:
+        message.error.CopyFrom(e.error.to_proto())
+    return message
+
+
+def graph_items_from_proto(items: Iterable[control_pb2.RunItem]) -> list[GraphItem]:
+    """RunWorkflows ``items``, as the dispatcher's graph items (checked there, naming each item)."""
+    return [
+        GraphItem(
+            workflow_name=item.workflow_name,
+            input_json=item.input_json,
+            version=item.version,
+            priority=item.priority if item.HasField("priority") else None,
+            after=tuple(item.after),
+            after_index=tuple(item.after_index),
+            when=item.when,
+            key=check_run_key(item.key, f"items[{index}].key") if item.HasField("key") else None,
+        )
+        for index, item in enumerate(items)
+    ]

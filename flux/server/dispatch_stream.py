@@ -64,6 +64,10 @@ class DispatchStream:
                     if isinstance(event, Scheduled) and not event.execution.input_json:
                         # A large input waits in the store, not in RAM: read it on its way out.
                         execution = await self.dispatcher.with_input(event.execution)
+                        events[i] = event = Scheduled(execution, event.requests, event.queued)
+                    if isinstance(event, Scheduled) and event.execution.after:
+                        # Its dependencies' outputs (ctx.upstream), read on its way out too.
+                        execution = await self.dispatcher.with_upstream(event.execution)
                         events[i] = Scheduled(execution, event.requests, event.queued)
                 for message in worker_convert.events_to_proto(events, self.batched):
                     await self.context.write(message)

@@ -75,6 +75,7 @@ def scheduled_to_proto(event: Scheduled) -> worker_pb2.ExecutionScheduled:
         trace=trace,
         queued=event.queued,
         priority=e.priority,
+        upstream=dict(e.upstream),
         **_timing_fields(e),
     )
 

@@ -158,12 +158,18 @@ class PendingRef:
     attempt: int = 1
     # Whether an attempt of it ever ran (then it has no pending timeout to wait out).
     started: bool = False
+    # Its dependencies (Execution.after, when, waiting): a waiting one is mirrored into every
+    # replica's dependency index, never into the queue, so whichever replica ends its last
+    # dependency releases it in that same commit.
+    after: tuple[str, ...] = ()
+    when: str = ""
+    waiting: int = 0
 
     @classmethod
     def of(cls, e: Execution) -> PendingRef:
         return cls(
             e.execution_id, e.seq, e.workflow.name, e.workflow.version, e.tenant, e.not_before,
-            e.generation, e.created_at, e.attempt, bool(e.attempts),
+            e.generation, e.created_at, e.attempt, bool(e.attempts), e.after, e.when, e.waiting,
         )  # fmt: skip
 
 
@@ -224,6 +230,16 @@ class Store(abc.ABC):
     @abc.abstractmethod
     async def get_execution(self, execution_id: str) -> Execution | None:
         """Read one execution (finished ones are not kept in memory)."""
+
+    async def get_executions(self, execution_ids: list[str]) -> dict[str, Execution]:
+        """Read several executions (a dependent's dependencies); the ids not found are left out.
+        Stores with a query for it override this loop."""
+        found = {}
+        for execution_id in execution_ids:
+            execution = await self.get_execution(execution_id)
+            if execution is not None:
+                found[execution_id] = execution
+        return found
 
     @abc.abstractmethod
     async def get_input(self, execution_id: str) -> str | None:

@@ -98,7 +98,9 @@ def pending_line(ref: PendingRef) -> str:
     # A retry's wait after a second tab; after a third, "generation created_at attempt started"
     # (a line without them, from an older replica, reads as generation 0, never started).
     line = f"{ref.execution_id} {ref.seq} {ref.workflow_version} {ref.workflow_name}\t{ref.tenant}"
-    return f"{line}\t{ref.not_before!r}\t{ref.generation} {ref.created_at!r} {ref.attempt} {int(ref.started)}"
+    line = f"{line}\t{ref.not_before!r}\t{ref.generation} {ref.created_at!r} {ref.attempt} {int(ref.started)}"
+    # Dependencies after a fourth tab: "waiting when id id ..." (none: an older replica, or none).
+    return f"{line}\t{ref.waiting} {ref.when} {' '.join(ref.after)}" if ref.after else line
 
 
 def parse_pending(payload: str) -> list[PendingRef]:
@@ -107,6 +109,7 @@ def parse_pending(payload: str) -> list[PendingRef]:
         line, _, rest = line.partition("\t")
         tenant, _, rest = rest.partition("\t")
         not_before, _, more = rest.partition("\t")
+        more, _, dependencies = more.partition("\t")
         execution_id, seq, version, name = line.split(" ", 3)
         ref = PendingRef(
             execution_id, int(seq), name, int(version), tenant or DEFAULT_TENANT, float(not_before or 0)
@@ -120,6 +123,9 @@ def parse_pending(payload: str) -> list[PendingRef]:
                 attempt=int(attempt),
                 started=started == "1",
             )
+        if dependencies:
+            waiting, when, *after = dependencies.split(" ")
+            ref = replace(ref, waiting=int(waiting), when=when, after=tuple(after))
         refs.append(ref)
     return refs
 

@@ -26,12 +26,13 @@ WORKFLOW_COLUMN_COUNT = WORKFLOW_COLUMNS.count(",") + 1
 EXECUTION_COLUMNS = (
     "execution_id, seq, workflow_name, workflow_version, source_hash, entrypoint, state, worker, attempt, "
     "generation, max_attempts, input_json, output_json, error, gpu_indices, created_at, updated_at, priority, "
-    "trace, tenant, policy, not_before, reason, attempts, heartbeat, started_at, run_time, flow_keys, batch_id"
+    "trace, tenant, policy, not_before, reason, attempts, heartbeat, started_at, run_time, flow_keys, batch_id, "
+    "after_ids, after_when, waiting"
 )
 # What a later write of a row may change (both stores' upserts set these, and only these).
 EXECUTION_UPDATES = (
     "state, worker, attempt, generation, max_attempts, output_json, error, gpu_indices, updated_at, "
-    "not_before, reason, attempts, heartbeat, started_at, run_time"
+    "not_before, reason, attempts, heartbeat, started_at, run_time, waiting"
 )
 
 # Execution states as they appear in SQL, by name: no statement spells a bare number.
@@ -78,6 +79,7 @@ def execution_row(e: Execution) -> tuple[object, ...]:
         e.input_json, e.output_json, error, json.dumps(list(e.gpu_indices)) if e.gpu_indices else "[]", e.created_at, e.updated_at,
         e.priority, e.trace, e.tenant, policy, e.not_before, e.reason, attempts_json(e.attempts), e.heartbeat,
         e.started_at, e.run_time, _flow_keys_json(e.flow_keys) if e.flow_keys else "", e.batch_id,
+        " ".join(e.after), e.when, e.waiting,
     )  # fmt: skip
 
 
@@ -118,6 +120,9 @@ def execution_from_row(row: Mapping[str, Any]) -> Execution:
         run_time=row["run_time"],
         flow_keys=tuple(sorted(json.loads(row["flow_keys"]).items())) if row["flow_keys"] else (),
         batch_id=row["batch_id"],
+        after=tuple(row["after_ids"].split()),
+        when=row["after_when"],
+        waiting=row["waiting"],
     )
 
 

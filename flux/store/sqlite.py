@@ -241,6 +241,20 @@ class SqliteStore(SqliteBatches, SqliteSchedules, Store):
 
         return await self._read(read)
 
+    async def get_executions(self, execution_ids: list[str]) -> dict[str, Execution]:
+        found = {i: e for i in execution_ids if (e := self._commits.queued(i)) is not None}
+        rest = [i for i in execution_ids if i not in found]
+
+        def read(db: sqlite3.Connection) -> dict[str, Execution]:
+            rows: dict[str, Execution] = {}
+            for start in range(0, len(rest), 500):  # within SQLite's variable limit
+                part = rest[start : start + 500]
+                query = f"SELECT * FROM executions WHERE execution_id IN ({','.join('?' * len(part))})"
+                rows.update((row["execution_id"], execution_from_row(row)) for row in db.execute(query, part))
+            return rows
+
+        return found | (await self._read(read) if rest else {})
+
     async def get_input(self, execution_id: str) -> str | None:
         # From the table, never from the queued rows: a queued row may be one whose input the
         # dispatcher no longer holds (and the upsert never overwrites input_json).

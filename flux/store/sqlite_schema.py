@@ -44,7 +44,8 @@ from flux.store.schedule_rows import SCHEDULES_TABLE
 # 13: executions.batch_id and the batches table (older rows belong to no batch).
 # 16: workflows.placement (a workflow's placement policy; older rows: '', the server's).
 # 14: schedules and schedule_runs (created on open, older files have none).
-SCHEMA_VERSION = 16
+# 17: executions.after_ids, after_when, waiting (dependencies; older rows wait for nothing).
+SCHEMA_VERSION = 17
 
 
 # Version 7's execution columns, in the table's definition and added to older files on open.
@@ -58,6 +59,9 @@ _EXECUTION_TIMING_COLUMNS = (
     ("run_time", "REAL NOT NULL DEFAULT 0"),
     ("flow_keys", "TEXT NOT NULL DEFAULT ''"),  # version 10
     BATCH_COLUMN,  # version 13
+    ("after_ids", "TEXT NOT NULL DEFAULT ''"),  # version 17: dependency ids, space-separated
+    ("after_when", "TEXT NOT NULL DEFAULT ''"),
+    ("waiting", "INTEGER NOT NULL DEFAULT 0"),
 )
 
 
@@ -195,7 +199,10 @@ def migrate(db: sqlite3.Connection, path: Path) -> None:
             db.execute("ALTER TABLE executions ADD COLUMN trace TEXT NOT NULL DEFAULT ''")
         if columns and "tenant" not in columns:  # before version 5: everything was tenant 'default'
             db.execute("ALTER TABLE executions ADD COLUMN tenant TEXT NOT NULL DEFAULT 'default'")
-        for name, kind in _EXECUTION_TIMING_COLUMNS:  # before version 9 (10: flow_keys, 13: batch_id)
+        for (
+            name,
+            kind,
+        ) in _EXECUTION_TIMING_COLUMNS:  # before version 9 (10: flow_keys, 13: batch_id, 17: dependencies)
             if columns and name not in columns:
                 db.execute(f"ALTER TABLE executions ADD COLUMN {name} {kind}")
         columns = {row["name"] for row in db.execute("PRAGMA table_info(tokens)")}

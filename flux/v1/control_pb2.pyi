@@ -518,6 +518,8 @@ class RunWorkflowRequest(_message.Message):
     ATTEMPT_TIMEOUT_S_FIELD_NUMBER: _builtins.int
     RETRY_FIELD_NUMBER: _builtins.int
     KEY_FIELD_NUMBER: _builtins.int
+    AFTER_FIELD_NUMBER: _builtins.int
+    WHEN_FIELD_NUMBER: _builtins.int
     workflow_name: _builtins.str
     """Registered workflow name."""
     input_json: _builtins.str
@@ -530,9 +532,19 @@ class RunWorkflowRequest(_message.Message):
     """This run's attempt timeout in seconds; unset means the workflow's. Not how long a caller waits."""
     key: _builtins.str
     """This run's flow-control key, in place of the one its workflow computes from the input."""
+    when: _builtins.str
+    """"succeeded" (the default when empty), "failed" or "finished": how each of `after` must end.
+    When one ends so that this can no longer hold, this run ends CANCELLED, reason "dependency".
+    """
     @_builtins.property
     def retry(self) -> Global___RetryPolicy:
         """This run's retry policy; unset means the workflow's."""
+
+    @_builtins.property
+    def after(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
+        """Executions this run waits for (ids, at most 100): it is stored at once and becomes
+        schedulable when every one of them has ended as `when` asks.
+        """
 
     def __init__(
         self,
@@ -544,10 +556,12 @@ class RunWorkflowRequest(_message.Message):
         attempt_timeout_s: _builtins.float | None = ...,
         retry: Global___RetryPolicy | None = ...,
         key: _builtins.str | None = ...,
+        after: _abc.Iterable[_builtins.str] | None = ...,
+        when: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["_attempt_timeout_s", b"_attempt_timeout_s", "_key", b"_key", "_priority", b"_priority", "attempt_timeout_s", b"attempt_timeout_s", "key", b"key", "priority", b"priority", "retry", b"retry"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["_attempt_timeout_s", b"_attempt_timeout_s", "_key", b"_key", "_priority", b"_priority", "attempt_timeout_s", b"attempt_timeout_s", "input_json", b"input_json", "key", b"key", "priority", b"priority", "retry", b"retry", "version", b"version", "workflow_name", b"workflow_name"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_attempt_timeout_s", b"_attempt_timeout_s", "_key", b"_key", "_priority", b"_priority", "after", b"after", "attempt_timeout_s", b"attempt_timeout_s", "input_json", b"input_json", "key", b"key", "priority", b"priority", "retry", b"retry", "version", b"version", "when", b"when", "workflow_name", b"workflow_name"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     _WhichOneofReturnType__attempt_timeout_s: _TypeAlias = _typing.Literal["attempt_timeout_s"]  # noqa: Y015
     _WhichOneofArgType__attempt_timeout_s: _TypeAlias = _typing.Literal["_attempt_timeout_s", b"_attempt_timeout_s"]  # noqa: Y015
@@ -611,6 +625,9 @@ class Execution(_message.Message):
     POLICY_FIELD_NUMBER: _builtins.int
     STARTED_AT_MS_FIELD_NUMBER: _builtins.int
     FLOW_KEYS_FIELD_NUMBER: _builtins.int
+    AFTER_FIELD_NUMBER: _builtins.int
+    WHEN_FIELD_NUMBER: _builtins.int
+    DEPENDENCIES_WAITING_FIELD_NUMBER: _builtins.int
     BATCH_ID_FIELD_NUMBER: _builtins.int
     execution_id: _builtins.str
     """Server-assigned id."""
@@ -642,6 +659,10 @@ class Execution(_message.Message):
     """The details of its latest heartbeat, JSON-encoded; empty when none was sent."""
     started_at_ms: _builtins.int
     """When its current attempt was claimed, milliseconds since the Unix epoch; 0 when none runs."""
+    when: _builtins.str
+    """How each of `after` must end: "succeeded", "failed" or "finished"; empty when it waits for none."""
+    dependencies_waiting: _builtins.int
+    """How many of `after` have not yet ended as `when` asks; 0: not waiting on dependencies."""
     batch_id: _builtins.str
     """The batch it belongs to (client.map, RunWorkflows with batch or max_concurrent); empty: none."""
     @_builtins.property
@@ -668,6 +689,10 @@ class Execution(_message.Message):
     def flow_keys(self) -> _containers.ScalarMap[_builtins.str, _builtins.str]:
         """Its resolved flow-control keys by part ("concurrency", "rate_limit", "limits"); empty when unlimited."""
 
+    @_builtins.property
+    def after(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
+        """The executions it waits for (RunWorkflowRequest.after)."""
+
     def __init__(
         self,
         *,
@@ -692,11 +717,14 @@ class Execution(_message.Message):
         policy: Global___ExecutionPolicy | None = ...,
         started_at_ms: _builtins.int = ...,
         flow_keys: _abc.Mapping[_builtins.str, _builtins.str] | None = ...,
+        after: _abc.Iterable[_builtins.str] | None = ...,
+        when: _builtins.str = ...,
+        dependencies_waiting: _builtins.int = ...,
         batch_id: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["error", b"error", "policy", b"policy", "workflow", b"workflow"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["attempt", b"attempt", "attempts", b"attempts", "batch_id", b"batch_id", "created_at_ms", b"created_at_ms", "error", b"error", "execution_id", b"execution_id", "flow_keys", b"flow_keys", "generation", b"generation", "gpu_indices", b"gpu_indices", "heartbeat_json", b"heartbeat_json", "input_json", b"input_json", "not_before_ms", b"not_before_ms", "output_json", b"output_json", "policy", b"policy", "priority", b"priority", "reason", b"reason", "started_at_ms", b"started_at_ms", "state", b"state", "tenant", b"tenant", "updated_at_ms", b"updated_at_ms", "worker", b"worker", "workflow", b"workflow"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["after", b"after", "attempt", b"attempt", "attempts", b"attempts", "batch_id", b"batch_id", "created_at_ms", b"created_at_ms", "dependencies_waiting", b"dependencies_waiting", "error", b"error", "execution_id", b"execution_id", "flow_keys", b"flow_keys", "generation", b"generation", "gpu_indices", b"gpu_indices", "heartbeat_json", b"heartbeat_json", "input_json", b"input_json", "not_before_ms", b"not_before_ms", "output_json", b"output_json", "policy", b"policy", "priority", b"priority", "reason", b"reason", "started_at_ms", b"started_at_ms", "state", b"state", "tenant", b"tenant", "updated_at_ms", b"updated_at_ms", "when", b"when", "worker", b"worker", "workflow", b"workflow"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -1275,6 +1303,7 @@ class ClusterStatus(_message.Message):
     POOLS_FIELD_NUMBER: _builtins.int
     TENANTS_FIELD_NUMBER: _builtins.int
     LIMITS_FIELD_NUMBER: _builtins.int
+    DEPENDENCIES_WAITING_FIELD_NUMBER: _builtins.int
     SCHEDULE_TICKS_FIELD_NUMBER: _builtins.int
     SCHEDULES_ACTIVE_FIELD_NUMBER: _builtins.int
     SCHEDULES_PAUSED_FIELD_NUMBER: _builtins.int
@@ -1294,6 +1323,8 @@ class ClusterStatus(_message.Message):
     """Workers left out of `workers` because the fleet is larger than a status
     lists (100): `fleet` still counts every one; ListWorkers pages through them.
     """
+    dependencies_waiting: _builtins.int
+    """Executions held out of the queue, waiting for their dependencies (flux_dependencies_waiting)."""
     schedules_active: _builtins.int
     """Schedules not paused, every tenant's (flux_schedules{state="active"})."""
     schedules_paused: _builtins.int
@@ -1374,13 +1405,14 @@ class ClusterStatus(_message.Message):
         pools: _abc.Iterable[_pools_pb2.Pool] | None = ...,
         tenants: _abc.Iterable[_tenants_pb2.TenantStatus] | None = ...,
         limits: _abc.Iterable[Global___LimitStatus] | None = ...,
+        dependencies_waiting: _builtins.int = ...,
         schedule_ticks: _abc.Mapping[_builtins.str, _builtins.int] | None = ...,
         schedules_active: _builtins.int = ...,
         schedules_paused: _builtins.int = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["counters", b"counters", "fleet", b"fleet"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["counters", b"counters", "executions", b"executions", "fleet", b"fleet", "latencies", b"latencies", "limits", b"limits", "now_ms", b"now_ms", "pending", b"pending", "pending_by_reason", b"pending_by_reason", "pending_shapes_omitted", b"pending_shapes_omitted", "placement", b"placement", "pools", b"pools", "schedule_ticks", b"schedule_ticks", "schedules_active", b"schedules_active", "schedules_paused", b"schedules_paused", "started_at_ms", b"started_at_ms", "tenants", b"tenants", "workers", b"workers", "workers_omitted", b"workers_omitted"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["counters", b"counters", "dependencies_waiting", b"dependencies_waiting", "executions", b"executions", "fleet", b"fleet", "latencies", b"latencies", "limits", b"limits", "now_ms", b"now_ms", "pending", b"pending", "pending_by_reason", b"pending_by_reason", "pending_shapes_omitted", b"pending_shapes_omitted", "placement", b"placement", "pools", b"pools", "schedule_ticks", b"schedule_ticks", "schedules_active", b"schedules_active", "schedules_paused", b"schedules_paused", "started_at_ms", b"started_at_ms", "tenants", b"tenants", "workers", b"workers", "workers_omitted", b"workers_omitted"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -1761,6 +1793,8 @@ class LifecycleCounters(_message.Message):
     PREEMPTED_FIELD_NUMBER: _builtins.int
     PREEMPTIONS_REFUSED_FIELD_NUMBER: _builtins.int
     RETRIES_FIELD_NUMBER: _builtins.int
+    DEPENDENCIES_RELEASED_FIELD_NUMBER: _builtins.int
+    DEPENDENCIES_CANCELLED_FIELD_NUMBER: _builtins.int
     TIMEOUTS_FIELD_NUMBER: _builtins.int
     WORKER_MESSAGES_SENT_FIELD_NUMBER: _builtins.int
     WORKER_MESSAGES_RECEIVED_FIELD_NUMBER: _builtins.int
@@ -1783,6 +1817,10 @@ class LifecycleCounters(_message.Message):
     """Dispatch streams opened by a worker registration that had one before."""
     stream_connects: _builtins.int
     """Dispatch streams opened, reconnects included."""
+    dependencies_released: _builtins.int
+    """Dependents released: their last dependency ended as their `when` asked."""
+    dependencies_cancelled: _builtins.int
+    """Dependents ended CANCELLED (reason "dependency") because a dependency ended against their `when`."""
     worker_messages_sent: _builtins.int
     """Messages this server wrote to its workers: dispatch stream events (a batch of dispatches is
     one), answers on WorkerCalls streams, and answers to the worker service's unary calls. Through
@@ -1848,6 +1886,8 @@ class LifecycleCounters(_message.Message):
         preempted: _abc.Mapping[_builtins.str, _builtins.int] | None = ...,
         preemptions_refused: _abc.Mapping[_builtins.str, _builtins.int] | None = ...,
         retries: _abc.Mapping[_builtins.str, _builtins.int] | None = ...,
+        dependencies_released: _builtins.int = ...,
+        dependencies_cancelled: _builtins.int = ...,
         timeouts: _abc.Mapping[_builtins.str, _builtins.int] | None = ...,
         worker_messages_sent: _builtins.int = ...,
         worker_messages_received: _builtins.int = ...,
@@ -1855,7 +1895,7 @@ class LifecycleCounters(_message.Message):
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["ack_deadline_expiries", b"ack_deadline_expiries", "cancelled", b"cancelled", "claimed", b"claimed", "completed", b"completed", "dispatched", b"dispatched", "failed", b"failed", "preempted", b"preempted", "preemptions_refused", b"preemptions_refused", "queued_dispatches", b"queued_dispatches", "requeued", b"requeued", "retries", b"retries", "stream_connects", b"stream_connects", "stream_reconnects", b"stream_reconnects", "submitted", b"submitted", "timeouts", b"timeouts", "worker_messages_received", b"worker_messages_received", "worker_messages_sent", b"worker_messages_sent"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["ack_deadline_expiries", b"ack_deadline_expiries", "cancelled", b"cancelled", "claimed", b"claimed", "completed", b"completed", "dependencies_cancelled", b"dependencies_cancelled", "dependencies_released", b"dependencies_released", "dispatched", b"dispatched", "failed", b"failed", "preempted", b"preempted", "preemptions_refused", b"preemptions_refused", "queued_dispatches", b"queued_dispatches", "requeued", b"requeued", "retries", b"retries", "stream_connects", b"stream_connects", "stream_reconnects", b"stream_reconnects", "submitted", b"submitted", "timeouts", b"timeouts", "worker_messages_received", b"worker_messages_received", "worker_messages_sent", b"worker_messages_sent"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -2317,6 +2357,9 @@ class RunWorkflowsRequest(_message.Message):
     ATTEMPT_TIMEOUT_S_FIELD_NUMBER: _builtins.int
     RETRY_FIELD_NUMBER: _builtins.int
     KEY_FIELD_NUMBER: _builtins.int
+    AFTER_FIELD_NUMBER: _builtins.int
+    WHEN_FIELD_NUMBER: _builtins.int
+    ITEMS_FIELD_NUMBER: _builtins.int
     BATCH_FIELD_NUMBER: _builtins.int
     MAX_CONCURRENT_FIELD_NUMBER: _builtins.int
     BATCH_ID_FIELD_NUMBER: _builtins.int
@@ -2330,6 +2373,8 @@ class RunWorkflowsRequest(_message.Message):
     """These runs' attempt timeout in seconds; unset means the workflow's."""
     key: _builtins.str
     """These runs' flow-control key, in place of the one their workflow computes from each input."""
+    when: _builtins.str
+    """How each of `after` must end: "succeeded" (the default when empty), "failed" or "finished"."""
     batch: _builtins.bool
     """Make these runs one new batch (BatchService reads, waits on and cancels it)."""
     max_concurrent: _builtins.int
@@ -2350,6 +2395,18 @@ class RunWorkflowsRequest(_message.Message):
     def retry(self) -> Global___RetryPolicy:
         """These runs' retry policy; unset means the workflow's."""
 
+    @_builtins.property
+    def after(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
+        """Every input waits for these executions (as RunWorkflowRequest.after), unless `items` is used."""
+
+    @_builtins.property
+    def items(self) -> _containers.RepeatedCompositeFieldContainer[Global___RunItem]:
+        """A graph: one item per execution, each its own workflow, input and dependencies, accepted
+        atomically (all or none). When set, workflow_name and input_json must be empty. At most
+        10,000 items per call. The answer's executions then carry what acceptance decided (id,
+        workflow, state, dependencies, priority, tenant, times), not their policy: GetExecution has it.
+        """
+
     def __init__(
         self,
         *,
@@ -2360,13 +2417,16 @@ class RunWorkflowsRequest(_message.Message):
         attempt_timeout_s: _builtins.float | None = ...,
         retry: Global___RetryPolicy | None = ...,
         key: _builtins.str | None = ...,
+        after: _abc.Iterable[_builtins.str] | None = ...,
+        when: _builtins.str = ...,
+        items: _abc.Iterable[Global___RunItem] | None = ...,
         batch: _builtins.bool = ...,
         max_concurrent: _builtins.int | None = ...,
         batch_id: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["_attempt_timeout_s", b"_attempt_timeout_s", "_key", b"_key", "_max_concurrent", b"_max_concurrent", "_priority", b"_priority", "attempt_timeout_s", b"attempt_timeout_s", "key", b"key", "max_concurrent", b"max_concurrent", "priority", b"priority", "retry", b"retry"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["_attempt_timeout_s", b"_attempt_timeout_s", "_key", b"_key", "_max_concurrent", b"_max_concurrent", "_priority", b"_priority", "attempt_timeout_s", b"attempt_timeout_s", "batch", b"batch", "batch_id", b"batch_id", "input_json", b"input_json", "key", b"key", "max_concurrent", b"max_concurrent", "priority", b"priority", "retry", b"retry", "version", b"version", "workflow_name", b"workflow_name"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_attempt_timeout_s", b"_attempt_timeout_s", "_key", b"_key", "_max_concurrent", b"_max_concurrent", "_priority", b"_priority", "after", b"after", "attempt_timeout_s", b"attempt_timeout_s", "batch", b"batch", "batch_id", b"batch_id", "input_json", b"input_json", "items", b"items", "key", b"key", "max_concurrent", b"max_concurrent", "priority", b"priority", "retry", b"retry", "version", b"version", "when", b"when", "workflow_name", b"workflow_name"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     _WhichOneofReturnType__attempt_timeout_s: _TypeAlias = _typing.Literal["attempt_timeout_s"]  # noqa: Y015
     _WhichOneofArgType__attempt_timeout_s: _TypeAlias = _typing.Literal["_attempt_timeout_s", b"_attempt_timeout_s"]  # noqa: Y015
@@ -2386,6 +2446,67 @@ class RunWorkflowsRequest(_message.Message):
     def WhichOneof(self, oneof_group: _WhichOneofArgType__priority) -> _WhichOneofReturnType__priority | None: ...
 
 Global___RunWorkflowsRequest: _TypeAlias = RunWorkflowsRequest  # noqa: Y015
+
+@_typing.final
+class RunItem(_message.Message):
+    """One execution of a graph submitted by RunWorkflows."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    WORKFLOW_NAME_FIELD_NUMBER: _builtins.int
+    INPUT_JSON_FIELD_NUMBER: _builtins.int
+    VERSION_FIELD_NUMBER: _builtins.int
+    PRIORITY_FIELD_NUMBER: _builtins.int
+    AFTER_FIELD_NUMBER: _builtins.int
+    AFTER_INDEX_FIELD_NUMBER: _builtins.int
+    WHEN_FIELD_NUMBER: _builtins.int
+    KEY_FIELD_NUMBER: _builtins.int
+    workflow_name: _builtins.str
+    """Registered workflow name."""
+    input_json: _builtins.str
+    """Input passed as ctx.input, JSON-encoded; empty means null."""
+    version: _builtins.int
+    """Workflow version; 0 means the latest."""
+    priority: _builtins.int
+    """This run's priority; unset means the workflow's."""
+    when: _builtins.str
+    """"succeeded" (default), "failed" or "finished"."""
+    key: _builtins.str
+    """This run's flow-control key."""
+    @_builtins.property
+    def after(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
+        """Existing executions it waits for (ids)."""
+
+    @_builtins.property
+    def after_index(self) -> _containers.RepeatedScalarFieldContainer[_builtins.int]:
+        """Earlier items of the same call it waits for (their 0-based indexes, each below this item's)."""
+
+    def __init__(
+        self,
+        *,
+        workflow_name: _builtins.str = ...,
+        input_json: _builtins.str = ...,
+        version: _builtins.int = ...,
+        priority: _builtins.int | None = ...,
+        after: _abc.Iterable[_builtins.str] | None = ...,
+        after_index: _abc.Iterable[_builtins.int] | None = ...,
+        when: _builtins.str = ...,
+        key: _builtins.str | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["_key", b"_key", "_priority", b"_priority", "key", b"key", "priority", b"priority"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_key", b"_key", "_priority", b"_priority", "after", b"after", "after_index", b"after_index", "input_json", b"input_json", "key", b"key", "priority", b"priority", "version", b"version", "when", b"when", "workflow_name", b"workflow_name"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    _WhichOneofReturnType__key: _TypeAlias = _typing.Literal["key"]  # noqa: Y015
+    _WhichOneofArgType__key: _TypeAlias = _typing.Literal["_key", b"_key"]  # noqa: Y015
+    _WhichOneofReturnType__priority: _TypeAlias = _typing.Literal["priority"]  # noqa: Y015
+    _WhichOneofArgType__priority: _TypeAlias = _typing.Literal["_priority", b"_priority"]  # noqa: Y015
+    @_typing.overload
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__key) -> _WhichOneofReturnType__key | None: ...
+    @_typing.overload
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__priority) -> _WhichOneofReturnType__priority | None: ...
+
+Global___RunItem: _TypeAlias = RunItem  # noqa: Y015
 
 @_typing.final
 class RunWorkflowsResponse(_message.Message):

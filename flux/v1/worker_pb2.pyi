@@ -382,6 +382,26 @@ class ExecutionScheduled(_message.Message):
 
     DESCRIPTOR: _descriptor.Descriptor
 
+    @_typing.final
+    class UpstreamEntry(_message.Message):
+        DESCRIPTOR: _descriptor.Descriptor
+
+        KEY_FIELD_NUMBER: _builtins.int
+        VALUE_FIELD_NUMBER: _builtins.int
+        key: _builtins.str
+        value: _builtins.str
+        def __init__(
+            self,
+            *,
+            key: _builtins.str = ...,
+            value: _builtins.str = ...,
+        ) -> None: ...
+        _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+        def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+        _ClearFieldArgType: _TypeAlias = _typing.Literal["key", b"key", "value", b"value"]  # noqa: Y015
+        def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+        def WhichOneof(self, oneof_group: _Never) -> None: ...
+
     EXECUTION_ID_FIELD_NUMBER: _builtins.int
     ATTEMPT_FIELD_NUMBER: _builtins.int
     GENERATION_FIELD_NUMBER: _builtins.int
@@ -395,6 +415,7 @@ class ExecutionScheduled(_message.Message):
     LAST_HEARTBEAT_JSON_FIELD_NUMBER: _builtins.int
     QUEUED_FIELD_NUMBER: _builtins.int
     PRIORITY_FIELD_NUMBER: _builtins.int
+    UPSTREAM_FIELD_NUMBER: _builtins.int
     execution_id: _builtins.str
     """Execution id."""
     attempt: _builtins.int
@@ -439,6 +460,12 @@ class ExecutionScheduled(_message.Message):
         continue it (unset when the execution is not traced).
         """
 
+    @_builtins.property
+    def upstream(self) -> _containers.ScalarMap[_builtins.str, _builtins.str]:
+        """The outputs of the executions it waited for (ctx.upstream): execution id -> output JSON
+        ("null" for one that did not complete).
+        """
+
     def __init__(
         self,
         *,
@@ -455,10 +482,11 @@ class ExecutionScheduled(_message.Message):
         last_heartbeat_json: _builtins.str = ...,
         queued: _builtins.bool = ...,
         priority: _builtins.int = ...,
+        upstream: _abc.Mapping[_builtins.str, _builtins.str] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["requests", b"requests", "trace", b"trace", "workflow", b"workflow"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["attempt", b"attempt", "execution_id", b"execution_id", "generation", b"generation", "gpu_indices", b"gpu_indices", "heartbeat_interval_s", b"heartbeat_interval_s", "input_json", b"input_json", "last_heartbeat_json", b"last_heartbeat_json", "priority", b"priority", "queued", b"queued", "requests", b"requests", "timeout_s", b"timeout_s", "trace", b"trace", "workflow", b"workflow"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["attempt", b"attempt", "execution_id", b"execution_id", "generation", b"generation", "gpu_indices", b"gpu_indices", "heartbeat_interval_s", b"heartbeat_interval_s", "input_json", b"input_json", "last_heartbeat_json", b"last_heartbeat_json", "priority", b"priority", "queued", b"queued", "requests", b"requests", "timeout_s", b"timeout_s", "trace", b"trace", "upstream", b"upstream", "workflow", b"workflow"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

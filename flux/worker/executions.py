@@ -304,6 +304,7 @@ class Executions:
                 last_heartbeat=json.loads(dispatch.last_heartbeat_json)
                 if dispatch.last_heartbeat_json
                 else None,
+                upstream={key: json.loads(output or "null") for key, output in dispatch.upstream},
                 _beat=beats,
             )
             if inspect.iscoroutinefunction(fn):

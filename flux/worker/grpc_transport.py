@@ -79,6 +79,7 @@ def dispatch_from_proto(message: worker_pb2.ExecutionScheduled) -> Dispatch:
         last_heartbeat_json=message.last_heartbeat_json,
         queued=message.queued,
         priority=message.priority,
+        upstream=tuple(message.upstream.items()),
     )
 
 

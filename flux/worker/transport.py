@@ -62,6 +62,8 @@ class Dispatch:
     queued: bool = False
     # Higher first in this worker's own queue; first come first within a priority.
     priority: int = 0
+    # Its dependencies' outputs, (execution id, output JSON) (ctx.upstream).
+    upstream: tuple[tuple[str, str], ...] = ()
 
 
 @dataclass(frozen=True, slots=True)

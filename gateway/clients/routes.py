@@ -104,6 +104,8 @@ async def run_workflow(
         run.priority = body.priority
     if body.key is not None:
         run.key = body.key
+    run.after.extend(body.after)
+    run.when = body.when or ""
     _policy(run, body)
     # The caller's trace context (or the gateway's span) goes with each call made in here.
     with tracing.submitting(request, "/workflows/{name}/run"):
@@ -157,6 +159,8 @@ async def run_workflows(
         run.priority = body.priority
     if body.key is not None:
         run.key = body.key
+    run.after.extend(body.after)
+    run.when = body.when or ""
     run.batch = body.batch
     if body.max_concurrent is not None:
         run.max_concurrent = body.max_concurrent

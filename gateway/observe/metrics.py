@@ -220,6 +220,7 @@ class StatusCollector(Collector):
         yield from _pool_metrics(s)
         yield from _tenant_metrics(s)
         yield from _limit_metrics(s)
+        yield from _dependency_metrics(s)
         yield from _schedule_metrics(s)
         yield GaugeMetricFamily(
             "flux_start_time_seconds",
@@ -285,6 +286,24 @@ def _tenant_metrics(s: control_pb2.ClusterStatus) -> Iterator[Metric]:
     yield quota
     yield pending
     yield refused
+
+
+def _dependency_metrics(s: control_pb2.ClusterStatus) -> Iterator[Metric]:
+    yield GaugeMetricFamily(
+        "flux_dependencies_waiting",
+        "Executions held out of the queue until their dependencies end (client.run(after=...)).",
+        value=s.dependencies_waiting,
+    )
+    yield CounterMetricFamily(
+        "flux_dependencies_released",
+        "Dependents released: their last dependency ended as their when asked.",
+        value=s.counters.dependencies_released,
+    )
+    yield CounterMetricFamily(
+        "flux_dependencies_cancelled",
+        "Dependents ended CANCELLED, reason dependency: a dependency ended against their when.",
+        value=s.counters.dependencies_cancelled,
+    )
 
 
 def _limit_metrics(s: control_pb2.ClusterStatus) -> Iterator[Metric]:

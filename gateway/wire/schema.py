@@ -207,6 +207,17 @@ class RunBody(BaseModel):
         description="this run's flow-control key, in place of the one its workflow computes from the input "
         "(its concurrency per key, rate limit and per-key named limits)",
     )
+    after: list[str] = Field(
+        default_factory=list,
+        max_length=100,
+        description="execution ids this run waits for: it is stored at once and runs when each has ended "
+        "as `when` asks (its body reads their outputs as ctx.upstream)",
+    )
+    when: Literal["succeeded", "failed", "finished"] | None = Field(
+        default=None,
+        description="how each of `after` must end: succeeded (the default), failed or finished; when one "
+        "ends otherwise, this run ends CANCELLED, reason dependency",
+    )
 
 
 class RunManyBody(BaseModel):
@@ -231,6 +242,12 @@ class RunManyBody(BaseModel):
         min_length=1,
         max_length=256,
         description="these runs' flow-control key (see a run's key)",
+    )
+    after: list[str] = Field(
+        default_factory=list, max_length=100, description="execution ids every one of these runs waits for"
+    )
+    when: Literal["succeeded", "failed", "finished"] | None = Field(
+        default=None, description="how each of `after` must end (see a run's when)"
     )
     batch: bool = Field(default=False, description="make these runs one new batch (GET /batches/{id})")
     max_concurrent: StrictInt | None = Field(

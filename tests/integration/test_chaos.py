@@ -55,3 +55,7 @@ def test_a_short_seeded_chaos_run_on_sqlite_loses_nothing(tmp_path: Path) -> Non
     assert schedule["stored"] == schedule["ticks"], summary
     # Bodies that sleep past their timeout were submitted: "every timeout fires" was checked on them.
     assert document["executions"]["by_shape"].get("times_out", 0) >= 1, summary
+    # Dependents were submitted under the faults, and none started before its dependency completed.
+    assert document["dependencies"]["dependents"] >= 1 and document["dependencies"]["violations"] == 0, (
+        summary
+    )

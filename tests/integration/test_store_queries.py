@@ -187,7 +187,8 @@ async def test_a_version_2_sqlite_file_gains_the_priority_columns(tmp_path: Path
     db = sqlite3.connect(path)
     # Nor any column or table a version after it added.
     later = (
-        "policy", "not_before", "reason", "attempts", "heartbeat", "started_at", "run_time", "flow_keys", "batch_id"
+        "policy", "not_before", "reason", "attempts", "heartbeat", "started_at", "run_time", "flow_keys", "batch_id",
+        "after_ids", "after_when", "waiting",
     )  # fmt: skip
     db.executescript(
         "DROP INDEX executions_by_batch; DROP TABLE batches;"

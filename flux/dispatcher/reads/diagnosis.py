@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from flux.dispatcher.state import validation
+from flux.domain.dependencies import waiting_summary
 from flux.domain.execution import Execution, State
 from flux.matching import Explanation, explain
 from flux.matching.explain import ordinal
@@ -62,6 +63,9 @@ async def why(d: Handle, execution_id: str, viewer: str = "") -> Diagnosis:
     if blocked is not None:
         # Waiting on a budget comes first: no worker will be asked until it has room.
         summary = f"waiting: {blocked.describe()}; {summary}"
+    if execution.waiting:
+        # Held out of the queue until its dependencies end: that comes before any worker.
+        summary = f"{await dependencies_line(d, execution)}; then {summary}"
     preempting = d.reclaimer.preview(execution_id, shape, viewer)
     if preempting:
         summary = f"{summary}; {preempting}"
@@ -80,3 +84,13 @@ async def why(d: Handle, execution_id: str, viewer: str = "") -> Diagnosis:
         if pools:
             summary = f"{summary}; {pools}"
     return Diagnosis(execution, summary, explanation, d.queue.position(execution_id))
+
+
+async def dependencies_line(d: Handle, execution: Execution) -> str:
+    """``waiting for 2 of 3 dependencies: e1 RUNNING, e2 CREATED``, read from memory, else the store."""
+    known = {e: found for e in execution.after if (found := d.current(e)) is not None}
+    missing = [e for e in execution.after if e not in known]
+    if missing:
+        known |= await d.store.get_executions(missing)
+    states = {e: known[e].state if e in known else None for e in execution.after}
+    return waiting_summary(execution.after, states, execution.when)

@@ -135,6 +135,9 @@ class Counters:
     worker_messages_received: int = 0
     # Dispatches queued ahead at a pipelining worker (--prefetch), also counted in ``dispatched``.
     queued_dispatches: int = 0
+    # Dependents released (their last dependency ended as they asked) and ended by a dependency.
+    dependencies_released: int = 0
+    dependencies_cancelled: int = 0
 
 
 def _execution_fields(execution: Execution) -> dict[str, Any]:

@@ -16,11 +16,11 @@ from __future__ import annotations
 
 import asyncio
 import uuid
-from collections.abc import Container
+from collections.abc import Callable, Container
 from typing import TYPE_CHECKING, NamedTuple
 
 from flux.dispatcher.state import validation
-from flux.dispatcher.transitions import batches
+from flux.dispatcher.transitions import batches, dependencies
 from flux.dispatcher.transitions.batches import NO_BATCH, BatchAsk
 from flux.domain.batch import Batch
 from flux.domain.execution import Execution, State
@@ -42,6 +42,11 @@ class Overrides(NamedTuple):
     retry: Retry | None = None
     # The flow-control key of every part, in place of the keys computed from the input.
     key: str | None = None
+    # Executions each run waits for, and how they must end (transitions/dependencies.py); ``sees``:
+    # whether the caller may see an execution (one it may not is refused as not existing).
+    after: tuple[str, ...] = ()
+    when: str = ""
+    sees: Callable[[Execution], bool] | None = None
 
 
 NO_OVERRIDES = Overrides()
@@ -72,10 +77,17 @@ async def submit(
     record = await _record(d, workflow_name, version, tenant, every_workflow)
     input_json = validation.checked_json(input_json or "null", "input_json")
     rank = record.priority if priority is None else validation.checked_priority(priority)
+    after, when, waiting, broken_by = await dependencies.resolve(
+        d, overrides.after, overrides.when, overrides.sees
+    )
     d.table.admit(validation.utf8_bytes(input_json), tenant, d.usage.admission(tenant))
     [execution] = _new(
         d, record, [input_json], rank, trace, tenant, policy_for(record, overrides), overrides.key
     )
+    if after:
+        execution = execution.evolve(after=after, when=when, waiting=waiting)
+    if broken_by is not None:
+        return (await _born_broken(d, [dependencies.born_broken(d, execution, broken_by)]))[0]
     await d.binder.submit(execution)
     d.timing.submitted(execution)
     held = d.table.get(execution.execution_id) or execution
@@ -110,6 +122,9 @@ async def submit_many(
     record = await _record(d, workflow_name, version, tenant, every_workflow)
     rank = record.priority if priority is None else validation.checked_priority(priority)
     size = sum(validation.utf8_bytes(text) for text in checked)
+    after, when, waiting, broken_by = await dependencies.resolve(
+        d, overrides.after, overrides.when, overrides.sees
+    )
     joined, new = await batches.resolve(d, batch, record.name, tenant)
     with d.table.storing(len(checked), size, tenant, d.usage.admission(tenant)):
         executions = _new(
@@ -117,12 +132,30 @@ async def submit_many(
         )
         if new and joined is not None:
             await d.store.save_batch(joined)
+        if after:
+            executions = [e.evolve(after=after, when=when, waiting=waiting) for e in executions]
+        if broken_by is not None:
+            return await _born_broken(d, [dependencies.born_broken(d, e, broken_by) for e in executions])
         # Finished here even if the caller goes away meanwhile, as a single submission is
         # (LocalBinder.submit, SharedBinder.submit).
         await asyncio.shield(d.binder.submit_many(executions))
     for execution in executions:
         d.timing.submitted(execution)
     return [d.table.get(e.execution_id) or e for e in executions]
+
+
+async def _born_broken(d: Handle, finals: list[Execution]) -> list[Execution]:
+    """New executions that can never run (a dependency already ended against their ``when``):
+    stored CANCELLED at once, reason ``dependency``, never queued."""
+    try:
+        await asyncio.gather(*(d.store.save(final) for final in finals))
+    except Exception as exc:
+        raise Unavailable(f"could not store the executions: {exc}") from exc
+    for final in finals:
+        d.events.submitted(final)
+        d.events.finished(final)
+        d.table.remember(final)
+    return finals
 
 
 async def resolve(d: Handle, workflow_name: str, tenant: str) -> WorkflowRecord:
@@ -260,6 +293,10 @@ async def store_and_queue(d: Handle, executions: list[Execution], claiming: Cont
     shapes: dict[Shape, None] = {}
     for execution in executions:
         d.events.submitted(execution)
+        if execution.state.finished:  # a graph's item whose dependency already ended against it
+            d.events.finished(execution)
+            d.table.remember(execution)
+            continue
         known = d.table.get(execution.execution_id)
         if known is None and execution.execution_id not in claiming:
             execution = d.table.add(execution)

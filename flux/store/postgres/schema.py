@@ -36,7 +36,8 @@ from flux.store.schedule_rows import SCHEDULES_TABLE
 # 14: executions.batch_id and the batches table (older rows belong to no batch).
 # 17: workflows.placement (a workflow's placement policy; older rows: '', the server's).
 # 15: schedules and schedule_runs (created on open; older databases have none).
-SCHEMA_VERSION = 17
+# 18: executions.after_ids, after_when, waiting (dependencies; older rows wait for nothing).
+SCHEMA_VERSION = 18
 
 # pg_advisory locks are keyed by a bigint; Flux's five are "FLUX" and the four after it:
 # this one, cluster.py's SWEEP_LOCK, store.py's WORKFLOWS_LOCK and PRUNE_LOCK, quota.py's QUOTA_LOCK.
@@ -83,6 +84,9 @@ ALTER TABLE executions ADD COLUMN IF NOT EXISTS run_time DOUBLE PRECISION NOT NU
 ALTER TABLE executions ADD COLUMN IF NOT EXISTS flow_keys TEXT NOT NULL DEFAULT '';
 ALTER TABLE executions ADD COLUMN IF NOT EXISTS {BATCH_COLUMN[0]} {BATCH_COLUMN[1]};
 {BATCHES_TABLE.format(real="DOUBLE PRECISION")}
+ALTER TABLE executions ADD COLUMN IF NOT EXISTS after_ids TEXT NOT NULL DEFAULT '';
+ALTER TABLE executions ADD COLUMN IF NOT EXISTS after_when TEXT NOT NULL DEFAULT '';
+ALTER TABLE executions ADD COLUMN IF NOT EXISTS waiting INTEGER NOT NULL DEFAULT 0;
 CREATE TABLE IF NOT EXISTS tenants (name TEXT PRIMARY KEY, spec TEXT NOT NULL, updated_at DOUBLE PRECISION NOT NULL);
 {LIMITS_TABLE.format(real="DOUBLE PRECISION")}
 {SCHEDULES_TABLE.format(real="DOUBLE PRECISION")};

@@ -293,6 +293,16 @@ class PostgresStore(AdminTables, BatchTables, PostgresSchedules, Store):
             row = await cursor.fetchone()
             return execution_from_row(row) if row else None
 
+    async def get_executions(self, execution_ids: list[str]) -> dict[str, Execution]:
+        if not execution_ids:
+            return {}
+        async with self._pool.connection() as db:
+            cursor = db.cursor(row_factory=dict_row)
+            await cursor.execute(
+                f"SELECT {COLUMNS} FROM executions WHERE execution_id = ANY(%s)", (list(execution_ids),)
+            )
+            return {row["execution_id"]: execution_from_row(row) for row in await cursor.fetchall()}
+
     async def get_input(self, execution_id: str) -> str | None:
         async with self._pool.connection() as db:
             cursor = await db.execute(
@@ -347,6 +357,9 @@ class PostgresStore(AdminTables, BatchTables, PostgresSchedules, Store):
         async with self._pool.connection() as db:
             cursor = await db.execute(
                 "SELECT execution_id, seq, workflow_name, workflow_version, tenant, not_before, generation, "
-                f"created_at, attempt, attempts NOT IN ('', '[]') FROM executions WHERE state = {CREATED} ORDER BY seq"
+                f"created_at, attempt, attempts NOT IN ('', '[]'), after_ids, after_when, waiting "
+                f"FROM executions WHERE state = {CREATED} ORDER BY seq"
             )
-            return [PendingRef(*row) for row in await cursor.fetchall()]
+            return [
+                PendingRef(*row[:10], tuple(row[10].split()), *row[11:]) for row in await cursor.fetchall()
+            ]

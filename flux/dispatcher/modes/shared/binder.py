@@ -144,7 +144,13 @@ class SharedBinder:
         placement = None
         # Not while quotas govern, nor for limited work: the claim is where they are checked cluster-wide.
         limited = not d.catalogue.record_of(execution).flow.empty
-        if d.queue.count(shape) == 0 and self.store.quota_guard is None and not limited:
+        # Nor for one waiting on dependencies: it is held, never placed, until they end.
+        if (
+            d.queue.count(shape) == 0
+            and self.store.quota_guard is None
+            and not limited
+            and not execution.waiting
+        ):
             d.table.set(execution)
             d.queue_up(execution, shape)
             # Only this submission: aging's starving executions go through the claiming path.

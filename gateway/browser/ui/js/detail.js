@@ -68,6 +68,16 @@ function timeline(execution) {
       h("span", { class: "muted" }, done ? (at ? time(at) : "passed, time not recorded") : "not yet"))));
 }
 
+// What it waits for (client.run(..., after=[...])): each dependency links to its own page, and
+// while any has not ended as `when` asks, how many it still waits for.
+function dependencies(execution) {
+  const waiting = num(execution.dependencies_waiting);
+  const links = execution.after.map((id, i) => [i ? ", " : "", h("a", { href: `#/executions/${encodeURIComponent(id)}`, class: "mono" }, id)]);
+  return h("span", { id: "dependencies" },
+    waiting ? `waiting for ${waiting} of ${execution.after.length} (${execution.when || "succeeded"}): ` : `after (${execution.when || "succeeded"}): `,
+    links);
+}
+
 function output(execution) {
   const text = execution.output_json;
   if (!text) return "";
@@ -114,6 +124,7 @@ export function mount(container, ctx) {
         field("Worker", e.worker ? h("a", { href: `#/executions?worker=${encodeURIComponent(e.worker)}`, class: "mono" }, e.worker) : "—"),
         field("Attempt", num(e.attempt)),
         e.reason ? field("Reason", e.reason) : "",
+        (e.after || []).length ? field("Dependencies", dependencies(e)) : "",
         field("Generation", num(e.generation)),
         field("GPUs", (e.gpu_indices || []).length ? e.gpu_indices.join(", ") : "none"),
         field("Submitted", time(e.created_at_ms)),
