@@ -35,6 +35,15 @@ def machine() -> dict[str, object]:
     }
 
 
+def speed_s() -> float:
+    """The box's speed: seconds a pure-Python loop of 10**7 additions takes (docs/benchmarks.md)."""
+    started = time.perf_counter()
+    total = 0
+    for i in range(10**7):
+        total += i
+    return round(time.perf_counter() - started, 2)
+
+
 def percentiles(samples: Sequence[float], unit_scale: float = 1000.0) -> dict[str, float]:
     """p50/p95/p99/min/max of seconds, scaled (default to milliseconds)."""
     ordered = sorted(samples)

@@ -50,6 +50,8 @@ IDLE_S = 16.0
 PING_S = 15.0
 SLOW_MS = 20.0
 KINDS = ("unconstrained", "constrained")
+# The server's --placement (issue 45): FLUX_BENCH_PLACEMENT=binpack measures binpack's figures.
+PLACEMENT = os.environ.get("FLUX_BENCH_PLACEMENT", "spread")
 ROOT = Path(__file__).resolve().parent.parent
 
 
@@ -173,8 +175,9 @@ def run_one(workers: int, submits: int = SUBMITS) -> dict[str, object]:
         child = None
         try:
             cluster.start_server(
-                "--log-level", "WARNING", "--max-workers", str(workers + 10), "--ping-interval", str(PING_S)
-            )
+                "--log-level", "WARNING", "--max-workers", str(workers + 10), "--ping-interval", str(PING_S),
+                "--placement", PLACEMENT,
+            )  # fmt: skip
             cluster.register(WORKFLOWS)
             assert cluster.server is not None
             server = psutil.Process(cluster.server.pid)
@@ -259,6 +262,7 @@ def main(sizes: tuple[int, ...] | None = None) -> dict[str, object]:
     result: dict[str, object] = {
         "submits_per_kind": SUBMITS,
         "ping_interval_s": PING_S,
+        "placement": PLACEMENT,
         "runs": [run_one(n) for n in sizes],
     }
     write("fleet", result)

@@ -19,8 +19,13 @@ Two measurements: a floor with no Flux code in it, and Flux's own burst with one
   DESIGN §3 does not allow today: reservations are taken at dispatch and no dispatch may
   overcommit a worker.
 
-Each round runs the transport, then rooms 2, 4 and 8; the summary is the median of ``ROUNDS``
-rounds (``LIMITS_ROUNDS``, default 3; ``LIMITS_CALLS`` sets ``CALLS``, default 5,000).
+- **sequential** (bench/limits_sequential.py): one at a time, each hop of Flux's sequential path
+  (a submission; a run waited for on the open stream, with and without a timeout) beside the
+  bare server's unary call and stream round trip, with the ratio of each to its floor.
+
+Each round runs the transport, then rooms 2, 4 and 8, then the sequential floor and hops; the
+summary is the median of ``ROUNDS`` rounds (``LIMITS_ROUNDS``, default 3; ``LIMITS_CALLS`` sets
+``CALLS``, default 5,000).
 """
 
 from __future__ import annotations
@@ -39,7 +44,8 @@ from typing import TYPE_CHECKING, Any
 import grpc
 import psutil
 
-from bench.common import write
+from bench import limits_sequential
+from bench.common import speed_s, write
 from bench.peers import BURST, LOGICAL_CPUS, TASK, WORKERS
 
 if TYPE_CHECKING:
@@ -192,17 +198,29 @@ def _medians(rounds: list[dict[str, float]]) -> dict[str, float]:
 def main() -> dict[str, object]:
     transport: list[dict[str, float]] = []
     rooms: dict[int, list[dict[str, float]]] = {room: [] for room in ROOMS}
+    sequential: list[dict[str, dict[str, float]]] = []
+    speeds = []
     for _ in range(ROUNDS):
+        speeds.append(speed_s())
         transport.append(transport_round())
         for room in ROOMS:
             rooms[room].append(room_round(room))
+        sequential.append(
+            limits_sequential.table(limits_sequential.floor_round(), limits_sequential.flux_round())
+        )
     result: dict[str, object] = {
         "rounds": ROUNDS,
+        "speed_s_10e7_additions": speeds,
         "transport": {"calls": CALLS, "concurrency": CONCURRENCY, **_medians(transport), "each": transport},
         "room_per_worker": {
             "burst": BURST,
             "workers": WORKERS,
             **{str(room): {**_medians(runs), "each": runs} for room, runs in rooms.items()},
+        },
+        "sequential": {
+            "each_hop": limits_sequential.SEQUENTIAL,
+            **{hop: _medians([r[hop] for r in sequential]) for hop in sequential[0]},
+            "each": sequential,
         },
         "caveats": [
             "The transport floor runs no Flux code: no store, no interceptors, no dispatcher.",

@@ -8,11 +8,21 @@ and ``map()`` + ``wait_all``; Ray: ``.remote`` + ``ray.get``; Dask: ``client.sub
 ``client.map`` + ``gather``). Figures:
 
 - cold start: from nothing running to the first result (servers, workers, the first task);
+- warm-up (not timed): a burst of WARM tasks and WARM_SEQUENTIAL one at a time, the same for
+  every system, enough for all of its worker processes to be up (Ray starts its workers lazily:
+  warmed with 3 tasks, its burst came to less than half of what it does warm);
 - sequential: SEQUENTIAL tasks one after the other, each submitted once the last returned
-  (latency percentiles and tasks per second);
+  (latency percentiles and tasks per second), and as many again each waited with a timeout
+  (Flux ``run(wait=True, timeout=...)``, Ray ``ray.get(ref, timeout=...)``, Dask
+  ``future.result(timeout=...)``), in alternating blocks of BLOCK so a slow spell falls on both;
 - burst: BURST tasks submitted at once from one client and waited for (completed per
   second, and when the submit call returned);
-- RSS: the resident memory of every process of the system after the burst, client included.
+- RSS and PSS: the resident memory of every process of the system after the burst, client
+  included (PSS shares each shared page out between the processes that map it).
+
+The box's speed (seconds for 10**7 pure-Python additions, ``speed_s``) is taken in each
+system's process before it starts, beside every run's figures: the figures move with it, and the
+docs keep one table per speed class (``speed_class``: fast below FAST_BELOW_S, else slow).
 
 Each system runs in a fresh Python process of its own (``python -m bench.peers SYSTEM``)
 and is started from nothing there; the rounds interleave the systems (flux, ray, dask,
@@ -22,8 +32,9 @@ SQLite before it answers (Ray and Dask hold tasks in memory only); Ray runs one 
 8 CPUs (its raylet starts the worker processes), Dask a LocalCluster of 4 worker
 processes with 2 threads and {"CPU": 2} each, Flux a server and 4 worker processes.
 
-Ray and Dask come from the ``peers`` extra (``pip install -e '.[peers]'``); a system
-that is not installed is skipped with a message.
+Ray and Dask come from the ``peers`` extra (``pip install -e '.[peers]'``, or a venv of their own
+with this tree installed in it); a system that is not installed is skipped with a message, and
+the run goes on with the others.
 """
 
 from __future__ import annotations
@@ -43,12 +54,19 @@ from typing import Any
 
 import psutil
 
-from bench.common import percentiles, write
+from bench.common import percentiles, speed_s, write
 
 SYSTEMS = ("flux", "ray", "dask")
 ROUNDS = int(os.environ.get("PEERS_ROUNDS", "3"))
 SEQUENTIAL = int(os.environ.get("PEERS_SEQUENTIAL", "200"))
 BURST = int(os.environ.get("PEERS_BURST", "2000"))
+WARM = int(os.environ.get("PEERS_WARM", "200"))
+WARM_SEQUENTIAL = 20
+BLOCK = 50
+# A wait's timeout in the sequential runs that take one: far above any run, it never fires.
+WAIT_TIMEOUT_S = 30.0
+# Seconds for 10**7 additions below which a run is of the fast class (docs/benchmarks.md).
+FAST_BELOW_S = 1.2
 WORKERS, CPUS = 4, 2
 TASK = Path(__file__).with_name("peers_task.py")
 CAVEATS = [
@@ -65,45 +83,70 @@ CAVEATS = [
 LOGICAL_CPUS = {"FLUX_SIMULATED_CPU_BUSY": "0"}
 
 
-def _tree_rss(root: psutil.Process) -> int:
-    total = 0
+def _tree_memory(root: psutil.Process) -> tuple[int, int]:
+    """RSS and PSS summed over ``root`` and every process below it."""
+    rss = pss = 0
     for process in [root, *root.children(recursive=True)]:
         with contextlib.suppress(psutil.Error):  # gone meanwhile
-            total += process.memory_info().rss
-    return total
+            info = process.memory_full_info()
+            rss, pss = rss + info.rss, pss + getattr(info, "pss", info.rss)
+    return rss, pss
+
+
+# A system's run-one: the input, and the wait's timeout (None: none).
+RunOne = Callable[[int, float | None], Any]
+
+
+def _sequential(run_one: RunOne) -> dict[str, list[float]]:
+    """SEQUENTIAL runs without a timeout and SEQUENTIAL with one, in alternating blocks."""
+    latencies: dict[str, list[float]] = {"plain": [], "timeout": []}
+    n = 0
+    while len(latencies["timeout"]) < SEQUENTIAL:
+        for kind, timeout in (("plain", None), ("timeout", WAIT_TIMEOUT_S)):
+            for _ in range(min(BLOCK, SEQUENTIAL - len(latencies[kind]))):
+                t0 = time.perf_counter()
+                assert run_one(n, timeout) == n
+                latencies[kind].append(time.perf_counter() - t0)
+                n += 1
+    return latencies
 
 
 def _measure(
-    start: Callable[[], Callable[[int], Any]],
+    start: Callable[[], RunOne],
     run_many: Callable[[list[int]], list[Any]],
     submit_many: Callable[[list[int]], Callable[[], list[Any]]],
 ) -> dict[str, object]:
     """The figures of one system in this process: ``start`` brings it up and answers its run-one."""
+    speed = speed_s()  # before anything of the system runs
     began = time.perf_counter()
     run_one = start()
-    assert run_one(0) == 0
+    assert run_one(0, None) == 0
     cold = time.perf_counter() - began
-    assert run_many([1, 2, 3]) == [1, 2, 3]  # every worker up and warm before the timed parts
-    latencies = []
-    sequential_began = time.perf_counter()
-    for n in range(SEQUENTIAL):
-        t0 = time.perf_counter()
-        assert run_one(n) == n
-        latencies.append(time.perf_counter() - t0)
-    sequential = time.perf_counter() - sequential_began
+    # Every system warmed the same way before the timed parts: a burst (all worker processes up)
+    # and a few runs one at a time (a client's call or connection opened).
+    assert run_many(list(range(WARM))) == list(range(WARM))
+    for n in range(WARM_SEQUENTIAL):
+        assert run_one(n, None) == n and run_one(n, WAIT_TIMEOUT_S) == n
+    latencies = _sequential(run_one)
     inputs = list(range(BURST))
     burst_began = time.perf_counter()
     gather = submit_many(inputs)
     submitted = time.perf_counter() - burst_began
     assert gather() == inputs
     burst = time.perf_counter() - burst_began
+    rss, pss = _tree_memory(psutil.Process())
     return {
+        "speed_s": speed,
+        "speed_class": "fast" if speed < FAST_BELOW_S else "slow",
         "cold_start_s": round(cold, 3),
-        "sequential_per_s": round(SEQUENTIAL / sequential, 1),
-        "sequential_ms": percentiles(latencies),
+        "sequential_per_s": round(SEQUENTIAL / sum(latencies["plain"]), 1),
+        "sequential_ms": percentiles(latencies["plain"]),
+        "sequential_timeout_per_s": round(SEQUENTIAL / sum(latencies["timeout"]), 1),
+        "sequential_timeout_ms": percentiles(latencies["timeout"]),
         "burst_per_s": round(BURST / burst, 1),
         "burst_submit_returned_s": round(submitted, 3),
-        "rss_mb": round(_tree_rss(psutil.Process()) / 1e6, 1),
+        "rss_mb": round(rss / 1e6, 1),
+        "pss_mb": round(pss / 1e6, 1),
     }
 
 
@@ -116,7 +159,7 @@ def flux() -> dict[str, object]:
     cluster = Cluster(workdir)
     holder: dict[str, FluxClient] = {}
 
-    def start() -> Callable[[int], Any]:
+    def start() -> RunOne:
         cluster.start_server("--no-http")
         for n in range(WORKERS):
             cluster.start_worker(
@@ -125,8 +168,8 @@ def flux() -> dict[str, object]:
         client = holder["client"] = FluxClient(cluster.address, credentials=cluster.credentials(Role.CLIENT))
         client.register_file(TASK)
 
-        def run_one(value: int) -> Any:
-            return json.loads(client.run("one_cpu", value, wait=True).output_json)
+        def run_one(value: int, timeout: float | None) -> Any:
+            return json.loads(client.run("one_cpu", value, wait=True, timeout=timeout).output_json)
 
         return run_one
 
@@ -153,11 +196,11 @@ def ray() -> dict[str, object]:
     def one_cpu(value: int) -> int:
         return value
 
-    def start() -> Callable[[int], Any]:
+    def start() -> RunOne:
         ray_module.init(
             num_cpus=WORKERS * CPUS, include_dashboard=False, log_to_driver=False, configure_logging=False
         )
-        return lambda value: ray_module.get(one_cpu.remote(value))
+        return lambda value, timeout: ray_module.get(one_cpu.remote(value), timeout=timeout)
 
     def run_many(inputs: list[int]) -> list[Any]:
         return ray_module.get([one_cpu.remote(v) for v in inputs])
@@ -180,7 +223,7 @@ def dask() -> dict[str, object]:
     def one_cpu(value: int) -> int:
         return value
 
-    def start() -> Callable[[int], Any]:
+    def start() -> RunOne:
         cluster = holder["cluster"] = LocalCluster(
             n_workers=WORKERS,
             threads_per_worker=CPUS,
@@ -189,7 +232,9 @@ def dask() -> dict[str, object]:
             dashboard_address=None,
         )
         client = holder["client"] = Client(cluster)
-        return lambda value: client.submit(one_cpu, value, resources={"CPU": 1}, pure=False).result()
+        return lambda value, timeout: client.submit(one_cpu, value, resources={"CPU": 1}, pure=False).result(
+            timeout=timeout
+        )
 
     def run_many(inputs: list[int]) -> list[Any]:
         client = holder["client"]
@@ -235,21 +280,29 @@ def main() -> None:
     systems = [s for s in SYSTEMS if importlib.util.find_spec(MODULES[s]) is not None]
     skipped = sorted(set(SYSTEMS) - set(systems))
     for system in skipped:
-        print(f"{system} is not installed: skipped (pip install -e '.[peers]' adds Ray and Dask)")
+        print(
+            f"{system} is not installed here: skipped, the others run (pip install -e '.[peers]' adds Ray and Dask)"
+        )
     rounds: dict[str, list[dict[str, Any]]] = {s: [] for s in systems}
     for n in range(ROUNDS):
         for system in systems:
             rounds[system].append(_round(system))
             print(f"round {n + 1} {system}: {json.dumps(rounds[system][-1])}", file=sys.stderr)
+    speeds = [r["speed_s"] for results in rounds.values() for r in results]
     summary = {
         system: {
             "sequential_per_s": _median(results, "sequential_per_s"),
             "sequential_p50_ms": _median(results, "sequential_ms", "p50"),
             "sequential_p99_ms": _median(results, "sequential_ms", "p99"),
+            "sequential_timeout_per_s": _median(results, "sequential_timeout_per_s"),
+            "sequential_timeout_p50_ms": _median(results, "sequential_timeout_ms", "p50"),
+            "sequential_timeout_p99_ms": _median(results, "sequential_timeout_ms", "p99"),
             "burst_per_s": _median(results, "burst_per_s"),
             "burst_submit_returned_s": _median(results, "burst_submit_returned_s"),
             "cold_start_s": _median(results, "cold_start_s"),
             "rss_mb": _median(results, "rss_mb"),
+            "pss_mb": _median(results, "pss_mb"),
+            "speed_s": _median(results, "speed_s"),
         }
         for system, results in rounds.items()
     }
@@ -261,11 +314,18 @@ def main() -> None:
                 "cpus_per_worker": CPUS,
                 "task_cpus": 1,
                 "sequential": SEQUENTIAL,
+                "sequential_with_timeout": SEQUENTIAL,
+                "wait_timeout_s": WAIT_TIMEOUT_S,
+                "warm_burst": WARM,
+                "warm_sequential": WARM_SEQUENTIAL,
                 "burst": BURST,
                 "rounds": ROUNDS,
             },  # fmt: skip
             "caveats": CAVEATS,
             "skipped": skipped,
+            # Every run's speed beside its figures (each round's own speed_s is in ``rounds``).
+            "speed_s": speeds,
+            "speed_class": "fast" if statistics.median(speeds) < FAST_BELOW_S else "slow",
             "summary": summary,
             "rounds": rounds,
         },

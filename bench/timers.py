@@ -40,7 +40,7 @@ import tracemalloc
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-from bench.common import percentiles, write
+from bench.common import percentiles, speed_s, write
 from flux.client import FluxClient
 from flux.dispatcher.state.deadlines import Kind, Timers
 from flux.testing import Cluster, eventually
@@ -122,15 +122,6 @@ def _bytes_armed(kinds: list[Kind], ids: list[str], dues: list[float], order: li
     tracemalloc.stop()
     timers.close()
     return sum(s.size_diff for s in after.compare_to(before, "filename"))
-
-
-def speed_s() -> float:
-    """The box's speed: seconds a pure-Python loop of 10**7 additions takes (docs/benchmarks.md)."""
-    started = time.perf_counter()
-    total = 0
-    for i in range(10**7):
-        total += i
-    return round(time.perf_counter() - started, 2)
 
 
 # ----------------------------------------------------------------- end to end

@@ -125,7 +125,11 @@ def main() -> int:
             cluster.start_server("--no-http")
             cluster.register(directory / "step.py")
             # One core, offered whatever else loads this machine: one step at a time.
-            worker = cluster.start_worker("w1", "--cpus", "1", env={"FLUX_SIMULATED_CPU_BUSY": "0"})
+            # --prefetch 0: the second run waits in the server's line (its flux.queued span), not in
+            # the worker's own queue, which would dispatch it at once.
+            worker = cluster.start_worker(
+                "w1", "--cpus", "1", "--prefetch", "0", env={"FLUX_SIMULATED_CPU_BUSY": "0"}
+            )
             first = cluster.client.run("step", 1.0)
             second = cluster.client.run("step", 0.2)  # waits until the first frees the core
             cluster.wait_all([first.execution_id, second.execution_id], timeout=60)

@@ -34,6 +34,10 @@ class ExecutionContext(Generic[T]):
     # A gang member's place in its gang (rank, size, members with their addresses, leader); None for
     # an ordinary execution. Set before the body starts, so it can rendezvous at the leader's address.
     gang: GangInfo | None = None
+    # The outputs of the executions it waited for (``client.run(..., after=[...])``), by
+    # execution id: {execution_id: output}; None for one that did not complete (when="failed"
+    # or "finished"). Empty when it waited for none.
+    upstream: dict[str, Any] = field(default_factory=dict)
     # Set by the worker: takes each heartbeat's details (coalesced there); unset in a unit test.
     _beat: Callable[[Any], None] | None = field(default=None, repr=False, compare=False)
 

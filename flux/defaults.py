@@ -63,6 +63,10 @@ HTTP_KEEP_ALIVE = 5.0
 
 # A worker.
 CAPACITY = 16  # concurrent executions
+# Executions the server may queue at a worker beyond its room (--prefetch): chosen by measurement,
+# docs/benchmarks.md ("Worker prefetch").
+PREFETCH = 4
+MAX_PREFETCH = 64
 # On SIGTERM: seconds to finish running work before handing the rest back (under the pod grace period).
 DRAIN_TIMEOUT = 60.0
 WORK_DIR = ".flux/worker"

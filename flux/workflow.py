@@ -18,6 +18,7 @@ from typing import Any, TypeVar
 from flux.domain.gang import Gang
 from flux.domain.labels import validate_labels
 from flux.domain.limits import Concurrency, Flow, RateLimit, flow_of
+from flux.domain.placement import validate_placement
 from flux.domain.policy import DEFAULT_MAX_ATTEMPTS, UNSET, Policy, Retry, default_policy, policy_of
 
 __all__ = ["DEFAULT_MAX_ATTEMPTS", "WorkflowDefinition", "definition_of", "workflow"]
@@ -49,6 +50,8 @@ class WorkflowDefinition:
     flow: Flow = field(default_factory=Flow)
     # Several workers at once, all or none (flux.domain.gang); None: one worker.
     gang: Gang | None = None
+    # "spread" or "binpack" (which capable worker it goes to); "": the server's --placement.
+    placement: str = ""
 
     @property
     def effective_policy(self) -> Policy:
@@ -102,6 +105,7 @@ class _WorkflowDecorator:
         rate_limit: RateLimit | None = None,
         limits: list[str] | None = None,
         gang: Gang | None = None,
+        placement: str | None = None,
     ) -> Callable[[F], F]:
         """``timeout``: one attempt, from its start to its result; ``retry``: how failed attempts
         are tried again (``max_attempts`` alone is ``Retry(max_attempts=N)``); ``heartbeat_timeout``:
@@ -109,7 +113,8 @@ class _WorkflowDecorator:
         not started within it fails. Durations: seconds or ``"30s"``, ``"10m"``, ``"1h"``.
         ``concurrency``, ``rate_limit``, ``limits``: flow control (flux.domain.limits).
         ``gang``: ``Gang(size, same=, spread=)``, one execution on ``size`` workers at once, all or
-        none; ``requests`` are then each member's."""
+        none; ``requests`` are then each member's. ``placement``: ``"spread"`` (the least loaded
+        capable worker) or ``"binpack"`` (the fullest that fits); unset, the server's ``--placement``."""
         # Validate before seeing the function, so the error points at the options line.
         if name is not None:
             validate_name(name)
@@ -124,6 +129,7 @@ class _WorkflowDecorator:
         flow = flow_of(concurrency, rate_limit, limits)
         if gang is not None and not isinstance(gang, Gang):
             raise TypeError(f"gang must be a Gang, e.g. Gang(size=4, same='rack'); got {type(gang).__name__}")
+        policy_name = "" if placement is None else validate_placement(placement)
 
         def decorate(fn: F) -> F:
             if not callable(fn):
@@ -139,6 +145,7 @@ class _WorkflowDecorator:
                 policy=None if policy.is_default() else policy,
                 flow=flow,
                 gang=gang,
+                placement=policy_name,
             )
             setattr(fn, ATTRIBUTE, definition)
             return fn

@@ -93,6 +93,8 @@ def create_app(settings: GatewaySettings | None = None, channel: grpc.aio.Channe
     app.include_router(clients.router)
     app.include_router(clients.tenants_router)
     app.include_router(clients.limits_router)
+    app.include_router(clients.batches_router)
+    app.include_router(clients.schedules_router)
     app.include_router(tickets.router)
     app.include_router(clients.events_router)
     app.include_router(health.router)
@@ -122,6 +124,8 @@ def _guards() -> list[tuple[object, Guard]]:
     guards += [(route, Guard(Role.CLIENT)) for route in clients.router.routes]
     guards += [(route, Guard(Role.CLIENT)) for route in clients.tenants_router.routes]
     guards += [(route, Guard(Role.CLIENT)) for route in clients.limits_router.routes]
+    guards += [(route, Guard(Role.CLIENT)) for route in clients.batches_router.routes]
+    guards += [(route, Guard(Role.CLIENT)) for route in clients.schedules_router.routes]
     guards += [(route, Guard(None)) for route in tickets.router.routes]
     # The observer streams: the API token in the header, or a ticket the route redeems.
     guards += [(route, Guard(Role.CLIENT, ticket=True)) for route in clients.events_router.routes]

@@ -1,11 +1,14 @@
-"""The chaos run's flow-control invariants: no key above its ``max``, no rate exceeded over any window.
+"""The chaos run's flow-control invariants: no key above its ``max``, no rate exceeded over any
+window, no batch above its ``max_concurrent``.
 
 Pure checks over what the run observed, like invariants.py (beside it, not in it: that module is
 long enough). The load submits keyed work (``chaos_keyed``: ``Concurrency(max=2, key="key")``)
 and rated work (``chaos_paced``: ``RateLimit("2/s")``, submitted in bursts so the bucket binds);
 each tenant's keys and buckets are its own, so both are checked per tenant.
 
-Keys are sampled from the store's SCHEDULED and RUNNING rows (the witness the replicas' claims
+The load also maps small batches (``max_concurrent=2``), each batch its own budget.
+
+Keys and batches are sampled from the store's SCHEDULED and RUNNING rows (the witness the replicas' claims
 count too). A rate is checked on the bodies' starts (the stored attempts' ``started_at``, or the body's own
 ``started`` for a first try that completed): every
 attempt takes a token when it is claimed, and starts within the ack deadline of that (a dispatch
@@ -28,6 +31,7 @@ from bench.chaos.invariants import COMPLETED, Record, Violation
 KEYED = "chaos_keyed"
 PACED = "chaos_paced"
 KEY_MAX = 2  # chaos_keyed's Concurrency(max=2)
+BATCH_MAX = 2  # the load's batches: client.map(..., max_concurrent=2)
 RATE, BURST = 2.0, 1  # chaos_paced's RateLimit("2/s")
 WINDOWS_S = (1.0, 5.0, 10.0)
 
@@ -61,6 +65,21 @@ def over_key_max(samples: Iterable[KeySample], most: int = KEY_MAX) -> list[Viol
         )
         for sample in samples
         for (tenant, key), held in sorted(sample.held.items())
+        if held > most
+    ]
+
+
+def over_batch_max(samples: Iterable[KeySample], most: int = BATCH_MAX) -> list[Violation]:
+    """No sample shows a batch with more than ``most`` members SCHEDULED or RUNNING (``held`` is
+    per (tenant, batch id))."""
+    return [
+        Violation(
+            "flow_batch",
+            batch_id,
+            f"{sample.source} at t={sample.at:.1f}s: {held} held, max_concurrent {most}",
+        )
+        for sample in samples
+        for (_, batch_id), held in sorted(sample.held.items())
         if held > most
     ]
 

@@ -62,6 +62,7 @@ class Record:
     max_attempts: int = 0  # 0: not known (checks that need it skip the record)
     reason: str = ""
     attempts: tuple[AttemptSeen, ...] = ()
+    updated_at: float = 0.0  # its last change (a final state: when it ended), server clock
 
 
 @dataclass(frozen=True)

@@ -3,7 +3,7 @@
 Each arrival is one of ``SHAPES``: a quick echo, a short sleep on one or two
 cores, a body that fails, a long sleep cancelled after a random delay, a body that
 sleeps past its timeout, a shape no worker can ever take, keyed work (two of a key at
-once) and rated work (2 a second, arriving in bursts of 8). With ``tenants`` (name -> that tenant's clients)
+once), rated work (2 a second, arriving in bursts of 8) and small batches (6 members, 2 at once). With ``tenants`` (name -> that tenant's clients)
 each arrival is submitted, and later cancelled, as one of them, drawn evenly;
 without, as the run's own (admin) clients. Submissions run in a bounded pool; an arrival
 that finds the pool full is shed (counted, never owed). A submission that
@@ -22,10 +22,13 @@ from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
+from bench.chaos.flow_invariants import BATCH_MAX
 from bench.chaos.invariants import NEVER_FITS, TIMES_OUT
 from flux.client import FluxClient
 from flux.errors import FailedPrecondition, FluxError, Unavailable
 from flux.v1 import control_pb2
+
+DEPENDENT = "dependent"
 
 IN_FLIGHT = 32  # submissions waiting on a server at once, at most
 SUBMIT_GIVE_UP_S = 60.0  # a submission still refused after this is dropped (not accepted, so not owed)
@@ -40,6 +43,7 @@ class Shape:
     cancel_after: tuple[float, float] | None = None  # cancel this long after acceptance
     keys: tuple[str, ...] = ()  # a flow key for the input's "key", drawn evenly
     count: int = 1  # submitted at once, one after another (a burst)
+    batch: int = 0  # submitted as one batch of this many members (client.map, max_concurrent BATCH_MAX)
 
 
 SHAPES = (
@@ -52,7 +56,13 @@ SHAPES = (
     Shape(TIMES_OUT, "chaos_overrun", 0.03),
     Shape("keyed", "chaos_keyed", 0.08, (0.2, 1.5), keys=("k1", "k2", "k3")),
     Shape("paced", "chaos_paced", 0.03, count=8),
+    # After an execution of an earlier arrival (echo, sleep, fail or cancelled): it must not start
+    # before that one completed, and ends CANCELLED (reason dependency) when it did not.
+    Shape(DEPENDENT, "chaos_after", 0.06),
+    Shape("batched", "chaos_sleep", 0.03, (0.2, 1.0), batch=6),
 )
+# The shapes a dependent may wait for: each ends on its own (never_fits would hold it forever).
+DEPENDABLE = frozenset({"echo", "sleep", "fail", "cancelled"})
 
 
 class Load:
@@ -70,6 +80,8 @@ class Load:
         self.rate = rate
         self.clock = clock
         self.accepted: dict[str, str] = {}
+        self.after: dict[str, tuple[str, ...]] = {}  # a dependent's id -> what it waits for
+        self._dependable: list[str] = []  # recent accepted ids a dependent may wait for
         self.cancelled: set[str] = set()  # Cancel answered CANCELLED
         self.stats: Counter[str] = Counter()  # submitted, retries, shed, given_up, errors, cancels...
         self.errors: list[str] = []  # answers that are neither acceptance nor a retryable refusal
@@ -102,7 +114,13 @@ class Load:
     # ------------------------------------------------------------- submitting
 
     def submit(
-        self, workflow: str, value: object, shape: str, give_up_s: float = SUBMIT_GIVE_UP_S, tenant: str = ""
+        self,
+        workflow: str,
+        value: object,
+        shape: str,
+        give_up_s: float = SUBMIT_GIVE_UP_S,
+        tenant: str = "",
+        after: tuple[str, ...] = (),
     ) -> str | None:
         """Submit until a server accepts (returns the id) or ``give_up_s`` pass (None); as ``tenant``
         when given, else with the run's own clients."""
@@ -114,7 +132,7 @@ class Load:
                 client = clients[self._turn % len(clients)]
                 self._turn += 1
             try:
-                execution_id = client.run(workflow, value).execution_id
+                execution_id = client.run(workflow, value, after=after or None).execution_id
             except Unavailable:
                 self._count("retries")
             except FluxError as exc:  # refused for a reason a retry will not change: a harness bug
@@ -126,6 +144,10 @@ class Load:
                     self.accepted[execution_id] = shape
                     if tenant:
                         self.owner[execution_id] = tenant
+                    if after:
+                        self.after[execution_id] = after
+                    if shape in DEPENDABLE:
+                        self._dependable = [*self._dependable[-63:], execution_id]
                 return execution_id
             if self.clock() + backoff > deadline:
                 self._count("given_up")
@@ -157,11 +179,52 @@ class Load:
             self._count("submitted")
             self._pool.submit(self._one, shape, value, cancel_after, tenant)
 
+    def submit_batch(self, shape: Shape, value: object, tenant: str = "") -> None:
+        """Map ``shape.batch`` runs of ``value`` as one batch of at most BATCH_MAX at once, until a
+        server accepts (every member counts as accepted) or the submission gives up."""
+        deadline, backoff = self.clock() + SUBMIT_GIVE_UP_S, 0.1
+        clients = self.tenants[tenant] if tenant else self.clients
+        while True:
+            with self._lock:
+                client = clients[self._turn % len(clients)]
+                self._turn += 1
+            try:
+                runs = client.map(shape.workflow, [value] * shape.batch, max_concurrent=BATCH_MAX)
+            except Unavailable:
+                self._count("retries")
+            except FluxError as exc:
+                self._count("errors")
+                self.errors.append(f"{shape.workflow} batch: {type(exc).__name__}: {exc}")
+                return
+            else:
+                with self._lock:
+                    for run in runs:
+                        self.accepted[run.execution_id] = shape.name
+                        if tenant:
+                            self.owner[run.execution_id] = tenant
+                return
+            if self.clock() + backoff > deadline:
+                self._count("given_up")
+                return
+            time.sleep(backoff)
+            backoff = min(2.0, backoff * 2)
+
     def _one(self, shape: Shape, value: dict[str, object], cancel_after: float | None, tenant: str) -> None:
         try:
+            if shape.batch:
+                self.submit_batch(shape, value, tenant)
+                return
+            after: tuple[str, ...] = ()
+            if shape.name == DEPENDENT:
+                with self._lock:
+                    if not self._dependable:
+                        return
+                    dependency = self.rng.choice(self._dependable)
+                # Its dependency's tenant: a dependency another tenant cannot see is refused.
+                after, tenant = (dependency,), self.owner.get(dependency, "")
             for _ in range(shape.count - 1):
                 self.submit(shape.workflow, value, shape.name, tenant=tenant)
-            execution_id = self.submit(shape.workflow, value, shape.name, tenant=tenant)
+            execution_id = self.submit(shape.workflow, value, shape.name, tenant=tenant, after=after)
             if execution_id is not None and cancel_after is not None:
                 with self._lock:
                     heapq.heappush(self._cancels, (self.clock() + cancel_after, execution_id))

@@ -27,7 +27,7 @@ from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from bench.chaos import faults, flow_invariants, invariants
+from bench.chaos import dependency_invariants, faults, flow_invariants, invariants, schedule_invariants
 from bench.chaos.faults import Scheduler, Step
 from bench.chaos.invariants import (
     FINAL,
@@ -248,19 +248,31 @@ def _key_holds(fleet: ChaosFleet) -> tuple[str, dict[tuple[str, str], int]]:
         "SELECT tenant, flow_keys, count(*) FROM executions WHERE state IN (?, ?) AND workflow_name = ? "
         "GROUP BY 1, 2"
     )
-    params = (invariants.SCHEDULED, invariants.RUNNING, flow_invariants.KEYED)
+    rows = _store_rows(fleet, sql, (invariants.SCHEDULED, invariants.RUNNING, flow_invariants.KEYED))
+    held = {(tenant, json.loads(keys).get("concurrency", "")): int(n) for tenant, keys, n in rows}
+    return "store", held
+
+
+def _batch_holds(fleet: ChaosFleet) -> tuple[str, dict[tuple[str, str], int]]:
+    """Each batch's SCHEDULED and RUNNING members now, per (tenant, batch id), as the store has them."""
+    sql = (
+        "SELECT tenant, batch_id, count(*) FROM executions WHERE state IN (?, ?) AND batch_id <> '' "
+        "GROUP BY 1, 2"
+    )
+    rows = _store_rows(fleet, sql, (invariants.SCHEDULED, invariants.RUNNING))
+    return "store", {(tenant, batch_id): int(n) for tenant, batch_id, n in rows}
+
+
+def _store_rows(fleet: ChaosFleet, sql: str, params: tuple[object, ...]) -> list[tuple]:  # type: ignore[type-arg]
     if "://" in fleet.cluster.db:
         import psycopg
 
         with psycopg.connect(fleet.cluster.db, connect_timeout=2, options="-c statement_timeout=2000") as db:
-            rows = db.execute(sql.replace("?", "%s"), params).fetchall()
-    else:
-        import sqlite3
+            return db.execute(sql.replace("?", "%s"), params).fetchall()
+    import sqlite3
 
-        with contextlib.closing(sqlite3.connect(fleet.cluster.workdir / fleet.cluster.db, timeout=2)) as db:
-            rows = db.execute(sql, params).fetchall()
-    held = {(tenant, json.loads(keys).get("concurrency", "")): int(n) for tenant, keys, n in rows}
-    return "store", held
+    with contextlib.closing(sqlite3.connect(fleet.cluster.workdir / fleet.cluster.db, timeout=2)) as db:
+        return db.execute(sql, params).fetchall()
 
 
 def _run(fleet: ChaosFleet, seconds: float, seed: int, store: str, markers: Path, rate: float) -> dict:
@@ -281,12 +293,18 @@ def _run(fleet: ChaosFleet, seconds: float, seed: int, store: str, markers: Path
     phase("workers_connect")
     clients, quick = _clients(fleet, 10), _clients(fleet, 2)
     tenants = _tenants(fleet, 10)
+    # One schedule ticks through the faults (bench/chaos/schedule_invariants.py).
+    cluster.client.schedules.create(
+        schedule_invariants.SCHEDULE, workflow="chaos_echo", input={"markers": str(markers)},
+        **schedule_invariants.TERMS,
+    )  # fmt: skip
     phase("tenants")
     began = time.monotonic()
     load = Load(seed + 1, clients, str(markers), rate, tenants=tenants)
     sampler = Sampler(
         quick, markers, CPUS, CAPACITY, began,
         tenants=lambda: _tenant_cores(fleet, quick[0], store), keys=lambda: _key_holds(fleet),
+        batches=lambda: _batch_holds(fleet),
     )  # fmt: skip
     recovery: dict[str, list[float]] = {}
     unrecovered: Counter[str] = Counter()
@@ -316,6 +334,8 @@ def _run(fleet: ChaosFleet, seconds: float, seed: int, store: str, markers: Path
     # Faults stop: everything comes back, then the fleet drains on its own.
     scheduler.finish()
     phase("undo")
+    schedule_runs = _schedule_runs(cluster)
+    phase("schedule")
     load.stop()
     phase("load_stop")
     drain_started = time.monotonic()
@@ -345,6 +365,9 @@ def _run(fleet: ChaosFleet, seconds: float, seed: int, store: str, markers: Path
     found["flow"] = flow_invariants.over_key_max(sampler.key_samples) + flow_invariants.over_rate(
         flow_invariants.starts(paced, load.owner), flow_invariants.RateTerms(lag_s=ACK_DEADLINE_S)
     )
+    found["dependencies"] = dependency_invariants.check(load.after, records)
+    found["flow"] += flow_invariants.over_batch_max(sampler.batch_samples)
+    found["schedule"] = schedule_invariants.check(*schedule_runs)
     violations = [v for kind in found.values() for v in kind]
     violations += [invariants.Violation("harness", "faults", error) for error in scheduler.errors]
     # A refusal that is neither an acceptance nor UNAVAILABLE (a store error leaking as INTERNAL,
@@ -377,11 +400,19 @@ def _run(fleet: ChaosFleet, seconds: float, seed: int, store: str, markers: Path
         "overcommit": len(found["overcommit"]),
         "cancelled_completed": len(found["cancelled_completed"]),
         "quota": len(found["quota"]),
+        "dependencies": {"dependents": len(load.after), "violations": len(found["dependencies"])},
         "flow": {
             "violations": len(found["flow"]),
             "key_samples": len(sampler.key_samples),
             "key_peak": sampler.key_peak,
+            "batch_samples": len(sampler.batch_samples),
+            "batch_peak": sampler.batch_peak,
             "paced_starts": sum(len(t) for t in flow_invariants.starts(paced, load.owner).values()),
+        },
+        "schedule": {
+            "violations": len(found["schedule"]),
+            "ticks": len(schedule_runs[0]),
+            "stored": len(schedule_runs[1]),
         },
         "tenants": {
             "terms": TENANTS,
@@ -448,9 +479,50 @@ def _drain(cluster: Cluster, accepted: dict[str, str], bound_s: float) -> list[s
         time.sleep(1.0)
 
 
+def _schedule_runs(cluster: Cluster) -> tuple[list[tuple[float, str, str]], list[str]]:
+    """Pause the chaos schedule, let the replicas hear of it and a dead claimer's runs be
+    submitted again (flux/dispatcher/transitions/ticker.py: REPAIR_AFTER), then read its runs
+    and their executions."""
+    name = schedule_invariants.SCHEDULE
+
+    def pause() -> bool:
+        # A fresh channel each try: one that met the server down may still be backing off.
+        with contextlib.suppress(FluxError), cluster.client_for(cluster.address) as client:
+            client.schedules.pause(name)
+            return True
+        return False
+
+    eventually(pause, timeout=60, interval=1, what="the chaos schedule paused")
+    time.sleep(3)  # every replica reads the schedules again within 2 s
+
+    def read() -> tuple[list[tuple[float, str, str]], list[str]]:
+        runs = [
+            (float(t), e, r)
+            for t, e, r in cluster.query(
+                "SELECT tick, execution_id, result FROM schedule_runs WHERE schedule = ?", name
+            )
+        ]
+        stored = [
+            row[0]
+            for row in cluster.query(
+                "SELECT execution_id FROM executions WHERE execution_id LIKE ?", f"sch-{name}-%"
+            )
+        ]
+        return runs, stored
+
+    with contextlib.suppress(AssertionError):
+        eventually(
+            lambda: (lambda r: {e for _, e, x in r[0] if x == "fired"} <= set(r[1]))(read()),
+            timeout=45,
+            what="runs stored",
+        )
+    return read()
+
+
 def _records(cluster: Cluster) -> dict[str, Record]:
     rows = cluster.query(
-        "SELECT execution_id, state, worker, attempt, output_json, max_attempts, reason, attempts FROM executions"
+        "SELECT execution_id, state, worker, attempt, output_json, max_attempts, reason, attempts, updated_at "
+        "FROM executions"
     )
     return {
         row[0]: Record(
@@ -462,6 +534,7 @@ def _records(cluster: Cluster) -> dict[str, Record]:
             int(row[5] or 0),
             row[6] or "",
             tuple(AttemptSeen(*item[:5]) for item in json.loads(row[7] or "[]")),
+            float(row[8] or 0),
         )  # fmt: skip
         for row in rows
     }

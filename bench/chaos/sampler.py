@@ -59,6 +59,7 @@ class Sampler:
         began: float, clock: Callable[[], float] = time.monotonic,
         tenants: Callable[[], tuple[str, dict[str, int]] | None] | None = None,
         keys: Callable[[], tuple[str, dict[tuple[str, str], int]]] | None = None,
+        batches: Callable[[], tuple[str, dict[tuple[str, str], int]]] | None = None,
     ):  # fmt: skip
         self.clients, self.markers = list(clients), markers
         # (source, cores per tenant) now, or None while nothing can answer; every answer is kept.
@@ -69,6 +70,10 @@ class Sampler:
         self.keys = keys
         self.key_samples: list[KeySample] = []
         self.key_peak = 0
+        # (source, members held per (tenant, batch id)) of every batch now; every answer is kept.
+        self.batches = batches
+        self.batch_samples: list[KeySample] = []
+        self.batch_peak = 0
         self.cpus, self.capacity = cpus, capacity
         self.began, self.clock = began, clock
         self.kept: list[Sample] = []
@@ -126,6 +131,11 @@ class Sampler:
                 source, held = self.keys()
                 self.key_samples.append(KeySample(at, source, held))
                 self.key_peak = max([self.key_peak, *held.values()])
+        if self.batches is not None:
+            with contextlib.suppress(Exception):  # the store down or busy just now
+                source, held = self.batches()
+                self.batch_samples.append(KeySample(at, source, held))
+                self.batch_peak = max([self.batch_peak, *held.values()])
         if self.tenants is not None:
             with contextlib.suppress(Exception):  # a server or the database down just now
                 found = self.tenants()

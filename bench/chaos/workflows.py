@@ -45,6 +45,14 @@ async def chaos_echo(ctx: ExecutionContext[dict]):
         return _result(ctx)
 
 
+@workflow.with_options(name="chaos_after", requests=ResourceRequest(cpu=1))
+async def chaos_after(ctx: ExecutionContext[dict]):
+    """A dependent (the load's ``dependent`` shape): says when its body started."""
+    started = time.time()
+    with _Running(ctx, 1):
+        return {**_result(ctx), "started": started}
+
+
 @workflow.with_options(name="chaos_sleep", requests=ResourceRequest(cpu=1))
 async def chaos_sleep(ctx: ExecutionContext[dict]):
     with _Running(ctx, 1):

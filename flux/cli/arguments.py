@@ -14,6 +14,14 @@ from flux.domain.quantity import parse_bytes
 EXECUTION_STATES = {state.name: int(state) for state in State}
 
 
+def execution_id_list(text: str) -> list[str]:
+    """``--after ID[,ID...]``: execution ids, comma-separated (spaces around them ignored)."""
+    ids = [part.strip() for part in text.split(",")]
+    if not all(ids):
+        raise argparse.ArgumentTypeError(f"--after takes execution ids separated by commas; got {text!r}")
+    return ids
+
+
 def whole_number(flag: str):  # type: ignore[no-untyped-def]
     def parse(text: str) -> int:
         try:
@@ -25,6 +33,18 @@ def whole_number(flag: str):  # type: ignore[no-untyped-def]
         return value
 
     return parse
+
+
+def prefetch_count(text: str) -> int:
+    """``--prefetch N``: 0 (none) up to ``defaults.MAX_PREFETCH``."""
+    from flux import defaults
+
+    value = whole_number("--prefetch")(text)
+    if value > defaults.MAX_PREFETCH:
+        raise argparse.ArgumentTypeError(
+            f"--prefetch must be between 0 and {defaults.MAX_PREFETCH}; got {value}"
+        )
+    return value
 
 
 def count(flag: str):  # type: ignore[no-untyped-def]
@@ -126,4 +146,18 @@ def attempt_duration(text: str) -> float:
     try:
         return policy_duration(text, "--attempt-timeout")
     except (TypeError, ValueError) as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def max_concurrent(text: str) -> int:
+    """``--max-concurrent N``: an int from 1 to 1,000,000 (flux.domain.batch)."""
+    from flux.domain.batch import check_max_concurrent
+
+    try:
+        return check_max_concurrent(int(text), "--max-concurrent")
+    except ValueError as exc:
+        if "invalid literal" in str(exc):
+            raise argparse.ArgumentTypeError(
+                f"--max-concurrent must be an int between 1 and 1,000,000; got {text!r}"
+            ) from None
         raise argparse.ArgumentTypeError(str(exc)) from None

@@ -17,7 +17,9 @@ from flux.cli.arguments import (
     EXECUTION_STATES,
     attempt_duration,
     count,
+    execution_id_list,
     execution_state,
+    max_concurrent,
     parse_duration,
     priority,
     seconds,
@@ -123,9 +125,28 @@ def build_parser() -> argparse.ArgumentParser:
         "workflow's same/spread topology (default: the workflow's gang, or one worker)",
     )  # fmt: skip
     run.add_argument(
+        "--after", type=execution_id_list, default=None, metavar="ID[,ID...]",
+        help="wait for these executions first: stored at once, it runs once each has ended as --when "
+        "asks (its body reads their outputs as ctx.upstream)",
+    )  # fmt: skip
+    run.add_argument(
+        "--when", choices=("succeeded", "failed", "finished"), default=None,
+        help="with --after: how each must end (default succeeded); when one ends otherwise this run "
+        "ends CANCELLED, reason dependency",
+    )  # fmt: skip
+    run.add_argument(
         "--many", action="store_true",
-        help="one execution per line of --input-file (JSON Lines; blank lines skipped), submitted in bulk; "
-        "prints one id per line, or with --wait one output per line, in input order",
+        help="one execution per line of --input-file (JSON Lines; blank lines skipped), submitted in bulk "
+        "as one batch; prints one id per line, or with --wait one output per line, in input order (the "
+        "batch's id on stderr)",
+    )  # fmt: skip
+    run.add_argument(
+        "--max-concurrent", type=max_concurrent, default=None, metavar="N",
+        help="with --many: at most N of the batch's runs SCHEDULED or RUNNING at once (default: no limit)",
+    )  # fmt: skip
+    run.add_argument(
+        "--print-batch", action="store_true",
+        help="with --many: print the batch's id alone on stdout instead of the executions' ids",
     )  # fmt: skip
     run.set_defaults(run=command("workflow", "run_workflow"))
     status = with_server(workflow.add_parser("status", help="an execution's state"))

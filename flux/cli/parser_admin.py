@@ -10,7 +10,9 @@ import argparse
 
 from flux.cli.arguments import duration
 from flux.cli.commands.lazy import command
+from flux.cli.parser_batches import add_batches
 from flux.cli.parser_limits import add_limits
+from flux.cli.parser_schedules import add_schedules
 from flux.defaults import default_server
 from flux.domain.tenant import FIELDS
 from flux.security import Role
@@ -174,6 +176,8 @@ def add_admin(commands: argparse._SubParsersAction) -> None:  # type: ignore[typ
     apply.set_defaults(run=command("tenants", "apply_tenants"))
 
     add_limits(commands, with_server)
+    add_batches(commands, with_server)
+    add_schedules(commands, with_server)
 
     audit = commands.add_parser("audit", help="who changed what: the audit trail").add_subparsers(
         dest="action", required=True, metavar="ACTION"

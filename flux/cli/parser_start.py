@@ -10,7 +10,16 @@ import argparse
 import os
 
 from flux import defaults
-from flux.cli.arguments import count, duration, label, origin, quantity, seconds, whole_number
+from flux.cli.arguments import (
+    count,
+    duration,
+    label,
+    origin,
+    prefetch_count,
+    quantity,
+    seconds,
+    whole_number,
+)
 from flux.cli.commands.lazy import command
 from flux.domain.quantity import format_bytes
 from flux.observe import logs
@@ -123,6 +132,12 @@ def add_start(commands: argparse._SubParsersAction) -> None:
         help="fail work that no connected worker and no pool could ever run once it has been infeasible this "
         "long (e.g. 10m): FAILED, reason pending_timeout, explain's verdict as its error; work that becomes "
         "feasible meanwhile waits on (default off: explain only says it is infeasible)",
+    )  # fmt: skip
+    server.add_argument(
+        "--placement", choices=("spread", "binpack"), default="spread",
+        help="which capable worker work goes to, unless its workflow says placement=...: spread (the default) "
+        "the least loaded; binpack the fullest that fits, fewest free GPUs first and devices chosen to keep "
+        "aligned blocks whole, so idle workers stay idle and a pool can scale in",
     )  # fmt: skip
     server.add_argument(
         "--preemption", choices=("on", "off"), default="on",
@@ -289,6 +304,12 @@ def add_start(commands: argparse._SubParsersAction) -> None:
         "--advertise-address", default=os.environ.get("FLUX_ADVERTISE_ADDRESS", ""), metavar="HOST",
         help="the host (or host:port) other members of a gang reach this worker at, as ctx.gang.members "
         "shows it (default $FLUX_ADVERTISE_ADDRESS, else the address the server sees it connect from)",
+    )  # fmt: skip
+    worker.add_argument(
+        "--prefetch", type=prefetch_count, default=defaults.PREFETCH, metavar="N",
+        help="executions the server may queue here beyond this worker's room; each starts (and is "
+        "claimed) when room allows, so no body runs beyond it. GPU executions and those of a limited "
+        f"key are never queued (0 to {defaults.MAX_PREFETCH}; default {defaults.PREFETCH})",
     )  # fmt: skip
     worker.add_argument(
         "--work-dir",

@@ -13,14 +13,13 @@ One client holds one channel; share it between tasks rather than opening one per
 from __future__ import annotations
 
 import asyncio
-import functools
 from collections.abc import AsyncIterator, Callable, Iterable
 from typing import Any
 
 import grpc
 
+from flux.client.batches import Executions, batch_fields
 from flux.client.calls import AsyncCalls
-from flux.client.limit_admin import AsyncLimitAdmin
 from flux.client.requests import (
     WaitTimedOut,
     chunked,
@@ -35,22 +34,23 @@ from flux.client.requests import (
     shift_index,
     submit_span,
 )
-from flux.client.runs import ENDED, AsyncRunStream, CallEnded
+from flux.client.runs import ENDED, LATE, AsyncRunStream, CallEnded, TimedOut
+from flux.client.services import AsyncServices
 from flux.client.streams import tasks
-from flux.client.tenant_admin import AsyncTenantAdmin
 from flux.defaults import default_server
+from flux.domain.batch import check_max_concurrent
 from flux.domain.policy import Retry
 from flux.errors import FluxError, InvalidArgument, Unavailable
 from flux.observe import tracing
 from flux.security import Credentials, Role
-from flux.v1 import control_pb2, control_pb2_grpc, limits_pb2_grpc, tenants_pb2_grpc
+from flux.v1 import control_pb2, control_pb2_grpc
 
 __all__ = ["FluxClient", "WaitTimedOut"]
 
 Update = Callable[[control_pb2.Execution], None]
 
 
-class FluxClient(AsyncCalls):
+class FluxClient(AsyncCalls, AsyncServices):
     def __init__(
         self, address: str | None = None, timeout: float = 30.0, credentials: Credentials | None = None
     ):
@@ -64,32 +64,6 @@ class FluxClient(AsyncCalls):
         self._runs = AsyncRunStream(lambda: self._stub.RunAndWaitStream(metadata=self._metadata))
         # ``flux.submit`` spans where this process traces, as the blocking client (checked once).
         self._traced = tracing.adopt()
-
-    @functools.cached_property
-    def tenants(self) -> AsyncTenantAdmin:
-        """Tenants and their tokens (``flux.client.tenant_admin``; an admin token: tenant admins see their own tenant)."""
-        stub = tenants_pb2_grpc.TenantServiceStub(self._channel)
-
-        async def call(method: str, request: Any) -> Any:
-            try:
-                return await getattr(stub, method)(request, timeout=self.timeout, metadata=self._metadata)
-            except grpc.RpcError as exc:
-                raise await self._error(exc) from None
-
-        return AsyncTenantAdmin(call)
-
-    @functools.cached_property
-    def limits(self) -> AsyncLimitAdmin:
-        """The tenant's named limits (``flux.client.limit_admin``; an admin token changes them)."""
-        stub = limits_pb2_grpc.LimitServiceStub(self._channel)
-
-        async def call(method: str, request: Any) -> Any:
-            try:
-                return await getattr(stub, method)(request, timeout=self.timeout, metadata=self._metadata)
-            except grpc.RpcError as exc:
-                raise await self._error(exc) from None
-
-        return AsyncLimitAdmin(call)
 
     async def close(self) -> None:
         await self._runs.close()
@@ -143,10 +117,13 @@ class FluxClient(AsyncCalls):
         retry: Retry | None = None,
         key: str | None = None,
         gang_size: int | None = None,
+        after: Iterable[control_pb2.Execution | str] | None = None,
+        when: str | None = None,
     ) -> control_pb2.Execution:
         """Submit an execution; with ``wait`` its final state, from the same call (``RunAndWait``).
         ``attempt_timeout`` and ``retry`` override the workflow's for this run (``timeout`` is how
-        long this call waits); ``key`` is this run's flow-control key."""
+        long this call waits); ``key`` is this run's flow-control key; ``after`` and ``when``: executions
+        this run waits for, and how they must end (``"succeeded"``, ``"failed"``, ``"finished"``)."""
         (input_json,) = encode_inputs([input])
         return await self.run_json(
             workflow,
@@ -159,6 +136,8 @@ class FluxClient(AsyncCalls):
             retry=retry,
             key=key,
             gang_size=gang_size,
+            after=after,
+            when=when,
         )
 
     async def run_json(
@@ -175,8 +154,12 @@ class FluxClient(AsyncCalls):
         retry: Retry | None = None,
         key: str | None = None,
         gang_size: int | None = None,
+        after: Iterable[control_pb2.Execution | str] | None = None,
+        when: str | None = None,
     ) -> control_pb2.Execution:
-        request = run_request(workflow, input_json, version, priority, attempt_timeout, retry, key, gang_size)
+        request = run_request(
+            workflow, input_json, version, priority, attempt_timeout, retry, key, after, when, gang_size
+        )
         if not wait:
             return await self._submit("RunWorkflow", request, workflow)
         return await self._run_and_wait(request, timeout, on_update)
@@ -184,18 +167,41 @@ class FluxClient(AsyncCalls):
     async def _run_and_wait(
         self, request: control_pb2.RunWorkflowRequest, timeout: float | None, on_update: Update | None
     ) -> control_pb2.Execution:
-        if timeout is None and on_update is None and not self._traced:
-            # A message on the client's RunAndWaitStream call (a trace or a timeout is per call).
+        loop = asyncio.get_running_loop()
+        deadline = None if timeout is None else loop.time() + timeout
+        if on_update is None and not self._traced:
+            # A message on the client's RunAndWaitStream call (a trace or every state is per call);
+            # a timeout is the client's to keep, the call stays open (flux/client/runs.py).
             try:
-                execution_id, final = await self._runs.run(request)
+                execution_id, final = await self._runs.run(request, timeout, self.timeout)
             except CallEnded as ended:
                 raise (
                     await self._error(ended.error) if ended.error else Unavailable(ENDED.format(self.address))
                 ) from None
-            # None: accepted, then the call broke (a restart): follow it as ``wait`` does.
-            return final if final is not None else await self.wait(execution_id)
+            except TimedOut as out:
+                if out.execution_id is None:
+                    raise Unavailable(LATE.format(self.address)) from None
+                execution_id, final, deadline = out.execution_id, None, loop.time()
+            if final is not None:
+                return final
+            # Accepted, then the call broke (a restart) or the wait ran out: ``wait`` says which.
+            receipt = control_pb2.Execution(execution_id=execution_id)
+        else:
+            receipt = await self._unary_run_and_wait(request, timeout, on_update)
+            if finished(receipt):
+                return receipt
+        remaining = None if deadline is None else max(0.0, deadline - loop.time())
+        try:
+            return await self.wait(receipt.execution_id, remaining, on_update)
+        except WaitTimedOut as exc:  # named with the whole wait's timeout, not what was left of it
+            raise WaitTimedOut(exc.execution, exc.timeout if timeout is None else timeout) from None
+
+    async def _unary_run_and_wait(
+        self, request: control_pb2.RunWorkflowRequest, timeout: float | None, on_update: Update | None
+    ) -> control_pb2.Execution:
+        """A ``RunAndWait`` call of its own: the final state, or the receipt where the call broke
+        or the wait's timeout cut it (the caller follows it with ``wait``)."""
         loop = asyncio.get_running_loop()
-        deadline = None if timeout is None else loop.time() + timeout
         # Traced, the submission (to the receipt) is a flux.submit span.
         span, metadata = submit_span(
             self.address, "RunAndWait", request.workflow_name, self._metadata, self._traced
@@ -245,11 +251,7 @@ class FluxClient(AsyncCalls):
             call.cancel()
         if receipt is None:
             raise Unavailable(ENDED.format(self.address))
-        remaining = None if deadline is None else max(0.0, deadline - loop.time())
-        try:
-            return await self.wait(receipt.execution_id, remaining, on_update)
-        except WaitTimedOut as exc:  # named with the whole wait's timeout, not what was left of it
-            raise WaitTimedOut(exc.execution, exc.timeout if timeout is None else timeout) from None
+        return receipt
 
     async def map(
         self,
@@ -260,12 +262,17 @@ class FluxClient(AsyncCalls):
         priority: int | None = None,
         wait: bool = False,
         timeout: float | None = None,
-    ) -> list[control_pb2.Execution]:
-        """Run ``workflow`` once per input (bulk submission); in input order, as ``FluxClient.map``."""
+        max_concurrent: int | None = None,
+    ) -> Executions:
+        """Run ``workflow`` once per input (bulk submission); in input order, as one batch of which
+        at most ``max_concurrent`` run at once, as ``FluxClient.map``."""
+        if max_concurrent is not None:
+            check_max_concurrent(max_concurrent, "max_concurrent")
         executions = await self.run_many_json(
-            workflow, encode_inputs(inputs), version=version, priority=priority
-        )
-        return await self.wait_all(executions, timeout) if wait else executions
+            workflow, encode_inputs(inputs), version=version, priority=priority, batch=True,
+            max_concurrent=max_concurrent,
+        )  # fmt: skip
+        return Executions(await self.wait_all(executions, timeout), executions.batch) if wait else executions
 
     async def run_many_json(
         self,
@@ -276,16 +283,21 @@ class FluxClient(AsyncCalls):
         priority: int | None = None,
         key: str | None = None,
         gang_size: int | None = None,
-    ) -> list[control_pb2.Execution]:
+        batch: bool = False,
+        max_concurrent: int | None = None,
+    ) -> Executions:
         executions: list[control_pb2.Execution] = []
+        batch_id = ""
         for chunk in chunked(inputs_json):
             request = run_many_request(workflow, chunk, version, priority, key, gang_size)
+            batch_fields(request, batch, max_concurrent, batch_id)
             try:
                 answer = await self._submit("RunWorkflows", request, workflow)
             except InvalidArgument as exc:
                 raise InvalidArgument(shift_index(str(exc), len(executions))) from None
             executions.extend(answer.executions)
-        return executions
+            batch_id = batch_id or answer.batch_id
+        return Executions(executions, self.batches.handle(batch_id) if batch_id else None)
 
     async def wait_all(
         self, executions: Iterable[control_pb2.Execution | str], timeout: float | None = None

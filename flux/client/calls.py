@@ -1,5 +1,5 @@
 """The clients' calls of one request and one answer: registering workflows, getting, cancelling,
-retrying and explaining an execution, the listings, the operator's worker calls and the status.
+retrying, watching and explaining an execution, building a graph, the listings, the operator's worker calls and the status.
 Mixins of the two ``FluxClient`` classes (``Calls`` of sync.py's, ``AsyncCalls`` of aio.py's),
 their own module so that sync.py and aio.py keep what differs between them (runs, waits, streams)
 and these thin calls sit side by side, the blocking one over its asyncio twin.
@@ -8,19 +8,32 @@ and these thin calls sit side by side, the blocking one over its asyncio twin.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+from flux.client.graphs import Graph
 from flux.client.requests import list_executions_request, workflow_request
 from flux.registration import WorkflowFile, load_workflow_file
 from flux.v1 import control_pb2
 
 
 class Calls:
-    """Of ``flux.client.FluxClient``; ``_call`` is its own (sync.py)."""
+    """Of ``flux.client.FluxClient``; ``_call``, ``_read`` and ``_submit`` are its own (sync.py)."""
 
     _call: Callable[..., Any]
+    _read: Callable[..., Iterator[Any]]
+    _submit: Callable[..., Any]
+
+    def watch(self, execution_id: str, timeout: float | None = None) -> Iterator[control_pb2.Execution]:
+        return self._read(
+            "WatchExecution", control_pb2.WatchExecutionRequest(execution_id=execution_id), timeout
+        )
+
+    def graph(self) -> Graph:
+        """A graph of executions that wait for each other, submitted in one call, all or nothing
+        (flux/client/graphs.py): ``a = g.add("extract", x); g.add("load", after=[a]); g.submit()``."""
+        return Graph(lambda request: self._submit("RunWorkflows", request, "graph"))
 
     def register_file(
         self, path: str | Path, allow_import: bool = False
@@ -97,9 +110,14 @@ class Calls:
 
 
 class AsyncCalls:
-    """Of ``flux.aio.FluxClient``; ``_call`` is its own (aio.py)."""
+    """Of ``flux.aio.FluxClient``; ``_call`` and ``_submit`` are its own (aio.py)."""
 
     _call: Callable[..., Any]
+    _submit: Callable[..., Any]
+
+    def graph(self) -> Graph:
+        """As ``FluxClient.graph``; ``await g.submit()``."""
+        return Graph(lambda request: self._submit("RunWorkflows", request, "graph"))
 
     async def register_file(
         self, path: str | Path, allow_import: bool = False

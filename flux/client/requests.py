@@ -15,6 +15,7 @@ from typing import Any
 import grpc
 
 from flux import defaults
+from flux.domain.dependencies import checked_when
 from flux.domain.gang import validate_gang_size
 from flux.domain.limits import check_run_key, flow_to_proto
 from flux.domain.policy import Retry, parse_duration, policy_to_proto, retry_to_proto
@@ -91,6 +92,7 @@ def workflow_request(loaded: WorkflowFile) -> control_pb2.RegisterWorkflowReques
                 policy=policy_to_proto(wf.policy) if wf.policy is not None else None,
                 flow=flow_to_proto(wf.flow) if not wf.flow.empty else None,
                 gang=wf.gang.to_proto() if wf.gang is not None else None,
+                placement=wf.placement,
             )
         )
     return request
@@ -109,10 +111,12 @@ def run_request(
     attempt_timeout: float | str | None = None,
     retry: Retry | None = None,
     key: str | None = None,
+    after: Iterable[control_pb2.Execution | str] | None = None,
+    when: str | None = None,
     gang_size: int | None = None,
 ) -> control_pb2.RunWorkflowRequest:
-    """``attempt_timeout``, ``retry``, ``key`` and ``gang_size`` are checked here, so a bad one fails
-    before any call."""
+    """``attempt_timeout``, ``retry``, ``key``, ``when`` and ``gang_size`` are checked here, so a bad
+    one fails before any call. ``after``: executions (or their ids) this run waits for."""
     request = control_pb2.RunWorkflowRequest(workflow_name=workflow, input_json=input_json, version=version)
     if priority is not None:
         request.priority = priority
@@ -126,6 +130,11 @@ def run_request(
         request.key = check_run_key(key)
     if gang_size is not None:
         request.gang_size = validate_gang_size(gang_size, "gang_size")
+    if after:
+        request.after.extend(execution_ids(after))
+        request.when = checked_when(when)
+    elif when is not None:
+        checked_when(when)
     return request
 
 

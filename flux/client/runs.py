@@ -7,6 +7,12 @@ the run it names, so any number of threads may run at once. When the call fails 
 restarted, the channel closed), every run waiting on it is told, and the next run opens a new
 one. A run that had its receipt when that happened is followed by ``wait``, as a broken
 ``RunAndWait`` is: accepted work is never submitted twice.
+
+A wait with a timeout rides the same call (issue 46): the timeout is the client's to keep. The
+run waits for its receipt up to the longer of the wait's timeout and the client's call timeout,
+and for its final state until the wait's timeout has passed since it began; then it stops
+waiting (``TimedOut``), the call stays open for the other runs, and a late answer for it is
+dropped. The caller says where the execution stands then, as a timed-out ``wait`` does.
 """
 
 from __future__ import annotations
@@ -15,6 +21,7 @@ import asyncio
 import itertools
 import queue
 import threading
+import time
 from collections.abc import Callable, Iterator
 
 import grpc
@@ -26,8 +33,34 @@ Request = control_pb2.RunAndWaitStreamRequest
 Answer = control_pb2.RunAndWaitStreamResponse
 # A run's call that ended without a word about it (``format`` with the server's address).
 ENDED = "the Flux server at {} ended the run without an answer"
+# A run's receipt did not come in time (as a call's DEADLINE_EXCEEDED, flux/client/requests.py).
+LATE = "the Flux server at {} did not answer in time"
 # What the reader hands a run: an answer, or the call's end (its error, or None: ended cleanly).
 Handed = Answer | grpc.RpcError | None
+# Put on an asyncio run's queue by its timer: the wait ran out.
+_EXPIRED = object()
+
+
+class TimedOut(Exception):
+    """The wait ran out before the run's final state; ``execution_id`` is None where it ran out
+    before the receipt too (the server did not answer in time)."""
+
+    def __init__(self, execution_id: str | None):
+        super().__init__(execution_id)
+        self.execution_id = execution_id
+
+
+class _Deadlines:
+    """When a run with a timeout stops waiting: for its receipt, the longer of the wait's timeout
+    and the client's call timeout (as a ``RunAndWait`` call's own deadline); for its final state,
+    the wait's timeout after the run began. No timeout: never."""
+
+    def __init__(self, now: float, timeout: float | None, receipt_timeout: float | None):
+        self.receipt = None if timeout is None else now + max(timeout, receipt_timeout or 0.0)
+        self.final = None if timeout is None else now + timeout
+
+    def of(self, run: _Run) -> float | None:
+        return self.receipt if run.receipt is None else self.final
 
 
 class _Call:
@@ -50,6 +83,11 @@ class _Call:
             self._waiting[run_id] = answers
         self._requests.put(Request(run_id=run_id, run=request))
         return answers
+
+    def forget(self, run_id: int) -> None:
+        """No longer wait for the run: an answer for it that comes later is dropped."""
+        with self._lock:
+            self._waiting.pop(run_id, None)
 
     def close(self) -> None:
         """Stop writing: the server ends the call once every run on it is answered."""
@@ -117,9 +155,16 @@ class RunStream:
         self._call: _Call | None = None
         self._ids = itertools.count(1)
 
-    def run(self, request: control_pb2.RunWorkflowRequest) -> tuple[str, control_pb2.Execution | None]:
+    def run(
+        self,
+        request: control_pb2.RunWorkflowRequest,
+        timeout: float | None = None,
+        receipt_timeout: float | None = None,
+    ) -> tuple[str, control_pb2.Execution | None]:
         """The execution's id and its final state (None: the call ended after the receipt).
-        A refusal raises its domain error; a call that ended before the receipt, ``CallEnded``."""
+        A refusal raises its domain error; a call that ended before the receipt, ``CallEnded``;
+        a wait that ran out (``_Deadlines``), ``TimedOut``."""
+        deadlines = _Deadlines(time.monotonic(), timeout, receipt_timeout)
         answers = None
         while answers is None:  # at most twice: a call found ended is replaced
             with self._lock:
@@ -128,8 +173,17 @@ class RunStream:
                 call, run_id = self._call, next(self._ids)
             answers = call.send(run_id, request)
         run = _Run()
-        while (outcome := run.take(answers.get())) is _Run.MORE:
-            pass
+        outcome: object = _Run.MORE
+        while outcome is _Run.MORE:
+            deadline = deadlines.of(run)
+            try:
+                handed = answers.get(
+                    timeout=None if deadline is None else max(0.0, deadline - time.monotonic())
+                )
+            except queue.Empty:
+                call.forget(run_id)
+                raise TimedOut(None if run.receipt is None else run.receipt.execution_id) from None
+            outcome = run.take(handed)
         assert run.receipt is not None
         return run.receipt.execution_id, outcome  # type: ignore[return-value]
 
@@ -151,14 +205,22 @@ class AsyncRunStream:
         self._waiting: dict[int, asyncio.Queue[Handed]] = {}
         self._ids = itertools.count(1)
 
-    async def run(self, request: control_pb2.RunWorkflowRequest) -> tuple[str, control_pb2.Execution | None]:
+    async def run(
+        self,
+        request: control_pb2.RunWorkflowRequest,
+        timeout: float | None = None,
+        receipt_timeout: float | None = None,
+    ) -> tuple[str, control_pb2.Execution | None]:
         """As ``RunStream.run``. Cancelled, the run is only no longer waited for."""
+        loop = asyncio.get_running_loop()
+        deadlines = _Deadlines(loop.time(), timeout, receipt_timeout)
         if self._call is None or self._reader is None or self._reader.done():
             self._call = call = self._open_call()
             self._reader = asyncio.create_task(self._read(call, self._waiting))
         call, reader, waiting, run_id = self._call, self._reader, self._waiting, next(self._ids)
-        answers: asyncio.Queue[Handed] = asyncio.Queue()
+        answers: asyncio.Queue[Handed | object] = asyncio.Queue()
         waiting[run_id] = answers
+        expiry: asyncio.TimerHandle | None = None
         try:
             async with self._writing:
                 write = asyncio.ensure_future(call.write(Request(run_id=run_id, run=request)))
@@ -181,10 +243,23 @@ class AsyncRunStream:
                     if not reader.done():
                         raise  # we were cancelled, not the write by the call's end
             run = _Run()
-            while (outcome := run.take(await answers.get())) is _Run.MORE:
-                pass
+            outcome: object = _Run.MORE
+            while outcome is _Run.MORE:
+                deadline = deadlines.of(run)
+                if deadline is not None and expiry is None:
+                    # The receipt's deadline, then (a new timer) the final state's.
+                    expiry = loop.call_at(deadline, answers.put_nowait, _EXPIRED)
+                handed = await answers.get()
+                if handed is _EXPIRED:
+                    raise TimedOut(None if run.receipt is None else run.receipt.execution_id)
+                outcome = run.take(handed)  # type: ignore[arg-type]
+                if run.receipt is not None and expiry is not None and deadlines.of(run) != deadline:
+                    expiry.cancel()
+                    expiry = None
         finally:
-            waiting.pop(run_id, None)
+            if expiry is not None:
+                expiry.cancel()
+            waiting.pop(run_id, None)  # a late answer finds nobody: dropped
         assert run.receipt is not None
         return run.receipt.execution_id, outcome  # type: ignore[return-value]
 

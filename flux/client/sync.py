@@ -7,7 +7,6 @@ execution = client.run("hello", "World", wait=True)
 
 from __future__ import annotations
 
-import functools
 import json
 import threading
 import time
@@ -18,8 +17,8 @@ from typing import Any
 import grpc
 import grpc.experimental
 
+from flux.client.batches import Executions, batch_fields
 from flux.client.calls import Calls
-from flux.client.limit_admin import LimitAdmin
 
 # ``chunked`` and ``WaitTimedOut`` are imported from here outside flux (tests, bench, scripts).
 from flux.client.requests import (
@@ -36,22 +35,23 @@ from flux.client.requests import (
     shift_index,
     submit_span,
 )
-from flux.client.runs import ENDED, CallEnded, RunStream
+from flux.client.runs import ENDED, LATE, CallEnded, RunStream, TimedOut
+from flux.client.services import Services
 from flux.client.streams import threaded
-from flux.client.tenant_admin import TenantAdmin
 from flux.defaults import default_server
+from flux.domain.batch import check_max_concurrent
 from flux.domain.policy import Retry
 from flux.errors import FluxError, InvalidArgument, Unavailable
 from flux.observe import tracing
 from flux.security import Credentials, Role
-from flux.v1 import control_pb2, control_pb2_grpc, limits_pb2_grpc, tenants_pb2_grpc
+from flux.v1 import control_pb2, control_pb2_grpc
 
 __all__ = ["FluxClient", "WaitTimedOut", "chunked"]
 
 SINGLE_THREADED_STREAMS = grpc.experimental.ChannelOptions.SingleThreadedUnaryStream
 
 
-class FluxClient(Calls):
+class FluxClient(Calls, Services):
     def __init__(
         self, address: str | None = None, timeout: float = 30.0, credentials: Credentials | None = None
     ):
@@ -71,18 +71,6 @@ class FluxClient(Calls):
         # A client records ``flux.submit`` spans where this process traces (OTEL_* settings, or an
         # SDK provider the host set up before making the client); checked once, here.
         self._traced = tracing.adopt()
-
-    @functools.cached_property
-    def tenants(self) -> TenantAdmin:
-        """Tenants and their tokens (``flux.client.tenant_admin``; an admin token: tenant admins see their own tenant)."""
-        stub = tenants_pb2_grpc.TenantServiceStub(self._channel)
-        return TenantAdmin(lambda method, request: self._call(method, request, stub=stub))
-
-    @functools.cached_property
-    def limits(self) -> LimitAdmin:
-        """The tenant's named limits (``flux.client.limit_admin``; an admin token changes them)."""
-        stub = limits_pb2_grpc.LimitServiceStub(self._channel)
-        return LimitAdmin(lambda method, request: self._call(method, request, stub=stub))
 
     def close(self) -> None:
         self._runs.close()
@@ -144,13 +132,15 @@ class FluxClient(Calls):
         retry: Retry | None = None,
         key: str | None = None,
         gang_size: int | None = None,
+        after: Iterable[control_pb2.Execution | str] | None = None,
+        when: str | None = None,
     ) -> control_pb2.Execution:
         """Submit an execution; with ``wait`` block until it finishes (or ``timeout`` passes).
 
         ``priority`` (-1000 to 1000, higher first) overrides the workflow's for this run, as do
         ``attempt_timeout`` (one attempt's limit: ``"10m"`` or seconds) and ``retry``. ``timeout``
         is how long this call waits, not a limit on the execution. ``key``: this run's flow-control
-        key (``Concurrency``/``RateLimit``), in place of the one computed from the input.
+        key, in place of the input's; ``after``/``when``: what it waits for and how (ctx.upstream).
         """
         return self.run_json(
             workflow,
@@ -163,6 +153,8 @@ class FluxClient(Calls):
             retry=retry,
             key=key,
             gang_size=gang_size,
+            after=after,
+            when=when,
         )
 
     def run_json(
@@ -179,9 +171,13 @@ class FluxClient(Calls):
         retry: Retry | None = None,
         key: str | None = None,
         gang_size: int | None = None,
+        after: Iterable[control_pb2.Execution | str] | None = None,
+        when: str | None = None,
     ) -> control_pb2.Execution:
         """``run`` with the input already JSON; ``on_update`` (with ``wait``) sees every state."""
-        request = run_request(workflow, input_json, version, priority, attempt_timeout, retry, key, gang_size)
+        request = run_request(
+            workflow, input_json, version, priority, attempt_timeout, retry, key, after, when, gang_size
+        )
         if not wait:
             return self._submit("RunWorkflow", request, workflow)
         return self._run_and_wait(request, timeout, on_update)
@@ -194,17 +190,28 @@ class FluxClient(Calls):
     ) -> control_pb2.Execution:
         # One call: the receipt, then the final state. The receipt may take as long as any
         # call (self.timeout); the wait's own timeout cuts the stream only once it is accepted.
-        if timeout is None and on_update is None and not self._traced:
-            # A message on the client's RunAndWaitStream call (a trace or a timeout is per call).
+        deadline = None if timeout is None else time.monotonic() + timeout
+        if on_update is None and not self._traced:
+            # A message on the client's RunAndWaitStream call (a trace or every state is per call);
+            # a timeout is the client's to keep, the call stays open (flux/client/runs.py).
             try:
-                execution_id, final = self._runs.run(request)
+                execution_id, final = self._runs.run(request, timeout, self.timeout)
             except CallEnded as ended:
                 raise (
                     self._error(ended.error) if ended.error else Unavailable(ENDED.format(self.address))
                 ) from None
-            # None: accepted, then the call broke (a restart): follow it as ``wait`` does.
-            return final if final is not None else self.wait(execution_id)
-        deadline = None if timeout is None else time.monotonic() + timeout
+            except TimedOut as out:
+                if out.execution_id is None:
+                    raise Unavailable(LATE.format(self.address)) from None
+                execution_id, final, deadline = out.execution_id, None, time.monotonic()
+            if final is not None:
+                return final
+            # Accepted, then the call broke (a restart) or the wait ran out: ``wait`` says which.
+            remaining = None if deadline is None else max(0.0, deadline - time.monotonic())
+            try:
+                return self.wait(execution_id, remaining)
+            except WaitTimedOut as exc:  # named with the whole wait's timeout
+                raise WaitTimedOut(exc.execution, exc.timeout if timeout is None else timeout) from None
         # Traced, the submission (to the receipt) is a flux.submit span, as a run without wait is.
         span, metadata = submit_span(
             self.address, "RunAndWait", request.workflow_name, self._metadata, self._traced
@@ -262,8 +269,11 @@ class FluxClient(Calls):
         priority: int | None = None,
         wait: bool = False,
         timeout: float | None = None,
-    ) -> list[control_pb2.Execution]:
-        """Run ``workflow`` once per input (bulk submission); the executions in input order.
+        max_concurrent: int | None = None,
+    ) -> Executions:
+        """Run ``workflow`` once per input (bulk submission); the executions in input order, as one
+        batch (``.batch_id``, ``.batch``: flux/client/batches.py) of which at most ``max_concurrent``
+        run at once (None: no limit).
 
         Inputs go in RunWorkflows calls of at most 10,000 inputs (and 8 MiB) each; every
         call is one durable commit, so a refused call leaves the earlier calls' executions
@@ -273,8 +283,13 @@ class FluxClient(Calls):
         them together (``WaitTimedOut`` names the first one not finished by then).
         ``priority`` (-1000 to 1000, higher first) overrides the workflow's for these runs.
         """
-        executions = self.run_many_json(workflow, encode_inputs(inputs), version=version, priority=priority)
-        return self.wait_all(executions, timeout) if wait else executions
+        if max_concurrent is not None:
+            check_max_concurrent(max_concurrent, "max_concurrent")
+        executions = self.run_many_json(
+            workflow, encode_inputs(inputs), version=version, priority=priority, batch=True,
+            max_concurrent=max_concurrent,
+        )  # fmt: skip
+        return Executions(self.wait_all(executions, timeout), executions.batch) if wait else executions
 
     def run_many_json(
         self,
@@ -285,17 +300,23 @@ class FluxClient(Calls):
         priority: int | None = None,
         key: str | None = None,
         gang_size: int | None = None,
-    ) -> list[control_pb2.Execution]:
-        """Submit one execution per JSON-encoded input, in calls of the per-call cap; in input order."""
+        batch: bool = False,
+        max_concurrent: int | None = None,
+    ) -> Executions:
+        """Submit one execution per JSON-encoded input, in calls of the per-call cap; in input order.
+        ``batch`` or ``max_concurrent``: as one batch (the first call makes it, the others join it)."""
         executions: list[control_pb2.Execution] = []
+        batch_id = ""
         for chunk in chunked(inputs_json):
             request = run_many_request(workflow, chunk, version, priority, key, gang_size)
+            batch_fields(request, batch, max_concurrent, batch_id)
             try:
                 answer = self._submit("RunWorkflows", request, workflow)
             except InvalidArgument as exc:
                 raise InvalidArgument(shift_index(str(exc), len(executions))) from None
             executions.extend(answer.executions)
-        return executions
+            batch_id = batch_id or answer.batch_id
+        return Executions(executions, self.batches.handle(batch_id) if batch_id else None)
 
     def wait_all(
         self, executions: Iterable[control_pb2.Execution | str], timeout: float | None = None
@@ -344,11 +365,6 @@ class FluxClient(Calls):
             "WaitExecutions", control_pb2.WaitExecutionsRequest(execution_ids=ids), timeout
         ):
             yield from batch.executions
-
-    def watch(self, execution_id: str, timeout: float | None = None) -> Iterator[control_pb2.Execution]:
-        return self._read(
-            "WatchExecution", control_pb2.WatchExecutionRequest(execution_id=execution_id), timeout
-        )
 
     def wait(
         self,

@@ -1,13 +1,12 @@
 """The dispatcher: the one object the servers call, the async shell around the pure matcher.
 
 It holds the state (``state/``) and hands itself to its parts as a ``Handle`` (``handle.py``):
-submissions, worker calls, cancels, tenants' terms and the tick are ``transitions/``; a
-scheduling pass is ``cycle/placing.py`` (views → ``schedule``, pure → reserve → the mode's
-bind), and ``cycle/passes.py`` decides when one runs: at once and scoped (a submission tests
-its own shape against every worker; a worker that connects, reports or frees room is tested
-against every shape), with a full pass on the safety tick. That keeps "after each pass, no
-pending execution fits any worker", which is what makes scoped passes complete. Reads that
-change nothing are ``reads/``. What differs between one server and replicas sharing
+submissions, worker calls, cancels, tenants' terms and the tick are ``transitions/``; a scheduling pass is
+``cycle/placing.py`` (views → ``schedule``, pure → reserve → the mode's bind), and ``cycle/passes.py``
+decides when one runs: at once and scoped (a submission tests its own shape against every worker; a worker
+that connects, reports or frees room is tested against every shape), with a full pass on the safety tick.
+That keeps "after each pass, no pending execution fits any worker", which is what makes scoped passes
+complete. Reads that change nothing are ``reads/``. What differs between one server and replicas sharing
 PostgreSQL is injected as ``Modes`` (``modes/``): the binder, the pending feed, the fleet.
 """
 
@@ -18,6 +17,7 @@ import time
 import uuid
 from collections.abc import AsyncIterator, Callable, Iterable
 
+from flux.dispatcher.core_batches import BatchMethods
 from flux.dispatcher.core_workers import WorkerMethods
 from flux.dispatcher.cycle import placing
 from flux.dispatcher.cycle.passes import Passes
@@ -30,6 +30,7 @@ from flux.dispatcher.state import validation
 from flux.dispatcher.state.audit import AuditTrail
 from flux.dispatcher.state.catalogue import Catalogue
 from flux.dispatcher.state.deadlines import Kind, Timers
+from flux.dispatcher.state.dependencies import DependencyIndex
 from flux.dispatcher.state.flow import FlowUsage
 from flux.dispatcher.state.freezing import Freezer
 from flux.dispatcher.state.lifecycle import Lifecycle
@@ -38,15 +39,25 @@ from flux.dispatcher.state.pings import Pinger
 from flux.dispatcher.state.pools import PoolBook
 from flux.dispatcher.state.quotas import TenantUsage
 from flux.dispatcher.state.registry import WorkerRegistration, WorkerRegistry
+from flux.dispatcher.state.schedules import ScheduleBook
 from flux.dispatcher.state.settings import Settings
 from flux.dispatcher.state.table import ExecutionTable
 from flux.dispatcher.state.tenants import TenantDirectory
 from flux.dispatcher.state.watchers import Watchers
 from flux.dispatcher.state.worker_entry import WorkerEntry
-from flux.dispatcher.transitions import attempts, cancel, housekeeping, submission, terms
+from flux.dispatcher.transitions import (
+    attempts,
+    cancel,
+    dependencies,
+    graphs,
+    housekeeping,
+    submission,
+    terms,
+)
 from flux.dispatcher.transitions import workflows as workflows_module
 from flux.dispatcher.transitions.infeasible import Infeasibility
 from flux.dispatcher.transitions.reclaim import Reclaimer
+from flux.dispatcher.transitions.ticker import Ticker, handle_of
 from flux.dispatcher.transitions.timing import Timing
 from flux.domain.execution import Execution, State
 from flux.domain.tenant import DEFAULT_TENANT, Tenant
@@ -60,7 +71,7 @@ __all__ = ["Diagnosis", "Dispatcher", "Settings", "WorkerRegistration"]
 log = logging.getLogger("flux.dispatcher")
 
 
-class Dispatcher(WorkerMethods):
+class Dispatcher(WorkerMethods, BatchMethods):
     def __init__(
         self,
         store: Store,
@@ -77,8 +88,11 @@ class Dispatcher(WorkerMethods):
         self.watchers = Watchers()
         self.table = ExecutionTable(store, self.watchers, s)
         self.table.on_conflict = lambda execution_id: cancel.drop_stale(self, execution_id)
+        # Executions waiting for others to end, out of the queue (transitions/dependencies.py).
+        self.dependencies = DependencyIndex()
+        self.table.on_finish = lambda final: dependencies.ended(self, final)
         # Tenants' usage for quotas and fair share; no accounts until a tenant has terms.
-        self.usage = TenantUsage(self._tenant_of, self._gang_size_of)
+        self.usage = TenantUsage(self.table.get)
         # Every change that can let work run asks this for its pass (cycle/passes.py).
         self.passes = Passes(lambda **scope: self.place(**scope))
         self.registry = WorkerRegistry(
@@ -121,6 +135,9 @@ class Dispatcher(WorkerMethods):
         self.audit = AuditTrail(store)
         # Preemption: borrowed executions being stopped so a tenant gets its quota back.
         self.reclaimer = Reclaimer(self)
+        # Schedules, and the ticker that fires their ticks once each (transitions/ticker.py).
+        self.schedules = ScheduleBook(store, clock, self._check_workflow)
+        self.ticker = Ticker(self.schedules, handle_of(self))
         self.binder, self.feed, self.fleet = self.modes.binder, self.modes.feed, self.modes.fleet
         for mode in (self.binder, self.feed, self.fleet):
             mode.attach(self)
@@ -150,12 +167,15 @@ class Dispatcher(WorkerMethods):
         self.infeasibility.start()
         await self.feed.start()
         await self.fleet.start()
+        await self.schedules.load()
+        self.ticker.start()
 
     async def serving(self, address: str) -> None:
         """The server is bound to ``address`` (replicas publish it)."""
         await self.fleet.serving(address)
 
     async def stop(self) -> None:
+        await self.ticker.stop()
         await self.fleet.stop()
         await self.feed.stop()
         await self.housekeeper.stop()
@@ -183,6 +203,10 @@ class Dispatcher(WorkerMethods):
         """(version, versions of its name): the latest of every name, or every version of ``name``;
         with ``tenant``, only its own and ``default``'s."""
         return await list_workflows(self.store, name, version, tenant)
+
+    async def _check_workflow(self, tenant: str, name: str) -> None:
+        """Refuses (NotFound) a workflow ``tenant`` may not run: a schedule naming it is refused."""
+        await submission.resolve(self, name, tenant)
 
     # ----------------------------------------------------------------- executions
 
@@ -214,8 +238,10 @@ class Dispatcher(WorkerMethods):
         tenant: str = DEFAULT_TENANT,
         every_workflow: bool = True,
         overrides: submission.Overrides = submission.NO_OVERRIDES,
+        batch: submission.BatchAsk = submission.NO_BATCH,
     ) -> list[Execution]:
-        """One execution per input, stored in one commit, in input order (transitions/submission.py)."""
+        """One execution per input, stored in one commit, in input order (transitions/submission.py);
+        ``batch``: as a new batch, or added to one (transitions/batches.py)."""
         return await submission.submit_many(
             self,
             workflow_name,
@@ -226,7 +252,15 @@ class Dispatcher(WorkerMethods):
             trace=trace,
             every_workflow=every_workflow,
             overrides=overrides,
+            batch=batch,
         )
+
+    async def submit_graph(
+        self, items: list[graphs.GraphItem], trace: str = "", tenant: str = DEFAULT_TENANT,
+        every_workflow: bool = True, sees: Callable[[Execution], bool] | None = None,
+    ) -> list[Execution]:  # fmt: skip
+        """A graph of executions that wait for each other, all stored in one commit (transitions/graphs.py)."""
+        return await graphs.submit_graph(self, items, tenant, trace, every_workflow, sees)
 
     def take_seq(self) -> int:
         """The sequence number of the next submission (it orders the queue within a priority)."""
@@ -239,7 +273,11 @@ class Dispatcher(WorkerMethods):
 
         Not before its stored not-before time (a retry's backoff): until then a timer holds it.
         Every path into the queue (submission, requeue, recovery, a replica's mirror) comes here.
+        One still waiting for its dependencies is held out of it (transitions/dependencies.py).
         """
+        if execution.waiting:
+            dependencies.hold(self, execution)
+            return
         if execution.not_before > self.clock():
             self.timers.arm(Kind.RETRY, execution.execution_id, execution.attempt, execution.not_before)
             self._retrying[execution.execution_id] = (shape, execution.not_before)
@@ -261,6 +299,10 @@ class Dispatcher(WorkerMethods):
         if stored is None:
             log.error("execution %s has no stored input; sending null", execution.execution_id)
         return execution.evolve(input_json=stored or "null")
+
+    async def with_upstream(self, execution: Execution) -> Execution:
+        """``execution`` with its dependencies' outputs (ctx.upstream): from memory, else the store."""
+        return await dependencies.with_upstream(self, execution)
 
     async def get(self, execution_id: str) -> Execution:
         validation.check_id(execution_id)
@@ -308,14 +350,6 @@ class Dispatcher(WorkerMethods):
         )
         stored = {e.execution_id for e in await self.store.list_executions(query)}
         return len(held | stored)
-
-    def _tenant_of(self, execution_id: str) -> str:
-        execution = self.table.get(execution_id)
-        return execution.tenant if execution is not None else DEFAULT_TENANT
-
-    def _gang_size_of(self, execution_id: str) -> int:
-        execution = self.table.get(execution_id)
-        return execution.gang.size if execution is not None and execution.gang is not None else 0
 
     # ----------------------------------------------------------------- placing
 

@@ -60,10 +60,14 @@ class WorkerMethods:
         return await self.fleet.set_paused(name, paused)
 
     def connect(self, name: str, session_token: str, transport: str = "grpc") -> Session:
-        session = self.registry.connect(name, session_token, transport)
+        with self.passes.together():  # the new stream's pass comes after its old queue is back
+            session = self.registry.connect(name, session_token, transport)
+            entry = self.registry.entries[name]
+            # A worker starts every stream with an empty queue of its own: what it had queued on a
+            # stream it replaced (before that stream's end reached us) goes back in line.
+            self.passes.work_added(housekeeping.requeue_queued(self, entry, "a new stream"))
         self.freezer.connected()
         self.pinger.watch(session)
-        entry = self.registry.entries[name]
         self.reclaimer.connected(entry)
         self.timing.connected(entry)
         self.fleet.connected(entry)
@@ -73,6 +77,8 @@ class WorkerMethods:
         self.registry.disconnect(session)
         entry = self.registry.get(session.worker)
         if entry is not None and entry.session is None:
+            # Its queue goes back now, not after the grace: none of it ran.
+            self.passes.work_added(housekeeping.requeue_queued(self, entry, "stream closed"))
             if session.overflowed:  # what it never read is gone: back in line now, placed elsewhere
                 self.passes.work_added(housekeeping.requeue_unread(self, entry))
             self.fleet.disconnected(entry)
@@ -86,6 +92,10 @@ class WorkerMethods:
         draining: bool,
     ) -> None:
         self.registry.report(name, session_token, resources, software, draining)
+        if draining:
+            entry = self.registry.entries[name]
+            if entry.queued:  # a draining worker takes nothing new: its queue goes back at once
+                self.passes.work_added(housekeeping.requeue_queued(self, entry, "draining"))
 
     def authorize(self, name: str, session_token: str) -> WorkerEntry:
         return self.registry.authorize(name, session_token)

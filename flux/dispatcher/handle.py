@@ -23,6 +23,7 @@ if TYPE_CHECKING:
     from flux.dispatcher.cycle.passes import Passes
     from flux.dispatcher.state.catalogue import Catalogue
     from flux.dispatcher.state.deadlines import Kind, Timers
+    from flux.dispatcher.state.dependencies import DependencyIndex
     from flux.dispatcher.state.flow import FlowUsage
     from flux.dispatcher.state.freezing import Freezer
     from flux.dispatcher.state.lifecycle import Lifecycle
@@ -119,6 +120,7 @@ class Handle(Protocol):
     watchers: Watchers
     usage: TenantUsage
     flow: FlowUsage
+    dependencies: DependencyIndex
     limits: LimitBook
     tenants: TenantDirectory
     events: Lifecycle

@@ -141,6 +141,16 @@ class Execution:
     # A gang's size and, once placed, its members, claims and outputs (flux.domain.gang); None:
     # one worker.
     gang: GangRun | None = None
+    # The batch it belongs to (flux/domain/batch.py); "" for none.
+    batch_id: str = ""
+    # The executions it waits for, and how they must end (flux.domain.dependencies.WHENS); ""
+    # when it waits for none. ``waiting``: how many of them have not yet ended as ``when`` asks;
+    # while above 0 it is held out of the queue (flux/dispatcher/state/dependencies.py).
+    after: tuple[str, ...] = ()
+    when: str = ""
+    waiting: int = 0
+    # Its dependencies' outputs, (id, output JSON), read on its way to a worker (ctx.upstream). Memory only.
+    upstream: tuple[tuple[str, str], ...] = ()
 
     @property
     def effective_policy(self) -> Policy:

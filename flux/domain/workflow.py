@@ -38,6 +38,8 @@ class WorkflowRecord:
     flow: Flow = field(default_factory=Flow)
     # Several workers at once, all or none (flux.domain.gang); None: one worker.
     gang: Gang | None = None
+    # Its placement policy ("spread" or "binpack", flux.matching.placement); "": the server's.
+    placement: str = ""
     # Set on a record register_workflows returned without storing a new version: the
     # latest version already had this source and metadata (registering is idempotent).
     unchanged: bool = field(default=False, compare=False)

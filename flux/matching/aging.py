@@ -101,6 +101,7 @@ class BookedRoom(Room):
         self.view = view
         self.slack = None
         self.paused = False
+        self.queued = 0  # by reservations only: a queued execution holds none
         self.cpu = res.cpu_total - view.reserved.cpu
         self.memory = res.memory_total - view.reserved.memory
         self.disk = res.disk_total - view.reserved.disk

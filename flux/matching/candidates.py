@@ -31,6 +31,8 @@ class Placement:
     shape: Shape
     # A gang's members by rank, each (worker, GPU indices); rank 0 is ``worker``. Empty otherwise.
     members: tuple[tuple[str, tuple[int, ...]], ...] = ()
+    # Into the worker's own queue (``flux.matching.prefetch``), not its room: nothing is reserved.
+    queued: bool = False
 
 
 class FeasibilityCache:

@@ -31,6 +31,7 @@ MAX_SUMMARY_GROUPS = 4
 REST: dict[Reason, tuple[str, str]] = {
     Reason.RUNTIME: ("lacks the runtime", "lack the runtime"),
     Reason.PAUSED: ("is paused", "are paused"),
+    Reason.QUEUE: ("has its own queue to start first", "have their own queues to start first"),
     Reason.LABEL: ("has other labels", "have other labels"),
     Reason.CAPACITY: ("is at capacity", "are at capacity"),
     Reason.CPU: ("has too few cores", "have too few cores"),
@@ -121,13 +122,13 @@ def explain(
             position = (names.index(shape.tenant) + 1, len(names))
             share = accounts.shares.get(shape.tenant, 0.0)
             summary += (
-                f"; fair share: tenant {shape.tenant} is {_ordinal(position[0])} of {position[1]} tenants waiting"
+                f"; fair share: tenant {shape.tenant} is {ordinal(position[0])} of {position[1]} tenants waiting"
                 f" (share {share:.2f})"
             )
     return Explanation(summary, found.verdicts, found.nominated, block, position, found.gang_infeasible)
 
 
-def _ordinal(n: int) -> str:
+def ordinal(n: int) -> str:
     suffix = "th" if 10 <= n % 100 <= 20 else {1: "st", 2: "nd", 3: "rd"}.get(n % 10, "th")
     return f"{n}{suffix}"
 

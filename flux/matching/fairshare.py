@@ -8,17 +8,12 @@ from __future__ import annotations
 import heapq
 from collections.abc import Callable
 
-from flux.matching.candidates import (
-    FeasibilityCache,
-    Head,
-    Loads,
-    Placement,
-    load_heap,
-)
+from flux.matching.candidates import FeasibilityCache, Head, Loads, Placement
 from flux.matching.filters import fits_now
-from flux.matching.gangs import Topology, exhausted, gang_loads
+from flux.matching.gangs import Topology, exhausted, open_gang_loads
 from flux.matching.gangs import place as place_one
 from flux.matching.index import FleetIndex
+from flux.matching.packing import Packing
 from flux.matching.queue import PendingQueue
 from flux.matching.shape import Shape
 from flux.matching.tenancy import Ledger
@@ -36,6 +31,7 @@ def place_fairly(
     limit: int | None,
     candidates_for: Callable[[Shape], list[WorkerView] | None],
     fitting: dict[Shape, set[str]],
+    packing: Packing,
 ) -> None:
     """The main loop with tenants: a heap of tenants by (share, their next execution's order),
     each over its own heap of shape heads (lanes) by order.
@@ -58,7 +54,7 @@ def place_fairly(
     # A lane: [-priority, seq, place, item, rest (None until it places), shape, candidates].
     # A tenant: [share, -priority, seq of its next (or a bound), tenant, its lanes or None].
     if heads is not None and len(heads) == 1:
-        _place_lane(queue, heads[0], ledger, index, cache, rooms, placements, limit)
+        _place_lane(queue, heads[0], ledger, index, cache, rooms, placements, limit, packing)
         return
     tenants: list[list] = []
     if heads is not None:
@@ -117,14 +113,9 @@ def place_fairly(
             if ledger.fits(name, shape.demand):
                 loads = by_load.get(shape.needs)
                 if loads is None:
-                    candidates = head[6]
-                    if candidates is None:
-                        assert index is not None
-                        loads = gang_loads(shape, Loads([], index.candidates(shape, cache.permanent)))
-                    else:
-                        loads = gang_loads(shape, Loads(load_heap(candidates, rooms)))
+                    loads = open_gang_loads(shape, head[6], index, cache, rooms, packing)
                     by_load[shape.needs] = loads
-                placement = place_one(head[3].execution_id, shape, loads, rooms)
+                placement = place_one(head[3].execution_id, shape, loads, rooms, packing)
                 if placement is None and exhausted(loads):
                     full.add(shape.needs)
                     if len(full) == requirements:
@@ -170,19 +161,16 @@ def _place_lane(
     rooms: dict[str, Room],
     placements: list[Placement],
     limit: int | None,
+    packing: Packing,
 ) -> None:
     """``place_fairly`` for one lane (a submission's pass): one tenant, so no share to compare;
     its quota still decides, and space and quota only shrink, so the first miss ends it."""
     _, _, item, items, shape, candidates = head
-    if candidates is None:
-        assert index is not None
-        loads = gang_loads(shape, Loads([], index.candidates(shape, cache.permanent)))
-    else:
-        loads = gang_loads(shape, Loads(load_heap(candidates, rooms)))
+    loads = open_gang_loads(shape, candidates, index, cache, rooms, packing)
     while item is not None and (limit is None or len(placements) < limit):
         if not ledger.fits(shape.tenant, shape.demand):
             return
-        placement = place_one(item.execution_id, shape, loads, rooms)
+        placement = place_one(item.execution_id, shape, loads, rooms, packing)
         if placement is None:
             return
         placements.append(placement)

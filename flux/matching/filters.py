@@ -66,6 +66,22 @@ def paused(shape: Shape, view: WorkerView, room: Room) -> Rejection | None:
     return Rejection(Reason.PAUSED, False, "an active worker", "paused", "is paused", "are paused")
 
 
+def own_queue(shape: Shape, view: WorkerView, room: Room) -> Rejection | None:
+    """A pipelining worker with executions in its own queue: those start first, and the server
+    refills the queue rather than its room (flux/matching/prefetch.py)."""
+    if not room.queued:
+        return None
+    held = f"{room.queued} queued"
+    return Rejection(
+        Reason.QUEUE,
+        False,
+        "an empty queue",
+        held,
+        f"has {held} ahead (its own queue goes first)",
+        f"have {held} ahead (their own queues go first)",
+    )
+
+
 def labels(shape: Shape, view: WorkerView, room: Room) -> Rejection | None:
     missing: list[str] = []
     clauses: list[tuple[str, str]] = []
@@ -235,6 +251,7 @@ def packages(shape: Shape, view: WorkerView, room: Room) -> Rejection | None:
 FILTERS: tuple[Filter, ...] = (
     runtime,
     paused,
+    own_queue,
     labels,
     capacity,
     cpu,
@@ -273,6 +290,7 @@ def fits_now(shape: Shape, room: Room) -> bool:
     return (
         room.active < room.capacity
         and not room.paused
+        and not room.queued
         and room.cpu >= r.cpu
         and room.memory >= r.memory
         and room.disk >= r.disk
@@ -314,4 +332,5 @@ class _IdleRoom(Room):
         self.capacity = view.capacity
         self.cpu_total = res.cpu_total
         self.paused = False  # judged as if idle and running: a pause is never permanent
+        self.queued = 0
         self.key = self._load_key()

@@ -214,6 +214,16 @@ class FlowControl:
             freeing.extend(rates)
         return self._free(tuple(freeing), now)
 
+    def refund(self, execution_id: str, now: float) -> None:
+        """Its placement started nothing (a replica's claim refused by the cluster's shared bucket):
+        give back the token each of its rate budgets took, so that the next try is not also held
+        back by this replica's own bucket. Before ``release``, which forgets what it held."""
+        for gate in self._held.get(execution_id, ()):
+            budget = self._budgets.get(gate.budget)
+            if gate.max is None and budget is not None:
+                budget.refill(now)
+                budget.tokens = min(float(gate.burst), budget.tokens + 1.0)
+
     def refill(self, budget_name: str, now: float) -> list[str]:
         """A token is due on ``budget_name``: admit what it lets in."""
         self.wakeups.pop(budget_name, None)

@@ -10,7 +10,10 @@ whole gang inside one group, trying the groups best fit first (fewest candidates
 so a big group stays whole for a big gang; ``spread=LABEL`` takes the least loaded fitting
 worker of each value and keeps the ``size`` least loaded of those. Both: spread inside one
 ``same`` group. A worker without the label is never a member. Without topology the members are
-the ``size`` least loaded fitting workers.
+the ``size`` fitting workers its placement policy picks first (``flux.matching.packing``: the
+least loaded under spread, the fullest under binpack). A gang with a topology picks inside each
+group by least load, whatever its policy (binpack's order is not kept per group); each member's
+GPUs are then chosen as spread chooses them.
 
 Cost per gang: O(size × log candidates) without topology or with ``same`` (plus one look at each
 group found too small, which is then dropped for the pass: space only shrinks within a pass);
@@ -24,7 +27,9 @@ import heapq
 from dataclasses import dataclass
 from itertools import chain
 
-from flux.matching.candidates import Loads, Placement, least_loaded_fit
+from flux.matching.candidates import FeasibilityCache, Loads, Placement, least_loaded_fit, load_heap
+from flux.matching.index import FleetIndex
+from flux.matching.packing import Packing, PackLoads, best_fit, open_loads, place_on
 from flux.matching.shape import Shape
 from flux.matching.view import Room, WorkerView
 
@@ -107,14 +112,18 @@ class Topology:
 
 
 def _pull(loads: Loads, shape: Shape, rooms: dict[str, Room], size: int) -> list[tuple[Room, Loads]] | None:
-    """The ``size`` least loaded rooms of ``loads`` that fit ``shape`` now, popped; or None (none popped)."""
+    """The ``size`` rooms of ``loads`` that its policy picks first and fit ``shape`` now, popped;
+    or None (none popped). A binpack heap may hold one room twice: a room already chosen is skipped."""
     found: list[tuple[Room, Loads]] = []
+    names: set[str] = set()
     while len(found) < size:
-        room = least_loaded_fit(loads, shape, rooms)
+        room = best_fit(loads, shape, rooms)
         if room is None:
             _put_back(found)
             return None
-        found.append((room, loads))
+        if room.view.name not in names:
+            names.add(room.view.name)
+            found.append((room, loads))
     return found
 
 
@@ -140,41 +149,45 @@ def _pick(
 
 def _put_back(found: list[tuple[Room, Loads]]) -> None:
     for room, loads in found:
-        heapq.heappush(loads.heap, (room.key, room))
+        if isinstance(loads, PackLoads):
+            heapq.heappush(loads.heap, (room.pack_key(), next(loads.ties), room))  # type: ignore[arg-type]
+        else:
+            heapq.heappush(loads.heap, (room.key, room))
 
 
-def gang_loads(shape: Shape, loads: Loads) -> Loads | Topology:
-    """What a pass keeps for ``shape``'s candidates: the plain heap, or grouped for a topology."""
+def open_gang_loads(
+    shape: Shape,
+    candidates: list[WorkerView] | None,
+    index: FleetIndex | None,
+    cache: FeasibilityCache,
+    rooms: dict[str, Room],
+    packing: Packing,
+) -> Loads | Topology:
+    """What a pass keeps for ``shape``'s candidates: its policy's (``open_loads``), or, for a gang
+    with a topology, the least loaded first, grouped."""
     gang = shape.gang
-    if gang is not None and (gang.same or gang.spread):
-        return Topology(loads)
-    return loads
+    if gang is None or not (gang.same or gang.spread):
+        return open_loads(shape, candidates, index, cache, rooms, packing)
+    if candidates is None:
+        assert index is not None
+        return Topology(Loads([], index.candidates(shape, cache.permanent)))
+    return Topology(Loads(load_heap(candidates, rooms)))
 
 
 def place(
-    execution_id: str, shape: Shape, loads: Loads | Topology, rooms: dict[str, Room]
+    execution_id: str, shape: Shape, loads: Loads | Topology, rooms: dict[str, Room], packing: Packing
 ) -> Placement | None:
     """Place one execution of ``shape`` (every member of a gang, or nothing) and take its room."""
     gang = shape.gang
-    if gang is None:
-        assert isinstance(loads, Loads)
-        room = least_loaded_fit(loads, shape, rooms)
-        if room is None:
-            return None
-        chosen = [(room, loads)]
-    elif isinstance(loads, Topology):
+    if isinstance(loads, Topology):
         chosen = loads.fit(shape, rooms)
     else:
-        chosen = _pull(loads, shape, rooms, gang.size)
+        chosen = _pull(loads, shape, rooms, 1 if gang is None else gang.size)
     if chosen is None:
         return None
-    r = shape.requests
-    members = []
-    for room, _ in chosen:
-        members.append((room.view.name, room.take(r.cpu, r.memory, r.disk, r.gpu, r.gpu_memory)))
-    _put_back(chosen)
+    members = tuple((room.view.name, place_on(where, room, shape, packing)) for room, where in chosen)
     worker, gpus = members[0]
-    return Placement(execution_id, worker, gpus, shape, tuple(members) if gang is not None else ())
+    return Placement(execution_id, worker, gpus, shape, members if gang is not None else ())
 
 
 def exhausted(loads: Loads | Topology) -> bool:

@@ -14,8 +14,14 @@ loaded first:
   it needs: on a fleet with room, the first one it pulls fits;
 - workers at capacity are kept aside: nothing fits them until one finishes.
 
+Binpack (``flux.matching.placement``) walks the other way: fullest first. Once a
+pass first asks for it, each group also keeps its workers sorted by pack key, and
+a walk for a shape that needs ``g`` GPUs and ``c`` cores starts at the first worker
+with ``g`` GPUs and ``c`` cores free (a bisect). Until then ``put`` and ``discard``
+cost what they did.
+
 The scheduler's answer is the same as over the full list of views (property
-tests in tests/unit/test_fleet_index.py hold it to that).
+tests in tests/unit/test_fleet_index.py and tests/unit/test_placement.py hold it to that).
 """
 
 from __future__ import annotations
@@ -24,8 +30,9 @@ import heapq
 from bisect import bisect_left, insort
 from collections.abc import Callable, Iterator
 
+from flux.matching.placement import PackKey
 from flux.matching.shape import Shape
-from flux.matching.view import Profile, WorkerView, load_key
+from flux.matching.view import Profile, WorkerView, load_key, view_pack_key
 
 LoadKey = tuple[float, float, str]
 
@@ -33,10 +40,12 @@ LoadKey = tuple[float, float, str]
 class _Group:
     """The workers of one profile with a free slot, by load key."""
 
-    __slots__ = ("keys", "views")
+    __slots__ = ("keys", "packed", "views")
 
     def __init__(self) -> None:
         self.keys: list[LoadKey] = []
+        # By pack key, kept only once binpack was asked for (``FleetIndex._packing``).
+        self.packed: list[PackKey] = []
         self.views: dict[str, WorkerView] = {}
 
 
@@ -46,6 +55,9 @@ class FleetIndex:
         # Where each open worker (a free slot, not paused) is filed: its group and key.
         self._filed: dict[str, tuple[Profile, LoadKey]] = {}
         self._groups: dict[Profile, _Group] = {}
+        # Each open worker's pack key, kept once a binpack walk was asked for.
+        self._packing = False
+        self._packed: dict[str, PackKey] = {}
 
     def __len__(self) -> int:
         return len(self._views)
@@ -73,6 +85,9 @@ class FleetIndex:
         insort(group.keys, key)
         group.views[view.name] = view
         self._filed[view.name] = (view.profile, key)
+        if self._packing:
+            packed = self._packed[view.name] = view_pack_key(view)
+            insort(group.packed, packed)
 
     def discard(self, name: str) -> None:
         if self._views.pop(name, None) is None:
@@ -83,6 +98,9 @@ class FleetIndex:
         profile, key = filed
         group = self._groups[profile]
         del group.keys[bisect_left(group.keys, key)]
+        if self._packing:
+            packed = self._packed.pop(name)
+            del group.packed[bisect_left(group.packed, packed)]
         del group.views[name]
         if not group.views:
             del self._groups[profile]
@@ -104,7 +122,48 @@ class FleetIndex:
         # Names are unique, so keys never tie and the views are never compared.
         return walks[0] if len(walks) == 1 else heapq.merge(*walks)
 
+    def packed_candidates(
+        self, shape: Shape, permanent: Callable[[Shape, WorkerView], object]
+    ) -> Iterator[tuple[PackKey, WorkerView]]:
+        """(pack key, view) of every open worker that could ever take ``shape``, fullest first.
+
+        Workers with fewer free GPUs or cores than ``shape`` asks for are skipped by bisects: one
+        to the first with enough GPUs, then one per count of free GPUs to the first with enough
+        cores. The first call starts keeping the pack order (O(workers log workers), once).
+        """
+        if not self._packing:
+            self._start_packing()
+        gpus, cpu = shape.requests.gpu, shape.requests.cpu
+        walks = []
+        for group in self._groups.values():
+            sample = next(iter(group.views.values()))
+            if permanent(shape, sample) is None:
+                walks.append(_walk_from(group.packed, gpus, cpu, group.views))
+        return walks[0] if len(walks) == 1 else heapq.merge(*walks)
+
+    def _start_packing(self) -> None:
+        self._packing = True
+        for group in self._groups.values():
+            for name, view in group.views.items():
+                self._packed[name] = view_pack_key(view)
+            group.packed = sorted(self._packed[name] for name in group.views)
+
 
 def _walk(keys: list[LoadKey], views: dict[str, WorkerView]) -> Iterator[tuple[LoadKey, WorkerView]]:
     for key in keys:
         yield key, views[key[2]]
+
+
+def _walk_from(
+    keys: list[PackKey], gpus: int, cpu: int, views: dict[str, WorkerView]
+) -> Iterator[tuple[PackKey, WorkerView]]:
+    """``keys`` from the first with ``gpus`` GPUs and ``cpu`` cores free, skipping the workers
+    with too few cores at each count of free GPUs (keys sort by free GPUs, then free cores)."""
+    position, end = bisect_left(keys, (gpus, cpu)), len(keys)
+    while position < end:
+        key = keys[position]
+        if key[1] < cpu:  # the first of a larger count of free GPUs, with too few cores
+            position = bisect_left(keys, (key[0], cpu), position)
+            continue
+        yield key, views[key[3]]
+        position += 1

@@ -17,6 +17,8 @@ class Reason(StrEnum):
     PAUSED = "paused"
     LABEL = "label_mismatch"
     CAPACITY = "at_capacity"
+    # A pipelining worker's own queue is not empty: it goes first (flux/matching/prefetch.py).
+    QUEUE = "queue_not_empty"
     CPU = "insufficient_cpu"
     MEMORY = "insufficient_memory"
     GPU = "insufficient_gpu"

@@ -1,4 +1,5 @@
-"""One scheduling pass: place pending executions on workers, by priority then FIFO, least loaded first.
+"""One scheduling pass: place pending executions on workers, by priority then FIFO, least loaded first
+(or, under the binpack placement policy, fullest first: ``flux.matching.placement``).
 
 This is where every dispatch decision is made. Given the pending queue and
 immutable worker views it returns placements; it does no I/O and changes
@@ -50,19 +51,14 @@ import heapq
 from collections.abc import Iterable, Sequence
 
 from flux.matching.aging import Aging
-from flux.matching.candidates import (
-    FeasibilityCache,
-    Head,
-    Loads,
-    Placement,
-    load_heap,
-    room_of,
-)
+from flux.matching.candidates import FeasibilityCache, Head, Loads, Placement, room_of
 from flux.matching.fairshare import place_fairly
 from flux.matching.filters import fits_now
-from flux.matching.gangs import Topology, gang_loads
+from flux.matching.gangs import Topology, open_gang_loads
 from flux.matching.gangs import place as place_one
 from flux.matching.index import FleetIndex
+from flux.matching.packing import Packing
+from flux.matching.placement import DEFAULT_PLACEMENT
 from flux.matching.queue import PendingQueue
 from flux.matching.shape import Shape
 from flux.matching.starving import aging_needs_fleet, guard_standing, place_starving
@@ -82,6 +78,7 @@ def schedule(
     whole_fleet: bool = True,
     starving_first: bool = True,
     accounts: Accounts | None = None,
+    placement: str = DEFAULT_PLACEMENT,
 ) -> list[Placement]:
     """Place as much of ``queue`` as fits on ``workers``; at most ``limit`` placements.
 
@@ -103,6 +100,8 @@ def schedule(
 
     ``accounts`` (kept by the caller, read only) holds each tenant's quota and
     usage: placements then respect quotas and go by fair share between tenants.
+
+    ``placement``: the server's policy for shapes that name none (``spread`` or ``binpack``).
     """
     cache = cache if cache is not None else FeasibilityCache()
     index = workers if isinstance(workers, FleetIndex) else None
@@ -121,6 +120,7 @@ def schedule(
     placements: list[Placement] = []
     skip: set[str] = set()
     ledger = Ledger(accounts) if accounts is not None else None
+    packing = Packing(placement)
     if index is None and aging is not None and aging.enabled:
         if starving_first:
             skip = place_starving(
@@ -157,7 +157,9 @@ def schedule(
 
     if ledger is not None and shapes is None and not skip:
         # Every lane of every tenant: opened tenant by tenant, as each comes up (``place_fairly``).
-        place_fairly(queue, None, ledger, index, cache, rooms, placements, limit, candidates_for, fitting)
+        place_fairly(
+            queue, None, ledger, index, cache, rooms, placements, limit, candidates_for, fitting, packing
+        )
         return placements
 
     heads: list[Head] = []
@@ -174,7 +176,9 @@ def schedule(
             # Over an index, candidates (None) are walked lazily.
             heads.append((first.order, order, first, items, shape, candidates))
     if ledger is not None:
-        place_fairly(queue, heads, ledger, index, cache, rooms, placements, limit, candidates_for, fitting)
+        place_fairly(
+            queue, heads, ledger, index, cache, rooms, placements, limit, candidates_for, fitting, packing
+        )
         return placements
     heapq.heapify(heads)
 
@@ -183,14 +187,8 @@ def schedule(
         _, order, item, items, shape, candidates = heads[0]
         loads = by_load.get(order)
         if loads is None:
-            if candidates is None:
-                assert index is not None
-                loads = by_load[order] = gang_loads(
-                    shape, Loads([], index.candidates(shape, cache.permanent))
-                )
-            else:
-                loads = by_load[order] = gang_loads(shape, Loads(load_heap(candidates, rooms)))
-        placement = place_one(item.execution_id, shape, loads, rooms)
+            loads = by_load[order] = open_gang_loads(shape, candidates, index, cache, rooms, packing)
+        placement = place_one(item.execution_id, shape, loads, rooms, packing)
         if placement is None:
             heapq.heappop(heads)
             continue

@@ -14,6 +14,7 @@ from types import MappingProxyType
 
 from flux import defaults
 from flux.domain.worker import WorkerResources, WorkerSoftware
+from flux.matching.placement import pack_key, pick_gpus
 
 DEFAULT_CAPACITY = defaults.CAPACITY
 
@@ -122,6 +123,9 @@ class WorkerView:
     # Paused by an operator: it keeps what it runs and takes nothing new (not part of the
     # profile: pausing is never permanent).
     paused: bool = False
+    # Executions queued in its own queue (--prefetch): while any are, nothing is placed in its
+    # room directly (the queue is refilled instead). Not part of the profile: it never is permanent.
+    queued: int = 0
     profile: Profile = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
@@ -174,6 +178,11 @@ def load_key(view: WorkerView) -> tuple[float, float, str]:
     return (load, -cpu_fraction, view.name)
 
 
+def view_pack_key(view: WorkerView) -> tuple[int, int, float, str]:
+    """The pack key a fresh ``Room`` of ``view`` starts with (``Room.pack_key``), without building one."""
+    return pack_key(len(view.free_gpus), view.free_cpu, view.active, view.capacity, view.name)
+
+
 class Room:
     """Mutable free space of one worker during one scheduling cycle."""
 
@@ -188,8 +197,10 @@ class Room:
         "capacity",
         "cpu_total",
         "paused",
+        "queued",
         "key",
         "slack",
+        "pack",
     )
 
     def __init__(self, view: WorkerView):
@@ -198,6 +209,7 @@ class Room:
         # room left beside that execution, which anything else placed here must also fit.
         self.slack: Room | None = None
         self.paused = view.paused
+        self.queued = view.queued
         self.cpu = view.free_cpu
         self.memory = view.free_memory
         self.disk = view.free_disk
@@ -209,6 +221,7 @@ class Room:
         self.capacity = view.capacity
         self.cpu_total = view.resources.cpu_total
         self.key = self._load_key()
+        self.pack: tuple[int, int, float, str] | None = None
 
     def _load_key(self) -> tuple[float, float, str]:
         """Least loaded first: fewest active per capacity, then most free CPU fraction, then name.
@@ -218,6 +231,16 @@ class Room:
         load = self.active / self.capacity if self.capacity > 0 else float("inf")
         cpu_fraction = self.cpu / self.cpu_total if self.cpu_total > 0 else 0.0
         return (load, -cpu_fraction, self.view.name)
+
+    def pack_key(self) -> tuple[int, int, float, str]:
+        """Binpack's order (``flux.matching.placement.pack_key``), made when first asked after a take.
+
+        The same object until the next ``take``, so heap entries are checked for staleness by identity.
+        """
+        key = self.pack
+        if key is None:
+            key = self.pack = pack_key(len(self.gpus), self.cpu, self.active, self.capacity, self.view.name)
+        return key
 
     def gpus_with(self, vram: int) -> list[int]:
         """Unassigned GPUs with at least ``vram`` bytes free, most free first (all of them for 0)."""
@@ -231,21 +254,28 @@ class Room:
             count += 1
         return self.gpus[:count]
 
-    def take(self, cpu: int, memory: int, disk: int, gpus: int, gpu_memory: int = 0) -> tuple[int, ...]:
+    def take(
+        self, cpu: int, memory: int, disk: int, gpus: int, gpu_memory: int = 0, pack: bool = False
+    ) -> tuple[int, ...]:
         """Reserve the amounts and return the GPU indices assigned.
 
         Without ``gpu_memory`` the GPUs with the most free VRAM go first, as they
         always have. With it, the best fit: the devices with the least free VRAM
         that still have ``gpu_memory``, so a later request for a larger amount
-        still finds the roomy ones.
+        still finds the roomy ones. ``pack`` (binpack): among those that qualify,
+        the set that keeps the largest aligned blocks whole (``pick_gpus``).
         """
+        self.pack = None
         if self.slack is not None:
             self.slack.take(cpu, memory, disk, gpus, gpu_memory)
         self.cpu -= cpu
         self.memory -= memory
         self.disk -= disk
         self.active += 1
-        if gpu_memory:
+        if pack and gpus:
+            assigned = pick_gpus(self.gpus_with(gpu_memory), gpus)
+            self.gpus = [index for index in self.gpus if index not in assigned]
+        elif gpu_memory:
             eligible = self.gpus_with(gpu_memory)
             assigned = tuple(eligible[len(eligible) - gpus :]) if gpus else ()
             self.gpus = [index for index in self.gpus if index not in assigned]

@@ -104,6 +104,14 @@ class Status:
     tenants: tuple[tuple[str, Vector, Limits, int], ...] = ()
     # Each flow-control limit (name, in use, waiting, rate limited so far), summed over its keys.
     limits: tuple[tuple[str, int, int, int], ...] = ()
+    # The server's placement policy (--placement), for workflows that name none.
+    placement: str = "spread"
+    # Schedules' ticks since start by result (fired, skipped, queued, missed, manual, refused), and
+    # how many schedules are active and paused.
+    schedule_ticks: tuple[tuple[str, int], ...] = ()
+    schedules: tuple[int, int] = (0, 0)
+    # Executions held out of the queue, waiting for their dependencies.
+    dependencies_waiting: int = 0
 
 
 def limit_totals(control: FlowControl) -> tuple[tuple[str, int, int, int], ...]:
@@ -311,6 +319,10 @@ class StatusBoard:
             pools=pools,
             tenants=tenants,
             limits=limit_totals(d.flow.control),
+            placement=d.settings.placement,
+            schedule_ticks=tuple(sorted((k, v) for k, v in d.ticker.counts.items() if v)),
+            schedules=(d.schedules.summary()["active"], d.schedules.summary()["paused"]),
+            dependencies_waiting=len(d.dependencies),
         )
 
 

@@ -150,6 +150,8 @@ REQUIRED = {
     "/flux.v1.PoolService/": Role.CLIENT,
     "/flux.v1.TenantService/": Role.CLIENT,
     "/flux.v1.LimitService/": Role.CLIENT,
+    "/flux.v1.BatchService/": Role.CLIENT,
+    "/flux.v1.ScheduleService/": Role.CLIENT,
 }
 # Methods of those services open to anyone, as health is: GetMetrics answers only
 # aggregate numbers (no names, labels or ids; pool names, which an operator chose, label

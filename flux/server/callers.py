@@ -41,6 +41,11 @@ TENANT_ADMIN = frozenset(
         "/flux.v1.LimitService/SetLimit",
         "/flux.v1.LimitService/DeleteLimit",
         "/flux.v1.LimitService/ApplyLimits",
+        "/flux.v1.ScheduleService/CreateSchedule",
+        "/flux.v1.ScheduleService/PauseSchedule",
+        "/flux.v1.ScheduleService/ResumeSchedule",
+        "/flux.v1.ScheduleService/DeleteSchedule",
+        "/flux.v1.ScheduleService/ApplySchedules",
     }
 )
 # Methods that change a tenant's own work: a read token may not call them.
@@ -52,6 +57,8 @@ WRITES = frozenset(
         "/flux.v1.ControlService/RunAndWaitStream",
         "/flux.v1.ControlService/CancelExecution",
         "/flux.v1.ControlService/RetryExecution",
+        "/flux.v1.BatchService/CancelBatch",
+        "/flux.v1.ScheduleService/TriggerSchedule",
     }
 )
 

@@ -21,11 +21,11 @@ from flux.dispatcher.reads.listing import execution_query, page_token
 from flux.dispatcher.reads.worker_pages import worker_page
 from flux.dispatcher.state.tenants import OPERATOR, Caller
 from flux.domain.execution import Execution
-from flux.errors import NotFound, Unauthenticated
+from flux.errors import InvalidArgument, NotFound, Unauthenticated
 from flux.observe import tracing
 from flux.observe.status import StatusBoard
 from flux.security import bearer
-from flux.server import convert, fleet_watch
+from flux.server import convert, fleet_watch, run_convert
 from flux.server.answers import abort, call_refused, unary
 from flux.server.callers import Callers
 from flux.server.metadata import CALLER_ROLE, CALLER_TENANT
@@ -99,7 +99,7 @@ class ControlService(control_pb2_grpc.ControlServiceServicer):
             tracing.from_pairs(context.invocation_metadata()),
             tenant=caller.tenant,
             every_workflow=caller.cluster_admin,
-            overrides=convert.run_overrides(request),
+            overrides=run_convert.run_overrides(request)._replace(sees=caller.sees),
         )
         return convert.execution_to_proto(execution)
 
@@ -107,6 +107,11 @@ class ControlService(control_pb2_grpc.ControlServiceServicer):
     async def RunWorkflows(self, request: control_pb2.RunWorkflowsRequest, context: grpc.aio.ServicerContext):
         priority = request.priority if request.HasField("priority") else None
         caller = await self._caller(context)
+        if request.items:
+            executions = await self._graph(request, context, caller)
+            return control_pb2.RunWorkflowsResponse(
+                executions=[convert.accepted_to_proto(e) for e in executions]
+            )
         executions = await self.dispatcher.submit_many(
             request.workflow_name,
             list(request.input_json),
@@ -115,11 +120,39 @@ class ControlService(control_pb2_grpc.ControlServiceServicer):
             tracing.from_pairs(context.invocation_metadata()),
             tenant=caller.tenant,
             every_workflow=caller.cluster_admin,
-            overrides=convert.run_overrides(request),
+            overrides=run_convert.run_overrides(request)._replace(sees=caller.sees),
+            batch=run_convert.batch_ask(request),
         )
         # Without their inputs: the caller sent them, and echoing them could pass the message cap.
         return control_pb2.RunWorkflowsResponse(
-            executions=[convert.execution_to_proto(e.evolve(input_json="")) for e in executions]
+            executions=[convert.execution_to_proto(e.evolve(input_json="")) for e in executions],
+            batch_id=executions[0].batch_id,
+        )
+
+    async def _graph(
+        self, request: control_pb2.RunWorkflowsRequest, context: grpc.aio.ServicerContext, caller: Caller
+    ) -> list[Execution]:
+        """RunWorkflows with items: a graph, all or nothing (transitions/graphs.py)."""
+        shared = [
+            n
+            for n in ("priority", "attempt_timeout_s", "retry", "key", "max_concurrent")
+            if request.HasField(n)
+        ]
+        shared += [
+            n
+            for n in ("workflow_name", "input_json", "version", "after", "when", "batch", "batch_id")
+            if getattr(request, n)
+        ]
+        if shared:
+            raise InvalidArgument(
+                f"items is set: give each item its own fields, not {', '.join(shared)} on the call"
+            )
+        return await self.dispatcher.submit_graph(
+            run_convert.graph_items_from_proto(request.items),
+            tracing.from_pairs(context.invocation_metadata()),
+            tenant=caller.tenant,
+            every_workflow=caller.cluster_admin,
+            sees=caller.sees,
         )
 
     @unary()
@@ -151,7 +184,7 @@ class ControlService(control_pb2_grpc.ControlServiceServicer):
                 tracing.from_pairs(context.invocation_metadata()),
                 tenant=caller.tenant,
                 every_workflow=caller.cluster_admin,
-                overrides=convert.run_overrides(run),
+                overrides=run_convert.run_overrides(run)._replace(sees=caller.sees),
             )
             yield convert.execution_to_proto(accepted)
             if request.every_state:
@@ -190,7 +223,7 @@ class ControlService(control_pb2_grpc.ControlServiceServicer):
                     trace,
                     tenant=caller.tenant,
                     every_workflow=caller.cluster_admin,
-                    overrides=convert.run_overrides(run),
+                    overrides=run_convert.run_overrides(run)._replace(sees=caller.sees),
                 )
                 answer(Answer(run_id=run_id, accepted=convert.execution_to_proto(accepted)))
                 done = await waiting.final(self.dispatcher, accepted.execution_id, accepted)

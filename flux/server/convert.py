@@ -7,20 +7,18 @@ from types import MappingProxyType
 from flux.dispatcher.core import Diagnosis
 from flux.dispatcher.state.lifecycle import Counters, Refusal
 from flux.dispatcher.state.worker_entry import WorkerEntry
-from flux.dispatcher.transitions.submission import Overrides
 from flux.domain.execution import Execution
-from flux.domain.gang import Gang, GangRun, validate_gang_size
-from flux.domain.limits import Flow, check_run_key, flow_from_proto, flow_to_proto
+from flux.domain.gang import Gang, GangRun
+from flux.domain.limits import Flow, flow_from_proto, flow_to_proto
+from flux.domain.placement import validate_placement
 from flux.domain.policy import (
     RETRY_REASONS,
     TIMEOUT_KINDS,
     Policy,
     attempt_to_proto,
     default_policy_proto,
-    parse_duration,
     policy_from_proto,
     policy_to_proto,
-    retry_from_proto,
 )
 from flux.domain.resource_request import ResourceRequest
 from flux.domain.worker import DEFAULT_RUNTIME, WorkerResources
@@ -71,6 +69,7 @@ def workflows_from_proto(request: control_pb2.RegisterWorkflowRequest) -> list[W
                 policy=None if policy.is_default() else policy,
                 flow=workflow_flow(wf, f"workflows[{position}]"),
                 gang=workflow_gang(wf, f"workflows[{position}]"),
+                placement=workflow_placement(wf, f"workflows[{position}]"),
             )
         )
     return records
@@ -96,6 +95,14 @@ def workflow_gang(wf: control_pb2.WorkflowMetadata, field: str) -> Gang | None:
         raise InvalidArgument(str(exc)) from None
 
 
+def workflow_placement(wf: control_pb2.WorkflowMetadata, field: str) -> str:
+    """A registered workflow's placement policy ("" for the server's), checked as its declaration was."""
+    try:
+        return validate_placement(wf.placement, f"{field}.placement", allow_empty=True)
+    except (TypeError, ValueError) as exc:
+        raise InvalidArgument(str(exc)) from None
+
+
 def workflow_policy(wf: control_pb2.WorkflowMetadata, field: str) -> Policy:
     """A registered workflow's policy; an older client sends max_attempts alone."""
     try:
@@ -108,24 +115,6 @@ def workflow_policy(wf: control_pb2.WorkflowMetadata, field: str) -> Policy:
             f"({policy.max_attempts})"
         )
     return policy
-
-
-def run_overrides(run: control_pb2.RunWorkflowRequest | control_pb2.RunWorkflowsRequest) -> Overrides:
-    """A run's attempt timeout, retry policy and flow-control key, checked; None for each it leaves
-    to the workflow."""
-    timeout = retry = key = gang_size = None
-    try:
-        if run.HasField("gang_size"):
-            gang_size = validate_gang_size(run.gang_size, "gang_size")
-        if run.HasField("key"):
-            key = check_run_key(run.key, "key")
-        if run.HasField("attempt_timeout_s"):
-            timeout = parse_duration(run.attempt_timeout_s, "attempt_timeout_s")
-        if run.HasField("retry"):
-            retry = retry_from_proto(run.retry, "retry")
-    except (TypeError, ValueError) as exc:
-        raise InvalidArgument(str(exc)) from None
-    return Overrides(timeout, retry, key, gang_size)
 
 
 def execution_to_proto(e: Execution) -> control_pb2.Execution:
@@ -153,6 +142,10 @@ def execution_to_proto(e: Execution) -> control_pb2.Execution:
         flow_keys=dict(e.flow_keys),
         gang_size=e.gang.size if e.gang is not None else 0,
         gang_members=gang_members_to_proto(e.gang) if e.gang is not None else None,
+        batch_id=e.batch_id,
+        after=list(e.after),
+        when=e.when,
+        dependencies_waiting=e.waiting,
     )
 
 
@@ -212,6 +205,7 @@ def workflow_to_proto(record: WorkflowRecord, versions: int) -> control_pb2.Work
         policy=policy_to_proto(record.policy) if record.policy else default_policy_proto(record.max_attempts),
         flow=flow_to_proto(record.flow) if not record.flow.empty else None,
         gang=record.gang.to_proto() if record.gang is not None else None,
+        placement=record.placement,
     )
 
 
@@ -271,6 +265,7 @@ def status_to_proto(status: Status) -> control_pb2.ClusterStatus:
     counters = status.counters
     return control_pb2.ClusterStatus(
         now_ms=int(status.now * 1000),
+        placement=status.placement,
         started_at_ms=int(status.started_at * 1000),
         workers=[worker_to_proto(w) for w in status.workers],
         pending=[
@@ -296,6 +291,9 @@ def status_to_proto(status: Status) -> control_pb2.ClusterStatus:
             control_pb2.LimitStatus(limit=name, in_use=in_use, waiting=waiting, rate_limited=limited)
             for name, in_use, waiting, limited in status.limits
         ],
+        schedule_ticks=dict(status.schedule_ticks),
+        schedules_active=status.schedules[0],
+        schedules_paused=status.schedules[1],
         fleet=control_pb2.FleetTotals(
             connected_by_transport=fleet.connected_by_transport,
             disconnected=fleet.disconnected,
@@ -325,7 +323,13 @@ def status_to_proto(status: Status) -> control_pb2.ClusterStatus:
             timeouts={**dict.fromkeys(TIMEOUT_KINDS, 0), **counters.timeouts},
             stream_reconnects=counters.stream_reconnects,
             stream_connects=counters.stream_connects,
+            worker_messages_sent=counters.worker_messages_sent,
+            worker_messages_received=counters.worker_messages_received,
+            queued_dispatches=counters.queued_dispatches,
+            dependencies_released=counters.dependencies_released,
+            dependencies_cancelled=counters.dependencies_cancelled,
         ),
+        dependencies_waiting=status.dependencies_waiting,
         latencies=[
             control_pb2.LatencyHistogram(
                 stage=stage,
@@ -343,3 +347,28 @@ def status_to_proto(status: Status) -> control_pb2.ClusterStatus:
             for stage, h in status.latency.items()
         ],
     )
+
+
+def accepted_to_proto(e: Execution) -> control_pb2.Execution:
+    """A graph's execution as RunWorkflows answers it: what was decided at acceptance (its id,
+    workflow, state, dependencies, priority, tenant and time), not its policy or input, which the
+    caller sent (GetExecution has them). A third of the cost of the full form, for 10,000 items."""
+    message = control_pb2.Execution(
+        execution_id=e.execution_id,
+        workflow=e.workflow.to_proto(),
+        state=int(e.state),  # type: ignore[arg-type]
+        worker=e.worker,
+        generation=e.generation,
+        attempt=e.attempt,
+        created_at_ms=int(e.created_at * 1000),
+        updated_at_ms=int(e.updated_at * 1000),
+        priority=e.priority,
+        tenant=e.tenant,
+        reason=e.reason,
+        after=e.after,
+        when=e.when,
+        dependencies_waiting=e.waiting,
+    )
+    if e.error is not None:
+        message.error.CopyFrom(e.error.to_proto())
+    return message

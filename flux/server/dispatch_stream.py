@@ -13,6 +13,7 @@ import asyncio
 import grpc
 
 from flux.dispatcher.core import Dispatcher
+from flux.dispatcher.state.lifecycle import Counters
 from flux.dispatcher.state.session import Scheduled, Session
 from flux.server import worker_convert
 
@@ -22,12 +23,19 @@ DISPATCH_BATCH = 256
 
 class DispatchStream:
     def __init__(
-        self, dispatcher: Dispatcher, session: Session, context: grpc.aio.ServicerContext, batched: bool
+        self,
+        dispatcher: Dispatcher,
+        session: Session,
+        context: grpc.aio.ServicerContext,
+        batched: bool,
+        counters: Counters | None = None,
     ):
         self.dispatcher = dispatcher
         self.session = session
         self.context = context
         self.batched = batched
+        # Where each message written is counted (LifecycleCounters.worker_messages_sent).
+        self.counters = counters
         self._ended: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         self._writer: asyncio.Task[None] | None = None
 
@@ -49,15 +57,22 @@ class DispatchStream:
 
     async def _drain(self) -> None:
         most = DISPATCH_BATCH if self.batched else 1
+        counters = self.counters
         try:
             while events := self.session.take(most):
                 for i, event in enumerate(events):
                     if isinstance(event, Scheduled) and not event.execution.input_json:
                         # A large input waits in the store, not in RAM: read it on its way out.
                         execution = await self.dispatcher.with_input(event.execution)
-                        events[i] = Scheduled(execution, event.requests)
+                        events[i] = event = Scheduled(execution, event.requests, event.queued)
+                    if isinstance(event, Scheduled) and event.execution.after:
+                        # Its dependencies' outputs (ctx.upstream), read on its way out too.
+                        execution = await self.dispatcher.with_upstream(event.execution)
+                        events[i] = Scheduled(execution, event.requests, event.queued)
                 for message in worker_convert.events_to_proto(events, self.batched):
                     await self.context.write(message)
+                    if counters is not None:
+                        counters.worker_messages_sent += 1
         except Exception as exc:  # e.g. the store unavailable while an input is read
             if not self._ended.done():
                 self._ended.set_exception(exc)

@@ -21,27 +21,14 @@ from flux.dispatcher.core import Dispatcher, Settings
 from flux.dispatcher.state.freezing import freeze, unwatch, watch
 from flux.observe import logs, pauses
 from flux.security import AuthInterceptor, Tokens, is_loopback, plaintext_warning
+from flux.server.admin_services import add_admin_services, admin_service_names
 from flux.server.callers import Callers
 from flux.server.control_service import ControlService
 from flux.server.interceptors import DecodeGuard
 from flux.server.introspection import Health, enable_reflection
-from flux.server.limits import LimitService
 from flux.server.local import LocalChannel, LocalRegistry
-from flux.server.pools import PoolService
-from flux.server.tenants import TenantService
 from flux.server.worker_service import WorkerService
-from flux.v1 import (
-    control_pb2,
-    control_pb2_grpc,
-    limits_pb2,
-    limits_pb2_grpc,
-    pools_pb2,
-    pools_pb2_grpc,
-    tenants_pb2,
-    tenants_pb2_grpc,
-    worker_pb2,
-    worker_pb2_grpc,
-)
+from flux.v1 import control_pb2, control_pb2_grpc, worker_pb2, worker_pb2_grpc
 
 if TYPE_CHECKING:
     from gateway import HttpLimits
@@ -251,16 +238,12 @@ async def start_server(config: ServerConfig) -> RunningServer:
         worker_pb2_grpc.add_WorkerServiceServicer_to_server(workers, target)  # type: ignore[arg-type]
         control_pb2_grpc.add_ControlServiceServicer_to_server(control, target)  # type: ignore[arg-type]
         health_pb2_grpc.add_HealthServicer_to_server(health_servicer, target)  # type: ignore[arg-type]
-        pools_pb2_grpc.add_PoolServiceServicer_to_server(PoolService(dispatcher, callers), target)  # type: ignore[arg-type]
-        limits_pb2_grpc.add_LimitServiceServicer_to_server(LimitService(dispatcher, callers), target)  # type: ignore[arg-type]
-        tenants_pb2_grpc.add_TenantServiceServicer_to_server(TenantService(dispatcher, callers), target)  # type: ignore[arg-type]
+        add_admin_services(dispatcher, callers, target)
     services = (
         worker_pb2.DESCRIPTOR.services_by_name["WorkerService"].full_name,
         control_pb2.DESCRIPTOR.services_by_name["ControlService"].full_name,
         health_pb2.DESCRIPTOR.services_by_name["Health"].full_name,
-        pools_pb2.DESCRIPTOR.services_by_name["PoolService"].full_name,
-        limits_pb2.DESCRIPTOR.services_by_name["LimitService"].full_name,
-        tenants_pb2.DESCRIPTOR.services_by_name["TenantService"].full_name,
+        *admin_service_names(),
     )
     enable_reflection(services, server)
     address = f"{config.host}:{config.grpc_port}"

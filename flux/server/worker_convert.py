@@ -27,6 +27,7 @@ def registration_from_proto(
         software=WorkerSoftware.from_proto(request.software),
         labels=dict(request.labels),
         capacity=request.capacity,
+        prefetch=request.prefetch,
         session_token=request.session_token,
         transport=transport,
         address=request.advertise_address or peer_host(peer),
@@ -87,6 +88,9 @@ def scheduled_to_proto(event: Scheduled) -> worker_pb2.ExecutionScheduled:
         gpu_indices=list(e.gpu_indices),
         requests=event.requests.to_proto(),
         trace=trace,
+        queued=event.queued,
+        priority=e.priority,
+        upstream=dict(e.upstream),
         **_timing_fields(e),
         **_gang_fields(e),
     )

@@ -52,9 +52,18 @@ class WorkerService(worker_pb2_grpc.WorkerServiceServicer):
     def __init__(self, dispatcher: Dispatcher, callers: Callers | None = None):
         self.dispatcher = dispatcher
         self.callers = callers
+        # Messages to and from workers (LifecycleCounters.worker_messages_*): what one costs is
+        # what a burst costs, so a change that saves some shows in these.
+        self._counters = dispatcher.events.counters
+
+    def _counted(self, received: int = 1, sent: int = 1) -> None:
+        """A unary call: one message each way (an answer or a refusal)."""
+        self._counters.worker_messages_received += received
+        self._counters.worker_messages_sent += sent
 
     @unary()
     async def Register(self, request: worker_pb2.RegisterRequest, context: grpc.aio.ServicerContext):
+        self._counted()
         registration = worker_convert.registration_from_proto(
             request, _transport(context), context.peer() or ""
         )
@@ -67,6 +76,7 @@ class WorkerService(worker_pb2_grpc.WorkerServiceServicer):
     async def Connect(self, request: worker_pb2.ConnectRequest, context: grpc.aio.ServicerContext) -> None:
         # A coroutine, not a generator: grpc.aio's reader/writer form, so an idle stream waits on
         # one future instead of a generator step rebuilt after every event (server/dispatch_stream.py).
+        self._counted(sent=0)  # its events count as they are written (DispatchStream)
         try:
             session = self.dispatcher.connect(request.name, request.session_token, _transport(context))
         except Exception as exc:
@@ -90,7 +100,10 @@ class WorkerService(worker_pb2_grpc.WorkerServiceServicer):
                     )
                 )
             )
-            await DispatchStream(self.dispatcher, session, context, request.batched_dispatch).run()
+            self._counted(received=0)
+            await DispatchStream(
+                self.dispatcher, session, context, request.batched_dispatch, self._counters
+            ).run()
         except Exception as exc:  # e.g. the store unavailable while an input is read
             failed = exc
         finally:
@@ -103,6 +116,7 @@ class WorkerService(worker_pb2_grpc.WorkerServiceServicer):
     async def ReportResources(
         self, request: worker_pb2.ReportResourcesRequest, context: grpc.aio.ServicerContext
     ):
+        self._counted()
         software = WorkerSoftware.from_proto(request.software) if request.HasField("software") else None
         self.dispatcher.report(
             request.name,
@@ -115,11 +129,13 @@ class WorkerService(worker_pb2_grpc.WorkerServiceServicer):
 
     @unary()
     async def Claim(self, request: worker_pb2.ClaimRequest, context: grpc.aio.ServicerContext):
+        self._counted()
         self.dispatcher.claim(request.name, request.session_token, request.execution_id, request.generation)
         return worker_pb2.ClaimResponse()
 
     @unary()
     async def Complete(self, request: worker_pb2.CompleteRequest, context: grpc.aio.ServicerContext):
+        self._counted()
         result = request.WhichOneof("result")
         if result is None:
             raise InvalidArgument("result is missing; set output_json or error")
@@ -137,6 +153,7 @@ class WorkerService(worker_pb2_grpc.WorkerServiceServicer):
 
     @unary()
     async def Release(self, request: worker_pb2.ReleaseRequest, context: grpc.aio.ServicerContext):
+        self._counted()
         self.dispatcher.release(
             request.name, request.session_token, request.execution_id, request.generation, request.reason
         )
@@ -144,6 +161,7 @@ class WorkerService(worker_pb2_grpc.WorkerServiceServicer):
 
     @unary()
     async def Heartbeat(self, request: worker_pb2.HeartbeatRequest, context: grpc.aio.ServicerContext):
+        self._counted()
         await self.dispatcher.heartbeat(
             request.name,
             request.session_token,
@@ -155,12 +173,14 @@ class WorkerService(worker_pb2_grpc.WorkerServiceServicer):
 
     @unary()
     async def ClaimBatch(self, request: worker_pb2.ClaimBatchRequest, context: grpc.aio.ServicerContext):
+        self._counted()
         return self._claims(request)
 
     @unary()
     async def CompleteBatch(
         self, request: worker_pb2.CompleteBatchRequest, context: grpc.aio.ServicerContext
     ):
+        self._counted()
         return await self._completions(request)
 
     def _claims(self, request: worker_pb2.ClaimBatchRequest) -> worker_pb2.ClaimBatchResponse:
@@ -204,6 +224,7 @@ class WorkerService(worker_pb2_grpc.WorkerServiceServicer):
         def handle(
             call: worker_pb2.WorkerCallsRequest, answer: Callable[[Answer], None]
         ) -> Awaitable[None] | None:
+            self._counters.worker_messages_received += 1
             kind = call.WhichOneof("call")
             if kind == "completions":
                 return complete(call, answer)
@@ -217,12 +238,14 @@ class WorkerService(worker_pb2_grpc.WorkerServiceServicer):
             return None
 
         async for reply in multiplexed(requests, handle, CALLS_IN_FLIGHT):
+            self._counters.worker_messages_sent += 1
             yield reply
 
     @unary()
     async def GetWorkflowSource(
         self, request: worker_pb2.GetWorkflowSourceRequest, context: grpc.aio.ServicerContext
     ):
+        self._counted()
         self.dispatcher.authorize(request.name, request.session_token)
         filename, source = await self.dispatcher.get_source(request.source_hash)
         return worker_pb2.WorkflowSource(source_hash=request.source_hash, filename=filename, source=source)

@@ -3,6 +3,7 @@
 - ``base``: the ``Store`` interface and its records (``ExecutionQuery``, ``WorkerRecord``, …).
 - ``shared``: what a store shared by several replicas adds (``SharedStore``, ``QuotaGuard``, ``FlowGuard``).
 - ``sqlite``: ``SqliteStore``, one server; ``postgres``: ``PostgresStore``, several replicas.
+- ``schedule_rows``: the schedules' tables and what the ticker needs of a store (``ScheduleRows``).
 - ``notices``: the wake-ups replicas send each other; ``group_commit``, ``rows``,
   ``admin_rows``: the backends' shared parts.
 
@@ -16,6 +17,7 @@ import importlib
 from typing import Any
 
 import flux.store.notices as notices
+import flux.store.schedule_rows as schedule_rows
 from flux.store.base import (
     AuditRecord,
     Conflict,
@@ -30,12 +32,14 @@ from flux.store.base import (
     WorkerRecord,
     WorkflowRecord,
 )
+from flux.store.schedule_rows import ScheduleRow, ScheduleRows, TickRun
 from flux.store.shared import Bucket, ClusterMembership, FlowGuard, FlowRow, QuotaGuard, SharedStore
 
 __all__ = [
     "AuditRecord", "Bucket", "ClusterMembership", "Conflict", "ExecutionQuery", "FlowGuard", "FlowRow", "Held", "PendingRef",
-    "PostgresStore", "QuotaGuard", "Recovered", "SharedStore", "SqliteStore", "Store", "StoreError",
-    "TokenRecord", "WorkerIdentity", "WorkerRecord", "WorkflowRecord", "notices",
+    "PostgresStore", "QuotaGuard", "Recovered", "ScheduleRow", "ScheduleRows", "SharedStore", "SqliteStore",
+    "Store", "StoreError", "TickRun", "TokenRecord", "WorkerIdentity", "WorkerRecord", "WorkflowRecord",
+    "notices", "schedule_rows",
 ]  # fmt: skip
 
 # The backends, by the module that holds each: imported when first named (not at import time,

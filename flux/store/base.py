@@ -14,7 +14,8 @@ import abc
 import asyncio
 from dataclasses import dataclass, field
 
-from flux.domain.execution import Execution
+from flux.domain.batch import Batch
+from flux.domain.execution import Execution, State
 from flux.domain.resource_request import ResourceRequest
 from flux.domain.tenant import DEFAULT_TENANT
 from flux.domain.workflow import WorkflowRecord
@@ -157,6 +158,12 @@ class PendingRef:
     attempt: int = 1
     # Whether an attempt of it ever ran (then it has no pending timeout to wait out).
     started: bool = False
+    # Its dependencies (Execution.after, when, waiting): a waiting one is mirrored into every
+    # replica's dependency index, never into the queue, so whichever replica ends its last
+    # dependency releases it in that same commit.
+    after: tuple[str, ...] = ()
+    when: str = ""
+    waiting: int = 0
     # A gang's size (its run's, perhaps not its workflow's); 0 for an ordinary execution.
     gang_size: int = 0
 
@@ -164,7 +171,8 @@ class PendingRef:
     def of(cls, e: Execution) -> PendingRef:
         return cls(
             e.execution_id, e.seq, e.workflow.name, e.workflow.version, e.tenant, e.not_before,
-            e.generation, e.created_at, e.attempt, bool(e.attempts), e.gang.size if e.gang is not None else 0,
+            e.generation, e.created_at, e.attempt, bool(e.attempts), e.after, e.when, e.waiting,
+            e.gang.size if e.gang is not None else 0,
         )  # fmt: skip
 
 
@@ -225,6 +233,16 @@ class Store(abc.ABC):
     @abc.abstractmethod
     async def get_execution(self, execution_id: str) -> Execution | None:
         """Read one execution (finished ones are not kept in memory)."""
+
+    async def get_executions(self, execution_ids: list[str]) -> dict[str, Execution]:
+        """Read several executions (a dependent's dependencies); the ids not found are left out.
+        Stores with a query for it override this loop."""
+        found = {}
+        for execution_id in execution_ids:
+            execution = await self.get_execution(execution_id)
+            if execution is not None:
+                found[execution_id] = execution
+        return found
 
     @abc.abstractmethod
     async def get_input(self, execution_id: str) -> str | None:
@@ -309,3 +327,23 @@ class Store(abc.ABC):
     @abc.abstractmethod
     async def list_workflows(self, name: str = "") -> list[WorkflowRecord]:
         """Every registered version (of ``name`` only, when given), by name then version."""
+
+    @abc.abstractmethod
+    async def save_batch(self, batch: Batch) -> None:
+        """Store a new batch (its members are saved as executions naming it)."""
+
+    @abc.abstractmethod
+    async def get_batch(self, batch_id: str) -> Batch | None:
+        """The batch with this id, or None."""
+
+    @abc.abstractmethod
+    async def batch_counts(self, batch_id: str) -> dict[State, int]:
+        """How many of the batch's members each state has, as committed."""
+
+    @abc.abstractmethod
+    async def batch_unfinished(self, batch_id: str) -> list[str]:
+        """The ids of the batch's members not finished as committed, newest first."""
+
+    @abc.abstractmethod
+    async def cancel_batch(self, batch_id: str, at: float) -> bool:
+        """Mark the batch cancelled at ``at`` (it takes no new members); whether this call did."""

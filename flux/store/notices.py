@@ -99,8 +99,12 @@ def pending_line(ref: PendingRef) -> str:
     # (a line without them, from an older replica, reads as generation 0, never started).
     line = f"{ref.execution_id} {ref.seq} {ref.workflow_version} {ref.workflow_name}\t{ref.tenant}"
     line = f"{line}\t{ref.not_before!r}\t{ref.generation} {ref.created_at!r} {ref.attempt} {int(ref.started)}"
-    # A gang's size after a fourth tab (a line without one, from an older replica: no gang).
-    return f"{line}\t{ref.gang_size}" if ref.gang_size else line
+    # Dependencies after a fourth tab: "waiting when id id ..." (none: an older replica, or none); a
+    # gang's size after a fifth (none: an older replica, or no gang).
+    dependencies = f"{ref.waiting} {ref.when} {' '.join(ref.after)}" if ref.after else ""
+    if ref.gang_size:
+        return f"{line}\t{dependencies}\t{ref.gang_size}"
+    return f"{line}\t{dependencies}" if dependencies else line
 
 
 def parse_pending(payload: str) -> list[PendingRef]:
@@ -109,7 +113,8 @@ def parse_pending(payload: str) -> list[PendingRef]:
         line, _, rest = line.partition("\t")
         tenant, _, rest = rest.partition("\t")
         not_before, _, more = rest.partition("\t")
-        more, _, gang_size = more.partition("\t")
+        more, _, dependencies = more.partition("\t")
+        dependencies, _, gang_size = dependencies.partition("\t")
         execution_id, seq, version, name = line.split(" ", 3)
         ref = PendingRef(
             execution_id, int(seq), name, int(version), tenant or DEFAULT_TENANT, float(not_before or 0)
@@ -124,6 +129,9 @@ def parse_pending(payload: str) -> list[PendingRef]:
                 started=started == "1",
                 gang_size=int(gang_size or 0),
             )
+        if dependencies:
+            waiting, when, *after = dependencies.split(" ")
+            ref = replace(ref, waiting=int(waiting), when=when, after=tuple(after))
         refs.append(ref)
     return refs
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import json
 from collections.abc import Mapping
 from dataclasses import replace
@@ -20,18 +21,19 @@ from flux.store.base import ExecutionQuery
 # Named, so a table created before a column was added (and migrated) takes the same rows.
 WORKFLOW_COLUMNS = (
     "name, version, source_hash, entrypoint, requests, affinity, max_attempts, created_at, runtime, priority, "
-    "tenant, policy, flow, gang"
+    "tenant, policy, flow, placement, gang"
 )
 WORKFLOW_COLUMN_COUNT = WORKFLOW_COLUMNS.count(",") + 1
 EXECUTION_COLUMNS = (
     "execution_id, seq, workflow_name, workflow_version, source_hash, entrypoint, state, worker, attempt, "
     "generation, max_attempts, input_json, output_json, error, gpu_indices, created_at, updated_at, priority, "
-    "trace, tenant, policy, not_before, reason, attempts, heartbeat, started_at, run_time, flow_keys, gang"
+    "trace, tenant, policy, not_before, reason, attempts, heartbeat, started_at, run_time, flow_keys, batch_id, "
+    "after_ids, after_when, waiting, gang"
 )
 # What a later write of a row may change (both stores' upserts set these, and only these).
 EXECUTION_UPDATES = (
     "state, worker, attempt, generation, max_attempts, output_json, error, gpu_indices, updated_at, "
-    "not_before, reason, attempts, heartbeat, started_at, run_time, gang"
+    "not_before, reason, attempts, heartbeat, started_at, run_time, waiting, gang"
 )
 
 # Execution states as they appear in SQL, by name: no statement spells a bare number.
@@ -75,11 +77,17 @@ def execution_row(e: Execution) -> tuple[object, ...]:
     return (
         e.execution_id, e.seq, e.workflow.name, e.workflow.version, e.workflow.source_hash,
         e.workflow.entrypoint, int(e.state), e.worker, e.attempt, e.generation, e.max_attempts,
-        e.input_json, e.output_json, error, json.dumps(list(e.gpu_indices)), e.created_at, e.updated_at,
+        e.input_json, e.output_json, error, json.dumps(list(e.gpu_indices)) if e.gpu_indices else "[]", e.created_at, e.updated_at,
         e.priority, e.trace, e.tenant, policy, e.not_before, e.reason, attempts_json(e.attempts), e.heartbeat,
-        e.started_at, e.run_time, json.dumps(dict(e.flow_keys)) if e.flow_keys else "",
-        e.gang.to_json() if e.gang is not None else "",
+        e.started_at, e.run_time, _flow_keys_json(e.flow_keys) if e.flow_keys else "", e.batch_id,
+        " ".join(e.after), e.when, e.waiting, e.gang.to_json() if e.gang is not None else "",
     )  # fmt: skip
+
+
+@functools.lru_cache(maxsize=4096)
+def _flow_keys_json(flow_keys: tuple[tuple[str, str], ...]) -> str:
+    # The members of a batch (and the runs of one key) share their keys: encoded once, not per row.
+    return json.dumps(dict(flow_keys))
 
 
 def execution_from_row(row: Mapping[str, Any]) -> Execution:
@@ -112,6 +120,10 @@ def execution_from_row(row: Mapping[str, Any]) -> Execution:
         started_at=row["started_at"],
         run_time=row["run_time"],
         flow_keys=tuple(sorted(json.loads(row["flow_keys"]).items())) if row["flow_keys"] else (),
+        batch_id=row["batch_id"],
+        after=tuple(row["after_ids"].split()),
+        when=row["after_when"],
+        waiting=row["waiting"],
         gang=GangRun.from_json(row["gang"]),
     )
 
@@ -133,6 +145,7 @@ def workflow_from_row(row: Mapping[str, Any]) -> WorkflowRecord:
         tenant=row["tenant"],
         policy=Policy.from_json(row["policy"]) if row["policy"] else None,
         flow=Flow.from_json(row["flow"]),
+        placement=row["placement"],
         gang=Gang.from_json(row["gang"]),
     )
 
@@ -142,6 +155,7 @@ def workflow_row(record: WorkflowRecord, created_at: float) -> tuple[object, ...
         record.name, record.version, record.source_hash, record.entrypoint, requests_to_json(record.requests),
         json.dumps(dict(record.affinity)), record.max_attempts, created_at, record.runtime, record.priority,
         record.tenant, record.policy.to_json() if record.policy is not None else "", record.flow.to_json(),
+        record.placement,
         record.gang.to_json() if record.gang is not None else "",
     )  # fmt: skip
 

@@ -14,6 +14,7 @@ be an import cycle.
 from __future__ import annotations
 
 import asyncio
+import math
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Protocol, runtime_checkable
@@ -48,6 +49,9 @@ class Bucket:
     tokens: float
     # When ``tokens`` was last refilled, on the database's clock (every replica reads the same one).
     updated_at: float
+    # When it is full again if nothing takes a token (the guard sets it from the rate and burst):
+    # from then on its row says no more than a missing one, and may be pruned.
+    full_at: float = math.inf
 
 
 class FlowGuard(Protocol):
@@ -187,3 +191,6 @@ class SharedStore(Protocol):
 
     async def prune_dispatches(self, before: float, batch: int = ...) -> int:
         """Delete the dispatch log of executions finished before ``before``; how many rows went."""
+
+    async def prune_buckets(self) -> int:
+        """Delete the rate buckets full again by now (a missing row is a full bucket); how many went."""

@@ -15,6 +15,7 @@ from pathlib import Path
 from flux.domain.workflow import WorkflowRecord
 from flux.store.admin_rows import TOKEN_ADDED
 from flux.store.base import StoreError
+from flux.store.batch_rows import BATCH_COLUMN, BATCHES_TABLE
 from flux.store.limit_rows import LIMITS_TABLE
 from flux.store.rows import (
     EXECUTION_COLUMNS,
@@ -26,6 +27,7 @@ from flux.store.rows import (
     workflow_from_row,
     workflow_row,
 )
+from flux.store.schedule_rows import SCHEDULES_TABLE
 
 # 2: workflows.runtime (a version 1 file is migrated on open).
 # 3: workflows.priority and executions.priority (older files are migrated on open; rows get 0).
@@ -39,8 +41,12 @@ from flux.store.rows import (
 #    run_time (older rows: the default policy with their max_attempts, no wait, no attempts recorded).
 # 10: workflows.flow and executions.flow_keys (flow control; older rows limit nothing).
 # 11: the limits table (named limits per tenant; created on open, older files have none).
-# 15: workflows.gang and executions.gang (gangs: older rows run on one worker).
-SCHEMA_VERSION = 15
+# 13: executions.batch_id and the batches table (older rows belong to no batch).
+# 16: workflows.placement (a workflow's placement policy; older rows: '', the server's).
+# 14: schedules and schedule_runs (created on open, older files have none).
+# 17: executions.after_ids, after_when, waiting (dependencies; older rows wait for nothing).
+# 18: workflows.gang and executions.gang (gangs: older rows run on one worker).
+SCHEMA_VERSION = 18
 
 
 # Version 7's execution columns, in the table's definition and added to older files on open.
@@ -53,7 +59,11 @@ _EXECUTION_TIMING_COLUMNS = (
     ("started_at", "REAL NOT NULL DEFAULT 0"),
     ("run_time", "REAL NOT NULL DEFAULT 0"),
     ("flow_keys", "TEXT NOT NULL DEFAULT ''"),  # version 10
-    ("gang", "TEXT NOT NULL DEFAULT ''"),  # version 15
+    BATCH_COLUMN,  # version 13
+    ("after_ids", "TEXT NOT NULL DEFAULT ''"),  # version 17: dependency ids, space-separated
+    ("after_when", "TEXT NOT NULL DEFAULT ''"),
+    ("waiting", "INTEGER NOT NULL DEFAULT 0"),
+    ("gang", "TEXT NOT NULL DEFAULT ''"),  # version 18
 )
 
 
@@ -69,7 +79,7 @@ CREATE TABLE IF NOT EXISTS workflows (
     requests TEXT NOT NULL, affinity TEXT NOT NULL, max_attempts INTEGER NOT NULL, created_at REAL NOT NULL,
     runtime TEXT NOT NULL DEFAULT 'python', priority INTEGER NOT NULL DEFAULT 0,
     tenant TEXT NOT NULL DEFAULT 'default', policy TEXT NOT NULL DEFAULT '', flow TEXT NOT NULL DEFAULT '',
-    gang TEXT NOT NULL DEFAULT '',
+    placement TEXT NOT NULL DEFAULT '', gang TEXT NOT NULL DEFAULT '',
     PRIMARY KEY (name, version));
 CREATE TABLE IF NOT EXISTS executions (
     execution_id TEXT PRIMARY KEY, seq INTEGER NOT NULL, workflow_name TEXT NOT NULL,
@@ -86,6 +96,8 @@ CREATE TABLE IF NOT EXISTS workers (name TEXT PRIMARY KEY, session_token TEXT NO
 CREATE TABLE IF NOT EXISTS pools (name TEXT PRIMARY KEY, spec TEXT NOT NULL, updated_at REAL NOT NULL);
 CREATE TABLE IF NOT EXISTS tenants (name TEXT PRIMARY KEY, spec TEXT NOT NULL, updated_at REAL NOT NULL);
 {LIMITS_TABLE.format(real="REAL")}
+{BATCHES_TABLE.format(real="REAL")}
+{SCHEDULES_TABLE.format(real="REAL")};
 CREATE TABLE IF NOT EXISTS tokens (
     digest TEXT PRIMARY KEY, tenant TEXT NOT NULL, role TEXT NOT NULL, created_at REAL NOT NULL,
     id TEXT NOT NULL DEFAULT '', name TEXT NOT NULL DEFAULT '', expires_at REAL, last_used_at REAL,
@@ -181,7 +193,9 @@ def migrate(db: sqlite3.Connection, path: Path) -> None:
             db.execute("ALTER TABLE workflows ADD COLUMN policy TEXT NOT NULL DEFAULT ''")
         if columns and "flow" not in columns:  # before version 10: nothing was flow-limited
             db.execute("ALTER TABLE workflows ADD COLUMN flow TEXT NOT NULL DEFAULT ''")
-        if columns and "gang" not in columns:  # before version 15: every execution had one worker
+        if columns and "placement" not in columns:  # before version 16: the server's policy for all
+            db.execute("ALTER TABLE workflows ADD COLUMN placement TEXT NOT NULL DEFAULT ''")
+        if columns and "gang" not in columns:  # before version 18: every execution had one worker
             db.execute("ALTER TABLE workflows ADD COLUMN gang TEXT NOT NULL DEFAULT ''")
         columns = {row["name"] for row in db.execute("PRAGMA table_info(executions)")}
         if columns and "priority" not in columns:
@@ -190,7 +204,10 @@ def migrate(db: sqlite3.Connection, path: Path) -> None:
             db.execute("ALTER TABLE executions ADD COLUMN trace TEXT NOT NULL DEFAULT ''")
         if columns and "tenant" not in columns:  # before version 5: everything was tenant 'default'
             db.execute("ALTER TABLE executions ADD COLUMN tenant TEXT NOT NULL DEFAULT 'default'")
-        for name, kind in _EXECUTION_TIMING_COLUMNS:  # before version 9 (10: flow_keys)
+        for (
+            name,
+            kind,
+        ) in _EXECUTION_TIMING_COLUMNS:  # before version 9 (10: flow_keys, 13: batch_id, 17: dependencies)
             if columns and name not in columns:
                 db.execute(f"ALTER TABLE executions ADD COLUMN {name} {kind}")
         columns = {row["name"] for row in db.execute("PRAGMA table_info(tokens)")}

@@ -263,6 +263,7 @@ class WorkflowMetadata(_message.Message):
     POLICY_FIELD_NUMBER: _builtins.int
     FLOW_FIELD_NUMBER: _builtins.int
     GANG_FIELD_NUMBER: _builtins.int
+    PLACEMENT_FIELD_NUMBER: _builtins.int
     name: _builtins.str
     """Workflow name, as given to @workflow.with_options(name=...)."""
     entrypoint: _builtins.str
@@ -276,6 +277,10 @@ class WorkflowMetadata(_message.Message):
     priority: _builtins.int
     """Executions competing for a worker go highest priority first, FIFO within a
     priority; -1000 to 1000, default 0. A run may override it.
+    """
+    placement: _builtins.str
+    """Which capable worker its executions go to: "spread" (the least loaded) or "binpack"
+    (the fullest that fits); empty means the server's --placement.
     """
     @_builtins.property
     def requests(self) -> _resources_pb2.ResourceRequest:
@@ -310,10 +315,11 @@ class WorkflowMetadata(_message.Message):
         policy: Global___ExecutionPolicy | None = ...,
         flow: Global___FlowControl | None = ...,
         gang: _gang_pb2.GangSpec | None = ...,
+        placement: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["flow", b"flow", "gang", b"gang", "policy", b"policy", "requests", b"requests"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["affinity", b"affinity", "entrypoint", b"entrypoint", "flow", b"flow", "gang", b"gang", "max_attempts", b"max_attempts", "name", b"name", "policy", b"policy", "priority", b"priority", "requests", b"requests", "runtime", b"runtime"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["affinity", b"affinity", "entrypoint", b"entrypoint", "flow", b"flow", "gang", b"gang", "max_attempts", b"max_attempts", "name", b"name", "placement", b"placement", "policy", b"policy", "priority", b"priority", "requests", b"requests", "runtime", b"runtime"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -520,6 +526,8 @@ class RunWorkflowRequest(_message.Message):
     RETRY_FIELD_NUMBER: _builtins.int
     KEY_FIELD_NUMBER: _builtins.int
     GANG_SIZE_FIELD_NUMBER: _builtins.int
+    AFTER_FIELD_NUMBER: _builtins.int
+    WHEN_FIELD_NUMBER: _builtins.int
     workflow_name: _builtins.str
     """Registered workflow name."""
     input_json: _builtins.str
@@ -534,9 +542,19 @@ class RunWorkflowRequest(_message.Message):
     """This run's flow-control key, in place of the one its workflow computes from the input."""
     gang_size: _builtins.int
     """This run's gang size (1 to 1024), with the workflow's topology; unset means the workflow's."""
+    when: _builtins.str
+    """"succeeded" (the default when empty), "failed" or "finished": how each of `after` must end.
+    When one ends so that this can no longer hold, this run ends CANCELLED, reason "dependency".
+    """
     @_builtins.property
     def retry(self) -> Global___RetryPolicy:
         """This run's retry policy; unset means the workflow's."""
+
+    @_builtins.property
+    def after(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
+        """Executions this run waits for (ids, at most 100): it is stored at once and becomes
+        schedulable when every one of them has ended as `when` asks.
+        """
 
     def __init__(
         self,
@@ -549,10 +567,12 @@ class RunWorkflowRequest(_message.Message):
         retry: Global___RetryPolicy | None = ...,
         key: _builtins.str | None = ...,
         gang_size: _builtins.int | None = ...,
+        after: _abc.Iterable[_builtins.str] | None = ...,
+        when: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["_attempt_timeout_s", b"_attempt_timeout_s", "_gang_size", b"_gang_size", "_key", b"_key", "_priority", b"_priority", "attempt_timeout_s", b"attempt_timeout_s", "gang_size", b"gang_size", "key", b"key", "priority", b"priority", "retry", b"retry"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["_attempt_timeout_s", b"_attempt_timeout_s", "_gang_size", b"_gang_size", "_key", b"_key", "_priority", b"_priority", "attempt_timeout_s", b"attempt_timeout_s", "gang_size", b"gang_size", "input_json", b"input_json", "key", b"key", "priority", b"priority", "retry", b"retry", "version", b"version", "workflow_name", b"workflow_name"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_attempt_timeout_s", b"_attempt_timeout_s", "_gang_size", b"_gang_size", "_key", b"_key", "_priority", b"_priority", "after", b"after", "attempt_timeout_s", b"attempt_timeout_s", "gang_size", b"gang_size", "input_json", b"input_json", "key", b"key", "priority", b"priority", "retry", b"retry", "version", b"version", "when", b"when", "workflow_name", b"workflow_name"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     _WhichOneofReturnType__attempt_timeout_s: _TypeAlias = _typing.Literal["attempt_timeout_s"]  # noqa: Y015
     _WhichOneofArgType__attempt_timeout_s: _TypeAlias = _typing.Literal["_attempt_timeout_s", b"_attempt_timeout_s"]  # noqa: Y015
@@ -622,6 +642,10 @@ class Execution(_message.Message):
     FLOW_KEYS_FIELD_NUMBER: _builtins.int
     GANG_SIZE_FIELD_NUMBER: _builtins.int
     GANG_MEMBERS_FIELD_NUMBER: _builtins.int
+    AFTER_FIELD_NUMBER: _builtins.int
+    WHEN_FIELD_NUMBER: _builtins.int
+    DEPENDENCIES_WAITING_FIELD_NUMBER: _builtins.int
+    BATCH_ID_FIELD_NUMBER: _builtins.int
     execution_id: _builtins.str
     """Server-assigned id."""
     state: Global___ExecutionState.ValueType
@@ -654,6 +678,12 @@ class Execution(_message.Message):
     """When its current attempt was claimed, milliseconds since the Unix epoch; 0 when none runs."""
     gang_size: _builtins.int
     """A gang's size; 0 for an ordinary execution."""
+    when: _builtins.str
+    """How each of `after` must end: "succeeded", "failed" or "finished"; empty when it waits for none."""
+    dependencies_waiting: _builtins.int
+    """How many of `after` have not yet ended as `when` asks; 0: not waiting on dependencies."""
+    batch_id: _builtins.str
+    """The batch it belongs to (client.map, RunWorkflows with batch or max_concurrent); empty: none."""
     @_builtins.property
     def workflow(self) -> _worker_pb2.WorkflowRef:
         """The workflow version it runs."""
@@ -682,6 +712,10 @@ class Execution(_message.Message):
     def gang_members(self) -> _containers.RepeatedCompositeFieldContainer[_gang_pb2.GangMember]:
         """A placed gang's members by rank (rank 0's worker is worker); empty otherwise."""
 
+    @_builtins.property
+    def after(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
+        """The executions it waits for (RunWorkflowRequest.after)."""
+
     def __init__(
         self,
         *,
@@ -708,10 +742,14 @@ class Execution(_message.Message):
         flow_keys: _abc.Mapping[_builtins.str, _builtins.str] | None = ...,
         gang_size: _builtins.int = ...,
         gang_members: _abc.Iterable[_gang_pb2.GangMember] | None = ...,
+        after: _abc.Iterable[_builtins.str] | None = ...,
+        when: _builtins.str = ...,
+        dependencies_waiting: _builtins.int = ...,
+        batch_id: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["error", b"error", "policy", b"policy", "workflow", b"workflow"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["attempt", b"attempt", "attempts", b"attempts", "created_at_ms", b"created_at_ms", "error", b"error", "execution_id", b"execution_id", "flow_keys", b"flow_keys", "gang_members", b"gang_members", "gang_size", b"gang_size", "generation", b"generation", "gpu_indices", b"gpu_indices", "heartbeat_json", b"heartbeat_json", "input_json", b"input_json", "not_before_ms", b"not_before_ms", "output_json", b"output_json", "policy", b"policy", "priority", b"priority", "reason", b"reason", "started_at_ms", b"started_at_ms", "state", b"state", "tenant", b"tenant", "updated_at_ms", b"updated_at_ms", "worker", b"worker", "workflow", b"workflow"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["after", b"after", "attempt", b"attempt", "attempts", b"attempts", "batch_id", b"batch_id", "created_at_ms", b"created_at_ms", "dependencies_waiting", b"dependencies_waiting", "error", b"error", "execution_id", b"execution_id", "flow_keys", b"flow_keys", "gang_members", b"gang_members", "gang_size", b"gang_size", "generation", b"generation", "gpu_indices", b"gpu_indices", "heartbeat_json", b"heartbeat_json", "input_json", b"input_json", "not_before_ms", b"not_before_ms", "output_json", b"output_json", "policy", b"policy", "priority", b"priority", "reason", b"reason", "started_at_ms", b"started_at_ms", "state", b"state", "tenant", b"tenant", "updated_at_ms", b"updated_at_ms", "when", b"when", "worker", b"worker", "workflow", b"workflow"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -1259,7 +1297,28 @@ class ClusterStatus(_message.Message):
         def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
         def WhichOneof(self, oneof_group: _Never) -> None: ...
 
+    @_typing.final
+    class ScheduleTicksEntry(_message.Message):
+        DESCRIPTOR: _descriptor.Descriptor
+
+        KEY_FIELD_NUMBER: _builtins.int
+        VALUE_FIELD_NUMBER: _builtins.int
+        key: _builtins.str
+        value: _builtins.int
+        def __init__(
+            self,
+            *,
+            key: _builtins.str = ...,
+            value: _builtins.int = ...,
+        ) -> None: ...
+        _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+        def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+        _ClearFieldArgType: _TypeAlias = _typing.Literal["key", b"key", "value", b"value"]  # noqa: Y015
+        def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+        def WhichOneof(self, oneof_group: _Never) -> None: ...
+
     NOW_MS_FIELD_NUMBER: _builtins.int
+    PLACEMENT_FIELD_NUMBER: _builtins.int
     STARTED_AT_MS_FIELD_NUMBER: _builtins.int
     WORKERS_FIELD_NUMBER: _builtins.int
     PENDING_FIELD_NUMBER: _builtins.int
@@ -1273,8 +1332,14 @@ class ClusterStatus(_message.Message):
     POOLS_FIELD_NUMBER: _builtins.int
     TENANTS_FIELD_NUMBER: _builtins.int
     LIMITS_FIELD_NUMBER: _builtins.int
+    DEPENDENCIES_WAITING_FIELD_NUMBER: _builtins.int
+    SCHEDULE_TICKS_FIELD_NUMBER: _builtins.int
+    SCHEDULES_ACTIVE_FIELD_NUMBER: _builtins.int
+    SCHEDULES_PAUSED_FIELD_NUMBER: _builtins.int
     now_ms: _builtins.int
     """When the core took the snapshot, in milliseconds since the Unix epoch."""
+    placement: _builtins.str
+    """The server's placement policy (--placement): "spread" or "binpack", for workflows that name none."""
     started_at_ms: _builtins.int
     """When this core process started, in milliseconds since the Unix epoch; every
     counter and histogram below counts from then (a restart starts them at zero).
@@ -1287,6 +1352,12 @@ class ClusterStatus(_message.Message):
     """Workers left out of `workers` because the fleet is larger than a status
     lists (100): `fleet` still counts every one; ListWorkers pages through them.
     """
+    dependencies_waiting: _builtins.int
+    """Executions held out of the queue, waiting for their dependencies (flux_dependencies_waiting)."""
+    schedules_active: _builtins.int
+    """Schedules not paused, every tenant's (flux_schedules{state="active"})."""
+    schedules_paused: _builtins.int
+    """Schedules paused, every tenant's (flux_schedules{state="paused"})."""
     @_builtins.property
     def workers(self) -> _containers.RepeatedCompositeFieldContainer[Global___WorkerInfo]:
         """Known workers, connected or within their grace period, by name (GetStatus only)."""
@@ -1339,10 +1410,17 @@ class ClusterStatus(_message.Message):
     def limits(self) -> _containers.RepeatedCompositeFieldContainer[Global___LimitStatus]:
         """Each flow-control limit in use or with work waiting (no per-key rows: keys are unbounded)."""
 
+    @_builtins.property
+    def schedule_ticks(self) -> _containers.ScalarMap[_builtins.str, _builtins.int]:
+        """Schedules' ticks on this server since it started, by what became of them: fired, skipped,
+        queued, missed, manual, refused (flux_schedule_ticks_total{result}).
+        """
+
     def __init__(
         self,
         *,
         now_ms: _builtins.int = ...,
+        placement: _builtins.str = ...,
         started_at_ms: _builtins.int = ...,
         workers: _abc.Iterable[Global___WorkerInfo] | None = ...,
         pending: _abc.Iterable[Global___PendingShape] | None = ...,
@@ -1356,10 +1434,14 @@ class ClusterStatus(_message.Message):
         pools: _abc.Iterable[_pools_pb2.Pool] | None = ...,
         tenants: _abc.Iterable[_tenants_pb2.TenantStatus] | None = ...,
         limits: _abc.Iterable[Global___LimitStatus] | None = ...,
+        dependencies_waiting: _builtins.int = ...,
+        schedule_ticks: _abc.Mapping[_builtins.str, _builtins.int] | None = ...,
+        schedules_active: _builtins.int = ...,
+        schedules_paused: _builtins.int = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["counters", b"counters", "fleet", b"fleet"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["counters", b"counters", "executions", b"executions", "fleet", b"fleet", "latencies", b"latencies", "limits", b"limits", "now_ms", b"now_ms", "pending", b"pending", "pending_by_reason", b"pending_by_reason", "pending_shapes_omitted", b"pending_shapes_omitted", "pools", b"pools", "started_at_ms", b"started_at_ms", "tenants", b"tenants", "workers", b"workers", "workers_omitted", b"workers_omitted"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["counters", b"counters", "dependencies_waiting", b"dependencies_waiting", "executions", b"executions", "fleet", b"fleet", "latencies", b"latencies", "limits", b"limits", "now_ms", b"now_ms", "pending", b"pending", "pending_by_reason", b"pending_by_reason", "pending_shapes_omitted", b"pending_shapes_omitted", "placement", b"placement", "pools", b"pools", "schedule_ticks", b"schedule_ticks", "schedules_active", b"schedules_active", "schedules_paused", b"schedules_paused", "started_at_ms", b"started_at_ms", "tenants", b"tenants", "workers", b"workers", "workers_omitted", b"workers_omitted"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -1740,7 +1822,12 @@ class LifecycleCounters(_message.Message):
     PREEMPTED_FIELD_NUMBER: _builtins.int
     PREEMPTIONS_REFUSED_FIELD_NUMBER: _builtins.int
     RETRIES_FIELD_NUMBER: _builtins.int
+    DEPENDENCIES_RELEASED_FIELD_NUMBER: _builtins.int
+    DEPENDENCIES_CANCELLED_FIELD_NUMBER: _builtins.int
     TIMEOUTS_FIELD_NUMBER: _builtins.int
+    WORKER_MESSAGES_SENT_FIELD_NUMBER: _builtins.int
+    WORKER_MESSAGES_RECEIVED_FIELD_NUMBER: _builtins.int
+    QUEUED_DISPATCHES_FIELD_NUMBER: _builtins.int
     submitted: _builtins.int
     """Executions accepted by RunWorkflow."""
     dispatched: _builtins.int
@@ -1759,6 +1846,21 @@ class LifecycleCounters(_message.Message):
     """Dispatch streams opened by a worker registration that had one before."""
     stream_connects: _builtins.int
     """Dispatch streams opened, reconnects included."""
+    dependencies_released: _builtins.int
+    """Dependents released: their last dependency ended as their `when` asked."""
+    dependencies_cancelled: _builtins.int
+    """Dependents ended CANCELLED (reason "dependency") because a dependency ended against their `when`."""
+    worker_messages_sent: _builtins.int
+    """Messages this server wrote to its workers: dispatch stream events (a batch of dispatches is
+    one), answers on WorkerCalls streams, and answers to the worker service's unary calls. Through
+    the SSE gateway, each is one HTTP message too. A worker reads exactly these.
+    """
+    worker_messages_received: _builtins.int
+    """Messages this server read from its workers: WorkerCalls stream messages and unary calls of the
+    worker service (Connect's request included). A worker writes exactly these.
+    """
+    queued_dispatches: _builtins.int
+    """Dispatches queued ahead at a pipelining worker (--prefetch): counted in dispatched too."""
     @_builtins.property
     def requeued(self) -> _containers.ScalarMap[_builtins.str, _builtins.int]:
         """Returns to CREATED by reason: "released" (the worker gave it back),
@@ -1813,11 +1915,16 @@ class LifecycleCounters(_message.Message):
         preempted: _abc.Mapping[_builtins.str, _builtins.int] | None = ...,
         preemptions_refused: _abc.Mapping[_builtins.str, _builtins.int] | None = ...,
         retries: _abc.Mapping[_builtins.str, _builtins.int] | None = ...,
+        dependencies_released: _builtins.int = ...,
+        dependencies_cancelled: _builtins.int = ...,
         timeouts: _abc.Mapping[_builtins.str, _builtins.int] | None = ...,
+        worker_messages_sent: _builtins.int = ...,
+        worker_messages_received: _builtins.int = ...,
+        queued_dispatches: _builtins.int = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["ack_deadline_expiries", b"ack_deadline_expiries", "cancelled", b"cancelled", "claimed", b"claimed", "completed", b"completed", "dispatched", b"dispatched", "failed", b"failed", "preempted", b"preempted", "preemptions_refused", b"preemptions_refused", "requeued", b"requeued", "retries", b"retries", "stream_connects", b"stream_connects", "stream_reconnects", b"stream_reconnects", "submitted", b"submitted", "timeouts", b"timeouts"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["ack_deadline_expiries", b"ack_deadline_expiries", "cancelled", b"cancelled", "claimed", b"claimed", "completed", b"completed", "dependencies_cancelled", b"dependencies_cancelled", "dependencies_released", b"dependencies_released", "dispatched", b"dispatched", "failed", b"failed", "preempted", b"preempted", "preemptions_refused", b"preemptions_refused", "queued_dispatches", b"queued_dispatches", "requeued", b"requeued", "retries", b"retries", "stream_connects", b"stream_connects", "stream_reconnects", b"stream_reconnects", "submitted", b"submitted", "timeouts", b"timeouts", "worker_messages_received", b"worker_messages_received", "worker_messages_sent", b"worker_messages_sent"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -2021,6 +2128,7 @@ class WorkflowInfo(_message.Message):
     POLICY_FIELD_NUMBER: _builtins.int
     FLOW_FIELD_NUMBER: _builtins.int
     GANG_FIELD_NUMBER: _builtins.int
+    PLACEMENT_FIELD_NUMBER: _builtins.int
     name: _builtins.str
     """Workflow name."""
     version: _builtins.int
@@ -2045,6 +2153,8 @@ class WorkflowInfo(_message.Message):
     """The tenant whose admin registered it: only that tenant sees and runs it, unless it is
     "default" (every tenant shares default's workflows). A name belongs to one tenant.
     """
+    placement: _builtins.str
+    """Its placement policy, "spread" or "binpack"; empty means the server's (ClusterStatus.placement)."""
     @_builtins.property
     def requests(self) -> _resources_pb2.ResourceRequest:
         """What every execution of this version needs."""
@@ -2084,10 +2194,11 @@ class WorkflowInfo(_message.Message):
         policy: Global___ExecutionPolicy | None = ...,
         flow: Global___FlowControl | None = ...,
         gang: _gang_pb2.GangSpec | None = ...,
+        placement: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["flow", b"flow", "gang", b"gang", "policy", b"policy", "requests", b"requests"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["affinity", b"affinity", "entrypoint", b"entrypoint", "filename", b"filename", "flow", b"flow", "gang", b"gang", "max_attempts", b"max_attempts", "name", b"name", "policy", b"policy", "priority", b"priority", "registered_at_ms", b"registered_at_ms", "requests", b"requests", "runtime", b"runtime", "source_hash", b"source_hash", "tenant", b"tenant", "version", b"version", "version_count", b"version_count"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["affinity", b"affinity", "entrypoint", b"entrypoint", "filename", b"filename", "flow", b"flow", "gang", b"gang", "max_attempts", b"max_attempts", "name", b"name", "placement", b"placement", "policy", b"policy", "priority", b"priority", "registered_at_ms", b"registered_at_ms", "requests", b"requests", "runtime", b"runtime", "source_hash", b"source_hash", "tenant", b"tenant", "version", b"version", "version_count", b"version_count"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -2282,6 +2393,12 @@ class RunWorkflowsRequest(_message.Message):
     RETRY_FIELD_NUMBER: _builtins.int
     KEY_FIELD_NUMBER: _builtins.int
     GANG_SIZE_FIELD_NUMBER: _builtins.int
+    AFTER_FIELD_NUMBER: _builtins.int
+    WHEN_FIELD_NUMBER: _builtins.int
+    ITEMS_FIELD_NUMBER: _builtins.int
+    BATCH_FIELD_NUMBER: _builtins.int
+    MAX_CONCURRENT_FIELD_NUMBER: _builtins.int
+    BATCH_ID_FIELD_NUMBER: _builtins.int
     workflow_name: _builtins.str
     """Registered workflow name."""
     version: _builtins.int
@@ -2294,6 +2411,18 @@ class RunWorkflowsRequest(_message.Message):
     """These runs' flow-control key, in place of the one their workflow computes from each input."""
     gang_size: _builtins.int
     """These runs' gang size (1 to 1024), with the workflow's topology; unset means the workflow's."""
+    when: _builtins.str
+    """How each of `after` must end: "succeeded" (the default when empty), "failed" or "finished"."""
+    batch: _builtins.bool
+    """Make these runs one new batch (BatchService reads, waits on and cancels it)."""
+    max_concurrent: _builtins.int
+    """At most this many members of the new batch SCHEDULED or RUNNING at once (1 to 1,000,000);
+    set, it makes a batch as batch does. Unset: no limit.
+    """
+    batch_id: _builtins.str
+    """Add these runs to this existing batch (from an earlier call's batch_id): a batch larger than
+    one call's cap. Its terms are the batch's; batch and max_concurrent must then be unset.
+    """
     @_builtins.property
     def input_json(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
         """One JSON-encoded input per execution (each passed as ctx.input); an empty
@@ -2303,6 +2432,18 @@ class RunWorkflowsRequest(_message.Message):
     @_builtins.property
     def retry(self) -> Global___RetryPolicy:
         """These runs' retry policy; unset means the workflow's."""
+
+    @_builtins.property
+    def after(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
+        """Every input waits for these executions (as RunWorkflowRequest.after), unless `items` is used."""
+
+    @_builtins.property
+    def items(self) -> _containers.RepeatedCompositeFieldContainer[Global___RunItem]:
+        """A graph: one item per execution, each its own workflow, input and dependencies, accepted
+        atomically (all or none). When set, workflow_name and input_json must be empty. At most
+        10,000 items per call. The answer's executions then carry what acceptance decided (id,
+        workflow, state, dependencies, priority, tenant, times), not their policy: GetExecution has it.
+        """
 
     def __init__(
         self,
@@ -2315,10 +2456,16 @@ class RunWorkflowsRequest(_message.Message):
         retry: Global___RetryPolicy | None = ...,
         key: _builtins.str | None = ...,
         gang_size: _builtins.int | None = ...,
+        after: _abc.Iterable[_builtins.str] | None = ...,
+        when: _builtins.str = ...,
+        items: _abc.Iterable[Global___RunItem] | None = ...,
+        batch: _builtins.bool = ...,
+        max_concurrent: _builtins.int | None = ...,
+        batch_id: _builtins.str = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["_attempt_timeout_s", b"_attempt_timeout_s", "_gang_size", b"_gang_size", "_key", b"_key", "_priority", b"_priority", "attempt_timeout_s", b"attempt_timeout_s", "gang_size", b"gang_size", "key", b"key", "priority", b"priority", "retry", b"retry"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["_attempt_timeout_s", b"_attempt_timeout_s", "_gang_size", b"_gang_size", "_key", b"_key", "_max_concurrent", b"_max_concurrent", "_priority", b"_priority", "attempt_timeout_s", b"attempt_timeout_s", "gang_size", b"gang_size", "key", b"key", "max_concurrent", b"max_concurrent", "priority", b"priority", "retry", b"retry"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["_attempt_timeout_s", b"_attempt_timeout_s", "_gang_size", b"_gang_size", "_key", b"_key", "_priority", b"_priority", "attempt_timeout_s", b"attempt_timeout_s", "gang_size", b"gang_size", "input_json", b"input_json", "key", b"key", "priority", b"priority", "retry", b"retry", "version", b"version", "workflow_name", b"workflow_name"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_attempt_timeout_s", b"_attempt_timeout_s", "_gang_size", b"_gang_size", "_key", b"_key", "_max_concurrent", b"_max_concurrent", "_priority", b"_priority", "after", b"after", "attempt_timeout_s", b"attempt_timeout_s", "batch", b"batch", "batch_id", b"batch_id", "gang_size", b"gang_size", "input_json", b"input_json", "items", b"items", "key", b"key", "max_concurrent", b"max_concurrent", "priority", b"priority", "retry", b"retry", "version", b"version", "when", b"when", "workflow_name", b"workflow_name"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     _WhichOneofReturnType__attempt_timeout_s: _TypeAlias = _typing.Literal["attempt_timeout_s"]  # noqa: Y015
     _WhichOneofArgType__attempt_timeout_s: _TypeAlias = _typing.Literal["_attempt_timeout_s", b"_attempt_timeout_s"]  # noqa: Y015
@@ -2326,6 +2473,8 @@ class RunWorkflowsRequest(_message.Message):
     _WhichOneofArgType__gang_size: _TypeAlias = _typing.Literal["_gang_size", b"_gang_size"]  # noqa: Y015
     _WhichOneofReturnType__key: _TypeAlias = _typing.Literal["key"]  # noqa: Y015
     _WhichOneofArgType__key: _TypeAlias = _typing.Literal["_key", b"_key"]  # noqa: Y015
+    _WhichOneofReturnType__max_concurrent: _TypeAlias = _typing.Literal["max_concurrent"]  # noqa: Y015
+    _WhichOneofArgType__max_concurrent: _TypeAlias = _typing.Literal["_max_concurrent", b"_max_concurrent"]  # noqa: Y015
     _WhichOneofReturnType__priority: _TypeAlias = _typing.Literal["priority"]  # noqa: Y015
     _WhichOneofArgType__priority: _TypeAlias = _typing.Literal["_priority", b"_priority"]  # noqa: Y015
     @_typing.overload
@@ -2335,9 +2484,72 @@ class RunWorkflowsRequest(_message.Message):
     @_typing.overload
     def WhichOneof(self, oneof_group: _WhichOneofArgType__key) -> _WhichOneofReturnType__key | None: ...
     @_typing.overload
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__max_concurrent) -> _WhichOneofReturnType__max_concurrent | None: ...
+    @_typing.overload
     def WhichOneof(self, oneof_group: _WhichOneofArgType__priority) -> _WhichOneofReturnType__priority | None: ...
 
 Global___RunWorkflowsRequest: _TypeAlias = RunWorkflowsRequest  # noqa: Y015
+
+@_typing.final
+class RunItem(_message.Message):
+    """One execution of a graph submitted by RunWorkflows."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    WORKFLOW_NAME_FIELD_NUMBER: _builtins.int
+    INPUT_JSON_FIELD_NUMBER: _builtins.int
+    VERSION_FIELD_NUMBER: _builtins.int
+    PRIORITY_FIELD_NUMBER: _builtins.int
+    AFTER_FIELD_NUMBER: _builtins.int
+    AFTER_INDEX_FIELD_NUMBER: _builtins.int
+    WHEN_FIELD_NUMBER: _builtins.int
+    KEY_FIELD_NUMBER: _builtins.int
+    workflow_name: _builtins.str
+    """Registered workflow name."""
+    input_json: _builtins.str
+    """Input passed as ctx.input, JSON-encoded; empty means null."""
+    version: _builtins.int
+    """Workflow version; 0 means the latest."""
+    priority: _builtins.int
+    """This run's priority; unset means the workflow's."""
+    when: _builtins.str
+    """"succeeded" (default), "failed" or "finished"."""
+    key: _builtins.str
+    """This run's flow-control key."""
+    @_builtins.property
+    def after(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
+        """Existing executions it waits for (ids)."""
+
+    @_builtins.property
+    def after_index(self) -> _containers.RepeatedScalarFieldContainer[_builtins.int]:
+        """Earlier items of the same call it waits for (their 0-based indexes, each below this item's)."""
+
+    def __init__(
+        self,
+        *,
+        workflow_name: _builtins.str = ...,
+        input_json: _builtins.str = ...,
+        version: _builtins.int = ...,
+        priority: _builtins.int | None = ...,
+        after: _abc.Iterable[_builtins.str] | None = ...,
+        after_index: _abc.Iterable[_builtins.int] | None = ...,
+        when: _builtins.str = ...,
+        key: _builtins.str | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["_key", b"_key", "_priority", b"_priority", "key", b"key", "priority", b"priority"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_key", b"_key", "_priority", b"_priority", "after", b"after", "after_index", b"after_index", "input_json", b"input_json", "key", b"key", "priority", b"priority", "version", b"version", "when", b"when", "workflow_name", b"workflow_name"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    _WhichOneofReturnType__key: _TypeAlias = _typing.Literal["key"]  # noqa: Y015
+    _WhichOneofArgType__key: _TypeAlias = _typing.Literal["_key", b"_key"]  # noqa: Y015
+    _WhichOneofReturnType__priority: _TypeAlias = _typing.Literal["priority"]  # noqa: Y015
+    _WhichOneofArgType__priority: _TypeAlias = _typing.Literal["_priority", b"_priority"]  # noqa: Y015
+    @_typing.overload
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__key) -> _WhichOneofReturnType__key | None: ...
+    @_typing.overload
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__priority) -> _WhichOneofReturnType__priority | None: ...
+
+Global___RunItem: _TypeAlias = RunItem  # noqa: Y015
 
 @_typing.final
 class RunWorkflowsResponse(_message.Message):
@@ -2346,6 +2558,9 @@ class RunWorkflowsResponse(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
 
     EXECUTIONS_FIELD_NUMBER: _builtins.int
+    BATCH_ID_FIELD_NUMBER: _builtins.int
+    batch_id: _builtins.str
+    """The batch they joined or made; empty when the call asked for none."""
     @_builtins.property
     def executions(self) -> _containers.RepeatedCompositeFieldContainer[Global___Execution]:
         """One execution per input, in the order of the request's input_json, as
@@ -2358,10 +2573,11 @@ class RunWorkflowsResponse(_message.Message):
         self,
         *,
         executions: _abc.Iterable[Global___Execution] | None = ...,
+        batch_id: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["executions", b"executions"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["batch_id", b"batch_id", "executions", b"executions"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

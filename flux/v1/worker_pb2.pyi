@@ -109,6 +109,7 @@ class RegisterRequest(_message.Message):
     CAPACITY_FIELD_NUMBER: _builtins.int
     SESSION_TOKEN_FIELD_NUMBER: _builtins.int
     ADVERTISE_ADDRESS_FIELD_NUMBER: _builtins.int
+    PREFETCH_FIELD_NUMBER: _builtins.int
     name: _builtins.str
     """Worker name, unique among live workers: [A-Za-z0-9][A-Za-z0-9._-]{0,62}."""
     capacity: _builtins.int
@@ -118,6 +119,11 @@ class RegisterRequest(_message.Message):
     advertise_address: _builtins.str
     """The host (or host:port) other gang members reach this worker at (ctx.gang.members[i].address);
     empty means the address the server sees the worker connect from.
+    """
+    prefetch: _builtins.int
+    """Executions this worker may hold beyond its room in its own queue (--prefetch N; 0: none).
+    A queued execution is sent with ExecutionScheduled.queued: no reservation is taken until the
+    worker claims it, which it does only when its own room allows.
     """
     @_builtins.property
     def resources(self) -> _resources_pb2.WorkerResources:
@@ -141,10 +147,11 @@ class RegisterRequest(_message.Message):
         capacity: _builtins.int = ...,
         session_token: _builtins.str = ...,
         advertise_address: _builtins.str = ...,
+        prefetch: _builtins.int = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["resources", b"resources", "software", b"software"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["advertise_address", b"advertise_address", "capacity", b"capacity", "labels", b"labels", "name", b"name", "resources", b"resources", "session_token", b"session_token", "software", b"software"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["advertise_address", b"advertise_address", "capacity", b"capacity", "labels", b"labels", "name", b"name", "prefetch", b"prefetch", "resources", b"resources", "session_token", b"session_token", "software", b"software"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -382,6 +389,26 @@ class ExecutionScheduled(_message.Message):
 
     DESCRIPTOR: _descriptor.Descriptor
 
+    @_typing.final
+    class UpstreamEntry(_message.Message):
+        DESCRIPTOR: _descriptor.Descriptor
+
+        KEY_FIELD_NUMBER: _builtins.int
+        VALUE_FIELD_NUMBER: _builtins.int
+        key: _builtins.str
+        value: _builtins.str
+        def __init__(
+            self,
+            *,
+            key: _builtins.str = ...,
+            value: _builtins.str = ...,
+        ) -> None: ...
+        _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+        def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+        _ClearFieldArgType: _TypeAlias = _typing.Literal["key", b"key", "value", b"value"]  # noqa: Y015
+        def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+        def WhichOneof(self, oneof_group: _Never) -> None: ...
+
     EXECUTION_ID_FIELD_NUMBER: _builtins.int
     ATTEMPT_FIELD_NUMBER: _builtins.int
     GENERATION_FIELD_NUMBER: _builtins.int
@@ -395,6 +422,9 @@ class ExecutionScheduled(_message.Message):
     LAST_HEARTBEAT_JSON_FIELD_NUMBER: _builtins.int
     GANG_RANK_FIELD_NUMBER: _builtins.int
     GANG_MEMBERS_FIELD_NUMBER: _builtins.int
+    QUEUED_FIELD_NUMBER: _builtins.int
+    PRIORITY_FIELD_NUMBER: _builtins.int
+    UPSTREAM_FIELD_NUMBER: _builtins.int
     execution_id: _builtins.str
     """Execution id."""
     attempt: _builtins.int
@@ -413,6 +443,16 @@ class ExecutionScheduled(_message.Message):
     """The details of the latest heartbeat of an earlier attempt (ctx.last_heartbeat), JSON-encoded."""
     gang_rank: _builtins.int
     """A gang member's rank (ctx.gang.rank); 0 also for an ordinary execution (see gang_members)."""
+    queued: _builtins.bool
+    """Queued ahead (RegisterRequest.prefetch): nothing is reserved for it yet. The worker keeps it
+    in its queue, in the order sent, and starts it (claiming it then) only when its own room
+    allows; a claim the server cannot reserve room for is refused and the execution goes back
+    in line.
+    """
+    priority: _builtins.int
+    """The execution's priority: a queued one goes ahead of those queued with a lower priority
+    (first come first within a priority), so a higher-priority arrival never waits behind them.
+    """
     @_builtins.property
     def workflow(self) -> Global___WorkflowRef:
         """The workflow version to run; fetch its source by hash when not cached."""
@@ -435,6 +475,12 @@ class ExecutionScheduled(_message.Message):
     def gang_members(self) -> _containers.RepeatedCompositeFieldContainer[_gang_pb2.GangMember]:
         """Every member of the gang by rank (ctx.gang.members); empty for an ordinary execution."""
 
+    @_builtins.property
+    def upstream(self) -> _containers.ScalarMap[_builtins.str, _builtins.str]:
+        """The outputs of the executions it waited for (ctx.upstream): execution id -> output JSON
+        ("null" for one that did not complete).
+        """
+
     def __init__(
         self,
         *,
@@ -451,10 +497,13 @@ class ExecutionScheduled(_message.Message):
         last_heartbeat_json: _builtins.str = ...,
         gang_rank: _builtins.int = ...,
         gang_members: _abc.Iterable[_gang_pb2.GangMember] | None = ...,
+        queued: _builtins.bool = ...,
+        priority: _builtins.int = ...,
+        upstream: _abc.Mapping[_builtins.str, _builtins.str] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["requests", b"requests", "trace", b"trace", "workflow", b"workflow"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["attempt", b"attempt", "execution_id", b"execution_id", "gang_members", b"gang_members", "gang_rank", b"gang_rank", "generation", b"generation", "gpu_indices", b"gpu_indices", "heartbeat_interval_s", b"heartbeat_interval_s", "input_json", b"input_json", "last_heartbeat_json", b"last_heartbeat_json", "requests", b"requests", "timeout_s", b"timeout_s", "trace", b"trace", "workflow", b"workflow"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["attempt", b"attempt", "execution_id", b"execution_id", "gang_members", b"gang_members", "gang_rank", b"gang_rank", "generation", b"generation", "gpu_indices", b"gpu_indices", "heartbeat_interval_s", b"heartbeat_interval_s", "input_json", b"input_json", "last_heartbeat_json", b"last_heartbeat_json", "priority", b"priority", "queued", b"queued", "requests", b"requests", "timeout_s", b"timeout_s", "trace", b"trace", "upstream", b"upstream", "workflow", b"workflow"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

@@ -36,6 +36,7 @@ async def in_child(
             "attempt": ctx.attempt,
             "assigned_gpus": list(ctx.assigned_gpus),
             "last_heartbeat": ctx.last_heartbeat,
+            "upstream": ctx.upstream,
         },
     }
     process = await asyncio.create_subprocess_exec(

@@ -75,3 +75,7 @@ class Running:
     # before the first. A server reached on a later stream may not know of it: a replica that
     # adopted this dispatch holds it as unclaimed if the one that answered died before storing it.
     claimed_in: int | None = None
+    # Its body has returned (its result may still be on its way): it holds no room here any more.
+    body_ended: bool = False
+    # Queued here and started in the room of these results (prefetch.ResultsInFlight): its own claim waits for them.
+    after: tuple[asyncio.Future[None], ...] = ()

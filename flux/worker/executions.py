@@ -1,6 +1,6 @@
 """One execution on the worker once its dispatch arrives: claim it and, meanwhile, call the workflow's
 function (fetching its code), deliver the result, each retried while the control plane is unreachable,
-and the spans around them. ``WorkerRuntime`` holds the state these read; ``Backoff`` is the delay
+and the spans around them. ``WorkerRuntime`` holds the state these read; ``Backoff`` (backoff.py) is the delay
 between tries. Claims (claims.py), heartbeats (heartbeats.py) and a body in its own process
 (child_runner.py) are their own modules.
 """
@@ -12,7 +12,6 @@ import contextvars
 import inspect
 import json
 import logging
-import random
 import traceback
 from collections.abc import Awaitable, Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -30,31 +29,18 @@ from flux.errors import (
     Unavailable,
 )
 from flux.observe import tracing
+from flux.worker.backoff import Backoff
 from flux.worker.batching import Batcher
 from flux.worker.child_runner import in_child
 from flux.worker.claims import CLAIM_DELAY, ClaimCall, PendingClaim, Running
 from flux.worker.code_cache import CodeCache
 from flux.worker.heartbeats import Heartbeats
+from flux.worker.prefetch import ResultsInFlight, after_results
 from flux.worker.transport import Dispatch, Outcome
 
 T = TypeVar("T")
 
 log = logging.getLogger("flux.worker")
-
-
-class Backoff:
-    """Exponential backoff with full jitter, so a fleet does not reconnect in lockstep."""
-
-    def __init__(self, initial: float, maximum: float):
-        self.initial, self.maximum, self.attempt = initial, maximum, 0
-
-    def next(self) -> float:
-        delay = min(self.maximum, self.initial * 2**self.attempt)
-        self.attempt += 1
-        return random.uniform(delay / 2, delay)
-
-    def reset(self) -> None:
-        self.attempt = 0
 
 
 def error_of(exc: BaseException) -> ExecutionError:
@@ -86,11 +72,15 @@ class Executions:
     _claims: Batcher[ClaimCall]
     _results: Batcher[Outcome]
     _claims_with_results: bool
+    _in_flight: ResultsInFlight
 
     async def _release(self, execution_id: str, generation: int, reason: str) -> None:
         raise NotImplementedError
 
     async def _heartbeat(self, execution_id: str, generation: int, details_json: str) -> None:
+        raise NotImplementedError
+
+    def _room_freed(self) -> None:  # start what waits in our own queue if it fits now (runtime.py)
         raise NotImplementedError
 
     async def _execute(self, dispatch: Dispatch) -> None:
@@ -107,10 +97,18 @@ class Executions:
         traced = tracing.ACTIVE and bool(dispatch.trace)
         streams = self._streams
         written: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        running = self._running.get(execution_id)
+        after = running.after if running is not None and running.dispatch is dispatch else ()
+        sent: asyncio.Future[None] | None = None  # its result's, once its body has ended
 
         def send() -> asyncio.Task[bool]:
             task = asyncio.create_task(
-                self._traced_claim(dispatch, written) if traced else self._claim(dispatch, written)
+                after_results(
+                    after,
+                    lambda: (
+                        self._traced_claim(dispatch, written) if traced else self._claim(dispatch, written)
+                    ),
+                )
             )
             task.add_done_callback(answered)
             return task
@@ -134,10 +132,12 @@ class Executions:
         try:
             if traced:
                 output_json, error = await self._traced_invoke(dispatch)
+                sent = self._body_ended(dispatch)
                 with tracing.span("flux.complete", dispatch.trace, "CLIENT", **self._span_fields(dispatch)):
                     await self._complete(dispatch, claim.settle(), written, output_json, error)
             else:
                 output_json, error = await self._invoke(dispatch)
+                sent = self._body_ended(dispatch)
                 await self._complete(dispatch, claim.settle(), written, output_json, error)
         except asyncio.CancelledError:
             claim.cancel()  # a claim not yet sent stays unsent: it would land after the release below
@@ -152,9 +152,21 @@ class Executions:
                 await asyncio.shield(self._release(execution_id, dispatch.generation, "preempted"))
         finally:
             claim.cancel()  # done by now, unless this execution was stopped
+            if sent is not None:
+                self._in_flight.end(sent)
             running = self._running.get(execution_id)
             if running is not None and running.dispatch is dispatch:  # not a newer dispatch of it
                 del self._running[execution_id]
+                self._room_freed()
+
+    def _body_ended(self, dispatch: Dispatch) -> asyncio.Future[None]:
+        """Its room is free now, not once its result is answered: our queue may start its next (after
+        this turn, so the result reaches the batcher first and is sent ahead of that one's claim)."""
+        running = self._running.get(dispatch.execution_id)
+        if running is not None and running.dispatch is dispatch:
+            running.body_ended = True
+            asyncio.get_running_loop().call_soon(self._room_freed)
+        return self._in_flight.begin()
 
     async def _complete(
         self,
@@ -293,6 +305,7 @@ class Executions:
                 last_heartbeat=json.loads(dispatch.last_heartbeat_json)
                 if dispatch.last_heartbeat_json
                 else None,
+                upstream={key: json.loads(output or "null") for key, output in dispatch.upstream},
                 _beat=beats,
             )
             if inspect.iscoroutinefunction(fn):

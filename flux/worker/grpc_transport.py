@@ -79,6 +79,9 @@ def dispatch_from_proto(message: worker_pb2.ExecutionScheduled) -> Dispatch:
         heartbeat_interval=message.heartbeat_interval_s,
         last_heartbeat_json=message.last_heartbeat_json,
         gang=gang_from_proto(message.gang_rank, message.gang_members) if message.gang_members else None,
+        queued=message.queued,
+        priority=message.priority,
+        upstream=tuple(message.upstream.items()),
     )
 
 
@@ -194,6 +197,7 @@ class GrpcTransport(WorkerTransport):
                 software=registration.software.to_proto(),
                 labels=registration.labels,
                 capacity=registration.capacity,
+                prefetch=registration.prefetch,
                 session_token=registration.session_token,
                 advertise_address=registration.advertise_address,
             ),

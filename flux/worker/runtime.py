@@ -29,10 +29,12 @@ from flux.errors import (
     Unavailable,
     Unimplemented,
 )
+from flux.worker.backoff import Backoff
 from flux.worker.batching import Batcher
 from flux.worker.claims import ClaimCall, Running
 from flux.worker.code_cache import CodeCache
-from flux.worker.executions import Backoff, Executions
+from flux.worker.executions import Executions
+from flux.worker.prefetch import LocalQueue, ResultsInFlight
 from flux.worker.probe import ResourceProbe, changed_materially
 from flux.worker.transport import Answers, Cancel, Connected, Dispatch, Outcome, Registration, WorkerTransport
 
@@ -77,6 +79,8 @@ class WorkerConfig:
     drain_timeout: float = defaults.DRAIN_TIMEOUT
     backoff_initial: float = 0.1
     backoff_max: float = 5.0
+    # Executions the server may queue here beyond this worker's room (flux/worker/prefetch.py).
+    prefetch: int = 0
 
 
 class WorkerRuntime(Executions):
@@ -89,6 +93,8 @@ class WorkerRuntime(Executions):
         # Counts Connected events: each is a new stream, perhaps to another replica.
         self._streams = 0
         self._running: dict[str, Running] = {}
+        self._queued = LocalQueue()
+        self._in_flight = ResultsInFlight()
         self._stopping = asyncio.Event()
         self._threads = ThreadPoolExecutor(
             max_workers=max(1, config.capacity), thread_name_prefix="flux-workflow"
@@ -174,6 +180,7 @@ class WorkerRuntime(Executions):
             capacity=self.config.capacity,
             session_token=self.token,
             advertise_address=self.config.advertise_address,
+            prefetch=self.config.prefetch,
         )
         self.token = await self.transport.register(registration)
         self._reported = registration.resources
@@ -187,11 +194,13 @@ class WorkerRuntime(Executions):
                 self._streams += 1
                 self._batched = True  # perhaps another server: ask it for batches again
                 self._claims_with_results = event.claims_with_results
+                self._queued.clear()  # the server took our queue back when the last stream closed
                 self._reconcile(event.held)
                 self.connected.set()
                 log.info("connected to %s as %s", event.server_id, self.config.name)
 
     async def _drain(self) -> None:
+        self._queued.clear()  # the server takes a draining worker's queue back when it hears of it
         try:
             await self.transport.report(
                 self.config.name, self.token, self.probe.sample(), None, draining=True
@@ -215,13 +224,33 @@ class WorkerRuntime(Executions):
             # Requeued while we were away and dispatched here again: the old try is fenced off.
             stale.cancelled_by_server = True
             stale.task.cancel()
+        if dispatch.queued:
+            if not self._stopping.is_set():  # else our draining report takes it back
+                self._queued.add(dispatch)
+                self._room_freed()
+            return
         if self._stopping.is_set():
             asyncio.create_task(self._release(dispatch.execution_id, dispatch.generation, "worker draining"))
             return
+        self._run(dispatch)
+
+    def _run(self, dispatch: Dispatch, after: tuple[asyncio.Future[None], ...] = ()) -> None:
         task = asyncio.create_task(self._execute(dispatch), name=f"execution-{dispatch.execution_id}")
-        self._running[dispatch.execution_id] = Running(dispatch, task)
+        self._running[dispatch.execution_id] = Running(dispatch, task, after=after)
+
+    def _room_freed(self) -> None:
+        """Start what our own queue holds, in order, as far as our room allows (each claimed then)."""
+        if not len(self._queued) or self._stopping.is_set():
+            return
+        running = (r.dispatch.requests for r in self._running.values() if not r.body_ended)
+        after = self._in_flight.snapshot()
+        for dispatch in self._queued.ready(running, self.config.capacity, self._reported):
+            self._run(dispatch, after)
 
     def _cancel(self, cancel: Cancel) -> None:
+        if self._queued.drop(cancel.execution_id, cancel.generation):
+            log.info("queued execution %s cancelled: %s", cancel.execution_id, cancel.reason)
+            return
         running = self._running.get(cancel.execution_id)
         if running is not None and running.dispatch.generation == cancel.generation:
             log.info("execution %s cancelled: %s", cancel.execution_id, cancel.reason)

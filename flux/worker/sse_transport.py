@@ -202,6 +202,7 @@ class SseTransport(WorkerTransport):
             software=registration.software.to_proto(),
             labels=registration.labels,
             capacity=registration.capacity,
+            prefetch=registration.prefetch,
             session_token=registration.session_token,
             advertise_address=registration.advertise_address,
         )

@@ -30,6 +30,8 @@ class Registration:
     # Where gang members reach this worker (--advertise-address); "" lets the server use the
     # address it sees the worker connect from.
     advertise_address: str = ""
+    # Executions it may hold beyond its room in its own queue (--prefetch).
+    prefetch: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -62,6 +64,12 @@ class Dispatch:
     last_heartbeat_json: str = ""
     # A gang member's rank and every member (ctx.gang); None for an ordinary execution.
     gang: GangInfo | None = None
+    # Queued ahead: nothing is reserved yet; start it (claiming it) only when this worker's room allows.
+    queued: bool = False
+    # Higher first in this worker's own queue; first come first within a priority.
+    priority: int = 0
+    # Its dependencies' outputs, (execution id, output JSON) (ctx.upstream).
+    upstream: tuple[tuple[str, str], ...] = ()
 
 
 @dataclass(frozen=True, slots=True)

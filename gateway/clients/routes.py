@@ -106,6 +106,8 @@ async def run_workflow(
         run.key = body.key
     if body.gang_size is not None:
         run.gang_size = body.gang_size
+    run.after.extend(body.after)
+    run.when = body.when or ""
     _policy(run, body)
     # The caller's trace context (or the gateway's span) goes with each call made in here.
     with tracing.submitting(request, "/workflows/{name}/run"):
@@ -159,6 +161,13 @@ async def run_workflows(
         run.priority = body.priority
     if body.key is not None:
         run.key = body.key
+    run.after.extend(body.after)
+    run.when = body.when or ""
+    run.batch = body.batch
+    if body.max_concurrent is not None:
+        run.max_concurrent = body.max_concurrent
+    if body.batch_id is not None:
+        run.batch_id = body.batch_id
     try:
         with tracing.submitting(request, "/workflows/{name}/run-many"):
             accepted = await core.control.RunWorkflows(run, timeout=_timeout(request))

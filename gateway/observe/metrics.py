@@ -37,6 +37,7 @@ from prometheus_client.samples import Exemplar
 from prometheus_client.utils import floatToGoString
 
 from flux.v1 import control_pb2
+from gateway.observe import workflow_metrics
 from gateway.wire import schema
 
 router = APIRouter(tags=["ops"])
@@ -167,6 +168,20 @@ class StatusCollector(Collector):
             "Dispatch streams reopened by a worker registration that had one before.",
             value=counters.stream_reconnects,
         )
+        worker_messages = CounterMetricFamily(
+            "flux_worker_messages",
+            "Messages between the server and its workers, by direction: sent (dispatch stream events, "
+            "answers on WorkerCalls streams and to the worker service's calls), received (their calls).",
+            labels=["direction"],
+        )
+        worker_messages.add_metric(["sent"], counters.worker_messages_sent)
+        worker_messages.add_metric(["received"], counters.worker_messages_received)
+        yield worker_messages
+        yield CounterMetricFamily(
+            "flux_queued_dispatches",
+            "Dispatches queued ahead at a pipelining worker (--prefetch); counted in placements too.",
+            value=counters.queued_dispatches,
+        )
 
         latency = HistogramMetricFamily(
             "flux_dispatch_latency_seconds",
@@ -205,7 +220,9 @@ class StatusCollector(Collector):
         yield allocatable
         yield from _pool_metrics(s)
         yield from _tenant_metrics(s)
-        yield from _limit_metrics(s)
+        yield from workflow_metrics.limit_metrics(s)
+        yield from workflow_metrics.dependency_metrics(s)
+        yield from workflow_metrics.schedule_metrics(s)
         yield GaugeMetricFamily(
             "flux_start_time_seconds",
             "When the core started, in seconds since the Unix epoch; counters count from then.",
@@ -270,26 +287,6 @@ def _tenant_metrics(s: control_pb2.ClusterStatus) -> Iterator[Metric]:
     yield quota
     yield pending
     yield refused
-
-
-def _limit_metrics(s: control_pb2.ClusterStatus) -> Iterator[Metric]:
-    """Per flow-control limit, never per key: keys come from inputs and are unbounded."""
-    in_use = GaugeMetricFamily(
-        "flux_limit_in_use",
-        "Executions holding a slot or token of each limit, over its keys.",
-        labels=["limit"],
-    )
-    waiting = GaugeMetricFamily("flux_limit_waiting", "Executions waiting on each limit.", labels=["limit"])
-    limited = CounterMetricFamily(
-        "flux_rate_limited", "Times an execution waited for a token of each limit.", labels=["limit"]
-    )
-    for row in s.limits:
-        in_use.add_metric([row.limit], row.in_use)
-        waiting.add_metric([row.limit], row.waiting)
-        limited.add_metric([row.limit], row.rate_limited)
-    yield in_use
-    yield waiting
-    yield limited
 
 
 def _pool_metrics(s: control_pb2.ClusterStatus) -> Iterator[Metric]:

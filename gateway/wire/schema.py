@@ -214,6 +214,17 @@ class RunBody(BaseModel):
         description="run as a gang of this many members, each on its own worker, all at once or none, with "
         "the workflow's topology; omitted means the workflow's gang (or one worker)",
     )
+    after: list[str] = Field(
+        default_factory=list,
+        max_length=100,
+        description="execution ids this run waits for: it is stored at once and runs when each has ended "
+        "as `when` asks (its body reads their outputs as ctx.upstream)",
+    )
+    when: Literal["succeeded", "failed", "finished"] | None = Field(
+        default=None,
+        description="how each of `after` must end: succeeded (the default), failed or finished; when one "
+        "ends otherwise, this run ends CANCELLED, reason dependency",
+    )
 
 
 class RunManyBody(BaseModel):
@@ -238,6 +249,27 @@ class RunManyBody(BaseModel):
         min_length=1,
         max_length=256,
         description="these runs' flow-control key (see a run's key)",
+    )
+    after: list[str] = Field(
+        default_factory=list, max_length=100, description="execution ids every one of these runs waits for"
+    )
+    when: Literal["succeeded", "failed", "finished"] | None = Field(
+        default=None, description="how each of `after` must end (see a run's when)"
+    )
+    batch: bool = Field(default=False, description="make these runs one new batch (GET /batches/{id})")
+    max_concurrent: StrictInt | None = Field(
+        default=None,
+        ge=1,
+        le=1_000_000,
+        description="at most this many of the new batch's runs SCHEDULED or RUNNING at once (an int, "
+        "1 to 1,000,000; makes a batch as batch does); omitted means no limit",
+    )
+    batch_id: str | None = Field(
+        default=None,
+        min_length=1,
+        max_length=64,
+        description="add these runs to this batch (an earlier call's batch_id), for a batch larger "
+        "than one call; batch and max_concurrent are then left out",
     )
 
 

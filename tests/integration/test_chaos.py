@@ -48,5 +48,14 @@ def test_a_short_seeded_chaos_run_on_sqlite_loses_nothing(tmp_path: Path) -> Non
     flow = document["flow"]
     assert flow["violations"] == 0 and flow["key_samples"] > 0 and flow["key_peak"] >= 1, summary
     assert flow["paced_starts"] >= 8, summary
+    # A schedule ticked every second through the faults: each tick ran once, none was skipped
+    # (catch-up all), every run stored under its tick's id.
+    schedule = document["schedule"]
+    assert schedule["violations"] == 0 and schedule["ticks"] >= SECONDS // 2, summary
+    assert schedule["stored"] == schedule["ticks"], summary
     # Bodies that sleep past their timeout were submitted: "every timeout fires" was checked on them.
     assert document["executions"]["by_shape"].get("times_out", 0) >= 1, summary
+    # Dependents were submitted under the faults, and none started before its dependency completed.
+    assert document["dependencies"]["dependents"] >= 1 and document["dependencies"]["violations"] == 0, (
+        summary
+    )

@@ -239,3 +239,18 @@ def test_a_server_without_auth_needs_no_sign_in(tmp_path, browser) -> None:  # n
         page.close()
     finally:
         cluster.close()
+
+
+def test_a_batch_member_s_page_shows_the_batch_s_progress(cluster: Cluster, browser) -> None:  # noqa: F811
+    expect = _expect()
+    cluster.start_worker("w1", "--capacity", "4")
+    runs = cluster.client.map("echo", [1, 2, 3], max_concurrent=1)
+    assert cluster.client.batches.wait(runs.batch_id, timeout=60).completed == 3
+    page = _open(browser, cluster, [])
+    _sign_in(page, cluster.token(Role.CLIENT))
+    page.goto(f"{cluster.gateway_url}/ui/#/executions/{runs[1].execution_id}")
+    progress = page.locator("#batch-progress")
+    expect(progress).to_contain_text(runs.batch_id)
+    expect(progress).to_contain_text("3/3 finished · 0 running (max 1) · 0 waiting")
+    expect(progress).to_have_attribute("data-finished", "true")
+    screenshot(page, "dashboard-batch")

@@ -104,9 +104,14 @@ def test_a_four_core_execution_is_placed_under_a_steady_one_core_stream(fair: Cl
     assert waiting
 
 
-def test_a_later_higher_priority_run_goes_first_on_a_busy_worker(fair: Cluster) -> None:
+@pytest.mark.parametrize("prefetch", ["0", None], ids=["prefetch 0", "default prefetch"])
+def test_a_later_higher_priority_run_goes_first_on_a_busy_worker(fair: Cluster, prefetch: str | None) -> None:
     # --starvation-after 30: the low one never waits that long here, so aging does not put it first.
-    fair.start_worker("busy", "--cpus", "1", "--capacity", "1")
+    # With --prefetch 0 both wait in the server's queue; with the default both are queued at the
+    # worker (flux start worker --prefetch), where the higher priority goes ahead too.
+    fair.start_worker(
+        "busy", "--cpus", "1", "--capacity", "1", *(("--prefetch", prefetch) if prefetch else ())
+    )
     client = fair.client
     # The blocker holds the worker until it is cancelled below, not for a fixed time: four CLI
     # processes run meanwhile, and on a loaded host they outlasted a 3 s hold (both then ran).
@@ -117,11 +122,18 @@ def test_a_later_higher_priority_run_goes_first_on_a_busy_worker(fair: Cluster) 
     assert cli.returncode == 0, cli.stderr
     high = cli.stdout.strip()
     explained = fair.flux("execution", "explain", high)
-    assert "priority 5; next in line" in explained.stdout, explained.stdout
-    listed = json.loads(fair.flux("execution", "list", "--state", "created", "--json").stdout)
-    priorities = {e["execution_id"]: e["priority"] for e in listed["executions"]}
+    if prefetch is None:
+        assert explained.stdout.strip() == "queued at worker busy (1st)", explained.stdout
+        assert fair.flux("execution", "explain", low).stdout.strip() == "queued at worker busy (2nd)"
+    else:
+        assert "priority 5; next in line" in explained.stdout, explained.stdout
+    state = "created" if prefetch else "scheduled"
+    listed = json.loads(fair.flux("execution", "list", "--state", state, "--json").stdout)
+    priorities = {
+        e["execution_id"]: e["priority"] for e in listed["executions"] if e["execution_id"] != blocker
+    }
     assert priorities == {high: 5, low: 0}
-    table = fair.flux("execution", "list", "--state", "created").stdout
+    table = fair.flux("execution", "list", "--state", state).stdout
     assert table.splitlines()[0].split()[5] == "PRIORITY"
     client.cancel(blocker)
     done = {e.execution_id: json.loads(e.output_json) for e in fair.wait_all([low, high])}

@@ -25,7 +25,7 @@ from flux.client.requests import workflow_request
 from flux.registration.loader import load_workflow_file
 from flux.security import Credentials, Role
 from flux.testing import Cluster
-from flux.v1 import control_pb2, limits_pb2, pools_pb2, tenants_pb2, worker_pb2
+from flux.v1 import batches_pb2, control_pb2, limits_pb2, pools_pb2, schedules_pb2, tenants_pb2, worker_pb2
 
 pytestmark = [pytest.mark.integration, pytest.mark.transports("grpc"), pytest.mark.backends("sqlite")]
 
@@ -35,6 +35,8 @@ SERVICES = {
     "ControlService": control_pb2,
     "PoolService": pools_pb2,
     "LimitService": limits_pb2,
+    "BatchService": batches_pb2,
+    "ScheduleService": schedules_pb2,
     "TenantService": tenants_pb2,
     "WorkerService": worker_pb2,
 }
@@ -74,6 +76,10 @@ class Fleet:
         """A new CREATED execution of ``tenant``'s."""
         return self.clients[tenant].run(f"{tenant}_parked", {}).execution_id
 
+    def batch(self, tenant: str) -> str:
+        """A new batch of ``tenant``'s (one parked member, throttled): one to read and cancel."""
+        return self.clients[tenant].map(f"{tenant}_parked", [{}], max_concurrent=1).batch_id
+
     def spare_token(self, tenant: str) -> str:
         """The id of a new read token of ``tenant``'s, minted by the cluster admin: one to revoke."""
         return self.cluster.client.tenants.create_token(tenant, role="read").id  # type: ignore[attr-defined]
@@ -82,6 +88,12 @@ class Fleet:
         """A new named limit of ``tenant``'s, made by the cluster admin: one to delete."""
         name = _unique("spare")
         self.cluster.client.limits.create(name, tenant=tenant, concurrency=1)  # type: ignore[attr-defined]
+        return name
+
+    def spare_schedule(self, tenant: str) -> str:
+        """A new schedule of ``tenant``'s, made by the cluster admin: one to delete."""
+        name = _unique("spare")
+        self.cluster.client.schedules.create(name, tenant=tenant, workflow=f"{tenant}_parked", every="1h")  # type: ignore[attr-defined]
         return name
 
     def finished(self, tenant: str) -> str:
@@ -153,6 +165,27 @@ REQUESTS: dict[str, Build] = {
     "GetLimit": lambda f, t: limits_pb2.GetLimitRequest(name="shared", tenant=_tenant(t)),
     "ApplyLimits": lambda f, t: limits_pb2.ApplyLimitsRequest(
         limits=[limits_pb2.Limit(name="shared", concurrency=5)], tenant=_tenant(t)
+    ),
+    # BatchService
+    "GetBatch": lambda f, t: batches_pb2.GetBatchRequest(batch_id=f.batch(_tenant(t))),
+    "WatchBatch": lambda f, t: batches_pb2.WatchBatchRequest(batch_id=f.batch(_tenant(t))),
+    "CancelBatch": lambda f, t: batches_pb2.CancelBatchRequest(batch_id=f.batch(_tenant(t))),
+    # ScheduleService
+    "CreateSchedule": lambda f, t: schedules_pb2.CreateScheduleRequest(
+        schedule=schedules_pb2.Schedule(name=_unique("s"), workflow=f"{_tenant(t)}_parked", every="1h"),
+        tenant=_tenant(t),
+    ),
+    "ListSchedules": lambda f, t: schedules_pb2.ListSchedulesRequest(tenant=_tenant(t)),
+    "GetSchedule": lambda f, t: schedules_pb2.GetScheduleRequest(name="shared", tenant=_tenant(t)),
+    "PauseSchedule": lambda f, t: schedules_pb2.PauseScheduleRequest(name="shared", tenant=_tenant(t)),
+    "ResumeSchedule": lambda f, t: schedules_pb2.ResumeScheduleRequest(name="shared", tenant=_tenant(t)),
+    "TriggerSchedule": lambda f, t: schedules_pb2.TriggerScheduleRequest(name="shared", tenant=_tenant(t)),
+    "DeleteSchedule": lambda f, t: schedules_pb2.DeleteScheduleRequest(
+        name=f.spare_schedule(_tenant(t)), tenant=_tenant(t)
+    ),
+    "ApplySchedules": lambda f, t: schedules_pb2.ApplySchedulesRequest(
+        schedules=[schedules_pb2.Schedule(name="shared", workflow=f"{_tenant(t)}_parked", every="2h")],
+        tenant=_tenant(t),
     ),
     # TenantService
     "CreateTenant": lambda f, t: tenants_pb2.CreateTenantRequest(
@@ -233,6 +266,20 @@ EXPECTED: dict[str, dict[str, tuple[str, str]]] = {
     "ListLimits": _reads_own(),
     "GetLimit": _reads_own(),
     "ApplyLimits": _reads_own("admin"),
+    # Any role reads its own tenant's batches, submit cancels them; another tenant's is missing.
+    "GetBatch": _reads_own(),
+    "WatchBatch": _reads_own(),
+    "CancelBatch": _reads_own("submit"),
+    # Any role reads its own tenant's schedules; a submit token triggers one (a run); a tenant admin
+    # changes them; another tenant's is missing.
+    "CreateSchedule": _reads_own("admin"),
+    "ListSchedules": _reads_own(),
+    "GetSchedule": _reads_own(),
+    "PauseSchedule": _reads_own("admin"),
+    "ResumeSchedule": _reads_own("admin"),
+    "TriggerSchedule": _reads_own("submit"),
+    "DeleteSchedule": _reads_own("admin"),
+    "ApplySchedules": _reads_own("admin"),
     "CreateTenant": _cluster_only(),
     # A tenant admin reads its own tenant's terms; another tenant answers as one that does not exist.
     "ListTenants": _by_role(
@@ -310,6 +357,9 @@ def fleet(cluster: Cluster, tmp_path: Path) -> Iterator[Fleet]:
     built = Fleet(cluster, tmp_path, clients)
     for tenant in ("ml", "web"):
         clients[tenant].register_file(built.source(f"{tenant}_parked"))
+        admin.schedules.apply(
+            [{"name": "shared", "workflow": f"{tenant}_parked", "every": "1h"}], tenant=tenant
+        )
     cluster.start_worker("w1")
     try:
         yield built

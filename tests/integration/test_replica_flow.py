@@ -8,12 +8,15 @@ once. The bodies are the witness for a rate: each returns when it started.
 
 from __future__ import annotations
 
+import asyncio
 import threading
+import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
 
+from flux.store.postgres import PostgresStore
 from flux.testing import Cluster, eventually
 from flux.v1 import control_pb2
 
@@ -140,3 +143,33 @@ def test_a_rate_holds_across_replicas(replicas: Cluster) -> None:
     # Both replicas' workers started some: the rate held across them, not by one doing it all.
     workers = {w for (w,) in replicas.query("SELECT DISTINCT worker FROM dispatches")}
     assert len(workers) >= 2, workers
+
+
+def test_a_rate_bucket_full_again_is_pruned_and_the_rate_still_holds(replicas: Cluster, pg_url: str) -> None:
+    """A bucket's row says when it is full again; past then prune_buckets deletes it (a missing
+    row is a full bucket), and the rate holds as before on the next runs."""
+    with replicas.client_for(replicas.address) as client:
+        first = [client.run("two_a_second", None, wait=False).execution_id for _ in range(3)]
+        assert all(f.state == COMPLETED for f in replicas.wait_all(first, timeout=60))
+    ((budget, tokens, updated_at, full_at),) = replicas.query(
+        "SELECT budget, tokens, updated_at, full_at FROM flow_buckets WHERE budget LIKE ?", "%two_a_second%"
+    )
+    # 2/s, burst 1: full again half a second per missing token after the last refill.
+    assert full_at == pytest.approx(updated_at + (1.0 - tokens) / 2.0)
+
+    async def prune() -> int:
+        store = PostgresStore(pg_url, "pruner")
+        await store.open()
+        try:
+            return await store.prune_buckets()
+        finally:
+            await store.close()
+
+    eventually(lambda: time.time() > full_at + 0.1, what="the bucket to be full again")
+    assert asyncio.run(prune()) == 1
+    assert replicas.query("SELECT budget FROM flow_buckets WHERE budget = ?", budget) == []
+    with replicas.client_for(replicas.replicas[0][1]) as client:
+        again = [client.run("two_a_second", None, wait=False).execution_id for _ in range(6)]
+        finals = replicas.wait_all(again, timeout=60)
+    starts = [float(f.output_json) for f in finals]
+    assert busiest_second(starts) <= 3, sorted(round(t - min(starts), 2) for t in starts)

@@ -187,23 +187,19 @@ async def test_a_version_2_sqlite_file_gains_the_priority_columns(tmp_path: Path
     db = sqlite3.connect(path)
     # Nor any column or table a version after it added.
     later = (
-        "policy",
-        "not_before",
-        "reason",
-        "attempts",
-        "heartbeat",
-        "started_at",
-        "run_time",
-        "flow_keys",
-        "gang",
-    )
+        "policy", "not_before", "reason", "attempts", "heartbeat", "started_at", "run_time", "flow_keys", "batch_id",
+        "after_ids", "after_when", "waiting", "gang",
+    )  # fmt: skip
     db.executescript(
-        "".join(f"ALTER TABLE executions DROP COLUMN {column};" for column in later)
+        "DROP INDEX executions_by_batch; DROP TABLE batches;"
+        + "".join(f"ALTER TABLE executions DROP COLUMN {column};" for column in later)
         + "ALTER TABLE workflows DROP COLUMN priority; ALTER TABLE executions DROP COLUMN priority;"
         "ALTER TABLE executions DROP COLUMN tenant; ALTER TABLE executions DROP COLUMN trace;"
         "ALTER TABLE workflows DROP COLUMN tenant; ALTER TABLE workflows DROP COLUMN policy;"
-        "ALTER TABLE workflows DROP COLUMN flow; ALTER TABLE workflows DROP COLUMN gang;"
-        "DROP TABLE tenants; DROP TABLE tokens; DROP TABLE audit; DROP TABLE limits;"
+        "ALTER TABLE workflows DROP COLUMN flow; ALTER TABLE workflows DROP COLUMN placement;"
+        "ALTER TABLE workflows DROP COLUMN gang;"
+        "DROP TABLE tenants; DROP TABLE tokens;"
+        "DROP TABLE audit; DROP TABLE limits;"
         "UPDATE meta SET value = '2' WHERE key = 'schema_version';"
         "INSERT INTO workflows VALUES ('old', 1, 'h', 'old', "
         '\'{"cpu": 0, "memory": 0, "gpu": 0, "disk": 0, "packages": []}\', \'{}\', 3, 5.0, \'python\');'
@@ -216,7 +212,9 @@ async def test_a_version_2_sqlite_file_gains_the_priority_columns(tmp_path: Path
     recovered = await store.open()
     try:
         # Migrated on open: priority 0, and the default tenant's (shared by every tenant).
-        assert [(w.name, w.priority, w.tenant) for w in recovered.workflows] == [("old", 0, "default")]
+        assert [(w.name, w.priority, w.tenant, w.placement) for w in recovered.workflows] == [
+            ("old", 0, "default", "")  # and no placement of its own: the server's
+        ]
         assert [(e.execution_id, e.priority) for e in recovered.unfinished] == [("e1", 0)]
         await store.save(replace(recovered.unfinished[0], execution_id="e2", seq=2, priority=9))
         stored = await store.get_execution("e2")

@@ -108,10 +108,15 @@ async def test_a_version_3_sqlite_file_puts_everything_in_tenant_default(tmp_pat
         "started_at",
         "run_time",
         "flow_keys",
+        "batch_id",
+        "after_ids",
+        "after_when",
+        "waiting",
         "gang",
     )
     db.executescript(
-        "".join(f"ALTER TABLE executions DROP COLUMN {column};" for column in later)
+        "DROP INDEX executions_by_batch; DROP TABLE batches;"
+        + "".join(f"ALTER TABLE executions DROP COLUMN {column};" for column in later)
         + "ALTER TABLE executions DROP COLUMN tenant; ALTER TABLE executions DROP COLUMN trace;"
         "ALTER TABLE workflows DROP COLUMN tenant; ALTER TABLE workflows DROP COLUMN policy;"
         "ALTER TABLE workflows DROP COLUMN flow; ALTER TABLE workflows DROP COLUMN gang;"

@@ -86,6 +86,7 @@ def worker(
     gpu_memory: Quantity = "80Gi",
     runtimes: Sequence[str] = (),
     paused: bool = False,
+    queued: int = 0,
 ) -> WorkerView:
     """One worker; ``cpu``/``memory``/``disk`` are allocatable totals, ``*_available`` observed free."""
     resources = WorkerResources(
@@ -108,6 +109,7 @@ def worker(
         unreported=_amounts(unreported),
         held_gpus=frozenset(held_gpus),
         paused=paused,
+        queued=queued,
     )
 
 

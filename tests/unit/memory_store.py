@@ -12,6 +12,7 @@ import asyncio
 import dataclasses
 from types import MappingProxyType
 
+from flux.domain.batch import Batch
 from flux.domain.execution import Execution, State
 from flux.domain.workflow import WorkflowRecord
 from flux.store.base import (
@@ -35,6 +36,7 @@ class MemoryStore(Store):
         self.pools: dict[str, str] = {}
         self.tenants: dict[str, str] = {}
         self.limits: dict[tuple[str, str], str] = {}
+        self.batches: dict[str, Batch] = {}
         self.tokens: dict[str, TokenRecord] = {}  # by digest
         self.audit: list[AuditRecord] = []  # oldest first
         self.fail_next_commit: Exception | None = None
@@ -193,3 +195,27 @@ class MemoryStore(Store):
     async def list_workflows(self, name: str = "") -> list[WorkflowRecord]:
         rows = [r for r in self.workflows.values() if not name or r.name == name]
         return sorted(rows, key=lambda r: (r.name, r.version))
+
+    async def save_batch(self, batch: Batch) -> None:
+        self.batches[batch.batch_id] = batch
+
+    async def get_batch(self, batch_id: str) -> Batch | None:
+        return self.batches.get(batch_id)
+
+    async def batch_counts(self, batch_id: str) -> dict[State, int]:
+        counts: dict[State, int] = {}
+        for e in self.executions.values():
+            if e.batch_id == batch_id:
+                counts[e.state] = counts.get(e.state, 0) + 1
+        return counts
+
+    async def batch_unfinished(self, batch_id: str) -> list[str]:
+        members = [e for e in self.executions.values() if e.batch_id == batch_id and not e.state.finished]
+        return [e.execution_id for e in sorted(members, key=lambda e: -e.seq)]
+
+    async def cancel_batch(self, batch_id: str, at: float) -> bool:
+        batch = self.batches.get(batch_id)
+        if batch is None or batch.cancelled_at:
+            return False
+        self.batches[batch_id] = dataclasses.replace(batch, cancelled_at=at)
+        return True

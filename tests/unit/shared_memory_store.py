@@ -174,6 +174,9 @@ class SharedMemoryStore(MemoryStore):
             if at >= stale_before and (row := self.executions.get(preemptor)) and row.state is State.CREATED
         }
 
+    async def prune_buckets(self) -> int:
+        return 0  # no shared buckets here: each replica's rates are its own
+
     async def prune_dispatches(self, before: float, batch: int = 5000) -> int:
         # No transactions to keep short here: every batch goes at once, as PostgreSQL's loop ends.
         def old(key: tuple[str, int], at: float) -> bool:

@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from bench.chaos.flow_invariants import KeySample, RateTerms, over_key_max, over_rate, starts
+from bench.chaos.flow_invariants import KeySample, RateTerms, over_batch_max, over_key_max, over_rate, starts
 from bench.chaos.invariants import CANCELLED, COMPLETED, FAILED, AttemptSeen, Record
 
 
@@ -29,6 +29,14 @@ def test_no_key_above_its_max(samples: list[KeySample], kinds: list[str]) -> Non
     found = over_key_max(samples, most=2)
     assert [v.subject for v in found] == kinds
     assert all(v.kind == "flow_key" for v in found)
+
+
+def test_no_batch_above_its_max_concurrent() -> None:
+    fine = KeySample(1.0, "store", {("alpha", "b-1"): 2, ("beta", "b-2"): 2})
+    over = KeySample(2.0, "store", {("alpha", "b-1"): 3, ("alpha", "b-3"): 1})
+    assert over_batch_max([fine], most=2) == []
+    [found] = over_batch_max([fine, over], most=2)
+    assert (found.kind, found.subject) == ("flow_batch", "b-1") and "3 held, max_concurrent 2" in found.detail
 
 
 # 2/s, burst 1, no lag: 2 * window + 2 starts in a window (a token per 0.5 s, one saved, one unplaced).

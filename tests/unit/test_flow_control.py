@@ -94,6 +94,26 @@ def test_rate_tokens_refill_continuously() -> None:
     assert flow.rate_limited == {"wf": 1}
 
 
+def test_a_refund_gives_back_the_token_a_refused_start_took() -> None:
+    # A replica placed e1 but the cluster's shared bucket refused its claim: nothing started, so
+    # its next try (e1 again, read back) must not wait on this replica's own bucket too.
+    flow = FlowControl()
+    g = rate(2.0)
+    assert flow.admit("e1", (g,), "", 0, 0.0)
+    flow.placed("e1", 0.0)
+    flow.refund("e1", 0.1)
+    flow.release("e1", 0.1)
+    assert flow.admit("e1", (g,), "", 0, 0.2)
+    # Never above the burst, whatever is refunded.
+    flow.placed("e1", 0.2)
+    flow.refund("e1", 5.0)
+    flow.refund("e1", 5.0)
+    flow.release("e1", 5.0)
+    assert flow.admit("e2", (g,), "", 0, 5.0)
+    flow.placed("e2", 5.0)
+    assert not flow.admit("e3", (g,), "", 0, 5.0)
+
+
 def test_rate_keeps_at_most_burst_unplaced() -> None:
     flow = FlowControl()
     g = rate(1000.0, burst=2)

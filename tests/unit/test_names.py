@@ -36,6 +36,8 @@ NAME_PATTERNS = {
     "flux.domain.tenant.NAME": "ml-team",
     "flux.domain.limits._KEY": "customer.id",
     "flux.domain.limits._LIMIT_NAME": "openai",
+    "flux.domain.schedule._NAME": "nightly-report",
+    "flux.domain.batch._BATCH_ID": "b-" + "0" * 24,
 }
 # Patterns that parse or scan text rather than accept a name.
 NOT_NAMES = {

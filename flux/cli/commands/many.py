@@ -2,7 +2,8 @@
 
 The lines are checked here first, so a bad one is named by its line number before
 anything is sent; the inputs then go in RunWorkflows calls of the per-call cap
-(``FluxClient.run_many_json``). Output keeps input order: one id per line, or with
+(``FluxClient.run_many_json``), as one batch (its id on stderr; alone on stdout with
+``--print-batch``; ``--max-concurrent N`` throttles it). Output keeps input order: one id per line, or with
 ``--wait`` one line per input (the output JSON; an empty line where the execution did
 not complete, its error on stderr).
 """
@@ -47,17 +48,18 @@ def run_many(client: FluxClient, args: argparse.Namespace, text: str, name: str)
     inputs, numbers = parse_lines(text, name)
     try:
         executions = client.run_many_json(
-            args.name,
-            inputs,
-            version=args.version,
-            priority=args.priority,
-            key=getattr(args, "key", None),
-            gang_size=getattr(args, "gang_size", None),
-        )
+            args.name, inputs, version=args.version, priority=args.priority, key=getattr(args, "key", None),
+            gang_size=getattr(args, "gang_size", None), batch=True, max_concurrent=args.max_concurrent,
+        )  # fmt: skip
     except FluxError as exc:
         # The server names an input by its index (input_json[3]); the user knows it by its line.
         where = re.sub(r"input_json\[(\d+)\]", lambda m: f"{name}:{numbers[int(m.group(1))]}", str(exc))
         raise type(exc)(where) from None
+    most = f", at most {args.max_concurrent} at once" if args.max_concurrent else ""
+    print(f"batch {executions.batch_id}: {len(executions)} runs{most}", file=sys.stderr)
+    if args.print_batch and not args.wait:
+        print(executions.batch_id)
+        return 0
     if not args.wait:
         sys.stdout.write("".join(f"{e.execution_id}\n" for e in executions))
         return 0

@@ -54,11 +54,17 @@ def _read_input(args: argparse.Namespace) -> tuple[str, str]:
 
 
 def run_workflow(args: argparse.Namespace) -> int:
+    if not args.many and (args.max_concurrent is not None or args.print_batch):
+        raise UsageError("--max-concurrent and --print-batch are for a batch: use them with --many")
     if args.many:
         from flux.cli.commands.many import run_many
 
         if args.input_file is None and args.input != "-":
             raise UsageError("--many reads JSON Lines: give --input-file PATH (- for stdin)")
+        if args.after:
+            raise UsageError(
+                "--after runs one execution; for a graph use client.graph() (docs/guides/dependencies.md)"
+            )
         text, _ = _read_input(args)
         name = "<stdin>" if "-" in (args.input, args.input_file) else args.input_file
         with connect(args) as client:
@@ -133,6 +139,11 @@ def _run_policy(client: FluxClient, args: argparse.Namespace) -> dict[str, Any]:
         policy["key"] = args.key
     if getattr(args, "gang_size", None) is not None:
         policy["gang_size"] = args.gang_size
+    if getattr(args, "after", None):
+        policy["after"] = args.after
+        policy["when"] = args.when
+    elif getattr(args, "when", None) is not None:
+        raise UsageError("--when needs --after: the executions this run waits for")
     if args.attempt_timeout is not None:
         policy["attempt_timeout"] = args.attempt_timeout
     if args.retries is not None:

@@ -66,6 +66,11 @@ def execution_dict(e: control_pb2.Execution) -> dict[str, Any]:
         "not_before_ms": e.not_before_ms or None,
         "heartbeat": _json_value(e.heartbeat_json) if e.heartbeat_json else None,
         "attempts": [attempt_dict(a) for a in e.attempts],
+        "batch_id": e.batch_id or None,
+        # What it waits for (client.run(..., after=[...])), how, and how many have not yet ended so.
+        "after": list(e.after),
+        "when": e.when or None,
+        "dependencies_waiting": e.dependencies_waiting,
     }
     if e.HasField("error"):
         result["error"] = {"type": e.error.type, "message": e.error.message, "traceback": e.error.traceback}
@@ -125,6 +130,15 @@ def execution_text(e: control_pb2.Execution) -> str:
     ]
     if d["gpu_indices"]:
         lines.append(f"gpus       {d['gpu_indices']}")
+    if d["batch_id"]:
+        lines.append(f"batch      {d['batch_id']} (flux batch show {d['batch_id']})")
+    if d["after"]:
+        waiting = (
+            f"waiting for {d['dependencies_waiting']} of {len(d['after'])}, "
+            if d["dependencies_waiting"]
+            else ""
+        )
+        lines.append(f"after      {', '.join(d['after'])} ({waiting}when {d['when']})")
     if e.gang_size:
         lines.append(f"gang       {e.gang_size} members" + ("" if e.gang_members else ", not placed"))
         for m in d["gang_members"]:

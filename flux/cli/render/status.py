@@ -69,6 +69,7 @@ def status_dict(s: control_pb2.ClusterStatus) -> dict[str, Any]:
     return {
         "now_ms": s.now_ms,
         "started_at_ms": s.started_at_ms,
+        "placement": s.placement or "spread",
         "fleet": {
             "connected_by_transport": dict(sorted(fleet.connected_by_transport.items())),
             "connected": sum(fleet.connected_by_transport.values()),
@@ -180,6 +181,15 @@ def status_text(s: control_pb2.ClusterStatus, width: int | None = None) -> str:
                 if stage != "claimed" and h["count"]
             )
         )
+    lines.append(
+        f"placement   {d['placement']} ("
+        + (
+            "fullest capable worker first"
+            if d["placement"] == "binpack"
+            else "least loaded capable worker first"
+        )
+        + ", unless a workflow names its own)"
+    )
     if s.tenants:
         lines.append(
             "tenants     "

@@ -30,6 +30,7 @@ def workflow_dict(w: control_pb2.WorkflowInfo) -> dict[str, Any]:
         "max_attempts": w.max_attempts,
         "priority": w.priority,
         "tenant": w.tenant,
+        "placement": w.placement,
         "registered_at_ms": w.registered_at_ms,
         "gang": (
             {"size": w.gang.size, "same": w.gang.same or None, "spread": w.gang.spread or None}
@@ -63,6 +64,7 @@ def workflow_text(w: control_pb2.WorkflowInfo) -> str:
             f"max attempts {w.max_attempts}",
             f"priority     {w.priority}",
             f"tenant       {w.tenant or 'default'}",
+            f"placement    {w.placement or 'the server default'}",
             f"registered   {when(w.registered_at_ms)}",
         )
     )

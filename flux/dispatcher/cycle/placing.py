@@ -8,6 +8,7 @@ import asyncio
 from collections.abc import Iterable
 from typing import TYPE_CHECKING
 
+from flux.dispatcher.cycle import prefetching
 from flux.dispatcher.handle import Bound, Outcome
 from flux.dispatcher.state.deadlines import Kind
 from flux.dispatcher.state.session import Scheduled
@@ -35,7 +36,10 @@ def place(
     ``only``: the pass stays scoped even when a tenant gave back usage (which otherwise makes it
     a pass over everything): preemption gives what it reclaimed to whom it reclaimed it for first.
     """
+    if workers is not None:
+        workers = list(workers)  # read twice: by the ordinary pass, then by queueing ahead
     placements = reserve(d, shapes, workers, starving_first, only)
+    placements += prefetching.reserve_queued(d, shapes, workers)
     if placements:
         binding = d.binder.bind(placements)
         if isinstance(binding, asyncio.Future):
@@ -83,6 +87,7 @@ def reserve(
         whole_fleet=workers is None,
         starving_first=starving_first,
         accounts=accounts,
+        placement=d.settings.placement,
     )
     for placement in placements:
         d.queue.remove(placement.execution_id)
@@ -128,6 +133,9 @@ def apply(d: Handle, results: list[Bound]) -> None:
         entry = d.registry.get(placement.worker)
         current = d.table.get(execution_id)
         if result.outcome is Outcome.BOUND and row is not None and current is not None:
+            held = entry is not None and (
+                execution_id in entry.queued if placement.queued else execution_id in entry.holdings
+            )
             if placement.members:
                 members = [d.registry.get(worker) for worker, _ in placement.members]
                 if all(m is not None and m.dispatchable and execution_id in m.holdings for m in members):
@@ -135,7 +143,7 @@ def apply(d: Handle, results: list[Bound]) -> None:
                 else:  # a member's worker left or moved meanwhile: the whole gang goes back
                     d.table.set(row)
                     housekeeping.requeue(d, row, entry, next_attempt=False)
-            elif entry is not None and entry.dispatchable and execution_id in entry.holdings:
+            elif entry is not None and entry.dispatchable and held:
                 push(d, row, entry, placement)
             else:  # the worker left or moved while the bind was in flight: give the row back
                 d.table.set(row)
@@ -162,9 +170,14 @@ def push(d: Handle, execution: Execution, entry: WorkerEntry, placement: Placeme
     if d.events.traces is not None:
         execution = d.events.traces.dispatched(execution, placement.shape)
     d.table.set(execution)
-    entry.session.push(Scheduled(execution, placement.shape.requests))
+    entry.session.push(Scheduled(execution, placement.shape.requests, placement.queued))
     d.events.dispatched(execution)
-    d.timers.arm(Kind.ACK, execution.execution_id, execution.generation, d.clock() + d.settings.ack_deadline)
+    if placement.queued:
+        d.events.counters.queued_dispatches += 1
+    else:  # a queued one waits for room as long as it must: claimed when it starts
+        d.timers.arm(
+            Kind.ACK, execution.execution_id, execution.generation, d.clock() + d.settings.ack_deadline
+        )
     d.watchers.notify(execution)
 
 

@@ -7,8 +7,11 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from flux.dispatcher.state import validation
+from flux.domain.dependencies import waiting_summary
 from flux.domain.execution import Execution, State
 from flux.matching import Explanation, explain
+from flux.matching.explain import ordinal
+from flux.matching.placement import effective, fragmentation_note
 
 if TYPE_CHECKING:
     from flux.dispatcher.handle import Handle
@@ -30,6 +33,12 @@ async def why(d: Handle, execution_id: str, viewer: str = "") -> Diagnosis:
     validation.check_id(execution_id)
     execution = d.current(execution_id) or await d.get(execution_id)
     if execution.state is not State.CREATED:
+        entry = d.registry.get(execution.worker) if execution.worker else None
+        place = entry.position(execution_id) if entry is not None else None
+        if place is not None:  # in its worker's own queue (--prefetch): it starts when its room allows
+            return Diagnosis(
+                execution, f"queued at worker {execution.worker} ({ordinal(place)})", queue_position=place - 1
+            )
         where = f" on worker {execution.worker}" if execution.worker else ""
         return Diagnosis(execution, f"execution is {execution.state.label}{where}")
     if not d.catalogue.knows(execution.workflow.name, execution.workflow.version):
@@ -54,11 +63,34 @@ async def why(d: Handle, execution_id: str, viewer: str = "") -> Diagnosis:
     if blocked is not None:
         # Waiting on a budget comes first: no worker will be asked until it has room.
         summary = f"waiting: {blocked.describe()}; {summary}"
+    if execution.waiting:
+        # Held out of the queue until its dependencies end: that comes before any worker.
+        summary = f"{await dependencies_line(d, execution)}; then {summary}"
     preempting = d.reclaimer.preview(execution_id, shape, viewer)
     if preempting:
         summary = f"{summary}; {preempting}"
+    if explanation.capable == 0 and shape.requests.gpu and not explanation.infeasible:
+        # Enough GPUs free in all, on no one worker: how they were spread is the reason, so say the policy.
+        free = [
+            len(view.free_gpus)
+            for view in views
+            if not view.paused and d.feasibility.permanent(shape, view) is None
+        ]
+        note = fragmentation_note(shape.requests.gpu, free, effective(shape.placement, d.settings.placement))
+        if note:
+            summary = f"{summary}; {note}"
     if explanation.capable == 0:  # no connected worker can take it: say which pool could
         pools = d.pools.could_run(shape, await d.pools.demand(d))
         if pools:
             summary = f"{summary}; {pools}"
     return Diagnosis(execution, summary, explanation, d.queue.position(execution_id))
+
+
+async def dependencies_line(d: Handle, execution: Execution) -> str:
+    """``waiting for 2 of 3 dependencies: e1 RUNNING, e2 CREATED``, read from memory, else the store."""
+    known = {e: found for e in execution.after if (found := d.current(e)) is not None}
+    missing = [e for e in execution.after if e not in known]
+    if missing:
+        known |= await d.store.get_executions(missing)
+    states = {e: known[e].state if e in known else None for e in execution.after}
+    return waiting_summary(execution.after, states, execution.when)

@@ -6,6 +6,7 @@ input passes first (``validation``). No module here changes another's state on i
 
 __all__ = [
     "catalogue",
+    "dependencies",
     "deadlines",
     "freezing",
     "lifecycle",

@@ -26,7 +26,9 @@ class Catalogue:
     def learn(self, record: WorkflowRecord) -> None:
         key = (record.name, record.version)
         self._records[key] = record
-        self._shapes[key] = Shape(record.requests, record.affinity, record.runtime)
+        self._shapes[key] = Shape(
+            record.requests, record.affinity, record.runtime, placement=record.placement
+        )
         self._latest[record.name] = max(self._latest.get(record.name, 0), record.version)
 
     def knows(self, name: str, version: int) -> bool:
@@ -77,7 +79,9 @@ class Catalogue:
             base = self._shapes[key]
             declared = self._records[key].gang
             gang = declared.with_size(size) if declared is not None else Gang(size)
-            shape = Shape(base.requests, dict(base.affinity), base.runtime, execution.tenant, gang)
+            shape = Shape(
+                base.requests, dict(base.affinity), base.runtime, execution.tenant, base.placement, gang
+            )
             self._gang_shapes[(*key, execution.tenant, size)] = shape
         return shape
 
@@ -93,6 +97,6 @@ class Catalogue:
         shape = self._tenant_shapes.get((*key, execution.tenant))
         if shape is None:
             base = self._shapes[key]
-            shape = Shape(base.requests, dict(base.affinity), base.runtime, execution.tenant)
+            shape = base.for_tenant(execution.tenant)
             self._tenant_shapes[(*key, execution.tenant)] = shape
         return shape

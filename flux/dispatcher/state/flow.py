@@ -3,7 +3,8 @@
 
 An execution's gates come from its workflow's declaration and its stored keys: the workflow's
 concurrency budget per key (``"c/<tenant>/<workflow>/<key>"``, every version sharing it) and its
-rate budget per key (``"r/…"``), and for each named limit it declares (``limits=["openai"]``,
+rate budget per key (``"r/…"``), a throttled batch's budget (``"b/<batch id>"``, its
+``max_concurrent``), and for each named limit it declares (``limits=["openai"]``,
 state/named_limits.py) the tenant's budgets of that limit (``"lc/<tenant>/<name>/<key>"`` and
 ``"lr/…"``; the key is "" unless the limit is ``per_key``). Budgets are this server's: on PostgreSQL
 replicas each replica admits through its own, and the claim makes concurrency exact and a rate's
@@ -18,10 +19,12 @@ worker: round-robin across keys holds at the workers too, not only at the budget
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
 from flux.dispatcher.state.deadlines import SHARED_BUCKET, Kind
+from flux.domain.batch import BATCH_KEY, BATCH_MAX_KEY
 from flux.domain.execution import Execution, State
 from flux.matching.flow import Blocked, FlowControl, Gate
 
@@ -29,6 +32,8 @@ if TYPE_CHECKING:
     from flux.domain.named_limits import NamedLimit
     from flux.domain.workflow import WorkflowRecord
 
+# What metrics call every batch's max_concurrent budget (summed): no workflow or limit has a "/".
+BATCH_LIMIT = "batch/max_concurrent"
 # A tenant's named limit by (tenant, name); None while it is not created (it limits nothing then).
 Named = Callable[[str, str], "NamedLimit | None"]
 
@@ -55,6 +60,8 @@ def named_gates(tenant: str, limit: NamedLimit, key: str) -> tuple[Gate, ...]:
 
 def gates_of(record: WorkflowRecord, execution: Execution, named: Named | None = None) -> tuple[Gate, ...]:
     """The budgets ``execution`` needs (none for an unlimited workflow)."""
+    if record.flow.empty:  # a batch's member at most: no dict, no lookups
+        return _keyed_batch_gates(execution.flow_keys)
     return gates_for(record, execution.tenant, dict(execution.flow_keys), named)
 
 
@@ -63,8 +70,9 @@ def gates_for(
 ) -> tuple[Gate, ...]:
     """The budgets an execution of ``record`` in ``tenant`` with these flow keys needs."""
     flow = record.flow
+    batch = batch_gates(keys)
     if flow.empty:
-        return ()
+        return batch
     gates: list[Gate] = []
     scope = f"{tenant}/{record.name}"
     if flow.concurrency is not None:
@@ -82,7 +90,27 @@ def gates_for(
             limit = named(tenant, name)
             if limit is not None:
                 gates.extend(named_gates(tenant, limit, keys.get("limits", "")))
-    return tuple(gates)
+    return (*gates, *batch)
+
+
+def batch_gates(keys: dict[str, str]) -> tuple[Gate, ...]:
+    """The concurrency budget of a throttled batch's member (``"b/<batch id>"``), from its flow keys
+    alone (flux/domain/batch.py), so a replica that never saw the batch derives the same gate."""
+    batch_id = keys.get(BATCH_KEY)
+    if not batch_id:
+        return ()
+    return _batch_gate(batch_id, keys[BATCH_MAX_KEY])
+
+
+@functools.lru_cache(maxsize=1024)
+def _keyed_batch_gates(flow_keys: tuple[tuple[str, str], ...]) -> tuple[Gate, ...]:
+    return batch_gates(dict(flow_keys))
+
+
+@functools.lru_cache(maxsize=1024)
+def _batch_gate(batch_id: str, most: str) -> tuple[Gate, ...]:
+    # One per batch, not one per member: a 100,000-member batch is admitted member by member.
+    return (Gate(f"b/{batch_id}", f"batch {batch_id}", max=int(most), limit=BATCH_LIMIT),)
 
 
 def fair_key(execution: Execution) -> str:
@@ -127,6 +155,10 @@ class FlowUsage:
         """It left the queue or its worker (ended, requeued, cancelled): give back what it held."""
         if self.control.holds(execution_id) or self.control.waiting(execution_id):
             self._queue(self.control.release(execution_id, self.clock()))
+
+    def refund(self, execution_id: str) -> None:
+        """A claim refused by the cluster's shared bucket: the local token it took started nothing."""
+        self.control.refund(execution_id, self.clock())
 
     def held(self, execution_id: str) -> None:
         """Found held by a worker (recovery, a mirror): charged whatever the budget says, since it runs."""

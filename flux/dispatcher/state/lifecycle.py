@@ -130,6 +130,14 @@ class Counters:
     timeouts: dict[str, int] = field(default_factory=dict)
     stream_connects: int = 0
     stream_reconnects: int = 0
+    # Messages to and from workers, counted at the server's edge (LifecycleCounters says which).
+    worker_messages_sent: int = 0
+    worker_messages_received: int = 0
+    # Dispatches queued ahead at a pipelining worker (--prefetch), also counted in ``dispatched``.
+    queued_dispatches: int = 0
+    # Dependents released (their last dependency ended as they asked) and ended by a dependency.
+    dependencies_released: int = 0
+    dependencies_cancelled: int = 0
 
 
 def _execution_fields(execution: Execution) -> dict[str, Any]:

@@ -38,11 +38,11 @@ def governed(tenants: Iterable[Tenant]) -> bool:
 
 
 class TenantUsage:
-    def __init__(self, tenant_of: Callable[[str], str], gang_size_of: Callable[[str], int] = lambda _: 0):
-        self.tenant_of = tenant_of
+    def __init__(self, lookup: Callable[[str], Execution | None]):
+        # The execution held under an id (the dispatcher's table), for its tenant and gang size.
+        self.lookup = lookup
         # A gang is held by each member's worker: charged once for all of them, refunded when the
         # last member's worker gives its room back (``_members``: holds still open per gang).
-        self.gang_size_of = gang_size_of
         self._members: dict[str, int] = {}
         self.accounts: Accounts | None = None
         self.tenants: list[Tenant] = []
@@ -109,6 +109,14 @@ class TenantUsage:
                 self._charge(execution_id, self.tenant_of(execution_id), amount)  # type: ignore[arg-type]
             else:
                 self._charge(execution_id, self.tenant_of(execution_id), demand(requests))
+
+    def tenant_of(self, execution_id: str) -> str:
+        execution = self.lookup(execution_id)
+        return execution.tenant if execution is not None else DEFAULT_TENANT
+
+    def gang_size_of(self, execution_id: str) -> int:
+        execution = self.lookup(execution_id)
+        return execution.gang.size if execution is not None and execution.gang is not None else 0
 
     def reserve(self, execution_id: str, tenant: str, amount: Vector) -> None:
         if self.accounts is not None and execution_id not in self.reserved:

@@ -49,6 +49,8 @@ class WorkerRegistration:
     transport: str = "grpc"
     # Where gang members reach it (``--advertise-address``, else the host it connected from).
     address: str = ""
+    # Executions it may hold beyond its room in its own queue (--prefetch; 0: none).
+    prefetch: int = 0
 
 
 def placeholder(name: str, session_token: str, disconnected_at: float, last_seen: float = 0.0) -> WorkerEntry:
@@ -133,6 +135,8 @@ class WorkerRegistry:
         # The dispatchable workers' views, kept one changed entry at a time (``index``).
         self._index = FleetIndex()
         self._changed: set[str] = set()
+        # The workers whose own queue has space (``WorkerEntry.hungry``), kept with the index.
+        self.hungry: dict[str, WorkerEntry] = {}
         self.entries: dict[str, WorkerEntry] = _Entries(self._changed, usage)
         # How an unknown name is refused; a replica says "not connected here" (the worker retries).
         self.unknown: Callable[[str], Exception] = lambda name: NotFound(
@@ -155,12 +159,21 @@ class WorkerRegistry:
             self._reindex(changed.pop())
         return self._index
 
+    def queue_space(self) -> list[WorkerEntry]:
+        """The workers whose own queue has space now (none unless a worker asked to prefetch)."""
+        self.index()
+        return list(self.hungry.values())
+
     def _reindex(self, name: str) -> None:
         entry = self.entries.get(name)
         if entry is not None and entry.dispatchable:
             self._index.put(entry.view())
         else:
             self._index.discard(name)
+        if entry is not None and entry.hungry:
+            self.hungry[name] = entry
+        else:
+            self.hungry.pop(name, None)
 
     def get(self, name: str) -> WorkerEntry | None:
         return self.entries.get(name)
@@ -201,7 +214,7 @@ class WorkerRegistry:
     async def register(self, registration: WorkerRegistration, paused: bool = False) -> str:
         """``paused``: the name was paused under an entry lost just before (``expired``)."""
         name = registration.name
-        validation.check_worker(name, registration.capacity, DEFAULT_CAPACITY)
+        validation.check_worker(name, registration.capacity, DEFAULT_CAPACITY, registration.prefetch)
         try:
             labels = MappingProxyType(validate_labels(dict(registration.labels), "labels"))
             registration.resources.validate()
@@ -222,6 +235,7 @@ class WorkerRegistry:
         if entry is not None and same_worker:
             entry.labels, entry.capacity, entry.transport = labels, capacity, registration.transport
             entry.address = address
+            entry.prefetch = registration.prefetch
             entry.report(registration.resources, registration.software)
             return entry.session_token
         if entry is not None and entry.connected:
@@ -243,6 +257,7 @@ class WorkerRegistry:
         new = placeholder(name, token, now, last_seen=now)
         new.labels, new.capacity, new.transport = labels, capacity, registration.transport
         new.address = address
+        new.prefetch = registration.prefetch
         new.resources, new.software = registration.resources, registration.software
         # A pause is the operator's, by name (as a cordon is): a new process under the name stays paused.
         new.paused = paused or (entry is not None and entry.paused)

@@ -28,6 +28,8 @@ from flux.domain.resource_request import ResourceRequest
 class Scheduled:
     execution: Execution
     requests: ResourceRequest
+    # Queued ahead at a pipelining worker: nothing reserved until it claims it.
+    queued: bool = False
 
 
 @dataclass(frozen=True, slots=True)

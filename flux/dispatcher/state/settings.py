@@ -36,6 +36,9 @@ class Settings:
     # --infeasible-after: seconds work no worker or pool could ever run may wait before it ends
     # FAILED (reason pending_timeout); 0, the default, only says it is infeasible.
     infeasible_after: float = 0.0
+    # --placement: which capable worker work goes to when its workflow names no policy of its
+    # own: "spread" (least loaded) or "binpack" (fullest that fits; flux.matching.placement).
+    placement: str = "spread"
     preemption: bool = True
     preemption_grace: float = defaults.PREEMPTION_GRACE
     # Victims each tenant's preemptions may stop a minute (--preemption-budget); 0: no limit.

@@ -68,6 +68,9 @@ class ExecutionTable:
         self.uncommitted: dict[str, Execution] = {}
         # Set by the dispatcher: drop what is held of an execution another replica changed.
         self.on_conflict: Callable[[str], None] = lambda execution_id: None
+        # Set by the dispatcher: a final state decided (its row is saved next, in the same loop
+        # step): dependents waiting for it are released or ended in that same commit.
+        self.on_finish: Callable[[Execution], None] = lambda final: None
 
     # ----------------------------------------------------------------- reads
 
@@ -232,6 +235,7 @@ class ExecutionTable:
         if previous is not None:
             self.committing[final.execution_id] = previous
         self.remember(final)
+        self.on_finish(final)
 
     def committed(self, final: Execution) -> None:
         self.committing.pop(final.execution_id, None)

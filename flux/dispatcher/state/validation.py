@@ -25,6 +25,8 @@ WORKER_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,62}")
 SOURCE_HASH = re.compile(r"[0-9a-f]{64}")
 WORKER_NAME_FORM = "1-63 letters, digits, '.', '_' or '-', starting with a letter or digit"
 MAX_CAPACITY = defaults.MAX_BATCH_ITEMS
+# Executions a worker may queue beyond its room (--prefetch): a few bodies of slack, not a backlog.
+MAX_PREFETCH = defaults.MAX_PREFETCH
 MAX_ID_LENGTH = 128
 MAX_BATCH_ITEMS = defaults.MAX_BATCH_ITEMS
 # Size limits: each refusal names the limit it hit.
@@ -137,12 +139,17 @@ def checked_address(address: str) -> str:
     return address
 
 
-def check_worker(name: str, capacity: int, default_capacity: int) -> None:
+def check_worker(name: str, capacity: int, default_capacity: int, prefetch: int = 0) -> None:
     if not WORKER_NAME.fullmatch(name):
         raise InvalidArgument(f"name {name!r} is invalid; a worker name is {WORKER_NAME_FORM}")
     if not 0 <= capacity <= MAX_CAPACITY:
         raise InvalidArgument(
             f"capacity must be between 1 and {MAX_CAPACITY} (0 means {default_capacity}); got {capacity}"
+        )
+    if not 0 <= prefetch <= MAX_PREFETCH:
+        raise InvalidArgument(
+            f"prefetch must be between 0 and {MAX_PREFETCH} (executions queued beyond the worker's room); "
+            f"got {prefetch}"
         )
 
 

@@ -9,7 +9,9 @@ from types import MappingProxyType
 from flux.dispatcher.state.session import Session
 from flux.domain.resource_request import ResourceRequest
 from flux.domain.worker import WorkerResources, WorkerSoftware
-from flux.matching import Amounts, WorkerView
+from flux.matching import Amounts, Shape, WorkerView
+from flux.matching.aging import BookedRoom
+from flux.matching.filters import fits_now
 
 
 def _amounts(requests: ResourceRequest) -> Amounts:
@@ -24,6 +26,14 @@ class Holding:
     gpus: tuple[int, ...]
     # Taken after the latest report, so part of ``unreported``.
     since_report: bool = True
+
+
+@dataclass(frozen=True, slots=True)
+class Queued:
+    """One execution in a pipelining worker's own queue: what it will reserve, and its priority."""
+
+    requests: ResourceRequest
+    priority: int
 
 
 @dataclass(frozen=True, slots=True)
@@ -58,6 +68,10 @@ class WorkerEntry:
     # False until the first Connect: a worker that registers and never streams is forgotten quietly.
     ever_connected: bool = False
     holdings: dict[str, Holding] = field(default_factory=dict)
+    # Executions it may hold beyond its room in its own queue (--prefetch), and those it holds
+    # there, in the order sent (SCHEDULED, nothing reserved until its claim: ``claim_queued``).
+    prefetch: int = 0
+    queued: dict[str, Queued] = field(default_factory=dict)
     reserved: Amounts = Amounts()
     # Reserved after the latest report, which the observed values cannot reflect yet.
     unreported: Amounts = Amounts()
@@ -85,6 +99,37 @@ class WorkerEntry:
         return self.elsewhere is None and self.accepting and not self.paused
 
     @property
+    def hungry(self) -> bool:
+        """Its queue has space for more: a pass may queue work ahead here."""
+        return len(self.queued) < self.prefetch and self.dispatchable and not self.paused
+
+    def queue(self, execution_id: str, requests: ResourceRequest, priority: int) -> None:
+        """Queued ahead at this worker: nothing is reserved."""
+        self.queued[execution_id] = Queued(requests, priority)
+        self.invalidate()
+
+    def position(self, execution_id: str) -> int | None:
+        """1 for the next to start of its queue, as the worker orders it (by priority, then as
+        sent); None when not queued here."""
+        if execution_id not in self.queued:
+            return None
+        order = sorted(enumerate(self.queued.items()), key=lambda item: (-item[1][1].priority, item[0]))
+        return 1 + [queued_id for _, (queued_id, _) in order].index(execution_id)
+
+    def claim_queued(self, execution_id: str) -> bool:
+        """Its worker starts a queued execution: reserve it now if its room allows (by reservations:
+        what runs here is what the worker itself counts). False, and still queued, when it does not."""
+        queued = self.queued.get(execution_id)
+        if queued is None:
+            return False
+        requests = queued.requests
+        if not fits_now(Shape(requests), BookedRoom(self.view())):
+            return False
+        del self.queued[execution_id]
+        self.hold(execution_id, requests, ())
+        return True
+
+    @property
     def active(self) -> int:
         return self.elsewhere.active if self.elsewhere is not None else len(self.holdings)
 
@@ -107,6 +152,7 @@ class WorkerEntry:
                 unreported=self.unreported,
                 held_gpus=self.held_gpus,
                 paused=self.paused,
+                queued=len(self.queued),
             )
         return self._view
 
@@ -122,7 +168,10 @@ class WorkerEntry:
     def release(self, execution_id: str) -> bool:
         holding = self.holdings.pop(execution_id, None)
         if holding is None:
-            return False
+            if self.queued.pop(execution_id, None) is None:
+                return False
+            self.invalidate()  # its queue has space again: a pass refills it
+            return True
         self.reserved = self.reserved - holding.amounts
         if holding.since_report:
             self.unreported = self.unreported - holding.amounts

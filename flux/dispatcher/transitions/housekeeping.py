@@ -117,7 +117,7 @@ def lose_worker(d: Handle, entry: WorkerEntry, why: str) -> list[Shape]:
     else:  # registered, never opened its stream: nothing was lost
         log.info("worker %s registered but never connected (%s); forgotten", entry.name, why)
     d.binder.worker_lost(entry)
-    shapes: dict[Shape, None] = {}
+    shapes: dict[Shape, None] = dict.fromkeys(requeue_queued(d, entry, "worker lost"))
     for execution_id in list(entry.holdings):
         execution = d.table.get(execution_id)
         if execution is None:
@@ -168,6 +168,40 @@ def requeue_unread(d: Handle, entry: WorkerEntry) -> list[Shape]:
     if count:
         log.warning("requeued %d unclaimed dispatches of worker %s at once", count, entry.name)
     return list(shapes)
+
+
+def requeue_queued(d: Handle, entry: WorkerEntry, why: str) -> list[Shape]:
+    """Take back at once what a worker holds in its own queue (``--prefetch``): its stream is gone,
+    it drains or it is lost. Nothing of it ran (a queued execution runs only once claimed), so it
+    goes back in line as it was; a claim of one that comes later is refused (it is no longer there).
+    """
+    shapes: dict[Shape, None] = {}
+    for execution_id in list(entry.queued):
+        execution = d.table.get(execution_id)
+        if execution is None or execution.state is not State.SCHEDULED or execution.worker != entry.name:
+            entry.release(execution_id)
+            continue
+        requeued = requeue(d, execution, entry, next_attempt=False)
+        d.events.requeued(execution, requeued, Requeue.RELEASED)
+        if requeued.state is State.CREATED:
+            shapes[d.catalogue.shape_of(requeued)] = None
+    if shapes:
+        log.info("worker %s: its queued executions go back in line (%s)", entry.name, why)
+    return list(shapes)
+
+
+def take_back_queued(d: Handle, execution: Execution, why: str) -> Execution:
+    """Back to CREATED if it waits in its worker's own queue (the worker is told to drop it);
+    as it is otherwise."""
+    entry = d.registry.get(execution.worker) if execution.worker else None
+    if entry is None or execution.execution_id not in entry.queued:
+        return execution
+    if entry.session is not None:
+        entry.session.push(Stop(execution.execution_id, execution.generation, why))
+    requeued = requeue(d, execution, entry, next_attempt=False)
+    d.events.requeued(execution, requeued, Requeue.RELEASED)
+    d.passes.room_freed([entry])  # its queue has a place again
+    return requeued
 
 
 def fire_timers(d: Handle, now: float) -> bool:

@@ -16,10 +16,13 @@ from __future__ import annotations
 
 import asyncio
 import uuid
-from collections.abc import Container
+from collections.abc import Callable, Container
 from typing import TYPE_CHECKING, NamedTuple
 
 from flux.dispatcher.state import validation
+from flux.dispatcher.transitions import batches, dependencies
+from flux.dispatcher.transitions.batches import NO_BATCH, BatchAsk
+from flux.domain.batch import Batch
 from flux.domain.execution import Execution, State
 from flux.domain.gang import GangRun
 from flux.domain.policy import Policy, Retry, default_policy
@@ -42,6 +45,11 @@ class Overrides(NamedTuple):
     key: str | None = None
     # A gang of this many members, with its workflow's topology (``client.run(gang_size=)``).
     gang_size: int | None = None
+    # Executions each run waits for, and how they must end (transitions/dependencies.py); ``sees``:
+    # whether the caller may see an execution (one it may not is refused as not existing).
+    after: tuple[str, ...] = ()
+    when: str = ""
+    sees: Callable[[Execution], bool] | None = None
 
 
 NO_OVERRIDES = Overrides()
@@ -72,6 +80,9 @@ async def submit(
     record = await _record(d, workflow_name, version, tenant, every_workflow)
     input_json = validation.checked_json(input_json or "null", "input_json")
     rank = record.priority if priority is None else validation.checked_priority(priority)
+    after, when, waiting, broken_by = await dependencies.resolve(
+        d, overrides.after, overrides.when, overrides.sees
+    )
     d.table.admit(validation.utf8_bytes(input_json), tenant, d.usage.admission(tenant))
     [execution] = _new(
         d,
@@ -82,8 +93,12 @@ async def submit(
         tenant,
         policy_for(record, overrides),
         overrides.key,
-        overrides.gang_size,
+        gang_size=overrides.gang_size,
     )
+    if after:
+        execution = execution.evolve(after=after, when=when, waiting=waiting)
+    if broken_by is not None:
+        return (await _born_broken(d, [dependencies.born_broken(d, execution, broken_by)]))[0]
     await d.binder.submit(execution)
     d.timing.submitted(execution)
     held = d.table.get(execution.execution_id) or execution
@@ -101,17 +116,27 @@ async def submit_many(
     trace: str = "",
     every_workflow: bool = True,
     overrides: Overrides = NO_OVERRIDES,
+    batch: BatchAsk = NO_BATCH,
+    ids: list[str] | None = None,
 ) -> list[Execution]:
     """Accept one execution per input (durable before this returns); answered in input order.
 
+    ``ids``: the executions' ids, one per input, in place of new random ones (a schedule's runs,
+    named by their ticks).
+
     The executions come back as this server holds them, some perhaps already
     dispatched; a caller that answers with them may drop their inputs (it sent them).
+    ``batch``: make them a new batch, or add them to one (transitions/batches.py); each names it.
     """
     _named(workflow_name)
     checked = validation.checked_inputs(inputs, field)
     record = await _record(d, workflow_name, version, tenant, every_workflow)
     rank = record.priority if priority is None else validation.checked_priority(priority)
     size = sum(validation.utf8_bytes(text) for text in checked)
+    after, when, waiting, broken_by = await dependencies.resolve(
+        d, overrides.after, overrides.when, overrides.sees
+    )
+    joined, new = await batches.resolve(d, batch, record.name, tenant)
     with d.table.storing(len(checked), size, tenant, d.usage.admission(tenant)):
         executions = _new(
             d,
@@ -122,14 +147,42 @@ async def submit_many(
             tenant,
             policy_for(record, overrides),
             overrides.key,
-            overrides.gang_size,
+            joined,
+            ids,
+            gang_size=overrides.gang_size,
         )
+        if new and joined is not None:
+            await d.store.save_batch(joined)
+        if after:
+            executions = [e.evolve(after=after, when=when, waiting=waiting) for e in executions]
+        if broken_by is not None:
+            return await _born_broken(d, [dependencies.born_broken(d, e, broken_by) for e in executions])
         # Finished here even if the caller goes away meanwhile, as a single submission is
         # (LocalBinder.submit, SharedBinder.submit).
         await asyncio.shield(d.binder.submit_many(executions))
     for execution in executions:
         d.timing.submitted(execution)
     return [d.table.get(e.execution_id) or e for e in executions]
+
+
+async def _born_broken(d: Handle, finals: list[Execution]) -> list[Execution]:
+    """New executions that can never run (a dependency already ended against their ``when``):
+    stored CANCELLED at once, reason ``dependency``, never queued."""
+    try:
+        await asyncio.gather(*(d.store.save(final) for final in finals))
+    except Exception as exc:
+        raise Unavailable(f"could not store the executions: {exc}") from exc
+    for final in finals:
+        d.events.submitted(final)
+        d.events.finished(final)
+        d.table.remember(final)
+    return finals
+
+
+async def resolve(d: Handle, workflow_name: str, tenant: str) -> WorkflowRecord:
+    """The latest version of a workflow ``tenant`` may run (its own or ``default``'s), or NotFound."""
+    _named(workflow_name)
+    return await _record(d, workflow_name, 0, tenant, False)
 
 
 def _named(workflow_name: str) -> None:
@@ -155,18 +208,27 @@ def _new(
     tenant: str,
     policy: Policy | None = None,
     key: str | None = None,
+    batch: Batch | None = None,
+    ids: list[str] | None = None,
     gang_size: int | None = None,
 ) -> list[Execution]:
     """One new execution per (checked) input, numbered in input order; ``trace``: the caller's
     W3C context (flux/observe/tracing.py carrier), its ``flux.submit`` span started here while tracing.
     ``key``: the run's flow-control key, in place of those computed from each input."""
     keys = [_flow_keys(record, text, key, index, len(inputs)) for index, text in enumerate(inputs)]
+    batch_id = ""
+    if batch is not None:
+        batch_id, throttle = batch.batch_id, batch.flow_keys()
+        if throttle:
+            keys = [tuple(sorted((*k, *throttle))) for k in keys]
     now = d.clock()
     size = gang_size if gang_size is not None else record.gang.size if record.gang is not None else None
     gang = GangRun(size) if size is not None else None
+    if ids is None:
+        ids = [uuid.uuid4().hex for _ in inputs]
     executions = [
         Execution(
-            execution_id=uuid.uuid4().hex,
+            execution_id=execution_id,
             workflow=record.ref,
             seq=d.take_seq(),
             input_json=input_json,
@@ -179,8 +241,9 @@ def _new(
             trace=trace,
             flow_keys=flow_keys,
             gang=gang,
+            batch_id=batch_id,
         )
-        for input_json, flow_keys in zip(inputs, keys, strict=True)
+        for execution_id, input_json, flow_keys in zip(ids, inputs, keys, strict=True)
     ]
     traces = d.events.traces
     return executions if traces is None else [traces.accepted(e) for e in executions]
@@ -255,6 +318,10 @@ async def store_and_queue(d: Handle, executions: list[Execution], claiming: Cont
     shapes: dict[Shape, None] = {}
     for execution in executions:
         d.events.submitted(execution)
+        if execution.state.finished:  # a graph's item whose dependency already ended against it
+            d.events.finished(execution)
+            d.table.remember(execution)
+            continue
         known = d.table.get(execution.execution_id)
         if known is None and execution.execution_id not in claiming:
             execution = d.table.add(execution)

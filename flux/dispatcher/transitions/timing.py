@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING
 
 from flux.dispatcher.state.deadlines import Kind
 from flux.dispatcher.state.session import Stop
-from flux.dispatcher.transitions import gangs
+from flux.dispatcher.transitions import gangs, housekeeping
 from flux.dispatcher.transitions.attempts import ended, never_started
 from flux.domain.execution import Execution, ExecutionError, State
 from flux.domain.policy import HEARTBEAT_TIMEOUT, TIMEOUT, TIMEOUT_ERROR, format_duration
@@ -146,6 +146,9 @@ class Timing:
                 return True
             return False
         if kind is Kind.PENDING:
+            if execution.state is State.SCHEDULED and not execution.attempts:
+                # Queued at a pipelining worker, never started: its pending timeout holds there too.
+                execution = housekeeping.take_back_queued(d, execution, "its pending timeout passed")
             if execution.state is State.CREATED and not execution.attempts:
                 self._pending_expired(execution)
                 return True

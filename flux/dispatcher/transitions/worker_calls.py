@@ -46,6 +46,9 @@ def _claim(d: Handle, name: str, execution_id: str, generation: int) -> Executio
         raise FailedPrecondition(f"execution {execution_id} is {execution.state.label}, not SCHEDULED")
     if execution.gang is not None:
         return gangs.claim(d, execution, name)
+    entry = d.registry.get(name)
+    if entry is not None and execution_id in entry.queued:
+        _claim_queued(d, entry, execution)
     now = d.clock()
     running = execution.evolve(state=State.RUNNING, updated_at=now, started_at=now)
     d.table.update(running)
@@ -53,6 +56,22 @@ def _claim(d: Handle, name: str, execution_id: str, generation: int) -> Executio
     d.table.save(running)
     d.timing.claimed(running)  # its timeout and heartbeat clocks start with the attempt
     return running
+
+
+def _claim_queued(d: Handle, entry: WorkerEntry, execution: Execution) -> None:
+    """Its worker starts a queued execution: reserve its room now, and refill the worker's queue."""
+    if entry.claim_queued(execution.execution_id):
+        d.passes.room_freed([entry])  # its queue has a place again
+        return
+    # Its worker counts its room otherwise than we do (a result we have not heard of yet): no body
+    # runs beyond the room we count, so it goes back in line and runs wherever it fits.
+    requeued = housekeeping.requeue(d, execution, entry, next_attempt=False)
+    d.events.requeued(execution, requeued, Requeue.RELEASED)
+    d.passes.work_added([d.catalogue.shape_of(requeued)])
+    raise FailedPrecondition(
+        f"worker {entry.name!r} has no room for queued execution {execution.execution_id} by this "
+        "server's count; it goes back in line"
+    )
 
 
 async def complete(

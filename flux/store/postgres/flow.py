@@ -18,8 +18,11 @@ A rate is a token bucket, and a bucket cannot be recounted from rows: its tokens
 written under the same lock in the claim's transaction. The guard refills each from its
 ``updated_at`` to the database's clock (one clock for every replica, whatever theirs say), takes
 a token per row it admits and refuses a row whose bucket is dry. A missing row is a full bucket,
-so a budget nothing used for long costs nothing; the rows of keys gone quiet stay (a few dozen
-bytes each) until pruned.
+so a budget nothing used for long costs nothing. Each row also says when it is full again if no
+token is taken (``full_at``, from the rate and burst the guard knew when it took the last one):
+from then on the row says no more than a missing one, and ``prune_buckets`` deletes it, so the
+rows of keys gone quiet do not pile up. (A rate lowered live after that refills a pruned key a
+little early: at most one burst, once.)
 """
 
 from __future__ import annotations
@@ -71,7 +74,7 @@ async def guarded(db: psycopg.AsyncConnection[Any], guard: FlowGuard, wanted: li
         await db.execute(
             _WRITE_BUCKETS,
             (names, [name.split("/")[1] for name in names], [buckets[n].tokens for n in names],
-             [buckets[n].updated_at for n in names]),
+             [buckets[n].updated_at for n in names], [buckets[n].full_at for n in names]),
         )  # fmt: skip
     return refused
 
@@ -82,10 +85,22 @@ SELECT b.budget, f.tokens, f.updated_at, extract(epoch FROM clock_timestamp())::
 FROM unnest(%s::text[]) AS b(budget) LEFT JOIN flow_buckets f USING (budget)
 """
 _WRITE_BUCKETS = """
-INSERT INTO flow_buckets (budget, tenant, tokens, updated_at)
-SELECT * FROM unnest(%s::text[], %s::text[], %s::float8[], %s::float8[])
-ON CONFLICT (budget) DO UPDATE SET tokens = excluded.tokens, updated_at = excluded.updated_at
+INSERT INTO flow_buckets (budget, tenant, tokens, updated_at, full_at)
+SELECT * FROM unnest(%s::text[], %s::text[], %s::float8[], %s::float8[], %s::float8[])
+ON CONFLICT (budget) DO UPDATE
+SET tokens = excluded.tokens, updated_at = excluded.updated_at, full_at = excluded.full_at
 """
+# Under FLOW_LOCK, tried not waited for: a claim busy with the buckets goes first, and the rows
+# wait for the next round.
+_PRUNE_BUCKETS = "DELETE FROM flow_buckets WHERE full_at <= extract(epoch FROM clock_timestamp())"
+
+
+async def prune_buckets(db: psycopg.AsyncConnection[Any]) -> int:
+    """Inside a transaction: delete the buckets full again by now; 0 when a claim holds the lock."""
+    locked = await (await db.execute("SELECT pg_try_advisory_xact_lock(%s)", (FLOW_LOCK,))).fetchone()
+    if not locked or not locked[0]:
+        return 0
+    return max((await db.execute(_PRUNE_BUCKETS)).rowcount, 0)
 
 
 async def _buckets(db: psycopg.AsyncConnection[Any], names: list[str]) -> tuple[dict[str, Bucket], float]:

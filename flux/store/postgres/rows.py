@@ -21,7 +21,8 @@ COLUMN_COUNT = COLUMNS.count(",") + 1
 COLUMN_TYPES = (
     "text", "bigint", "text", "integer", "text", "text", "smallint", "text", "integer", "bigint", "integer",
     "text", "text", "text", "text", "double precision", "double precision", "integer", "text", "text",
-    "text", "double precision", "text", "text", "text", "double precision", "double precision", "text", "text", "text",
+    "text", "double precision", "text", "text", "text", "double precision", "double precision", "text", "text",
+    "text", "text", "integer", "text", "text",
 )  # fmt: skip
 assert len(COLUMN_TYPES) == COLUMN_COUNT
 UNNESTED = "SELECT * FROM unnest(" + ", ".join(f"%s::{t}[]" for t in COLUMN_TYPES) + ")"

@@ -13,9 +13,11 @@ import psycopg
 
 from flux.store.admin_rows import TOKEN_ADDED
 from flux.store.base import StoreError
+from flux.store.batch_rows import BATCH_COLUMN, BATCHES_TABLE
 from flux.store.limit_rows import LIMITS_TABLE
 from flux.store.postgres.cluster import MEMBERSHIP_SCHEMA
 from flux.store.rows import CREATED, RUNNING, SCHEDULED
+from flux.store.schedule_rows import SCHEDULES_TABLE
 
 # 2: workflows.runtime (added to a version 1 database on open).
 # 3: workflows.priority and executions.priority (added on open; older rows get 0).
@@ -31,8 +33,12 @@ from flux.store.rows import CREATED, RUNNING, SCHEDULED
 # 11: the limits table (named limits per tenant; created on open, older databases have none).
 # 12: flow_buckets, the rate budgets' token buckets shared by the replicas (created on open; a
 #     missing row is a full bucket).
-# 16: workflows.gang and executions.gang (gangs: older rows run on one worker).
-SCHEMA_VERSION = 16
+# 14: executions.batch_id and the batches table (older rows belong to no batch).
+# 17: workflows.placement (a workflow's placement policy; older rows: '', the server's).
+# 15: schedules and schedule_runs (created on open; older databases have none).
+# 18: executions.after_ids, after_when, waiting (dependencies; older rows wait for nothing).
+# 19: workflows.gang and executions.gang (gangs: older rows run on one worker).
+SCHEMA_VERSION = 19
 
 # pg_advisory locks are keyed by a bigint; Flux's five are "FLUX" and the four after it:
 # this one, cluster.py's SWEEP_LOCK, store.py's WORKFLOWS_LOCK and PRUNE_LOCK, quota.py's QUOTA_LOCK.
@@ -58,6 +64,7 @@ ALTER TABLE workflows ADD COLUMN IF NOT EXISTS priority INTEGER NOT NULL DEFAULT
 ALTER TABLE workflows ADD COLUMN IF NOT EXISTS tenant TEXT NOT NULL DEFAULT 'default';
 ALTER TABLE workflows ADD COLUMN IF NOT EXISTS policy TEXT NOT NULL DEFAULT '';
 ALTER TABLE workflows ADD COLUMN IF NOT EXISTS flow TEXT NOT NULL DEFAULT '';
+ALTER TABLE workflows ADD COLUMN IF NOT EXISTS placement TEXT NOT NULL DEFAULT '';
 ALTER TABLE workflows ADD COLUMN IF NOT EXISTS gang TEXT NOT NULL DEFAULT '';
 CREATE TABLE IF NOT EXISTS executions (
     execution_id TEXT PRIMARY KEY, seq BIGINT NOT NULL, workflow_name TEXT NOT NULL,
@@ -77,9 +84,15 @@ ALTER TABLE executions ADD COLUMN IF NOT EXISTS heartbeat TEXT NOT NULL DEFAULT 
 ALTER TABLE executions ADD COLUMN IF NOT EXISTS started_at DOUBLE PRECISION NOT NULL DEFAULT 0;
 ALTER TABLE executions ADD COLUMN IF NOT EXISTS run_time DOUBLE PRECISION NOT NULL DEFAULT 0;
 ALTER TABLE executions ADD COLUMN IF NOT EXISTS flow_keys TEXT NOT NULL DEFAULT '';
+ALTER TABLE executions ADD COLUMN IF NOT EXISTS {BATCH_COLUMN[0]} {BATCH_COLUMN[1]};
+{BATCHES_TABLE.format(real="DOUBLE PRECISION")}
+ALTER TABLE executions ADD COLUMN IF NOT EXISTS after_ids TEXT NOT NULL DEFAULT '';
+ALTER TABLE executions ADD COLUMN IF NOT EXISTS after_when TEXT NOT NULL DEFAULT '';
+ALTER TABLE executions ADD COLUMN IF NOT EXISTS waiting INTEGER NOT NULL DEFAULT 0;
 ALTER TABLE executions ADD COLUMN IF NOT EXISTS gang TEXT NOT NULL DEFAULT '';
 CREATE TABLE IF NOT EXISTS tenants (name TEXT PRIMARY KEY, spec TEXT NOT NULL, updated_at DOUBLE PRECISION NOT NULL);
 {LIMITS_TABLE.format(real="DOUBLE PRECISION")}
+{SCHEDULES_TABLE.format(real="DOUBLE PRECISION")};
 CREATE TABLE IF NOT EXISTS tokens (
     digest TEXT PRIMARY KEY, tenant TEXT NOT NULL, role TEXT NOT NULL, created_at DOUBLE PRECISION NOT NULL);
 {TOKEN_MIGRATION}
@@ -102,6 +115,11 @@ CREATE INDEX IF NOT EXISTS dispatches_at ON dispatches (at);
 CREATE TABLE IF NOT EXISTS flow_buckets (
     budget TEXT PRIMARY KEY, tenant TEXT NOT NULL, tokens DOUBLE PRECISION NOT NULL,
     updated_at DOUBLE PRECISION NOT NULL);
+-- When the bucket is full again (pruned from then on); a row written before it knew is never
+-- pruned. Added on open without a new schema version: a Flux that does not know the column
+-- writes rows without it, which only keeps them.
+ALTER TABLE flow_buckets ADD COLUMN IF NOT EXISTS full_at DOUBLE PRECISION NOT NULL DEFAULT 'Infinity';
+CREATE INDEX IF NOT EXISTS flow_buckets_full ON flow_buckets (full_at);
 CREATE TABLE IF NOT EXISTS preemptions (
     preemptor TEXT PRIMARY KEY, replica TEXT NOT NULL, at DOUBLE PRECISION NOT NULL);
 """

@@ -22,12 +22,15 @@ from flux.domain.workflow import WorkflowRecord
 from flux.store import notices
 from flux.store.base import ExecutionQuery, Held, PendingRef, Recovered, Store, StoreError, WorkerIdentity
 from flux.store.postgres.admin import AdminTables
+from flux.store.postgres.batches import BatchTables
 from flux.store.postgres.cluster import Membership
 from flux.store.postgres.flow import held as flow_held
+from flux.store.postgres.flow import prune_buckets
 from flux.store.postgres.listener import Listener
 from flux.store.postgres.quota import held as held_by_tenant
 from flux.store.postgres.quota import prune_preemptions, take_preemption
 from flux.store.postgres.rows import COLUMNS, announce, owned_row, redacted
+from flux.store.postgres.schedules import PostgresSchedules
 from flux.store.postgres.schema import migrate
 from flux.store.postgres.waiting import fail_waiting
 from flux.store.postgres.writer import Writer
@@ -70,7 +73,7 @@ DELETE FROM dispatches WHERE (execution_id, generation) IN (
 POOL_WAIT = 5.0
 
 
-class PostgresStore(AdminTables, Store):
+class PostgresStore(AdminTables, BatchTables, PostgresSchedules, Store):
     """The ``Store`` of replicas, and the ``SharedStore`` their strategies use (flux/store/shared.py)."""
 
     # AdminShutdown (a restart), a connection dropped or refused, the pool's PoolTimeout.
@@ -232,6 +235,10 @@ class PostgresStore(AdminTables, Store):
             if deleted < batch:
                 return pruned
 
+    async def prune_buckets(self) -> int:
+        async with self._pool.connection() as db, db.transaction():
+            return await prune_buckets(db)
+
     async def insert_dispatched(self, execution: Execution) -> None:
         """Store a new execution already claimed by this replica (it was never pending); group-committed."""
         await self._writes.insert_dispatched(execution)
@@ -285,6 +292,16 @@ class PostgresStore(AdminTables, Store):
             await cursor.execute(f"SELECT {COLUMNS} FROM executions WHERE execution_id=%s", (execution_id,))
             row = await cursor.fetchone()
             return execution_from_row(row) if row else None
+
+    async def get_executions(self, execution_ids: list[str]) -> dict[str, Execution]:
+        if not execution_ids:
+            return {}
+        async with self._pool.connection() as db:
+            cursor = db.cursor(row_factory=dict_row)
+            await cursor.execute(
+                f"SELECT {COLUMNS} FROM executions WHERE execution_id = ANY(%s)", (list(execution_ids),)
+            )
+            return {row["execution_id"]: execution_from_row(row) for row in await cursor.fetchall()}
 
     async def get_input(self, execution_id: str) -> str | None:
         async with self._pool.connection() as db:
@@ -340,8 +357,10 @@ class PostgresStore(AdminTables, Store):
         async with self._pool.connection() as db:
             cursor = await db.execute(
                 "SELECT execution_id, seq, workflow_name, workflow_version, tenant, not_before, generation, "
-                f"created_at, attempt, attempts NOT IN ('', '[]'), "
+                f"created_at, attempt, attempts NOT IN ('', '[]'), after_ids, after_when, waiting, "
                 "CASE WHEN gang = '' THEN 0 ELSE (gang::json->>'size')::int END "
                 f"FROM executions WHERE state = {CREATED} ORDER BY seq"
             )
-            return [PendingRef(*row) for row in await cursor.fetchall()]
+            return [
+                PendingRef(*row[:10], tuple(row[10].split()), *row[11:]) for row in await cursor.fetchall()
+            ]

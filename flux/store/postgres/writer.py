@@ -34,7 +34,7 @@ ON CONFLICT (execution_id) DO UPDATE SET
     error=excluded.error, gpu_indices=excluded.gpu_indices, updated_at=excluded.updated_at, owner=excluded.owner,
     max_attempts=excluded.max_attempts, not_before=excluded.not_before, reason=excluded.reason,
     attempts=excluded.attempts, heartbeat=excluded.heartbeat, started_at=excluded.started_at,
-    run_time=excluded.run_time, gang=excluded.gang
+    run_time=excluded.run_time, waiting=excluded.waiting, gang=excluded.gang
 WHERE executions.generation = excluded.generation AND executions.state < {FINISHED}
     AND (executions.state = {CREATED} OR executions.owner = %s)
 RETURNING execution_id
@@ -52,7 +52,7 @@ WITH wanted AS (
         AS w(execution_id, worker, gpus, gang)
 ), picked AS (
     SELECT e.execution_id, w.worker, w.gpus, w.gang FROM executions e JOIN wanted w USING (execution_id)
-    WHERE e.state = {CREATED} AND e.not_before <= %(now)s ORDER BY e.execution_id FOR UPDATE OF e SKIP LOCKED
+    WHERE e.state = {CREATED} AND e.not_before <= %(now)s AND e.waiting = 0 ORDER BY e.execution_id FOR UPDATE OF e SKIP LOCKED
 ), claimed AS (
     UPDATE executions e SET state = {SCHEDULED}, worker = p.worker, gpu_indices = p.gpus, owner = %(owner)s,
         generation = e.generation + 1, updated_at = %(now)s, gang = p.gang

@@ -106,6 +106,7 @@ class SharedBinder:
                 # Its key is full on other replicas' workers: forgotten until a slot frees anywhere
                 # (flow_guard.py); back in line here it would be placed and refused again at once.
                 self.flow.refused.discard(execution_id)
+                self.d.flow.refund(execution_id)
                 results.append(Bound(placement, Outcome.LOST if rows is not None else Outcome.FAILED))
             elif rows is None:
                 results.append(Bound(placement, Outcome.FAILED))
@@ -144,7 +145,13 @@ class SharedBinder:
         placement = None
         # Not while quotas govern, nor for limited work: the claim is where they are checked cluster-wide.
         limited = not d.catalogue.record_of(execution).flow.empty
-        if d.queue.count(shape) == 0 and self.store.quota_guard is None and not limited:
+        # Nor for one waiting on dependencies: it is held, never placed, until they end.
+        if (
+            d.queue.count(shape) == 0
+            and self.store.quota_guard is None
+            and not limited
+            and not execution.waiting
+        ):
             d.table.set(execution)
             d.queue_up(execution, shape)
             # Only this submission: aging's starving executions go through the claiming path.

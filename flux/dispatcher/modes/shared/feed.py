@@ -13,8 +13,10 @@ import asyncio
 import contextlib
 import logging
 import time
+from itertools import islice
 from typing import TYPE_CHECKING, Any
 
+from flux.dispatcher.transitions import dependencies
 from flux.domain.execution import Execution, State
 from flux.domain.gang import GangRun
 from flux.store import PendingRef, notices
@@ -30,6 +32,8 @@ log = logging.getLogger("flux.replica")
 
 # How often a watcher of an execution held by another replica rereads it, besides NOTIFY wake-ups.
 WATCH_POLL = 1.0
+# The most dependencies held by other replicas one safety tick reads back from the database.
+RESYNC_DEPENDENCIES = 1000
 
 
 class SharedFeed:
@@ -107,6 +111,11 @@ class SharedFeed:
             case notices.Finished(execution_ids):
                 for execution_id in execution_ids:
                     d.watchers.wake(execution_id)
+                # Dependencies that ended elsewhere: the replica that ended them released their
+                # dependents it knew of; those it did not (mirrored after) are settled from here.
+                ended = [e for e in execution_ids if e in d.dependencies.dependents]
+                if ended:
+                    self.tasks.spawn(dependencies.lookup(d, ended))
                 self._slot_freed()
             case notices.WorkerMoved(replica, epoch, name):
                 if replica != self.store.replica_id and epoch > self.store.cluster.epochs.get(name, 0):
@@ -140,6 +149,10 @@ class SharedFeed:
         shapes: dict[Any, None] = {}
         unknown: list[PendingRef] = []
         for ref in refs:
+            if ref.execution_id in d.dependencies and not ref.waiting:
+                # Released by the replica that ended its last dependency: queue it here too.
+                d.dependencies.forget(ref.execution_id)
+                d.table.drop(ref.execution_id)
             if ref.execution_id in d.table or ref.execution_id in self.binder.claiming:
                 continue
             record = d.catalogue.get(ref.workflow_name, ref.workflow_version)
@@ -165,6 +178,10 @@ class SharedFeed:
                 # A run's overrides are its attempt timeout and retries, never its pending timeout.
                 policy=record.policy,
                 gang=GangRun(ref.gang_size) if ref.gang_size else None,
+                # Held in the dependency index while it waits (transitions/dependencies.py).
+                after=ref.after,
+                when=ref.when,
+                waiting=ref.waiting,
             )
             d.table.set(execution)
             shape = d.catalogue.shape_of(execution)
@@ -196,7 +213,14 @@ class SharedFeed:
             ):
                 d.table.drop(execution_id)
                 d.queue.remove(execution_id)
+                d.dependencies.forget(execution_id)
         self.mirror(pending)
+        # Dependencies held elsewhere that may have ended unheard (a NOTIFY missed): read them.
+        elsewhere = list(
+            islice((e for e in d.dependencies.dependents if e not in d.table), RESYNC_DEPENDENCIES)
+        )
+        if elsewhere:
+            await dependencies.lookup(d, elsewhere)
         await self._tenants()
 
     async def _tenants(self) -> None:

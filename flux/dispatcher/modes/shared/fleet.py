@@ -63,8 +63,7 @@ class SharedFleet:
     async def start(self) -> None:
         loop = asyncio.get_running_loop()
         self._loop = loop.create_task(self._heartbeat_loop())
-        if self.d.settings.dispatch_retention > 0:
-            self._retention = loop.create_task(self._retention_loop(self.d.settings.dispatch_retention))
+        self._retention = loop.create_task(self._retention_loop(self.d.settings.dispatch_retention))
 
     async def entries(self) -> list[WorkerEntry]:
         local = self.d.registry.sorted()
@@ -238,21 +237,25 @@ class SharedFleet:
                 )
 
     async def _retention_loop(self, retention: float) -> None:
-        """Keep the dispatches log bounded: drop the rows of executions finished ``retention`` ago.
+        """Keep the shared tables bounded: drop the dispatches of executions finished ``retention``
+        ago (0: keep them), and the rate buckets full again.
 
         Apart from the heartbeat, so that a long first pruning never delays it past REPLICA_TIMEOUT.
         """
-        every = min(PRUNE_EVERY, retention)
+        every = min(PRUNE_EVERY, retention) if retention > 0 else PRUNE_EVERY
         while True:
             await asyncio.sleep(every)
-            before = self.d.clock() - retention
             try:
-                pruned = await self.store.prune_dispatches(before)
+                pruned = await self.store.prune_dispatches(self.d.clock() - retention) if retention > 0 else 0
+                # The rate buckets of keys gone quiet: full again, so no different from no row.
+                buckets = await self.store.prune_buckets()
             except Exception as exc:  # the database away: the rows wait for the next round
-                log.warning("pruning the dispatches log failed (%s); trying again in %gs", exc, every)
+                log.warning("pruning the shared tables failed (%s); trying again in %gs", exc, every)
                 continue
             if pruned:
                 log.info("pruned %d dispatches of executions finished over %gs ago", pruned, retention)
+            if buckets:
+                log.info("pruned %d rate buckets full again", buckets)
 
     async def stop(self) -> None:
         for task in (self._loop, self._retention):

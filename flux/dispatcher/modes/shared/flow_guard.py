@@ -74,7 +74,9 @@ class ClusterFlow:
             else:
                 in_use.update(budget for budget, _ in slots)
                 for gate in rates:
-                    shared[gate.budget].tokens -= 1.0
+                    bucket = shared[gate.budget]
+                    bucket.tokens -= 1.0
+                    _when_full(bucket, gate)
         if refused:
             self.refused |= refused
             self.waiting = True
@@ -110,4 +112,10 @@ def _refilled(buckets: dict[str, Bucket], gate: Gate, now: float) -> Bucket:
         bucket.updated_at = now
     else:  # a limit lowered live: never more than its new burst
         bucket.tokens = min(float(gate.burst), bucket.tokens)
+    _when_full(bucket, gate)
     return bucket
+
+
+def _when_full(bucket: Bucket, gate: Gate) -> None:
+    """When ``bucket`` is full again if nothing takes a token: the store prunes its row then."""
+    bucket.full_at = bucket.updated_at + max(0.0, gate.burst - bucket.tokens) / gate.rate

@@ -6,12 +6,14 @@ import { h, replace } from "./dom.js";
 import * as detail from "./detail.js";
 import * as executions from "./executions.js";
 import * as fleet from "./fleet.js";
+import * as limits from "./limits.js";
 import { Live, POLL_MS, Resource } from "./live.js";
 import * as queue from "./queue.js";
+import * as schedules from "./schedules.js";
 import * as tenants from "./tenants.js";
 
 const $ = (id) => document.getElementById(id);
-const VIEWS = { fleet, queue, executions, tenants };
+const VIEWS = { fleet, queue, executions, tenants, limits, schedules };
 
 const route = { view: "fleet", id: "", params: new URLSearchParams() };
 
@@ -23,6 +25,8 @@ const res = {
   executions: live.add(new Resource("executions", () => api.executions(executions.filters(route.params)))),
   pending: live.add(new Resource("pending", () => api.executions({ state: "CREATED", limit: 25 }))),
   detail: live.add(new Resource("detail", () => detail.load(route.id))),
+  limits: live.add(new Resource("limits", (signal) => limits.load(signal))),
+  schedules: live.add(new Resource("schedules", (signal) => api.schedules(signal))),
 };
 
 live.always = ["workers"];

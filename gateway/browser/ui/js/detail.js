@@ -33,7 +33,24 @@ export async function load(id) {
   const execution = await api.execution(id);
   note(execution);
   const explanation = state(execution.state) === "CREATED" ? await api.explain(id).catch(() => null) : null;
-  return { execution, explanation };
+  // A member of a batch (client.map): the whole batch's progress, read with it.
+  const batch = execution.batch_id ? (await api.batch(execution.batch_id).catch(() => null))?.batch : null;
+  return { execution, explanation, batch };
+}
+
+// "3/10 finished · 2 running (max 4) · 5 waiting", and a bar of the finished share.
+function batchProgress(b) {
+  const total = num(b.total);
+  const done = num(b.completed) + num(b.failed) + num(b.cancelled);
+  const most = num(b.max_concurrent) ? ` (max ${num(b.max_concurrent)})` : "";
+  const parts = [`${done}/${total} finished`, `${num(b.running)} running${most}`, `${num(b.created)} waiting`];
+  if (num(b.failed)) parts.push(`${num(b.failed)} failed`);
+  if (num(b.cancelled)) parts.push(`${num(b.cancelled)} cancelled`);
+  const pct = total ? Math.round((100 * done) / total) : 0;
+  return h("span", { id: "batch-progress", dataset: { batch: b.batch_id, finished: String(Boolean(b.finished)) } },
+    h("span", { class: "mono" }, b.batch_id), " ", parts.join(" · "),
+    h("div", { class: "bar", role: "img", "aria-label": `batch: ${done} of ${total} finished` },
+      h("span", { class: "reserved", style: { width: `${pct}%` } })));
 }
 
 function timeline(execution) {
@@ -50,6 +67,16 @@ function timeline(execution) {
     h("li", { dataset: { step: name, reached: String(done), at: at || "" } },
       h("b", {}, name), h("br"),
       h("span", { class: "muted" }, done ? (at ? time(at) : "passed, time not recorded") : "not yet"))));
+}
+
+// What it waits for (client.run(..., after=[...])): each dependency links to its own page, and
+// while any has not ended as `when` asks, how many it still waits for.
+function dependencies(execution) {
+  const waiting = num(execution.dependencies_waiting);
+  const links = execution.after.map((id, i) => [i ? ", " : "", h("a", { href: `#/executions/${encodeURIComponent(id)}`, class: "mono" }, id)]);
+  return h("span", { id: "dependencies" },
+    waiting ? `waiting for ${waiting} of ${execution.after.length} (${execution.when || "succeeded"}): ` : `after (${execution.when || "succeeded"}): `,
+    links);
 }
 
 function output(execution) {
@@ -85,7 +112,7 @@ export function mount(container, ctx) {
       replace(body, h("p", { class: resource.error ? "error" : "muted" }, resource.error ? resource.error.message : "Loading…"));
       return;
     }
-    const { execution: e, explanation } = resource.data;
+    const { execution: e, explanation, batch } = resource.data;
     const s = state(e.state);
     const field = (name, value) => [h("dt", {}, name), h("dd", { dataset: { field: name.toLowerCase() } }, value)];
     replace(body,
@@ -98,11 +125,13 @@ export function mount(container, ctx) {
         field("Worker", e.worker ? h("a", { href: `#/executions?worker=${encodeURIComponent(e.worker)}`, class: "mono" }, e.worker) : "—"),
         field("Attempt", num(e.attempt)),
         e.reason ? field("Reason", e.reason) : "",
+        (e.after || []).length ? field("Dependencies", dependencies(e)) : "",
         field("Generation", num(e.generation)),
         field("GPUs", (e.gpu_indices || []).length ? e.gpu_indices.join(", ") : "none"),
         field("Submitted", time(e.created_at_ms)),
         field("Last change", time(e.updated_at_ms)),
-        field("Input", h("code", {}, e.input_json || "null"))),
+        field("Input", h("code", {}, e.input_json || "null")),
+        batch ? field("Batch", batchProgress(batch)) : ""),
       gang(e),
       attempts(e),
       explanation ? [h("h3", {}, "Why it waits"), verdicts(explanation)] : "",

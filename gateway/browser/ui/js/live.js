@@ -53,7 +53,8 @@ export class Resource {
 // Which resources an event's name may have changed; an unknown name changes everything.
 function touched(name) {
   if (/^worker/.test(name)) return ["workers", "status"];
-  if (/^execution/.test(name)) return ["workers", "status", "executions", "pending", "detail"];
+  // A schedule's tick is an execution submitted: the schedules' last ticks moved.
+  if (/^execution/.test(name)) return ["workers", "status", "executions", "pending", "detail", "limits", "schedules"];
   return null;
 }
 
