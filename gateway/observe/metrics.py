@@ -37,7 +37,7 @@ from prometheus_client.samples import Exemplar
 from prometheus_client.utils import floatToGoString
 
 from flux.v1 import control_pb2
-from gateway.observe import workflow_metrics
+from gateway.observe.workflow_metrics import dependency_metrics, limit_metrics, schedule_metrics
 from gateway.wire import schema
 
 router = APIRouter(tags=["ops"])
@@ -220,9 +220,9 @@ class StatusCollector(Collector):
         yield allocatable
         yield from _pool_metrics(s)
         yield from _tenant_metrics(s)
-        yield from workflow_metrics.limit_metrics(s)
-        yield from workflow_metrics.dependency_metrics(s)
-        yield from workflow_metrics.schedule_metrics(s)
+        yield from limit_metrics(s)
+        yield from dependency_metrics(s)
+        yield from schedule_metrics(s)
         yield GaugeMetricFamily(
             "flux_start_time_seconds",
             "When the core started, in seconds since the Unix epoch; counters count from then.",

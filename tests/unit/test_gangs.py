@@ -24,7 +24,11 @@ def gang_shape(
     tenant: str = "default",
 ) -> Shape:
     return Shape(
-        ResourceRequest(cpu=cpu or None, gpu=gpu or None), None, "python", tenant, Gang(size, same, spread)
+        ResourceRequest(cpu=cpu or None, gpu=gpu or None),
+        None,
+        "python",
+        tenant,
+        gang=Gang(size, same, spread),
     )
 
 
@@ -346,3 +350,50 @@ def test_a_pending_gang_never_plans_preemption_but_a_single_member_run_may():
     one = Shape(ResourceRequest(cpu=4), tenant="ml")
     assert plan_preemption(accounts, "single", one, fleet, running) is not None
     assert plan_preemption(accounts, "gang", gang_shape(2, cpu=2, tenant="ml"), fleet, running) is None
+
+
+# ---- with main's placement policies and prefetch ---------------------------------------------------
+
+
+@pytest.mark.parametrize("index", [False, True], ids=["list", "index"])
+def test_binpack_puts_a_gangs_members_on_the_fullest_workers_that_fit(index):
+    # Two busy workers (1 core free each: room for a member) and two idle ones.
+    fleet = [
+        worker("busy1", cpu=4, reserved={"cpu": 3}),
+        worker("busy2", cpu=4, reserved={"cpu": 3}),
+        worker("idle1", cpu=4),
+        worker("idle2", cpu=4),
+    ]
+    queue = PendingQueue()
+    queue.add("g", gang_shape(2, cpu=1), 0)
+    workers = _index(fleet) if index else fleet
+    (spread,) = schedule(queue, workers)
+    assert {m[0] for m in spread.members} == {"idle1", "idle2"}  # least loaded first (the default)
+    workers = _index(fleet) if index else fleet
+    (packed,) = schedule(queue, workers, placement="binpack")
+    assert {m[0] for m in packed.members} == {"busy1", "busy2"}  # the fullest that fit: idle ones stay idle
+
+
+def test_a_binpack_gang_with_no_room_for_every_member_takes_nothing_and_the_rest_still_packs():
+    fleet = [worker("a", cpu=4, reserved={"cpu": 3}), worker("b", cpu=4)]
+    queue = PendingQueue()
+    queue.add("g", gang_shape(3, cpu=1), 0)
+    queue.add("one", Shape(ResourceRequest(cpu=1)), 1)
+    placements = schedule(queue, fleet, placement="binpack")
+    assert [(p.execution_id, p.worker, p.members) for p in placements] == [("one", "a", ())]
+
+
+def test_a_gang_is_never_queued_ahead_and_a_worker_with_a_queue_is_no_member():
+    from flux.matching.prefetch import QueueSpace, never_queued, queue_ahead
+
+    shp = gang_shape(2, cpu=1)
+    assert never_queued(shp)
+    queue = PendingQueue()
+    queue.add("g", shp, 0)
+    busy = [worker("a", cpu=4, reserved={"cpu": 4}), worker("b", cpu=4, reserved={"cpu": 4})]
+    assert queue_ahead(queue, [QueueSpace(view, 4) for view in busy]) == []
+    # Room on both, but "b" holds executions in its own queue: those go first, nothing is placed there.
+    fleet = [worker("a"), worker("b", queued=1), worker("c")]
+    (placement,) = schedule(queue, fleet)
+    assert {m[0] for m in placement.members} == {"a", "c"}
+    assert schedule(queue, [worker("a"), worker("b", queued=1)]) == []

@@ -278,6 +278,7 @@ def test_execution_context_fields_and_defaults():
         "assigned_gpus",
         "last_heartbeat",
         "gang",
+        "upstream",
         "_beat",
     ]
     assert (
