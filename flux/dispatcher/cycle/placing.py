@@ -77,24 +77,31 @@ def reserve(
     fleet = d.registry.index() if workers is None else [w.view() for w in workers if w.dispatchable]
     if not fleet:
         return []
-    placements = schedule(
-        d.queue,
-        fleet,
-        shapes=shapes,
-        cache=d.feasibility,
-        aging=d.aging,
-        now=d.clock(),
-        whole_fleet=workers is None,
-        starving_first=starving_first,
-        accounts=accounts,
+    placements = _hold(d, schedule(
+        d.queue, fleet, shapes=shapes, cache=d.feasibility, aging=d.aging, now=d.clock(),
+        whole_fleet=workers is None, starving_first=starving_first, accounts=accounts,
         placement=d.settings.placement,
-    )
+    ))  # fmt: skip
+    if workers is not None and d.queue:
+        # A gang's members are on several workers: room freed on a few of them may complete a gang
+        # only with room elsewhere, so pending gangs get their pass over the whole fleet too.
+        gang_shapes = [shape for shape in d.queue.shapes() if shape.gang is not None]
+        if gang_shapes:
+            placements += _hold(d, schedule(
+                d.queue, d.registry.index(), shapes=gang_shapes, cache=d.feasibility, aging=d.aging,
+                now=d.clock(), starving_first=False, accounts=accounts, placement=d.settings.placement,
+            ))  # fmt: skip
+    for placement in placements:
+        d.flow.placed(placement.execution_id)  # a rate budget may admit its next one
+    return placements
+
+
+def _hold(d: Handle, placements: list[Placement]) -> list[Placement]:
+    """Take ``placements`` out of the queue and reserve them on their workers (every member's)."""
     for placement in placements:
         d.queue.remove(placement.execution_id)
         for worker, gpus in gangs.member_workers(placement):  # a gang: every member's worker
             d.registry.entries[worker].hold(placement.execution_id, placement.shape.requests, gpus)
-    for placement in placements:
-        d.flow.placed(placement.execution_id)  # a rate budget may admit its next one
     return placements
 
 
