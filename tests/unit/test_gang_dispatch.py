@@ -39,3 +39,22 @@ async def test_room_freed_on_one_worker_completes_a_gang_with_room_on_another(fl
     await busy.complete(first)  # w1's room is freed: its pass places the gang on w1 and w2
     assert flux.state(gang) is State.SCHEDULED
     assert flux.holdings("w1") == flux.holdings("w2") == {gang}
+
+
+async def test_a_gang_run_after_another_waits_for_it_then_is_placed_as_a_gang(flux):
+    from flux.dispatcher.transitions.submission import Overrides
+
+    await flux.workflow("single", cpu=1)
+    await gang_workflow(flux, 2, cpu=1)
+    w1 = await flux.worker("w1")
+    await flux.worker("w2")
+    first = await flux.run("single")
+    gang = (await flux.d.submit("team", overrides=Overrides(gang_size=2, after=(first,)))).execution_id
+    assert flux.state(gang) is State.CREATED and flux.get(gang).waiting == 1
+    runner = w1 if first in flux.holdings("w1") else None
+    assert runner is not None
+    runner.claim(first)
+    await runner.complete(first, '"done"')
+    assert flux.state(gang) is State.SCHEDULED
+    assert flux.holdings("w1") == flux.holdings("w2") == {gang}
+    assert [m[0] for m in flux.get(gang).gang.members] in (["w1", "w2"], ["w2", "w1"])
