@@ -137,7 +137,9 @@ def test_one_trace_from_the_client_to_the_worker_and_the_queued_span_covers_the_
     try:
         cluster.start_server()
         cluster.register(TRACED)
-        cluster.start_worker("w1", "--cpus", "1")
+        # --prefetch 0: the second waits in the server's line (what flux.queued covers), not
+        # queued ahead at the worker.
+        cluster.start_worker("w1", "--cpus", "1", "--prefetch", "0")
         client = cluster.client
         first = client.run("traced_step", str(release))
         eventually(lambda: client.get(first.execution_id).state == RUNNING, what="the first to run")
