@@ -11,7 +11,7 @@ from fastapi import APIRouter, Body, Depends, Path, Query, Request
 from fastapi.responses import JSONResponse
 
 from flux.v1 import limits_pb2, limits_pb2_grpc
-from gateway.clients.service import ServiceCalls
+from gateway.clients.service import ServiceCalls, named_refusals
 from gateway.security import API_BEARER
 from gateway.wire import OffLoopJSONRoute, schema, to_message
 
@@ -25,18 +25,7 @@ ListLimitsResponse = schema.model_of(limits_pb2.ListLimitsResponse.DESCRIPTOR)
 LimitAnswer = schema.model_of(limits_pb2.CreateLimitResponse.DESCRIPTOR)
 GetLimitResponse = schema.model_of(limits_pb2.GetLimitResponse.DESCRIPTOR)
 
-_WHY = {
-    401: "no API token, or not a valid one",
-    403: "a token whose role may not do this (or the worker token)",
-    404: "no such limit (or tenant)",
-    409: "a limit of that name exists already in the tenant",
-    422: "invalid body, path or query",
-    503: "the core is unreachable",
-}
-
-
-def _refusals(*statuses: int) -> dict[int | str, dict[str, object]]:
-    return schema.refusals({status: _WHY[status] for status in {401, 403, *statuses, 422, 503}})
+_refusals = named_refusals("limit")
 
 
 async def limits(request: Request) -> ServiceCalls:

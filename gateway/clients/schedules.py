@@ -10,7 +10,7 @@ from fastapi import APIRouter, Depends, Path, Query, Request
 from fastapi.responses import JSONResponse
 
 from flux.v1 import schedules_pb2, schedules_pb2_grpc
-from gateway.clients.service import ServiceCalls
+from gateway.clients.service import ServiceCalls, named_refusals
 from gateway.security import API_BEARER
 from gateway.wire import OffLoopJSONRoute, schema, to_message
 
@@ -27,18 +27,7 @@ GetScheduleResponse = schema.model_of(schedules_pb2.GetScheduleResponse.DESCRIPT
 TriggerScheduleResponse = schema.model_of(schedules_pb2.TriggerScheduleResponse.DESCRIPTOR)
 ApplySchedulesResponse = schema.model_of(schedules_pb2.ApplySchedulesResponse.DESCRIPTOR)
 
-_WHY = {
-    401: "no API token, or not a valid one",
-    403: "a token whose role may not do this (or the worker token)",
-    404: "no such schedule (or tenant)",
-    409: "a schedule of that name exists already in the tenant",
-    422: "invalid body, path or query",
-    503: "the core is unreachable",
-}
-
-
-def _refusals(*statuses: int) -> dict[int | str, dict[str, object]]:
-    return schema.refusals({status: _WHY[status] for status in {401, 403, *statuses, 422, 503}})
+_refusals = named_refusals("schedule")
 
 
 async def schedules(request: Request) -> ServiceCalls:
