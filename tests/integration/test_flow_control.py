@@ -31,7 +31,9 @@ def _overlap(a: dict, b: dict) -> bool:
 
 def test_one_run_per_customer_at_a_time_while_other_customers_run_beside(flowing: Cluster) -> None:
     client = flowing.client
-    acme = [client.run("per_customer", {"customer": "acme", "seconds": 0.4}) for _ in range(3)]
+    # The first holds acme's slot for 3 s: long enough that the third still waits when the CLI's
+    # explain (a process of its own, slow on a loaded machine) asks about it.
+    acme = [client.run("per_customer", {"customer": "acme", "seconds": s}) for s in (3.0, 0.4, 0.4)]
     beta = client.run("per_customer", {"customer": "beta", "seconds": 0.4})
     assert dict(acme[0].flow_keys) == {"concurrency": "acme"}
     explained = flowing.flux("execution", "explain", acme[2].execution_id)

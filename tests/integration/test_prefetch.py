@@ -95,6 +95,8 @@ def test_a_killed_workers_queue_goes_back_at_once_and_runs_elsewhere(tmp_path: P
         ]
         queued_at(cluster, ids[3], "queued at worker w1 (3rd)")
         eventually(lambda: cluster.client.get(ids[0]).state == RUNNING, what="the first claimed on w1")
+        # Its body logs its start just after the claim (later still over SSE): wait for that line.
+        eventually(lambda: started(log) != [], what="the first body's start in the log")
         assert started(log) == ids[:1]
         w1.kill()
         w1.wait(30)
