@@ -95,6 +95,9 @@ class PendingQueue:
         self._needs: dict[Shape, int] = {}
         # Tenants whose first item left (their ``_first`` is None until recounted).
         self._stale: set[str] = set()
+        # The shapes with pending work that are gangs (an ordered set): kept as shapes come and go,
+        # so a pass scoped to a few workers finds them without walking every shape.
+        self._gangs: dict[Shape, None] = {}
 
     def add(
         self, execution_id: str, shape: Shape, seq: int, priority: int = 0, since: float = 0.0
@@ -109,6 +112,8 @@ class PendingQueue:
                 lanes = self._lanes[shape.tenant] = {}
             lanes[shape] = None
             self._needs[shape.needs] = self._needs.get(shape.needs, 0) + 1
+            if shape.gang is not None:
+                self._gangs[shape] = None
         queue.add(item)
         self._index[execution_id] = item
         tenant = shape.tenant
@@ -128,6 +133,7 @@ class PendingQueue:
             queue.remove(item)
             if not queue.buckets:
                 del self._by_shape[shape]
+                self._gangs.pop(shape, None)
                 lanes = self._lanes[shape.tenant]
                 del lanes[shape]
                 if not lanes:
@@ -154,6 +160,10 @@ class PendingQueue:
 
     def shapes(self) -> list[Shape]:
         return list(self._by_shape)
+
+    def gang_shapes(self) -> list[Shape]:
+        """The shapes with pending work whose executions are gangs."""
+        return list(self._gangs)
 
     def count(self, shape: Shape) -> int:
         queue = self._by_shape.get(shape)

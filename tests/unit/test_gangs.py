@@ -397,3 +397,18 @@ def test_a_gang_is_never_queued_ahead_and_a_worker_with_a_queue_is_no_member():
     (placement,) = schedule(queue, fleet)
     assert {m[0] for m in placement.members} == {"a", "c"}
     assert schedule(queue, [worker("a"), worker("b", queued=1)]) == []
+
+
+def test_the_queue_keeps_its_gang_shapes_as_work_comes_and_goes() -> None:
+    # A pass scoped to a few workers reads these instead of walking every shape.
+    queue = PendingQueue()
+    plain, gang = Shape(ResourceRequest(cpu=1)), Shape(ResourceRequest(cpu=1), gang=Gang(2))
+    queue.add("p", plain, 1)
+    assert queue.gang_shapes() == []
+    queue.add("g1", gang, 2)
+    queue.add("g2", gang, 3)
+    assert queue.gang_shapes() == [gang]
+    queue.remove("g1")
+    assert queue.gang_shapes() == [gang]
+    queue.remove("g2")
+    assert queue.gang_shapes() == []

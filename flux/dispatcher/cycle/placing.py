@@ -82,10 +82,10 @@ def reserve(
         whole_fleet=workers is None, starving_first=starving_first, accounts=accounts,
         placement=d.settings.placement,
     ))  # fmt: skip
-    if workers is not None and d.queue:
+    if workers is not None:
         # A gang's members are on several workers: room freed on a few of them may complete a gang
         # only with room elsewhere, so pending gangs get their pass over the whole fleet too.
-        gang_shapes = [shape for shape in d.queue.shapes() if shape.gang is not None]
+        gang_shapes = d.queue.gang_shapes()
         if gang_shapes:
             placements += _hold(d, schedule(
                 d.queue, d.registry.index(), shapes=gang_shapes, cache=d.feasibility, aging=d.aging,
