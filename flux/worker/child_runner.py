@@ -1,6 +1,12 @@
 """The parent's side of a sync body run in its own process (``python -m flux.worker.child``): the
-job sent down its stdin, its heartbeats and result read back, the process killed if stopped. Its
-own module since it is the one place the worker spawns a process; executions.py only calls it."""
+job given as its stdin, its heartbeats and result read back, the process killed if stopped. Its
+own module since it is the one place the worker spawns a process; executions.py only calls it.
+
+The job reaches the child as an unlinked temporary file on its stdin, not through a pipe the worker
+writes: under uvloop a pipe written right after the spawn was now and then already closed on our
+side ("unable to perform operation on <WriteUnixTransport closed=True>"), which failed the attempt
+with a RuntimeError that was never the body's. A file is complete before the child starts.
+"""
 
 from __future__ import annotations
 
@@ -8,6 +14,7 @@ import asyncio
 import inspect
 import json
 import sys
+import tempfile
 from collections.abc import Callable
 
 from flux.context import ExecutionContext
@@ -39,15 +46,15 @@ async def in_child(
             "upstream": ctx.upstream,
         },
     }
-    process = await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "flux.worker.child",
-        stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE, limit=64 << 20,
-    )  # fmt: skip
-    assert process.stdin is not None and process.stdout is not None
+    with tempfile.TemporaryFile() as stdin:
+        stdin.write(json.dumps(job).encode() + b"\n")
+        stdin.seek(0)
+        process = await asyncio.create_subprocess_exec(
+            sys.executable, "-m", "flux.worker.child",
+            stdin=stdin, stdout=asyncio.subprocess.PIPE, limit=64 << 20,
+        )  # fmt: skip
+    assert process.stdout is not None
     try:
-        process.stdin.write(json.dumps(job).encode() + b"\n")
-        await process.stdin.drain()
-        process.stdin.close()
         while True:
             line = await process.stdout.readline()
             if not line:

@@ -117,6 +117,9 @@ def test_a_run_overrides_the_attempt_timeout_and_retry_policy(timed: Cluster) ->
         timeout=60,
     )
     assert (execution.state, execution.reason, execution.attempt) == (FAILED, "timeout", 2)
+    # Each attempt was stopped for its timeout: none failed in the worker's hands before it (a sync
+    # body's process once failed to get its job now and then, an error that was never the body's).
+    assert [(a.reason, a.error_type) for a in execution.attempts] == [("timeout", "AttemptTimeout")] * 2
     cli = timed.flux("workflow", "run", "picky", "--retries", "1", "--wait", "--timeout", "60")
     assert cli.returncode != 0  # ValueError is never retried: the workflow's no_retry_on stays
 

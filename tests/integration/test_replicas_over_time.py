@@ -49,8 +49,11 @@ def test_a_pending_timeout_fires_on_the_replica_left_when_the_one_that_took_it_d
     with replicas.client_for(b) as cb:
         final = cb.wait(execution_id, 30)
         assert (final.state, final.reason, final.error.type) == (FAILED, "pending_timeout", "PendingTimeout")
-        # Counted from the submission, not from when the second replica learned of it.
-        assert 4 <= final.updated_at_ms / 1000 - submitted < 8
+        # Counted from the submission, not from when the second replica learned of it. Both ends are
+        # the row's own milliseconds: a float taken before the call can be a fraction of a
+        # millisecond after the truncated created_at_ms, so it cannot be the lower bound.
+        assert 4000 <= final.updated_at_ms - final.created_at_ms
+        assert final.updated_at_ms / 1000 - submitted < 8
         assert cb.status().counters.timeouts["pending_timeout"] == 1
     assert rows(
         replicas.db, f"SELECT state, reason FROM executions WHERE execution_id = '{execution_id}'"
