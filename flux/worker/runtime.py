@@ -253,6 +253,12 @@ class WorkerRuntime(Executions):
             return
         running = self._running.get(cancel.execution_id)
         if running is not None and running.dispatch.generation == cancel.generation:
+            if running.cancelled_by_server and running.preempted and cancel.preempted:
+                # Asked already to hand it back: a Stop repeated on a new stream (the server cannot
+                # know the first arrived). A second cancel would cut short the body's own clean-up
+                # after the first; a Stop that is not a hand-back (a grace ran out) still cancels.
+                log.debug("execution %s told again to stop: %s", cancel.execution_id, cancel.reason)
+                return
             log.info("execution %s cancelled: %s", cancel.execution_id, cancel.reason)
             running.cancelled_by_server = True
             running.preempted = cancel.preempted

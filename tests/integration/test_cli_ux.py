@@ -183,11 +183,16 @@ def _read_until(fd: int, pattern: str, seen: bytearray, timeout: float = 30) -> 
     return seen.decode(errors="replace")
 
 
-def _as_a_terminal_starts_it() -> None:
-    """SIGINT as a shell leaves it for a foreground job: handled. A test runner that ignores it
-    (pytest-xdist's workers, a job started with `&` by a script) passes SIG_IGN on, and Python
-    then keeps ignoring Ctrl-C rather than raising KeyboardInterrupt."""
-    signal.signal(signal.SIGINT, signal.SIG_DFL)
+# SIGINT as a shell leaves it for a foreground job: handled. A test runner that ignores it
+# (pytest-xdist's workers, a job started with `&` by a script) passes SIG_IGN on, and Python then
+# keeps ignoring Ctrl-C rather than raising KeyboardInterrupt. So the CLI is started by a launcher
+# that restores it and execs, not by a preexec_fn: a preexec_fn runs this process's after-fork
+# handlers in the child, and gRPC's (this test process holds channels) then polled a descriptor
+# the child closed, printing "epoll_wait error: Bad file descriptor" onto the terminal under test.
+AS_A_TERMINAL_STARTS_IT = (
+    "import os, signal, sys; signal.signal(signal.SIGINT, signal.SIG_DFL); "
+    "os.execv(sys.executable, [sys.executable, *sys.argv[1:]])"
+)
 
 
 @pytest.mark.transports("grpc")
@@ -197,10 +202,9 @@ def test_wait_on_a_terminal_shows_a_live_line_and_ctrl_c_leaves_the_execution(cl
     fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", 40, 200, 0, 0))
     env = {k: v for k, v in os.environ.items() if k != "COLUMNS"}
     process = subprocess.Popen(
-        [sys.executable, "-m", "flux", "workflow", "run", "needs_cpu_8", "--wait"],
+        [sys.executable, "-c", AS_A_TERMINAL_STARTS_IT, "-m", "flux", "workflow", "run", "needs_cpu_8", "--wait"],
         cwd=cluster.workdir, env={**env, "FLUX_SERVER": cluster.address},
         stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=slave,
-        preexec_fn=_as_a_terminal_starts_it,
     )  # fmt: skip
     os.close(slave)
     seen = bytearray()
