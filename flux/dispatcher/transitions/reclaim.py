@@ -180,7 +180,9 @@ class Reclaimer:
             return
         held = [d.table.get(v.execution_id) for v in preemption.victims]
         if preemptor not in d.queue or not all(
-            e is not None and e.worker == v.worker and e.state in (State.SCHEDULED, State.RUNNING)
+            e is not None
+            and (e.worker == v.worker or gangs.is_member(e, v.worker))  # a gang victim: any member's
+            and e.state in (State.SCHEDULED, State.RUNNING)
             and v.execution_id not in self.stopping
             for e, v in zip(held, preemption.victims, strict=True)
         ):  # fmt: skip
@@ -190,7 +192,7 @@ class Reclaimer:
             return
         log.info(
             "execution %s of tenant %s %s on worker %s",
-            preemptor, lane.tenant, preemption.describe(), preemption.worker,
+            preemptor, lane.tenant, preemption.describe(), ", ".join(preemption.members or (preemption.worker,)),
         )  # fmt: skip
         # Its demand counts as its tenant's from now: the cohort has nothing to lend out of the room
         # its first victims free while the others still stop.
