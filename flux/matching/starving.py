@@ -4,6 +4,7 @@ nominated a worker that is then guarded, before ``flux.matching.scheduler`` plac
 
 from __future__ import annotations
 
+from flux.matching import gang_aging
 from flux.matching.aging import Aging, Nomination, shortfall, slack_beside
 from flux.matching.candidates import FeasibilityCache, Placement
 from flux.matching.filters import fits_now
@@ -66,6 +67,11 @@ def place_starving(
         for view in candidates:
             if view.name not in rooms:
                 rooms[view.name] = Room(view)
+        if shape.gang is not None:
+            _starving_gang(
+                item, previous, candidates, rooms, placements, aging, now, whole_fleet, claimed, limit, ledger
+            )
+            continue
         room = _starving_fit(item, previous, candidates, rooms, claimed)
         if room is not None and (limit is None or len(placements) < limit):
             r = shape.requests
@@ -101,6 +107,44 @@ def place_starving(
     return skip
 
 
+def _starving_gang(
+    item: Pending,
+    previous: Nomination | None,
+    candidates: list[WorkerView],
+    rooms: dict[str, Room],
+    placements: list[Placement],
+    aging: Aging,
+    now: float,
+    whole_fleet: bool,
+    claimed: set[str],
+    limit: int | None,
+    ledger: Ledger | None,
+) -> None:
+    """A starving gang: placed whole if every member fits now, else its nominated workers kept
+    guarded, else a worker per member nominated at once (``flux.matching.gang_aging``), or none."""
+    chosen = gang_aging.fitting_now(item.shape, previous, rooms, (v.name for v in candidates))
+    if chosen is not None and (limit is None or len(placements) < limit):
+        placements.append(gang_aging.place_whole(item, chosen, ledger))
+        aging.drop(item.execution_id)
+        return
+    if previous is not None and not claimed.intersection(previous.workers):
+        if all(worker in rooms for worker in previous.workers):
+            for worker in previous.workers:
+                _guard(rooms, rooms[worker].view, item, claimed)
+            return
+        if not whole_fleet:
+            claimed.update(previous.workers)  # not all in this pass: kept until a whole-fleet pass
+            return
+    free = [rooms[v.name] for v in candidates if v.name not in claimed]
+    nomination = gang_aging.nominate(item, previous, free, now)
+    if nomination is None:
+        aging.drop(item.execution_id)  # too few capable workers free of older nominees; next pass
+        return
+    aging.nominate(nomination)
+    for worker in nomination.workers:
+        _guard(rooms, rooms[worker].view, item, claimed)
+
+
 def aging_needs_fleet(
     queue: PendingQueue, aging: Aging | None, now: float, starving_first: bool, fleet: int
 ) -> bool:
@@ -130,10 +174,11 @@ def guard_standing(
     skip: set[str] = set()
     for nomination in aging.by_execution.values():
         item = queue.get(nomination.execution_id)
-        view = present.get(nomination.worker)
-        if item is not None and view is not None:
+        views = [present[w] for w in nomination.workers if w in present]
+        if item is not None and views:
             skip.add(item.execution_id)
-            _guard(rooms, view, item, claimed)
+            for view in views:
+                _guard(rooms, view, item, claimed)
     return skip
 
 
@@ -157,6 +202,9 @@ def _keep_nominations(
             aging.drop(item.execution_id)
             continue
         skip.add(item.execution_id)
+        if nomination.members:
+            _keep_gang(item, nomination, present, rooms, placements, aging, claimed, limit, ledger)
+            continue
         view = present[nomination.worker]
         room = rooms.get(view.name)
         if room is None:
@@ -170,6 +218,33 @@ def _keep_nominations(
             aging.drop(item.execution_id)
         else:
             _guard(rooms, view, item, claimed)
+
+
+def _keep_gang(
+    item: Pending,
+    nomination: Nomination,
+    present: dict[str, WorkerView],
+    rooms: dict[str, Room],
+    placements: list[Placement],
+    aging: Aging,
+    claimed: set[str],
+    limit: int | None,
+    ledger: Ledger | None,
+) -> None:
+    """Between full searches, a gang's nomination: placed whole on its workers if every member fits
+    there now, else each of its workers in this pass kept guarded."""
+    views = [present[w] for w in nomination.workers if w in present]
+    for view in views:
+        if view.name not in rooms:
+            rooms[view.name] = Room(view)
+    own = [rooms[view.name] for view in views]
+    fits = len(own) == len(nomination.workers) and all(fits_now(item.shape, room) for room in own)
+    if fits and (limit is None or len(placements) < limit):
+        placements.append(gang_aging.place_whole(item, own, ledger))
+        aging.drop(item.execution_id)
+        return
+    for view in views:
+        _guard(rooms, view, item, claimed)
 
 
 def _starving_fit(
