@@ -128,12 +128,12 @@ def _starving_gang(
         aging.drop(item.execution_id)
         return
     if previous is not None and not claimed.intersection(previous.workers):
-        if all(worker in rooms for worker in previous.workers):
-            for worker in previous.workers:
+        here = [worker for worker in previous.workers if worker in rooms]
+        if len(here) == len(previous.workers) or not whole_fleet:
+            # Its workers in this pass are guarded; the others are kept until a whole-fleet pass.
+            for worker in here:
                 _guard(rooms, rooms[worker].view, item, claimed)
-            return
-        if not whole_fleet:
-            claimed.update(previous.workers)  # not all in this pass: kept until a whole-fleet pass
+            claimed.update(previous.workers)
             return
     free = [rooms[v.name] for v in candidates if v.name not in claimed]
     nomination = gang_aging.nominate(item, previous, free, now)

@@ -196,3 +196,18 @@ def test_every_starving_gang_that_fits_the_idle_fleet_is_placed_and_none_deadloc
         if all(execution_id in cluster.placed_at for execution_id, _, _ in wanted):
             break
     assert all(execution_id in cluster.placed_at for execution_id, _, _ in wanted), cluster.placed_at
+
+
+def test_a_pass_over_one_of_its_workers_keeps_guarding_it():
+    # A pass scoped to the worker that freed room (not the whole fleet) guards the gang's member
+    # there: nothing that does not fit beside the member is placed on it.
+    aging = Aging(5)
+    fleet = [worker(n, cpu=4, reserved={"cpu": 1}, active=1) for n in ("a", "b")]
+    queue = PendingQueue()
+    queue.add("g", gang(2, 4), 1, 0, 0.0)
+    schedule(queue, fleet, aging=aging, now=10.0)
+    assert set(aging.by_execution["g"].workers) == {"a", "b"}
+    queue.add("small", one(1), 2, 0, 10.0)
+    freed = [worker("a", cpu=4)]
+    assert schedule(queue, freed, aging=aging, now=11.0, whole_fleet=False) == []
+    assert set(aging.by_execution["g"].workers) == {"a", "b"}
