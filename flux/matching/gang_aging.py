@@ -21,6 +21,7 @@ Cost: O(candidates × log candidates) per starving gang and pass (a sort per gro
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
+from typing import Any
 
 from flux.matching.aging import Nomination, shortfall
 from flux.matching.candidates import Placement
@@ -31,7 +32,7 @@ from flux.matching.tenancy import Ledger
 from flux.matching.view import Room
 
 
-def pick(shape: Shape, rooms: Iterable[Room], key: Callable[[Room], tuple]) -> list[Room] | None:  # type: ignore[type-arg]
+def pick(shape: Shape, rooms: Iterable[Room], key: Callable[[Room], Any]) -> list[Room] | None:
     """The ``size`` rooms of one ``same`` group (one per ``spread`` value) first by ``key``, from the
     group whose choice is smallest by ``key`` in all; None if no group has ``size``."""
     gang = shape.gang
@@ -43,7 +44,7 @@ def pick(shape: Shape, rooms: Iterable[Room], key: Callable[[Room], tuple]) -> l
         if value is None or (gang.spread and gang.spread not in labels):
             continue
         groups.setdefault(value, []).append(room)
-    best: tuple[tuple, list[Room]] | None = None  # type: ignore[type-arg]
+    best: tuple[Any, list[Room]] | None = None
     for value, members in groups.items():
         if len(members) < gang.size:
             continue
@@ -71,9 +72,9 @@ def fitting_now(
     """Where every member of a starving gang fits now: its nominated workers if they all do, else
     the least loaded that do (a worker guarded for an older nominee takes a member only beside it)."""
     if previous is not None and previous.members:
-        own = [rooms.get(worker) for worker in previous.members]
-        if all(room is not None and fits_now(shape, room) for room in own):
-            return own  # type: ignore[return-value]
+        own = [rooms[worker] for worker in previous.members if worker in rooms]
+        if len(own) == len(previous.members) and all(fits_now(shape, room) for room in own):
+            return own
     return pick(
         shape,
         (rooms[name] for name in candidates if fits_now(shape, rooms[name])),
