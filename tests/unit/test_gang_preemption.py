@@ -5,7 +5,8 @@ Table tests pin the rule; hypothesis properties over random fleets, borrowed wor
 running gangs) and gangs (size, cores, ``same``, ``spread``) check that a plan is only ever made
 when, with all its victims gone, every member fits a distinct worker of its topology and the gang
 fits its tenant's quota; that every victim is borrowed work of another tenant of its cohort and is
-needed; and that a gang that fits already plans nothing.
+needed; that the real matcher then places the gang whole; and that a gang that fits already
+plans nothing.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from hypothesis import strategies as st
 from flux.domain.gang import Gang
 from flux.domain.resource_request import ResourceRequest
 from flux.domain.tenant import Limits, Tenant
-from flux.matching import Accounts, Ledger, Shape, capacity_of
+from flux.matching import Accounts, Ledger, PendingQueue, Shape, capacity_of, schedule
 from flux.matching.aging import BookedRoom
 from flux.matching.filters import fits_now
 from flux.matching.preemption import Running, plan
@@ -219,6 +220,15 @@ def test_a_plan_makes_room_for_the_whole_gang_or_there_is_none(scenario):
     # With every victim gone the whole gang fits on its members, and its tenant's quota.
     assert tuple(sorted(found.members)) in _fits_whole(fleet, shape, gone)
     assert _quota_fits(fleet, shape, gone)
+    # And the real matcher places it then, whole, with the victims' usage refunded.
+    after = fleet.accounts.copy()
+    for execution_id in gone:
+        victim = next(r for r in fleet.running if r.execution_id == execution_id)
+        after.refund(victim.tenant, victim.shape.demand)
+    queue = PendingQueue()
+    queue.add("g", shape, 1)
+    (placed,) = schedule(queue, fleet.views(gone), accounts=after)
+    assert len({w for w, _ in placed.members}) == shape.gang.size
     # Every victim was borrowed work of another tenant of the cohort, and is needed.
     before = fleet.accounts
     for victim in found.victims:
