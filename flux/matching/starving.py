@@ -4,11 +4,14 @@ nominated a worker that is then guarded, before ``flux.matching.scheduler`` plac
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from flux.matching import gang_aging
 from flux.matching.aging import Aging, Nomination, shortfall, slack_beside
 from flux.matching.candidates import FeasibilityCache, Placement
 from flux.matching.filters import fits_now
 from flux.matching.queue import Pending, PendingQueue
+from flux.matching.shape import Shape
 from flux.matching.tenancy import Ledger
 from flux.matching.view import Profile, Room, WorkerView
 
@@ -166,19 +169,39 @@ def aging_needs_fleet(
 
 
 def guard_standing(
-    aging: Aging, by_profile: dict[Profile, list[WorkerView]], rooms: dict[str, Room], queue: PendingQueue
+    aging: Aging,
+    by_profile: dict[Profile, list[WorkerView]],
+    rooms: dict[str, Room],
+    queue: PendingQueue,
+    placements: list[Placement] | None = None,
+    shapes: Sequence[Shape] | None = None,
+    ledger: Ledger | None = None,
 ) -> set[str]:
-    """Guard the nominated workers of this pass and skip their nominees; place and nominate nothing."""
+    """Guard the nominated workers of this pass and skip their nominees; nominate nothing, and place
+    nothing but a nominated gang of ``shapes`` whose every nominated worker has room for its member
+    now (a pass scoped to the worker that freed room never sees the others: the dispatcher's pass
+    over the whole fleet for pending gangs places it)."""
     present = {view.name: view for views in by_profile.values() for view in views}
     claimed: set[str] = set()
     skip: set[str] = set()
-    for nomination in aging.by_execution.values():
+    for nomination in list(aging.by_execution.values()):
         item = queue.get(nomination.execution_id)
         views = [present[w] for w in nomination.workers if w in present]
-        if item is not None and views:
-            skip.add(item.execution_id)
-            for view in views:
-                _guard(rooms, view, item, claimed)
+        if item is None or not views:
+            continue
+        skip.add(item.execution_id)
+        if (
+            placements is not None
+            and nomination.members
+            and shapes is not None
+            and item.shape in shapes
+            and len(views) == len(nomination.workers)
+            and (ledger is None or ledger.fits(item.shape.tenant, item.shape.demand))
+        ):
+            _keep_gang(item, nomination, present, rooms, placements, aging, claimed, None, ledger)
+            continue
+        for view in views:
+            _guard(rooms, view, item, claimed)
     return skip
 
 

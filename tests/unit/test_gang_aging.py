@@ -211,3 +211,20 @@ def test_a_pass_over_one_of_its_workers_keeps_guarding_it():
     freed = [worker("a", cpu=4)]
     assert schedule(queue, freed, aging=aging, now=11.0, whole_fleet=False) == []
     assert set(aging.by_execution["g"].workers) == {"a", "b"}
+
+
+def test_a_guard_only_pass_for_gangs_places_a_nominated_gang_whose_workers_have_drained():
+    # The dispatcher's pass for pending gangs after a worker frees room guards standing
+    # nominations only (starving_first=False); a nominated gang of its shapes whose every worker
+    # has room now is placed there, whole. A pass for other shapes places nothing of it.
+    aging = Aging(5)
+    shape = gang(2, 4)
+    busy = [worker(n, cpu=4, reserved={"cpu": 1}, active=1) for n in ("a", "b", "c")]
+    queue = PendingQueue()
+    queue.add("g", shape, 1, 0, 0.0)
+    schedule(queue, busy, aging=aging, now=10.0)
+    nominated = set(aging.by_execution["g"].workers)
+    freed = [worker(v.name, cpu=4) if v.name in nominated else v for v in busy]
+    assert schedule(queue, freed, aging=aging, now=11.0, shapes=[one(1)], starving_first=False) == []
+    (placement,) = schedule(queue, freed, aging=aging, now=11.0, shapes=[shape], starving_first=False)
+    assert {w for w, _ in placement.members} == nominated and "g" not in aging.by_execution
