@@ -61,6 +61,8 @@ class Reclaiming(Protocol):
 
     def withdraw(self, preemptor: str) -> None: ...
 
+    def refused(self, execution_id: str, lane: Shape) -> None: ...
+
 
 @runtime_checkable
 class Timekeeping(Protocol):

@@ -27,7 +27,8 @@ Nominations outlive a pass (the dispatcher keeps one ``Aging``) so a worker
 stays guarded between passes; they are recomputed on every pass, oldest
 starving execution first, and dropped once their execution is placed or gone.
 Only one execution is nominated per worker; the next starving one waits for
-the next worker or the next pass.
+the next worker or the next pass. A starving gang is nominated a worker per
+member, all at once or none (``flux.matching.gang_aging``).
 """
 
 from __future__ import annotations
@@ -51,6 +52,13 @@ class Nomination:
     waiting_since: float
     # When the worker was first nominated for it.
     nominated_at: float
+    # A gang's: a worker per member, ``worker`` the first (``flux.matching.gang_aging``).
+    members: tuple[str, ...] = ()
+
+    @property
+    def workers(self) -> tuple[str, ...]:
+        """Every worker it guards: a gang's members, or its one worker."""
+        return self.members or (self.worker,)
 
 
 class Aging:
@@ -76,16 +84,19 @@ class Aging:
     def nominate(self, nomination: Nomination) -> None:
         self.drop(nomination.execution_id)
         self.by_execution[nomination.execution_id] = nomination
-        self.by_worker[nomination.worker] = nomination
+        for worker in nomination.workers:
+            self.by_worker[worker] = nomination
 
     def drop(self, execution_id: str) -> None:
         old = self.by_execution.pop(execution_id, None)
-        if old is not None and self.by_worker.get(old.worker) is old:
-            del self.by_worker[old.worker]
+        if old is None:
+            return
+        for worker in old.workers:
+            if self.by_worker.get(worker) is old:
+                del self.by_worker[worker]
 
     def starving(self, item: Pending, now: float) -> bool:
-        # A gang is never nominated one worker: it would need a guarded worker per member (not built).
-        return self.enabled and item.shape.gang is None and now - item.since >= self.after
+        return self.enabled and now - item.since >= self.after
 
 
 class BookedRoom(Room):

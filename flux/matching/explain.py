@@ -148,7 +148,7 @@ def _explain_workers(
                 found.append(blocked)
         verdicts.append(Verdict(view.name, tuple(found)))
     summary = summarize(tuple(verdicts))
-    gang = None
+    own = aging.by_execution.get(execution_id) if aging is not None and execution_id else None
     if shape.gang is not None:
         gang = explain_gang(
             shape,
@@ -157,8 +157,14 @@ def _explain_workers(
             {v.worker: not v.permanent for v in verdicts},
         )
         summary = f"{gang.summary}; members: {summary}"
-        return Explanation(summary, tuple(verdicts), gang_infeasible=gang.infeasible)
-    own = aging.by_execution.get(execution_id) if aging is not None and execution_id else None
+        if own is not None:  # a starving gang: a worker per member (flux.matching.gang_aging)
+            summary += (
+                f"; waiting {format_wait(now - own.waiting_since)}, nominated workers "
+                f"{', '.join(own.workers)}: only work that fits beside its members goes there"
+            )
+        return Explanation(
+            summary, tuple(verdicts), own.worker if own else "", gang_infeasible=gang.infeasible
+        )
     if own is None:
         return Explanation(summary, tuple(verdicts))
     waited = format_wait(now - own.waiting_since)

@@ -55,11 +55,13 @@ class Running:
 
 @dataclass(frozen=True, slots=True)
 class Preemption:
-    """Stop ``victims``; then ``execution_id`` fits ``worker`` and its tenant's quota."""
+    """Stop ``victims``; then ``execution_id`` fits ``worker`` and its tenant's quota (a gang: every
+    member fits its own worker of ``members``, ``worker`` the first)."""
 
     execution_id: str
     worker: str
     victims: tuple[Running, ...]
+    members: tuple[str, ...] = ()
 
     def describe(self, viewer: str = "") -> str:
         """``will preempt 2 executions of tenant web``.
@@ -170,20 +172,19 @@ def plan(
     """The smallest set of borrowed executions whose preemption lets ``execution_id`` (of ``shape``) run.
 
     None when its tenant may not reclaim (see ``reclaimable``), when it could be placed
-    without preempting anything, or when no set of eligible victims makes room.
+    without preempting anything, or when no set of eligible victims makes room. A gang's plan
+    makes room for every member at once, or there is none (``flux.matching.gang_preemption``).
     """
     if not reclaimable(accounts, shape):
-        return None
-    if shape.gang is not None and shape.gang.size > 1:
-        # Victims are planned for room on one worker; a gang needs it on ``size`` distinct ones at
-        # once, and preempting what frees too little is the waste this module exists to avoid. A
-        # pending gang waits for borrowed work to end instead (a running gang is a victim whole).
         return None
     views = [view for view in workers if permanent_rejection(shape, view) is None and not view.paused]
     if not views:
         return None
-    if Ledger(accounts).fits(shape.tenant, shape.demand) and any(
-        fits_now(shape, BookedRoom(view)) for view in views
+    gang = shape.gang is not None and shape.gang.size > 1
+    if (
+        not gang
+        and Ledger(accounts).fits(shape.tenant, shape.demand)
+        and any(fits_now(shape, BookedRoom(view)) for view in views)
     ):
         return None  # it fits: placing it is the scheduler's job, not preemption's
     cohort = accounts.cohort_of(shape.tenant)
@@ -196,8 +197,14 @@ def plan(
             and accounts.cohort_of(r.tenant) == cohort
             and any(r.shape.demand[i] for i in asked)
         ),
-        key=lambda r: (r.priority, -r.seq, r.execution_id),
+        key=lambda r: (r.priority, -r.seq, r.execution_id, r.worker),
     )
+    if gang:
+        # Room on ``size`` workers at once, for the whole gang or none (imported here: that module
+        # builds on this one's checks).
+        from flux.matching.gang_preemption import plan_gang
+
+        return plan_gang(accounts, execution_id, shape, views, eligible)
     best: tuple[tuple[int, tuple[tuple[int, int], ...], str], Preemption] | None = None
     for view in sorted(views, key=lambda v: v.name):
         victims = _victims_for(accounts, shape, view, eligible)

@@ -127,7 +127,7 @@ def schedule(
                 queue, by_profile, cache, rooms, placements, aging, now, whole_fleet, limit, ledger
             )
         else:
-            skip = guard_standing(aging, by_profile, rooms, queue)
+            skip = guard_standing(aging, by_profile, rooms, queue, placements, shapes, ledger)
 
     # Candidates per requirement: every tenant's lane of one requirement shares them.
     candidates_of: dict[Shape, list[WorkerView]] = {}

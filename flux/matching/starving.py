@@ -4,10 +4,14 @@ nominated a worker that is then guarded, before ``flux.matching.scheduler`` plac
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
+from flux.matching import gang_aging
 from flux.matching.aging import Aging, Nomination, shortfall, slack_beside
 from flux.matching.candidates import FeasibilityCache, Placement
 from flux.matching.filters import fits_now
 from flux.matching.queue import Pending, PendingQueue
+from flux.matching.shape import Shape
 from flux.matching.tenancy import Ledger
 from flux.matching.view import Profile, Room, WorkerView
 
@@ -66,6 +70,11 @@ def place_starving(
         for view in candidates:
             if view.name not in rooms:
                 rooms[view.name] = Room(view)
+        if shape.gang is not None:
+            _starving_gang(
+                item, previous, candidates, rooms, placements, aging, now, whole_fleet, claimed, limit, ledger
+            )
+            continue
         room = _starving_fit(item, previous, candidates, rooms, claimed)
         if room is not None and (limit is None or len(placements) < limit):
             r = shape.requests
@@ -101,6 +110,44 @@ def place_starving(
     return skip
 
 
+def _starving_gang(
+    item: Pending,
+    previous: Nomination | None,
+    candidates: list[WorkerView],
+    rooms: dict[str, Room],
+    placements: list[Placement],
+    aging: Aging,
+    now: float,
+    whole_fleet: bool,
+    claimed: set[str],
+    limit: int | None,
+    ledger: Ledger | None,
+) -> None:
+    """A starving gang: placed whole if every member fits now, else its nominated workers kept
+    guarded, else a worker per member nominated at once (``flux.matching.gang_aging``), or none."""
+    chosen = gang_aging.fitting_now(item.shape, previous, rooms, (v.name for v in candidates))
+    if chosen is not None and (limit is None or len(placements) < limit):
+        placements.append(gang_aging.place_whole(item, chosen, ledger))
+        aging.drop(item.execution_id)
+        return
+    if previous is not None and not claimed.intersection(previous.workers):
+        here = [worker for worker in previous.workers if worker in rooms]
+        if len(here) == len(previous.workers) or not whole_fleet:
+            # Its workers in this pass are guarded; the others are kept until a whole-fleet pass.
+            for worker in here:
+                _guard(rooms, rooms[worker].view, item, claimed)
+            claimed.update(previous.workers)
+            return
+    free = [rooms[v.name] for v in candidates if v.name not in claimed]
+    nomination = gang_aging.nominate(item, previous, free, now)
+    if nomination is None:
+        aging.drop(item.execution_id)  # too few capable workers free of older nominees; next pass
+        return
+    aging.nominate(nomination)
+    for worker in nomination.workers:
+        _guard(rooms, rooms[worker].view, item, claimed)
+
+
 def aging_needs_fleet(
     queue: PendingQueue, aging: Aging | None, now: float, starving_first: bool, fleet: int
 ) -> bool:
@@ -122,17 +169,38 @@ def aging_needs_fleet(
 
 
 def guard_standing(
-    aging: Aging, by_profile: dict[Profile, list[WorkerView]], rooms: dict[str, Room], queue: PendingQueue
+    aging: Aging,
+    by_profile: dict[Profile, list[WorkerView]],
+    rooms: dict[str, Room],
+    queue: PendingQueue,
+    placements: list[Placement] | None = None,
+    shapes: Sequence[Shape] | None = None,
+    ledger: Ledger | None = None,
 ) -> set[str]:
-    """Guard the nominated workers of this pass and skip their nominees; place and nominate nothing."""
+    """Guard the nominated workers of this pass and skip their nominees; nominate nothing, and place
+    nothing but a nominated gang of ``shapes`` whose every nominated worker has room for its member
+    now (a pass scoped to the worker that freed room never sees the others: the dispatcher's pass
+    over the whole fleet for pending gangs places it)."""
     present = {view.name: view for views in by_profile.values() for view in views}
     claimed: set[str] = set()
     skip: set[str] = set()
-    for nomination in aging.by_execution.values():
+    for nomination in list(aging.by_execution.values()):
         item = queue.get(nomination.execution_id)
-        view = present.get(nomination.worker)
-        if item is not None and view is not None:
-            skip.add(item.execution_id)
+        views = [present[w] for w in nomination.workers if w in present]
+        if item is None or not views:
+            continue
+        skip.add(item.execution_id)
+        if (
+            placements is not None
+            and nomination.members
+            and shapes is not None
+            and item.shape in shapes
+            and len(views) == len(nomination.workers)
+            and (ledger is None or ledger.fits(item.shape.tenant, item.shape.demand))
+        ):
+            _keep_gang(item, nomination, present, rooms, placements, aging, claimed, None, ledger)
+            continue
+        for view in views:
             _guard(rooms, view, item, claimed)
     return skip
 
@@ -157,6 +225,9 @@ def _keep_nominations(
             aging.drop(item.execution_id)
             continue
         skip.add(item.execution_id)
+        if nomination.members:
+            _keep_gang(item, nomination, present, rooms, placements, aging, claimed, limit, ledger)
+            continue
         view = present[nomination.worker]
         room = rooms.get(view.name)
         if room is None:
@@ -170,6 +241,33 @@ def _keep_nominations(
             aging.drop(item.execution_id)
         else:
             _guard(rooms, view, item, claimed)
+
+
+def _keep_gang(
+    item: Pending,
+    nomination: Nomination,
+    present: dict[str, WorkerView],
+    rooms: dict[str, Room],
+    placements: list[Placement],
+    aging: Aging,
+    claimed: set[str],
+    limit: int | None,
+    ledger: Ledger | None,
+) -> None:
+    """Between full searches, a gang's nomination: placed whole on its workers if every member fits
+    there now, else each of its workers in this pass kept guarded."""
+    views = [present[w] for w in nomination.workers if w in present]
+    for view in views:
+        if view.name not in rooms:
+            rooms[view.name] = Room(view)
+    own = [rooms[view.name] for view in views]
+    fits = len(own) == len(nomination.workers) and all(fits_now(item.shape, room) for room in own)
+    if fits and (limit is None or len(placements) < limit):
+        placements.append(gang_aging.place_whole(item, own, ledger))
+        aging.drop(item.execution_id)
+        return
+    for view in views:
+        _guard(rooms, view, item, claimed)
 
 
 def _starving_fit(

@@ -28,7 +28,7 @@ FAIR = """
 import asyncio
 import time
 
-from flux import ExecutionContext, workflow
+from flux import ExecutionContext, Gang, workflow
 from flux.domain.resource_request import ResourceRequest
 
 
@@ -42,6 +42,11 @@ async def one_core(ctx: ExecutionContext[float]):
 @workflow.with_options(name="four_cores", requests=ResourceRequest(cpu=4), priority=-5)
 async def four_cores(ctx: ExecutionContext[None]):
     return {"started": time.time()}
+
+
+@workflow.with_options(name="gang_four_cores", requests=ResourceRequest(cpu=4), gang=Gang(size=2), priority=-5)
+async def gang_four_cores(ctx: ExecutionContext[None]):
+    return {"started": time.time(), "worker": ctx.worker_name}
 
 
 @workflow.with_options(name="hold", requests=ResourceRequest(cpu=1))
@@ -95,6 +100,42 @@ def test_a_four_core_execution_is_placed_under_a_steady_one_core_stream(fair: Cl
     assert final.state == COMPLETED, final
     assert final.priority == -5  # the lowest priority, and still not starved
     started_ms = json.loads(final.output_json)["started"] * 1000
+    # It did not run because the queue ran dry: one-core work submitted before it started still waits.
+    waiting = [
+        e
+        for e in (client.get(i) for i in list(submitted))
+        if e.state == CREATED and e.created_at_ms < started_ms
+    ]
+    assert waiting
+
+
+@pytest.mark.starvation_after("1")
+def test_a_gang_is_placed_whole_under_a_steady_one_core_stream(fair: Cluster) -> None:
+    """A gang of 2 x 4 cores needs both 4-core workers empty at once; a stream of one-core work
+    keeps a core busy on each. Starving, it is nominated both workers, which drain, and it runs."""
+    fair.start_worker("four-a", "--cpus", "4", "--capacity", "16", "--prefetch", "0")
+    fair.start_worker("four-b", "--cpus", "4", "--capacity", "16", "--prefetch", "0")
+    client = fair.client
+    stop = threading.Event()
+    submitted: list[str] = []
+
+    def stream() -> None:
+        with fair.client_for(fair.address) as feeder:
+            while not stop.wait(0.1) and len(submitted) < 600:
+                submitted.extend(feeder.run("one_core", 1.0).execution_id for _ in range(8))
+
+    feeder = threading.Thread(target=stream, daemon=True)
+    feeder.start()
+    try:
+        eventually(lambda: len(submitted) >= 24, what="the stream to start")
+        gang = client.run("gang_four_cores", None).execution_id
+        final = client.wait(gang, timeout=90)
+    finally:
+        stop.set()
+        feeder.join(timeout=10)
+    assert final.state == COMPLETED, final
+    assert sorted(json.loads(m.output_json)["worker"] for m in final.gang_members) == ["four-a", "four-b"]
+    started_ms = min(json.loads(m.output_json)["started"] for m in final.gang_members) * 1000
     # It did not run because the queue ran dry: one-core work submitted before it started still waits.
     waiting = [
         e

@@ -1,5 +1,6 @@
 """Gangs on two PostgreSQL replicas: placed by the replica that holds the members' streams,
-whichever replica took the submission; cancelled through the other; a lost member retries it."""
+whichever replica took the submission; cancelled through the other; a lost member retries it;
+preempted whole, and preempting for every member at once."""
 
 from __future__ import annotations
 
@@ -10,6 +11,8 @@ from pathlib import Path
 
 import pytest
 
+from flux.client import FluxClient
+from flux.security import Credentials
 from flux.testing import Cluster, eventually
 from flux.v1 import control_pb2
 
@@ -19,6 +22,7 @@ from .test_gangs import GANGS
 pytestmark = pytest.mark.integration
 
 FAST = ("--ack-deadline", "2", "--grace-period", "2", "--safety-tick", "1")
+CREATED = control_pb2.EXECUTION_STATE_CREATED
 RUNNING = control_pb2.EXECUTION_STATE_RUNNING
 COMPLETED = control_pb2.EXECUTION_STATE_COMPLETED
 CANCELLED = control_pb2.EXECUTION_STATE_CANCELLED
@@ -89,3 +93,65 @@ def test_a_lost_member_retries_the_gang_on_replicas(replicas: Cluster, tmp_path:
     final = replicas.client.wait(running.execution_id, timeout=60)
     assert final.state == COMPLETED and final.attempt == 2
     assert sorted(m.worker for m in final.gang_members) == ["a", "c"]
+
+
+def _teams(replicas: Cluster, ml_cpu: int, web_cpu: int) -> tuple[str, str]:
+    for team, cpu in (("ml", ml_cpu), ("web", web_cpu)):
+        made = replicas.flux("tenant", "create", team, "--cpu", str(cpu), "--cohort", "research")
+        assert made.returncode == 0, made.stderr
+    return tuple(replicas.flux("token", "create", "--tenant", t).stdout.strip() for t in ("ml", "web"))  # type: ignore[return-value]
+
+
+def _as(replicas: Cluster, token: str) -> FluxClient:
+    return FluxClient(replicas.address, timeout=10, credentials=Credentials(token, replicas.ca))
+
+
+def test_a_borrowing_gang_is_preempted_whole_on_replicas(replicas: Cluster) -> None:
+    """ml's gang (2 x 2 cores against a quota of 2) runs on the other replica's workers; web's run,
+    submitted to the first, takes its 2 cores back: both members stop, the gang waits whole."""
+    other = replicas.replicas[0][1]
+    replicas.start_worker("w1", "--cpus", "2", servers=[other])
+    replicas.start_worker("w2", "--cpus", "2", servers=[other])
+    ml, web = _teams(replicas, 2, 2)
+    with _as(replicas, ml) as as_ml, _as(replicas, web) as as_web, replicas.client_for(other) as admin:
+        gang = as_ml.run("gang_cores", 120).execution_id
+        eventually(lambda: as_ml.get(gang).state == RUNNING, what="ml's gang on both workers")
+        theirs = as_web.run("two_cores", 120).execution_id
+        eventually(
+            lambda: as_web.get(theirs).state == RUNNING, timeout=60, what="web's run on the reclaimed cores"
+        )
+        stopped = as_ml.get(gang)
+        assert stopped.state == CREATED and not stopped.gang_members
+        assert [a.reason for a in stopped.attempts] == ["preempted"]
+        assert _members(replicas, gang) == 0  # no member holds it in the database either
+        eventually(
+            lambda: sorted(w.active_executions for w in admin.workers().workers if w.connected) == [0, 1],
+            what="the gang's other member stopped too",
+        )
+        assert admin.status().counters.preempted["reclaim"] == 1
+        as_web.cancel(theirs)
+        as_ml.cancel(gang)
+
+
+def test_a_pending_gang_preempts_on_every_member_worker_on_replicas(replicas: Cluster) -> None:
+    """web's gang (2 x 2 cores, within its nominal 4), submitted to the first replica, has no room on
+    the other replica's two full workers: ml's borrowed run on each is preempted, and it runs."""
+    other = replicas.replicas[0][1]
+    replicas.start_worker("w1", "--cpus", "2", servers=[other])
+    replicas.start_worker("w2", "--cpus", "2", servers=[other])
+    ml, web = _teams(replicas, 1, 4)
+    with _as(replicas, ml) as as_ml, _as(replicas, web) as as_web, replicas.client_for(other) as admin:
+        borrowed = [as_ml.run("two_cores", 120).execution_id for _ in range(2)]
+        eventually(
+            lambda: all(as_ml.get(i).state == RUNNING for i in borrowed), what="ml's runs on both workers"
+        )
+        gang = as_web.run("gang_cores", 120).execution_id
+        eventually(lambda: as_web.get(gang).state == RUNNING, timeout=60, what="web's gang on both workers")
+        assert sorted(m.worker for m in as_web.get(gang).gang_members) == ["w1", "w2"]
+        for execution_id in borrowed:
+            stopped = as_ml.get(execution_id)
+            assert stopped.state == CREATED and [a.reason for a in stopped.attempts] == ["preempted"]
+        assert admin.status().counters.preempted["reclaim"] == 2
+        as_web.cancel(gang)
+        for execution_id in borrowed:
+            as_ml.cancel(execution_id)

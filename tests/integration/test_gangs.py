@@ -139,6 +139,32 @@ def test_preemption_stops_a_borrowing_gang_whole(gangs: Cluster) -> None:
 
 
 @pytest.mark.transports("grpc")
+def test_a_pending_gang_preempts_borrowed_work_on_every_member_worker(gangs: Cluster) -> None:
+    """ml (a nominal core) borrows web's share: two runs of 2 cores fill both workers. web's gang
+    of 2 x 2 cores fits its nominal 4, but no worker has a core free: it preempts ml's run on each
+    of the two workers (room for both members at once), and runs on both."""
+    gangs.start_worker("w1", "--cpus", "2")
+    gangs.start_worker("w2", "--cpus", "2")
+    assert gangs.flux("tenant", "create", "ml", "--cpu", "1", "--cohort", "research").returncode == 0
+    assert gangs.flux("tenant", "create", "web", "--cpu", "4", "--cohort", "research").returncode == 0
+    ml = gangs.flux("token", "create", "--tenant", "ml").stdout.strip()
+    web = gangs.flux("token", "create", "--tenant", "web").stdout.strip()
+    with _client(gangs, ml) as as_ml, _client(gangs, web) as as_web:
+        borrowed = [as_ml.run("two_cores", 120).execution_id for _ in range(2)]
+        eventually(lambda: _active(gangs) == {"w1": 1, "w2": 1}, what="ml's runs on both workers")
+        gang = as_web.run("gang_cores", 120).execution_id
+        eventually(lambda: as_web.get(gang).state == RUNNING, timeout=60, what="web's gang on both workers")
+        assert sorted(m.worker for m in as_web.get(gang).gang_members) == ["w1", "w2"]
+        for execution_id in borrowed:
+            stopped = as_ml.get(execution_id)
+            assert stopped.state == CREATED and [a.reason for a in stopped.attempts] == ["preempted"]
+        assert gangs.client.status().counters.preempted["reclaim"] == 2
+        as_web.cancel(gang)
+        for execution_id in borrowed:
+            as_ml.cancel(execution_id)
+
+
+@pytest.mark.transports("grpc")
 @pytest.mark.backends("sqlite")
 def test_a_runs_gang_size_over_http_and_the_cli(gangs: Cluster) -> None:
     import httpx

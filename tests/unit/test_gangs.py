@@ -337,7 +337,9 @@ def test_explain_spread_and_plain_gangs():
     assert not plain.infeasible
 
 
-def test_a_pending_gang_never_plans_preemption_but_a_single_member_run_may():
+def test_a_gang_that_would_not_fit_whole_preempts_nothing_but_a_single_run_may():
+    # One worker: its borrowed run's stop would make room for one member of two, so the gang plans
+    # no victim (tests/unit/test_gang_preemption.py has gangs that do).
     from flux.matching import Running, plan_preemption
 
     accounts = Accounts(

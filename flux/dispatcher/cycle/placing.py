@@ -167,6 +167,8 @@ def apply(d: Handle, results: list[Bound]) -> None:
             d.table.drop(execution_id)
         elif result.outcome is not Outcome.BOUND:
             d.queue_up(current, placement.shape)
+            if result.outcome is Outcome.REFUSED:
+                d.reclaimer.refused(execution_id, placement.shape)
     if freed:
         d.passes.room_freed(freed.values())
 

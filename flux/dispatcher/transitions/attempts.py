@@ -25,6 +25,8 @@ from flux.domain.policy import (
 from flux.errors import FailedPrecondition, NotFound
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
     from flux.dispatcher.handle import Handle
     from flux.dispatcher.state.worker_entry import WorkerEntry
 
@@ -115,7 +117,7 @@ def ended(
 REQUEUE_RETRY = 1.0
 
 
-def requeue_saved(d: Handle, requeued: Execution) -> None:
+def requeue_saved(d: Handle, requeued: Execution, landed: Callable[[], None] | None = None) -> None:
     """Save a row that went back to CREATED, and put it back in line only once that is committed.
 
     Replicas: a claim of a row still SCHEDULED in the database would fail. One server: it
@@ -129,13 +131,17 @@ def requeue_saved(d: Handle, requeued: Execution) -> None:
             shape = d.catalogue.shape_of(requeued)
             d.queue_up(requeued, shape)
             d.passes.work_added([shape])
+        if landed is not None:  # ``landed``: the caller's step once the row is committed
+            landed()
 
     def retry(_: BaseException) -> None:
         asyncio.get_running_loop().call_later(REQUEUE_RETRY, again)
 
     def again() -> None:
         if d.table.get(requeued.execution_id) is requeued:
-            requeue_saved(d, requeued)
+            requeue_saved(d, requeued, landed)
+        elif landed is not None:
+            landed()
 
     d.table.save(requeued, done=saved, failed=retry)
 

@@ -20,6 +20,8 @@ from flux.domain.policy import WORKER_LOST
 from flux.store import Recovered
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
     from flux.dispatcher.handle import Handle
     from flux.dispatcher.state.worker_entry import WorkerEntry
     from flux.matching import Shape
@@ -76,7 +78,13 @@ async def recover(d: Handle, recovered: Recovered) -> None:
     )  # fmt: skip
 
 
-def requeue(d: Handle, execution: Execution, entry: WorkerEntry | None, next_attempt: bool) -> Execution:
+def requeue(
+    d: Handle,
+    execution: Execution,
+    entry: WorkerEntry | None,
+    next_attempt: bool,
+    landed: Callable[[], None] | None = None,
+) -> Execution:
     """Back to CREATED (keeping its place in line), or FAILED when out of attempts.
 
     ``next_attempt``: a running attempt was lost with its worker; it ends as any attempt does
@@ -106,7 +114,7 @@ def requeue(d: Handle, execution: Execution, entry: WorkerEntry | None, next_att
     if len(requeued.input_json) > d.settings.inline_input_bytes:
         requeued = requeued.evolve(input_json="")  # back to waiting: its input waits in the store
     d.table.update(requeued)
-    requeue_saved(d, requeued)
+    requeue_saved(d, requeued, landed)
     return requeued
 
 

@@ -82,6 +82,8 @@ class Reclaimer:
         # Preemptor -> (tenant, victims) its plan spent, until the binder decides who acts for it:
         # a replica that leaves it to another gives the budget back (the other one spends its own).
         self._spent: dict[str, tuple[str, int]] = {}
+        # Preemptor -> its victims handed back whose rows are not committed back in line yet.
+        self._landing: dict[str, int] = {}
 
     # ----------------------------------------------------------------- deciding
 
@@ -180,7 +182,9 @@ class Reclaimer:
             return
         held = [d.table.get(v.execution_id) for v in preemption.victims]
         if preemptor not in d.queue or not all(
-            e is not None and e.worker == v.worker and e.state in (State.SCHEDULED, State.RUNNING)
+            e is not None
+            and (e.worker == v.worker or gangs.is_member(e, v.worker))  # a gang victim: any member's
+            and e.state in (State.SCHEDULED, State.RUNNING)
             and v.execution_id not in self.stopping
             for e, v in zip(held, preemption.victims, strict=True)
         ):  # fmt: skip
@@ -190,7 +194,7 @@ class Reclaimer:
             return
         log.info(
             "execution %s of tenant %s %s on worker %s",
-            preemptor, lane.tenant, preemption.describe(), preemption.worker,
+            preemptor, lane.tenant, preemption.describe(), ", ".join(preemption.members or (preemption.worker,)),
         )  # fmt: skip
         # Its demand counts as its tenant's from now: the cohort has nothing to lend out of the room
         # its first victims free while the others still stop.
@@ -292,10 +296,14 @@ class Reclaimer:
         """``execution`` (stopping) is handed back, or will never be: requeue it, free its room."""
         d = self.d
         stop = self.stopping.get(execution.execution_id)
-        self._forget(execution.execution_id)
+        # Its preemptor's reservation stays until the row is committed back in line (``_landed``).
+        self._forget(execution.execution_id, end=False)
+        if stop is not None:
+            self._landing[stop.preemptor] = self._landing.get(stop.preemptor, 0) + 1
         entry = d.registry.get(execution.worker)
         # Not counted against max_attempts; its run time counts against the next try's timeout.
-        requeued = housekeeping.requeue(d, attempts.preempted_run(d, execution), entry, next_attempt=False)
+        landed = (lambda: self._landed(stop)) if stop is not None else None
+        requeued = housekeeping.requeue(d, attempts.preempted_run(d, execution), entry, False, landed)
         d.events.requeued(execution, requeued, Requeue.PREEMPTED)
         if stop is not None and d.queue.first(stop.lane) is not None:
             self._give_room(stop.lane)
@@ -358,12 +366,32 @@ class Reclaimer:
                     Stop(execution_id, stop.generation, stop_reason(stop.lane), preempted=True)
                 )
 
-    def _forget(self, execution_id: str) -> None:
+    def _forget(self, execution_id: str, end: bool = True) -> None:
         stop = self.stopping.pop(execution_id, None)
         if stop is None:
             return
         victims = self.waiting.get(stop.preemptor)
         if victims is not None:
             victims.discard(execution_id)
-            if not victims:
+            if not victims and end:
                 self._end(stop.preemptor)
+
+    def refused(self, execution_id: str, lane: Shape) -> None:
+        """A claim was refused by a quota (replicas): a preemptor's may land before its victims' rows
+        and count one as still held. Reserved again, so they are not placed back in its room."""
+        if execution_id in self.waiting:
+            self.d.usage.reserve(execution_id, lane.tenant, lane.demand)
+
+    def _landed(self, stop: Stopping) -> None:
+        """A victim's row is committed back in line: after its preemptor's last, the preemptor's
+        reservation is lifted and its lane gets the room (again, if a claim refused the first try)."""
+        left = self._landing.get(stop.preemptor, 1) - 1
+        if left > 0:
+            self._landing[stop.preemptor] = left
+            return
+        self._landing.pop(stop.preemptor, None)
+        if self.waiting.get(stop.preemptor) != set():
+            return
+        self._end(stop.preemptor)
+        if self.d.queue.first(stop.lane) is not None:
+            self._give_room(stop.lane)
