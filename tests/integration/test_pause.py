@@ -27,7 +27,9 @@ def _worker(cluster: Cluster, name: str) -> dict:
 
 def test_paused_worker_finishes_its_work_takes_nothing_new_until_resumed(cluster: Cluster) -> None:
     cluster.start_worker("held")
-    running = cluster.run("sleepy", 2.0, wait=False)
+    # Long enough to be running still when the pause lands: the CLI alone took over 2 s on a box
+    # loaded by a parallel run, and a 2 s body had ended by then ("keeps its 0 running").
+    running = cluster.run("sleepy", 10.0, wait=False)
     eventually(lambda: cluster.client.get(running.execution_id).state == RUNNING, what="sleepy to run")
 
     paused = cluster.flux("worker", "pause", "held")
