@@ -166,9 +166,7 @@ async def test_a_checkpoint_in_progress_holds_up_no_write_on_the_thread(
     try:
         assert await asyncio.to_thread(slow.wait, 10)
         large = sqlite_store.INLINE_ROWS + 1
-        await asyncio.wait_for(
-            asyncio.gather(*(store.save(_execution(n)) for n in range(2, 2 + large))), 5
-        )
+        await asyncio.wait_for(asyncio.gather(*(store.save(_execution(n)) for n in range(2, 2 + large))), 5)
         assert writers[-1][0].startswith("flux-sqlite") and writers[-1][1] == large
         assert not held_checkpoint.done()
     finally:
