@@ -98,3 +98,44 @@ def test_a_dependent_changed_elsewhere_first_is_neither_written_nor_claimed(pg_u
     assert isinstance(released, Conflict) and ended is None and claimed == {}
     assert (states["a"], states["b"]) == (int(State.COMPLETED), int(State.CANCELLED))
     assert logged == [] and "b" not in _pending(heard)
+
+
+async def _released_while_a_batch_is_in_flight(url: str) -> tuple[object, dict[str, str]]:
+    """The release and its riding claim come while another batch of rows is being written: the
+    claim waits for the rows queued with it (the next batch), not for the first claim flush."""
+    store = PostgresStore(url, "r1")
+    await store.open()
+    try:
+        a, b = _row("a", 1), _row("b", 2, after=("a",), when="succeeded", waiting=1)
+        await asyncio.gather(store.save(a), store.save(b))
+        writer = store._writes
+        connection, entered, go_on = writer._connection, asyncio.Event(), asyncio.Event()
+
+        async def held() -> object:  # the batch taken (its rows, its riding claims), then held
+            entered.set()
+            await go_on.wait()
+            return await connection()
+
+        writer._connection = held  # type: ignore[method-assign]
+        other = store.save(_row("x", 3))  # a batch in flight, held
+        await asyncio.wait_for(entered.wait(), 10)
+        writer._connection = connection  # type: ignore[method-assign]
+        now = time.time()
+        released = store.save(b.evolve(waiting=0, updated_at=now))
+        ended = store.save(a.evolve(state=State.COMPLETED, output_json="1", updated_at=now))
+        wanted = b.evolve(state=State.SCHEDULED, worker="w1", generation=b.generation + 1, updated_at=now)
+        claim = store.claim([wanted], with_rows=True)
+        go_on.set()
+        await asyncio.gather(other, released, ended)
+        claimed = await claim
+        with psycopg.connect(url) as db:
+            xmins = dict(db.execute("SELECT execution_id, xmin::text FROM executions").fetchall())
+        return claimed, xmins
+    finally:
+        await store.close()
+
+
+def test_a_riding_claim_made_while_a_batch_is_in_flight_rides_with_the_next_one(pg_url: str) -> None:
+    claimed, xmins = asyncio.run(_released_while_a_batch_is_in_flight(pg_url))
+    assert isinstance(claimed, dict) and set(claimed) == {"b"}
+    assert xmins["a"] == xmins["b"] != xmins["x"]

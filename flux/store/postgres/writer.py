@@ -172,7 +172,9 @@ class Writer:
         return bool(self._claims or self._inserts or self._riding)
 
     async def flush(self) -> None:
-        if self._riding:  # no batch of rows took them (none was queued): claimed on their own
+        # Riding claims wait for the rows queued with them (saved while a batch was in flight, they
+        # are the next batch); with no row queued, nothing will take them: claimed on their own.
+        if self._riding and not self._commits.rows_queued:
             self._claims[:0], self._riding = self._riding, []
         if self._inserts:
             await self._insert()
