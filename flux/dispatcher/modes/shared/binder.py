@@ -99,6 +99,7 @@ class SharedBinder:
             d.queue.count(shape)
             or self.store.quota_guard is not None
             or not d.catalogue.record_of(execution).flow.empty
+            or execution.flow_keys
             or execution.not_before > d.clock()
             or execution_id in self.claiming
         ):
