@@ -194,6 +194,11 @@ class Binder(Protocol):
         """Make placements reserved on their workers this server's to dispatch: one ``Bound`` per
         placement, in order; the cycle applies them (pushes, or unreserves and drops or requeues)."""
 
+    def place_released(self, execution: Execution) -> bool:
+        """``execution`` was released by its last dependency: its row (``waiting`` 0) is queued for
+        the commit of that dependency's final state. True when it was placed and is bound in that
+        same commit (pushed once it lands); False: it is queued once the row is committed."""
+
     async def recovered(self, pending: list[Execution]) -> None:
         """Executions found pending at start, each a generation past any dispatch before the
         restart, are about to be queued: make that generation durable where dispatches are not."""

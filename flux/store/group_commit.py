@@ -73,6 +73,11 @@ class GroupCommit:
         self.kick()
         return waiting
 
+    @property
+    def rows_queued(self) -> bool:
+        """Rows wait for the next batch (not counting the batch being written)."""
+        return bool(self._rows)
+
     def queued(self, execution_id: str) -> Execution | None:
         """The row waiting for the next batch, if any (not one in the batch being written)."""
         return self._rows.get(execution_id)

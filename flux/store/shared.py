@@ -153,8 +153,11 @@ class SharedStore(Protocol):
     def subscribe(self, callback: Callable[[Notice], None]) -> None:
         """Call ``callback`` with each notice any replica (this one too) sends."""
 
-    def claim(self, dispatches: list[Execution]) -> asyncio.Future[dict[str, Execution]]:
-        """Claim pending rows for this replica's dispatches; resolves with the rows won, by id."""
+    def claim(
+        self, dispatches: list[Execution], with_rows: bool = False
+    ) -> asyncio.Future[dict[str, Execution]]:
+        """Claim pending rows for this replica's dispatches; resolves with the rows won, by id.
+        ``with_rows``: in the transaction of the next batch of rows saved, after their writes."""
 
     async def insert_dispatched(self, execution: Execution) -> None:
         """Store a new execution already claimed by this replica, so no other replica sees it pending."""

@@ -6,9 +6,10 @@ the other connection, one at a time (a lock). A small batch of execution rows, t
 of one run after another, is committed on the event loop itself: with ``synchronous=NORMAL``
 such a commit is an append to the WAL file without an fsync, tens of microseconds, while
 handing it to a thread and back cost two wake-ups, about a tenth of a sequential run's time.
-Larger batches and every other write run on the thread. The WAL is checkpointed on the thread
-too (``wal_autocheckpoint`` is off on the writer), since a checkpoint fsyncs and would
-otherwise fall on whichever commit crossed the threshold, on the loop.
+Larger batches and every other write run on the thread. The WAL is checkpointed on a third
+thread with a connection of its own (``wal_autocheckpoint`` is off on the writer), since a
+checkpoint fsyncs and would otherwise fall on whichever commit crossed the threshold, on the
+loop, or hold up the writes and reads queued on the store's thread (sqlite_checkpoint.py).
 
 ``synchronous=NORMAL`` in WAL mode survives any process crash (a committed transaction is in
 the WAL file before the call returns); only a power loss can drop the last commits, which is
@@ -57,6 +58,7 @@ from flux.store.rows import (
     workflows_query,
 )
 from flux.store.sqlite_batches import SqliteBatches
+from flux.store.sqlite_checkpoint import Checkpointer
 from flux.store.sqlite_schedules import SqliteSchedules
 from flux.store.sqlite_schema import list_specs, migrate, register, save_specs, transaction, upsert
 
@@ -89,6 +91,7 @@ class SqliteStore(SqliteBatches, SqliteSchedules, Store):
         self._writing = threading.Lock()
         self._commits = GroupCommit(self._write_batch)
         self._uncheckpointed = 0
+        self._checkpointer = Checkpointer(self.path)
         self._checkpoint: asyncio.Future[object] | None = None
 
     async def _run(self, fn: Callable[[], T]) -> T:
@@ -152,6 +155,7 @@ class SqliteStore(SqliteBatches, SqliteSchedules, Store):
         await self._commits.drain()
         if self._checkpoint is not None:
             await asyncio.shield(self._checkpoint)
+        await self._checkpointer.close()
         if self._db is not None:
 
             def close() -> None:
@@ -212,16 +216,14 @@ class SqliteStore(SqliteBatches, SqliteSchedules, Store):
         return ()  # one writer, no guard: SQLite refuses no row
 
     def _commit_landed(self) -> None:
-        """Checkpoint the WAL on the thread every CHECKPOINT_EVERY commits, one at a time."""
+        """Checkpoint the WAL on its own thread every CHECKPOINT_EVERY commits, one at a time."""
         self._uncheckpointed += 1
         if self._uncheckpointed < CHECKPOINT_EVERY or self._checkpoint is not None:
             return
         self._uncheckpointed = 0
         # PASSIVE: copies what no reader still needs into the database file; never waits for
         # (nor blocks) a writer, so a commit on the loop goes on meanwhile.
-        self._checkpoint = checkpoint = asyncio.ensure_future(
-            self._read(lambda db: db.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchone())
-        )
+        self._checkpoint = checkpoint = asyncio.ensure_future(self._checkpointer.checkpoint())
 
         def done(future: asyncio.Future[object]) -> None:
             self._checkpoint = None

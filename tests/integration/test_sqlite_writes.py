@@ -1,6 +1,7 @@
 """Where the SQLite store writes, against a real file: a small batch of rows on the event loop,
 a large one (or one while the thread holds the writer) on the thread, and the WAL checkpointed
-on the thread, so the rows reach the database file itself.
+on a thread of its own, so the rows reach the database file itself and a checkpoint in progress
+holds up no write.
 """
 
 from __future__ import annotations
@@ -8,7 +9,7 @@ from __future__ import annotations
 import asyncio
 import sqlite3
 import threading
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
@@ -117,16 +118,16 @@ async def test_a_failed_checkpoint_is_logged_and_the_next_one_tries_again(
     store: SqliteStore, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
     monkeypatch.setattr(sqlite_store, "CHECKPOINT_EVERY", 2)
-    read = store._read
+    checkpoint = store._checkpointer.checkpoint
     failures = iter([sqlite3.OperationalError("disk I/O error")])
 
-    async def failing_once(fn: Callable[[sqlite3.Connection], object]) -> object:
+    async def failing_once() -> object:
         failure = next(failures, None)
         if failure is not None:
             raise failure
-        return await read(fn)
+        return await checkpoint()
 
-    monkeypatch.setattr(store, "_read", failing_once)
+    monkeypatch.setattr(store._checkpointer, "checkpoint", failing_once)
     for n in range(2):
         await store.save(_execution(n))
     failed = store._checkpoint
@@ -143,3 +144,32 @@ async def test_a_failed_checkpoint_is_logged_and_the_next_one_tries_again(
     assert again is not None
     await again
     assert _stored(store.path, only_the_database_file=True) == 4
+
+
+async def test_a_checkpoint_in_progress_holds_up_no_write_on_the_thread(
+    store: SqliteStore, writers: list[tuple[str, int]], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A batch too large for the loop commits on the store's thread while a checkpoint takes long."""
+    monkeypatch.setattr(sqlite_store, "CHECKPOINT_EVERY", 1)
+    slow, unblock = threading.Event(), threading.Event()
+    checkpoint = store._checkpointer._checkpoint
+
+    def held() -> tuple[int, int, int]:
+        slow.set()
+        unblock.wait(10)
+        return checkpoint()
+
+    monkeypatch.setattr(store._checkpointer, "_checkpoint", held)
+    await store.save(_execution(1))  # its commit starts a checkpoint
+    held_checkpoint = store._checkpoint
+    assert held_checkpoint is not None
+    try:
+        assert await asyncio.to_thread(slow.wait, 10)
+        large = sqlite_store.INLINE_ROWS + 1
+        await asyncio.wait_for(asyncio.gather(*(store.save(_execution(n)) for n in range(2, 2 + large))), 5)
+        assert writers[-1][0].startswith("flux-sqlite") and writers[-1][1] == large
+        assert not held_checkpoint.done()
+    finally:
+        unblock.set()
+    await held_checkpoint
+    assert _stored(store.path, only_the_database_file=True) == 1 + large

@@ -40,6 +40,7 @@ class SharedMemoryStore(MemoryStore):
         self.quota_guard = None
         self.flow_guard = None
         self.claims: list[tuple[list[Execution], asyncio.Future[dict[str, Execution]]]] = []
+        self.with_rows: set[int] = set()  # the claims (their futures' ids) made to ride with rows
         self.inserted: list[Execution] = []
         self.fail_next_insert: Exception | None = None  # the next insert_dispatched raises it
         self.owners: dict[str, str] = {}  # execution id -> the replica whose worker holds it
@@ -110,9 +111,13 @@ class SharedMemoryStore(MemoryStore):
     def subscribe(self, callback: Callable[[notices.Notice], None]) -> None:
         self._listener = callback
 
-    def claim(self, dispatches: list[Execution]) -> asyncio.Future[dict[str, Execution]]:
+    def claim(
+        self, dispatches: list[Execution], with_rows: bool = False
+    ) -> asyncio.Future[dict[str, Execution]]:
         future: asyncio.Future[dict[str, Execution]] = asyncio.get_running_loop().create_future()
         self.claims.append((dispatches, future))
+        if with_rows:
+            self.with_rows.add(id(future))
         return future
 
     async def insert_dispatched(self, execution: Execution) -> None:

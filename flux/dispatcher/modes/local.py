@@ -75,6 +75,9 @@ class LocalBinder:
             Bound(p, Outcome.BOUND, scheduled_row(unfinished[p.execution_id], p, now)) for p in placements
         ]
 
+    def place_released(self, execution: Execution) -> bool:
+        return False  # a dispatch is not stored here: queued once its release is committed, placed then
+
     async def recovered(self, pending: list[Execution]) -> None:
         # Their generations were bumped past an unwritten dispatch (housekeeping.recover): store
         # that before any is dispatched, or a second restart would bump from the old value again.

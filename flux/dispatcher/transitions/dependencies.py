@@ -175,7 +175,8 @@ def ended(d: Handle, final: Execution) -> None:
 
 
 def release(d: Handle, execution: Execution) -> None:
-    """Save ``execution`` with nothing left to wait for; queue it once that is committed."""
+    """Save ``execution`` with nothing left to wait for; queue it once that is committed, unless
+    the binder placed it at once, to bind in that same commit (replicas: binder.place_released)."""
     d.dependencies.forget(execution.execution_id)
     released = execution.evolve(waiting=0, updated_at=d.clock())
     d.table.set(released)
@@ -195,11 +196,20 @@ def release(d: Handle, execution: Execution) -> None:
         asyncio.get_running_loop().call_later(RELEASE_RETRY, again)
 
     def again() -> None:
-        current = _releasable(d, released.execution_id)
-        if current is not None:
+        # Queued already, it is written all the same: a claim that rode with the failed write
+        # failed with it, and its answer put the row back in line, still waiting in the database.
+        current = d.table.get(released.execution_id)
+        if (
+            current is not None
+            and current.state is State.CREATED
+            and released.execution_id not in d.dependencies
+        ):
             release(d, current)
 
-    d.table.save(released, done=saved, failed=retry)
+    if d.binder.place_released(released):
+        d.table.save(released, failed=retry)  # its claim rides in this commit; pushed once it lands
+    else:
+        d.table.save(released, done=saved, failed=retry)
 
 
 def _releasable(d: Handle, execution_id: str) -> Execution | None:

@@ -157,8 +157,9 @@ def finish(
         # The policy decides: another attempt after its backoff (CREATED, not final), or FAILED.
         # A gang's member failing ends the attempt of every member (attempts.ended stops them).
         return attempts.ended(d, execution, entry, ERROR, error)
-    d.table.finish(final)
+    # Its room first: a dependent it releases (table.finish) may be placed there at once.
     entry.release(execution_id)
+    d.table.finish(final)
     d.events.finished(final)
     return final
 

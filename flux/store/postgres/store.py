@@ -190,13 +190,16 @@ class PostgresStore(AdminTables, BatchTables, PostgresSchedules, Store):
     def save(self, execution: Execution) -> asyncio.Future[None]:
         return self._writes.save(execution)
 
-    def claim(self, dispatches: list[Execution]) -> asyncio.Future[dict[str, Execution]]:
+    def claim(
+        self, dispatches: list[Execution], with_rows: bool = False
+    ) -> asyncio.Future[dict[str, Execution]]:
         """Claim pending rows for these dispatches (SCHEDULED, on one of this replica's workers).
 
         Resolves with the rows won, by id, as stored; a row missing from the answer went to
-        another replica or was cancelled. Claims ride the writer after the rows saved before them.
+        another replica or was cancelled. Claims ride the writer after the rows saved before them;
+        ``with_rows``, in the same transaction as the next batch of rows (writer.py).
         """
-        return self._writes.claim(dispatches)
+        return self._writes.claim(dispatches, with_rows)
 
     @property
     def quota_guard(self) -> QuotaGuard | None:

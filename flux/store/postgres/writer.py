@@ -5,6 +5,11 @@ each row is written by a guarded upsert (``Conflict`` for a row another replica
 or a client changed first), the rows that became pending or finished are
 announced in the same transaction, and claims ride the same connection,
 between the batches of rows (see group_commit.py for their order).
+
+A claim made ``with_rows`` rides *inside* the next batch of rows instead: the same transaction
+claims, after the upsert, what that upsert made pending. A dependent released by its dependency's
+final state is claimed in the commit that writes both (modes/shared/binder.py), not in a second
+transaction after it; a row it claimed is not announced as pending (no other replica could take it).
 """
 
 from __future__ import annotations
@@ -89,6 +94,7 @@ class Writer:
         self.flow_guard: FlowGuard | None = None
         self._conn: psycopg.AsyncConnection[Any] | None = None
         self._claims: list[_Claim] = []
+        self._riding: list[_Claim] = []  # claims for the next batch of rows' own transaction
         self._inserts: list[tuple[Execution, asyncio.Future[None]]] = []
         self._commits = GroupCommit(self._write, then=self)
 
@@ -106,9 +112,13 @@ class Writer:
     def save(self, execution: Execution) -> asyncio.Future[None]:
         return self._commits.save(execution)
 
-    def claim(self, dispatches: list[Execution]) -> asyncio.Future[dict[str, Execution]]:
+    def claim(
+        self, dispatches: list[Execution], with_rows: bool = False
+    ) -> asyncio.Future[dict[str, Execution]]:
+        """Claim these rows: after the next batch of rows, or, ``with_rows``, in its transaction."""
         future: asyncio.Future[dict[str, Execution]] = asyncio.get_running_loop().create_future()
-        self._claims.append(_Claim(dispatches, max((e.updated_at for e in dispatches), default=0.0), future))
+        claim = _Claim(dispatches, max((e.updated_at for e in dispatches), default=0.0), future)
+        (self._riding if with_rows else self._claims).append(claim)
         self._commits.kick()
         return future
 
@@ -132,16 +142,26 @@ class Writer:
         return self._conn
 
     async def _write(self, batch: list[Execution]) -> set[str]:
-        """One group commit: upsert every row, announce what was written; return the ids refused."""
-        writer = await self._connection()
-        async with writer.transaction():
-            if all(e.state is State.RUNNING for e in batch):
-                await writer.execute(_RELAXED)
-            cursor = await writer.execute(
-                _UPSERT, [*unnested([owned_row(e, self.replica_id) for e in batch]), self.replica_id]
-            )
-            applied = {row[0] for row in await cursor.fetchall()}
-            await announce(writer, [e for e in batch if e.execution_id in applied])
+        """One group commit: upsert every row, claim what rides with them, announce what was
+        written and not claimed; return the ids refused."""
+        riding, self._riding = self._riding, []  # taken with the batch, before the first await
+        try:
+            writer = await self._connection()
+            async with writer.transaction():
+                if all(e.state is State.RUNNING for e in batch) and not riding:
+                    await writer.execute(_RELAXED)
+                cursor = await writer.execute(
+                    _UPSERT, [*unnested([owned_row(e, self.replica_id) for e in batch]), self.replica_id]
+                )
+                applied = {row[0] for row in await cursor.fetchall()}
+                claimed = await self._claim_in(writer, riding) if riding else {}
+                await announce(
+                    writer, [e for e in batch if e.execution_id in applied and e.execution_id not in claimed]
+                )
+        except BaseException as exc:
+            fail((claim.future for claim in riding), exc)
+            raise
+        _answer(riding, claimed)
         return {e.execution_id for e in batch} - applied
 
     # New dispatched rows and claims are the group commit's follow-up (group_commit.FollowUp):
@@ -149,9 +169,13 @@ class Writer:
 
     @property
     def queued(self) -> bool:
-        return bool(self._claims or self._inserts)
+        return bool(self._claims or self._inserts or self._riding)
 
     async def flush(self) -> None:
+        # Riding claims wait for the rows queued with them (saved while a batch was in flight, they
+        # are the next batch); with no row queued, nothing will take them: claimed on their own.
+        if self._riding and not self._commits.rows_queued:
+            self._claims[:0], self._riding = self._riding, []
         if self._inserts:
             await self._insert()
         if self._claims:
@@ -184,40 +208,51 @@ class Writer:
     async def _claim(self) -> None:
         """Every claim queued so far, in one transaction; each caller gets the rows it won."""
         claims, self._claims = self._claims, []
-        wanted = [e for claim in claims for e in claim.dispatches]
         try:
             writer = await self._connection()
             async with writer.transaction():
                 await writer.execute(_RELAXED)
-                if self.quota_guard is not None:
-                    refused = await guarded(writer, self.replica_id, self.quota_guard, wanted)
-                    wanted = [e for e in wanted if e.execution_id not in refused]
-                if self.flow_guard is not None and wanted:
-                    refused = await flow_guarded(writer, self.flow_guard, wanted)
-                    wanted = [e for e in wanted if e.execution_id not in refused]
-                ids = [e.execution_id for e in wanted]
-                workers = [e.worker for e in wanted]
-                gpus = [json.dumps(list(e.gpu_indices)) for e in wanted]
-                # A gang's members as placed (its row's gang otherwise stays as stored: "" or pending).
-                gangs = [e.gang.to_json() if e.gang is not None else "" for e in wanted]
-                cursor = writer.cursor(row_factory=dict_row)
-                await cursor.execute(
-                    _CLAIM,
-                    {"ids": ids, "workers": workers, "gpus": gpus, "gangs": gangs, "owner": self.replica_id,
-                     "now": claims[-1].now},
-                )  # fmt: skip
-                claimed = {row["execution_id"]: execution_from_row(row) for row in await cursor.fetchall()}
+                claimed = await self._claim_in(writer, claims)
         except BaseException as exc:
             fail((claim.future for claim in claims), exc)
             if not isinstance(exc, Exception):
                 raise
             return
-        for claim in claims:
-            if not claim.future.done():
-                claim.future.set_result(
-                    {
-                        e.execution_id: claimed[e.execution_id]
-                        for e in claim.dispatches
-                        if e.execution_id in claimed
-                    }
-                )
+        _answer(claims, claimed)
+
+    async def _claim_in(
+        self, writer: psycopg.AsyncConnection[Any], claims: list[_Claim]
+    ) -> dict[str, Execution]:
+        """Inside a transaction: claim what ``claims`` want, as the guards admit; the rows won, by id."""
+        wanted = [e for claim in claims for e in claim.dispatches]
+        if self.quota_guard is not None:
+            refused = await guarded(writer, self.replica_id, self.quota_guard, wanted)
+            wanted = [e for e in wanted if e.execution_id not in refused]
+        if self.flow_guard is not None and wanted:
+            refused = await flow_guarded(writer, self.flow_guard, wanted)
+            wanted = [e for e in wanted if e.execution_id not in refused]
+        ids = [e.execution_id for e in wanted]
+        workers = [e.worker for e in wanted]
+        gpus = [json.dumps(list(e.gpu_indices)) for e in wanted]
+        # A gang's members as placed (its row's gang otherwise stays as stored: "" or pending).
+        gangs = [e.gang.to_json() if e.gang is not None else "" for e in wanted]
+        cursor = writer.cursor(row_factory=dict_row)
+        await cursor.execute(
+            _CLAIM,
+            {"ids": ids, "workers": workers, "gpus": gpus, "gangs": gangs, "owner": self.replica_id,
+             "now": claims[-1].now},
+        )  # fmt: skip
+        return {row["execution_id"]: execution_from_row(row) for row in await cursor.fetchall()}
+
+
+def _answer(claims: list[_Claim], claimed: dict[str, Execution]) -> None:
+    """Each caller still waiting gets the rows it won, by id."""
+    for claim in claims:
+        if not claim.future.done():
+            claim.future.set_result(
+                {
+                    e.execution_id: claimed[e.execution_id]
+                    for e in claim.dispatches
+                    if e.execution_id in claimed
+                }
+            )

@@ -60,7 +60,8 @@ class SharedBinder:
         """Every concurrency budget's use over the whole cluster (``flux limit show``)."""
         return dict(self.flow.in_use(await self.store.flow_held()))
 
-    def bind(self, placements: list[Placement]) -> asyncio.Future[list[Bound]]:
+    def bind(self, placements: list[Placement], with_rows: bool = False) -> asyncio.Future[list[Bound]]:
+        """Claim ``placements``: after the rows saved before, or ``with_rows``, in their transaction."""
         d, now = self.d, self.d.clock()
         ids = [p.execution_id for p in placements]
         self.claiming.update(ids)
@@ -76,8 +77,40 @@ class SharedBinder:
             # claimed elsewhere, and the row would stay SCHEDULED here with nobody to push it.
             loop.call_soon(self._settled, ids)
 
-        self.store.claim(wanted).add_done_callback(answered)
+        self.store.claim(wanted, with_rows).add_done_callback(answered)
         return bound
+
+    def place_released(self, execution: Execution) -> bool:
+        """Place a dependent its dependency's end releases, and claim it in the commit of that end.
+
+        Its row (``waiting`` 0) and the dependency's final state are queued for one batch of
+        rows; the claim rides in that batch's transaction (flux/store/postgres/writer.py), so one
+        commit both ends the dependency and binds the dependent, and the push follows it: not a
+        commit, then a pass, then a claim's commit. Another replica cannot take it meanwhile: a
+        claim never takes a row with ``waiting`` > 0, and once committed it is SCHEDULED here. A
+        crash between the commit and the push leaves a claimed row, as any claim does (the ack
+        deadline, or the sweep of a dead replica, gives it back). Only where ``_submit`` places
+        at once: no older work of its shape waits, no quota nor flow limit governs it (the claim's
+        guards would refuse it in the rows' transaction), and one of our workers fits it now.
+        """
+        d, execution_id = self.d, execution.execution_id
+        shape = d.catalogue.shape_of(execution)
+        if (
+            d.queue.count(shape)
+            or self.store.quota_guard is not None
+            or not d.catalogue.record_of(execution).flow.empty
+            or execution.flow_keys
+            or execution.not_before > d.clock()
+            or execution_id in self.claiming
+        ):
+            return False
+        d.queue_up(execution, shape)
+        placements = d.reserve([shape], None, starving_first=False)
+        if not placements:
+            d.queue.remove(execution_id)
+            return False
+        self.bind(placements, with_rows=True).add_done_callback(lambda bound: d.apply(bound.result()))
+        return True
 
     def claimed(
         self, placements: list[Placement], claim: asyncio.Future[dict[str, Execution]]
