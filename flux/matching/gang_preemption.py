@@ -27,7 +27,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from flux.matching.preemption import Preemption, Running, _quota_fits, _room_fits, _still_borrowing
+from flux.matching.preemption_room import Preemption, Running, _quota_fits, _room_fits, _still_borrowing
 from flux.matching.shape import Shape
 from flux.matching.tenancy import Accounts
 from flux.matching.view import WorkerView

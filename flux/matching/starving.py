@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from flux.matching import gang_aging
+import flux.matching.gang_aging as gang_aging
 from flux.matching.aging import Aging, Nomination, shortfall, slack_beside
 from flux.matching.candidates import FeasibilityCache, Placement
 from flux.matching.filters import fits_now
