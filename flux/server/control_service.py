@@ -27,6 +27,7 @@ from flux.observe.status import StatusBoard
 from flux.security import bearer
 from flux.server import convert, fleet_watch, run_convert
 from flux.server.answers import abort, call_refused, unary
+from flux.server.bulk_answer import bulk_answer
 from flux.server.callers import Callers
 from flux.server.metadata import CALLER_ROLE, CALLER_TENANT
 from flux.server.multiplexed import multiplexed
@@ -124,10 +125,7 @@ class ControlService(control_pb2_grpc.ControlServiceServicer):
             batch=run_convert.batch_ask(request),
         )
         # Without their inputs: the caller sent them, and echoing them could pass the message cap.
-        return control_pb2.RunWorkflowsResponse(
-            executions=[convert.execution_to_proto(e.evolve(input_json="")) for e in executions],
-            batch_id=executions[0].batch_id,
-        )
+        return bulk_answer(executions, executions[0].batch_id)
 
     async def _graph(
         self, request: control_pb2.RunWorkflowsRequest, context: grpc.aio.ServicerContext, caller: Caller
