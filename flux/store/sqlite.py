@@ -180,6 +180,9 @@ class SqliteStore(SqliteBatches, SqliteSchedules, Store):
     def save(self, execution: Execution) -> asyncio.Future[None]:
         return self._commits.save(execution)
 
+    def save_many(self, executions: list[Execution]) -> asyncio.Future[None]:
+        return self._commits.save_many(executions)
+
     async def reopen(self, execution: Execution) -> bool:
         row = execution_row(execution)
         columns = [c.strip() for c in EXECUTION_COLUMNS.split(",")]

@@ -106,6 +106,9 @@ class Writer:
     def save(self, execution: Execution) -> asyncio.Future[None]:
         return self._commits.save(execution)
 
+    def save_many(self, executions: list[Execution]) -> asyncio.Future[None]:
+        return self._commits.save_many(executions)
+
     def claim(self, dispatches: list[Execution]) -> asyncio.Future[dict[str, Execution]]:
         future: asyncio.Future[dict[str, Execution]] = asyncio.get_running_loop().create_future()
         self._claims.append(_Claim(dispatches, max((e.updated_at for e in dispatches), default=0.0), future))
