@@ -202,6 +202,10 @@ class Binder(Protocol):
     async def cancel(self, execution_id: str) -> Execution:
         """Cancel an execution wherever it is; the final state is committed before the answer."""
 
+    async def cancel_many(self, execution_ids: list[str]) -> None:
+        """Cancel each (a batch's members), committed before this returns; one finished meanwhile
+        or gone is left as it is."""
+
     def fail_waiting(self, execution: Execution, error: ExecutionError) -> None:
         """End a waiting execution FAILED, reason ``pending_timeout`` (its pending timeout passed, or
         ``--infeasible-after``): at once on one server; on replicas, each of which may decide it,

@@ -25,7 +25,7 @@ if TYPE_CHECKING:
     from flux.dispatcher.handle import Handle
 
 # Members cancelled side by side: their final states ride the store's group commits together.
-CANCEL_CHUNK = 500
+CANCEL_CHUNK = 2_000
 
 
 class BatchAsk(NamedTuple):
@@ -95,10 +95,14 @@ async def cancel(d: Handle, batch: Batch) -> None:
     await d.store.cancel_batch(batch.batch_id, d.clock())
     members = await d.store.batch_unfinished(batch.batch_id)
     for start in range(0, len(members), CANCEL_CHUNK):
-        chunk = members[start : start + CANCEL_CHUNK]
-        # Tasks start in list order, newest member first (see the module's docstring).
-        answers = await asyncio.gather(*(d.binder.cancel(m) for m in chunk), return_exceptions=True)
-        for answer in answers:
-            # Finished meanwhile (FailedPrecondition), or gone: nothing left to cancel.
-            if isinstance(answer, BaseException) and not isinstance(answer, (FailedPrecondition, NotFound)):
-                raise answer if isinstance(answer, FluxError) else FailedPrecondition(str(answer))
+        # In list order, newest member first (see the module's docstring).
+        await d.binder.cancel_many(members[start : start + CANCEL_CHUNK])
+
+
+async def cancel_each(d: Handle, execution_ids: list[str]) -> None:
+    """``Binder.cancel_many`` one cancel at a time, side by side (their commits ride together)."""
+    answers = await asyncio.gather(*(d.binder.cancel(m) for m in execution_ids), return_exceptions=True)
+    for answer in answers:
+        # Finished meanwhile (FailedPrecondition), or gone: nothing left to cancel.
+        if isinstance(answer, BaseException) and not isinstance(answer, (FailedPrecondition, NotFound)):
+            raise answer if isinstance(answer, FluxError) else FailedPrecondition(str(answer))

@@ -3,12 +3,14 @@ replica's final state, or a write another replica made first (``drop_stale``).""
 
 from __future__ import annotations
 
+import asyncio
 from typing import TYPE_CHECKING
 
 from flux.dispatcher.state.session import Stop
 from flux.dispatcher.transitions import gangs
 from flux.domain.execution import Execution, State
-from flux.errors import FailedPrecondition
+from flux.errors import FailedPrecondition, Unavailable
+from flux.store import Conflict
 
 if TYPE_CHECKING:
     from flux.dispatcher.handle import Handle
@@ -28,6 +30,29 @@ async def cancel_here(d: Handle, execution_id: str) -> Execution:
     stop_here(d, execution, final)
     await d.table.commit_final(final)
     return await d.with_input(final)
+
+
+async def cancel_many_here(d: Handle, execution_ids: list[str]) -> None:
+    """``cancel_here`` for many (a batch's members), with no answer to make: each one held here
+    ends CANCELLED and is written in the same commit; one not held has finished (or is finishing)."""
+    now, writes = d.clock(), []
+    for execution_id in execution_ids:
+        execution = d.table.get(execution_id)
+        if execution is None:
+            continue
+        final = execution.evolve(state=State.CANCELLED, updated_at=now)
+        stop_here(d, execution, final)
+        writes.append(d.table.save(final))
+    if writes:
+        await asyncio.shield(_committed(writes))
+
+
+async def _committed(writes: list[asyncio.Future[None]]) -> None:
+    """Every write landed; a failure is Unavailable (the table writes it again: ``save_unsaved``),
+    a conflict (another writer first) leaves that one as it is."""
+    for outcome in await asyncio.gather(*writes, return_exceptions=True):
+        if isinstance(outcome, BaseException) and not isinstance(outcome, Conflict):
+            raise Unavailable(f"could not store the cancellations: {outcome}") from outcome
 
 
 def stop_here(d: Handle, execution: Execution, final: Execution, announce: bool = True) -> None:
