@@ -10,7 +10,6 @@ from flux.dispatcher.state.session import Stop
 from flux.dispatcher.transitions import gangs
 from flux.domain.execution import Execution, State
 from flux.errors import FailedPrecondition, Unavailable
-from flux.store import Conflict
 
 if TYPE_CHECKING:
     from flux.dispatcher.handle import Handle
@@ -34,25 +33,20 @@ async def cancel_here(d: Handle, execution_id: str) -> Execution:
 
 async def cancel_many_here(d: Handle, execution_ids: list[str]) -> None:
     """``cancel_here`` for many (a batch's members), with no answer to make: each one held here
-    ends CANCELLED and is written in the same commit; one not held has finished (or is finishing)."""
-    now, writes = d.clock(), []
+    ends CANCELLED, all written in one commit; one not held has finished (or is finishing)."""
+    now, finals = d.clock(), []
     for execution_id in execution_ids:
         execution = d.table.get(execution_id)
         if execution is None:
             continue
         final = execution.evolve(state=State.CANCELLED, updated_at=now)
         stop_here(d, execution, final)
-        writes.append(d.table.save(final))
-    if writes:
-        await asyncio.shield(_committed(writes))
-
-
-async def _committed(writes: list[asyncio.Future[None]]) -> None:
-    """Every write landed; a failure is Unavailable (the table writes it again: ``save_unsaved``),
-    a conflict (another writer first) leaves that one as it is."""
-    for outcome in await asyncio.gather(*writes, return_exceptions=True):
-        if isinstance(outcome, BaseException) and not isinstance(outcome, Conflict):
-            raise Unavailable(f"could not store the cancellations: {outcome}") from outcome
+        finals.append(final)
+    if finals:
+        try:
+            await asyncio.shield(d.table.save_finals(finals))
+        except Exception as exc:  # the table writes them again (save_unsaved)
+            raise Unavailable(f"could not store the cancellations: {exc}") from exc
 
 
 def stop_here(d: Handle, execution: Execution, final: Execution, announce: bool = True) -> None:
