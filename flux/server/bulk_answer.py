@@ -16,7 +16,7 @@ import operator
 from collections.abc import Sequence
 
 from flux.domain.execution import Execution
-from flux.server.convert import execution_to_proto
+from flux.server.convert import accepted_to_proto, execution_to_proto
 from flux.v1 import control_pb2
 
 # Every field execution_to_proto answers but the id and the input (left out of the answer).
@@ -60,3 +60,38 @@ def bulk_answer(executions: Sequence[Execution], batch_id: str = "") -> control_
     answer = control_pb2.RunWorkflowsResponse.FromString(b"".join(parts))
     answer.batch_id = batch_id
     return answer
+
+
+# Every field accepted_to_proto answers but the id, the dependencies and how many still wait.
+_ACCEPTED = operator.attrgetter(
+    "workflow", "state", "worker", "generation", "attempt", "created_at", "updated_at", "priority",
+    "tenant", "reason", "when", "error",
+)  # fmt: skip
+_AFTER = b"\xa2\x06"  # Execution.after (100), length-delimited
+_WAITING = b"\xb0\x06"  # Execution.dependencies_waiting (102), a varint
+
+
+def graph_answer(executions: Sequence[Execution]) -> control_pb2.RunWorkflowsResponse:
+    """``RunWorkflowsResponse(executions=[accepted_to_proto(e) …])`` for a graph, as ``bulk_answer``
+    builds its answer: the fields a run of items shares encoded once, each item's id, dependencies
+    and count still waiting before them."""
+    parts: list[bytes] = []
+    shared = b""
+    alike: tuple[object, ...] | None = None
+    for execution in executions:
+        answered = _ACCEPTED(execution)
+        if answered != alike:
+            alike = answered
+            bare = execution.evolve(execution_id="", after=(), waiting=0)
+            shared = accepted_to_proto(bare).SerializeToString()
+        identity = execution.execution_id.encode()
+        body = [_TAG, _varint(len(identity)), identity]
+        for dependency in execution.after:
+            encoded = dependency.encode()
+            body += (_AFTER, _varint(len(encoded)), encoded)
+        if execution.waiting:
+            body += (_WAITING, _varint(execution.waiting))
+        body.append(shared)
+        item = b"".join(body)
+        parts += (_TAG, _varint(len(item)), item)
+    return control_pb2.RunWorkflowsResponse.FromString(b"".join(parts))
