@@ -130,7 +130,17 @@ def checked_inputs(inputs: list[str], field: str) -> list[str]:
             f"{field} has {len(inputs)} inputs; the limit is {MAX_BATCH_INPUTS} per call: send the rest in "
             "further calls"
         )
-    return [checked_json(text or "null", f"{field}[{index}]") for index, text in enumerate(inputs)]
+    scan, most, checked = _DECODER.scan_once, MAX_JSON_BYTES, []
+    for index, text in enumerate(inputs):
+        text = text or "null"
+        # The common case at C speed: one JSON value from the first character to the last (what
+        # checked_json accepts, less its whitespace). Anything else goes through checked_json.
+        try:
+            whole = utf8_bytes(text) <= most and scan(text, 0)[1] == len(text)
+        except (ValueError, RecursionError, StopIteration):
+            whole = False
+        checked.append(text if whole else checked_json(text, f"{field}[{index}]"))
+    return checked
 
 
 ADDRESS_FORM = "a host name or IP address, optionally with :PORT, at most 255 characters, no spaces"

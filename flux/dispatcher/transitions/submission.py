@@ -160,8 +160,9 @@ async def submit_many(
         # Finished here even if the caller goes away meanwhile, as a single submission is
         # (LocalBinder.submit, SharedBinder.submit).
         await asyncio.shield(d.binder.submit_many(executions))
-    for execution in executions:
-        d.timing.submitted(execution)
+    if executions[0].policy is not None:  # they share it: only a pending timeout arms a timer
+        for execution in executions:
+            d.timing.submitted(execution)
     return [d.table.get(e.execution_id) or e for e in executions]
 
 
@@ -215,12 +216,16 @@ def _new(
     """One new execution per (checked) input, numbered in input order; ``trace``: the caller's
     W3C context (flux/observe/tracing.py carrier), its ``flux.submit`` span started here while tracing.
     ``key``: the run's flow-control key, in place of those computed from each input."""
-    keys = [_flow_keys(record, text, key, index, len(inputs)) for index, text in enumerate(inputs)]
+    if record.flow.empty:  # every input's keys are none (or the batch's alone, below)
+        keys: list[tuple[tuple[str, str], ...]] = [()] * len(inputs)
+    else:
+        keys = [_flow_keys(record, text, key, index, len(inputs)) for index, text in enumerate(inputs)]
     batch_id = ""
     if batch is not None:
         batch_id, throttle = batch.batch_id, batch.flow_keys()
         if throttle:
-            keys = [tuple(sorted((*k, *throttle))) for k in keys]
+            joined: dict[tuple[tuple[str, str], ...], tuple[tuple[str, str], ...]] = {}
+            keys = [joined.get(k) or joined.setdefault(k, tuple(sorted((*k, *throttle)))) for k in keys]
     now = d.clock()
     size = gang_size if gang_size is not None else record.gang.size if record.gang is not None else None
     if ids is None:
