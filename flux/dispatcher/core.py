@@ -278,7 +278,7 @@ class Dispatcher(WorkerMethods, BatchMethods):
         if execution.waiting:
             dependencies.hold(self, execution)
             return
-        if execution.not_before > self.clock():
+        if execution.not_before and execution.not_before > self.clock():
             self.timers.arm(Kind.RETRY, execution.execution_id, execution.attempt, execution.not_before)
             self._retrying[execution.execution_id] = (shape, execution.not_before)
             return
