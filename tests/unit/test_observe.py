@@ -553,3 +553,11 @@ async def test_a_bulk_submission_is_one_submitted_line_for_the_call_and_counts_e
     # One input alone is logged as one run is.
     [single] = await flux.d.submit_many("job", ["1"])
     assert events(lifecycle_log)[-1]["execution_id"] == single.execution_id
+    # A batch's cancel: each counted, one line for those it cancelled.
+    await flux.d.cancel_batch(line["batch_id"])
+    assert flux.d.events.counters.cancelled == 3
+    [cancelled] = [e for e in events(lifecycle_log) if e["event"] == "cancelled"]
+    assert (cancelled["msg"], cancelled["executions"], cancelled["batch_id"]) == (
+        "executions cancelled", 3, line["batch_id"]
+    )
+    assert {cancelled["first"], cancelled["last"]} <= {e.execution_id for e in executions}

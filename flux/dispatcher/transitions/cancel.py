@@ -33,16 +33,18 @@ async def cancel_here(d: Handle, execution_id: str) -> Execution:
 
 async def cancel_many_here(d: Handle, execution_ids: list[str]) -> None:
     """``cancel_here`` for many (a batch's members), with no answer to make: each one held here
-    ends CANCELLED, all written in one commit; one not held has finished (or is finishing)."""
+    ends CANCELLED, all written in one commit and logged as one line; one not held has finished
+    (or is finishing)."""
     now, finals = d.clock(), []
     for execution_id in execution_ids:
         execution = d.table.get(execution_id)
         if execution is None:
             continue
         final = execution.evolve(state=State.CANCELLED, updated_at=now)
-        stop_here(d, execution, final)
+        stop_here(d, execution, final, announce=False)  # announced below, as one
         finals.append(final)
     if finals:
+        d.events.cancelled_many(finals)
         try:
             await asyncio.shield(d.table.save_finals(finals))
         except Exception as exc:  # the table writes them again (save_unsaved)
