@@ -193,7 +193,9 @@ _SLOT_SETTERS = tuple(Execution.__dict__[name].__set__ for name in _EXECUTION_FI
 _new_execution = object.__new__
 
 
-def copies(template: Execution, names: tuple[str, ...], rows: Iterable[tuple[object, ...]]) -> list[Execution]:
+def copies(
+    template: Execution, names: tuple[str, ...], rows: Iterable[tuple[object, ...]]
+) -> list[Execution]:
     """``[template.evolve(**dict(zip(names, row))) for row in rows]``, for many at once (a bulk
     submission's members): the fields they share are looked up once, not per copy."""
     return Copier(template, names).many(rows)

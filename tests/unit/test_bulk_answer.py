@@ -26,7 +26,11 @@ JOB = WorkflowRef("job", 2, "h" * 64, "job")
 
 def members(n: int, **shared: object) -> list[Execution]:
     template = Execution("", JOB, 0, "", 3, created_at=1.25, updated_at=1.25, **shared)  # type: ignore[arg-type]
-    return copies(template, ("execution_id", "seq", "input_json"), ((i, s, f'{{"i": {s}}}') for s, i in enumerate(new_ids(n))))
+    return copies(
+        template,
+        ("execution_id", "seq", "input_json"),
+        ((i, s, f'{{"i": {s}}}') for s, i in enumerate(new_ids(n))),
+    )
 
 
 def old_answer(executions: list[Execution], batch_id: str = "") -> control_pb2.RunWorkflowsResponse:
@@ -61,7 +65,9 @@ def test_the_graph_answer_is_the_per_item_accepted_form() -> None:
         for i, e in enumerate(items)
     ]
     items[9] = items[9].evolve(
-        state=State.CANCELLED, reason="dependency", error=ExecutionError("DependencyFailed", "dependency failed", "")
+        state=State.CANCELLED,
+        reason="dependency",
+        error=ExecutionError("DependencyFailed", "dependency failed", ""),
     )
     expected = control_pb2.RunWorkflowsResponse(executions=[accepted_to_proto(e) for e in items])
     assert graph_answer(items) == expected

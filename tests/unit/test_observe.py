@@ -540,7 +540,9 @@ def test_empty_status_converts() -> None:
     assert b"flux_workers_connected" in render(message)
 
 
-async def test_a_bulk_submission_is_one_submitted_line_for_the_call_and_counts_each(flux, lifecycle_log) -> None:
+async def test_a_bulk_submission_is_one_submitted_line_for_the_call_and_counts_each(
+    flux, lifecycle_log
+) -> None:
     await flux.workflow(cpu=1)
     executions = await flux.d.submit_many("job", ['{"password": "hunter2"}'] * 3, batch=BatchAsk(new=True))
     assert flux.d.events.counters.submitted == 3
@@ -558,6 +560,8 @@ async def test_a_bulk_submission_is_one_submitted_line_for_the_call_and_counts_e
     assert flux.d.events.counters.cancelled == 3
     [cancelled] = [e for e in events(lifecycle_log) if e["event"] == "cancelled"]
     assert (cancelled["msg"], cancelled["executions"], cancelled["batch_id"]) == (
-        "executions cancelled", 3, line["batch_id"]
+        "executions cancelled",
+        3,
+        line["batch_id"],
     )
     assert {cancelled["first"], cancelled["last"]} <= {e.execution_id for e in executions}

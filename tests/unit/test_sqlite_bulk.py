@@ -31,10 +31,12 @@ def batch() -> list[Execution]:
         "", JOB, 0, "", 3, created_at=1.5, updated_at=1.5, batch_id="b-1", tenant="acme", trace="00-ab-cd-01",
         policy=default_policy(4), gang=GangRun(2), flow_keys=(("batch", "b-1"), ("batch_max", "4")),
     )  # fmt: skip
-    inputs = ['{"i": %d}' % i for i in range(300)]
+    inputs = [f'{{"i": {i}}}' for i in range(300)]
     inputs[7] = '{"name": "Zoë 🚀", "quote": "\\"x\\"", "nested": [1, {"a": null}]}'
     inputs[8] = "null"
-    made = copies(template, ("execution_id", "seq", "input_json"), zip(new_ids(300), range(1, 301), inputs))
+    made = copies(
+        template, ("execution_id", "seq", "input_json"), zip(new_ids(300), range(1, 301), inputs, strict=True)
+    )
     made[100] = made[100].evolve(flow_keys=(("concurrency", "k"),))  # its own keys: still in the run
     made[150] = made[150].evolve(state=State.FAILED, error=ExecutionError("E", "boom", "tb"), reason="error")
     made[151] = made[151].evolve(flow_keys=())

@@ -286,7 +286,9 @@ class ExecutionTable:
                 return
             exc = future.exception()
             if exc is not None:
-                log.warning("store write of %d final states failed (%s); writing them again", len(finals), exc)
+                log.warning(
+                    "store write of %d final states failed (%s); writing them again", len(finals), exc
+                )
             for final in finals:
                 if exc is None:
                     self.unsaved.discard(final.execution_id)
