@@ -262,10 +262,10 @@ class Dispatcher(WorkerMethods, BatchMethods):
         """A graph of executions that wait for each other, all stored in one commit (transitions/graphs.py)."""
         return await graphs.submit_graph(self, items, tenant, trace, every_workflow, sees)
 
-    def take_seq(self) -> int:
-        """The sequence number of the next submission (it orders the queue within a priority)."""
+    def take_seq(self, count: int = 1) -> int:
+        """The next submission's sequence number (it orders the queue), or the first of ``count`` in a row."""
         seq = self.feed.next_seq(self._next_seq)
-        self._next_seq = seq + 1
+        self._next_seq = seq + count
         return seq
 
     def queue_up(self, execution: Execution, shape: Shape) -> None:

@@ -132,7 +132,7 @@ async def submit_many(
     checked = validation.checked_inputs(inputs, field)
     record = await _record(d, workflow_name, version, tenant, every_workflow)
     rank = record.priority if priority is None else validation.checked_priority(priority)
-    size = sum(validation.utf8_bytes(text) for text in checked)
+    size = sum(map(validation.utf8_bytes, checked))
     after, when, waiting, broken_by = await dependencies.resolve(
         d, overrides.after, overrides.when, overrides.sees
     )
@@ -245,7 +245,8 @@ def _new(
         gang=GangRun(size) if size is not None else None,
         batch_id=batch_id,
     )
-    rows = zip(ids, [d.take_seq() for _ in inputs], inputs, keys, strict=True)
+    first = d.take_seq(len(inputs))  # consecutive, in input order
+    rows = zip(ids, range(first, first + len(inputs)), inputs, keys, strict=True)
     executions = copies(template, ("execution_id", "seq", "input_json", "flow_keys"), rows)
     traces = d.events.traces
     return executions if traces is None else [traces.accepted(e) for e in executions]
