@@ -35,15 +35,26 @@ _VARYING = {
     _COLUMNS.index("input_json"): 2,
     _COLUMNS.index("flow_keys"): 3,
 }
-_SELECT = ", ".join(
-    f"json_extract(value, '$[{_VARYING[p]}]')" if p in _VARYING else "?" for p in range(len(_COLUMNS))
-)
-# ``WHERE true``: SQLite's parser needs it between a SELECT and ON CONFLICT.
-RUN_UPSERT = f"""
-INSERT INTO executions ({EXECUTION_COLUMNS}) SELECT {_SELECT} FROM json_each(?) WHERE true
+
+
+def _run_upsert(varying: dict[int, int]) -> str:
+    select = ", ".join(
+        f"json_extract(value, '$[{varying[p]}]')" if p in varying else "?" for p in range(len(_COLUMNS))
+    )
+    # ``WHERE true``: SQLite's parser needs it between a SELECT and ON CONFLICT.
+    return f"""
+INSERT INTO executions ({EXECUTION_COLUMNS}) SELECT {select} FROM json_each(?) WHERE true
 ON CONFLICT (execution_id) DO UPDATE SET
     {", ".join(f"{c.strip()}=excluded.{c.strip()}" for c in EXECUTION_UPDATES.split(","))}
 """
+
+
+RUN_UPSERT = _run_upsert(_VARYING)
+# A run whose members share their flow keys too (a batch's, or none): those bound once as well.
+_FLOW_KEYS = _COLUMNS.index("flow_keys")
+_SAME_KEYS = {p: i for p, i in _VARYING.items() if p != _FLOW_KEYS}
+RUN_UPSERT_SAME_KEYS = _run_upsert(_SAME_KEYS)
+_EACH_SAME_KEYS = operator.attrgetter("execution_id", "seq", "input_json")
 
 # Shorter runs are bound row by row: one statement per run would not pay for itself.
 SHORTEST_RUN = 64
@@ -64,6 +75,11 @@ def write_rows(db: sqlite3.Connection, batch: list[Execution], upsert: str) -> N
             singles.extend(execution_row(e) for e in run)
             continue
         first = execution_row(run[0])
+        keys = run[0].flow_keys
+        if all(e.flow_keys is keys for e in run):
+            shared = [value for position, value in enumerate(first) if position not in _SAME_KEYS]
+            db.execute(RUN_UPSERT_SAME_KEYS, (*shared, json.dumps(list(map(_EACH_SAME_KEYS, run)))))
+            continue
         shared = [value for position, value in enumerate(first) if position not in _VARYING]
         members = json.dumps(
             [

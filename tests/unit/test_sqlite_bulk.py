@@ -67,13 +67,13 @@ def test_a_batch_is_split_into_runs_and_short_runs_are_bound_row_by_row(monkeypa
 
     class Recording:
         def execute(self, sql: str, params: object) -> None:
-            statements.append("run")
+            statements.append("run" if sql == sqlite_bulk.RUN_UPSERT else "run, keys shared")
 
         def executemany(self, sql: str, params: list[object]) -> None:
             statements.append(f"rows {len(params)}")
 
     sqlite_bulk.write_rows(Recording(), rows, "upsert")  # type: ignore[arg-type]
-    assert statements == ["run", "run", "rows 51"]
+    assert statements == ["run", "run, keys shared", "rows 51"]
     statements.clear()
     sqlite_bulk.write_rows(Recording(), rows[:60], "upsert")  # type: ignore[arg-type]
     assert statements == ["rows 60"]
