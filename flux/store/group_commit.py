@@ -122,9 +122,9 @@ class GroupCommit:
                 continue
             if isinstance(ids, str):
                 ids = (ids,)
-            turned = [execution_id for execution_id in ids if execution_id in refused] if refused else ()
-            if turned:
-                future.set_exception(Conflict(turned[0]))
+            conflicting = [execution_id for execution_id in ids if execution_id in refused] if refused else ()
+            if conflicting:
+                future.set_exception(Conflict(conflicting[0]))
             else:
                 future.set_result(None)
 

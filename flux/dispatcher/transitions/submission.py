@@ -326,7 +326,7 @@ async def store_and_queue(d: Handle, executions: list[Execution], claiming: Cont
     back before this resumes and queue (or even claim) a placeholder of a row; what it
     already did stands, as for a single submission (SharedBinder.submit).
     """
-    # All saves in one loop step: the store's next batch holds every row, so one transaction.
+    # One save for them all: the store's next batch holds every row, so one transaction.
     try:
         await d.store.save_many(executions)
     except Exception as exc:
