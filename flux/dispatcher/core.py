@@ -262,10 +262,10 @@ class Dispatcher(WorkerMethods, BatchMethods):
         """A graph of executions that wait for each other, all stored in one commit (transitions/graphs.py)."""
         return await graphs.submit_graph(self, items, tenant, trace, every_workflow, sees)
 
-    def take_seq(self) -> int:
-        """The sequence number of the next submission (it orders the queue within a priority)."""
+    def take_seq(self, count: int = 1) -> int:
+        """The next submission's sequence number (it orders the queue), or the first of ``count`` in a row."""
         seq = self.feed.next_seq(self._next_seq)
-        self._next_seq = seq + 1
+        self._next_seq = seq + count
         return seq
 
     def queue_up(self, execution: Execution, shape: Shape) -> None:
@@ -278,7 +278,7 @@ class Dispatcher(WorkerMethods, BatchMethods):
         if execution.waiting:
             dependencies.hold(self, execution)
             return
-        if execution.not_before > self.clock():
+        if execution.not_before and execution.not_before > self.clock():
             self.timers.arm(Kind.RETRY, execution.execution_id, execution.attempt, execution.not_before)
             self._retrying[execution.execution_id] = (shape, execution.not_before)
             return

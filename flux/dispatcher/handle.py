@@ -163,7 +163,7 @@ class Handle(Protocol):
     def apply(self, results: list[Bound]) -> None: ...
 
     # Executions in and out of the queue.
-    def take_seq(self) -> int: ...
+    def take_seq(self, count: int = 1) -> int: ...
 
     def queue_up(self, execution: Execution, shape: Shape) -> None: ...
 
@@ -208,6 +208,10 @@ class Binder(Protocol):
 
     async def cancel(self, execution_id: str) -> Execution:
         """Cancel an execution wherever it is; the final state is committed before the answer."""
+
+    async def cancel_many(self, execution_ids: list[str]) -> None:
+        """Cancel each (a batch's members), committed before this returns; one finished meanwhile
+        or gone is left as it is."""
 
     def fail_waiting(self, execution: Execution, error: ExecutionError) -> None:
         """End a waiting execution FAILED, reason ``pending_timeout`` (its pending timeout passed, or

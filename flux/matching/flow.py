@@ -161,7 +161,7 @@ class FlowControl:
             budget = self._budgets.get(gate.budget)
             if budget is None:
                 budget = self._budgets[gate.budget] = _Budget(gate, now)
-            elif budget.gate != gate:
+            elif budget.gate is not gate and budget.gate != gate:  # the same object: a batch's members
                 budget.gate = gate  # a limit changed live: its new terms apply from now
             if not budget.room(now):
                 self._park(execution_id, budget, gates, key, priority, now)

@@ -27,6 +27,7 @@ from flux.observe.status import StatusBoard
 from flux.security import bearer
 from flux.server import convert, fleet_watch, run_convert
 from flux.server.answers import abort, call_refused, unary
+from flux.server.bulk_answer import bulk_answer, graph_answer
 from flux.server.callers import Callers
 from flux.server.metadata import CALLER_ROLE, CALLER_TENANT
 from flux.server.multiplexed import multiplexed
@@ -108,10 +109,7 @@ class ControlService(control_pb2_grpc.ControlServiceServicer):
         priority = request.priority if request.HasField("priority") else None
         caller = await self._caller(context)
         if request.items:
-            executions = await self._graph(request, context, caller)
-            return control_pb2.RunWorkflowsResponse(
-                executions=[convert.accepted_to_proto(e) for e in executions]
-            )
+            return graph_answer(await self._graph(request, context, caller))
         executions = await self.dispatcher.submit_many(
             request.workflow_name,
             list(request.input_json),
@@ -124,10 +122,7 @@ class ControlService(control_pb2_grpc.ControlServiceServicer):
             batch=run_convert.batch_ask(request),
         )
         # Without their inputs: the caller sent them, and echoing them could pass the message cap.
-        return control_pb2.RunWorkflowsResponse(
-            executions=[convert.execution_to_proto(e.evolve(input_json="")) for e in executions],
-            batch_id=executions[0].batch_id,
-        )
+        return bulk_answer(executions, executions[0].batch_id)
 
     async def _graph(
         self, request: control_pb2.RunWorkflowsRequest, context: grpc.aio.ServicerContext, caller: Caller

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import abc
 import asyncio
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from flux.domain.batch import Batch
@@ -225,6 +226,10 @@ class Store(abc.ABC):
         write nor the wait of anyone else whose row is in the same batch.
         """
 
+    def save_many(self, executions: list[Execution]) -> asyncio.Future[None]:
+        """``save`` for many rows, with one future for them all (a bulk submission)."""
+        return asyncio.ensure_future(_all(self.save(e) for e in executions))
+
     @abc.abstractmethod
     async def reopen(self, execution: Execution) -> bool:
         """Write ``execution`` (CREATED again: a manual retry) over its row only if that row is still
@@ -347,3 +352,7 @@ class Store(abc.ABC):
     @abc.abstractmethod
     async def cancel_batch(self, batch_id: str, at: float) -> bool:
         """Mark the batch cancelled at ``at`` (it takes no new members); whether this call did."""
+
+
+async def _all(saves: Iterable[asyncio.Future[None]]) -> None:
+    await asyncio.gather(*saves)

@@ -62,7 +62,8 @@ class GroupCommit:
         self._write = write
         self._then = then
         self._rows: dict[str, Execution] = {}
-        self._waiting: list[tuple[str, asyncio.Future[None]]] = []
+        # Each caller's ids and future: one id for ``save``, a bulk call's every id for ``save_many``.
+        self._waiting: list[tuple[str | tuple[str, ...], asyncio.Future[None]]] = []
         self._flusher: asyncio.Task[None] | None = None
 
     def save(self, execution: Execution) -> asyncio.Future[None]:
@@ -77,6 +78,17 @@ class GroupCommit:
     def rows_queued(self) -> bool:
         """Rows wait for the next batch (not counting the batch being written)."""
         return bool(self._rows)
+
+    def save_many(self, executions: list[Execution]) -> asyncio.Future[None]:
+        """``save`` for many rows with one future (a bulk submission: 10,000 futures cost more than
+        the rows): it resolves once every row is committed, all in the same batch."""
+        rows = self._rows
+        for execution in executions:
+            rows[execution.execution_id] = execution
+        waiting: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._waiting.append((tuple(e.execution_id for e in executions), waiting))
+        self.kick()
+        return waiting
 
     def queued(self, execution_id: str) -> Execution | None:
         """The row waiting for the next batch, if any (not one in the batch being written)."""
@@ -110,11 +122,14 @@ class GroupCommit:
             if not isinstance(exc, Exception):
                 raise
             return
-        for execution_id, future in waiting:
+        for ids, future in waiting:
             if future.done():  # its caller went away
                 continue
-            if execution_id in refused:
-                future.set_exception(Conflict(execution_id))
+            if isinstance(ids, str):
+                ids = (ids,)
+            conflicting = [execution_id for execution_id in ids if execution_id in refused] if refused else ()
+            if conflicting:
+                future.set_exception(Conflict(conflicting[0]))
             else:
                 future.set_result(None)
 

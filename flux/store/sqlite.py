@@ -58,6 +58,7 @@ from flux.store.rows import (
     workflows_query,
 )
 from flux.store.sqlite_batches import SqliteBatches
+from flux.store.sqlite_bulk import upsert_executions
 from flux.store.sqlite_checkpoint import Checkpointer
 from flux.store.sqlite_schedules import SqliteSchedules
 from flux.store.sqlite_schema import list_specs, migrate, register, save_specs, transaction, upsert
@@ -184,6 +185,9 @@ class SqliteStore(SqliteBatches, SqliteSchedules, Store):
     def save(self, execution: Execution) -> asyncio.Future[None]:
         return self._commits.save(execution)
 
+    def save_many(self, executions: list[Execution]) -> asyncio.Future[None]:
+        return self._commits.save_many(executions)
+
     async def reopen(self, execution: Execution) -> bool:
         row = execution_row(execution)
         columns = [c.strip() for c in EXECUTION_COLUMNS.split(",")]
@@ -202,16 +206,16 @@ class SqliteStore(SqliteBatches, SqliteSchedules, Store):
         return await self._change(write)
 
     async def _write_batch(self, batch: list[Execution]) -> tuple[str, ...]:
-        rows = [execution_row(e) for e in batch]
         # Inline only when no write on the thread holds the writer: the loop never waits for one.
-        if len(rows) <= INLINE_ROWS and self._writing.acquire(blocking=False):
+        if len(batch) <= INLINE_ROWS and self._writing.acquire(blocking=False):
             try:
                 assert self._db is not None
-                upsert(self._db, rows)
+                upsert(self._db, [execution_row(e) for e in batch])
             finally:
                 self._writing.release()
         else:
-            await self._change(lambda db: upsert(db, rows))
+            # On the thread, rows and all (sqlite_bulk.py: a bulk call's members as one statement).
+            await self._change(lambda db: upsert_executions(db, batch))
         self._commit_landed()
         return ()  # one writer, no guard: SQLite refuses no row
 

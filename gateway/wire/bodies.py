@@ -69,14 +69,18 @@ async def large_json_dumps(value: Any, request: Request) -> str:
     return await sized_to(request, lambda: json.dumps(value))
 
 
+# One encoder for every value (json.dumps with an argument makes a new one per call).
+_ENCODER = json.JSONEncoder(allow_nan=False)
+
+
 async def large_json_dumps_each(values: list[Any], request: Request) -> list[str]:
     """Each value as JSON (NaN and Infinity refused, naming the index), on a thread for a large request."""
 
     def dumps() -> list[str]:
-        encoded = []
+        encoded, encode = [], _ENCODER.encode
         for index, value in enumerate(values):
             try:
-                encoded.append(json.dumps(value, allow_nan=False))
+                encoded.append(encode(value))
             except ValueError:
                 raise InvalidArgument(
                     f"inputs[{index}] is not valid JSON: NaN and Infinity are not JSON"

@@ -19,6 +19,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from flux.dispatcher.state.lifecycle import LATENCY_BOUNDS, Histogram, Requeue
+from flux.dispatcher.transitions.batches import BatchAsk
 from flux.domain.execution import ExecutionError, State
 from flux.observe import logs
 from flux.observe.status import BUSY, INFEASIBLE, NO_WORKER, StatusBoard, reason_of
@@ -537,3 +538,30 @@ for n in range(5000):
 def test_empty_status_converts() -> None:
     message = control_pb2.ClusterStatus()
     assert b"flux_workers_connected" in render(message)
+
+
+async def test_a_bulk_submission_is_one_submitted_line_for_the_call_and_counts_each(
+    flux, lifecycle_log
+) -> None:
+    await flux.workflow(cpu=1)
+    executions = await flux.d.submit_many("job", ['{"password": "hunter2"}'] * 3, batch=BatchAsk(new=True))
+    assert flux.d.events.counters.submitted == 3
+    [line] = [e for e in events(lifecycle_log) if e["event"] == "submitted"]
+    assert line["msg"] == "executions submitted"
+    assert (line["executions"], line["workflow"]) == (3, "job")
+    assert (line["first"], line["last"]) == (executions[0].execution_id, executions[-1].execution_id)
+    assert line["batch_id"] == executions[0].batch_id and line["batch_id"].startswith("b-")
+    assert "hunter2" not in lifecycle_log.getvalue()
+    # One input alone is logged as one run is.
+    [single] = await flux.d.submit_many("job", ["1"])
+    assert events(lifecycle_log)[-1]["execution_id"] == single.execution_id
+    # A batch's cancel: each counted, one line for those it cancelled.
+    await flux.d.cancel_batch(line["batch_id"])
+    assert flux.d.events.counters.cancelled == 3
+    [cancelled] = [e for e in events(lifecycle_log) if e["event"] == "cancelled"]
+    assert (cancelled["msg"], cancelled["executions"], cancelled["batch_id"]) == (
+        "executions cancelled",
+        3,
+        line["batch_id"],
+    )
+    assert {cancelled["first"], cancelled["last"]} <= {e.execution_id for e in executions}

@@ -92,6 +92,9 @@ class LocalBinder:
     async def cancel(self, execution_id: str) -> Execution:
         return await cancel.cancel_here(self.d, execution_id)
 
+    async def cancel_many(self, execution_ids: list[str]) -> None:
+        await cancel.cancel_many_here(self.d, execution_ids)
+
     def fail_waiting(self, execution: Execution, error: ExecutionError) -> None:
         attempts.fail_here(self.d, execution, error)  # nobody else decides it
 

@@ -115,7 +115,13 @@ def _batch_gate(batch_id: str, most: str) -> tuple[Gate, ...]:
 
 def fair_key(execution: Execution) -> str:
     """The key it takes turns by: its concurrency key, else its rate key."""
-    keys = dict(execution.flow_keys)
+    return _fair_key(execution.flow_keys)
+
+
+@functools.lru_cache(maxsize=4096)
+def _fair_key(flow_keys: tuple[tuple[str, str], ...]) -> str:
+    # A batch's members (and the runs of one key) share their keys: looked up once, not per member.
+    keys = dict(flow_keys)
     return keys.get("concurrency", keys.get("rate_limit", ""))
 
 
@@ -136,15 +142,17 @@ class FlowUsage:
 
     def admit(self, execution: Execution) -> bool:
         """Whether ``execution`` may enter the queue now (charged if so); else it waits here."""
-        if not execution.flow_keys and self.d.catalogue.record_of(execution).flow.empty:
+        record = self.d.catalogue.record_of(execution)
+        if not execution.flow_keys and record.flow.empty:
             return True
-        gates = gates_of(self.d.catalogue.record_of(execution), execution, self.named)
+        gates = gates_of(record, execution, self.named)
         if not gates:
             return True
         admitted = self.control.admit(
             execution.execution_id, gates, fair_key(execution), execution.priority, self.clock()
         )
-        self._arm()
+        if self.control.wakeups:
+            self._arm()
         return admitted
 
     def placed(self, execution_id: str) -> None:

@@ -276,6 +276,29 @@ class ExecutionTable:
         written.add_done_callback(lambda future: self._saved(execution, future, done, failed))
         return written
 
+    def save_finals(self, finals: list[Execution]) -> asyncio.Future[None]:
+        """``save`` for many final states (a batch's cancelled members; one server, which sees no
+        conflicts): one write and one callback for them all, each committed as ``save`` commits it."""
+        written = self.store.save_many(finals)
+
+        def landed(future: asyncio.Future[None]) -> None:
+            if future.cancelled():
+                return
+            exc = future.exception()
+            if exc is not None:
+                log.warning(
+                    "store write of %d final states failed (%s); writing them again", len(finals), exc
+                )
+            for final in finals:
+                if exc is None:
+                    self.unsaved.discard(final.execution_id)
+                    self.committed(final)
+                else:
+                    self._unsaved(final)
+
+        written.add_done_callback(landed)
+        return written
+
     def _saved(
         self,
         execution: Execution,

@@ -98,6 +98,10 @@ def _reject_constant(name: str) -> object:
     raise ValueError(f"{name} is not JSON")
 
 
+# One decoder for every check (json.loads with an argument makes a new one per call).
+_DECODER = json.JSONDecoder(parse_constant=_reject_constant)
+
+
 def checked_priority(priority: int) -> int:
     try:
         return validate_priority(priority)
@@ -109,7 +113,7 @@ def checked_json(text: str, field: str) -> str:
     if utf8_bytes(text) > MAX_JSON_BYTES:
         raise ResourceExhausted(f"{field} is larger than the {MAX_JSON_BYTES} byte limit")
     try:
-        json.loads(text, parse_constant=_reject_constant)
+        _DECODER.decode(text)
     except ValueError as exc:
         raise InvalidArgument(f"{field} is not valid JSON: {exc}") from None
     except RecursionError:
@@ -126,7 +130,17 @@ def checked_inputs(inputs: list[str], field: str) -> list[str]:
             f"{field} has {len(inputs)} inputs; the limit is {MAX_BATCH_INPUTS} per call: send the rest in "
             "further calls"
         )
-    return [checked_json(text or "null", f"{field}[{index}]") for index, text in enumerate(inputs)]
+    scan, most, checked = _DECODER.scan_once, MAX_JSON_BYTES, []
+    for index, text in enumerate(inputs):
+        text = text or "null"
+        # The common case at C speed: one JSON value from the first character to the last (what
+        # checked_json accepts, less its whitespace). Anything else goes through checked_json.
+        try:
+            whole = utf8_bytes(text) <= most and scan(text, 0)[1] == len(text)
+        except (ValueError, RecursionError, StopIteration):
+            whole = False
+        checked.append(text if whole else checked_json(text, f"{field}[{index}]"))
+    return checked
 
 
 ADDRESS_FORM = "a host name or IP address, optionally with :PORT, at most 255 characters, no spaces"

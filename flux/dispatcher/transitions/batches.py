@@ -24,8 +24,11 @@ from flux.errors import FailedPrecondition, FluxError, InvalidArgument, NotFound
 if TYPE_CHECKING:
     from flux.dispatcher.handle import Handle
 
-# Members cancelled side by side: their final states ride the store's group commits together.
-CANCEL_CHUNK = 500
+# Members cancelled in one step (one server: one commit, Binder.cancel_many).
+CANCEL_CHUNK = 2_000
+# Members cancelled side by side, each its own cancel (replicas: a guarded update each, and each
+# holds one of the store's connections while it waits).
+SIDE_BY_SIDE = 500
 
 
 class BatchAsk(NamedTuple):
@@ -95,8 +98,14 @@ async def cancel(d: Handle, batch: Batch) -> None:
     await d.store.cancel_batch(batch.batch_id, d.clock())
     members = await d.store.batch_unfinished(batch.batch_id)
     for start in range(0, len(members), CANCEL_CHUNK):
-        chunk = members[start : start + CANCEL_CHUNK]
-        # Tasks start in list order, newest member first (see the module's docstring).
+        # In list order, newest member first (see the module's docstring).
+        await d.binder.cancel_many(members[start : start + CANCEL_CHUNK])
+
+
+async def cancel_each(d: Handle, execution_ids: list[str]) -> None:
+    """``Binder.cancel_many`` one cancel each, ``SIDE_BY_SIDE`` at a time (their commits ride together)."""
+    for start in range(0, len(execution_ids), SIDE_BY_SIDE):
+        chunk = execution_ids[start : start + SIDE_BY_SIDE]
         answers = await asyncio.gather(*(d.binder.cancel(m) for m in chunk), return_exceptions=True)
         for answer in answers:
             # Finished meanwhile (FailedPrecondition), or gone: nothing left to cancel.

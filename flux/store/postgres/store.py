@@ -190,6 +190,9 @@ class PostgresStore(AdminTables, BatchTables, PostgresSchedules, Store):
     def save(self, execution: Execution) -> asyncio.Future[None]:
         return self._writes.save(execution)
 
+    def save_many(self, executions: list[Execution]) -> asyncio.Future[None]:
+        return self._writes.save_many(executions)
+
     def claim(
         self, dispatches: list[Execution], with_rows: bool = False
     ) -> asyncio.Future[dict[str, Execution]]:

@@ -112,6 +112,9 @@ class Writer:
     def save(self, execution: Execution) -> asyncio.Future[None]:
         return self._commits.save(execution)
 
+    def save_many(self, executions: list[Execution]) -> asyncio.Future[None]:
+        return self._commits.save_many(executions)
+
     def claim(
         self, dispatches: list[Execution], with_rows: bool = False
     ) -> asyncio.Future[dict[str, Execution]]:

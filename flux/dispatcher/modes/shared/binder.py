@@ -20,7 +20,7 @@ from flux.dispatcher.modes.shared import waiting
 from flux.dispatcher.modes.shared.flow_guard import ClusterFlow
 from flux.dispatcher.state.deadlines import SHARED_BUCKET, Kind
 from flux.dispatcher.state.worker_entry import WorkerEntry
-from flux.dispatcher.transitions import cancel, submission
+from flux.dispatcher.transitions import batches, cancel, submission
 from flux.dispatcher.transitions.gangs import member_workers
 from flux.domain.execution import Execution, ExecutionError, State
 from flux.errors import FailedPrecondition, Unavailable
@@ -295,6 +295,9 @@ class SharedBinder:
         # stops it: each announcing would log and count one cancel twice.
         self.d.events.finished(cancelled)
         return cancelled
+
+    async def cancel_many(self, execution_ids: list[str]) -> None:
+        await batches.cancel_each(self.d, execution_ids)  # each a guarded row update, as one cancel
 
     def fail_waiting(self, execution: Execution, error: ExecutionError) -> None:
         waiting.fail_waiting(self.d, self.store, self.tasks, self.claiming, execution, error)
