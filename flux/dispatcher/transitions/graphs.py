@@ -23,7 +23,6 @@ from flux.dispatcher.state import validation
 from flux.dispatcher.transitions import dependencies, submission
 from flux.domain.dependencies import MAX_AFTER, broken, checked_after, checked_when, find_cycle, verdict
 from flux.domain.execution import Copier, Execution, State
-from flux.domain.gang import GangRun
 from flux.domain.tenant import DEFAULT_TENANT
 from flux.errors import InvalidArgument, NotFound, ResourceExhausted
 
@@ -139,20 +138,8 @@ _ITEM_FIELDS = (
 def _maker(record: WorkflowRecord, trace: str, tenant: str, now: float) -> Copier:
     """Makes the executions of ``record``'s items: what they share, set once."""
     policy = submission.policy_for(record, submission.NO_OVERRIDES)  # an item sets no timeout or retry
-    template = Execution(
-        execution_id="",
-        workflow=record.ref,
-        seq=0,
-        input_json="",
-        max_attempts=policy.max_attempts if policy is not None else record.max_attempts,
-        policy=policy,
-        created_at=now,
-        updated_at=now,
-        tenant=tenant,
-        trace=trace,
-        gang=GangRun(record.gang.size) if record.gang is not None else None,
-    )
-    return Copier(template, _ITEM_FIELDS)
+    size = record.gang.size if record.gang is not None else None
+    return Copier(submission.template_of(record, policy, now, tenant, trace, size), _ITEM_FIELDS)
 
 
 def _build(

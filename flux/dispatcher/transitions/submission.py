@@ -230,7 +230,20 @@ def _new(
     size = gang_size if gang_size is not None else record.gang.size if record.gang is not None else None
     if ids is None:
         ids = new_ids(len(inputs))
-    template = Execution(
+    template = template_of(record, policy, now, tenant, trace, size).evolve(priority=rank, batch_id=batch_id)
+    first = d.take_seq(len(inputs))  # consecutive, in input order
+    rows = zip(ids, range(first, first + len(inputs)), inputs, keys, strict=True)
+    executions = copies(template, ("execution_id", "seq", "input_json", "flow_keys"), rows)
+    traces = d.events.traces
+    return executions if traces is None else [traces.accepted(e) for e in executions]
+
+
+def template_of(
+    record: WorkflowRecord, policy: Policy | None, now: float, tenant: str, trace: str, gang_size: int | None
+) -> Execution:
+    """What every execution of ``record`` made by one call shares (its members are copies of it,
+    with their own id, sequence number and input)."""
+    return Execution(
         execution_id="",
         workflow=record.ref,
         seq=0,
@@ -239,17 +252,10 @@ def _new(
         policy=policy,
         created_at=now,
         updated_at=now,
-        priority=rank,
         tenant=tenant,
         trace=trace,
-        gang=GangRun(size) if size is not None else None,
-        batch_id=batch_id,
+        gang=GangRun(gang_size) if gang_size is not None else None,
     )
-    first = d.take_seq(len(inputs))  # consecutive, in input order
-    rows = zip(ids, range(first, first + len(inputs)), inputs, keys, strict=True)
-    executions = copies(template, ("execution_id", "seq", "input_json", "flow_keys"), rows)
-    traces = d.events.traces
-    return executions if traces is None else [traces.accepted(e) for e in executions]
 
 
 def new_ids(count: int) -> list[str]:
