@@ -46,15 +46,21 @@ async def store(tmp_path: Path) -> AsyncIterator[SqliteStore]:
 
 @pytest.fixture
 def writers(monkeypatch: pytest.MonkeyPatch) -> list[tuple[str, int]]:
-    """(thread name, rows) of each upsert the store runs."""
+    """(thread name, rows) of each write of rows the store runs: bound row by row on the loop
+    (``upsert``), or a batch on the thread (``upsert_executions``, sqlite_bulk.py)."""
     seen: list[tuple[str, int]] = []
-    upsert = sqlite_store.upsert
+    upsert, upsert_executions = sqlite_store.upsert, sqlite_store.upsert_executions
 
     def recorded(db: sqlite3.Connection, rows: list[tuple[object, ...]]) -> None:
         seen.append((threading.current_thread().name, len(rows)))
         upsert(db, rows)
 
+    def recorded_batch(db: sqlite3.Connection, batch: list[Execution]) -> None:
+        seen.append((threading.current_thread().name, len(batch)))
+        upsert_executions(db, batch)
+
     monkeypatch.setattr(sqlite_store, "upsert", recorded)
+    monkeypatch.setattr(sqlite_store, "upsert_executions", recorded_batch)
     return seen
 
 
