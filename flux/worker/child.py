@@ -6,8 +6,8 @@ timeout) is run by ``python -m flux.worker.child``: the worker kills it when the
 attempt, and only then hands the attempt back, so its room is never given to other work while it
 still runs. Async bodies stay in the worker and are stopped by cancellation.
 
-Protocol: one JSON line on stdin, a file the worker wrote (the workflow's file, the entrypoint, the
-context's fields, the heartbeat interval); JSON lines back on the process's original stdout: ``["beat", details_json]`` at most once
+Protocol: the job as JSON in a file the worker wrote and names as the one argument (the workflow's
+file, the entrypoint, the context's fields, the heartbeat interval); JSON lines back on the process's original stdout: ``["beat", details_json]`` at most once
 per interval (the latest details win), then ``["ok", output_json]`` or ``["error", type, message,
 traceback, bases]``. The body's own prints go to stderr, so they never mix with the protocol.
 """
@@ -59,7 +59,9 @@ def main() -> None:
     os.dup2(2, 1)  # the body's prints go to the worker's stderr, never into the protocol
     sys.stdout = sys.stderr
     lock = threading.Lock()
-    job = json.loads(sys.stdin.readline())
+    with open(sys.argv[1], encoding="utf-8") as file:  # the job, written by the worker
+        job = json.load(file)
+    os.unlink(sys.argv[1])
 
     def answer(*item: object) -> None:
         with lock:

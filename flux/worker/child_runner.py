@@ -2,17 +2,21 @@
 job given as its stdin, its heartbeats and result read back, the process killed if stopped. Its
 own module since it is the one place the worker spawns a process; executions.py only calls it.
 
-The job reaches the child as an unlinked temporary file on its stdin, not through a pipe the worker
-writes: under uvloop a pipe written right after the spawn was now and then already closed on our
-side ("unable to perform operation on <WriteUnixTransport closed=True>"), which failed the attempt
-with a RuntimeError that was never the body's. A file is complete before the child starts.
+The job reaches the child as a temporary file named on its command line, not through a pipe or a
+descriptor the worker hands over: under uvloop a stdin pipe written right after the spawn was now
+and then already closed on our side ("unable to perform operation on <WriteUnixTransport
+closed=True>"), and a file passed as stdin now and then reached the child empty, each failing the
+attempt with an error that was never the body's. A named file is complete before the child starts
+and shares nothing with the worker's descriptors.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import inspect
 import json
+import os
 import sys
 import tempfile
 from collections.abc import Callable
@@ -46,13 +50,16 @@ async def in_child(
             "upstream": ctx.upstream,
         },
     }
-    with tempfile.TemporaryFile() as stdin:
-        stdin.write(json.dumps(job).encode() + b"\n")
-        stdin.seek(0)
+    with tempfile.NamedTemporaryFile("w", suffix=".json", prefix="flux-job-", delete=False) as file:
+        json.dump(job, file)
+    try:
         process = await asyncio.create_subprocess_exec(
-            sys.executable, "-m", "flux.worker.child",
-            stdin=stdin, stdout=asyncio.subprocess.PIPE, limit=64 << 20,
+            sys.executable, "-m", "flux.worker.child", file.name,
+            stdin=asyncio.subprocess.DEVNULL, stdout=asyncio.subprocess.PIPE, limit=64 << 20,
         )  # fmt: skip
+    except BaseException:
+        os.unlink(file.name)
+        raise
     assert process.stdout is not None
     try:
         while True:
@@ -73,3 +80,5 @@ async def in_child(
         if process.returncode is None:
             process.kill()  # stopped (cancelled) or done: never leave the body running
             await asyncio.shield(process.wait())
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(file.name)  # the child removes it once read; here if it never got that far
