@@ -111,8 +111,10 @@ def test_work_the_server_wrongly_believes_a_returning_worker_runs_is_released_an
     )
     cluster.restart_server("--grace-period", "600")
     eventually(lambda: cluster.worker_connected("keeper"), what="keeper back")
-    # On SQLite the pause ended with the process; PostgreSQL keeps it: resume either way.
-    assert cluster.flux("worker", "resume", "keeper").returncode == 0
+    # On SQLite the pause ended with the process; PostgreSQL keeps it: resume either way. Until
+    # the worker's new stream reaches the restarted server, resume answers "not connected" (on
+    # PostgreSQL the listing above may still show the row the old server left).
+    eventually(lambda: cluster.flux("worker", "resume", "keeper").returncode == 0, what="keeper resumed")
     final = cluster.client.wait(execution.execution_id, timeout=30)
     assert final.state == COMPLETED and final.worker == "keeper"
     assert json.loads(final.output_json) == {"input": "orphan", "worker": "keeper"}
