@@ -13,7 +13,6 @@ from typing import Any
 
 import pytest
 
-from flux.dispatcher.modes.shared.replica import shared
 from flux.dispatcher.state.session import Scheduled
 from flux.dispatcher.transitions.submission import Overrides
 from flux.domain.execution import State
@@ -21,14 +20,6 @@ from tests.unit.harness import Flux, settled
 from tests.unit.shared_memory_store import SharedMemoryStore
 
 pytestmark = pytest.mark.timeout(10)
-
-
-@pytest.fixture
-async def replica():
-    store = SharedMemoryStore()
-    f = await Flux(store, modes=shared(store)).start()
-    yield f
-    await f.d.stop()
 
 
 async def _dependent_of_a_running_one(replica: Flux, dependent_cpu: int = 1) -> tuple[str, str, Any]:

@@ -16,7 +16,6 @@ from typing import Any
 
 import pytest
 
-from flux.dispatcher.modes.shared.replica import shared
 from flux.dispatcher.modes.shared.worker_documents import info_of, load_of
 from flux.dispatcher.state.session import Scheduled, Stop
 from flux.dispatcher.state.worker_entry import WorkerEntry
@@ -26,18 +25,10 @@ from flux.errors import Unavailable
 from flux.observe.status import BUSY, StatusBoard
 from flux.store import notices
 from flux.store.base import Conflict
-from tests.unit.harness import Flux, resources, settled
+from tests.unit.harness import resources, settled
 from tests.unit.shared_memory_store import SharedMemoryStore
 
 pytestmark = pytest.mark.timeout(10)
-
-
-@pytest.fixture
-async def replica():
-    store = SharedMemoryStore()
-    f = await Flux(store, modes=shared(store)).start()
-    yield f
-    await f.d.stop()
 
 
 def remote_worker(name: str, cpu: int) -> tuple[str, dict[str, Any]]:

@@ -10,7 +10,6 @@ import dataclasses
 
 import pytest
 
-from flux.dispatcher.modes.shared.replica import shared
 from flux.domain.execution import ExecutionError, State
 from flux.domain.policy import PENDING_TIMEOUT, Policy
 from flux.domain.resource_request import ResourceRequest
@@ -21,14 +20,6 @@ from tests.unit.harness import Flux, settled
 from tests.unit.shared_memory_store import SharedMemoryStore
 
 pytestmark = pytest.mark.timeout(10)
-
-
-@pytest.fixture
-async def replica():
-    store = SharedMemoryStore()
-    f = await Flux(store, modes=shared(store)).start()
-    yield f
-    await f.d.stop()
 
 
 async def announce(replica: Flux, execution_id: str, **row: object) -> PendingRef:
