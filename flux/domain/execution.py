@@ -9,16 +9,17 @@ older one are refused.
 
 from __future__ import annotations
 
+import functools
 import operator
 from dataclasses import dataclass, fields
 from enum import IntEnum
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from flux.domain.gang import GangRun
 from flux.domain.policy import Attempt, Policy, default_policy
 
 if TYPE_CHECKING:  # the wire types load only where a conversion runs (the edges)
-    from collections.abc import Iterable
+    from collections.abc import Callable, Iterable
 
     from flux.v1 import worker_pb2
 
@@ -160,19 +161,15 @@ class Execution:
 
     def evolve(self, **changes: object) -> Execution:
         """A copy with ``changes``: ``dataclasses.replace`` without its trip through ``__init__``,
-        which sets each of a frozen class's fields through ``object.__setattr__`` (twice the time;
-        a few evolves per execution on the dispatcher's hot path). Each slot is set once, through
-        its own descriptor."""
+        which sets each of a frozen class's fields through ``object.__setattr__`` (a few evolves per
+        execution on the dispatcher's hot path). The copy is filled in as a ``_Draft`` (below)."""
         values = list(_execution_values(self))
         for name, value in changes.items():
             index = _FIELD_INDEX.get(name)
             if index is None:
                 raise TypeError(f"Execution has no field {name!r}")
             values[index] = value
-        copy = _new_execution(Execution)
-        for set_slot, value in zip(_SLOT_SETTERS, values, strict=True):
-            set_slot(copy, value)
-        return copy
+        return _made(values)
 
     def moved_from(self, earlier: Execution) -> bool:
         """Whether a watcher that saw ``earlier`` has news in this state (not just a rewrite)."""
@@ -184,13 +181,47 @@ class Execution:
         )
 
 
-# For Execution.evolve: every field, read in one call, and each slot's own setter (the member
-# descriptor a frozen class's __setattr__ refuses to reach).
+class _Draft:
+    """An ``Execution``'s slots, in the same order, without the frozen class's ``__setattr__``.
+
+    ``evolve`` and a bulk submission's copies (``Copier``) run for every execution. They fill a
+    copy in as one of these, by plain attribute stores, then make it an ``Execution``: Python
+    allows the class change between classes whose slots are the same. The other way into a frozen
+    slotted class, each slot's descriptor ``__set__`` called in turn, costs about twice as much
+    (2.9 µs against 1.4 µs for a 32-field copy on the reference box).
+    """
+
+    __slots__ = Execution.__slots__
+
+
 _EXECUTION_FIELDS = tuple(field.name for field in fields(Execution))
 _FIELD_INDEX = {name: index for index, name in enumerate(_EXECUTION_FIELDS)}
 _execution_values = operator.attrgetter(*_EXECUTION_FIELDS)
-_SLOT_SETTERS = tuple(Execution.__dict__[name].__set__ for name in _EXECUTION_FIELDS)
-_new_execution = object.__new__
+
+
+def _compiled(name: str, source: str) -> Callable[..., Any]:
+    """The function ``name`` defined by ``source`` (generated here, as ``dataclasses`` generates
+    ``__init__``: a statement per field, no loop over descriptors)."""
+    namespace: dict[str, Any] = {"Draft": _Draft, "Execution": Execution, "new": object.__new__}
+    exec(compile(source, f"<flux.domain.execution.{name}>", "exec"), namespace)  # noqa: S102
+    return namespace[name]
+
+
+def _stores(names: Iterable[str]) -> str:
+    """The targets of one unpacking assignment that sets ``names`` on ``copy``."""
+    return "(" + "".join(f"copy.{name}, " for name in names) + ")"
+
+
+# An Execution with every field from ``values``, in field order.
+_made: Callable[[list[object]], Execution] = _compiled(
+    "made",
+    f"""def made(values):
+    copy = new(Draft)
+    {_stores(_EXECUTION_FIELDS)} = values
+    copy.__class__ = Execution
+    return copy
+""",
+)
 
 
 def copies(
@@ -203,37 +234,38 @@ def copies(
 
 class Copier:
     """Makes copies of ``template`` with the fields ``names`` set from each row (``evolve`` for
-    many: each slot set once through its descriptor, the shared values looked up once)."""
+    many: the shared values looked up once, each copy filled in by generated stores)."""
 
-    __slots__ = ("_fixed", "_varying")
+    __slots__ = ("_fixed", "_many")
 
     def __init__(self, template: Execution, names: tuple[str, ...]):
-        index = {_FIELD_INDEX.get(name, -1) for name in names}
-        if len(index) != len(names) or -1 in index:
+        if len(set(names)) != len(names) or not set(names) <= _FIELD_INDEX.keys():
             raise TypeError(f"Execution fields named twice or unknown: {names!r}")
-        values = _execution_values(template)
-        self._fixed = [
-            (set_slot, value)
-            for position, (set_slot, value) in enumerate(zip(_SLOT_SETTERS, values, strict=True))
-            if position not in index
-        ]
-        self._varying = [_SLOT_SETTERS[_FIELD_INDEX[name]] for name in names]
+        fixed = tuple(name for name in _EXECUTION_FIELDS if name not in names)
+        self._fixed = tuple(getattr(template, name) for name in fixed)
+        self._many = _copier(fixed, names)
 
     def __call__(self, row: tuple[object, ...]) -> Execution:
-        copy = _new_execution(Execution)
-        for set_slot, value in self._fixed:
-            set_slot(copy, value)
-        for set_slot, value in zip(self._varying, row, strict=True):
-            set_slot(copy, value)
-        return copy
+        return self._many((row,), self._fixed)[0]
 
     def many(self, rows: Iterable[tuple[object, ...]]) -> list[Execution]:
-        fixed, varying, made = self._fixed, self._varying, []
-        for row in rows:
-            copy = _new_execution(Execution)
-            for set_slot, value in fixed:
-                set_slot(copy, value)
-            for set_slot, value in zip(varying, row, strict=True):
-                set_slot(copy, value)
-            made.append(copy)
-        return made
+        return self._many(rows, self._fixed)
+
+
+@functools.cache
+def _copier(fixed: tuple[str, ...], varying: tuple[str, ...]) -> Callable[..., list[Execution]]:
+    """``many(rows, values)``: a copy per row, ``fixed`` set from ``values`` and ``varying`` from the row."""
+    return _compiled(
+        "many",
+        f"""def many(rows, values):
+    made = []
+    append = made.append
+    for row in rows:
+        copy = new(Draft)
+        {_stores(fixed)} = values
+        {_stores(varying)} = row
+        copy.__class__ = Execution
+        append(copy)
+    return made
+""",
+    )
