@@ -13,6 +13,10 @@ run waits for its receipt up to the longer of the wait's timeout and the client'
 and for its final state until the wait's timeout has passed since it began; then it stops
 waiting (``TimedOut``), the call stays open for the other runs, and a late answer for it is
 dropped. The caller says where the execution stands then, as a timed-out ``wait`` does.
+
+A run asks for its receipt only once it has gone on for ``RECEIPT_AFTER_MS`` (or its timeout,
+if shorter): a run that ends sooner is answered by its final state alone, a message fewer for
+the server and the client each. Its execution id is in that final state.
 """
 
 from __future__ import annotations
@@ -37,6 +41,10 @@ ENDED = "the Flux server at {} ended the run without an answer"
 LATE = "the Flux server at {} did not answer in time"
 # What the reader hands a run: an answer, or the call's end (its error, or None: ended cleanly).
 Handed = Answer | grpc.RpcError | None
+# How long a run's receipt waits for its final state (RunAndWaitStreamRequest.receipt_after_ms).
+# Runs one after another on the peers workload end in about 2 ms: their receipts are not sent.
+# Never longer than the run's timeout, so a run that times out has its execution id by then.
+RECEIPT_AFTER_MS = 5
 # Put on an asyncio run's queue by its timer: the wait ran out.
 _EXPIRED = object()
 
@@ -48,6 +56,11 @@ class TimedOut(Exception):
     def __init__(self, execution_id: str | None):
         super().__init__(execution_id)
         self.execution_id = execution_id
+
+
+def _request(run_id: int, run: control_pb2.RunWorkflowRequest, timeout: float | None) -> Request:
+    after = RECEIPT_AFTER_MS if timeout is None else max(0, min(RECEIPT_AFTER_MS, int(timeout * 1000)))
+    return Request(run_id=run_id, run=run, receipt_after_ms=after)
 
 
 class _Deadlines:
@@ -74,14 +87,14 @@ class _Call:
         self._call = open_call(iter(self._requests.get, None))
         threading.Thread(target=self._read, name="flux-runs", daemon=True).start()
 
-    def send(self, run_id: int, request: control_pb2.RunWorkflowRequest) -> queue.SimpleQueue[Handed] | None:
+    def send(self, request: Request) -> queue.SimpleQueue[Handed] | None:
         """Queue the run; its answers arrive on the queue returned (None: the call has ended)."""
         answers: queue.SimpleQueue[Handed] = queue.SimpleQueue()
         with self._lock:
             if self.ended:
                 return None
-            self._waiting[run_id] = answers
-        self._requests.put(Request(run_id=run_id, run=request))
+            self._waiting[request.run_id] = answers
+        self._requests.put(request)
         return answers
 
     def forget(self, run_id: int) -> None:
@@ -142,6 +155,8 @@ class _Run:
             self.receipt = handed.accepted
             return self.MORE
         if kind == "finished":
+            if self.receipt is None:  # it ended before its receipt was due (receipt_after_ms)
+                self.receipt = handed.finished
             return handed.finished
         raise from_code_name(handed.refused.code, handed.refused.message)
 
@@ -171,7 +186,7 @@ class RunStream:
                 if self._call is None or self._call.ended:
                     self._call = _Call(self._open_call)
                 call, run_id = self._call, next(self._ids)
-            answers = call.send(run_id, request)
+            answers = call.send(_request(run_id, request, timeout))
         run = _Run()
         outcome: object = _Run.MORE
         while outcome is _Run.MORE:
@@ -223,7 +238,7 @@ class AsyncRunStream:
         expiry: asyncio.TimerHandle | None = None
         try:
             async with self._writing:
-                write = asyncio.ensure_future(call.write(Request(run_id=run_id, run=request)))
+                write = asyncio.ensure_future(call.write(_request(run_id, request, timeout)))
                 if call is not self._started:
                     # Raced against the reader: grpc.aio's first write waits for the call to start,
                     # forever where the call ends first; the reader then tells us why.

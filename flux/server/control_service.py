@@ -210,6 +210,7 @@ class ControlService(control_pb2_grpc.ControlServiceServicer):
         ):
             run, run_id = request.run, request.run_id
             try:
+                receipt_after = run_convert.receipt_after(request)
                 accepted = await self.dispatcher.submit(
                     run.workflow_name,
                     run.input_json,
@@ -220,8 +221,13 @@ class ControlService(control_pb2_grpc.ControlServiceServicer):
                     every_workflow=caller.cluster_admin,
                     overrides=run_convert.run_overrides(run)._replace(sees=caller.sees),
                 )
-                answer(Answer(run_id=run_id, accepted=convert.execution_to_proto(accepted)))
-                done = await waiting.final(self.dispatcher, accepted.execution_id, accepted)
+                done = await waiting.final_with_receipt(
+                    self.dispatcher,
+                    accepted.execution_id,
+                    accepted,
+                    lambda: answer(Answer(run_id=run_id, accepted=convert.execution_to_proto(accepted))),
+                    receipt_after,
+                )
                 answer(Answer(run_id=run_id, finished=convert.execution_to_proto(done)))
             except Exception as exc:
                 answer(Answer(run_id=run_id, refused=call_refused(self.dispatcher, exc)))

@@ -33,6 +33,20 @@ def run_overrides(run: control_pb2.RunWorkflowRequest | control_pb2.RunWorkflows
     return Overrides(timeout, retry, key, gang_size, tuple(run.after), run.when)
 
 
+# RunAndWaitStreamRequest.receipt_after_ms: at most a minute.
+MAX_RECEIPT_AFTER_MS = 60_000
+
+
+def receipt_after(request: control_pb2.RunAndWaitStreamRequest) -> float:
+    """How long a RunAndWaitStream run's receipt may wait for its final state, in seconds (checked)."""
+    if request.receipt_after_ms > MAX_RECEIPT_AFTER_MS:
+        raise InvalidArgument(
+            f"receipt_after_ms is {request.receipt_after_ms}; give 0 (the receipt at once) to "
+            f"{MAX_RECEIPT_AFTER_MS} milliseconds"
+        )
+    return request.receipt_after_ms / 1000
+
+
 def batch_ask(run: control_pb2.RunWorkflowsRequest) -> BatchAsk:
     """A bulk submission's batch fields, checked (transitions/batches.py)."""
     most = run.max_concurrent if run.HasField("max_concurrent") else None

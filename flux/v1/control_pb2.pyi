@@ -2621,8 +2621,15 @@ class RunAndWaitStreamRequest(_message.Message):
 
     RUN_ID_FIELD_NUMBER: _builtins.int
     RUN_FIELD_NUMBER: _builtins.int
+    RECEIPT_AFTER_MS_FIELD_NUMBER: _builtins.int
     run_id: _builtins.int
     """Chosen by the client, unique among its runs in flight on this call; the answers echo it."""
+    receipt_after_ms: _builtins.int
+    """Send the receipt only if the run has not finished within this many milliseconds; a run that
+    finishes sooner is answered by its final state alone (its execution id is in it). 0 (the
+    default): the receipt at once. At most 60,000. A receipt costs the server and the client a
+    message each; a client that runs short executions one after another saves both.
+    """
     @_builtins.property
     def run(self) -> Global___RunWorkflowRequest:
         """What to run, as for RunWorkflow."""
@@ -2632,10 +2639,11 @@ class RunAndWaitStreamRequest(_message.Message):
         *,
         run_id: _builtins.int = ...,
         run: Global___RunWorkflowRequest | None = ...,
+        receipt_after_ms: _builtins.int = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["run", b"run"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["run", b"run", "run_id", b"run_id"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["receipt_after_ms", b"receipt_after_ms", "run", b"run", "run_id", b"run_id"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -2643,7 +2651,9 @@ Global___RunAndWaitStreamRequest: _TypeAlias = RunAndWaitStreamRequest  # noqa: 
 
 @_typing.final
 class RunAndWaitStreamResponse(_message.Message):
-    """One answer on a RunAndWaitStream call: a run's receipt, then its final state or its refusal."""
+    """One answer on a RunAndWaitStream call: a run's receipt, then its final state or its refusal
+    (the final state alone where receipt_after_ms let the receipt wait and the run finished first).
+    """
 
     DESCRIPTOR: _descriptor.Descriptor
 
@@ -2655,7 +2665,7 @@ class RunAndWaitStreamResponse(_message.Message):
     """The run's run_id."""
     @_builtins.property
     def accepted(self) -> Global___Execution:
-        """The execution as accepted (durable), as RunWorkflow answers it: first."""
+        """The execution as accepted (durable), as RunWorkflow answers it: first (if sent)."""
 
     @_builtins.property
     def finished(self) -> Global___Execution:

@@ -123,6 +123,35 @@ def test_run_and_wait_stream_answers_each_run_under_its_id_and_a_refusal_ends_on
     assert cluster.query("SELECT count(*) FROM executions")[0][0] == 3
 
 
+def test_a_receipt_asked_to_wait_is_sent_only_for_a_run_still_going_then(cluster: Cluster):
+    stub = control(cluster)
+    requests: queue.Queue[S.RunAndWaitStreamRequest | None] = queue.Queue()
+    call = stub.RunAndWaitStream(iter(requests.get, None), timeout=60)
+    echo = S.RunWorkflowRequest(workflow_name="echo", input_json='"hi"')
+    # No worker: the run cannot end, so its receipt comes once its 100 ms have passed.
+    requests.put(S.RunAndWaitStreamRequest(run_id=1, run=echo, receipt_after_ms=100))
+    receipt = next(call)
+    assert receipt.run_id == 1 and receipt.WhichOneof("answer") == "accepted"
+    assert receipt.accepted.state == S.EXECUTION_STATE_CREATED
+    cluster.start_worker("w1")
+    final = next(call)
+    assert final.WhichOneof("answer") == "finished" and final.finished.execution_id == receipt.accepted.execution_id
+    # A run that ends within its minute is answered by its final state alone, its id in it.
+    requests.put(S.RunAndWaitStreamRequest(run_id=2, run=echo, receipt_after_ms=60_000))
+    only = next(call)
+    assert only.run_id == 2 and only.WhichOneof("answer") == "finished"
+    assert only.finished.state == S.EXECUTION_STATE_COMPLETED
+    assert cluster.client.get(only.finished.execution_id).state == S.EXECUTION_STATE_COMPLETED
+    # Past a minute: refused, naming the field and the accepted range, and nothing stored.
+    requests.put(S.RunAndWaitStreamRequest(run_id=3, run=echo, receipt_after_ms=60_001))
+    refused = next(call)
+    assert refused.run_id == 3 and refused.refused.code == "INVALID_ARGUMENT"
+    assert "receipt_after_ms" in refused.refused.message and "60000" in refused.refused.message
+    requests.put(None)
+    assert list(call) == []
+    assert cluster.query("SELECT count(*) FROM executions")[0][0] == 2
+
+
 def test_run_and_wait_stream_refuses_a_read_token_for_the_whole_call(cluster: Cluster):
     token = cluster.client.tenants.create_token("default", "read")
     channel = grpc.insecure_channel(cluster.address)

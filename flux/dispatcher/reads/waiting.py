@@ -76,6 +76,26 @@ async def final(d: Handle, execution_id: str, known: Execution | None = None) ->
         d.watchers.unsubscribe(execution_id, updates)
 
 
+async def final_with_receipt(
+    d: Handle, execution_id: str, known: Execution, receipt: Callable[[], None], after: float
+) -> Execution:
+    """``final``, calling ``receipt()`` first, or once ``after`` seconds have passed without a final
+    state (``after`` > 0): a RunAndWaitStream run that asked for its receipt to wait
+    (``receipt_after_ms``) and ends sooner is answered by its final state alone, a message fewer
+    each way."""
+    if after <= 0:
+        receipt()
+        return await final(d, execution_id, known)
+    ending = asyncio.ensure_future(final(d, execution_id, known))
+    try:
+        if (await asyncio.wait((ending,), timeout=after))[0] and ending.exception() is None:
+            return ending.result()
+        receipt()  # still going; or its wait failed, and its refusal follows the receipt, as it would have
+        return await ending
+    finally:
+        ending.cancel()
+
+
 async def known(
     d: Handle, execution_ids: Iterable[str], visible: Callable[[Execution], bool] | None = None
 ) -> list[Execution]:
