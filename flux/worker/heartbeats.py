@@ -45,6 +45,19 @@ class Heartbeats:
         self.raw = details_json
         self._kick()
 
+    def alive(self) -> None:
+        """One heartbeat now, without details: the body has just started in its own process.
+
+        The server counts the heartbeat window from the claim; a child process's start can use
+        most of it before the body could beat. Empty details are "none" to the server, which keeps
+        the last ones (what a retry resumes from), and the details waiting here are left to go as
+        usual. Nothing is sent without a heartbeat timeout: then nobody watches for silence.
+        """
+        if self.closed or not self.dispatch.heartbeat_interval:
+            return
+        task = self.loop.create_task(self.send(self.dispatch.execution_id, self.dispatch.generation, ""))
+        task.add_done_callback(_quiet)
+
     def _kick(self) -> None:
         if self.scheduled or self.closed:
             return
