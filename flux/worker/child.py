@@ -14,8 +14,9 @@ called, then ``["beat", details_json]`` at most once per interval (the latest de
 to stderr, so they never mix with the protocol.
 
 ``started``: starting Python and importing Flux and the workflow's module can take seconds on a
-loaded machine, all counted against a heartbeat window the server started at the claim. The worker
-answers it with one heartbeat without details, so the window counts from the body's start.
+loaded machine, all counted against a heartbeat window the server started at the claim. Until it
+comes the worker heartbeats for this process (without details), and answers it with one more, so
+the window counts from the body's start.
 """
 
 from __future__ import annotations

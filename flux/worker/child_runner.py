@@ -61,6 +61,7 @@ async def in_child(
         os.unlink(file.name)
         raise
     assert process.stdout is not None
+    beats.starting()
     try:
         answer = await answers(process.stdout, beats)
         if answer is None:
@@ -82,8 +83,8 @@ async def answers(
 ) -> tuple[str | None, ExecutionError | None] | None:
     """The child's lines (child.py's protocol) until its result; None if it ended without one.
 
-    ``started`` is one liveness beat: the server's heartbeat window began at the claim, and the
-    child's start (Python, Flux, the workflow's module) may have used most of it.
+    ``started`` ends the heartbeats the worker sends while the child starts (``beats.starting``)
+    with one more: the body's heartbeat window counts from its start.
     """
     while True:
         line = await stdout.readline()
@@ -91,7 +92,7 @@ async def answers(
             return None
         item = json.loads(line)
         if item[0] == "started":
-            beats.alive()
+            beats.started()
         elif item[0] == "beat":
             beats.raw_beat(item[1])
         elif item[0] == "ok":

@@ -1,7 +1,8 @@
-"""A sync body run in its own process says when it starts: the worker answers with one heartbeat
-without details, so the server's heartbeat window counts from the body's start, not from a claim
-that a slow child start (Python, Flux, the workflow's module) may have used up; and the server keeps
-the last details through such a beat (what a retry resumes from). Pure: the child's lines fed to a
+"""A sync body run in its own process says when it starts: until then the worker heartbeats for the
+starting process (bounded by a grace), then once more at the start, each without details, so the
+server's heartbeat window counts from the body's start, not from a claim that a slow child start
+(Python, Flux, the workflow's module) may have used up; and the server keeps the last details
+through such beats (what a retry resumes from). Pure: the child's lines fed to a
 real ``asyncio.StreamReader``, a fake heartbeat call, the dispatcher over its in-memory store."""
 
 from __future__ import annotations
@@ -39,6 +40,7 @@ async def _sent(lines: list[list[object]], heartbeat_interval: float, waiting: o
         sent.append((execution_id, generation, details_json))
 
     beats = Heartbeats(send, _dispatch(heartbeat_interval))
+    beats.starting()  # as in_child does once the child is spawned
     if waiting is not None:
         beats.sent_at = beats.loop.time()  # a beat just went: these wait for the interval
         beats(waiting)
@@ -66,6 +68,51 @@ async def test_the_start_s_heartbeat_leaves_the_details_waiting_to_go_as_usual()
 async def test_without_a_heartbeat_timeout_the_start_sends_nothing() -> None:
     # Nobody watches a silence then: a sync body with only a timeout runs in a child too.
     assert await _sent([["started"], ["ok", "8"]], heartbeat_interval=0) == []
+
+
+async def test_while_the_child_starts_the_worker_beats_for_it_each_interval_and_stops_at_the_start() -> None:
+    sent: list[str] = []
+    first = asyncio.Event()
+
+    async def send(execution_id: str, generation: int, details_json: str) -> None:
+        sent.append(details_json)
+        first.set()
+
+    beats = Heartbeats(send, _dispatch(0.05))
+    stdout = asyncio.StreamReader()
+    beats.starting()
+    reading = asyncio.create_task(answers(stdout, beats))
+    await asyncio.wait_for(first.wait(), 5)  # a slow start: one interval went by, not started yet
+    stdout.feed_data(b'["started"]\n')
+    assert beats.start is not None
+    await asyncio.wait([beats.start], timeout=5)
+    assert beats.start.cancelled()  # read: the starting beats ended there
+    stdout.feed_data(b'["beat", "7"]\n["ok", "8"]\n')
+    stdout.feed_eof()
+    assert await asyncio.wait_for(reading, 5) == ("8", None)
+    await beats.close()
+    await asyncio.sleep(0)
+    # One or more while it started, one at its start, then the body's details.
+    assert sent[:-1] == [""] * (len(sent) - 1) and len(sent) >= 3
+    assert sent[-1] == "7"
+
+
+async def test_a_child_that_never_starts_its_body_is_spoken_for_only_within_the_start_grace(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(Heartbeats, "START_GRACE", 0.2)
+    sent: list[str] = []
+
+    async def send(execution_id: str, generation: int, details_json: str) -> None:
+        sent.append(details_json)
+
+    beats = Heartbeats(send, _dispatch(0.05))
+    beats.starting()
+    assert beats.start is not None
+    await asyncio.wait_for(beats.start, 5)  # it gives up by itself: the server's window runs again
+    await asyncio.sleep(0)
+    assert sent == [""] * 4
+    await beats.close()
 
 
 async def test_a_child_that_ends_without_a_result_is_none_after_its_start() -> None:
