@@ -26,7 +26,9 @@ def late_beating(ctx: ExecutionContext[float]) -> int:
     return beats
 
 
-@workflow.with_options(heartbeat_timeout="2s", retry=Retry(max_attempts=2, initial_delay="100ms", jitter=False))
+@workflow.with_options(
+    heartbeat_timeout="2s", retry=Retry(max_attempts=2, initial_delay="100ms", jitter=False)
+)
 def silent_once_started(ctx: ExecutionContext[None]) -> None:
     """Its first try beats once and fails; its second never beats after its start."""
     if ctx.attempt == 1:
