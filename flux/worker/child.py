@@ -7,9 +7,16 @@ attempt, and only then hands the attempt back, so its room is never given to oth
 still runs. Async bodies stay in the worker and are stopped by cancellation.
 
 Protocol: the job as JSON in a file the worker wrote and names as the one argument (the workflow's
-file, the entrypoint, the context's fields, the heartbeat interval); JSON lines back on the process's original stdout: ``["beat", details_json]`` at most once
-per interval (the latest details win), then ``["ok", output_json]`` or ``["error", type, message,
-traceback, bases]``. The body's own prints go to stderr, so they never mix with the protocol.
+file, the entrypoint, the context's fields, the heartbeat interval); JSON lines back on the process's
+original stdout: ``["started"]`` once the workflow's module is loaded, just before the body is
+called, then ``["beat", details_json]`` at most once per interval (the latest details win), then
+``["ok", output_json]`` or ``["error", type, message, traceback, bases]``. The body's own prints go
+to stderr, so they never mix with the protocol.
+
+``started``: starting Python and importing Flux and the workflow's module can take seconds on a
+loaded machine, all counted against a heartbeat window the server started at the claim. Until it
+comes the worker heartbeats for this process (without details), and answers it with one more, so
+the window counts from the body's start.
 """
 
 from __future__ import annotations
@@ -80,6 +87,7 @@ def main() -> None:
         fn = getattr(module, job["entrypoint"])
         beat = _Beats(out, lock, job["interval"])
         ctx = ExecutionContext(**job["context"], _beat=beat)
+        answer("started")
         result = fn(ctx)
         beat._send()  # the latest details, before the result
         answer("ok", json.dumps(result, allow_nan=False))

@@ -1,5 +1,5 @@
 """The parent's side of a sync body run in its own process (``python -m flux.worker.child``): the
-job given as its stdin, its heartbeats and result read back, the process killed if stopped. Its
+job given as a file, its start, heartbeats and result read back, the process killed if stopped. Its
 own module since it is the one place the worker spawns a process; executions.py only calls it.
 
 The job reaches the child as a temporary file named on its command line, not through a pipe or a
@@ -61,24 +61,41 @@ async def in_child(
         os.unlink(file.name)
         raise
     assert process.stdout is not None
+    beats.starting()
     try:
-        while True:
-            line = await process.stdout.readline()
-            if not line:
-                code = await process.wait()
-                return None, ExecutionError(
-                    "ChildProcessError", f"the body's process ended without a result (exit {code})"
-                )
-            item = json.loads(line)
-            if item[0] == "beat":
-                beats.raw_beat(item[1])
-            elif item[0] == "ok":
-                return item[1], None
-            else:
-                return None, ExecutionError(item[1], item[2], item[3], tuple(item[4]))
+        answer = await answers(process.stdout, beats)
+        if answer is None:
+            code = await process.wait()
+            return None, ExecutionError(
+                "ChildProcessError", f"the body's process ended without a result (exit {code})"
+            )
+        return answer
     finally:
         if process.returncode is None:
             process.kill()  # stopped (cancelled) or done: never leave the body running
             await asyncio.shield(process.wait())
         with contextlib.suppress(FileNotFoundError):
             os.unlink(file.name)  # the child removes it once read; here if it never got that far
+
+
+async def answers(
+    stdout: asyncio.StreamReader, beats: Heartbeats
+) -> tuple[str | None, ExecutionError | None] | None:
+    """The child's lines (child.py's protocol) until its result; None if it ended without one.
+
+    ``started`` ends the heartbeats the worker sends while the child starts (``beats.starting``)
+    with one more: the body's heartbeat window counts from its start.
+    """
+    while True:
+        line = await stdout.readline()
+        if not line:
+            return None
+        item = json.loads(line)
+        if item[0] == "started":
+            beats.started()
+        elif item[0] == "beat":
+            beats.raw_beat(item[1])
+        elif item[0] == "ok":
+            return item[1], None
+        else:
+            return None, ExecutionError(item[1], item[2], item[3], tuple(item[4]))

@@ -25,6 +25,9 @@ class Heartbeats:
 
     # Without a heartbeat timeout, heartbeats only carry details for the next attempt: one a second.
     DEFAULT_INTERVAL = 1.0
+    # A body's process that has not started the body by then is stuck (an import that hangs): the
+    # worker stops speaking for it, and the server's heartbeat timeout counts from there.
+    START_GRACE = 60.0
 
     def __init__(self, send: Callable[[str, int, str], Awaitable[None]], dispatch: Dispatch):
         self.send, self.dispatch = send, dispatch
@@ -36,6 +39,7 @@ class Heartbeats:
         self.sent_at = 0.0
         self.closed = False
         self.timer: asyncio.TimerHandle | None = None
+        self.start: asyncio.Task[None] | None = None  # heartbeats while a child process starts
 
     def __call__(self, details: object = None) -> None:
         self.latest, self.raw = details, None
@@ -44,6 +48,39 @@ class Heartbeats:
     def raw_beat(self, details_json: str) -> None:
         self.raw = details_json
         self._kick()
+
+    def starting(self) -> None:
+        """The body's process is starting: a heartbeat without details each interval until
+        ``started``, for at most ``START_GRACE``.
+
+        The server counts the heartbeat window from the claim, and starting Python, Flux and the
+        workflow's module can take longer than the window on a loaded machine: the worker, which
+        owns that process, speaks for it until the body runs. Nothing is sent without a heartbeat
+        timeout (nobody watches for silence then).
+        """
+        if self.dispatch.heartbeat_interval and self.start is None and not self.closed:
+            self.start = self.loop.create_task(self._vouch())
+
+    def started(self) -> None:
+        """The body starts now: one heartbeat without details, so its window counts from here.
+
+        Empty details are "none" to the server, which keeps the last ones (what a retry resumes
+        from); the body's own details waiting here go as usual.
+        """
+        if self.start is not None:
+            self.start.cancel()
+        self._alive()
+
+    async def _vouch(self) -> None:
+        for _ in range(int(self.START_GRACE / self.interval)):
+            await asyncio.sleep(self.interval)
+            self._alive()
+
+    def _alive(self) -> None:
+        if self.closed or not self.dispatch.heartbeat_interval:
+            return
+        task = self.loop.create_task(self.send(self.dispatch.execution_id, self.dispatch.generation, ""))
+        task.add_done_callback(_quiet)
 
     def _kick(self) -> None:
         if self.scheduled or self.closed:
@@ -77,6 +114,8 @@ class Heartbeats:
     async def close(self) -> None:
         """No more heartbeats; the latest details, if not sent yet, are sent first, so an attempt
         that fails right after a heartbeat leaves them to the next one (ctx.last_heartbeat)."""
+        if self.start is not None:
+            self.start.cancel()
         pending = None
         if self.scheduled and self.timer is not None:
             self.timer.cancel()
