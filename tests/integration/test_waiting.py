@@ -135,7 +135,10 @@ def test_a_receipt_asked_to_wait_is_sent_only_for_a_run_still_going_then(cluster
     assert receipt.accepted.state == S.EXECUTION_STATE_CREATED
     cluster.start_worker("w1")
     final = next(call)
-    assert final.WhichOneof("answer") == "finished" and final.finished.execution_id == receipt.accepted.execution_id
+    assert (
+        final.WhichOneof("answer") == "finished"
+        and final.finished.execution_id == receipt.accepted.execution_id
+    )
     # A run that ends within its minute is answered by its final state alone, its id in it.
     requests.put(S.RunAndWaitStreamRequest(run_id=2, run=echo, receipt_after_ms=60_000))
     only = next(call)
