@@ -165,6 +165,10 @@ class SharedStore(Protocol):
     async def cancel(self, execution_id: str, now: float) -> Execution | None:
         """Cancel an unfinished execution whichever replica holds it; None when finished or unknown."""
 
+    async def cancel_many(self, execution_ids: list[str], now: float) -> list[Execution]:
+        """``cancel`` for each, in one transaction: the rows it cancelled (a finished or unknown one
+        is left as it is)."""
+
     async def fail_waiting(
         self, execution_id: str, generation: int, reason: str, error: ExecutionError, now: float
     ) -> Execution | None:

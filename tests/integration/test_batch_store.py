@@ -90,3 +90,35 @@ async def test_a_version_11_sqlite_file_gains_batches(tmp_path: Path) -> None:
         assert version.fetchone()[0] == str(SCHEMA_VERSION)  # 13 or later: migrated to the current
     finally:
         await store.close()
+
+
+@pytest.mark.backends("postgres")
+async def test_a_replica_cancels_many_executions_guarded_in_one_transaction(
+    store: Store, pg_url: str
+) -> None:
+    import psycopg
+
+    assert isinstance(store, PostgresStore)
+    states = [State.CREATED, State.SCHEDULED, State.RUNNING, State.COMPLETED, State.FAILED, State.CREATED]
+    for n, state in enumerate(states):
+        await store.save(member(n, state))
+    listener = await psycopg.AsyncConnection.connect(pg_url, autocommit=True)
+    try:
+        await listener.execute("LISTEN flux_cancel")
+        await listener.execute("LISTEN flux_done")
+        cancelled = await store.cancel_many(["m00", "m01", "m02", "m03", "m04", "nobody"], 9.0)
+        # The unfinished ones, each as its row now is; finished and unknown ones left as they are.
+        assert sorted(e.execution_id for e in cancelled) == ["m00", "m01", "m02"]
+        assert all(e.state is State.CANCELLED and e.updated_at == 9.0 for e in cancelled)
+        rows = {e: (await store.get_execution(e)) for e in ("m00", "m03", "m04", "m05")}
+        assert [rows[e].state for e in ("m00", "m03", "m04", "m05")] == [  # type: ignore[union-attr]
+            State.CANCELLED, State.COMPLETED, State.FAILED, State.CREATED,
+        ]  # fmt: skip
+        heard = [(n.channel, n.payload) async for n in listener.notifies(timeout=2.0, stop_after=6)]
+        assert sorted(heard) == sorted(
+            (c, e) for c in ("flux_cancel", "flux_done") for e in ("m00", "m01", "m02")
+        )
+        assert await store.cancel_many(["m00", "m01"], 10.0) == []  # once
+        assert await store.cancel_many([], 10.0) == []
+    finally:
+        await listener.close()

@@ -15,20 +15,16 @@ running member's freed slot admits nobody who would only be cancelled next.
 
 from __future__ import annotations
 
-import asyncio
 from typing import TYPE_CHECKING, NamedTuple
 
 from flux.domain.batch import Batch, check_batch_id, check_max_concurrent, new_batch_id
-from flux.errors import FailedPrecondition, FluxError, InvalidArgument, NotFound
+from flux.errors import FailedPrecondition, InvalidArgument, NotFound
 
 if TYPE_CHECKING:
     from flux.dispatcher.handle import Handle
 
 # Members cancelled in one step (one server: one commit, Binder.cancel_many).
 CANCEL_CHUNK = 2_000
-# Members cancelled side by side, each its own cancel (replicas: a guarded update each, and each
-# holds one of the store's connections while it waits).
-SIDE_BY_SIDE = 500
 
 
 class BatchAsk(NamedTuple):
@@ -100,14 +96,3 @@ async def cancel(d: Handle, batch: Batch) -> None:
     for start in range(0, len(members), CANCEL_CHUNK):
         # In list order, newest member first (see the module's docstring).
         await d.binder.cancel_many(members[start : start + CANCEL_CHUNK])
-
-
-async def cancel_each(d: Handle, execution_ids: list[str]) -> None:
-    """``Binder.cancel_many`` one cancel each, ``SIDE_BY_SIDE`` at a time (their commits ride together)."""
-    for start in range(0, len(execution_ids), SIDE_BY_SIDE):
-        chunk = execution_ids[start : start + SIDE_BY_SIDE]
-        answers = await asyncio.gather(*(d.binder.cancel(m) for m in chunk), return_exceptions=True)
-        for answer in answers:
-            # Finished meanwhile (FailedPrecondition), or gone: nothing left to cancel.
-            if isinstance(answer, BaseException) and not isinstance(answer, (FailedPrecondition, NotFound)):
-                raise answer if isinstance(answer, FluxError) else FailedPrecondition(str(answer))

@@ -287,6 +287,29 @@ class PostgresStore(AdminTables, BatchTables, PostgresSchedules, Store):
             await db.execute("SELECT pg_notify('flux_done', %s)", (execution_id,))
             return execution_from_row(row)
 
+    async def cancel_many(self, execution_ids: list[str], now: float) -> list[Execution]:
+        """``cancel`` for each (a batch's members), guarded the same way, in one transaction and
+        three statements: one guarded update, and each channel's notifications at once. One row a
+        transaction held a pooled connection per member, 500 side by side, and a batch of 100,000
+        with a worker connected starved the worker's calls of connections past the pool's timeout."""
+        if not execution_ids:
+            return []
+        async with self._pool.connection() as db, db.transaction():
+            cursor = db.cursor(row_factory=dict_row)
+            await cursor.execute(
+                f"UPDATE executions SET state = {CANCELLED}, updated_at = %s "
+                f"WHERE execution_id = ANY(%s) AND state < {FINISHED} RETURNING {COLUMNS}",
+                (now, list(execution_ids)),
+            )
+            rows = await cursor.fetchall()
+            cancelled = [row["execution_id"] for row in rows]
+            if cancelled:
+                for channel in ("flux_cancel", "flux_done"):
+                    await db.execute(
+                        "SELECT pg_notify(%s, id) FROM unnest(%s::text[]) AS id", (channel, cancelled)
+                    )
+            return [execution_from_row(row) for row in rows]
+
     async def save_worker(self, identity: WorkerIdentity) -> None:
         await self.cluster.save_worker(identity)
 

@@ -20,7 +20,7 @@ from flux.dispatcher.modes.shared import waiting
 from flux.dispatcher.modes.shared.flow_guard import ClusterFlow
 from flux.dispatcher.state.deadlines import SHARED_BUCKET, Kind
 from flux.dispatcher.state.worker_entry import WorkerEntry
-from flux.dispatcher.transitions import batches, cancel, submission
+from flux.dispatcher.transitions import cancel, submission
 from flux.dispatcher.transitions.gangs import member_workers
 from flux.domain.execution import Execution, ExecutionError, State
 from flux.errors import FailedPrecondition, Unavailable
@@ -297,7 +297,18 @@ class SharedBinder:
         return cancelled
 
     async def cancel_many(self, execution_ids: list[str]) -> None:
-        await batches.cancel_each(self.d, execution_ids)  # each a guarded row update, as one cancel
+        """Each a guarded update, as ``cancel`` makes it, all in one transaction; stopped here where
+        held, and announced as one line (``cancelled_many``), as on one server."""
+        try:
+            finals = await self.store.cancel_many(execution_ids, self.d.clock())
+        except Exception as exc:
+            raise Unavailable(f"could not cancel {len(execution_ids)} executions: {exc}") from exc
+        for final in finals:
+            if final.execution_id in self.d.table:
+                self.cancelled_elsewhere(final.execution_id, final)  # published as it stops
+            else:
+                self.d.events.finished_elsewhere(final)
+        self.d.events.cancelled_many(finals)
 
     def fail_waiting(self, execution: Execution, error: ExecutionError) -> None:
         waiting.fail_waiting(self.d, self.store, self.tasks, self.claiming, execution, error)
