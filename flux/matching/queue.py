@@ -38,11 +38,15 @@ class Pending:
 class _ShapeQueue:
     """One shape's pending work: a FIFO bucket per priority, priorities kept sorted high to low."""
 
-    __slots__ = ("buckets", "priorities")
+    __slots__ = ("buckets", "priorities", "unsorted")
 
     def __init__(self) -> None:
         self.buckets: dict[int, OrderedDict[str, Pending]] = {}
         self.priorities: list[int] = []
+        # Priorities whose bucket took items out of submission order (a requeue keeps its place; a
+        # replica mirrors older rows): sorted once when next read, however many came meanwhile.
+        # Sorted at each such add, a replica mirroring 20,000 rows behind newer ones sorted 20,000 times.
+        self.unsorted: set[int] = set()
 
     def __len__(self) -> int:
         return sum(len(b) for b in self.buckets.values())
@@ -56,10 +60,16 @@ class _ShapeQueue:
         last = next(reversed(bucket.values()), None)
         bucket[item.execution_id] = item
         if last is not None and last.seq > item.seq:
-            # A requeued execution keeps its original place; rare, so re-sort.
+            self.unsorted.add(item.priority)
+
+    def _sorted(self, priority: int) -> OrderedDict[str, Pending]:
+        bucket = self.buckets[priority]
+        if priority in self.unsorted:
+            self.unsorted.discard(priority)
             ordered = sorted(bucket.values(), key=lambda p: p.seq)
             bucket.clear()
             bucket.update((p.execution_id, p) for p in ordered)
+        return bucket
 
     def remove(self, item: Pending) -> None:
         bucket = self.buckets[item.priority]
@@ -67,12 +77,13 @@ class _ShapeQueue:
         if not bucket:
             del self.buckets[item.priority]
             self.priorities.remove(item.priority)
+            self.unsorted.discard(item.priority)
 
     def __iter__(self) -> Iterator[Pending]:
-        return chain.from_iterable(self.buckets[p].values() for p in self.priorities)
+        return chain.from_iterable(self._sorted(p).values() for p in self.priorities)
 
     def oldest(self) -> Pending | None:
-        heads = (next(iter(self.buckets[p].values())) for p in self.priorities)
+        heads = (next(iter(self._sorted(p).values())) for p in self.priorities)
         return min(heads, key=lambda p: p.seq, default=None)
 
 
@@ -206,7 +217,7 @@ class PendingQueue:
         queue = self._by_shape.get(shape)
         if queue is None:
             return None
-        return next(iter(queue.buckets[queue.priorities[0]].values()))
+        return next(iter(queue._sorted(queue.priorities[0]).values()))
 
     def oldest(self, shape: Shape) -> Pending | None:
         """The execution of ``shape`` that has waited longest, whatever its priority."""
@@ -220,7 +231,7 @@ class PendingQueue:
             return None
         queue = self._by_shape[item.shape]
         ahead = sum(len(queue.buckets[p]) for p in queue.priorities if p > item.priority)
-        for other in queue.buckets[item.priority].values():
+        for other in queue._sorted(item.priority).values():
             if other.execution_id == execution_id:
                 return ahead
             ahead += 1

@@ -134,6 +134,10 @@ class SharedMemoryStore(MemoryStore):
         self.executions[execution_id] = row = row.evolve(state=State.CANCELLED, updated_at=now)
         return row
 
+    async def cancel_many(self, execution_ids: list[str], now: float) -> list[Execution]:
+        cancelled = [await self.cancel(execution_id, now) for execution_id in execution_ids]
+        return [row for row in cancelled if row is not None]
+
     async def fail_waiting(
         self, execution_id: str, generation: int, reason: str, error: ExecutionError, now: float
     ) -> Execution | None:

@@ -159,3 +159,25 @@ def test_progress_describes_itself() -> None:
     progress = BatchProgress.of(batch, counts)
     assert (progress.total, progress.running, progress.finished) == (10, 4, False)
     assert progress.describe() == f"{batch.batch_id} 1/10 finished: 4 running, 5 waiting (max 4 at once)"
+
+
+async def test_a_replica_cancels_a_batchs_waiting_members_in_one_store_call(replica) -> None:
+    # No worker: every member waits, on the batch's budget or in line. One store call cancels them
+    # all, each leaves this replica's queue and budget, and the cancel is counted once each.
+    store = replica.store
+    await replica.workflow("job")
+    calls: list[int] = []
+    cancel_many = store.cancel_many
+
+    async def counted(execution_ids: list[str], now: float):
+        calls.append(len(execution_ids))
+        return await cancel_many(execution_ids, now)
+
+    store.cancel_many = counted
+    ids = await _batch(replica, 5, 2)
+    batch_id = replica.get(ids[0]).batch_id
+    done = await replica.d.cancel_batch(batch_id)
+    assert calls == [5] and (done.cancelled, done.finished) == (5, True)
+    assert all(store.executions[e].state is State.CANCELLED for e in ids)
+    assert not any(e in replica.d.queue or e in replica.d.table for e in ids)
+    assert replica.d.events.counters.cancelled == 5

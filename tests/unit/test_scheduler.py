@@ -56,6 +56,22 @@ def test_requeued_execution_keeps_its_original_place():
     assert [p.execution_id for p in placements] == ["requeued", "e5"]
 
 
+def test_many_added_out_of_order_are_read_in_submission_order():
+    # A replica mirroring older rows behind newer ones: each is in its place when the queue is read,
+    # whether first, oldest, its position, or a walk, and a removal between adds keeps the rest sorted.
+    shp = shape(cpu=1)
+    queue = PendingQueue()
+    for seq in (50, 40, 10, 30, 20):
+        queue.add(f"e{seq}", shp, seq)
+    assert queue.first(shp).execution_id == "e10"
+    assert queue.position("e40") == 3
+    queue.remove("e10")
+    queue.add("e5", shp, 5)
+    queue.add("e60", shp, 60)
+    assert [p.execution_id for p in queue.iter_shape(shp)] == ["e5", "e20", "e30", "e40", "e50", "e60"]
+    assert queue.oldest(shp).execution_id == "e5"
+
+
 def test_unplaced_executions_stay_queued_untouched():
     queue = queue_of(*repeat(3, shape(cpu=4)))
     placements = schedule(queue, [worker("w", cpu=4)])

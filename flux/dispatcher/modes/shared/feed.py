@@ -47,6 +47,9 @@ class SharedFeed:
         self.binder = binder
         self.fleet = fleet
         self._loop: asyncio.Task[None] | None = None
+        # A reread of the pending rows in flight, and whether another was asked for meanwhile.
+        self._rereading = False
+        self._reread_again = False
 
     def attach(self, d: Handle) -> None:
         self.d = d
@@ -133,15 +136,34 @@ class SharedFeed:
         """A slot may have freed somewhere: what a key's full concurrency refused is read again."""
         if self.binder.flow.waiting:
             self.binder.flow.waiting = False
-            self.tasks.spawn(self._pending_again())
+            self._reread()
 
     def _token_due(self) -> None:
         """A rate's shared bucket that refused a claim has a token again: read the pending rows."""
         self.binder.flow.waiting = False
+        self._reread()
+
+    def _reread(self) -> None:
+        """Read every pending row again, one read at a time: a reread asked for while one is in
+        flight is one more read once it ends, however many asked. A batch's cancel ends 2,000
+        members in one commit, and each of their notices may ask; a read each, of every pending
+        row (100,000 of a throttled batch), took every pooled connection, and the cancel itself
+        waited past the pool's timeout."""
+        if self._rereading:
+            self._reread_again = True
+            return
+        self._rereading = True
         self.tasks.spawn(self._pending_again())
 
     async def _pending_again(self) -> None:
-        self.mirror(await self.store.pending_refs())
+        try:
+            while True:
+                self._reread_again = False
+                self.mirror(await self.store.pending_refs())
+                if not self._reread_again:
+                    return
+        finally:
+            self._rereading = False
 
     def mirror(self, refs: tuple[PendingRef, ...] | list[PendingRef]) -> None:
         """Queue pending executions announced by the database (ours echo back; they are skipped)."""
