@@ -289,9 +289,8 @@ class PostgresStore(AdminTables, BatchTables, PostgresSchedules, Store):
 
     async def cancel_many(self, execution_ids: list[str], now: float) -> list[Execution]:
         """``cancel`` for each (a batch's members), guarded the same way, in one transaction and
-        three statements: one guarded update, and each channel's notifications at once. One row a
-        transaction held a pooled connection per member, 500 side by side, and a batch of 100,000
-        with a worker connected starved the worker's calls of connections past the pool's timeout."""
+        three statements: one guarded update, and each channel's notifications at once. (A
+        transaction a member, 500 side by side, took 47 s for 100,000 members.)"""
         if not execution_ids:
             return []
         async with self._pool.connection() as db, db.transaction():
