@@ -47,6 +47,7 @@ SCALARS = {
     FieldDescriptor.TYPE_INT32: st.integers(-(2**31), 2**31 - 1),
     FieldDescriptor.TYPE_INT64: st.integers(-(2**63), 2**63 - 1),
     FieldDescriptor.TYPE_UINT64: st.integers(0, 2**64 - 1),
+    FieldDescriptor.TYPE_UINT32: st.integers(0, 2**32 - 1),
     FieldDescriptor.TYPE_BOOL: st.booleans(),
     FieldDescriptor.TYPE_STRING: TEXT,
     FieldDescriptor.TYPE_DOUBLE: st.floats(allow_nan=True),
