@@ -40,6 +40,7 @@ class Heartbeats:
         self.closed = False
         self.timer: asyncio.TimerHandle | None = None
         self.start: asyncio.Task[None] | None = None  # heartbeats while a child process starts
+        self.sending: asyncio.Task[None] | None = None  # the latest details' call, while in flight
 
     def __call__(self, details: object = None) -> None:
         self.latest, self.raw = details, None
@@ -109,21 +110,27 @@ class Heartbeats:
             details = ""
         task = self.loop.create_task(self.send(self.dispatch.execution_id, self.dispatch.generation, details))
         task.add_done_callback(_quiet)
+        self.sending = task
         return task
 
     async def close(self) -> None:
         """No more heartbeats; the latest details, if not sent yet, are sent first, so an attempt
-        that fails right after a heartbeat leaves them to the next one (ctx.last_heartbeat)."""
+        that fails right after a heartbeat leaves them to the next one (ctx.last_heartbeat).
+
+        Their call is waited for, whether sent here or already on its way: the result follows on
+        another call, and a result the server reads first ends the attempt, so details that came
+        after it were refused as stale (seen on PostgreSQL: a body that beat once and raised at
+        once left its retry no ``last_heartbeat``)."""
         if self.start is not None:
             self.start.cancel()
-        pending = None
         if self.scheduled and self.timer is not None:
             self.timer.cancel()
-            pending = self._send()
+            self._send()
         self.closed = True
-        if pending is not None:
+        sending = self.sending
+        if sending is not None and not sending.done():
             with contextlib.suppress(Exception, asyncio.TimeoutError):
-                await asyncio.wait_for(asyncio.shield(pending), 5.0)
+                await asyncio.wait_for(asyncio.shield(sending), 5.0)
 
 
 def _quiet(task: asyncio.Task[None]) -> None:

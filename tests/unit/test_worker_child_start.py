@@ -151,3 +151,26 @@ async def test_the_server_keeps_the_last_details_and_renews_the_window_on_a_beat
         assert flux.get(execution_id).heartbeat == '{"step": 5}'
     finally:
         await flux.d.stop()
+
+
+async def test_closing_waits_for_the_details_call_already_on_its_way() -> None:
+    # A body that beats once and fails at once: its details' call left before the body ended. The
+    # result must not overtake it (a result read first ends the attempt, and the details would be
+    # refused as stale), so closing waits for that call too, not only for details still waiting.
+    arrived = asyncio.Event()
+    delivered: list[str] = []
+
+    async def send(execution_id: str, generation: int, details_json: str) -> None:
+        await arrived.wait()
+        delivered.append(details_json)
+
+    beats = Heartbeats(send, _dispatch(0.5))
+    beats({"reached": 1})  # the first beat goes at once
+    await asyncio.sleep(0.01)
+    assert beats.sending is not None and not beats.sending.done()
+    closing = asyncio.ensure_future(beats.close())
+    await asyncio.sleep(0.05)
+    assert not closing.done()  # the result waits behind the details' call
+    arrived.set()
+    await closing
+    assert delivered == ['{"reached": 1}']
