@@ -35,3 +35,11 @@ def silent_once_started(ctx: ExecutionContext[None]) -> None:
         ctx.heartbeat({"reached": 1})
         raise ConnectionResetError("first try")
     time.sleep(60)
+
+
+@workflow.with_options(timeout="30s", max_attempts=1)
+def dies_in_its_child(ctx: ExecutionContext[None]) -> None:
+    """Its process is killed outright mid-body (as the OOM killer would): no result ever comes."""
+    import signal
+
+    os.kill(os.getpid(), signal.SIGKILL)

@@ -47,3 +47,13 @@ def test_a_body_silent_once_started_is_still_stopped_and_the_last_details_are_ke
     assert (final.state, final.reason, final.attempt) == (FAILED, "heartbeat_timeout", 2), final
     # The second try's start beat (no details) left the first try's details in place.
     assert json.loads(final.heartbeat_json) == {"reached": 1}
+
+
+def test_a_body_whose_process_is_killed_fails_with_its_exit_and_the_worker_goes_on(cluster: Cluster) -> None:
+    cluster.register(WORKFLOWS)
+    cluster.start_worker("w1")
+    final = cluster.run("dies_in_its_child", wait=True, timeout=60)
+    assert final.state == FAILED, final
+    assert final.error.type == "ChildProcessError" and "exit -9" in final.error.message, final.error
+    # The worker is unharmed and its room came back: the next body in a child runs to its end.
+    assert cluster.run("late_beating", 0.2, wait=True, timeout=60).state == COMPLETED
