@@ -248,6 +248,10 @@ Binding = list[Bound] | asyncio.Future[list[Bound]]
 
 @runtime_checkable
 class PendingFeed(Protocol):
+    # Every change of an execution reaches its watchers from this server (one server): a wait
+    # needs no reread and no wake-up.
+    changes_pushed: bool
+
     def attach(self, d: Handle) -> None: ...
 
     async def before_start(self) -> None: ...

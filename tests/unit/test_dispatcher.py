@@ -1062,6 +1062,47 @@ async def test_watch_of_a_finished_execution_yields_once(flux):
     assert await asyncio.wait_for(collect(), timeout=2) == [CANCELLED]
 
 
+async def test_a_wait_on_many_yields_the_finished_first_then_each_as_it_ends_and_leaves_no_watcher(flux):
+    from flux.dispatcher.reads import waiting
+
+    await flux.workflow(max_attempts=1)
+    w = await flux.worker(capacity=4)
+    ids = [await flux.run() for _ in range(3)]
+    await flux.d.cancel(ids[0])
+    stream = waiting.finals(flux.d, await waiting.known(flux.d, ids))
+    first = await asyncio.wait_for(anext(stream), timeout=2)
+    assert [(e.execution_id, e.state) for e in first] == [(ids[0], CANCELLED)]
+    following = asyncio.ensure_future(anext(stream))
+    await settled()
+    assert len(flux.d.watchers) == 2 and not following.done()  # the two still running, on one queue
+    w.claim(ids[2])
+    await w.complete(ids[2])
+    second = await asyncio.wait_for(following, timeout=2)
+    assert [(e.execution_id, e.state) for e in second] == [(ids[2], COMPLETED)]
+    await flux.d.cancel(ids[1])
+    third = await asyncio.wait_for(anext(stream), timeout=2)
+    assert [(e.execution_id, e.state) for e in third] == [(ids[1], CANCELLED)]
+    with pytest.raises(StopAsyncIteration):
+        await anext(stream)
+    assert len(flux.d.watchers) == 0
+
+
+async def test_a_wait_on_many_closed_early_leaves_no_watcher(flux):
+    from flux.dispatcher.reads import waiting
+
+    await flux.workflow()
+    ids = [await flux.run() for _ in range(3)]
+    stream = waiting.finals(flux.d, await waiting.known(flux.d, ids))
+    pending = asyncio.ensure_future(anext(stream))
+    await settled()
+    assert len(flux.d.watchers) == 3 and not pending.done()
+    pending.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await pending
+    await stream.aclose()
+    assert len(flux.d.watchers) == 0
+
+
 # ---- limits ----------------------------------------------------------------------------------------
 
 

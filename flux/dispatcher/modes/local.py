@@ -108,6 +108,8 @@ class LocalBinder:
 class NoFeed:
     """One server: all pending work is its own."""
 
+    changes_pushed = True
+
     def attach(self, d: Handle) -> None:
         pass
 

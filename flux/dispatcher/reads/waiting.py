@@ -117,6 +117,10 @@ async def finals(d: Handle, executions: list[Execution]) -> AsyncIterator[list[E
         yield finished
     if not waiting:
         return
+    if d.feed.changes_pushed:
+        async for batch in _pushed_finals(d, waiting):
+            yield batch
+        return
     done: asyncio.Queue[Execution | BaseException] = asyncio.Queue()
 
     async def follow(execution: Execution) -> None:
@@ -144,6 +148,35 @@ async def finals(d: Handle, executions: list[Execution]) -> AsyncIterator[list[E
             follower.cancel()
         with contextlib.suppress(asyncio.CancelledError):
             await asyncio.gather(*followers, return_exceptions=True)
+
+
+async def _pushed_finals(d: Handle, waiting: list[Execution]) -> AsyncIterator[list[Execution]]:
+    """``finals`` where every change reaches the watchers (one server): one queue for them all, no
+    task per execution (a burst of 2,000 waited for spent a tenth of its server's time on them)."""
+    ids = [execution.execution_id for execution in waiting]
+    updates: asyncio.Queue[Execution] = asyncio.Queue()
+    d.watchers.subscribe_many(ids, updates)
+    try:
+        left = set(ids)
+        # Re-read after subscribing: a change between the read and here is not lost.
+        batch = [_bare(now) for i in ids if (now := d.current(i)) is not None and now.state.finished]
+        left.difference_update(e.execution_id for e in batch)
+        while True:
+            if batch:
+                yield batch
+            if not left:
+                return
+            batch = []
+            change = await updates.get()
+            while True:
+                if change.state.finished and change.execution_id in left:
+                    left.discard(change.execution_id)
+                    batch.append(_bare(change))
+                if updates.empty():
+                    break
+                change = updates.get_nowait()
+    finally:
+        d.watchers.unsubscribe_many(ids, updates)
 
 
 async def watch(d: Handle, execution_id: str) -> AsyncIterator[Execution]:

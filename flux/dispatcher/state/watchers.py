@@ -24,6 +24,16 @@ class Watchers:
         self._queues.setdefault(execution_id, set()).add(updates)
         return updates
 
+    def subscribe_many(self, execution_ids: list[str], updates: asyncio.Queue[Execution]) -> None:
+        """One queue for the changes of many executions (a wait on a whole batch)."""
+        queues = self._queues
+        for execution_id in execution_ids:
+            queues.setdefault(execution_id, set()).add(updates)
+
+    def unsubscribe_many(self, execution_ids: list[str], updates: asyncio.Queue[Execution]) -> None:
+        for execution_id in execution_ids:
+            self.unsubscribe(execution_id, updates)
+
     def unsubscribe(self, execution_id: str, updates: asyncio.Queue[Execution]) -> None:
         queues = self._queues.get(execution_id)
         if queues is None:

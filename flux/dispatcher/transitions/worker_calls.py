@@ -276,29 +276,35 @@ async def complete_batch(
             if final is not None and not final.state.finished:
                 written[final.execution_id] = d.table.save(final)  # a gang member's, not the last
             elif final is not None:
-                # Now, not in ``settle``: a worker that dies cancels this call, and the tasks
-                # gathered below with it, maybe before they start. A final state decided but
-                # never written would be shown as RUNNING forever.
+                # Now, not after the wait below: a worker that dies cancels this call there. A
+                # final state decided but never written would be shown as RUNNING forever.
                 written[final.execution_id] = d.table.save(final)
         if resources is not None:  # one report for the batch, after its executions released theirs
             entry.report(resources, None)
         d.passes.room_freed([entry])
 
-    async def settle(item: Result, outcome: Execution | FluxError | None) -> FluxError | None:
+    # Every write is waited for together, without a task per item (a burst's batches are large):
+    # ``asyncio.wait`` leaves the writes be when this call is cancelled, as a shield would.
+    writes = set(written.values())
+    if writes:
+        await asyncio.wait(writes)
+    answers: Answers = []
+    for item, outcome in zip(items, decided, strict=True):
         if isinstance(outcome, FluxError):
-            return outcome
+            answers.append(outcome)
+            continue
         try:
             if outcome is None:
                 await _retried(d, name, item.execution_id, item.generation, item.output_json, item.error)
             elif not outcome.state.finished:
-                await asyncio.shield(written[outcome.execution_id])
+                written[outcome.execution_id].result()
             else:
                 await d.table.commit_final(outcome, written[outcome.execution_id])
         except Exception as exc:
-            return _refused(d, exc)
-        return None
-
-    return list(await asyncio.gather(*(settle(i, o) for i, o in zip(items, decided, strict=True))))
+            answers.append(_refused(d, exc))
+        else:
+            answers.append(None)
+    return answers
 
 
 def _refused(d: Handle, exc: Exception) -> FluxError:

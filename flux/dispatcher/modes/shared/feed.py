@@ -39,6 +39,8 @@ RESYNC_DEPENDENCIES = 1000
 class SharedFeed:
     """Pending work announced by the database (NOTIFY), reread on each safety tick."""
 
+    changes_pushed = False  # another replica's changes arrive as wake-ups, read from the database
+
     d: Handle
 
     def __init__(self, store: SharedStore, tasks: Background, binder: SharedBinder, fleet: SharedFleet):
