@@ -220,13 +220,13 @@ class Dispatcher(WorkerMethods, BatchMethods):
         tenant: str = DEFAULT_TENANT,
         every_workflow: bool = True,
         overrides: submission.Overrides = submission.NO_OVERRIDES,
+        written_later: bool = False,
     ) -> Execution:
         """``trace``: the caller's W3C context (flux/observe/tracing.py carrier), stored with the execution.
         ``every_workflow`` False: ``tenant`` may run only its own workflows and ``default``'s.
-        ``overrides``: this run's attempt timeout and retry policy, in place of the workflow's."""
-        return await submission.submit(
-            self, workflow_name, input_json, version, priority, trace, tenant, every_workflow, overrides
-        )
+        ``overrides``: this run's timeouts and retries over the workflow's; more: submission.submit."""
+        run = (workflow_name, input_json, version, priority, trace, tenant, every_workflow, overrides)
+        return await submission.submit(self, *run, written_later=written_later)
 
     async def submit_many(
         self,

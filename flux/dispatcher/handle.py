@@ -187,6 +187,10 @@ class Binder(Protocol):
     async def submit(self, execution: Execution) -> None:
         """Store a new execution (durable before the answer) and queue or dispatch it."""
 
+    def queue_unwritten(self, execution: Execution) -> bool:
+        """Queue or dispatch a new execution before its row is written, when this binder may; its
+        caller writes it before telling anyone it exists. False: ``submit`` it instead."""
+
     async def submit_many(self, executions: list[Execution]) -> None:
         """Store new executions in one commit (durable before the answer), then queue them and place them."""
 

@@ -155,6 +155,34 @@ def test_a_receipt_asked_to_wait_is_sent_only_for_a_run_still_going_then(cluster
     assert cluster.query("SELECT count(*) FROM executions")[0][0] == 2
 
 
+def test_a_run_whose_receipt_may_wait_is_stored_before_its_receipt_and_outlives_a_crash(cluster: Cluster):
+    """A run asking for its receipt within 50 ms is queued before its row is written (one write,
+    its final state's, when it ends sooner); one still going then is written before its receipt."""
+    stub = control(cluster)
+    requests: queue.Queue[S.RunAndWaitStreamRequest | None] = queue.Queue()
+    call = stub.RunAndWaitStream(iter(requests.get, None), timeout=60)
+    echo = S.RunWorkflowRequest(workflow_name="echo", input_json='"kept"')
+    # No worker: it cannot end within its 20 ms.
+    requests.put(S.RunAndWaitStreamRequest(run_id=1, run=echo, receipt_after_ms=20))
+    receipt = next(call)
+    assert receipt.WhichOneof("answer") == "accepted"
+    execution_id = receipt.accepted.execution_id
+    stored = "SELECT state, input_json FROM executions WHERE execution_id = ?"
+    assert cluster.query(stored, execution_id) == [(S.EXECUTION_STATE_CREATED, '"kept"')]
+    cluster.kill_server()  # SIGKILL: what the receipt promised must be on disk
+    cluster.restart_server()
+    cluster.start_worker("w1")
+    final = cluster.client.wait(execution_id, timeout=60)
+    assert final.state == S.EXECUTION_STATE_COMPLETED and json.loads(final.output_json)["input"] == "kept"
+    # One that ends within its 50 ms: its final state alone answers it, and is what is stored.
+    stub = control(cluster)
+    call = stub.RunAndWaitStream(iter([S.RunAndWaitStreamRequest(run_id=2, run=echo, receipt_after_ms=50)]))
+    answers = list(call)
+    assert [a.WhichOneof("answer") for a in answers] in (["finished"], ["accepted", "finished"])
+    quick = answers[-1].finished
+    assert cluster.query(stored, quick.execution_id) == [(S.EXECUTION_STATE_COMPLETED, '"kept"')]
+
+
 def test_run_and_wait_stream_refuses_a_read_token_for_the_whole_call(cluster: Cluster):
     token = cluster.client.tenants.create_token("default", "read")
     channel = grpc.insecure_channel(cluster.address)

@@ -64,6 +64,13 @@ class LocalBinder:
             self.d.events.submitted(execution)
             submission.enqueue(self.d, execution)
 
+    def queue_unwritten(self, execution: Execution) -> bool:
+        # One server: nobody else can see or take it before its row is written.
+        self.d.table.unwritten.add(execution.execution_id)
+        self.d.events.submitted(execution)
+        submission.enqueue(self.d, execution)
+        return True
+
     async def submit_many(self, executions: list[Execution]) -> None:
         await submission.store_and_queue(self.d, executions)
 

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 from collections.abc import AsyncIterator, Callable, Iterable
 from typing import TYPE_CHECKING
 
@@ -23,6 +24,8 @@ from flux.errors import InvalidArgument, NotFound
 
 if TYPE_CHECKING:
     from flux.dispatcher.handle import Handle
+
+log = logging.getLogger("flux.dispatcher")
 
 MAX_WAITED = validation.MAX_BATCH_INPUTS
 
@@ -90,10 +93,27 @@ async def final_with_receipt(
     try:
         if (await asyncio.wait((ending,), timeout=after))[0] and ending.exception() is None:
             return ending.result()
+        if execution_id in d.table.unwritten and not await _written(d, execution_id):
+            return await ending  # no receipt for a run not stored: its final state answers
         receipt()  # still going; or its wait failed, and its refusal follows the receipt, as it would have
         return await ending
     finally:
         ending.cancel()
+
+
+async def _written(d: Handle, execution_id: str) -> bool:
+    """Write a run queued before its row (``submission.submit(written_later=True)``) as it is now,
+    before a receipt tells its caller it exists; False when there is nothing to write (its final
+    state, deciding, writes it) or the store refused (the write is retried; no receipt then)."""
+    current = d.table.get(execution_id)
+    if current is None:
+        return False
+    try:
+        await asyncio.shield(d.table.save(current))
+    except Exception as exc:
+        log.warning("could not store execution %s before its receipt: %s", execution_id, exc)
+        return False
+    return True
 
 
 async def known(

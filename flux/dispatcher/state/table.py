@@ -66,6 +66,9 @@ class ExecutionTable:
         # Executions whose latest write failed, and final states among them (not shown until stored).
         self.unsaved: set[str] = set()
         self.uncommitted: dict[str, Execution] = {}
+        # Queued before any row of theirs was written (``submission.submit(written_later=True)``):
+        # their callers know nothing of them yet. Each leaves with its first committed write.
+        self.unwritten: set[str] = set()
         # Set by the dispatcher: drop what is held of an execution another replica changed.
         self.on_conflict: Callable[[str], None] = lambda execution_id: None
         # Set by the dispatcher: a final state decided (its row is saved next, in the same loop
@@ -225,6 +228,7 @@ class ExecutionTable:
     def drop(self, execution_id: str) -> Execution | None:
         """Stop holding an unfinished execution (another replica has it, or it was never ours)."""
         self.unsaved.discard(execution_id)
+        self.unwritten.discard(execution_id)
         self.uncommitted.pop(execution_id, None)
         self.committing.pop(execution_id, None)
         return self.unfinished.pop(execution_id, None)
@@ -292,6 +296,7 @@ class ExecutionTable:
             for final in finals:
                 if exc is None:
                     self.unsaved.discard(final.execution_id)
+                    self.unwritten.discard(final.execution_id)
                     self.committed(final)
                 else:
                     self._unsaved(final)
@@ -323,6 +328,7 @@ class ExecutionTable:
                 self._unsaved(execution)
         else:
             self.unsaved.discard(execution.execution_id)
+            self.unwritten.discard(execution.execution_id)
             if done is not None:
                 done()
 

@@ -74,8 +74,15 @@ async def submit(
     tenant: str = DEFAULT_TENANT,
     every_workflow: bool = True,
     overrides: Overrides = NO_OVERRIDES,
+    written_later: bool = False,
 ) -> Execution:
-    """Accept one execution (durable before this returns), as this server holds it now."""
+    """Accept one execution (durable before this returns), as this server holds it now.
+
+    ``written_later``: the caller tells nobody of it before its final state, or before it has
+    written it (``waiting.final_with_receipt``), so a binder that may queues it unwritten: a run
+    that ends within its receipt's wait costs one write, its final state's, not two. Not for an
+    input only the store keeps, nor for one that waits on dependencies.
+    """
     _named(workflow_name)
     record = await _record(d, workflow_name, version, tenant, every_workflow)
     input_json = validation.checked_json(input_json or "null", "input_json")
@@ -83,7 +90,8 @@ async def submit(
     after, when, waiting, broken_by = await dependencies.resolve(
         d, overrides.after, overrides.when, overrides.sees
     )
-    d.table.admit(validation.utf8_bytes(input_json), tenant, d.usage.admission(tenant))
+    size = validation.utf8_bytes(input_json)
+    d.table.admit(size, tenant, d.usage.admission(tenant))
     [execution] = _new(
         d,
         record,
@@ -99,7 +107,14 @@ async def submit(
         execution = execution.evolve(after=after, when=when, waiting=waiting)
     if broken_by is not None:
         return (await _born_broken(d, [dependencies.born_broken(d, execution, broken_by)]))[0]
-    await d.binder.submit(execution)
+    unwritten = (
+        written_later
+        and not after
+        and size <= d.settings.inline_input_bytes
+        and d.binder.queue_unwritten(execution)
+    )
+    if not unwritten:
+        await d.binder.submit(execution)
     d.timing.submitted(execution)
     held = d.table.get(execution.execution_id) or execution
     return held if held.input_json else held.evolve(input_json=input_json)

@@ -159,6 +159,9 @@ class SharedBinder:
         if len(self.armed) > 1024:
             self.armed = {b: due for b, due in self.armed.items() if due > now}
 
+    def queue_unwritten(self, execution: Execution) -> bool:
+        return False  # the other replicas learn of work from its row: written first, always
+
     async def submit(self, execution: Execution) -> None:
         """``_submit``, finished here even if the caller goes away meanwhile (its RPC cut): a row
         stored but neither queued nor claimed would wait for a restart."""
