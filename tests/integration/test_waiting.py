@@ -13,6 +13,7 @@ import queue
 import socket
 import threading
 from pathlib import Path
+from typing import Any
 
 import grpc
 import pytest
@@ -123,10 +124,14 @@ def test_run_and_wait_stream_answers_each_run_under_its_id_and_a_refusal_ends_on
     assert cluster.query("SELECT count(*) FROM executions")[0][0] == 3
 
 
-def test_a_receipt_asked_to_wait_is_sent_only_for_a_run_still_going_then(cluster: Cluster):
-    stub = control(cluster)
+def _run_stream(cluster: Cluster) -> tuple[queue.Queue[S.RunAndWaitStreamRequest | None], Any]:
+    """An open RunAndWaitStream call: what is put on the queue is sent (None closes our side)."""
     requests: queue.Queue[S.RunAndWaitStreamRequest | None] = queue.Queue()
-    call = stub.RunAndWaitStream(iter(requests.get, None), timeout=60)
+    return requests, control(cluster).RunAndWaitStream(iter(requests.get, None), timeout=60)
+
+
+def test_a_receipt_asked_to_wait_is_sent_only_for_a_run_still_going_then(cluster: Cluster):
+    requests, call = _run_stream(cluster)
     echo = S.RunWorkflowRequest(workflow_name="echo", input_json='"hi"')
     # No worker: the run cannot end, so its receipt comes once its 100 ms have passed.
     requests.put(S.RunAndWaitStreamRequest(run_id=1, run=echo, receipt_after_ms=100))
@@ -158,9 +163,7 @@ def test_a_receipt_asked_to_wait_is_sent_only_for_a_run_still_going_then(cluster
 def test_a_run_whose_receipt_may_wait_is_stored_before_its_receipt_and_outlives_a_crash(cluster: Cluster):
     """A run asking for its receipt within 50 ms is queued before its row is written (one write,
     its final state's, when it ends sooner); one still going then is written before its receipt."""
-    stub = control(cluster)
-    requests: queue.Queue[S.RunAndWaitStreamRequest | None] = queue.Queue()
-    call = stub.RunAndWaitStream(iter(requests.get, None), timeout=60)
+    requests, call = _run_stream(cluster)
     echo = S.RunWorkflowRequest(workflow_name="echo", input_json='"kept"')
     # No worker: it cannot end within its 20 ms.
     requests.put(S.RunAndWaitStreamRequest(run_id=1, run=echo, receipt_after_ms=20))
@@ -175,8 +178,9 @@ def test_a_run_whose_receipt_may_wait_is_stored_before_its_receipt_and_outlives_
     final = cluster.client.wait(execution_id, timeout=60)
     assert final.state == S.EXECUTION_STATE_COMPLETED and json.loads(final.output_json)["input"] == "kept"
     # One that ends within its 50 ms: its final state alone answers it, and is what is stored.
-    stub = control(cluster)
-    call = stub.RunAndWaitStream(iter([S.RunAndWaitStreamRequest(run_id=2, run=echo, receipt_after_ms=50)]))
+    requests, call = _run_stream(cluster)
+    requests.put(S.RunAndWaitStreamRequest(run_id=2, run=echo, receipt_after_ms=50))
+    requests.put(None)
     answers = list(call)
     assert [a.WhichOneof("answer") for a in answers] in (["finished"], ["accepted", "finished"])
     quick = answers[-1].finished

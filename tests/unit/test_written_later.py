@@ -74,6 +74,23 @@ async def test_no_receipt_is_sent_for_a_run_the_store_would_not_write_its_final_
     assert flux.store.executions[execution_id].state is COMPLETED
 
 
+
+async def test_a_run_whose_caller_goes_away_before_it_is_told_is_written_and_goes_on(flux):
+    await flux.workflow()
+    accepted = await flux.d.submit("job", '"in"', written_later=True)
+    execution_id = accepted.execution_id
+    ending = asyncio.ensure_future(
+        waiting.final_with_receipt(flux.d, execution_id, accepted, lambda: None, 10.0)
+    )
+    await settled()
+    assert execution_id not in flux.store.executions
+    ending.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await ending
+    await settled()
+    assert flux.store.executions[execution_id].state is CREATED
+    assert execution_id not in flux.d.table.unwritten and execution_id in flux.d.queue
+
 @pytest.mark.parametrize(
     ("input_json", "after"),
     [

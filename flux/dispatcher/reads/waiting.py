@@ -97,6 +97,12 @@ async def final_with_receipt(
             return await ending  # no receipt for a run not stored: its final state answers
         receipt()  # still going; or its wait failed, and its refusal follows the receipt, as it would have
         return await ending
+    except asyncio.CancelledError:
+        # Its caller went away before it was told: the run goes on, kept as a told one would be.
+        current = d.table.get(execution_id) if execution_id in d.table.unwritten else None
+        if current is not None:
+            d.table.save(current)
+        raise
     finally:
         ending.cancel()
 
