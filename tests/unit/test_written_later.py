@@ -74,7 +74,6 @@ async def test_no_receipt_is_sent_for_a_run_the_store_would_not_write_its_final_
     assert flux.store.executions[execution_id].state is COMPLETED
 
 
-
 async def test_a_run_whose_caller_goes_away_before_it_is_told_is_written_and_goes_on(flux):
     await flux.workflow()
     accepted = await flux.d.submit("job", '"in"', written_later=True)
@@ -90,6 +89,7 @@ async def test_a_run_whose_caller_goes_away_before_it_is_told_is_written_and_goe
     await settled()
     assert flux.store.executions[execution_id].state is CREATED
     assert execution_id not in flux.d.table.unwritten and execution_id in flux.d.queue
+
 
 @pytest.mark.parametrize(
     ("input_json", "after"),
