@@ -128,3 +128,42 @@ def test_a_failed_claim_leaves_the_tick_due(tmp_path: Path) -> None:
         return fake.submitted
 
     assert [i for _, i in _run(scenario())] == ["sch-s-1001"]
+
+
+def test_the_database_away_is_a_warning_without_a_traceback_and_the_ticker_goes_on(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    import logging
+    import sqlite3
+
+    from flux.dispatcher.transitions import ticker as ticker_module
+
+    async def scenario() -> list[logging.LogRecord]:
+        fake = Fake()
+        store, ticker = await _ticker(tmp_path / "u.db", fake)
+        reloads: list[None] = []
+
+        async def away() -> None:  # what a store raises while its database restarts
+            reloads.append(None)
+            raise sqlite3.OperationalError("terminating connection due to administrator command")
+
+        ticker.book.reload = away  # type: ignore[method-assign]
+        ticker.start()
+        await asyncio.sleep(0.01)  # its first step ran: the next one waits for a change
+        fake.now += ticker_module.RELOAD_EVERY + 1  # a reload is due at the next step
+        ticker.book.changed.set()
+        for _ in range(200):  # bounded: until the reload has failed once
+            if reloads:
+                break
+            await asyncio.sleep(0.005)
+        await asyncio.sleep(0.01)
+        running = ticker._task is not None and not ticker._task.done()
+        await ticker.stop()
+        await store.close()
+        assert reloads and running
+        return [r for r in caplog.records if "schedule ticker" in r.getMessage()]
+
+    with caplog.at_level(logging.WARNING, logger="flux"):
+        records = _run(scenario())
+    assert records and all(r.levelno == logging.WARNING and r.exc_info is None for r in records)
+    assert "the store is unavailable" in records[0].getMessage()

@@ -84,6 +84,8 @@ class Ticker:
     async def _run(self) -> None:
         clock = self.handle.clock
         reloaded = repaired = pruned = clock()
+        # The store's "database away" errors (e.g. PostgreSQL restarting): a warning, not a bug.
+        unavailable: tuple[type[BaseException], ...] = getattr(self.book.rows, "unavailable", ())
         while True:
             now = clock()
             try:
@@ -99,6 +101,11 @@ class Ticker:
                     await self.book.store().prune_runs(schedule_rows.RUNS_KEPT)
             except asyncio.CancelledError:
                 raise
+            except unavailable as exc:
+                log.warning(
+                    "the schedule ticker's step failed, the store is unavailable (%s); trying again", exc
+                )
+                wake = clock() + MAX_SLEEP
             except Exception:
                 log.exception("the schedule ticker's step failed; trying again")
                 wake = clock() + MAX_SLEEP
