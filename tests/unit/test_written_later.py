@@ -109,3 +109,31 @@ async def test_what_cannot_wait_for_its_write_is_written_first(flux, input_json,
     accepted = await flux.d.submit("job", input_json, overrides=overrides, written_later=True)
     assert accepted.execution_id in flux.store.executions
     assert accepted.execution_id not in flux.d.table.unwritten
+
+
+async def test_a_run_dispatched_and_unclaimed_when_written_comes_back_queued_after_a_restart(flux):
+    from tests.unit.harness import Flux
+
+    await flux.workflow()
+    w = await flux.worker()
+    accepted = await flux.d.submit("job", '"in"', written_later=True)
+    execution_id = accepted.execution_id
+    await settled()
+    assert execution_id in w.scheduled()  # dispatched, not claimed
+    receipts: list[None] = []
+    ending = asyncio.ensure_future(
+        waiting.final_with_receipt(flux.d, execution_id, accepted, lambda: receipts.append(None), 0.01)
+    )
+    for _ in range(200):  # bounded: until the receipt is sent
+        if receipts:
+            break
+        await asyncio.sleep(0.005)
+    assert receipts and flux.store.executions[execution_id].state is SCHEDULED
+    ending.cancel()
+    await flux.d.stop()
+    again = await Flux(store=flux.store).start()  # a restart on what was stored
+    try:
+        assert again.state(execution_id) is CREATED and execution_id in again.d.queue
+        assert again.get(execution_id).input_json == '"in"'
+    finally:
+        await again.d.stop()

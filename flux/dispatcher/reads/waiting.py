@@ -185,24 +185,28 @@ async def _pushed_finals(d: Handle, waiting: list[Execution]) -> AsyncIterator[l
     try:
         left = set(ids)
         # Re-read after subscribing: a change between the read and here is not lost.
-        batch = [_bare(now) for i in ids if (now := d.current(i)) is not None and now.state.finished]
-        left.difference_update(e.execution_id for e in batch)
+        batch = _newly_finished([now for i in ids if (now := d.current(i)) is not None], left)
         while True:
             if batch:
                 yield batch
             if not left:
                 return
-            batch = []
-            change = await updates.get()
-            while True:
-                if change.state.finished and change.execution_id in left:
-                    left.discard(change.execution_id)
-                    batch.append(_bare(change))
-                if updates.empty():
-                    break
-                change = updates.get_nowait()
+            changes = [await updates.get()]
+            while not updates.empty():
+                changes.append(updates.get_nowait())
+            batch = _newly_finished(changes, left)
     finally:
         d.watchers.unsubscribe_many(ids, updates)
+
+
+def _newly_finished(changes: list[Execution], left: set[str]) -> list[Execution]:
+    """The final states among ``changes`` of executions still in ``left``, taken out of it."""
+    batch = []
+    for change in changes:
+        if change.state.finished and change.execution_id in left:
+            left.discard(change.execution_id)
+            batch.append(_bare(change))
+    return batch
 
 
 async def watch(d: Handle, execution_id: str) -> AsyncIterator[Execution]:

@@ -59,7 +59,8 @@ async def recover(d: Handle, recovered: Recovered) -> None:
             continue
         if execution.state is State.SCHEDULED:
             # An unclaimed dispatch from before the restart returns to CREATED. One server
-            # reaches this only with rows written by versions that stored dispatches.
+            # writes one only for a run queued before its row (``written_later``) that was still
+            # unclaimed when its receipt was due, or with rows of versions that stored dispatches.
             execution = gangs.reset(
                 execution.evolve(state=State.CREATED, worker="", gpu_indices=(), updated_at=now)
             )
