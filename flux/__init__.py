@@ -6,8 +6,6 @@ Public API::
     from flux.domain.resource_request import ResourceRequest
 """
 
-# First: it chooses gRPC's socket I/O, which grpc reads once when it is imported (grpc_io.py).
-from flux import grpc_io  # noqa: F401  isort: skip
 from flux.context import ExecutionContext
 from flux.domain.gang import Gang
 from flux.domain.limits import Concurrency, RateLimit

@@ -13,6 +13,7 @@ import os
 import sys
 from collections.abc import Sequence
 
+from flux import grpc_io
 from flux.cli.parser import build_parser
 from flux.cli.support import EXIT_INTERRUPTED, UsageError, error
 from flux.errors import FluxError
@@ -34,6 +35,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     # Spans only where OTEL_* settings ask for them (flux/observe/tracing.py); one service name per role,
     # read from the handler's name: `flux start X` runs flux.cli.commands.start.start_X.
     role = getattr(args.run, "__name__", "").removeprefix("start_")
+    if role in ("server", "worker"):
+        grpc_io.choose()  # before anything imports grpc: tracing's exporter, the handler (grpc_io.py)
     tracing.setup(f"flux-{role}" if role in ("server", "worker", "gateway") else "flux-cli")
     try:
         return int(args.run(args) or 0)

@@ -22,31 +22,14 @@ import ssl
 import string
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from enum import Enum
 from pathlib import Path
 from typing import Protocol
 
 import grpc
 
+from flux.security.roles import Role
+
 STATE_DIR = Path(".flux")
-
-
-class Role(Enum):
-    WORKER = "worker"
-    CLIENT = "api"
-
-    @property
-    def env(self) -> str:
-        return f"FLUX_{self.value.upper()}_TOKEN"
-
-    @property
-    def file_env(self) -> str:
-        """The variable naming a file that holds the token (a mounted Secret), e.g. FLUX_API_TOKEN_FILE."""
-        return f"{self.env}_FILE"
-
-    @property
-    def filename(self) -> str:
-        return f"{self.value}.token"
 
 
 @dataclass(frozen=True, slots=True)
