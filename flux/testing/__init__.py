@@ -103,15 +103,15 @@ class Cluster:
         # Further servers on the same PostgreSQL database: (process, gRPC address, gateway URL).
         self.replicas: list[tuple[subprocess.Popen[str], str, str]] = []
         self._client: FluxClient | None = None
-        # Run in each server process before it starts (e.g. to lower its open-file limit).
-        self.server_preexec: Callable[[], None] | None = None
+        # The open-file limit each server process starts with (None: this process's).
+        self.server_open_files: int | None = None
 
     # ------------------------------------------------------------- processes
 
     def _spawn(
         self, args: list[str], env: dict[str, str] | None = None, log: str = "proc"
     ) -> subprocess.Popen[str]:
-        process = spawn(self.workdir, args, env, log, self.server_preexec)
+        process = spawn(self.workdir, args, env, log, self.server_open_files)
         self.processes.append(process)  # for close()
         return process
 

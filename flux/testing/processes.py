@@ -12,7 +12,6 @@ import os
 import re
 import subprocess
 import sys
-from collections.abc import Callable
 from pathlib import Path
 
 LISTENING = re.compile(r"listening on (\S+):(\d+) \(grpc\)")
@@ -40,28 +39,42 @@ def fake_site_packages(directory: Path, packages: dict[str, str]) -> Path:
     return directory
 
 
+# argv: the limit, then the command's arguments after the interpreter; the pid stays the same.
+_WITH_OPEN_FILES = (
+    "import os, resource, sys; limit = int(sys.argv[1]); "
+    "resource.setrlimit(resource.RLIMIT_NOFILE, (limit, limit)); "
+    "os.execv(sys.executable, [sys.executable, *sys.argv[2:]])"
+)
+
+
 def spawn(
     workdir: Path,
     args: list[str],
     env: dict[str, str] | None,
     log: str,
-    server_preexec: Callable[[], None] | None,
+    server_open_files: int | None,
 ) -> subprocess.Popen[str]:
     """``python -m flux *args`` in ``workdir``, its stderr appended to ``workdir/<log>.log``.
 
     A server, replica or gateway (by ``log``'s prefix) keeps stdout as a pipe, where it prints
-    the ports it bound; a server or replica runs ``server_preexec`` before it starts.
+    the ports it bound; a server or replica starts with at most ``server_open_files`` open files,
+    set by a launcher that then execs it. Not by a ``preexec_fn``: that runs this process's
+    after-fork handlers in the child, and gRPC's (a test process holds channels) restarted a poller
+    thread there that died on a descriptor the child had closed ("epoll_wait error: Bad file
+    descriptor"), before the exec (grpc/grpc#43055).
     """
     environment = {**os.environ, "PYTHONUNBUFFERED": "1", **(env or {})}
     handle = open(workdir / f"{log}.log", "a")  # noqa: SIM115 - lives as long as the process
+    launcher: list[str] = []
+    if server_open_files is not None and log.startswith(("server", "replica")):
+        launcher = ["-c", _WITH_OPEN_FILES, str(server_open_files)]
     return subprocess.Popen(
-        [sys.executable, "-m", "flux", *args],
+        [sys.executable, *launcher, "-m", "flux", *args],
         cwd=workdir,
         env=environment,
         stdout=subprocess.PIPE if log.startswith(("server", "replica", "gateway")) else handle,
         stderr=handle,
         text=True,
-        preexec_fn=server_preexec if log.startswith(("server", "replica")) else None,
     )
 
 

@@ -32,9 +32,9 @@ WORKFLOWS = Path(__file__).with_name("workflows.py")
 MIB = 1 << 20
 
 
-def _server(tmp_path: Path, *args: str, preexec=None) -> Cluster:  # type: ignore[no-untyped-def]
+def _server(tmp_path: Path, *args: str, open_files: int | None = None) -> Cluster:
     cluster = Cluster(tmp_path)
-    cluster.server_preexec = preexec
+    cluster.server_open_files = open_files
     cluster.start_server("--http-head-timeout", "1", *args)
     cluster.register(WORKFLOWS)
     return cluster
@@ -219,10 +219,6 @@ def test_half_sent_heads_from_one_address_leave_room_for_others(tmp_path: Path) 
     assert log.count("HTTP connections from 127.0.0.2 reached 10, the limit per address") == 1, log[-2000:]
 
 
-def _low_open_files() -> None:
-    resource.setrlimit(resource.RLIMIT_NOFILE, (1024, 1024))
-
-
 def test_an_open_file_exhaustion_attempt_leaves_grpc_serving(tmp_path: Path) -> None:
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     if hard != resource.RLIM_INFINITY and hard < 2400:
@@ -231,7 +227,7 @@ def test_an_open_file_exhaustion_attempt_leaves_grpc_serving(tmp_path: Path) -> 
     # The server may open only 1,024 files; it asks for the default 1,000 connections.
     cluster = _server(
         tmp_path, "--http-head-timeout", "300", "--http-max-connections-per-address", "1000000",
-        preexec=_low_open_files,
+        open_files=1024,
     )  # fmt: skip
     held: list[socket.socket] = []
     try:
