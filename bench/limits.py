@@ -4,7 +4,8 @@ Two measurements: a floor with no Flux code in it, and Flux's own burst with one
 
 - **transport**: a bare ``grpc.aio`` server in a process of its own, one unary method that
   echoes its request and one bidirectional stream that echoes each message, nothing else (no
-  store, no interceptors, no Flux import). ``CALLS`` unary calls from ``CONCURRENCY``
+  store, no interceptors, no Flux import), polling its sockets as Flux's server does
+  (flux/grpc_io.py). ``CALLS`` unary calls from ``CONCURRENCY``
   concurrent callers on one channel, then ``CALLS`` messages on one open stream: the server's
   CPU per call and per message. A RunWorkflow call can cost no less than the first; every
   message of an execution's path (the dispatch, the result, its answer, the final state) no
@@ -31,13 +32,14 @@ summary is the median of ``ROUNDS`` rounds (``LIMITS_ROUNDS``, default 3; ``LIMI
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import multiprocessing
 import os
 import statistics
 import tempfile
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -129,18 +131,37 @@ async def _transport_round(address: str, server: psutil.Process) -> dict[str, fl
     }
 
 
-def transport_round() -> dict[str, float]:
-    """One round of the bare-transport floor, its server started fresh (spawned: no grpc state shared)."""
+@contextlib.contextmanager
+def bare_server() -> Iterator[tuple[str, psutil.Process]]:
+    """The bare server, freshly spawned (no grpc state shared), its address and its process.
+
+    It polls its sockets as Flux's server does (flux/grpc_io.py: the spawned interpreter reads
+    GRPC_EXPERIMENTS from the environment it starts with), so the floor is the same transport.
+    """
+    from flux import grpc_io  # the name only: this process's grpc is imported already
+
     context = multiprocessing.get_context("spawn")
     ports = context.Queue()
     process = context.Process(target=_serve, args=(ports,), daemon=True)
-    process.start()
+    own = os.environ.get(grpc_io.VARIABLE)
+    os.environ[grpc_io.VARIABLE] = grpc_io.POLLED_BY_COMPLETION_QUEUE if own is None else own
+    try:
+        process.start()
+    finally:
+        if own is None:
+            del os.environ[grpc_io.VARIABLE]
     try:
         port = ports.get(timeout=60)
-        return asyncio.run(_transport_round(f"127.0.0.1:{port}", psutil.Process(process.pid)))
+        yield f"127.0.0.1:{port}", psutil.Process(process.pid)
     finally:
         process.kill()
         process.join()
+
+
+def transport_round() -> dict[str, float]:
+    """One round of the bare-transport floor."""
+    with bare_server() as (address, server):
+        return asyncio.run(_transport_round(address, server))
 
 
 def room_round(room: int) -> dict[str, float]:

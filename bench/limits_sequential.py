@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import multiprocessing
 import tempfile
 import time
 from collections.abc import Callable
@@ -85,18 +84,10 @@ def _figure(latencies: list[float], server_cpu: float, **more: float) -> dict[st
 
 def floor_round() -> dict[str, dict[str, float]]:
     """The bare server's sequential figures, from a freshly spawned one (no Flux code in it)."""
-    from bench.limits import SERVICE, _serve
+    from bench.limits import SERVICE, bare_server
 
-    context = multiprocessing.get_context("spawn")
-    ports = context.Queue()
-    process = context.Process(target=_serve, args=(ports,), daemon=True)
-    process.start()
-    try:
-        port = ports.get(timeout=60)
-        return asyncio.run(_floor(f"127.0.0.1:{port}", psutil.Process(process.pid), SERVICE))
-    finally:
-        process.kill()
-        process.join()
+    with bare_server() as (address, server):
+        return asyncio.run(_floor(address, server, SERVICE))
 
 
 def flux_round() -> dict[str, dict[str, float]]:
