@@ -1,9 +1,8 @@
 """One execution on the worker once its dispatch arrives: claim it and, meanwhile, call the workflow's
 function (fetching its code), deliver the result, each retried while the control plane is unreachable,
-and the spans around them. ``WorkerRuntime`` holds the state these read; ``Backoff`` (backoff.py) is the delay
-between tries. Claims (claims.py), heartbeats (heartbeats.py) and a body in its own process
-(child_runner.py) are their own modules.
-"""
+and the spans around them. ``WorkerRuntime`` holds the state these read; ``Backoff`` (backoff.py) is the
+delay between tries. Claims (claims.py), heartbeats (heartbeats.py) and a body in its own process
+(child_runner.py) are their own modules."""
 
 from __future__ import annotations
 
@@ -342,9 +341,11 @@ class Executions:
         """Complete, retrying while the control plane is unreachable: the result exists only here.
 
         ``claiming``: the result carries the claim, while the server reached takes one so. False
-        when the result is refused.
+        when the result is refused. One refused as unclaimed claims, then is sent once more: after a
+        restart our claim may have come before the server held our stream (else RUNNING for good).
         """
         backoff = Backoff(self.config.backoff_initial, self.config.backoff_max)
+        claimed_again = claiming
         while True:
             claim = claiming and self._claims_with_results  # a retry may reach another server
             running = self._running.get(dispatch.execution_id)
@@ -380,12 +381,12 @@ class Executions:
                     ExecutionError(type(exc).__name__, f"the workflow's output was refused: {exc}"),
                 )
             except FluxError as exc:
-                log.log(
-                    logging.INFO if claiming else logging.WARNING,
-                    "result of %s refused: %s",
-                    dispatch.execution_id,
-                    exc,
-                )
+                if isinstance(exc, FailedPrecondition) and not claimed_again:
+                    claimed_again = True
+                    if await self._claim(dispatch):  # refused if not ours (a stale generation)
+                        continue
+                level = logging.INFO if claiming else logging.WARNING
+                log.log(level, "result of %s refused: %s", dispatch.execution_id, exc)
                 return False
 
     async def _reclaim(self, running: Running) -> None:
