@@ -143,12 +143,13 @@ def bare_server() -> Iterator[tuple[str, psutil.Process]]:
     context = multiprocessing.get_context("spawn")
     ports = context.Queue()
     process = context.Process(target=_serve, args=(ports,), daemon=True)
-    own = os.environ.get(grpc_io.VARIABLE)
-    os.environ[grpc_io.VARIABLE] = grpc_io.POLLED_BY_COMPLETION_QUEUE if own is None else own
+    ours = grpc_io.VARIABLE not in os.environ  # one already set is the operator's, and passes as is
+    if ours:
+        os.environ[grpc_io.VARIABLE] = grpc_io.POLLED_BY_COMPLETION_QUEUE
     try:
         process.start()
     finally:
-        if own is None:
+        if ours:
             del os.environ[grpc_io.VARIABLE]
     try:
         port = ports.get(timeout=60)

@@ -5,12 +5,14 @@ skip, queue and cancel-previous; a failed claim leaves the tick due for the next
 from __future__ import annotations
 
 import asyncio
+import logging
+import sqlite3
 from pathlib import Path
 
 import pytest
 
 from flux.dispatcher.state.schedules import ScheduleBook
-from flux.dispatcher.transitions.ticker import Ticker, TickerHandle
+from flux.dispatcher.transitions.ticker import RELOAD_EVERY, Ticker, TickerHandle
 from flux.domain.execution import Execution, State, WorkflowRef
 from flux.domain.schedule import Schedule
 from flux.store import SqliteStore
@@ -133,11 +135,6 @@ def test_a_failed_claim_leaves_the_tick_due(tmp_path: Path) -> None:
 def test_the_database_away_is_a_warning_without_a_traceback_and_the_ticker_goes_on(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
-    import logging
-    import sqlite3
-
-    from flux.dispatcher.transitions import ticker as ticker_module
-
     async def scenario() -> list[logging.LogRecord]:
         fake = Fake()
         store, ticker = await _ticker(tmp_path / "u.db", fake)
@@ -150,7 +147,7 @@ def test_the_database_away_is_a_warning_without_a_traceback_and_the_ticker_goes_
         ticker.book.reload = away  # type: ignore[method-assign]
         ticker.start()
         await asyncio.sleep(0.01)  # its first step ran: the next one waits for a change
-        fake.now += ticker_module.RELOAD_EVERY + 1  # a reload is due at the next step
+        fake.now += RELOAD_EVERY + 1  # a reload is due at the next step
         ticker.book.changed.set()
         for _ in range(200):  # bounded: until the reload has failed once
             if reloads:

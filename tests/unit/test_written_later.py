@@ -10,18 +10,24 @@ import pytest
 
 from flux.dispatcher.reads import waiting
 from flux.domain.execution import State
-from tests.unit.harness import settled
+from tests.unit.harness import Flux, settled
 
 CREATED, SCHEDULED, COMPLETED = State.CREATED, State.SCHEDULED, State.COMPLETED
 
 
-async def test_a_run_that_ends_before_its_receipt_is_due_is_written_once_with_its_final_state(flux):
+async def _dispatched_unwritten(flux):
+    """A worker and a run queued before its row is written, dispatched to it and not yet claimed."""
     await flux.workflow()
     w = await flux.worker()
     accepted = await flux.d.submit("job", '"in"', written_later=True)
-    execution_id = accepted.execution_id
     await settled()
-    assert flux.state(execution_id) is SCHEDULED and execution_id in w.scheduled()  # dispatched at once
+    assert flux.state(accepted.execution_id) is SCHEDULED and accepted.execution_id in w.scheduled()
+    return w, accepted
+
+
+async def test_a_run_that_ends_before_its_receipt_is_due_is_written_once_with_its_final_state(flux):
+    w, accepted = await _dispatched_unwritten(flux)  # dispatched at once
+    execution_id = accepted.execution_id
     assert execution_id not in flux.store.executions and execution_id in flux.d.table.unwritten
     w.claim(execution_id)
     await w.complete(execution_id)
@@ -112,14 +118,8 @@ async def test_what_cannot_wait_for_its_write_is_written_first(flux, input_json,
 
 
 async def test_a_run_dispatched_and_unclaimed_when_written_comes_back_queued_after_a_restart(flux):
-    from tests.unit.harness import Flux
-
-    await flux.workflow()
-    w = await flux.worker()
-    accepted = await flux.d.submit("job", '"in"', written_later=True)
+    _, accepted = await _dispatched_unwritten(flux)
     execution_id = accepted.execution_id
-    await settled()
-    assert execution_id in w.scheduled()  # dispatched, not claimed
     receipts: list[None] = []
     ending = asyncio.ensure_future(
         waiting.final_with_receipt(flux.d, execution_id, accepted, lambda: receipts.append(None), 0.01)
