@@ -6,20 +6,23 @@ and pages that continue exactly after the token, also while rows are added.
 
 from __future__ import annotations
 
+import json
 import sqlite3
 from collections.abc import AsyncIterator
 from dataclasses import replace
 from pathlib import Path
 from types import MappingProxyType
 
+import psycopg
 import pytest
 
 from flux.dispatcher.reads.listing import execution_query, page_token
-from flux.domain.execution import Execution, State, WorkflowRef
+from flux.domain.execution import Execution, ExecutionError, State, WorkflowRef
 from flux.domain.resource_request import ResourceRequest
 from flux.domain.workflow import WorkflowRecord
 from flux.store.base import ExecutionQuery, Store
 from flux.store.postgres import PostgresStore
+from flux.store.rows import execution_row
 from flux.store.sqlite import SqliteStore
 
 pytestmark = [pytest.mark.integration, pytest.mark.backends("sqlite", "postgres")]
@@ -219,5 +222,68 @@ async def test_a_version_2_sqlite_file_gains_the_priority_columns(tmp_path: Path
         await store.save(replace(recovered.unfinished[0], execution_id="e2", seq=2, priority=9))
         stored = await store.get_execution("e2")
         assert stored is not None and stored.priority == 9
+    finally:
+        await store.close()
+
+
+def _awkward(execution_id: str, state: State, worker: str) -> Execution:
+    """Values a text encoding of the row could bend: floats to the last bit, quotes, backslashes,
+    escapes spelled out, characters beyond ASCII, line separators, the largest seq."""
+    text = 'a "quoted" \\ back\\slash, \\u0000 spelled out, tab\t, new\nline, \u2028, émoji 🚀'
+    return Execution(
+        execution_id=execution_id,
+        workflow=WorkflowRef("wf-ü", 7, "f" * 64, "wf_ü"),
+        seq=2**62 + 1,
+        input_json=json.dumps({"text": text, "n": 0.1 + 0.2}),
+        max_attempts=5,
+        state=state,
+        worker=worker,
+        attempt=3,
+        generation=2**40,
+        output_json=json.dumps([text]) if state is State.COMPLETED else "",
+        error=ExecutionError("Boom", text, "Traceback:\n  " + text) if state is State.FAILED else None,
+        gpu_indices=(0, 3) if worker else (),
+        created_at=1_765_000_000.123_456_7,
+        updated_at=1_765_000_000.1 + 0.2,
+        priority=-3,
+        tenant="team-ø",
+        trace="00-" + "a" * 32 + "-" + "b" * 16 + "-01",
+        not_before=5e-324,
+        reason=text,
+        heartbeat=json.dumps({"step": text}),
+        started_at=1_765_000_000.999_999_9,
+        run_time=1e-9,
+        batch_id="batch-1",
+        after=("e-one", "e-two"),
+        when="all",
+    )
+
+
+@pytest.mark.parametrize("state", [State.CREATED, State.RUNNING, State.COMPLETED, State.FAILED])
+async def test_every_stored_field_comes_back_exactly(store: Store, state: State) -> None:
+    worker = "" if state is State.CREATED else "w-ß"
+    written = _awkward(f"awkward-{state.name}", state, worker)
+    await store.save(written)
+    stored = await store.get_execution(written.execution_id)
+    assert stored is not None
+    assert execution_row(stored) == execution_row(written)
+
+
+async def test_a_new_dispatched_row_comes_back_exactly_with_its_dispatch_logged(pg_url: str) -> None:
+    # Only a replica inserts the rows it dispatches at once (never pending).
+    store = PostgresStore(pg_url, "test-replica")
+    await store.open()
+    try:
+        written = _awkward("awkward-dispatched", State.SCHEDULED, "w-ß")
+        await store.insert_dispatched(written)
+        stored = await store.get_execution(written.execution_id)
+        assert stored is not None
+        assert execution_row(stored) == execution_row(written)
+        async with await psycopg.AsyncConnection.connect(pg_url) as db:
+            cursor = await db.execute(
+                "SELECT generation, worker, replica, at FROM dispatches WHERE execution_id = %s",
+                (written.execution_id,),
+            )
+            assert await cursor.fetchall() == [(2**40, "w-ß", "test-replica", written.updated_at)]
     finally:
         await store.close()

@@ -26,14 +26,14 @@ from flux.domain.execution import Execution, State
 from flux.store.group_commit import GroupCommit, fail
 from flux.store.postgres.flow import guarded as flow_guarded
 from flux.store.postgres.quota import guarded
-from flux.store.postgres.rows import COLUMNS, UNNESTED, announce, owned_row, unnested
+from flux.store.postgres.rows import COLUMNS, FROM_JSON, announce, owned_row, rows_json
 from flux.store.rows import CREATED, FINISHED, SCHEDULED, execution_from_row
 from flux.store.shared import FlowGuard, QuotaGuard
 
 # Insert a new execution, or update one this replica may write: the same
 # generation, not finished, and either pending (shared) or owned by us.
 _UPSERT = f"""
-INSERT INTO executions ({COLUMNS}) {UNNESTED}
+INSERT INTO executions ({COLUMNS}) {FROM_JSON}
 ON CONFLICT (execution_id) DO UPDATE SET
     state=excluded.state, worker=excluded.worker, attempt=excluded.attempt, output_json=excluded.output_json,
     error=excluded.error, gpu_indices=excluded.gpu_indices, updated_at=excluded.updated_at, owner=excluded.owner,
@@ -45,9 +45,14 @@ WHERE executions.generation = excluded.generation AND executions.state < {FINISH
 RETURNING execution_id
 """
 
-# A new execution this replica dispatches at once (never pending), and its dispatch's log row.
-_INSERT = f"INSERT INTO executions ({COLUMNS}) {UNNESTED}"
-_LOG_DISPATCH = "INSERT INTO dispatches SELECT * FROM unnest(%s::text[], %s::bigint[], %s::text[], %s::text[], %s::float8[])"
+# New executions this replica dispatches at once (never pending), and their dispatches' log rows:
+# one statement, so one round trip and its own transaction.
+_INSERT = f"""
+WITH inserted AS (
+    INSERT INTO executions ({COLUMNS}) {FROM_JSON} RETURNING execution_id, generation, worker, updated_at
+)
+INSERT INTO dispatches SELECT execution_id, generation, worker, %s, updated_at FROM inserted
+"""
 
 # The SCHEDULED row as cycle/placing.py's ``scheduled_row`` builds it, one generation on from the
 # row as stored: a replica's mirror of a pending row does not know its generation.
@@ -154,7 +159,7 @@ class Writer:
                 if all(e.state is State.RUNNING for e in batch) and not riding:
                     await writer.execute(_RELAXED)
                 cursor = await writer.execute(
-                    _UPSERT, [*unnested([owned_row(e, self.replica_id) for e in batch]), self.replica_id]
+                    _UPSERT, (rows_json([owned_row(e, self.replica_id) for e in batch]), self.replica_id)
                 )
                 applied = {row[0] for row in await cursor.fetchall()}
                 claimed = await self._claim_in(writer, riding) if riding else {}
@@ -188,17 +193,9 @@ class Writer:
         """Every new dispatched row queued so far, with its dispatch logged, in one durable transaction."""
         inserts, self._inserts = self._inserts, []
         try:
-            writer = await self._connection()
-            rows = [e for e, _ in inserts]
-            async with writer.transaction():
-                await writer.execute(_INSERT, unnested([owned_row(e, self.replica_id) for e in rows]))
-                await writer.execute(
-                    _LOG_DISPATCH,
-                    [
-                        [e.execution_id for e in rows], [e.generation for e in rows], [e.worker for e in rows],
-                        [self.replica_id] * len(rows), [e.updated_at for e in rows],
-                    ],
-                )  # fmt: skip
+            writer = await self._connection()  # autocommit: the one statement is its transaction
+            rows = rows_json([owned_row(e, self.replica_id) for e, _ in inserts])
+            await writer.execute(_INSERT, (rows, self.replica_id))
         except BaseException as exc:
             fail((future for _, future in inserts), exc)
             if not isinstance(exc, Exception):
