@@ -1,8 +1,8 @@
 """One execution on the worker once its dispatch arrives: claim it and, meanwhile, call the workflow's
-function (fetching its code), deliver the result, each retried while the control plane is unreachable,
-and the spans around them. ``WorkerRuntime`` holds the state these read; ``Backoff`` (backoff.py) is the
-delay between tries. Claims (claims.py), heartbeats (heartbeats.py) and a body in its own process
-(child_runner.py) are their own modules."""
+function (fetching its code), then deliver the result, and the spans around them. ``WorkerRuntime``
+holds the state these read. Sending the claim and the result (delivery.py), pending claims
+(claims.py), heartbeats (heartbeats.py) and a body in its own process (child_runner.py) are their
+own modules."""
 
 from __future__ import annotations
 
@@ -10,36 +10,20 @@ import asyncio
 import contextvars
 import inspect
 import json
-import logging
 import traceback
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from typing import Protocol, TypeVar
 
 from flux.context import ExecutionContext
 from flux.domain.execution import ExecutionError
-from flux.errors import (
-    FailedPrecondition,
-    FluxError,
-    InvalidArgument,
-    NotFound,
-    PermissionDenied,
-    ResourceExhausted,
-    Unavailable,
-)
 from flux.observe import tracing
-from flux.worker.backoff import Backoff
-from flux.worker.batching import Batcher
 from flux.worker.child_runner import in_child
-from flux.worker.claims import CLAIM_DELAY, ClaimCall, PendingClaim, Running
+from flux.worker.claims import CLAIM_DELAY, PendingClaim
 from flux.worker.code_cache import CodeCache
+from flux.worker.delivery import Delivery
 from flux.worker.heartbeats import Heartbeats
 from flux.worker.prefetch import ResultsInFlight, after_results
-from flux.worker.transport import Dispatch, Outcome
-
-T = TypeVar("T")
-
-log = logging.getLogger("flux.worker")
+from flux.worker.transport import Dispatch
 
 
 def error_of(exc: BaseException) -> ExecutionError:
@@ -48,29 +32,12 @@ def error_of(exc: BaseException) -> ExecutionError:
     return ExecutionError(type(exc).__qualname__, str(exc), traceback.format_exc(), bases)
 
 
-class _Config(Protocol):
-    """What of ``WorkerConfig`` an execution reads (that module imports this one)."""
-
-    @property
-    def name(self) -> str: ...
-    @property
-    def backoff_initial(self) -> float: ...
-    @property
-    def backoff_max(self) -> float: ...
-
-
-class Executions:
+class Executions(Delivery):
     """The part of ``WorkerRuntime`` that takes one execution from its claim to its result."""
 
-    # Set by WorkerRuntime.__init__ (and the stream count by its session).
-    config: _Config
-    _streams: int
-    _running: dict[str, Running]
+    # Set by WorkerRuntime.__init__ (with Delivery's own).
     _threads: ThreadPoolExecutor
     _code: CodeCache
-    _claims: Batcher[ClaimCall]
-    _results: Batcher[Outcome]
-    _claims_with_results: bool
     _in_flight: ResultsInFlight
 
     async def _release(self, execution_id: str, generation: int, reason: str) -> None:
@@ -167,79 +134,6 @@ class Executions:
             asyncio.get_running_loop().call_soon(self._room_freed)
         return self._in_flight.begin()
 
-    async def _complete(
-        self,
-        dispatch: Dispatch,
-        claim: asyncio.Task[bool] | None,
-        written: asyncio.Future[None],
-        output_json: str | None,
-        error: ExecutionError | None,
-    ) -> None:
-        """Deliver the result once the claim is accepted, or sooner: right behind the written claim,
-        or carrying the claim itself where it was never sent (``claim`` None).
-
-        That first try is one try. The server refuses a result for an execution it has not seen
-        claimed, so a claim lost with its stream costs only the wait for the claim's retry and a
-        second delivery; a result accepted is recorded once whatever its claim's answer said.
-        """
-        if claim is None:
-            await self._deliver_claiming(dispatch, output_json, error)
-            return
-        delivered = False
-        if not claim.done():
-            await written  # set by the claim's answer too
-            if not claim.done():
-                delivered = await self._deliver_once(dispatch, output_json, error)
-        if not await claim:
-            return  # the refusal has stopped this task already; here only if it raced the answer
-        if not delivered:
-            await self._deliver(dispatch, output_json, error)
-
-    async def _deliver_once(
-        self, dispatch: Dispatch, output_json: str | None, error: ExecutionError | None
-    ) -> bool:
-        try:
-            await self._results.submit(
-                Outcome(dispatch.execution_id, dispatch.generation, output_json, error)
-            )
-            return True
-        except FluxError as exc:  # delivered again, with all of _deliver's care, once the claim is answered
-            log.debug("result of %s sent behind its claim not taken: %s", dispatch.execution_id, exc)
-            return False
-
-    async def _deliver_claiming(
-        self, dispatch: Dispatch, output_json: str | None, error: ExecutionError | None
-    ) -> None:
-        """Deliver a result that carries its execution's claim (the claim was never sent).
-
-        A refusal may be the claim's alone: a server reached after a reconnect that takes no claim
-        inside a result says "claim it before completing". So a refused result claims on its own
-        and, if that is accepted, is delivered again; a claim refused too means it was never ours.
-        """
-        if await self._deliver(dispatch, output_json, error, claiming=True):
-            return
-        if await self._claim(dispatch):
-            running = self._running.get(dispatch.execution_id)
-            if running is not None and running.dispatch is dispatch:
-                running.claimed_in = self._streams
-            await self._deliver(dispatch, output_json, error)
-
-    async def _claim(self, dispatch: Dispatch, written: asyncio.Future[None] | None = None) -> bool:
-        """Claim, retrying while the control plane is unreachable; False when refused.
-
-        Giving up on an unreachable server would drop work the server may already have
-        recorded as claimed (its answer lost as it died). A retried claim of a RUNNING
-        execution is accepted, and a reconnect's Connected cancels the try if the server
-        no longer holds it for us.
-        """
-        call = ClaimCall(dispatch.execution_id, dispatch.generation, written)
-        try:
-            await self._while_unreachable(f"claim {dispatch.execution_id}", lambda: self._claims.submit(call))
-            return True
-        except (FailedPrecondition, NotFound, PermissionDenied) as exc:
-            log.info("claim of %s refused: %s", dispatch.execution_id, exc)
-            return False
-
     def _span_fields(self, dispatch: Dispatch) -> dict[str, object]:
         return {
             "flux.execution.id": dispatch.execution_id,
@@ -277,17 +171,6 @@ class Executions:
         return await self._while_unreachable(
             f"fetch the code of {dispatch.workflow.name}", lambda: self._code.function(dispatch.workflow)
         )
-
-    async def _while_unreachable(self, what: str, call: Callable[[], Awaitable[T]]) -> T:
-        """``call()``, again after a backoff each time the control plane is unreachable."""
-        backoff = Backoff(self.config.backoff_initial, self.config.backoff_max)
-        while True:
-            try:
-                return await call()
-            except Unavailable as exc:
-                delay = backoff.next()
-                log.warning("could not %s (%s); retrying in %.2fs", what, exc, delay)
-                await asyncio.sleep(delay)
 
     async def _invoke(self, dispatch: Dispatch) -> tuple[str | None, ExecutionError | None]:
         beats = Heartbeats(self._heartbeat, dispatch)
@@ -330,71 +213,3 @@ class Executions:
             return None, error_of(exc)
         finally:
             await beats.close()
-
-    async def _deliver(
-        self,
-        dispatch: Dispatch,
-        output_json: str | None,
-        error: ExecutionError | None,
-        claiming: bool = False,
-    ) -> bool:
-        """Complete, retrying while the control plane is unreachable: the result exists only here.
-
-        ``claiming``: the result carries the claim, while the server reached takes one so. False
-        when the result is refused. One refused as unclaimed claims, then is sent once more: after a
-        restart our claim may have come before the server held our stream (else RUNNING for good).
-        """
-        backoff = Backoff(self.config.backoff_initial, self.config.backoff_max)
-        claimed_again = claiming
-        while True:
-            claim = claiming and self._claims_with_results  # a retry may reach another server
-            running = self._running.get(dispatch.execution_id)
-            if (
-                not claim
-                and running is not None
-                and running.dispatch is dispatch
-                and running.claimed_in != self._streams
-            ):
-                await self._reclaim(running)  # a result for a dispatch held as unclaimed is refused
-            try:
-                await self._results.submit(
-                    Outcome(dispatch.execution_id, dispatch.generation, output_json, error, claim)
-                )
-                return True
-            except Unavailable as exc:
-                delay = backoff.next()
-                log.warning(
-                    "could not deliver the result of %s (%s); retrying in %.2fs",
-                    dispatch.execution_id,
-                    exc,
-                    delay,
-                )
-                await asyncio.sleep(delay)
-            except (InvalidArgument, ResourceExhausted) as exc:
-                if error is not None:
-                    log.warning("error report for %s refused: %s", dispatch.execution_id, exc)
-                    return False
-                # The output itself was refused (too large, not JSON): report that as the failure,
-                # or the execution would stay RUNNING with nobody left to finish it.
-                output_json, error = (
-                    None,
-                    ExecutionError(type(exc).__name__, f"the workflow's output was refused: {exc}"),
-                )
-            except FluxError as exc:
-                if isinstance(exc, FailedPrecondition) and not claimed_again:
-                    claimed_again = True
-                    if await self._claim(dispatch):  # refused if not ours (a stale generation)
-                        continue
-                level = logging.INFO if claiming else logging.WARNING
-                log.log(level, "result of %s refused: %s", dispatch.execution_id, exc)
-                return False
-
-    async def _reclaim(self, running: Running) -> None:
-        """Claim again on a new stream (a repeated claim is accepted; a stale one refused)."""
-        streams, dispatch = self._streams, running.dispatch
-        try:
-            await self._claims.submit(ClaimCall(dispatch.execution_id, dispatch.generation))
-        except FluxError as exc:  # the result is still delivered, and fenced, as usual
-            log.debug("repeated claim of %s not accepted: %s", dispatch.execution_id, exc)
-        else:
-            running.claimed_in = streams

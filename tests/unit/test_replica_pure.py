@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import dataclasses
+import json
 from types import MappingProxyType
+
+import pytest
 
 from flux.dispatcher.modes.shared.worker_documents import info_of, load_of, view_of
 from flux.dispatcher.state.worker_entry import WorkerEntry
@@ -14,7 +17,7 @@ from flux.matching import Shape, explain
 from flux.store.base import PendingRef
 from flux.store.notices import NOTIFY_LIMIT, chunks, parse_pending, pending_line
 from flux.store.postgres import redacted
-from flux.store.postgres.rows import COLUMN_TYPES, COLUMNS, owned_row, unnested
+from flux.store.postgres.rows import COLUMN_TYPES, COLUMNS, FROM_JSON, owned_row, rows_json
 
 
 def execution(execution_id: str, name: str = "train model", version: int = 3, seq: int = 17) -> Execution:
@@ -48,16 +51,27 @@ def test_payloads_stay_under_the_notify_limit_and_lose_nothing() -> None:
     assert list(chunks([])) == []
 
 
-def test_a_batch_of_rows_is_sent_as_one_array_per_column_in_column_order() -> None:
+def test_a_batch_of_rows_is_sent_as_one_json_array_of_rows_in_column_order() -> None:
     first, second = execution("a1"), execution("b2", seq=18).evolve(worker="w1")
-    rows = [owned_row(first, "r1"), owned_row(second, "r1")]
-    columns = unnested(rows)
+    sent = json.loads(rows_json([owned_row(first, "r1"), owned_row(second, "r1")]))
     names = [name.strip() for name in COLUMNS.split(",")]
-    assert len(columns) == len(names) == len(COLUMN_TYPES)
-    by_name = dict(zip(names, columns, strict=True))
-    assert by_name["execution_id"] == ["a1", "b2"] and by_name["seq"] == [17, 18]
-    assert by_name["worker"] == ["", "w1"] and by_name["error"] == [None, None]
-    assert unnested([]) == [[] for _ in names]  # an empty batch is still one (empty) array per column
+    assert len(COLUMN_TYPES) == len(names) and all(len(row) == len(names) for row in sent)
+    by_name = [dict(zip(names, row, strict=True)) for row in sent]
+    assert [row["execution_id"] for row in by_name] == ["a1", "b2"] and by_name[1]["seq"] == 18
+    assert [row["worker"] for row in by_name] == ["", "w1"] and by_name[0]["error"] is None
+    # The statement reads each position as its column's type, in the same order.
+    assert FROM_JSON.count("(r->>") == len(names)
+    assert (
+        f"(r->>0)::{COLUMN_TYPES[0]}" in FROM_JSON
+        and f"(r->>{len(names) - 1})::{COLUMN_TYPES[-1]}" in FROM_JSON
+    )
+    assert rows_json([]) == "[]"
+
+
+def test_a_row_that_json_cannot_carry_exactly_is_refused_before_it_is_sent() -> None:
+    # NaN and infinities have no JSON spelling; PostgreSQL would refuse the whole batch's text.
+    with pytest.raises(ValueError):
+        rows_json([owned_row(execution("a1").evolve(run_time=float("nan")), "r1")])
 
 
 def test_urls_are_redacted_for_logs() -> None:
