@@ -6,6 +6,7 @@ and pages that continue exactly after the token, also while rows are added.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import sqlite3
 from collections.abc import AsyncIterator
@@ -21,7 +22,8 @@ from flux.domain.execution import Execution, ExecutionError, State, WorkflowRef
 from flux.domain.resource_request import ResourceRequest
 from flux.domain.workflow import WorkflowRecord
 from flux.store.base import ExecutionQuery, Store
-from flux.store.postgres import PostgresStore
+from flux.store.postgres import PostgresStore, writer
+from flux.store.postgres.rows import rows_json
 from flux.store.rows import execution_row
 from flux.store.sqlite import SqliteStore
 
@@ -285,5 +287,33 @@ async def test_a_new_dispatched_row_comes_back_exactly_with_its_dispatch_logged(
                 (written.execution_id,),
             )
             assert await cursor.fetchall() == [(2**40, "w-ß", "test-replica", written.updated_at)]
+    finally:
+        await store.close()
+
+
+async def test_a_batch_cut_into_several_texts_is_written_whole(
+    pg_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Rows saved together pass the bound of one JSON text: upserted and inserted chunk by chunk.
+    texts: list[int] = []
+
+    def small_texts(rows: list[tuple[object, ...]]) -> list[str]:
+        cut = rows_json(rows, most=3000)
+        texts.append(len(cut))
+        return cut
+
+    monkeypatch.setattr(writer, "rows_json", small_texts)
+    store = PostgresStore(pg_url, "test-replica")
+    await store.open()
+    try:
+        saved = [_awkward(f"saved-{i}", State.COMPLETED, "w-ß") for i in range(8)]
+        await store.save_many(saved)
+        dispatched = [_awkward(f"dispatched-{i}", State.SCHEDULED, "w-ß") for i in range(8)]
+        await asyncio.gather(*(store.insert_dispatched(e) for e in dispatched))
+        stored = await store.get_executions([e.execution_id for e in saved + dispatched])
+        assert {i: execution_row(e) for i, e in stored.items()} == {
+            e.execution_id: execution_row(e) for e in saved + dispatched
+        }
+        assert len(texts) == 2 and min(texts) > 1  # each write was cut, none was lost
     finally:
         await store.close()

@@ -53,7 +53,8 @@ def test_payloads_stay_under_the_notify_limit_and_lose_nothing() -> None:
 
 def test_a_batch_of_rows_is_sent_as_one_json_array_of_rows_in_column_order() -> None:
     first, second = execution("a1"), execution("b2", seq=18).evolve(worker="w1")
-    sent = json.loads(rows_json([owned_row(first, "r1"), owned_row(second, "r1")]))
+    [text] = rows_json([owned_row(first, "r1"), owned_row(second, "r1")])
+    sent = json.loads(text)
     names = [name.strip() for name in COLUMNS.split(",")]
     assert len(COLUMN_TYPES) == len(names) and all(len(row) == len(names) for row in sent)
     by_name = [dict(zip(names, row, strict=True)) for row in sent]
@@ -65,7 +66,17 @@ def test_a_batch_of_rows_is_sent_as_one_json_array_of_rows_in_column_order() -> 
         f"(r->>0)::{COLUMN_TYPES[0]}" in FROM_JSON
         and f"(r->>{len(names) - 1})::{COLUMN_TYPES[-1]}" in FROM_JSON
     )
-    assert rows_json([]) == "[]"
+    assert rows_json([]) == ["[]"]
+
+
+def test_a_batch_too_large_for_one_jsonb_value_is_cut_in_order_and_never_inside_a_row() -> None:
+    rows = [owned_row(execution(f"e{i}").evolve(input_json="x" * (100 * i)), "r1") for i in range(12)]
+    texts = rows_json(rows, most=1000)
+    assert len(texts) > 1
+    assert [tuple(row) for text in texts for row in json.loads(text)] == rows
+    # Each text is within the bound unless a single row is longer than it.
+    assert all(len(text) <= 1000 + 2 or len(json.loads(text)) == 1 for text in texts)
+    assert rows_json(rows) == [json.dumps(rows)]  # an ordinary batch: one text
 
 
 def test_a_row_that_json_cannot_carry_exactly_is_refused_before_it_is_sent() -> None:

@@ -15,6 +15,7 @@ transaction after it; a row it claimed is not announced as pending (no other rep
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 from dataclasses import dataclass
 from typing import Any
@@ -158,10 +159,10 @@ class Writer:
             async with writer.transaction():
                 if all(e.state is State.RUNNING for e in batch) and not riding:
                     await writer.execute(_RELAXED)
-                cursor = await writer.execute(
-                    _UPSERT, (rows_json([owned_row(e, self.replica_id) for e in batch]), self.replica_id)
-                )
-                applied = {row[0] for row in await cursor.fetchall()}
+                applied: set[str] = set()
+                for rows in rows_json([owned_row(e, self.replica_id) for e in batch]):
+                    cursor = await writer.execute(_UPSERT, (rows, self.replica_id))
+                    applied.update(row[0] for row in await cursor.fetchall())
                 claimed = await self._claim_in(writer, riding) if riding else {}
                 await announce(
                     writer, [e for e in batch if e.execution_id in applied and e.execution_id not in claimed]
@@ -193,9 +194,12 @@ class Writer:
         """Every new dispatched row queued so far, with its dispatch logged, in one durable transaction."""
         inserts, self._inserts = self._inserts, []
         try:
-            writer = await self._connection()  # autocommit: the one statement is its transaction
-            rows = rows_json([owned_row(e, self.replica_id) for e, _ in inserts])
-            await writer.execute(_INSERT, (rows, self.replica_id))
+            writer = await self._connection()
+            texts = rows_json([owned_row(e, self.replica_id) for e, _ in inserts])
+            # Autocommit: one statement is its own transaction; a batch cut in several takes one.
+            async with writer.transaction() if len(texts) > 1 else contextlib.nullcontext():
+                for rows in texts:
+                    await writer.execute(_INSERT, (rows, self.replica_id))
         except BaseException as exc:
             fail((future for _, future in inserts), exc)
             if not isinstance(exc, Exception):
