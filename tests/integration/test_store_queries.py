@@ -2,6 +2,8 @@
 
 Same rows, same answers: filters, newest-first order with ties broken by id,
 and pages that continue exactly after the token, also while rows are added.
+And every stored field comes back as it was written, however the store encodes
+the row on its way (PostgreSQL: one JSON text per batch).
 """
 
 from __future__ import annotations
@@ -257,7 +259,7 @@ def _awkward(execution_id: str, state: State, worker: str) -> Execution:
         run_time=1e-9,
         batch_id="batch-1",
         after=("e-one", "e-two"),
-        when="all",
+        when="finished",
     )
 
 
