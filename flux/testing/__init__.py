@@ -45,7 +45,15 @@ from flux.security import Credentials, Role, caller_token
 # public names are re-exported here, where users import them.
 from flux.testing.browser import CHROMIUM_ARGS, chromium_path
 from flux.testing.keda import KedaEmulator
-from flux.testing.processes import GATEWAY, LISTENING, fake_site_packages, plain, read_gateway_line, spawn
+from flux.testing.processes import (
+    GATEWAY,
+    LISTENING,
+    fake_site_packages,
+    plain,
+    read_gateway_line,
+    respawn,
+    spawn,
+)
 from flux.v1 import control_pb2
 
 __all__ = [
@@ -186,13 +194,11 @@ class Cluster:
         """Start a server on the same ports (workers keep their --server or --gateway address)."""
         port = port or int(self.address.rsplit(":", 1)[1])
         http = ["--http-port", self.gateway_url.rsplit(":", 1)[1]] if self.gateway_url else ["--no-http"]
-        process = self._spawn(
-            ["start", "server", "--grpc-port", str(port), *http, "--db", self._db_arg(db), *args],
-            log="server",
+        command = ["start", "server", "--grpc-port", str(port), *http, "--db", self._db_arg(db), *args]
+        process, line = respawn(lambda: self._spawn(command, log="server"), self.workdir / "server.log")
+        assert LISTENING.search(plain(line)), (
+            f"server did not restart: {line!r}; see {self.workdir / 'server.log'}"
         )
-        assert process.stdout is not None
-        line = process.stdout.readline()
-        assert LISTENING.search(plain(line)), f"server did not restart: {line!r}"
         if self.gateway_url:
             assert self._read_gateway_line(process, "gateway") == self.gateway_url
         self.server = process
@@ -205,24 +211,22 @@ class Cluster:
         """
         old, address, gateway = self.replicas[index]
         http = ["--http-port", gateway.rsplit(":", 1)[1]] if gateway else ["--no-http"]
-        process = self._spawn(
-            [
-                "start",
-                "server",
-                "--grpc-port",
-                address.rsplit(":", 1)[1],
-                *http,
-                "--db",
-                self._db_arg(None),
-                *args,
-            ],
-            log=f"replica-{index + 1}",
-        )
-        assert process.stdout is not None
-        line = process.stdout.readline()
+        command = [
+            "start",
+            "server",
+            "--grpc-port",
+            address.rsplit(":", 1)[1],
+            *http,
+            "--db",
+            self._db_arg(None),
+            *args,
+        ]
+        log = f"replica-{index + 1}"
+        process, line = respawn(lambda: self._spawn(command, log=log), self.workdir / f"{log}.log")
         if not LISTENING.search(plain(line)):
-            process.kill()
-            raise AssertionError(f"replica {index + 1} did not restart: {line!r}")
+            raise AssertionError(
+                f"replica {index + 1} did not restart: {line!r}; see {self.workdir / (log + '.log')}"
+            )
         if gateway:
             assert self._read_gateway_line(process, "gateway") == gateway
         self.replicas[index] = (process, address, gateway)

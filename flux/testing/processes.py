@@ -12,10 +12,14 @@ import os
 import re
 import subprocess
 import sys
+import time
+from collections.abc import Callable
 from pathlib import Path
 
 LISTENING = re.compile(r"listening on (\S+):(\d+) \(grpc\)")
 GATEWAY = re.compile(r"^flux gateway listening on (https?://\S+)$")
+# How long a restart waits for its old ports (see ``respawn``).
+PORT_WAIT = 20.0
 
 
 def plain(line: str) -> str:
@@ -87,3 +91,29 @@ def read_gateway_line(process: subprocess.Popen[str], what: str, workdir: Path) 
         process.kill()
         raise AssertionError(f"{what} did not start: {line!r}; see the logs in {workdir}")
     return match.group(1)
+
+
+def respawn(start: Callable[[], subprocess.Popen[str]], log: Path) -> tuple[subprocess.Popen[str], str]:
+    """Start a server again on the ports it had (``start``); the process and its first line.
+
+    The kernel hands a killed server's port out again: on a busy machine another process's
+    outgoing connection or port-0 bind may hold it for a moment. Workers keep the address, so
+    while the server says its port "is already in use" (in ``log``), it is started again, for up
+    to ``PORT_WAIT`` seconds; any other failure comes back at once, as does the last one.
+    """
+    deadline = time.monotonic() + PORT_WAIT
+    while True:
+        seen = log.stat().st_size if log.exists() else 0
+        process = start()
+        assert process.stdout is not None
+        line = process.stdout.readline()
+        if LISTENING.search(plain(line)):
+            return process, line
+        process.kill()
+        process.wait(timeout=10)
+        with log.open("rb") as handle:
+            handle.seek(seen)
+            taken = b"is already in use" in handle.read()
+        if not taken or time.monotonic() > deadline:
+            return process, line
+        time.sleep(0.25)
