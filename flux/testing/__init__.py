@@ -193,15 +193,7 @@ class Cluster:
     def restart_server(self, *args: str, port: int | None = None, db: str | None = None) -> str:
         """Start a server on the same ports (workers keep their --server or --gateway address)."""
         port = port or int(self.address.rsplit(":", 1)[1])
-        http = ["--http-port", self.gateway_url.rsplit(":", 1)[1]] if self.gateway_url else ["--no-http"]
-        command = ["start", "server", "--grpc-port", str(port), *http, "--db", self._db_arg(db), *args]
-        process, line = respawn(lambda: self._spawn(command, log="server"), self.workdir / "server.log")
-        assert LISTENING.search(plain(line)), (
-            f"server did not restart: {line!r}; see {self.workdir / 'server.log'}"
-        )
-        if self.gateway_url:
-            assert self._read_gateway_line(process, "gateway") == self.gateway_url
-        self.server = process
+        self.server = self._restart("server", port, self.gateway_url, db, args)
         return self.address
 
     def restart_replica(self, index: int, *args: str) -> str:
@@ -209,28 +201,24 @@ class Cluster:
 
         Like ``restart_server``: workers keep their addresses. Kill it first (it is not stopped here).
         """
-        old, address, gateway = self.replicas[index]
-        http = ["--http-port", gateway.rsplit(":", 1)[1]] if gateway else ["--no-http"]
-        command = [
-            "start",
-            "server",
-            "--grpc-port",
-            address.rsplit(":", 1)[1],
-            *http,
-            "--db",
-            self._db_arg(None),
-            *args,
-        ]
-        log = f"replica-{index + 1}"
-        process, line = respawn(lambda: self._spawn(command, log=log), self.workdir / f"{log}.log")
-        if not LISTENING.search(plain(line)):
-            raise AssertionError(
-                f"replica {index + 1} did not restart: {line!r}; see {self.workdir / (log + '.log')}"
-            )
-        if gateway:
-            assert self._read_gateway_line(process, "gateway") == gateway
+        _, address, gateway = self.replicas[index]
+        process = self._restart(f"replica-{index + 1}", int(address.rsplit(":", 1)[1]), gateway, None, args)
         self.replicas[index] = (process, address, gateway)
         return address
+
+    def _restart(
+        self, log: str, port: int, gateway: str, db: str | None, args: tuple[str, ...]
+    ) -> subprocess.Popen[str]:
+        """A server started again on gRPC ``port`` and ``gateway``'s port (none: --no-http)."""
+        http = ["--http-port", gateway.rsplit(":", 1)[1]] if gateway else ["--no-http"]
+        command = ["start", "server", "--grpc-port", str(port), *http, "--db", self._db_arg(db), *args]
+        path = self.workdir / f"{log}.log"
+        process, line = respawn(lambda: self._spawn(command, log=log), path)
+        if not LISTENING.search(plain(line)):
+            raise AssertionError(f"{log} did not restart: {line!r}; see {path}")
+        if gateway:
+            assert self._read_gateway_line(process, "gateway") == gateway
+        return process
 
     def start_gateway(self, *args: str) -> tuple[subprocess.Popen[str], str]:
         """An extra gateway process in front of this cluster's core; returns it and its URL."""
