@@ -51,6 +51,18 @@ def test_a_stream_is_pinged_once_per_interval_of_silence_and_not_while_it_carrie
     assert _pings(idle) == 1
 
 
+def test_a_step_pings_in_turns_of_at_most_most_and_the_last_turn_says_none_is_left() -> None:
+    pinger = Pinger(lambda: INTERVAL, jitter=lambda: 0.0)
+    sessions = [_session(f"w{i}", 0.0) for i in range(20)]
+    for session in sessions:
+        pinger.watch(session)
+    # What the ping task does each step: turns of 8 until one pings fewer.
+    turns = [pinger.ping_due(5.0, 5.0, 8) for _ in range(4)]
+    assert turns == [8, 8, 4, 0]
+    assert all(_pings(s) == 1 for s in sessions)
+    assert pinger.ping_due(14.9, 14.9, 8) == 0  # each is next due one interval after its ping
+
+
 def test_a_closed_stream_leaves_the_schedule() -> None:
     pinger = Pinger(lambda: INTERVAL, jitter=lambda: 0.0)
     session = _session("gone", 0.0)

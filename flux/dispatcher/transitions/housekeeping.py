@@ -316,9 +316,13 @@ class Housekeeper:
                 log.exception("dispatcher housekeeping failed")
 
     async def _ping(self) -> None:
+        pinger = self.d.pinger
         while True:
             await asyncio.sleep(pings.STEP)
             try:
-                self.d.pinger.ping_due(time.monotonic(), self.d.clock())
+                now, wall = time.monotonic(), self.d.clock()
+                # A turn's writers run in the next loop step, beside what else came in (pings.TURN).
+                while pinger.ping_due(now, wall, pings.TURN) == pings.TURN:
+                    await asyncio.sleep(0)
             except Exception:
                 log.exception("dispatcher keepalive pings failed")
