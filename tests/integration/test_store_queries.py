@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 import json
 import sqlite3
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from dataclasses import replace
 from pathlib import Path
 from types import MappingProxyType
@@ -23,9 +23,10 @@ from flux.dispatcher.reads.listing import execution_query, page_token
 from flux.domain.execution import Execution, ExecutionError, State, WorkflowRef
 from flux.domain.resource_request import ResourceRequest
 from flux.domain.workflow import WorkflowRecord
-from flux.store.base import ExecutionQuery, Store
+from flux.store import notices
+from flux.store.base import Conflict, ExecutionQuery, PendingRef, Store
 from flux.store.postgres import PostgresStore, writer
-from flux.store.postgres.rows import rows_json
+from flux.store.postgres.rows import announce, rows_json
 from flux.store.rows import execution_row
 from flux.store.sqlite import SqliteStore
 
@@ -317,5 +318,81 @@ async def test_a_batch_cut_into_several_texts_is_written_whole(
             e.execution_id: execution_row(e) for e in saved + dispatched
         }
         assert len(texts) == 2 and min(texts) > 1  # each write was cut, none was lost
+    finally:
+        await store.close()
+
+
+async def _heard_until(heard: list[notices.Notice], done: Callable[[], bool]) -> None:
+    for _ in range(200):
+        if done():
+            return
+        await asyncio.sleep(0.05)
+    raise AssertionError(f"not announced: {heard}")
+
+
+async def test_a_group_commit_announces_the_rows_it_applied_and_no_other(
+    pg_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A batch's transaction announces exactly the rows it applied, pending ones and finished ones,
+    # never a row refused; notices that would not fit one NOTIFY are cut into several.
+    announced: list[int] = []
+    monkeypatch.setattr(
+        writer, "announce", lambda db, rows: announced.append(len(rows)) or announce(db, rows)
+    )
+    store = PostgresStore(pg_url, "test-replica")
+    await store.open()
+    heard: list[notices.Notice] = []
+    store.subscribe(heard.append)
+
+    def pending() -> set[str]:
+        return {ref.execution_id for n in heard if isinstance(n, notices.PendingAdded) for ref in n.refs}
+
+    def finished() -> set[str]:
+        return {i for n in heard if isinstance(n, notices.Finished) for i in n.execution_ids}
+
+    try:
+        held = _awkward("held-elsewhere", State.SCHEDULED, "w-ß")
+        await store.save(held)
+        async with await psycopg.AsyncConnection.connect(pg_url, autocommit=True) as db:
+            await db.execute(
+                "UPDATE executions SET owner = 'r2' WHERE execution_id = %s", (held.execution_id,)
+            )
+        announced.clear()
+        outcomes = await asyncio.gather(
+            store.save(_awkward("new-pending", State.CREATED, "")),
+            store.save(_awkward("ended", State.COMPLETED, "w-ß")),
+            store.save(held.evolve(state=State.COMPLETED, output_json="1")),
+            return_exceptions=True,
+        )
+        assert outcomes[:2] == [None, None] and isinstance(outcomes[2], Conflict)
+        await _heard_until(heard, lambda: "new-pending" in pending() and "ended" in finished())
+        [ref] = [r for n in heard if isinstance(n, notices.PendingAdded) for r in n.refs]
+        assert ref == PendingRef.of(_awkward("new-pending", State.CREATED, ""))
+        assert announced == [2]  # the refused row is not among those announced
+
+        many = [_awkward(f"ended-{i:04d}-{'x' * 24}", State.FAILED, "w-ß") for i in range(300)]
+        await store.save_many(many)
+        await _heard_until(heard, lambda: {e.execution_id for e in many} <= finished())
+        assert announced == [2, 300]
+        assert sum(isinstance(n, notices.Finished) for n in heard) >= 3  # 9,000 bytes of ids: cut
+        assert "held-elsewhere" not in pending() | finished()
+    finally:
+        await store.close()
+
+
+async def test_running_rows_commit_relaxed_and_the_next_commit_waits_for_the_flush(pg_url: str) -> None:
+    # RUNNING rows (claim marks) commit without waiting for the WAL flush, in a transaction that
+    # relaxes only itself: the submissions and results after it are promises again.
+    store = PostgresStore(pg_url, "test-replica")
+    await store.open()
+    try:
+        running = _awkward("running", State.RUNNING, "w-ß")
+        await store.save(running)
+        stored = await store.get_execution("running")
+        assert stored is not None and execution_row(stored) == execution_row(running)
+        connection = store._writes._conn
+        assert connection is not None
+        cursor = await connection.execute("SHOW synchronous_commit")
+        assert await cursor.fetchone() == ("on",)
     finally:
         await store.close()
