@@ -5,7 +5,10 @@ from __future__ import annotations
 import json
 import os
 import platform
+import socket
 import statistics
+import subprocess
+import sys
 import time
 from collections.abc import Sequence
 from pathlib import Path
@@ -32,6 +35,7 @@ def machine() -> dict[str, object]:
         "implementation": platform.python_implementation(),
         "platform": platform.platform(),
         "load_average_1m": round(os.getloadavg()[0], 2),
+        "loopback_round_trip_us": round_trip_us(),
     }
 
 
@@ -42,6 +46,50 @@ def speed_s() -> float:
     for i in range(10**7):
         total += i
     return round(time.perf_counter() - started, 2)
+
+
+# The far end of ``round_trip_us``: a second process echoing each byte back over loopback TCP.
+_ECHO = """
+import socket, sys
+with socket.create_connection(("127.0.0.1", int(sys.argv[1]))) as s:
+    s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    while byte := s.recv(1):
+        s.sendall(byte)
+"""
+
+
+def round_trip_us(trips: int = 2000) -> float:
+    """The box's wake-up cost: the median microseconds of a one-byte round trip over loopback TCP
+    to a second process (docs/benchmarks.md).
+
+    ``speed_s`` times Python alone, and two boxes equal by it ran the peers workload's sequential
+    runs at 372 and 661 /s: every figure here moves messages between processes, and what a
+    message costs there is the kernel waking the reader, which no loop of additions measures.
+    """
+    with socket.socket() as listener:
+        listener.bind(("127.0.0.1", 0))
+        listener.listen(1)
+        listener.settimeout(30)
+        echo = subprocess.Popen([sys.executable, "-c", _ECHO, str(listener.getsockname()[1])])
+        try:
+            connection, _ = listener.accept()
+            with connection:
+                connection.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+                connection.settimeout(30)
+                samples = []
+                for _ in range(trips):
+                    started = time.perf_counter()
+                    connection.sendall(b"x")
+                    if connection.recv(1) != b"x":
+                        raise RuntimeError("the echo process went away")
+                    samples.append(time.perf_counter() - started)
+        finally:
+            try:
+                echo.wait(timeout=10)  # it ends when the connection closes
+            except subprocess.TimeoutExpired:
+                echo.kill()
+                echo.wait()
+    return round(statistics.median(samples) * 1e6, 1)
 
 
 def percentiles(samples: Sequence[float], unit_scale: float = 1000.0) -> dict[str, float]:

@@ -23,6 +23,8 @@ and ``map()`` + ``wait_all``; Ray: ``.remote`` + ``ray.get``; Dask: ``client.sub
 The box's speed (seconds for 10**7 pure-Python additions, ``speed_s``) is taken in each
 system's process before it starts, beside every run's figures: the figures move with it, and the
 docs keep one table per speed class (``speed_class``: fast below FAST_BELOW_S, else slow).
+Beside it, the loopback round trip between two processes (``round_trip_us``): boxes of one
+speed class have differed by 1.8x in sequential runs per second, and that figure shows why.
 
 Each system runs in a fresh Python process of its own (``python -m bench.peers SYSTEM``)
 and is started from nothing there; the rounds interleave the systems (flux, ray, dask,
@@ -54,7 +56,7 @@ from typing import Any
 
 import psutil
 
-from bench.common import percentiles, speed_s, write
+from bench.common import percentiles, round_trip_us, speed_s, write
 
 SYSTEMS = ("flux", "ray", "dask")
 ROUNDS = int(os.environ.get("PEERS_ROUNDS", "3"))
@@ -122,6 +124,7 @@ def _measure(
 ) -> dict[str, object]:
     """The figures of one system in this process: ``start`` brings it up and answers its run-one."""
     speed = speed_s()  # before anything of the system runs
+    trip = round_trip_us()
     began = time.perf_counter()
     run_one = start()
     assert run_one(0, None) == 0
@@ -142,6 +145,7 @@ def _measure(
     return {
         "speed_s": speed,
         "speed_class": "fast" if speed < FAST_BELOW_S else "slow",
+        "round_trip_us": trip,
         "cold_start_s": round(cold, 3),
         "sequential_per_s": round(SEQUENTIAL / sum(latencies["plain"]), 1),
         "sequential_ms": percentiles(latencies["plain"]),
@@ -320,6 +324,7 @@ def main() -> None:
             "rss_mb": _median(results, "rss_mb"),
             "pss_mb": _median(results, "pss_mb"),
             "speed_s": _median(results, "speed_s"),
+            "round_trip_us": _median(results, "round_trip_us"),
         }
         for system, results in rounds.items()
     }
@@ -343,6 +348,8 @@ def main() -> None:
             # Every run's speed beside its figures (each round's own speed_s is in ``rounds``).
             "speed_s": speeds,
             "speed_class": "fast" if statistics.median(speeds) < FAST_BELOW_S else "slow",
+            # And each run's loopback round trip (bench/common.py: what the speed does not show).
+            "round_trip_us": [r["round_trip_us"] for results in rounds.values() for r in results],
             "summary": summary,
             "rounds": rounds,
         },

@@ -9,8 +9,8 @@ fresh database of a throwaway PostgreSQL (fsync on):
 
 Each figure is executions completed per second (submit to the last completion, read from the
 store), beside the server's CPU per execution. The stores alternate within each repeat, and the
-box's speed (seconds for 10**7 Python additions) is taken before every repeat: the figures move
-with it, and on a box shared with other work a median over repeats says more than any one run.
+box's speed (seconds for 10**7 Python additions) and its loopback round trip between two
+processes are taken before every repeat: the figures move with them, and on a box shared with other work a median over repeats says more than any one run.
 Targets (issue 46): one by one >= 1,000/s on SQLite and >= 800/s on one PostgreSQL replica;
 bulk >= 2,000/s on both.
 
@@ -29,7 +29,7 @@ import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
-from bench.common import speed_s, write
+from bench.common import round_trip_us, speed_s, write
 from bench.dispatch import BULK, BURST, WORKFLOWS, throughput
 from flux.testing import Cluster
 
@@ -84,10 +84,11 @@ def main(
     repeats: int = int(os.environ.get("SUBMIT_REPEATS", "3")), stores: tuple[str, ...] = STORES
 ) -> dict[str, object]:
     runs: dict[str, list[dict[str, object]]] = {store: [] for store in stores}
-    speeds = []
+    speeds, trips = [], []
     with _databases(stores) as databases:
         for _ in range(repeats):
             speeds.append(speed_s())
+            trips.append(round_trip_us())
             for store in stores:
                 runs[store].append(bursts(databases[store]()))  # type: ignore[operator]
     summary: dict[str, dict[str, object]] = {}
@@ -105,6 +106,7 @@ def main(
         "one_by_one": {"executions": BURST, "in_flight": 64, "worker_processes": len(WORKERS)},
         "bulk": {"executions": BULK, "inputs_per_call": 500, "calls_in_flight": 2},
         "speed_s_10e7_additions": speeds,
+        "round_trip_us": trips,
         "summary": summary,
         "targets_per_second": {s: TARGETS[s] for s in stores},
         "runs": runs,
@@ -115,10 +117,10 @@ def main(
 
 def once(store: str) -> dict[str, object]:
     """One repeat on one store, its figures and the box's speed on one line."""
-    speed = speed_s()
+    speed, trip = speed_s(), round_trip_us()
     with _databases((store,)) as databases:
         measured = bursts(databases[store]())  # type: ignore[operator]
-    return {"store": store, "speed_s": speed, **_figures(measured)}
+    return {"store": store, "speed_s": speed, "round_trip_us": trip, **_figures(measured)}
 
 
 if __name__ == "__main__":
