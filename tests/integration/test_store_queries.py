@@ -47,6 +47,17 @@ async def store(backend: str, tmp_path: Path, request: pytest.FixtureRequest) ->
         await opened.close()
 
 
+@pytest.fixture
+async def replica(pg_url: str) -> AsyncIterator[PostgresStore]:
+    """One replica's store on the test database (only replicas insert rows already dispatched)."""
+    opened = PostgresStore(pg_url, "test-replica")
+    await opened.open()
+    try:
+        yield opened
+    finally:
+        await opened.close()
+
+
 def _execution(
     n: int, seq: int, workflow: str, state: State, worker: str = "", created: float = 0.0
 ) -> Execution:
@@ -274,28 +285,25 @@ async def test_every_stored_field_comes_back_exactly(store: Store, state: State)
     assert execution_row(stored) == execution_row(written)
 
 
-async def test_a_new_dispatched_row_comes_back_exactly_with_its_dispatch_logged(pg_url: str) -> None:
+async def test_a_new_dispatched_row_comes_back_exactly_with_its_dispatch_logged(
+    replica: PostgresStore, pg_url: str
+) -> None:
     # Only a replica inserts the rows it dispatches at once (never pending).
-    store = PostgresStore(pg_url, "test-replica")
-    await store.open()
-    try:
-        written = _awkward("awkward-dispatched", State.SCHEDULED, "w-ß")
-        await store.insert_dispatched(written)
-        stored = await store.get_execution(written.execution_id)
-        assert stored is not None
-        assert execution_row(stored) == execution_row(written)
-        async with await psycopg.AsyncConnection.connect(pg_url) as db:
-            cursor = await db.execute(
-                "SELECT generation, worker, replica, at FROM dispatches WHERE execution_id = %s",
-                (written.execution_id,),
-            )
-            assert await cursor.fetchall() == [(2**40, "w-ß", "test-replica", written.updated_at)]
-    finally:
-        await store.close()
+    written = _awkward("awkward-dispatched", State.SCHEDULED, "w-ß")
+    await replica.insert_dispatched(written)
+    stored = await replica.get_execution(written.execution_id)
+    assert stored is not None
+    assert execution_row(stored) == execution_row(written)
+    async with await psycopg.AsyncConnection.connect(pg_url) as db:
+        cursor = await db.execute(
+            "SELECT generation, worker, replica, at FROM dispatches WHERE execution_id = %s",
+            (written.execution_id,),
+        )
+        assert await cursor.fetchall() == [(2**40, "w-ß", "test-replica", written.updated_at)]
 
 
 async def test_a_batch_cut_into_several_texts_is_written_whole(
-    pg_url: str, monkeypatch: pytest.MonkeyPatch
+    replica: PostgresStore, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     # Rows saved together pass the bound of one JSON text: upserted and inserted chunk by chunk.
     texts: list[int] = []
@@ -306,20 +314,15 @@ async def test_a_batch_cut_into_several_texts_is_written_whole(
         return cut
 
     monkeypatch.setattr(writer, "rows_json", small_texts)
-    store = PostgresStore(pg_url, "test-replica")
-    await store.open()
-    try:
-        saved = [_awkward(f"saved-{i}", State.COMPLETED, "w-ß") for i in range(8)]
-        await store.save_many(saved)
-        dispatched = [_awkward(f"dispatched-{i}", State.SCHEDULED, "w-ß") for i in range(8)]
-        await asyncio.gather(*(store.insert_dispatched(e) for e in dispatched))
-        stored = await store.get_executions([e.execution_id for e in saved + dispatched])
-        assert {i: execution_row(e) for i, e in stored.items()} == {
-            e.execution_id: execution_row(e) for e in saved + dispatched
-        }
-        assert len(texts) == 2 and min(texts) > 1  # each write was cut, none was lost
-    finally:
-        await store.close()
+    saved = [_awkward(f"saved-{i}", State.COMPLETED, "w-ß") for i in range(8)]
+    await replica.save_many(saved)
+    dispatched = [_awkward(f"dispatched-{i}", State.SCHEDULED, "w-ß") for i in range(8)]
+    await asyncio.gather(*(replica.insert_dispatched(e) for e in dispatched))
+    stored = await replica.get_executions([e.execution_id for e in saved + dispatched])
+    assert {i: execution_row(e) for i, e in stored.items()} == {
+        e.execution_id: execution_row(e) for e in saved + dispatched
+    }
+    assert len(texts) == 2 and min(texts) > 1  # each write was cut, none was lost
 
 
 async def _heard_until(heard: list[notices.Notice], done: Callable[[], bool]) -> None:
@@ -331,7 +334,7 @@ async def _heard_until(heard: list[notices.Notice], done: Callable[[], bool]) ->
 
 
 async def test_a_group_commit_announces_the_rows_it_applied_and_no_other(
-    pg_url: str, monkeypatch: pytest.MonkeyPatch
+    replica: PostgresStore, pg_url: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     # A batch's transaction announces exactly the rows it applied, pending ones and finished ones,
     # never a row refused; notices that would not fit one NOTIFY are cut into several.
@@ -339,10 +342,8 @@ async def test_a_group_commit_announces_the_rows_it_applied_and_no_other(
     monkeypatch.setattr(
         writer, "announce", lambda db, rows: announced.append(len(rows)) or announce(db, rows)
     )
-    store = PostgresStore(pg_url, "test-replica")
-    await store.open()
     heard: list[notices.Notice] = []
-    store.subscribe(heard.append)
+    replica.subscribe(heard.append)
 
     def pending() -> set[str]:
         return {ref.execution_id for n in heard if isinstance(n, notices.PendingAdded) for ref in n.refs}
@@ -350,49 +351,41 @@ async def test_a_group_commit_announces_the_rows_it_applied_and_no_other(
     def finished() -> set[str]:
         return {i for n in heard if isinstance(n, notices.Finished) for i in n.execution_ids}
 
-    try:
-        held = _awkward("held-elsewhere", State.SCHEDULED, "w-ß")
-        await store.save(held)
-        async with await psycopg.AsyncConnection.connect(pg_url, autocommit=True) as db:
-            await db.execute(
-                "UPDATE executions SET owner = 'r2' WHERE execution_id = %s", (held.execution_id,)
-            )
-        announced.clear()
-        outcomes = await asyncio.gather(
-            store.save(_awkward("new-pending", State.CREATED, "")),
-            store.save(_awkward("ended", State.COMPLETED, "w-ß")),
-            store.save(held.evolve(state=State.COMPLETED, output_json="1")),
-            return_exceptions=True,
-        )
-        assert outcomes[:2] == [None, None] and isinstance(outcomes[2], Conflict)
-        await _heard_until(heard, lambda: "new-pending" in pending() and "ended" in finished())
-        [ref] = [r for n in heard if isinstance(n, notices.PendingAdded) for r in n.refs]
-        assert ref == PendingRef.of(_awkward("new-pending", State.CREATED, ""))
-        assert announced == [2]  # the refused row is not among those announced
+    held = _awkward("held-elsewhere", State.SCHEDULED, "w-ß")
+    await replica.save(held)
+    async with await psycopg.AsyncConnection.connect(pg_url, autocommit=True) as db:
+        await db.execute("UPDATE executions SET owner = 'r2' WHERE execution_id = %s", (held.execution_id,))
+    announced.clear()
+    outcomes = await asyncio.gather(
+        replica.save(_awkward("new-pending", State.CREATED, "")),
+        replica.save(_awkward("ended", State.COMPLETED, "w-ß")),
+        replica.save(held.evolve(state=State.COMPLETED, output_json="1")),
+        return_exceptions=True,
+    )
+    assert outcomes[:2] == [None, None] and isinstance(outcomes[2], Conflict)
+    await _heard_until(heard, lambda: "new-pending" in pending() and "ended" in finished())
+    [ref] = [r for n in heard if isinstance(n, notices.PendingAdded) for r in n.refs]
+    assert ref == PendingRef.of(_awkward("new-pending", State.CREATED, ""))
+    assert announced == [2]  # the refused row is not among those announced
 
-        many = [_awkward(f"ended-{i:04d}-{'x' * 24}", State.FAILED, "w-ß") for i in range(300)]
-        await store.save_many(many)
-        await _heard_until(heard, lambda: {e.execution_id for e in many} <= finished())
-        assert announced == [2, 300]
-        assert sum(isinstance(n, notices.Finished) for n in heard) >= 3  # 9,000 bytes of ids: cut
-        assert "held-elsewhere" not in pending() | finished()
-    finally:
-        await store.close()
+    many = [_awkward(f"ended-{i:04d}-{'x' * 24}", State.FAILED, "w-ß") for i in range(300)]
+    await replica.save_many(many)
+    await _heard_until(heard, lambda: {e.execution_id for e in many} <= finished())
+    assert announced == [2, 300]
+    assert sum(isinstance(n, notices.Finished) for n in heard) >= 3  # 9,000 bytes of ids: cut
+    assert "held-elsewhere" not in pending() | finished()
 
 
-async def test_running_rows_commit_relaxed_and_the_next_commit_waits_for_the_flush(pg_url: str) -> None:
+async def test_running_rows_commit_relaxed_and_the_next_commit_waits_for_the_flush(
+    replica: PostgresStore,
+) -> None:
     # RUNNING rows (claim marks) commit without waiting for the WAL flush, in a transaction that
     # relaxes only itself: the submissions and results after it are promises again.
-    store = PostgresStore(pg_url, "test-replica")
-    await store.open()
-    try:
-        running = _awkward("running", State.RUNNING, "w-ß")
-        await store.save(running)
-        stored = await store.get_execution("running")
-        assert stored is not None and execution_row(stored) == execution_row(running)
-        connection = store._writes._conn
-        assert connection is not None
-        cursor = await connection.execute("SHOW synchronous_commit")
-        assert await cursor.fetchone() == ("on",)
-    finally:
-        await store.close()
+    running = _awkward("running", State.RUNNING, "w-ß")
+    await replica.save(running)
+    stored = await replica.get_execution("running")
+    assert stored is not None and execution_row(stored) == execution_row(running)
+    connection = replica._writes._conn
+    assert connection is not None
+    cursor = await connection.execute("SHOW synchronous_commit")
+    assert await cursor.fetchone() == ("on",)
