@@ -10,7 +10,8 @@ fresh database of a throwaway PostgreSQL (fsync on):
 Each figure is executions completed per second (submit to the last completion, read from the
 store), beside the server's CPU per execution. The stores alternate within each repeat, and the
 box's speed (seconds for 10**7 Python additions) and its loopback round trip between two
-processes are taken before every repeat: the figures move with them, and on a box shared with other work a median over repeats says more than any one run.
+processes are taken before every repeat: the figures move with them, and on a box shared with
+other work a median over repeats says more than any one run.
 Targets (issue 46): one by one >= 1,000/s on SQLite and >= 800/s on one PostgreSQL replica;
 bulk >= 2,000/s on both.
 

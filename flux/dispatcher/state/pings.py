@@ -23,9 +23,9 @@ from flux.dispatcher.state.session import Ping, Session
 # steps, 4.9% with 0.1 and 4.1% with 0.2, where a step's 130 pings held the loop 15 ms.
 STEP = 0.1
 # Pings pushed before the ping task yields to the loop. Every ping wakes its stream's writer, and a
-# step's writers ran back to back: at 10,000 workers (667 pings a second, about 67 a step) a
-# submission that landed behind them waited for all of them, and the fleet's submit -> dispatch p99
-# was 7-13 ms with pings against 3-5 ms without. In turns of this many, a submission waits for one.
+# step's writers ran back to back: at 10,000 workers (667 pings a second, about 67 a step) the
+# server's loop paused up to 7-14 ms for them, and 3.5-7 ms in turns of 8 (docs/benchmarks.md,
+# "Fleet scale"; the fleet's submit -> dispatch p99 stayed where it was, so its cause lies elsewhere).
 TURN = 8
 
 
