@@ -15,6 +15,10 @@ Measured per fleet size (``FLUX_BENCH_FLEET=1000,10000``, default both):
 - the server loop's longest pause while idle and while dispatching: the
   server's own probe (``FLUX_LOOP_PROBE``, flux/observe/pauses.py: sleep
   overshoot, and every full collection timed through ``gc.callbacks``);
+- the simulated fleet's own loop, probed the same way while dispatching (it reads every
+  worker's pings on that one loop, which a real fleet's workers do not share), and where the
+  slowest ``SLOWEST`` of the dispatches were: how many waited across a pause of the fleet's loop,
+  how many across a pause of the server's (a pause over 2 ms between submission and arrival);
 - idle server CPU (percent of one core, ``IDLE_S`` seconds with every stream
   open and pinged every ``PING_S``, the default; the probe rests meanwhile, as
   its own wake-ups cost about 3%), and RSS per connected worker.
@@ -37,6 +41,7 @@ import grpc
 import psutil
 
 from bench.common import percentiles, write
+from flux.observe.pauses import LoopProbe
 from flux.security import Credentials, Role
 from flux.testing import Cluster
 from flux.v1 import control_pb2, control_pb2_grpc, resources_pb2, worker_pb2, worker_pb2_grpc
@@ -51,6 +56,9 @@ IDLE_S = 16.0
 # what they cost the submissions (at 10,000 workers, 667 pings a second).
 PING_S = float(os.environ.get("FLUX_BENCH_FLEET_PING_S", "15.0"))
 SLOW_MS = 20.0
+# The share of dispatches, slowest first, whose waits are put down to either loop's pauses.
+SLOWEST = 0.02
+FLEET_PROBE = "FLUX_BENCH_FLEET_PROBE"
 KINDS = ("unconstrained", "constrained")
 # The server's --placement (issue 45): FLUX_BENCH_PLACEMENT=binpack measures binpack's figures.
 PLACEMENT = os.environ.get("FLUX_BENCH_PLACEMENT", "spread")
@@ -73,6 +81,8 @@ class Fleet:
         self.credentials = Credentials(token, None)
         self.address, self.count = address, count
         self.latencies: dict[str, list[float]] = {kind: [] for kind in KINDS}
+        # Wall time of each dispatch's arrival, beside its latency.
+        self.arrivals: dict[str, list[float]] = {kind: [] for kind in KINDS}
         self.tasks: set[asyncio.Task[None]] = set()
 
     async def join(self) -> None:
@@ -108,6 +118,7 @@ class Fleet:
                         "constrained" if scheduled.workflow.name == "fleet_constrained" else "unconstrained"
                     )
                     self.latencies[kind].append(arrived - float(json.loads(scheduled.input_json)))
+                    self.arrivals[kind].append(arrived)
                     task = asyncio.get_running_loop().create_task(self._run(stub, name, token, scheduled))
                     self.tasks.add(task)
                     task.add_done_callback(self.tasks.discard)
@@ -127,11 +138,17 @@ class Fleet:
 async def _simulate(address: str, token: str, count: int) -> None:
     fleet = Fleet(address, token, count)
     await fleet.join()
+    # Its own loop's pauses, probed as the server's are (started after the connect storm).
+    probe = LoopProbe(Path(os.environ[FLEET_PROBE])) if os.environ.get(FLEET_PROBE) else None
+    if probe is not None:
+        probe.start()
     print("ready", flush=True)
     loop = asyncio.get_running_loop()
     while (line := (await loop.run_in_executor(None, sys.stdin.readline)).strip()) != "quit":
         if line == "report":
-            print(json.dumps(fleet.latencies), flush=True)
+            print(json.dumps({"latencies": fleet.latencies, "arrivals": fleet.arrivals}), flush=True)
+    if probe is not None:
+        await probe.stop()
     for task in list(fleet.tasks):
         task.cancel()
     for channel in fleet.channels:
@@ -161,6 +178,27 @@ def _probe(path: Path, since: float, until: float) -> dict[str, object]:
     }
 
 
+def _slowest(
+    report: dict[str, dict[str, list[float]]], probes: dict[str, Path], since: float, until: float
+) -> dict[str, object]:
+    """The slowest ``SLOWEST`` of the dispatches, and how many of them waited across a pause (over
+    2 ms, ``flux.observe.pauses.LAG_FLOOR``) of each probed loop: one that ended between the
+    submission and the arrival."""
+    samples = sorted(
+        ((latency, arrived) for kind in KINDS
+         for latency, arrived in zip(report["latencies"][kind], report["arrivals"][kind], strict=True)),
+        reverse=True,
+    )  # fmt: skip
+    slowest = samples[: max(1, round(len(samples) * SLOWEST))]
+    result: dict[str, object] = {"n": len(slowest), "from_ms": round(slowest[-1][0] * 1000, 2)}
+    for name, path in probes.items():
+        ends = [at for at, _, _ in json.loads(path.read_text())["lags"] if since <= at <= until + 1]
+        result[f"behind_a_{name}_pause"] = sum(
+            any(arrived - latency <= end <= arrived for end in ends) for latency, arrived in slowest
+        )
+    return result
+
+
 def _wait_for(path: Path, timeout: float = 10.0) -> None:
     deadline = time.monotonic() + timeout
     while not path.exists():
@@ -172,6 +210,7 @@ def _wait_for(path: Path, timeout: float = 10.0) -> None:
 def run_one(workers: int, submits: int = SUBMITS) -> dict[str, object]:
     with tempfile.TemporaryDirectory(prefix="flux-bench-fleet-") as tmp:
         probe = Path(tmp) / "probe.json"
+        fleet_probe = Path(tmp) / "fleet-probe.json"
         os.environ["FLUX_LOOP_PROBE"] = str(probe)
         cluster = Cluster(Path(tmp))
         child = None
@@ -190,7 +229,11 @@ def run_one(workers: int, submits: int = SUBMITS) -> dict[str, object]:
             child = subprocess.Popen(
                 [sys.executable, "-m", "bench.fleet", "--simulate", cluster.address, str(workers)],
                 cwd=ROOT,
-                env={**os.environ, "FLUX_BENCH_TOKEN": cluster.token(Role.WORKER)},
+                env={
+                    **os.environ,
+                    "FLUX_BENCH_TOKEN": cluster.token(Role.WORKER),
+                    FLEET_PROBE: str(fleet_probe),
+                },
                 stdin=subprocess.PIPE,
                 stdout=subprocess.PIPE,
                 text=True,
@@ -202,12 +245,14 @@ def run_one(workers: int, submits: int = SUBMITS) -> dict[str, object]:
             time.sleep(2.0)  # the storm's aftermath: anything deferred to the next ticks
             # Idle CPU with the probe resting: its own wake-ups are not the server's cost.
             server.send_signal(signal.SIGUSR1)
+            child.send_signal(signal.SIGUSR1)  # the fleet's probe rests too: its wake-ups share the cores
             time.sleep(0.5)
             cpu_before = server.cpu_times()
             time.sleep(IDLE_S)
             cpu_after = server.cpu_times()
             idle_cpu = (cpu_after.user + cpu_after.system - cpu_before.user - cpu_before.system) / IDLE_S
             server.send_signal(signal.SIGUSR2)
+            child.send_signal(signal.SIGUSR2)
             # Then the idle loop's pauses, over as long again, with the probe awake.
             idle_from = time.time()
             time.sleep(IDLE_S)
@@ -228,7 +273,8 @@ def run_one(workers: int, submits: int = SUBMITS) -> dict[str, object]:
             while True:
                 child.stdin.write("report\n")
                 child.stdin.flush()
-                latencies = json.loads(child.stdout.readline())
+                report = json.loads(child.stdout.readline())
+                latencies = report["latencies"]
                 if all(len(latencies[k]) >= submits for k in KINDS) or time.monotonic() > deadline:
                     break
                 time.sleep(0.5)
@@ -243,6 +289,10 @@ def run_one(workers: int, submits: int = SUBMITS) -> dict[str, object]:
                     **_probe(probe, idle_from, idle_until),
                 },
                 "dispatching": _probe(probe, busy_from, busy_until),
+                "fleet_loop_dispatching": _probe(fleet_probe, busy_from, busy_until),
+                "slowest_dispatches": _slowest(
+                    report, {"fleet": fleet_probe, "server": probe}, busy_from, busy_until
+                ),
                 "rss_per_worker_kib": round((rss_after - rss_before) / workers / 1024, 1),
             }
         finally:
