@@ -69,18 +69,21 @@ def round_trip_us(trips: int = 2000) -> float:
     with socket.socket() as listener:
         listener.bind(("127.0.0.1", 0))
         listener.listen(1)
-        listener.settimeout(30)
         echo = subprocess.Popen([sys.executable, "-c", _ECHO, str(listener.getsockname()[1])])
         try:
-            connection, _ = listener.accept()
+            connection = _accept_from(listener, echo)
             with connection:
                 connection.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
                 connection.settimeout(30)
                 samples = []
                 for _ in range(trips):
                     started = time.perf_counter()
-                    connection.sendall(b"x")
-                    if connection.recv(1) != b"x":
+                    try:  # an echo gone away reads as the end of its stream, or as a reset
+                        connection.sendall(b"x")
+                        answered = connection.recv(1) == b"x"
+                    except ConnectionError:
+                        answered = False
+                    if not answered:
                         raise RuntimeError("the echo process went away")
                     samples.append(time.perf_counter() - started)
         finally:
@@ -90,6 +93,23 @@ def round_trip_us(trips: int = 2000) -> float:
                 echo.kill()
                 echo.wait()
     return round(statistics.median(samples) * 1e6, 1)
+
+
+def _accept_from(listener: socket.socket, echo: subprocess.Popen[bytes]) -> socket.socket:
+    """The echo process's connection; an echo that exits first, or never connects within 30 s,
+    fails the measurement at once rather than leaving it waiting."""
+    listener.settimeout(0.1)
+    deadline = time.monotonic() + 30
+    while True:
+        try:
+            return listener.accept()[0]
+        except TimeoutError:
+            if echo.poll() is not None:
+                raise RuntimeError(
+                    f"the echo process exited ({echo.returncode}) before it connected"
+                ) from None
+            if time.monotonic() > deadline:
+                raise
 
 
 def percentiles(samples: Sequence[float], unit_scale: float = 1000.0) -> dict[str, float]:

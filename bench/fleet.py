@@ -178,9 +178,7 @@ def _probe(path: Path, since: float, until: float) -> dict[str, object]:
     }
 
 
-def _slowest(
-    report: dict[str, dict[str, list[float]]], probes: dict[str, Path], since: float, until: float
-) -> dict[str, object]:
+def _slowest(report: dict[str, dict[str, list[float]]], probes: dict[str, Path]) -> dict[str, object]:
     """The slowest ``SLOWEST`` of the dispatches, and how many of them waited across a pause (over
     2 ms, ``flux.observe.pauses.LAG_FLOOR``) of each probed loop: one that ended between the
     submission and the arrival."""
@@ -192,7 +190,7 @@ def _slowest(
     slowest = samples[: max(1, round(len(samples) * SLOWEST))]
     result: dict[str, object] = {"n": len(slowest), "from_ms": round(slowest[-1][0] * 1000, 2)}
     for name, path in probes.items():
-        ends = [at for at, _, _ in json.loads(path.read_text())["lags"] if since <= at <= until + 1]
+        ends = [at for at, _, _ in json.loads(path.read_text())["lags"]]
         result[f"behind_a_{name}_pause"] = sum(
             any(arrived - latency <= end <= arrived for end in ends) for latency, arrived in slowest
         )
@@ -290,9 +288,7 @@ def run_one(workers: int, submits: int = SUBMITS) -> dict[str, object]:
                 },
                 "dispatching": _probe(probe, busy_from, busy_until),
                 "fleet_loop_dispatching": _probe(fleet_probe, busy_from, busy_until),
-                "slowest_dispatches": _slowest(
-                    report, {"fleet": fleet_probe, "server": probe}, busy_from, busy_until
-                ),
+                "slowest_dispatches": _slowest(report, {"fleet": fleet_probe, "server": probe}),
                 "rss_per_worker_kib": round((rss_after - rss_before) / workers / 1024, 1),
             }
         finally:

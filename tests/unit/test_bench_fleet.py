@@ -25,5 +25,5 @@ def test_the_slowest_dispatches_are_matched_with_the_pauses_they_waited_across(t
     }
     fleet = _probe(tmp_path / "fleet.json", [9.995, 50.0])  # ended inside the first one's wait
     server = _probe(tmp_path / "server.json", [19.9, 20.5])  # both ended outside the second's
-    result = _slowest(report, {"fleet": fleet, "server": server}, 0.0, 300.0)
+    result = _slowest(report, {"fleet": fleet, "server": server})
     assert result == {"n": 2, "from_ms": 8.0, "behind_a_fleet_pause": 1, "behind_a_server_pause": 0}
