@@ -65,7 +65,7 @@ HTTP_KEEP_ALIVE = 5.0
 CAPACITY = 16  # concurrent executions
 # Executions the server may queue at a worker beyond its room (--prefetch): chosen by measurement,
 # docs/benchmarks.md ("Worker prefetch").
-PREFETCH = 4
+PREFETCH = 16
 MAX_PREFETCH = 64
 # On SIGTERM: seconds to finish running work before handing the rest back (under the pod grace period).
 DRAIN_TIMEOUT = 60.0

@@ -308,7 +308,8 @@ def add_start(commands: argparse._SubParsersAction) -> None:
     worker.add_argument(
         "--prefetch", type=prefetch_count, default=defaults.PREFETCH, metavar="N",
         help="executions the server may queue here beyond this worker's room; each starts (and is "
-        "claimed) when room allows, so no body runs beyond it. GPU executions and those of a limited "
+        "claimed) when room allows, so no body runs beyond it. The server queues fewer while this "
+        "worker's bodies run long (about 50 ms of them). GPU executions and those of a limited "
         f"key are never queued (0 to {defaults.MAX_PREFETCH}; default {defaults.PREFETCH})",
     )  # fmt: skip
     worker.add_argument(

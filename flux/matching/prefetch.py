@@ -16,6 +16,13 @@ holds none), gangs (all members reserved in one decision, or none), and whatever
 refuses (the dispatcher refuses executions that hold a flow budget: a concurrency, rate or named
 limit's key).
 
+How deep a worker's queue goes: ``--prefetch N`` is its most, and ``queue_depth`` keeps it to about
+``QUEUE_SECONDS`` of that worker's recent bodies. A queue is there to hide the server's turnaround
+(a result in, the next dispatches out: a few milliseconds); bodies of a second hide it with one
+queued, and a deeper queue of them would only hold work at one worker while another frees room. A
+flood of millisecond bodies gets all N, where the queue pays most: every result that carries a
+claim and every dispatch that refills several saves a message.
+
 Cost: O(shapes × workers with space + placements × (log shapes + workers with space)); the
 queue is walked only as far as it places, plus the ineligible items it steps over.
 """
@@ -25,11 +32,25 @@ from __future__ import annotations
 import heapq
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
+from math import ceil
 
 from flux.matching.candidates import FeasibilityCache, Placement
 from flux.matching.queue import Pending, PendingQueue
 from flux.matching.shape import Shape
 from flux.matching.view import WorkerView
+
+# Seconds of a worker's recent bodies its queue holds at most (``queue_depth``).
+QUEUE_SECONDS = 0.05
+
+
+def queue_depth(prefetch: int, body_s: float | None, running: int) -> int:
+    """How many a worker may hold queued now: ``prefetch`` at most, and no more than its ``running``
+    bodies get through in ``QUEUE_SECONDS`` when each takes ``body_s`` (its recent bodies, claim to
+    result); all ``prefetch`` while it has none to go by. At least 1: one queued execution is what
+    lets a body start the moment the one before it ends."""
+    if prefetch <= 1 or not body_s or body_s <= 0:
+        return prefetch
+    return max(1, min(prefetch, ceil(QUEUE_SECONDS * max(1, running) / body_s)))
 
 
 @dataclass(slots=True)

@@ -109,6 +109,29 @@ def test_a_killed_workers_queue_goes_back_at_once_and_runs_elsewhere(tmp_path: P
         cluster.close()
 
 
+CREATED = control_pb2.ExecutionState.Value("EXECUTION_STATE_CREATED")
+
+
+def test_a_queue_holds_one_once_its_workers_bodies_run_long(cluster: Cluster, tmp_path: Path):
+    # --prefetch 4 is the most; the server keeps a queue to about 50 ms of the worker's recent bodies.
+    cluster.register(WORKFLOWS)
+    cluster.start_worker("w1", "--cpus", "1", "--capacity", "1", "--prefetch", "4")
+    log = tmp_path / "started.log"
+
+    def run(seconds: float) -> str:
+        return cluster.client.run("one_core", {"seconds": seconds, "log": str(log)}, wait=False).execution_id
+
+    learned = [run(0.3) for _ in range(2)]  # two bodies of 0.3 s: the server has seen how long they run
+    assert [e.state for e in cluster.wait_all(learned)] == [COMPLETED] * 2
+    ids = [run(3.0 if n == 0 else 0.1) for n in range(5)]
+    queued_at(cluster, ids[1], "queued at worker w1 (1st)")
+    # While the first body runs (3 s), one waits in w1's queue and the rest in the server's line.
+    assert [cluster.client.get(i).state for i in ids[2:]] == [CREATED] * 3
+    assert not cluster.client.explain(ids[2]).summary.startswith("queued at worker")
+    assert [e.state for e in cluster.wait_all(ids)] == [COMPLETED] * 5
+    assert started(log) == [*learned, *ids]
+
+
 @pytest.mark.transports("grpc")
 def test_a_higher_priority_arrival_waits_behind_at_most_the_queue(cluster: Cluster, tmp_path: Path):
     cluster.register(WORKFLOWS)

@@ -8,7 +8,7 @@ import pytest
 from flux.domain.resource_request import ResourceRequest
 from flux.domain.worker import WorkerResources
 from flux.matching import PendingQueue
-from flux.matching.prefetch import QueueSpace, queue_ahead
+from flux.matching.prefetch import QUEUE_SECONDS, QueueSpace, queue_ahead, queue_depth
 from flux.worker.prefetch import LocalQueue, fits
 from flux.worker.transport import Dispatch, WorkflowRef
 from tests.unit.fleet import queue_of, repeat, shape, worker
@@ -20,6 +20,29 @@ def placed(placements):
 
 def space(name: str, free: int, queued: int = 0, **kwargs) -> QueueSpace:
     return QueueSpace(worker(name, **kwargs), free, queued)
+
+
+# ---- how deep a queue goes ----------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("prefetch", "body_s", "running", "depth"),
+    [
+        pytest.param(8, None, 2, 8, id="no body seen yet: all of --prefetch"),
+        pytest.param(8, 0.0, 2, 8, id="bodies that end as they are claimed: all of it"),
+        pytest.param(8, 0.005, 2, 8, id="5 ms bodies, two running: 20 in 50 ms, held to 8"),
+        pytest.param(8, 0.02, 2, 5, id="20 ms bodies, two running: 5 in 50 ms"),
+        pytest.param(8, 0.02, 0, 3, id="nothing running counts as one"),
+        pytest.param(8, 1.0, 2, 1, id="bodies of a second: one queued, no more"),
+        pytest.param(8, 3600.0, 16, 1, id="bodies of an hour: still one, so the next starts at once"),
+        pytest.param(1, 3600.0, 1, 1, id="--prefetch 1 stays 1"),
+        pytest.param(0, 0.0, 1, 0, id="--prefetch 0: nothing queued, however short the bodies"),
+        pytest.param(0, 5.0, 1, 0, id="--prefetch 0 with long bodies: nothing queued"),
+    ],
+)
+def test_a_queue_holds_about_queue_seconds_of_the_workers_bodies(prefetch, body_s, running, depth):
+    assert QUEUE_SECONDS == 0.05  # the figures above are worked out for it
+    assert queue_depth(prefetch, body_s, running) == depth
 
 
 # ---- the pure pass --------------------------------------------------------------------------------

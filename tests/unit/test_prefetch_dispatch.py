@@ -49,6 +49,35 @@ async def test_beyond_its_room_queued_without_a_reservation_then_reserved_at_the
     assert dispatches(w) == [(ids[4], True)]
 
 
+async def test_a_queue_grows_shallow_while_bodies_run_long_and_deep_again_when_they_turn_short(flux):
+    await flux.workflow(cpu=1)
+    w = await prefetching(flux, prefetch=4)
+    entry = flux.d.registry.entries["w1"]
+    ids = [await flux.run() for _ in range(40)]
+    assert dispatches(w) == [(i, False) for i in ids[:2]] + [(i, True) for i in ids[2:6]]  # none run yet
+    w.claim(ids[0])
+    w.claim(ids[1])
+    flux.clock.advance(2.0)
+    await w.complete(ids[0])  # a body of two seconds: one queued covers the turnaround
+    assert entry.body_s == 2.0 and entry.depth == 1
+    w.claim(ids[2])
+    await w.complete(ids[1])
+    w.claim(ids[3])
+    # Two started from the queue and nothing refilled it: it holds 2, more than its depth of 1.
+    assert dispatches(w) == [] and list(entry.queued) == ids[4:6]
+    # Bodies turn short (claimed and done at once): within a few results the queue is deep again.
+    done = [ids[2], ids[3]]
+    for _ in range(12):
+        finishing = done.pop(0)
+        await w.complete(finishing)
+        started = next(i for i in entry.queued)
+        w.claim(started)
+        done.append(started)
+        w.events()
+    assert entry.body_s < 0.05 and entry.depth == 4
+    assert len(entry.queued) == 4  # refilled to all of --prefetch
+
+
 async def test_a_claim_beyond_the_room_is_refused_and_goes_back_in_line(flux):
     await flux.workflow(cpu=1)
     w = await prefetching(flux, prefetch=1)

@@ -36,7 +36,7 @@ def reserve_queued(
         hungry = [e for e in hungry if e.name in scope]
     nominated = d.aging.by_worker
     spaces = [
-        QueueSpace(e.view(), e.prefetch - len(e.queued), len(e.queued))
+        QueueSpace(e.view(), e.depth - len(e.queued), len(e.queued))
         for e in hungry
         if e.name not in nominated
     ]

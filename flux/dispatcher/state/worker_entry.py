@@ -12,6 +12,10 @@ from flux.domain.worker import WorkerResources, WorkerSoftware
 from flux.matching import Amounts, Shape, WorkerView
 from flux.matching.aging import BookedRoom
 from flux.matching.filters import fits_now
+from flux.matching.prefetch import queue_depth
+
+# The weight of a worker's latest body in its moving average (``WorkerEntry.ran``).
+BODY_WEIGHT = 0.3
 
 
 def _amounts(requests: ResourceRequest) -> Amounts:
@@ -72,6 +76,9 @@ class WorkerEntry:
     # there, in the order sent (SCHEDULED, nothing reserved until its claim: ``claim_queued``).
     prefetch: int = 0
     queued: dict[str, Queued] = field(default_factory=dict)
+    # Its recent bodies' seconds, claim to result by this server's clock (a moving average: ``ran``);
+    # None until its first result. How deep its queue goes follows it (``depth``).
+    body_s: float | None = None
     reserved: Amounts = Amounts()
     # Reserved after the latest report, which the observed values cannot reflect yet.
     unreported: Amounts = Amounts()
@@ -99,9 +106,20 @@ class WorkerEntry:
         return self.elsewhere is None and self.accepting and not self.paused
 
     @property
+    def depth(self) -> int:
+        """How many it may hold queued now: ``prefetch`` at most, fewer while its bodies run long."""
+        return queue_depth(self.prefetch, self.body_s, len(self.holdings))
+
+    @property
     def hungry(self) -> bool:
         """Its queue has space for more: a pass may queue work ahead here."""
-        return len(self.queued) < self.prefetch and self.dispatchable and not self.paused
+        return len(self.queued) < self.depth and self.dispatchable and not self.paused
+
+    def ran(self, seconds: float) -> None:
+        """One of its bodies ran ``seconds`` (claim to result). Weighted towards the latest, so a queue
+        grows shallow within a few results once its bodies turn long, and deep again as they turn short."""
+        seconds = max(0.0, seconds)
+        self.body_s = seconds if self.body_s is None else self.body_s + BODY_WEIGHT * (seconds - self.body_s)
 
     def queue(self, execution_id: str, requests: ResourceRequest, priority: int) -> None:
         """Queued ahead at this worker: nothing is reserved."""

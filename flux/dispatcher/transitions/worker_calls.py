@@ -144,6 +144,8 @@ def finish(
         return final
     now = d.clock()
     d.timing.forget(execution_id)
+    if execution.started_at:  # how long its bodies run sets how deep its queue goes (WorkerEntry.depth)
+        entry.ran(now - execution.started_at)
     if error is None:
         output_json = validation.checked_json(output_json or "null", "output_json")
         final = execution.evolve(
