@@ -23,6 +23,11 @@ queued, and a deeper queue of them would only hold work at one worker while anot
 flood of millisecond bodies gets all N, where the queue pays most: every result that carries a
 claim and every dispatch that refills several saves a message.
 
+A queue can still stall: its worker's room fills with bodies that turn long after many short
+ones. ``moves`` lets a worker with free room and an empty queue of its own take what has waited in
+another worker's queue longer than ``MOVE_AFTER``, as Dask's work stealing does: the dispatcher
+takes it back (the worker is told to drop it) and the next pass places it in the free room.
+
 Cost: O(shapes × workers with space + placements × (log shapes + workers with space)); the
 queue is walked only as far as it places, plus the ineligible items it steps over.
 """
@@ -35,9 +40,10 @@ from dataclasses import dataclass
 from math import ceil
 
 from flux.matching.candidates import FeasibilityCache, Placement
+from flux.matching.filters import fits_now
 from flux.matching.queue import Pending, PendingQueue
 from flux.matching.shape import Shape
-from flux.matching.view import WorkerView
+from flux.matching.view import Room, WorkerView
 
 # Seconds of a worker's recent bodies its queue holds at most (``queue_depth``).
 QUEUE_SECONDS = 0.05
@@ -119,3 +125,49 @@ def queue_ahead(
         if following is not None:
             heapq.heappush(heads, (following.order, place, following, items, shape, capable))
     return placements
+
+
+# Seconds an execution waits in one worker's own queue before a worker with free room may take it:
+# well above how long a queue of short bodies takes to turn over (``QUEUE_SECONDS``), so a burst's
+# queues are never raided; well below a body that stalls a queue.
+MOVE_AFTER = 0.5
+
+
+@dataclass(frozen=True, slots=True)
+class Waiting:
+    """An execution in a worker's own queue, as ``moves`` sees it."""
+
+    execution_id: str
+    worker: str
+    shape: Shape
+    # When it was queued there.
+    since: float
+
+
+def moves(
+    waiting: Sequence[Waiting], idle: Sequence[WorkerView], now: float, cache: FeasibilityCache | None = None
+) -> list[tuple[str, str]]:
+    """What the ``idle`` workers (free room, nothing in their own queue) take from other workers'
+    queues: each execution queued ``MOVE_AFTER`` or longer, longest waiting first, into the first
+    idle worker it fits (its permanent fit and its room now, counting what this call gave it
+    already). ``(execution_id, worker)`` pairs; never GPU executions or gangs (never queued)."""
+    cache = cache if cache is not None else FeasibilityCache()
+    rooms = [Room(view) for view in idle]
+    taken: list[tuple[str, str]] = []
+    if not rooms:
+        return taken
+    for item in sorted(waiting, key=lambda w: w.since):
+        if now - item.since < MOVE_AFTER:
+            break  # the rest waited less
+        for room in rooms:
+            view = room.view
+            if (
+                view.name != item.worker
+                and fits_now(item.shape, room)
+                and cache.permanent(item.shape, view) is None
+            ):
+                r = item.shape.requests
+                room.take(r.cpu, r.memory, r.disk, 0)
+                taken.append((item.execution_id, view.name))
+                break
+    return taken

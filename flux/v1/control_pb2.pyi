@@ -1867,8 +1867,9 @@ class LifecycleCounters(_message.Message):
         "worker_lost" (its worker's grace period ran out), "ack_deadline" (a dispatch
         was not claimed in time), "stream_overflowed" (a dispatch not yet claimed on a
         stream the server cut because its reader fell behind), "preempted" (stopped so a
-        tenant could reclaim its quota). Every reason is present,
-        zero when none.
+        tenant could reclaim its quota), "retry" (an attempt failed and its policy tries
+        again), "moved" (taken from a busy worker's own queue for a worker with free
+        room). Every reason is present, zero when none.
         """
 
     @_builtins.property

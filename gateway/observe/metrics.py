@@ -127,7 +127,8 @@ class StatusCollector(Collector):
             "Executions sent back to CREATED, by reason: released (by their worker), worker_lost "
             "(grace period over), ack_deadline (dispatch not claimed in time), stream_overflowed "
             "(unclaimed on a stream cut for falling behind), preempted (stopped so a tenant could "
-            "reclaim its quota).",
+            "reclaim its quota), retry (an attempt failed and its policy tries again), moved (taken "
+            "from a busy worker's own queue for a worker with free room).",
             counters.requeued,
         )
         yield _by_reason(

@@ -1,5 +1,6 @@
 """Workflows of the prefetch tests: each body notes when it started and ended, on its worker, so a
-test can count how many ran at once there, and in what order they started."""
+test can count how many ran at once there, and in what order they started. A body given
+``until`` (a path) runs until that file exists."""
 
 import asyncio
 import time
@@ -16,6 +17,9 @@ async def _timed(ctx: ExecutionContext[dict]) -> dict:
         with Path(log).open("a") as out:
             out.write(f"{ctx.execution_id} {ctx.worker_name}\n")
     await asyncio.sleep(ctx.input.get("seconds", 0))
+    until = ctx.input.get("until")
+    while until and not Path(until).exists():  # a body that runs until the test lets it end
+        await asyncio.sleep(0.02)
     return {"worker": ctx.worker_name, "started": started, "ended": time.time(), "tag": ctx.input.get("tag")}
 
 

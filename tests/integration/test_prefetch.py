@@ -132,6 +132,25 @@ def test_a_queue_holds_one_once_its_workers_bodies_run_long(cluster: Cluster, tm
     assert started(log) == [*learned, *ids]
 
 
+def test_what_waits_behind_a_long_body_moves_to_a_worker_with_free_room(cluster: Cluster, tmp_path: Path):
+    cluster.register(WORKFLOWS)
+    cluster.start_worker("busy", "--cpus", "1", "--capacity", "1", "--prefetch", "4")
+    log, gate = tmp_path / "started.log", tmp_path / "gate"
+    long = cluster.client.run("one_core", {"until": str(gate), "log": str(log)}, wait=False).execution_id
+    short = [cluster.client.run("one_core", {"log": str(log)}, wait=False).execution_id for _ in range(3)]
+    queued_at(cluster, short[2], "queued at worker busy (3rd)")
+    cluster.start_worker("free", "--cpus", "1", "--capacity", "1")
+    # busy's one core is held until the test opens the gate: what waits in its queue moves to free.
+    done = cluster.wait_all(short, timeout=60)
+    assert [e.state for e in done] == [COMPLETED] * 3
+    assert {json.loads(e.output_json)["worker"] for e in done} == {"free"}
+    assert cluster.client.get(long).state == RUNNING
+    gate.touch()
+    [ended] = cluster.wait_all([long], timeout=60)
+    assert ended.state == COMPLETED and json.loads(ended.output_json)["worker"] == "busy"
+    assert sorted(started(log)) == sorted([long, *short])  # each body started once: none ran twice
+
+
 @pytest.mark.transports("grpc")
 def test_a_higher_priority_arrival_waits_behind_at_most_the_queue(cluster: Cluster, tmp_path: Path):
     cluster.register(WORKFLOWS)

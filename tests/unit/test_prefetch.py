@@ -8,7 +8,15 @@ import pytest
 from flux.domain.resource_request import ResourceRequest
 from flux.domain.worker import WorkerResources
 from flux.matching import PendingQueue
-from flux.matching.prefetch import QUEUE_SECONDS, QueueSpace, queue_ahead, queue_depth
+from flux.matching.prefetch import (
+    MOVE_AFTER,
+    QUEUE_SECONDS,
+    QueueSpace,
+    Waiting,
+    moves,
+    queue_ahead,
+    queue_depth,
+)
 from flux.worker.prefetch import LocalQueue, fits
 from flux.worker.transport import Dispatch, WorkflowRef
 from tests.unit.fleet import queue_of, repeat, shape, worker
@@ -43,6 +51,41 @@ def space(name: str, free: int, queued: int = 0, **kwargs) -> QueueSpace:
 def test_a_queue_holds_about_queue_seconds_of_the_workers_bodies(prefetch, body_s, running, depth):
     assert QUEUE_SECONDS == 0.05  # the figures above are worked out for it
     assert queue_depth(prefetch, body_s, running) == depth
+
+
+# ---- moving what waits in a stalled queue -------------------------------------------------------
+
+NOW = 1_000.0
+
+
+def waiting(execution_id: str, at: str = "busy", waited: float = MOVE_AFTER, **kwargs) -> Waiting:
+    return Waiting(execution_id, at, shape(**{"cpu": 1, **kwargs}), NOW - waited)
+
+
+def test_moves_only_what_waited_move_after_or_longer_longest_first_as_the_room_holds():
+    queued = [
+        waiting("young", waited=MOVE_AFTER / 2),
+        waiting("old", waited=3.0),
+        waiting("older", waited=9.0),
+    ]
+    assert moves(queued, [worker("free", cpu=1)], NOW) == [("older", "free")]  # one core: one of them
+    assert moves(queued, [worker("free", cpu=4)], NOW) == [("older", "free"), ("old", "free")]
+    assert moves(queued, [worker("free", cpu=4, capacity=1)], NOW) == [("older", "free")]
+
+
+def test_moves_nothing_to_its_own_worker_nor_where_it_could_never_run():
+    assert moves([waiting("e", at="w")], [worker("w")], NOW) == []
+    labelled = waiting("e", affinity={"role": "gpu"})
+    assert moves([labelled], [worker("plain")], NOW) == []
+    assert moves([labelled], [worker("plain"), worker("tagged", labels={"role": "gpu"})], NOW) == [
+        ("e", "tagged")
+    ]
+
+
+def test_moves_spread_over_the_idle_workers_in_turn_as_each_fills():
+    queued = [waiting(f"e{n}", waited=10.0 - n) for n in range(3)]
+    assert moves(queued, [worker("a", cpu=1), worker("b", cpu=1)], NOW) == [("e0", "a"), ("e1", "b")]
+    assert moves(queued, [], NOW) == []
 
 
 # ---- the pure pass --------------------------------------------------------------------------------

@@ -6,11 +6,13 @@ from __future__ import annotations
 import pytest
 
 from flux.dispatcher.core import WorkerRegistration
+from flux.dispatcher.state.lifecycle import Requeue
 from flux.dispatcher.state.session import Scheduled, Stop
 from flux.domain.execution import State
 from flux.domain.worker import WorkerSoftware
 from flux.errors import FailedPrecondition
 from flux.matching import Amounts
+from flux.matching.prefetch import MOVE_AFTER
 from tests.unit.harness import Flux, Worker, resources, settled
 
 CREATED, SCHEDULED, RUNNING = State.CREATED, State.SCHEDULED, State.RUNNING
@@ -76,6 +78,48 @@ async def test_a_queue_grows_shallow_while_bodies_run_long_and_deep_again_when_t
         w.events()
     assert entry.body_s < 0.05 and entry.depth == 4
     assert len(entry.queued) == 4  # refilled to all of --prefetch
+
+
+async def test_what_waits_in_a_stalled_queue_moves_to_a_worker_with_free_room(flux):
+    await flux.workflow(cpu=1)
+    busy = await prefetching(flux, "busy", cpu=1, prefetch=4)
+    ids = [await flux.run() for _ in range(4)]
+    assert dispatches(busy) == [(ids[0], False)] + [(i, True) for i in ids[1:]]
+    busy.claim(ids[0])  # a long body: its queue waits behind it
+    free = await flux.worker("free", cpu=1, capacity=1)
+    assert free.scheduled() == []  # nothing is pending: all of it waits in busy's queue
+    flux.d.housekeeper.tick(flux.clock.advance(MOVE_AFTER / 2))
+    assert free.scheduled() == []  # not yet: a queue may wait that long behind short bodies
+    flux.d.housekeeper.tick(flux.clock.advance(MOVE_AFTER / 2))
+    await settled()  # back in line once its row is saved
+    # Waited long enough now: the oldest goes to the worker with room, one (its room) and no more.
+    assert [e.execution_id for e in busy.events() if isinstance(e, Stop)] == [ids[1]]
+    assert free.scheduled() == [ids[1]]
+    assert list(flux.d.registry.entries["busy"].queued) == ids[2:]
+    assert flux.d.events.counters.requeued[Requeue.MOVED] == 1
+    with pytest.raises(FailedPrecondition):
+        busy.claim(ids[1], generation=1)  # it started it after all: refused, the body is stopped
+    assert free.claim(ids[1]).state is RUNNING
+    await free.complete(ids[1])
+    # free is idle again: the next tick moves the next, which waited as long.
+    flux.d.housekeeper.tick(flux.clock())
+    await settled()
+    assert free.scheduled() == [ids[2]]
+
+
+async def test_what_waited_less_than_move_after_stays_in_its_queue(flux):
+    await flux.workflow(cpu=1)
+    busy = await prefetching(flux, "busy", cpu=1, prefetch=2)
+    ids = [await flux.run() for _ in range(3)]
+    free = await flux.worker("free", cpu=1, capacity=1)
+    busy.events()
+    busy.claim(ids[0])
+    flux.clock.advance(MOVE_AFTER / 2)
+    await busy.complete(ids[0])
+    busy.claim(ids[1])
+    flux.d.housekeeper.tick(flux.clock())  # ids[2] waited less than MOVE_AFTER
+    await settled()
+    assert free.scheduled() == [] and list(flux.d.registry.entries["busy"].queued) == [ids[2]]
 
 
 async def test_a_claim_beyond_the_room_is_refused_and_goes_back_in_line(flux):

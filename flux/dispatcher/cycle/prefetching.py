@@ -44,8 +44,11 @@ def reserve_queued(
     placements = queue_ahead(
         d.queue, spaces, shapes=shapes, cache=d.feasibility, eligible=lambda item: not held(item.execution_id)
     )
+    now = d.clock()
     for placement in placements:
         item = d.queue.remove(placement.execution_id)
         priority = item.priority if item is not None else 0
-        d.registry.entries[placement.worker].queue(placement.execution_id, placement.shape.requests, priority)
+        d.registry.entries[placement.worker].queue(
+            placement.execution_id, placement.shape.requests, priority, now
+        )
     return placements

@@ -58,6 +58,7 @@ class Requeue(StrEnum):
         "preempted"  # stopped so a tenant could reclaim its quota (flux/dispatcher/transitions/reclaim.py)
     )
     RETRY = "retry"  # an attempt failed or timed out, and its policy tries it again (transitions/attempts.py)
+    MOVED = "moved"  # taken from a busy worker's own queue for a worker with free room (matching/prefetch.py)
 
 
 REQUEUE_REASONS = tuple(Requeue)

@@ -137,6 +137,8 @@ class WorkerRegistry:
         self._changed: set[str] = set()
         # The workers whose own queue has space (``WorkerEntry.hungry``), kept with the index.
         self.hungry: dict[str, WorkerEntry] = {}
+        # The workers holding anything in their own queue, kept with the index.
+        self.queuing: dict[str, WorkerEntry] = {}
         self.entries: dict[str, WorkerEntry] = _Entries(self._changed, usage)
         # How an unknown name is refused; a replica says "not connected here" (the worker retries).
         self.unknown: Callable[[str], Exception] = lambda name: NotFound(
@@ -164,6 +166,11 @@ class WorkerRegistry:
         self.index()
         return list(self.hungry.values())
 
+    def waiting_queues(self) -> list[WorkerEntry]:
+        """The workers holding anything in their own queue now."""
+        self.index()
+        return list(self.queuing.values())
+
     def _reindex(self, name: str) -> None:
         entry = self.entries.get(name)
         if entry is not None and entry.dispatchable:
@@ -174,6 +181,10 @@ class WorkerRegistry:
             self.hungry[name] = entry
         else:
             self.hungry.pop(name, None)
+        if entry is not None and entry.queued:
+            self.queuing[name] = entry
+        else:
+            self.queuing.pop(name, None)
 
     def get(self, name: str) -> WorkerEntry | None:
         return self.entries.get(name)

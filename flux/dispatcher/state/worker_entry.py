@@ -38,6 +38,8 @@ class Queued:
 
     requests: ResourceRequest
     priority: int
+    # When it was queued here (a worker with free room may take it after a while: ``moves``).
+    since: float = 0.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -121,9 +123,9 @@ class WorkerEntry:
         seconds = max(0.0, seconds)
         self.body_s = seconds if self.body_s is None else self.body_s + BODY_WEIGHT * (seconds - self.body_s)
 
-    def queue(self, execution_id: str, requests: ResourceRequest, priority: int) -> None:
-        """Queued ahead at this worker: nothing is reserved."""
-        self.queued[execution_id] = Queued(requests, priority)
+    def queue(self, execution_id: str, requests: ResourceRequest, priority: int, since: float = 0.0) -> None:
+        """Queued ahead at this worker at ``since``: nothing is reserved."""
+        self.queued[execution_id] = Queued(requests, priority, since)
         self.invalidate()
 
     def position(self, execution_id: str) -> int | None:

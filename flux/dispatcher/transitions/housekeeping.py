@@ -17,6 +17,7 @@ from flux.dispatcher.transitions import attempts, gangs, submission
 from flux.dispatcher.transitions.attempts import requeue_saved
 from flux.domain.execution import Execution, ExecutionError, State
 from flux.domain.policy import WORKER_LOST
+from flux.matching.prefetch import MOVE_AFTER, Waiting, moves
 from flux.store import Recovered
 
 if TYPE_CHECKING:
@@ -25,6 +26,9 @@ if TYPE_CHECKING:
     from flux.dispatcher.handle import Handle
     from flux.dispatcher.state.worker_entry import WorkerEntry
     from flux.matching import Shape
+
+# What the worker an execution is moved from is told (its Stop's reason).
+MOVED_WHY = "moved to a worker with free room"
 
 log = logging.getLogger("flux.dispatcher")
 
@@ -199,7 +203,9 @@ def requeue_queued(d: Handle, entry: WorkerEntry, why: str) -> list[Shape]:
     return list(shapes)
 
 
-def take_back_queued(d: Handle, execution: Execution, why: str) -> Execution:
+def take_back_queued(
+    d: Handle, execution: Execution, why: str, reason: Requeue = Requeue.RELEASED
+) -> Execution:
     """Back to CREATED if it waits in its worker's own queue (the worker is told to drop it);
     as it is otherwise."""
     entry = d.registry.get(execution.worker) if execution.worker else None
@@ -208,9 +214,51 @@ def take_back_queued(d: Handle, execution: Execution, why: str) -> Execution:
     if entry.session is not None:
         entry.session.push(Stop(execution.execution_id, execution.generation, why))
     requeued = requeue(d, execution, entry, next_attempt=False)
-    d.events.requeued(execution, requeued, Requeue.RELEASED)
+    d.events.requeued(execution, requeued, reason)
     d.passes.room_freed([entry])  # its queue has a place again
     return requeued
+
+
+def move_waiting(d: Handle, now: float) -> int:
+    """Give workers with free room and nothing queued what has waited ``MOVE_AFTER`` or longer in
+    another worker's queue (``flux.matching.prefetch.moves``): each is taken back (its worker is
+    told to drop it) and placed by the pass that puts it back in line. How many moved.
+
+    O(workers holding a queue) while none of theirs has waited that long, which is the common case;
+    O(workers) otherwise.
+    """
+    queuing = d.registry.waiting_queues()
+    if not queuing or d.usage.accounts is not None:
+        return 0
+    # A queue's first entry is its oldest (queued in order): only such a queue has anything to move.
+    stale = [e for e in queuing if e.queued and now - next(iter(e.queued.values())).since >= MOVE_AFTER]
+    if not stale:
+        return 0
+    nominated = d.aging.by_worker
+    idle = [
+        e.view()
+        for e in d.registry.values()
+        if e.dispatchable and not e.queued and e.name not in nominated and e.active < e.capacity
+    ]
+    if not idle:
+        return 0
+    waiting = []
+    for e in stale:
+        for execution_id, queued in e.queued.items():
+            execution = d.table.get(execution_id)
+            if execution is not None and now - queued.since >= MOVE_AFTER:
+                waiting.append(Waiting(execution_id, e.name, d.catalogue.shape_of(execution), queued.since))
+    moved = 0
+    with d.passes.together():  # one pass for the queues that have a place again
+        for execution_id, _ in moves(waiting, idle, now, d.feasibility):
+            execution = d.table.get(execution_id)
+            # Back in line once its row is saved, where the pass that puts it there finds the room.
+            if (
+                execution is not None
+                and take_back_queued(d, execution, MOVED_WHY, Requeue.MOVED) is not execution
+            ):
+                moved += 1
+    return moved
 
 
 def fire_timers(d: Handle, now: float) -> bool:
@@ -299,6 +347,7 @@ class Housekeeper:
                 submission.trace_verdicts(d)
         # After a pass: what is still pending does not fit, so what it reclaims is needed.
         d.reclaimer.reclaim()
+        move_waiting(d, now)
         if d.table.unsaved and now - self.last_save_retry >= s.safety_tick:
             self.last_save_retry = now
             log.info("writing %d executions whose last store write failed again", d.table.save_unsaved())
