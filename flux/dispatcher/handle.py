@@ -65,6 +65,18 @@ class Reclaiming(Protocol):
 
 
 @runtime_checkable
+class Moving(Protocol):
+    """What the transitions ask of moving queued work to idle workers (``moving.Mover``)."""
+
+    def soon(self, entry: WorkerEntry) -> None: ...
+
+
+class Housekeeping(Protocol):
+    """What the transitions ask of the periodic tick's owner (``housekeeping.Housekeeper``)."""
+
+    mover: Moving
+
+
 class Timekeeping(Protocol):
     """What the transitions ask of an execution's clocks (``timing.Timing``): timeouts, heartbeats,
     retries' waits and the pending deadline."""
@@ -138,6 +150,7 @@ class Handle(Protocol):
     infeasibility: Infeasible
     freezer: Freezer
     pinger: Pinger
+    housekeeper: Housekeeping
 
     @property
     def settings(self) -> Settings: ...

@@ -15,9 +15,9 @@ from flux.dispatcher.state.registry import placeholder
 from flux.dispatcher.state.session import Stop
 from flux.dispatcher.transitions import attempts, gangs, submission
 from flux.dispatcher.transitions.attempts import requeue_saved
+from flux.dispatcher.transitions.moving import Mover
 from flux.domain.execution import Execution, ExecutionError, State
 from flux.domain.policy import WORKER_LOST
-from flux.matching.prefetch import MOVE_AFTER, Waiting, moves
 from flux.store import Recovered
 
 if TYPE_CHECKING:
@@ -27,8 +27,6 @@ if TYPE_CHECKING:
     from flux.dispatcher.state.worker_entry import WorkerEntry
     from flux.matching import Shape
 
-# What the worker an execution is moved from is told (its Stop's reason).
-MOVED_WHY = "moved to a worker with free room"
 
 log = logging.getLogger("flux.dispatcher")
 
@@ -219,48 +217,6 @@ def take_back_queued(
     return requeued
 
 
-def move_waiting(d: Handle, now: float) -> int:
-    """Give workers with free room and nothing queued what has waited ``MOVE_AFTER`` or longer in
-    another worker's queue (``flux.matching.prefetch.moves``): each is taken back (its worker is
-    told to drop it) and placed by the pass that puts it back in line. How many moved.
-
-    O(workers holding a queue) while none of theirs has waited that long, which is the common case;
-    O(workers) otherwise.
-    """
-    queuing = d.registry.waiting_queues()
-    if not queuing or d.usage.accounts is not None:
-        return 0
-    # A queue's first entry is its oldest (queued in order): only such a queue has anything to move.
-    stale = [e for e in queuing if e.queued and now - next(iter(e.queued.values())).since >= MOVE_AFTER]
-    if not stale:
-        return 0
-    nominated = d.aging.by_worker
-    idle = [
-        e.view()
-        for e in d.registry.values()
-        if e.dispatchable and not e.queued and e.name not in nominated and e.active < e.capacity
-    ]
-    if not idle:
-        return 0
-    waiting = []
-    for e in stale:
-        for execution_id, queued in e.queued.items():
-            execution = d.table.get(execution_id)
-            if execution is not None and now - queued.since >= MOVE_AFTER:
-                waiting.append(Waiting(execution_id, e.name, d.catalogue.shape_of(execution), queued.since))
-    moved = 0
-    with d.passes.together():  # one pass for the queues that have a place again
-        for execution_id, _ in moves(waiting, idle, now, d.feasibility):
-            execution = d.table.get(execution_id)
-            # Back in line once its row is saved, where the pass that puts it there finds the room.
-            if (
-                execution is not None
-                and take_back_queued(d, execution, MOVED_WHY, Requeue.MOVED) is not execution
-            ):
-                moved += 1
-    return moved
-
-
 def fire_timers(d: Handle, now: float) -> bool:
     """Act on every timer due by ``now`` (state/deadlines.py); whether a pass is due."""
     changed = False
@@ -321,6 +277,8 @@ class Housekeeper:
         self.d = d
         self.last_full_pass = 0.0
         self.last_save_retry = 0.0
+        # What waits in stalled worker queues, moved to idle workers: each step, and between steps.
+        self.mover = Mover(d, take_back_queued)
         self.task: asyncio.Task[None] | None = None
         self.ping_task: asyncio.Task[None] | None = None
 
@@ -347,7 +305,7 @@ class Housekeeper:
                 submission.trace_verdicts(d)
         # After a pass: what is still pending does not fit, so what it reclaims is needed.
         d.reclaimer.reclaim()
-        move_waiting(d, now)
+        self.mover.step(now)
         if d.table.unsaved and now - self.last_save_retry >= s.safety_tick:
             self.last_save_retry = now
             log.info("writing %d executions whose last store write failed again", d.table.save_unsaved())

@@ -91,6 +91,7 @@ async def complete(
     if resources is not None:
         entry.report(resources, None)
     d.passes.room_freed([entry])
+    d.housekeeper.mover.soon(entry)
     if not final.state.finished:  # a gang member's result, before the last: stored, then answered
         await asyncio.shield(d.table.save(final))
         return final
@@ -284,6 +285,9 @@ async def complete_batch(
         if resources is not None:  # one report for the batch, after its executions released theirs
             entry.report(resources, None)
         d.passes.room_freed([entry])
+    d.housekeeper.mover.soon(
+        entry
+    )  # after its pass: still free room and nothing queued, it takes from others
 
     # Every write is waited for together, without a task per item (a burst's batches are large):
     # ``asyncio.wait`` leaves the writes be when this call is cancelled, as a shield would.
