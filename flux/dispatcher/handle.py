@@ -64,7 +64,6 @@ class Reclaiming(Protocol):
     def refused(self, execution_id: str, lane: Shape) -> None: ...
 
 
-@runtime_checkable
 class Moving(Protocol):
     """What the transitions ask of moving queued work to idle workers (``moving.Mover``)."""
 
@@ -77,6 +76,7 @@ class Housekeeping(Protocol):
     mover: Moving
 
 
+@runtime_checkable
 class Timekeeping(Protocol):
     """What the transitions ask of an execution's clocks (``timing.Timing``): timeouts, heartbeats,
     retries' waits and the pending deadline."""

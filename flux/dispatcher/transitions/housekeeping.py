@@ -27,7 +27,6 @@ if TYPE_CHECKING:
     from flux.dispatcher.state.worker_entry import WorkerEntry
     from flux.matching import Shape
 
-
 log = logging.getLogger("flux.dispatcher")
 
 
