@@ -248,3 +248,31 @@ async def test_a_pending_timeout_fires_for_an_execution_still_in_a_workers_queue
     assert (failed.state, failed.reason) == (State.FAILED, PENDING_TIMEOUT)
     assert [e.execution_id for e in w.events() if isinstance(e, Stop)] == [ids[1]]
     assert flux.d.registry.entries["w1"].queued == {}
+
+
+async def test_a_look_that_fails_is_logged_and_the_next_one_still_moves(flux, caplog):
+    await flux.workflow(cpu=1)
+    busy = await prefetching(flux, "busy", cpu=1, prefetch=4)
+    ids = [await flux.run() for _ in range(3)]
+    busy.events()
+    busy.claim(ids[0])
+    free = await flux.worker("free", cpu=1, capacity=1)
+    mover = flux.d.housekeeper.mover
+    take_back, calls = mover._take_back, []
+
+    def broken(*args):
+        calls.append(args)
+        raise RuntimeError("store gone")
+
+    mover._take_back = broken
+    flux.clock.advance(MOVE_AFTER)
+    mover.soon(flux.d.registry.entries["free"])
+    await settled()
+    assert len(calls) == 1 and "moving queued executions failed" in caplog.text
+    assert free.scheduled() == []
+    # The failed look left nothing scheduled behind it: the next one is scheduled and moves.
+    mover._take_back = take_back
+    flux.clock.advance(MOVE_EVERY)
+    mover.soon(flux.d.registry.entries["free"])
+    await settled()
+    assert free.scheduled() == [ids[1]]
