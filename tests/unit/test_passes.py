@@ -2,16 +2,20 @@
 
 from __future__ import annotations
 
+import asyncio
+
 import pytest
 
 from flux.dispatcher.cycle.passes import Passes
 from flux.dispatcher.transitions.worker_calls import Result
+from flux.domain.execution import State
 from flux.domain.resource_request import ResourceRequest
 from flux.matching import Shape
 from tests.unit.harness import Flux
 
 pytestmark = pytest.mark.timeout(10)
 
+SCHEDULED, CREATED = State.SCHEDULED, State.CREATED
 SMALL, BIG = Shape(ResourceRequest(cpu=1)), Shape(ResourceRequest(cpu=2))
 
 
@@ -97,5 +101,26 @@ async def test_a_batch_of_completions_runs_one_pass_and_the_freed_room_is_used(m
         assert answers == [None] * 4
         assert [list(s) for s in scopes] == [["workers"]]  # one pass for the four freed rooms
         assert w.scheduled() == waiting  # what the pass dispatched into them
+    finally:
+        await flux.d.stop()
+
+
+async def test_submissions_one_commit_lands_get_one_pass_and_each_is_placed_before_its_call_returns(
+    monkeypatch,
+) -> None:
+    flux = await Flux().start()
+    try:
+        await flux.workflow(cpu=1)
+        w = await flux.worker(cpu=2)
+        scopes: list[dict] = []
+        place = flux.d.place
+        monkeypatch.setattr(flux.d, "place", lambda **scope: scopes.append(scope) or place(**scope))
+        # Four calls at once: their rows share one commit (the memory store batches as SQLite's does).
+        answers = await asyncio.gather(*(flux.d.submit("job", "") for _ in range(4)))
+        assert [list(s) for s in scopes] == [["shapes"]]  # one pass for the four, not four
+        # Each call answered with what that pass made of it: two placed, two waiting for room.
+        assert [a.state for a in answers] == [SCHEDULED, SCHEDULED, CREATED, CREATED]
+        assert w.scheduled() == [a.execution_id for a in answers[:2]]
+        assert [flux.state(a.execution_id) for a in answers] == [SCHEDULED, SCHEDULED, CREATED, CREATED]
     finally:
         await flux.d.stop()

@@ -9,7 +9,9 @@ Every change that can let pending work run names itself here, by what it changed
 - ``everything()``: what bounds every placement changed (a tenant gave back usage, tenants'
   terms changed, the housekeeping tick): one pass over all.
 
-A trigger runs its pass at once, so a submission is dispatched before its call returns.
+A trigger runs its pass at once, so a submission is dispatched before its call returns. The
+submissions one commit lands are queued together, in one block, before any of their calls
+resumes (modes/local.py): a burst of one-by-one calls gets a pass per commit, not per call.
 Inside ``together()`` the triggers are gathered and run when the outermost block ends, as a
 single pass over everything when one asked for it, else at most a pass over the shapes and a
 pass over the workers: a batch of N completions on one worker runs one pass, not N + 1, and

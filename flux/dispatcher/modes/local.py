@@ -42,9 +42,12 @@ class LocalBinder:
     """One server owns every execution: a placement is bound the moment it is reserved."""
 
     d: Handle
+    # Submissions committed and not yet queued: their pass is due (``_stored``).
+    _landed: list[Execution]
 
     def attach(self, d: Handle) -> None:
         self.d = d
+        self._landed = []
 
     async def submit(self, execution: Execution) -> None:
         """Store a submission (durable before we answer), then queue it and try to place it.
@@ -60,9 +63,21 @@ class LocalBinder:
             raise Unavailable(f"could not store the execution: {exc}") from exc
 
     def _stored(self, execution: Execution, written: asyncio.Future[None]) -> None:
-        if not written.cancelled() and written.exception() is None:
+        if written.cancelled() or written.exception() is not None:
+            return
+        # A commit answers its whole batch in one turn of the loop: each row's callback runs,
+        # then each caller's wake-up is queued behind them. The first callback queues one pass
+        # for the rows the commit landed, which runs before any of those callers resumes, so a
+        # submission is still placed before its call returns; N rows cost one pass, not N.
+        if not self._landed:
+            asyncio.get_running_loop().call_soon(self._queue_landed)
+        self._landed.append(execution)
+
+    def _queue_landed(self) -> None:
+        landed, self._landed = self._landed, []
+        for execution in landed:
             self.d.events.submitted(execution)
-            submission.enqueue(self.d, execution)
+        submission.enqueue_all(self.d, landed)
 
     def queue_unwritten(self, execution: Execution) -> bool:
         # One server: nobody else can see or take it before its row is written.

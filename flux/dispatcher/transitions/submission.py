@@ -303,10 +303,25 @@ def _flow_keys(
 
 def enqueue(d: Handle, execution: Execution) -> None:
     """Queue a stored, pending execution and try to place it right away."""
-    execution = d.table.add(execution)
-    shape = d.catalogue.shape_of(execution)
-    d.queue_up(execution, shape)
-    d.passes.work_added([shape])
+    enqueue_all(d, [execution])
+
+
+def enqueue_all(d: Handle, executions: list[Execution]) -> None:
+    """``enqueue`` for each, with one pass for them all (the rows one commit landed)."""
+    queued = []
+    with d.passes.together():
+        for execution in executions:
+            execution = d.table.add(execution)
+            shape = d.catalogue.shape_of(execution)
+            d.queue_up(execution, shape)
+            d.passes.work_added([shape])
+            queued.append((execution, shape))
+    for execution, shape in queued:
+        _still_waiting(d, execution, shape)
+
+
+def _still_waiting(d: Handle, execution: Execution, shape: Shape) -> None:
+    """After its pass: what an execution that found no place yet sets going."""
     if execution.execution_id in d.queue and d.usage.accounts is not None:
         d.reclaimer.reclaim([shape])  # a tenant back under its quota need not wait for the tick
     if d.events.traces is not None and execution.trace:
