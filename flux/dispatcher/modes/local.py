@@ -42,12 +42,12 @@ class LocalBinder:
     """One server owns every execution: a placement is bound the moment it is reserved."""
 
     d: Handle
-    # Submissions committed and not yet queued: their pass is due (``_stored``).
-    _landed: list[Execution]
+    # Each submission whose row is being written, in the order saved: (execution, its write).
+    _writing: dict[str, tuple[Execution, asyncio.Future[None]]]
 
     def attach(self, d: Handle) -> None:
         self.d = d
-        self._landed = []
+        self._writing = {}
 
     async def submit(self, execution: Execution) -> None:
         """Store a submission (durable before we answer), then queue it and try to place it.
@@ -56,28 +56,40 @@ class LocalBinder:
         meanwhile (its RPC cut) must not leave the row stored and never queued.
         """
         written = self.d.store.save(execution)
-        written.add_done_callback(functools.partial(self._stored, execution))
+        self._writing[execution.execution_id] = (execution, written)
+        written.add_done_callback(functools.partial(self._stored, execution.execution_id))
         try:
             await asyncio.shield(written)
         except Exception as exc:
             raise Unavailable(f"could not store the execution: {exc}") from exc
 
-    def _stored(self, execution: Execution, written: asyncio.Future[None]) -> None:
-        if written.cancelled() or written.exception() is not None:
-            return
-        # A commit answers its whole batch in one turn of the loop: each row's callback runs,
-        # then each caller's wake-up is queued behind them. The first callback queues one pass
-        # for the rows the commit landed, which runs before any of those callers resumes, so a
-        # submission is still placed before its call returns; N rows cost one pass, not N.
-        if not self._landed:
-            asyncio.get_running_loop().call_soon(self._queue_landed)
-        self._landed.append(execution)
+    def _stored(self, execution_id: str, _: asyncio.Future[None]) -> None:
+        """Queue every submission whose write has landed, in one block: one pass for them all.
 
-    def _queue_landed(self) -> None:
-        landed, self._landed = self._landed, []
-        for execution in landed:
-            self.d.events.submitted(execution)
-        submission.enqueue_all(self.d, landed)
+        A commit resolves its whole batch before any of its callbacks runs, and commits land in
+        the order rows were saved. So the first callback of a batch finds the batch's writes done
+        at the head of ``_writing`` and queues them all, in the same turn of the loop as one
+        callback each did (a submission is still placed before its call returns); the others
+        find theirs gone. A burst of one-by-one calls gets a pass per commit, not per call.
+        """
+        writing = self._writing
+        if execution_id not in writing:
+            return
+        done = []
+        for queued_id, (_, future) in writing.items():
+            if not future.done():
+                break
+            done.append(queued_id)
+        if execution_id not in done:  # landed behind a write still in flight: not with one commit at a time
+            done.append(execution_id)
+        landed = []
+        for queued_id in done:
+            execution, future = writing.pop(queued_id)
+            if not future.cancelled() and future.exception() is None:
+                self.d.events.submitted(execution)
+                landed.append(execution)
+        if landed:
+            submission.enqueue_all(self.d, landed)
 
     def queue_unwritten(self, execution: Execution) -> bool:
         # One server: nobody else can see or take it before its row is written.
