@@ -124,3 +124,19 @@ async def test_submissions_one_commit_lands_get_one_pass_and_each_is_placed_befo
         assert [flux.state(a.execution_id) for a in answers] == [SCHEDULED, SCHEDULED, CREATED, CREATED]
     finally:
         await flux.d.stop()
+
+
+async def test_a_failed_commit_queues_none_of_its_submissions_and_the_next_one_queues_its_own() -> None:
+    flux = await Flux().start()
+    try:
+        await flux.workflow(cpu=1)
+        w = await flux.worker(cpu=4)
+        flux.store.fail_next_commit = OSError("disk full")
+        failed = await asyncio.gather(*(flux.d.submit("job", "") for _ in range(3)), return_exceptions=True)
+        assert [type(f).__name__ for f in failed] == ["Unavailable"] * 3
+        assert flux.d.table.unfinished == {} and w.scheduled() == []
+        placed = await asyncio.gather(*(flux.d.submit("job", "") for _ in range(2)))
+        assert [a.state for a in placed] == [SCHEDULED, SCHEDULED]
+        assert w.scheduled() == [a.execution_id for a in placed]
+    finally:
+        await flux.d.stop()
