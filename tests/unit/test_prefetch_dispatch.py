@@ -3,6 +3,8 @@ claim, nothing placed in a room while its queue is not empty, and a queue taken 
 
 from __future__ import annotations
 
+import asyncio
+
 import pytest
 
 from flux.dispatcher.core import WorkerRegistration
@@ -276,3 +278,20 @@ async def test_a_look_that_fails_is_logged_and_the_next_one_still_moves(flux, ca
     mover.soon(flux.d.registry.entries["free"])
     await settled()
     assert free.scheduled() == [ids[1]]
+
+
+async def test_a_look_scheduled_before_the_dispatcher_stops_never_runs(flux):
+    await flux.workflow(cpu=1)
+    busy = await prefetching(flux, "busy", cpu=1, prefetch=4)
+    ids = [await flux.run() for _ in range(3)]
+    busy.events()
+    busy.claim(ids[0])
+    await flux.worker("free", cpu=1, capacity=1)
+    mover, looks = flux.d.housekeeper.mover, []
+    mover._take_back = lambda *args: looks.append(args)
+    flux.clock.advance(MOVE_AFTER)
+    mover.soon(flux.d.registry.entries["free"])
+    await flux.d.stop()
+    await asyncio.sleep(2 * MOVE_EVERY)  # past when the look was due
+    assert looks == []
+    assert list(flux.d.registry.entries["busy"].queued) == ids[1:]

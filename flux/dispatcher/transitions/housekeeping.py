@@ -287,6 +287,7 @@ class Housekeeper:
         self.ping_task = loop.create_task(self._ping())
 
     async def stop(self) -> None:
+        self.mover.cancel()
         for task in (self.task, self.ping_task):
             if task is not None:
                 task.cancel()

@@ -44,7 +44,7 @@ class Mover:
         self.d = d
         self._take_back = take_back
         self.last_look = 0.0
-        self._due = False  # a look is scheduled (``soon``)
+        self._due: asyncio.TimerHandle | None = None  # the look ``soon`` scheduled, until it runs
 
     def step(self, now: float) -> int:
         """Each housekeeping step: every idle worker takes what it fits. How many moved."""
@@ -55,16 +55,21 @@ class Mover:
         """``entry`` freed room: if it is now idle (free room, nothing queued), look soon rather than at
         the next step. One look at a time, at most every ``MOVE_EVERY`` (a look is O(workers holding a
         queue), and O(workers) when something there has waited long enough)."""
-        if self._due or entry.queued or not entry.dispatchable or entry.active >= entry.capacity:
+        if self._due is not None or entry.queued or not entry.dispatchable or entry.active >= entry.capacity:
             return
         if not self.d.registry.queuing:
             return
-        self._due = True
         delay = max(0.0, self.last_look + MOVE_EVERY - self.d.clock())
-        asyncio.get_running_loop().call_later(delay, self._look)
+        self._due = asyncio.get_running_loop().call_later(delay, self._look)
+
+    def cancel(self) -> None:
+        """Drop the look ``soon`` scheduled (the dispatcher stops: nothing may move after)."""
+        if self._due is not None:
+            self._due.cancel()
+            self._due = None
 
     def _look(self) -> None:
-        self._due = False
+        self._due = None
         try:
             self.step(self.d.clock())
         except Exception:  # the next step looks again

@@ -285,9 +285,8 @@ async def complete_batch(
         if resources is not None:  # one report for the batch, after its executions released theirs
             entry.report(resources, None)
         d.passes.room_freed([entry])
-    d.housekeeper.mover.soon(
-        entry
-    )  # after its pass: still free room and nothing queued, it takes from others
+    # After its pass: with room still free and nothing queued, it takes from others' queues.
+    d.housekeeper.mover.soon(entry)
 
     # Every write is waited for together, without a task per item (a burst's batches are large):
     # ``asyncio.wait`` leaves the writes be when this call is cancelled, as a shield would.
