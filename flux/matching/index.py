@@ -40,9 +40,11 @@ LoadKey = tuple[float, float, str]
 class _Group:
     """The workers of one profile with a free slot, by load key."""
 
-    __slots__ = ("keys", "packed", "views")
+    __slots__ = ("keys", "packed", "profile", "views")
 
-    def __init__(self) -> None:
+    def __init__(self, profile: Profile) -> None:
+        # The profile it is filed under: equal to its views', and often the same object.
+        self.profile = profile
         self.keys: list[LoadKey] = []
         # By pack key, kept only once binpack was asked for (``FleetIndex._packing``).
         self.packed: list[PackKey] = []
@@ -72,22 +74,29 @@ class FleetIndex:
         """Every view held, open or not (a whole-fleet pass that needs them all)."""
         return iter(self._views.values())
 
-    def put(self, view: WorkerView) -> None:
-        """Hold ``view`` as its worker's current picture, replacing any earlier one."""
+    def put(self, view: WorkerView) -> Profile:
+        """Hold ``view`` as its worker's current picture, replacing any earlier one.
+
+        Returns the profile its group is filed under, equal to ``view.profile``: a worker whose next
+        view carries that very object (``WorkerView(known_profile=...)``) is found by identity, not
+        by comparing labels and package lists, each time it changes.
+        """
         self.discard(view.name)
         self._views[view.name] = view
-        if view.paused or view.active >= view.capacity:
-            return  # fits nothing now: kept for whole-fleet passes, never walked for a shape
-        key = load_key(view)
         group = self._groups.get(view.profile)
+        if view.paused or view.active >= view.capacity:
+            # Fits nothing now: kept for whole-fleet passes, never walked for a shape.
+            return view.profile if group is None else group.profile
+        key = load_key(view)
         if group is None:
-            group = self._groups[view.profile] = _Group()
+            group = self._groups[view.profile] = _Group(view.profile)
         insort(group.keys, key)
         group.views[view.name] = view
-        self._filed[view.name] = (view.profile, key)
+        self._filed[view.name] = (group.profile, key)
         if self._packing:
             packed = self._packed[view.name] = view_pack_key(view)
             insort(group.packed, packed)
+        return group.profile
 
     def discard(self, name: str) -> None:
         if self._views.pop(name, None) is None:

@@ -9,7 +9,7 @@ next decision (no double booking).
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import InitVar, dataclass, field
 from types import MappingProxyType
 
 from flux import defaults
@@ -127,10 +127,15 @@ class WorkerView:
     # room directly (the queue is refilled instead). Not part of the profile: it never is permanent.
     queued: int = 0
     profile: Profile = field(init=False, repr=False, compare=False)
+    # The profile the caller knows these fields make (a worker's entry keeps the one its last view
+    # was filed under): building and comparing profiles was a tenth of a replica's placing.
+    known_profile: InitVar[Profile | None] = None
 
-    def __post_init__(self) -> None:
+    def __post_init__(self, known_profile: Profile | None) -> None:
         object.__setattr__(
-            self, "profile", Profile(self.labels, self.capacity, self.resources, self.software)
+            self,
+            "profile",
+            known_profile or Profile(self.labels, self.capacity, self.resources, self.software),
         )
 
     @property

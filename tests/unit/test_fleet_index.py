@@ -13,6 +13,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import random
 
 import pytest
@@ -160,3 +161,44 @@ async def test_a_worker_is_indexed_as_it_connects_not_by_the_next_placement(flux
     workers[0].connect()
     assert not registry._changed
     assert {v.name for v in registry._index.views()} == {w.name for w in workers}
+
+
+def test_equal_profiles_are_filed_under_one_object_and_a_view_built_with_it_is_found_by_identity() -> None:
+    # Each worker's software is parsed from its own registration: equal package lists, distinct
+    # objects. Comparing them on every put was a tenth of a replica's placing one by one.
+    packages = {f"pkg{i}": "1.0" for i in range(200)}
+    first, second = worker("a", packages=dict(packages)), worker("b", packages=dict(packages))
+    assert first.profile == second.profile and first.profile is not second.profile
+    index = FleetIndex()
+    assert index.put(first) is first.profile
+    filed = index.put(second)
+    assert filed is first.profile  # the group's, not the view's own
+    again = dataclasses.replace(second, active=1, known_profile=filed)
+    assert again.profile is filed
+    assert index.put(again) is filed
+    # A worker at capacity is not walked, but learns the group's profile all the same.
+    assert index.put(worker("c", packages=dict(packages), active=16)) is filed
+    index.discard("a")
+    index.discard("b")
+    # The group is gone with its last open worker: a new one is filed under its own profile.
+    third = worker("d", packages=dict(packages))
+    assert index.put(third) is third.profile
+
+
+async def test_an_entry_keeps_its_filed_profile_until_a_report_changes_its_totals(flux: Flux) -> None:
+    await flux.workflow("job", cpu=1)
+    w1, w2 = await flux.worker("w1", cpu=4), await flux.worker("w2", cpu=4)
+    entries = flux.d.registry.entries
+    flux.d.registry.index()
+    assert entries["w1"].profile is entries["w2"].profile
+    await flux.run("job")  # w1's view is built again, with the profile its group is filed under
+    flux.d.registry.index()
+    assert entries["w1"].view().profile is entries["w1"].profile is entries["w2"].profile
+    w2.report(resources(8))  # new totals: a profile of its own, in a group of its own
+    index = flux.d.registry.index()
+    assert entries["w2"].profile is not entries["w1"].profile
+    assert entries["w2"].view().profile.cpu_total == 8
+    assert {v.name: v for v in index.views()} == _full_scan(flux)
+    w2.report(resources(4))  # equal again: back under the first group's profile
+    flux.d.registry.index()
+    assert entries["w2"].profile is entries["w1"].profile

@@ -174,7 +174,7 @@ class WorkerRegistry:
     def _reindex(self, name: str) -> None:
         entry = self.entries.get(name)
         if entry is not None and entry.dispatchable:
-            self._index.put(entry.view())
+            entry.profile = self._index.put(entry.view())
         else:
             self._index.discard(name)
         if entry is not None and entry.hungry:

@@ -9,7 +9,7 @@ from types import MappingProxyType
 from flux.dispatcher.state.session import Session
 from flux.domain.resource_request import ResourceRequest
 from flux.domain.worker import WorkerResources, WorkerSoftware
-from flux.matching import Amounts, Shape, WorkerView
+from flux.matching import Amounts, Profile, Shape, WorkerView
 from flux.matching.aging import BookedRoom
 from flux.matching.filters import fits_now
 from flux.matching.prefetch import queue_depth
@@ -87,6 +87,9 @@ class WorkerEntry:
     # Only on entries built for a listing of the whole fleet; such entries are never dispatched to.
     elsewhere: Elsewhere | None = None
     _view: WorkerView | None = None
+    # Its views' profile as the fleet index files it (``FleetIndex.put``); None after a report,
+    # whose totals or software may differ: the next view builds it again.
+    profile: Profile | None = None
     # Told of every change to what ``view`` shows or to ``dispatchable`` (the registry's index).
     on_change: Callable[[WorkerEntry], None] | None = None
     # Told of every reservation taken and given back (flux.dispatcher.state.quotas: tenants' usage).
@@ -173,6 +176,7 @@ class WorkerEntry:
                 held_gpus=self.held_gpus,
                 paused=self.paused,
                 queued=len(self.queued),
+                known_profile=self.profile,
             )
         return self._view
 
@@ -204,6 +208,7 @@ class WorkerEntry:
         self.resources = resources
         if software is not None:
             self.software = software
+        self.profile = None
         self.unreported = Amounts()
         for holding in self.holdings.values():
             holding.since_report = False
