@@ -187,7 +187,8 @@ def test_equal_profiles_are_filed_under_one_object_and_a_view_built_with_it_is_f
 
 async def test_an_entry_keeps_its_filed_profile_until_a_report_changes_its_totals(flux: Flux) -> None:
     await flux.workflow("job", cpu=1)
-    w1, w2 = await flux.worker("w1", cpu=4), await flux.worker("w2", cpu=4)
+    await flux.worker("w1", cpu=4)
+    w2 = await flux.worker("w2", cpu=4)
     entries = flux.d.registry.entries
     flux.d.registry.index()
     assert entries["w1"].profile is entries["w2"].profile
