@@ -7,6 +7,7 @@ import asyncio
 import pytest
 
 from flux.domain.execution import Execution, State, WorkflowRef
+from flux.store import group_commit
 from flux.store.base import Conflict
 from flux.store.group_commit import GroupCommit
 
@@ -148,3 +149,72 @@ async def test_the_flusher_alternates_rows_and_the_follow_up() -> None:
     await asyncio.gather(*saved)
     await commits.drain()
     assert order == ["row b", "claim b", "row c"]
+
+
+@pytest.fixture
+def gathering(monkeypatch: pytest.MonkeyPatch):
+    """Set the gathering's limits for one test: gap, most seconds, most rows."""
+
+    def set_limits(gap: float, most_s: float = 60.0, most_rows: int = 512) -> None:
+        monkeypatch.setattr(group_commit, "GATHER_GAP_S", gap)
+        monkeypatch.setattr(group_commit, "GATHER_MOST_S", most_s)
+        monkeypatch.setattr(group_commit, "GATHER_MOST_ROWS", most_rows)
+
+    return set_limits
+
+
+async def test_a_lone_writer_never_waits_for_others(gathering) -> None:
+    gathering(gap=30.0)  # a gather would outlast the test's timeout
+    db = Database()
+    commits = GroupCommit(db.write)
+    for name in "abc":  # one at a time, as a sequential client writes
+        await asyncio.wait_for(commits.save(row(name)), 5)
+    assert [[e.execution_id for e in batch] for batch in db.batches] == [["a"], ["b"], ["c"]]
+
+
+async def test_writers_seen_together_let_the_next_batch_gather_what_comes_meanwhile(gathering) -> None:
+    gathering(gap=0.2)
+    db = Database()
+    commits = GroupCommit(db.write)
+    db.hold = True
+    first = commits.save(row("a"))
+    await asyncio.sleep(0)  # the first batch is in flight
+    waits = [commits.save(row("b")), commits.save(row("c"))]  # two writers at once: load
+    db.release.set()
+    await first
+    waits.append(commits.save(row("d")))  # comes while the next batch gathers: it rides along
+    await asyncio.gather(*waits)
+    assert [[e.execution_id for e in batch] for batch in db.batches] == [["a"], ["b", "c", "d"]]
+
+
+async def test_a_full_batch_is_written_without_gathering(gathering) -> None:
+    gathering(gap=30.0, most_rows=2)
+    db = Database()
+    commits = GroupCommit(db.write)
+    db.hold = True
+    first = commits.save(row("a"))
+    await asyncio.sleep(0)
+    waits = [commits.save(row(name)) for name in "bcd"]
+    db.release.set()
+    await asyncio.wait_for(asyncio.gather(first, *waits), 5)
+    assert [[e.execution_id for e in batch] for batch in db.batches] == [["a"], ["b", "c", "d"]]
+
+
+async def test_a_batch_gathers_for_a_bounded_time_while_writes_keep_coming(gathering) -> None:
+    gathering(gap=0.05, most_s=0.2)
+    db = Database()
+    commits = GroupCommit(db.write)
+    db.hold = True
+    first = commits.save(row("a"))
+    await asyncio.sleep(0)
+    waits = [commits.save(row("b")), commits.save(row("c"))]
+    db.release.set()
+    await first
+    # A writer that never pauses for a whole gap: the batch is written all the same.
+    for n in range(10_000):
+        if len(db.batches) > 1:
+            break
+        waits.append(commits.save(row(f"x{n}")))
+        await asyncio.sleep(0.01)
+    assert len(db.batches) > 1, "the gathering batch was never written while writes kept coming"
+    await asyncio.gather(*waits)
