@@ -24,13 +24,15 @@ SQLite and PostgreSQL each had a copy of this, and where they differed this keep
   guarded PostgreSQL upsert found the row changed by another replica); their
   callers get ``Conflict`` and the rest of the batch succeeds. SQLite refuses none.
 
-**Under load a batch gathers before it is written.** When more than one write was queued during
-the last round (others are writing at the same time), the flusher waits while writes keep coming:
+**Under load a batch gathers before it is written.** When the rows of ``GATHER_FROM_ROWS``
+executions or more queued during the last batch (many writers at once), the flusher waits while
+writes keep coming:
 it writes once ``GATHER_GAP_S`` passes with none, or ``GATHER_MOST_S`` after it began, or once
 ``GATHER_MOST_ROWS`` rows wait. Left to themselves the batches stayed small under load (three or
 four rows one by one on PostgreSQL, each paying a transaction's round trips), because the next
 commit began the moment the last one ended; the gathering is what a database's ``commit_delay``
-does, taken only when concurrent writers are seen. A lone writer (one run at a time) never waits.
+does (``commit_siblings``), taken only when many writers are seen at once. A client running one
+execution at a time writes one execution's rows per batch, and never waits.
 
 PostgreSQL also claims on the same connection: ``then`` is flushed by the same
 loop, which alternates between the rows queued and the follow-up work queued,
@@ -65,7 +67,10 @@ class FollowUp(Protocol):
     async def flush(self) -> None: ...
 
 
-# A gathering batch is written once no write came for this long, ...
+# A batch gathers when at least this many executions' rows queued during the last one (one client's
+# run, one at a time, writes one execution's rows: a sequential client never waits) ...
+GATHER_FROM_ROWS = 4
+# ... and is written once no write came for this long, ...
 GATHER_GAP_S = 0.001
 # ... or this long after it began gathering (a write under load waits at most this much more) ...
 GATHER_MOST_S = 0.02
@@ -81,9 +86,8 @@ class GroupCommit:
         # Each caller's ids and future: one id for ``save``, a bulk call's every id for ``save_many``.
         self._waiting: list[tuple[str | tuple[str, ...], asyncio.Future[None]]] = []
         self._flusher: asyncio.Task[None] | None = None
-        # Writes queued so far (saves, bulk saves, follow-ups), and how many when the last round began.
+        # Writes queued so far (saves, bulk saves, follow-ups): the gathering watches it move.
         self._kicks = 0
-        self._round = 0
 
     def save(self, execution: Execution) -> asyncio.Future[None]:
         """Queue the execution's row; the future (this caller's own) resolves once it is committed."""
@@ -127,9 +131,8 @@ class GroupCommit:
 
     async def _flush(self) -> None:
         while self._rows or (self._then is not None and self._then.queued):
-            if self._kicks - self._round > 1:  # others wrote while the last round was written
+            if len(self._rows) >= GATHER_FROM_ROWS:  # this many writers at once: under load
                 await self._gather()
-            self._round = self._kicks
             if self._rows:
                 await self._commit()
             if self._then is not None and self._then.queued:

@@ -179,16 +179,16 @@ async def test_writers_seen_together_let_the_next_batch_gather_what_comes_meanwh
     db.hold = True
     first = commits.save(row("a"))
     await asyncio.sleep(0)  # the first batch is in flight
-    waits = [commits.save(row("b")), commits.save(row("c"))]  # two writers at once: load
+    waits = [commits.save(row(name)) for name in "bcde"]  # four writers at once: load
     db.release.set()
     await first
-    waits.append(commits.save(row("d")))  # comes while the next batch gathers: it rides along
+    waits.append(commits.save(row("f")))  # comes while the next batch gathers: it rides along
     await asyncio.gather(*waits)
-    assert [[e.execution_id for e in batch] for batch in db.batches] == [["a"], ["b", "c", "d"]]
+    assert [[e.execution_id for e in batch] for batch in db.batches] == [["a"], list("bcdef")]
 
 
-async def test_a_full_batch_is_written_without_gathering(gathering) -> None:
-    gathering(gap=30.0, most_rows=2)
+async def test_three_writers_at_once_are_written_without_gathering(gathering) -> None:
+    gathering(gap=30.0)
     db = Database()
     commits = GroupCommit(db.write)
     db.hold = True
@@ -197,7 +197,20 @@ async def test_a_full_batch_is_written_without_gathering(gathering) -> None:
     waits = [commits.save(row(name)) for name in "bcd"]
     db.release.set()
     await asyncio.wait_for(asyncio.gather(first, *waits), 5)
-    assert [[e.execution_id for e in batch] for batch in db.batches] == [["a"], ["b", "c", "d"]]
+    assert [[e.execution_id for e in batch] for batch in db.batches] == [["a"], list("bcd")]
+
+
+async def test_a_full_batch_is_written_without_gathering(gathering) -> None:
+    gathering(gap=30.0, most_rows=4)
+    db = Database()
+    commits = GroupCommit(db.write)
+    db.hold = True
+    first = commits.save(row("a"))
+    await asyncio.sleep(0)
+    waits = [commits.save(row(name)) for name in "bcde"]
+    db.release.set()
+    await asyncio.wait_for(asyncio.gather(first, *waits), 5)
+    assert [[e.execution_id for e in batch] for batch in db.batches] == [["a"], list("bcde")]
 
 
 async def test_a_batch_gathers_for_a_bounded_time_while_writes_keep_coming(gathering) -> None:
@@ -207,7 +220,7 @@ async def test_a_batch_gathers_for_a_bounded_time_while_writes_keep_coming(gathe
     db.hold = True
     first = commits.save(row("a"))
     await asyncio.sleep(0)
-    waits = [commits.save(row("b")), commits.save(row("c"))]
+    waits = [commits.save(row(name)) for name in "bcde"]
     db.release.set()
     await first
     # A writer that never pauses for a whole gap: the batch is written all the same.
