@@ -26,13 +26,12 @@ SQLite and PostgreSQL each had a copy of this, and where they differed this keep
 
 **Under load a batch gathers before it is written.** When the rows of ``GATHER_FROM_ROWS``
 executions or more queued during the last batch (many writers at once), the flusher waits while
-writes keep coming:
-it writes once ``GATHER_GAP_S`` passes with none, or ``GATHER_MOST_S`` after it began, or once
-``GATHER_MOST_ROWS`` rows wait. Left to themselves the batches stayed small under load (three or
-four rows one by one on PostgreSQL, each paying a transaction's round trips), because the next
-commit began the moment the last one ended; the gathering is what a database's ``commit_delay``
-does (``commit_siblings``), taken only when many writers are seen at once. A client running one
-execution at a time writes one execution's rows per batch, and never waits.
+writes keep coming: it writes once ``GATHER_GAP_S`` passes with none, or ``GATHER_MOST_S`` after
+it began, or once ``GATHER_MOST_ROWS`` rows wait. Left alone, the batches stayed small under
+load (three or four rows one by one on PostgreSQL, each paying a transaction's round trips),
+because the next commit began the moment the last one ended; gathering is what a database's
+``commit_delay`` does (with ``commit_siblings``), only when many writers are seen at once. A
+client running one execution at a time writes one execution's rows per batch, and never waits.
 
 PostgreSQL also claims on the same connection: ``then`` is flushed by the same
 loop, which alternates between the rows queued and the follow-up work queued,
@@ -132,7 +131,12 @@ class GroupCommit:
     async def _flush(self) -> None:
         while self._rows or (self._then is not None and self._then.queued):
             if len(self._rows) >= GATHER_FROM_ROWS:  # this many writers at once: under load
-                await self._gather()
+                try:
+                    await self._gather()
+                except BaseException as exc:  # interrupted (a shutdown): nobody is left waiting
+                    waiting, self._rows, self._waiting = self._waiting, {}, []
+                    fail((future for _, future in waiting), exc)
+                    raise
             if self._rows:
                 await self._commit()
             if self._then is not None and self._then.queued:

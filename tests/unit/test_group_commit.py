@@ -231,3 +231,23 @@ async def test_a_batch_gathers_for_a_bounded_time_while_writes_keep_coming(gathe
         await asyncio.sleep(0.01)
     assert len(db.batches) > 1, "the gathering batch was never written while writes kept coming"
     await asyncio.gather(*waits)
+
+
+async def test_a_flusher_interrupted_while_gathering_answers_every_wait(gathering) -> None:
+    gathering(gap=30.0)
+    db = Database()
+    commits = GroupCommit(db.write)
+    db.hold = True
+    first = commits.save(row("a"))
+    await asyncio.sleep(0)
+    waits = [commits.save(row(name)) for name in "bcde"]
+    db.release.set()
+    await first
+    await asyncio.sleep(0)  # the flusher is gathering
+    assert commits._flusher is not None
+    commits._flusher.cancel()
+    for wait in waits:
+        with pytest.raises(asyncio.CancelledError):
+            await wait
+    assert commits.queued("b") is None
+    assert await asyncio.wait_for(commits.save(row("f")), 5) is None  # a later save is written
