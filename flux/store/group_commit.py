@@ -24,14 +24,15 @@ SQLite and PostgreSQL each had a copy of this, and where they differed this keep
   guarded PostgreSQL upsert found the row changed by another replica); their
   callers get ``Conflict`` and the rest of the batch succeeds. SQLite refuses none.
 
-**Under load a batch gathers before it is written.** When the rows of ``GATHER_FROM_ROWS``
-executions or more queued during the last batch (many writers at once), the flusher waits while
+**Under load a batch gathers before it is written.** When ``GATHER_FROM`` callers or more saved
+the rows of as many executions during the last batch (many writers at once), the flusher waits while
 writes keep coming: it writes once ``GATHER_GAP_S`` passes with none, or ``GATHER_MOST_S`` after
 it began, or once ``GATHER_MOST_ROWS`` rows wait. Left alone, the batches stayed small under
 load (three or four rows one by one on PostgreSQL, each paying a transaction's round trips),
 because the next commit began the moment the last one ended; gathering is what a database's
 ``commit_delay`` does (with ``commit_siblings``), only when many writers are seen at once. A
-client running one execution at a time writes one execution's rows per batch, and never waits.
+client running one execution at a time writes one execution's rows per batch, and a bulk call is
+one caller: neither waits.
 
 PostgreSQL also claims on the same connection: ``then`` is flushed by the same
 loop, which alternates between the rows queued and the follow-up work queued,
@@ -66,9 +67,9 @@ class FollowUp(Protocol):
     async def flush(self) -> None: ...
 
 
-# A batch gathers when at least this many executions' rows queued during the last one (one client's
-# run, one at a time, writes one execution's rows: a sequential client never waits) ...
-GATHER_FROM_ROWS = 4
+# A batch gathers when at least this many callers saved as many executions' rows during the last
+# one (a client running one at a time writes one execution's rows; a bulk call is one caller) ...
+GATHER_FROM = 4
 # ... and is written once no write came for this long, ...
 GATHER_GAP_S = 0.001
 # ... or this long after it began gathering (a write under load waits at most this much more) ...
@@ -130,7 +131,7 @@ class GroupCommit:
 
     async def _flush(self) -> None:
         while self._rows or (self._then is not None and self._then.queued):
-            if len(self._rows) >= GATHER_FROM_ROWS:  # this many writers at once: under load
+            if len(self._rows) >= GATHER_FROM and len(self._waiting) >= GATHER_FROM:  # under load
                 try:
                     await self._gather()
                 except BaseException as exc:  # interrupted (a shutdown): nobody is left waiting

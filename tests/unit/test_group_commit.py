@@ -251,3 +251,33 @@ async def test_a_flusher_interrupted_while_gathering_answers_every_wait(gatherin
             await wait
     assert commits.queued("b") is None
     assert await asyncio.wait_for(commits.save(row("f")), 5) is None  # a later save is written
+
+
+async def test_a_bulk_call_alone_is_written_without_gathering(gathering) -> None:
+    gathering(gap=30.0)
+    db = Database()
+    commits = GroupCommit(db.write)
+    db.hold = True
+    first = commits.save(row("a"))
+    await asyncio.sleep(0)
+    bulk = commits.save_many([row(name) for name in "bcdefg"])  # one caller, six rows
+    db.release.set()
+    await asyncio.wait_for(asyncio.gather(first, bulk), 5)
+    assert [[e.execution_id for e in batch] for batch in db.batches] == [["a"], list("bcdefg")]
+
+
+async def test_one_execution_saved_by_many_callers_is_written_without_gathering(gathering) -> None:
+    gathering(gap=30.0)
+    db = Database()
+    commits = GroupCommit(db.write)
+    db.hold = True
+    first = commits.save(row("a"))
+    await asyncio.sleep(0)
+    states = (State.CREATED, State.SCHEDULED, State.RUNNING, State.COMPLETED)
+    waits = [commits.save(row("b", state)) for state in states]  # one run's writes, four callers
+    db.release.set()
+    await asyncio.wait_for(asyncio.gather(first, *waits), 5)
+    assert [[(e.execution_id, e.state) for e in batch] for batch in db.batches] == [
+        [("a", State.CREATED)],
+        [("b", State.COMPLETED)],
+    ]
