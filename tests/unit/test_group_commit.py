@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 
 import pytest
 
@@ -163,66 +164,87 @@ def gathering(monkeypatch: pytest.MonkeyPatch):
     return set_limits
 
 
+def _ids(db: Database) -> list[list[str]]:
+    return [[e.execution_id for e in batch] for batch in db.batches]
+
+
+async def _during_a_commit(
+    commits: GroupCommit, db: Database, saves: Callable[[], list[asyncio.Future[None]]]
+) -> list[asyncio.Future[None]]:
+    """Row ``a`` in flight while ``saves`` queue theirs; returns once ``a`` is committed, with
+    every wait (``a``'s first). The next batch is the flusher's to write, gathering or not."""
+    db.hold = True
+    first = commits.save(row("a"))
+    await asyncio.sleep(0)  # the first batch is in flight
+    waits = saves()
+    db.release.set()
+    await first
+    return [first, *waits]
+
+
 async def test_a_lone_writer_never_waits_for_others(gathering) -> None:
     gathering(gap=30.0)  # a gather would outlast the test's timeout
     db = Database()
     commits = GroupCommit(db.write)
     for name in "abc":  # one at a time, as a sequential client writes
         await asyncio.wait_for(commits.save(row(name)), 5)
-    assert [[e.execution_id for e in batch] for batch in db.batches] == [["a"], ["b"], ["c"]]
+    assert _ids(db) == [["a"], ["b"], ["c"]]
 
 
 async def test_writers_seen_together_let_the_next_batch_gather_what_comes_meanwhile(gathering) -> None:
     gathering(gap=0.2)
     db = Database()
     commits = GroupCommit(db.write)
-    db.hold = True
-    first = commits.save(row("a"))
-    await asyncio.sleep(0)  # the first batch is in flight
-    waits = [commits.save(row(name)) for name in "bcde"]  # four writers at once: load
-    db.release.set()
-    await first
+    # Four writers at once: load.
+    waits = await _during_a_commit(commits, db, lambda: [commits.save(row(name)) for name in "bcde"])
     waits.append(commits.save(row("f")))  # comes while the next batch gathers: it rides along
     await asyncio.gather(*waits)
-    assert [[e.execution_id for e in batch] for batch in db.batches] == [["a"], list("bcdef")]
+    assert _ids(db) == [["a"], list("bcdef")]
 
 
-async def test_three_writers_at_once_are_written_without_gathering(gathering) -> None:
+@pytest.mark.parametrize(
+    ("most_rows", "names"),
+    [(512, "bcd"), (4, "bcde")],
+    ids=["three writers at once", "a batch already full"],
+)
+async def test_a_batch_is_written_without_gathering(gathering, most_rows: int, names: str) -> None:
+    gathering(gap=30.0, most_rows=most_rows)
+    db = Database()
+    commits = GroupCommit(db.write)
+    waits = await _during_a_commit(commits, db, lambda: [commits.save(row(name)) for name in names])
+    await asyncio.wait_for(asyncio.gather(*waits), 5)
+    assert _ids(db) == [["a"], list(names)]
+
+
+async def test_a_bulk_call_alone_is_written_without_gathering(gathering) -> None:
     gathering(gap=30.0)
     db = Database()
     commits = GroupCommit(db.write)
-    db.hold = True
-    first = commits.save(row("a"))
-    await asyncio.sleep(0)
-    waits = [commits.save(row(name)) for name in "bcd"]
-    db.release.set()
-    await asyncio.wait_for(asyncio.gather(first, *waits), 5)
-    assert [[e.execution_id for e in batch] for batch in db.batches] == [["a"], list("bcd")]
+    # One caller, six rows.
+    waits = await _during_a_commit(commits, db, lambda: [commits.save_many([row(n) for n in "bcdefg"])])
+    await asyncio.wait_for(asyncio.gather(*waits), 5)
+    assert _ids(db) == [["a"], list("bcdefg")]
 
 
-async def test_a_full_batch_is_written_without_gathering(gathering) -> None:
-    gathering(gap=30.0, most_rows=4)
+async def test_one_execution_saved_by_many_callers_is_written_without_gathering(gathering) -> None:
+    gathering(gap=30.0)
     db = Database()
     commits = GroupCommit(db.write)
-    db.hold = True
-    first = commits.save(row("a"))
-    await asyncio.sleep(0)
-    waits = [commits.save(row(name)) for name in "bcde"]
-    db.release.set()
-    await asyncio.wait_for(asyncio.gather(first, *waits), 5)
-    assert [[e.execution_id for e in batch] for batch in db.batches] == [["a"], list("bcde")]
+    states = (State.CREATED, State.SCHEDULED, State.RUNNING, State.COMPLETED)
+    # One run's writes: four callers, one row.
+    waits = await _during_a_commit(commits, db, lambda: [commits.save(row("b", s)) for s in states])
+    await asyncio.wait_for(asyncio.gather(*waits), 5)
+    assert [[(e.execution_id, e.state) for e in batch] for batch in db.batches] == [
+        [("a", State.CREATED)],
+        [("b", State.COMPLETED)],
+    ]
 
 
 async def test_a_batch_gathers_for_a_bounded_time_while_writes_keep_coming(gathering) -> None:
     gathering(gap=0.05, most_s=0.2)
     db = Database()
     commits = GroupCommit(db.write)
-    db.hold = True
-    first = commits.save(row("a"))
-    await asyncio.sleep(0)
-    waits = [commits.save(row(name)) for name in "bcde"]
-    db.release.set()
-    await first
+    waits = await _during_a_commit(commits, db, lambda: [commits.save(row(name)) for name in "bcde"])
     # A writer that never pauses for a whole gap: the batch is written all the same.
     for n in range(10_000):
         if len(db.batches) > 1:
@@ -237,12 +259,7 @@ async def test_a_flusher_interrupted_while_gathering_answers_every_wait(gatherin
     gathering(gap=30.0)
     db = Database()
     commits = GroupCommit(db.write)
-    db.hold = True
-    first = commits.save(row("a"))
-    await asyncio.sleep(0)
-    waits = [commits.save(row(name)) for name in "bcde"]
-    db.release.set()
-    await first
+    _, *waits = await _during_a_commit(commits, db, lambda: [commits.save(row(n)) for n in "bcde"])
     await asyncio.sleep(0)  # the flusher is gathering
     assert commits._flusher is not None
     commits._flusher.cancel()
@@ -251,33 +268,3 @@ async def test_a_flusher_interrupted_while_gathering_answers_every_wait(gatherin
             await wait
     assert commits.queued("b") is None
     assert await asyncio.wait_for(commits.save(row("f")), 5) is None  # a later save is written
-
-
-async def test_a_bulk_call_alone_is_written_without_gathering(gathering) -> None:
-    gathering(gap=30.0)
-    db = Database()
-    commits = GroupCommit(db.write)
-    db.hold = True
-    first = commits.save(row("a"))
-    await asyncio.sleep(0)
-    bulk = commits.save_many([row(name) for name in "bcdefg"])  # one caller, six rows
-    db.release.set()
-    await asyncio.wait_for(asyncio.gather(first, bulk), 5)
-    assert [[e.execution_id for e in batch] for batch in db.batches] == [["a"], list("bcdefg")]
-
-
-async def test_one_execution_saved_by_many_callers_is_written_without_gathering(gathering) -> None:
-    gathering(gap=30.0)
-    db = Database()
-    commits = GroupCommit(db.write)
-    db.hold = True
-    first = commits.save(row("a"))
-    await asyncio.sleep(0)
-    states = (State.CREATED, State.SCHEDULED, State.RUNNING, State.COMPLETED)
-    waits = [commits.save(row("b", state)) for state in states]  # one run's writes, four callers
-    db.release.set()
-    await asyncio.wait_for(asyncio.gather(first, *waits), 5)
-    assert [[(e.execution_id, e.state) for e in batch] for batch in db.batches] == [
-        [("a", State.CREATED)],
-        [("b", State.COMPLETED)],
-    ]
