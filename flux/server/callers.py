@@ -9,11 +9,15 @@ executions. Without authentication (``--insecure``) every call is the operator's
 
 from __future__ import annotations
 
+import logging
+
 import grpc
 
 from flux.dispatcher.state.tenants import INVALID, OPERATOR, RANK, Caller, TenantDirectory
-from flux.errors import PermissionDenied, Unauthenticated
+from flux.errors import PermissionDenied, Unauthenticated, logged_refusal, status_of
 from flux.security import Role, Tokens, bearer
+
+log = logging.getLogger("flux.server")
 
 # Methods that change what every tenant shares: only a cluster admin may call them. Any
 # TenantService method not named in TENANT_ADMIN below is one too, so a method added there
@@ -111,7 +115,13 @@ class Callers:
     ) -> tuple[grpc.StatusCode, str] | None:
         """The interceptor's answer with tenants' tokens: ``refusal`` is flux.security's, on its two tokens."""
         if refusal is not None and refusal[0] is grpc.StatusCode.UNAUTHENTICATED and token:
-            found = await self.directory.lookup(token)
+            try:
+                found = await self.directory.lookup(token)
+            except Exception as exc:
+                # The store away (PostgreSQL restarting): UNAVAILABLE, which callers retry. Raised
+                # from the interceptor, grpc answered it UNKNOWN and logged a traceback per call.
+                error = logged_refusal(exc, self.directory.store.unavailable, log, "checking an api token")
+                return status_of(error)[0], str(error)
             if isinstance(found, str):
                 # An expired or revoked token is told so; one never issued gets flux.security's words.
                 return refusal if found == INVALID else (grpc.StatusCode.UNAUTHENTICATED, found)

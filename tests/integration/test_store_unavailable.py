@@ -15,6 +15,8 @@ import grpc
 import psycopg
 import pytest
 
+from flux.security import AuthInterceptor, Tokens
+from flux.server.callers import Callers
 from flux.server.control_service import ControlService
 from flux.server.worker_service import WorkerService
 from flux.store.base import StoreError
@@ -44,6 +46,11 @@ class FailingStore(MemoryStore):
         if self.failure is not None:
             raise self.failure
         return await super().list_executions(query)
+
+    async def find_token(self, digest: str):  # type: ignore[no-untyped-def]
+        if self.failure is not None:
+            raise self.failure
+        return await super().find_token(digest)
 
 
 @pytest.fixture
@@ -116,3 +123,41 @@ async def test_a_watch_meets_the_same_table(
     call = control.WatchExecution(control_pb2.WatchExecutionRequest(execution_id="e1"))
     code, details = await _code(call.read())
     assert code == grpc.StatusCode.UNAVAILABLE and "AdminShutdown" in details
+
+
+async def test_a_tenants_token_checked_while_the_database_is_away_is_unavailable_not_unknown(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    # The interceptor looks a tenant's api token up in the store before any servicer runs: an
+    # error there left through grpc itself, as UNKNOWN with a traceback per call.
+    store = FailingStore()
+    flux = await Flux(store).start()
+    tokens = Tokens(worker="w" * 32, api="a" * 32)
+    server = grpc.aio.server(interceptors=[AuthInterceptor(tokens, Callers(tokens, flux.d.tenants))])
+    control_pb2_grpc.add_ControlServiceServicer_to_server(ControlService(flux.d), server)  # type: ignore[arg-type]
+    port = server.add_insecure_port("127.0.0.1:0")
+    await server.start()
+    channel = grpc.aio.insecure_channel(f"127.0.0.1:{port}")
+    try:
+        control = control_pb2_grpc.ControlServiceStub(channel)
+        tenant = (("authorization", "Bearer flux_tenant_token_of_someone"),)
+        store.failure = psycopg.errors.AdminShutdown("terminating connection due to administrator command")
+        with caplog.at_level(logging.WARNING):
+            code, details = await _code(
+                control.GetExecution(control_pb2.GetExecutionRequest(execution_id="e1"), metadata=tenant)
+            )
+        assert code == grpc.StatusCode.UNAVAILABLE
+        assert details == (
+            "the database is unavailable (AdminShutdown: terminating connection due to administrator command);"
+            " retry"
+        )
+        assert not [r for r in caplog.records if r.exc_info], "a database away is one line, not a traceback"
+        store.failure = None
+        code, _ = await _code(
+            control.GetExecution(control_pb2.GetExecutionRequest(execution_id="e1"), metadata=tenant)
+        )
+        assert code == grpc.StatusCode.UNAUTHENTICATED  # back: a token never issued is told so
+    finally:
+        await channel.close()
+        await server.stop(None)
+        await flux.d.stop()
