@@ -11,6 +11,7 @@ snapshot).
 from __future__ import annotations
 
 import asyncio
+import logging
 from types import MappingProxyType
 from typing import Any
 
@@ -60,14 +61,24 @@ async def test_a_placement_reaches_the_worker_only_once_claimed_and_a_lost_claim
     assert replica.d.claim("w1", w.token, "x2", 1).state is State.RUNNING
 
 
-async def test_a_failed_claim_puts_the_work_back_in_line_and_sends_nothing(replica) -> None:
+@pytest.mark.parametrize(
+    ("away", "level"), [(True, logging.WARNING), (False, logging.ERROR)], ids=["database away", "a fault"]
+)
+async def test_a_failed_claim_puts_the_work_back_in_line_and_sends_nothing(
+    replica, caplog: pytest.LogCaptureFixture, away: bool, level: int
+) -> None:
     store: SharedMemoryStore = replica.store
+    store.unavailable = (OSError,) if away else ()  # what the store says a database away raises
     record = await replica.workflow(cpu=4)
     w = await replica.worker(cpu=4)
     store.notify(notices.PendingAdded((store.submitted_elsewhere("x1", record, 10),)))
     _, future = store.claims.pop()
     future.set_exception(OSError("the database is down"))
-    await settled()
+    with caplog.at_level(logging.WARNING):
+        await settled()
+    # A database away is the operator's to see, not a fault of ours: a warning, one per claim.
+    [line] = [r for r in caplog.records if "claiming 1 executions failed" in r.getMessage()]
+    assert line.levelno == level
     assert w.events() == [] and replica.holdings("w1") == set()
     shape = replica.d.catalogue.shape_of(replica.d.table.get("x1"))
     assert [p.execution_id for p in replica.d.pending().iter_shape(shape)] == ["x1"]

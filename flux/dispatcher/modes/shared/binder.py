@@ -120,8 +120,16 @@ class SharedBinder:
         rows: dict[str, Execution] | None = None
         if claim.cancelled():
             pass
-        elif claim.exception() is not None:
-            log.error("claiming %d executions failed: %s", len(placements), claim.exception())
+        elif (error := claim.exception()) is not None:
+            # The database away (a restart) is the operator's to see once per claim, not a fault of
+            # ours: the executions stay pending and are claimed again once it is back.
+            away = isinstance(error, self.d.store.unavailable)
+            log.log(
+                logging.WARNING if away else logging.ERROR,
+                "claiming %d executions failed: %s",
+                len(placements),
+                error,
+            )
         else:
             rows = claim.result()
         refused = self.d.usage.refused
