@@ -84,6 +84,16 @@ class Profile:
     def __hash__(self) -> int:
         return self._hash
 
+    def totals_of(self, resources: WorkerResources) -> bool:
+        """Whether ``resources`` has this profile's totals (a report that changed only what is free)."""
+        return (
+            resources.cpu_total == self.cpu_total
+            and resources.memory_total == self.memory_total
+            and resources.disk_total == self.disk_total
+            and tuple(sorted((g.memory_total for g in resources.gpus), reverse=True))
+            == self.gpu_memory_totals
+        )
+
     def __eq__(self, other: object) -> bool:
         if self is other:
             return True

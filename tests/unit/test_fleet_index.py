@@ -195,6 +195,9 @@ async def test_an_entry_keeps_its_filed_profile_until_a_report_changes_its_total
     await flux.run("job")  # w1's view is built again, with the profile its group is filed under
     flux.d.registry.index()
     assert entries["w1"].view().profile is entries["w1"].profile is entries["w2"].profile
+    kept = entries["w2"].profile
+    w2.report(resources(4, cpu_available=1))  # only what is free changed, as most reports do
+    assert entries["w2"].profile is kept
     w2.report(resources(8))  # new totals: a profile of its own, in a group of its own
     index = flux.d.registry.index()
     assert entries["w2"].profile is not entries["w1"].profile
@@ -203,3 +206,20 @@ async def test_an_entry_keeps_its_filed_profile_until_a_report_changes_its_total
     w2.report(resources(4))  # equal again: back under the first group's profile
     flux.d.registry.index()
     assert entries["w2"].profile is entries["w1"].profile
+
+
+def test_a_profile_knows_its_totals_from_what_is_free() -> None:
+    view = worker("a", cpu=4, gpus=["80Gi", "40Gi"], cpu_available=1)
+    profile, reported = view.profile, view.resources
+    assert profile.totals_of(dataclasses.replace(reported, cpu_available=4, memory_available=0))
+    assert profile.totals_of(dataclasses.replace(reported, gpus=tuple(reversed(reported.gpus))))
+    for changed in (
+        dataclasses.replace(reported, cpu_total=8),
+        dataclasses.replace(reported, memory_total=reported.memory_total // 2),
+        dataclasses.replace(reported, disk_total=0),
+        dataclasses.replace(reported, gpus=reported.gpus[:1]),
+        dataclasses.replace(
+            reported, gpus=(dataclasses.replace(reported.gpus[0], memory_total=1), *reported.gpus[1:])
+        ),
+    ):
+        assert not profile.totals_of(changed)

@@ -87,8 +87,8 @@ class WorkerEntry:
     # Only on entries built for a listing of the whole fleet; such entries are never dispatched to.
     elsewhere: Elsewhere | None = None
     _view: WorkerView | None = None
-    # Its views' profile as the fleet index files it (``FleetIndex.put``); None after a report,
-    # whose totals or software may differ: the next view builds it again.
+    # Its views' profile as the fleet index files it (``FleetIndex.put``); None after a report
+    # that changed its totals or its software: the next view builds it again.
     profile: Profile | None = None
     # Told of every change to what ``view`` shows or to ``dispatchable`` (the registry's index).
     on_change: Callable[[WorkerEntry], None] | None = None
@@ -208,7 +208,9 @@ class WorkerEntry:
         self.resources = resources
         if software is not None:
             self.software = software
-        self.profile = None
+        # Most reports (one rides with each batch of results) change only what is free.
+        if self.profile is not None and (software is not None or not self.profile.totals_of(resources)):
+            self.profile = None
         self.unreported = Amounts()
         for holding in self.holdings.values():
             holding.since_report = False
